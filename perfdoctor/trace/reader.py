@@ -1,0 +1,274 @@
+"""Read one trace file (``.json`` or ``.json.gz``) into flat columns, tolerantly.
+
+The file is streamed: decompressed in blocks, cut into whole events by
+:mod:`perfdoctor.trace.splitter`, decoded with msgspec into typed events and
+columnised chunk by chunk, so peak memory stays near the size of the columns
+rather than the size of the JSON.
+
+Recoverable damage (a killed exporter's truncated tail, a trailing comma, a
+missing closing bracket, an odd event) loads what is complete and adds one
+warning that says how many events were recovered. Anything that is not a
+trace raises :class:`~perfdoctor.errors.TraceFormatError` naming the file.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import re
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import msgspec
+import numpy as np
+
+from perfdoctor.errors import TraceFormatError
+from perfdoctor.trace import schema
+from perfdoctor.trace.columns import ChunkColumns
+from perfdoctor.trace.splitter import EventSplitter
+
+BLOCK_BYTES = 1 << 20  # compressed bytes read at a time
+MAX_BLOCK_OUT = 16 << 20  # decompressed bytes handed to the splitter at a time
+_TRAILING_COMMA = re.compile(rb",(\s*[}\]])")
+
+
+@dataclass
+class RawTrace:
+    """Columns of every event in one file plus its top-level metadata.
+
+    Attributes:
+        path: the file read.
+        columns: flat numpy columns (see :mod:`perfdoctor.trace.columns`).
+        names: ``name_id`` -> string.
+        metadata: top-level keys other than ``traceEvents`` (``deviceProperties``,
+            ``distributedInfo``, ``baseTimeNanoseconds``, ...).
+        n_events: events decoded.
+        n_dropped: events that could not be decoded (malformed).
+        warnings: human-readable notes about recovered damage.
+        file_bytes: size on disk; uncompressed_bytes: size of the JSON text.
+    """
+
+    path: str
+    columns: dict[str, Any]
+    names: list[str]
+    metadata: dict[str, Any]
+    n_events: int
+    cats: list[str] = field(default_factory=list)
+    n_dropped: int = 0
+    warnings: list[str] = field(default_factory=list)
+    file_bytes: int = 0
+    uncompressed_bytes: int = 0
+
+
+def _blocks(path: str, on_progress: Callable[[int], None] | None) -> Any:
+    """Yield decompressed blocks of the file; raises TraceFormatError on bad gzip."""
+    with open(path, "rb") as fh:
+        magic = fh.read(2)
+        fh.seek(0)
+        gz = magic == b"\x1f\x8b"
+        inflater = zlib.decompressobj(wbits=47) if gz else None
+        while True:
+            raw = fh.read(BLOCK_BYTES)
+            if not raw:
+                break
+            if on_progress:
+                on_progress(len(raw))
+            if inflater is None:
+                yield raw
+                continue
+            data = raw
+            while data:
+                try:
+                    out = inflater.decompress(data, MAX_BLOCK_OUT)
+                except zlib.error as exc:
+                    raise TraceFormatError(f"{path}: corrupted gzip data ({exc})") from None
+                if out:
+                    yield out
+                if inflater.eof:  # concatenated gzip members
+                    data = inflater.unused_data
+                    if data:
+                        inflater = zlib.decompressobj(wbits=47)
+                else:
+                    data = inflater.unconsumed_tail
+        if inflater is not None:
+            tail = inflater.flush()
+            if tail:
+                yield tail
+
+
+class _Decoder:
+    """Decodes pieces of whole events into columns and counts bad events."""
+
+    def __init__(self, columns: ChunkColumns) -> None:
+        self.columns = columns
+        self.bad = 0
+
+    def piece(self, piece: bytes) -> bool:
+        try:
+            events = schema.EVENTS_DECODER.decode(b"[" + piece + b"]")
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            return False
+        self.columns.add(events)
+        return True
+
+    def each(self, pieces: list[bytes]) -> None:
+        events = []
+        for one in pieces:
+            ev = _decode_event(one)
+            if ev is None:
+                self.bad += 1
+            else:
+                events.append(ev)
+        self.columns.add(events)
+
+
+def _decode_event(raw: bytes) -> schema.Event | None:
+    try:
+        return schema.ONE_EVENT_DECODER.decode(raw)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        pass
+    try:
+        return schema.event_from_dict(schema.LENIENT_DECODER.decode(raw))
+    except msgspec.DecodeError:
+        return None
+
+
+def _decode_header(path: str, header: bytes, warnings: list[str]) -> dict[str, Any]:
+    if header in (b"", b"[]"):
+        return {}
+    try:
+        doc = msgspec.json.decode(header)
+    except msgspec.DecodeError:
+        try:
+            doc = msgspec.json.decode(_TRAILING_COMMA.sub(rb"\1", header))
+            warnings.append(f"{path}: malformed JSON around the trace metadata (a trailing comma); ignored")
+        except msgspec.DecodeError:
+            doc = _decode_truncated_header(header)
+            if doc is None:
+                warnings.append(f"{path}: trace metadata after the events could not be read; ignored")
+                return {}
+    if not isinstance(doc, dict):
+        return {}
+    doc.pop("traceEvents", None)
+    return doc
+
+
+def _decode_truncated_header(header: bytes) -> dict[str, Any] | None:
+    """The metadata before the events, when the file ends before its closing brace."""
+    cut = header.find(b"[]")
+    if cut < 0:
+        return None
+    head = header[: cut + 2]
+    try:
+        doc = msgspec.json.decode(head + b"}")
+    except msgspec.DecodeError:
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
+def read_trace_file(path: str | os.PathLike[str], on_progress: Callable[[int], None] | None = None) -> RawTrace:
+    """Read one Kineto/Chrome trace file into columns.
+
+    Args:
+        path: a ``.json`` or ``.json.gz`` (gzip is detected by its magic bytes).
+        on_progress: called with the number of file bytes consumed per block.
+
+    Returns:
+        A :class:`RawTrace`; ``warnings`` says what damage was recovered from.
+
+    Raises:
+        TraceFormatError: missing/unreadable/empty file, corrupted gzip, not
+            JSON, or JSON without a ``traceEvents`` array of events.
+    """
+    p = str(path)
+    if not os.path.exists(p):
+        raise TraceFormatError(f"{p}: no such file")
+    if os.path.isdir(p):
+        raise TraceFormatError(f"{p}: is a directory, not a trace file")
+    file_bytes = os.path.getsize(p)
+    if file_bytes == 0:
+        raise TraceFormatError(f"{p}: empty file, not a trace")
+    columns = ChunkColumns()
+    decoder = _Decoder(columns)
+    splitter = EventSplitter(decoder.piece, decoder.each)
+    total = 0
+    first = b""
+    gc_was_enabled = gc.isenabled()
+    gc.disable()  # millions of short-lived tuples; the cyclic GC only slows them down
+    try:
+        for block in _blocks(p, on_progress):
+            if len(first) < 64:
+                first += block[:64]
+            total += len(block)
+            splitter.feed(block)
+        result = splitter.finish()
+    except OSError as exc:
+        raise TraceFormatError(f"{p}: cannot read ({exc.strerror or exc})") from None
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+    bad = decoder.bad
+    if not result.found_array:
+        raise TraceFormatError(_not_a_trace_reason(p, first, total))
+    warnings: list[str] = []
+    metadata = _decode_header(p, result.header, warnings)
+    truncated = not result.complete
+    if truncated or bad:
+        what = []
+        if truncated:
+            what.append("the file ends before the event list is closed (truncated)")
+        if bad:
+            what.append(f"{bad} malformed event(s) skipped")
+        warnings.insert(0, f"{p}: recovered {columns.n_events} events; " + "; ".join(what))
+    if columns.n_events == 0 and (truncated or bad):
+        raise TraceFormatError(f"{p}: no complete trace event could be read")
+    return RawTrace(
+        path=p,
+        columns=columns.concat(),
+        names=columns.names.strings(),
+        cats=columns.cats.strings(),
+        metadata=metadata,
+        n_events=columns.n_events,
+        n_dropped=bad,
+        warnings=warnings,
+        file_bytes=file_bytes,
+        uncompressed_bytes=total,
+    )
+
+
+def _not_a_trace_reason(path: str, first: bytes, total: int) -> str:
+    text = first.lstrip()
+    if total == 0 or not text:
+        return f"{path}: empty file, not a trace"
+    if b"\x00" in first or not _is_text(first):
+        return f"{path}: binary data, not a JSON trace"
+    if text[:1] not in (b"{", b"["):
+        return f"{path}: not JSON (starts with {text[:16]!r})"
+    return f"{path}: JSON without a 'traceEvents' list: not a Kineto/Chrome trace"
+
+
+def _is_text(data: bytes) -> bool:
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return exc.start >= len(data) - 4  # a multibyte char cut at the boundary
+    return True
+
+
+def trace_files_in(path: str | os.PathLike[str]) -> list[str]:
+    """The trace files a path names: itself, or the traces inside a directory.
+
+    A directory (a ``tensorboard_trace_handler`` log dir, or one file per rank)
+    yields its ``*.json`` / ``*.json.gz`` files, sorted; raises
+    TraceFormatError when it holds none.
+    """
+    p = Path(path)
+    if not p.is_dir():
+        return [str(p)]
+    found = sorted(str(f) for f in p.rglob("*") if f.is_file() and (f.name.endswith(".json") or f.name.endswith(".json.gz")))
+    found = [f for f in found if not f.endswith(("run.json", "report.json"))]
+    if not found:
+        raise TraceFormatError(f"{p}: directory holds no .json or .json.gz trace files")
+    return found

@@ -1,0 +1,218 @@
+"""Columnar event tables cut from a :class:`~perfdoctor.trace.reader.RawTrace`.
+
+A :class:`Table` is a dict of equal-length numpy columns (no per-event Python
+objects), sorted by ``ts_us``. :class:`TraceTables` holds one table per Kineto
+event family, plus the trace's metadata. Timestamps and durations are
+microseconds (Chrome trace format); ``ts_us`` is absolute, as in the file.
+
+Columns common to all tables: ``name_id`` (index into ``TraceTables.names``),
+``ts_us``, ``dur_us``, ``end_us``, ``pid``, ``tid``. Table-specific columns:
+
+- cpu_ops: ``external_id``, ``input_dims`` / ``input_type`` (raw JSON bytes or None)
+- annotations (``user_annotation`` and any ``ProfilerStep#N``), gpu_annotations,
+  python_functions: ``external_id``
+- kernels, memcpy, memset: ``device``, ``stream``, ``correlation``,
+  ``external_id``; memcpy/memset add ``bytes``; kernels add the NCCL args
+  ``collective``, ``in_nelems``, ``dtype``, ``group_size``
+- runtime (``cuda_runtime`` and ``cuda_driver``/HIP): ``correlation``,
+  ``external_id``, ``is_driver``
+- syncs (``cuda_sync``: Event Sync, Context Sync, Stream Wait Event): ``device``, ``stream``, ``correlation``
+- flows (``ac2g``, ``async``, ``fwdbwd`` ...): ``flow_id``, ``is_start``, ``cat_id``
+- memory (``[memory]`` instants): ``mem_bytes``, ``total_allocated``,
+  ``total_reserved``, ``device_id``, ``device_type``
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+import numpy as np
+
+from perfdoctor.trace import columns as K
+from perfdoctor.trace.reader import RawTrace
+
+_STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
+
+
+class Table:
+    """Equal-length numpy columns; ``t["ts_us"]``, ``len(t)``, ``t.take(mask)``."""
+
+    def __init__(self, cols: dict[str, np.ndarray]) -> None:
+        self.cols = cols
+
+    def __len__(self) -> int:
+        return len(next(iter(self.cols.values()))) if self.cols else 0
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        return self.cols[name]
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.cols
+
+    def take(self, index: np.ndarray) -> "Table":
+        """Rows selected by a boolean mask or an index array."""
+        return Table({k: v[index] for k, v in self.cols.items()})
+
+    def columns(self) -> list[str]:
+        return list(self.cols)
+
+    def to_pandas(self, names: list[str] | None = None) -> Any:
+        """A pandas DataFrame of this table (adds a ``name`` column when ``names`` given)."""
+        import pandas as pd
+
+        df = pd.DataFrame(self.cols)
+        if names is not None and "name_id" in self.cols:
+            df.insert(0, "name", np.asarray(names, dtype=object)[self.cols["name_id"]])
+        return df
+
+
+_TABLE_COLUMNS = {
+    "cpu_ops": ("external_id", "input_dims", "input_type"),
+    "annotations": ("external_id",),
+    "gpu_annotations": ("external_id", "device", "stream"),
+    "python_functions": (),
+    "kernels": ("device", "stream", "correlation", "external_id", "collective", "in_nelems", "dtype", "group_size"),
+    "memcpy": ("device", "stream", "correlation", "external_id", "bytes"),
+    "memset": ("device", "stream", "correlation", "external_id", "bytes"),
+    "runtime": ("correlation", "external_id"),
+    "syncs": ("device", "stream", "correlation", "external_id"),
+    "flows": ("flow_id", "cat_id"),
+    "memory": ("mem_bytes", "total_allocated", "total_reserved", "device_id", "device_type"),
+}
+_BASE = ("name_id", "ts_us", "dur_us", "pid", "tid")
+
+
+@dataclass
+class TraceTables:
+    """All tables of one trace file (one rank).
+
+    Attributes:
+        path: the trace file; rank: ``distributedInfo.rank`` or inferred from the
+            file name (``rank-3``, ``worker3``), else None.
+        names: string table for every ``name_id`` column.
+        metadata: the file's top-level keys other than ``traceEvents``.
+        device_properties: ``deviceProperties`` list (may be empty).
+        warnings: what was recovered or missing while loading.
+    """
+
+    path: str
+    names: list[str]
+    metadata: dict[str, Any]
+    tables: dict[str, Table]
+    cats: list[str] = field(default_factory=list)
+    rank: int | None = None
+    warnings: list[str] = field(default_factory=list)
+    n_events: int = 0
+    file_bytes: int = 0
+    uncompressed_bytes: int = 0
+    process_names: dict[int, str] = field(default_factory=dict)
+    thread_names: dict[tuple[int, int], str] = field(default_factory=dict)
+
+    def __getattr__(self, name: str) -> Table:
+        tables = self.__dict__.get("tables")
+        if tables is not None and name in tables:
+            return tables[name]
+        raise AttributeError(name)
+
+    @property
+    def device_properties(self) -> list[dict[str, Any]]:
+        props = self.metadata.get("deviceProperties")
+        return props if isinstance(props, list) else []
+
+    @property
+    def has_device_activity(self) -> bool:
+        return len(self.kernels) + len(self.memcpy) + len(self.memset) > 0
+
+    def name_array(self) -> np.ndarray:
+        """``names`` as an object array, for vectorised lookups ``arr[name_id]``."""
+        arr = self.__dict__.get("_name_array")
+        if arr is None:
+            arr = np.asarray(self.names, dtype=object)
+            self.__dict__["_name_array"] = arr
+        return arr
+
+    def names_matching(self, pattern: str | re.Pattern[str]) -> np.ndarray:
+        """Boolean mask over ``names``: which name ids match ``pattern`` (re.search)."""
+        rx = re.compile(pattern) if isinstance(pattern, str) else pattern
+        return np.fromiter((bool(rx.search(n)) for n in self.names), dtype=bool, count=len(self.names))
+
+    def iter_tables(self) -> Iterator[tuple[str, Table]]:
+        return iter(self.tables.items())
+
+
+def _rank_from(metadata: dict[str, Any], path: str) -> int | None:
+    info = metadata.get("distributedInfo")
+    if isinstance(info, dict) and isinstance(info.get("rank"), int):
+        return int(info["rank"])
+    m = re.search(r"(?:rank|worker)[-_]?(\d+)", path.rsplit("/", 1)[-1])
+    return int(m.group(1)) if m else None
+
+
+def build_tables(raw: RawTrace) -> TraceTables:
+    """Cut the flat columns of ``raw`` into per-family tables, sorted by ts.
+
+    ProfilerStep#N events are moved to ``annotations`` whatever their category
+    (the 2021 Kineto generation writes them as ``Operator``). Events without a
+    timestamp are dropped.
+    """
+    c = raw.columns
+    kind = c["kind"].copy()
+    names = raw.names
+    step_ids = np.fromiter((bool(_STEP_RE.match(n)) for n in names), dtype=bool, count=len(names))
+    if len(kind):
+        is_step = step_ids[c["name_id"]] & (kind == K.CPU_OP)
+        kind[is_step] = K.ANNOTATION
+    valid_ts = ~np.isnan(c["ts_us"]) if len(kind) else np.zeros(0, dtype=bool)
+    groups = {
+        "cpu_ops": (K.CPU_OP,),
+        "annotations": (K.ANNOTATION,),
+        "gpu_annotations": (K.GPU_ANNOTATION,),
+        "python_functions": (K.PYTHON,),
+        "kernels": (K.KERNEL,),
+        "memcpy": (K.MEMCPY,),
+        "memset": (K.MEMSET,),
+        "runtime": (K.RUNTIME, K.DRIVER),
+        "syncs": (K.SYNC,),
+        "flows": (K.FLOW_START, K.FLOW_END),
+        "memory": (K.MEMORY,),
+    }
+    tables: dict[str, Table] = {}
+    for tname, kinds in groups.items():
+        mask = np.isin(kind, kinds) & valid_ts
+        idx = np.flatnonzero(mask)
+        idx = idx[np.argsort(c["ts_us"][idx], kind="stable")]
+        cols = {col: c[col][idx] for col in _BASE + _TABLE_COLUMNS[tname]}
+        cols["dur_us"] = np.where(cols["dur_us"] > 0, cols["dur_us"], 0.0)
+        cols["end_us"] = cols["ts_us"] + cols["dur_us"]
+        if tname == "runtime":
+            cols["is_driver"] = kind[idx] == K.DRIVER
+        if tname == "flows":
+            cols["is_start"] = kind[idx] == K.FLOW_START
+        tables[tname] = Table(cols)
+    meta_idx = np.flatnonzero(kind == K.META)
+    process_names: dict[int, str] = {}
+    thread_names: dict[tuple[int, int], str] = {}
+    for i in meta_idx.tolist():
+        label = c["label"][i]
+        if not isinstance(label, str):
+            continue
+        if names[c["name_id"][i]] == "process_name":
+            process_names[int(c["pid"][i])] = label
+        elif names[c["name_id"][i]] == "thread_name":
+            thread_names[(int(c["pid"][i]), int(c["tid"][i]))] = label
+    return TraceTables(
+        path=raw.path,
+        names=names,
+        cats=raw.cats,
+        metadata=raw.metadata,
+        tables=tables,
+        rank=_rank_from(raw.metadata, raw.path),
+        warnings=list(raw.warnings),
+        n_events=raw.n_events,
+        file_bytes=raw.file_bytes,
+        uncompressed_bytes=raw.uncompressed_bytes,
+        process_names=process_names,
+        thread_names=thread_names,
+    )

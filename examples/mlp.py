@@ -1,0 +1,70 @@
+"""A small MLP regression-classifier on synthetic data through a torch DataLoader.
+
+    python examples/mlp.py --steps 300
+    perfdoctor profile examples/mlp.py --steps 300
+
+Plain PyTorch; see ``_train_common.py`` for the flags that switch on each
+performance problem.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from _train_common import base_parser, launch, unfused_chain
+
+
+class Synthetic(torch.utils.data.Dataset):
+    """Gaussian features, labels from a fixed random linear teacher; ``slow_ms`` sleeps per item."""
+
+    def __init__(self, n: int, dim: int, classes: int, seed: int, slow_ms: float = 0.0) -> None:
+        g = torch.Generator().manual_seed(seed)
+        self.x = torch.randn(n, dim, generator=g)
+        self.y = (self.x @ torch.randn(dim, classes, generator=g)).argmax(dim=1)
+        self.slow_ms = slow_ms
+
+    def __len__(self) -> int:
+        return len(self.x)
+
+    def __getitem__(self, i: int):
+        if self.slow_ms:
+            import time
+            time.sleep(self.slow_ms / 1000.0)
+        return self.x[i], self.y[i]
+
+
+class MLP(nn.Module):
+    def __init__(self, dim: int, hidden: int, classes: int, depth: int, chain: int) -> None:
+        super().__init__()
+        dims = [dim] + [hidden] * depth
+        self.layers = nn.ModuleList(nn.Linear(a, b) for a, b in zip(dims[:-1], dims[1:]))
+        self.head = nn.Linear(hidden, classes)
+        self.chain = chain
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for layer in self.layers:
+            x = unfused_chain(F.relu(layer(x)), self.chain)
+        return self.head(x)
+
+
+def build(args):
+    model = MLP(args.dim, args.hidden, args.classes, args.depth, args.unfused_chain)
+    dataset = Synthetic(args.samples, args.dim, args.classes, args.seed, args.slow_getitem_ms)
+    return model, dataset, lambda m, batch: F.cross_entropy(m(batch[0]).float(), batch[1])
+
+
+def main() -> None:
+    p = base_parser(__doc__.splitlines()[0], batch_size=64)
+    p.add_argument("--dim", type=int, default=256)
+    p.add_argument("--hidden", type=int, default=512)
+    p.add_argument("--classes", type=int, default=10)
+    p.add_argument("--depth", type=int, default=3)
+    p.add_argument("--samples", type=int, default=20_000)
+    args = p.parse_args()
+    launch(args, build)
+
+
+if __name__ == "__main__":
+    main()

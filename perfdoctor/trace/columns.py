@@ -96,7 +96,9 @@ class ChunkColumns:
     def _id(self, v: int | str) -> int:
         if type(v) is int:
             return v
-        text = str(v)
+        text = str(v).strip()
+        if text.lstrip("-").isdigit():
+            return int(text)
         if text.startswith("stream "):
             tail = text[7:].split(" ", 1)[0]
             if tail.isdigit():

@@ -1,0 +1,267 @@
+"""Where each step's time goes, per device (GPU) or on the host (CPU-only traces).
+
+GPU definitions (µs, per step window from :mod:`perfdoctor.analysis.steps`):
+
+- busy: the union over all streams of kernels, memcpys and memsets; an
+  overlap of two streams counts once. idle = step time - busy.
+- categories_us: busy time split *exclusively* by category with the priority
+  compute (matmul > attention > conv > reduction_norm > elementwise >
+  optimizer > other) > communication > memcpy > memset, so the categories
+  add up exactly to busy. category_union_us: each category's own union
+  (overlapping categories both count; does not add up).
+- communication: ``total_us`` = union of communication kernels;
+  ``overlapped_us`` = the part that runs while a compute kernel runs;
+  ``exposed_us`` = the rest (HTA's comm/comp overlap = overlapped / total).
+- idle_causes_us (adds up to idle): the idle gaps are attributed, in order, to
+  ``dataloader`` (the host is inside DataLoader ``__next__``), ``synchronization``
+  (the host is blocked in a synchronize call or a blocking copy), ``host_launch_bound``
+  (the host is busy in ops / runtime calls but has queued nothing) and
+  ``other``. A gap that begins while the host is in a DataLoader fetch or a
+  sync call is attributed to that cause up to the gap's end: the device had
+  nothing queued because the host was blocked.
+- kernels launched inside ``Optimizer.step`` count as ``optimizer`` unless
+  they are GEMMs / convolutions / attention.
+
+CPU-only traces get the same per-step table over host ops (see :mod:`perfdoctor.analysis.cpu_breakdown`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from perfdoctor.analysis import host
+from perfdoctor.analysis import intervals as iv
+from perfdoctor.analysis.classify import COMPUTE_CATEGORIES, classify_kernel
+from perfdoctor.analysis.steps import Steps, gpu_launch_times
+from perfdoctor.trace.tables import TraceTables
+
+PRIORITY = ("matmul", "attention", "conv", "reduction_norm", "elementwise", "optimizer", "other",
+            "communication", "memcpy", "memset")
+IDLE_CAUSES = ("dataloader", "synchronization", "host_launch_bound", "other")
+PHASES = ("forward", "backward", "optimizer")
+_OVERRIDABLE = {"elementwise", "reduction_norm", "other", "optimizer"}
+
+
+@dataclass
+class StepBreakdown:
+    """One step on one device; every field in µs unless named otherwise."""
+
+    step: int
+    name: str
+    host_start_us: float
+    host_dur_us: float
+    start_us: float
+    dur_us: float
+    busy_us: float
+    idle_us: float
+    categories_us: dict[str, float]
+    category_union_us: dict[str, float]
+    idle_causes_us: dict[str, float]
+    communication: dict[str, float]
+    communication_by_collective_us: dict[str, float]
+    memcpy_by_direction_us: dict[str, float]
+    phases_host_us: dict[str, float]
+    phases_device_us: dict[str, float]
+    n_kernels: int
+    kernel_sum_us: float
+
+    def to_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+@dataclass
+class DeviceBreakdown:
+    """All steps of one device (``device = -1`` and ``kind = "cpu"`` for host-only traces)."""
+
+    device: int
+    kind: str
+    steps: list[StepBreakdown]
+    notes: list[str] = field(default_factory=list)
+
+    def totals(self) -> dict:
+        """Sums over steps (dict fields summed key by key)."""
+        return sum_steps(self.steps)
+
+
+def sum_steps(steps: list[StepBreakdown]) -> dict:
+    """Add up a list of step breakdowns field by field (µs); ``n_steps`` added."""
+    out: dict = {"n_steps": len(steps)}
+    if not steps:
+        return out
+    for key, val in steps[0].__dict__.items():
+        if key in ("step", "name", "host_start_us", "start_us"):
+            continue
+        if isinstance(val, dict):
+            acc: dict[str, float] = {}
+            for s in steps:
+                for k, v in getattr(s, key).items():
+                    acc[k] = acc.get(k, 0.0) + v
+            out[key] = acc
+        else:
+            out[key] = float(sum(getattr(s, key) for s in steps))
+    return out
+
+
+@dataclass
+class _GpuEvents:
+    ts: np.ndarray
+    end: np.ndarray
+    launch: np.ndarray
+    category: np.ndarray  # object array of category names
+    collective: np.ndarray
+    direction: np.ndarray
+    is_kernel: np.ndarray
+
+
+def _gpu_events(tables: TraceTables, device: int, optimizer: iv.Intervals) -> _GpuEvents:
+    parts = []
+    cache: dict[int, object] = {}
+    for tname in ("kernels", "memcpy", "memset"):
+        tab = tables.tables[tname]
+        if len(tab) == 0:
+            continue
+        launch = gpu_launch_times(tables, tname)
+        m = tab["device"] == device
+        if not m.any():
+            continue
+        ids = tab["name_id"][m]
+        classes = []
+        for nid in ids.tolist():
+            c = cache.get(nid)
+            if c is None:
+                c = cache[nid] = classify_kernel(tables.names[nid])
+            classes.append(c)
+        parts.append((tab["ts_us"][m], tab["end_us"][m], launch[m], classes, tname == "kernels"))
+    if not parts:
+        e = np.empty(0)
+        return _GpuEvents(e, e, e, np.empty(0, object), np.empty(0, object), np.empty(0, object), np.empty(0, bool))
+    ts = np.concatenate([p[0] for p in parts])
+    end = np.concatenate([p[1] for p in parts])
+    launch = np.concatenate([p[2] for p in parts])
+    classes = [c for p in parts for c in p[3]]
+    is_kernel = np.concatenate([np.full(p[0].size, p[4]) for p in parts])
+    category = np.array([c.category for c in classes], dtype=object)
+    collective = np.array([c.collective for c in classes], dtype=object)
+    direction = np.array([c.direction for c in classes], dtype=object)
+    if optimizer[0].size and category.size:
+        k = np.searchsorted(optimizer[0], launch, side="right") - 1
+        in_opt = (k >= 0) & (launch < optimizer[1][np.maximum(k, 0)])
+        overridable = np.isin(category, list(_OVERRIDABLE))
+        category[in_opt & overridable] = "optimizer"
+    return _GpuEvents(ts, end, launch, category, collective, direction, is_kernel)
+
+
+def _extend_to_gap_end(cause: iv.Intervals, gaps: iv.Intervals) -> iv.Intervals:
+    """Stretch each cause interval whose end falls in an idle gap to that gap's end."""
+    if cause[0].size == 0 or gaps[0].size == 0:
+        return cause
+    s, e = cause
+    g = np.searchsorted(gaps[0], e, side="right") - 1
+    gi = np.maximum(g, 0)
+    inside = (g >= 0) & (e < gaps[1][gi])
+    e2 = np.where(inside, np.maximum(e, gaps[1][gi]), e)
+    return iv.union(s, e2)
+
+
+def device_ids(tables: TraceTables) -> list[int]:
+    """Devices with GPU activity in this trace, sorted."""
+    found: set[int] = set()
+    for tname in ("kernels", "memcpy", "memset"):
+        tab = tables.tables[tname]
+        if len(tab):
+            found.update(np.unique(tab["device"]).tolist())
+    return sorted(found)
+
+
+def gpu_breakdown(tables: TraceTables, steps: Steps, device: int) -> DeviceBreakdown:
+    """Per-step breakdown of one GPU (see the module docstring for definitions)."""
+    ws, we = steps.start_us, steps.end_us
+    opt = host.named(tables, host.OPTIMIZER_STEP)
+    ev = _gpu_events(tables, device, opt)
+
+    def by_cat(cat: str) -> iv.Intervals:
+        m = ev.category == cat
+        return iv.union(ev.ts[m], ev.end[m])
+
+    unions = {c: by_cat(c) for c in PRIORITY}
+    exclusive: dict[str, iv.Intervals] = {}
+    covered = iv.EMPTY
+    for c in PRIORITY:
+        exclusive[c] = iv.subtract(unions[c], covered)
+        covered = iv.union_of(covered, unions[c])
+    busy = covered
+    compute = iv.union_of(*(unions[c] for c in COMPUTE_CATEGORIES))
+    comm = unions["communication"]
+    comm_overlapped = iv.intersect(comm, compute)
+    comm_exposed = iv.subtract(comm, compute)
+
+    span_lo, span_hi = float(ws[0]), float(we[-1])
+    gaps = iv.complement(busy, span_lo, span_hi)
+    dl_ext = _extend_to_gap_end(host.dataloader(tables), gaps)
+    sync_ext = _extend_to_gap_end(host.synchronization(tables), gaps)
+    host_busy = host.busy(tables, steps.pid if steps.pid >= 0 else None)
+    idle_dl = iv.intersect(gaps, dl_ext)
+    rest = iv.subtract(gaps, idle_dl)
+    idle_sync = iv.intersect(rest, sync_ext)
+    rest = iv.subtract(rest, idle_sync)
+    idle_launch = iv.intersect(rest, host_busy)
+    idle_other = iv.subtract(rest, idle_launch)
+    idle_sets = dict(zip(IDLE_CAUSES, (idle_dl, idle_sync, idle_launch, idle_other)))
+
+    coll_names = sorted({c for c in ev.collective[ev.category == "communication"].tolist()})
+    coll_sets = {c: iv.union(ev.ts[ev.collective == c], ev.end[ev.collective == c]) for c in coll_names}
+    dir_names = sorted({d for d in ev.direction[ev.category == "memcpy"].tolist()})
+    dir_sets = {d: iv.union(ev.ts[(ev.direction == d) & (ev.category == "memcpy")],
+                            ev.end[(ev.direction == d) & (ev.category == "memcpy")]) for d in dir_names}
+
+    host_phases = host.phases(tables, (steps.host_start_us, steps.host_end_us))
+    dev_phases = {}
+    for name, ph in host_phases.items():
+        if ph[0].size == 0 or ev.ts.size == 0:
+            dev_phases[name] = iv.EMPTY
+            continue
+        k = np.searchsorted(ph[0], ev.launch, side="right") - 1
+        inside = (k >= 0) & (ev.launch < ph[1][np.maximum(k, 0)])
+        dev_phases[name] = iv.union(ev.ts[inside], ev.end[inside])
+
+    def pw(s: iv.Intervals) -> np.ndarray:
+        return iv.per_window(s, ws, we)
+
+    cols = {
+        "excl": {c: pw(exclusive[c]) for c in PRIORITY},
+        "union": {c: pw(unions[c]) for c in PRIORITY},
+        "idle": {c: pw(s) for c, s in idle_sets.items()},
+        "coll": {c: pw(s) for c, s in coll_sets.items()},
+        "dir": {d: pw(s) for d, s in dir_sets.items()},
+        "ph_host": {p: pw(s) for p, s in host_phases.items()},
+        "ph_dev": {p: pw(s) for p, s in dev_phases.items()},
+    }
+    busy_w, comm_w = pw(busy), pw(comm)
+    over_w, exp_w = pw(comm_overlapped), pw(comm_exposed)
+    kernel_mask = ev.is_kernel
+    kstart = ev.ts[kernel_mask]
+    kdur = (ev.end - ev.ts)[kernel_mask]
+    kidx = np.searchsorted(we, kstart, side="right")
+    n_k = np.bincount(kidx, minlength=len(steps) + 1)[: len(steps)]
+    k_sum = np.bincount(kidx, weights=kdur, minlength=len(steps) + 1)[: len(steps)]
+
+    out = []
+    for i in range(len(steps)):
+        dur = float(we[i] - ws[i])
+        out.append(StepBreakdown(
+            step=int(steps.numbers[i]), name=steps.names[i],
+            host_start_us=float(steps.host_start_us[i]), host_dur_us=float(steps.host_dur_us[i]),
+            start_us=float(ws[i]), dur_us=dur, busy_us=float(busy_w[i]), idle_us=dur - float(busy_w[i]),
+            categories_us={c: float(v[i]) for c, v in cols["excl"].items()},
+            category_union_us={c: float(v[i]) for c, v in cols["union"].items()},
+            idle_causes_us={c: float(v[i]) for c, v in cols["idle"].items()},
+            communication={"total_us": float(comm_w[i]), "overlapped_us": float(over_w[i]), "exposed_us": float(exp_w[i])},
+            communication_by_collective_us={c: float(v[i]) for c, v in cols["coll"].items()},
+            memcpy_by_direction_us={d: float(v[i]) for d, v in cols["dir"].items()},
+            phases_host_us={p: float(v[i]) for p, v in cols["ph_host"].items()},
+            phases_device_us={p: float(v[i]) for p, v in cols["ph_dev"].items()},
+            n_kernels=int(n_k[i]), kernel_sum_us=float(k_sum[i]),
+        ))
+    return DeviceBreakdown(device=device, kind="gpu", steps=out)

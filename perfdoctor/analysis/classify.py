@@ -1,0 +1,127 @@
+"""Classify GPU activity names into the categories of the step breakdown.
+
+The classification is one table of data (:data:`KERNEL_RULES`): the first
+pattern that matches (``re.search``, case-insensitive) wins. Patterns were
+written from the kernel names in real Kineto traces (V100, A100, H100, MI250,
+MI300X; cuBLAS, cutlass, cuDNN, xmma/wgmma, nvjet, rocBLAS/Tensile/hipBLASLt,
+MIOpen/composable_kernel, NCCL/RCCL, Triton) and are unit-tested on them.
+
+Categories (``CATEGORIES``): matmul, attention, conv, elementwise,
+reduction_norm, optimizer, communication, memcpy, memset, other.
+Communication kernels also get a collective (all_reduce, all_gather,
+reduce_scatter, broadcast, send_recv, all_to_all, reduce, other); memcpy gets
+a direction (h2d, d2h, d2d, h2h, p2p) and whether the host side is pageable or pinned.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+CATEGORIES = (
+    "matmul",
+    "attention",
+    "conv",
+    "elementwise",
+    "reduction_norm",
+    "optimizer",
+    "communication",
+    "memcpy",
+    "memset",
+    "other",
+)
+COMPUTE_CATEGORIES = ("matmul", "attention", "conv", "elementwise", "reduction_norm", "optimizer", "other")
+
+# (category, pattern). Order matters: communication before everything (NCCL names
+# contain "Sum", "Reduce"), attention before matmul (flash kernels contain "gemm"),
+# conv before matmul (implicit-GEMM convolutions contain "gemm").
+KERNEL_RULES: tuple[tuple[str, str], ...] = (
+    ("memcpy", r"^(memcpy|dma)"),
+    ("memset", r"^memset"),
+    ("communication", r"^nccl|^rccl|nccl(dev)?kernel|ncclKernel|rccl|all_?reduce_kernel|cross_device_reduce|one_shot_all_reduce|two_shot_all_reduce"),
+    ("attention", r"flash|fmha|attn_fwd|attn_bwd|_attention|attention_|efficient_attention|mem_eff|sdpa|cudnn_generated_fort_native_sdpa|fused_multihead|softmax_attention"),
+    ("conv", r"conv|scudnn|cudnn::|cudnn_|wgrad|dgrad|fprop|winograd|implicit_gemm|implicit_convolve|igemm_(fwd|bwd|wrw)|miopen|naive_conv|im2col|col2im|nchwToNhwc|nhwcToNchw|cask_cudnn|ck::tensor_operation.*grouped_conv"),
+    ("matmul", r"gemm|gemv|sgemm|hgemm|cublas|cutlass|xmma|wgmma|nvjet|^Cijk_|Tensile|hipblaslt|rocblas|matmul|_mm_|triton_tem_fused.*(mm|addmm|bmm)|splitKreduce|dot_kernel|gemmk1|gemmSN|scal_kernel|reduce_1Block_kernel|epilogue::impl|ck::tensor_operation.*gemm|_bmm|bmm_"),
+    ("optimizer", r"multi_tensor_apply|fused_adam|FusedAdam|adam_kernel|_fused_adamw?|fused_sgd|\blamb_|_lamb\b|adagrad|optimizer|_amp_foreach|foreach_tensor"),
+    ("reduction_norm", r"reduce_kernel|reduction|layer_?norm|LayerNorm|batch_?norm|BatchNorm|group_?norm|rms_?norm|RMSNorm|GammaBeta|RowwiseMoments|bn_fw|bn_bw|softmax|logsoftmax|cunn_SoftMax|nll_loss|NLLCriterion|cross_entropy|welford|norm_kernel|triton_(red|per)_|sum_kernel|mean_kernel|max_pool|avg_pool|pooling|cumsum|scan|topk|argmax|sort"),
+    ("elementwise", r"elementwise|vectorized|unrolled|triton_poi_|pointwise|copy_kernel|direct_copy|CatArray|cat_|fill_kernel|index|scatter|gather|where|relu|gelu|silu|sigmoid|tanh|dropout|add_kernel|mul_kernel|BinaryFunctor|UnaryFunctor|transpose|permute|embedding|SubTensorOp|cast|clamp|masked|arange|triu|tril|bernoulli|philox|random|distribution|_to_copy|batched_transpose|lookup"),
+)
+
+COLLECTIVE_RULES: tuple[tuple[str, str], ...] = (
+    ("all_reduce", r"all_?reduce"),
+    ("all_gather", r"all_?gather"),
+    ("reduce_scatter", r"reduce_?scatter"),
+    ("all_to_all", r"all_?to_?all|alltoall"),
+    ("broadcast", r"broadcast|bcast"),
+    ("send_recv", r"send|recv|sendrecv"),
+    ("reduce", r"reduce"),
+)
+
+_KERNEL_RX = tuple((cat, re.compile(rx, re.IGNORECASE)) for cat, rx in KERNEL_RULES)
+_COLL_RX = tuple((c, re.compile(rx, re.IGNORECASE)) for c, rx in COLLECTIVE_RULES)
+_TRITON_RX = re.compile(r"^triton_|triton", re.IGNORECASE)
+_MEMCPY_DIR = (
+    ("h2d", re.compile(r"HtoD|Host to Device|H2D|CopyHostToDevice", re.IGNORECASE)),
+    ("d2h", re.compile(r"DtoH|Device to Host|D2H|CopyDeviceToHost", re.IGNORECASE)),
+    ("d2d", re.compile(r"DtoD|Device to Device|D2D|CopyDeviceToDevice", re.IGNORECASE)),
+    ("p2p", re.compile(r"PtoP|Peer", re.IGNORECASE)),
+    ("h2h", re.compile(r"HtoH|Host to Host", re.IGNORECASE)),
+)
+
+
+@dataclass(frozen=True)
+class KernelClass:
+    """Classification of one GPU activity name.
+
+    Attributes:
+        category: one of :data:`CATEGORIES`.
+        collective: for communication, the collective (``all_reduce``...), else "".
+        direction: for memcpy, ``h2d``/``d2h``/``d2d``/``p2p``/``h2h`` or "unknown"; else "".
+        pageable: for memcpy, True/False when the name says ``Pageable``/``Pinned``, else None.
+        triton: True for Triton-generated kernels (``triton_poi_``, ``triton_red_``...).
+    """
+
+    category: str
+    collective: str = ""
+    direction: str = ""
+    pageable: bool | None = None
+    triton: bool = False
+
+
+def classify_kernel(name: str) -> KernelClass:
+    """Classify one kernel / memcpy / memset name (see module docstring)."""
+    category = "other"
+    for cat, rx in _KERNEL_RX:
+        if rx.search(name):
+            category = cat
+            break
+    triton = bool(_TRITON_RX.search(name))
+    if category == "communication":
+        coll = "other"
+        for c, rx in _COLL_RX:
+            if rx.search(name):
+                coll = c
+                break
+        return KernelClass(category, collective=coll, triton=False)
+    if category == "memcpy":
+        direction = "unknown"
+        for d, rx in _MEMCPY_DIR:
+            if rx.search(name):
+                direction = d
+                break
+        pageable = True if "pageable" in name.lower() else False if "pinned" in name.lower() else None
+        return KernelClass(category, direction=direction, pageable=pageable)
+    return KernelClass(category, triton=triton)
+
+
+def classify_names(names: list[str]) -> list[KernelClass]:
+    """Classify a whole string table (one call per distinct name)."""
+    return [classify_kernel(n) for n in names]
+
+
+def collective_of(name: str) -> str:
+    """The collective a communication op/annotation name refers to, or "other"."""
+    for c, rx in _COLL_RX:
+        if rx.search(name):
+            return c
+    return "other"

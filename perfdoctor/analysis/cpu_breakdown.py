@@ -1,0 +1,82 @@
+"""Per-step breakdown of CPU-only traces, over host ops.
+
+Definitions (µs, per step window): ops of the process that owns the steps
+are classified by name (:data:`CPU_OP_RULES`, first match wins); nested ops
+are resolved by priority (DataLoader > optimizer > attention > matmul > conv >
+reduction_norm > elementwise > other ops) so categories add up exactly to
+the time covered by any op ("busy"). The rest of the step, where no op or
+annotation is open, is ``python`` time: interpreter work outside ATen ops,
+which the profiler does not see as an op.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from perfdoctor.analysis import host
+from perfdoctor.analysis import intervals as iv
+from perfdoctor.analysis.breakdown import DeviceBreakdown, StepBreakdown
+from perfdoctor.analysis.steps import Steps
+from perfdoctor.trace.tables import TraceTables
+
+CPU_OP_RULES: tuple[tuple[str, str], ...] = (
+    ("attention", r"scaled_dot_product|_flash_attention|_efficient_attention|flash_attn"),
+    ("matmul", r"^aten::(mm|addmm|bmm|baddbmm|matmul|linear|addmv|mv|dot|einsum|_scaled_mm|addbmm)$|^aten::_?mkldnn.*linear"),
+    ("conv", r"^aten::(_?convolution|conv\w*|mkldnn_convolution|_nnpack.*|slow_conv\w*|thnn_conv\w*)$|convolution_backward"),
+    ("reduction_norm", r"^aten::(native_)?(layer_norm|batch_norm|group_norm|rms_norm|_?softmax|_?log_softmax|sum|mean|nll_loss\w*|cross_entropy\w*|norm|max|min|amax|amin|cumsum|var|std|_batch_norm\w*|native_batch_norm\w*|\w*_backward_data)$|Backward.*(Norm|Softmax)"),
+    ("elementwise", r"^aten::(add|sub|mul|div|relu|gelu|silu|tanh|sigmoid|exp|log|pow|sqrt|rsqrt|neg|abs|clamp\w*|where|masked_fill\w*|dropout|native_dropout|copy_|to|_to_copy|fill_|zero_|zeros_like|ones_like|add_|mul_|div_|sub_|addcmul_|addcdiv_|lerp_|threshold\w*|\w*_backward|embedding\w*|cat|stack|index\w*|gather|scatter\w*|triu|tril|erf|cos|sin)$"),
+)
+HOST_PRIORITY = ("dataloader", "optimizer", "attention", "matmul", "conv", "reduction_norm", "elementwise", "other_ops")
+_RX = tuple((c, re.compile(rx)) for c, rx in CPU_OP_RULES)
+
+
+def classify_cpu_op(name: str) -> str:
+    """Category of one host op name (``other_ops`` when nothing matches)."""
+    for cat, rx in _RX:
+        if rx.search(name):
+            return cat
+    return "other_ops"
+
+
+def cpu_breakdown(tables: TraceTables, steps: Steps) -> DeviceBreakdown:
+    """Per-step breakdown of host time for a trace without device activity."""
+    ws, we = steps.start_us, steps.end_us
+    ops = tables.cpu_ops
+    if steps.pid >= 0 and len(ops):
+        ops = ops.take(ops["pid"] == steps.pid)
+    cats = np.array([classify_cpu_op(n) for n in tables.names], dtype=object)
+    op_cat = cats[ops["name_id"]] if len(ops) else np.empty(0, dtype=object)
+    unions = {c: iv.union(ops["ts_us"][op_cat == c], ops["end_us"][op_cat == c]) for c in HOST_PRIORITY[2:]}
+    unions["dataloader"] = host.dataloader(tables)
+    unions["optimizer"] = host.named(tables, host.OPTIMIZER_STEP)
+    exclusive: dict[str, iv.Intervals] = {}
+    covered = iv.EMPTY
+    for c in HOST_PRIORITY:
+        exclusive[c] = iv.subtract(unions[c], covered)
+        covered = iv.union_of(covered, unions[c])
+    busy_w = iv.per_window(covered, ws, we)
+    excl_w = {c: iv.per_window(exclusive[c], ws, we) for c in HOST_PRIORITY}
+    union_w = {c: iv.per_window(unions[c], ws, we) for c in HOST_PRIORITY}
+    phases = host.phases(tables, (steps.host_start_us, steps.host_end_us))
+    ph_w = {p: iv.per_window(s, ws, we) for p, s in phases.items()}
+    n_ops = np.bincount(np.searchsorted(we, ops["ts_us"], side="right"), minlength=len(steps) + 1)[: len(steps)]
+    out = []
+    for i in range(len(steps)):
+        dur = float(we[i] - ws[i])
+        busy = float(busy_w[i])
+        out.append(StepBreakdown(
+            step=int(steps.numbers[i]), name=steps.names[i],
+            host_start_us=float(steps.host_start_us[i]), host_dur_us=float(steps.host_dur_us[i]),
+            start_us=float(ws[i]), dur_us=dur, busy_us=busy, idle_us=dur - busy,
+            categories_us={c: float(v[i]) for c, v in excl_w.items()},
+            category_union_us={c: float(v[i]) for c, v in union_w.items()},
+            idle_causes_us={"python": dur - busy},
+            communication={"total_us": 0.0, "overlapped_us": 0.0, "exposed_us": 0.0},
+            communication_by_collective_us={}, memcpy_by_direction_us={},
+            phases_host_us={p: float(v[i]) for p, v in ph_w.items()}, phases_device_us={},
+            n_kernels=int(n_ops[i]), kernel_sum_us=0.0,
+        ))
+    return DeviceBreakdown(device=-1, kind="cpu", steps=out,
+                           notes=["CPU-only trace: categories are host ops; idle is time outside any op (Python)"])

@@ -1,0 +1,123 @@
+"""Host-side intervals: what the CPU was doing, as interval sets (µs).
+
+Annotations live in ``user_annotation`` events in current Kineto and in
+``cpu_op``/``Operator`` events in the 2021 generation, so every lookup here
+searches both tables.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from perfdoctor.analysis import intervals as iv
+from perfdoctor.trace.tables import TraceTables
+
+DATALOADER = r"^enumerate\(DataLoader\)#.*__next__|DataLoader.*__next__|^DataLoader"
+OPTIMIZER_STEP = r"^Optimizer\.step#"
+OPTIMIZER_ZERO_GRAD = r"^Optimizer\.zero_grad#"
+BACKWARD_OP = r"^autograd::engine::evaluate_function"
+FORWARD_ANNOTATION = r"^## forward ##$|^forward$|\.forward$"
+# Host calls that block until the device (or a stream/event) catches up.
+SYNC_RUNTIME = (
+    r"^(cuda|hip)(Device|Stream|Event|Ctx)Synchronize$|^cu(Ctx|Stream|Event)Synchronize"
+    r"|^(cuda|hip)Memcpy(Peer)?$|^(cuda|hip)MemcpyDtoH$|^hipMemcpyWithStream$"
+)
+
+
+def ranges_named(tables: TraceTables, pattern: str, tables_to_search: tuple[str, ...] = ("annotations", "cpu_ops")) -> tuple[np.ndarray, np.ndarray]:
+    """Raw ``(ts_us, end_us)`` of host events whose name matches ``pattern``."""
+    rx = re.compile(pattern)
+    match_names = tables.names_matching(rx)
+    starts, ends = [], []
+    for name in tables_to_search:
+        tab = tables.tables[name]
+        if len(tab) == 0:
+            continue
+        m = match_names[tab["name_id"]]
+        if m.any():
+            starts.append(tab["ts_us"][m])
+            ends.append(tab["end_us"][m])
+    if not starts:
+        return np.empty(0), np.empty(0)
+    return np.concatenate(starts), np.concatenate(ends)
+
+
+def named(tables: TraceTables, pattern: str, tables_to_search: tuple[str, ...] = ("annotations", "cpu_ops")) -> iv.Intervals:
+    """Union of host events whose name matches ``pattern`` (re.search)."""
+    s, e = ranges_named(tables, pattern, tables_to_search)
+    return iv.union(s, e)
+
+
+def dataloader(tables: TraceTables) -> iv.Intervals:
+    """Host time inside DataLoader ``__next__`` (the batch fetch)."""
+    return named(tables, DATALOADER)
+
+
+def blocking_memcpy_calls(tables: TraceTables) -> iv.Intervals:
+    """Runtime calls of memcpys that block the host: D2H into pageable memory
+    and any H2D from pageable memory (the driver stages through a bounce buffer)."""
+    from perfdoctor.analysis.classify import classify_kernel
+
+    mc = tables.memcpy
+    rt = tables.runtime
+    if len(mc) == 0 or len(rt) == 0:
+        return iv.EMPTY
+    names = tables.names
+    blocking_ids = {nid for nid in set(mc["name_id"].tolist()) if classify_kernel(names[nid]).pageable}
+    if not blocking_ids:
+        return iv.EMPTY
+    corr = mc["correlation"][np.isin(mc["name_id"], list(blocking_ids))]
+    m = np.isin(rt["correlation"], corr) & (rt["correlation"] >= 0)
+    return iv.union(rt["ts_us"][m], rt["end_us"][m])
+
+
+def synchronization(tables: TraceTables) -> iv.Intervals:
+    """Host time blocked on the device: synchronize calls and blocking copies."""
+    sync_calls = named(tables, SYNC_RUNTIME, ("runtime",))
+    return iv.union_of(sync_calls, blocking_memcpy_calls(tables))
+
+
+def busy(tables: TraceTables, pid: int | None = None) -> iv.Intervals:
+    """Host time inside any op, annotation-free: cpu ops and runtime calls."""
+    parts = []
+    for name in ("cpu_ops", "runtime"):
+        tab = tables.tables[name]
+        if len(tab) == 0:
+            continue
+        if pid is not None and pid >= 0:
+            tab = tab.take(tab["pid"] == pid)
+        parts.append(iv.union(tab["ts_us"], tab["end_us"]))
+    return iv.union_of(*parts)
+
+
+def phases(tables: TraceTables, step_windows: tuple[np.ndarray, np.ndarray]) -> dict[str, iv.Intervals]:
+    """Host intervals of forward, backward and optimizer.step.
+
+    - optimizer: ``Optimizer.step#...`` annotations.
+    - backward: autograd ``evaluate_function`` ops (any thread), or
+      ``## backward ##`` annotations.
+    - forward: ``## forward ##`` / ``*.forward`` annotations when present,
+      else, within each step, from the end of the DataLoader fetch (or the step
+      start) to the first backward op.
+    """
+    opt = named(tables, OPTIMIZER_STEP)
+    bwd = named(tables, BACKWARD_OP, ("cpu_ops",))
+    if bwd[0].size == 0:
+        bwd = named(tables, r"^## backward ##$")
+    fwd = named(tables, FORWARD_ANNOTATION)
+    if fwd[0].size == 0 and bwd[0].size:
+        dl = dataloader(tables)
+        starts, ends = [], []
+        for lo, hi in zip(*step_windows):
+            first_bwd = bwd[0][(bwd[0] >= lo) & (bwd[0] < hi)]
+            if first_bwd.size == 0:
+                continue
+            dl_in = dl[1][(dl[1] > lo) & (dl[1] <= first_bwd[0])]
+            begin = dl_in.max() if dl_in.size else lo
+            if first_bwd[0] > begin:
+                starts.append(begin)
+                ends.append(first_bwd[0])
+        fwd = iv.union(np.asarray(starts), np.asarray(ends))
+    return {"forward": fwd, "backward": bwd, "optimizer": opt}

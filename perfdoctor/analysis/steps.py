@@ -1,0 +1,192 @@
+"""Training steps: host ``ProfilerStep#N`` windows mapped onto device time.
+
+Definitions (all µs):
+
+- host window of step *i*: the ``ProfilerStep#N`` annotation ``[ts, ts+dur)``
+  (or another annotation chosen with ``--step-marker``).
+- the GPU work of step *i*: every kernel / memcpy / memset whose launching
+  CUDA/HIP runtime call (joined by correlation id) starts inside the host
+  window, even if it runs after the host has moved on.
+- the step window ``[start_i, end_i)`` partitions the timeline: ``start_1`` is
+  the first host step's start, ``start_i = end_{i-1}``, and
+  ``end_i = max(host end_i, end of step i's last GPU activity, end_{i-1})``.
+  Step time = ``end_i - start_i``; the windows add up exactly to the profiled
+  span, so busy + idle of all steps = total time.
+
+Unlike HolisticTraceAnalysis, which drops the last ProfilerStep, every step
+is kept (the last one is complete in a torch.profiler trace: the profiler
+closes the step before exporting).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from perfdoctor.trace.tables import TraceTables
+
+PROFILER_STEP = r"^ProfilerStep#(\d+)$"
+
+
+@dataclass
+class Steps:
+    """Step windows of one trace (arrays of equal length, µs).
+
+    Attributes:
+        numbers: the N of ``ProfilerStep#N`` (or 0..k-1 for other markers).
+        names: marker names.
+        host_start_us / host_end_us: host annotation windows.
+        start_us / end_us: step windows on the device-aware timeline.
+        device_end_us: end of each step's last GPU activity (NaN if none).
+        marker: the regex used; source: "ProfilerStep", "marker" or "whole-trace".
+        warnings: e.g. no markers found.
+    """
+
+    numbers: np.ndarray
+    names: list[str]
+    host_start_us: np.ndarray
+    host_end_us: np.ndarray
+    start_us: np.ndarray
+    end_us: np.ndarray
+    device_end_us: np.ndarray
+    marker: str
+    source: str
+    pid: int = -1
+    tid: int = -1
+    warnings: list[str] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return int(self.numbers.size)
+
+    @property
+    def dur_us(self) -> np.ndarray:
+        return self.end_us - self.start_us
+
+    @property
+    def host_dur_us(self) -> np.ndarray:
+        return self.host_end_us - self.host_start_us
+
+
+def gpu_launch_times(tables: TraceTables, table: str) -> np.ndarray:
+    """Host launch time (µs) of each row of a GPU table, via correlation id.
+
+    Rows whose correlation has no runtime call (or no correlation) get their
+    own ``ts_us`` (a launch can't be later than the start on the device).
+    """
+    gpu = tables.tables[table]
+    if len(gpu) == 0:
+        return np.empty(0)
+    rt = tables.runtime
+    launch = gpu["ts_us"].copy()
+    if len(rt) == 0:
+        return launch
+    corr = rt["correlation"]
+    valid = corr >= 0
+    rc, rts = corr[valid], rt["ts_us"][valid]
+    order = np.argsort(rc, kind="stable")
+    rc, rts = rc[order], rts[order]
+    gc = gpu["correlation"]
+    pos = np.searchsorted(rc, gc)
+    pos_c = np.minimum(pos, max(rc.size - 1, 0))
+    hit = (rc.size > 0) & (gc >= 0) & (rc[pos_c] == gc) if rc.size else np.zeros(gc.size, dtype=bool)
+    launch[hit] = rts[pos_c[hit]]
+    return launch
+
+
+def _host_markers(tables: TraceTables, marker: str) -> tuple[np.ndarray, list[str], np.ndarray, np.ndarray, int, int]:
+    rx = re.compile(marker)
+    ann = tables.annotations
+    cands = []
+    for tname in ("annotations", "cpu_ops"):
+        tab = tables.tables[tname]
+        if len(tab) == 0:
+            continue
+        match = tables.names_matching(rx)[tab["name_id"]]
+        if match.any():
+            cands.append(tab.take(match))
+            break
+    if not cands:
+        return np.empty(0, dtype=np.int64), [], np.empty(0), np.empty(0), -1, -1
+    tab = cands[0]
+    del ann
+    names = tables.name_array()[tab["name_id"]].tolist()
+    nums = []
+    for k, n in enumerate(names):
+        m = rx.search(n)
+        try:
+            nums.append(int(m.group(1)) if m and m.groups() else k)
+        except (ValueError, TypeError):
+            nums.append(k)
+    numbers = np.asarray(nums, dtype=np.int64)
+    # one thread owns the steps: the one with most markers
+    tids = tab["tid"]
+    vals, counts = np.unique(tids, return_counts=True)
+    main_tid = vals[np.argmax(counts)]
+    keep = tids == main_tid
+    order = np.argsort(tab["ts_us"][keep], kind="stable")
+    idx = np.flatnonzero(keep)[order]
+    pid = int(tab["pid"][idx[0]])
+    return numbers[idx], [names[i] for i in idx], tab["ts_us"][idx], tab["end_us"][idx], pid, int(main_tid)
+
+
+def find_steps(tables: TraceTables, marker: str | None = None) -> Steps:
+    """Find the training steps of a trace and map them onto device time.
+
+    Args:
+        tables: one trace's tables.
+        marker: regex for step annotations (default ``ProfilerStep#N``); a
+            capturing group, if any, gives the step number.
+
+    Returns:
+        :class:`Steps`. With no marker found, one whole-trace window and a warning.
+    """
+    rx = marker or PROFILER_STEP
+    numbers, names, h_start, h_end, pid, tid = _host_markers(tables, rx)
+    warnings: list[str] = []
+    gpu_tabs = [t for t in ("kernels", "memcpy", "memset") if len(tables.tables[t])]
+    if numbers.size == 0:
+        lo, hi = _trace_span(tables)
+        what = f"step marker /{rx}/" if marker else "ProfilerStep#N annotations"
+        warnings.append(
+            f"{tables.path}: no {what} found; analysing the whole trace as one window "
+            "(per-step numbers are not available)"
+        )
+        return Steps(
+            numbers=np.array([0]), names=["whole trace"], host_start_us=np.array([lo]), host_end_us=np.array([hi]),
+            start_us=np.array([lo]), end_us=np.array([hi]), device_end_us=np.array([np.nan]), marker=rx,
+            source="whole-trace", warnings=warnings,
+        )
+    dev_end = np.full(numbers.size, np.nan)
+    for t in gpu_tabs:
+        launch = gpu_launch_times(tables, t)
+        k = np.searchsorted(h_start, launch, side="right") - 1
+        inside = (k >= 0) & (launch < h_end[np.maximum(k, 0)])
+        if inside.any():
+            ends = tables.tables[t]["end_us"][inside]
+            kk = k[inside]
+            cur = np.full(numbers.size, -np.inf)
+            np.maximum.at(cur, kk, ends)
+            cur[cur == -np.inf] = np.nan
+            dev_end = np.fmax(dev_end, cur)
+    end = np.fmax(h_end, dev_end)
+    end = np.maximum.accumulate(end)
+    start = np.concatenate([[h_start[0]], end[:-1]])
+    return Steps(
+        numbers=numbers, names=names, host_start_us=h_start, host_end_us=h_end, start_us=start, end_us=end,
+        device_end_us=dev_end, marker=rx, source="ProfilerStep" if marker is None else "marker", pid=pid, tid=tid,
+        warnings=warnings,
+    )
+
+
+def _trace_span(tables: TraceTables) -> tuple[float, float]:
+    lo, hi = np.inf, -np.inf
+    for name in ("cpu_ops", "annotations", "kernels", "memcpy", "memset", "runtime", "python_functions"):
+        tab = tables.tables[name]
+        if len(tab):
+            lo = min(lo, float(tab["ts_us"].min()))
+            hi = max(hi, float(tab["end_us"].max()))
+    if lo == np.inf:
+        return 0.0, 0.0
+    return lo, hi

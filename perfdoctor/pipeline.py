@@ -1,0 +1,176 @@
+"""trace files -> tables -> analyses -> report dict. No printing, no exiting.
+
+:func:`analyze_paths` loads every trace (one per rank) and runs the analyses;
+:func:`report_dict` turns the result into the versioned, JSON-able report
+(schema documented in ``docs/report-schema.md``) that every renderer reads.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+
+from perfdoctor import __version__
+from perfdoctor.analysis import summary
+from perfdoctor.analysis.breakdown import DeviceBreakdown, device_ids, gpu_breakdown, sum_steps
+from perfdoctor.analysis.cpu_breakdown import cpu_breakdown
+from perfdoctor.analysis.steps import Steps, find_steps
+from perfdoctor.trace import load_trace, trace_files_in
+from perfdoctor.trace.tables import TraceTables
+
+SCHEMA = "perfdoctor.report"
+SCHEMA_VERSION = 1
+
+
+@dataclass
+class RankAnalysis:
+    """Everything computed for one trace file (one rank).
+
+    ``primary`` is the device breakdown the summary uses: the GPU with the most
+    busy time, or the host breakdown for a CPU-only trace.
+    """
+
+    tables: TraceTables
+    steps: Steps
+    devices: list[DeviceBreakdown]
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def rank(self) -> int | None:
+        return self.tables.rank
+
+    @property
+    def primary(self) -> DeviceBreakdown:
+        return max(self.devices, key=lambda d: sum(s.busy_us for s in d.steps))
+
+
+@dataclass
+class Analysis:
+    """All ranks of one report, plus run data from ``perfdoctor profile`` if given."""
+
+    ranks: list[RankAnalysis]
+    inputs: list[dict[str, Any]]
+    warnings: list[str] = field(default_factory=list)
+    run: Any = None  # perfdoctor.capture.run_data.RunData when a run directory was given
+    extras: dict[str, Any] = field(default_factory=dict)
+
+
+def analyze_tables(tables: TraceTables, step_marker: str | None = None) -> RankAnalysis:
+    """Steps and per-device breakdowns of one loaded trace."""
+    steps = find_steps(tables, step_marker)
+    devs = [gpu_breakdown(tables, steps, d) for d in device_ids(tables)]
+    if not devs:
+        devs = [cpu_breakdown(tables, steps)]
+    warnings = list(tables.warnings) + list(steps.warnings)
+    return RankAnalysis(tables=tables, steps=steps, devices=devs, warnings=warnings)
+
+
+def _sha256(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def analyze_paths(
+    paths: list[str],
+    step_marker: str | None = None,
+    on_progress: Callable[[int], None] | None = None,
+    hash_inputs: bool = True,
+) -> Analysis:
+    """Load and analyse trace files and directories (one trace per rank).
+
+    Raises:
+        TraceFormatError: a path is missing or not a trace.
+    """
+    files: list[str] = []
+    for p in paths:
+        files.extend(trace_files_in(p))
+    ranks: list[RankAnalysis] = []
+    inputs: list[dict[str, Any]] = []
+    for i, f in enumerate(files):
+        tables = load_trace(f, on_progress)
+        if tables.rank is None:
+            tables.rank = i
+        ranks.append(analyze_tables(tables, step_marker))
+        inputs.append({
+            "path": f, "bytes": os.path.getsize(f), "sha256": _sha256(f) if hash_inputs else None,
+            "events": tables.n_events, "uncompressed_bytes": tables.uncompressed_bytes,
+        })
+    ranks.sort(key=lambda r: (r.rank if r.rank is not None else 0))
+    warnings = [w for r in ranks for w in r.warnings]
+    seen = {}
+    for r in ranks:
+        if r.rank in seen:
+            warnings.append(f"{r.tables.path}: rank {r.rank} also in {seen[r.rank]}; ranks may be mixed up")
+        seen[r.rank] = r.tables.path
+    return Analysis(ranks=ranks, inputs=inputs, warnings=warnings)
+
+
+def _device_info(tables: TraceTables) -> list[dict[str, Any]]:
+    out = []
+    for p in tables.device_properties:
+        if not isinstance(p, dict):
+            continue
+        cc = f"{p.get('computeMajor')}.{p.get('computeMinor')}" if "computeMajor" in p else None
+        out.append({"id": p.get("id"), "name": p.get("name"), "memory_bytes": p.get("totalGlobalMem"),
+                    "compute_capability": cc, "sm_count": p.get("numSms")})
+    return out
+
+
+def _device_dict(dev: DeviceBreakdown) -> dict[str, Any]:
+    totals = sum_steps(dev.steps)
+    step_us = np.array([s.dur_us for s in dev.steps])
+    dur = totals.get("dur_us", 0.0)
+    return {
+        "device": dev.device,
+        "kind": dev.kind,
+        "utilization": (totals.get("busy_us", 0.0) / dur) if dur else None,
+        "step_time_us": summary.distribution(step_us),
+        "totals": totals,
+        "steps": [s.to_dict() for s in dev.steps],
+        "notes": dev.notes,
+    }
+
+
+def rank_dict(r: RankAnalysis) -> dict[str, Any]:
+    """The report section of one rank (see docs/report-schema.md)."""
+    window = (float(r.steps.start_us[0]), float(r.steps.end_us[-1])) if len(r.steps) else (-np.inf, np.inf)
+    return {
+        "rank": r.rank,
+        "path": r.tables.path,
+        "device_properties": _device_info(r.tables),
+        "steps_source": r.steps.source,
+        "step_marker": r.steps.marker,
+        "primary_device": r.primary.device,
+        "devices": [_device_dict(d) for d in r.devices],
+        "top_kernels": summary.top_kernels(r.tables, window),
+        "top_cpu_ops": summary.top_cpu_ops(r.tables, window, r.steps.pid),
+        "warnings": r.warnings,
+    }
+
+
+def report_dict(analysis: Analysis) -> dict[str, Any]:
+    """The versioned JSON-able report (schema ``perfdoctor.report`` v1)."""
+    ranks = [rank_dict(r) for r in analysis.ranks]
+    medians = {}
+    for r, rd in zip(analysis.ranks, ranks):
+        prim = next(d for d in rd["devices"] if d["device"] == r.primary.device)
+        if prim["step_time_us"]:
+            medians[r.rank] = prim["step_time_us"]["median"]
+    report: dict[str, Any] = {
+        "schema": SCHEMA,
+        "schema_version": SCHEMA_VERSION,
+        "tool": {"name": "perfdoctor", "version": __version__},
+        "inputs": analysis.inputs,
+        "warnings": analysis.warnings,
+        "ranks": ranks,
+        "summary": summary.rank_summary(medians),
+    }
+    report.update(analysis.extras)
+    return report

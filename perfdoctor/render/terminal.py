@@ -1,0 +1,103 @@
+"""Terminal renderer: a rich summary of the report dict (fixed width in tests)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console, Group
+from rich.table import Table
+from rich.text import Text
+
+_CAT_LABELS = {
+    "matmul": "matmul / GEMM", "attention": "attention", "conv": "convolution", "elementwise": "elementwise",
+    "reduction_norm": "reduction / norm", "optimizer": "optimizer", "other": "other kernels",
+    "communication": "communication (exposed)", "memcpy": "memcpy", "memset": "memset",
+    "dataloader": "DataLoader", "other_ops": "other ops",
+}
+_IDLE_LABELS = {
+    "dataloader": "idle: waiting for DataLoader", "synchronization": "idle: host synchronization",
+    "host_launch_bound": "idle: host launch-bound", "other": "idle: other", "python": "Python (outside ops)",
+}
+
+
+def ms(us: float | None) -> str:
+    """µs -> "12.34 ms" (or "-")."""
+    return "-" if us is None else f"{us / 1000:,.2f} ms"
+
+
+def pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.1f}%"
+
+
+def _device_name(rank: dict[str, Any], device: int) -> str:
+    if device < 0:
+        return "CPU (host ops)"
+    for p in rank.get("device_properties", []):
+        if p.get("id") == device:
+            return f"GPU {device}: {p.get('name')}"
+    return f"GPU {device}"
+
+
+def breakdown_table(rank: dict[str, Any], dev: dict[str, Any]) -> Table:
+    """Mean time per step by category and idle cause, with shares of step time."""
+    totals = dev["totals"]
+    n = max(int(totals.get("n_steps", 1)), 1)
+    step_total = totals.get("dur_us", 0.0) or 1.0
+    table = Table(title=f"Where a step's time goes — {_device_name(rank, dev['device'])}", title_justify="left")
+    table.add_column("category")
+    table.add_column("per step", justify="right")
+    table.add_column("share", justify="right")
+    for cat, us in totals.get("categories_us", {}).items():
+        if us <= 0:
+            continue
+        table.add_row(_CAT_LABELS.get(cat, cat), ms(us / n), pct(us / step_total))
+    for cause, us in totals.get("idle_causes_us", {}).items():
+        if us <= 0:
+            continue
+        table.add_row(_IDLE_LABELS.get(cause, cause), ms(us / n), pct(us / step_total))
+    table.add_row(Text("step (total)", style="bold"), ms(step_total / n), "100.0%")
+    return table
+
+
+def _rank_header(rank: dict[str, Any], dev: dict[str, Any]) -> Text:
+    st = dev["step_time_us"]
+    totals = dev["totals"]
+    lines = [f"Rank {rank['rank']} — {rank['path']}"]
+    if rank["steps_source"] == "whole-trace":
+        lines.append("steps: none found — whole trace analysed as one window")
+    else:
+        nums = [s["step"] for s in dev["steps"]]
+        lines.append(f"steps analysed: {len(nums)} ({rank['steps_source']} #{nums[0]}–#{nums[-1]})")
+    if st:
+        lines.append(
+            f"step time: median {ms(st['median'])} (p10 {ms(st['p10'])}, p90 {ms(st['p90'])}; "
+            f"min {ms(st['min'])}, max {ms(st['max'])})"
+        )
+    if dev["kind"] == "gpu":
+        lines.append(f"device utilization (busy ÷ step time, all steps): {pct(dev['utilization'])}")
+        comm = totals.get("communication", {})
+        if comm.get("total_us"):
+            overlap = comm["overlapped_us"] / comm["total_us"]
+            lines.append(
+                f"communication: {ms(comm['total_us'] / totals['n_steps'])} per step, "
+                f"{pct(overlap)} overlapped with compute, exposed {ms(comm['exposed_us'] / totals['n_steps'])} per step"
+            )
+    else:
+        lines.append(f"host busy in ops (busy ÷ step time): {pct(dev['utilization'])}")
+    return Text("\n".join(lines))
+
+
+def render_terminal(report: dict[str, Any], console: Console) -> None:
+    """Print the human summary of a report to ``console``."""
+    for rank in report["ranks"]:
+        dev = next(d for d in rank["devices"] if d["device"] == rank["primary_device"])
+        console.print(Group(_rank_header(rank, dev), breakdown_table(rank, dev)))
+        console.print()
+    summ = report.get("summary", {})
+    if summ.get("n_ranks", 0) > 1:
+        console.print(
+            f"{summ['n_ranks']} ranks: slowest rank {summ['slowest_rank']}, median step time spread "
+            f"{summ['spread_pct']:.1f}% (slowest vs fastest)"
+        )
+    for w in report.get("warnings", []):
+        console.print(Text(f"warning: {w}", style="yellow"))

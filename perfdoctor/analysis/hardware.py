@@ -237,7 +237,7 @@ def _match_amd(props: dict[str, Any], name: str) -> str | None:
     cc = (_int(props.get("computeMajor")), _int(props.get("computeMinor")))
     if "MI300X" in name or (arch.startswith("gfx942") or cc == (9, 4)) and cus == 304:
         mem = _int(props.get("totalGlobalMem")) or 0
-        return "mi300x" if 180 * GB < mem < 200 * GB else None  # MI325X has 256 GB: not in the table
+        return "mi300x" if 180 * GB < mem < 230 * GB else None  # 192 GiB; MI325X (256 GB) is not in the table
     gfx90a = arch.startswith("gfx90a") or cc == (9, 0)
     if "MI250X" in name or (gfx90a and cus == 110):
         return "mi250x-gcd"

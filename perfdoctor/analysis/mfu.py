@@ -1,0 +1,183 @@
+"""Model FLOPs utilisation (MFU), hardware FLOPs, and the bandwidth sanity check.
+
+MFU = model FLOPs per step ÷ step time ÷ peak FLOP/s of *this* device at the dtype
+the GEMMs actually ran in (Chowdhery et al., "PaLM", 2022, Appendix B). It is
+computed per rank: a rank's local FLOPs over its local device's peak. Model FLOPs
+exclude activation recomputation; hardware FLOPs (the op-level sum from the trace)
+include it, so HFU ≥ MFU when recomputation is on.
+
+Sources of model FLOPs, in order of preference: ``perfdoctor profile``'s
+FlopCounterMode measurement, the op-level sum (:mod:`perfdoctor.analysis.roofline`),
+or the transformer estimate :func:`transformer_flops_per_token`.
+
+Every function taking plain numbers is exact (no rounding); callers round for display.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from perfdoctor.analysis.kernel_dtype import is_gemm_kernel, kernel_math_dtype
+from perfdoctor.analysis.roofline import Roofs
+
+
+def transformer_flops_per_token(n_params: float, n_layers: int, n_heads: int, d_model: int, seq_len: int) -> float:
+    """Training FLOPs per token of a decoder-only transformer: 6N + 12·L·H·Q·T.
+
+    N: non-embedding parameters excluding position embeddings; L layers; H heads;
+    Q = d_model / H the head size; T the *actual* sequence length of the step (not the
+    configured maximum). 6N is forward + backward of the weight matmuls (2N + 4N);
+    12·L·H·Q·T the attention score and value matmuls. Source: Chowdhery et al.,
+    "PaLM: Scaling Language Modeling with Pathways" (2022), Appendix B.
+
+    Raises:
+        ValueError: d_model not divisible by n_heads, or a non-positive size.
+    """
+    if min(n_params, n_layers, n_heads, d_model, seq_len) <= 0:
+        raise ValueError("all sizes must be positive")
+    if d_model % n_heads:
+        raise ValueError(f"d_model {d_model} is not divisible by n_heads {n_heads}")
+    q = d_model // n_heads
+    return 6.0 * n_params + 12.0 * n_layers * n_heads * q * seq_len
+
+
+def model_flops_per_step(flops_per_token: float, tokens_per_step: float) -> float:
+    """FLOP per optimizer step = FLOP/token × tokens processed by this rank per step."""
+    return flops_per_token * tokens_per_step
+
+
+def achieved_flops_per_s(flops_per_step: float, step_time_s: float) -> float:
+    """FLOP/s = FLOP per step ÷ step time in seconds. Raises ValueError for step_time_s ≤ 0."""
+    if step_time_s <= 0:
+        raise ValueError("step time must be positive")
+    return flops_per_step / step_time_s
+
+
+def mfu(flops_per_step: float, step_time_s: float, peak_flops_per_s: float) -> float:
+    """Model FLOPs utilisation as a fraction (0.23 = 23%): achieved FLOP/s ÷ peak FLOP/s."""
+    return achieved_flops_per_s(flops_per_step, step_time_s) / peak_flops_per_s
+
+
+@dataclass
+class BandwidthCheck:
+    """Minimum bytes a step must move and the bandwidth that implies.
+
+    ``min_bytes_per_step`` B; ``achieved_bytes_per_s`` B/s (= min bytes ÷ step time);
+    ``fraction_of_bandwidth`` of the device's memory bandwidth (None if unknown);
+    ``components`` the byte terms by name."""
+
+    min_bytes_per_step: float
+    achieved_bytes_per_s: float
+    fraction_of_bandwidth: float | None
+    components: dict[str, float]
+
+
+def bandwidth_check(n_params: float, step_time_s: float, weight_bytes: float = 2.0, weight_reads: int = 3,
+                    grad_bytes: float = 0.0, optimizer_bytes: float = 0.0,
+                    hbm_bytes_per_s: float | None = None) -> BandwidthCheck:
+    """The minimum traffic of one step, as the field sanity-checks it.
+
+    Weights are read once in forward and twice in backward (for the input gradient and
+    the weight gradient): ``weight_reads`` = 3 at ``weight_bytes`` per parameter.
+    ``grad_bytes`` (per parameter: gradient written and read by the optimizer) and
+    ``optimizer_bytes`` (per parameter: optimizer state read and written, e.g. Adam
+    with fp32 master weights, m and v read and written = 24) are added when given.
+    Activations are not counted: this is a lower bound.
+
+    Example: 63.9e6 bf16 params (≈128 MB) read 3× over 1.897 s = 202 MB/s.
+    """
+    if step_time_s <= 0:
+        raise ValueError("step time must be positive")
+    comps = {"weights": n_params * weight_bytes * weight_reads}
+    if grad_bytes:
+        comps["gradients"] = n_params * grad_bytes
+    if optimizer_bytes:
+        comps["optimizer_state"] = n_params * optimizer_bytes
+    total = sum(comps.values())
+    rate = total / step_time_s
+    frac = rate / hbm_bytes_per_s if hbm_bytes_per_s else None
+    return BandwidthCheck(total, rate, frac, comps)
+
+
+def gemm_dtype(tables: Any) -> tuple[str | None, dict[str, float]]:
+    """The dtype the GEMMs ran in, weighted by GEMM kernel time.
+
+    Returns ``(dominant dtype or None, {dtype: µs})``. From GEMM kernel names on GPU
+    (see :mod:`perfdoctor.analysis.kernel_dtype`); in a CPU-only trace from the
+    ``Input type`` of matmul-family cpu_ops (weighted by their duration).
+    """
+    shares: dict[str, float] = defaultdict(float)
+    names = tables.name_array()
+    k = tables.kernels
+    if len(k):
+        for nid, dur in zip(k["name_id"].tolist(), k["dur_us"].tolist()):
+            name = names[nid]
+            if is_gemm_kernel(name):
+                d = kernel_math_dtype(name)
+                if d:
+                    shares[d] += dur
+    else:
+        from perfdoctor.analysis.op_flops import cost_op
+
+        ops = tables.cpu_ops
+        for nid, dims, types, dur in zip(ops["name_id"].tolist(), ops["input_dims"], ops["input_type"],
+                                         ops["dur_us"].tolist()):
+            if names[nid] in ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::linear"):
+                c = cost_op(names[nid], dims, types)
+                if getattr(c, "dtype", None):
+                    shares[c.dtype] += dur
+    dominant = max(shares, key=shares.get) if shares else None
+    return dominant, dict(shares)
+
+
+@dataclass
+class MfuResult:
+    """MFU of one rank. FLOP per step, FLOP/s, fractions 0-1; ``None`` where the input was missing.
+
+    ``flops_source``: "flop_counter", "op_sum" or "transformer_formula";
+    ``peak_source``: the Roofs source string; ``on_gpu``: False for CPU traces (an MFU
+    against a GPU peak would be meaningless there, so CPU MFU uses measured peaks only)."""
+
+    model_flops_per_step: float
+    step_time_s: float
+    achieved_flops_per_s: float
+    dtype: str | None
+    peak_flops_per_s: float | None
+    mfu: float | None
+    hardware_flops_per_step: float | None
+    hfu: float | None
+    flops_source: str
+    peak_source: str | None
+    on_gpu: bool
+    note: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def compute_mfu(model_flops: float, step_time_s: float, roofs: Roofs | None, dtype: str | None,
+                flops_source: str, on_gpu: bool, hardware_flops: float | None = None) -> MfuResult:
+    """MFU (and HFU when ``hardware_flops`` differs) of one rank.
+
+    Args:
+        model_flops: model FLOP per step on this rank.
+        step_time_s: median step time, s.
+        roofs: this rank's device ceilings (spec or measured); None → mfu None.
+        dtype: GEMM math dtype (:func:`gemm_dtype`); its peak is the denominator.
+        flops_source / on_gpu: recorded in the result.
+        hardware_flops: op-level FLOP per step including recomputation, if known.
+    """
+    achieved = achieved_flops_per_s(model_flops, step_time_s)
+    peak = roofs.peak(dtype) if roofs else None
+    note = ""
+    if roofs is not None and peak is None:
+        note = f"no {dtype or 'GEMM dtype'} peak for {roofs.device}"
+    if not on_gpu and roofs is not None and roofs.kind != "measured":
+        peak, note = None, "CPU trace: only a measured peak (perfdoctor calibrate) is meaningful"
+    hfu = None
+    if hardware_flops is not None and peak:
+        hfu = achieved_flops_per_s(hardware_flops, step_time_s) / peak
+    return MfuResult(model_flops, step_time_s, achieved, dtype, peak, achieved / peak if peak else None,
+                     hardware_flops, hfu, flops_source, roofs.source if roofs else None, on_gpu, note)

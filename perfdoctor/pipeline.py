@@ -18,7 +18,9 @@ from perfdoctor import __version__
 from perfdoctor.analysis import summary
 from perfdoctor.analysis.breakdown import DeviceBreakdown, device_ids, gpu_breakdown, sum_steps
 from perfdoctor.analysis.cpu_breakdown import cpu_breakdown
+from perfdoctor.analysis.memory import memory_summary
 from perfdoctor.analysis.steps import Steps, find_steps
+from perfdoctor.analysis.trace_info import profiler_settings
 from perfdoctor.trace import load_trace, trace_files_in
 from perfdoctor.trace.tables import TraceTables
 
@@ -151,6 +153,8 @@ def rank_dict(r: RankAnalysis) -> dict[str, Any]:
         "devices": [_device_dict(d) for d in r.devices],
         "top_kernels": summary.top_kernels(r.tables, window),
         "top_cpu_ops": summary.top_cpu_ops(r.tables, window, r.steps.pid),
+        "memory": memory_summary(r.tables),
+        "profiler": profiler_settings(r.tables.metadata),
         "warnings": r.warnings,
     }
 

@@ -1,0 +1,60 @@
+"""MFU and bandwidth sanity check: the issue's worked figures, exactly (rounding stated)."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import shared_trace
+
+from perfdoctor.analysis.mfu import (achieved_flops_per_s, bandwidth_check, compute_mfu, gemm_dtype, mfu,
+                                     model_flops_per_step, transformer_flops_per_token)
+from perfdoctor.analysis.roofline import Roofs
+from perfdoctor.trace import load_trace
+
+FLOPS = 6 * 63.9e6 * 10_880  # 6N FLOP/token × tokens per step
+PEAK = 9.46e12  # a measured peak
+
+
+def test_worked_figures():
+    assert model_flops_per_step(6 * 63.9e6, 10_880) == FLOPS
+    assert f"{FLOPS:.3g}" == "4.17e+12"  # 4.17e12 FLOP/step (3 significant figures)
+    assert round(achieved_flops_per_s(FLOPS, 1.897) / 1e12, 2) == 2.20  # TFLOP/s, 2 decimals
+    assert round(100 * mfu(FLOPS, 1.897, PEAK)) == 23  # %, whole
+    assert round(achieved_flops_per_s(FLOPS, 2.940) / 1e12, 2) == 1.42
+    assert round(100 * mfu(FLOPS, 2.940, PEAK)) == 15
+    bw = bandwidth_check(63.9e6, 1.897, weight_bytes=2, weight_reads=3)
+    assert bw.min_bytes_per_step == 63.9e6 * 2 * 3  # 128 MB of bf16 weights read 3×
+    assert round(bw.achieved_bytes_per_s / 1e6) == 202  # MB/s
+
+
+def test_transformer_formula():
+    # 6N + 12·L·H·Q·T with Q = C/H: N=85M, L=12, H=12, C=768, T=1024
+    assert transformer_flops_per_token(85e6, 12, 12, 768, 1024) == 6 * 85e6 + 12 * 12 * 12 * 64 * 1024
+    with pytest.raises(ValueError):
+        transformer_flops_per_token(1e6, 2, 5, 768, 128)
+
+
+def test_bandwidth_check_with_optimizer_and_fraction():
+    bw = bandwidth_check(1e9, 1.0, weight_bytes=2, grad_bytes=4, optimizer_bytes=24, hbm_bytes_per_s=2e12)
+    assert bw.min_bytes_per_step == 6e9 + 4e9 + 24e9
+    assert bw.fraction_of_bandwidth == pytest.approx(34e9 / 2e12)
+
+
+def test_compute_mfu_uses_dtype_peak_and_hfu():
+    roofs = Roofs("H100", {"bf16": 989.5e12, "fp32": 67e12}, 3.35e12, "spec: test")
+    r = compute_mfu(4e14, 1.0, roofs, "bf16", "op_sum", on_gpu=True, hardware_flops=5e14)
+    assert r.mfu == pytest.approx(4e14 / 989.5e12) and r.hfu == pytest.approx(5e14 / 989.5e12)
+    cpu = compute_mfu(4e9, 1.0, roofs, "fp32", "op_sum", on_gpu=False)
+    assert cpu.mfu is None and "measured" in cpu.note  # a GPU datasheet peak is meaningless for a CPU run
+    measured = Roofs("cpu", {"fp32": 1e11}, 1e10, "measured: x", "measured")
+    assert compute_mfu(4e10, 1.0, measured, "fp32", "op_sum", on_gpu=False).mfu == pytest.approx(0.4)
+    assert compute_mfu(1e12, 1.0, roofs, "fp8", "op_sum", True).mfu is None
+
+
+@pytest.mark.parametrize("name,dtype", [
+    ("tracelens__h100__bert-small-uncased.json.gz", "bf16"),
+    ("switchtransformers__a100_moe_profile_memory.json.gz", "fp32"),
+    ("hta__nccl_parser_config__nccl_data.json.gz", "tf32"),
+    ("tracelens__mi300__ddp_resnet18.json.gz", "bf16"),
+])
+def test_gemm_dtype_of_real_traces(name, dtype):
+    assert gemm_dtype(load_trace(str(shared_trace(name))))[0] == dtype

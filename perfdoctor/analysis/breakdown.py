@@ -154,13 +154,14 @@ def _gpu_events(tables: TraceTables, device: int, optimizer: iv.Intervals) -> _G
 
 
 def _extend_to_gap_end(cause: iv.Intervals, gaps: iv.Intervals) -> iv.Intervals:
-    """Stretch each cause interval whose end falls in an idle gap to that gap's end."""
+    """Stretch each cause interval to the end of the idle gap that began inside it."""
     if cause[0].size == 0 or gaps[0].size == 0:
         return cause
     s, e = cause
     g = np.searchsorted(gaps[0], e, side="right") - 1
     gi = np.maximum(g, 0)
-    inside = (g >= 0) & (e < gaps[1][gi])
+    # only gaps that began while the host was inside the call: the device ran dry because of it
+    inside = (g >= 0) & (e < gaps[1][gi]) & (gaps[0][gi] >= s)
     e2 = np.where(inside, np.maximum(e, gaps[1][gi]), e)
     return iv.union(s, e2)
 

@@ -43,7 +43,7 @@ def breakdown_table(rank: dict[str, Any], dev: dict[str, Any]) -> Table:
     totals = dev["totals"]
     n = max(int(totals.get("n_steps", 1)), 1)
     step_total = totals.get("dur_us", 0.0) or 1.0
-    table = Table(title=f"Where a step's time goes — {_device_name(rank, dev['device'])}", title_justify="left")
+    table = Table(title="Where a step's time goes (mean per step)", title_justify="left")
     table.add_column("category")
     table.add_column("per step", justify="right")
     table.add_column("share", justify="right")
@@ -62,7 +62,7 @@ def breakdown_table(rank: dict[str, Any], dev: dict[str, Any]) -> Table:
 def _rank_header(rank: dict[str, Any], dev: dict[str, Any]) -> Text:
     st = dev["step_time_us"]
     totals = dev["totals"]
-    lines = [f"Rank {rank['rank']} — {rank['path']}"]
+    lines = [f"Rank {rank['rank']} — {rank['path']}", f"device: {_device_name(rank, dev['device'])}"]
     if rank["steps_source"] == "whole-trace":
         lines.append("steps: none found — whole trace analysed as one window")
     else:

@@ -62,8 +62,11 @@ class RawTrace:
     uncompressed_bytes: int = 0
 
 
-def _blocks(path: str, on_progress: Callable[[int], None] | None) -> Any:
-    """Yield decompressed blocks of the file; raises TraceFormatError on bad gzip."""
+def _blocks(path: str, on_progress: Callable[[int], None] | None, state: dict[str, bool]) -> Any:
+    """Yield decompressed blocks of the file; raises TraceFormatError on bad gzip.
+
+    Sets ``state["gzip_incomplete"]`` when a gzip stream ends before its trailer.
+    """
     with open(path, "rb") as fh:
         magic = fh.read(2)
         fh.seek(0)
@@ -96,6 +99,7 @@ def _blocks(path: str, on_progress: Callable[[int], None] | None) -> Any:
             tail = inflater.flush()
             if tail:
                 yield tail
+            state["gzip_incomplete"] = not inflater.eof
 
 
 class _Decoder:
@@ -195,10 +199,11 @@ def read_trace_file(path: str | os.PathLike[str], on_progress: Callable[[int], N
     splitter = EventSplitter(decoder.piece, decoder.each)
     total = 0
     first = b""
+    state = {"gzip_incomplete": False}
     gc_was_enabled = gc.isenabled()
     gc.disable()  # millions of short-lived tuples; the cyclic GC only slows them down
     try:
-        for block in _blocks(p, on_progress):
+        for block in _blocks(p, on_progress, state):
             if len(first) < 64:
                 first += block[:64]
             total += len(block)
@@ -211,6 +216,8 @@ def read_trace_file(path: str | os.PathLike[str], on_progress: Callable[[int], N
             gc.enable()
     bad = decoder.bad
     if not result.found_array:
+        if state["gzip_incomplete"]:
+            raise TraceFormatError(f"{p}: corrupted or truncated gzip data, no trace events in it")
         raise TraceFormatError(_not_a_trace_reason(p, first, total))
     warnings: list[str] = []
     metadata = _decode_header(p, result.header, warnings)
@@ -219,6 +226,8 @@ def read_trace_file(path: str | os.PathLike[str], on_progress: Callable[[int], N
         what = []
         if truncated:
             what.append("the file ends before the event list is closed (truncated)")
+        if state["gzip_incomplete"]:
+            what.append("the gzip stream ends early")
         if bad:
             what.append(f"{bad} malformed event(s) skipped")
         warnings.insert(0, f"{p}: recovered {columns.n_events} events; " + "; ".join(what))

@@ -1,0 +1,149 @@
+"""Step breakdown on synthetic traces whose answers are worked out by hand (µs)."""
+
+import pytest
+from tracebuilder import TraceBuilder
+
+from perfdoctor import pipeline
+from perfdoctor.trace import load_trace
+
+SGEMM = "volta_sgemm_128x64_nn"
+ADD = "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float> >(int)"
+NCCL = "ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*, unsigned long, ncclWork*)"
+DL = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
+
+
+def analyse(tb, tmp_path, name="t.json"):
+    return pipeline.analyze_tables(load_trace(str(tb.write(tmp_path / name))))
+
+
+def test_overlapping_streams_count_once(tmp_path):
+    tb = TraceBuilder()
+    tb.step(1, 0, 1000)
+    tb.launch(SGEMM, launch_ts=10, start=100, dur=300, stream=7)  # [100, 400)
+    tb.launch(ADD, launch_ts=20, start=300, dur=300, stream=8)  # [300, 600)
+    s = analyse(tb, tmp_path).primary.steps[0]
+    assert s.dur_us == 1000
+    assert s.busy_us == 500  # union [100, 600)
+    assert s.idle_us == 500
+    assert s.categories_us["matmul"] == 300
+    assert s.categories_us["elementwise"] == 200  # [400, 600): the overlap goes to matmul
+    assert s.category_union_us["elementwise"] == 300
+    assert sum(s.categories_us.values()) == s.busy_us
+    assert s.n_kernels == 2 and s.kernel_sum_us == 600
+
+
+def test_gpu_work_spilling_past_host_step_stays_in_its_step(tmp_path):
+    tb = TraceBuilder()
+    tb.step(1, 0, 100)
+    tb.launch(SGEMM, launch_ts=50, start=200, dur=300)  # launched in step 1, runs [200, 500)
+    tb.step(2, 100, 200)
+    tb.launch(SGEMM, launch_ts=150, start=500, dur=100)  # step 2's kernel runs [500, 600)
+    a = analyse(tb, tmp_path)
+    s1, s2 = a.primary.steps
+    assert (s1.start_us, s1.dur_us, s1.busy_us) == (0, 500, 300)
+    assert (s2.start_us, s2.dur_us, s2.busy_us, s2.idle_us) == (500, 100, 100, 0)
+    assert s1.host_dur_us == 100 and s2.host_dur_us == 200
+
+
+def test_idle_causes(tmp_path):
+    tb = TraceBuilder()
+    tb.step(1, 0, 1000)
+    tb.annotation(DL, 0, 300)
+    tb.launch(SGEMM, launch_ts=310, start=320, dur=180)  # [320, 500)
+    tb.runtime("cudaStreamSynchronize", 480, 120)  # [480, 600): device drains at 500
+    tb.launch(SGEMM, launch_ts=660, start=700, dur=100)  # [700, 800)
+    tb.cpu_op("aten::add", 820, 80)  # host busy, nothing queued: [820, 900)
+    s = analyse(tb, tmp_path).primary.steps[0]
+    # gaps: [0,320) [500,700) [800,1000)
+    assert s.idle_us == 720
+    assert s.idle_causes_us == {
+        "dataloader": 320,  # gap began inside the fetch: the whole gap
+        "synchronization": 200,  # gap began inside the sync call: [500, 700)
+        "host_launch_bound": 80,  # host inside aten::add, device idle
+        "other": 120,
+    }
+
+
+def test_communication_overlap(tmp_path):
+    tb = TraceBuilder()
+    tb.step(1, 0, 600)
+    tb.launch(NCCL, launch_ts=10, start=100, dur=400, stream=20)  # [100, 500)
+    tb.launch(SGEMM, launch_ts=20, start=300, dur=100, stream=7)  # [300, 400)
+    s = analyse(tb, tmp_path).primary.steps[0]
+    assert s.communication == {"total_us": 400, "overlapped_us": 100, "exposed_us": 300}
+    assert s.categories_us["communication"] == 300 and s.categories_us["matmul"] == 100
+    assert s.communication_by_collective_us == {"all_reduce": 400}
+
+
+def test_memcpy_direction_and_optimizer_override(tmp_path):
+    tb = TraceBuilder()
+    tb.step(1, 0, 1000)
+    tb.memcpy(launch_ts=5, start=10, dur=90, kind="HtoD (Pageable -> Device)")  # [10, 100)
+    tb.annotation("Optimizer.step#SGD.step", 500, 200)
+    tb.launch(ADD, launch_ts=510, start=520, dur=50)  # elementwise inside optimizer.step
+    s = analyse(tb, tmp_path).primary.steps[0]
+    assert s.memcpy_by_direction_us == {"h2d": 90}
+    assert s.categories_us["optimizer"] == 50 and s.categories_us["elementwise"] == 0
+    assert s.phases_host_us["optimizer"] == 200 and s.phases_device_us["optimizer"] == 50
+
+
+def test_no_step_markers_gives_one_window_and_a_warning(tmp_path):
+    tb = TraceBuilder()
+    tb.cpu_op("aten::mm", 0, 50)
+    tb.launch(SGEMM, launch_ts=10, start=20, dur=100)
+    a = analyse(tb, tmp_path)
+    assert len(a.steps) == 1 and a.steps.source == "whole-trace"
+    assert a.primary.steps[0].dur_us == 120  # [0, 120)
+    assert any("no ProfilerStep" in w for w in a.warnings)
+
+
+def test_custom_step_marker(tmp_path):
+    tb = TraceBuilder()
+    tb.annotation("train_iter_1", 0, 100)
+    tb.annotation("train_iter_2", 100, 100)
+    tb.launch(SGEMM, launch_ts=10, start=20, dur=50)
+    tables = load_trace(str(tb.write(tmp_path / "m.json")))
+    a = pipeline.analyze_tables(tables, step_marker=r"^train_iter_(\d+)$")
+    assert a.steps.numbers.tolist() == [1, 2]
+    assert [s.dur_us for s in a.primary.steps] == [100, 100]
+
+
+def test_cpu_only_trace(tmp_path):
+    tb = TraceBuilder(device_name=None)
+    tb.step(1, 0, 1000)
+    tb.annotation(DL, 0, 90)
+    tb.cpu_op("aten::linear", 100, 300)
+    tb.cpu_op("aten::mm", 120, 260)
+    tb.cpu_op("aten::add", 500, 100)
+    tb.annotation("Optimizer.step#SGD.step", 700, 200)
+    tb.cpu_op("aten::add_", 710, 180)
+    a = analyse(tb, tmp_path)
+    dev = a.primary
+    assert dev.kind == "cpu"
+    s = dev.steps[0]
+    assert s.categories_us["dataloader"] == 90
+    assert s.categories_us["matmul"] == 300
+    assert s.categories_us["elementwise"] == 100
+    assert s.categories_us["optimizer"] == 200
+    assert s.idle_causes_us == {"python": 310}
+    assert s.busy_us + s.idle_us == 1000
+
+
+def test_old_kineto_generation(tmp_path):
+    tb = TraceBuilder(old_format=True)
+    tb.step(1, 0, 500)
+    tb.launch(SGEMM, launch_ts=10, start=50, dur=100)
+    s = analyse(tb, tmp_path).primary.steps[0]
+    assert s.busy_us == 100 and s.categories_us["matmul"] == 100
+
+
+def test_multi_rank_summary(tmp_path):
+    for rank, dur in ((0, 1000), (1, 1500)):
+        tb = TraceBuilder(rank=rank, world_size=2)
+        tb.step(1, 0, dur)
+        tb.launch(SGEMM, launch_ts=10, start=20, dur=100)
+        tb.write(tmp_path / f"rank{rank}.json")
+    report = pipeline.report_dict(pipeline.analyze_paths([str(tmp_path)]))
+    assert [r["rank"] for r in report["ranks"]] == [0, 1]
+    assert report["summary"]["slowest_rank"] == 1
+    assert report["summary"]["spread_pct"] == pytest.approx(50.0)

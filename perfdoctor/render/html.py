@@ -1,0 +1,165 @@
+"""HTML renderer: one self-contained, offline, deterministic page from the report dict.
+
+jinja2 with autoescape on renders ``templates/report.html.j2``; CSS is inline,
+charts are inline SVG from :mod:`perfdoctor.render.svg`, the page runs no
+script, and a Content-Security-Policy meta tag forbids every network load.
+The full report is embedded as JSON (``<script type="application/json">``)
+through ``tojson``, whose HTML-safe escaping keeps a kernel named
+``</script>`` inside the data. No wall-clock text unless ``generated_at`` is given.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jinja2
+import orjson
+from markupsafe import Markup
+
+from perfdoctor.render import svg, view
+
+_BREAKDOWN_ORDER = ("matmul", "attention", "conv", "reduction_norm", "elementwise", "optimizer", "other",
+                    "dataloader", "other_ops", "communication", "memcpy", "memset")
+CSP = ("default-src 'none'; style-src 'unsafe-inline'; img-src data:; script-src 'none'; "
+       "connect-src 'none'; font-src 'none'; base-uri 'none'; form-action 'none'")
+
+
+def _dumps(obj: Any, **_: Any) -> str:
+    return orjson.dumps(obj, option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS |
+                        orjson.OPT_SERIALIZE_NUMPY).decode()
+
+
+def _env() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("perfdoctor.render", "templates"),
+        autoescape=True, trim_blocks=True, lstrip_blocks=True,
+        keep_trailing_newline=True,
+    )
+    env.policies["json.dumps_function"] = _dumps
+    env.filters.update(ms=view.ms, pct=view.pct, nbytes=view.nbytes)
+    env.globals["rv_rows"] = view.breakdown_rows
+    env.globals["swatch"] = svg.color
+    return env
+
+
+def _series_for_steps(dev: dict[str, Any]) -> list[svg.Series]:
+    steps = dev["steps"]
+    keys = [k for k in _BREAKDOWN_ORDER if any(s["categories_us"].get(k, 0) > 0 for s in steps)]
+    out = [svg.Series(k, view.CAT_LABELS.get(k, k), [s["categories_us"].get(k, 0.0) / 1000 for s in steps])
+           for k in keys]
+    causes = sorted({c for s in steps for c in s["idle_causes_us"]})
+    for c in causes:
+        out.append(svg.Series(f"idle:{c}", view.IDLE_LABELS.get(c, c),
+                              [s["idle_causes_us"].get(c, 0.0) / 1000 for s in steps]))
+    return out
+
+
+def _steps_chart(rank: dict[str, Any], dev: dict[str, Any]) -> Markup:
+    labels = [f"#{s['step']}" for s in dev["steps"]]
+    title = f"Step time by category, per step — rank {rank['rank']}, {view.device_name(rank, dev['device'])}"
+    return Markup(svg.stacked_bars(labels, _series_for_steps(dev), "ms", title))
+
+
+def _ranks_chart(report: dict[str, Any]) -> Markup:
+    """Mean step time by category, one bar per rank (multi-rank reports)."""
+    ranks = report["ranks"]
+    devs = [view.primary(r) for r in ranks]
+    keys = [k for k in _BREAKDOWN_ORDER if any(d["totals"].get("categories_us", {}).get(k, 0) > 0 for d in devs)]
+    series = [svg.Series(k, view.CAT_LABELS.get(k, k),
+                         [d["totals"]["categories_us"].get(k, 0.0) / view.n_steps(d) / 1000 for d in devs])
+              for k in keys]
+    causes = sorted({c for d in devs for c in d["totals"].get("idle_causes_us", {})})
+    series += [svg.Series(f"idle:{c}", view.IDLE_LABELS.get(c, c),
+                          [d["totals"]["idle_causes_us"].get(c, 0.0) / view.n_steps(d) / 1000 for d in devs])
+               for c in causes]
+    return Markup(svg.stacked_bars([f"rank {r['rank']}" for r in ranks], series, "ms per step",
+                                   "Mean step time by category, per rank"))
+
+
+def _timeline_chart(rank: dict[str, Any], dev: dict[str, Any]) -> Markup | None:
+    steps = dev["steps"]
+    if len(steps) < 2:
+        return None
+    st = dev["step_time_us"]
+    return Markup(svg.step_line([float(s["step"]) for s in steps], [s["dur_us"] / 1000 for s in steps], "ms",
+                                f"Step time per step — rank {rank['rank']}",
+                                ref_y=(st["median"] / 1000, f"median {view.ms(st['median'])}")))
+
+
+def _run_chart(run: dict[str, Any]) -> Markup | None:
+    """The whole run's step-time series from ``perfdoctor profile`` with warm-up / steady state / phases."""
+    series = run.get("steps") or {}
+    xs = series.get("step") or series.get("steps")
+    ys = series.get("step_time_ms")
+    if ys is None and series.get("step_time_us") is not None:
+        ys = [v / 1000 for v in series["step_time_us"]]
+    if ys is None and series.get("step_time_s") is not None:
+        ys = [v * 1000 for v in series["step_time_s"]]
+    if not xs or not ys:
+        return None
+    ss = run.get("steady_state") or {}
+    bands = []
+    start, end = ss.get("start_step"), ss.get("end_step")
+    if start is not None:
+        bands.append(svg.Band(xs[0], start, "warm-up", "warmup"))
+        bands.append(svg.Band(start, end if end is not None else xs[-1], "steady state", "steady"))
+    marks = [(float(c.get("step")), str(c.get("label") or c.get("reason") or "phase change"))
+             for c in ss.get("phase_changes") or [] if isinstance(c, dict) and c.get("step") is not None]
+    return Markup(svg.step_line([float(x) for x in xs], [float(y) for y in ys], "ms",
+                                "Step time over the whole run (perfdoctor profile)", bands=bands, marks=marks))
+
+
+def _roofline_chart(rank: dict[str, Any]) -> Markup | None:
+    rl = rank.get("roofline")
+    if not isinstance(rl, dict) or not rl.get("chart"):
+        return None
+    roofs = rl.get("roofs") or {}
+    peaks = roofs.get("peak_flops") or {}
+    used = {c.get("dtype") for c in rl["chart"]}
+    roof_list = [svg.Roof(f"{d} peak {v / 1e12:,.1f} TFLOP/s", peak_tflops=v / 1e12)
+                 for d, v in sorted(peaks.items()) if d in used and v]
+    if roofs.get("hbm_bytes_per_s"):
+        bw = roofs["hbm_bytes_per_s"]
+        roof_list.append(svg.Roof(f"memory {bw / 1e12:,.2f} TB/s", bw_tbps=bw / 1e12))
+    pts = [svg.Point(c["ai"], c["achieved_flops_per_s"] / 1e12, c.get("time_us") or 0.0,
+                     f"{c['name']} [{c.get('dtype')}] — {c['ai']:,.1f} FLOP/B, "
+                     f"{c['achieved_flops_per_s'] / 1e12:,.2f} TFLOP/s, {view.ms(c.get('time_us'))}, {c.get('bound')}",
+                     {"compute": "matmul", "bandwidth": "elementwise", "latency": "idle:synchronization"}.get(
+                         str(c.get("bound")), "other"))
+           for c in rl["chart"] if c.get("ai") and c.get("achieved_flops_per_s")]
+    return Markup(svg.roofline(pts, roof_list, f"Roofline — rank {rank['rank']} ({roofs.get('device', 'device')})"))
+
+
+def rank_view(report: dict[str, Any], rank: dict[str, Any]) -> dict[str, Any]:
+    """Everything the template shows for one rank (formatted, charts as SVG markup)."""
+    dev = view.primary(rank)
+    return {
+        "rank": rank, "dev": dev, "name": view.device_name(rank, dev["device"]),
+        "rows": view.breakdown_rows(dev), "n": view.n_steps(dev),
+        "steps_chart": _steps_chart(rank, dev) if dev["steps"] else None,
+        "timeline_chart": _timeline_chart(rank, dev),
+        "roofline_chart": _roofline_chart(rank),
+        "others": [(view.device_name(rank, d["device"]), d) for d in rank["devices"] if d is not dev],
+    }
+
+
+def render_html(report: dict[str, Any], generated_at: str | None = None) -> str:
+    """The report as one self-contained HTML page (str).
+
+    Args:
+        report: the dict from :func:`perfdoctor.pipeline.report_dict` (plus findings, run data).
+        generated_at: text stamped in the footer; None (default) keeps output byte-stable.
+    """
+    main = view.summary_rank(report)
+    ranks = [rank_view(report, r) for r in report["ranks"]]
+    context = {
+        "report": report, "csp": CSP, "generated_at": generated_at,
+        "facts": view.summary_facts(report), "findings": view.findings(report), "skipped": view.skipped(report),
+        "findings_note": report.get("findings_note"), "has_findings_key": "findings" in report,
+        "multi": len(report["ranks"]) > 1, "ranks": ranks,
+        "main": next(rv for rv in ranks if rv["rank"] is main),
+        "ranks_chart": _ranks_chart(report) if len(report["ranks"]) > 1 else None,
+        "run_chart": _run_chart(report["run"]) if isinstance(report.get("run"), dict) else None,
+        "definitions": view.DEFINITIONS, "cat_labels": view.CAT_LABELS,
+    }
+    return _env().get_template("report.html.j2").render(**context)

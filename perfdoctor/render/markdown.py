@@ -1,0 +1,105 @@
+"""Markdown renderer: a PR-comment-sized summary of the report dict.
+
+Summary facts, the top findings, the step-time breakdown of the summary rank
+and (for multi-rank input) a per-rank table. Trace text is escaped so a kernel
+name cannot open a link, an image, raw HTML or break a table row.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from perfdoctor.render import view
+
+MAX_FINDINGS = 10
+_MD_SPECIAL = re.compile(r"([\\`*_\[\]|<>~])")
+
+
+def esc(text: object) -> str:
+    """Escape Markdown/HTML metacharacters and newlines (table-cell safe)."""
+    s = str(text).replace("&", "&amp;")
+    s = _MD_SPECIAL.sub(r"\\\1", s)
+    return s.replace("\r", " ").replace("\n", " ")
+
+
+def _table(header: list[str], rows: list[list[str]], right: set[int] | None = None) -> list[str]:
+    right = right or set()
+    out = ["| " + " | ".join(header) + " |",
+           "|" + "|".join("---:" if i in right else "---" for i in range(len(header))) + "|"]
+    out += ["| " + " | ".join(r) + " |" for r in rows]
+    return out
+
+
+def _findings(report: dict[str, Any]) -> list[str]:
+    items = view.findings(report)
+    out = ["## Top fixes", ""]
+    if not items:
+        if "findings" in report:
+            out.append("No check found a problem.")
+        else:
+            out.append("_The rule engine did not run on this report: no findings are available._")
+        return out + [""]
+    for i, f in enumerate(items[:MAX_FINDINGS], 1):
+        saving = "saving not estimated"
+        if f["saving_us"] is not None:
+            saving = f"saves ≈ {view.ms(f['saving_us'])}/step"
+            if f["saving_frac"] is not None:
+                saving += f" ({view.pct(f['saving_frac'])})"
+        rank = f" (rank {f['rank']})" if f["rank"] is not None else ""
+        out.append(f"{i}. **{esc(f['code'])}** {esc(f['title'] or f['name'])}{rank} — {saving}")
+        if f["fix"]:
+            out.append(f"   - fix: {esc(f['fix'])}")
+    if len(items) > MAX_FINDINGS:
+        out.append(f"\n…and {len(items) - MAX_FINDINGS} more in the HTML/JSON report.")
+    sk = view.skipped(report)
+    if sk:
+        out += ["", "Skipped checks: " + "; ".join(f"{esc(c)} ({esc(r)})" for c, r in sk)]
+    return out + [""]
+
+
+def _breakdown(rank: dict[str, Any]) -> list[str]:
+    dev = view.primary(rank)
+    t = dev["totals"]
+    out = [f"## Where the time goes — rank {esc(rank['rank'])}, {esc(view.device_name(rank, dev['device']))}", ""]
+    rows = [[("_" + esc(r["label"]) + "_") if r["kind"] == "subtotal" else esc(r["label"]),
+             view.ms(r["per_step_us"]), view.pct(r["share"])] for r in view.breakdown_rows(dev)]
+    rows.append(["**step (total)**", f"**{view.ms(t.get('dur_us', 0) / view.n_steps(dev))}**", "**100.0%**"])
+    out += _table(["category", "per step", "share of step time"], rows, {1, 2})
+    comm = t.get("communication") or {}
+    if dev["kind"] == "gpu" and comm.get("total_us"):
+        n = view.n_steps(dev)
+        out += ["", f"Communication: {view.ms(comm['total_us'] / n)}/step, {view.ms(comm['overlapped_us'] / n)} "
+                f"overlapped with compute, {view.ms(comm['exposed_us'] / n)} exposed."]
+    return out + [""]
+
+
+def _ranks(report: dict[str, Any]) -> list[str]:
+    rows = []
+    for r in report["ranks"]:
+        d = view.primary(r)
+        comm = d["totals"].get("communication") or {}
+        rows.append([esc(r["rank"]), view.ms((d["step_time_us"] or {}).get("median")), view.pct(d["utilization"]),
+                     view.ms(comm.get("exposed_us", 0.0) / view.n_steps(d))])
+    return ["## Ranks", ""] + _table(["rank", "median step", "utilization", "exposed comm / step"], rows,
+                                     {1, 2, 3}) + [""]
+
+
+def render_markdown(report: dict[str, Any]) -> str:
+    """The Markdown summary (UTF-8 text, ends with a newline; byte-stable for the same report)."""
+    inputs = ", ".join(esc(i["path"]) for i in report["inputs"][:4])
+    if len(report["inputs"]) > 4:
+        inputs += f" and {len(report['inputs']) - 4} more"
+    out = ["# perfdoctor report", "", f"Input: {inputs}", ""]
+    out += _table(["", "value", "detail"], [[esc(a), f"**{esc(b)}**", esc(c)] for a, b, c in view.summary_facts(report)])
+    out.append("")
+    out += _findings(report)
+    out += _breakdown(view.summary_rank(report))
+    if len(report["ranks"]) > 1:
+        out += _ranks(report)
+    warnings = list(report.get("warnings") or [])
+    if warnings:
+        out += ["## Warnings", ""] + [f"- {esc(w)}" for w in warnings] + [""]
+    out.append(f"_perfdoctor {esc(report['tool']['version'])}, report schema v{report['schema_version']}; "
+               "definitions of every number: docs/report-schema.md._")
+    return "\n".join(out) + "\n"

@@ -1,0 +1,297 @@
+"""Small inline-SVG chart builders for the HTML report.
+
+Pure functions: numbers in, an SVG string out. Every piece of text is
+escaped here (trace names are hostile input), coordinates are written with a
+fixed number of decimals so the same input gives the same bytes, and nothing
+refers to an external resource. Tooltips are SVG ``<title>`` elements, so the
+charts need no JavaScript.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from html import escape
+
+# Colour per breakdown category / idle cause (colour-blind-friendly, Okabe-Ito + greys)
+PALETTE = {
+    "matmul": "#0072B2", "attention": "#56B4E9", "conv": "#009E73", "elementwise": "#E69F00",
+    "reduction_norm": "#CC79A7", "optimizer": "#D55E00", "other": "#999999", "other_ops": "#999999",
+    "communication": "#7F3C8D", "memcpy": "#F0E442", "memset": "#BDB76B", "dataloader": "#8C564B",
+    "idle:dataloader": "#E7C9A9", "idle:synchronization": "#F4A6A6", "idle:host_launch_bound": "#C7D4E8",
+    "idle:other": "#E5E5E5", "idle:python": "#E5E5E5",
+}
+_FALLBACK = ("#4E79A7", "#F28E2B", "#E15759", "#76B7B2", "#59A14F", "#EDC948", "#B07AA1", "#FF9DA7")
+
+
+def color(key: str, i: int = 0) -> str:
+    """The colour of a series key (a fixed palette entry, else a fallback by index)."""
+    return PALETTE.get(key, _FALLBACK[i % len(_FALLBACK)])
+
+
+def _t(text: object) -> str:
+    return escape(str(text), quote=True)
+
+
+def _f(x: float) -> str:
+    """Fixed 1-decimal coordinate (stable bytes)."""
+    return f"{x:.1f}"
+
+
+def fmt_num(x: float) -> str:
+    """Compact axis label: 1.2k, 3.4M, 0.05."""
+    ax = abs(x)
+    if ax >= 1e9:
+        return f"{x / 1e9:.3g}G"
+    if ax >= 1e6:
+        return f"{x / 1e6:.3g}M"
+    if ax >= 1e3:
+        return f"{x / 1e3:.3g}k"
+    return f"{x:.3g}"
+
+
+def nice_ticks(lo: float, hi: float, n: int = 5) -> list[float]:
+    """About ``n`` round tick values covering [lo, hi]."""
+    if hi <= lo:
+        hi = lo + 1.0
+    raw = (hi - lo) / max(n, 1)
+    mag = 10 ** math.floor(math.log10(raw))
+    step = next(m * mag for m in (1, 2, 2.5, 5, 10) if m * mag >= raw)
+    start = math.floor(lo / step) * step
+    ticks, v = [], start
+    while True:
+        ticks.append(round(v, 10))
+        if v >= hi - step * 1e-9:
+            return ticks
+        v += step
+
+
+@dataclass
+class Series:
+    """One stacked series: ``key`` picks the colour, ``label`` is shown in the legend."""
+
+    key: str
+    label: str
+    values: list[float]
+
+
+def _open(width: int, height: int, title: str) -> list[str]:
+    return [
+        f'<svg xmlns="http://www.w3.org/2000/svg" class="chart" viewBox="0 0 {width} {height}" '
+        f'width="{width}" height="{height}" role="img" aria-label="{_t(title)}">',
+        f"<title>{_t(title)}</title>",
+    ]
+
+
+def _legend(items: list[tuple[str, str]], x0: float, y0: float, width: float) -> tuple[list[str], float]:
+    """Legend swatches wrapped into rows; returns (elements, height used)."""
+    out, x, y = [], x0, y0
+    for label, col in items:
+        w = 26 + 6.8 * len(label)
+        if x + w > x0 + width and x > x0:
+            x, y = x0, y + 16
+        out.append(f'<rect x="{_f(x)}" y="{_f(y)}" width="10" height="10" fill="{col}"/>')
+        out.append(f'<text x="{_f(x + 14)}" y="{_f(y + 9)}" class="lg">{_t(label)}</text>')
+        x += w
+    return out, (y - y0) + 16
+
+
+def stacked_bars(labels: list[str], series: list[Series], unit: str, title: str, width: int = 860,
+                 bar_max: float = 48.0) -> str:
+    """Vertical stacked bars, one per label (e.g. per step), series stacked bottom-up.
+
+    ``values`` of each series align with ``labels``; the y axis is in ``unit``.
+    Each segment has a tooltip "label — series: value unit".
+    """
+    series = [s for s in series if any(v > 0 for v in s.values)]
+    legend, lh = _legend([(s.label, color(s.key, i)) for i, s in enumerate(series)], 60, 8, width - 70)
+    top, left, bottom, right = 16 + lh, 60, 36, 12
+    height = top + 200 + bottom
+    plot_h, plot_w = 200.0, width - left - right
+    totals = [sum(s.values[i] for s in series) for i in range(len(labels))]
+    ymax = max(totals, default=0.0) or 1.0
+    ticks = nice_ticks(0, ymax)
+    ymax = max(ticks[-1], ymax)
+    out = _open(width, height, title) + legend
+    for tv in ticks:
+        y = top + plot_h - tv / ymax * plot_h
+        out.append(f'<line x1="{left}" x2="{width - right}" y1="{_f(y)}" y2="{_f(y)}" class="grid"/>')
+        out.append(f'<text x="{left - 4}" y="{_f(y + 4)}" class="ax" text-anchor="end">{_t(fmt_num(tv))}</text>')
+    n = max(len(labels), 1)
+    slot = plot_w / n
+    bw = min(bar_max, slot * 0.8)
+    every = max(1, math.ceil(n / 30))
+    for i, lab in enumerate(labels):
+        x = left + i * slot + (slot - bw) / 2
+        y = top + plot_h
+        for k, s in enumerate(series):
+            v = s.values[i]
+            if v <= 0:
+                continue
+            h = v / ymax * plot_h
+            y -= h
+            out.append(
+                f'<rect x="{_f(x)}" y="{_f(y)}" width="{_f(bw)}" height="{_f(h)}" fill="{color(s.key, k)}">'
+                f"<title>{_t(lab)} — {_t(s.label)}: {_t(f'{v:,.2f}')} {_t(unit)}</title></rect>"
+            )
+        if i % every == 0:
+            out.append(f'<text x="{_f(x + bw / 2)}" y="{_f(top + plot_h + 14)}" class="ax" '
+                       f'text-anchor="middle">{_t(lab)}</text>')
+    out.append(f'<text x="12" y="{_f(top + plot_h / 2)}" class="ax" transform="rotate(-90 12 '
+               f'{_f(top + plot_h / 2)})" text-anchor="middle">{_t(unit)}</text>')
+    out.append(f'<line x1="{left}" x2="{width - right}" y1="{_f(top + plot_h)}" y2="{_f(top + plot_h)}" class="axis"/>')
+    out.append("</svg>")
+    return "\n".join(out)
+
+
+@dataclass
+class Band:
+    """A shaded x range on a line chart (warm-up, steady state, a phase)."""
+
+    x0: float
+    x1: float
+    label: str
+    key: str = "band"
+
+
+def step_line(xs: list[float], ys: list[float], unit: str, title: str, x_label: str = "step",
+              bands: list[Band] | None = None, marks: list[tuple[float, str]] | None = None,
+              ref_y: tuple[float, str] | None = None, width: int = 860, height: int = 240) -> str:
+    """Step time (or any series) against step number, with shaded bands, vertical marks
+    (e.g. phase changes) and an optional horizontal reference line (e.g. the median)."""
+    left, right, top, bottom = 60, 12, 14, 36
+    plot_w, plot_h = width - left - right, height - top - bottom
+    if not xs:
+        return "\n".join(_open(width, height, title) + ["</svg>"])
+    x_lo, x_hi = min(xs), max(xs)
+    if x_hi == x_lo:
+        x_lo, x_hi = x_lo - 1, x_hi + 1
+    ticks = nice_ticks(0, max(ys) or 1.0)
+    y_hi = max(ticks[-1], max(ys)) or 1.0
+
+    def px(x: float) -> float:
+        return left + (x - x_lo) / (x_hi - x_lo) * plot_w
+
+    def py(y: float) -> float:
+        return top + plot_h - y / y_hi * plot_h
+
+    out = _open(width, height, title)
+    band_fill = {"warmup": "#F4D6A0", "steady": "#CDEBC9", "band": "#E3E8F4"}
+    for b in bands or []:
+        x0, x1 = px(max(b.x0, x_lo)), px(min(b.x1, x_hi))
+        out.append(f'<rect x="{_f(x0)}" y="{top}" width="{_f(max(x1 - x0, 1.0))}" height="{plot_h}" '
+                   f'fill="{band_fill.get(b.key, "#E3E8F4")}" opacity="0.6"><title>{_t(b.label)}</title></rect>')
+        out.append(f'<text x="{_f(x0 + 3)}" y="{top + 11}" class="ax">{_t(b.label)}</text>')
+    for tv in ticks:
+        out.append(f'<line x1="{left}" x2="{width - right}" y1="{_f(py(tv))}" y2="{_f(py(tv))}" class="grid"/>')
+        out.append(f'<text x="{left - 4}" y="{_f(py(tv) + 4)}" class="ax" text-anchor="end">{_t(fmt_num(tv))}</text>')
+    for tv in nice_ticks(x_lo, x_hi, 8):
+        if x_lo <= tv <= x_hi:
+            out.append(f'<text x="{_f(px(tv))}" y="{height - bottom + 14}" class="ax" '
+                       f'text-anchor="middle">{_t(fmt_num(tv))}</text>')
+    for x, label in marks or []:
+        out.append(f'<line x1="{_f(px(x))}" x2="{_f(px(x))}" y1="{top}" y2="{top + plot_h}" class="mark">'
+                   f"<title>{_t(label)}</title></line>")
+    if ref_y is not None:
+        out.append(f'<line x1="{left}" x2="{width - right}" y1="{_f(py(ref_y[0]))}" y2="{_f(py(ref_y[0]))}" '
+                   f'class="ref"><title>{_t(ref_y[1])}</title></line>')
+    pts = " ".join(f"{_f(px(x))},{_f(py(y))}" for x, y in zip(xs, ys))
+    out.append(f'<polyline points="{pts}" class="line"/>')
+    if len(xs) <= 200:
+        for x, y in zip(xs, ys):
+            out.append(f'<circle cx="{_f(px(x))}" cy="{_f(py(y))}" r="3" class="dot">'
+                       f"<title>{_t(x_label)} {_t(fmt_num(x))}: {_t(f'{y:,.3f}')} {_t(unit)}</title></circle>")
+    out.append(f'<text x="{_f(left + plot_w / 2)}" y="{height - 4}" class="ax" text-anchor="middle">{_t(x_label)}</text>')
+    out.append(f'<text x="12" y="{_f(top + plot_h / 2)}" class="ax" transform="rotate(-90 12 '
+               f'{_f(top + plot_h / 2)})" text-anchor="middle">{_t(unit)}</text>')
+    out.append(f'<line x1="{left}" x2="{width - right}" y1="{top + plot_h}" y2="{top + plot_h}" class="axis"/>')
+    out.append("</svg>")
+    return "\n".join(out)
+
+
+@dataclass
+class Point:
+    """A roofline point: arithmetic intensity (FLOP/byte), achieved rate (TFLOP/s), size weight."""
+
+    x: float
+    y: float
+    weight: float
+    label: str
+    key: str = "other"
+
+
+@dataclass
+class Roof:
+    """A roof: ``peak`` TFLOP/s (flat) or a bandwidth ``slope`` in TB/s (y = slope·x)."""
+
+    label: str
+    peak_tflops: float | None = None
+    bw_tbps: float | None = None
+
+
+def _decades(lo: float, hi: float) -> list[float]:
+    return [10.0 ** k for k in range(math.floor(math.log10(lo)), math.ceil(math.log10(hi)) + 1)]
+
+
+def roofline(points: list[Point], roofs: list[Roof], title: str, width: int = 860, height: int = 380) -> str:
+    """Log-log roofline: x = arithmetic intensity (FLOP/byte), y = TFLOP/s.
+
+    The attainable rate is min(peak, bandwidth × intensity) per compute/bandwidth
+    roof pair; each point's area is proportional to its ``weight`` (e.g. time).
+    """
+    left, right, top, bottom = 64, 16, 14, 40
+    plot_w, plot_h = width - left - right, height - top - bottom
+    pts = [p for p in points if p.x > 0 and p.y > 0]
+    peaks = [r.peak_tflops for r in roofs if r.peak_tflops]
+    bws = [r.bw_tbps for r in roofs if r.bw_tbps]
+    xs = [p.x for p in pts] + [pk / bw for pk in peaks for bw in bws]
+    ys = [p.y for p in pts] + peaks
+    x_lo, x_hi = (min(xs) / 4, max(xs) * 4) if xs else (0.1, 1000.0)
+    y_lo, y_hi = (min(ys) / 4, max(ys) * 2) if ys else (0.01, 100.0)
+    lx_lo, lx_hi, ly_lo, ly_hi = (math.log10(v) for v in (x_lo, x_hi, y_lo, y_hi))
+
+    def px(x: float) -> float:
+        return left + (math.log10(x) - lx_lo) / (lx_hi - lx_lo) * plot_w
+
+    def py(y: float) -> float:
+        return top + plot_h - (math.log10(y) - ly_lo) / (ly_hi - ly_lo) * plot_h
+
+    out = _open(width, height, title)
+    for d in _decades(x_lo, x_hi):
+        if x_lo <= d <= x_hi:
+            out.append(f'<line x1="{_f(px(d))}" x2="{_f(px(d))}" y1="{top}" y2="{top + plot_h}" class="grid"/>')
+            out.append(f'<text x="{_f(px(d))}" y="{top + plot_h + 14}" class="ax" text-anchor="middle">{_t(fmt_num(d))}</text>')
+    for d in _decades(y_lo, y_hi):
+        if y_lo <= d <= y_hi:
+            out.append(f'<line x1="{left}" x2="{left + plot_w}" y1="{_f(py(d))}" y2="{_f(py(d))}" class="grid"/>')
+            out.append(f'<text x="{left - 4}" y="{_f(py(d) + 4)}" class="ax" text-anchor="end">{_t(fmt_num(d))}</text>')
+    for pk in peaks:
+        for bw in bws or [None]:
+            ridge = pk / bw if bw else x_lo
+            x0 = max(ridge, x_lo)
+            out.append(f'<line x1="{_f(px(x0))}" x2="{_f(px(x_hi))}" y1="{_f(py(pk))}" y2="{_f(py(pk))}" class="roof"/>')
+    for r in roofs:
+        if r.peak_tflops:
+            out.append(f'<text x="{_f(left + plot_w - 4)}" y="{_f(py(r.peak_tflops) - 4)}" class="lg" '
+                       f'text-anchor="end">{_t(r.label)}</text>')
+    for r in roofs:
+        if not r.bw_tbps:
+            continue
+        cap = max(peaks, default=y_hi)
+        x_end = min(cap / r.bw_tbps, x_hi)
+        y0 = r.bw_tbps * x_lo
+        out.append(f'<line x1="{_f(px(x_lo))}" x2="{_f(px(x_end))}" y1="{_f(py(max(y0, y_lo)))}" '
+                   f'y2="{_f(py(r.bw_tbps * x_end))}" class="roof"/>')
+        lx = x_lo * 2
+        out.append(f'<text x="{_f(px(lx))}" y="{_f(py(max(r.bw_tbps * lx, y_lo)) - 6)}" class="lg">{_t(r.label)}</text>')
+    wmax = max((p.weight for p in pts), default=1.0) or 1.0
+    for i, p in enumerate(sorted(pts, key=lambda p: -p.weight)):
+        rad = 3 + 15 * math.sqrt(max(p.weight, 0.0) / wmax)
+        out.append(f'<circle cx="{_f(px(p.x))}" cy="{_f(py(p.y))}" r="{_f(rad)}" fill="{color(p.key, i)}" '
+                   f'class="pt"><title>{_t(p.label)}</title></circle>')
+    out.append(f'<text x="{_f(left + plot_w / 2)}" y="{height - 6}" class="ax" text-anchor="middle">'
+               f"arithmetic intensity (FLOP/byte, log)</text>")
+    out.append(f'<text x="12" y="{_f(top + plot_h / 2)}" class="ax" transform="rotate(-90 12 '
+               f'{_f(top + plot_h / 2)})" text-anchor="middle">TFLOP/s (log)</text>')
+    out.append("</svg>")
+    return "\n".join(out)

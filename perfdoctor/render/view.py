@@ -1,0 +1,311 @@
+"""Formatting shared by the HTML and Markdown renderers.
+
+Reads the report dict (schema ``perfdoctor.report`` v1, see docs/report-schema.md)
+and turns its numbers into labelled, unit-bearing strings. It computes no new
+metric: the only arithmetic is per-step means (a total ÷ the number of steps)
+and shares of the step time, both stated in the definitions below.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+CAT_LABELS = {
+    "matmul": "matmul / GEMM", "attention": "attention", "conv": "convolution", "elementwise": "elementwise",
+    "reduction_norm": "reduction / norm", "optimizer": "optimizer", "other": "other kernels",
+    "communication": "communication (exposed)", "memcpy": "memcpy", "memset": "memset",
+    "dataloader": "DataLoader (host)", "other_ops": "other ops",
+}
+IDLE_LABELS = {
+    "dataloader": "idle: waiting for DataLoader", "synchronization": "idle: host synchronization",
+    "host_launch_bound": "idle: host launch-bound", "other": "idle: other cause",
+    "python": "Python (outside any op)",
+}
+
+DEFINITIONS: list[tuple[str, str]] = [
+    ("step window", "From one ProfilerStep#N annotation's start to the next; the last GPU work launched inside "
+     "step N (joined by correlation id) extends it. Step windows tile the profiled span exactly."),
+    ("step time", "end − start of the step window, in ms. Median, p10/p90 and min/max are over the analysed steps."),
+    ("busy", "Union over all streams of kernels, memcpys and memsets inside the step window (overlapping streams "
+     "count once)."),
+    ("device utilization", "numerator: busy time summed over analysed steps; denominator: step time summed over "
+     "the same steps. For CPU-only traces: time inside any host op ÷ step time."),
+    ("category time", "Busy time split exclusively by priority compute (matmul > attention > conv > "
+     "reduction/norm > elementwise > optimizer > other) > communication > memcpy > memset, so the "
+     "categories add up to busy. Per step = total over analysed steps ÷ number of steps."),
+    ("share", "numerator: that row's time; denominator: step time (both summed over analysed steps)."),
+    ("communication total / overlapped / exposed", "total: union of communication kernels; overlapped: the part "
+     "running while any compute kernel runs; exposed: total − overlapped. Overlap % = overlapped ÷ total."),
+    ("idle causes", "Step time − busy, attributed in order to: the host inside DataLoader __next__; the host "
+     "blocked in a synchronize call or blocking copy; the host busy in ops/runtime calls with nothing queued "
+     "(launch-bound); other. They add up to idle."),
+    ("top kernels", "GPU kernels, memcpys and memsets starting inside the analysed steps, grouped by name. "
+     "share: that name's summed duration ÷ the summed duration of all GPU activity (overlapping streams count "
+     "twice here)."),
+    ("top CPU ops", "Host ops starting inside the analysed steps, grouped by name; inclusive durations, so a "
+     "parent and its children both count."),
+    ("rank spread", "(slowest rank's median step time − fastest rank's) ÷ fastest rank's, in %."),
+    ("memory peak", "Largest total_allocated / total_reserved seen in the trace's [memory] events for that "
+     "device (needs profile_memory=True); capacity from deviceProperties.totalGlobalMem."),
+    ("estimated saving", "Each finding's own estimate of the step time it would remove, in ms per step and as a "
+     "% of the median step time, with the method the check names."),
+]
+
+
+def ms(us: float | None, digits: int = 2) -> str:
+    """µs → "12.34 ms" ("–" for None)."""
+    return "–" if us is None else f"{us / 1000:,.{digits}f} ms"
+
+
+def pct(x: float | None, digits: int = 1) -> str:
+    """fraction → "12.3%"."""
+    return "–" if x is None else f"{100 * x:.{digits}f}%"
+
+
+def nbytes(n: float | None) -> str:
+    """bytes → "1.23 GiB" (binary units)."""
+    if n is None:
+        return "–"
+    v = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(v) < 1024 or unit == "TiB":
+            return f"{v:,.0f} {unit}" if unit == "B" else f"{v:,.2f} {unit}"
+        v /= 1024
+    return f"{v:,.2f} TiB"
+
+
+def primary(rank: dict[str, Any]) -> dict[str, Any]:
+    """The device section the summary uses (the busiest GPU, or the host)."""
+    return next(d for d in rank["devices"] if d["device"] == rank["primary_device"])
+
+
+def device_name(rank: dict[str, Any], device: int) -> str:
+    if device < 0:
+        return "CPU (host ops)"
+    for p in rank.get("device_properties", []):
+        if p.get("id") == device:
+            return f"GPU {device}: {p.get('name')}"
+    return f"GPU {device}"
+
+
+def n_steps(dev: dict[str, Any]) -> int:
+    return max(int(dev["totals"].get("n_steps", 0) or 0), 1)
+
+
+def breakdown_rows(dev: dict[str, Any]) -> list[dict[str, Any]]:
+    """Rows ``{key, label, per_step_us, total_us, share, kind}`` of the step-time table: categories (largest
+    first), the busy subtotal, idle causes (largest first), the idle subtotal. ``key`` is ``idle:<cause>`` for
+    idle causes; ``kind`` is "row" or "subtotal". Categories / causes with zero time are dropped."""
+    t = dev["totals"]
+    n, dur = n_steps(dev), t.get("dur_us", 0.0) or 0.0
+
+    def row(key: str, label: str, us: float, kind: str = "row") -> dict[str, Any]:
+        return {"key": key, "label": label, "total_us": us, "per_step_us": us / n,
+                "share": us / dur if dur else None, "kind": kind}
+
+    cats = sorted(((us, c) for c, us in t.get("categories_us", {}).items() if us > 0), key=lambda x: (-x[0], x[1]))
+    idle = sorted(((us, c) for c, us in t.get("idle_causes_us", {}).items() if us > 0), key=lambda x: (-x[0], x[1]))
+    busy_label = "busy (sum of the categories above)" if dev["kind"] == "gpu" else "inside ops (sum of the above)"
+    idle_label = "idle (sum of the causes above)" if dev["kind"] == "gpu" else "outside ops"
+    rows = [row(c, CAT_LABELS.get(c, c), us) for us, c in cats]
+    rows.append(row("busy", busy_label, t.get("busy_us", 0.0), "subtotal"))
+    rows += [row(f"idle:{c}", IDLE_LABELS.get(c, c), us) for us, c in idle]
+    rows.append(row("idle", idle_label, t.get("idle_us", 0.0), "subtotal"))
+    return rows
+
+
+def _first(d: dict[str, Any], *keys: str) -> Any:
+    for k in keys:
+        if isinstance(d, dict) and d.get(k) is not None:
+            return d[k]
+    return None
+
+
+def _evidence(ev: Any) -> list[tuple[str, str]]:
+    """Evidence as (label, value) text pairs, whatever shape the check used."""
+    if ev is None:
+        return []
+    if isinstance(ev, dict):
+        ev = [{"name": k, "value": v} for k, v in ev.items()]
+    if not isinstance(ev, list):
+        return [("", str(ev))]
+    out = []
+    for e in ev:
+        if isinstance(e, dict):
+            label = _first(e, "label", "name", "metric", "key") or ""
+            val = _first(e, "text", "value")
+            unit = e.get("unit") or ""
+            if isinstance(val, float):
+                val = f"{val:,.4g}"
+            out.append((str(label), f"{val}{' ' + unit if unit else ''}" if val is not None else str(e)))
+        else:
+            out.append(("", str(e)))
+    return out
+
+
+def _references(refs: Any) -> list[str]:
+    out = []
+    for r in refs or []:
+        if isinstance(r, dict):
+            title = _first(r, "title", "name", "text") or ""
+            url = _first(r, "url", "href") or ""
+            out.append(f"{title} — {url}" if title and url else str(title or url))
+        else:
+            out.append(str(r))
+    return out
+
+
+def finding(f: dict[str, Any]) -> dict[str, Any]:
+    """One finding normalised for display: code, title, severity, saving (µs/step and fraction), evidence,
+    fix, before/after snippets, references (plain text), method."""
+    est = f.get("estimate") or {}
+    example = f.get("example") or {}
+    saving_us = _first(est, "saving_us_per_step", "us_per_step", "saving_us") or _first(f, "saving_us_per_step")
+    frac = _first(est, "saving_fraction", "fraction_of_step", "fraction")
+    if frac is None and _first(est, "saving_pct", "pct_of_step") is not None:
+        frac = _first(est, "saving_pct", "pct_of_step") / 100.0
+    return {
+        "code": str(f.get("code", "")),
+        "name": str(f.get("name", "") or ""),
+        "title": str(_first(f, "title", "message", "summary") or ""),
+        "severity": str(f.get("severity", "") or ""),
+        "category": str(f.get("category", "") or ""),
+        "rank": f.get("rank"),
+        "saving_us": saving_us,
+        "saving_frac": frac,
+        "method": _first(est, "method", "how"),
+        "evidence": _evidence(f.get("evidence")),
+        "fix": _first(f, "fix", "recommendation"),
+        "before": _first(example, "before") or f.get("before"),
+        "after": _first(example, "after") or f.get("after"),
+        "references": _references(f.get("references")),
+        "why": _first(f, "why", "explanation", "detail", "details"),
+    }
+
+
+def findings(report: dict[str, Any]) -> list[dict[str, Any]]:
+    """All findings normalised and ranked by estimated saving (largest first; code breaks ties)."""
+    items = [finding(f) for f in report.get("findings") or [] if isinstance(f, dict)]
+    return sorted(items, key=lambda f: (-(f["saving_us"] or 0.0), f["code"], str(f["rank"])))
+
+
+def skipped(report: dict[str, Any]) -> list[tuple[str, str]]:
+    """Skipped checks as (code, reason); accepts a list of dicts or a {code: reason} mapping."""
+    sc = report.get("skipped_checks") or []
+    if isinstance(sc, dict):
+        return [(str(k), str(v)) for k, v in sc.items()]
+    out = []
+    for s in sc:
+        if isinstance(s, dict):
+            out.append((str(_first(s, "code", "name") or ""), str(_first(s, "reason", "message") or "")))
+        else:
+            out.append((str(s), ""))
+    return out
+
+
+def step_range(dev: dict[str, Any]) -> str:
+    nums = [s["step"] for s in dev["steps"]]
+    if not nums:
+        return "none"
+    return f"#{nums[0]}" if len(nums) == 1 else f"#{nums[0]}–#{nums[-1]}"
+
+
+def _device_summary(report: dict[str, Any]) -> str:
+    """"8 ranks × GPU: Tesla V100 (1 GPU with activity per rank)" style text."""
+    used: dict[str, int] = {}
+    for r in report["ranks"]:
+        for d in r["devices"]:
+            if d["kind"] != "gpu":
+                continue
+            name = device_name(r, d["device"]).split(": ", 1)[-1]
+            used[name] = used.get(name, 0) + 1
+    if not used:
+        return "CPU only (no GPU activity in the trace)"
+    parts = [f"{n} × {name}" for name, n in sorted(used.items())]
+    return ", ".join(parts) + (f" across {len(report['ranks'])} ranks" if len(report["ranks"]) > 1 else "")
+
+
+def summary_rank(report: dict[str, Any]) -> dict[str, Any]:
+    """The rank the summary describes: the slowest rank (by median step time) of a multi-rank report."""
+    summ = report.get("summary") or {}
+    slow = summ.get("slowest_rank")
+    return next((r for r in report["ranks"] if r["rank"] == slow), report["ranks"][0])
+
+
+def _mfu_text(rank: dict[str, Any]) -> tuple[str, str] | None:
+    m = rank.get("mfu")
+    if not isinstance(m, dict):
+        return None
+    val = _first(m, "mfu", "value")
+    if val is None:
+        return ("not computed", str(_first(m, "reason", "note") or "no FLOP count or device peak"))
+    num = _first(m, "numerator", "flops_text")
+    den = _first(m, "denominator", "peak_text")
+    detail = f"numerator: {num}; denominator: {den}" if num or den else str(_first(m, "definition", "note") or "")
+    return (pct(val), detail)
+
+
+def summary_facts(report: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """(label, value, detail) rows of the report's summary, in the order the issue lists them."""
+    rank = summary_rank(report)
+    dev = primary(rank)
+    multi = len(report["ranks"]) > 1
+    who = f" (rank {rank['rank']}, the slowest)" if multi else ""
+    facts = [("devices", _device_summary(report), "GPUs with kernel/memcpy activity; node properties from deviceProperties")]
+    dtype = _first(rank.get("mfu") or {}, "dtype")
+    facts.append(("dtype", str(dtype) if dtype else "not recorded", "math dtype from the MFU analysis" if dtype
+                  else "the trace does not say which dtype the model trains in"))
+    n = len(dev["steps"])
+    skipped_txt = _skipped_steps(report, rank)
+    facts.append(("steps analysed", f"{n} ({rank['steps_source']} {step_range(dev)})" if rank["steps_source"] !=
+                  "whole-trace" else "whole trace as one window (no step markers)", skipped_txt))
+    st = dev["step_time_us"]
+    if st:
+        facts.append((f"median step time{who}", ms(st["median"]),
+                      f"p10–p90 {ms(st['p10'])} – {ms(st['p90'])}; min–max {ms(st['min'])} – {ms(st['max'])}; "
+                      f"std {ms(st['std'])}; n = {st['n']} steps"))
+    if multi and (report.get("summary") or {}).get("n_ranks", 0) > 1:
+        s = report["summary"]
+        facts.append(("rank spread", f"{s['spread_pct']:.1f}%",
+                      f"slowest rank {s['slowest_rank']} vs fastest rank {s['fastest_rank']} (median step time)"))
+    facts.extend(throughput_facts(report))
+    t = dev["totals"]
+    label = "device utilization" if dev["kind"] == "gpu" else "host busy in ops"
+    facts.append((label + who, pct(dev["utilization"]),
+                  f"busy {ms(t.get('busy_us', 0) / n_steps(dev))} ÷ step {ms(t.get('dur_us', 0) / n_steps(dev))} "
+                  f"per step (means over {t.get('n_steps', 0)} steps)"))
+    mfu = _mfu_text(rank)
+    if mfu:
+        facts.append(("MFU" + who, mfu[0], mfu[1]))
+    return facts
+
+
+def _skipped_steps(report: dict[str, Any], rank: dict[str, Any]) -> str:
+    ss = (report.get("run") or {}).get("steady_state") or {}
+    if isinstance(ss, dict) and ss:
+        warm = _first(ss, "warmup_steps", "n_warmup", "skipped")
+        reason = _first(ss, "reason", "method", "note") or ""
+        if warm is not None:
+            return f"warm-up skipped: {warm} step(s) before the steady state. {reason}".strip()
+    skipped_steps = rank.get("skipped_steps")
+    if skipped_steps:
+        return f"skipped as warm-up: {', '.join('#' + str(s) for s in skipped_steps)}"
+    return "no step skipped by perfdoctor (torch.profiler's own wait/warm-up steps are not in the trace)"
+
+
+def throughput_facts(report: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """Throughput rows from ``report["run"]["throughput"]`` (written by ``perfdoctor profile``)."""
+    tp = (report.get("run") or {}).get("throughput")
+    if not isinstance(tp, dict):
+        return []
+    out = []
+    for key, v in tp.items():
+        if isinstance(v, dict):
+            val = _first(v, "value", "per_s")
+            unit = v.get("unit", "")
+            detail = "; ".join(f"{k}: {v[k]}" for k in ("numerator", "denominator", "definition") if v.get(k))
+            out.append((f"throughput ({key.replace('_', ' ')})",
+                        f"{val:,.1f} {unit}".strip() if isinstance(val, (int, float)) else str(val), detail))
+        elif isinstance(v, (int, float)):
+            out.append((f"throughput ({key.replace('_', ' ')})", f"{v:,.1f}", ""))
+    return out

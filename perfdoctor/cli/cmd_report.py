@@ -26,6 +26,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="what to write to stdout (default: terminal summary)")
     p.add_argument("--step-marker", metavar="REGEX", help="annotation regex marking steps (default ProfilerStep#N)")
     p.add_argument("--force", action="store_true", help="overwrite an existing output file")
+    p.add_argument("--select", metavar="CODES", help="rules to run: codes, prefixes (PD3) or names, comma-separated")
+    p.add_argument("--ignore", metavar="CODES", help="rules to leave out (same forms as --select)")
+    p.add_argument("--rules", action="append", metavar="DIR", help="load user TOML rules from DIR (repeatable)")
+    p.add_argument("--fail-on", choices=["low", "medium", "high"], default=None,
+                   help="exit with status 1 when a finding at or above this severity exists (for CI)")
     p.add_argument("--width", type=int, default=None, help=argparse.SUPPRESS)
 
 
@@ -73,8 +78,14 @@ def run(args: argparse.Namespace) -> int:
     if args.output:
         out_format = format_for(args.output)
         _check_output(args.output, args.paths, args.force)
+    from perfdoctor.checks import config, engine
+
+    opts = config.resolve(args.select, args.ignore, args.rules, args.fail_on)
+    catalogue, codes = engine.prepare(opts)
     err = Console(stderr=True)
     analysis = _analyze(args, err)
+    results = engine.run_checks(analysis, catalogue, codes)
+    analysis.extras.update(results.to_report())
     report = pipeline.report_dict(analysis)
     if args.format in ("json", "md"):
         sys.stdout.buffer.write(render_bytes(report, args.format))
@@ -88,4 +99,4 @@ def run(args: argparse.Namespace) -> int:
             fh.write(data)
         os.replace(tmp, args.output)
         err.print(f"report written to {args.output}")
-    return 0
+    return engine.exit_code(results, opts.fail_on)

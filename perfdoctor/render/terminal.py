@@ -101,3 +101,7 @@ def render_terminal(report: dict[str, Any], console: Console) -> None:
         )
     for w in report.get("warnings", []):
         console.print(Text(f"warning: {w}", style="yellow"))
+    from perfdoctor.render.rules_text import findings_renderables
+
+    for part in findings_renderables(report):
+        console.print(part)

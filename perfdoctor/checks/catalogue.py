@@ -1,0 +1,291 @@
+"""The rule catalogue: ``rules/PDnnn.toml`` files, loaded and validated.
+
+A rule's TOML half (ruff's model: the check module is the other half, joined
+by the code)::
+
+    code = "PD101"                      # [A-Z]{1,4} + 3 digits; never reused
+    name = "dataloader-starvation"      # kebab-case, unique
+    category = "input-pipeline"         # one of CATEGORIES
+    severity = "high"                   # the most severe level it reports (low|medium|high);
+                                        #   the saving share picks lower levels (engine.toml)
+    message = "... {dataloader_idle_ms:.1f} ms ..."   # str.format over the evidence values
+    summary = "what it detects"
+    why = "why it costs time"
+    saving = "how the saving is estimated"
+    fix = "what to change"
+    example_before = '''code'''
+    example_after = '''code'''
+    references = ["https://..."]
+    requires = ["steps", "device"]      # data it needs (REQUIREMENTS); skipped with the reason otherwise
+    scope = "rank"                      # "rank": checked per trace; "job": across all ranks
+    [thresholds]                        # every number the check compares against
+    min_saving_pct = 5.0
+
+A user's rules (``--rules DIR``) are TOML files too: one with a built-in code
+overrides fields of that rule (``[thresholds]`` merged key by key); one with a
+new code is a *metric rule*, which needs a ``[when]`` table over a metric a
+built-in check computes::
+
+    [when]
+    metric = "PD101.dataloader_idle_pct"   # CODE.metric (``perfdoctor rule PD101`` lists them)
+    above = 5.0                            # or below = ...
+    saving_metric = "PD101.dataloader_idle_us"   # optional: µs per step saved
+
+The catalogue is found inside the installed package (``perfdoctor/_rules``,
+force-included by the wheel build) or, in a source checkout, at the repository's
+``rules/``.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from perfdoctor.errors import PerfDoctorError
+from perfdoctor.findings import SEVERITIES
+
+# the code families of STYLE.md: PD1xx input pipeline and host, PD2xx compute, PD3xx distributed,
+# PD4xx synchronization, PD5xx memory, PD6xx measurement validity, PD9xx trace quality
+CATEGORIES = ("input-pipeline", "host", "gpu-compute", "cpu-compute", "distributed", "synchronization", "memory",
+              "measurement", "trace-quality")
+REQUIREMENTS = ("steps", "device", "host_only", "multi_rank", "shapes", "memory", "device_properties", "run", "mfu")
+SCOPES = ("rank", "job")
+_TEXT_KEYS = ("name", "category", "severity", "message", "summary", "why", "saving", "fix",
+              "example_before", "example_after")
+_ALL_KEYS = set(_TEXT_KEYS) | {"code", "references", "requires", "scope", "thresholds", "when"}
+_CODE_RX = re.compile(r"^[A-Z]{1,4}\d{3}$")
+_NAME_RX = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
+_BUILTIN_FILE_RX = re.compile(r"^[A-Z]{1,4}\d{3}\.toml$")
+
+
+@dataclass(frozen=True)
+class RuleSpec:
+    """One rule's TOML half (see the module docstring for each field)."""
+
+    code: str
+    name: str
+    category: str
+    severity: str
+    message: str
+    summary: str
+    why: str
+    saving: str
+    fix: str
+    example_before: str
+    example_after: str
+    references: tuple[str, ...]
+    requires: tuple[str, ...] = ()
+    scope: str = "rank"
+    thresholds: dict[str, Any] = field(default_factory=dict)
+    when: dict[str, Any] | None = None
+    path: str = ""
+    builtin: bool = True
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "code": self.code, "name": self.name, "category": self.category, "severity": self.severity,
+            "message": self.message, "summary": self.summary, "why": self.why, "saving": self.saving,
+            "fix": self.fix, "example_before": self.example_before, "example_after": self.example_after,
+            "references": list(self.references), "requires": list(self.requires), "scope": self.scope,
+            "thresholds": dict(self.thresholds), "when": self.when, "path": self.path, "builtin": self.builtin,
+        }
+
+
+@dataclass
+class Catalogue:
+    """All rules by code, plus the engine settings of ``rules/engine.toml``."""
+
+    rules: dict[str, RuleSpec]
+    severity_high_pct: float = 10.0
+    severity_medium_pct: float = 3.0
+
+    def by_name(self, name: str) -> RuleSpec | None:
+        for r in self.rules.values():
+            if r.name == name:
+                return r
+        return None
+
+    def get(self, code_or_name: str) -> RuleSpec | None:
+        """A rule by code (case-insensitive) or name, else None."""
+        return self.rules.get(code_or_name.upper()) or self.by_name(code_or_name)
+
+    def sorted(self) -> list[RuleSpec]:
+        return [self.rules[c] for c in sorted(self.rules)]
+
+
+def builtin_rules_dir() -> Path:
+    """The built-in catalogue: ``perfdoctor/_rules`` when installed, the repo's ``rules/`` in a checkout.
+
+    Raises:
+        PerfDoctorError: neither exists (a broken installation).
+    """
+    pkg = Path(__file__).resolve().parent.parent
+    for cand in (pkg / "_rules", pkg.parent / "rules"):
+        if cand.is_dir() and any(cand.glob("*.toml")):
+            return cand
+    raise PerfDoctorError(f"the rule catalogue is missing: neither {pkg / '_rules'} nor {pkg.parent / 'rules'} "
+                          "holds rules/*.toml (broken installation?)")
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    try:
+        with open(path, "rb") as fh:
+            return tomllib.load(fh)
+    except tomllib.TOMLDecodeError as exc:
+        raise PerfDoctorError(f"{path}: not valid TOML ({exc})") from None
+    except OSError as exc:
+        raise PerfDoctorError(f"{path}: cannot read ({exc.strerror})") from None
+
+
+def _check_value(path: Path, key: str, value: Any) -> None:
+    def bad(what: str) -> PerfDoctorError:
+        return PerfDoctorError(f"{path}: {key} {what}")
+
+    if key in _TEXT_KEYS and not isinstance(value, str):
+        raise bad("must be a string")
+    if key == "code" and not (isinstance(value, str) and _CODE_RX.match(value)):
+        raise bad(f"{value!r} is not a rule code like PD101")
+    if key == "name" and not _NAME_RX.match(value):
+        raise bad(f"{value!r} is not kebab-case")
+    if key == "category" and value not in CATEGORIES:
+        raise bad(f"{value!r} is not one of {', '.join(CATEGORIES)}")
+    if key == "severity" and value not in SEVERITIES:
+        raise bad(f"{value!r} is not one of {', '.join(SEVERITIES)}")
+    if key == "scope" and value not in SCOPES:
+        raise bad(f"{value!r} is not one of {', '.join(SCOPES)}")
+    if key in ("references", "requires"):
+        if not (isinstance(value, list) and all(isinstance(v, str) for v in value)):
+            raise bad("must be a list of strings")
+        if key == "requires":
+            unknown = [v for v in value if v not in REQUIREMENTS]
+            if unknown:
+                raise bad(f"has unknown requirement(s) {unknown}; known: {', '.join(REQUIREMENTS)}")
+    if key == "thresholds":
+        if not isinstance(value, dict):
+            raise bad("must be a table")
+        for k, v in value.items():
+            if isinstance(v, bool) or not isinstance(v, (int, float, str, list)):
+                raise PerfDoctorError(f"{path}: thresholds.{k} must be a number, string or list")
+    if key == "when":
+        _check_when(path, value)
+
+
+def _check_when(path: Path, when: Any) -> None:
+    if not isinstance(when, dict):
+        raise PerfDoctorError(f"{path}: [when] must be a table")
+    unknown = set(when) - {"metric", "above", "below", "saving_metric"}
+    if unknown:
+        raise PerfDoctorError(f"{path}: [when] has unknown key(s) {sorted(unknown)}")
+    for k in ("metric", "saving_metric"):
+        if k in when and not (isinstance(when[k], str) and re.match(r"^[A-Z]{1,4}\d{3}\.\w+$", when[k])):
+            raise PerfDoctorError(f"{path}: when.{k} must look like 'PD101.metric_name'")
+    if "metric" not in when or ("above" in when) == ("below" in when):
+        raise PerfDoctorError(f"{path}: [when] needs metric and exactly one of above / below")
+    bound = when.get("above", when.get("below"))
+    if isinstance(bound, bool) or not isinstance(bound, (int, float)):
+        raise PerfDoctorError(f"{path}: when.above / when.below must be a number")
+
+
+def _validate(path: Path, data: dict[str, Any], full: bool) -> None:
+    unknown = set(data) - _ALL_KEYS
+    if unknown:
+        raise PerfDoctorError(f"{path}: unknown key(s) {sorted(unknown)}")
+    if "code" not in data:
+        raise PerfDoctorError(f"{path}: missing key 'code'")
+    if full:
+        missing = [k for k in (*_TEXT_KEYS, "references") if k not in data]
+        if missing:
+            raise PerfDoctorError(f"{path}: missing key(s) {missing}")
+    for k, v in data.items():
+        _check_value(path, k, v)
+
+
+def prose(text: str) -> str:
+    """Re-flow TOML prose: lines of one paragraph joined, paragraphs kept (blank-line separated)."""
+    paras = [" ".join(p.split()) for p in re.split(r"\n\s*\n", text.strip())]
+    return "\n\n".join(p for p in paras if p)
+
+
+_PROSE = ("summary", "why", "saving", "fix")
+
+
+def _spec(path: Path, data: dict[str, Any], builtin: bool) -> RuleSpec:
+    data = {k: (prose(v) if k in _PROSE else v) for k, v in data.items()}
+    return RuleSpec(
+        code=data["code"], name=data["name"], category=data["category"], severity=data["severity"],
+        message=data["message"], summary=data["summary"], why=data["why"], saving=data["saving"], fix=data["fix"],
+        example_before=data["example_before"], example_after=data["example_after"],
+        references=tuple(data["references"]), requires=tuple(data.get("requires", ())),
+        scope=data.get("scope", "rank"), thresholds=dict(data.get("thresholds", {})), when=data.get("when"),
+        path=str(path), builtin=builtin,
+    )
+
+
+def _override(base: RuleSpec, path: Path, data: dict[str, Any]) -> RuleSpec:
+    if "when" in data:
+        raise PerfDoctorError(f"{path}: {base.code} is a built-in rule; [when] is only for new codes")
+    unknown = set(data.get("thresholds", {})) - set(base.thresholds)
+    if unknown:
+        raise PerfDoctorError(f"{path}: {base.code} has no threshold(s) {sorted(unknown)}; "
+                              f"known: {', '.join(sorted(base.thresholds)) or 'none'}")
+    changes: dict[str, Any] = {k: (prose(v) if k in _PROSE else v) for k, v in data.items() if k in _TEXT_KEYS}
+    if "references" in data:
+        changes["references"] = tuple(data["references"])
+    if "requires" in data:
+        changes["requires"] = tuple(data["requires"])
+    if "thresholds" in data:
+        changes["thresholds"] = {**base.thresholds, **data["thresholds"]}
+    return replace(base, path=str(path), **changes)
+
+
+def load_catalogue(user_dirs: list[str] | tuple[str, ...] = (), builtin_dir: Path | None = None) -> Catalogue:
+    """Load the built-in rules, then each user directory's ``*.toml`` over them.
+
+    Raises:
+        PerfDoctorError: a file is not valid TOML, lacks a key, has a bad value,
+            reuses a code or a name, overrides an unknown threshold, or a user
+            directory does not exist. The message names the file.
+    """
+    bdir = builtin_dir or builtin_rules_dir()
+    cat = Catalogue(rules={})
+    engine_toml = bdir / "engine.toml"
+    if engine_toml.exists():
+        sev = _read_toml(engine_toml).get("severity", {})
+        cat.severity_high_pct = float(sev.get("high_pct", cat.severity_high_pct))
+        cat.severity_medium_pct = float(sev.get("medium_pct", cat.severity_medium_pct))
+    for path in sorted(bdir.glob("*.toml")):
+        if not _BUILTIN_FILE_RX.match(path.name):
+            continue
+        data = _read_toml(path)
+        _validate(path, data, full=True)
+        if data["code"] != path.stem:
+            raise PerfDoctorError(f"{path}: code {data['code']} does not match the file name")
+        _add(cat, _spec(path, data, builtin=True))
+    for d in user_dirs:
+        udir = Path(d)
+        if not udir.is_dir():
+            raise PerfDoctorError(f"--rules {d}: not a directory")
+        for path in sorted(udir.glob("*.toml")):
+            data = _read_toml(path)
+            if "code" in data and isinstance(data["code"], str) and data["code"] in cat.rules:
+                _validate(path, data, full=False)
+                cat.rules[data["code"]] = _override(cat.rules[data["code"]], path, data)
+                continue
+            _validate(path, data, full=True)
+            if "when" not in data:
+                raise PerfDoctorError(f"{path}: {data['code']} is not a built-in rule, so it needs a [when] table "
+                                      "over a built-in check's metric")
+            _add(cat, _spec(path, data, builtin=False))
+    return cat
+
+
+def _add(cat: Catalogue, spec: RuleSpec) -> None:
+    if spec.code in cat.rules:
+        raise PerfDoctorError(f"{spec.path}: code {spec.code} already defined in {cat.rules[spec.code].path}")
+    other = cat.by_name(spec.name)
+    if other is not None:
+        raise PerfDoctorError(f"{spec.path}: name {spec.name} already used by {other.code} ({other.path})")
+    cat.rules[spec.code] = spec

@@ -1,0 +1,106 @@
+"""Helpers several checks share: host intervals of copies and syncs, per-step summaries, top events."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import numpy as np
+
+from perfdoctor.analysis import host
+from perfdoctor.analysis import intervals as iv
+from perfdoctor.analysis.classify import classify_kernel
+from perfdoctor.trace.tables import TraceTables
+
+COPY_OPS = r"^aten::(copy_|to|_to_copy|_copy_from|_copy_from_and_resize)$"
+
+
+def pct(part: float, whole: float) -> float:
+    """``100 * part / whole`` (0 when ``whole`` is 0)."""
+    return 100.0 * part / whole if whole > 0 else 0.0
+
+
+def steps_over(values_us: np.ndarray, step_us: np.ndarray, min_pct: float, numbers: list[int]) -> list[int]:
+    """Step numbers whose ``values_us`` is at least ``min_pct`` % of that step's time."""
+    share = np.divide(100.0 * values_us, step_us, out=np.zeros_like(values_us), where=step_us > 0)
+    return [int(numbers[i]) for i in np.flatnonzero(share >= min_pct)]
+
+
+def memcpy_mask(tables: TraceTables, device: int, direction: str, pageable: bool | None) -> np.ndarray:
+    """Rows of the memcpy table on ``device`` with ``direction`` (``h2d``...) and host memory kind.
+
+    ``pageable`` True/False selects names saying Pageable/Pinned; None selects
+    copies whose names say neither.
+    """
+    mc = tables.memcpy
+    if len(mc) == 0:
+        return np.zeros(0, dtype=bool)
+    uniq = np.unique(mc["name_id"])
+    good = [i for i in uniq.tolist()
+            if (c := classify_kernel(tables.names[i])).direction == direction and c.pageable is pageable]
+    return np.isin(mc["name_id"], good) & (mc["device"] == device)
+
+
+def runtime_calls_of(tables: TraceTables, correlation: np.ndarray) -> iv.Intervals:
+    """Host intervals of the runtime calls with these correlation ids."""
+    rt = tables.runtime
+    if len(rt) == 0 or correlation.size == 0:
+        return iv.EMPTY
+    m = np.isin(rt["correlation"], correlation[correlation >= 0])
+    return iv.union(rt["ts_us"][m], rt["end_us"][m])
+
+
+def ops_containing(tables: TraceTables, pattern: str, times_us: np.ndarray) -> iv.Intervals:
+    """Union of cpu ops named ``pattern`` that contain at least one of ``times_us``."""
+    ops = tables.cpu_ops
+    if len(ops) == 0 or times_us.size == 0:
+        return iv.EMPTY
+    m = tables.names_matching(re.compile(pattern))[ops["name_id"]]
+    s, e = ops["ts_us"][m], ops["end_us"][m]
+    t = np.sort(times_us)
+    holds = np.searchsorted(t, e, side="left") > np.searchsorted(t, s, side="left")
+    return iv.union(s[holds], e[holds])
+
+
+def pageable_h2d(tables: TraceTables, device: int, adjacency_us: float) -> tuple[np.ndarray, iv.Intervals]:
+    """Pageable host-to-device copies of ``device`` and the host time they block.
+
+    Returns ``(memcpy row mask, blocked host intervals)``: the copies' runtime
+    calls, plus the copy op around them (``aten::copy_``/``to``: PyTorch
+    synchronizes the stream after a pageable copy) or, when the trace has no
+    such op, any synchronize call starting within ``adjacency_us`` after the copy call.
+    """
+    mask = memcpy_mask(tables, device, "h2d", True)
+    if not mask.any():
+        return mask, iv.EMPTY
+    corr = tables.memcpy["correlation"][mask]
+    calls = runtime_calls_of(tables, corr)
+    windows = iv.union_of(ops_containing(tables, COPY_OPS, calls[0]),
+                          iv.union(calls[0], calls[1] + adjacency_us))
+    blocked = iv.union_of(calls, iv.intersect(host.synchronization(tables), windows))
+    return mask, blocked
+
+
+def sync_calls_by_name(tables: TraceTables, exclude: iv.Intervals) -> tuple[np.ndarray, np.ndarray]:
+    """Row indices of synchronize runtime calls not inside ``exclude``, and their names."""
+    rt = tables.runtime
+    if len(rt) == 0:
+        return np.empty(0, dtype=np.int64), np.empty(0, dtype=object)
+    m = tables.names_matching(re.compile(host.SYNC_RUNTIME))[rt["name_id"]]
+    idx = np.flatnonzero(m)
+    if exclude[0].size and idx.size:
+        k = np.searchsorted(exclude[0], rt["ts_us"][idx], side="right") - 1
+        inside = (k >= 0) & (rt["ts_us"][idx] < exclude[1][np.maximum(k, 0)])
+        idx = idx[~inside]
+    return idx, tables.name_array()[rt["name_id"][idx]]
+
+
+def top_names(names: np.ndarray, weights: np.ndarray, n: int = 5, unit: str = "us") -> list[dict[str, Any]]:
+    """The ``n`` names with the largest summed weight: ``[{"name", "count", "total_<unit>"}]``."""
+    if names.size == 0:
+        return []
+    uniq, inv = np.unique(names.astype(str), return_inverse=True)
+    tot = np.bincount(inv, weights=weights)
+    cnt = np.bincount(inv)
+    order = np.argsort(-tot, kind="stable")[:n]
+    return [{"name": str(uniq[i]), "count": int(cnt[i]), f"total_{unit}": round(float(tot[i]), 3)} for i in order]

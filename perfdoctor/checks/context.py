@@ -1,0 +1,227 @@
+"""What a check sees: one rank (or the whole job), its rule's thresholds, and shared derived arrays.
+
+A check module exposes ``CODE``, ``METRICS`` (metric name -> description with
+unit; user rules may compare against them) and ``check(ctx) -> Outcome``.
+``ctx`` is a :class:`RankContext` for ``scope = "rank"`` rules and a
+:class:`JobContext` for ``scope = "job"`` rules. Derived arrays that several
+checks need (kernels of the primary device with their classes, device idle
+gaps) are computed once per rank and cached.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from perfdoctor.analysis import intervals as iv
+from perfdoctor.analysis.breakdown import StepBreakdown
+from perfdoctor.analysis.classify import classify_kernel
+from perfdoctor.analysis.steps import gpu_launch_times
+from perfdoctor.checks.catalogue import RuleSpec
+from perfdoctor.findings import Hit
+
+
+@dataclass
+class Outcome:
+    """A check's answer: metrics always; a hit when the rule fires; a reason when it cannot run."""
+
+    metrics: dict[str, Any] = field(default_factory=dict)
+    hit: Hit | None = None
+    skip: str | None = None
+
+
+def skipped(reason: str, **metrics: Any) -> Outcome:
+    return Outcome(metrics=metrics, skip=reason)
+
+
+def passed(**metrics: Any) -> Outcome:
+    return Outcome(metrics=metrics)
+
+
+@dataclass
+class KernelView:
+    """Kernels of one device (µs arrays, one entry per kernel, time-sorted).
+
+    ``step`` is the index of the step window the kernel starts in (-1 outside
+    all windows); ``launch_dur_us`` the duration of its launching runtime call
+    (NaN when the trace has none).
+    """
+
+    name_id: np.ndarray
+    ts_us: np.ndarray
+    dur_us: np.ndarray
+    launch_us: np.ndarray
+    launch_dur_us: np.ndarray
+    step: np.ndarray
+    category: np.ndarray
+    triton: np.ndarray
+
+    def __len__(self) -> int:
+        return int(self.ts_us.size)
+
+
+class RankContext:
+    """One rank's analysis plus the rule being checked (``spec``) and a per-rank cache."""
+
+    def __init__(self, analysis: Any, rank: Any, spec: RuleSpec | None = None) -> None:
+        self.analysis = analysis
+        self.rank = rank
+        self.spec = spec
+        self.cache: dict[str, Any] = {}
+
+    # -- rule ------------------------------------------------------------------
+    @property
+    def th(self) -> dict[str, Any]:
+        """The rule's thresholds (``[thresholds]`` of its TOML, user overrides applied)."""
+        return self.spec.thresholds if self.spec else {}
+
+    # -- steps -------------------------------------------------------------------
+    @property
+    def tables(self) -> Any:
+        return self.rank.tables
+
+    @property
+    def device(self) -> Any:
+        return self.rank.primary
+
+    @property
+    def is_gpu(self) -> bool:
+        return self.rank.primary.kind == "gpu"
+
+    @property
+    def step_rows(self) -> list[StepBreakdown]:
+        return self.rank.primary.steps
+
+    @property
+    def step_numbers(self) -> list[int]:
+        return [s.step for s in self.step_rows]
+
+    @property
+    def n_steps(self) -> int:
+        return len(self.step_rows)
+
+    @property
+    def step_us(self) -> float:
+        """Mean step time (µs) over the analysed steps."""
+        rows = self.step_rows
+        return float(np.mean([s.dur_us for s in rows])) if rows else 0.0
+
+    def per_step(self, getter: Any) -> np.ndarray:
+        """``getter(StepBreakdown) -> float`` for every step, as an array."""
+        return np.array([float(getter(s)) for s in self.step_rows], dtype=np.float64)
+
+    def windows(self) -> tuple[np.ndarray, np.ndarray]:
+        return self.rank.steps.start_us, self.rank.steps.end_us
+
+    def step_of(self, ts_us: np.ndarray) -> np.ndarray:
+        """Index of the step window holding each time (-1 outside all windows)."""
+        ws, we = self.windows()
+        k = np.searchsorted(ws, ts_us, side="right") - 1
+        ok = (k >= 0) & (ts_us < we[np.maximum(k, 0)])
+        return np.where(ok, k, -1)
+
+    # -- derived, cached ---------------------------------------------------------
+    def kernels(self) -> KernelView:
+        """Kernels of the primary device with their classification (cached)."""
+        if "kernels" in self.cache:
+            return self.cache["kernels"]
+        tab = self.tables.kernels
+        dev = self.device.device
+        m = tab["device"] == dev if len(tab) else np.zeros(0, dtype=bool)
+        launch = gpu_launch_times(self.tables, "kernels")[m] if len(tab) else np.empty(0)
+        ids = tab["name_id"][m] if len(tab) else np.empty(0, dtype=np.int64)
+        uniq, inv = np.unique(ids, return_inverse=True)
+        classes = [classify_kernel(self.tables.names[i]) for i in uniq.tolist()]
+        cat = np.array([c.category for c in classes], dtype=object)[inv] if classes else np.empty(0, object)
+        tri = np.array([c.triton for c in classes], dtype=bool)[inv] if classes else np.empty(0, bool)
+        ts = tab["ts_us"][m] if len(tab) else np.empty(0)
+        view = KernelView(
+            name_id=ids, ts_us=ts, dur_us=tab["dur_us"][m] if len(tab) else np.empty(0), launch_us=launch,
+            launch_dur_us=self._launch_durations(tab["correlation"][m]) if len(tab) else np.empty(0),
+            step=self.step_of(launch) if ts.size else np.empty(0, dtype=np.int64), category=cat, triton=tri,
+        )
+        self.cache["kernels"] = view
+        return view
+
+    def _launch_durations(self, corr: np.ndarray) -> np.ndarray:
+        rt = self.tables.runtime
+        out = np.full(corr.size, np.nan)
+        if len(rt) == 0 or corr.size == 0:
+            return out
+        rc = rt["correlation"]
+        order = np.argsort(rc, kind="stable")
+        rc_s, dur_s = rc[order], rt["dur_us"][order]
+        pos = np.minimum(np.searchsorted(rc_s, corr), rc_s.size - 1)
+        hit = (rc_s[pos] == corr) & (corr >= 0)
+        out[hit] = dur_s[pos[hit]]
+        return out
+
+    def device_busy(self) -> iv.Intervals:
+        """Union of kernels, memcpys and memsets of the primary device (cached)."""
+        if "busy" in self.cache:
+            return self.cache["busy"]
+        starts, ends = [], []
+        for tname in ("kernels", "memcpy", "memset"):
+            tab = self.tables.tables[tname]
+            if len(tab):
+                m = tab["device"] == self.device.device
+                starts.append(tab["ts_us"][m])
+                ends.append(tab["end_us"][m])
+        busy = iv.union(np.concatenate(starts), np.concatenate(ends)) if starts else iv.EMPTY
+        self.cache["busy"] = busy
+        return busy
+
+    def device_gaps(self) -> iv.Intervals:
+        """Device idle intervals inside the analysed step windows (cached)."""
+        if "gaps" not in self.cache:
+            ws, we = self.windows()
+            self.cache["gaps"] = iv.complement(self.device_busy(), float(ws[0]), float(we[-1]))
+        return self.cache["gaps"]
+
+    def idle_after(self, calls: iv.Intervals) -> np.ndarray:
+        """Per step: device idle time that begins while the host is inside ``calls`` (µs).
+
+        A gap that starts during a blocking call is charged whole to the call, as in
+        the breakdown's idle causes: the device had nothing queued because the host was blocked.
+        """
+        gaps = self.device_gaps()
+        ws, we = self.windows()
+        if calls[0].size == 0 or gaps[0].size == 0:
+            return np.zeros(ws.size)
+        k = np.searchsorted(calls[0], gaps[0], side="right") - 1
+        starts_inside = (k >= 0) & (gaps[0] < calls[1][np.maximum(k, 0)])
+        charged = iv.union(gaps[0][starts_inside], gaps[1][starts_inside])
+        return iv.per_window(iv.union_of(charged, iv.intersect(gaps, calls)), ws, we)
+
+
+class JobContext:
+    """All ranks of one job, for ``scope = "job"`` rules."""
+
+    def __init__(self, analysis: Any, ranks: list[RankContext], spec: RuleSpec | None = None) -> None:
+        self.analysis = analysis
+        self.ranks = ranks
+        self.spec = spec
+
+    @property
+    def th(self) -> dict[str, Any]:
+        return self.spec.thresholds if self.spec else {}
+
+
+def run_json(analysis: Any) -> dict[str, Any] | None:
+    """The run facts (``run.json``) recorded by ``perfdoctor profile``, or None.
+
+    ``analysis.run`` is a RunData (attribute ``run`` / ``run_json`` / ``meta``
+    holding the dict) or the dict itself.
+    """
+    run = getattr(analysis, "run", None)
+    if run is None:
+        return None
+    if isinstance(run, dict):
+        return run
+    for attr in ("run_json", "run", "meta", "facts", "info"):
+        val = getattr(run, attr, None)
+        if isinstance(val, dict):
+            return val
+    return None

@@ -1,0 +1,288 @@
+"""The rule engine: select rules, run their checks, merge ranks, rank findings.
+
+Flow: :func:`load_catalogue` (TOML halves) + :func:`check_modules` (code
+halves, ``perfdoctor/checks/pdNNN_*.py``) -> :func:`select_codes` (``--select``
+/ ``--ignore``, ruff's longest-prefix rule) -> :func:`run_checks` -> a
+:class:`CheckResults` whose :meth:`CheckResults.to_report` is merged into the
+report dict (``findings``, ``skipped_checks``, ``findings_note``).
+
+A check whose data is missing (``requires`` in its TOML, or the check's own
+test) is *skipped with the reason*; it never passes silently.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+import re
+from dataclasses import dataclass, field
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+
+from perfdoctor.checks import context as cx
+from perfdoctor.checks.catalogue import Catalogue, RuleSpec
+from perfdoctor.errors import PerfDoctorError
+from perfdoctor.findings import (FINDINGS_NOTE, Estimate, Evidence, Finding, Hit, rank_findings, severity_for,
+                                 severity_level)
+
+_MODULE_RX = re.compile(r"^pd\d{3}_\w+$")
+LAST = ("PD901",)  # checks that read the other checks' skip reasons
+
+
+def check_modules() -> dict[str, ModuleType]:
+    """The check modules by code (``CODE`` attribute of each ``pdNNN_*`` module)."""
+    import perfdoctor.checks as pkg
+
+    out: dict[str, ModuleType] = {}
+    for info in pkgutil.iter_modules(pkg.__path__):
+        if _MODULE_RX.match(info.name):
+            mod = importlib.import_module(f"perfdoctor.checks.{info.name}")
+            out[mod.CODE] = mod
+    return out
+
+
+# -- selection ------------------------------------------------------------------
+
+def _matches(cat: Catalogue, selector: str) -> dict[str, int]:
+    """Codes a selector matches, with its specificity (prefix length; a name counts as a full code)."""
+    s = selector.strip()
+    rule = cat.by_name(s)
+    if rule is not None:
+        return {rule.code: len(rule.code) + 1}
+    up = s.upper()
+    return {c: len(up) for c in cat.rules if c.startswith(up)} if up else {}
+
+
+def select_codes(cat: Catalogue, select: list[str] | None, ignore: list[str] | None,
+                 select_source: str = "--select", ignore_source: str = "--ignore") -> list[str]:
+    """Codes enabled by ``select`` (default: all) minus ``ignore``; the longest matching selector wins.
+
+    Selectors are codes, code prefixes (``PD3``) or kebab-case names; at equal
+    length ``ignore`` wins. ``ALL`` selects everything.
+
+    Raises:
+        PerfDoctorError: a selector matches no rule (names the option and the selector).
+    """
+    best: dict[str, tuple[int, bool]] = {}
+    sel = list(select) if select else ["ALL"]
+    for sign, items, option in ((True, sel, select_source), (False, list(ignore or []), ignore_source)):
+        for s in items:
+            matched = ({c: 0 for c in cat.rules} if s.strip().upper() == "ALL" else _matches(cat, s))
+            if not matched:
+                raise PerfDoctorError(f"{option}: {s!r} matches no rule code, prefix or name "
+                                      "(see `perfdoctor rules`)")
+            for code, spec_len in matched.items():
+                cur = best.get(code)
+                if cur is None or spec_len > cur[0] or (spec_len == cur[0] and not sign):
+                    best[code] = (spec_len, sign)
+    return sorted(c for c, (_, on) in best.items() if on)
+
+
+# -- running --------------------------------------------------------------------
+
+@dataclass
+class CheckResults:
+    """What the engine found: ranked findings, skipped checks, and every check's metrics."""
+
+    findings: list[Finding] = field(default_factory=list)
+    skipped: list[dict[str, str]] = field(default_factory=list)
+    passed: list[str] = field(default_factory=list)
+    metrics: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)  # code -> rank -> metrics
+
+    def to_report(self) -> dict[str, Any]:
+        """The report keys: ``findings`` (ranked dicts), ``skipped_checks``, ``passed_checks``, ``findings_note``."""
+        return {
+            "findings": [f.to_dict() for f in self.findings],
+            "skipped_checks": list(self.skipped),
+            "passed_checks": list(self.passed),
+            "findings_note": FINDINGS_NOTE,
+        }
+
+
+def _requirement_missing(req: str, analysis: Any, rank: Any) -> str | None:
+    """The reason a rank lacks ``req`` (see catalogue.REQUIREMENTS), or None when it has it."""
+    t = rank.tables
+    if req == "steps" and rank.steps.source == "whole-trace":
+        return "no ProfilerStep#N annotations: per-step times unavailable (use torch.profiler's schedule and prof.step())"
+    if req == "device" and rank.primary.kind != "gpu":
+        return "CPU-only trace: no kernels, memcpys or memsets"
+    if req == "host_only" and rank.primary.kind == "gpu":
+        return "device trace: the rule is about CPU-only training"
+    if req == "multi_rank" and len(analysis.ranks) < 2:
+        return "single rank: needs the traces of several ranks of one job"
+    if req == "shapes":
+        if len(t.cpu_ops) == 0 or not np.not_equal(t.cpu_ops["input_dims"], None).any():
+            return "shapes not recorded (torch.profiler record_shapes=True)"
+    if req == "memory" and len(t.memory) == 0:
+        return "no memory events (torch.profiler profile_memory=True)"
+    if req == "device_properties" and not t.device_properties:
+        return "no deviceProperties in the trace (GPU model unknown)"
+    if req == "mfu" and (rank.primary.kind != "gpu" or (_requirement_missing("shapes", analysis, rank)
+                                                       and cx.run_json(analysis) is None)):
+        return ("MFU needs a GPU trace with shapes recorded (record_shapes=True) or run data with model FLOPs"
+                if rank.primary.kind == "gpu" else "CPU-only trace: MFU against a datasheet peak is GPU-only")
+    if req == "run" and cx.run_json(analysis) is None:
+        return "no run data (record with `perfdoctor profile` to get run.json)"
+    return None
+
+
+def _finding(spec: RuleSpec, hit: Hit, ranks: list[int], cat: Catalogue) -> Finding:
+    fields = {**hit.evidence.values, **hit.fields}
+    if hit.estimate is not None:
+        fields.setdefault("saving_ms", hit.estimate.saving_us / 1000.0)
+        fields.setdefault("saving_pct", hit.estimate.pct)
+    try:
+        message = spec.message.format_map(fields)
+    except (KeyError, ValueError, IndexError, AttributeError, TypeError) as exc:
+        raise PerfDoctorError(f"{spec.path}: message template of {spec.code} cannot be filled "
+                              f"({type(exc).__name__}: {exc}); fields available: {', '.join(sorted(fields))}") from None
+    pct = hit.estimate.pct if hit.estimate is not None else None
+    return Finding(
+        code=spec.code, name=spec.name, category=spec.category,
+        severity=severity_for(pct, spec.severity, cat.severity_high_pct, cat.severity_medium_pct),
+        message=message, estimate=hit.estimate, evidence=hit.evidence, fix=spec.fix,
+        example_before=spec.example_before, example_after=spec.example_after, references=list(spec.references),
+        ranks=ranks,
+    )
+
+
+def _merge_rank_outcomes(spec: RuleSpec, outcomes: list[tuple[Any, cx.Outcome]], res: CheckResults,
+                         cat: Catalogue) -> None:
+    hits = [(r, o.hit) for r, o in outcomes if o.hit is not None]
+    if hits:
+        best_rank, best = max(hits, key=lambda rh: rh[1].estimate.saving_us if rh[1].estimate else 0.0)
+        if len(outcomes) > 1:
+            best.evidence.values.setdefault("worst_rank", best_rank)
+            if any(h.estimate for _, h in hits):
+                best.evidence.values["saving_us_by_rank"] = {
+                    str(r): round(h.estimate.saving_us, 3) for r, h in hits if h.estimate}
+        res.findings.append(_finding(spec, best, sorted(r for r, _ in hits), cat))
+        return
+    skips = [(r, o.skip) for r, o in outcomes if o.skip]
+    if skips and len(skips) == len(outcomes):
+        reasons = sorted({s for _, s in skips})
+        reason = reasons[0] if len(reasons) == 1 else "; ".join(f"rank {r}: {s}" for r, s in skips)
+        res.skipped.append({"code": spec.code, "name": spec.name, "reason": reason})
+    else:
+        res.passed.append(spec.code)
+
+
+def _metric_rule(spec: RuleSpec, res: CheckResults, modules: dict[str, ModuleType], cat: Catalogue) -> None:
+    when = spec.when or {}
+    src, metric = when["metric"].split(".", 1)
+    for key in ("metric", "saving_metric"):
+        if key in when:
+            c, m = when[key].split(".", 1)
+            if c not in modules or m not in getattr(modules[c], "METRICS", {}):
+                raise PerfDoctorError(f"{spec.path}: when.{key} {when[key]!r} is not a metric of a built-in check "
+                                      f"(`perfdoctor rule {c}` lists them)")
+    per_rank = res.metrics.get(src, {})
+    outcomes = []
+    for rank_key, metrics in per_rank.items():
+        value = metrics.get(metric)
+        if value is None:
+            outcomes.append((rank_key, cx.skipped(f"metric {src}.{metric} unavailable on this trace")))
+            continue
+        fires = value > when["above"] if "above" in when else value < when["below"]
+        if not fires:
+            outcomes.append((rank_key, cx.passed()))
+            continue
+        est = None
+        if "saving_metric" in when:
+            sc, sm = when["saving_metric"].split(".", 1)
+            sv = res.metrics.get(sc, {}).get(rank_key, {}).get(sm)
+            step_us = metrics.get("step_us") or res.metrics.get(sc, {}).get(rank_key, {}).get("step_us") or 0.0
+            if sv is not None:
+                est = Estimate(float(sv), float(step_us), f"user rule: {when['saving_metric']}")
+        ev = Evidence(values={"metric": when["metric"], "value": value})
+        outcomes.append((rank_key, cx.Outcome(hit=Hit(evidence=ev, estimate=est))))
+    if not outcomes:
+        outcomes = [(None, cx.skipped(f"metric {when['metric']} unavailable: {src} did not run"))]
+    _merge_rank_outcomes(spec, outcomes, res, cat)
+
+
+def run_checks(analysis: Any, cat: Catalogue, selected: list[str]) -> CheckResults:
+    """Run the selected rules over an Analysis (``perfdoctor.pipeline.Analysis``).
+
+    Built-in checks needed by selected user metric rules run too (their own
+    findings are reported only when selected). Raises PerfDoctorError for a
+    user rule or template that cannot be evaluated (naming the file).
+    """
+    modules = check_modules()
+    res = CheckResults()
+    wanted = set(selected)
+    user = [cat.rules[c] for c in selected if cat.rules[c].when is not None]
+    needed = wanted | {u.when["metric"].split(".")[0] for u in user} | {
+        u.when["saving_metric"].split(".")[0] for u in user if "saving_metric" in u.when}
+    rank_ctx = [cx.RankContext(analysis, r) for r in analysis.ranks]
+    order = sorted((c for c in needed if c in cat.rules and cat.rules[c].when is None), key=lambda c: (c in LAST, c))
+    for code in order:
+        spec = cat.rules[code]
+        mod = modules.get(code)
+        report = code in wanted
+        if mod is None:
+            if report:
+                res.skipped.append({"code": code, "name": spec.name, "reason": "no check is implemented for this rule yet"})
+            continue
+        sub = CheckResults()
+        if spec.scope == "job":
+            outcomes = [(None, _run_job(mod, spec, analysis, rank_ctx))]
+        else:
+            outcomes = []
+            for ctx in rank_ctx:
+                ctx.spec = spec
+                reason = next((m for m in (_requirement_missing(q, analysis, ctx.rank) for q in spec.requires) if m), None)
+                o = cx.skipped(reason) if reason else mod.check(ctx)
+                if not o.skip:
+                    o.metrics.setdefault("step_us", ctx.step_us)
+                if o.skip:
+                    ctx.cache.setdefault("skipped", []).append((code, o.skip))
+                outcomes.append((ctx.rank.rank, o))
+        res.metrics[code] = {str(r): o.metrics for r, o in outcomes if o.metrics}
+        if report:
+            _merge_rank_outcomes(spec, outcomes, sub, cat)
+            res.findings += sub.findings
+            res.skipped += sub.skipped
+            res.passed += sub.passed
+    for spec in user:
+        _metric_rule(spec, res, modules, cat)
+    res.findings = rank_findings(res.findings)
+    return res
+
+
+def prepare(opts: Any) -> tuple[Catalogue, list[str]]:
+    """Load the catalogue (with ``opts.rules_dirs``) and select codes by ``opts`` (a config.RuleOptions).
+
+    Raises PerfDoctorError for a bad rule file or selector, before any trace is read.
+    """
+    from perfdoctor.checks.catalogue import load_catalogue
+
+    cat = load_catalogue(opts.rules_dirs)
+    codes = select_codes(cat, opts.select, opts.ignore, opts.source.get("select", "--select"),
+                         opts.source.get("ignore", "--ignore"))
+    return cat, codes
+
+
+def diagnose(analysis: Any, opts: Any) -> CheckResults:
+    """:func:`prepare` then :func:`run_checks`."""
+    cat, codes = prepare(opts)
+    return run_checks(analysis, cat, codes)
+
+
+def exit_code(results: CheckResults, fail_on: str | None) -> int:
+    """1 when a finding is at or above ``fail_on`` severity, else 0 (``fail_on`` None: always 0)."""
+    if fail_on is None:
+        return 0
+    level = severity_level(fail_on)
+    return 1 if any(severity_level(f.severity) >= level for f in results.findings) else 0
+
+
+def _run_job(mod: ModuleType, spec: RuleSpec, analysis: Any, rank_ctx: list[cx.RankContext]) -> cx.Outcome:
+    for q in spec.requires:
+        for ctx in rank_ctx:
+            reason = _requirement_missing(q, analysis, ctx.rank)
+            if reason:
+                return cx.skipped(reason)
+    return mod.check(cx.JobContext(analysis, rank_ctx, spec))

@@ -1,0 +1,51 @@
+"""PD101 dataloader-starvation: the step waits while the host is inside DataLoader ``__next__``.
+
+GPU traces: the device idle time the breakdown charges to the DataLoader (a
+gap that begins while the host is in ``__next__`` is charged whole, since the
+device had nothing queued). CPU-only traces: the host time inside
+``__next__``, during which the training loop itself waits.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from perfdoctor.analysis import host
+from perfdoctor.analysis import intervals as iv
+from perfdoctor.checks.common import pct, steps_over
+from perfdoctor.checks.context import Outcome, RankContext, passed, skipped
+from perfdoctor.findings import Estimate, Evidence, Hit
+
+CODE = "PD101"
+METRICS = {
+    "dataloader_wait_us": "mean µs per step the step waits on the DataLoader (device idle on GPU, host in __next__ on CPU)",
+    "dataloader_wait_pct": "dataloader_wait_us as % of the mean step time",
+    "dataloader_host_us": "mean µs per step the host spends inside DataLoader __next__",
+}
+
+
+def check(ctx: RankContext) -> Outcome:
+    fetches = host.ranges_named(ctx.tables, host.DATALOADER)
+    if fetches[0].size == 0:
+        return skipped("no DataLoader __next__ events in the trace (no torch DataLoader, or it ran outside the profiler)")
+    ws, we = ctx.windows()
+    host_us = iv.per_window(iv.union(*fetches), ws, we)
+    wait = ctx.per_step(lambda s: s.idle_causes_us.get("dataloader", 0.0)) if ctx.is_gpu else host_us
+    step_us = ctx.per_step(lambda s: s.dur_us)
+    saving = float(wait.mean())
+    share = pct(saving, ctx.step_us)
+    metrics = {"dataloader_wait_us": saving, "dataloader_wait_pct": share,
+               "dataloader_host_us": float(host_us.mean())}
+    if share < ctx.th["min_saving_pct"]:
+        return passed(**metrics)
+    n_fetch = np.bincount(np.clip(ctx.step_of(fetches[0]), -1, None) + 1, minlength=ctx.n_steps + 1)[1:]
+    ev = Evidence(
+        values={"dataloader_wait_ms": saving / 1000, "dataloader_wait_pct": share,
+                "dataloader_host_ms": float(host_us.mean()) / 1000, "fetches_per_step": float(n_fetch.mean()),
+                "step_ms": ctx.step_us / 1000, "waiting": "The device is idle" if ctx.is_gpu else "The training loop waits",
+                "max_step_wait_ms": float(wait.max()) / 1000},
+        steps=steps_over(wait, step_us, ctx.th["min_saving_pct"], ctx.step_numbers),
+    )
+    method = ("mean device idle per step charged to DataLoader __next__ (breakdown idle cause 'dataloader')"
+              if ctx.is_gpu else "mean host time per step inside DataLoader __next__")
+    return Outcome(metrics=metrics, hit=Hit(evidence=ev, estimate=Estimate(saving, ctx.step_us, method)))

@@ -1,0 +1,48 @@
+"""``perfdoctor rules``: list the rule catalogue."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+NAME = "rules"
+HELP = "List the diagnosis rules (code, name, category, default severity)."
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--rules", action="append", metavar="DIR", help="also load the user rules in DIR (repeatable)")
+    p.add_argument("--select", metavar="CODES", help="only these codes / prefixes / names (comma-separated)")
+    p.add_argument("--ignore", metavar="CODES", help="leave out these codes / prefixes / names")
+    p.add_argument("--format", choices=["terminal", "json"], default="terminal")
+    p.add_argument("--width", type=int, default=None, help=argparse.SUPPRESS)
+
+
+def run(args: argparse.Namespace) -> int:
+    import orjson
+    from rich.console import Console
+    from rich.table import Table
+
+    from perfdoctor.checks import config, engine
+    from perfdoctor.checks.catalogue import load_catalogue
+
+    opts = config.resolve(args.select, args.ignore, args.rules)
+    cat = load_catalogue(opts.rules_dirs)
+    codes = engine.select_codes(cat, opts.select, opts.ignore, opts.source.get("select", "--select"),
+                                opts.source.get("ignore", "--ignore"))
+    implemented = engine.check_modules()
+    rules = [cat.rules[c] for c in codes]
+    if args.format == "json":
+        rows = [{**r.to_dict(), "implemented": r.code in implemented or r.when is not None} for r in rules]
+        sys.stdout.buffer.write(orjson.dumps(rows, option=orjson.OPT_INDENT_2) + b"\n")
+        return 0
+    table = Table(title=f"perfdoctor rules ({len(rules)})", title_justify="left")
+    for col in ("code", "name", "category", "severity", "detects"):
+        table.add_column(col, overflow="fold")
+    for r in rules:
+        note = "" if (r.code in implemented or r.when is not None) else " (no check yet)"
+        user = "" if r.builtin else " [user]"
+        table.add_row(r.code, r.name + user, r.category, r.severity, r.summary.split(". ")[0].rstrip(".") + note)
+    console = Console(width=args.width) if args.width else Console()
+    console.print(table)
+    console.print("`perfdoctor rule CODE` explains one rule.")
+    return 0

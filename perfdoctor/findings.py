@@ -1,0 +1,166 @@
+"""Findings: what a rule found, with its evidence and the time a fix would save.
+
+A check (``perfdoctor/checks/pdNNN_*.py``) returns a :class:`Hit` (evidence and
+an :class:`Estimate`); the engine joins it with the rule's TOML half into a
+:class:`Finding` and ranks the findings by estimated saving per step.
+
+Savings are *upper bounds* (what the step would lose if the cause vanished
+entirely) and are *not additive*: two findings may count the same idle gap.
+:data:`FINDINGS_NOTE` says so in every report.
+
+The report's finding dict (read by every renderer; keep it stable)::
+
+    {"code": "PD101", "name": "dataloader-starvation", "category": "input-pipeline",
+     "severity": "high" | "medium" | "low",
+     "rank": 1..n by saving, or None when the rule gives no saving estimate,
+     "message": str (the rule's template filled from the evidence),
+     "saving_us_per_step": float (µs, upper bound; 0.0 when not estimated),
+     "saving_pct_of_step": float (% of the mean step time),
+     "saving_method": str (how the saving was computed; "" when not estimated),
+     "evidence": {name: number | str | list, ...,  "events": [{"name":..., ...}] (optional),
+                  "ranks": [ranks it fired on]},
+     "steps": [step numbers it fired on],
+     "fix": str, "example_before": str, "example_after": str, "references": [str, ...]}
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+SEVERITIES = ("low", "medium", "high")
+FINDINGS_NOTE = (
+    "Savings are upper bounds per step (the time the step would lose if the cause vanished entirely) "
+    "and are not additive: several findings can count the same idle time."
+)
+
+
+def severity_level(severity: str) -> int:
+    """0 (low), 1 (medium), 2 (high). Raises ValueError for anything else."""
+    return SEVERITIES.index(severity)
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """An upper-bound saving.
+
+    Attributes:
+        saving_us: µs per step the fix could save at most (mean over the steps analysed).
+        step_us: the mean step time (µs) the share is taken of.
+        method: one line naming how ``saving_us`` was computed.
+    """
+
+    saving_us: float
+    step_us: float
+    method: str
+
+    @property
+    def pct(self) -> float:
+        """Saving as % of the mean step time (0 when the step time is unknown)."""
+        return 100.0 * self.saving_us / self.step_us if self.step_us > 0 else 0.0
+
+
+@dataclass
+class Evidence:
+    """The numbers behind a finding.
+
+    Attributes:
+        values: named numbers (units in the names: ``_us``, ``_pct``, ``_bytes``, ``n_``).
+        steps: the step numbers (``ProfilerStep#N``) the problem shows in.
+        events: the top events / kernels / ops involved (dicts with ``name`` and numbers).
+    """
+
+    values: dict[str, Any] = field(default_factory=dict)
+    steps: list[int] = field(default_factory=list)
+    events: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass
+class Hit:
+    """What a check returns when its rule fires (rule metadata is added by the engine).
+
+    ``estimate`` None means the rule cannot estimate a saving (e.g. memory near
+    capacity); the finding then keeps the rule's default severity and no rank.
+    ``fields`` fills the message template in addition to ``evidence.values``.
+    """
+
+    evidence: Evidence
+    estimate: Estimate | None
+    fields: dict[str, Any] = field(default_factory=dict)
+    rank: int | None = None
+
+
+@dataclass
+class Finding:
+    """One ranked finding of the report (see the module docstring for the dict)."""
+
+    code: str
+    name: str
+    category: str
+    severity: str
+    message: str
+    estimate: Estimate | None
+    evidence: Evidence
+    fix: str
+    example_before: str
+    example_after: str
+    references: list[str]
+    ranks: list[int] = field(default_factory=list)
+    rank: int | None = None
+
+    @property
+    def saving_us(self) -> float:
+        return self.estimate.saving_us if self.estimate else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        evidence: dict[str, Any] = dict(self.evidence.values)
+        if self.evidence.events:
+            evidence["events"] = self.evidence.events
+        evidence["ranks"] = list(self.ranks)
+        return {
+            "code": self.code,
+            "name": self.name,
+            "category": self.category,
+            "severity": self.severity,
+            "rank": self.rank,
+            "message": self.message,
+            "saving_us_per_step": round(self.saving_us, 3),
+            "saving_pct_of_step": round(self.estimate.pct, 3) if self.estimate else 0.0,
+            "saving_method": self.estimate.method if self.estimate else "",
+            "evidence": evidence,
+            "steps": list(self.evidence.steps),
+            "fix": self.fix,
+            "example_before": self.example_before,
+            "example_after": self.example_after,
+            "references": list(self.references),
+        }
+
+
+def severity_for(pct: float | None, cap: str, high_pct: float, medium_pct: float) -> str:
+    """Severity from the saving share, never above the rule's own severity ``cap``.
+
+    ``pct`` None (no estimate) gives ``cap``. Cut-offs come from ``rules/engine.toml``.
+    """
+    if pct is None:
+        return cap
+    level = "high" if pct >= high_pct else "medium" if pct >= medium_pct else "low"
+    return SEVERITIES[min(severity_level(level), severity_level(cap))]
+
+
+def rank_findings(findings: list[Finding]) -> list[Finding]:
+    """Sort by estimated saving (µs/step, descending), then severity, then code; number them 1..n.
+
+    Findings without an estimate go last and get ``rank = None``.
+    """
+    def key(f: Finding) -> tuple:
+        return (f.estimate is None, -f.saving_us, -severity_level(f.severity), f.code)
+
+    out = sorted(findings, key=key)
+    n = 0
+    for f in out:
+        if f.estimate is None:
+            f.rank = None
+        else:
+            n += 1
+            f.rank = n
+    return out

@@ -1,0 +1,79 @@
+"""Terminal text of one rule (``perfdoctor rule``) and of the report's findings section."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Group
+from rich.syntax import Syntax
+from rich.table import Table
+from rich.text import Text
+
+
+def rule_text(spec: Any, metrics: dict[str, str], implemented: bool = True) -> Group:
+    """A rule's TOML half as rich renderables (``spec`` is a catalogue.RuleSpec)."""
+    parts: list[Any] = [Text(f"{spec.code} {spec.name}", style="bold"),
+                        Text(f"category: {spec.category}   severity (at most): {spec.severity}   scope: {spec.scope}")]
+    if not implemented:
+        parts.append(Text("no check is implemented for this rule yet: it is always reported as skipped", style="yellow"))
+    if spec.requires:
+        parts.append(Text(f"needs: {', '.join(spec.requires)}"))
+    for title, body in (("What it detects", spec.summary), ("Why it costs time", spec.why),
+                        ("How the saving is estimated", spec.saving), ("Fix", spec.fix)):
+        parts += [Text(""), Text(title, style="bold underline"), Text(body)]
+    for title, code in (("Before", spec.example_before), ("After", spec.example_after)):
+        parts += [Text(""), Text(title, style="bold underline"), Syntax(code.strip("\n"), "python", theme="ansi_dark")]
+    if spec.thresholds:
+        t = Table(title="Thresholds (override with --rules DIR)", title_justify="left")
+        t.add_column("key")
+        t.add_column("value", justify="right")
+        for k, v in spec.thresholds.items():
+            t.add_row(k, str(v))
+        parts += [Text(""), t]
+    if spec.when:
+        parts += [Text(""), Text(f"user metric rule: {spec.when}")]
+    if metrics:
+        t = Table(title="Metrics (usable in user rules as CODE.metric)", title_justify="left")
+        t.add_column("metric")
+        t.add_column("meaning", overflow="fold")
+        for k, v in metrics.items():
+            t.add_row(f"{spec.code}.{k}", v)
+        parts += [Text(""), t]
+    if spec.references:
+        parts += [Text(""), Text("References", style="bold underline")] + [Text(f"- {r}") for r in spec.references]
+    parts.append(Text(f"\nsource: {spec.path}", style="dim"))
+    return Group(*parts)
+
+
+_SEV_STYLE = {"high": "bold red", "medium": "yellow", "low": "cyan"}
+
+
+def findings_renderables(report: dict[str, Any]) -> list[Any]:
+    """The findings section of the terminal report: ranked table, fixes, skipped checks, the note."""
+    findings = report.get("findings")
+    if findings is None:
+        return []
+    out: list[Any] = []
+    if not findings:
+        out.append(Text("Findings: none", style="bold green"))
+    else:
+        t = Table(title="Findings, ranked by estimated saving per step", title_justify="left", show_lines=False)
+        for col, just in (("#", "right"), ("code", "left"), ("severity", "left"), ("saves ≤", "right"),
+                          ("finding", "left")):
+            t.add_column(col, justify=just, overflow="fold")
+        for f in findings:
+            saving = (f"{f['saving_us_per_step'] / 1000:,.1f} ms ({f['saving_pct_of_step']:.1f}%)"
+                      if f["saving_method"] else "-")
+            t.add_row("-" if f["rank"] is None else str(f["rank"]), f"{f['code']}\n{f['name']}",
+                      Text(f["severity"], style=_SEV_STYLE.get(f["severity"], "")), saving, f["message"])
+        out.append(t)
+        for f in findings:
+            out.append(Text.assemble((f"{f['code']} fix: ", "bold"), f["fix"]))
+        out.append(Text(report.get("findings_note", ""), style="dim"))
+        out.append(Text("`perfdoctor rule CODE` shows the before/after example.", style="dim"))
+    skipped = report.get("skipped_checks") or []
+    if skipped:
+        out.append(Text(f"Skipped checks ({len(skipped)}):", style="bold"))
+        for s in skipped:
+            out.append(Text(f"  {s['code']} {s['name']}: {s['reason']}", style="dim"))
+    return out

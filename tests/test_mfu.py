@@ -58,3 +58,27 @@ def test_compute_mfu_uses_dtype_peak_and_hfu():
 ])
 def test_gemm_dtype_of_real_traces(name, dtype):
     assert gemm_dtype(load_trace(str(shared_trace(name))))[0] == dtype
+
+
+def test_trace_mfu_on_h100_bert():
+    from perfdoctor.analysis.mfu import roofs_for_trace, trace_mfu
+    from perfdoctor.analysis.roofline import roofline_table
+
+    t = load_trace(str(shared_trace("tracelens__h100__bert-small-uncased.json.gz")))
+    roofs = roofs_for_trace(t)
+    assert roofs.kind == "spec" and roofs.device == "NVIDIA H100 SXM5 80GB"
+    total = roofline_table(t, roofs).total_flops
+    r = trace_mfu(t, roofs, step_time_s=0.01, n_steps=1)
+    assert r.flops_source == "op_sum" and r.model_flops_per_step == total and r.dtype == "bf16"
+    assert r.mfu == pytest.approx(total / 0.01 / 989.5e12)
+    r2 = trace_mfu(t, roofs, step_time_s=0.01, n_steps=1, model_flops_per_step=total / 2)
+    assert r2.hfu == pytest.approx(2 * r2.mfu)
+
+
+def test_cpu_trace_gets_only_measured_roofs():
+    from perfdoctor.analysis.mfu import roofs_for_trace
+
+    t = load_trace(str(shared_trace("hta__cpu_only__rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz")))
+    assert roofs_for_trace(t) is None
+    measured = Roofs("cpu", {"fp32": 1e11}, 1e10, "measured: x", "measured")
+    assert roofs_for_trace(t, measured) is measured

@@ -181,3 +181,43 @@ def compute_mfu(model_flops: float, step_time_s: float, roofs: Roofs | None, dty
         hfu = achieved_flops_per_s(hardware_flops, step_time_s) / peak
     return MfuResult(model_flops, step_time_s, achieved, dtype, peak, achieved / peak if peak else None,
                      hardware_flops, hfu, flops_source, roofs.source if roofs else None, on_gpu, note)
+
+
+def roofs_for_trace(tables: Any, measured: Roofs | None = None, prefer: str = "spec") -> Roofs | None:
+    """The roofs one rank's analysis should use.
+
+    GPU trace: the datasheet roofs of the matched device (``prefer="spec"``), or the
+    measured ones when ``prefer="measured"`` and given; None when the device is unknown
+    and nothing was measured. CPU-only trace: only ``measured`` (never a datasheet).
+    """
+    from perfdoctor.analysis.hardware import device_for_trace
+    from perfdoctor.analysis.roofline import roofs_from_spec
+
+    if not tables.has_device_activity:
+        return measured
+    if prefer == "measured" and measured is not None:
+        return measured
+    spec = device_for_trace(tables.device_properties)
+    return roofs_from_spec(spec) if spec else measured
+
+
+def trace_mfu(tables: Any, roofs: Roofs | None, step_time_s: float, n_steps: int,
+              model_flops_per_step: float | None = None, flops_source: str = "flop_counter") -> MfuResult:
+    """MFU of one rank from its trace.
+
+    Hardware FLOPs per step = the op-level FLOP sum of the whole trace
+    (:func:`~perfdoctor.analysis.roofline.roofline_table`) ÷ ``n_steps`` (the trace
+    should hold whole steps). Model FLOPs are ``model_flops_per_step`` when given
+    (FlopCounterMode from ``perfdoctor profile``, or :func:`transformer_flops_per_token`
+    × tokens), else the op sum (``flops_source="op_sum"``).
+    """
+    from perfdoctor.analysis.roofline import roofline_table
+
+    if n_steps <= 0:
+        raise ValueError("n_steps must be positive")
+    dtype, _ = gemm_dtype(tables)
+    op_sum = roofline_table(tables, roofs, top=0, chart_points=0).total_flops / n_steps
+    if model_flops_per_step is None:
+        model_flops_per_step, flops_source = op_sum, "op_sum"
+    return compute_mfu(model_flops_per_step, step_time_s, roofs, dtype, flops_source,
+                       on_gpu=bool(tables.has_device_activity), hardware_flops=op_sum)

@@ -1,0 +1,278 @@
+"""Steady state of a step-time series: warm-up, phases, growth, the profiled window.
+
+Pure functions on numpy arrays of step durations in **seconds**. The answers:
+
+- **warm-up**: the first steps that are slower than the first phase's level
+  (compilation, allocator growth, caches); the steady state starts after them.
+- **phases**: permanent level shifts, found by binary segmentation on block
+  medians (blocks of ``ceil(n/200)`` steps, so cost stays ~O(200^2) for any run
+  length). A split is kept when both sides have at least ``min_segment`` steps,
+  the medians differ by at least ``min_shift`` (10%) and by more than 4x the
+  noise (1.4826 * MAD of the block medians around their side's median). The
+  last phase is what a long run will see, so it defines the steady state.
+- **trend**: a step time that keeps growing (a per-step cost rising with the
+  step number, which a cumulative-average rate hides). Theil-Sen slope over the
+  steady span; "detected" when the fitted rise over the span is >= 10% of the
+  median and Spearman's rank correlation with the step number is >= 0.5. A
+  series that is a trend is not also cut into phases (phases are looked for in
+  the residuals of the trend first).
+- **window**: the profiled steps' median and its ratio to the steady-state
+  median (profiler overhead included), and the same for the unprofiled steps
+  next to the window (a transient around the window shows there).
+
+Steps flagged in ``exclude`` (profiler warm-up/active steps, the FLOPs-counting
+step) are left out of every statistic except the window figures.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+MIN_SHIFT = 0.10
+TREND_MIN_RISE = 0.10
+TREND_MIN_RHO = 0.5
+NOISE_FACTOR = 4.0
+
+
+@dataclass(frozen=True)
+class Phase:
+    start_step: int   # first step (0-based) of the phase
+    end_step: int     # one past its last step
+    median_s: float
+
+
+@dataclass(frozen=True)
+class SteadyState:
+    """Result of :func:`analyze`. Durations in seconds; slope in µs per step."""
+
+    n_steps: int
+    warmup_steps: int
+    phases: list[Phase]
+    median_s: float
+    p10_s: float
+    p90_s: float
+    trend_us_per_step: float
+    trend_rise_ratio: float
+    trend_detected: bool
+    window_median_s: float | None = None
+    window_ratio: float | None = None
+    window_neighbor_median_s: float | None = None
+    window_neighbor_ratio: float | None = None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def phase_change(self) -> bool:
+        return len(self.phases) > 1
+
+    @property
+    def steady_start_step(self) -> int:
+        return self.phases[-1].start_step if self.phases else self.warmup_steps
+
+
+def _mad_sigma(x: np.ndarray) -> float:
+    return float(1.4826 * np.median(np.abs(x - np.median(x)))) if x.size else 0.0
+
+
+def _split_cost(x: np.ndarray, t: int) -> float:
+    a, b = x[:t], x[t:]
+    return float(np.abs(a - np.median(a)).sum() + np.abs(b - np.median(b)).sum())
+
+
+def _segment(x: np.ndarray, min_len: int, depth: int = 0) -> list[int]:
+    """Change points (indices into ``x``) by recursive binary segmentation on medians."""
+    n = x.size
+    if n < 2 * min_len or depth > 4:
+        return []
+    candidates = range(min_len, n - min_len + 1)
+    t = min(candidates, key=lambda i: _split_cost(x, i))
+    left, right = x[:t], x[t:]
+    ml, mr = float(np.median(left)), float(np.median(right))
+    noise = _mad_sigma(np.concatenate([left - ml, right - mr]))
+    shift = abs(mr - ml)
+    if shift < MIN_SHIFT * min(ml, mr) or shift <= NOISE_FACTOR * noise:
+        return []
+    return _segment(left, min_len, depth + 1) + [t] + [t + c for c in _segment(right, min_len, depth + 1)]
+
+
+def _blocks(x: np.ndarray) -> tuple[np.ndarray, int]:
+    size = max(1, math.ceil(x.size / 200))
+    usable = (x.size // size) * size
+    return np.median(x[:usable].reshape(-1, size), axis=1), size
+
+
+def find_change_points(x: np.ndarray, min_segment: int) -> list[int]:
+    """Change points of ``x`` (indices of the first element of each new level)."""
+    if x.size < 2 * min_segment:
+        return []
+    blocks, size = _blocks(x)
+    return [c * size for c in _segment(blocks, max(2, math.ceil(min_segment / size)))]
+
+
+def theil_sen(x: np.ndarray, y: np.ndarray, max_points: int = 1500) -> float:
+    """Median of pairwise slopes dy/dx (robust to outliers); subsampled above ``max_points``."""
+    if x.size < 3:
+        return 0.0
+    if x.size > max_points:
+        idx = np.linspace(0, x.size - 1, max_points).astype(int)
+        x, y = x[idx], y[idx]
+    i, j = np.triu_indices(x.size, k=1)
+    dx = x[j] - x[i]
+    ok = dx != 0
+    return float(np.median((y[j] - y[i])[ok] / dx[ok])) if ok.any() else 0.0
+
+
+def spearman(x: np.ndarray, y: np.ndarray) -> float:
+    """Spearman's rank correlation (ties ranked by order; fine for timing series)."""
+    if x.size < 3:
+        return 0.0
+    rx, ry = np.argsort(np.argsort(x)), np.argsort(np.argsort(y))
+    c = np.corrcoef(rx, ry)[0, 1]
+    return 0.0 if np.isnan(c) else float(c)
+
+
+def detect_warmup(x: np.ndarray, level: float, noise: float, window: int = 5) -> int:
+    """Number of leading steps of ``x`` that are warm-up relative to ``level`` seconds.
+
+    Warm-up ends at the first step that is within ``band`` of ``level`` and from
+    which every forward rolling median (``window`` steps) stays within the band;
+    band = max(10%, 3 x noise / level).
+    """
+    if x.size == 0 or level <= 0:
+        return 0
+    band = max(MIN_SHIFT, 3.0 * noise / level)
+    k = max(1, min(window, x.size // 4 or 1))
+    roll = np.array([np.median(x[i:i + k]) for i in range(x.size - k + 1)])
+    bad = np.abs(roll - level) > band * level
+    last_bad = int(np.nonzero(bad)[0][-1]) + 1 if bad.any() else 0
+    i = last_bad
+    while i < x.size and abs(x[i] - level) > band * level and x[i] > level:
+        i += 1
+    return min(i, x.size)
+
+
+def analyze(duration_s, exclude=None, window=None, min_segment: int | None = None) -> SteadyState:
+    """Steady state of a step-time series.
+
+    Args:
+        duration_s: step durations in seconds, shape (n,), step i at index i.
+        exclude: bool mask (n,) of steps left out of the statistics (profiled, FLOPs step).
+        window: bool mask (n,) of the profiled (active) steps, for the window figures.
+        min_segment: shortest phase in steps (default max(10, n // 20)).
+    Raises:
+        ValueError: an empty series or masks of another length.
+    """
+    d = np.asarray(duration_s, dtype=float)
+    n = d.size
+    if n == 0:
+        raise ValueError("empty step-time series")
+    excl = np.zeros(n, bool) if exclude is None else np.asarray(exclude, bool)
+    win = np.zeros(n, bool) if window is None else np.asarray(window, bool)
+    if excl.size != n or win.size != n:
+        raise ValueError("exclude/window masks must have the length of duration_s")
+    steps = np.nonzero(~excl)[0]
+    x = d[steps]
+    min_seg = min_segment or max(10, n // 20)
+    notes: list[str] = []
+    if x.size < 3:
+        med = float(np.median(x)) if x.size else float(np.median(d))
+        return SteadyState(n, 0, [Phase(0, n, med)], med, med, med, 0.0, 0.0, False,
+                           notes=["too few steps for a steady-state analysis"])
+    # level of the first stretch after the first few steps: the warm-up reference
+    head = x[min(x.size - 1, max(1, x.size // 20)):max(2, x.size // 3)] if x.size >= 6 else x[1:]
+    level0 = float(np.median(head))
+    warm = detect_warmup(x[: max(3, x.size // 2)], level0, _mad_sigma(head))
+    body_steps, body = steps[warm:], x[warm:]
+    phases, cps = _phases(body_steps, body, min_seg, n)
+    # a first "phase" that is short and slower than the next is a long warm-up, not a phase
+    if len(phases) > 1 and phases[0].median_s > phases[1].median_s * (1 + MIN_SHIFT) \
+            and phases[0].end_step - phases[0].start_step <= n // 4:
+        warm_step = phases[1].start_step
+        warm = int(np.searchsorted(steps, warm_step))
+        phases = [Phase(warm_step, phases[1].end_step, phases[1].median_s)] + phases[2:]
+    if warm:
+        notes.append(f"warm-up: first {int(steps[warm]) if warm < steps.size else n} steps discarded")
+    last = phases[-1]
+    sel = (steps >= last.start_step) & (steps < last.end_step) & (np.arange(steps.size) >= warm)
+    ss_steps, ss = steps[sel], x[sel]
+    slope = theil_sen(ss_steps.astype(float), ss) if ss.size >= 10 else 0.0
+    med = float(np.median(ss))
+    rise = slope * (ss_steps[-1] - ss_steps[0]) / med if ss.size >= 10 and med > 0 else 0.0
+    rho = spearman(ss_steps.astype(float), ss) if ss.size >= 10 else 0.0
+    trend = rise >= TREND_MIN_RISE and rho >= TREND_MIN_RHO
+    wmed = wratio = nmed = nratio = None
+    if win.any():
+        wmed = float(np.median(d[win]))
+        wratio = wmed / med if med > 0 else None
+        nmed = _neighbor_median(d, win, excl)
+        nratio = nmed / med if nmed is not None and med > 0 else None
+    first_step = int(steps[warm]) if warm < steps.size else n
+    return SteadyState(
+        n_steps=n, warmup_steps=first_step, phases=phases, median_s=med,
+        p10_s=float(np.percentile(ss, 10)), p90_s=float(np.percentile(ss, 90)),
+        trend_us_per_step=slope * 1e6, trend_rise_ratio=float(rise), trend_detected=bool(trend),
+        window_median_s=wmed, window_ratio=wratio, window_neighbor_median_s=nmed,
+        window_neighbor_ratio=nratio, notes=notes)
+
+
+def _phases(body_steps: np.ndarray, body: np.ndarray, min_seg: int, n: int) -> tuple[list[Phase], list[int]]:
+    """Phases of the post-warm-up series; a pure linear trend yields one phase."""
+    if body.size == 0:
+        return [Phase(0, n, float("nan"))], []
+    cps = find_change_points(body, min_seg)
+    bounds = [0, *cps, body.size]
+    if cps:
+        # a steady climb also yields change points: keep them only if levels fit better than a line
+        slope = theil_sen(body_steps.astype(float), body)
+        line = slope * (body_steps - body_steps[0])
+        cost_line = float(np.abs(body - line - np.median(body - line)).sum())
+        cost_levels = sum(float(np.abs(body[a:b] - np.median(body[a:b])).sum())
+                          for a, b in zip(bounds[:-1], bounds[1:]))
+        if cost_line <= cost_levels:
+            cps, bounds = [], [0, body.size]
+    phases = []
+    for a, b in zip(bounds[:-1], bounds[1:]):
+        start = int(body_steps[a])
+        end = int(body_steps[b]) if b < body.size else n
+        phases.append(Phase(start, end, float(np.median(body[a:b]))))
+    phases = _merge_close(phases)
+    return phases, cps
+
+
+def _merge_close(phases: list[Phase]) -> list[Phase]:
+    out = [phases[0]]
+    for p in phases[1:]:
+        q = out[-1]
+        if abs(p.median_s - q.median_s) < MIN_SHIFT * min(p.median_s, q.median_s):
+            w = (q.end_step - q.start_step, p.end_step - p.start_step)
+            m = (q.median_s * w[0] + p.median_s * w[1]) / max(1, sum(w))
+            out[-1] = Phase(q.start_step, p.end_step, m)
+        else:
+            out.append(p)
+    return out
+
+
+def _neighbor_median(d: np.ndarray, win: np.ndarray, excl: np.ndarray) -> float | None:
+    idx = np.nonzero(win)[0]
+    span = max(5, idx.size)
+    lo, hi = max(0, idx[0] - 2 * span), min(d.size, idx[-1] + 1 + 2 * span)
+    near = np.arange(lo, hi)
+    near = near[~excl[near] & ~win[near]]
+    return float(np.median(d[near])) if near.size else None
+
+
+def interval_rates(duration_s, count, interval: int) -> np.ndarray:
+    """Per-interval rate: sum(count) / sum(duration_s) over consecutive blocks of ``interval`` steps.
+
+    ``count`` is tokens or samples per step (NaN = unknown -> NaN rate). Returns
+    shape (ceil(n / interval),), units count per second. Never a cumulative average.
+    """
+    d = np.asarray(duration_s, float)
+    c = np.asarray(count, float)
+    out = []
+    for a in range(0, d.size, max(1, interval)):
+        dd, cc = d[a:a + interval], c[a:a + interval]
+        out.append(float(cc.sum() / dd.sum()) if dd.sum() > 0 and not np.isnan(cc).any() else float("nan"))
+    return np.array(out)

@@ -1,0 +1,79 @@
+"""Facts about the machine and software for ``run.json``; read once, never fail.
+
+Sources: ``/proc/cpuinfo`` (CPU model and flags such as ``amx_bf16``,
+``avx512_bf16``), ``torch.version``/``torch.cuda`` (versions, device), ``git``
+in the script's directory (commit of the user's repo, if any).
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+
+# CPU flags that change which kernels (and peak FLOP/s) a CPU run gets
+CPU_FLAGS_OF_INTEREST = (
+    "amx_bf16", "amx_tile", "amx_int8", "amx_fp16", "avx512_bf16", "avx512_fp16", "avx512f",
+    "avx512_vnni", "avx2", "fma", "avx_vnni",
+)
+
+
+def cpu_info(cpuinfo: str | None = None) -> dict:
+    """``{"model": str|None, "flags": [...], "logical_cpus": int}`` (flags: the ones of interest)."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            cpuinfo = ""
+    model, flags = None, set()
+    for line in cpuinfo.splitlines():
+        key, _, value = line.partition(":")
+        key = key.strip()
+        if key == "model name" and model is None:
+            model = value.strip()
+        elif key in ("flags", "Features") and not flags:
+            flags = set(value.split())
+    return {"model": model or platform.processor() or None,
+            "flags": [f for f in CPU_FLAGS_OF_INTEREST if f in flags],
+            "logical_cpus": os.cpu_count()}
+
+
+def git_commit(directory: str | os.PathLike) -> dict | None:
+    """``{"commit": sha, "dirty": bool}`` of the git repo holding ``directory``, else None."""
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", str(directory), *args], capture_output=True, text=True,
+                              timeout=5, check=True).stdout.strip()
+    try:
+        sha = git("rev-parse", "HEAD")
+        dirty = bool(git("status", "--porcelain", "--untracked-files=no"))
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return {"commit": sha, "dirty": dirty}
+
+
+def device_info() -> dict:
+    """Torch/CUDA versions and the accelerator (or CPU) the run can use."""
+    info = {
+        "python": sys.version.split()[0],
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "hip": getattr(torch.version, "hip", None),
+        "cuda_available": torch.cuda.is_available(),
+        "device_count": torch.cuda.device_count() if torch.cuda.is_available() else 0,
+        "device_name": None,
+        "torch_threads": torch.get_num_threads(),
+        "hostname": socket.gethostname(),
+        "platform": platform.platform(),
+    }
+    if info["cuda_available"]:
+        try:
+            info["device_name"] = torch.cuda.get_device_name(0)
+            info["capability"] = ".".join(map(str, torch.cuda.get_device_capability(0)))
+        except Exception:  # noqa: BLE001 - facts are best effort
+            pass
+    return info

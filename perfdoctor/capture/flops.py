@@ -1,0 +1,46 @@
+"""Model FLOPs of one training step, measured once with ``FlopCounterMode``.
+
+The runner opens the counter at the end of step 0 and closes it at the end of
+step 1, so it measures exactly one full optimizer step (every micro-batch's
+forward and backward; FlopCounterMode counts matmul/conv/attention FLOPs, not
+elementwise or optimizer ops). That step is marked ``profiler_phase = flops``
+in ``steps.csv``: counting slows it down, so it is excluded from the
+steady-state series and never falls inside a profiler window. The FLOPs are
+those of rank-local work (per rank, per step).
+"""
+
+from __future__ import annotations
+
+
+class FlopMeter:
+    """Counts FLOPs between :meth:`start` and :meth:`stop`; errors are kept, not raised."""
+
+    def __init__(self) -> None:
+        self._mode = None
+        self.flops: int | None = None
+        self.error: str | None = None
+
+    def start(self) -> None:
+        try:
+            from torch.utils.flop_counter import FlopCounterMode
+
+            self._mode = FlopCounterMode(display=False)
+            self._mode.__enter__()
+        except Exception as exc:  # noqa: BLE001 - FLOPs are optional; record why they are missing
+            self._mode, self.error = None, f"{type(exc).__name__}: {exc}"
+
+    @property
+    def running(self) -> bool:
+        return self._mode is not None
+
+    def stop(self) -> int | None:
+        """Close the counter; returns the FLOPs of the measured step (None on failure)."""
+        mode, self._mode = self._mode, None
+        if mode is None:
+            return None
+        try:
+            mode.__exit__(None, None, None)
+            self.flops = int(mode.get_total_flops())
+        except Exception as exc:  # noqa: BLE001
+            self.error = f"{type(exc).__name__}: {exc}"
+        return self.flops

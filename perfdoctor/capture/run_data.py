@@ -1,0 +1,128 @@
+"""Read a run directory back: ``run.json``, steps as numpy arrays, trace paths, steady state.
+
+The report pipeline calls :func:`load_run_dir` when ``perfdoctor report`` is
+given a run directory, so rules see the run data (step series, FLOPs, tokens,
+environment) and not only the trace.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from perfdoctor.analysis.steady_state import SteadyState, analyze
+from perfdoctor.capture.step_timer import STEP_FIELDS
+from perfdoctor.errors import PerfDoctorError
+
+
+
+@dataclass
+class RunData:
+    """A run directory's contents.
+
+    ``steps``: column -> array for rank 0 (``start_s``/``duration_s`` in seconds,
+    counts and bytes as float with NaN = not measured, ``profiler_phase`` as str).
+    ``rank_steps``: the same for every rank that wrote a steps file.
+    ``steady_state``: :func:`perfdoctor.analysis.steady_state.analyze` of rank 0's
+    durations with profiler/FLOPs steps excluded (None without steps).
+    """
+
+    path: Path
+    run: dict
+    steps: dict[str, np.ndarray]
+    rank_steps: dict[int, dict[str, np.ndarray]] = field(default_factory=dict)
+    traces: list[Path] = field(default_factory=list)
+    steady_state: SteadyState | None = None
+
+    @property
+    def partial(self) -> bool:
+        return bool(self.run.get("partial"))
+
+    def throughput(self) -> dict:
+        """Train-only and wall rates, each with numerator and denominator.
+
+        ``train``: tokens (or samples) of the steady-state steps / the sum of
+        their durations (s). ``wall``: all steps' tokens / the run's wall time
+        (script start to stop, s), which includes set-up, evaluation and
+        compilation. Units: tokens/s and samples/s.
+        """
+        return throughput(self.steps, self.steady_state, self.run.get("wall_s"))
+
+
+def read_steps_csv(path: Path) -> dict[str, np.ndarray]:
+    """``steps.csv`` as column arrays (see :class:`RunData`). Raises PerfDoctorError if unreadable."""
+    try:
+        with open(path, newline="") as f:
+            rows = list(csv.DictReader(f))
+    except OSError as exc:
+        raise PerfDoctorError(f"{path}: cannot read ({exc.strerror})") from None
+    cols: dict[str, np.ndarray] = {}
+    for name in STEP_FIELDS:
+        values = [r.get(name) or "" for r in rows]
+        if name == "profiler_phase":
+            cols[name] = np.array([v or "none" for v in values], dtype=object)
+        else:
+            cols[name] = np.array([float(v) if v != "" else np.nan for v in values], dtype=float)
+    return cols
+
+
+def load_run_dir(path: str | Path) -> RunData:
+    """Load a run directory written by ``perfdoctor profile``.
+
+    Raises:
+        PerfDoctorError: not a directory, or no ``run.json`` in it.
+    """
+    path = Path(path)
+    if not (path / "run.json").is_file():
+        raise PerfDoctorError(f"{path}: not a perfdoctor run directory (no run.json)")
+    try:
+        run = json.loads((path / "run.json").read_text())
+    except ValueError as exc:
+        raise PerfDoctorError(f"{path / 'run.json'}: not valid JSON ({exc})") from None
+    rank_steps = {}
+    for f in sorted(path.glob("steps*.csv")):
+        rank = 0 if f.name == "steps.csv" else int(f.name.split(".rank")[1].split(".")[0])
+        rank_steps[rank] = read_steps_csv(f)
+    steps = rank_steps.get(0) or (rank_steps[min(rank_steps)] if rank_steps else read_empty())
+    traces = sorted(path.glob("trace.rank*.pt.trace.json*"))
+    return RunData(path, run, steps, rank_steps, traces, steady_state_of(steps))
+
+
+def read_empty() -> dict[str, np.ndarray]:
+    return {name: np.array([], dtype=object if name == "profiler_phase" else float) for name in STEP_FIELDS}
+
+
+def steady_state_of(steps: dict[str, np.ndarray]) -> SteadyState | None:
+    """Steady state of a steps table; profiler warm-up/active and FLOPs steps excluded."""
+    d = steps["duration_s"]
+    if d.size == 0:
+        return None
+    phase = steps["profiler_phase"]
+    return analyze(d, exclude=phase != "none", window=phase == "active")
+
+
+def throughput(steps: dict[str, np.ndarray], ss: SteadyState | None, wall_s: float | None) -> dict:
+    """See :meth:`RunData.throughput`; a rate is None when its numerator is unknown."""
+    out: dict = {}
+    d = steps["duration_s"]
+    if d.size == 0:
+        return out
+    idx = np.arange(d.size)
+    steady = (idx >= (ss.steady_start_step if ss else 0)) & (steps["profiler_phase"] == "none")
+    for unit in ("tokens", "samples"):
+        c = steps[unit]
+        if np.isnan(c).all():
+            continue
+        num = float(np.nansum(c[steady]))
+        den = float(d[steady].sum())
+        out[f"train_{unit}_per_s"] = {"value": num / den if den > 0 else None,
+                                      f"{unit}": num, "seconds": den, "steps": int(steady.sum())}
+        if wall_s:
+            total = float(np.nansum(c))
+            out[f"wall_{unit}_per_s"] = {"value": total / wall_s, f"{unit}": total,
+                                         "seconds": float(wall_s), "steps": int(d.size)}
+    return out

@@ -1,0 +1,230 @@
+"""One rank's profiling session: step counter, timer, batch probe, FLOPs, torch.profiler.
+
+A session is started before the script runs and closed after it stops, for
+whatever reason. After each step it: writes the step's row (``steps.csv``),
+drives the FLOPs meter (step 1) and the torch.profiler schedule, and raises
+:class:`StopRun` once ``ProfileConfig.steps`` steps are done. ``StopRun`` is a
+``BaseException`` so the script's own ``except Exception`` does not swallow it.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+import traceback
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from perfdoctor.capture import hooks
+from perfdoctor.capture.batch_probe import BatchProbe
+from perfdoctor.capture.flops import FlopMeter
+from perfdoctor.capture.rundir import rank_json_name, steps_csv_name, trace_name, write_json
+from perfdoctor.capture.schedule import ProfileConfig, Schedule
+from perfdoctor.capture.step_log import StepLog, write_tensorboard
+from perfdoctor.capture.step_timer import StepTimer
+
+
+class StopRun(BaseException):
+    """Raised from the step hook when the requested number of steps is done."""
+
+
+class Terminated(BaseException):
+    """Raised in the main thread by the SIGTERM handler."""
+
+
+class ProfilerConflict(BaseException):
+    """The script started its own torch.profiler while perfdoctor profiles it."""
+
+    def __init__(self, location: str) -> None:
+        super().__init__(location)
+        self.location = location
+
+
+def _user_location() -> str:
+    pkg_dirs = (os.path.dirname(torch.__file__), os.path.dirname(os.path.dirname(__file__)))
+    for frame in reversed(traceback.extract_stack()[:-2]):
+        if not frame.filename.startswith(pkg_dirs) and "contextlib" not in frame.filename:
+            return f"{frame.filename}:{frame.lineno}"
+    return "unknown location"
+
+
+class Session:
+    """Profiles the steps of this process as rank ``rank``; files go to ``run_dir``."""
+
+    def __init__(self, cfg: ProfileConfig, run_dir: Path, rank: int = 0,
+                 progress: Callable[[str], None] | None = None) -> None:
+        self.cfg, self.run_dir, self.rank = cfg, Path(run_dir), rank
+        self.schedule = Schedule.resolve(cfg)
+        self.progress = progress or (lambda msg: None)
+        self.probe = BatchProbe()
+        self.log = StepLog(self.run_dir / steps_csv_name(rank))
+        self.meter = FlopMeter()
+        self.windows: list[dict] = []
+        self.prof = None
+        self.stop_reason: str | None = None
+        self._closing = False
+        self._batch_history: list[tuple] = []
+        self._frozen_batch: tuple | None = None
+        self._restore_guard: Callable[[], None] | None = None
+        self.t0_s = time.perf_counter()
+        self.timer = StepTimer(self.t0_s, self.log)
+        self.flops_step = 1 if cfg.measure_flops and self.schedule.phase(1) == "none" else None
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def start(self) -> None:
+        """Install the step hook and batch probe; start torch.profiler (in its wait phase).
+
+        Raises:
+            ProfilerConflict: a torch profiler is already running in this process.
+        """
+        if torch.autograd.profiler._is_profiler_enabled:
+            raise ProfilerConflict("a torch profiler was already running before the script started")
+        counter = hooks.StepCounter()
+        counter.add_callback(self._on_step)
+        hooks.uninstall()  # a forked child inherits its parent's counter
+        hooks.install(counter)
+        self.probe.attach()
+        if self.cfg.trace:
+            self._start_profiler()
+
+    def _start_profiler(self) -> None:
+        acts = [torch.profiler.ProfilerActivity.CPU]
+        cuda = torch.cuda.is_available()
+        if cuda:
+            acts.append(torch.profiler.ProfilerActivity.CUDA)
+        s = self.schedule
+        self.prof = torch.profiler.profile(
+            activities=acts,
+            schedule=torch.profiler.schedule(wait=s.wait, warmup=s.warmup, active=s.active, repeat=s.repeat),
+            on_trace_ready=self._on_trace_ready, record_shapes=self.cfg.record_shapes,
+            profile_memory=cuda, with_stack=False,
+        )
+        self._restore_guard = _guard_other_profilers(self.prof)
+        self.prof.start()
+
+    def _on_step(self, count: int) -> None:
+        k = count - 1  # index of the step that just ended
+        tokens, samples = self._batch()
+        phase = "flops" if k == self.flops_step else self.schedule.phase(k)
+        if k == 0 and torch.cuda.is_available() and torch.cuda.is_initialized():
+            self.timer.cuda = True
+        self.timer.end_step(self.probe.first_forward_s, tokens, samples, phase)
+        if self.flops_step is not None and k == self.flops_step - 1:
+            self.meter.start()
+        elif self.flops_step is not None and k == self.flops_step:
+            self.meter.stop()
+        if self.prof is not None:
+            self.prof.step()
+        self.timer.exclude_until_now()
+        if count >= self.cfg.steps:
+            self.stop_reason = f"stopped after {count} steps (--steps {self.cfg.steps})"
+            raise StopRun()
+
+    def _batch(self) -> tuple:
+        if self._frozen_batch is not None:
+            observed = self._frozen_batch
+        else:
+            observed = self.probe.take_step()
+            self._batch_history.append(observed)
+            recent = self._batch_history[-self.cfg.probe_steps:]
+            if len(recent) == self.cfg.probe_steps and len(set(recent)) == 1:
+                self.probe.detach()  # constant batch: stop paying for global module hooks
+                self._frozen_batch = observed
+        tokens = self.cfg.tokens_per_step if self.cfg.tokens_per_step is not None else observed[0]
+        samples = self.cfg.samples_per_step if self.cfg.samples_per_step is not None else observed[1]
+        return tokens, samples
+
+    def _on_trace_ready(self, prof) -> None:
+        index = len([w for w in self.windows if w["complete"]])
+        first, last = self.schedule.window_steps(index)
+        if self._closing:  # stopped inside a window: its trace is incomplete, keep none
+            self.windows.append({"index": index, "first_step": first, "last_step": last,
+                                 "complete": False, "path": None})
+            return
+        path = self.run_dir / trace_name(self.rank, index, self.schedule.repeat)
+        prof.export_chrome_trace(str(path))
+        self.windows.append({"index": index, "first_step": first, "last_step": last,
+                             "complete": True, "path": path.name})
+        self.progress(f"wrote trace of steps {first}-{last} to {path}")
+
+    def close(self, partial: bool, reason: str | None, write_rank_file: bool = True) -> dict:
+        """Stop everything, flush files, write ``rank<R>.json``; returns that summary."""
+        self._closing = True
+        if self.prof is not None:
+            try:
+                self.prof.stop()
+            except Exception as exc:  # noqa: BLE001 - never lose the step data over the trace
+                self.progress(f"profiler stop failed: {exc}")
+        if self._restore_guard:
+            self._restore_guard()
+        if self.meter.running:
+            self.meter.stop()
+            self.meter.flops, self.meter.error = None, "run stopped during the FLOPs step"
+        hooks.uninstall()
+        self.probe.detach()
+        self.timer.finish()
+        self.log.close()
+        records = self.log.records
+        tb_error = write_tensorboard(self.run_dir / "tensorboard" / f"rank{self.rank}", records)
+        summary = {
+            "rank": self.rank, "pid": os.getpid(),
+            "steps_completed": len(records), "steps_requested": self.cfg.steps,
+            "partial": partial, "stop_reason": reason or self.stop_reason,
+            "steps_csv": self.log.path.name if records else None,
+            "windows": self.windows,
+            "flops_per_step": self.meter.flops, "flops_step": self.flops_step,
+            "flops_error": self.meter.error,
+            "parameter_count": self.probe.parameter_count() or None,
+            "param_dtypes": sorted(self.probe.param_dtypes), "autocast": sorted(self.probe.autocast),
+            "tokens_per_step": _most_common([r.tokens for r in records]),
+            "samples_per_step": _most_common([r.samples for r in records]),
+            "train_s": sum(r.duration_s for r in records),
+            "wall_s": time.perf_counter() - self.t0_s,
+            "cuda_timed": self.timer.cuda,
+            "tensorboard": None if tb_error else f"tensorboard/rank{self.rank}",
+            "tensorboard_error": tb_error,
+            "schedule": asdict(self.schedule),
+        }
+        if write_rank_file:
+            write_json(self.run_dir / rank_json_name(self.rank), summary)
+        return summary
+
+
+def _most_common(values: list) -> int | None:
+    known = [v for v in values if v is not None]
+    return max(set(known), key=known.count) if known else None
+
+
+def _guard_other_profilers(ours) -> Callable[[], None]:
+    """Make any other torch.profiler / autograd profiler start raise ProfilerConflict."""
+    kineto_cls = torch.profiler.profile
+    legacy_cls = torch.autograd.profiler.profile
+    orig_start, orig_enter = kineto_cls.start, legacy_cls.__enter__
+
+    def start(self):
+        if self is not ours:
+            raise ProfilerConflict(_user_location())
+        return orig_start(self)
+
+    def enter(self):
+        raise ProfilerConflict(_user_location())
+
+    kineto_cls.start, legacy_cls.__enter__ = start, enter
+
+    def restore() -> None:
+        kineto_cls.start, legacy_cls.__enter__ = orig_start, orig_enter
+
+    return restore
+
+
+def line_buffer_output() -> None:
+    """Make stdout/stderr line-buffered so the script's output shows live, even through a pipe."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.reconfigure(line_buffering=True)
+        except (AttributeError, ValueError):
+            pass

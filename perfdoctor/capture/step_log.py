@@ -1,0 +1,72 @@
+"""Per-step output: ``steps.csv`` streamed row by row, TensorBoard scalars at the end.
+
+``steps.csv`` is opened at the first row and flushed after every row, so a run
+killed without warning keeps every finished step. Columns: see
+:data:`perfdoctor.capture.step_timer.STEP_FIELDS` (times in seconds, memory in
+bytes, empty = not measured).
+
+TensorBoard events are written once at the end (no per-step cost, no writer
+thread during training), under ``tensorboard/rank<R>``, tags ``perfdoctor/*``.
+"""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+from perfdoctor.capture.step_timer import STEP_FIELDS, StepRecord
+
+
+class StepLog:
+    """Collects :class:`StepRecord` rows and streams them to ``path``."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.records: list[StepRecord] = []
+        self._file = None
+        self._writer = None
+
+    def __call__(self, rec: StepRecord) -> None:
+        if self._file is None:
+            self._file = open(self.path, "w", newline="")  # noqa: SIM115 - kept open for streaming
+            self._writer = csv.writer(self._file)
+            self._writer.writerow(STEP_FIELDS)
+        self.records.append(rec)
+        self._writer.writerow(["" if v is None else (f"{v:.6f}" if isinstance(v, float) else v)
+                               for v in rec.row()])
+        self._file.flush()
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+
+def write_tensorboard(directory: Path, records: list[StepRecord]) -> str | None:
+    """Write per-step scalars; returns None, or the reason nothing was written.
+
+    Tags: ``perfdoctor/step_time_ms``, ``perfdoctor/tokens_per_s`` and
+    ``perfdoctor/samples_per_s`` (this step's count / this step's time, not a
+    cumulative average), ``perfdoctor/rss_mib``, ``perfdoctor/cuda_allocated_mib``.
+    """
+    if not records:
+        return "no steps"
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except Exception as exc:  # noqa: BLE001 - tensorboard is optional at runtime
+        return f"tensorboard unavailable: {exc}"
+    writer = SummaryWriter(log_dir=str(directory))
+    try:
+        for r in records:
+            writer.add_scalar("perfdoctor/step_time_ms", r.duration_s * 1e3, r.step)
+            if r.duration_s > 0 and r.tokens:
+                writer.add_scalar("perfdoctor/tokens_per_s", r.tokens / r.duration_s, r.step)
+            if r.duration_s > 0 and r.samples:
+                writer.add_scalar("perfdoctor/samples_per_s", r.samples / r.duration_s, r.step)
+            if r.rss_bytes:
+                writer.add_scalar("perfdoctor/rss_mib", r.rss_bytes / 2**20, r.step)
+            if r.cuda_allocated_bytes is not None:
+                writer.add_scalar("perfdoctor/cuda_allocated_mib", r.cuda_allocated_bytes / 2**20, r.step)
+    finally:
+        writer.close()
+    return None

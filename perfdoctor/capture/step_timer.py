@@ -1,0 +1,135 @@
+"""Per-step timing and memory, cheap enough to run on every step.
+
+CPU: ``time.perf_counter()`` at each step boundary. CUDA: additionally a
+``torch.cuda.Event`` is recorded at each boundary and resolved later with
+``Event.query()`` (never a per-step synchronize), so a step's duration is the
+GPU-side time between boundaries when available; rows are emitted in step order
+as their events complete, and :meth:`StepTimer.finish` synchronizes once.
+
+A step spans from the previous step's end to its own end; the first step starts
+at the first training forward (``first_start_s``) so that the script's setup
+is not counted as a step.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections import deque
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+STEP_FIELDS = (
+    "step", "start_s", "duration_s", "tokens", "samples", "rss_bytes",
+    "cuda_allocated_bytes", "cuda_reserved_bytes", "cuda_malloc_count", "cuda_alloc_retries",
+    "profiler_phase",
+)
+
+
+@dataclass
+class StepRecord:
+    """One row of ``steps.csv``. Times in seconds from the run start (``start_s``)."""
+
+    step: int
+    start_s: float
+    duration_s: float
+    tokens: int | None = None
+    samples: int | None = None
+    rss_bytes: int | None = None
+    cuda_allocated_bytes: int | None = None
+    cuda_reserved_bytes: int | None = None
+    cuda_malloc_count: int | None = None
+    cuda_alloc_retries: int | None = None
+    profiler_phase: str = "none"  # none | flops | warmup | active
+
+    def row(self) -> list:
+        return [getattr(self, f) for f in STEP_FIELDS]
+
+
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+
+def rss_bytes() -> int | None:
+    """Resident set size of this process in bytes (``/proc/self/statm``, else psutil)."""
+    try:
+        with open("/proc/self/statm", "rb") as f:
+            return int(f.read().split()[1]) * _PAGE
+    except OSError:
+        try:
+            import psutil
+
+            return int(psutil.Process().memory_info().rss)
+        except Exception:  # noqa: BLE001 - RSS is optional
+            return None
+
+
+def _cuda_memory(rec: StepRecord) -> None:
+    stats = torch.cuda.memory_stats()
+    rec.cuda_allocated_bytes = int(stats.get("allocated_bytes.all.current", 0))
+    rec.cuda_reserved_bytes = int(stats.get("reserved_bytes.all.current", 0))
+    rec.cuda_alloc_retries = int(stats.get("num_alloc_retries", 0))
+    if "num_device_alloc" in stats:
+        rec.cuda_malloc_count = int(stats["num_device_alloc"])
+
+
+class StepTimer:
+    """Times steps and hands finished :class:`StepRecord` rows to ``sink`` in step order.
+
+    Args:
+        t0_s: ``perf_counter()`` value that ``start_s`` is measured from.
+        sink: called once per step with the finished row.
+        cuda: also record CUDA events (use when the script trains on CUDA).
+    """
+
+    def __init__(self, t0_s: float, sink: Callable[[StepRecord], None], cuda: bool = False) -> None:
+        self.t0_s = t0_s
+        self.sink = sink
+        self.cuda = cuda
+        self._prev_end_s: float | None = None
+        self._prev_event = None
+        self._pending: deque = deque()
+        self.steps_done = 0
+
+    def end_step(self, first_start_s: float | None, tokens: int | None, samples: int | None,
+                 phase: str) -> None:
+        """Close the current step. ``first_start_s``: perf_counter() at the first forward."""
+        now = time.perf_counter()
+        start = self._prev_end_s if self._prev_end_s is not None else (first_start_s or now)
+        rec = StepRecord(self.steps_done, start - self.t0_s, now - start, tokens, samples,
+                         rss_bytes(), profiler_phase=phase)
+        self._prev_end_s = now
+        self.steps_done += 1
+        if not self.cuda:
+            self.sink(rec)
+            return
+        _cuda_memory(rec)
+        event = torch.cuda.Event(enable_timing=True)
+        event.record()
+        self._pending.append((rec, self._prev_event, event))
+        self._prev_event = event
+        self._drain(block=False)
+
+    def exclude_until_now(self) -> None:
+        """Start the next step now: perfdoctor's own work in the step hook (trace export,
+        FLOPs counter set-up) is not charged to the script's next step."""
+        if self._prev_end_s is not None:
+            self._prev_end_s = time.perf_counter()
+
+    def _drain(self, block: bool) -> None:
+        while self._pending:
+            rec, start_ev, end_ev = self._pending[0]
+            if not block and not end_ev.query():
+                return
+            if block:
+                end_ev.synchronize()
+            if start_ev is not None:
+                rec.duration_s = start_ev.elapsed_time(end_ev) / 1000.0
+            self._pending.popleft()
+            self.sink(rec)
+
+    def finish(self) -> None:
+        """Emit every pending row (synchronizes on CUDA once)."""
+        if self.cuda:
+            self._drain(block=True)

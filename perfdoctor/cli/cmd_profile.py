@@ -1,0 +1,169 @@
+"""``perfdoctor profile``: profile an unmodified training script in its steady state.
+
+    perfdoctor profile train.py --steps 500 -- --batch_size=32
+    perfdoctor profile -m package.module --steps 200
+    torchrun --nproc-per-node 2 -m perfdoctor profile train.py --out runs/ddp
+
+Step detection needs no code changes (optimizer step hooks); scripts without a
+``torch.optim`` optimizer call ``perfdoctor.step()`` once per step.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import asdict
+from pathlib import Path
+
+from perfdoctor.capture.rundir import write_json
+from perfdoctor.capture.run_data import load_run_dir
+from perfdoctor.capture.runner import RunResult, run_profile
+from perfdoctor.capture.schedule import ProfileConfig
+from perfdoctor.errors import PerfDoctorError
+
+NAME = "profile"
+HELP = "run a training script under the profiler (steady state, N steps) and write a run directory + report"
+
+
+def _add_options(parser: argparse.ArgumentParser, default=None) -> None:
+    d = (lambda value: argparse.SUPPRESS) if default is argparse.SUPPRESS else (lambda value: value)
+    parser.add_argument("-m", dest="module", metavar="MODULE", default=d(None),
+                        help="run a module, like python -m")
+    parser.add_argument("--steps", type=int, default=d(500),
+                        help="optimizer steps to run, then stop (default 500)")
+    parser.add_argument("--wait", type=int, default=d(None),
+                        help="steps before the profiler window (default 40%% of --steps)")
+    parser.add_argument("--warmup", type=int, default=d(None),
+                        help="profiler warm-up steps before each window (default 5)")
+    parser.add_argument("--active", type=int, default=d(None), help="steps recorded per window (default 10)")
+    parser.add_argument("--repeat", type=int, default=d(1), help="number of profiler windows (default 1)")
+    parser.add_argument("--out", default=d(None),
+                        help="run directory to create (must be new; default perfdoctor-runs/<script>-<time>)")
+    parser.add_argument("--tokens-per-step", type=int, default=d(None),
+                        help="tokens per optimizer step (default: from batch shapes)")
+    parser.add_argument("--samples-per-step", type=int, default=d(None),
+                        help="samples per optimizer step (default: from batch shapes)")
+    parser.add_argument("--no-flops", action="store_true", default=d(False),
+                        help="skip the FlopCounterMode measurement")
+    parser.add_argument("--no-report", action="store_true", default=d(False),
+                        help="write the run directory only")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    _add_options(parser)
+    parser.add_argument("rest", nargs=argparse.REMAINDER, metavar="SCRIPT [OPTIONS] [-- SCRIPT_ARGS]",
+                        help="the script, then perfdoctor options, then -- and the script's arguments")
+
+
+class _OptionParser(argparse.ArgumentParser):
+    def error(self, message: str):  # one clear line instead of argparse's usage + exit
+        raise PerfDoctorError(f"profile: {message}; put the script's own arguments after --")
+
+
+def _split_script_args(args: argparse.Namespace) -> tuple[str, list[str], bool]:
+    """(target, script args, is_module) from ``rest``; options between SCRIPT and -- update ``args``."""
+    rest = list(args.rest)
+    if args.module is None:
+        if not rest or rest[0] == "--":
+            raise PerfDoctorError("profile: give a SCRIPT or -m MODULE")
+        target, rest = rest[0], rest[1:]
+    else:
+        target = args.module
+    cut = rest.index("--") if "--" in rest else len(rest)
+    before, script_args = rest[:cut], rest[cut + 1:]
+    if before:
+        opts = _OptionParser(prog="perfdoctor profile", add_help=False)
+        _add_options(opts, default=argparse.SUPPRESS)
+        opts.parse_args(before, namespace=args)
+    if args.module is not None and target != args.module:
+        raise PerfDoctorError("profile: give either a SCRIPT or -m MODULE, not both")
+    return target, script_args, args.module is not None
+
+
+def run(args: argparse.Namespace) -> int:
+    target, script_args, module = _split_script_args(args)
+    cfg = ProfileConfig(steps=args.steps, wait=args.wait, warmup=args.warmup, active=args.active,
+                        repeat=args.repeat, tokens_per_step=args.tokens_per_step,
+                        samples_per_step=args.samples_per_step, measure_flops=not args.no_flops)
+    result = run_profile(target, script_args, cfg, module=module, out=args.out,
+                         command=["perfdoctor", *sys.argv[1:]])
+    if result.traceback:
+        sys.stderr.write(result.traceback)
+    if result.error:
+        print(f"perfdoctor: error: {result.error}", file=sys.stderr)
+    if not result.coordinator:
+        return result.exit_code
+    if result.missing_ranks:
+        print(f"perfdoctor: ranks {result.missing_ranks} did not finish; the report covers the others",
+              file=sys.stderr)
+    if result.partial:
+        print(f"perfdoctor: partial run ({result.reason}); everything recorded so far is in {result.run_dir}",
+              file=sys.stderr)
+    if not args.no_report:
+        _print_summary(make_report(result.run_dir), result)
+    else:
+        print(f"perfdoctor: run directory {result.run_dir}", file=sys.stderr)
+    return result.exit_code
+
+
+def make_report(run_dir: Path) -> dict:
+    """Write the report for ``run_dir``; returns ``{"path", "findings", "kind"}``.
+
+    Uses the report pipeline (``perfdoctor.pipeline.build_report`` +
+    ``perfdoctor.render.html.write_html``) when it is installed; until then it
+    writes ``report.json`` from the run data alone and says so in ``run.json``.
+    """
+    try:
+        from perfdoctor.pipeline import build_report
+        from perfdoctor.render.html import write_html
+    except ImportError as exc:
+        return _fallback_report(run_dir, f"report pipeline not available ({exc})")
+    data = load_run_dir(run_dir)
+    report = build_report([str(p) for p in data.traces], run_dir=str(run_dir), partial=data.partial)
+    path = run_dir / "report.html"
+    write_html(report, path)
+    _note_report(run_dir, {"kind": "html", "path": path.name})
+    return {"path": path, "findings": report.get("findings", []), "kind": "html"}
+
+
+def _fallback_report(run_dir: Path, why: str) -> dict:
+    data = load_run_dir(run_dir)
+    ss = data.steady_state
+    findings = []
+    if ss is not None and ss.window_neighbor_ratio is not None and abs(ss.window_neighbor_ratio - 1) > 0.10:
+        findings.append({"code": "PD601", "name": "transient-measurement",
+                         "message": f"steps around the profiled window ran at {ss.window_neighbor_ratio:.2f}x "
+                                    "the steady-state median"})
+    if ss is not None and (ss.phase_change or ss.trend_detected):
+        what = (f"{len(ss.phases)} phases: " + ", ".join(
+            f"steps {p.start_step}-{p.end_step - 1} at {p.median_s * 1e3:.1f} ms" for p in ss.phases)
+            if ss.phase_change else f"step time grows by {ss.trend_us_per_step:.1f} µs per step")
+        findings.append({"code": "PD602", "name": "step-time-phase-change", "message": what})
+    report = {"kind": "fallback", "why": why, "partial": data.partial, "run": data.run,
+              "steady_state": None if ss is None else {**asdict(ss), "phase_change": ss.phase_change},
+              "throughput": data.throughput(), "findings": findings,
+              "traces": [p.name for p in data.traces]}
+    path = run_dir / "report.json"
+    write_json(path, report)
+    _note_report(run_dir, {"kind": "fallback-json", "path": path.name, "why": why})
+    return {"path": path, "findings": findings, "kind": "fallback"}
+
+
+def _note_report(run_dir: Path, info: dict) -> None:
+    import json
+
+    run_json = run_dir / "run.json"
+    data = json.loads(run_json.read_text())
+    data["report"] = info
+    write_json(run_json, data)
+
+
+def _print_summary(report: dict, result: RunResult) -> None:
+    findings = report.get("findings") or []
+    for f in findings[:5]:
+        code = f.get("code", "") if isinstance(f, dict) else getattr(f, "code", "")
+        msg = f.get("message", "") if isinstance(f, dict) else getattr(f, "message", "")
+        print(f"  {code} {msg}", file=sys.stderr)
+    if not findings:
+        print("  no findings", file=sys.stderr)
+    print(f"perfdoctor: {result.steps_completed} steps profiled; report: {report['path']}", file=sys.stderr)

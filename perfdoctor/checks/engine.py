@@ -158,7 +158,8 @@ def _merge_rank_outcomes(spec: RuleSpec, outcomes: list[tuple[Any, cx.Outcome]],
             if any(h.estimate for _, h in hits):
                 best.evidence.values["saving_us_by_rank"] = {
                     str(r): round(h.estimate.saving_us, 3) for r, h in hits if h.estimate}
-        res.findings.append(_finding(spec, best, sorted(r for r, _ in hits), cat))
+        fired = {h.rank if h.rank is not None else r for r, h in hits}
+        res.findings.append(_finding(spec, best, sorted(r for r in fired if r is not None), cat))
         return
     skips = [(r, o.skip) for r, o in outcomes if o.skip]
     if skips and len(skips) == len(outcomes):

@@ -1,0 +1,55 @@
+"""PD102 pageable-h2d-copy: host-to-device copies from pageable memory block the host.
+
+A copy from pageable memory is staged by the driver through a pinned bounce
+buffer and PyTorch synchronizes the stream after it (``copy_`` from a
+non-pinned tensor), so the host waits for the copy and cannot queue work.
+Kernel-name evidence: Kineto names the copy ``Memcpy HtoD (Pageable -> Device)``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from perfdoctor.analysis import intervals as iv
+from perfdoctor.checks.common import memcpy_mask, pageable_h2d, pct, steps_over
+from perfdoctor.checks.context import Outcome, RankContext, passed, skipped
+from perfdoctor.findings import Estimate, Evidence, Hit
+
+CODE = "PD102"
+METRICS = {
+    "pageable_h2d_per_step": "pageable host-to-device copies per step",
+    "pageable_h2d_bytes_per_step": "bytes copied from pageable memory per step",
+    "host_blocked_us": "mean µs per step the host is blocked in those copies (and the syncs after them)",
+    "idle_us": "mean µs per step of device idle that begins while the host is blocked in them",
+    "idle_pct": "idle_us as % of the mean step time",
+}
+
+
+def check(ctx: RankContext) -> Outcome:
+    dev = ctx.device.device
+    mask, blocked = pageable_h2d(ctx.tables, dev, ctx.th["sync_adjacency_us"])
+    if not mask.any():
+        if memcpy_mask(ctx.tables, dev, "h2d", None).any():
+            return skipped("the trace's host-to-device copy names do not say pageable or pinned")
+        return passed(pageable_h2d_per_step=0.0, idle_us=0.0, idle_pct=0.0)
+    ws, we = ctx.windows()
+    mc = ctx.tables.memcpy
+    in_step = ctx.step_of(mc["ts_us"][mask])
+    n = np.bincount(in_step[in_step >= 0], minlength=ctx.n_steps)
+    nbytes = np.bincount(in_step[in_step >= 0], weights=mc["bytes"][mask][in_step >= 0], minlength=ctx.n_steps)
+    host_us = iv.per_window(blocked, ws, we)
+    idle = ctx.idle_after(blocked)
+    saving = float(idle.mean())
+    dur = mc["dur_us"][mask]
+    gbps = float(mc["bytes"][mask].sum() / dur.sum() / 1e3) if dur.sum() > 0 else 0.0
+    metrics = {"pageable_h2d_per_step": float(n.mean()), "pageable_h2d_bytes_per_step": float(nbytes.mean()),
+               "host_blocked_us": float(host_us.mean()), "idle_us": saving, "idle_pct": pct(saving, ctx.step_us)}
+    if metrics["idle_pct"] < ctx.th["min_saving_pct"]:
+        return passed(**metrics)
+    ev = Evidence(values={
+        "copies_per_step": float(n.mean()), "mb_per_step": float(nbytes.mean()) / 1e6,
+        "host_blocked_ms": float(host_us.mean()) / 1000, "idle_ms": saving / 1000, "idle_pct": metrics["idle_pct"],
+        "copy_gb_per_s": gbps}, steps=steps_over(idle, ctx.per_step(lambda s: s.dur_us), ctx.th["min_saving_pct"],
+                                                ctx.step_numbers))
+    method = "mean device idle per step that begins while the host is blocked in pageable H2D copies"
+    return Outcome(metrics=metrics, hit=Hit(evidence=ev, estimate=Estimate(saving, ctx.step_us, method)))

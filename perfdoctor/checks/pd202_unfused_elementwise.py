@@ -1,0 +1,73 @@
+"""PD202 unfused-elementwise: much of the step in short elementwise / normalization kernels (or ops).
+
+Eager PyTorch runs every elementwise op as its own kernel that reads and
+writes the whole tensor; a chain of them is memory-bound and launch-bound.
+A compiler (``torch.compile``: Triton kernels on GPU, C++/OpenMP loops on CPU)
+fuses the chain into one pass. Traces that already contain Triton kernels or
+compiled regions pass: the model is already compiled.
+
+GPU: kernels classified ``elementwise`` / ``reduction_norm`` and shorter than
+``short_kernel_us``. CPU-only traces: host time in elementwise and
+normalization aten ops (:mod:`perfdoctor.analysis.cpu_breakdown`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from perfdoctor.checks.common import pct, steps_over, top_names
+from perfdoctor.checks.context import Outcome, RankContext, passed
+from perfdoctor.findings import Estimate, Evidence, Hit
+
+CODE = "PD202"
+METRICS = {
+    "elementwise_us": "mean µs per step in short elementwise/normalization kernels (GPU) or ops (CPU)",
+    "elementwise_pct": "elementwise_us as % of the mean step time",
+    "elementwise_per_step": "such kernels / ops per step",
+    "compiled": "1 when the trace has Triton kernels or torch.compile regions",
+}
+COMPILED = r"^triton_|Torch-Compiled Region|CompiledFunction|^inductor|TorchDynamo"
+
+
+def _gpu(ctx: RankContext) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    k = ctx.kernels()
+    m = np.isin(k.category, ["elementwise", "reduction_norm"]) & (k.dur_us < ctx.th["short_kernel_us"]) & (k.step >= 0)
+    per_step = np.bincount(k.step[m], weights=k.dur_us[m], minlength=ctx.n_steps)
+    count = np.bincount(k.step[m], minlength=ctx.n_steps)
+    return per_step, count, ctx.tables.name_array()[k.name_id[m]], k.dur_us[m]
+
+
+def _cpu(ctx: RankContext) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    from perfdoctor.analysis.cpu_breakdown import classify_cpu_op
+
+    per_step = ctx.per_step(lambda s: s.categories_us.get("elementwise", 0.0) + s.categories_us.get("reduction_norm", 0.0))
+    ops = ctx.tables.cpu_ops
+    pid = ctx.rank.steps.pid
+    names = ctx.tables.name_array()
+    uniq = np.unique(ops["name_id"]) if len(ops) else np.empty(0, dtype=np.int64)
+    ew = [i for i in uniq.tolist() if classify_cpu_op(names[i]) in ("elementwise", "reduction_norm")]
+    m = np.isin(ops["name_id"], ew) & ((ops["pid"] == pid) if pid >= 0 else True) if len(ops) else np.zeros(0, bool)
+    step = ctx.step_of(ops["ts_us"][m]) if len(ops) else np.empty(0, dtype=np.int64)
+    count = np.bincount(step[step >= 0], minlength=ctx.n_steps)
+    return per_step, count, names[ops["name_id"][m]], ops["dur_us"][m]
+
+
+def check(ctx: RankContext) -> Outcome:
+    compiled = bool(ctx.tables.names_matching(COMPILED).any())
+    per_step, count, names, durs = _gpu(ctx) if ctx.is_gpu else _cpu(ctx)
+    ew_us = float(per_step.mean())
+    share = pct(ew_us, ctx.step_us)
+    saving = ew_us * ctx.th["max_fused_fraction"]
+    metrics = {"elementwise_us": ew_us, "elementwise_pct": share, "elementwise_per_step": float(count.mean()),
+               "compiled": float(compiled)}
+    if compiled or share < ctx.th["min_share_pct"] or pct(saving, ctx.step_us) < ctx.th["min_saving_pct"]:
+        return passed(**metrics)
+    what = "kernels" if ctx.is_gpu else "ops"
+    ev = Evidence(values={"elementwise_ms": ew_us / 1000, "elementwise_pct": share,
+                          "elementwise_per_step": float(count.mean()), "what": what,
+                          "max_fused_fraction": ctx.th["max_fused_fraction"]},
+                  steps=steps_over(per_step, ctx.per_step(lambda s: s.dur_us), ctx.th["min_share_pct"], ctx.step_numbers),
+                  events=top_names(names, durs))
+    method = (f"elementwise/normalization {what} time per step × max_fused_fraction "
+              f"({ctx.th['max_fused_fraction']}): the share a fused pass removes at most")
+    return Outcome(metrics=metrics, hit=Hit(evidence=ev, estimate=Estimate(saving, ctx.step_us, method)))

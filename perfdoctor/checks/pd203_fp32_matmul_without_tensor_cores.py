@@ -1,0 +1,93 @@
+"""PD203 fp32-matmul-without-tensor-cores: FP32 GEMM/convolution kernels on a GPU with tensor cores.
+
+Tensor cores exist from compute capability 7.0 (Volta: FP16), TF32 and BF16
+from 8.0 (Ampere) — NVIDIA CUDA C++ Programming Guide, "Warp Matrix Functions"
+and the Ampere architecture whitepaper. The kernel's math is read from its
+name (:mod:`perfdoctor.analysis.kernel_dtype`: ``volta_sgemm``, ``<float``...).
+AMD GPUs are skipped: rocBLAS already runs FP32 GEMMs on matrix cores.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from perfdoctor.analysis.kernel_dtype import kernel_math_dtype
+from perfdoctor.checks.common import pct, top_names
+from perfdoctor.checks.context import Outcome, RankContext, passed, skipped
+from perfdoctor.findings import Estimate, Evidence, Hit
+
+CODE = "PD203"
+METRICS = {
+    "fp32_gemm_us": "mean µs per step in FP32 (SIMT) GEMM / convolution kernels",
+    "fp32_gemm_share_pct": "fp32_gemm_us as % of all GEMM / convolution kernel time",
+    "compute_capability": "the GPU's compute capability (major + minor / 10)",
+}
+NOT_GEMM = re.compile(r"bn_|batch_?norm|nchwToNhwc|nhwcToNchw|transpose|im2col|col2im|splitKreduce|reduce_", re.I)
+AMD = re.compile(r"AMD|Radeon|Instinct|MI\d{3}", re.I)
+
+
+def _device(ctx: RankContext) -> tuple[dict | None, tuple[int, int] | None]:
+    for p in ctx.tables.device_properties:
+        if isinstance(p, dict) and p.get("id", 0) == ctx.device.device:
+            if "computeMajor" in p:
+                return p, (int(p["computeMajor"]), int(p.get("computeMinor", 0)))
+            return p, None
+    return None, None
+
+
+def _advice(cc: tuple[int, int]) -> str:
+    if cc >= (8, 0):
+        return ('bf16 autocast (torch.autocast("cuda", dtype=torch.bfloat16)), or TF32 for the FP32 matmuls '
+                '(torch.set_float32_matmul_precision("high"))')
+    return ('fp16 mixed precision (torch.autocast("cuda", dtype=torch.float16) with torch.amp.GradScaler); '
+            "this GPU has no bf16 or TF32 tensor cores")
+
+
+def _peak_ratio(props: dict | None, cc: tuple[int, int]) -> float | None:
+    """Dense tensor-core ÷ FP32 peak of the matched device (hardware.py datasheet figures), or None."""
+    try:
+        from perfdoctor.analysis.hardware import match_device
+    except ImportError:  # pragma: no cover - hardware table absent
+        return None
+    spec = match_device(props) if props else None
+    if spec is None or not spec.peak("fp32"):
+        return None
+    tc = (spec.peak("bf16") or spec.peak("tf32")) if cc >= (8, 0) else spec.peak("fp16")
+    return tc / spec.peak("fp32") if tc else None
+
+
+def check(ctx: RankContext) -> Outcome:
+    props, cc = _device(ctx)
+    name = str((props or {}).get("name", ""))
+    if AMD.search(name) or ctx.tables.names_matching(r"^hip").any():
+        return skipped("AMD GPU: rocBLAS/MIOpen run FP32 GEMMs on matrix cores; the rule is about NVIDIA tensor cores")
+    if cc is None:
+        return skipped("GPU compute capability unknown (no deviceProperties in the trace)")
+    k = ctx.kernels()
+    names = ctx.tables.name_array()
+    gemm = np.isin(k.category, ["matmul", "conv"]) & (k.step >= 0)
+    ids = np.unique(k.name_id[gemm]).tolist()
+    fp32_ids = [i for i in ids if not NOT_GEMM.search(names[i]) and kernel_math_dtype(names[i]) == "fp32"]
+    gemm_ids = [i for i in ids if not NOT_GEMM.search(names[i])]
+    is32 = gemm & np.isin(k.name_id, fp32_ids)
+    all_gemm_us = float(k.dur_us[gemm & np.isin(k.name_id, gemm_ids)].sum())
+    fp32_us = float(k.dur_us[is32].sum()) / max(ctx.n_steps, 1)
+    share = pct(fp32_us * max(ctx.n_steps, 1), all_gemm_us)
+    metrics = {"fp32_gemm_us": fp32_us, "fp32_gemm_share_pct": share, "compute_capability": cc[0] + cc[1] / 10}
+    if cc < (7, 0):
+        return passed(**metrics)
+    ratio = _peak_ratio(props, cc)
+    speedup = min(ratio or ctx.th["default_speedup"], ctx.th["max_speedup"])
+    saving = fp32_us * (1.0 - 1.0 / speedup)
+    if share < ctx.th["min_fp32_share_pct"] or pct(saving, ctx.step_us) < ctx.th["min_saving_pct"]:
+        return passed(**metrics)
+    ev = Evidence(values={
+        "gpu": name or "this GPU", "compute_capability": f"{cc[0]}.{cc[1]}", "fp32_gemm_ms": fp32_us / 1000,
+        "fp32_gemm_pct_of_step": pct(fp32_us, ctx.step_us), "fp32_share_of_gemm_pct": share,
+        "assumed_speedup": speedup, "advice": _advice(cc)},
+        steps=ctx.step_numbers, events=top_names(names[k.name_id[is32]], k.dur_us[is32]))
+    src = "datasheet tensor-core ÷ FP32 peak" if ratio else "default speedup (GPU not in the hardware table)"
+    method = f"FP32 GEMM/conv kernel time per step × (1 − 1/{speedup:.1f}), {src}, capped at max_speedup"
+    return Outcome(metrics=metrics, hit=Hit(evidence=ev, estimate=Estimate(saving, ctx.step_us, method)))

@@ -1,0 +1,43 @@
+"""PD301 exposed-communication: collective kernel time not overlapped by compute kernels.
+
+From the breakdown's ``communication`` per step: ``exposed_us`` is the part of
+the union of NCCL/RCCL kernels during which no compute kernel runs on the
+device (HTA's comm/comp overlap = overlapped ÷ total).
+"""
+
+from __future__ import annotations
+
+from perfdoctor.checks.common import pct, steps_over
+from perfdoctor.checks.context import Outcome, RankContext, passed, skipped
+from perfdoctor.findings import Estimate, Evidence, Hit
+
+CODE = "PD301"
+METRICS = {
+    "comm_us": "mean µs per step of collective kernels (union)",
+    "exposed_us": "mean µs per step of collective time with no compute kernel running",
+    "exposed_pct": "exposed_us as % of the mean step time",
+    "overlap_pct": "overlapped ÷ total collective time, %",
+}
+
+
+def check(ctx: RankContext) -> Outcome:
+    total = ctx.per_step(lambda s: s.communication["total_us"])
+    if total.sum() <= 0:
+        return skipped("no collective (NCCL/RCCL) kernels in the trace: single-process training")
+    exposed = ctx.per_step(lambda s: s.communication["exposed_us"])
+    overlapped = ctx.per_step(lambda s: s.communication["overlapped_us"])
+    saving = float(exposed.mean())
+    metrics = {"comm_us": float(total.mean()), "exposed_us": saving, "exposed_pct": pct(saving, ctx.step_us),
+               "overlap_pct": pct(float(overlapped.sum()), float(total.sum()))}
+    if metrics["exposed_pct"] < ctx.th["min_saving_pct"]:
+        return passed(**metrics)
+    by_coll: dict[str, float] = {}
+    for s in ctx.step_rows:
+        for c, v in s.communication_by_collective_us.items():
+            by_coll[c] = by_coll.get(c, 0.0) + v / ctx.n_steps
+    ev = Evidence(values={"comm_ms": metrics["comm_us"] / 1000, "exposed_ms": saving / 1000,
+                          "exposed_pct": metrics["exposed_pct"], "overlap_pct": metrics["overlap_pct"],
+                          "by_collective_ms": {c: v / 1000 for c, v in sorted(by_coll.items())}},
+                  steps=steps_over(exposed, ctx.per_step(lambda s: s.dur_us), ctx.th["min_saving_pct"], ctx.step_numbers))
+    method = "mean collective kernel time per step with no compute kernel running (fully overlapped would hide it)"
+    return Outcome(metrics=metrics, hit=Hit(evidence=ev, estimate=Estimate(saving, ctx.step_us, method)))

@@ -1,0 +1,61 @@
+"""PD303 straggler-rank: one rank does much more work per step than the others, who wait for it.
+
+Own work of a rank = mean step time − mean collective kernel time per step
+(everything the rank does that is not waiting in or running a collective:
+compute, host work, its idle gaps). The straggler is the rank with the most.
+A collective finishes only when its last participant arrives, so the others
+wait about the difference inside their collectives; the rule asks for that
+too: the straggler must spend less time in collectives than the others' median.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from perfdoctor.analysis.classify import COMPUTE_CATEGORIES
+from perfdoctor.checks.common import pct
+from perfdoctor.checks.context import JobContext, Outcome, passed, skipped
+from perfdoctor.findings import Estimate, Evidence, Hit
+
+CODE = "PD303"
+METRICS = {
+    "max_own_us": "mean µs per step outside collectives of the slowest rank",
+    "median_own_us": "median over the other ranks of their mean µs per step outside collectives",
+    "excess_pct": "(max - median) ÷ median, %",
+    "straggler_comm_us": "mean collective µs per step of the slowest rank",
+    "others_comm_us": "median over the other ranks of their mean collective µs per step",
+}
+
+
+def _mean(rows: list, getter) -> float:
+    return float(np.mean([getter(s) for s in rows])) if rows else 0.0
+
+
+def check(job: JobContext) -> Outcome:
+    ranks = [c.rank.rank for c in job.ranks]
+    comm = np.array([_mean(c.step_rows, lambda s: s.communication["total_us"]) for c in job.ranks])
+    if comm.sum() <= 0:
+        return skipped("no collective kernels in the traces: the ranks never wait for each other on the device")
+    step = np.array([c.step_us for c in job.ranks])
+    compute = np.array([_mean(c.step_rows, lambda s: sum(s.categories_us.get(k, 0.0) for k in COMPUTE_CATEGORIES))
+                        for c in job.ranks])
+    own = step - comm
+    worst = int(np.argmax(own))
+    median = float(np.median(np.delete(own, worst)))
+    others_comm = float(np.median(np.delete(comm, worst)))
+    saving = max(float(own[worst]) - median, 0.0)
+    step_us = float(np.median(step))
+    metrics = {"max_own_us": float(own[worst]), "median_own_us": median, "excess_pct": pct(saving, median),
+               "straggler_comm_us": float(comm[worst]), "others_comm_us": others_comm, "step_us": step_us}
+    if (metrics["excess_pct"] < job.th["min_excess_pct"] or comm[worst] >= others_comm
+            or pct(saving, step_us) < job.th["min_saving_pct"]):
+        return passed(**metrics)
+    ev = Evidence(values={
+        "straggler": ranks[worst], "straggler_own_ms": float(own[worst]) / 1000, "others_own_ms": median / 1000,
+        "excess_pct": metrics["excess_pct"], "straggler_comm_ms": float(comm[worst]) / 1000,
+        "others_comm_ms": others_comm / 1000,
+        "own_ms_by_rank": {str(r): round(float(v) / 1000, 3) for r, v in zip(ranks, own)},
+        "compute_ms_by_rank": {str(r): round(float(v) / 1000, 3) for r, v in zip(ranks, compute)}},
+        steps=job.ranks[worst].step_numbers)
+    method = "slowest rank's time outside collectives per step − median of the other ranks' (their wait in collectives)"
+    return Outcome(metrics=metrics, hit=Hit(evidence=ev, estimate=Estimate(saving, step_us, method), rank=ranks[worst]))

@@ -1,0 +1,72 @@
+"""PD401 host-device-sync: synchronize calls and blocking device-to-host copies inside steps.
+
+``.item()``, ``.cpu()``, ``.tolist()``, printing a tensor or ``if tensor:``
+copy a value to the host and wait for the device to finish everything queued
+before it (``cudaStreamSynchronize`` / a pageable ``cudaMemcpy`` D2H); explicit
+``torch.cuda.synchronize()`` is ``cudaDeviceSynchronize``. While the host
+waits, nothing new is queued, so the device idles until the host catches up.
+Syncs that belong to a pageable host-to-device copy are PD102's, not this rule's.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from perfdoctor.analysis import host
+from perfdoctor.analysis import intervals as iv
+from perfdoctor.checks.common import pageable_h2d, pct, steps_over, sync_calls_by_name, top_names
+from perfdoctor.checks.context import Outcome, RankContext, passed
+from perfdoctor.findings import Estimate, Evidence, Hit
+
+CODE = "PD401"
+METRICS = {
+    "syncs_per_step": "synchronize calls and blocking D2H copies per step",
+    "idle_us": "mean µs per step of device idle that begins while the host waits in them",
+    "idle_pct": "idle_us as % of the mean step time",
+}
+
+
+def _callers(ctx: RankContext, rows: np.ndarray) -> np.ndarray:
+    """Name of the cpu op that issued each runtime call (by external id), else the call's own name."""
+    t = ctx.tables
+    rt, ops = t.runtime, t.cpu_ops
+    names = t.name_array()[rt["name_id"][rows]].astype(object)
+    if len(ops) == 0 or rows.size == 0:
+        return names
+    ext = rt["external_id"][rows]
+    order = np.argsort(ops["external_id"], kind="stable")
+    oe = ops["external_id"][order]
+    pos = np.minimum(np.searchsorted(oe, ext), oe.size - 1)
+    hit = (oe[pos] == ext) & (ext > 0)
+    caller = t.name_array()[ops["name_id"][order][pos]]
+    return np.where(hit, caller + " → " + names, names)
+
+
+def check(ctx: RankContext) -> Outcome:
+    t = ctx.tables
+    _, copy_blocked = pageable_h2d(t, ctx.device.device, ctx.th["sync_adjacency_us"])
+    rows, _ = sync_calls_by_name(t, copy_blocked)
+    rt = t.runtime
+    calls = iv.union(rt["ts_us"][rows], rt["end_us"][rows]) if rows.size else iv.EMPTY
+    d2h = iv.subtract(host.blocking_memcpy_calls(t), copy_blocked)
+    waits = iv.union_of(calls, d2h)
+    ws, we = ctx.windows()
+    idle = ctx.idle_after(waits)
+    saving = float(idle.mean())
+    in_step = ctx.step_of(rt["ts_us"][rows]) if rows.size else np.empty(0, dtype=np.int64)
+    n_calls = np.bincount(in_step[in_step >= 0], minlength=ctx.n_steps)
+    n_d2h = np.bincount(np.clip(ctx.step_of(d2h[0]), -1, None) + 1, minlength=ctx.n_steps + 1)[1:] if d2h[0].size \
+        else np.zeros(ctx.n_steps)
+    metrics = {"syncs_per_step": float((n_calls + n_d2h).mean()), "idle_us": saving,
+               "idle_pct": pct(saving, ctx.step_us)}
+    if metrics["idle_pct"] < ctx.th["min_saving_pct"]:
+        return passed(**metrics)
+    sel = rows[in_step >= 0]
+    ev = Evidence(
+        values={"syncs_per_step": metrics["syncs_per_step"], "idle_ms": saving / 1000, "idle_pct": metrics["idle_pct"],
+                "host_wait_ms": float(iv.per_window(waits, ws, we).mean()) / 1000},
+        steps=steps_over(idle, ctx.per_step(lambda s: s.dur_us), ctx.th["min_saving_pct"], ctx.step_numbers),
+        events=top_names(_callers(ctx, sel), rt["dur_us"][sel]),
+    )
+    method = "mean device idle per step that begins while the host waits in a synchronize call or blocking D2H copy"
+    return Outcome(metrics=metrics, hit=Hit(evidence=ev, estimate=Estimate(saving, ctx.step_us, method)))

@@ -1,0 +1,71 @@
+"""PD501 allocator-stall: ``cudaMalloc`` / ``cudaFree`` inside steady-state steps.
+
+PyTorch's caching allocator serves steady-state allocations from its cache;
+a ``cudaMalloc`` after the first step means a cache miss (new shapes,
+fragmentation, ``torch.cuda.empty_cache()``), and ``cudaFree`` synchronizes
+the device (it is also what an allocator retry does: free the cache, then
+malloc again). The first ``skip_first_steps`` steps are left out: they fill the cache.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from perfdoctor.analysis import intervals as iv
+from perfdoctor.checks.common import pct, top_names
+from perfdoctor.checks.context import Outcome, RankContext, passed, skipped
+from perfdoctor.findings import Estimate, Evidence, Hit
+
+CODE = "PD501"
+METRICS = {
+    "allocator_calls_per_step": "cudaMalloc/cudaFree (hipMalloc/hipFree) calls per steady-state step",
+    "allocator_host_us": "mean µs per steady-state step the host spends in them",
+    "idle_us": "mean µs per steady-state step of device idle that begins during them",
+    "idle_pct": "idle_us as % of the mean step time",
+    "peak_reserved_pct": "peak reserved memory ÷ device memory, % (when memory was profiled)",
+}
+ALLOC = re.compile(r"^(cuda|hip)(Malloc|Free|MallocAsync|FreeAsync|MallocManaged)$|^cuMem(Alloc|Free|Create|Release)")
+
+
+def _peak_reserved_pct(ctx: RankContext) -> float | None:
+    mem = ctx.tables.memory
+    cap = next((p.get("totalGlobalMem") for p in ctx.tables.device_properties
+                if isinstance(p, dict) and p.get("id") == ctx.device.device), None)
+    if len(mem) == 0 or not cap:
+        return None
+    m = (mem["device_type"] == 1) & (mem["device_id"] == ctx.device.device) & (mem["total_reserved"] >= 0)
+    return pct(float(mem["total_reserved"][m].max()), float(cap)) if m.any() else None
+
+
+def check(ctx: RankContext) -> Outcome:
+    first = int(ctx.th["skip_first_steps"])
+    if ctx.n_steps <= first:
+        return skipped(f"only {ctx.n_steps} step(s): the first {first} fill the allocator's cache")
+    rt = ctx.tables.runtime
+    m = ctx.tables.names_matching(ALLOC)[rt["name_id"]] if len(rt) else np.zeros(0, bool)
+    step = ctx.step_of(rt["ts_us"][m]) if m.any() else np.empty(0, dtype=np.int64)
+    steady = step >= first
+    rows = np.flatnonzero(m)[steady]
+    calls = iv.union(rt["ts_us"][rows], rt["end_us"][rows])
+    ws, we = ctx.windows()
+    n_steady = ctx.n_steps - first
+    idle = ctx.idle_after(calls)[first:]
+    saving = float(idle.mean())
+    host_us = float(iv.per_window(calls, ws, we)[first:].mean())
+    peak = _peak_reserved_pct(ctx)
+    metrics = {"allocator_calls_per_step": rows.size / n_steady, "allocator_host_us": host_us, "idle_us": saving,
+               "idle_pct": pct(saving, ctx.step_us)}
+    if peak is not None:
+        metrics["peak_reserved_pct"] = peak
+    if metrics["allocator_calls_per_step"] < ctx.th["min_calls_per_step"] or metrics["idle_pct"] < ctx.th["min_saving_pct"]:
+        return passed(**metrics)
+    names = ctx.tables.name_array()[rt["name_id"][rows]]
+    ev = Evidence(values={"allocator_calls_per_step": metrics["allocator_calls_per_step"],
+                          "allocator_host_ms": host_us / 1000, "idle_ms": saving / 1000, "idle_pct": metrics["idle_pct"],
+                          "peak_reserved_pct": peak if peak is not None else "unknown (profile_memory=False)"},
+                  steps=sorted({int(ctx.step_numbers[i]) for i in step[steady].tolist()}),
+                  events=top_names(names, rt["dur_us"][rows]))
+    method = "mean device idle per steady-state step that begins while the host is in cudaMalloc/cudaFree"
+    return Outcome(metrics=metrics, hit=Hit(evidence=ev, estimate=Estimate(saving, ctx.step_us, method)))

@@ -10,11 +10,12 @@ through ``tojson``, whose HTML-safe escaping keeps a kernel named
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import jinja2
 import orjson
-from markupsafe import Markup
+from markupsafe import Markup, escape
 
 from perfdoctor.render import svg, view
 
@@ -36,10 +37,16 @@ def _env() -> jinja2.Environment:
         keep_trailing_newline=True,
     )
     env.policies["json.dumps_function"] = _dumps
-    env.filters.update(ms=view.ms, pct=view.pct, nbytes=view.nbytes)
+    env.filters.update(ms=view.ms, pct=view.pct, nbytes=view.nbytes, dur=view.dur, code_spans=code_spans)
     env.globals["rv_rows"] = view.breakdown_rows
     env.globals["swatch"] = svg.color
     return env
+
+
+def code_spans(text: str) -> Markup:
+    """Escape ``text``, then show its `backtick` spans as <code> (the only markup rule prose gets)."""
+    escaped = str(escape(text))
+    return Markup(re.sub(r"`([^`]+)`", r"<code>\1</code>", escaped))
 
 
 def _series_for_steps(dev: dict[str, Any]) -> list[svg.Series]:

@@ -43,13 +43,15 @@ def _findings(report: dict[str, Any]) -> list[str]:
     for i, f in enumerate(items[:MAX_FINDINGS], 1):
         saving = "saving not estimated"
         if f["saving_us"] is not None:
-            saving = f"saves ≈ {view.ms(f['saving_us'])}/step"
+            saving = f"saves up to {view.ms(f['saving_us'])}/step"
             if f["saving_frac"] is not None:
                 saving += f" ({view.pct(f['saving_frac'])})"
-        rank = f" (rank {f['rank']})" if f["rank"] is not None else ""
+        rank = f" (ranks {', '.join(str(r) for r in f['ranks'])})" if len(f["ranks"]) > 1 else ""
         out.append(f"{i}. **{esc(f['code'])}** {esc(f['title'] or f['name'])}{rank} — {saving}")
         if f["fix"]:
             out.append(f"   - fix: {esc(f['fix'])}")
+    if report.get("findings_note"):
+        out += ["", f"_{esc(report['findings_note'])}_"]
     if len(items) > MAX_FINDINGS:
         out.append(f"\n…and {len(items) - MAX_FINDINGS} more in the HTML/JSON report.")
     sk = view.skipped(report)

@@ -185,8 +185,9 @@ def step_line(xs: list[float], ys: list[float], unit: str, title: str, x_label: 
     for tv in ticks:
         out.append(f'<line x1="{left}" x2="{width - right}" y1="{_f(py(tv))}" y2="{_f(py(tv))}" class="grid"/>')
         out.append(f'<text x="{left - 4}" y="{_f(py(tv) + 4)}" class="ax" text-anchor="end">{_t(fmt_num(tv))}</text>')
+    integral = all(float(x).is_integer() for x in xs)
     for tv in nice_ticks(x_lo, x_hi, 8):
-        if x_lo <= tv <= x_hi:
+        if x_lo <= tv <= x_hi and (not integral or float(tv).is_integer()):
             out.append(f'<text x="{_f(px(tv))}" y="{height - bottom + 14}" class="ax" '
                        f'text-anchor="middle">{_t(fmt_num(tv))}</text>')
     for x, label in marks or []:

@@ -57,6 +57,13 @@ def ms(us: float | None, digits: int = 2) -> str:
     return "–" if us is None else f"{us / 1000:,.{digits}f} ms"
 
 
+def dur(us: float | None) -> str:
+    """A duration for tables of short events: "1.23 ms" from 100 µs up, else "12.3 µs"."""
+    if us is None:
+        return "–"
+    return f"{us / 1000:,.2f} ms" if abs(us) >= 100 else f"{us:,.1f} µs"
+
+
 def pct(x: float | None, digits: int = 1) -> str:
     """fraction → "12.3%"."""
     return "–" if x is None else f"{100 * x:.{digits}f}%"
@@ -121,72 +128,64 @@ def _first(d: dict[str, Any], *keys: str) -> Any:
     return None
 
 
-def _evidence(ev: Any) -> list[tuple[str, str]]:
-    """Evidence as (label, value) text pairs, whatever shape the check used."""
-    if ev is None:
-        return []
-    if isinstance(ev, dict):
-        ev = [{"name": k, "value": v} for k, v in ev.items()]
-    if not isinstance(ev, list):
-        return [("", str(ev))]
-    out = []
-    for e in ev:
-        if isinstance(e, dict):
-            label = _first(e, "label", "name", "metric", "key") or ""
-            val = _first(e, "text", "value")
-            unit = e.get("unit") or ""
-            if isinstance(val, float):
-                val = f"{val:,.4g}"
-            out.append((str(label), f"{val}{' ' + unit if unit else ''}" if val is not None else str(e)))
-        else:
-            out.append(("", str(e)))
-    return out
+def evidence_value(name: str, value: Any) -> str:
+    """One evidence number with its unit, read from the name's suffix (``_us``, ``_ms``, ``_pct``, ``_bytes``)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        if isinstance(value, list):
+            return ", ".join(str(v) for v in value) if value else "–"
+        if isinstance(value, dict):
+            unit = name[: -len("_by_rank")] if name.endswith("_by_rank") else name
+            return "; ".join(f"{k}: {evidence_value(unit, v)}" for k, v in value.items()) or "–"
+        return str(value)
+    if name.endswith("_us"):
+        return ms(value, 3)
+    if name.endswith("_ms"):
+        return f"{value:,.3f} ms"
+    if name.endswith("_pct"):
+        return f"{value:.1f}%"
+    if name.endswith("_bytes"):
+        return nbytes(value)
+    if isinstance(value, float):
+        return f"{value:,.4g}"
+    return f"{value:,}"
 
 
-def _references(refs: Any) -> list[str]:
-    out = []
-    for r in refs or []:
-        if isinstance(r, dict):
-            title = _first(r, "title", "name", "text") or ""
-            url = _first(r, "url", "href") or ""
-            out.append(f"{title} — {url}" if title and url else str(title or url))
-        else:
-            out.append(str(r))
-    return out
+def _evidence(ev: Any) -> tuple[list[tuple[str, str]], list[dict[str, str]]]:
+    """Evidence as (name, value text) pairs plus the involved events (each a dict of texts)."""
+    if not isinstance(ev, dict):
+        return ([("evidence", str(ev))] if ev else []), []
+    pairs = [(str(k), evidence_value(str(k), v)) for k, v in ev.items() if k != "events"]
+    events = [{str(k): evidence_value(str(k), v) for k, v in e.items()} for e in ev.get("events") or []
+              if isinstance(e, dict)]
+    return pairs, events
 
 
-def finding(f: dict[str, Any]) -> dict[str, Any]:
-    """One finding normalised for display: code, title, severity, saving (µs/step and fraction), evidence,
-    fix, before/after snippets, references (plain text), method."""
-    est = f.get("estimate") or {}
-    example = f.get("example") or {}
-    saving_us = _first(est, "saving_us_per_step", "us_per_step", "saving_us") or _first(f, "saving_us_per_step")
-    frac = _first(est, "saving_fraction", "fraction_of_step", "fraction")
-    if frac is None and _first(est, "saving_pct", "pct_of_step") is not None:
-        frac = _first(est, "saving_pct", "pct_of_step") / 100.0
+def finding(f: dict[str, Any], order: int = 0) -> dict[str, Any]:
+    """One finding dict (see perfdoctor/findings.py) prepared for display: texts, saving, evidence, snippets."""
+    pairs, events = _evidence(f.get("evidence"))
+    saving = f.get("saving_us_per_step")
+    method = f.get("saving_method") or ""
+    estimated = bool(method) or bool(saving)
+    ev = f.get("evidence")
+    ranks = ev.get("ranks") if isinstance(ev, dict) else None
     return {
-        "code": str(f.get("code", "")),
-        "name": str(f.get("name", "") or ""),
-        "title": str(_first(f, "title", "message", "summary") or ""),
-        "severity": str(f.get("severity", "") or ""),
-        "category": str(f.get("category", "") or ""),
-        "rank": f.get("rank"),
-        "saving_us": saving_us,
-        "saving_frac": frac,
-        "method": _first(est, "method", "how"),
-        "evidence": _evidence(f.get("evidence")),
-        "fix": _first(f, "fix", "recommendation"),
-        "before": _first(example, "before") or f.get("before"),
-        "after": _first(example, "after") or f.get("after"),
-        "references": _references(f.get("references")),
-        "why": _first(f, "why", "explanation", "detail", "details"),
+        "code": str(f.get("code", "")), "name": str(f.get("name") or ""), "title": str(f.get("message") or ""),
+        "severity": str(f.get("severity") or ""), "category": str(f.get("category") or ""),
+        "priority": f.get("rank"), "order": order, "ranks": list(ranks or []),
+        "saving_us": saving if estimated else None,
+        "saving_frac": (f.get("saving_pct_of_step") or 0.0) / 100.0 if estimated else None,
+        "method": method, "evidence": pairs, "events": events,
+        "steps": list(f.get("steps") or []),
+        "fix": str(f.get("fix") or "").strip(), "before": str(f.get("example_before") or "").strip("\n"),
+        "after": str(f.get("example_after") or "").strip("\n"),
+        "references": [str(r) for r in f.get("references") or []],
     }
 
 
 def findings(report: dict[str, Any]) -> list[dict[str, Any]]:
-    """All findings normalised and ranked by estimated saving (largest first; code breaks ties)."""
-    items = [finding(f) for f in report.get("findings") or [] if isinstance(f, dict)]
-    return sorted(items, key=lambda f: (-(f["saving_us"] or 0.0), f["code"], str(f["rank"])))
+    """All findings, ranked by estimated saving (largest first); unestimated ones last, in engine order."""
+    items = [finding(f, i) for i, f in enumerate(report.get("findings") or []) if isinstance(f, dict)]
+    return sorted(items, key=lambda f: (f["saving_us"] is None, -(f["saving_us"] or 0.0), f["order"]))
 
 
 def skipped(report: dict[str, Any]) -> list[tuple[str, str]]:
@@ -197,7 +196,8 @@ def skipped(report: dict[str, Any]) -> list[tuple[str, str]]:
     out = []
     for s in sc:
         if isinstance(s, dict):
-            out.append((str(_first(s, "code", "name") or ""), str(_first(s, "reason", "message") or "")))
+            label = " ".join(x for x in (str(s.get("code") or ""), str(s.get("name") or "")) if x)
+            out.append((label, str(_first(s, "reason", "message") or "")))
         else:
             out.append((str(s), ""))
     return out

@@ -1,0 +1,187 @@
+"""The HTML report's invariants: one self-contained file, no network, CSP, escaped, complete, stable, small."""
+
+from __future__ import annotations
+
+import re
+from html.parser import HTMLParser
+
+import pytest
+from conftest import shared_trace
+from reporting import cli, csp, embedded_json, write_reports
+from tracebuilder import TraceBuilder
+
+from perfdoctor.render.html import render_html
+
+RESNET = "kineto__resnet50_num_workers_0__worker0.pt.trace.json.gz"
+DLRM = "param__dlrm_8ranks"
+MEMORY = "switchtransformers__a100_moe_profile_memory.json.gz"
+ALLOWED_TAGS = {"html", "head", "meta", "title", "style", "body", "main", "header", "nav", "a", "section", "h1",
+                "h2", "h3", "div", "p", "span", "strong", "em", "code", "pre", "ul", "ol", "li", "table", "thead",
+                "tbody", "tr", "th", "td", "details", "summary", "footer", "script", "svg", "title", "rect", "line",
+                "text", "polyline", "circle", "g"}
+_URL = re.compile(r"^\s*(?:[a-z][a-z0-9+.-]*:|//)", re.I)
+
+
+class _Tags(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.tags: list[tuple[str, dict[str, str | None]]] = []
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.append((tag, dict(attrs)))
+
+
+def assert_self_contained(html: str) -> None:
+    """No way for the page to load or run anything: only known tags, no event handlers, no URL in any
+    attribute, one inert JSON script, no CSS import/url(), and a CSP that forbids every load."""
+    parser = _Tags()
+    parser.feed(html)
+    tags = parser.tags
+    assert {t for t, _ in tags} <= ALLOWED_TAGS, {t for t, _ in tags} - ALLOWED_TAGS
+    scripts = [a for t, a in tags if t == "script"]
+    assert scripts == [{"type": "application/json", "id": "report-data"}]
+    for tag, attrs in tags:
+        for name, value in attrs.items():
+            assert not name.startswith("on"), (tag, name)
+            if name == "xmlns":
+                assert value == "http://www.w3.org/2000/svg"
+            elif name == "href":
+                assert value and value.startswith("#"), value
+            elif name not in ("content", "style"):  # CSS: no url( anywhere, checked below
+                assert not _URL.match(value or ""), (tag, name, value)
+    assert "@import" not in html and "url(" not in html
+    policy = csp(html)
+    assert policy["default-src"] == ["'none'"] and policy["script-src"] == ["'none'"]
+    assert policy["connect-src"] == ["'none'"] and policy["img-src"] == ["data:"]
+
+
+@pytest.fixture(scope="module")
+def resnet(tmp_path_factory):
+    return write_reports([str(shared_trace(RESNET))], tmp_path_factory.mktemp("resnet"))
+
+
+@pytest.fixture(scope="module")
+def dlrm(tmp_path_factory):
+    return write_reports([str(shared_trace(DLRM))], tmp_path_factory.mktemp("dlrm"))
+
+
+def test_resnet_report_is_self_contained_and_complete(resnet):
+    html = resnet["html"].read_text()
+    assert_self_contained(html)
+    report = resnet["report"]
+    assert embedded_json(html) == report  # every number on the page is in the embedded data
+    for heading in ("1. Summary", "2. Prioritized fixes", "3. Where the time goes", "4. Step timeline",
+                    "6. Top kernels, CPU ops, communication and memory", "7. How it was measured"):
+        assert f"<h2>{heading}</h2>" in html
+    assert "5. Roofline" not in html or report["ranks"][0].get("roofline")
+    # summary numbers from the breakdown (TensorBoard: 177.6 ms mean, 33.4% DataLoader)
+    assert "Tesla V100-DGXS-32GB" in html
+    assert "177.44 ms" in html and "p10–p90 170.27 ms – 185.06 ms" in html  # median and spread
+    assert "56.6%" in html  # busy ÷ step time
+    assert "<td>idle: waiting for DataLoader</td>" not in html  # swatch precedes the label
+    totals = report["ranks"][0]["devices"][0]["totals"]
+    dl_ms = totals["idle_causes_us"]["dataloader"] / totals["n_steps"] / 1000
+    assert 59 < dl_ms < 60.5  # 33.5% of a 177.6 ms step
+    assert (f'idle: waiting for DataLoader</td><td class="num">{dl_ms:.2f} ms</td>'
+            '<td class="num">33.5%</td>') in html
+    # how it was measured: file size and sha256 of the input
+    assert report["inputs"][0]["sha256"] in html and "1.11 MiB" in html
+    assert "ProfilerStep#5" in html and "ProfilerStep#10" in html
+    # top kernel with a C++ template name is shown escaped, not as markup
+    assert "cudnn::detail::dgrad_engine&lt;float, 512, 6, 5, 3, 3, 3, false&gt;" in html
+
+
+def test_every_finding_code_visible(resnet):
+    report, html = resnet["report"], resnet["html"].read_text()
+    codes = [f["code"] for f in report.get("findings", [])]
+    assert "PD101" in codes  # num_workers=0: 33% of each step waits on the DataLoader
+    for code in codes:
+        assert f'<span class="code">{code}</span>' in html
+    for s in report.get("skipped_checks", []):
+        assert s["code"] in html and (s.get("reason") or "") in html.replace("&#39;", "'").replace("&quot;", '"')
+
+
+def test_multi_rank_report_has_per_rank_table_and_spread(dlrm):
+    html, report = dlrm["html"].read_text(), dlrm["report"]
+    assert_self_contained(html)
+    assert len(report["ranks"]) == 8
+    table = html[html.index('<table class="ranks">'):]
+    table = table[:table.index("</table>")]
+    assert table.count("<tr>") == 9  # header + 8 ranks
+    assert "59.1%" in html and "slowest rank 1 vs fastest rank 7" in html
+    assert "<td>1 (slowest)</td>" in table
+    assert "all_reduce" in html and "send_recv" in html  # communication by collective
+    assert html.count("<details>") >= 7 * 2  # other ranks folded, one per section
+
+
+@pytest.mark.parametrize("name", [RESNET, DLRM, MEMORY, "tracelens__h100__bert-small-uncased.json.gz",
+                                  "param__linear_kineto.json.gz", "hta__cpu_only__rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz"])
+def test_real_trace_reports_are_small_and_self_contained(name, tmp_path):
+    out = tmp_path / "r.html"
+    rc, _, err = cli("report", str(shared_trace(name)), "-o", str(out))
+    assert rc == 0, err
+    data = out.read_bytes()
+    assert len(data) < 2_000_000, len(data)
+    assert_self_contained(data.decode())
+
+
+def test_memory_section_from_profile_memory_trace(tmp_path):
+    out = tmp_path / "m.html"
+    assert cli("report", str(shared_trace(MEMORY)), "-o", str(out))[0] == 0
+    html = out.read_text()
+    # peak reserved 23,616,028,672 B of an 84,987,740,160 B A100: 21.99 GiB, 27.8%
+    assert "21.99 GiB" in html and "79.15 GiB" in html and "27.8%" in html
+    assert "<code>cudaMalloc</code> × 168" in html
+    assert "<td>profile_memory</td>" in html
+
+
+def test_same_input_gives_same_bytes(tmp_path):
+    tb = TraceBuilder()
+    tb.step(1, 0, 1000).step(2, 1000, 1000)
+    tb.launch("volta_sgemm_128x64_nn", launch_ts=10, start=100, dur=300)
+    tb.launch("volta_sgemm_128x64_nn", launch_ts=1010, start=1100, dur=500)
+    trace = str(tb.write(tmp_path / "t.json"))
+    outs = []
+    for i in range(2):
+        out = tmp_path / f"r{i}.html"
+        assert cli("report", trace, "-o", str(out))[0] == 0
+        outs.append(out.read_bytes())
+    assert outs[0] == outs[1]
+    assert not re.search(rb"20\d\d-\d\d-\d\d", outs[0])  # no wall-clock date unless asked for
+
+
+def test_generated_at_only_when_asked():
+    tb_report = _tiny_report()
+    assert "on 2030-01-02" in render_html(tb_report, generated_at="2030-01-02")
+    assert "on 2030-01-02" not in render_html(tb_report)
+
+
+def _tiny_report():
+    import tempfile
+    from pathlib import Path
+
+    from perfdoctor import pipeline
+
+    tb = TraceBuilder()
+    tb.step(1, 0, 1000)
+    tb.launch("volta_sgemm_128x64_nn", launch_ts=10, start=100, dur=300)
+    with tempfile.TemporaryDirectory() as d:
+        path = str(tb.write(Path(d) / "t.json"))
+        return pipeline.report_dict(pipeline.analyze_paths([path]))
+
+
+def test_output_format_from_extension_and_no_overwrite(tmp_path):
+    tb = TraceBuilder()
+    tb.step(1, 0, 1000)
+    trace = str(tb.write(tmp_path / "t.json"))
+    out = tmp_path / "r.html"
+    assert cli("report", trace, "-o", str(out))[0] == 0
+    assert out.read_text().startswith("<!DOCTYPE html>")
+    first = out.read_bytes()
+    rc, _, err = cli("report", trace, "-o", str(out))
+    assert rc == 2 and "already exists" in err and out.read_bytes() == first
+    assert cli("report", trace, "-o", str(out), "--force")[0] == 0
+    rc, _, err = cli("report", trace, "-o", str(tmp_path / "r.txt"))
+    assert rc == 2 and ".html, .md or .json" in err and not (tmp_path / "r.txt").exists()
+    assert cli("report", trace, "-o", str(tmp_path / "r.md"))[0] == 0
+    assert (tmp_path / "r.md").read_text().startswith("# perfdoctor report\n")

@@ -1,0 +1,367 @@
+"""Every rule: a positive and a negative synthetic case, answers worked out by hand (µs)."""
+
+import pytest
+from rules_helpers import ADD, DL, HGEMM, NCCL, SGEMM, run_rules, run_tb
+from tracebuilder import TraceBuilder
+
+
+# -- PD101 dataloader-starvation -------------------------------------------------
+
+def test_pd101_fires_when_device_waits_on_dataloader(tmp_path):
+    tb = TraceBuilder()
+    tb.step(1, 0, 1000)
+    tb.annotation(DL, 0, 400)
+    tb.launch(SGEMM, launch_ts=410, start=420, dur=480)  # [420, 900)
+    r = run_tb(tb, tmp_path, ["PD101"])
+    f = r.findings["PD101"]
+    # gap [0, 420) begins inside the fetch: charged whole
+    assert f["saving_us_per_step"] == 420
+    assert f["saving_pct_of_step"] == 42.0
+    assert f["severity"] == "high"
+    assert f["steps"] == [1]
+    assert "420" not in f["message"] and "0.4 ms" in f["message"]
+    assert f["evidence"]["fetches_per_step"] == 1.0
+
+
+def test_pd101_silent_when_fetch_is_short(tmp_path):
+    tb = TraceBuilder()
+    tb.step(1, 0, 1000)
+    tb.annotation(DL, 0, 10)
+    tb.launch(SGEMM, launch_ts=12, start=20, dur=970)
+    r = run_tb(tb, tmp_path, ["PD101"])
+    assert "PD101" in r.passed
+    assert r.metrics("PD101")["dataloader_wait_us"] == 20
+
+
+def test_pd101_skipped_without_dataloader_events(tmp_path):
+    tb = TraceBuilder()
+    tb.step(1, 0, 1000)
+    tb.launch(SGEMM, launch_ts=12, start=20, dur=970)
+    r = run_tb(tb, tmp_path, ["PD101"])
+    assert "DataLoader" in r.skipped["PD101"]
+
+
+def test_pd101_skipped_without_profiler_steps(tmp_path):
+    tb = TraceBuilder()
+    tb.annotation(DL, 0, 400)
+    tb.launch(SGEMM, launch_ts=410, start=420, dur=480)
+    r = run_tb(tb, tmp_path, ["PD101"])
+    assert "ProfilerStep" in r.skipped["PD101"]
+
+
+# -- PD102 pageable-h2d-copy --------------------------------------------------------
+
+def _copy_trace(kind):
+    tb = TraceBuilder()
+    tb.step(1, 0, 1000)
+    tb.memcpy(launch_ts=10, start=20, dur=80, kind=kind, nbytes=8 << 20, launch_dur=300)  # host blocked [10, 310)
+    tb.launch(SGEMM, launch_ts=320, start=330, dur=570)  # [330, 900)
+    return tb
+
+
+def test_pd102_fires_on_pageable_copy(tmp_path):
+    r = run_tb(_copy_trace("HtoD (Pageable -> Device)"), tmp_path, ["PD102"])
+    f = r.findings["PD102"]
+    # gaps [0,20) [100,330) [900,1000); [100,330) begins inside the blocked call, [10,20) overlaps it
+    assert f["saving_us_per_step"] == 240
+    assert f["evidence"]["copies_per_step"] == 1
+    assert f["evidence"]["host_blocked_ms"] == pytest.approx(0.3)
+    assert f["severity"] == "high"
+
+
+def test_pd102_silent_on_pinned_copy(tmp_path):
+    r = run_tb(_copy_trace("HtoD (Pinned -> Device)"), tmp_path, ["PD102"])
+    assert "PD102" in r.passed and r.metrics("PD102")["pageable_h2d_per_step"] == 0
+
+
+# -- PD103 host-launch-bound ---------------------------------------------------------
+
+def _launch_trace(kernel_dur):
+    tb = TraceBuilder()
+    tb.step(1, 0, 1000)
+    tb.cpu_op("aten::add", 0, 1000)  # the host is busy the whole step
+    for i in range(30):
+        t = 10 + 30 * i
+        tb.launch(ADD, launch_ts=t, start=t + 12, dur=kernel_dur, launch_dur=10)
+    return tb
+
+
+def test_pd103_fires_on_tiny_kernels(tmp_path):
+    r = run_tb(_launch_trace(2), tmp_path, ["PD103"])
+    f = r.findings["PD103"]
+    assert f["saving_us_per_step"] == 1000 - 30 * 2
+    assert f["evidence"]["short_kernel_pct"] == 100
+    assert f["evidence"]["kernels_per_step"] == 30
+
+
+def test_pd103_silent_when_kernels_outlast_their_launch(tmp_path):
+    r = run_tb(_launch_trace(25), tmp_path, ["PD103"])
+    assert "PD103" in r.passed
+    m = r.metrics("PD103")
+    assert m["short_kernel_share"] == 0 and m["launch_idle_us"] == 1000 - 30 * 25
+
+
+# -- PD202 unfused-elementwise -------------------------------------------------------
+
+def _elementwise_trace(extra=None):
+    tb = TraceBuilder()
+    tb.step(1, 0, 1000)
+    for i in range(40):
+        tb.launch(ADD, launch_ts=1 + 24 * i, start=10 + 24 * i, dur=20, launch_dur=1)
+    if extra:
+        tb.launch(extra, launch_ts=970, start=975, dur=5, launch_dur=1)
+    return tb
+
+
+def test_pd202_fires_on_many_short_elementwise_kernels(tmp_path):
+    r = run_tb(_elementwise_trace(), tmp_path, ["PD202"])
+    f = r.findings["PD202"]
+    assert f["evidence"]["elementwise_pct"] == 80.0
+    assert f["saving_us_per_step"] == 400  # 800 µs × max_fused_fraction 0.5
+    assert f["evidence"]["elementwise_per_step"] == 40
+
+
+def test_pd202_silent_when_compiled(tmp_path):
+    r = run_tb(_elementwise_trace(extra="triton_poi_fused_add_mul_0"), tmp_path, ["PD202"])
+    assert "PD202" in r.passed and r.metrics("PD202")["compiled"] == 1.0
+
+
+# -- PD203 fp32-matmul-without-tensor-cores -------------------------------------------
+
+def _gemm_trace(name, device_name, cc, sms=80, memory=34_089_730_048):
+    tb = TraceBuilder(device_name=device_name, compute_capability=cc, total_memory=memory)
+    tb.meta["deviceProperties"][0]["numSms"] = sms
+    tb.step(1, 0, 1000)
+    tb.launch(name, launch_ts=5, start=100, dur=600)
+    return tb
+
+
+def test_pd203_fires_on_v100_with_fp16_advice(tmp_path):
+    from perfdoctor.analysis.hardware import match_device
+
+    tb = _gemm_trace(SGEMM, "Tesla V100-SXM2-32GB", (7, 0))
+    r = run_tb(tb, tmp_path, ["PD203"])
+    f = r.findings["PD203"]
+    spec = match_device(tb.meta["deviceProperties"][0])
+    ratio = min(spec.peak("fp16") / spec.peak("fp32"), 8.0) if spec else 2.0
+    assert f["saving_us_per_step"] == pytest.approx(600 * (1 - 1 / ratio), abs=1e-3)
+    assert "float16" in f["message"] and "GradScaler" in f["message"]
+    assert "set_float32_matmul_precision" not in f["message"] and "bfloat16" not in f["message"]
+    assert f["evidence"]["events"][0]["name"] == SGEMM
+
+
+def test_pd203_advice_on_a100_is_bf16_or_tf32(tmp_path):
+    tb = _gemm_trace("ampere_sgemm_128x64_tn", "NVIDIA A100-SXM4-80GB", (8, 0), sms=108, memory=85_899_345_920)
+    f = run_tb(tb, tmp_path, ["PD203"]).findings["PD203"]
+    assert "bfloat16" in f["message"] and "set_float32_matmul_precision" in f["message"]
+
+
+def test_pd203_silent_on_tensor_core_kernels(tmp_path):
+    r = run_tb(_gemm_trace(HGEMM, "Tesla V100-SXM2-32GB", (7, 0)), tmp_path, ["PD203"])
+    assert "PD203" in r.passed and r.metrics("PD203")["fp32_gemm_us"] == 0
+
+
+def test_pd203_silent_without_tensor_cores(tmp_path):
+    r = run_tb(_gemm_trace(SGEMM, "Quadro GP100", (6, 0), sms=56), tmp_path, ["PD203"])
+    assert "PD203" in r.passed and r.metrics("PD203")["fp32_gemm_us"] == 600
+
+
+def test_pd203_skipped_on_amd(tmp_path):
+    r = run_tb(_gemm_trace("Cijk_Alik_Bljk_SB_MT64x16x32", "AMD Instinct MI300X", (9, 4)), tmp_path, ["PD203"])
+    assert "AMD" in r.skipped["PD203"]
+
+
+# -- PD205 unfused-optimizer ----------------------------------------------------------
+
+def _optimizer_trace(kernels):
+    tb = TraceBuilder()
+    tb.step(1, 0, 1000)
+    tb.launch(SGEMM, launch_ts=5, start=10, dur=200)  # [10, 210)
+    tb.annotation("Optimizer.step#SGD.step", 300, 600)  # [300, 900)
+    for i, name in enumerate(kernels):
+        t = 305 + 9 * i
+        tb.launch(name, launch_ts=t, start=t + 2, dur=1, launch_dur=5)
+    return tb
+
+
+def test_pd205_fires_on_per_parameter_kernels(tmp_path):
+    r = run_tb(_optimizer_trace([ADD] * 60), tmp_path, ["PD205"])
+    f = r.findings["PD205"]
+    # host 600 µs in Optimizer.step, 60 µs of kernels; device idle 740 µs: saving min(540, 740)
+    assert f["saving_us_per_step"] == 540
+    assert f["evidence"]["optimizer_kernels_per_step"] == 60
+
+
+def test_pd205_silent_with_foreach_kernel(tmp_path):
+    name = "void at::native::(anonymous namespace)::multi_tensor_apply_kernel<TensorListMetadata<4> >(int)"
+    r = run_tb(_optimizer_trace([name]), tmp_path, ["PD205"])
+    assert "PD205" in r.passed and r.metrics("PD205")["multi_tensor_share"] == 1.0
+
+
+# -- PD301 exposed-communication ----------------------------------------------------------
+
+def _comm_trace(overlap):
+    tb = TraceBuilder()
+    tb.step(1, 0, 1000)
+    tb.launch(NCCL, launch_ts=5, start=100, dur=400, stream=20)  # [100, 500)
+    tb.launch(SGEMM, launch_ts=6, start=100 if overlap else 500, dur=400 if overlap else 300, stream=7)
+    return tb
+
+
+def test_pd301_fires_on_exposed_all_reduce(tmp_path):
+    f = run_tb(_comm_trace(False), tmp_path, ["PD301"]).findings["PD301"]
+    assert f["saving_us_per_step"] == 400 and f["evidence"]["overlap_pct"] == 0
+    assert f["evidence"]["by_collective_ms"] == {"all_reduce": 0.4}
+
+
+def test_pd301_silent_when_overlapped(tmp_path):
+    r = run_tb(_comm_trace(True), tmp_path, ["PD301"])
+    assert "PD301" in r.passed and r.metrics("PD301")["overlap_pct"] == 100
+
+
+def test_pd301_skipped_without_collectives(tmp_path):
+    tb = TraceBuilder()
+    tb.step(1, 0, 1000)
+    tb.launch(SGEMM, launch_ts=6, start=100, dur=400)
+    assert "collective" in run_tb(tb, tmp_path, ["PD301"]).skipped["PD301"]
+
+
+# -- PD303 straggler-rank ----------------------------------------------------------------
+
+def _rank_trace(tmp_path, rank, compute_us, comm_us):
+    tb = TraceBuilder(rank=rank, world_size=2)
+    tb.step(1, 0, 1000)
+    tb.launch(SGEMM, launch_ts=1, start=10, dur=compute_us)
+    tb.launch(NCCL, launch_ts=2, start=900 - comm_us, dur=comm_us, stream=20)
+    return tb.write(tmp_path / f"rank{rank}.json")
+
+
+def test_pd303_fires_on_straggler(tmp_path):
+    paths = [_rank_trace(tmp_path, 0, 190, 700), _rank_trace(tmp_path, 1, 790, 100)]
+    f = run_rules(paths, ["PD303"]).findings["PD303"]
+    # own work: rank 0 1000-700 = 300, rank 1 1000-100 = 900
+    assert f["evidence"]["straggler"] == 1 and f["evidence"]["ranks"] == [1]
+    assert f["saving_us_per_step"] == 600 and f["saving_pct_of_step"] == 60
+
+
+def test_pd303_silent_when_balanced(tmp_path):
+    paths = [_rank_trace(tmp_path, 0, 190, 700), _rank_trace(tmp_path, 1, 190, 700)]
+    r = run_rules(paths, ["PD303"])
+    assert "PD303" in r.passed
+
+
+def test_pd303_skipped_on_single_rank(tmp_path):
+    r = run_rules([_rank_trace(tmp_path, 0, 190, 700)], ["PD303"])
+    assert "single rank" in r.skipped["PD303"]
+
+
+# -- PD401 host-device-sync ------------------------------------------------------------------
+
+def _sync_trace(with_sync):
+    tb = TraceBuilder()
+    tb.step(1, 0, 1000)
+    tb.launch(SGEMM, launch_ts=5, start=10, dur=490)  # [10, 500)
+    tb.cpu_op("aten::item", 15, 500)
+    if with_sync:
+        tb.runtime("cudaStreamSynchronize", 20, 490)  # [20, 510)
+    tb.launch(SGEMM, launch_ts=700, start=710, dur=200)  # [710, 910)
+    return tb
+
+
+def test_pd401_fires_on_sync(tmp_path):
+    f = run_tb(_sync_trace(True), tmp_path, ["PD401"]).findings["PD401"]
+    assert f["saving_us_per_step"] == 210  # gap [500, 710) begins inside the sync
+    assert f["evidence"]["syncs_per_step"] == 1
+    assert f["evidence"]["events"][0]["name"].endswith("cudaStreamSynchronize")
+
+
+def test_pd401_silent_without_sync(tmp_path):
+    r = run_tb(_sync_trace(False), tmp_path, ["PD401"])
+    assert "PD401" in r.passed and r.metrics("PD401")["idle_us"] == 0
+
+
+def test_pd401_leaves_pageable_copy_syncs_to_pd102(tmp_path):
+    tb = TraceBuilder()
+    tb.step(1, 0, 1000)
+    tb.cpu_op("aten::copy_", 5, 400)
+    tb.memcpy(launch_ts=10, start=20, dur=80, launch_dur=20)
+    tb.runtime("cudaStreamSynchronize", 35, 300)
+    tb.launch(SGEMM, launch_ts=420, start=430, dur=500)
+    r = run_tb(tb, tmp_path, ["PD401", "PD102"])
+    assert r.metrics("PD401")["idle_us"] == 0
+    # gaps [0,20) [100,430): [10,20) overlaps the copy call, [100,430) begins inside its sync
+    assert r.findings["PD102"]["saving_us_per_step"] == 10 + 330
+
+
+# -- PD501 allocator-stall ------------------------------------------------------------------
+
+def _alloc_trace(call, steps_with_call):
+    tb = TraceBuilder()
+    for n in range(3):
+        s = 1000 * n
+        tb.step(n + 1, s, 1000)
+        tb.launch(SGEMM, launch_ts=s + 5, start=s + 10, dur=400)
+        if n in steps_with_call:
+            tb.runtime(call, s + 420, 300)
+        tb.launch(SGEMM, launch_ts=s + 730, start=s + 740, dur=200)
+    return tb
+
+
+def test_pd501_fires_on_cudafree_in_steady_steps(tmp_path):
+    f = run_tb(_alloc_trace("cudaFree", {1, 2}), tmp_path, ["PD501"]).findings["PD501"]
+    assert f["saving_us_per_step"] == 300
+    assert f["evidence"]["allocator_calls_per_step"] == 1 and f["steps"] == [2, 3]
+
+
+def test_pd501_silent_when_only_first_step_allocates(tmp_path):
+    r = run_tb(_alloc_trace("cudaMalloc", {0}), tmp_path, ["PD501"])
+    assert "PD501" in r.passed and r.metrics("PD501")["allocator_calls_per_step"] == 0
+
+
+# -- PD502 memory-near-capacity ---------------------------------------------------------------
+
+def _mem_trace(frac):
+    tb = TraceBuilder(total_memory=80 * 2**30)
+    tb.step(1, 0, 1000)
+    tb.launch(SGEMM, launch_ts=5, start=10, dur=400)
+    if frac is not None:
+        tb.memory(100, 1 << 20, int(0.8 * frac * 80 * 2**30), int(frac * 80 * 2**30))
+    return tb
+
+
+def test_pd502_fires_near_capacity(tmp_path):
+    f = run_tb(_mem_trace(0.95), tmp_path, ["PD502"]).findings["PD502"]
+    assert f["evidence"]["peak_reserved_pct"] == pytest.approx(95.0)
+    assert f["severity"] == "medium" and f["rank"] is None and f["saving_method"] == ""
+
+
+def test_pd502_silent_with_headroom(tmp_path):
+    r = run_tb(_mem_trace(0.5), tmp_path, ["PD502"])
+    assert "PD502" in r.passed and r.metrics("PD502")["peak_reserved_pct"] == pytest.approx(50.0)
+
+
+def test_pd502_skipped_without_memory_events(tmp_path):
+    assert "profile_memory" in run_tb(_mem_trace(None), tmp_path, ["PD502"]).skipped["PD502"]
+
+
+# -- PD901 trace-quality ------------------------------------------------------------------------
+
+def test_pd901_lists_what_is_missing_and_what_it_disabled(tmp_path):
+    tb = TraceBuilder()
+    tb.launch(SGEMM, launch_ts=5, start=10, dur=400)
+    r = run_tb(tb, tmp_path, ["PD101", "PD901"])
+    f = r.findings["PD901"]
+    assert any("ProfilerStep" in x for x in f["evidence"]["lacks"])
+    assert "PD101" in f["evidence"]["disabled_checks"] and "PD101" in r.skipped
+    assert f["severity"] == "low"
+
+
+def test_pd901_silent_on_complete_trace(tmp_path):
+    tb = TraceBuilder()
+    for n in range(3):
+        tb.step(n + 1, 1000 * n, 1000)
+        tb.cpu_op("aten::mm", 1000 * n + 1, 50, input_dims=[[64, 64], [64, 64]])
+        tb.launch(SGEMM, launch_ts=1000 * n + 5, start=1000 * n + 10, dur=400)
+    tb.memory(100, 1 << 20, 1 << 30, 2 << 30)
+    r = run_tb(tb, tmp_path, ["PD901"])
+    assert "PD901" in r.passed

@@ -13,10 +13,12 @@ from perfdoctor.cli import main
 
 def cli(*args: str) -> tuple[int, str, str]:
     """``perfdoctor ARGS...`` in this process: (exit code, stdout, stderr)."""
-    out, err = io.StringIO(), io.StringIO()
+    raw = io.BytesIO()
+    out, err = io.TextIOWrapper(raw, encoding="utf-8"), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         rc = main(list(args))
-    return rc, out.getvalue(), err.getvalue()
+    out.flush()
+    return rc, raw.getvalue().decode("utf-8"), err.getvalue()
 
 
 def write_reports(paths: list[str], out_dir: Path, stem: str = "report") -> dict[str, Any]:

@@ -23,6 +23,12 @@ def esc(text: object) -> str:
     return s.replace("\r", " ").replace("\n", " ")
 
 
+def esc_prose(text: object) -> str:
+    """Like :func:`esc`, but `code spans` are kept as code (their content is literal in Markdown)."""
+    parts = re.split(r"(`[^`\n]+`)", str(text))
+    return "".join(p if p.startswith("`") and p.endswith("`") and len(p) > 1 else esc(p) for p in parts)
+
+
 def _table(header: list[str], rows: list[list[str]], right: set[int] | None = None) -> list[str]:
     right = right or set()
     out = ["| " + " | ".join(header) + " |",
@@ -49,7 +55,7 @@ def _findings(report: dict[str, Any]) -> list[str]:
         rank = f" (ranks {', '.join(str(r) for r in f['ranks'])})" if len(f["ranks"]) > 1 else ""
         out.append(f"{i}. **{esc(f['code'])}** {esc(f['title'] or f['name'])}{rank} — {saving}")
         if f["fix"]:
-            out.append(f"   - fix: {esc(f['fix'])}")
+            out.append(f"   - fix: {esc_prose(f['fix'])}")
     if report.get("findings_note"):
         out += ["", f"_{esc(report['findings_note'])}_"]
     if len(items) > MAX_FINDINGS:

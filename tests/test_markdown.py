@@ -1,0 +1,85 @@
+"""Markdown and JSON outputs compared exactly with golden files; Markdown escaping and content.
+
+Refresh the goldens after an intended change: ``PERFDOCTOR_UPDATE_GOLDEN=1 pytest tests/test_markdown.py``
+(then review the diff).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from conftest import REPO, shared_trace
+from reporting import cli, write_reports
+from tracebuilder import TraceBuilder
+
+from perfdoctor.render.markdown import esc, esc_prose, render_markdown
+
+GOLDEN = Path(__file__).resolve().parent / "golden"
+UPDATE = os.environ.get("PERFDOCTOR_UPDATE_GOLDEN") == "1"
+SAMPLES = sorted(p for p in (REPO / "sample_traces").glob("*") if p.is_dir() or p.name.endswith((".json", ".json.gz")))
+
+
+def check_golden(name: str, data: bytes) -> None:
+    path = GOLDEN / name
+    if UPDATE:
+        path.write_bytes(data)
+    assert path.exists(), f"no golden {path}; run with PERFDOCTOR_UPDATE_GOLDEN=1 to create it"
+    assert data.decode() == path.read_text(), f"{name} differs from its golden (PERFDOCTOR_UPDATE_GOLDEN=1 to refresh)"
+
+
+def synthetic_trace(tmp_path: Path) -> str:
+    """Two 1 ms steps: a 300/500 µs GEMM, a 100 µs H2D copy, a DataLoader fetch that leaves the GPU idle."""
+    tb = TraceBuilder()
+    for i, base in enumerate((0, 1000)):
+        tb.step(i + 1, base, 1000)
+        tb.annotation("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", base + 1, 80)
+        tb.memcpy(launch_ts=base + 90, start=base + 100, dur=100)
+        tb.launch("volta_sgemm_128x64_nn", launch_ts=base + 200, start=base + 250, dur=300 + 200 * i)
+    tb.write(tmp_path / "two_steps.json")
+    return "two_steps.json"
+
+
+@pytest.mark.parametrize("fmt", ["md", "json"])
+def test_synthetic_trace_golden(fmt, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # the report names the trace as given: a relative path
+    rc, out, err = cli("report", synthetic_trace(tmp_path), "--format", fmt)
+    assert rc == 0, err
+    check_golden(f"synthetic_two_steps.{fmt}", out.encode())
+
+
+@pytest.mark.parametrize("sample", SAMPLES, ids=[p.name for p in SAMPLES])
+@pytest.mark.parametrize("fmt", ["md", "json"])
+def test_sample_trace_golden(sample, fmt, monkeypatch):
+    monkeypatch.chdir(REPO)
+    rc, out, err = cli("report", sample.relative_to(REPO).as_posix(), "--format", fmt)
+    assert rc == 0, err
+    check_golden(f"{sample.name}.{fmt}", out.encode())
+
+
+def test_markdown_of_resnet_names_the_fix_and_the_breakdown(tmp_path):
+    out = write_reports([str(shared_trace("kineto__resnet50_num_workers_0__worker0.pt.trace.json.gz"))], tmp_path)
+    md = out["md"].read_text()
+    assert md.startswith("# perfdoctor report\n")
+    assert "| median step time | **177.44 ms** |" in md
+    assert "1. **PD101** The device is idle" in md and "saves up to 59.5" in md
+    assert "| idle: waiting for DataLoader | 59.5" in md and "| 33.5% |" in md
+    assert "| **step (total)** | **177.59 ms** | **100.0%** |" in md
+    assert len(md) < 10_000  # fits a PR comment
+
+
+def test_esc_neutralises_markdown_and_html():
+    assert esc("a|b") == r"a\|b"
+    assert esc("[x](javascript:alert(1))") == r"\[x\](javascript:alert(1))"
+    assert esc("<img src=x>") == r"\<img src=x\>"
+    assert esc("line1\nline2") == "line1 line2"
+    assert esc("__init__ `x` *y*") == r"\_\_init\_\_ \`x\` \*y\*"
+    assert esc_prose("use `num_workers=N` <b>") == r"use `num_workers=N` \<b\>"
+
+
+def test_markdown_without_findings_says_the_engine_did_not_run():
+    from test_html_report import _tiny_report
+
+    md = render_markdown(_tiny_report())
+    assert "_The rule engine did not run on this report: no findings are available._" in md

@@ -1,22 +1,22 @@
-"""Turn decoded events into flat numpy columns, one chunk at a time.
+"""Turn decoded events into per-table numpy columns, one chunk at a time.
 
-Every event gets a ``kind`` code from its Kineto phase and category (both
-category generations: 2021's ``Operator``/``Kernel``/``Runtime``/``Memcpy``/
-``Memset`` and today's ``cpu_op``/``kernel``/``cuda_runtime``/...). Names are
+Every event gets a ``kind`` from its Kineto phase and category (both category
+generations: 2021's ``Operator``/``Kernel``/``Runtime``/``Memcpy``/``Memset``
+and today's ``cpu_op``/``kernel``/``cuda_runtime``/...), and goes straight to
+its table with only the columns that table needs, so no wide per-event
+array is ever built (memory stays near the size of the tables). Names are
 interned into one string table shared by all tables (``name_id``).
 """
 
 from __future__ import annotations
 
-import math
-import operator
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from perfdoctor.trace.schema import Event
 
-# Event kinds (int8 codes). Tables are cut from the flat columns by kind.
+# Event kinds (int8 codes).
 OTHER, CPU_OP, ANNOTATION, GPU_ANNOTATION, PYTHON, KERNEL, MEMCPY, MEMSET = range(8)
 RUNTIME, DRIVER, SYNC, FLOW_START, FLOW_END, MEMORY, META, TRACE = range(8, 16)
 
@@ -38,9 +38,23 @@ _CAT_KIND = {
     "trace": TRACE,
 }
 
-_NAN = math.nan
-_SPARSE_FIELDS = operator.attrgetter("input_dims", "collective", "mem_bytes", "name", "labels")
-_SPARSE_INTS = ("in_nelems", "group_size", "mem_bytes", "total_allocated", "total_reserved", "device_id", "device_type")
+# table -> (event kinds, extra columns beyond name_id/ts_us/dur_us/pid/tid)
+TABLES: dict[str, tuple[tuple[int, ...], tuple[str, ...]]] = {
+    "cpu_ops": ((CPU_OP,), ("external_id", "input_dims", "input_type", "concrete_inputs")),
+    "annotations": ((ANNOTATION,), ("external_id",)),
+    "gpu_annotations": ((GPU_ANNOTATION,), ("external_id", "device", "stream")),
+    "python_functions": ((PYTHON,), ()),
+    "kernels": ((KERNEL,), ("device", "stream", "correlation", "external_id", "collective", "in_nelems", "dtype", "group_size")),
+    "memcpy": ((MEMCPY,), ("device", "stream", "correlation", "external_id", "bytes")),
+    "memset": ((MEMSET,), ("device", "stream", "correlation", "external_id", "bytes")),
+    "runtime": ((RUNTIME, DRIVER), ("correlation", "external_id", "is_driver")),
+    "syncs": ((SYNC,), ("device", "stream", "correlation", "external_id")),
+    "flows": ((FLOW_START, FLOW_END), ("flow_id", "cat_id", "is_start")),
+    "memory": ((MEMORY,), ("mem_bytes", "total_allocated", "total_reserved", "device_id", "device_type")),
+}
+_KIND_TABLE = {k: t for t, (kinds, _) in TABLES.items() for k in kinds}
+_OBJECT_COLS = {"input_dims", "input_type", "concrete_inputs", "collective", "dtype"}
+_INT32_COLS = {"name_id", "cat_id", "pid", "tid", "device", "stream", "device_id", "device_type", "group_size"}
 
 
 def kind_of(ph: str, cat: str, name: str) -> int:
@@ -75,22 +89,19 @@ class StringTable:
         return list(self.ids)
 
 
-_COLUMNS = (
-    "kind", "name_id", "cat_id", "ts_us", "dur_us", "pid", "tid", "flow_id",
-    "correlation", "external_id", "device", "stream", "bytes", "input_dims",
-    "input_type", "collective", "in_nelems", "dtype", "group_size", "mem_bytes",
-    "total_allocated", "total_reserved", "device_id", "device_type", "label",
-)
+def _int_or_default(values: list, default: int = -1) -> np.ndarray:
+    return np.array([default if v is None else v for v in values], dtype=np.int64)
 
 
 @dataclass
-class ChunkColumns:
-    """Columns of all events decoded so far (lists of per-chunk arrays)."""
+class TableColumns:
+    """Chunks of columns per table, the metadata events, and the string tables."""
 
     names: StringTable = field(default_factory=StringTable)
     cats: StringTable = field(default_factory=StringTable)
     ids: StringTable = field(default_factory=StringTable)  # string pids/tids
-    parts: dict[str, list[np.ndarray]] = field(default_factory=lambda: {c: [] for c in _COLUMNS})
+    chunks: dict[str, list[dict[str, np.ndarray]]] = field(default_factory=lambda: {t: [] for t in TABLES})
+    meta: list[tuple[str, int, int, str]] = field(default_factory=list)  # (name, pid, tid, label)
     n_events: int = 0
 
     def _id(self, v: int | str) -> int:
@@ -113,104 +124,110 @@ class ChunkColumns:
             ident = self._id
             return np.array([v if type(v) is int else ident(v) for v in values], dtype=np.int64)
 
+    def _kinds(self, events: list[Event], cat_codes: np.ndarray) -> np.ndarray:
+        cat_kind = np.array([_CAT_KIND.get(c.lower(), OTHER) for c in self.cats.ids], dtype=np.int8)
+        kinds = cat_kind[cat_codes]
+        not_x = [i for i, e in enumerate(events) if e.ph != "X"]
+        if not_x:
+            kinds[not_x] = [kind_of(events[i].ph, "", events[i].name) for i in not_x]
+        return kinds
+
     def add(self, events: list[Event]) -> None:
-        """Columnise one decoded chunk (the event objects can then be freed)."""
+        """Columnise one decoded chunk into its tables (the events can then be freed)."""
         n = len(events)
         if n == 0:
             return
-        p = self.parts
-        phs = [e.ph for e in events]
-        cats = [e.cat for e in events]
-        names = [e.name for e in events]
-        ts = [e.ts for e in events]
-        dur = [e.dur for e in events]
-        pid = [e.pid for e in events]
-        tid = [e.tid for e in events]
-        fid = [e.id for e in events]
-        args = [e.args for e in events]
-        p["name_id"].append(self.names.codes(names))
-        cat_codes = self.cats.codes(cats)
-        p["cat_id"].append(cat_codes)
-        p["kind"].append(self._kinds(phs, cat_codes, names))
-        p["ts_us"].append(np.array(ts, dtype=np.float64))
-        p["dur_us"].append(np.array(dur, dtype=np.float64))
-        p["pid"].append(self._ints(pid))
-        p["tid"].append(self._ints(tid))
-        p["flow_id"].append(self._ints(fid))
-        corr = np.array([a.correlation for a in args], dtype=np.int64)
-        ext = np.array([a.external_id for a in args], dtype=np.int64)
-        ext_old = np.array([a.external_id_old for a in args], dtype=np.int64)
-        device = np.array([a.device for a in args], dtype=np.int64)
-        stream = np.array([a.stream for a in args], dtype=np.int64)
-        nbytes = np.array([a.bytes for a in args], dtype=np.int64)
-        p["correlation"].append(corr)
-        p["external_id"].append(np.where(ext >= 0, ext, ext_old))
-        p["device"].append(device)
-        p["stream"].append(stream)
-        p["bytes"].append(nbytes)
-        self._add_sparse(args, n)
         self.n_events += n
+        cat_codes = self.cats.codes([e.cat for e in events])
+        kinds = self._kinds(events, cat_codes)
+        name_ids = self.names.codes([e.name for e in events])
+        ts = np.array([e.ts for e in events], dtype=np.float64)
+        dur = np.array([e.dur for e in events], dtype=np.float64)
+        pid = self._ints([e.pid for e in events])
+        tid = self._ints([e.tid for e in events])
+        order = np.argsort(kinds, kind="stable")
+        sorted_kinds = kinds[order]
+        bounds = np.flatnonzero(np.diff(sorted_kinds)) + 1
+        for group in np.split(order, bounds):
+            kind = int(kinds[group[0]])
+            if kind == META:
+                self._add_meta(events, group, name_ids)
+                continue
+            table = _KIND_TABLE.get(kind)
+            if table is None:
+                continue
+            cols = {"name_id": name_ids[group], "ts_us": ts[group], "dur_us": dur[group],
+                    "pid": pid[group], "tid": tid[group]}
+            cols.update(self._extra(table, kind, [events[i] for i in group.tolist()], cat_codes[group]))
+            self.chunks[table].append(cols)
 
-    def _kinds(self, phs: list, cat_codes: np.ndarray, names: list) -> np.ndarray:
-        """Kind per event, from (phase, category) with a per-category lookup table."""
-        cat_strings = self.cats.strings()
-        cat_kind = np.array([_CAT_KIND.get(c.lower(), OTHER) for c in cat_strings], dtype=np.int8)
-        kinds = cat_kind[cat_codes]
-        ph = np.array(phs)
-        not_x = ph != "X"
-        if not_x.any():
-            idx = np.flatnonzero(not_x)
-            kinds[idx] = [kind_of(phs[i], "", names[i]) for i in idx.tolist()]
-        return kinds
+    def _add_meta(self, events: list[Event], group: np.ndarray, name_ids: np.ndarray) -> None:
+        for i in group.tolist():
+            e = events[i]
+            label = e.args.name if e.args.name is not None else e.args.labels
+            if isinstance(label, str):
+                self.meta.append((e.name, self._id(e.pid), self._id(e.tid), label))
 
-    def _add_sparse(self, args: list, n: int) -> None:
-        """Columns present on few events, kept as object or -1-filled arrays."""
-        p = self.parts
-        dims = np.empty(n, dtype=object)
-        types = np.empty(n, dtype=object)
-        label = np.empty(n, dtype=object)
-        coll = np.empty(n, dtype=object)
-        dtype = np.empty(n, dtype=object)
-        ints = {c: np.full(n, -1, dtype=np.int64) for c in _SPARSE_INTS}
-        sparse = [
-            i for i, (d, c, m, nm, lb) in enumerate(map(_SPARSE_FIELDS, args))
-            if d or c is not None or m is not None or nm is not None or lb is not None
-        ]
-        for i in sparse:
-            a = args[i]
-            if a.input_dims:
-                dims[i] = bytes(a.input_dims)
-                if a.input_type:
-                    types[i] = bytes(a.input_type)
-            if a.collective is not None:
-                coll[i] = a.collective
-                dtype[i] = a.dtype
-                ints["in_nelems"][i] = a.in_nelems if a.in_nelems is not None else -1
-                ints["group_size"][i] = a.group_size if a.group_size is not None else -1
-            if a.mem_bytes is not None:
-                ints["mem_bytes"][i] = a.mem_bytes
-                for col in ("total_allocated", "total_reserved", "device_id", "device_type"):
-                    v = getattr(a, col)
-                    ints[col][i] = v if v is not None else -1
-            if a.name is not None or a.labels is not None:
-                label[i] = a.name if a.name is not None else a.labels
-        p["input_dims"].append(dims)
-        p["input_type"].append(types)
-        p["label"].append(label)
-        p["collective"].append(coll)
-        p["dtype"].append(dtype)
-        for col, arr in ints.items():
-            p[col].append(arr)
-
-    def concat(self) -> dict[str, np.ndarray]:
-        """All columns as single arrays (empty arrays when nothing was added)."""
-        out = {}
-        for col, chunks in self.parts.items():
-            out[col] = np.concatenate(chunks) if chunks else np.empty(0, dtype=_DTYPES.get(col, np.int64))
+    def _extra(self, table: str, kind: int, evs: list[Event], cat_codes: np.ndarray) -> dict:
+        extras = TABLES[table][1]
+        if not extras:
+            return {}
+        out: dict[str, np.ndarray] = {}
+        args = [e.args for e in evs]
+        n = len(evs)
+        for col in ("correlation", "device", "stream", "bytes"):
+            if col in extras:
+                out[col] = np.array([getattr(a, col) for a in args], dtype=np.int64)
+        if "external_id" in extras:
+            ext = np.array([a.external_id for a in args], dtype=np.int64)
+            if (ext < 0).any():
+                old = np.array([a.external_id_old for a in args], dtype=np.int64)
+                ext = np.where(ext >= 0, ext, old)
+            out["external_id"] = ext
+        if table == "cpu_ops":
+            for col, attr in (("input_dims", "input_dims"), ("input_type", "input_type"),
+                              ("concrete_inputs", "concrete_inputs")):
+                arr = np.empty(n, dtype=object)
+                values = [getattr(a, attr) for a in args]
+                for i in [i for i, v in enumerate(values) if v]:
+                    arr[i] = bytes(values[i])
+                out[col] = arr
+        if table == "kernels":
+            coll, dtype = np.empty(n, dtype=object), np.empty(n, dtype=object)
+            nel, grp = np.full(n, -1, dtype=np.int64), np.full(n, -1, dtype=np.int64)
+            for i in [i for i, a in enumerate(args) if a.collective is not None]:
+                a = args[i]
+                coll[i], dtype[i] = a.collective, a.dtype
+                nel[i] = -1 if a.in_nelems is None else a.in_nelems
+                grp[i] = -1 if a.group_size is None else a.group_size
+            out.update(collective=coll, dtype=dtype, in_nelems=nel, group_size=grp)
+        if table == "runtime":
+            out["is_driver"] = np.full(n, kind == DRIVER)
+        if table == "flows":
+            out["flow_id"] = self._ints([e.id for e in evs])
+            out["cat_id"] = cat_codes
+            out["is_start"] = np.full(n, kind == FLOW_START)
+        if table == "memory":
+            for col in ("mem_bytes", "total_allocated", "total_reserved", "device_id", "device_type"):
+                out[col] = _int_or_default([getattr(a, col) for a in args])
         return out
 
-
-_DTYPES = {
-    "kind": np.int8, "name_id": np.int32, "cat_id": np.int32, "ts_us": np.float64, "dur_us": np.float64,
-    "input_dims": object, "input_type": object, "label": object, "collective": object, "dtype": object,
-}
+    def concat(self) -> dict[str, dict[str, np.ndarray]]:
+        """Per-table columns as single arrays; chunk lists are freed as they go."""
+        out: dict[str, dict[str, np.ndarray]] = {}
+        for table, (_, extras) in TABLES.items():
+            chunks = self.chunks[table]
+            cols: dict[str, np.ndarray] = {}
+            for col in ("name_id", "ts_us", "dur_us", "pid", "tid", *extras):
+                if chunks:
+                    arr = np.concatenate([c.pop(col) for c in chunks])
+                else:
+                    arr = np.empty(0, dtype=object if col in _OBJECT_COLS else bool if col.startswith("is_")
+                                   else np.float64 if col.endswith("_us") else np.int64)
+                if col in _INT32_COLS and arr.dtype == np.int64 and arr.size and \
+                        arr.min() >= -(2**31) and arr.max() < 2**31:
+                    arr = arr.astype(np.int32)
+                cols[col] = arr
+            self.chunks[table] = []
+            out[table] = cols
+        return out

@@ -26,7 +26,7 @@ import numpy as np
 
 from perfdoctor.errors import TraceFormatError
 from perfdoctor.trace import schema
-from perfdoctor.trace.columns import ChunkColumns
+from perfdoctor.trace.columns import TableColumns
 from perfdoctor.trace.splitter import EventSplitter
 
 BLOCK_BYTES = 1 << 20  # compressed bytes read at a time
@@ -40,7 +40,8 @@ class RawTrace:
 
     Attributes:
         path: the file read.
-        columns: flat numpy columns (see :mod:`perfdoctor.trace.columns`).
+        tables: per-table numpy columns, unsorted (see :mod:`perfdoctor.trace.columns`).
+        meta: metadata events as (name, pid, tid, label), e.g. process_name.
         names: ``name_id`` -> string.
         metadata: top-level keys other than ``traceEvents`` (``deviceProperties``,
             ``distributedInfo``, ``baseTimeNanoseconds``, ...).
@@ -51,11 +52,12 @@ class RawTrace:
     """
 
     path: str
-    columns: dict[str, Any]
+    tables: dict[str, dict[str, Any]]
     names: list[str]
     metadata: dict[str, Any]
     n_events: int
     cats: list[str] = field(default_factory=list)
+    meta: list[tuple[str, int, int, str]] = field(default_factory=list)
     n_dropped: int = 0
     warnings: list[str] = field(default_factory=list)
     file_bytes: int = 0
@@ -105,16 +107,18 @@ def _blocks(path: str, on_progress: Callable[[int], None] | None, state: dict[st
 class _Decoder:
     """Decodes pieces of whole events into columns and counts bad events."""
 
-    def __init__(self, columns: ChunkColumns) -> None:
+    def __init__(self, columns: TableColumns) -> None:
         self.columns = columns
         self.bad = 0
 
-    def piece(self, piece: bytes) -> bool:
+    def piece(self, piece: bytes | memoryview) -> bool:
+        """Decode ``[{ev},...]``; False (and nothing added) when it is not valid."""
         try:
-            events = schema.EVENTS_DECODER.decode(b"[" + piece + b"]")
+            events = schema.EVENTS_DECODER.decode(piece)
         except (msgspec.DecodeError, msgspec.ValidationError):
             return False
         self.columns.add(events)
+        del events
         return True
 
     def each(self, pieces: list[bytes]) -> None:
@@ -194,7 +198,7 @@ def read_trace_file(path: str | os.PathLike[str], on_progress: Callable[[int], N
     file_bytes = os.path.getsize(p)
     if file_bytes == 0:
         raise TraceFormatError(f"{p}: empty file, not a trace")
-    columns = ChunkColumns()
+    columns = TableColumns()
     decoder = _Decoder(columns)
     splitter = EventSplitter(decoder.piece, decoder.each)
     total = 0
@@ -235,7 +239,8 @@ def read_trace_file(path: str | os.PathLike[str], on_progress: Callable[[int], N
         raise TraceFormatError(f"{p}: no complete trace event could be read")
     return RawTrace(
         path=p,
-        columns=columns.concat(),
+        tables=columns.concat(),
+        meta=columns.meta,
         names=columns.names.strings(),
         cats=columns.cats.strings(),
         metadata=metadata,

@@ -28,6 +28,7 @@ class Args(msgspec.Struct, gc=False):
     # kept undecoded (empty Raw when absent): only roofline analysis needs shapes
     input_dims: msgspec.Raw = msgspec.field(default=msgspec.Raw(b""), name="Input Dims")
     input_type: msgspec.Raw = msgspec.field(default=msgspec.Raw(b""), name="Input type")
+    concrete_inputs: msgspec.Raw = msgspec.field(default=msgspec.Raw(b""), name="Concrete Inputs")
     collective: Union[str, None] = msgspec.field(default=None, name="Collective name")
     in_nelems: Union[int, None] = msgspec.field(default=None, name="In msg nelems")
     dtype: Union[str, None] = None
@@ -108,6 +109,8 @@ def event_from_dict(raw: object) -> Event | None:
         bytes=_to_int(a.get("bytes", -1)),
         input_dims=msgspec.Raw(msgspec.json.encode(a["Input Dims"])) if "Input Dims" in a else msgspec.Raw(b""),
         input_type=msgspec.Raw(msgspec.json.encode(a["Input type"])) if "Input type" in a else msgspec.Raw(b""),
+        concrete_inputs=(msgspec.Raw(msgspec.json.encode(a["Concrete Inputs"])) if "Concrete Inputs" in a
+                         else msgspec.Raw(b"")),
         collective=str(a["Collective name"]) if "Collective name" in a else None,
         in_nelems=_to_int(a["In msg nelems"]) if "In msg nelems" in a else None,
         dtype=str(a["dtype"]) if "dtype" in a else None,

@@ -97,7 +97,7 @@ def _structure(buf: np.ndarray, depth0: int) -> tuple[np.ndarray, np.ndarray, np
 class EventSplitter:
     """Feed decompressed blocks; whole events are handed to ``consume``.
 
-    ``consume(piece) -> bool`` decodes ``piece`` (``{ev},...,{ev}``) and says
+    ``consume(piece) -> bool`` decodes ``piece`` (``[{ev},...,{ev}]``) and says
     whether it was valid. The fast path cuts each block at its last
     ``}`` ``,`` ``{`` separator and lets the decoder validate the cut (a cut
     inside a string or a nested object cannot decode); when three candidate
@@ -193,12 +193,44 @@ class EventSplitter:
             cut = self._last_separator(end)
             if cut < 0:
                 return
-            piece = bytes(self._pending[: cut + 1]).lstrip(_WS_COMMA)
-            if not piece or self._consume(piece):
-                del self._pending[: cut + 1]
+            if self._consume_in_place(cut):
+                self._drop(cut + 1)
                 return
             end = cut
         self._cut_exact()
+
+    def _consume_in_place(self, cut: int) -> bool:
+        """Decode ``pending[..cut]`` as ``[events]`` without copying it.
+
+        The byte before the first event (whitespace, a comma or the array's own
+        ``[``) is overwritten with ``[`` and the byte after ``cut`` (whitespace or
+        the separating comma) with ``]`` for the duration of the decode.
+        """
+        buf = self._pending
+        first = buf.find(b"{", 0, cut + 1)
+        if first < 0:
+            return True  # nothing but separators
+        if first == 0 or buf[: first].strip(_WS_COMMA):
+            return self._consume(b"[" + bytes(buf[first : cut + 1]) + b"]")
+        before, after = buf[first - 1], buf[cut + 1]
+        buf[first - 1] = _OPEN[1]
+        buf[cut + 1] = _CLOSE_ARR
+        try:
+            with memoryview(buf) as view:
+                piece = view[first - 1 : cut + 2]
+                try:
+                    return self._consume(piece)
+                finally:
+                    piece.release()
+        finally:
+            buf[first - 1] = before
+            buf[cut + 1] = after
+
+    def _drop(self, n: int) -> None:
+        try:
+            del self._pending[:n]
+        except BufferError:  # a decoded value still references the buffer: copy instead
+            self._pending = bytearray(self._pending[n:])
 
     def _cut_exact(self) -> None:
         """Find every event end with the depth scan; consume events one by one."""
@@ -224,10 +256,10 @@ class EventSplitter:
             pieces.append(data[start : end + 1].lstrip(_WS_COMMA))
             start = end + 1
         if pieces:
-            joined = b",".join(pieces)
+            joined = b"[" + b",".join(pieces) + b"]"
             if not self._consume(joined):
                 self._consume_each(pieces)
-        del self._pending[:consumed]
+        self._drop(consumed)
 
     def finish(self) -> SplitResult:
         """Close the stream; returns what was seen besides the events."""

@@ -30,7 +30,6 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from perfdoctor.trace import columns as K
 from perfdoctor.trace.reader import RawTrace
 
 _STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
@@ -66,22 +65,6 @@ class Table:
         if names is not None and "name_id" in self.cols:
             df.insert(0, "name", np.asarray(names, dtype=object)[self.cols["name_id"]])
         return df
-
-
-_TABLE_COLUMNS = {
-    "cpu_ops": ("external_id", "input_dims", "input_type"),
-    "annotations": ("external_id",),
-    "gpu_annotations": ("external_id", "device", "stream"),
-    "python_functions": (),
-    "kernels": ("device", "stream", "correlation", "external_id", "collective", "in_nelems", "dtype", "group_size"),
-    "memcpy": ("device", "stream", "correlation", "external_id", "bytes"),
-    "memset": ("device", "stream", "correlation", "external_id", "bytes"),
-    "runtime": ("correlation", "external_id"),
-    "syncs": ("device", "stream", "correlation", "external_id"),
-    "flows": ("flow_id", "cat_id"),
-    "memory": ("mem_bytes", "total_allocated", "total_reserved", "device_id", "device_type"),
-}
-_BASE = ("name_id", "ts_us", "dur_us", "pid", "tid")
 
 
 @dataclass
@@ -151,57 +134,45 @@ def _rank_from(metadata: dict[str, Any], path: str) -> int | None:
 
 
 def build_tables(raw: RawTrace) -> TraceTables:
-    """Cut the flat columns of ``raw`` into per-family tables, sorted by ts.
+    """Sort each table by ts and add ``end_us``.
 
     ProfilerStep#N events are moved to ``annotations`` whatever their category
     (the 2021 Kineto generation writes them as ``Operator``). Events without a
     timestamp are dropped.
     """
-    c = raw.columns
-    kind = c["kind"].copy()
     names = raw.names
     step_ids = np.fromiter((bool(_STEP_RE.match(n)) for n in names), dtype=bool, count=len(names))
-    if len(kind):
-        is_step = step_ids[c["name_id"]] & (kind == K.CPU_OP)
-        kind[is_step] = K.ANNOTATION
-    valid_ts = ~np.isnan(c["ts_us"]) if len(kind) else np.zeros(0, dtype=bool)
-    groups = {
-        "cpu_ops": (K.CPU_OP,),
-        "annotations": (K.ANNOTATION,),
-        "gpu_annotations": (K.GPU_ANNOTATION,),
-        "python_functions": (K.PYTHON,),
-        "kernels": (K.KERNEL,),
-        "memcpy": (K.MEMCPY,),
-        "memset": (K.MEMSET,),
-        "runtime": (K.RUNTIME, K.DRIVER),
-        "syncs": (K.SYNC,),
-        "flows": (K.FLOW_START, K.FLOW_END),
-        "memory": (K.MEMORY,),
-    }
+    cols_by_table = raw.tables
+    ops = cols_by_table["cpu_ops"]
+    if ops["name_id"].size:
+        is_step = step_ids[ops["name_id"]]
+        if is_step.any():
+            ann = cols_by_table["annotations"]
+            for col in ann:
+                ann[col] = np.concatenate([ann[col], ops[col][is_step].astype(ann[col].dtype, copy=False)])
+            for col in list(ops):
+                ops[col] = ops[col][~is_step]
     tables: dict[str, Table] = {}
-    for tname, kinds in groups.items():
-        mask = np.isin(kind, kinds) & valid_ts
-        idx = np.flatnonzero(mask)
-        idx = idx[np.argsort(c["ts_us"][idx], kind="stable")]
-        cols = {col: c[col][idx] for col in _BASE + _TABLE_COLUMNS[tname]}
-        cols["dur_us"] = np.where(cols["dur_us"] > 0, cols["dur_us"], 0.0)
-        cols["end_us"] = cols["ts_us"] + cols["dur_us"]
-        if tname == "runtime":
-            cols["is_driver"] = kind[idx] == K.DRIVER
-        if tname == "flows":
-            cols["is_start"] = kind[idx] == K.FLOW_START
-        tables[tname] = Table(cols)
-    meta_idx = np.flatnonzero(kind == K.META)
+    for tname, cols in cols_by_table.items():
+        ts = cols["ts_us"]
+        keep = ~np.isnan(ts)
+        order = np.argsort(ts, kind="stable")
+        if not keep.all():
+            order = order[keep[order]]
+        sorted_cols = {}
+        for col in list(cols):
+            sorted_cols[col] = cols.pop(col)[order]
+        dur = sorted_cols["dur_us"]
+        sorted_cols["dur_us"] = np.where(dur > 0, dur, 0.0)
+        sorted_cols["end_us"] = sorted_cols["ts_us"] + sorted_cols["dur_us"]
+        tables[tname] = Table(sorted_cols)
     process_names: dict[int, str] = {}
     thread_names: dict[tuple[int, int], str] = {}
-    for i in meta_idx.tolist():
-        label = c["label"][i]
-        if not isinstance(label, str):
-            continue
-        if names[c["name_id"][i]] == "process_name":
-            process_names[int(c["pid"][i])] = label
-        elif names[c["name_id"][i]] == "thread_name":
-            thread_names[(int(c["pid"][i]), int(c["tid"][i]))] = label
+    for name, pid, tid, label in raw.meta:
+        if name == "process_name":
+            process_names[pid] = label
+        elif name == "thread_name":
+            thread_names[(pid, tid)] = label
     return TraceTables(
         path=raw.path,
         names=names,

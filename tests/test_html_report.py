@@ -185,3 +185,46 @@ def test_output_format_from_extension_and_no_overwrite(tmp_path):
     assert rc == 2 and ".html, .md or .json" in err and not (tmp_path / "r.txt").exists()
     assert cli("report", trace, "-o", str(tmp_path / "r.md"))[0] == 0
     assert (tmp_path / "r.md").read_text().startswith("# perfdoctor report\n")
+
+
+def test_roofline_section_when_the_report_has_roofline_data(tmp_path):
+    """Section 5 appears only with roofline data: ops drawn against the device's roofs, sized by time."""
+    import json
+
+    from perfdoctor import pipeline
+    from perfdoctor.analysis import hardware, roofline
+
+    a = pipeline.analyze_paths([str(shared_trace("tracelens__h100__bert-small-uncased.json.gz"))])
+    report = pipeline.report_dict(a)
+    assert "5. Roofline" not in render_html(report) or report["ranks"][0].get("roofline")
+    if not report["ranks"][0].get("roofline"):
+        t = a.ranks[0].tables
+        spec = hardware.device_for_trace(t.device_properties, a.ranks[0].primary.device)
+        result = roofline.roofline_table(t, roofline.roofs_from_spec(spec))
+        report["ranks"][0]["roofline"] = json.loads(json.dumps(result.to_dict()))
+    rl = report["ranks"][0]["roofline"]
+    html = render_html(report)
+    assert_self_contained(html)
+    assert "<h2>5. Roofline</h2>" in html
+    section = html[html.index('<section id="roofline">'):html.index('<section id="details">')]
+    drawn = [c for c in rl["chart"] if c["ai"] and c["achieved_flops_per_s"]]
+    assert len(drawn) >= 5 and section.count('class="pt"') == len(drawn)
+    assert "bf16 peak 989.5 TFLOP/s" in section and "memory 3.35 TB/s" in section  # H100 SXM datasheet roofs
+
+
+def test_run_timeline_marks_warmup_steady_state_and_phase_change():
+    """With run data from `perfdoctor profile`, section 4 draws the whole run with its warm-up and phases."""
+    report = _tiny_report()
+    times = [0.030] * 3 + [0.010] * 20 + [0.015] * 20
+    report["run"] = {"steps": {"step": list(range(len(times))), "duration_s": times},
+                     "steady_state": {"warmup_steps": 3, "phases": [
+                         {"start_step": 3, "end_step": 23, "median_s": 0.010},
+                         {"start_step": 23, "end_step": 43, "median_s": 0.015}]}}
+    html = render_html(report)
+    assert_self_contained(html)
+    section = html[html.index('<section id="timeline">'):html.index('<section id="details">')]
+    assert "Step time over the whole run" in section
+    assert "warm-up (3 steps)" in section and "steady state" in section
+    assert "phase change at step 23: median 15.00 ms after" in section
+    assert section.count('class="dot"') == len(times)
+    assert "first 3 step(s) were warm-up" in html

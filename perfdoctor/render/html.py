@@ -93,27 +93,37 @@ def _timeline_chart(rank: dict[str, Any], dev: dict[str, Any]) -> Markup | None:
                                 ref_y=(st["median"] / 1000, f"median {view.ms(st['median'])}")))
 
 
-def _run_chart(run: dict[str, Any]) -> Markup | None:
-    """The whole run's step-time series from ``perfdoctor profile`` with warm-up / steady state / phases."""
+def _run_series(run: dict[str, Any]) -> tuple[list[float], list[float]]:
+    """(step numbers, step times in ms) of the whole run, whatever unit the run data used."""
     series = run.get("steps") or {}
-    xs = series.get("step") or series.get("steps")
-    ys = series.get("step_time_ms")
-    if ys is None and series.get("step_time_us") is not None:
-        ys = [v / 1000 for v in series["step_time_us"]]
-    if ys is None and series.get("step_time_s") is not None:
-        ys = [v * 1000 for v in series["step_time_s"]]
-    if not xs or not ys:
+    ys = None
+    for key, scale in (("step_time_ms", 1.0), ("step_time_us", 1e-3), ("duration_s", 1e3), ("step_time_s", 1e3)):
+        if series.get(key) is not None:
+            ys = [float(v) * scale for v in series[key]]
+            break
+    xs = series.get("step") or series.get("steps") or (list(range(len(ys))) if ys else None)
+    return ([float(x) for x in xs], ys) if xs and ys else ([], [])
+
+
+def _run_chart(run: dict[str, Any]) -> Markup | None:
+    """The whole run's step-time series from ``perfdoctor profile`` with warm-up, steady state and phase changes
+    (``steady_state`` as written by :mod:`perfdoctor.analysis.steady_state`: warmup_steps, phases[start_step])."""
+    xs, ys = _run_series(run)
+    if not xs:
         return None
     ss = run.get("steady_state") or {}
+    phases = [p for p in ss.get("phases") or [] if isinstance(p, dict)]
+    warm = int(ss.get("warmup_steps") or 0)
+    start = phases[-1]["start_step"] if phases else warm
     bands = []
-    start, end = ss.get("start_step"), ss.get("end_step")
-    if start is not None:
-        bands.append(svg.Band(xs[0], start, "warm-up", "warmup"))
-        bands.append(svg.Band(start, end if end is not None else xs[-1], "steady state", "steady"))
-    marks = [(float(c.get("step")), str(c.get("label") or c.get("reason") or "phase change"))
-             for c in ss.get("phase_changes") or [] if isinstance(c, dict) and c.get("step") is not None]
-    return Markup(svg.step_line([float(x) for x in xs], [float(y) for y in ys], "ms",
-                                "Step time over the whole run (perfdoctor profile)", bands=bands, marks=marks))
+    if warm > 0:
+        bands.append(svg.Band(xs[0], xs[min(warm, len(xs) - 1)], f"warm-up ({warm} steps)", "warmup"))
+    if ss:
+        bands.append(svg.Band(xs[min(start, len(xs) - 1)], xs[-1], "steady state", "steady"))
+    marks = [(xs[min(p["start_step"], len(xs) - 1)], f"phase change at step {p['start_step']}: median "
+              f"{p.get('median_s', 0) * 1000:,.2f} ms after") for p in phases[1:]]
+    return Markup(svg.step_line(xs, ys, "ms", "Step time over the whole run (perfdoctor profile)",
+                                bands=bands, marks=marks))
 
 
 def _roofline_chart(rank: dict[str, Any]) -> Markup | None:

@@ -284,9 +284,9 @@ def _skipped_steps(report: dict[str, Any], rank: dict[str, Any]) -> str:
     ss = (report.get("run") or {}).get("steady_state") or {}
     if isinstance(ss, dict) and ss:
         warm = _first(ss, "warmup_steps", "n_warmup", "skipped")
-        reason = _first(ss, "reason", "method", "note") or ""
         if warm is not None:
-            return f"warm-up skipped: {warm} step(s) before the steady state. {reason}".strip()
+            return (f"the run's first {warm} step(s) were warm-up (slower than the first phase) and are left out "
+                    "of the run statistics; the profiled steps are analysed as recorded")
     skipped_steps = rank.get("skipped_steps")
     if skipped_steps:
         return f"skipped as warm-up: {', '.join('#' + str(s) for s in skipped_steps)}"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -40,6 +41,8 @@ class RankAnalysis:
     steps: Steps
     devices: list[DeviceBreakdown]
     warnings: list[str] = field(default_factory=list)
+    roofline: Any = None  # perfdoctor.analysis.roofline.RooflineResult, see add_efficiency
+    mfu: Any = None  # perfdoctor.analysis.mfu.MfuResult
 
     @property
     def rank(self) -> int | None:
@@ -84,8 +87,14 @@ def analyze_paths(
     step_marker: str | None = None,
     on_progress: Callable[[int], None] | None = None,
     hash_inputs: bool = True,
+    model_flops_per_step: float | None = None,
+    flops_source: str = "flop_counter",
+    measured_roofs: Any = None,
 ) -> Analysis:
     """Load and analyse trace files and directories (one trace per rank).
+
+    Runs steps, breakdowns and :func:`add_efficiency` (roofline, MFU); see
+    there for ``model_flops_per_step`` / ``measured_roofs``.
 
     Raises:
         TraceFormatError: a path is missing or not a trace.
@@ -105,13 +114,79 @@ def analyze_paths(
             "events": tables.n_events, "uncompressed_bytes": tables.uncompressed_bytes,
         })
     ranks.sort(key=lambda r: (r.rank if r.rank is not None else 0))
-    warnings = [w for r in ranks for w in r.warnings]
-    seen = {}
+    analysis = Analysis(ranks=ranks, inputs=inputs)
+    add_efficiency(analysis, model_flops_per_step, flops_source, measured_roofs)
+    seen: dict[int | None, str] = {}
+    duplicates = []
     for r in ranks:
         if r.rank in seen:
-            warnings.append(f"{r.tables.path}: rank {r.rank} also in {seen[r.rank]}; ranks may be mixed up")
+            duplicates.append(f"{r.tables.path}: rank {r.rank} also in {seen[r.rank]}; ranks may be mixed up")
         seen[r.rank] = r.tables.path
-    return Analysis(ranks=ranks, inputs=inputs, warnings=warnings)
+    analysis.warnings = [w for r in ranks for w in r.warnings] + duplicates
+    return analysis
+
+
+# Op-level FLOPs stand in for model FLOPs only when they cover the device time:
+# above this share of uncosted time the sum would understate the work (a wrong MFU).
+MAX_UNCOSTED_SHARE = 0.05
+# communication ops move data, they do no model FLOPs: not counted as uncosted compute
+_COMM_OP = re.compile(r"record_param_comms|^nccl:|^c10d::|gloo|all_?reduce|all_?gather|reduce_?scatter|broadcast")
+
+
+def add_efficiency(analysis: Analysis, model_flops_per_step: float | None = None, flops_source: str = "flop_counter",
+                   measured_roofs: Any = None, prefer: str = "spec") -> None:
+    """Per-rank roofline and MFU (issue: roofline/MFU).
+
+    Roofs are the matched GPU's datasheet figures (``prefer="spec"``) or
+    ``measured_roofs`` (``perfdoctor calibrate``); a CPU-only trace only ever
+    gets measured roofs, and only when they were measured on the machine that
+    recorded it (the caller decides). MFU = model FLOP per step ÷ median step
+    time of the rank's primary device ÷ the peak at the GEMMs' dtype. Model
+    FLOPs are ``model_flops_per_step`` (FlopCounterMode from ``perfdoctor
+    profile``, or the transformer estimate) when given; otherwise the op-level
+    FLOP sum of the trace ÷ steps, but only when ops that could not be costed
+    take at most :data:`MAX_UNCOSTED_SHARE` of the op time — else MFU is left
+    out with the reason, never understated.
+    """
+    from perfdoctor.analysis.mfu import compute_mfu, gemm_dtype, roofs_for_trace
+    from perfdoctor.analysis.roofline import roofline_table
+
+    for r in analysis.ranks:
+        roofs = roofs_for_trace(r.tables, measured_roofs, prefer)
+        ops = r.tables.cpu_ops
+        has_shapes = bool(len(ops)) and bool((ops["input_dims"] != None).any())  # noqa: E711 - object array
+        r.roofline = roofline_table(r.tables, roofs) if has_shapes else None
+        if r.steps.source == "whole-trace" or not r.primary.steps:
+            r.warnings.append(f"{r.tables.path}: MFU not computed: no training steps in the trace")
+            continue
+        step_s = float(np.median([s.dur_us for s in r.primary.steps])) / 1e6
+        dtype, _ = gemm_dtype(r.tables)
+        on_gpu = bool(r.tables.has_device_activity)
+        op_sum = r.roofline.total_flops / len(r.steps) if r.roofline is not None else None
+        if model_flops_per_step is not None:
+            r.mfu = compute_mfu(model_flops_per_step, step_s, roofs, dtype, flops_source, on_gpu, op_sum)
+            continue
+        reason = _op_sum_unusable(r.roofline)
+        if reason:
+            r.warnings.append(f"{r.tables.path}: MFU not computed: {reason}")
+            continue
+        r.mfu = compute_mfu(op_sum, step_s, roofs, dtype, "op_sum", on_gpu, op_sum)
+
+
+def _op_sum_unusable(roofline: Any) -> str:
+    """Why the op-level FLOP sum can't stand in for model FLOPs ("" when it can)."""
+    if roofline is None:
+        return ("no input shapes recorded (profile with record_shapes=True), and no model FLOPs given "
+                "(perfdoctor profile measures them; or pass --params/--layers/--heads/--d-model/--seq-len)")
+    uncosted = sum(u["time_us"] for u in roofline.uncosted if not _COMM_OP.search(u["name"]))
+    total = roofline.costed_time_us + uncosted
+    if total <= 0 or roofline.total_flops <= 0:
+        return "no op could be costed from the recorded shapes"
+    share = uncosted / total
+    if share > MAX_UNCOSTED_SHARE:
+        return (f"ops that could not be costed take {share:.0%} of op time, so the op-level FLOP sum would "
+                "understate the work; give model FLOPs (perfdoctor profile, or --params/--layers/--heads/--d-model/--seq-len)")
+    return ""
 
 
 def _device_info(tables: TraceTables) -> list[dict[str, Any]]:
@@ -155,6 +230,8 @@ def rank_dict(r: RankAnalysis) -> dict[str, Any]:
         "top_cpu_ops": summary.top_cpu_ops(r.tables, window, r.steps.pid),
         "memory": memory_summary(r.tables),
         "profiler": profiler_settings(r.tables.metadata),
+        "roofline": r.roofline.to_dict() if r.roofline is not None else None,
+        "mfu": r.mfu.to_dict() if r.mfu is not None else None,
         "warnings": r.warnings,
     }
 

@@ -15,6 +15,8 @@ Every function taking plain numbers is exact (no rounding); callers round for di
 
 from __future__ import annotations
 
+import numpy as np
+
 from collections import defaultdict
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -112,7 +114,9 @@ def gemm_dtype(tables: Any) -> tuple[str | None, dict[str, float]]:
     names = tables.name_array()
     k = tables.kernels
     if len(k):
-        for nid, dur in zip(k["name_id"].tolist(), k["dur_us"].tolist()):
+        uniq, inv = np.unique(k["name_id"], return_inverse=True)
+        time_per_name = np.bincount(inv, weights=k["dur_us"])
+        for nid, dur in zip(uniq.tolist(), time_per_name.tolist()):  # one regex test per distinct name
             name = names[nid]
             if is_gemm_kernel(name):
                 d = kernel_math_dtype(name)

@@ -31,7 +31,35 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rules", action="append", metavar="DIR", help="load user TOML rules from DIR (repeatable)")
     p.add_argument("--fail-on", choices=["low", "medium", "high"], default=None,
                    help="exit with status 1 when a finding at or above this severity exists (for CI)")
+    g = p.add_argument_group("model FLOPs for MFU (transformer estimate 6N + 12·L·H·Q·T per token)")
+    g.add_argument("--params", type=float, metavar="N", help="parameters, excluding position embeddings")
+    g.add_argument("--layers", type=int, metavar="L")
+    g.add_argument("--heads", type=int, metavar="H")
+    g.add_argument("--d-model", type=int, metavar="C", help="model width (Q = C/H)")
+    g.add_argument("--seq-len", type=int, metavar="T", help="the actual sequence length, not the configured maximum")
+    g.add_argument("--tokens-per-step", type=float, metavar="TOKENS", help="tokens per optimizer step on one rank")
     p.add_argument("--width", type=int, default=None, help=argparse.SUPPRESS)
+
+
+_MODEL_FLAGS = ("params", "layers", "heads", "d_model", "seq_len", "tokens_per_step")
+
+
+def model_flops_per_step(args: argparse.Namespace) -> float | None:
+    """Model FLOP per step from the transformer flags, None when none is given.
+
+    Raises:
+        PerfDoctorError: only some of the flags were given.
+    """
+    given = {f: getattr(args, f, None) for f in _MODEL_FLAGS}
+    if all(v is None for v in given.values()):
+        return None
+    missing = [f"--{f.replace('_', '-')}" for f, v in given.items() if v is None]
+    if missing:
+        raise PerfDoctorError(f"the transformer FLOPs estimate also needs {', '.join(missing)}")
+    from perfdoctor.analysis.mfu import transformer_flops_per_token
+
+    per_token = transformer_flops_per_token(args.params, args.layers, args.heads, args.d_model, args.seq_len)
+    return per_token * args.tokens_per_step
 
 
 def _check_output(path: str, inputs: list[str], force: bool) -> None:
@@ -56,15 +84,17 @@ def _analyze(args: argparse.Namespace, err: Console) -> Analysis:
     from perfdoctor import pipeline
     from perfdoctor.trace import trace_files_in
 
+    flops = model_flops_per_step(args)
+    extra = {"model_flops_per_step": flops, "flops_source": "transformer_formula"} if flops else {}
     total = sum(os.path.getsize(f) for p in args.paths for f in trace_files_in(p) if os.path.isfile(f))
     if total < PROGRESS_MIN_BYTES or not err.is_terminal:
         with err.status("reading traces…", spinner="dots"):
-            return pipeline.analyze_paths(args.paths, step_marker=args.step_marker)
+            return pipeline.analyze_paths(args.paths, step_marker=args.step_marker, **extra)
     columns = (TextColumn("reading traces"), BarColumn(), DownloadColumn(), TimeRemainingColumn())
     with Progress(*columns, console=err, transient=True) as progress:
         task = progress.add_task("read", total=total)
         return pipeline.analyze_paths(args.paths, step_marker=args.step_marker,
-                                      on_progress=lambda n: progress.advance(task, n))
+                                      on_progress=lambda n: progress.advance(task, n), **extra)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -147,3 +147,14 @@ def test_multi_rank_summary(tmp_path):
     assert [r["rank"] for r in report["ranks"]] == [0, 1]
     assert report["summary"]["slowest_rank"] == 1
     assert report["summary"]["spread_pct"] == pytest.approx(50.0)
+
+
+def test_triton_kernels_are_flagged(tmp_path):
+    tb = TraceBuilder()
+    tb.step(1, 0, 500)
+    tb.launch("triton_poi_fused_add_mul_0", launch_ts=10, start=20, dur=30)
+    tb.launch("triton_red_fused_add_mean_mul_pow_rsqrt_0", launch_ts=12, start=60, dur=40)
+    tb.launch(SGEMM, launch_ts=14, start=100, dur=50)
+    s = analyse(tb, tmp_path).primary.steps[0]
+    assert s.triton_us == 70
+    assert s.categories_us["elementwise"] == 30 and s.categories_us["reduction_norm"] == 40

@@ -66,6 +66,7 @@ class StepBreakdown:
     phases_device_us: dict[str, float]
     n_kernels: int
     kernel_sum_us: float
+    triton_us: float = 0.0  # union of Triton-generated kernels (also counted in their category)
 
     def to_dict(self) -> dict:
         return dict(self.__dict__)
@@ -113,6 +114,7 @@ class _GpuEvents:
     collective: np.ndarray
     direction: np.ndarray
     is_kernel: np.ndarray
+    triton: np.ndarray
 
 
 def _gpu_events(tables: TraceTables, device: int, optimizer: iv.Intervals) -> _GpuEvents:
@@ -136,7 +138,8 @@ def _gpu_events(tables: TraceTables, device: int, optimizer: iv.Intervals) -> _G
         parts.append((tab["ts_us"][m], tab["end_us"][m], launch[m], classes, tname == "kernels"))
     if not parts:
         e = np.empty(0)
-        return _GpuEvents(e, e, e, np.empty(0, object), np.empty(0, object), np.empty(0, object), np.empty(0, bool))
+        return _GpuEvents(e, e, e, np.empty(0, object), np.empty(0, object), np.empty(0, object), np.empty(0, bool),
+                          np.empty(0, bool))
     ts = np.concatenate([p[0] for p in parts])
     end = np.concatenate([p[1] for p in parts])
     launch = np.concatenate([p[2] for p in parts])
@@ -145,12 +148,13 @@ def _gpu_events(tables: TraceTables, device: int, optimizer: iv.Intervals) -> _G
     category = np.array([c.category for c in classes], dtype=object)
     collective = np.array([c.collective for c in classes], dtype=object)
     direction = np.array([c.direction for c in classes], dtype=object)
+    triton = np.array([c.triton for c in classes], dtype=bool)
     if optimizer[0].size and category.size:
         k = np.searchsorted(optimizer[0], launch, side="right") - 1
         in_opt = (k >= 0) & (launch < optimizer[1][np.maximum(k, 0)])
         overridable = np.isin(category, list(_OVERRIDABLE))
         category[in_opt & overridable] = "optimizer"
-    return _GpuEvents(ts, end, launch, category, collective, direction, is_kernel)
+    return _GpuEvents(ts, end, launch, category, collective, direction, is_kernel, triton)
 
 
 def _extend_to_gap_end(cause: iv.Intervals, gaps: iv.Intervals) -> iv.Intervals:
@@ -240,6 +244,7 @@ def gpu_breakdown(tables: TraceTables, steps: Steps, device: int) -> DeviceBreak
         "ph_dev": {p: pw(s) for p, s in dev_phases.items()},
     }
     busy_w, comm_w = pw(busy), pw(comm)
+    triton_w = pw(iv.union(ev.ts[ev.triton], ev.end[ev.triton]))
     over_w, exp_w = pw(comm_overlapped), pw(comm_exposed)
     kernel_mask = ev.is_kernel
     kstart = ev.ts[kernel_mask]
@@ -263,6 +268,6 @@ def gpu_breakdown(tables: TraceTables, steps: Steps, device: int) -> DeviceBreak
             memcpy_by_direction_us={d: float(v[i]) for d, v in cols["dir"].items()},
             phases_host_us={p: float(v[i]) for p, v in cols["ph_host"].items()},
             phases_device_us={p: float(v[i]) for p, v in cols["ph_dev"].items()},
-            n_kernels=int(n_k[i]), kernel_sum_us=float(k_sum[i]),
+            n_kernels=int(n_k[i]), kernel_sum_us=float(k_sum[i]), triton_us=float(triton_w[i]),
         ))
     return DeviceBreakdown(device=device, kind="gpu", steps=out)

@@ -47,6 +47,10 @@ DEFINITIONS: list[tuple[str, str]] = [
     ("rank spread", "(slowest rank's median step time − fastest rank's) ÷ fastest rank's, in %."),
     ("memory peak", "Largest total_allocated / total_reserved seen in the trace's [memory] events for that "
      "device (needs profile_memory=True); capacity from deviceProperties.totalGlobalMem."),
+    ("MFU", "Model FLOPs per step ÷ median step time (achieved FLOP/s), ÷ the device's dense peak FLOP/s at the "
+     "math dtype; the FLOP source (FlopCounter, op sum, formula) and the peak's source are shown with the value."),
+    ("roofline", "Per op group: arithmetic intensity = FLOPs ÷ bytes moved; attainable = min(peak, intensity × "
+     "memory bandwidth); % of attainable = achieved FLOP/s ÷ attainable."),
     ("estimated saving", "Each finding's own estimate of the step time it would remove, in ms per step and as a "
      "% of the median step time, with the method the check names."),
 ]
@@ -233,16 +237,17 @@ def summary_rank(report: dict[str, Any]) -> dict[str, Any]:
 
 
 def _mfu_text(rank: dict[str, Any]) -> tuple[str, str] | None:
+    """(value, numerator/denominator text) of ``rank["mfu"]`` (perfdoctor.analysis.mfu.MfuResult.to_dict())."""
     m = rank.get("mfu")
     if not isinstance(m, dict):
         return None
-    val = _first(m, "mfu", "value")
-    if val is None:
-        return ("not computed", str(_first(m, "reason", "note") or "no FLOP count or device peak"))
-    num = _first(m, "numerator", "flops_text")
-    den = _first(m, "denominator", "peak_text")
-    detail = f"numerator: {num}; denominator: {den}" if num or den else str(_first(m, "definition", "note") or "")
-    return (pct(val), detail)
+    if m.get("mfu") is None:
+        return ("not computed", str(m.get("note") or "no model FLOP count or no device peak"))
+    num = (f"numerator: {m['model_flops_per_step'] / 1e12:,.3f} TFLOP per step ({m.get('flops_source')}) ÷ "
+           f"{m['step_time_s'] * 1e3:,.2f} ms median step = {m['achieved_flops_per_s'] / 1e12:,.2f} TFLOP/s")
+    den = f"denominator: {m['peak_flops_per_s'] / 1e12:,.1f} TFLOP/s {m.get('dtype') or ''} peak ({m.get('peak_source')})"
+    hfu = f"; HFU {pct(m['hfu'])}" if m.get("hfu") is not None and m.get("hfu") != m.get("mfu") else ""
+    return (pct(m["mfu"]), f"{num}; {den}{hfu}" + (f". {m['note']}" if m.get("note") else ""))
 
 
 def summary_facts(report: dict[str, Any]) -> list[tuple[str, str, str]]:

@@ -142,7 +142,7 @@ def evidence_value(name: str, value: Any) -> str:
             return "; ".join(f"{k}: {evidence_value(unit, v)}" for k, v in value.items()) or "–"
         return str(value)
     if name.endswith("_us"):
-        return ms(value, 3)
+        return dur(value)
     if name.endswith("_ms"):
         return f"{value:,.3f} ms"
     if name.endswith("_pct"):

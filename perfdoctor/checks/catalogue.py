@@ -195,6 +195,7 @@ def _validate(path: Path, data: dict[str, Any], full: bool) -> None:
         raise PerfDoctorError(f"{path}: unknown key(s) {sorted(unknown)}")
     if "code" not in data:
         raise PerfDoctorError(f"{path}: missing key 'code'")
+    _check_value(path, "code", data["code"])
     if full:
         missing = [k for k in (*_TEXT_KEYS, "references") if k not in data]
         if missing:

@@ -13,6 +13,8 @@ normalization aten ops (:mod:`perfdoctor.analysis.cpu_breakdown`).
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 
 from perfdoctor.checks.common import pct, steps_over, top_names
@@ -40,15 +42,25 @@ def _gpu(ctx: RankContext) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarr
 def _cpu(ctx: RankContext) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     from perfdoctor.analysis.cpu_breakdown import classify_cpu_op
 
-    per_step = ctx.per_step(lambda s: s.categories_us.get("elementwise", 0.0) + s.categories_us.get("reduction_norm", 0.0))
+    from perfdoctor.analysis import host
+    from perfdoctor.analysis import intervals as iv
+    from perfdoctor.checks.common import COPY_OPS
+
     ops = ctx.tables.cpu_ops
     pid = ctx.rank.steps.pid
     names = ctx.tables.name_array()
     uniq = np.unique(ops["name_id"]) if len(ops) else np.empty(0, dtype=np.int64)
-    ew = [i for i in uniq.tolist() if classify_cpu_op(names[i]) in ("elementwise", "reduction_norm")]
+    copy_rx = re.compile(COPY_OPS)  # dtype casts are PD204's (autocast), not fusion candidates
+    ew = [i for i in uniq.tolist() if classify_cpu_op(names[i]) in ("elementwise", "reduction_norm")
+          and not copy_rx.match(names[i])]
     m = np.isin(ops["name_id"], ew) & ((ops["pid"] == pid) if pid >= 0 else True) if len(ops) else np.zeros(0, bool)
     step = ctx.step_of(ops["ts_us"][m]) if len(ops) else np.empty(0, dtype=np.int64)
     count = np.bincount(step[step >= 0], minlength=ctx.n_steps)
+    ws, we = ctx.windows()
+    # the optimizer's and the DataLoader's own ops belong to those phases (cpu_breakdown's priority)
+    other = iv.union_of(host.named(ctx.tables, host.OPTIMIZER_STEP), host.dataloader(ctx.tables))
+    ew_iv = iv.subtract(iv.union(ops["ts_us"][m], ops["end_us"][m]), other) if len(ops) else iv.EMPTY
+    per_step = iv.per_window(ew_iv, ws, we)
     return per_step, count, names[ops["name_id"][m]], ops["dur_us"][m]
 
 

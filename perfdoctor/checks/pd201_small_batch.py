@@ -1,0 +1,103 @@
+"""PD201 small-batch: GEMMs with very few rows (small M), so per-step fixed costs dominate.
+
+M of a GEMM = the rows of its left operand: for ``aten::linear`` the product of
+the input's leading dimensions (batch × sequence), for ``aten::addmm`` the rows
+of ``mat1``, for ``aten::mm``/``bmm`` the rows of the first input. Only forward
+GEMMs (``linear``, else ``addmm``, else ``mm``) are used: backward GEMMs have
+the layer widths as M. Arithmetic intensity of an M×K by K×N GEMM grows with M
+(2MNK FLOPs over (MK + KN + MN) elements), so a small M sits far below the
+ridge point of any device.
+
+On a GPU the rule also needs low device utilization and memory headroom (a
+larger batch must fit); on a CPU-only run the Python and dispatch overhead per
+step is the fixed cost.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+import numpy as np
+
+from perfdoctor.checks.common import pct
+from perfdoctor.checks.context import Outcome, RankContext, passed, skipped
+from perfdoctor.findings import Estimate, Evidence, Hit
+
+CODE = "PD201"
+METRICS = {
+    "gemm_m_median": "median rows (M) of the forward GEMMs",
+    "fixed_us": "mean µs per step that does not grow with the batch (GPU: device idle; CPU: step minus GEMM ops)",
+    "saving_us": "fixed_us × (1 - 1/growth): the per-step-equivalent saving of a growth× larger batch",
+    "device_util_pct": "device busy ÷ step time, % (GPU)",
+}
+_FORWARD = (("aten::linear", 0, "lead"), ("aten::addmm", 1, "rows"), ("aten::mm", 0, "rows"), ("aten::bmm", 0, "rows"))
+
+
+def _m_values(ctx: RankContext) -> tuple[np.ndarray, str]:
+    ops = ctx.tables.cpu_ops
+    names = ctx.tables.name_array()
+    in_step = ctx.step_of(ops["ts_us"]) >= 0
+    for op, arg, how in _FORWARD:
+        ids = [i for i, n in enumerate(names) if n == op]
+        rows = np.flatnonzero(np.isin(ops["name_id"], ids) & in_step)
+        ms = []
+        for d in ops["input_dims"][rows]:
+            try:
+                shape = json.loads(d)[arg] if d is not None else None
+            except (ValueError, IndexError, TypeError):
+                shape = None
+            if isinstance(shape, list) and len(shape) >= 2:
+                ms.append(int(np.prod(shape[:-1])) if how == "lead" else int(shape[-2]))
+        if ms:
+            return np.asarray(ms), op
+    return np.empty(0, dtype=np.int64), ""
+
+
+def _memory_used_pct(ctx: RankContext) -> float | None:
+    mem = ctx.tables.memory
+    cap = next((p.get("totalGlobalMem") for p in ctx.tables.device_properties
+                if isinstance(p, dict) and p.get("id") == ctx.device.device), None)
+    if len(mem) == 0 or not cap:
+        return None
+    m = (mem["device_type"] == 1) & (mem["device_id"] == ctx.device.device) & (mem["total_reserved"] >= 0)
+    return pct(float(mem["total_reserved"][m].max()), float(cap)) if m.any() else None
+
+
+def check(ctx: RankContext) -> Outcome:
+    ms, op = _m_values(ctx)
+    if ms.size == 0:
+        return skipped("no forward GEMM ops (aten::linear / addmm / mm) with recorded shapes in the steps")
+    m_med = float(np.median(ms))
+    th = ctx.th
+    growth = float(min(max(th["target_m"] / max(m_med, 1.0), 1.0), th["max_batch_growth"]))
+    if ctx.is_gpu:
+        fixed = float(ctx.per_step(lambda s: s.idle_us).mean())
+        util = pct(float(ctx.per_step(lambda s: s.busy_us).mean()), ctx.step_us)
+    else:
+        fixed = float(ctx.per_step(lambda s: s.dur_us - s.category_union_us.get("matmul", 0.0)).mean())
+        util = None
+    saving = fixed * (1.0 - 1.0 / growth)
+    metrics = {"gemm_m_median": m_med, "fixed_us": fixed, "saving_us": saving}
+    if util is not None:
+        metrics["device_util_pct"] = util
+    if m_med > th["max_m"] or pct(saving, ctx.step_us) < th["min_saving_pct"]:
+        return passed(**metrics)
+    mem_pct = None
+    if ctx.is_gpu:
+        if util >= th["max_device_util_pct"]:
+            return passed(**metrics)
+        mem_pct = _memory_used_pct(ctx)
+        if mem_pct is None:
+            return skipped("small GEMMs and an under-used device, but memory headroom is unknown "
+                           "(record with profile_memory=True)", **metrics)
+        if mem_pct > th["max_memory_used_pct"]:
+            return passed(**metrics)
+    ev = Evidence(values={"gemm_m_median": m_med, "gemm_op": op, "n_gemms": int(ms.size), "growth": growth,
+                          "fixed_ms": fixed / 1000, "saving_ms": saving / 1000,
+                          "device_util_pct": util if util is not None else "n/a (CPU)",
+                          "memory_used_pct": mem_pct if mem_pct is not None else "n/a"},
+                  steps=ctx.step_numbers)
+    method = (f"per-step fixed cost ({'device idle' if ctx.is_gpu else 'step time outside GEMM ops'}) × "
+              f"(1 − 1/{growth:.1f}): spread over a {growth:.1f}× larger batch, per step of today's batch")
+    return Outcome(metrics=metrics, hit=Hit(evidence=ev, estimate=Estimate(saving, ctx.step_us, method)))

@@ -1,0 +1,80 @@
+"""PD204 cpu-bf16-autocast: bf16 autocast on a CPU without bf16 matrix instructions.
+
+It also fires on CPUs that have them when autocast's casts alone take more
+than ``max_cast_pct`` of the step (small GEMMs gain less than the casts cost).
+
+bf16 GEMMs are fast on CPUs with AVX512-BF16 or AMX-BF16 (Intel Cooper Lake,
+Sapphire Rapids and later; AMD Zen 4): oneDNN runs them natively. Without
+those instructions the bf16 kernels convert to fp32 and back, and autocast's
+casts come on top: slower than plain fp32. The CPU's flags must come from the
+run (``run.json`` of ``perfdoctor profile``, recorded on the machine that ran
+the training): the flags of the machine reading a trace say nothing about the
+machine that recorded it, so without run data the rule is skipped.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from perfdoctor.analysis import intervals as iv
+from perfdoctor.checks.common import pct, top_names
+from perfdoctor.checks.context import Outcome, RankContext, passed, run_json, skipped
+from perfdoctor.findings import Estimate, Evidence, Hit
+
+CODE = "PD204"
+METRICS = {
+    "bf16_gemm_us": "mean µs per step in GEMM/linear/conv ops with bf16 inputs",
+    "cast_us": "mean µs per step in dtype casts (aten::to / _to_copy)",
+    "has_bf16_isa": "1 when the run's CPU has avx512_bf16 or amx_bf16, 0 when not",
+}
+GEMM_OPS = re.compile(r"^aten::(mm|addmm|bmm|baddbmm|matmul|linear|_?convolution|conv\dd|mkldnn_\w+|_addmm_activation)$")
+CAST_OPS = re.compile(r"^aten::(to|_to_copy)$")
+BF16_ISA = ("avx512_bf16", "amx_bf16")
+
+
+def _per_step(ctx: RankContext, mask: np.ndarray) -> float:
+    ops = ctx.tables.cpu_ops
+    ws, we = ctx.windows()
+    return float(iv.per_window(iv.union(ops["ts_us"][mask], ops["end_us"][mask]), ws, we).mean())
+
+
+def check(ctx: RankContext) -> Outcome:
+    ops = ctx.tables.cpu_ops
+    if len(ops) == 0:
+        return skipped("no cpu_op events in the trace")
+    names = ctx.tables.name_array()
+    gemm = ctx.tables.names_matching(GEMM_OPS)[ops["name_id"]]
+    types = ops["input_type"]
+    bf16 = np.zeros(len(ops), dtype=bool)
+    idx = np.flatnonzero(gemm)
+    bf16[idx] = [t is not None and b"BFloat16" in t for t in types[idx]]
+    bf16_us = _per_step(ctx, bf16)
+    cast_us = _per_step(ctx, ctx.tables.names_matching(CAST_OPS)[ops["name_id"]])
+    metrics = {"bf16_gemm_us": bf16_us, "cast_us": cast_us}
+    if not bf16.any():
+        return passed(**metrics)
+    run = run_json(ctx.analysis) or {}
+    flags = (run.get("cpu") or {}).get("flags")
+    if flags is None:
+        return skipped("bf16 GEMMs found, but the recording CPU's instruction set is unknown "
+                       "(record with `perfdoctor profile`, whose run.json has the CPU flags)", **metrics)
+    has_isa = any(f in flags for f in BF16_ISA)
+    metrics["has_bf16_isa"] = float(has_isa)
+    slowdown = 1.0 if has_isa else ctx.th["emulated_slowdown"]
+    saving = cast_us + bf16_us * (1.0 - 1.0 / slowdown)
+    cast_bound = pct(cast_us, ctx.step_us) >= ctx.th["max_cast_pct"]
+    if (has_isa and not cast_bound) or pct(saving, ctx.step_us) < ctx.th["min_saving_pct"]:
+        return passed(**metrics)
+    cpu = (run.get("cpu") or {}).get("model") or "the CPU"
+    reason = (f"its casts alone take {pct(cast_us, ctx.step_us):.0f}% of the step, more than bf16 GEMMs of this "
+              "size can win back" if has_isa else "it has no bf16 matrix instructions")
+    ev = Evidence(values={"cpu": cpu, "cpu_flags": ", ".join(flags) or "none of interest", "reason": reason,
+                          "cast_pct": pct(cast_us, ctx.step_us),
+                          "bf16_gemm_ms": bf16_us / 1000, "cast_ms": cast_us / 1000,
+                          "bf16_gemm_pct": pct(bf16_us, ctx.step_us)},
+                  steps=ctx.step_numbers, events=top_names(names[ops["name_id"][bf16]], ops["dur_us"][bf16]))
+    method = ("autocast's cast time per step + bf16 GEMM time × (1 − 1/emulated_slowdown); "
+              f"emulated_slowdown = {ctx.th['emulated_slowdown']}")
+    return Outcome(metrics=metrics, hit=Hit(evidence=ev, estimate=Estimate(saving, ctx.step_us, method)))

@@ -1,0 +1,144 @@
+"""Rule engine: catalogue, selection, user rules, config, CLI exit codes and rendering."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+from rules_helpers import DL, SGEMM, run_tb
+from tracebuilder import TraceBuilder
+
+from perfdoctor.checks import config, engine
+from perfdoctor.checks.catalogue import builtin_rules_dir, load_catalogue
+from perfdoctor.cli import main
+from perfdoctor.errors import PerfDoctorError
+
+
+def _dl_trace(tmp_path) -> Path:
+    tb = TraceBuilder()
+    tb.step(1, 0, 1000)
+    tb.annotation(DL, 0, 400)
+    tb.launch(SGEMM, launch_ts=410, start=420, dur=480)
+    return tb.write(tmp_path / "dl.json")
+
+
+def test_every_check_has_a_toml_and_every_toml_a_check():
+    cat = load_catalogue()
+    mods = engine.check_modules()
+    assert set(mods) <= set(cat.rules)
+    missing = set(cat.rules) - set(mods)
+    assert missing <= {"PD206"}, missing  # PD206's check belongs to the roofline work
+    for code, mod in mods.items():
+        assert mod.METRICS and mod.__doc__, code
+        assert cat.rules[code].path.endswith(f"{code}.toml")
+
+
+def test_catalogue_ships_in_the_package_build():
+    pyproject = (Path(__file__).parents[1] / "pyproject.toml").read_text()
+    assert '"rules" = "perfdoctor/_rules"' in pyproject
+    assert (builtin_rules_dir() / "PD101.toml").exists()
+
+
+def test_select_prefix_name_and_longest_match():
+    cat = load_catalogue()
+    assert engine.select_codes(cat, ["dataloader-starvation"], None) == ["PD101"]
+    assert engine.select_codes(cat, ["PD1", "PD103"], ["PD10"]) == ["PD103"]
+    allc = engine.select_codes(cat, None, ["PD9"])
+    assert "PD901" not in allc and "PD101" in allc
+    with pytest.raises(PerfDoctorError, match="--select: 'PD7'"):
+        engine.select_codes(cat, ["PD7"], None)
+
+
+def test_user_override_of_threshold(tmp_path):
+    rules = tmp_path / "rules"
+    rules.mkdir()
+    (rules / "PD101.toml").write_text('code = "PD101"\n[thresholds]\nmin_saving_pct = 50.0\n')
+    tb = TraceBuilder()
+    tb.step(1, 0, 1000)
+    tb.annotation(DL, 0, 400)
+    tb.launch(SGEMM, launch_ts=410, start=420, dur=480)
+    r = run_tb(tb, tmp_path, ["PD101"], rules_dirs=[rules])
+    assert "PD101" in r.passed  # 42% < 50%
+
+
+def test_user_metric_rule(tmp_path):
+    rules = tmp_path / "rules"
+    rules.mkdir()
+    base = load_catalogue().rules["PD101"]
+    text = "\n".join(f'{k} = {json.dumps(getattr(base, k))}' for k in
+                     ("summary", "why", "saving", "fix", "example_before", "example_after"))
+    (rules / "X101.toml").write_text(
+        'code = "X101"\nname = "my-dataloader"\ncategory = "input-pipeline"\nseverity = "low"\n'
+        'message = "{metric} is {value:.0f}"\nreferences = []\n' + text +
+        '\n[when]\nmetric = "PD101.dataloader_wait_pct"\nabove = 10\nsaving_metric = "PD101.dataloader_wait_us"\n')
+    tb = TraceBuilder()
+    tb.step(1, 0, 1000)
+    tb.annotation(DL, 0, 400)
+    tb.launch(SGEMM, launch_ts=410, start=420, dur=480)
+    r = run_tb(tb, tmp_path, ["X101"], rules_dirs=[rules])
+    f = r.findings["X101"]
+    assert f["message"] == "PD101.dataloader_wait_pct is 42" and f["saving_us_per_step"] == 420
+    assert f["severity"] == "low" and "PD101" not in r.findings  # PD101 ran for its metric, not reported
+
+
+@pytest.mark.parametrize("content, match", [
+    ('code = "PD101"\n[thresholds]\nno_such = 1\n', "no threshold"),
+    ('code = "PD101"\nthresholds = [\n', "not valid TOML"),
+    ('code = "X1"\n', "not a rule code"),
+    ('code = "X102"\nname = "x"\n', "missing key"),
+])
+def test_bad_user_rule_is_one_line_error_exit_2(tmp_path, capsys, content, match):
+    rules = tmp_path / "rules"
+    rules.mkdir()
+    (rules / "bad.toml").write_text(content)
+    assert main(["report", str(_dl_trace(tmp_path)), "--rules", str(rules)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "bad.toml" in err and match in err
+
+
+def test_fail_on_exit_codes(tmp_path, capsys):
+    trace = str(_dl_trace(tmp_path))
+    assert main(["report", trace, "--select", "PD101", "--fail-on", "low", "--format", "json"]) == 1
+    report = json.loads(capsys.readouterr().out)
+    assert [f["code"] for f in report["findings"]] == ["PD101"] and "upper bounds" in report["findings_note"]
+    assert main(["report", trace, "--select", "PD103", "--fail-on", "low", "--format", "json"]) == 0
+    assert main(["report", trace, "--select", "PD999"]) == 2
+
+
+def test_pyproject_keys(tmp_path):
+    p = tmp_path / "pyproject.toml"
+    p.write_text('[tool.perfdoctor]\nselect = ["PD1"]\nignore = "PD103"\nfail-on = "medium"\nrules = "my_rules"\n')
+    opts = config.resolve(pyproject=p)
+    assert opts.select == ["PD1"] and opts.ignore == ["PD103"] and opts.fail_on == "medium"
+    assert opts.rules_dirs == [str((tmp_path / "my_rules").resolve())]
+    assert config.resolve(select="PD2", pyproject=p).select == ["PD2"]
+    p.write_text('[tool.perfdoctor]\nselcet = ["PD1"]\n')
+    with pytest.raises(PerfDoctorError, match="tool.perfdoctor.selcet"):
+        config.resolve(pyproject=p)
+
+
+def test_terminal_findings_section(tmp_path):
+    from perfdoctor import pipeline
+    from perfdoctor.render.terminal import render_terminal
+
+    analysis = pipeline.analyze_paths([str(_dl_trace(tmp_path))], hash_inputs=False)
+    cat = load_catalogue()
+    analysis.extras.update(engine.run_checks(analysis, cat, ["PD101", "PD301"]).to_report())
+    console = Console(width=100, record=True)
+    render_terminal(pipeline.report_dict(analysis), console)
+    text = console.export_text()
+    assert "PD101" in text and "0.4 ms (42.0%)" in text and "not additive" in text
+    assert "PD301 exposed-communication: no collective" in text
+
+
+def test_rules_and_rule_commands(capsys):
+    assert main(["rules", "--format", "json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert {r["code"] for r in rows} >= {"PD101", "PD102", "PD103", "PD201", "PD202", "PD203", "PD204", "PD205",
+                                         "PD301", "PD302", "PD303", "PD401", "PD501", "PD502", "PD901"}
+    assert main(["rule", "PD101", "--width", "100"]) == 0
+    out = capsys.readouterr().out
+    assert "num_workers" in out and "min_saving_pct" in out and "PD101.dataloader_wait_us" in out
+    assert main(["rule", "nope"]) == 2

@@ -1,0 +1,64 @@
+"""What each rule reports on every shared real trace, compared exactly with tests/golden/rules_on_shared_traces.json.
+
+Refresh after an intended change: PERFDOCTOR_UPDATE_GOLDEN=1 pytest tests/test_rules_golden.py
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from conftest import SHARED_TRACES
+from rules_helpers import run_rules
+
+GOLDEN = Path(__file__).parent / "golden" / "rules_on_shared_traces.json"
+INPUTS = sorted(p.name for p in SHARED_TRACES.glob("*.json.gz")) + ["param__dlrm_8ranks"] if SHARED_TRACES.exists() else []
+
+
+def summarize(name: str) -> dict:
+    p = SHARED_TRACES / name
+    paths = sorted(p.glob("*.json.gz")) if p.is_dir() else [p]
+    r = run_rules(paths, None)
+    return {
+        "findings": [{"code": f["code"], "severity": f["severity"], "rank": f["rank"],
+                      "saving_ms_per_step": round(f["saving_us_per_step"] / 1000, 2),
+                      "saving_pct": round(f["saving_pct_of_step"], 1), "ranks": f["evidence"]["ranks"]}
+                     for f in r.report["findings"]],
+        "skipped": {c: reason for c, reason in sorted(r.skipped.items())},
+        "passed": sorted(r.passed),
+    }
+
+
+@pytest.mark.skipif(not INPUTS, reason="../shared/traces is absent")
+def test_rules_on_shared_traces_match_golden():
+    got = {name: summarize(name) for name in INPUTS}
+    if os.environ.get("PERFDOCTOR_UPDATE_GOLDEN") == "1":
+        GOLDEN.parent.mkdir(exist_ok=True)
+        GOLDEN.write_text(json.dumps(got, indent=1, sort_keys=True) + "\n")
+    want = json.loads(GOLDEN.read_text())
+    assert got == want
+
+
+@pytest.mark.skipif(not INPUTS, reason="../shared/traces is absent")
+def test_validated_facts_on_shared_traces():
+    g = json.loads(GOLDEN.read_text())
+    codes = {n: {f["code"]: f for f in v["findings"]} for n, v in g.items()}
+    nw0 = codes["kineto__resnet50_num_workers_0__worker0.pt.trace.json.gz"]
+    nw4 = codes["kineto__resnet50_num_workers_4__worker0.pt.trace.json.gz"]
+    assert nw0["PD101"]["saving_pct"] == pytest.approx(33.4, abs=0.5)  # tb-profiler: DataLoader 33.4% of step
+    assert "PD101" not in nw4  # tb-profiler: 0.84%
+    assert "PD203" in nw0 and "PD203" in nw4  # V100, FP32 convolutions: AMP advice
+    dlrm = g["param__dlrm_8ranks"]
+    assert "PD301" in codes["param__dlrm_8ranks"] and "PD303" in dlrm["passed"] + list(dlrm["skipped"])
+    assert "PD303" in dlrm["passed"]  # it ran on 8 ranks (no clear straggler: see the check's docstring)
+    assert "PD301" in codes["hta__nccl_parser_config__nccl_data.json.gz"]
+
+
+@pytest.mark.skipif(not INPUTS, reason="../shared/traces is absent")
+def test_pd203_advice_on_v100_is_amp_not_tf32():
+    r = run_rules([SHARED_TRACES / "kineto__resnet50_num_workers_0__worker0.pt.trace.json.gz"], ["PD203"])
+    msg = r.findings["PD203"]["message"]
+    assert "float16" in msg and "GradScaler" in msg
+    assert "set_float32_matmul_precision" not in msg and "bfloat16" not in msg

@@ -160,7 +160,7 @@ def analyze(duration_s, exclude=None, window=None, min_segment: int | None = Non
         duration_s: step durations in seconds, shape (n,), step i at index i.
         exclude: bool mask (n,) of steps left out of the statistics (profiled, FLOPs step).
         window: bool mask (n,) of the profiled (active) steps, for the window figures.
-        min_segment: shortest phase in steps (default max(10, n // 20)).
+        min_segment: shortest phase in steps (default max(10, n // 10)).
     Raises:
         ValueError: an empty series or masks of another length.
     """
@@ -174,7 +174,7 @@ def analyze(duration_s, exclude=None, window=None, min_segment: int | None = Non
         raise ValueError("exclude/window masks must have the length of duration_s")
     steps = np.nonzero(~excl)[0]
     x = d[steps]
-    min_seg = min_segment or max(10, n // 20)
+    min_seg = min_segment or max(10, n // 10)
     notes: list[str] = []
     if x.size < 3:
         med = float(np.median(x)) if x.size else float(np.median(d))

@@ -110,7 +110,8 @@ def run_profile(target: str, args: Sequence[str] = (), cfg: ProfileConfig | None
         partial = not spawn_state.ranks and done < cfg.steps
         reason = None if spawn_state.ranks else f"script finished after {done} of {cfg.steps} steps"
     except StopRun:
-        partial, reason = False, session.stop_reason or "stopped after the requested steps (ranks)"
+        partial = False
+        reason = session.stop_reason or f"ranks {spawn_state.ranks} stopped after {cfg.steps} steps (--steps {cfg.steps})"
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
         reason = f"script exited with status {code} after {session.timer.steps_done} steps"
@@ -141,7 +142,8 @@ def run_profile(target: str, args: Sequence[str] = (), cfg: ProfileConfig | None
         ranks = spawn_state.ranks or list(range(info.world_size))
         result.missing_ranks = distributed.wait_for_ranks(run_dir, ranks, rank_timeout_s)
         distributed.release_pointer(info)
-        _write_final_run_json(run_dir, facts, result, ranks, wall_start, bool(spawn_state.ranks))
+        result.steps_completed = _write_final_run_json(run_dir, facts, result, ranks, wall_start,
+                                                       bool(spawn_state.ranks))
     return result
 
 
@@ -182,7 +184,8 @@ def _run_facts(target, args, module, cfg, schedule, info, command) -> dict:
 
 
 def _write_final_run_json(run_dir: Path, facts: dict, result: RunResult, ranks: list[int],
-                          wall_start: float, spawned: bool) -> None:
+                          wall_start: float, spawned: bool) -> int:
+    """Write the final run.json (merging every rank's summary); returns rank 0's step count."""
     import json
 
     rank_data = []
@@ -215,6 +218,7 @@ def _write_final_run_json(run_dir: Path, facts: dict, result: RunResult, ranks: 
         "ranks": rank_data,
     }
     write_json(run_dir / "run.json", data)
+    return data["steps_completed"]
 
 
 def _install_sigterm() -> Callable[[], None]:

@@ -51,7 +51,7 @@ class Schedule:
         if n < 1 or repeat < 1:
             raise PerfDoctorError("--steps and --repeat must be at least 1")
         active = cfg.active if cfg.active is not None else max(1, min(10, n // 5))
-        warmup = cfg.warmup if cfg.warmup is not None else min(5, max(0, n // 10))
+        warmup = cfg.warmup if cfg.warmup is not None else (0 if n < 3 else min(5, max(1, n // 10)))
         if cfg.wait is not None:
             wait = cfg.wait
         elif repeat == 1:

@@ -1,0 +1,138 @@
+"""`perfdoctor profile` as a user runs it: subprocesses, signals, torchrun, mp.spawn."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+MLP = str(ROOT / "examples" / "mlp.py")
+SMALL_MLP = ["--dim", "32", "--hidden", "64", "--batch-size", "16", "--log-every", "10"]
+
+
+def perfdoctor(*args: str, timeout: float = 240, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "perfdoctor", *args], capture_output=True, text=True,
+                          timeout=timeout, cwd=kw.pop("cwd", ROOT), **kw)
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def n_rows(path: Path) -> int:
+    with open(path, newline="") as f:
+        return len(list(csv.DictReader(f)))
+
+
+def test_cli_run_prints_script_output_progress_and_report_path(tmp_path):
+    out = tmp_path / "run"
+    p = perfdoctor("profile", MLP, "--steps", "25", "--out", str(out), "--", *SMALL_MLP)
+    assert p.returncode == 0, p.stderr
+    assert "step 0 loss" in p.stdout and "step 20 loss" in p.stdout  # the script's own output
+    assert "final eval loss" not in p.stdout                         # stopped before its eval
+    assert "the script's remaining work" in p.stderr
+    last = p.stderr.strip().splitlines()[-1]
+    assert last.startswith("perfdoctor: 25 steps profiled; report: ") and str(out) in last
+    run = json.loads((out / "run.json").read_text())
+    assert run["command"][:3] == ["perfdoctor", "profile", MLP]
+    assert run["script_args"] == SMALL_MLP and run["report"]["path"] in ("report.html", "report.json")
+    assert (out / run["report"]["path"]).exists()
+
+
+def test_cli_bad_input_is_one_line(tmp_path):
+    p = perfdoctor("profile", str(tmp_path / "nope.py"))
+    assert p.returncode == 2
+    assert p.stderr.strip() == f"perfdoctor: error: {tmp_path / 'nope.py'}: no such file"
+    p = perfdoctor("profile", MLP, "--stepz", "3")
+    assert p.returncode == 2 and "Traceback" not in p.stderr and "--stepz" in p.stderr
+
+
+def test_cli_script_failure_propagates_status_and_traceback(tmp_path):
+    out = tmp_path / "run"
+    p = perfdoctor("profile", MLP, "--steps", "100", "--wait", "5", "--warmup", "1", "--active", "3",
+                   "--out", str(out), "--", *SMALL_MLP, "--raise-at", "50")
+    assert p.returncode == 1
+    assert "RuntimeError: deliberate failure at step 50" in p.stderr and "Traceback" in p.stderr
+    assert "partial run" in p.stderr
+    assert n_rows(out / "steps.csv") == 50
+    assert json.loads((out / "run.json").read_text())["partial"] is True
+    assert (out / "trace.rank0.pt.trace.json.gz").exists()
+
+
+@pytest.mark.slow
+def test_sigterm_mid_run_writes_partial_outputs(tmp_path):
+    out = tmp_path / "run"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "perfdoctor", "profile", MLP, "--steps", "100000", "--wait", "5",
+         "--warmup", "1", "--active", "3", "--out", str(out), "--", *SMALL_MLP, "--steps", "100000",
+         "--slow-getitem-ms", "1"],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if (out / "steps.csv").exists() and n_rows(out / "steps.csv") >= 30:
+            break
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGTERM)
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 143, stderr
+    run = json.loads((out / "run.json").read_text())
+    assert run["partial"] is True and run["stop_reason"] == "terminated (SIGTERM)"
+    assert run["exit_code"] == 143
+    assert n_rows(out / "steps.csv") >= 30
+    assert (out / "trace.rank0.pt.trace.json.gz").exists()
+    assert (out / "report.json").exists() or (out / "report.html").exists()
+
+
+@pytest.mark.slow
+def test_torchrun_two_gloo_ranks(tmp_path):
+    out = tmp_path / "run"
+    p = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(free_port()),
+         "-m", "perfdoctor", "profile", MLP, "--steps", "30", "--out", str(out), "--", *SMALL_MLP],
+        cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    run = json.loads((out / "run.json").read_text())
+    assert run["launcher"] == "torchrun" and run["world_size"] == 2 and run["status"] == "complete"
+    assert sorted(run["traces"]) == ["trace.rank0.pt.trace.json.gz", "trace.rank1.pt.trace.json.gz"]
+    assert [r["rank"] for r in run["ranks"]] == [0, 1]
+    assert n_rows(out / "steps.csv") == 30 and n_rows(out / "steps.rank1.csv") == 30
+    assert p.stderr.count("report: ") == 1  # rank 0 alone writes the combined report
+
+
+@pytest.mark.slow
+def test_torchrun_without_out_shares_one_new_run_dir(tmp_path):
+    p = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(free_port()),
+         "-m", "perfdoctor", "profile", MLP, "--steps", "12", "--no-report", "--", *SMALL_MLP],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300,
+        env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert p.returncode == 0, p.stderr
+    runs = list((tmp_path / "perfdoctor-runs").iterdir())
+    assert len(runs) == 1 and runs[0].name.startswith("mlp-")
+    assert (runs[0] / "rank0.json").exists() and (runs[0] / "rank1.json").exists()
+
+
+@pytest.mark.slow
+def test_mp_spawn_ranks_are_profiled(tmp_path):
+    out = tmp_path / "run"
+    p = perfdoctor("profile", MLP, "--steps", "20", "--out", str(out), "--", *SMALL_MLP,
+                   "--ddp", "--grad-accum", "2", timeout=300)
+    assert p.returncode == 0, p.stderr
+    assert "all ranks finished" not in p.stdout  # the parent's remaining work is skipped too
+    run = json.loads((out / "run.json").read_text())
+    assert run["launcher"] == "mp.spawn" and run["world_size"] == 2
+    assert sorted(run["traces"]) == ["trace.rank0.pt.trace.json.gz", "trace.rank1.pt.trace.json.gz"]
+    assert run["samples_per_step"] == 32 and run["steps_completed"] == 20
+    assert n_rows(out / "steps.csv") == 20 and n_rows(out / "steps.rank1.csv") == 20

@@ -1,0 +1,127 @@
+"""Steady-state analysis on synthetic step-time series whose answers are worked out by hand."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from perfdoctor.analysis.steady_state import (analyze, detect_warmup, find_change_points,
+                                              interval_rates, spearman, theil_sen)
+from perfdoctor.capture.hooks import StepCounter
+from perfdoctor.capture.schedule import ProfileConfig, Schedule
+from perfdoctor.errors import PerfDoctorError
+
+
+def noisy(level, n, rel=0.02, seed=0):
+    return level * (1 + rel * np.random.default_rng(seed).standard_normal(n))
+
+
+def test_stall_then_slower_phase_is_two_phases():
+    # 280 steps at 2.34 s, then 2.94 s for the rest of a 500-step run (+2% noise)
+    x = np.r_[noisy(2.34, 280, seed=1), noisy(2.94, 220, seed=2)]
+    r = analyze(x)
+    assert r.phase_change and len(r.phases) == 2
+    assert abs(r.phases[1].start_step - 280) <= 3          # block medians of 3 steps
+    assert r.phases[0].median_s == pytest.approx(2.34, rel=0.01)
+    assert r.phases[1].median_s == pytest.approx(2.94, rel=0.01)
+    assert r.median_s == pytest.approx(2.94, rel=0.01)      # the later phase is what a long run sees
+    assert not r.trend_detected
+
+
+def test_linear_growth_is_a_trend_not_phases():
+    # 50 ms + 0.1 ms per step: rises 50 ms (~67% of the 75 ms median) over 500 steps
+    x = (0.05 + 1e-4 * np.arange(500)) * (1 + 0.02 * np.random.default_rng(3).standard_normal(500))
+    r = analyze(x)
+    assert r.trend_detected and not r.phase_change
+    assert r.trend_us_per_step == pytest.approx(100, rel=0.1)
+    assert r.trend_rise_ratio == pytest.approx(0.0499 / 0.075, rel=0.1)
+
+
+@pytest.mark.parametrize("rel", [0.02, 0.1, 0.25])
+def test_flat_noisy_series_is_one_phase_without_trend(rel):
+    r = analyze(noisy(0.05, 500, rel=rel, seed=4))
+    assert len(r.phases) == 1 and not r.trend_detected
+    assert r.warmup_steps <= 3
+    assert r.median_s == pytest.approx(0.05, rel=0.02)
+
+
+def test_warmup_steps_are_discarded():
+    x = noisy(0.05, 300, seed=5)
+    x[:4] = [1.2, 0.4, 0.09, 0.07]   # compile, then allocator growth: 4 slow steps
+    r = analyze(x)
+    assert r.warmup_steps == 4 and len(r.phases) == 1
+    assert r.phases[0].start_step == 4
+
+
+def test_long_warmup_is_not_a_phase():
+    x = noisy(0.05, 400, seed=6)
+    x[:30] = noisy(0.15, 30, seed=7)
+    r = analyze(x)
+    assert r.warmup_steps == 30 and not r.phase_change
+
+
+def test_window_ratio_and_excluded_steps():
+    x = noisy(0.05, 200, seed=8)
+    window = np.zeros(200, bool)
+    window[100:110] = True
+    exclude = window.copy()
+    exclude[95:100] = True           # profiler warm-up
+    x[100:110] *= 1.3                # profiled steps 30% slower (profiler overhead)
+    x[1] = 0.5                       # FLOPs-counting step, excluded
+    exclude[1] = True
+    r = analyze(x, exclude=exclude, window=window)
+    assert r.warmup_steps == 0
+    assert r.window_ratio == pytest.approx(1.3, rel=0.03)
+    assert r.window_neighbor_ratio == pytest.approx(1.0, rel=0.03)
+    assert r.p90_s < 0.06            # neither the window nor step 1 leak into the statistics
+
+
+def test_window_in_a_transient_shows_in_neighbor_ratio():
+    x = noisy(0.05, 200, seed=9)
+    x[90:125] = noisy(0.08, 35, seed=10)  # a transient around the window
+    window = np.zeros(200, bool)
+    window[100:110] = True
+    r = analyze(x, exclude=window, window=window)
+    assert r.window_neighbor_ratio == pytest.approx(1.6, rel=0.05)
+
+
+def test_helpers():
+    assert theil_sen(np.arange(10.0), 3 * np.arange(10.0) + 1) == pytest.approx(3)
+    assert spearman(np.arange(20.0), np.arange(20.0) ** 2) == pytest.approx(1)
+    assert find_change_points(np.r_[np.ones(50), 2 * np.ones(50)], 10) == [50]
+    assert find_change_points(np.ones(100), 10) == []
+    assert detect_warmup(np.r_[[5.0, 3.0], np.ones(20)], level=1.0, noise=0.0) == 2
+    rates = interval_rates([0.5, 0.5, 1.0, 1.0, 2.0], [100, 100, 100, 100, 100], 2)
+    assert rates.tolist() == [200.0, 100.0, 50.0]   # per interval, not cumulative
+    with pytest.raises(ValueError):
+        analyze([])
+
+
+def test_default_schedule_places_window_in_steady_state():
+    s = Schedule.resolve(ProfileConfig(steps=500))
+    assert (s.wait, s.warmup, s.active, s.repeat) == (200, 5, 10, 1)
+    assert s.window_steps(0) == (205, 214)
+    assert [s.phase(i) for i in (199, 200, 204, 205, 214, 215)] == \
+        ["none", "warmup", "warmup", "active", "active", "none"]
+    r = Schedule.resolve(ProfileConfig(steps=500, repeat=3))
+    assert r.window_steps(2)[1] < 500 and r.window_steps(0)[0] > 100
+    with pytest.raises(PerfDoctorError):
+        Schedule.resolve(ProfileConfig(steps=20, wait=15, active=10))
+
+
+def test_step_counter_counts_the_first_optimizer_and_api_mode():
+    seen = []
+    c = StepCounter()
+    c.add_callback(seen.append)
+
+    class Opt:
+        pass
+
+    a, b = Opt(), Opt()
+    for _ in range(3):
+        c.on_optimizer_step(a)
+        c.on_optimizer_step(b)       # a second optimizer in the same step is not another step
+    assert seen == [1, 2, 3]
+    c.on_mark()                      # perfdoctor.step(): from now on only explicit marks count
+    c.on_optimizer_step(a)
+    assert seen == [1, 2, 3, 4] and c.api_mode

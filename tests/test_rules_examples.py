@@ -55,6 +55,13 @@ def root(tmp_path_factory):
     return tmp_path_factory.mktemp("runs")
 
 
+@pytest.fixture(autouse=True)
+def quiet_machine():
+    """Shares of a step are meaningless when other jobs make steps 100x slower (seen: load 7 on 2 cores)."""
+    if _overloaded():
+        pytest.skip(f"load average {os.getloadavg()[0]:.1f} > {os.cpu_count()} cores: step shares not meaningful")
+
+
 def _overloaded() -> bool:
     """More runnable work than cores: step times (and waits) of a 2-core CI box are then not meaningful."""
     return os.getloadavg()[0] > (os.cpu_count() or 1)

@@ -11,7 +11,7 @@ thread during training), under ``tensorboard/rank<R>``, tags ``perfdoctor/*``.
 
 from __future__ import annotations
 
-import csv
+import os
 from pathlib import Path
 
 from perfdoctor.capture.step_timer import STEP_FIELDS, StepRecord
@@ -23,23 +23,26 @@ class StepLog:
     def __init__(self, path: Path) -> None:
         self.path = path
         self.records: list[StepRecord] = []
-        self._file = None
-        self._writer = None
+        self._fd: int | None = None
 
     def __call__(self, rec: StepRecord) -> None:
-        if self._file is None:
-            self._file = open(self.path, "w", newline="")  # noqa: SIM115 - kept open for streaming
-            self._writer = csv.writer(self._file)
-            self._writer.writerow(STEP_FIELDS)
+        if self._fd is None:
+            self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            os.write(self._fd, (",".join(STEP_FIELDS) + "\n").encode())
         self.records.append(rec)
-        self._writer.writerow(["" if v is None else (f"{v:.6f}" if isinstance(v, float) else v)
-                               for v in rec.row()])
-        self._file.flush()
+        # one unbuffered write per row: a killed run keeps every finished step
+        os.write(self._fd, (",".join(_cell(v) for v in rec.row()) + "\n").encode())
 
     def close(self) -> None:
-        if self._file is not None:
-            self._file.close()
-            self._file = None
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+def _cell(v) -> str:
+    if v is None:
+        return ""
+    return f"{v:.6f}" if isinstance(v, float) else str(v)
 
 
 def write_tensorboard(directory: Path, records: list[StepRecord]) -> str | None:

@@ -51,11 +51,19 @@ class StepRecord:
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 
+_statm: tuple[int, int] | None = None  # (pid, fd): a forked child must open its own
+
+
 def rss_bytes() -> int | None:
-    """Resident set size of this process in bytes (``/proc/self/statm``, else psutil)."""
+    """Resident set size of this process in bytes (``/proc/self/statm``, else psutil).
+
+    The statm file is kept open and re-read with ``pread`` (one syscall per step).
+    """
+    global _statm
     try:
-        with open("/proc/self/statm", "rb") as f:
-            return int(f.read().split()[1]) * _PAGE
+        if _statm is None or _statm[0] != os.getpid():
+            _statm = (os.getpid(), os.open("/proc/self/statm", os.O_RDONLY))
+        return int(os.pread(_statm[1], 128, 0).split()[1]) * _PAGE
     except OSError:
         try:
             import psutil

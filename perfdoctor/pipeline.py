@@ -255,3 +255,129 @@ def report_dict(analysis: Analysis) -> dict[str, Any]:
     }
     report.update(analysis.extras)
     return report
+
+
+@dataclass
+class BuiltReport:
+    """What :func:`build` returns: the report dict, the analysis behind it and the check results."""
+
+    report: dict[str, Any]
+    analysis: Analysis
+    checks: Any
+
+
+def is_run_dir(path: str) -> bool:
+    """A directory written by ``perfdoctor profile`` (it holds a ``run.json``)."""
+    return os.path.isdir(path) and os.path.isfile(os.path.join(path, "run.json"))
+
+
+def _measured_cpu_roofs(run: Any) -> Any:
+    """This machine's calibration, if the run was recorded on this machine; else None.
+
+    A CPU peak measured elsewhere says nothing about the machine in the trace.
+    """
+    import socket
+
+    from perfdoctor.analysis import calibration
+    from perfdoctor.errors import PerfDoctorError
+
+    env = (run.run.get("environment") or {}) if run is not None else {}
+    if not env or env.get("cuda_available") or env.get("hostname") != socket.gethostname():
+        return None
+    try:
+        return calibration.roofs_from_calibration(calibration.load_calibration(), "cpu")
+    except PerfDoctorError:
+        return None
+
+
+def run_section(run: Any) -> dict[str, Any]:
+    """The ``report["run"]`` section of a ``perfdoctor profile`` run directory.
+
+    ``steps``: the whole run's series (``step``, ``duration_s`` in s); ``steady_state``:
+    warm-up, phases and trend (:mod:`perfdoctor.analysis.steady_state`); ``throughput``:
+    train-only and wall rates, each with its numerator and denominator.
+    """
+    from dataclasses import asdict
+
+    ss = run.steady_state
+    steps = {k: [None if (isinstance(x, float) and x != x) else x for x in v.tolist()]
+             for k, v in run.steps.items() if k in ("step", "duration_s", "tokens", "samples", "profiler_phase")}
+    throughput = {}
+    for key, v in run.throughput().items():
+        unit = "tokens" if "tokens" in key else "samples"
+        if key.startswith("train"):
+            num = f"{v[unit]:,.0f} {unit} in the {v['steps']} steady-state steps (warm-up and profiled steps excluded)"
+            den = f"{v['seconds']:.3f} s, the sum of those steps' times"
+        else:
+            num = f"{v[unit]:,.0f} {unit} in all {v['steps']} steps"
+            den = f"{v['seconds']:.3f} s of wall time (script start to stop: includes set-up, evaluation, compilation)"
+        throughput[key] = {"value": v["value"], "unit": f"{unit}/s", "numerator": num, "denominator": den}
+    return {
+        "path": str(run.path),
+        "partial": run.partial,
+        "stop_reason": run.run.get("stop_reason"),
+        "steps_completed": run.run.get("steps_completed"),
+        "wall_s": run.run.get("wall_s"),
+        "flops_per_step": run.run.get("flops_per_step"),
+        "parameter_count": run.run.get("parameter_count"),
+        "tokens_per_step": run.run.get("tokens_per_step"),
+        "samples_per_step": run.run.get("samples_per_step"),
+        "steps": steps,
+        "steady_state": None if ss is None else {**asdict(ss), "phase_change": ss.phase_change,
+                                                 "steady_start_step": ss.steady_start_step},
+        "throughput": throughput,
+    }
+
+
+def build(paths: list[str], step_marker: str | None = None, on_progress: Callable[[int], None] | None = None,
+          rule_options: Any = None, model_flops_per_step: float | None = None,
+          flops_source: str = "flop_counter") -> BuiltReport:
+    """The whole chain: paths → tables → analyses → findings → report dict.
+
+    ``paths`` may name trace files, directories of per-rank traces, or a
+    ``perfdoctor profile`` run directory, whose run data (step series, model
+    FLOPs from FlopCounterMode, tokens, environment) then feeds MFU, the
+    checks and the report's ``run`` section. ``rule_options`` is a
+    :class:`perfdoctor.checks.config.RuleOptions` (default: ``[tool.perfdoctor]``
+    of the working directory's pyproject.toml).
+
+    Raises:
+        PerfDoctorError: bad input file, run directory or rule selection.
+    """
+    from perfdoctor.capture.run_data import load_run_dir
+    from perfdoctor.checks import config, engine
+    from perfdoctor.errors import PerfDoctorError
+
+    opts = rule_options if rule_options is not None else config.resolve()
+    catalogue, codes = engine.prepare(opts)
+    run = None
+    trace_paths: list[str] = []
+    for p in paths:
+        if is_run_dir(p):
+            if run is not None:
+                raise PerfDoctorError(f"{p}: only one run directory per report")
+            run = load_run_dir(p)
+            if not run.traces:
+                raise PerfDoctorError(f"{p}: the run directory holds no trace (the run stopped before a profiled "
+                                      "window completed)")
+            trace_paths.extend(str(t) for t in run.traces)
+        else:
+            trace_paths.append(p)
+    if run is not None and model_flops_per_step is None and run.run.get("flops_per_step"):
+        model_flops_per_step, flops_source = float(run.run["flops_per_step"]), "flop_counter"
+    analysis = analyze_paths(trace_paths, step_marker, on_progress, model_flops_per_step=model_flops_per_step,
+                             flops_source=flops_source, measured_roofs=_measured_cpu_roofs(run))
+    analysis.run = run
+    results = engine.run_checks(analysis, catalogue, codes)
+    analysis.extras.update(results.to_report())
+    if run is not None:
+        analysis.extras["run"] = run_section(run)
+    return BuiltReport(report_dict(analysis), analysis, results)
+
+
+def build_report(paths: list[str], run_dir: str | None = None, partial: bool = False, **kwargs: Any) -> dict[str, Any]:
+    """Report dict for trace paths, or for a run directory (``perfdoctor profile`` calls this)."""
+    built = build([run_dir] if run_dir else paths, **kwargs)
+    if partial:
+        built.report["partial"] = True
+    return built.report

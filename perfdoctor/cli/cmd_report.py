@@ -12,7 +12,7 @@ from perfdoctor.errors import PerfDoctorError
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from perfdoctor.pipeline import Analysis
+    from perfdoctor.pipeline import BuiltReport
 
 NAME = "report"
 HELP = "Diagnose Kineto / torch.profiler traces (files, directories of per-rank traces, or a perfdoctor run directory)."
@@ -77,24 +77,31 @@ def _check_output(path: str, inputs: list[str], force: bool) -> None:
 PROGRESS_MIN_BYTES = 8 << 20  # inputs smaller than this load too fast for a progress bar
 
 
-def _analyze(args: argparse.Namespace, err: Console) -> Analysis:
+def _analyze(args: argparse.Namespace, err: Console, opts: object) -> BuiltReport:
     """Load and analyse the inputs, with a progress bar over the total input size when it is large."""
     from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
 
     from perfdoctor import pipeline
     from perfdoctor.trace import trace_files_in
 
+    def run_traces(p: str) -> list[str]:
+        from perfdoctor.capture.run_data import load_run_dir
+
+        return [str(t) for t in load_run_dir(p).traces]
+
     flops = model_flops_per_step(args)
     extra = {"model_flops_per_step": flops, "flops_source": "transformer_formula"} if flops else {}
-    total = sum(os.path.getsize(f) for p in args.paths for f in trace_files_in(p) if os.path.isfile(f))
+    extra["rule_options"] = opts
+    files = [f for p in args.paths for f in (run_traces(p) if pipeline.is_run_dir(p) else trace_files_in(p))]
+    total = sum(os.path.getsize(f) for f in files if os.path.isfile(f))
     if total < PROGRESS_MIN_BYTES or not err.is_terminal:
         with err.status("reading traces…", spinner="dots"):
-            return pipeline.analyze_paths(args.paths, step_marker=args.step_marker, **extra)
+            return pipeline.build(args.paths, step_marker=args.step_marker, **extra)
     columns = (TextColumn("reading traces"), BarColumn(), DownloadColumn(), TimeRemainingColumn())
     with Progress(*columns, console=err, transient=True) as progress:
         task = progress.add_task("read", total=total)
-        return pipeline.analyze_paths(args.paths, step_marker=args.step_marker,
-                                      on_progress=lambda n: progress.advance(task, n), **extra)
+        return pipeline.build(args.paths, step_marker=args.step_marker,
+                              on_progress=lambda n: progress.advance(task, n), **extra)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -111,12 +118,9 @@ def run(args: argparse.Namespace) -> int:
     from perfdoctor.checks import config, engine
 
     opts = config.resolve(args.select, args.ignore, args.rules, args.fail_on)
-    catalogue, codes = engine.prepare(opts)
     err = Console(stderr=True)
-    analysis = _analyze(args, err)
-    results = engine.run_checks(analysis, catalogue, codes)
-    analysis.extras.update(results.to_report())
-    report = pipeline.report_dict(analysis)
+    built = _analyze(args, err, opts)
+    report = built.report
     if args.format in ("json", "md"):
         sys.stdout.buffer.write(render_bytes(report, args.format))
         sys.stdout.flush()
@@ -129,4 +133,4 @@ def run(args: argparse.Namespace) -> int:
             fh.write(data)
         os.replace(tmp, args.output)
         err.print(f"report written to {args.output}")
-    return engine.exit_code(results, opts.fail_on)
+    return engine.exit_code(built.checks, opts.fail_on)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import csv
 import json
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -41,6 +41,31 @@ class RunData:
     @property
     def partial(self) -> bool:
         return bool(self.run.get("partial"))
+
+    def report_section(self) -> dict:
+        """JSON-able ``report["run"]``: run facts, the step series, steady state, throughput.
+
+        ``steps`` holds ``step``, ``duration_s`` and ``profiler_phase`` lists (rank 0);
+        ``steady_state`` is :class:`SteadyState` as a dict plus ``phase_change``.
+        """
+        ss = self.steady_state
+        steady = None
+        if ss is not None:
+            steady = {**asdict(ss), "phase_change": ss.phase_change,
+                      "steady_start_step": ss.steady_start_step}
+        keep = ("status", "partial", "stop_reason", "exit_code", "command", "script", "world_size",
+                "launcher", "profiler", "environment", "cpu", "git", "flops_per_step", "parameter_count",
+                "param_dtypes", "autocast", "tokens_per_step", "samples_per_step", "wall_s",
+                "steps_completed", "traces", "missing_ranks")
+        return {
+            **{k: self.run.get(k) for k in keep},
+            "path": str(self.path),
+            "steps": {"step": self.steps["step"].astype(int).tolist(),
+                      "duration_s": self.steps["duration_s"].tolist(),
+                      "profiler_phase": self.steps["profiler_phase"].tolist()},
+            "steady_state": steady,
+            "throughput": self.throughput(),
+        }
 
     def throughput(self) -> dict:
         """Train-only and wall rates, each with numerator and denominator.

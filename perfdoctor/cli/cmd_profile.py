@@ -109,19 +109,32 @@ def run(args: argparse.Namespace) -> int:
 def make_report(run_dir: Path) -> dict:
     """Write the report for ``run_dir``; returns ``{"path", "findings", "kind"}``.
 
-    Uses the report pipeline (``perfdoctor.pipeline.build_report`` +
-    ``perfdoctor.render.html.write_html``) when it is installed; until then it
-    writes ``report.json`` from the run data alone and says so in ``run.json``.
+    The report pipeline (traces + run data -> checks -> ``report.html``) when
+    the run has a trace; otherwise (no completed profiler window) ``report.json``
+    from the run data alone, and ``run.json`` says which was written and why.
     """
-    try:
-        from perfdoctor.pipeline import build_report
-        from perfdoctor.render.html import write_html
-    except ImportError as exc:
-        return _fallback_report(run_dir, f"report pipeline not available ({exc})")
     data = load_run_dir(run_dir)
-    report = build_report([str(p) for p in data.traces], run_dir=str(run_dir), partial=data.partial)
+    if not data.traces:
+        return _fallback_report(run_dir, "no completed profiler window: no trace to analyse")
+    from perfdoctor import pipeline
+    from perfdoctor.checks import config, engine
+    from perfdoctor.render.formats import render_bytes
+
+    opts = config.resolve()
+    catalogue, codes = engine.prepare(opts)
+    flops = data.run.get("flops_per_step")
+    extra = {"model_flops_per_step": float(flops), "flops_source": "flop_counter"} if flops else {}
+    try:
+        analysis = pipeline.analyze_paths([str(p) for p in data.traces], **extra)
+    except PerfDoctorError as exc:  # e.g. a trace the reader rejects: keep the run data's report
+        return _fallback_report(run_dir, f"trace analysis failed: {exc.message}")
+    analysis.run = data
+    results = engine.run_checks(analysis, catalogue, codes)
+    analysis.extras.update(results.to_report())
+    report = pipeline.report_dict(analysis)
+    report.setdefault("run", data.report_section())
     path = run_dir / "report.html"
-    write_html(report, path)
+    path.write_bytes(render_bytes(report, "html"))
     _note_report(run_dir, {"kind": "html", "path": path.name})
     return {"path": path, "findings": report.get("findings", []), "kind": "html"}
 

@@ -1,0 +1,74 @@
+"""PD206 low-mfu: model FLOP/s far below the device's peak at the GEMMs' dtype (GPU only).
+
+MFU comes from :func:`perfdoctor.pipeline.add_efficiency` (model FLOPs per
+step ÷ median step time ÷ dense datasheet peak at the dtype the GEMM kernels
+ran in). The dominant reason is the largest non-GEMM share of the step in the
+breakdown (idle by cause, exposed communication, memory-bound elementwise /
+normalisation kernels, memcpy), or FP32 GEMMs on a device whose tensor cores
+are faster, when the GEMMs themselves take most of the step.
+"""
+
+from __future__ import annotations
+
+from perfdoctor.checks.common import pct
+from perfdoctor.checks.context import Outcome, RankContext, passed, skipped
+from perfdoctor.findings import Evidence, Hit
+
+CODE = "PD206"
+METRICS = {
+    "mfu_pct": "model FLOPs utilisation, % of the dense peak at the GEMM dtype",
+    "achieved_tflops": "model FLOP per step ÷ median step time, TFLOP/s",
+}
+
+_IDLE_LABELS = {
+    "dataloader": "device idle waiting for the DataLoader",
+    "synchronization": "device idle after host synchronisations",
+    "host_launch_bound": "device idle while the host launches work (launch-bound)",
+    "other": "device idle for other reasons",
+}
+
+
+def dominant_reason(ctx: RankContext, dtype: str | None, roofs: dict | None) -> tuple[str, float]:
+    """(reason text, its share of the step in %) from the step totals."""
+    rows = ctx.step_rows
+    total = sum(s.dur_us for s in rows) or 1.0
+    shares: dict[str, float] = {}
+    for cause, label in _IDLE_LABELS.items():
+        shares[label] = sum(s.idle_causes_us.get(cause, 0.0) for s in rows)
+    shares["communication not overlapped with compute"] = sum(s.communication["exposed_us"] for s in rows)
+    shares["memory-bound elementwise/normalisation kernels"] = sum(
+        s.categories_us.get("elementwise", 0.0) + s.categories_us.get("reduction_norm", 0.0) for s in rows)
+    shares["memcpy"] = sum(s.categories_us.get("memcpy", 0.0) for s in rows)
+    gemm = sum(s.categories_us.get(c, 0.0) for s in rows for c in ("matmul", "conv", "attention"))
+    peaks = (roofs or {}).get("peak_flops") or {}
+    fp32_slow = dtype == "fp32" and any(peaks.get(d, 0) > 1.5 * peaks.get("fp32", float("inf"))
+                                        for d in ("tf32", "bf16", "fp16"))
+    if fp32_slow:
+        shares["GEMMs in FP32 on a device with faster tensor-core dtypes"] = gemm
+    label = max(shares, key=shares.get)
+    return label, pct(shares[label], total)
+
+
+def check(ctx: RankContext) -> Outcome:
+    mfu = ctx.rank.mfu
+    if mfu is None:
+        why = next((w.split("MFU not computed: ", 1)[1] for w in ctx.rank.warnings if "MFU not computed" in w),
+                   "MFU was not computed for this trace")
+        return skipped(why)
+    if not mfu.on_gpu:
+        return skipped("CPU-only trace: MFU against a GPU datasheet peak is meaningless")
+    if mfu.mfu is None:
+        return skipped(mfu.note or "no peak FLOP/s known for this device at the GEMM dtype")
+    metrics = {"mfu_pct": 100 * mfu.mfu, "achieved_tflops": mfu.achieved_flops_per_s / 1e12}
+    if mfu.mfu >= ctx.th["mfu_threshold"]:
+        return passed(**metrics)
+    roofs = ctx.rank.roofline.roofs if ctx.rank.roofline is not None else None
+    reason, share = dominant_reason(ctx, mfu.dtype, roofs)
+    ev = Evidence(values={
+        "mfu_pct": 100 * mfu.mfu, "achieved_tflops": mfu.achieved_flops_per_s / 1e12,
+        "peak_tflops": mfu.peak_flops_per_s / 1e12, "dtype": mfu.dtype or "?", "peak_source": mfu.peak_source,
+        "model_flops_per_step": mfu.model_flops_per_step, "flops_source": mfu.flops_source,
+        "step_ms": mfu.step_time_s * 1e3, "reason": f"{reason} ({share:.0f}% of the step)",
+        "reason_share_pct": share,
+    }, steps=ctx.step_numbers)
+    return Outcome(metrics=metrics, hit=Hit(evidence=ev, estimate=None))

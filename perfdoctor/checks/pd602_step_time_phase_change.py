@@ -1,0 +1,47 @@
+"""PD602 step-time-phase-change: the run's step time shifts level, or keeps growing.
+
+From the run data of ``perfdoctor profile`` (:mod:`perfdoctor.analysis.steady_state`):
+a permanent level shift (phases) or a significant upward trend over the steady span.
+The saving bound is what the slowest state costs over the fastest: last phase
+median − fastest phase median for phases, the fitted rise over the run for a trend.
+"""
+
+from __future__ import annotations
+
+from perfdoctor.checks.context import JobContext, Outcome, passed, skipped
+from perfdoctor.findings import Estimate, Evidence, Hit
+
+CODE = "PD602"
+METRICS = {"n_phases": "level phases of the step-time series", "trend_rise_pct": "fitted rise over the run, % of median"}
+
+
+def check(job: JobContext) -> Outcome:
+    run = getattr(job.analysis, "run", None)
+    ss = getattr(run, "steady_state", None)
+    if ss is None:
+        return skipped("no step series in the run data")
+    metrics = {"n_phases": len(ss.phases), "trend_rise_pct": 100 * ss.trend_rise_ratio}
+    if ss.phase_change:
+        last, best = ss.phases[-1], min(ss.phases, key=lambda p: p.median_s)
+        change = ss.phases[1]
+        what = "; ".join(f"steps {p.start_step}–{p.end_step - 1}: {p.median_s * 1e3:.1f} ms" for p in ss.phases)
+        ev = Evidence(values={
+            "what": f"step time changes level at step {change.start_step} ({what})",
+            "first_ms": ss.phases[0].median_s * 1e3, "last_ms": last.median_s * 1e3,
+            "change_pct": 100 * (last.median_s / ss.phases[0].median_s - 1), "change_step": change.start_step,
+            "n_phases": len(ss.phases),
+        }, steps=[p.start_step for p in ss.phases[1:]])
+        saving = max(last.median_s - best.median_s, 0.0) * 1e6
+        est = Estimate(saving, last.median_s * 1e6, "last phase median − fastest phase median (per step)")
+        return Outcome(metrics=metrics, hit=Hit(evidence=ev, estimate=est if saving > 0 else None))
+    if ss.trend_detected and ss.trend_us_per_step > 0:
+        rise_us = ss.trend_rise_ratio * ss.median_s * 1e6
+        ev = Evidence(values={
+            "what": (f"step time keeps growing: +{ss.trend_us_per_step:.1f} µs per step, "
+                     f"+{100 * ss.trend_rise_ratio:.0f}% of the median over the steady span"),
+            "first_ms": ss.median_s * 1e3, "last_ms": (ss.median_s * 1e6 + rise_us / 2) / 1e3,
+            "change_pct": 100 * ss.trend_rise_ratio, "change_step": ss.steady_start_step, "n_phases": 1,
+        })
+        est = Estimate(rise_us, ss.median_s * 1e6, "fitted rise of step time over the steady span (Theil-Sen)")
+        return Outcome(metrics=metrics, hit=Hit(evidence=ev, estimate=est))
+    return passed(**metrics)

@@ -1,0 +1,112 @@
+"""PD206 low-mfu, PD601 transient-measurement, PD602 phase change, PD104 oversubscription.
+
+Synthetic inputs with answers worked out by hand.
+"""
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+from tracebuilder import TraceBuilder
+
+from perfdoctor import pipeline
+from perfdoctor.analysis.steady_state import analyze
+from perfdoctor.checks import pd104_cpu_thread_oversubscription as pd104
+from perfdoctor.checks import pd206_low_mfu as pd206
+from perfdoctor.checks import pd601_transient_measurement as pd601
+from perfdoctor.checks import pd602_step_time_phase_change as pd602
+from perfdoctor.checks.context import JobContext, RankContext
+
+
+def mm_trace(tmp_path, n: int, name="t.json"):
+    """One 1000 µs step on an A100 with one fp32 mm of n×n×n whose kernel runs 800 µs."""
+    tb = TraceBuilder(device_name="NVIDIA A100-SXM4-80GB")
+    tb.step(1, 0, 1000)
+    tb.cpu_op("aten::mm", 10, 50, input_dims=[[n, n], [n, n]], input_type=["float", "float"])
+    tb.launch("ampere_sgemm_128x64_nn", launch_ts=20, start=100, dur=800)
+    return str(tb.write(tmp_path / name))
+
+
+def rank_ctx(path, thresholds):
+    a = pipeline.analyze_paths([path])
+    return RankContext(a, a.ranks[0], SimpleNamespace(thresholds=thresholds))
+
+
+def test_pd206_fires_below_20_percent_with_fp32_reason(tmp_path):
+    ctx = rank_ctx(mm_trace(tmp_path, 1024), {"mfu_threshold": 0.20})
+    mfu = ctx.rank.mfu
+    # 2·1024³ = 2.147e9 FLOP per 1000 µs step = 2.147 TFLOP/s; A100 fp32 dense peak 19.5 TFLOP/s
+    assert mfu.model_flops_per_step == 2 * 1024**3 and mfu.dtype == "fp32"
+    assert mfu.mfu == pytest.approx(2 * 1024**3 / 1e-3 / 19.5e12)
+    out = pd206.check(ctx)
+    assert out.hit is not None
+    assert out.hit.evidence.values["mfu_pct"] == pytest.approx(11.01, abs=0.01)
+    # the GEMM takes 80% of the step and TF32 is 8x the fp32 peak on an A100: that is the reason
+    assert out.hit.evidence.values["reason"].startswith("GEMMs in FP32")
+
+
+def test_pd206_silent_above_threshold(tmp_path):
+    ctx = rank_ctx(mm_trace(tmp_path, 2048), {"mfu_threshold": 0.20})
+    assert ctx.rank.mfu.mfu == pytest.approx(2 * 2048**3 / 1e-3 / 19.5e12)  # 88%
+    assert pd206.check(ctx).hit is None
+
+
+def test_pd206_skips_without_shapes(tmp_path):
+    tb = TraceBuilder()
+    tb.step(1, 0, 1000)
+    tb.launch("ampere_sgemm_128x64_nn", launch_ts=20, start=100, dur=800)
+    ctx = rank_ctx(str(tb.write(tmp_path / "noshape.json")), {"mfu_threshold": 0.20})
+    out = pd206.check(ctx)
+    assert out.hit is None and "record_shapes" in out.skip
+
+
+def job(ss, run_json=None, **th):
+    analysis = SimpleNamespace(run=SimpleNamespace(steady_state=ss, run=run_json or {}))
+    return JobContext(analysis, [], SimpleNamespace(thresholds=th))
+
+
+def series(levels, noise=0.01, seed=0):
+    rng = np.random.default_rng(seed)
+    d = np.concatenate([np.full(n, v) for n, v in levels])
+    return d * (1 + noise * rng.standard_normal(d.size))
+
+
+def test_pd602_phase_change_like_the_field_report():
+    # fast for 280 steps, then 26% slower for good: 2.34 s -> 2.94 s
+    ss = analyze(series([(280, 2.34), (220, 2.94)]))
+    out = pd602.check(job(ss, min_shift=0.10))
+    assert out.hit is not None
+    v = out.hit.evidence.values
+    assert abs(v["change_step"] - 280) <= 5
+    assert v["first_ms"] == pytest.approx(2340, rel=0.01) and v["last_ms"] == pytest.approx(2940, rel=0.01)
+    assert out.hit.estimate.saving_us == pytest.approx(600e3, rel=0.03)
+
+
+def test_pd602_growing_step_time_and_flat_series():
+    grow = analyze(np.linspace(0.100, 0.150, 400))
+    hit = pd602.check(job(grow, min_shift=0.10)).hit
+    assert hit is not None and "keeps growing" in hit.evidence.values["what"]
+    flat = analyze(series([(400, 0.1)]))
+    assert pd602.check(job(flat, min_shift=0.10)).hit is None
+
+
+def test_pd601_window_off_steady_state():
+    d = series([(300, 0.10)])
+    d[120:180] = 0.13  # a 60-step transient, 30% slower, around the profiled window
+    window = np.zeros(d.size, bool)
+    window[145:155] = True
+    ss = analyze(d, exclude=window, window=window)
+    out = pd601.check(job(ss, max_deviation=0.10))
+    assert out.hit is not None and out.hit.evidence.values["deviation_pct"] == pytest.approx(30, abs=2)
+    calm = analyze(series([(300, 0.10)]), exclude=window, window=window)
+    assert pd601.check(job(calm, max_deviation=0.10)).hit is None
+
+
+def test_pd104_oversubscription():
+    run = {"world_size": 2, "launcher": "torchrun", "environment": {"torch_threads": 2}, "cpu": {"logical_cpus": 2}}
+    analysis = SimpleNamespace(run=run)
+    out = pd104.check(JobContext(analysis, [], SimpleNamespace(thresholds={"max_threads_per_core": 1.0})))
+    assert out.hit is not None and out.hit.evidence.values["busy_threads"] == 4
+    assert out.hit.evidence.values["suggested_threads"] == 1
+    run["environment"]["torch_threads"] = 1
+    assert pd104.check(JobContext(analysis, [], SimpleNamespace(thresholds={"max_threads_per_core": 1.0}))).hit is None

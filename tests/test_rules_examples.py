@@ -58,13 +58,13 @@ def root(tmp_path_factory):
 @pytest.fixture(autouse=True)
 def quiet_machine():
     """Shares of a step are meaningless when other jobs make steps 100x slower (seen: load 7 on 2 cores)."""
-    if _overloaded():
+    if _overloaded():  # only when other heavy jobs share the machine; CI runs the suite alone
         pytest.skip(f"load average {os.getloadavg()[0]:.1f} > {os.cpu_count()} cores: step shares not meaningful")
 
 
 def _overloaded() -> bool:
-    """More runnable work than cores: step times (and waits) of a 2-core CI box are then not meaningful."""
-    return os.getloadavg()[0] > (os.cpu_count() or 1)
+    """Three times more runnable work than cores: step times (and waits) are then not meaningful."""
+    return os.getloadavg()[0] > 3 * (os.cpu_count() or 1)
 
 
 def _faster(slow, fast, what, per_sample=False):
@@ -73,7 +73,7 @@ def _faster(slow, fast, what, per_sample=False):
     t_fast = fast[2] / (fast[3] if per_sample else 1)
     unit = "per sample" if per_sample else "per step"
     print(f"\n{what}: problem {t_slow * 1e3:.3f} ms {unit}, fixed {t_fast * 1e3:.3f} ms {unit}")
-    if _overloaded():
+    if _overloaded():  # only when other heavy jobs share the machine; CI runs the suite alone
         pytest.skip(f"load average {os.getloadavg()[0]:.1f} > {os.cpu_count()} cores: timing comparison not meaningful")
     assert t_fast < 0.9 * t_slow
 
@@ -127,7 +127,7 @@ def test_pd302_grad_accum_without_no_sync(root):
 
 
 def test_healthy_run_has_no_medium_or_high_finding(root):
-    if _overloaded():
+    if _overloaded():  # only when other heavy jobs share the machine; CI runs the suite alone
         pytest.skip(f"load average {os.getloadavg()[0]:.1f} > {os.cpu_count()} cores: DataLoader workers starve")
     healthy = profile(root, "healthy", ["--num-workers", "2"])
     assert [c for c, f in healthy[0].items() if f["severity"] in ("medium", "high")] == []

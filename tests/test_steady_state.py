@@ -53,6 +53,12 @@ def test_warmup_steps_are_discarded():
     assert r.phases[0].start_step == 4
 
 
+def test_a_fast_start_is_not_warmup():
+    x = noisy(0.05, 300, seed=11)
+    x[:20] = noisy(0.035, 20, seed=12)  # faster first steps (e.g. caches still empty) are kept
+    assert analyze(x).warmup_steps == 0
+
+
 def test_long_warmup_is_not_a_phase():
     x = noisy(0.05, 400, seed=6)
     x[:30] = noisy(0.15, 30, seed=7)

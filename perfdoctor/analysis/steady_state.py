@@ -136,16 +136,16 @@ def spearman(x: np.ndarray, y: np.ndarray) -> float:
 def detect_warmup(x: np.ndarray, level: float, noise: float, window: int = 5) -> int:
     """Number of leading steps of ``x`` that are warm-up relative to ``level`` seconds.
 
-    Warm-up ends at the first step that is within ``band`` of ``level`` and from
-    which every forward rolling median (``window`` steps) stays within the band;
-    band = max(10%, 3 x noise / level).
+    Warm-up ends at the first step that is not slower than ``level`` by more than
+    ``band`` and from which no forward rolling median (``window`` steps) is
+    slower than that; band = max(10%, 3 x noise / level).
     """
     if x.size == 0 or level <= 0:
         return 0
     band = max(MIN_SHIFT, 3.0 * noise / level)
     k = max(1, min(window, x.size // 4 or 1))
     roll = np.array([np.median(x[i:i + k]) for i in range(x.size - k + 1)])
-    bad = np.abs(roll - level) > band * level
+    bad = roll > (1 + band) * level  # warm-up is slow steps; a faster stretch is not warm-up
     last_bad = int(np.nonzero(bad)[0][-1]) + 1 if bad.any() else 0
     i = last_bad
     while i < x.size and abs(x[i] - level) > band * level and x[i] > level:

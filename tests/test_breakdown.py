@@ -158,3 +158,59 @@ def test_triton_kernels_are_flagged(tmp_path):
     s = analyse(tb, tmp_path).primary.steps[0]
     assert s.triton_us == 70
     assert s.categories_us["elementwise"] == 30 and s.categories_us["reduction_norm"] == 40
+
+
+def test_stub_last_step_is_left_out(tmp_path):
+    tb = TraceBuilder()
+    for i in range(3):
+        tb.step(i, i * 1000, 1000)
+        tb.launch(SGEMM, launch_ts=i * 1000 + 10, start=i * 1000 + 20, dur=100)
+    tb.step(3, 3000, 20)  # the profiler stopped inside this step
+    a = analyse(tb, tmp_path)
+    assert a.steps.numbers.tolist() == [0, 1, 2]
+    assert any("last step holds 20 µs" in w for w in a.warnings)
+
+
+def test_truncated_file_keeps_only_complete_steps(tmp_path):
+    import json
+
+    tb = TraceBuilder()
+    for i in range(3):
+        tb.step(i, i * 1000, 1000)
+        tb.cpu_op("aten::mm", i * 1000 + 5, 30)
+        tb.launch(SGEMM, launch_ts=i * 1000 + 10, start=i * 1000 + 20, dur=100)
+    doc = tb.to_dict()
+    # a killed exporter: the kernel of step 2 never reached the file
+    last_kernel = max(i for i, e in enumerate(doc["traceEvents"]) if e.get("cat") == "kernel")
+    events = [e for i, e in enumerate(doc["traceEvents"]) if i != last_kernel]
+    text = json.dumps({**doc, "traceEvents": events}, indent=1)
+    p = tmp_path / "cut.json"
+    p.write_text(text[: text.rindex("}") - 3])  # and the file ends mid-way through the last event
+    a = pipeline.analyze_tables(load_trace(str(p)))
+    # step 2 lost its kernel; step 1 holds the last device activity in the file, so work after it may be
+    # lost too (device activities are written in time order): only step 0 is certainly complete
+    assert a.steps.numbers.tolist() == [0]
+    assert [s.busy_us for s in a.primary.steps] == [100]
+    assert any("truncated" in w and "left out" in w for w in a.warnings)
+
+
+def test_step_marker_errors(tmp_path):
+    from perfdoctor.errors import PerfDoctorError
+
+    tb = TraceBuilder()
+    tb.step(1, 0, 100)
+    tables = load_trace(str(tb.write(tmp_path / "m.json")))
+    with pytest.raises(PerfDoctorError, match="not a valid regular expression"):
+        pipeline.analyze_tables(tables, step_marker="(")
+    with pytest.raises(PerfDoctorError, match="no annotation or op matches"):
+        pipeline.analyze_tables(tables, step_marker="^nothing$")
+
+
+def test_cpu_only_communication_annotations(tmp_path):
+    tb = TraceBuilder(device_name=None)
+    tb.step(1, 0, 1000)
+    tb.annotation("gloo:all_reduce", 100, 600)
+    tb.cpu_op("aten::add", 800, 100)
+    s = analyse(tb, tmp_path).primary.steps[0]
+    assert s.categories_us["communication"] == 600 and s.categories_us["elementwise"] == 100
+    assert s.idle_causes_us == {"python": 300}

@@ -82,3 +82,12 @@ def test_cpu_trace_gets_only_measured_roofs():
     assert roofs_for_trace(t) is None
     measured = Roofs("cpu", {"fp32": 1e11}, 1e10, "measured: x", "measured")
     assert roofs_for_trace(t, measured) is measured
+
+
+def test_cudnn_single_precision_kernels_are_fp32_gemms():
+    from perfdoctor.analysis.kernel_dtype import is_gemm_kernel, kernel_math_dtype
+
+    for name in ("volta_scudnn_128x128_stridedB_splitK_medium_nn_v1",
+                 "volta_scudnn_winograd_128x128_ldg1_ldg4_relu_tile148t_nt_v1",
+                 "cudnn_infer_volta_scudnn_128x64_relu_medium_nn_v1"):
+        assert is_gemm_kernel(name) and kernel_math_dtype(name) == "fp32"

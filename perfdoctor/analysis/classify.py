@@ -39,6 +39,9 @@ KERNEL_RULES: tuple[tuple[str, str], ...] = (
     ("memcpy", r"^(memcpy|dma)"),
     ("memset", r"^memset"),
     ("communication", r"^nccl|^rccl|nccl(dev)?kernel|ncclKernel|rccl|all_?reduce_kernel|cross_device_reduce|one_shot_all_reduce|two_shot_all_reduce"),
+    # cuDNN's BatchNorm kernels (bn_fw_tr_1C11_*, bn_bw_1C11_*) live in the cudnn:: namespace: before conv
+    ("reduction_norm", r"cudnn::bn_|\bbn_fw|\bbn_bw|batch_?norm|BatchNorm"),
+    ("elementwise", r"cudnn::ops::scalePackedTensor|cudnn::ops::(add|scale|copy)"),
     ("attention", r"flash|fmha|attn_fwd|attn_bwd|_attention|attention_|efficient_attention|mem_eff|sdpa|cudnn_generated_fort_native_sdpa|fused_multihead|softmax_attention"),
     ("conv", r"conv|scudnn|cudnn::|cudnn_|wgrad|dgrad|fprop|winograd|implicit_gemm|implicit_convolve|igemm_(fwd|bwd|wrw)|miopen|naive_conv|im2col|col2im|nchwToNhwc|nhwcToNchw|cask_cudnn|ck::tensor_operation.*grouped_conv"),
     ("matmul", r"gemm|gemv|sgemm|hgemm|cublas|cutlass|xmma|wgmma|nvjet|^Cijk_|Tensile|hipblaslt|rocblas|matmul|_mm_|triton_tem_fused.*(mm|addmm|bmm)|splitKreduce|dot_kernel|gemmk1|gemmSN|scal_kernel|reduce_1Block_kernel|epilogue::impl|ck::tensor_operation.*gemm|_bmm|bmm_"),

@@ -2,8 +2,9 @@
 
 Definitions (µs, per step window): ops of the process that owns the steps
 are classified by name (:data:`CPU_OP_RULES`, first match wins); nested ops
-are resolved by priority (DataLoader > optimizer > attention > matmul > conv >
-reduction_norm > elementwise > other ops) so categories add up exactly to
+are resolved by priority (DataLoader > communication (gloo/NCCL collectives
+seen on the host) > optimizer > attention > matmul > conv > reduction_norm >
+elementwise > other ops) so categories add up exactly to
 the time covered by any op ("busy"). The rest of the step, where no op or
 annotation is open, is ``python`` time: interpreter work outside ATen ops,
 which the profiler does not see as an op.
@@ -28,7 +29,10 @@ CPU_OP_RULES: tuple[tuple[str, str], ...] = (
     ("reduction_norm", r"^aten::(native_)?(layer_norm|batch_norm|group_norm|rms_norm|_?softmax|_?log_softmax|sum|mean|nll_loss\w*|cross_entropy\w*|norm|max|min|amax|amin|cumsum|var|std|_batch_norm\w*|native_batch_norm\w*|\w*_backward_data)$|Backward.*(Norm|Softmax)"),
     ("elementwise", r"^aten::(add|sub|mul|div|relu|gelu|silu|tanh|sigmoid|exp|log|pow|sqrt|rsqrt|neg|abs|clamp\w*|where|masked_fill\w*|dropout|native_dropout|copy_|to|_to_copy|fill_|zero_|zeros_like|ones_like|add_|mul_|div_|sub_|addcmul_|addcdiv_|lerp_|threshold\w*|\w*_backward|embedding\w*|cat|stack|index\w*|gather|scatter\w*|triu|tril|erf|cos|sin)$"),
 )
-HOST_PRIORITY = ("dataloader", "optimizer", "attention", "matmul", "conv", "reduction_norm", "elementwise", "other_ops")
+HOST_PRIORITY = ("dataloader", "communication", "optimizer", "attention", "matmul", "conv", "reduction_norm",
+                 "elementwise", "other_ops")
+# gloo / NCCL collectives as the host sees them (c10d annotations, record_param_comms)
+HOST_COMMUNICATION = r"^(gloo|nccl|c10d|mpi)[:_]|record_param_comms|^c10d::|all_?reduce|all_?gather|reduce_?scatter|^broadcast"
 _RX = tuple((c, re.compile(rx)) for c, rx in CPU_OP_RULES)
 
 
@@ -48,8 +52,9 @@ def cpu_breakdown(tables: TraceTables, steps: Steps) -> DeviceBreakdown:
         ops = ops.take(ops["pid"] == steps.pid)
     cats = np.array([classify_cpu_op(n) for n in tables.names], dtype=object)
     op_cat = cats[ops["name_id"]] if len(ops) else np.empty(0, dtype=object)
-    unions = {c: iv.union(ops["ts_us"][op_cat == c], ops["end_us"][op_cat == c]) for c in HOST_PRIORITY[2:]}
+    unions = {c: iv.union(ops["ts_us"][op_cat == c], ops["end_us"][op_cat == c]) for c in HOST_PRIORITY[3:]}
     unions["dataloader"] = host.dataloader(tables)
+    unions["communication"] = host.named(tables, HOST_COMMUNICATION)
     unions["optimizer"] = host.named(tables, host.OPTIMIZER_STEP)
     exclusive: dict[str, iv.Intervals] = {}
     covered = iv.EMPTY

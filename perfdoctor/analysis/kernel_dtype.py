@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import re
 
-_GEMM_RE = re.compile(r"(?<!fb)gemm|Cijk_|xmma|wgmma|tensorop|implicit_gemm|conv|cutlass|matmul|sm\d\d_", re.I)
+_GEMM_RE = re.compile(r"(?<!fb)gemm|Cijk_|xmma|wgmma|tensorop|implicit_gemm|conv|cutlass|matmul|sm\d\d_|[sh]cudnn|winograd",
+                      re.I)
 
 # checked in order: the first that matches wins
 _RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
@@ -23,7 +24,8 @@ _RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("fp16", re.compile(r"fp16|f16f16|__half|c10::Half|h884|h1688|h16816|hgemm|_HHS_|_HSS_|_HH_|\bhalf\b", re.I)),
     ("tf32", re.compile(r"tf32|xf32|s1688gemm|s16816gemm|_4x4x4x4_XF", re.I)),
     ("fp64", re.compile(r"dgemm|fp64|f64f64|d884|double|_DB_|_DD_", re.I)),
-    ("fp32", re.compile(r"sgemm|f32f32_f32f32|_SB_|_SS_|<float|fp32", re.I)),
+    # cuDNN's "scudnn" kernels (volta_scudnn_128x64_relu_*) are single-precision SIMT, like "sgemm"
+    ("fp32", re.compile(r"sgemm|scudnn|f32f32_f32f32|_SB_|_SS_|<float|fp32", re.I)),
 )
 
 

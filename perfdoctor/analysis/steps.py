@@ -13,9 +13,9 @@ Definitions (all µs):
   Step time = ``end_i - start_i``; the windows add up exactly to the profiled
   span, so busy + idle of all steps = total time.
 
-Unlike HolisticTraceAnalysis, which drops the last ProfilerStep, every step
-is kept (the last one is complete in a torch.profiler trace: the profiler
-closes the step before exporting).
+Unlike HolisticTraceAnalysis, which always drops the last ProfilerStep, every
+step is kept unless it is incomplete (a stub the profiler stopped inside, or
+events lost to a truncated file: see :mod:`perfdoctor.analysis.step_completeness`).
 """
 
 from __future__ import annotations
@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from perfdoctor.analysis.step_completeness import incomplete_mask
+from perfdoctor.errors import PerfDoctorError
 from perfdoctor.trace.tables import TraceTables
 
 PROFILER_STEP = r"^ProfilerStep#(\d+)$"
@@ -140,11 +142,21 @@ def find_steps(tables: TraceTables, marker: str | None = None) -> Steps:
             capturing group, if any, gives the step number.
 
     Returns:
-        :class:`Steps`. With no marker found, one whole-trace window and a warning.
+        :class:`Steps`. With no ProfilerStep found, one whole-trace window and a warning.
+
+    Raises:
+        PerfDoctorError: ``marker`` is not a valid regex, or matches nothing.
+        TraceFormatError: no step is completely recorded (truncated file).
     """
     rx = marker or PROFILER_STEP
+    try:
+        re.compile(rx)
+    except re.error as exc:
+        raise PerfDoctorError(f"--step-marker {rx!r}: not a valid regular expression ({exc})") from None
     numbers, names, h_start, h_end, pid, tid = _host_markers(tables, rx)
     warnings: list[str] = []
+    if marker and numbers.size == 0:
+        raise PerfDoctorError(f"{tables.path}: no annotation or op matches --step-marker {rx!r}")
     gpu_tabs = [t for t in ("kernels", "memcpy", "memset") if len(tables.tables[t])]
     if numbers.size == 0:
         lo, hi = _trace_span(tables)
@@ -173,6 +185,14 @@ def find_steps(tables: TraceTables, marker: str | None = None) -> Steps:
     end = np.fmax(h_end, dev_end)
     end = np.maximum.accumulate(end)
     start = np.concatenate([[h_start[0]], end[:-1]])
+    # windows are cut from all steps first, so leaving a step out never widens its neighbour
+    drop, notes = incomplete_mask(tables, h_start, h_end, dev_end, end)
+    warnings.extend(notes)
+    if drop.any():
+        keep = ~drop
+        numbers, h_start, h_end, dev_end = numbers[keep], h_start[keep], h_end[keep], dev_end[keep]
+        start, end = start[keep], end[keep]
+        names = [n for n, k in zip(names, keep) if k]
     return Steps(
         numbers=numbers, names=names, host_start_us=h_start, host_end_us=h_end, start_us=start, end_us=end,
         device_end_us=dev_end, marker=rx, source="ProfilerStep" if marker is None else "marker", pid=pid, tid=tid,

@@ -59,6 +59,7 @@ class RawTrace:
     cats: list[str] = field(default_factory=list)
     meta: list[tuple[str, int, int, str]] = field(default_factory=list)
     n_dropped: int = 0
+    truncated: bool = False
     warnings: list[str] = field(default_factory=list)
     file_bytes: int = 0
     uncompressed_bytes: int = 0
@@ -235,8 +236,10 @@ def read_trace_file(path: str | os.PathLike[str], on_progress: Callable[[int], N
         if bad:
             what.append(f"{bad} malformed event(s) skipped")
         warnings.insert(0, f"{p}: recovered {columns.n_events} events; " + "; ".join(what))
-    if columns.n_events == 0 and (truncated or bad):
-        raise TraceFormatError(f"{p}: no complete trace event could be read")
+    if columns.n_events == 0:
+        if truncated or bad:
+            raise TraceFormatError(f"{p}: no complete trace event could be read")
+        raise TraceFormatError(f"{p}: the trace holds no events")
     return RawTrace(
         path=p,
         tables=columns.concat(),
@@ -246,6 +249,7 @@ def read_trace_file(path: str | os.PathLike[str], on_progress: Callable[[int], N
         metadata=metadata,
         n_events=columns.n_events,
         n_dropped=bad,
+        truncated=truncated or state["gzip_incomplete"],
         warnings=warnings,
         file_bytes=file_bytes,
         uncompressed_bytes=total,
@@ -259,6 +263,8 @@ def _not_a_trace_reason(path: str, first: bytes, total: int) -> str:
     if b"\x00" in first or not _is_text(first):
         return f"{path}: binary data, not a JSON trace"
     if text[:1] not in (b"{", b"["):
+        if text.split()[0] in (b"null", b"true", b"false") or text[:1] in b'"-0123456789':
+            return f"{path}: valid JSON but not a trace (the top level is not an object with 'traceEvents')"
         return f"{path}: not JSON (starts with {text[:16]!r})"
     return f"{path}: JSON without a 'traceEvents' list: not a Kineto/Chrome trace"
 

@@ -86,6 +86,7 @@ class TraceTables:
     tables: dict[str, Table]
     cats: list[str] = field(default_factory=list)
     rank: int | None = None
+    truncated: bool = False
     warnings: list[str] = field(default_factory=list)
     n_events: int = 0
     file_bytes: int = 0
@@ -180,6 +181,7 @@ def build_tables(raw: RawTrace) -> TraceTables:
         metadata=raw.metadata,
         tables=tables,
         rank=_rank_from(raw.metadata, raw.path),
+        truncated=raw.truncated,
         warnings=list(raw.warnings),
         n_events=raw.n_events,
         file_bytes=raw.file_bytes,

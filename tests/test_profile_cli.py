@@ -136,3 +136,43 @@ def test_mp_spawn_ranks_are_profiled(tmp_path):
     assert sorted(run["traces"]) == ["trace.rank0.pt.trace.json.gz", "trace.rank1.pt.trace.json.gz"]
     assert run["samples_per_step"] == 32 and run["steps_completed"] == 20
     assert n_rows(out / "steps.csv") == 20 and n_rows(out / "steps.rank1.csv") == 20
+
+
+def test_cli_module_mode_via_console_script(tmp_path):
+    pkg = tmp_path / "mpkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "train.py").write_text(
+        "import sys, torch\n"
+        "print('argv', sys.argv[1:], flush=True)\n"
+        "m = torch.nn.Linear(4, 4); opt = torch.optim.SGD(m.parameters(), lr=0.1)\n"
+        "for i in range(100):\n"
+        "    m(torch.randn(2, 4)).sum().backward(); opt.step(); opt.zero_grad()\n")
+    exe = Path(sys.executable).parent / "perfdoctor"
+    if not exe.exists():
+        pytest.skip("the perfdoctor console script is not installed in this environment")
+    p = subprocess.run([str(exe), "profile", "-m", "mpkg.train", "--steps", "10", "--out", "r", "--no-report",
+                        "--", "--lr=3", "x"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert "argv ['--lr=3', 'x']" in p.stdout
+    assert n_rows(tmp_path / "r" / "steps.csv") == 10
+
+
+@pytest.mark.slow
+def test_ctrl_c_mid_run_exits_130_with_partial_outputs(tmp_path):
+    out = tmp_path / "run"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "perfdoctor", "profile", MLP, "--steps", "100000", "--wait", "5",
+         "--warmup", "1", "--active", "3", "--out", str(out), "--no-report", "--", *SMALL_MLP,
+         "--steps", "100000", "--slow-getitem-ms", "1"],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if (out / "steps.csv").exists() and n_rows(out / "steps.csv") >= 20:
+            break
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    proc.communicate(timeout=120)
+    assert proc.returncode == 130
+    run = json.loads((out / "run.json").read_text())
+    assert run["partial"] is True and run["stop_reason"] == "interrupted (Ctrl-C)"

@@ -26,7 +26,8 @@ def check_target(target: str, module: bool) -> None:
     """Raise PerfDoctorError when the script file or module cannot be found."""
     if module:
         try:
-            spec = importlib.util.find_spec(target)
+            with _patched_sys(sys.argv[:], os.getcwd()):  # as python -m sees it: cwd first on sys.path
+                spec = importlib.util.find_spec(target)
         except (ImportError, ValueError) as exc:
             raise PerfDoctorError(f"-m {target}: cannot import ({exc})") from None
         if spec is None:

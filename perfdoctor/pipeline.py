@@ -43,6 +43,7 @@ class RankAnalysis:
     warnings: list[str] = field(default_factory=list)
     roofline: Any = None  # perfdoctor.analysis.roofline.RooflineResult, see add_efficiency
     mfu: Any = None  # perfdoctor.analysis.mfu.MfuResult
+    gemm_dtype: dict[str, Any] = field(default_factory=dict)  # {"dominant": str | None, "time_us": {dtype: µs}}
 
     @property
     def rank(self) -> int | None:
@@ -156,11 +157,12 @@ def add_efficiency(analysis: Analysis, model_flops_per_step: float | None = None
         ops = r.tables.cpu_ops
         has_shapes = bool(len(ops)) and bool((ops["input_dims"] != None).any())  # noqa: E711 - object array
         r.roofline = roofline_table(r.tables, roofs) if has_shapes else None
+        dtype, by_dtype = gemm_dtype(r.tables)
+        r.gemm_dtype = {"dominant": dtype, "time_us": by_dtype}
         if r.steps.source == "whole-trace" or not r.primary.steps:
             r.warnings.append(f"{r.tables.path}: MFU not computed: no training steps in the trace")
             continue
         step_s = float(np.median([s.dur_us for s in r.primary.steps])) / 1e6
-        dtype, _ = gemm_dtype(r.tables)
         on_gpu = bool(r.tables.has_device_activity)
         op_sum = r.roofline.total_flops / len(r.steps) if r.roofline is not None else None
         if model_flops_per_step is not None:
@@ -232,6 +234,7 @@ def rank_dict(r: RankAnalysis) -> dict[str, Any]:
         "profiler": profiler_settings(r.tables.metadata),
         "roofline": r.roofline.to_dict() if r.roofline is not None else None,
         "mfu": r.mfu.to_dict() if r.mfu is not None else None,
+        "gemm_dtype": r.gemm_dtype,
         "warnings": r.warnings,
     }
 

@@ -136,18 +136,19 @@ def spearman(x: np.ndarray, y: np.ndarray) -> float:
 def detect_warmup(x: np.ndarray, level: float, noise: float, window: int = 5) -> int:
     """Number of leading steps of ``x`` that are warm-up relative to ``level`` seconds.
 
-    Warm-up ends at the first step that is not slower than ``level`` by more than
-    ``band`` and from which no forward rolling median (``window`` steps) is
-    slower than that; band = max(10%, 3 x noise / level).
+    Warm-up ends at the first step whose forward rolling median (``window``
+    steps) is not slower than ``level`` by more than ``band``, and which is not
+    itself that slow; band = max(10%, 3 x noise / level). Slow stretches after
+    that are transients (or phases), not warm-up.
     """
     if x.size == 0 or level <= 0:
         return 0
     band = max(MIN_SHIFT, 3.0 * noise / level)
     k = max(1, min(window, x.size // 4 or 1))
     roll = np.array([np.median(x[i:i + k]) for i in range(x.size - k + 1)])
-    bad = roll > (1 + band) * level  # warm-up is slow steps; a faster stretch is not warm-up
-    last_bad = int(np.nonzero(bad)[0][-1]) + 1 if bad.any() else 0
-    i = last_bad
+    # warm-up is a *leading* run of slow steps; a slow stretch later on is a transient, not warm-up
+    good = np.nonzero(roll <= (1 + band) * level)[0]
+    i = int(good[0]) if good.size else x.size
     while i < x.size and abs(x[i] - level) > band * level and x[i] > level:
         i += 1
     return min(i, x.size)

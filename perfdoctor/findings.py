@@ -12,8 +12,11 @@ The report's finding dict (read by every renderer; keep it stable)::
 
     {"code": "PD101", "name": "dataloader-starvation", "category": "input-pipeline",
      "severity": "high" | "medium" | "low",
-     "rank": 1..n by saving, or None when the rule gives no saving estimate,
-     "message": str (the rule's template filled from the evidence),
+     "position": 1..n by saving, or None when the rule gives no saving estimate,
+     "rank": the trace rank the message's numbers come from (the rank with the largest saving),
+             or None for a job-level finding (one computed across ranks),
+     "message": str (the rule's template filled from the evidence; on a multi-rank job prefixed
+                "rank R: " and followed by "(fires on ranks ... of N)"),
      "saving_us_per_step": float (µs, upper bound; 0.0 when not estimated),
      "saving_pct_of_step": float (% of the mean step time),
      "saving_method": str (how the saving was computed; "" when not estimated),
@@ -80,19 +83,28 @@ class Hit:
     """What a check returns when its rule fires (rule metadata is added by the engine).
 
     ``estimate`` None means the rule cannot estimate a saving (e.g. memory near
-    capacity); the finding then keeps the rule's default severity and no rank.
+    capacity); the finding then keeps the rule's default severity and no position.
     ``fields`` fills the message template in addition to ``evidence.values``.
+    ``rank`` names the trace rank a job-level hit points at (e.g. the straggler);
+    it is listed among the ranks the finding fired on.
+    ``advice`` replaces the rule's ``fix`` / ``example_before`` / ``example_after``
+    text where the check knows better (e.g. the optimizer class found in the trace).
     """
 
     evidence: Evidence
     estimate: Estimate | None
     fields: dict[str, Any] = field(default_factory=dict)
     rank: int | None = None
+    advice: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
 class Finding:
-    """One ranked finding of the report (see the module docstring for the dict)."""
+    """One ranked finding of the report (see the module docstring for the dict).
+
+    ``ranks``: trace ranks the rule fired on; ``rank``: the trace rank the numbers
+    come from (None for job-level findings); ``position``: 1..n in the ranking.
+    """
 
     code: str
     name: str
@@ -107,6 +119,7 @@ class Finding:
     references: list[str]
     ranks: list[int] = field(default_factory=list)
     rank: int | None = None
+    position: int | None = None
 
     @property
     def saving_us(self) -> float:
@@ -122,6 +135,7 @@ class Finding:
             "name": self.name,
             "category": self.category,
             "severity": self.severity,
+            "position": self.position,
             "rank": self.rank,
             "message": self.message,
             "saving_us_per_step": round(self.saving_us, 3),
@@ -150,7 +164,7 @@ def severity_for(pct: float | None, cap: str, high_pct: float, medium_pct: float
 def rank_findings(findings: list[Finding]) -> list[Finding]:
     """Sort by estimated saving (µs/step, descending), then severity, then code; number them 1..n.
 
-    Findings without an estimate go last and get ``rank = None``.
+    Findings without an estimate go last and get ``position = None``.
     """
     def key(f: Finding) -> tuple:
         return (f.estimate is None, -f.saving_us, -severity_level(f.severity), f.code)
@@ -159,8 +173,8 @@ def rank_findings(findings: list[Finding]) -> list[Finding]:
     n = 0
     for f in out:
         if f.estimate is None:
-            f.rank = None
+            f.position = None
         else:
             n += 1
-            f.rank = n
+            f.position = n
     return out

@@ -60,3 +60,46 @@ def test_cli(tmp_path, capsys):
     assert main(["budget", "--params", "1e9", "--gpus", "8", "--gpu", "H100", "--from-report", str(report)]) == 2
     assert "ranks[i].mfu.mfu" in capsys.readouterr().err
     assert main(["budget", "--params", "1e9", "--gpus", "8", "--gpu", "V100", "--dtype", "bf16"]) == 2
+
+
+@pytest.mark.parametrize("flag, value", [
+    ("--params", "nan"), ("--params", "inf"), ("--mfu", "nan"), ("--mfu", "inf"),
+    ("--tokens-per-param", "nan"), ("--tokens-per-param", "-inf"),
+])
+def test_cli_rejects_non_finite_numbers(capsys, flag, value):
+    flags = {"--params": "1e9", "--gpus": "8", "--gpu": "H100", flag: value}
+    assert main(["budget"] + [f"{k}={v}" for k, v in flags.items()]) == 2
+    out = capsys.readouterr()
+    assert out.out == "" and out.err == f"perfdoctor: error: {flag}: must be a finite number, got {float(value)}\n"
+
+
+def test_plan_rejects_non_finite_and_non_positive_shapes():
+    with pytest.raises(ValueError, match="params must be a finite number, got nan"):
+        plan(float("nan"), 8, "H100", H100, 0.4)
+    with pytest.raises(ValueError, match="seq-len must be positive, got 0"):
+        plan(1e9, 8, "H100", H100, 0.4, seq_len=0, micro_batch=1, d_model=4, n_layers=2)
+
+
+@pytest.mark.parametrize("gpu, hours", [("V100", "83.3"), ("t4", "160.3")])
+def test_cli_falls_back_to_fp16_without_bf16(capsys, gpu, hours):
+    # 1e9 params × 20 tokens × 6 = 1.2e20 FLOP ÷ (8 × peak × 0.4): V100 SXM2 125, T4 65 TFLOP/s fp16 tensor
+    assert main(["budget", "--params", "1e9", "--gpus", "8", "--gpu", gpu]) == 0
+    out = capsys.readouterr().out
+    peak = {"V100": "125.0", "t4": "65.0"}[gpu]
+    assert f"peak          {peak} TFLOP/s dense fp16 per GPU (fp16 because this GPU has no bf16 tensor peak; " in out
+    assert f"wall-clock    {hours} h" in out
+    assert main(["budget", "--params", "1e9", "--gpus", "8", "--gpu", gpu, "--json"]) == 0
+    b = json.loads(capsys.readouterr().out)
+    assert b["dtype"] == "fp16" and b["peak_flops_per_s"] == float(peak) * 1e12
+
+
+def test_cli_dtype_flag(capsys):
+    assert main(["budget", "--params", "1e9", "--gpus", "8", "--gpu", "V100", "--dtype", "fp32"]) == 0
+    assert "15.7 TFLOP/s dense fp32 per GPU (NVIDIA Tesla V100" in capsys.readouterr().out
+    assert main(["budget", "--params", "1e9", "--gpus", "8", "--gpu", "H100", "--dtype", "fp8", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["peak_flops_per_s"] == 1979e12
+    assert main(["budget", "--params", "1e9", "--gpus", "8", "--gpu", "V100", "--dtype", "bf16"]) == 2
+    assert capsys.readouterr().err == ("perfdoctor: error: --dtype: NVIDIA Tesla V100 SXM2 has no dense bf16 peak "
+                                       "in the hardware table (it has: fp64, fp32, fp16)\n")
+    assert main(["budget", "--params", "1e9", "--gpus", "8", "--gpu", "H100", "--dtype", "int8"]) == 2
+    assert "--dtype: 'int8' is not one of" in capsys.readouterr().err

@@ -48,6 +48,7 @@ def test_every_spec_states_sources_and_dense_only():
     (props("AMD Radeon Graphics", (9, 0), 104, 68702699520, warpSize=64), "mi250-gcd"),
     (props("AMD Radeon Graphics", (9, 0), 110, 68702699520, gcnArchName="gfx90a:sramecc+:xnack-"), "mi250x-gcd"),
     (props("NVIDIA GH200 480GB", (9, 0), 132, 102e9), "gh200-96gb"),
+    (props("Tesla T4", (7, 5), 40, 15843721216), "t4"),  # as torch.cuda reports a T4 (16 GB board, 15.8e9 usable)
 ])
 def test_match(p, key):
     assert match_device(p).key == key
@@ -102,3 +103,12 @@ def test_dlrm_ranks_are_v100():
     if not files:
         pytest.skip("../shared/traces/param__dlrm_8ranks not available")
     assert {device_for_trace(load_trace(str(f)).device_properties).key for f in files} == {"v100-sxm2"}
+
+
+def test_t4_datasheet_figures_and_16bit_dtype():
+    t4 = spec_by_name("T4")
+    # NVIDIA T4 datasheet: 65 TFLOPS FP16/FP32 mixed-precision tensor, 8.1 TFLOPS FP32, 320 GB/s, 16 GB
+    assert t4.peak("fp16") == 65e12 and t4.peak("fp32") == 8.1e12 and t4.peak("bf16") is None
+    assert t4.hbm_bytes_per_s == 320e9 and t4.memory_bytes == 16e9 and "T4" in t4.source_of("fp16")
+    assert t4.best_16bit_dtype() == "fp16" and spec_by_name("V100").best_16bit_dtype() == "fp16"
+    assert spec_by_name("H100").best_16bit_dtype() == "bf16"

@@ -51,6 +51,51 @@ def test_select_prefix_name_and_longest_match():
         engine.select_codes(cat, ["PD7"], None)
 
 
+def test_empty_selection_is_a_usage_error(tmp_path, capsys):
+    cat = load_catalogue()
+    with pytest.raises(PerfDoctorError, match="no rule left to run"):
+        engine.select_codes(cat, ["PD101"], ["PD101"])
+    with pytest.raises(PerfDoctorError, match="--ignore PD1 removes every rule --select PD1 selects"):
+        engine.select_codes(cat, ["PD1"], ["PD1"])  # at equal length ignore wins
+    assert engine.select_codes(cat, ["PD101"], ["PD1"]) == ["PD101"]  # the longer selector wins
+    assert main(["report", str(_dl_trace(tmp_path)), "--select", "PD101", "--ignore", "PD101"]) == 2
+    out = capsys.readouterr()
+    assert out.out == "" and out.err.count("\n") == 1 and "no rule left to run" in out.err
+
+
+def _ranked_dl_traces(tmp_path, fetch_us_by_rank: dict[int, float]) -> list[Path]:
+    """One trace per rank: a 1000 µs step whose device waits ``fetch_us`` for the DataLoader."""
+    paths = []
+    for rank, fetch in fetch_us_by_rank.items():
+        tb = TraceBuilder(rank=rank, world_size=len(fetch_us_by_rank))
+        tb.step(1, 0, 1000)
+        tb.annotation(DL, 0, fetch)
+        tb.launch(SGEMM, launch_ts=fetch + 10, start=fetch + 20, dur=1000 - fetch - 30)
+        paths.append(tb.write(tmp_path / f"rank{rank}.json"))
+    return paths
+
+
+def test_multi_rank_finding_names_the_rank_its_numbers_come_from(tmp_path):
+    from rules_helpers import run_rules
+
+    # device idle before the first kernel = fetch + 20 µs: rank 0 10%... rank 1 42%, rank 2 22%, rank 3 1.5% (passes)
+    r = run_rules(_ranked_dl_traces(tmp_path, {0: 80, 1: 400, 2: 200, 3: 0}), ["PD101"])
+    f = r.findings["PD101"]
+    assert f["rank"] == 1 and f["position"] == 1 and f["evidence"]["ranks"] == [0, 1, 2]
+    assert f["message"].startswith("rank 1: The device is idle 0.4 ms per step (42.0% of a 1.0 ms step)")
+    assert f["message"].endswith("(fires on ranks 0, 1, 2 of 4)")
+    assert f["evidence"]["saving_us_by_rank"] == {"0": 100.0, "1": 420.0, "2": 220.0}
+    assert "worst_rank" not in f["evidence"]  # the finding's own rank field says it
+
+
+def test_single_rank_finding_has_no_rank_prefix(tmp_path):
+    from rules_helpers import run_rules
+
+    f = run_rules([_dl_trace(tmp_path)], ["PD101"]).findings["PD101"]
+    assert f["rank"] == 0 and f["position"] == 1 and not f["message"].startswith("rank")
+    assert "fires on" not in f["message"]
+
+
 def test_user_override_of_threshold(tmp_path):
     rules = tmp_path / "rules"
     rules.mkdir()
@@ -131,6 +176,20 @@ def test_terminal_findings_section(tmp_path):
     text = console.export_text()
     assert "PD101" in text and "0.4 ms (42.0%)" in text and "not additive" in text
     assert "PD301 exposed-communication: no collective" in text
+
+
+def test_terminal_findings_name_the_rank_on_multi_rank_jobs(tmp_path):
+    from perfdoctor import pipeline
+    from perfdoctor.render.terminal import render_terminal
+
+    analysis = pipeline.analyze_paths([str(p) for p in _ranked_dl_traces(tmp_path, {0: 80, 1: 400})],
+                                      hash_inputs=False)
+    analysis.extras.update(engine.run_checks(analysis, load_catalogue(), ["PD101"]).to_report())
+    console = Console(width=320, record=True)  # wide enough that the finding fits on its row
+    render_terminal(pipeline.report_dict(analysis), console)
+    row = next(line for line in console.export_text().splitlines() if "│ 1 │ PD101" in line)
+    assert "│ rank 1: The device is idle 0.4 ms per step (42.0% of a 1.0 ms step)" in row
+    assert row.rstrip(" │").endswith("(fires on all 2 ranks)")
 
 
 def test_rules_and_rule_commands(capsys):

@@ -22,7 +22,7 @@ def summarize(name: str) -> dict:
     paths = sorted(p.glob("*.json.gz")) if p.is_dir() else [p]
     r = run_rules(paths, None)
     return {
-        "findings": [{"code": f["code"], "severity": f["severity"], "rank": f["rank"],
+        "findings": [{"code": f["code"], "severity": f["severity"], "position": f["position"], "rank": f["rank"],
                       "saving_ms_per_step": round(f["saving_us_per_step"] / 1000, 2),
                       "saving_pct": round(f["saving_pct_of_step"], 1), "ranks": f["evidence"]["ranks"]}
                      for f in r.report["findings"]],

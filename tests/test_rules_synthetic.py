@@ -69,6 +69,37 @@ def test_pd102_fires_on_pageable_copy(tmp_path):
     assert f["severity"] == "high"
 
 
+def test_pd102_message_gives_size_in_fitting_units(tmp_path):
+    f = run_tb(_copy_trace("HtoD (Pageable -> Device)"), tmp_path, ["PD102"]).findings["PD102"]
+    # 8 MiB = 8,388,608 B; held [10, 310): 300 µs ≤ 8.4 MB at 2 GB/s + 20 µs
+    assert "(1 per step, 8.4 MB)" in f["message"] and "hold the host up to 0.30 ms" in f["message"]
+    assert f["evidence"]["bytes_per_step"] == 8 << 20
+
+
+def _queued_copy_trace():
+    """A 1 KB pageable copy queued behind an 880 µs kernel: its sync waits for the kernel, not for the copy."""
+    tb = TraceBuilder()
+    tb.step(1, 0, 2000)
+    tb.launch(SGEMM, launch_ts=10, start=20, dur=880)  # [20, 900)
+    tb.cpu_op("aten::copy_", 100, 805)  # [100, 905)
+    tb.memcpy(launch_ts=100, start=900, dur=1, nbytes=1000, launch_dur=5)  # call [100, 105), copy [900, 901)
+    tb.runtime("cudaStreamSynchronize", 110, 793)  # [110, 903)
+    tb.launch(SGEMM, launch_ts=1400, start=1410, dur=500)  # [1410, 1910)
+    return tb
+
+
+def test_pd102_silent_when_tiny_copy_waits_on_queued_kernels(tmp_path):
+    r = run_tb(_queued_copy_trace(), tmp_path, ["PD102", "PD401"])
+    # the copy explains max(1 µs, 1000 B at 2 GB/s = 0.5 µs) + 20 µs from its call at 100:
+    # [100, 105) ∪ [110, 121) = 16 µs of host time; no device gap begins there
+    assert "PD102" in r.passed
+    m = r.metrics("PD102")
+    assert m["copy_host_us"] == 16 and m["host_blocked_us"] == 5 + 793 and m["idle_us"] == 0
+    # the rest of the sync [121, 903) waits for the kernel: gap [901, 1410) begins inside it, PD401's
+    f = r.findings["PD401"]
+    assert f["saving_us_per_step"] == 509 and f["evidence"]["syncs_per_step"] == 1
+
+
 def test_pd102_silent_on_pinned_copy(tmp_path):
     r = run_tb(_copy_trace("HtoD (Pinned -> Device)"), tmp_path, ["PD102"])
     assert "PD102" in r.passed and r.metrics("PD102")["pageable_h2d_per_step"] == 0
@@ -173,11 +204,11 @@ def test_pd203_skipped_on_amd(tmp_path):
 
 # -- PD205 unfused-optimizer ----------------------------------------------------------
 
-def _optimizer_trace(kernels):
+def _optimizer_trace(kernels, cls="SGD"):
     tb = TraceBuilder()
     tb.step(1, 0, 1000)
     tb.launch(SGEMM, launch_ts=5, start=10, dur=200)  # [10, 210)
-    tb.annotation("Optimizer.step#SGD.step", 300, 600)  # [300, 900)
+    tb.annotation(f"Optimizer.step#{cls}.step", 300, 600)  # [300, 900)
     for i, name in enumerate(kernels):
         t = 305 + 9 * i
         tb.launch(name, launch_ts=t, start=t + 2, dur=1, launch_dur=5)
@@ -190,6 +221,26 @@ def test_pd205_fires_on_per_parameter_kernels(tmp_path):
     # host 600 µs in Optimizer.step, 60 µs of kernels; device idle 740 µs: saving min(540, 740)
     assert f["saving_us_per_step"] == 540
     assert f["evidence"]["optimizer_kernels_per_step"] == 60
+
+
+def test_pd205_advice_names_the_optimizer_in_the_trace(tmp_path):
+    f = run_tb(_optimizer_trace([ADD] * 60), tmp_path, ["PD205"]).findings["PD205"]
+    assert f["message"].startswith("SGD.step launches 60 small kernels")
+    assert f["message"].endswith("use torch.optim.SGD(..., foreach=True) or fused=True")
+    assert f["evidence"]["optimizer"] == "SGD"
+    assert "torch.optim.SGD(params, ..., foreach=True)" in f["fix"] and "AdamW" not in f["fix"]
+    assert f["example_after"] == "opt = torch.optim.SGD(model.parameters(), lr=1e-3, fused=True)\n"
+
+
+@pytest.mark.parametrize("cls, after", [("RMSprop", "foreach=True"), ("AdamW", "fused=True")])
+def test_pd205_offers_fused_only_where_the_class_has_it(tmp_path, cls, after):
+    import inspect
+
+    torch = pytest.importorskip("torch")
+    f = run_tb(_optimizer_trace([ADD] * 60, cls), tmp_path, ["PD205"]).findings["PD205"]
+    assert f["example_after"].endswith(f"lr=1e-3, {after})\n") and f"torch.optim.{cls}(" in f["fix"]
+    has_fused = "fused" in inspect.signature(getattr(torch.optim, cls)).parameters
+    assert ("fused=True" in f["message"]) is has_fused
 
 
 def test_pd205_silent_with_foreach_kernel(tmp_path):
@@ -289,8 +340,9 @@ def test_pd401_leaves_pageable_copy_syncs_to_pd102(tmp_path):
     tb.launch(SGEMM, launch_ts=420, start=430, dur=500)
     r = run_tb(tb, tmp_path, ["PD401", "PD102"])
     assert r.metrics("PD401")["idle_us"] == 0
-    # gaps [0,20) [100,430): [10,20) overlaps the copy call, [100,430) begins inside its sync
-    assert r.findings["PD102"]["saving_us_per_step"] == 10 + 330
+    # gaps [0,20) [100,430): [10,20) overlaps the copy call, [100,430) begins inside its sync: 340 µs of idle,
+    # capped at the host time the 1 MiB copy holds: call [10,30) + sync [35,335) = 320 (≤ 1 MiB at 2 GB/s + 20 µs)
+    assert r.findings["PD102"]["saving_us_per_step"] == 320
 
 
 # -- PD501 allocator-stall ------------------------------------------------------------------
@@ -332,7 +384,7 @@ def _mem_trace(frac):
 def test_pd502_fires_near_capacity(tmp_path):
     f = run_tb(_mem_trace(0.95), tmp_path, ["PD502"]).findings["PD502"]
     assert f["evidence"]["peak_reserved_pct"] == pytest.approx(95.0)
-    assert f["severity"] == "medium" and f["rank"] is None and f["saving_method"] == ""
+    assert f["severity"] == "medium" and f["position"] is None and f["saving_method"] == ""
 
 
 def test_pd502_silent_with_headroom(tmp_path):

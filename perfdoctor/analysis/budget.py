@@ -18,6 +18,8 @@ All sizes decimal (1 GB = 1e9 B). Every function is exact; callers round.
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -29,7 +31,8 @@ MODEL_STATE_BYTES_PER_PARAM = 16.0
 class Budget:
     """``tokens``; ``total_flops`` FLOP; ``hours`` h; ``model_state_bytes_ddp`` and
     ``model_state_bytes_sharded`` bytes per GPU; ``activation_bytes`` per GPU (None
-    without the shape arguments)."""
+    without the shape arguments); ``dtype`` the GEMM dtype whose dense peak
+    ``peak_flops_per_s`` (FLOP/s) is."""
 
     n_params: float
     n_gpus: int
@@ -45,6 +48,7 @@ class Budget:
     model_state_bytes_sharded: float
     activation_bytes: float | None
     activation_formula: str | None
+    dtype: str = "bf16"
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -71,12 +75,21 @@ def activation_bytes(seq_len: int, micro_batch: int, d_model: int, n_layers: int
 
 def plan(n_params: float, n_gpus: int, gpu: str, peak_flops_per_s: float, mfu: float, mfu_source: str = "--mfu",
          tokens_per_param: float = TOKENS_PER_PARAM, seq_len: int | None = None, micro_batch: int | None = None,
-         d_model: int | None = None, n_layers: int | None = None, n_heads: int | None = None) -> Budget:
-    """A compute-optimal training budget.
+         d_model: int | None = None, n_layers: int | None = None, n_heads: int | None = None,
+         dtype: str = "bf16") -> Budget:
+    """A compute-optimal training budget (``peak_flops_per_s``: dense peak at ``dtype``, FLOP/s).
 
     Raises:
-        ValueError: a non-positive size, or MFU outside (0, 1].
+        ValueError: a NaN or infinite number, a non-positive size, or MFU outside (0, 1].
     """
+    numbers = {"params": n_params, "gpus": n_gpus, "peak": peak_flops_per_s, "MFU": mfu,
+               "tokens-per-param": tokens_per_param, "seq-len": seq_len, "micro-batch": micro_batch,
+               "d-model": d_model, "layers": n_layers, "heads": n_heads}
+    for name, value in numbers.items():
+        if value is not None and not math.isfinite(value):
+            raise ValueError(f"{name} must be a finite number, got {value}")
+        if value is not None and name not in ("MFU", "params", "gpus", "peak", "tokens-per-param") and value <= 0:
+            raise ValueError(f"{name} must be positive, got {value}")
     if n_params <= 0 or n_gpus <= 0 or peak_flops_per_s <= 0 or tokens_per_param <= 0:
         raise ValueError("params, gpus, peak and tokens-per-param must be positive")
     if not 0 < mfu <= 1:
@@ -90,7 +103,7 @@ def plan(n_params: float, n_gpus: int, gpu: str, peak_flops_per_s: float, mfu: f
         act = activation_bytes(seq_len, micro_batch, d_model, n_layers, n_heads)
         formula = ("L·s·b·h·(34 + 5·a·s/h)" if n_heads else "34·L·s·b·h (FlashAttention: scores not stored)")
     return Budget(n_params, n_gpus, gpu, peak_flops_per_s, mfu, mfu_source, tokens, flops, secs, secs / 3600.0,
-                  state, state / n_gpus, act, formula)
+                  state, state / n_gpus, act, formula, dtype)
 
 
 def mfu_from_report(report: dict[str, Any], path: str) -> float:

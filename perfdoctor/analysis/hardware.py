@@ -83,6 +83,11 @@ class DeviceSpec:
         """Dense peak FLOP/s at ``dtype``, or None when the table has no figure."""
         return self.peak_flops.get(dtype)
 
+    def best_16bit_dtype(self) -> str | None:
+        """The 16-bit tensor dtype a mixed-precision run would use here: ``"bf16"`` where the table has
+        it, else ``"fp16"`` (V100, T4, RTX 2080 Ti: tensor cores without bf16), else None."""
+        return next((d for d in ("bf16", "fp16") if d in self.peak_flops), None)
+
     def ridge_point(self, dtype: str) -> float | None:
         """FLOP/byte where the roofline turns: peak(dtype) ÷ memory bandwidth."""
         peak = self.peak(dtype)

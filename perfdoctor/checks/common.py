@@ -81,6 +81,43 @@ def pageable_h2d(tables: TraceTables, device: int, adjacency_us: float) -> tuple
     return mask, blocked
 
 
+def copy_explained(tables: TraceTables, mask: np.ndarray, blocked: iv.Intervals, staging_gb_per_s: float,
+                   per_copy_overhead_us: float) -> iv.Intervals:
+    """The part of ``blocked`` (host intervals, µs) that the pageable copies themselves explain.
+
+    Each copy (memcpy rows ``mask``) may hold the host for at most
+    ``max(device memcpy dur_us, bytes / staging bandwidth) + per_copy_overhead_us``
+    from the start of its runtime call: staging through the driver's pinned
+    buffer runs at no less than ``staging_gb_per_s`` (GB/s, decimal), and the
+    call, the staging set-up and the stream sync's return cost a few µs. The rest
+    of a blocked interval is the host waiting for the stream to drain the work
+    queued before the copy, which pinning would not remove (PD401 counts it).
+    Returns ``blocked`` ∩ the union of ``[call start, call start + bound)``.
+    """
+    mc, rt = tables.memcpy, tables.runtime
+    if not mask.any() or len(rt) == 0 or blocked[0].size == 0:
+        return iv.EMPTY
+    order = np.argsort(rt["correlation"], kind="stable")
+    rc = rt["correlation"][order]
+    corr = mc["correlation"][mask]
+    pos = np.minimum(np.searchsorted(rc, corr), rc.size - 1)
+    found = (rc[pos] == corr) & (corr >= 0)
+    call_ts = rt["ts_us"][order][pos][found]
+    bound = (np.maximum(mc["dur_us"][mask], mc["bytes"][mask] / (staging_gb_per_s * 1e3)) + per_copy_overhead_us)[found]
+    return iv.intersect(iv.union(call_ts, call_ts + bound), blocked)
+
+
+def size_text(nbytes: float) -> str:
+    """Bytes as text in decimal units: ``"512 B"``, ``"11.5 KB"``, ``"8.4 MB"``, ``"1.20 GB"``."""
+    if nbytes < 1e3:
+        return f"{nbytes:.0f} B"
+    if nbytes < 1e6:
+        return f"{nbytes / 1e3:.1f} KB"
+    if nbytes < 1e9:
+        return f"{nbytes / 1e6:.1f} MB"
+    return f"{nbytes / 1e9:.2f} GB"
+
+
 def sync_calls_by_name(tables: TraceTables, exclude: iv.Intervals) -> tuple[np.ndarray, np.ndarray]:
     """Row indices of synchronize runtime calls not inside ``exclude``, and their names."""
     rt = tables.runtime

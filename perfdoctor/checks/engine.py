@@ -63,7 +63,9 @@ def select_codes(cat: Catalogue, select: list[str] | None, ignore: list[str] | N
     length ``ignore`` wins. ``ALL`` selects everything.
 
     Raises:
-        PerfDoctorError: a selector matches no rule (names the option and the selector).
+        PerfDoctorError: a selector matches no rule (names the option and the selector), or the
+            selection is empty (everything selected is ignored again): a run of no rules would
+            print "Findings: none" and look like a clean bill of health.
     """
     best: dict[str, tuple[int, bool]] = {}
     sel = list(select) if select else ["ALL"]
@@ -77,7 +79,11 @@ def select_codes(cat: Catalogue, select: list[str] | None, ignore: list[str] | N
                 cur = best.get(code)
                 if cur is None or spec_len > cur[0] or (spec_len == cur[0] and not sign):
                     best[code] = (spec_len, sign)
-    return sorted(c for c, (_, on) in best.items() if on)
+    codes = sorted(c for c, (_, on) in best.items() if on)
+    if not codes:
+        raise PerfDoctorError(f"{ignore_source} {','.join(ignore or [])} removes every rule {select_source} "
+                              f"{','.join(sel)} selects: no rule left to run")
+    return codes
 
 
 # -- running --------------------------------------------------------------------
@@ -128,7 +134,19 @@ def _requirement_missing(req: str, analysis: Any, rank: Any) -> str | None:
     return None
 
 
-def _finding(spec: RuleSpec, hit: Hit, ranks: list[int], cat: Catalogue) -> Finding:
+def _where(rank: int | None, fired: list[int], n_ranks: int) -> tuple[str, str]:
+    """Message prefix and suffix naming the rank the numbers come from, on a multi-rank job."""
+    if n_ranks < 2:
+        return "", ""
+    prefix = f"rank {rank}: " if rank is not None else ""
+    on = f"all {n_ranks} ranks" if len(fired) == n_ranks else (
+        f"rank{'s' if len(fired) > 1 else ''} {', '.join(str(r) for r in fired)} of {n_ranks}")
+    return prefix, f" (fires on {on})"
+
+
+def _finding(spec: RuleSpec, hit: Hit, ranks: list[int], cat: Catalogue, rank: int | None = None,
+             n_ranks: int = 1) -> Finding:
+    """The finding of ``hit``; ``rank`` is the trace rank its numbers come from, ``n_ranks`` the job's rank count."""
     fields = {**hit.evidence.values, **hit.fields}
     if hit.estimate is not None:
         fields.setdefault("saving_ms", hit.estimate.saving_us / 1000.0)
@@ -139,27 +157,37 @@ def _finding(spec: RuleSpec, hit: Hit, ranks: list[int], cat: Catalogue) -> Find
         raise PerfDoctorError(f"{spec.path}: message template of {spec.code} cannot be filled "
                               f"({type(exc).__name__}: {exc}); fields available: {', '.join(sorted(fields))}") from None
     pct = hit.estimate.pct if hit.estimate is not None else None
+    prefix, suffix = _where(rank, ranks, n_ranks)
+    advice = hit.advice
     return Finding(
         code=spec.code, name=spec.name, category=spec.category,
         severity=severity_for(pct, spec.severity, cat.severity_high_pct, cat.severity_medium_pct),
-        message=message, estimate=hit.estimate, evidence=hit.evidence, fix=spec.fix,
-        example_before=spec.example_before, example_after=spec.example_after, references=list(spec.references),
-        ranks=ranks,
+        message=prefix + message + suffix, estimate=hit.estimate, evidence=hit.evidence,
+        fix=advice.get("fix", spec.fix), example_before=advice.get("example_before", spec.example_before),
+        example_after=advice.get("example_after", spec.example_after), references=list(spec.references),
+        ranks=ranks, rank=rank,
     )
+
+
+def _as_rank(key: Any) -> int | None:
+    """A trace rank from an outcome key (an int, its str in the metrics dict, or None / "None" for the job)."""
+    return None if key is None or key == "None" else int(key)
 
 
 def _merge_rank_outcomes(spec: RuleSpec, outcomes: list[tuple[Any, cx.Outcome]], res: CheckResults,
                          cat: Catalogue) -> None:
+    """One finding from the per-rank outcomes (the rank with the largest saving speaks), or a skip / pass.
+
+    ``outcomes`` pairs a trace rank (None for a job-level check, a str in user metric rules) with its outcome.
+    """
     hits = [(r, o.hit) for r, o in outcomes if o.hit is not None]
     if hits:
         best_rank, best = max(hits, key=lambda rh: rh[1].estimate.saving_us if rh[1].estimate else 0.0)
-        if len(outcomes) > 1:
-            best.evidence.values.setdefault("worst_rank", best_rank)
-            if any(h.estimate for _, h in hits):
-                best.evidence.values["saving_us_by_rank"] = {
-                    str(r): round(h.estimate.saving_us, 3) for r, h in hits if h.estimate}
-        fired = {h.rank if h.rank is not None else r for r, h in hits}
-        res.findings.append(_finding(spec, best, sorted(r for r in fired if r is not None), cat))
+        if len(outcomes) > 1 and any(h.estimate for _, h in hits):
+            best.evidence.values["saving_us_by_rank"] = {
+                str(r): round(h.estimate.saving_us, 3) for r, h in hits if h.estimate}
+        fired = sorted(r for r in {h.rank if h.rank is not None else _as_rank(r) for r, h in hits} if r is not None)
+        res.findings.append(_finding(spec, best, fired, cat, _as_rank(best_rank), len(outcomes)))
         return
     skips = [(r, o.skip) for r, o in outcomes if o.skip]
     if skips and len(skips) == len(outcomes):

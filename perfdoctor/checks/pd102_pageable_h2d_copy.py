@@ -4,6 +4,11 @@ A copy from pageable memory is staged by the driver through a pinned bounce
 buffer and PyTorch synchronizes the stream after it (``copy_`` from a
 non-pinned tensor), so the host waits for the copy and cannot queue work.
 Kernel-name evidence: Kineto names the copy ``Memcpy HtoD (Pageable -> Device)``.
+
+Only the host time the copy itself explains is charged (see
+:func:`perfdoctor.checks.common.copy_explained`): a sync after a tiny copy that
+waits milliseconds is waiting for kernels queued before the copy, and pinning
+the source would not shorten it; PD401 reports that wait.
 """
 
 from __future__ import annotations
@@ -11,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from perfdoctor.analysis import intervals as iv
-from perfdoctor.checks.common import memcpy_mask, pageable_h2d, pct, steps_over
+from perfdoctor.checks.common import copy_explained, memcpy_mask, pageable_h2d, pct, size_text, steps_over
 from perfdoctor.checks.context import Outcome, RankContext, passed, skipped
 from perfdoctor.findings import Estimate, Evidence, Hit
 
@@ -20,7 +25,10 @@ METRICS = {
     "pageable_h2d_per_step": "pageable host-to-device copies per step",
     "pageable_h2d_bytes_per_step": "bytes copied from pageable memory per step",
     "host_blocked_us": "mean µs per step the host is blocked in those copies (and the syncs after them)",
-    "idle_us": "mean µs per step of device idle that begins while the host is blocked in them",
+    "copy_host_us": "mean µs per step of that blocking the copies themselves explain (size at the staging "
+                    "bandwidth, or the device copy time, plus a per-copy overhead)",
+    "idle_us": "mean µs per step of device idle that begins while the host is held by the copies themselves, "
+               "at most copy_host_us",
     "idle_pct": "idle_us as % of the mean step time",
 }
 
@@ -38,18 +46,27 @@ def check(ctx: RankContext) -> Outcome:
     n = np.bincount(in_step[in_step >= 0], minlength=ctx.n_steps)
     nbytes = np.bincount(in_step[in_step >= 0], weights=mc["bytes"][mask][in_step >= 0], minlength=ctx.n_steps)
     host_us = iv.per_window(blocked, ws, we)
-    idle = ctx.idle_after(blocked)
+    explained = copy_explained(ctx.tables, mask, blocked, ctx.th["staging_gb_per_s"], ctx.th["per_copy_overhead_us"])
+    copy_us = iv.per_window(explained, ws, we)
+    # pinning gives back at most the host time the copy held, however long the gap it opened
+    idle = np.minimum(ctx.idle_after(explained), copy_us)
     saving = float(idle.mean())
     dur = mc["dur_us"][mask]
     gbps = float(mc["bytes"][mask].sum() / dur.sum() / 1e3) if dur.sum() > 0 else 0.0
     metrics = {"pageable_h2d_per_step": float(n.mean()), "pageable_h2d_bytes_per_step": float(nbytes.mean()),
-               "host_blocked_us": float(host_us.mean()), "idle_us": saving, "idle_pct": pct(saving, ctx.step_us)}
+               "host_blocked_us": float(host_us.mean()), "copy_host_us": float(copy_us.mean()), "idle_us": saving,
+               "idle_pct": pct(saving, ctx.step_us)}
     if metrics["idle_pct"] < ctx.th["min_saving_pct"]:
         return passed(**metrics)
     ev = Evidence(values={
-        "copies_per_step": float(n.mean()), "mb_per_step": float(nbytes.mean()) / 1e6,
-        "host_blocked_ms": float(host_us.mean()) / 1000, "idle_ms": saving / 1000, "idle_pct": metrics["idle_pct"],
-        "copy_gb_per_s": gbps}, steps=steps_over(idle, ctx.per_step(lambda s: s.dur_us), ctx.th["min_saving_pct"],
-                                                ctx.step_numbers))
-    method = "mean device idle per step that begins while the host is blocked in pageable H2D copies"
-    return Outcome(metrics=metrics, hit=Hit(evidence=ev, estimate=Estimate(saving, ctx.step_us, method)))
+        "copies_per_step": float(n.mean()), "bytes_per_step": float(nbytes.mean()),
+        "copy_host_ms": float(copy_us.mean()) / 1000, "host_blocked_ms": float(host_us.mean()) / 1000,
+        "idle_ms": saving / 1000, "idle_pct": metrics["idle_pct"], "copy_gb_per_s": gbps},
+        steps=steps_over(idle, ctx.per_step(lambda s: s.dur_us), ctx.th["min_saving_pct"], ctx.step_numbers))
+    method = (f"per step: device idle that begins while the host is held by pageable H2D copies, at most that host "
+              f"time, each copy holding it at most max(device copy time, bytes at {ctx.th['staging_gb_per_s']:g} GB/s)"
+              f" + {ctx.th['per_copy_overhead_us']:g} µs (the rest of the wait is queued work: PD401); "
+              "mean over steps")
+    hit = Hit(evidence=ev, estimate=Estimate(saving, ctx.step_us, method),
+              fields={"size_per_step": size_text(float(nbytes.mean()))})
+    return Outcome(metrics=metrics, hit=hit)

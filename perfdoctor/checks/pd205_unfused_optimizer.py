@@ -6,6 +6,9 @@ the step is host-bound (the device idles), that host time is on the critical
 path: the next step's work is queued that much later. ``foreach=True``
 launches one ``multi_tensor_apply`` kernel per group of tensors, ``fused=True``
 one fused kernel.
+
+The advice names the optimizer class found in the trace (``Optimizer.step#SGD.step``
+-> ``torch.optim.SGD``) and offers ``fused=True`` only where that class takes it.
 """
 
 from __future__ import annotations
@@ -29,7 +32,48 @@ METRICS = {
     "optimizer_saving_us": "mean per step of min(host time − kernel time in Optimizer.step, device idle time)",
     "optimizer_saving_pct": "optimizer_saving_us as % of the mean step time",
 }
+STEP_CLASS = re.compile(r"^Optimizer\.step#(\w+)\.step")
+# torch.optim classes by what their constructor takes, from the signatures of PyTorch 2.13
+# (inspect.signature(torch.optim.X)): ``fused`` appears in Adam, AdamW, SGD, Adagrad only;
+# every class here but LBFGS, SparseAdam and Muon takes ``foreach``.
+FUSED = ("Adam", "AdamW", "SGD", "Adagrad")
+FOREACH_ONLY = ("ASGD", "Adadelta", "Adafactor", "Adamax", "NAdam", "RAdam", "RMSprop", "Rprop")
 MULTI_TENSOR = re.compile(r"multi_tensor_apply|fused_adam|FusedAdam|_fused_adamw?|fused_sgd|foreach", re.I)
+
+
+def optimizer_class(ctx: RankContext, opt_kernel_ts: np.ndarray) -> str | None:
+    """The optimizer class whose ``Optimizer.step#<Class>.step`` spans hold the most of these kernel launches
+    (µs times); among nested wrappers (``EMAOptimizer`` around ``Shampoo``) the innermost, i.e. shortest.
+    None when the annotation names no class."""
+    best: tuple | None = None
+    for name in sorted({n for n in ctx.tables.name_array() if STEP_CLASS.match(str(n))}):
+        spans = host.named(ctx.tables, "^" + re.escape(str(name)) + "$")
+        k = np.searchsorted(spans[0], opt_kernel_ts, side="right") - 1
+        n = int(((k >= 0) & (opt_kernel_ts < spans[1][np.maximum(k, 0)])).sum())
+        key = (-n, iv.total(spans), str(name))
+        best = key if best is None or key < best else best
+    return STEP_CLASS.match(best[2]).group(1) if best else None
+
+
+def advice(cls: str | None) -> tuple[str, dict[str, str]]:
+    """(the message's one-line advice, the finding's fix / examples) for optimizer class ``cls``."""
+    if cls in FUSED or cls in FOREACH_ONLY:
+        fused = cls in FUSED
+        short = f"torch.optim.{cls}(..., foreach=True)" + (" or fused=True" if fused else "")
+        fix = (f"Use {cls}'s multi-tensor implementation: `torch.optim.{cls}(params, ..., foreach=True)`"
+               + (f", or the fused one: `torch.optim.{cls}(params, ..., fused=True)` (CUDA floating-point "
+                  "parameters; no sparse gradients)" if fused else f" ({cls} has no fused implementation)")
+               + ". `foreach` is already the default (PyTorch 2.x) when every parameter is a CUDA tensor, so a "
+               "for-loop step means `foreach=False` was passed or some parameters are not on the GPU. "
+               "Checked against the PyTorch 2.13 signatures; older versions may lack `fused`.")
+        after = f"opt = torch.optim.{cls}(model.parameters(), lr=1e-3, {'fused' if fused else 'foreach'}=True)\n"
+        return short, {"fix": fix, "example_before": f"opt = torch.optim.{cls}(model.parameters(), lr=1e-3, "
+                                                      "foreach=False)\n", "example_after": after}
+    if cls is None:
+        return "a torch.optim optimizer with foreach=True (or fused=True where it has one)", {}
+    fix = (f"{cls} is not a torch.optim optimizer perfdoctor knows: use its multi-tensor (`foreach`) or fused "
+           "implementation if it has one (torch._foreach_* ops), or batch its per-parameter updates.")
+    return f"a multi-tensor (foreach) or fused implementation of {cls}", {"fix": fix}
 
 
 def check(ctx: RankContext) -> Outcome:
@@ -65,6 +109,11 @@ def check(ctx: RankContext) -> Outcome:
         "optimizer_saving_ms": saving / 1000, "optimizer_saving_pct": metrics["optimizer_saving_pct"],
         "multi_tensor_pct": 100 * share},
         steps=steps_over(per_step, ctx.per_step(lambda s: s.dur_us), th["min_saving_pct"], ctx.step_numbers))
+    cls = optimizer_class(ctx, k.launch_us[inside])
+    short, fix = advice(cls)
+    ev.values["optimizer"] = cls or "unknown"
     method = ("per step: host time in Optimizer.step − its kernels' device time (what a fused step still takes), "
               "at most the step's device idle time; mean over steps")
-    return Outcome(metrics=metrics, hit=Hit(evidence=ev, estimate=Estimate(saving, ctx.step_us, method)))
+    hit = Hit(evidence=ev, estimate=Estimate(saving, ctx.step_us, method), advice=fix,
+              fields={"optimizer_step": f"{cls}.step" if cls else "Optimizer.step", "advice": short})
+    return Outcome(metrics=metrics, hit=hit)

@@ -5,7 +5,9 @@ copy a value to the host and wait for the device to finish everything queued
 before it (``cudaStreamSynchronize`` / a pageable ``cudaMemcpy`` D2H); explicit
 ``torch.cuda.synchronize()`` is ``cudaDeviceSynchronize``. While the host
 waits, nothing new is queued, so the device idles until the host catches up.
-Syncs that belong to a pageable host-to-device copy are PD102's, not this rule's.
+The part of a sync after a pageable host-to-device copy that the copy itself
+explains is PD102's (:func:`perfdoctor.checks.common.copy_explained`); the rest
+is the host waiting for queued work to drain, and is this rule's.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import numpy as np
 
 from perfdoctor.analysis import host
 from perfdoctor.analysis import intervals as iv
-from perfdoctor.checks.common import pageable_h2d, pct, steps_over, sync_calls_by_name, top_names
+from perfdoctor.checks.common import copy_explained, pageable_h2d, pct, steps_over, sync_calls_by_name, top_names
 from perfdoctor.checks.context import Outcome, RankContext, passed
 from perfdoctor.findings import Estimate, Evidence, Hit
 
@@ -42,14 +44,24 @@ def _callers(ctx: RankContext, rows: np.ndarray) -> np.ndarray:
     return np.where(hit, caller + " → " + names, names)
 
 
+def _covered(starts: np.ndarray, ends: np.ndarray, by: iv.Intervals) -> np.ndarray:
+    """Whether each ``[start, end)`` lies inside one interval of ``by`` (sorted, disjoint)."""
+    if by[0].size == 0 or starts.size == 0:
+        return np.zeros(starts.size, dtype=bool)
+    k = np.searchsorted(by[0], starts, side="right") - 1
+    return (k >= 0) & (ends <= by[1][np.maximum(k, 0)])
+
+
 def check(ctx: RankContext) -> Outcome:
     t = ctx.tables
-    _, copy_blocked = pageable_h2d(t, ctx.device.device, ctx.th["sync_adjacency_us"])
-    rows, _ = sync_calls_by_name(t, copy_blocked)
+    mask, copy_blocked = pageable_h2d(t, ctx.device.device, ctx.th["sync_adjacency_us"])
+    copy_own = copy_explained(t, mask, copy_blocked, ctx.th["staging_gb_per_s"], ctx.th["per_copy_overhead_us"])
+    rows, _ = sync_calls_by_name(t, iv.EMPTY)
     rt = t.runtime
+    rows = rows[~_covered(rt["ts_us"][rows], rt["end_us"][rows], copy_own)]  # wholly the copy's own: PD102's
     calls = iv.union(rt["ts_us"][rows], rt["end_us"][rows]) if rows.size else iv.EMPTY
     d2h = iv.subtract(host.blocking_memcpy_calls(t), copy_blocked)
-    waits = iv.union_of(calls, d2h)
+    waits = iv.subtract(iv.union_of(calls, d2h), copy_own)
     ws, we = ctx.windows()
     idle = ctx.idle_after(waits)
     saving = float(idle.mean())

@@ -52,7 +52,9 @@ def _findings(report: dict[str, Any]) -> list[str]:
             saving = f"saves up to {view.ms(f['saving_us'])}/step"
             if f["saving_frac"] is not None:
                 saving += f" ({view.pct(f['saving_frac'])})"
-        rank = f" (ranks {', '.join(str(r) for r in f['ranks'])})" if len(f["ranks"]) > 1 else ""
+        # the engine's message already names the ranks on a multi-rank job; older reports' messages do not
+        said = "(fires on " in f["title"]
+        rank = f" (ranks {', '.join(str(r) for r in f['ranks'])})" if len(f["ranks"]) > 1 and not said else ""
         out.append(f"{i}. **{esc(f['code'])}** {esc(f['title'] or f['name'])}{rank} — {saving}")
         if f["fix"]:
             out.append(f"   - fix: {esc_prose(f['fix'])}")

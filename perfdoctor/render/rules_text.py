@@ -64,7 +64,7 @@ def findings_renderables(report: dict[str, Any]) -> list[Any]:
         for f in findings:
             saving = (f"{f['saving_us_per_step'] / 1000:,.1f} ms ({f['saving_pct_of_step']:.1f}%)"
                       if f["saving_method"] else "-")
-            t.add_row("-" if f["rank"] is None else str(f["rank"]), f"{f['code']}\n{f['name']}",
+            t.add_row("-" if f.get("position") is None else str(f["position"]), f"{f['code']}\n{f['name']}",
                       Text(f["severity"], style=_SEV_STYLE.get(f["severity"], "")), saving, f["message"])
         out.append(t)
         for f in findings:

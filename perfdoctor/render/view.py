@@ -175,7 +175,7 @@ def finding(f: dict[str, Any], order: int = 0) -> dict[str, Any]:
     return {
         "code": str(f.get("code", "")), "name": str(f.get("name") or ""), "title": str(f.get("message") or ""),
         "severity": str(f.get("severity") or ""), "category": str(f.get("category") or ""),
-        "priority": f.get("rank"), "order": order, "ranks": list(ranks or []),
+        "priority": f.get("position"), "rank": f.get("rank"), "order": order, "ranks": list(ranks or []),
         "saving_us": saving if estimated else None,
         "saving_frac": (f.get("saving_pct_of_step") or 0.0) / 100.0 if estimated else None,
         "method": method, "evidence": pairs, "events": events,

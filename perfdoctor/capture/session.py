@@ -89,22 +89,48 @@ class Session:
         hooks.install(counter)
         self.probe.attach()
         if self.cfg.trace:
-            self._start_profiler()
+            self._restore_guard = _guard_other_profilers()
+            if self._window_starts(0):
+                self._start_window(0)
 
-    def _start_profiler(self) -> None:
+    def _start_window(self, step: int) -> None:
+        """Start a torch.profiler for the window whose warm-up (or active) steps begin at ``step``.
+
+        One profiler per window, alive only for its warm-up + active steps: outside
+        the windows no profiler exists, so the script pays nothing for it.
+        ``step_num`` is set so the trace's ``ProfilerStep#N`` are the run's step numbers.
+        """
         acts = [torch.profiler.ProfilerActivity.CPU]
         cuda = torch.cuda.is_available()
         if cuda:
             acts.append(torch.profiler.ProfilerActivity.CUDA)
         s = self.schedule
-        self.prof = torch.profiler.profile(
+        prof = torch.profiler.profile(
             activities=acts,
-            schedule=torch.profiler.schedule(wait=s.wait, warmup=s.warmup, active=s.active, repeat=s.repeat),
+            schedule=lambda n, base=torch.profiler.schedule(wait=0, warmup=s.warmup, active=s.active,
+                                                           repeat=1): base(max(0, n - step)),
             on_trace_ready=self._on_trace_ready, record_shapes=self.cfg.record_shapes,
             profile_memory=cuda, with_stack=False,
         )
-        self._restore_guard = _guard_other_profilers(self.prof)
-        self.prof.start()
+        prof._perfdoctor = True  # the guard lets our own profilers start
+        prof.step_num = step
+        prof.start()
+        self.prof = prof
+
+    def _advance_profiler(self, k: int) -> None:
+        """After step ``k``: step the window's profiler, end it after its last active step,
+        start the next window's when step ``k + 1`` is its first."""
+        if self.prof is not None:
+            self.prof.step()
+            if self.schedule.phase(k + 1) == "none" or (k + 1) % self.schedule.cycle == self.schedule.wait:
+                self.prof.stop()
+                self.prof = None
+        if self.prof is None and self._window_starts(k + 1):
+            self._start_window(k + 1)
+
+    def _window_starts(self, step: int) -> bool:
+        s = self.schedule
+        return s.phase(step) != "none" and (s.phase(step - 1) == "none" or step % s.cycle == s.wait)
 
     def _on_step(self, count: int) -> None:
         k = count - 1  # index of the step that just ended
@@ -117,8 +143,8 @@ class Session:
             self.meter.start()
         elif self.flops_step is not None and k == self.flops_step:
             self.meter.stop()
-        if self.prof is not None:
-            self.prof.step()
+        if self.cfg.trace:
+            self._advance_profiler(k)
         self.timer.exclude_until_now()
         if count >= self.cfg.steps:
             self.stop_reason = f"stopped after {count} steps (--steps {self.cfg.steps})"
@@ -199,14 +225,14 @@ def _most_common(values: list) -> int | None:
     return max(set(known), key=known.count) if known else None
 
 
-def _guard_other_profilers(ours) -> Callable[[], None]:
+def _guard_other_profilers() -> Callable[[], None]:
     """Make any other torch.profiler / autograd profiler start raise ProfilerConflict."""
     kineto_cls = torch.profiler.profile
     legacy_cls = torch.autograd.profiler.profile
     orig_start, orig_enter = kineto_cls.start, legacy_cls.__enter__
 
     def start(self):
-        if self is not ours:
+        if not getattr(self, "_perfdoctor", False):
             raise ProfilerConflict(_user_location())
         return orig_start(self)
 

@@ -1,7 +1,8 @@
 """Per-step output: ``steps.csv`` streamed row by row, TensorBoard scalars at the end.
 
-``steps.csv`` is opened at the first row and flushed after every row, so a run
-killed without warning keeps every finished step. Columns: see
+``steps.csv`` is opened at the first row and written at least every
+:data:`FLUSH_EVERY_S` seconds (and at close, which every exit path but SIGKILL
+reaches), so a run killed without warning keeps nearly every finished step. Columns: see
 :data:`perfdoctor.capture.step_timer.STEP_FIELDS` (times in seconds, memory in
 bytes, empty = not measured).
 
@@ -12,9 +13,12 @@ thread during training), under ``tensorboard/rank<R>``, tags ``perfdoctor/*``.
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 from perfdoctor.capture.step_timer import STEP_FIELDS, StepRecord
+
+FLUSH_EVERY_S = 0.5  # a run killed without warning (SIGKILL) loses at most this much of steps.csv
 
 
 class StepLog:
@@ -24,16 +28,28 @@ class StepLog:
         self.path = path
         self.records: list[StepRecord] = []
         self._fd: int | None = None
+        self._pending: list[str] = []
+        self._last_write_s = 0.0
 
     def __call__(self, rec: StepRecord) -> None:
         if self._fd is None:
             self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
             os.write(self._fd, (",".join(STEP_FIELDS) + "\n").encode())
         self.records.append(rec)
-        # one unbuffered write per row: a killed run keeps every finished step
-        os.write(self._fd, (",".join(_cell(v) for v in rec.row()) + "\n").encode())
+        self._pending.append(",".join(_cell(v) for v in rec.row()))
+        now = time.monotonic()
+        if now - self._last_write_s >= FLUSH_EVERY_S:
+            self.flush(now)
+
+    def flush(self, now: float | None = None) -> None:
+        """Write the buffered rows (one unbuffered write)."""
+        if self._fd is not None and self._pending:
+            os.write(self._fd, ("\n".join(self._pending) + "\n").encode())
+            self._pending.clear()
+        self._last_write_s = time.monotonic() if now is None else now
 
     def close(self) -> None:
+        self.flush()
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None

@@ -78,11 +78,14 @@ def test_mlp_flops_and_parameter_count_are_exact(tmp_path):
     assert run["samples_per_step"] == 16 and run["tokens_per_step"] is None
 
 
-def test_grad_accum_counts_optimizer_steps(tmp_path):
-    run_dir = profile_script(MLP, [*SMALL_MLP, "--grad-accum", "3"], steps=20, out=tmp_path / "run")
+def test_grad_accum_counts_optimizer_steps_and_autocast_is_seen(tmp_path):
+    run_dir = profile_script(MLP, [*SMALL_MLP, "--grad-accum", "3", "--bf16-autocast"], steps=20,
+                             out=tmp_path / "run")
     steps = rows(run_dir / "steps.csv")
     assert len(steps) == 20
     assert {int(r["samples"]) for r in steps} == {48}
+    run = json.loads((run_dir / "run.json").read_text())
+    assert run["autocast"] == ["cpu:bfloat16"] and run["param_dtypes"] == ["float32"]
 
 
 def test_raise_at_step_50_writes_partial_outputs(tmp_path):

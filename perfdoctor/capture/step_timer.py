@@ -124,6 +124,10 @@ class StepTimer:
         FLOPs counter set-up) is not charged to the script's next step."""
         if self._prev_end_s is not None:
             self._prev_end_s = time.perf_counter()
+        if self.cuda and self._prev_event is not None:
+            event = torch.cuda.Event(enable_timing=True)
+            event.record()
+            self._prev_event = event
 
     def _drain(self, block: bool) -> None:
         while self._pending:

@@ -125,7 +125,7 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.buffer.write(render_bytes(report, args.format))
         sys.stdout.flush()
     else:
-        render_terminal(report, Console(width=args.width) if args.width else Console())
+        render_terminal(report, Console(width=args.width) if args.width else Console(), err)
     if args.output:
         data = render_bytes(report, out_format)
         tmp = args.output + ".tmp"

@@ -62,7 +62,7 @@ def breakdown_table(rank: dict[str, Any], dev: dict[str, Any]) -> Table:
 def _rank_header(rank: dict[str, Any], dev: dict[str, Any]) -> Text:
     st = dev["step_time_us"]
     totals = dev["totals"]
-    lines = [f"Rank {rank['rank']} — {rank['path']}", f"device: {_device_name(rank, dev['device'])}"]
+    lines = [f"Rank {rank['rank']}", f"trace: {rank['path']}", f"device: {_device_name(rank, dev['device'])}"]
     if rank["steps_source"] == "whole-trace":
         lines.append("steps: none found — whole trace analysed as one window")
     else:
@@ -87,20 +87,23 @@ def _rank_header(rank: dict[str, Any], dev: dict[str, Any]) -> Text:
     return Text("\n".join(lines))
 
 
-def render_terminal(report: dict[str, Any], console: Console) -> None:
-    """Print the human summary of a report to ``console``."""
+def render_terminal(report: dict[str, Any], console: Console, err_console: Console | None = None) -> None:
+    """Print the human summary of a report to ``console``; warnings about the input go to
+    ``err_console`` (stderr in the CLI) when given."""
     for rank in report["ranks"]:
         dev = next(d for d in rank["devices"] if d["device"] == rank["primary_device"])
         console.print(Group(_rank_header(rank, dev), breakdown_table(rank, dev)))
         console.print()
     summ = report.get("summary", {})
     if summ.get("n_ranks", 0) > 1:
+        med = summ.get("median_step_us", {})
         console.print(
-            f"{summ['n_ranks']} ranks: slowest rank {summ['slowest_rank']}, median step time spread "
-            f"{summ['spread_pct']:.1f}% (slowest vs fastest)"
+            f"{summ['n_ranks']} ranks: longest median step time rank {summ['slowest_rank']} "
+            f"({ms(med.get(summ['slowest_rank']))}), shortest rank {summ['fastest_rank']} "
+            f"({ms(med.get(summ['fastest_rank']))}): spread {summ['spread_pct']:.1f}% of the shortest"
         )
     for w in report.get("warnings", []):
-        console.print(Text(f"warning: {w}", style="yellow"))
+        (err_console or console).print(Text(f"warning: {w}", style="yellow"))
     from perfdoctor.render.rules_text import findings_renderables
 
     for part in findings_renderables(report):

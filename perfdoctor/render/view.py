@@ -257,9 +257,10 @@ def summary_facts(report: dict[str, Any]) -> list[tuple[str, str, str]]:
     multi = len(report["ranks"]) > 1
     who = f" (rank {rank['rank']}, the slowest)" if multi else ""
     facts = [("devices", _device_summary(report), "GPUs with kernel/memcpy activity; node properties from deviceProperties")]
-    dtype = _first(rank.get("mfu") or {}, "dtype")
-    facts.append(("dtype", str(dtype) if dtype else "not recorded", "math dtype from the MFU analysis" if dtype
-                  else "the trace does not say which dtype the model trains in"))
+    dtype = _first(rank.get("mfu") or {}, "dtype") or (rank.get("gemm_dtype") or {}).get("dominant")
+    facts.append(("GEMM dtype", str(dtype) if dtype else "not recorded",
+                  "the math dtype of the matmul/convolution kernels, weighted by their time (from kernel names, or "
+                  "the ops' input types on CPU)" if dtype else "no GEMM kernel or matmul op says which dtype it ran in"))
     n = len(dev["steps"])
     skipped_txt = _skipped_steps(report, rank)
     facts.append(("steps analysed", f"{n} ({rank['steps_source']} {step_range(dev)})" if rank["steps_source"] !=

@@ -141,3 +141,17 @@ def top_names(names: np.ndarray, weights: np.ndarray, n: int = 5, unit: str = "u
     cnt = np.bincount(inv)
     order = np.argsort(-tot, kind="stable")[:n]
     return [{"name": str(uniq[i]), "count": int(cnt[i]), f"total_{unit}": round(float(tot[i]), 3)} for i in order]
+
+
+def peak_reserved_pct(ctx: Any) -> float | None:
+    """Peak reserved memory of the rank's primary device as % of its capacity (``totalGlobalMem``).
+
+    From the ``[memory]`` events' ``Total Reserved`` (profile_memory=True); None when either is missing.
+    """
+    mem = ctx.tables.memory
+    cap = next((p.get("totalGlobalMem") for p in ctx.tables.device_properties
+                if isinstance(p, dict) and p.get("id") == ctx.device.device), None)
+    if len(mem) == 0 or not cap:
+        return None
+    m = (mem["device_type"] == 1) & (mem["device_id"] == ctx.device.device) & (mem["total_reserved"] >= 0)
+    return pct(float(mem["total_reserved"][m].max()), float(cap)) if m.any() else None

@@ -20,7 +20,7 @@ import re
 
 import numpy as np
 
-from perfdoctor.checks.common import pct
+from perfdoctor.checks.common import pct, peak_reserved_pct
 from perfdoctor.checks.context import Outcome, RankContext, passed, skipped
 from perfdoctor.findings import Estimate, Evidence, Hit
 
@@ -54,16 +54,6 @@ def _m_values(ctx: RankContext) -> tuple[np.ndarray, str]:
     return np.empty(0, dtype=np.int64), ""
 
 
-def _memory_used_pct(ctx: RankContext) -> float | None:
-    mem = ctx.tables.memory
-    cap = next((p.get("totalGlobalMem") for p in ctx.tables.device_properties
-                if isinstance(p, dict) and p.get("id") == ctx.device.device), None)
-    if len(mem) == 0 or not cap:
-        return None
-    m = (mem["device_type"] == 1) & (mem["device_id"] == ctx.device.device) & (mem["total_reserved"] >= 0)
-    return pct(float(mem["total_reserved"][m].max()), float(cap)) if m.any() else None
-
-
 def check(ctx: RankContext) -> Outcome:
     ms, op = _m_values(ctx)
     if ms.size == 0:
@@ -87,7 +77,7 @@ def check(ctx: RankContext) -> Outcome:
     if ctx.is_gpu:
         if util >= th["max_device_util_pct"]:
             return passed(**metrics)
-        mem_pct = _memory_used_pct(ctx)
+        mem_pct = peak_reserved_pct(ctx)
         if mem_pct is None:
             return skipped("small GEMMs and an under-used device, but memory headroom is unknown "
                            "(record with profile_memory=True)", **metrics)

@@ -14,7 +14,7 @@ import re
 import numpy as np
 
 from perfdoctor.analysis import intervals as iv
-from perfdoctor.checks.common import pct, top_names
+from perfdoctor.checks.common import pct, peak_reserved_pct, top_names
 from perfdoctor.checks.context import Outcome, RankContext, passed, skipped
 from perfdoctor.findings import Estimate, Evidence, Hit
 
@@ -27,16 +27,6 @@ METRICS = {
     "peak_reserved_pct": "peak reserved memory ÷ device memory, % (when memory was profiled)",
 }
 ALLOC = re.compile(r"^(cuda|hip)(Malloc|Free|MallocAsync|FreeAsync|MallocManaged)$|^cuMem(Alloc|Free|Create|Release)")
-
-
-def _peak_reserved_pct(ctx: RankContext) -> float | None:
-    mem = ctx.tables.memory
-    cap = next((p.get("totalGlobalMem") for p in ctx.tables.device_properties
-                if isinstance(p, dict) and p.get("id") == ctx.device.device), None)
-    if len(mem) == 0 or not cap:
-        return None
-    m = (mem["device_type"] == 1) & (mem["device_id"] == ctx.device.device) & (mem["total_reserved"] >= 0)
-    return pct(float(mem["total_reserved"][m].max()), float(cap)) if m.any() else None
 
 
 def check(ctx: RankContext) -> Outcome:
@@ -54,7 +44,7 @@ def check(ctx: RankContext) -> Outcome:
     idle = ctx.idle_after(calls)[first:]
     saving = float(idle.mean())
     host_us = float(iv.per_window(calls, ws, we)[first:].mean())
-    peak = _peak_reserved_pct(ctx)
+    peak = peak_reserved_pct(ctx)
     metrics = {"allocator_calls_per_step": rows.size / n_steady, "allocator_host_us": host_us, "idle_us": saving,
                "idle_pct": pct(saving, ctx.step_us)}
     if peak is not None:

@@ -8,16 +8,8 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
-_CAT_LABELS = {
-    "matmul": "matmul / GEMM", "attention": "attention", "conv": "convolution", "elementwise": "elementwise",
-    "reduction_norm": "reduction / norm", "optimizer": "optimizer", "other": "other kernels",
-    "communication": "communication (exposed)", "memcpy": "memcpy", "memset": "memset",
-    "dataloader": "DataLoader", "other_ops": "other ops",
-}
-_IDLE_LABELS = {
-    "dataloader": "idle: waiting for DataLoader", "synchronization": "idle: host synchronization",
-    "host_launch_bound": "idle: host launch-bound", "other": "idle: other", "python": "Python (outside ops)",
-}
+from perfdoctor.render.view import CAT_LABELS as _CAT_LABELS
+from perfdoctor.render.view import IDLE_LABELS as _IDLE_LABELS
 
 
 def ms(us: float | None) -> str:

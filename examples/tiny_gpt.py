@@ -104,7 +104,7 @@ def main() -> None:
     p = base_parser(__doc__.splitlines()[0], batch_size=16)
     p.add_argument("--seq-len", type=int, default=128)
     p.add_argument("--d-model", type=int, default=128)
-    p.add_argument("--n-layer", type=int, default=4)
+    p.add_argument("--n-layer", type=int, default=3)
     p.add_argument("--n-head", type=int, default=4)
     args = p.parse_args()
     launch(args, build)

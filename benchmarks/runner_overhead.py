@@ -24,7 +24,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -5,8 +5,6 @@ from __future__ import annotations
 import csv
 import gzip
 import json
-import os
-import sys
 import textwrap
 from pathlib import Path
 

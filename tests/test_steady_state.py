@@ -53,6 +53,13 @@ def test_warmup_steps_are_discarded():
     assert r.phases[0].start_step == 4
 
 
+def test_slow_first_third_is_warmup_not_a_phase():
+    x = noisy(0.0057, 40, seed=13)
+    x[:13] = noisy(0.010, 13, seed=14)   # 13 slow steps of 40: getting faster is warm-up
+    r = analyze(x)
+    assert r.warmup_steps == 13 and not r.phase_change
+
+
 def test_a_fast_start_is_not_warmup():
     x = noisy(0.05, 300, seed=11)
     x[:20] = noisy(0.035, 20, seed=12)  # faster first steps (e.g. caches still empty) are kept

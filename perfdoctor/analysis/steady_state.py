@@ -2,8 +2,10 @@
 
 Pure functions on numpy arrays of step durations in **seconds**. The answers:
 
-- **warm-up**: the first steps that are slower than the first phase's level
+- **warm-up**: the leading steps that are slower than the first phase's level
   (compilation, allocator growth, caches); the steady state starts after them.
+  A first segment that is slower than the next and at most half the run is
+  warm-up too, not a phase.
 - **phases**: permanent level shifts, found by binary segmentation on block
   medians (blocks of ``ceil(n/200)`` steps, so cost stays ~O(200^2) for any run
   length). A split is kept when both sides have at least ``min_segment`` steps,
@@ -14,8 +16,9 @@ Pure functions on numpy arrays of step durations in **seconds**. The answers:
   step number, which a cumulative-average rate hides). Theil-Sen slope over the
   steady span; "detected" when the fitted rise over the span is >= 10% of the
   median and Spearman's rank correlation with the step number is >= 0.5. A
-  series that is a trend is not also cut into phases (phases are looked for in
-  the residuals of the trend first).
+  series that is a trend is not also cut into phases: change points are kept
+  only when piecewise-constant levels fit better (sum of absolute deviations)
+  than a Theil-Sen line.
 - **window**: the profiled steps' median and its ratio to the steady-state
   median (profiler overhead included), and the same for the unprofiled steps
   next to the window (a transient around the window shows there).
@@ -187,9 +190,9 @@ def analyze(duration_s, exclude=None, window=None, min_segment: int | None = Non
     warm = detect_warmup(x[: max(3, x.size // 2)], level0, _mad_sigma(head))
     body_steps, body = steps[warm:], x[warm:]
     phases, cps = _phases(body_steps, body, min_seg, n)
-    # a first "phase" that is short and slower than the next is a long warm-up, not a phase
+    # a first "phase" slower than the next and at most half the run is a long warm-up, not a phase
     if len(phases) > 1 and phases[0].median_s > phases[1].median_s * (1 + MIN_SHIFT) \
-            and phases[0].end_step - phases[0].start_step <= n // 4:
+            and phases[0].end_step - phases[0].start_step <= n // 2:
         warm_step = phases[1].start_step
         warm = int(np.searchsorted(steps, warm_step))
         phases = [Phase(warm_step, phases[1].end_step, phases[1].median_s)] + phases[2:]

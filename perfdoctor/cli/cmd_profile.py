@@ -117,21 +117,12 @@ def make_report(run_dir: Path) -> dict:
     if not data.traces:
         return _fallback_report(run_dir, "no completed profiler window: no trace to analyse")
     from perfdoctor import pipeline
-    from perfdoctor.checks import config, engine
     from perfdoctor.render.formats import render_bytes
 
-    opts = config.resolve()
-    catalogue, codes = engine.prepare(opts)
-    flops = data.run.get("flops_per_step")
-    extra = {"model_flops_per_step": float(flops), "flops_source": "flop_counter"} if flops else {}
     try:
-        analysis = pipeline.analyze_paths([str(p) for p in data.traces], **extra)
+        report = pipeline.build_report([], run_dir=str(run_dir), partial=data.partial)
     except PerfDoctorError as exc:  # e.g. a trace the reader rejects: keep the run data's report
         return _fallback_report(run_dir, f"trace analysis failed: {exc.message}")
-    analysis.run = data
-    results = engine.run_checks(analysis, catalogue, codes)
-    analysis.extras.update(results.to_report())
-    report = pipeline.report_dict(analysis)
     report.setdefault("run", data.report_section())
     path = run_dir / "report.html"
     path.write_bytes(render_bytes(report, "html"))

@@ -275,20 +275,28 @@ def is_run_dir(path: str) -> bool:
 
 
 def _measured_cpu_roofs(run: Any) -> Any:
-    """This machine's calibration, if the run was recorded on this machine; else None.
+    """This machine's CPU calibration, if the run was recorded on this machine; else None.
 
-    A CPU peak measured elsewhere says nothing about the machine in the trace.
+    "This machine" = same hostname and CPU model in the run's ``run.json`` and in
+    the calibration record: a CPU peak measured elsewhere says nothing about the
+    machine in the trace.
     """
-    import socket
-
     from perfdoctor.analysis import calibration
     from perfdoctor.errors import PerfDoctorError
 
-    env = (run.run.get("environment") or {}) if run is not None else {}
-    if not env or env.get("cuda_available") or env.get("hostname") != socket.gethostname():
+    if run is None:
+        return None
+    env, cpu = run.run.get("environment") or {}, run.run.get("cpu") or {}
+    if env.get("cuda_available") or not env.get("hostname"):
         return None
     try:
-        return calibration.roofs_from_calibration(calibration.load_calibration(), "cpu")
+        record = calibration.load_calibration()
+    except PerfDoctorError:
+        return None
+    if record.get("hostname") != env.get("hostname") or record.get("cpu_model") != cpu.get("model"):
+        return None
+    try:
+        return calibration.roofs_from_calibration(record, "cpu")
     except PerfDoctorError:
         return None
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -10,6 +12,8 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 SHARED_TRACES = REPO.parent / "shared" / "traces"
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+# hermetic: no test may see this machine's `perfdoctor calibrate` results (subprocesses inherit this)
+os.environ["PERFDOCTOR_HOME"] = tempfile.mkdtemp(prefix="perfdoctor-home-")
 
 
 def shared_trace(name: str) -> Path:

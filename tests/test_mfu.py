@@ -91,3 +91,13 @@ def test_cudnn_single_precision_kernels_are_fp32_gemms():
                  "volta_scudnn_winograd_128x128_ldg1_ldg4_relu_tile148t_nt_v1",
                  "cudnn_infer_volta_scudnn_128x64_relu_medium_nn_v1"):
         assert is_gemm_kernel(name) and kernel_math_dtype(name) == "fp32"
+
+
+def test_mfu_above_one_is_never_reported():
+    from perfdoctor.analysis.mfu import compute_mfu
+    from perfdoctor.analysis.roofline import Roofs
+
+    bogus = Roofs("cpu", {"fp32": 4.3e9}, 2e9, "measured: a --quick run on a busy machine", "measured")
+    r = compute_mfu(7.65e9, 0.0737, bogus, "fp32", "flop_counter", on_gpu=False, hardware_flops=8.4e9)
+    assert r.mfu is None and r.hfu is None and "exceeds" in r.note
+    assert r.achieved_flops_per_s == 7.65e9 / 0.0737  # the achieved rate itself is still right

@@ -183,6 +183,12 @@ def compute_mfu(model_flops: float, step_time_s: float, roofs: Roofs | None, dty
     hfu = None
     if hardware_flops is not None and peak:
         hfu = achieved_flops_per_s(hardware_flops, step_time_s) / peak
+    if peak and max(achieved / peak, hfu or 0.0) > 1.0:
+        # more FLOP/s than the peak is impossible: the peak (or the FLOP count) is wrong, so no ratio is shown
+        note = (f"achieved {max(achieved, (hfu or 0) * peak) / 1e12:.3g} TFLOP/s exceeds the {peak / 1e12:.3g} TFLOP/s "
+                f"peak ({roofs.source if roofs else '?'}): that peak is too low (re-run `perfdoctor calibrate` on an "
+                "idle machine, without --quick); MFU not reported")
+        peak, hfu = None, None
     return MfuResult(model_flops, step_time_s, achieved, dtype, peak, achieved / peak if peak else None,
                      hardware_flops, hfu, flops_source, roofs.source if roofs else None, on_gpu, note)
 

@@ -57,7 +57,11 @@ def regenerate(root: Path, out_dir: Path) -> list[Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
     cwd = os.getcwd()
+    home = os.environ.get("PERFDOCTOR_HOME")
     os.chdir(root)
+    # the committed reports must not depend on this machine's `perfdoctor calibrate` results
+    scratch = tempfile.TemporaryDirectory()
+    os.environ["PERFDOCTOR_HOME"] = scratch.name
     try:
         for trace in samples(root):
             rel = trace.relative_to(root).as_posix()
@@ -67,6 +71,11 @@ def regenerate(root: Path, out_dir: Path) -> list[Path]:
                 written.append(dest)
     finally:
         os.chdir(cwd)
+        scratch.cleanup()
+        if home is None:
+            os.environ.pop("PERFDOCTOR_HOME", None)
+        else:
+            os.environ["PERFDOCTOR_HOME"] = home
     return written
 
 

@@ -16,7 +16,6 @@ step is the fixed cost.
 from __future__ import annotations
 
 import json
-import re
 
 import numpy as np
 

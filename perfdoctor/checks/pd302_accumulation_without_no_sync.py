@@ -14,7 +14,6 @@ import numpy as np
 
 from perfdoctor.analysis import host
 from perfdoctor.analysis import intervals as iv
-from perfdoctor.checks.common import pct
 from perfdoctor.checks.context import Outcome, RankContext, passed, skipped
 from perfdoctor.findings import Estimate, Evidence, Hit
 

@@ -107,7 +107,6 @@ def _analyze(args: argparse.Namespace, err: Console, opts: object) -> BuiltRepor
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from perfdoctor import pipeline
     from perfdoctor.render.formats import format_for, render_bytes
     from perfdoctor.render.terminal import render_terminal
 

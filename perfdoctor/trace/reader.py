@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any, Callable
 
 import msgspec
-import numpy as np
 
 from perfdoctor.errors import TraceFormatError
 from perfdoctor.trace import schema

@@ -91,6 +91,7 @@ def analyze_paths(
     model_flops_per_step: float | None = None,
     flops_source: str = "flop_counter",
     measured_roofs: Any = None,
+    step_time_s_by_rank: dict[int, float] | None = None,
 ) -> Analysis:
     """Load and analyse trace files and directories (one trace per rank).
 
@@ -116,7 +117,8 @@ def analyze_paths(
         })
     ranks.sort(key=lambda r: (r.rank if r.rank is not None else 0))
     analysis = Analysis(ranks=ranks, inputs=inputs)
-    add_efficiency(analysis, model_flops_per_step, flops_source, measured_roofs)
+    add_efficiency(analysis, model_flops_per_step, flops_source, measured_roofs,
+                   step_time_s_by_rank=step_time_s_by_rank)
     seen: dict[int | None, str] = {}
     duplicates = []
     for r in ranks:
@@ -135,7 +137,8 @@ _COMM_OP = re.compile(r"record_param_comms|^nccl:|^c10d::|gloo|all_?reduce|all_?
 
 
 def add_efficiency(analysis: Analysis, model_flops_per_step: float | None = None, flops_source: str = "flop_counter",
-                   measured_roofs: Any = None, prefer: str = "spec") -> None:
+                   measured_roofs: Any = None, prefer: str = "spec",
+                   step_time_s_by_rank: dict[int, float] | None = None) -> None:
     """Per-rank roofline and MFU (issue: roofline/MFU).
 
     Roofs are the matched GPU's datasheet figures (``prefer="spec"``) or
@@ -147,7 +150,9 @@ def add_efficiency(analysis: Analysis, model_flops_per_step: float | None = None
     profile``, or the transformer estimate) when given; otherwise the op-level
     FLOP sum of the trace ÷ steps, but only when ops that could not be costed
     take at most :data:`MAX_UNCOSTED_SHARE` of the op time — else MFU is left
-    out with the reason, never understated.
+    out with the reason, never understated. ``step_time_s_by_rank`` (from a run
+    directory: the median of each rank's steady-state steps outside the profiled
+    window, so without profiler overhead) replaces the trace's median step time.
     """
     from perfdoctor.analysis.mfu import compute_mfu, gemm_dtype, roofs_for_trace
     from perfdoctor.analysis.roofline import roofline_table
@@ -163,10 +168,16 @@ def add_efficiency(analysis: Analysis, model_flops_per_step: float | None = None
             r.warnings.append(f"{r.tables.path}: MFU not computed: no training steps in the trace")
             continue
         step_s = float(np.median([s.dur_us for s in r.primary.steps])) / 1e6
+        run_step_s = (step_time_s_by_rank or {}).get(r.rank)
+        if run_step_s:
+            step_s = run_step_s
         on_gpu = bool(r.tables.has_device_activity)
         op_sum = r.roofline.total_flops / len(r.steps) if r.roofline is not None else None
         if model_flops_per_step is not None:
             r.mfu = compute_mfu(model_flops_per_step, step_s, roofs, dtype, flops_source, on_gpu, op_sum)
+            if run_step_s:
+                r.mfu.note = ("step time = median of the run's steady-state steps outside the profiled window "
+                              "(no profiler overhead); " + r.mfu.note).rstrip("; ")
             continue
         reason = _op_sum_unusable(r.roofline)
         if reason:
@@ -301,6 +312,20 @@ def _measured_cpu_roofs(run: Any) -> Any:
         return None
 
 
+def _steady_step_times(run: Any) -> dict[int, float]:
+    """Median steady-state step time (s) of each rank of a run directory, outside the profiled window."""
+    from perfdoctor.capture.run_data import steady_state_of
+
+    if run is None:
+        return {}
+    out = {}
+    for rank, steps in run.rank_steps.items():
+        ss = steady_state_of(steps)
+        if ss is not None and ss.median_s > 0:
+            out[int(rank)] = float(ss.median_s)
+    return out
+
+
 def run_section(run: Any) -> dict[str, Any]:
     """The ``report["run"]`` section of a ``perfdoctor profile`` run directory.
 
@@ -369,15 +394,22 @@ def build(paths: list[str], step_marker: str | None = None, on_progress: Callabl
                 raise PerfDoctorError(f"{p}: only one run directory per report")
             run = load_run_dir(p)
             if not run.traces:
-                raise PerfDoctorError(f"{p}: the run directory holds no trace (the run stopped before a profiled "
-                                      "window completed)")
+                done = run.run.get("steps_completed")
+                windows = [w for r in run.run.get("ranks") or [] for w in r.get("windows") or []]
+                where = (f" (profiled window at steps {windows[0]['first_step']}–{windows[0]['last_step']})"
+                         if windows else "")
+                raise PerfDoctorError(
+                    f"{p}: the run stopped after {done} steps, before a profiled window completed{where}, so there is "
+                    f"no trace to analyse; its step series is in {p}/steps.csv and its summary in {p}/report.json "
+                    "(profile again with a smaller --wait)")
             trace_paths.extend(str(t) for t in run.traces)
         else:
             trace_paths.append(p)
     if run is not None and model_flops_per_step is None and run.run.get("flops_per_step"):
         model_flops_per_step, flops_source = float(run.run["flops_per_step"]), "flop_counter"
     analysis = analyze_paths(trace_paths, step_marker, on_progress, model_flops_per_step=model_flops_per_step,
-                             flops_source=flops_source, measured_roofs=_measured_cpu_roofs(run))
+                             flops_source=flops_source, measured_roofs=_measured_cpu_roofs(run),
+                             step_time_s_by_rank=_steady_step_times(run))
     analysis.run = run
     results = engine.run_checks(analysis, catalogue, codes)
     analysis.extras.update(results.to_report())

@@ -44,7 +44,7 @@ def test_cli_run_prints_script_output_progress_and_report_path(tmp_path):
     assert "final eval loss" not in p.stdout                         # stopped before its eval
     assert "the script's remaining work" in p.stderr
     last = p.stderr.strip().splitlines()[-1]
-    assert last.startswith("perfdoctor: 25 steps profiled; report: ") and str(out) in last
+    assert last.startswith("perfdoctor: 25 steps run; report: ") and str(out) in last
     run = json.loads((out / "run.json").read_text())
     assert run["command"][:3] == ["perfdoctor", "profile", MLP]
     assert run["script_args"] == SMALL_MLP and run["report"]["path"] in ("report.html", "report.json")

@@ -103,10 +103,29 @@ def test_pd601_window_off_steady_state():
 
 
 def test_pd104_oversubscription():
-    run = {"world_size": 2, "launcher": "torchrun", "environment": {"torch_threads": 2}, "cpu": {"logical_cpus": 2}}
+    run = {"world_size": 2, "launcher": "torchrun", "environment": {"torch_threads": 2}, "cpu": {"logical_cpus": 2},
+           "ranks": [{"rank": 0, "torch_threads": 2}, {"rank": 1, "torch_threads": 2}]}
     analysis = SimpleNamespace(run=run)
-    out = pd104.check(JobContext(analysis, [], SimpleNamespace(thresholds={"max_threads_per_core": 1.0})))
+    th = SimpleNamespace(thresholds={"max_threads_per_core": 1.0})
+    out = pd104.check(JobContext(analysis, [], th))
     assert out.hit is not None and out.hit.evidence.values["busy_threads"] == 4
     assert out.hit.evidence.values["suggested_threads"] == 1
-    run["environment"]["torch_threads"] = 1
-    assert pd104.check(JobContext(analysis, [], SimpleNamespace(thresholds={"max_threads_per_core": 1.0}))).hit is None
+    # each rank set torch.set_num_threads(1) after start-up: the parent's count (2) must not be used
+    for r in run["ranks"]:
+        r["torch_threads"] = 1
+    assert pd104.check(JobContext(analysis, [], th)).hit is None
+    # an older run directory without per-rank counts: skipped, never guessed
+    del run["ranks"]
+    assert "thread count" in pd104.check(JobContext(analysis, [], th)).skip
+
+
+def test_pd602_jump_is_a_level_change_not_a_trend():
+    d = series([(10, 0.02), (70, 0.0049), (70, 0.0089)], noise=0.03)  # warm-up, then a 2x slowdown at step 80
+    ss = analyze(d)
+    analysis = SimpleNamespace(run=SimpleNamespace(steady_state=ss, run={},
+                                                   steps={"duration_s": d, "profiler_phase": np.full(d.size, "none")}))
+    hit = pd602.check(JobContext(analysis, [], SimpleNamespace(thresholds={"min_shift": 0.10}))).hit
+    assert hit is not None
+    v = hit.evidence.values
+    assert abs(v["change_step"] - 80) <= 2 and "changes level" in v["what"]
+    assert v["first_ms"] == pytest.approx(4.9, rel=0.05) and v["last_ms"] == pytest.approx(8.9, rel=0.05)

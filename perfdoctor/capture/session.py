@@ -209,6 +209,8 @@ class Session:
             "tokens_per_step": _most_common([r.tokens for r in records]),
             "samples_per_step": _most_common([r.samples for r in records]),
             "train_s": sum(r.duration_s for r in records),
+            # the intra-op pool as the script left it (it may call torch.set_num_threads after start-up)
+            "torch_threads": torch.get_num_threads(),
             "wall_s": time.perf_counter() - self.t0_s,
             "cuda_timed": self.timer.cuda,
             "tensorboard": None if tb_error else f"tensorboard/rank{self.rank}",

@@ -1,9 +1,9 @@
 """PD104 cpu-thread-oversubscription: more busy compute threads than CPU cores.
 
-From the run data of ``perfdoctor profile``: processes of the job on this
-machine (``LOCAL_WORLD_SIZE`` or the world size of a single-node run) ×
-intra-op threads per process (``torch.get_num_threads()`` recorded by the
-runner) + DataLoader worker processes, against the machine's logical CPUs.
+From the run data of ``perfdoctor profile``: the intra-op threads of every
+rank's process (``torch.get_num_threads()`` recorded by each rank at the end of
+its run, after the script set its own count) + DataLoader worker processes,
+against the machine's logical CPUs (single-node runs).
 PyTorch sizes each process's intra-op pool to all cores, so N processes on
 one machine oversubscribe it N-fold unless each sets its own thread count.
 """
@@ -23,13 +23,21 @@ def check(job: JobContext) -> Outcome:
     run = run_json(job.analysis) or {}
     env, cpu = run.get("environment") or {}, run.get("cpu") or {}
     cores = cpu.get("logical_cpus")
-    threads = env.get("torch_threads")
-    if not cores or not threads:
-        return skipped("the run data lacks the CPU count or torch's thread count")
-    local = int(env.get("local_world_size") or (run.get("world_size") or 1 if run.get("launcher") != "multi-node"
-                                                   else 1))
+    ranks = [r for r in run.get("ranks") or [] if isinstance(r, dict)]
+    per_rank = [r.get("torch_threads") for r in ranks]
+    if ranks and all(isinstance(t, int) and t > 0 for t in per_rank):
+        thread_counts = per_rank  # recorded in each rank at the end of its run
+    elif (run.get("world_size") or 1) == 1 and env.get("torch_threads"):
+        thread_counts = [int(env["torch_threads"])]
+    else:
+        return skipped("the run data lacks each rank's intra-op thread count (recorded by perfdoctor profile "
+                       "from this version on)")
+    if not cores:
+        return skipped("the run data lacks the CPU count")
+    local = len(thread_counts)
+    threads = max(thread_counts)
     workers = int(env.get("dataloader_workers") or 0)
-    busy = local * int(threads) + workers
+    busy = sum(thread_counts) + workers
     ratio = busy / int(cores)
     if ratio <= job.th["max_threads_per_core"]:
         return passed(threads_per_core=ratio)

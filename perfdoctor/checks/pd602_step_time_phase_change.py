@@ -8,6 +8,8 @@ median − fastest phase median for phases, the fitted rise over the run for a t
 
 from __future__ import annotations
 
+import numpy as np
+
 from perfdoctor.checks.context import JobContext, Outcome, passed, skipped
 from perfdoctor.findings import Estimate, Evidence, Hit
 
@@ -35,9 +37,21 @@ def check(job: JobContext) -> Outcome:
         est = Estimate(saving, last.median_s * 1e6, "last phase median − fastest phase median (per step)")
         return Outcome(metrics=metrics, hit=Hit(evidence=ev, estimate=est if saving > 0 else None))
     if ss.trend_detected and ss.trend_us_per_step > 0:
+        jump = _level_change(run)
+        if jump is not None:  # one jump explains the series better than a slope: report it as a level change
+            step, before_s, after_s = jump
+            ev = Evidence(values={
+                "what": f"step time changes level at step {step} ({before_s * 1e3:.1f} ms before, "
+                        f"{after_s * 1e3:.1f} ms after)",
+                "first_ms": before_s * 1e3, "last_ms": after_s * 1e3, "change_pct": 100 * (after_s / before_s - 1),
+                "change_step": step, "n_phases": 2,
+            }, steps=[step])
+            saving = max(after_s - before_s, 0.0) * 1e6
+            est = Estimate(saving, after_s * 1e6, "median after the change − median before (per step)")
+            return Outcome(metrics=metrics, hit=Hit(evidence=ev, estimate=est if saving > 0 else None))
         rise_us = ss.trend_rise_ratio * ss.median_s * 1e6
         ev = Evidence(values={
-            "what": (f"step time keeps growing: +{ss.trend_us_per_step:.1f} µs per step, "
+            "what": (f"step time keeps growing: +{ss.trend_us_per_step:.3g} µs per step, "
                      f"+{100 * ss.trend_rise_ratio:.0f}% of the median over the steady span"),
             "first_ms": ss.median_s * 1e3, "last_ms": (ss.median_s * 1e6 + rise_us / 2) / 1e3,
             "change_pct": 100 * ss.trend_rise_ratio, "change_step": ss.steady_start_step, "n_phases": 1,
@@ -45,3 +59,28 @@ def check(job: JobContext) -> Outcome:
         est = Estimate(rise_us, ss.median_s * 1e6, "fitted rise of step time over the steady span (Theil-Sen)")
         return Outcome(metrics=metrics, hit=Hit(evidence=ev, estimate=est))
     return passed(**metrics)
+
+
+def _level_change(run: object, min_segment: int = 10) -> tuple[int, float, float] | None:
+    """(step, median before s, median after s) when one jump fits the unprofiled steady steps
+    better than a straight line (sum of absolute residuals at most 60% of the line's), else None."""
+    steps = getattr(run, "steps", None) or {}
+    d, phase = steps.get("duration_s"), steps.get("profiler_phase")
+    if d is None or len(d) < 2 * min_segment:
+        return None
+    keep = np.isfinite(d) & ((phase == "none") if phase is not None else True)
+    idx, x = np.flatnonzero(keep), np.asarray(d, float)[keep]
+    if x.size < 2 * min_segment:
+        return None
+    slope, intercept = np.polyfit(idx, x, 1)
+    line_cost = float(np.abs(x - (slope * idx + intercept)).sum())
+    best = None
+    for t in range(min_segment, x.size - min_segment + 1):
+        a, b = x[:t], x[t:]
+        cost = float(np.abs(a - np.median(a)).sum() + np.abs(b - np.median(b)).sum())
+        if best is None or cost < best[0]:
+            best = (cost, t)
+    if best is None or best[0] > 0.6 * line_cost:
+        return None
+    t = best[1]
+    return int(idx[t]), float(np.median(x[:t])), float(np.median(x[t:]))

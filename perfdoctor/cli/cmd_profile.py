@@ -170,4 +170,4 @@ def _print_summary(report: dict, result: RunResult) -> None:
         print(f"  {code} {msg}", file=sys.stderr)
     if not findings:
         print("  no findings", file=sys.stderr)
-    print(f"perfdoctor: {result.steps_completed} steps profiled; report: {report['path']}", file=sys.stderr)
+    print(f"perfdoctor: {result.steps_completed} steps run; report: {report['path']}", file=sys.stderr)

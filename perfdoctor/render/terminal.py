@@ -82,6 +82,10 @@ def _rank_header(rank: dict[str, Any], dev: dict[str, Any]) -> Text:
 def render_terminal(report: dict[str, Any], console: Console, err_console: Console | None = None) -> None:
     """Print the human summary of a report to ``console``; warnings about the input go to
     ``err_console`` (stderr in the CLI) when given."""
+    run = report.get("run") or {}
+    if run.get("partial") or report.get("partial"):
+        console.print(Text(f"PARTIAL RUN: {run.get('stop_reason') or 'the run did not complete'} "
+                           f"({run.get('steps_completed')} steps ran)", style="bold yellow"))
     for rank in report["ranks"]:
         dev = next(d for d in rank["devices"] if d["device"] == rank["primary_device"])
         console.print(Group(_rank_header(rank, dev), breakdown_table(rank, dev)))

@@ -18,7 +18,7 @@ CAT_LABELS = {
 }
 IDLE_LABELS = {
     "dataloader": "idle: waiting for DataLoader", "synchronization": "idle: host synchronization",
-    "host_launch_bound": "idle: host launch-bound", "other": "idle: other cause",
+    "host_launch_bound": "idle: host busy, nothing queued", "other": "idle: other cause",
     "python": "Python (outside any op)",
 }
 
@@ -236,6 +236,14 @@ def summary_rank(report: dict[str, Any]) -> dict[str, Any]:
     return next((r for r in report["ranks"] if r["rank"] == slow), report["ranks"][0])
 
 
+def flops(value: float, unit: str) -> str:
+    """FLOP or FLOP/s with an SI prefix that keeps 3–4 significant digits (G on CPUs, T on GPUs)."""
+    for scale, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M")):
+        if abs(value) >= scale:
+            return f"{value / scale:,.3g} {prefix}{unit}" if value / scale < 100 else f"{value / scale:,.0f} {prefix}{unit}"
+    return f"{value:,.0f} {unit}"
+
+
 def _mfu_text(rank: dict[str, Any]) -> tuple[str, str] | None:
     """(value, numerator/denominator text) of ``rank["mfu"]`` (perfdoctor.analysis.mfu.MfuResult.to_dict())."""
     m = rank.get("mfu")
@@ -243,9 +251,9 @@ def _mfu_text(rank: dict[str, Any]) -> tuple[str, str] | None:
         return None
     if m.get("mfu") is None:
         return ("not computed", str(m.get("note") or "no model FLOP count or no device peak"))
-    num = (f"numerator: {m['model_flops_per_step'] / 1e12:,.3f} TFLOP per step ({m.get('flops_source')}) ÷ "
-           f"{m['step_time_s'] * 1e3:,.2f} ms median step = {m['achieved_flops_per_s'] / 1e12:,.2f} TFLOP/s")
-    den = f"denominator: {m['peak_flops_per_s'] / 1e12:,.1f} TFLOP/s {m.get('dtype') or ''} peak ({m.get('peak_source')})"
+    num = (f"numerator: {flops(m['model_flops_per_step'], 'FLOP')} per step ({m.get('flops_source')}) ÷ "
+           f"{m['step_time_s'] * 1e3:,.2f} ms median step = {flops(m['achieved_flops_per_s'], 'FLOP/s')}")
+    den = f"denominator: {flops(m['peak_flops_per_s'], 'FLOP/s')} {m.get('dtype') or ''} peak ({m.get('peak_source')})"
     hfu = f"; HFU {pct(m['hfu'])}" if m.get("hfu") is not None and m.get("hfu") != m.get("mfu") else ""
     return (pct(m["mfu"]), f"{num}; {den}{hfu}" + (f". {m['note']}" if m.get("note") else ""))
 
@@ -257,6 +265,10 @@ def summary_facts(report: dict[str, Any]) -> list[tuple[str, str, str]]:
     multi = len(report["ranks"]) > 1
     who = f" (rank {rank['rank']}, the slowest)" if multi else ""
     facts = [("devices", _device_summary(report), "GPUs with kernel/memcpy activity; node properties from deviceProperties")]
+    run = report.get("run") or {}
+    if run.get("partial") or report.get("partial"):
+        facts.insert(0, ("PARTIAL RUN", str(run.get("stop_reason") or "the run did not complete"),
+                         f"{run.get('steps_completed')} steps ran; everything recorded until then is analysed"))
     dtype = _first(rank.get("mfu") or {}, "dtype") or (rank.get("gemm_dtype") or {}).get("dominant")
     facts.append(("GEMM dtype", str(dtype) if dtype else "not recorded",
                   "the math dtype of the matmul/convolution kernels, weighted by their time (from kernel names, or "

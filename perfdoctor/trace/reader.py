@@ -286,6 +286,10 @@ def trace_files_in(path: str | os.PathLike[str]) -> list[str]:
     p = Path(path)
     if not p.is_dir():
         return [str(p)]
+    run_dirs = sorted(str(r.parent) for r in p.rglob("run.json"))
+    if run_dirs:
+        raise TraceFormatError(f"{p}: holds a perfdoctor run directory ({run_dirs[0]}); pass the run directory "
+                               "itself to `perfdoctor report`")
     found = sorted(str(f) for f in p.rglob("*") if f.is_file() and (f.name.endswith(".json") or f.name.endswith(".json.gz")))
     found = [f for f in found if not f.endswith(("run.json", "report.json"))]
     if not found:

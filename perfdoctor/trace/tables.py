@@ -154,6 +154,10 @@ def build_tables(raw: RawTrace) -> TraceTables:
             for col in list(ops):
                 ops[col] = ops[col][~is_step]
     tables: dict[str, Table] = {}
+    warnings = list(raw.warnings)
+    negative = sum(int((c["dur_us"] < 0).sum()) for c in cols_by_table.values())
+    if negative:
+        warnings.append(f"{raw.path}: {negative} event(s) with a negative duration were counted as 0 µs long")
     for tname, cols in cols_by_table.items():
         ts = cols["ts_us"]
         keep = ~np.isnan(ts)
@@ -182,7 +186,7 @@ def build_tables(raw: RawTrace) -> TraceTables:
         tables=tables,
         rank=_rank_from(raw.metadata, raw.path),
         truncated=raw.truncated,
-        warnings=list(raw.warnings),
+        warnings=warnings,
         n_events=raw.n_events,
         file_bytes=raw.file_bytes,
         uncompressed_bytes=raw.uncompressed_bytes,

@@ -129,3 +129,15 @@ def test_pd602_jump_is_a_level_change_not_a_trend():
     v = hit.evidence.values
     assert abs(v["change_step"] - 80) <= 2 and "changes level" in v["what"]
     assert v["first_ms"] == pytest.approx(4.9, rel=0.05) and v["last_ms"] == pytest.approx(8.9, rel=0.05)
+
+
+def test_pd601_silent_inside_the_runs_own_noise():
+    d = series([(300, 0.10)], noise=0.15, seed=3)
+    window = np.zeros(d.size, bool)
+    window[145:155] = True
+    d[125:145] *= 1.12  # neighbours 12% slow: above 10%, but well inside 3 sigma of a 15%-noise run
+    ss = analyze(d, exclude=window, window=window)
+    analysis = SimpleNamespace(run=SimpleNamespace(steady_state=ss, run={},
+                                                   steps={"duration_s": d, "profiler_phase": np.where(window, "active", "none")}))
+    out = pd601.check(JobContext(analysis, [], SimpleNamespace(thresholds={"max_deviation": 0.10})))
+    assert out.hit is None

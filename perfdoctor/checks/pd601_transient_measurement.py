@@ -5,7 +5,9 @@ the unprofiled steps right next to the profiled window are compared with the
 steady-state median (the last phase after warm-up). The profiled steps
 themselves carry the profiler's own overhead, so their neighbours are the
 fair witness; when no neighbour exists, the window's own median is used and
-the evidence says so. Fires when the ratio is off by more than ``max_deviation``.
+the evidence says so. Fires when the ratio is off by more than ``max_deviation``
+and by more than 3 robust standard deviations (IQR ÷ 1.349) of the unprofiled
+steady-state steps (a window inside the run's normal noise is not a transient).
 """
 
 from __future__ import annotations
@@ -29,7 +31,10 @@ def check(job: JobContext) -> Outcome:
     if ratio is None or median_s is None:
         return skipped("the run has no profiled window inside its step series")
     dev = abs(ratio - 1.0) * 100
-    if dev <= 100 * job.th["max_deviation"]:
+    # a transient must stand out from the run's own step-to-step noise (3 robust sigmas from the IQR of the
+    # unprofiled steady steps), not just from its median
+    within_noise = abs(median_s - ss.median_s) <= 3 * _robust_sigma(run, ss.steady_start_step)
+    if dev <= 100 * job.th["max_deviation"] or within_noise:
         return passed(window_deviation_pct=dev)
     ev = Evidence(values={
         "ratio": ratio, "deviation_pct": dev, "window_ms": median_s * 1e3, "steady_ms": ss.median_s * 1e3,
@@ -37,3 +42,19 @@ def check(job: JobContext) -> Outcome:
         "direction": "slower" if ratio > 1 else "faster",
     })
     return Outcome(metrics={"window_deviation_pct": dev}, hit=Hit(evidence=ev, estimate=None))
+
+
+def _robust_sigma(run: object, start: int) -> float:
+    """IQR ÷ 1.349 of the unprofiled step times from ``start`` on (s); 0 when unknown."""
+    import numpy as np
+
+    steps = getattr(run, "steps", None) or {}
+    d, phase = steps.get("duration_s"), steps.get("profiler_phase")
+    if d is None or len(d) == 0:
+        return 0.0
+    idx = np.arange(len(d))
+    keep = (idx >= start) & np.isfinite(d) & ((phase == "none") if phase is not None else True)
+    if keep.sum() < 4:
+        return 0.0
+    q75, q25 = np.percentile(np.asarray(d, float)[keep], [75, 25])
+    return float((q75 - q25) / 1.349)

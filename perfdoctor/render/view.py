@@ -158,10 +158,18 @@ def _evidence(ev: Any) -> tuple[list[tuple[str, str]], list[dict[str, str]]]:
     """Evidence as (name, value text) pairs plus the involved events (each a dict of texts)."""
     if not isinstance(ev, dict):
         return ([("evidence", str(ev))] if ev else []), []
-    pairs = [(str(k), evidence_value(str(k), v)) for k, v in ev.items() if k != "events"]
-    events = [{str(k): evidence_value(str(k), v) for k, v in e.items()} for e in ev.get("events") or []
+    pairs = [(_unitless(str(k)), evidence_value(str(k), v)) for k, v in ev.items() if k != "events"]
+    events = [{_unitless(str(k)): evidence_value(str(k), v) for k, v in e.items()} for e in ev.get("events") or []
               if isinstance(e, dict)]
     return pairs, events
+
+
+def _unitless(name: str) -> str:
+    """``total_us`` -> ``total``: the formatted value carries its own unit (ms, µs, KB...)."""
+    for suffix in ("_us", "_ms", "_bytes"):
+        if name.endswith(suffix):
+            return name[: -len(suffix)]
+    return name
 
 
 def finding(f: dict[str, Any], order: int = 0) -> dict[str, Any]:

@@ -10,24 +10,7 @@ from rich.text import Text
 
 from perfdoctor.render.view import CAT_LABELS as _CAT_LABELS
 from perfdoctor.render.view import IDLE_LABELS as _IDLE_LABELS
-
-
-def ms(us: float | None) -> str:
-    """µs -> "12.34 ms" (or "-")."""
-    return "-" if us is None else f"{us / 1000:,.2f} ms"
-
-
-def pct(x: float | None) -> str:
-    return "-" if x is None else f"{100 * x:.1f}%"
-
-
-def _device_name(rank: dict[str, Any], device: int) -> str:
-    if device < 0:
-        return "CPU (host ops)"
-    for p in rank.get("device_properties", []):
-        if p.get("id") == device:
-            return f"GPU {device}: {p.get('name')}"
-    return f"GPU {device}"
+from perfdoctor.render.view import device_name, ms, pct
 
 
 def breakdown_table(rank: dict[str, Any], dev: dict[str, Any]) -> Table:
@@ -54,7 +37,7 @@ def breakdown_table(rank: dict[str, Any], dev: dict[str, Any]) -> Table:
 def _rank_header(rank: dict[str, Any], dev: dict[str, Any]) -> Text:
     st = dev["step_time_us"]
     totals = dev["totals"]
-    lines = [f"Rank {rank['rank']}", f"trace: {rank['path']}", f"device: {_device_name(rank, dev['device'])}"]
+    lines = [f"Rank {rank['rank']}", f"trace: {rank['path']}", f"device: {device_name(rank, dev['device'])}"]
     if rank["steps_source"] == "whole-trace":
         lines.append("steps: none found — whole trace analysed as one window")
     else:

@@ -49,6 +49,7 @@ class PageResult:
     visible_codes: list[str] = field(default_factory=list)
     title: str = ""
     png: bytes = b""
+    scroll_width: int = 0
 
     @property
     def errors(self) -> list[str]:
@@ -172,6 +173,7 @@ class Chromium:
 
         res.text = js("document.body.innerText")
         res.title = js("document.title")
+        res.scroll_width = int(js("document.documentElement.scrollWidth") or 0)
         res.visible_codes = js("Array.from(document.querySelectorAll('.code')).filter(e => "
                                "e.getClientRects().length > 0 && getComputedStyle(e).visibility === 'visible')"
                                ".map(e => e.textContent)")

@@ -28,6 +28,7 @@ def test_report_opens_cleanly_and_shows_every_finding(case, browser, tmp_path): 
     assert page.requests == [], page.requests
     assert page.dialogs == []
     assert page.title.startswith("perfdoctor report")
+    assert page.scroll_width <= 1200, "the page overflows horizontally"  # open_page's viewport width
     for heading in ("1. Summary", "2. Prioritized fixes", "3. Where the time goes", "7. How it was measured"):
         assert heading in page.text
     report = out["report"]

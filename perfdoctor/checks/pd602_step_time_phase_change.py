@@ -23,6 +23,10 @@ def check(job: JobContext) -> Outcome:
     if ss is None:
         return skipped("no step series in the run data")
     metrics = {"n_phases": len(ss.phases), "trend_rise_pct": 100 * ss.trend_rise_ratio}
+    steady = ss.n_steps - ss.warmup_steps
+    if steady < job.th.get("min_steps", 50):
+        return skipped(f"only {steady} steps after warm-up: too few to tell a phase change or a trend from noise "
+                       f"(needs {job.th.get('min_steps', 50)}; profile with more --steps)", **metrics)
     if ss.phase_change:
         last, best = ss.phases[-1], min(ss.phases, key=lambda p: p.median_s)
         change = ss.phases[1]

@@ -93,25 +93,12 @@ class KernelClass:
 
 def classify_kernel(name: str) -> KernelClass:
     """Classify one kernel / memcpy / memset name (see module docstring)."""
-    category = "other"
-    for cat, rx in _KERNEL_RX:
-        if rx.search(name):
-            category = cat
-            break
+    category = _first_match(_KERNEL_RX, name, "other")
     triton = bool(_TRITON_RX.search(name))
     if category == "communication":
-        coll = "other"
-        for c, rx in _COLL_RX:
-            if rx.search(name):
-                coll = c
-                break
-        return KernelClass(category, collective=coll, triton=False)
+        return KernelClass(category, collective=collective_of(name), triton=False)
     if category == "memcpy":
-        direction = "unknown"
-        for d, rx in _MEMCPY_DIR:
-            if rx.search(name):
-                direction = d
-                break
+        direction = _first_match(_MEMCPY_DIR, name, "unknown")
         pageable = True if "pageable" in name.lower() else False if "pinned" in name.lower() else None
         return KernelClass(category, direction=direction, pageable=pageable)
     return KernelClass(category, triton=triton)
@@ -124,7 +111,9 @@ def classify_names(names: list[str]) -> list[KernelClass]:
 
 def collective_of(name: str) -> str:
     """The collective a communication op/annotation name refers to, or "other"."""
-    for c, rx in _COLL_RX:
-        if rx.search(name):
-            return c
-    return "other"
+    return _first_match(_COLL_RX, name, "other")
+
+
+def _first_match(rules: tuple[tuple[str, re.Pattern[str]], ...], name: str, default: str) -> str:
+    """Label of the first (label, regex) rule whose regex is found in ``name``, else ``default``."""
+    return next((label for label, rx in rules if rx.search(name)), default)

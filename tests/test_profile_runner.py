@@ -272,3 +272,17 @@ def test_steady_run_has_one_phase_and_window_in_steady_state(tmp_path):
     tp = data.throughput()
     assert tp["train_samples_per_s"]["samples"] == 16 * tp["train_samples_per_s"]["steps"]
     assert tp["wall_samples_per_s"]["value"] < tp["train_samples_per_s"]["value"]
+
+
+def test_cpu_info_reads_flags_and_onednn_cap():
+    from perfdoctor.capture.environment import cpu_info
+
+    cpuinfo = "model name\t: Intel(R) Xeon(R) Platinum 8480C\nflags\t\t: fpu avx2 avx512f amx_bf16 amx_tile\n"
+    native = cpu_info(cpuinfo, env={})
+    assert native["model"] == "Intel(R) Xeon(R) Platinum 8480C"
+    assert native["flags"] == ["amx_bf16", "amx_tile", "avx512f", "avx2"]
+    assert native["bf16_matrix_units"] is True and native["onednn_max_cpu_isa"] is None
+    capped = cpu_info(cpuinfo, env={"ONEDNN_MAX_CPU_ISA": "avx512_core"})
+    assert capped["onednn_max_cpu_isa"] == "AVX512_CORE" and capped["bf16_matrix_units"] is False
+    assert cpu_info(cpuinfo, env={"DNNL_MAX_CPU_ISA": "AVX512_CORE_AMX"})["bf16_matrix_units"] is True
+    assert cpu_info("flags : fpu avx2 fma\n", env={})["bf16_matrix_units"] is False

@@ -7,6 +7,7 @@ silent and be measurably faster (both step times are printed: run with -s).
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import statistics
 import subprocess
@@ -26,14 +27,16 @@ pytestmark = [pytest.mark.slow,
 _CACHE: dict[str, tuple] = {}
 
 
-def profile(tmp_root: Path, name: str, flags: list[str], steps: int = 30):
-    """Run examples/mlp.py under `perfdoctor profile`; returns (findings by code, skipped, median step s, samples/step)."""
+def profile(tmp_root: Path, name: str, flags: list[str], steps: int = 30, env: dict | None = None):
+    """Run examples/mlp.py under `perfdoctor profile` (``env``: extra environment variables); returns
+    (findings by code, skipped, median step s, samples/step)."""
     if name in _CACHE:
         return _CACHE[name]
     out = tmp_root / name
     cmd = [sys.executable, "-m", "perfdoctor", "profile", str(REPO / "examples" / "mlp.py"), "--steps", str(steps),
            "--out", str(out), "--no-report", "--", *flags]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=tmp_root)
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=tmp_root,
+                          env={**os.environ, **(env or {})})
     assert proc.returncode == 0, proc.stderr[-3000:]
     from perfdoctor.capture.run_data import load_run_dir
 
@@ -116,12 +119,26 @@ def test_pd202_unfused_chain(root):
     _faster(slow, fixed, "PD202 elementwise chain")
 
 
-def test_pd204_bf16_autocast(root):
-    slow = profile(root, "bf16", [*SMALL, "--bf16-autocast"])
-    fixed = profile(root, "small", SMALL)
+# oneDNN without its bf16 instructions: a real run of a CPU that has no bf16 matrix units in effect
+NO_BF16_UNITS = {"ONEDNN_MAX_CPU_ISA": "AVX512_CORE"}
+
+
+def test_pd204_bf16_autocast_without_bf16_units(root):
+    slow = profile(root, "bf16_capped", [*SMALL, "--bf16-autocast"], env=NO_BF16_UNITS)
+    fixed = profile(root, "fp32_capped", SMALL, env=NO_BF16_UNITS)
     assert "PD204" in slow[0] and "PD204" not in fixed[0]
-    # this CPU has AMX-BF16, so bf16 GEMMs are fast and the loss is the casts: a few %, not 10%
-    _faster(slow, fixed, "PD204 bf16 autocast on CPU", min_gain=0.02)
+    assert "ONEDNN_MAX_CPU_ISA=AVX512_CORE" in slow[0]["PD204"]["message"] or \
+        "no bf16 matrix instructions" in slow[0]["PD204"]["message"]
+    # emulated bf16 GEMMs: measured 2.4x the fp32 step on an AMX Xeon capped at AVX512_CORE
+    _faster(slow, fixed, "PD204 bf16 autocast, no bf16 units", min_gain=0.25)
+
+
+def test_pd204_silent_where_bf16_runs_natively(root):
+    native = profile(root, "bf16", [*SMALL, "--bf16-autocast"])
+    run = json.loads((root / "bf16" / "run.json").read_text())
+    # on a CPU with AMX-BF16 / AVX512-BF16, bf16 autocast was 3% faster on one day and 3% slower on
+    # another: no run-time evidence that it costs more, so no finding (a wrong finding is worse than none)
+    assert ("PD204" in native[0]) == (not run["cpu"]["bf16_matrix_units"])
 
 
 def test_pd401_item_every_step_is_not_a_device_sync_on_cpu(root):

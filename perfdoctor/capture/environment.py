@@ -23,8 +23,28 @@ CPU_FLAGS_OF_INTEREST = (
 )
 
 
-def cpu_info(cpuinfo: str | None = None) -> dict:
-    """``{"model": str|None, "flags": [...], "logical_cpus": int}`` (flags: the ones of interest)."""
+# bf16 matrix instructions; oneDNN (which runs CPU bf16 GEMMs and convolutions) uses them natively
+BF16_MATRIX_FLAGS = ("avx512_bf16", "amx_bf16")
+# ONEDNN_MAX_CPU_ISA caps below AVX512_CORE_BF16: oneDNN then emulates bf16 through fp32, even on a CPU
+# with the instructions. Source: oneDNN docs, "CPU Dispatcher Control" (dev_guide_cpu_dispatcher_control).
+ISA_CAPS_WITHOUT_BF16 = ("SSE41", "AVX", "AVX2", "AVX2_VNNI", "AVX512_CORE", "AVX512_CORE_VNNI")
+
+
+def onednn_isa_cap(env: dict | None = None) -> str | None:
+    """The oneDNN ISA cap set for this process (``ONEDNN_MAX_CPU_ISA`` or the older ``DNNL_MAX_CPU_ISA``), upper-cased."""
+    env = os.environ if env is None else env
+    value = env.get("ONEDNN_MAX_CPU_ISA") or env.get("DNNL_MAX_CPU_ISA")
+    return value.strip().upper() if value and value.strip() else None
+
+
+def cpu_info(cpuinfo: str | None = None, env: dict | None = None) -> dict:
+    """Facts about the CPU that decide which CPU kernels a run gets.
+
+    Returns ``{"model": str|None, "flags": [...], "logical_cpus": int, "onednn_max_cpu_isa": str|None,
+    "bf16_matrix_units": bool}``: ``flags`` are the ones of interest present in ``/proc/cpuinfo``;
+    ``bf16_matrix_units`` is True when the CPU has AVX512-BF16 or AMX-BF16 *and* no oneDNN ISA cap
+    (``ONEDNN_MAX_CPU_ISA``) hides them, i.e. bf16 GEMMs in this process run natively.
+    """
     if cpuinfo is None:
         try:
             cpuinfo = Path("/proc/cpuinfo").read_text()
@@ -38,9 +58,12 @@ def cpu_info(cpuinfo: str | None = None) -> dict:
             model = value.strip()
         elif key in ("flags", "Features") and not flags:
             flags = set(value.split())
+    cap = onednn_isa_cap(env)
     return {"model": model or platform.processor() or None,
             "flags": [f for f in CPU_FLAGS_OF_INTEREST if f in flags],
-            "logical_cpus": os.cpu_count()}
+            "logical_cpus": os.cpu_count(),
+            "onednn_max_cpu_isa": cap,
+            "bf16_matrix_units": any(f in flags for f in BF16_MATRIX_FLAGS) and cap not in ISA_CAPS_WITHOUT_BF16}
 
 
 def git_commit(directory: str | os.PathLike) -> dict | None:

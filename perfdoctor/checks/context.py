@@ -46,7 +46,10 @@ class KernelView:
 
     ``step`` is the index of the step window the kernel starts in (-1 outside
     all windows); ``launch_dur_us`` the duration of its launching runtime call
-    (NaN when the trace has none).
+    (NaN when the trace has none); ``launch_gap_us`` the host time from its
+    launch to the next kernel launch of the same device (NaN for the last one,
+    or without launch times): a kernel shorter than that gap finishes before
+    the host queues the next one.
     """
 
     name_id: np.ndarray
@@ -57,6 +60,7 @@ class KernelView:
     step: np.ndarray
     category: np.ndarray
     triton: np.ndarray
+    launch_gap_us: np.ndarray
 
     def __len__(self) -> int:
         return int(self.ts_us.size)
@@ -137,10 +141,12 @@ class RankContext:
         cat = np.array([c.category for c in classes], dtype=object)[inv] if classes else np.empty(0, object)
         tri = np.array([c.triton for c in classes], dtype=bool)[inv] if classes else np.empty(0, bool)
         ts = tab["ts_us"][m] if len(tab) else np.empty(0)
+        launch_dur = self._launch_durations(tab["correlation"][m]) if len(tab) else np.empty(0)
         view = KernelView(
             name_id=ids, ts_us=ts, dur_us=tab["dur_us"][m] if len(tab) else np.empty(0), launch_us=launch,
-            launch_dur_us=self._launch_durations(tab["correlation"][m]) if len(tab) else np.empty(0),
+            launch_dur_us=launch_dur,
             step=self.step_of(launch) if ts.size else np.empty(0, dtype=np.int64), category=cat, triton=tri,
+            launch_gap_us=_next_launch_gaps(np.where(np.isnan(launch_dur), np.nan, launch)),
         )
         self.cache["kernels"] = view
         return view
@@ -194,6 +200,17 @@ class RankContext:
         starts_inside = (k >= 0) & (gaps[0] < calls[1][np.maximum(k, 0)])
         charged = iv.union(gaps[0][starts_inside], gaps[1][starts_inside])
         return iv.per_window(iv.union_of(charged, iv.intersect(gaps, calls)), ws, we)
+
+
+def _next_launch_gaps(launch_us: np.ndarray) -> np.ndarray:
+    """Per kernel: µs from its launch to the next later launch (NaN for the last or unknown launches)."""
+    out = np.full(launch_us.size, np.nan)
+    known = np.flatnonzero(~np.isnan(launch_us))
+    if known.size < 2:
+        return out
+    order = known[np.argsort(launch_us[known], kind="stable")]
+    out[order[:-1]] = np.diff(launch_us[order])
+    return out
 
 
 class JobContext:

@@ -1,11 +1,15 @@
-"""PD103 host-launch-bound: the device waits for the host to launch work, and kernels are
-shorter than the calls that launch them.
+"""PD103 host-launch-bound: the device waits for the host to launch work, and kernels
+finish sooner than the host launches the next one.
 
 Idle time comes from the breakdown's ``host_launch_bound`` cause (the host is
 busy in ops or runtime calls but has queued nothing), minus the idle inside
 ``Optimizer.step`` (PD205's). A kernel is *short* when it runs for less time
-than its launch call (``cudaLaunchKernel``) takes on the host: the host cannot
-keep such a stream of kernels queued.
+than the host takes from its launch to the next kernel launch (the launch
+call itself plus the Python, dispatcher and op overhead in between): a
+stream of such kernels drains the queue faster than the host fills it.
+Comparing with the launch call alone (``cudaLaunchKernel``, ~5–10 µs) misses
+the common case where the op overhead between launches dominates (A100 DDP
+trace: median kernel 16 µs, launch call 10 µs, but 172 µs between launches).
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ CODE = "PD103"
 METRICS = {
     "launch_idle_us": "mean µs per step the device idles while the host is busy (outside Optimizer.step)",
     "launch_idle_pct": "launch_idle_us as % of the mean step time",
-    "short_kernel_share": "fraction of kernels shorter than their launch call",
+    "short_kernel_share": "fraction of kernels shorter than the host time from their launch to the next launch",
     "kernels_per_step": "kernels per step",
 }
 
@@ -33,8 +37,8 @@ def check(ctx: RankContext) -> Outcome:
     opt_idle = iv.per_window(iv.intersect(ctx.device_gaps(), host.named(ctx.tables, host.OPTIMIZER_STEP)), ws, we)
     idle = np.maximum(launch_idle - opt_idle, 0.0)
     k = ctx.kernels()
-    known = (k.step >= 0) & ~np.isnan(k.launch_dur_us)
-    short = known & (k.dur_us < k.launch_dur_us)
+    known = (k.step >= 0) & ~np.isnan(k.launch_gap_us)
+    short = known & (k.dur_us < k.launch_gap_us)
     share = float(short.sum() / known.sum()) if known.any() else 0.0
     saving = float(idle.mean())
     metrics = {"launch_idle_us": saving, "launch_idle_pct": pct(saving, ctx.step_us), "short_kernel_share": share,
@@ -45,7 +49,9 @@ def check(ctx: RankContext) -> Outcome:
     ev = Evidence(values={
         "launch_idle_ms": saving / 1000, "launch_idle_pct": metrics["launch_idle_pct"],
         "short_kernel_pct": 100 * share, "kernels_per_step": metrics["kernels_per_step"],
-        "median_kernel_us": float(np.median(k.dur_us[known])), "median_launch_us": float(np.median(k.launch_dur_us[known]))},
+        "median_kernel_us": float(np.median(k.dur_us[known])),
+        "median_launch_gap_us": float(np.median(k.launch_gap_us[known])),
+        "median_launch_us": float(np.median(k.launch_dur_us[known]))},
         steps=steps_over(idle, ctx.per_step(lambda s: s.dur_us), ctx.th["min_saving_pct"], ctx.step_numbers))
     method = "mean device idle per step while the host is busy launching (breakdown 'host_launch_bound'), outside Optimizer.step"
     return Outcome(metrics=metrics, hit=Hit(evidence=ev, estimate=Estimate(saving, ctx.step_us, method)))

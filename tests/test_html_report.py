@@ -228,3 +228,18 @@ def test_run_timeline_marks_warmup_steady_state_and_phase_change():
     assert "phase change at step 23: median 15.00 ms after" in section
     assert section.count('class="dot"') == len(times)
     assert "first 3 step(s) were warm-up" in html
+
+
+def test_band_labels_of_a_short_warmup_stack_instead_of_overlapping():
+    import re
+
+    from perfdoctor.render import svg
+
+    out = svg.step_line(list(range(60)), [1.0] * 60, "ms", "t",
+                        bands=[svg.Band(0, 3, "warm-up (3 steps)", "warmup"), svg.Band(3, 59, "steady state", "steady")])
+    ys = dict((label, int(y)) for y, label in re.findall(r'<text x="[^"]*" y="(\d+)" class="ax">(warm-up[^<]*|steady state)', out))
+    assert ys["steady state"] == ys["warm-up (3 steps)"] + 12
+    wide = svg.step_line(list(range(60)), [1.0] * 60, "ms", "t",
+                         bands=[svg.Band(0, 30, "warm-up (30 steps)", "warmup"), svg.Band(30, 59, "steady state", "steady")])
+    ys = dict((label, int(y)) for y, label in re.findall(r'<text x="[^"]*" y="(\d+)" class="ax">(warm-up[^<]*|steady state)', wide))
+    assert ys["steady state"] == ys["warm-up (30 steps)"]

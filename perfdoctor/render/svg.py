@@ -144,6 +144,9 @@ def stacked_bars(labels: list[str], series: list[Series], unit: str, title: str,
     return "\n".join(out)
 
 
+LABEL_CHAR_PX = 6.2  # width of one character of an axis label (11 px sans-serif), for stacking labels
+
+
 @dataclass
 class Band:
     """A shaded x range on a line chart (warm-up, steady state, a phase)."""
@@ -177,11 +180,15 @@ def step_line(xs: list[float], ys: list[float], unit: str, title: str, x_label: 
 
     out = _open(width, height, title)
     band_fill = {"warmup": "#F4D6A0", "steady": "#CDEBC9", "band": "#E3E8F4"}
+    label_ends: list[float] = []  # right end of the last label on each text row (labels of narrow bands stack)
     for b in bands or []:
         x0, x1 = px(max(b.x0, x_lo)), px(min(b.x1, x_hi))
         out.append(f'<rect x="{_f(x0)}" y="{top}" width="{_f(max(x1 - x0, 1.0))}" height="{plot_h}" '
                    f'fill="{band_fill.get(b.key, "#E3E8F4")}" opacity="0.6"><title>{_t(b.label)}</title></rect>')
-        out.append(f'<text x="{_f(x0 + 3)}" y="{top + 11}" class="ax">{_t(b.label)}</text>')
+        row = next((i for i, end in enumerate(label_ends) if x0 + 3 > end + 6), len(label_ends))
+        end = x0 + 3 + LABEL_CHAR_PX * len(b.label)
+        label_ends[row:row + 1] = [end]
+        out.append(f'<text x="{_f(x0 + 3)}" y="{top + 11 + 12 * row}" class="ax">{_t(b.label)}</text>')
     for tv in ticks:
         out.append(f'<line x1="{left}" x2="{width - right}" y1="{_f(py(tv))}" y2="{_f(py(tv))}" class="grid"/>')
         out.append(f'<text x="{left - 4}" y="{_f(py(tv) + 4)}" class="ax" text-anchor="end">{_t(fmt_num(tv))}</text>')

@@ -201,3 +201,13 @@ def test_rules_and_rule_commands(capsys):
     out = capsys.readouterr().out
     assert "num_workers" in out and "min_saving_pct" in out and "PD101.dataloader_wait_us" in out
     assert main(["rule", "nope"]) == 2
+
+
+def test_rules_listing_reads_on_a_narrow_terminal(capsys):
+    assert main(["rules", "--width", "80"]) == 0
+    out = capsys.readouterr().out
+    assert "PD101  dataloader-starvation  (high, input-pipeline)" in out
+    assert max(len(line.rstrip()) for line in out.splitlines()) <= 80 and "│" not in out
+    assert main(["rules", "--width", "150"]) == 0
+    wide = capsys.readouterr().out
+    assert "category" in wide and "PD101" in wide

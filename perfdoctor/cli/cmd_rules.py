@@ -19,8 +19,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     import orjson
+    from rich import box
     from rich.console import Console
+    from rich.markup import escape
+    from rich.padding import Padding
     from rich.table import Table
+    from rich.text import Text
 
     from perfdoctor.checks import config, engine
     from perfdoctor.checks.catalogue import load_catalogue
@@ -35,14 +39,25 @@ def run(args: argparse.Namespace) -> int:
         rows = [{**r.to_dict(), "implemented": r.code in implemented or r.when is not None} for r in rules]
         sys.stdout.buffer.write(orjson.dumps(rows, option=orjson.OPT_INDENT_2) + b"\n")
         return 0
-    table = Table(title=f"perfdoctor rules ({len(rules)})", title_justify="left")
-    for col in ("code", "name", "category", "severity", "detects"):
-        table.add_column(col, overflow="fold")
+    console = Console(width=args.width) if args.width else Console()
+    rows = []
     for r in rules:
         note = "" if (r.code in implemented or r.when is not None) else " (no check yet)"
         user = "" if r.builtin else " [user]"
-        table.add_row(r.code, r.name + user, r.category, r.severity, r.summary.split(". ")[0].rstrip(".") + note)
-    console = Console(width=args.width) if args.width else Console()
+        rows.append((r.code, r.name + user, r.category, r.severity, r.summary.split(". ")[0].rstrip(".") + note))
+    if console.width < 120:  # a narrow terminal: one block per rule, the summary wrapped under its name
+        console.print(f"perfdoctor rules ({len(rules)})\n", markup=False)
+        for code, name, category, severity, detects in rows:
+            console.print(f"[bold]{code}[/bold]  {escape(name)}  [dim]({severity}, {category})[/dim]")
+            console.print(Padding(Text(detects), (0, 0, 1, 7)))
+        console.print("`perfdoctor rule CODE` explains one rule.", markup=False)
+        return 0
+    table = Table(title=f"perfdoctor rules ({len(rules)})", title_justify="left", box=box.SIMPLE_HEAD)
+    for col in ("code", "name", "category", "severity"):
+        table.add_column(col, no_wrap=True)
+    table.add_column("detects", ratio=1)
+    for row in rows:
+        table.add_row(*row)
     console.print(table)
     console.print("`perfdoctor rule CODE` explains one rule.")
     return 0

@@ -243,3 +243,13 @@ def test_band_labels_of_a_short_warmup_stack_instead_of_overlapping():
                          bands=[svg.Band(0, 30, "warm-up (30 steps)", "warmup"), svg.Band(30, 59, "steady state", "steady")])
     ys = dict((label, int(y)) for y, label in re.findall(r'<text x="[^"]*" y="(\d+)" class="ax">(warm-up[^<]*|steady state)', wide))
     assert ys["steady state"] == ys["warm-up (30 steps)"]
+
+
+def test_evidence_leaves_out_what_the_title_already_says():
+    from perfdoctor.render import view
+
+    f = view.finding({"code": "PD202", "message": "492 separate elementwise ops per step",
+                      "evidence": {"what": "ops", "ranks": [0], "elementwise_ms": 17.7, "events": []}})
+    assert [k for k, _ in f["evidence"]] == ["elementwise"]
+    multi = view.finding({"code": "PD303", "message": "rank 3 is slow", "evidence": {"ranks": [0, 3]}})
+    assert [k for k, _ in multi["evidence"]] == ["ranks"]

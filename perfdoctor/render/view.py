@@ -154,11 +154,21 @@ def evidence_value(name: str, value: Any) -> str:
     return f"{value:,}"
 
 
-def _evidence(ev: Any) -> tuple[list[tuple[str, str]], list[dict[str, str]]]:
+def _shown(key: str, value: Any, title: str) -> bool:
+    """Whether an evidence entry adds to the finding's title: words the message already says (``what``:
+    "ops", a ``reason``) and the rank list of a single-rank report are left out."""
+    if key == "events":
+        return False
+    if key == "ranks":
+        return isinstance(value, list) and len(value) > 1
+    return not (isinstance(value, str) and value and value in title)
+
+
+def _evidence(ev: Any, title: str = "") -> tuple[list[tuple[str, str]], list[dict[str, str]]]:
     """Evidence as (name, value text) pairs plus the involved events (each a dict of texts)."""
     if not isinstance(ev, dict):
         return ([("evidence", str(ev))] if ev else []), []
-    pairs = [(_unitless(str(k)), evidence_value(str(k), v)) for k, v in ev.items() if k != "events"]
+    pairs = [(_unitless(str(k)), evidence_value(str(k), v)) for k, v in ev.items() if _shown(str(k), v, title)]
     events = [{_unitless(str(k)): evidence_value(str(k), v) for k, v in e.items()} for e in ev.get("events") or []
               if isinstance(e, dict)]
     return pairs, events
@@ -174,7 +184,7 @@ def _unitless(name: str) -> str:
 
 def finding(f: dict[str, Any], order: int = 0) -> dict[str, Any]:
     """One finding dict (see perfdoctor/findings.py) prepared for display: texts, saving, evidence, snippets."""
-    pairs, events = _evidence(f.get("evidence"))
+    pairs, events = _evidence(f.get("evidence"), str(f.get("message") or ""))
     saving = f.get("saving_us_per_step")
     method = f.get("saving_method") or ""
     estimated = bool(method) or bool(saving)

@@ -367,7 +367,7 @@ def run_section(run: Any) -> dict[str, Any]:
 
 def build(paths: list[str], step_marker: str | None = None, on_progress: Callable[[int], None] | None = None,
           rule_options: Any = None, model_flops_per_step: float | None = None,
-          flops_source: str = "flop_counter") -> BuiltReport:
+          flops_source: str = "flop_counter", without_traces: str | None = None) -> BuiltReport:
     """The whole chain: paths → tables → analyses → findings → report dict.
 
     ``paths`` may name trace files, directories of per-rank traces, or a
@@ -375,7 +375,11 @@ def build(paths: list[str], step_marker: str | None = None, on_progress: Callabl
     FLOPs from FlopCounterMode, tokens, environment) then feeds MFU, the
     checks and the report's ``run`` section. ``rule_options`` is a
     :class:`perfdoctor.checks.config.RuleOptions` (default: ``[tool.perfdoctor]``
-    of the working directory's pyproject.toml).
+    of the working directory's pyproject.toml). A run directory without a
+    trace (the run stopped before its profiled window), or with
+    ``without_traces`` set (the reason its traces are not read, e.g. they
+    failed to load), gives a run-only report: no ranks, the trace checks
+    skipped, the run's step series, throughput and run checks kept.
 
     Raises:
         PerfDoctorError: bad input file, run directory or rule selection.
@@ -387,22 +391,20 @@ def build(paths: list[str], step_marker: str | None = None, on_progress: Callabl
     opts = rule_options if rule_options is not None else config.resolve()
     catalogue, codes = engine.prepare(opts)
     run = None
+    no_trace = None  # why a run directory has no trace (the run stopped before its profiled window)
     trace_paths: list[str] = []
     for p in paths:
         if is_run_dir(p):
             if run is not None:
                 raise PerfDoctorError(f"{p}: only one run directory per report")
             run = load_run_dir(p)
-            if not run.traces:
-                done = run.run.get("steps_completed")
-                windows = [w for r in run.run.get("ranks") or [] for w in r.get("windows") or []]
-                where = (f" (profiled window at steps {windows[0]['first_step']}–{windows[0]['last_step']})"
-                         if windows else "")
-                raise PerfDoctorError(
-                    f"{p}: the run stopped after {done} steps, before a profiled window completed{where}, so there is "
-                    f"no trace to analyse; its step series is in {p}/steps.csv and its summary in {p}/report.json "
-                    "(profile again with a smaller --wait)")
-            trace_paths.extend(str(t) for t in run.traces)
+            if without_traces:
+                no_trace = (f"{p}: the run's traces were not analysed ({without_traces}); this report covers the "
+                            "run's step series and throughput only")
+            elif not run.traces:
+                no_trace = _no_trace_reason(p, run)
+            else:
+                trace_paths.extend(str(t) for t in run.traces)
         else:
             trace_paths.append(p)
     if run is not None and model_flops_per_step is None and run.run.get("flops_per_step"):
@@ -411,11 +413,25 @@ def build(paths: list[str], step_marker: str | None = None, on_progress: Callabl
                              flops_source=flops_source, measured_roofs=_measured_cpu_roofs(run),
                              step_time_s_by_rank=_steady_step_times(run))
     analysis.run = run
+    if no_trace:
+        analysis.warnings.append(no_trace)
+        analysis.extras["no_trace"] = no_trace
     results = engine.run_checks(analysis, catalogue, codes)
     analysis.extras.update(results.to_report())
     if run is not None:
         analysis.extras["run"] = run_section(run)
     return BuiltReport(report_dict(analysis), analysis, results)
+
+
+def _no_trace_reason(path: str, run: Any) -> str:
+    """Why the run directory ``path`` has no trace, and what the report then covers."""
+    done = run.run.get("steps_completed")
+    windows = [w for r in run.run.get("ranks") or [] for w in r.get("windows") or []]
+    where = (f" (profiled window at steps {windows[0]['first_step']}–{windows[0]['last_step']})"
+             if windows else "")
+    return (f"{path}: the run stopped after {done} steps, before its profiled window completed{where}: there is no "
+            "trace, so this report covers the run's step series and throughput only (profile again with fewer "
+            "--steps or a smaller --wait to get a trace)")
 
 
 def build_report(paths: list[str], run_dir: str | None = None, partial: bool = False, **kwargs: Any) -> dict[str, Any]:

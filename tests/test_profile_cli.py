@@ -176,3 +176,32 @@ def test_ctrl_c_mid_run_exits_130_with_partial_outputs(tmp_path):
     assert proc.returncode == 130
     run = json.loads((out / "run.json").read_text())
     assert run["partial"] is True and run["stop_reason"] == "interrupted (Ctrl-C)"
+
+
+def test_crash_before_the_profiled_window_gives_a_run_only_report(tmp_path):
+    script = tmp_path / "crash.py"
+    script.write_text(
+        "import torch\n"
+        "m = torch.nn.Linear(64, 64); opt = torch.optim.SGD(m.parameters(), lr=0.01)\n"
+        "for step in range(1000):\n"
+        "    loss = m(torch.randn(16, 64)).pow(2).mean(); opt.zero_grad(); loss.backward(); opt.step()\n"
+        "    if step == 30:\n"
+        "        raise RuntimeError('boom at step 30')\n")
+    out = tmp_path / "run"
+    proc = perfdoctor("profile", str(script), "--steps", "500", "--out", str(out), cwd=tmp_path)
+    assert proc.returncode == 1, proc.stderr
+    assert "boom at step 30" in proc.stderr and "no trace to analyse" in proc.stderr
+    run = json.loads((out / "run.json").read_text())
+    assert run["steps_completed"] == 31 and run["report"]["kind"] == "html-run-only"
+    html = (out / "report.html").read_text()
+    assert "PARTIAL RUN" in html and "boom at step 30" in html and "before its profiled window completed" in html
+    # `perfdoctor report` on the run directory: the run's numbers, the trace checks skipped, exit 0
+    rep = perfdoctor("report", str(out), "--format", "json", cwd=tmp_path)
+    assert rep.returncode == 0, rep.stderr
+    doc = json.loads(rep.stdout)
+    assert doc["ranks"] == [] and doc["findings"] == [] and "no_trace" in doc
+    reasons = {s["code"]: s["reason"] for s in doc["skipped_checks"]}
+    assert reasons["PD101"].startswith("no trace") and reasons["PD303"].startswith("no trace")
+    assert doc["run"]["steps_completed"] == 31 and doc["run"]["steady_state"]["n_steps"] == 31
+    md = perfdoctor("report", str(out), "--format", "md", cwd=tmp_path)
+    assert md.returncode == 0 and "| trace | **none** |" in md.stdout

@@ -256,6 +256,12 @@ def run_checks(analysis: Any, cat: Catalogue, selected: list[str]) -> CheckResul
                 res.skipped.append({"code": code, "name": spec.name, "reason": "no check is implemented for this rule yet"})
             continue
         sub = CheckResults()
+        needs_trace = spec.scope != "job" or any(q != "run" for q in spec.requires)
+        if needs_trace and not rank_ctx:
+            if report:
+                reason = analysis.extras.get("no_trace") and "no trace: the run stopped before its profiled window"
+                res.skipped.append({"code": code, "name": spec.name, "reason": reason or "no trace to analyse"})
+            continue
         if spec.scope == "job":
             outcomes = [(None, _run_job(mod, spec, analysis, rank_ctx))]
         else:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from dataclasses import asdict
 from pathlib import Path
 
 from perfdoctor.capture.rundir import write_json
@@ -107,50 +106,27 @@ def run(args: argparse.Namespace) -> int:
 
 
 def make_report(run_dir: Path) -> dict:
-    """Write the report for ``run_dir``; returns ``{"path", "findings", "kind"}``.
+    """Write ``report.html`` for ``run_dir``; returns ``{"path", "findings", "kind"}``.
 
-    The report pipeline (traces + run data -> checks -> ``report.html``) when
-    the run has a trace; otherwise (no completed profiler window) ``report.json``
-    from the run data alone, and ``run.json`` says which was written and why.
+    The report pipeline (traces + run data -> checks -> HTML). Without a
+    trace (no completed profiler window), or when the trace cannot be
+    analysed, the report covers the run data alone (step series, throughput,
+    run checks) and says why; ``run.json`` records which report was written.
     """
-    data = load_run_dir(run_dir)
-    if not data.traces:
-        return _fallback_report(run_dir, "no completed profiler window: no trace to analyse")
     from perfdoctor import pipeline
     from perfdoctor.render.formats import render_bytes
 
+    data = load_run_dir(run_dir)
     try:
         report = pipeline.build_report([], run_dir=str(run_dir), partial=data.partial)
     except PerfDoctorError as exc:  # e.g. a trace the reader rejects: keep the run data's report
-        return _fallback_report(run_dir, f"trace analysis failed: {exc.message}")
-    report.setdefault("run", data.report_section())
+        report = pipeline.build_report([], run_dir=str(run_dir), partial=data.partial,
+                                       without_traces=f"trace analysis failed: {exc.message}")
     path = run_dir / "report.html"
     path.write_bytes(render_bytes(report, "html"))
-    _note_report(run_dir, {"kind": "html", "path": path.name})
-    return {"path": path, "findings": report.get("findings", []), "kind": "html"}
-
-
-def _fallback_report(run_dir: Path, why: str) -> dict:
-    data = load_run_dir(run_dir)
-    ss = data.steady_state
-    findings = []
-    if ss is not None and ss.window_neighbor_ratio is not None and abs(ss.window_neighbor_ratio - 1) > 0.10:
-        findings.append({"code": "PD601", "name": "transient-measurement",
-                         "message": f"steps around the profiled window ran at {ss.window_neighbor_ratio:.2f}x "
-                                    "the steady-state median"})
-    if ss is not None and (ss.phase_change or ss.trend_detected):
-        what = (f"{len(ss.phases)} phases: " + ", ".join(
-            f"steps {p.start_step}-{p.end_step - 1} at {p.median_s * 1e3:.1f} ms" for p in ss.phases)
-            if ss.phase_change else f"step time grows by {ss.trend_us_per_step:.1f} µs per step")
-        findings.append({"code": "PD602", "name": "step-time-phase-change", "message": what})
-    report = {"kind": "fallback", "why": why, "partial": data.partial, "run": data.run,
-              "steady_state": None if ss is None else {**asdict(ss), "phase_change": ss.phase_change},
-              "throughput": data.throughput(), "findings": findings,
-              "traces": [p.name for p in data.traces]}
-    path = run_dir / "report.json"
-    write_json(path, report)
-    _note_report(run_dir, {"kind": "fallback-json", "path": path.name, "why": why})
-    return {"path": path, "findings": findings, "kind": "fallback"}
+    kind = "html" if report["ranks"] else "html-run-only"
+    _note_report(run_dir, {"kind": kind, "path": path.name, **({"why": report["no_trace"]} if "no_trace" in report else {})})
+    return {"path": path, "findings": report.get("findings", []), "kind": kind, "why": report.get("no_trace")}
 
 
 def _note_report(run_dir: Path, info: dict) -> None:
@@ -163,6 +139,8 @@ def _note_report(run_dir: Path, info: dict) -> None:
 
 
 def _print_summary(report: dict, result: RunResult) -> None:
+    if report.get("why"):
+        print(f"perfdoctor: no trace to analyse: {report['why']}", file=sys.stderr)
     findings = report.get("findings") or []
     for f in findings[:5]:
         code = f.get("code", "") if isinstance(f, dict) else getattr(f, "code", "")

@@ -104,7 +104,8 @@ def render_markdown(report: dict[str, Any]) -> str:
     out += _table(["", "value", "detail"], [[esc(a), f"**{esc(b)}**", esc(c)] for a, b, c in view.summary_facts(report)])
     out.append("")
     out += _findings(report)
-    out += _breakdown(view.summary_rank(report))
+    main = view.summary_rank(report)
+    out += _breakdown(main) if main else ["## Where the time goes", "", esc(report.get("no_trace") or "no trace"), ""]
     if len(report["ranks"]) > 1:
         out += _ranks(report)
     warnings = list(report.get("warnings") or [])

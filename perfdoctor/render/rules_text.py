@@ -74,6 +74,11 @@ def findings_renderables(report: dict[str, Any]) -> list[Any]:
     skipped = report.get("skipped_checks") or []
     if skipped:
         out.append(Text(f"Skipped checks ({len(skipped)}):", style="bold"))
+        by_reason: dict[str, list[dict]] = {}
         for s in skipped:
-            out.append(Text(f"  {s['code']} {s['name']}: {s['reason']}", style="dim"))
+            by_reason.setdefault(s["reason"], []).append(s)
+        for reason, group in by_reason.items():  # checks sharing one reason: one line, their codes listed
+            who = (f"{group[0]['code']} {group[0]['name']}" if len(group) == 1
+                   else ", ".join(s["code"] for s in group))
+            out.append(Text(f"  {who}: {reason}", style="dim"))
     return out

@@ -62,6 +62,17 @@ def _rank_header(rank: dict[str, Any], dev: dict[str, Any]) -> Text:
     return Text("\n".join(lines))
 
 
+def _print_run_only(report: dict[str, Any], console: Console) -> None:
+    """The summary of a report without a trace: the run's steady-state step time and throughput."""
+    from perfdoctor.render.view import summary_facts
+
+    for label, value, detail in summary_facts(report):
+        if label in ("PARTIAL RUN", "trace"):
+            continue
+        console.print(Text.assemble((f"{label}: ", "bold"), value, (f"  ({detail})" if detail else "", "dim")))
+    console.print()
+
+
 def render_terminal(report: dict[str, Any], console: Console, err_console: Console | None = None) -> None:
     """Print the human summary of a report to ``console``; warnings about the input go to
     ``err_console`` (stderr in the CLI) when given."""
@@ -69,6 +80,8 @@ def render_terminal(report: dict[str, Any], console: Console, err_console: Conso
     if run.get("partial") or report.get("partial"):
         console.print(Text(f"PARTIAL RUN: {run.get('stop_reason') or 'the run did not complete'} "
                            f"({run.get('steps_completed')} steps ran)", style="bold yellow"))
+    if not report["ranks"]:
+        _print_run_only(report, console)
     for rank in report["ranks"]:
         dev = next(d for d in rank["devices"] if d["device"] == rank["primary_device"])
         console.print(Group(_rank_header(rank, dev), breakdown_table(rank, dev)))

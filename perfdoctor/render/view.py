@@ -247,8 +247,11 @@ def _device_summary(report: dict[str, Any]) -> str:
     return ", ".join(parts) + (f" across {len(report['ranks'])} ranks" if len(report["ranks"]) > 1 else "")
 
 
-def summary_rank(report: dict[str, Any]) -> dict[str, Any]:
-    """The rank the summary describes: the slowest rank (by median step time) of a multi-rank report."""
+def summary_rank(report: dict[str, Any]) -> dict[str, Any] | None:
+    """The rank the summary describes: the slowest rank (by median step time) of a multi-rank report;
+    None for a run-only report (a ``perfdoctor profile`` run that stopped before its profiled window)."""
+    if not report["ranks"]:
+        return None
     summ = report.get("summary") or {}
     slow = summ.get("slowest_rank")
     return next((r for r in report["ranks"] if r["rank"] == slow), report["ranks"][0])
@@ -279,6 +282,8 @@ def _mfu_text(rank: dict[str, Any]) -> tuple[str, str] | None:
 def summary_facts(report: dict[str, Any]) -> list[tuple[str, str, str]]:
     """(label, value, detail) rows of the report's summary, in the order the issue lists them."""
     rank = summary_rank(report)
+    if rank is None:
+        return _run_only_facts(report)
     dev = primary(rank)
     multi = len(report["ranks"]) > 1
     who = f" (rank {rank['rank']}, the slowest)" if multi else ""
@@ -313,6 +318,23 @@ def summary_facts(report: dict[str, Any]) -> list[tuple[str, str, str]]:
     mfu = _mfu_text(rank)
     if mfu:
         facts.append(("MFU" + who, mfu[0], mfu[1]))
+    return facts
+
+
+def _run_only_facts(report: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """Summary rows of a report with no trace: what the run's step series (``report["run"]``) says."""
+    run = report.get("run") or {}
+    facts = []
+    if run.get("partial") or report.get("partial"):
+        facts.append(("PARTIAL RUN", str(run.get("stop_reason") or "the run did not complete"),
+                      f"{run.get('steps_completed')} steps ran; everything recorded until then is analysed"))
+    facts.append(("trace", "none", str(report.get("no_trace") or "no trace to analyse")))
+    ss = run.get("steady_state") or {}
+    if ss.get("median_s"):
+        facts.append(("median step time (steady state)", ms(ss["median_s"] * 1e6),
+                      f"p10–p90 {ms(ss['p10_s'] * 1e6)} – {ms(ss['p90_s'] * 1e6)}; {ss.get('n_steps')} steps ran, "
+                      f"the first {ss.get('warmup_steps')} were warm-up and are left out"))
+    facts.extend(throughput_facts(report))
     return facts
 
 

@@ -337,13 +337,16 @@ def run_section(run: Any) -> dict[str, Any]:
 
     ss = run.steady_state
     steps = {k: [None if (isinstance(x, float) and x != x) else x for x in v.tolist()]
-             for k, v in run.steps.items() if k in ("step", "duration_s", "tokens", "samples", "profiler_phase")}
+             for k, v in run.steps.items()
+             if k in ("step", "duration_s", "train_s", "eval_s", "checkpoint_s", "tokens", "samples", "profiler_phase")}
     throughput = {}
     for key, v in run.throughput().items():
         unit = "tokens" if "tokens" in key else "samples"
         if key.startswith("train"):
             num = f"{v[unit]:,.0f} {unit} in the {v['steps']} steady-state steps (warm-up and profiled steps excluded)"
             den = f"{v['seconds']:.3f} s, the sum of those steps' times"
+            if v.get("excluded_s"):
+                den += f" less {v['excluded_s']:.3f} s of evaluation and checkpoint saving inside them"
         else:
             num = f"{v[unit]:,.0f} {unit} in all {v['steps']} steps"
             den = f"{v['seconds']:.3f} s of wall time (script start to stop: includes set-up, evaluation, compilation)"
@@ -362,7 +365,20 @@ def run_section(run: Any) -> dict[str, Any]:
         "steady_state": None if ss is None else {**asdict(ss), "phase_change": ss.phase_change,
                                                  "steady_start_step": ss.steady_start_step},
         "throughput": throughput,
+        "non_training": _non_training(run.steps),
     }
+
+
+def _non_training(steps: dict[str, Any]) -> dict[str, Any]:
+    """Evaluation and checkpoint time found inside training steps (s), and in how many steps."""
+    import numpy as np
+
+    out = {}
+    for key in ("eval_s", "checkpoint_s"):
+        v = np.nan_to_num(np.asarray(steps.get(key, []), dtype=float))
+        out[key] = float(v.sum())
+        out[key.replace("_s", "_steps")] = int((v > 0).sum())
+    return out
 
 
 def build(paths: list[str], step_marker: str | None = None, on_progress: Callable[[int], None] | None = None,

@@ -25,10 +25,12 @@ class RunData:
     """A run directory's contents.
 
     ``steps``: column -> array for rank 0 (``start_s``/``duration_s`` in seconds,
-    counts and bytes as float with NaN = not measured, ``profiler_phase`` as str).
+    counts and bytes as float with NaN = not measured, ``profiler_phase`` as str),
+    plus the derived ``train_s`` = ``duration_s`` − ``eval_s`` − ``checkpoint_s`` (the
+    train-only step time: evaluation and ``torch.save`` inside a step left out).
     ``rank_steps``: the same for every rank that wrote a steps file.
     ``steady_state``: :func:`perfdoctor.analysis.steady_state.analyze` of rank 0's
-    durations with profiler/FLOPs steps excluded (None without steps).
+    train-only step times with profiler/FLOPs steps excluded (None without steps).
     """
 
     path: Path
@@ -62,6 +64,7 @@ class RunData:
             "path": str(self.path),
             "steps": {"step": self.steps["step"].astype(int).tolist(),
                       "duration_s": self.steps["duration_s"].tolist(),
+                      "train_s": self.steps["train_s"].tolist(),
                       "profiler_phase": self.steps["profiler_phase"].tolist()},
             "steady_state": steady,
             "throughput": self.throughput(),
@@ -92,6 +95,15 @@ def read_steps_csv(path: Path) -> dict[str, np.ndarray]:
             cols[name] = np.array([v or "none" for v in values], dtype=object)
         else:
             cols[name] = np.array([float(v) if v != "" else np.nan for v in values], dtype=float)
+    return with_train_time(cols)
+
+
+def with_train_time(cols: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Add ``train_s`` (s) = duration − evaluation − checkpoint time of each step (files written before
+    those columns existed: NaN → 0, so ``train_s`` = ``duration_s``)."""
+    d = cols["duration_s"]
+    other = np.nan_to_num(cols.get("eval_s", np.zeros_like(d))) + np.nan_to_num(cols.get("checkpoint_s", np.zeros_like(d)))
+    cols["train_s"] = np.maximum(d - other, 0.0)
     return cols
 
 
@@ -118,12 +130,13 @@ def load_run_dir(path: str | Path) -> RunData:
 
 
 def read_empty() -> dict[str, np.ndarray]:
-    return {name: np.array([], dtype=object if name == "profiler_phase" else float) for name in STEP_FIELDS}
+    return with_train_time({name: np.array([], dtype=object if name == "profiler_phase" else float)
+                            for name in STEP_FIELDS})
 
 
 def steady_state_of(steps: dict[str, np.ndarray]) -> SteadyState | None:
-    """Steady state of a steps table; profiler warm-up/active and FLOPs steps excluded."""
-    d = steps["duration_s"]
+    """Steady state of a steps table's train-only times; profiler warm-up/active and FLOPs steps excluded."""
+    d = steps["train_s"] if "train_s" in steps else steps["duration_s"]
     if d.size == 0:
         return None
     phase = steps["profiler_phase"]
@@ -133,7 +146,7 @@ def steady_state_of(steps: dict[str, np.ndarray]) -> SteadyState | None:
 def throughput(steps: dict[str, np.ndarray], ss: SteadyState | None, wall_s: float | None) -> dict:
     """See :meth:`RunData.throughput`; a rate is None when its numerator is unknown."""
     out: dict = {}
-    d = steps["duration_s"]
+    d = steps["train_s"] if "train_s" in steps else steps["duration_s"]
     if d.size == 0:
         return out
     idx = np.arange(d.size)
@@ -144,8 +157,10 @@ def throughput(steps: dict[str, np.ndarray], ss: SteadyState | None, wall_s: flo
             continue
         num = float(np.nansum(c[steady]))
         den = float(d[steady].sum())
+        excluded = float((steps["duration_s"][steady] - d[steady]).sum())
         out[f"train_{unit}_per_s"] = {"value": num / den if den > 0 else None,
-                                      f"{unit}": num, "seconds": den, "steps": int(steady.sum())}
+                                      f"{unit}": num, "seconds": den, "steps": int(steady.sum()),
+                                      "excluded_s": excluded}
         if wall_s:
             total = float(np.nansum(c))
             out[f"wall_{unit}_per_s"] = {"value": total / wall_s, f"{unit}": total,

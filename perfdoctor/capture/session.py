@@ -22,6 +22,7 @@ import torch
 from perfdoctor.capture import hooks
 from perfdoctor.capture.batch_probe import BatchProbe
 from perfdoctor.capture.flops import FlopMeter
+from perfdoctor.capture.non_training import NonTrainingClock
 from perfdoctor.capture.rundir import rank_json_name, steps_csv_name, trace_name, write_json
 from perfdoctor.capture.schedule import ProfileConfig, Schedule
 from perfdoctor.capture.step_log import StepLog, write_tensorboard
@@ -72,6 +73,7 @@ class Session:
         self._restore_guard: Callable[[], None] | None = None
         self.t0_s = time.perf_counter()
         self.timer = StepTimer(self.t0_s, self.log)
+        self.non_training = NonTrainingClock()
         self.flops_step = 1 if cfg.measure_flops and self.schedule.phase(1) == "none" else None
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -88,6 +90,7 @@ class Session:
         hooks.uninstall()  # a forked child inherits its parent's counter
         hooks.install(counter)
         self.probe.attach()
+        self.non_training.install()
         if self.cfg.trace:
             self._restore_guard = _guard_other_profilers()
             if self._window_starts(0):
@@ -138,7 +141,8 @@ class Session:
         phase = "flops" if k == self.flops_step else self.schedule.phase(k)
         if k == 0 and torch.cuda.is_available() and torch.cuda.is_initialized():
             self.timer.cuda = True
-        self.timer.end_step(self.probe.first_forward_s, tokens, samples, phase)
+        eval_s, checkpoint_s = self.non_training.take_step()
+        self.timer.end_step(self.probe.first_forward_s, tokens, samples, phase, eval_s, checkpoint_s)
         if self.flops_step is not None and k == self.flops_step - 1:
             self.meter.start()
         elif self.flops_step is not None and k == self.flops_step:
@@ -192,6 +196,7 @@ class Session:
             self.meter.flops, self.meter.error = None, "run stopped during the FLOPs step"
         hooks.uninstall()
         self.probe.detach()
+        self.non_training.uninstall()
         self.timer.finish()
         self.log.close()
         records = self.log.records
@@ -208,7 +213,8 @@ class Session:
             "param_dtypes": sorted(self.probe.param_dtypes), "autocast": sorted(self.probe.autocast),
             "tokens_per_step": _most_common([r.tokens for r in records]),
             "samples_per_step": _most_common([r.samples for r in records]),
-            "train_s": sum(r.duration_s for r in records),
+            "train_s": sum(max(r.duration_s - r.eval_s - r.checkpoint_s, 0.0) for r in records),
+            "eval_s": sum(r.eval_s for r in records), "checkpoint_s": sum(r.checkpoint_s for r in records),
             # the intra-op pool as the script left it (it may call torch.set_num_threads after start-up)
             "torch_threads": torch.get_num_threads(),
             "wall_s": time.perf_counter() - self.t0_s,

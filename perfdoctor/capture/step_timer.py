@@ -24,7 +24,7 @@ import torch
 STEP_FIELDS = (
     "step", "start_s", "duration_s", "tokens", "samples", "rss_bytes",
     "cuda_allocated_bytes", "cuda_reserved_bytes", "cuda_malloc_count", "cuda_alloc_retries",
-    "profiler_phase",
+    "profiler_phase", "eval_s", "checkpoint_s",
 )
 
 
@@ -43,6 +43,8 @@ class StepRecord:
     cuda_malloc_count: int | None = None
     cuda_alloc_retries: int | None = None
     profiler_phase: str = "none"  # none | flops | warmup | active
+    eval_s: float = 0.0  # host seconds of evaluation inside the step (perfdoctor.capture.non_training)
+    checkpoint_s: float = 0.0  # host seconds inside torch.save in the step
 
     def row(self) -> list:
         return [getattr(self, f) for f in STEP_FIELDS]
@@ -101,12 +103,13 @@ class StepTimer:
         self.steps_done = 0
 
     def end_step(self, first_start_s: float | None, tokens: int | None, samples: int | None,
-                 phase: str) -> None:
-        """Close the current step. ``first_start_s``: perf_counter() at the first forward."""
+                 phase: str, eval_s: float = 0.0, checkpoint_s: float = 0.0) -> None:
+        """Close the current step. ``first_start_s``: perf_counter() at the first forward;
+        ``eval_s``/``checkpoint_s``: host seconds of evaluation / torch.save inside the step."""
         now = time.perf_counter()
         start = self._prev_end_s if self._prev_end_s is not None else (first_start_s or now)
         rec = StepRecord(self.steps_done, start - self.t0_s, now - start, tokens, samples,
-                         rss_bytes(), profiler_phase=phase)
+                         rss_bytes(), profiler_phase=phase, eval_s=eval_s, checkpoint_s=checkpoint_s)
         self._prev_end_s = now
         self.steps_done += 1
         if not self.cuda:

@@ -49,7 +49,7 @@ def _robust_sigma(run: object, start: int) -> float:
     import numpy as np
 
     steps = getattr(run, "steps", None) or {}
-    d, phase = steps.get("duration_s"), steps.get("profiler_phase")
+    d, phase = steps.get("train_s", steps.get("duration_s")), steps.get("profiler_phase")
     if d is None or len(d) == 0:
         return 0.0
     idx = np.arange(len(d))

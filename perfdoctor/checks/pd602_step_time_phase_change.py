@@ -69,7 +69,7 @@ def _level_change(run: object, min_segment: int = 10) -> tuple[int, float, float
     """(step, median before s, median after s) when one jump fits the unprofiled steady steps
     better than a straight line (sum of absolute residuals at most 60% of the line's), else None."""
     steps = getattr(run, "steps", None) or {}
-    d, phase = steps.get("duration_s"), steps.get("profiler_phase")
+    d, phase = steps.get("train_s", steps.get("duration_s")), steps.get("profiler_phase")
     if d is None or len(d) < 2 * min_segment:
         return None
     keep = np.isfinite(d) & ((phase == "none") if phase is not None else True)

@@ -97,7 +97,8 @@ def _run_series(run: dict[str, Any]) -> tuple[list[float], list[float]]:
     """(step numbers, step times in ms) of the whole run, whatever unit the run data used."""
     series = run.get("steps") or {}
     ys = None
-    for key, scale in (("step_time_ms", 1.0), ("step_time_us", 1e-3), ("duration_s", 1e3), ("step_time_s", 1e3)):
+    for key, scale in (("train_s", 1e3), ("step_time_ms", 1.0), ("step_time_us", 1e-3), ("duration_s", 1e3),
+                       ("step_time_s", 1e3)):
         if series.get(key) is not None:
             ys = [float(v) * scale for v in series[key]]
             break
@@ -122,7 +123,10 @@ def _run_chart(run: dict[str, Any]) -> Markup | None:
         bands.append(svg.Band(xs[min(start, len(xs) - 1)], xs[-1], "steady state", "steady"))
     marks = [(xs[min(p["start_step"], len(xs) - 1)], f"phase change at step {p['start_step']}: median "
               f"{p.get('median_s', 0) * 1000:,.2f} ms after") for p in phases[1:]]
-    return Markup(svg.step_line(xs, ys, "ms", "Step time over the whole run (perfdoctor profile)",
+    nt = run.get("non_training") or {}
+    title = ("Train-only step time over the whole run (evaluation and checkpoint saving left out)"
+             if nt.get("eval_s") or nt.get("checkpoint_s") else "Step time over the whole run (perfdoctor profile)")
+    return Markup(svg.step_line(xs, ys, "ms", title,
                                 bands=bands, marks=marks))
 
 

@@ -352,11 +352,19 @@ def _skipped_steps(report: dict[str, Any], rank: dict[str, Any]) -> str:
 
 
 def throughput_facts(report: dict[str, Any]) -> list[tuple[str, str, str]]:
-    """Throughput rows from ``report["run"]["throughput"]`` (written by ``perfdoctor profile``)."""
+    """Throughput rows from ``report["run"]["throughput"]`` (written by ``perfdoctor profile``), then the
+    evaluation / checkpoint time found inside training steps, when there was any."""
     tp = (report.get("run") or {}).get("throughput")
     if not isinstance(tp, dict):
         return []
     out = []
+    nt = (report.get("run") or {}).get("non_training") or {}
+    if nt.get("eval_s") or nt.get("checkpoint_s"):
+        out.append(("not training, inside steps", f"{nt.get('eval_s', 0) + nt.get('checkpoint_s', 0):,.2f} s",
+                    f"evaluation {nt.get('eval_s', 0):,.2f} s in {nt.get('eval_steps', 0)} step(s) (model.eval() to "
+                    f"model.train()), checkpoint saving {nt.get('checkpoint_s', 0):,.2f} s in "
+                    f"{nt.get('checkpoint_steps', 0)} step(s) (torch.save); left out of train-only step times, "
+                    "steady state and train throughput"))
     for key, v in tp.items():
         if isinstance(v, dict):
             val = _first(v, "value", "per_s")

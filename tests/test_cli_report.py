@@ -56,3 +56,37 @@ def test_terminal_summary_on_real_trace():
 def test_missing_file_is_one_line(tmp_path):
     r = run("report", str(tmp_path / "nope.json"))
     assert r.returncode == 2 and "Traceback" not in r.stderr and "no such file" in r.stderr
+
+
+def test_unwritable_output_and_full_disk_are_one_line_errors(tmp_path):
+    t = small_trace(tmp_path)
+    for target in ("/proc/perfdoctor_report.html", "/sys/perfdoctor_report.json"):
+        r = run("report", t, "-o", target)
+        assert r.returncode == 2 and "Traceback" not in r.stderr
+        assert f"{target}: cannot write the report" in r.stderr
+    with open("/dev/full", "w") as full:
+        r = subprocess.run([sys.executable, "-m", "perfdoctor", "report", t], stdout=full, stderr=subprocess.PIPE,
+                           text=True)
+    assert r.returncode == 2 and "No space left on device" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_closed_pipe_is_a_quiet_exit_0(tmp_path):
+    t = small_trace(tmp_path)
+    for extra in ([], ["--format", "md"]):
+        p = subprocess.Popen([sys.executable, "-m", "perfdoctor", "report", t, *extra], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE)
+        p.stdout.read(5)
+        p.stdout.close()  # `perfdoctor report X | head -c 5`
+        err = p.stderr.read().decode()
+        assert p.wait() == 0 and "Traceback" not in err and "Broken pipe" not in err
+
+
+def test_bad_model_flags_are_one_line_errors(tmp_path):
+    t = small_trace(tmp_path)
+    base = ["--params", "1e9", "--layers", "2", "--seq-len", "16"]
+    cases = [(["--heads", "0", "--d-model", "0", "--tokens-per-step", "1"], "all sizes must be positive"),
+             (["--heads", "7", "--d-model", "512", "--tokens-per-step", "1"], "d_model 512 is not divisible by n_heads 7"),
+             (["--heads", "8", "--d-model", "512", "--tokens-per-step", "-1"], "--tokens-per-step must be positive")]
+    for extra, msg in cases:
+        r = run("report", t, *base, *extra)
+        assert r.returncode == 2 and msg in r.stderr and "Traceback" not in r.stderr, r.stderr

@@ -205,3 +205,9 @@ def test_crash_before_the_profiled_window_gives_a_run_only_report(tmp_path):
     assert doc["run"]["steps_completed"] == 31 and doc["run"]["steady_state"]["n_steps"] == 31
     md = perfdoctor("report", str(out), "--format", "md", cwd=tmp_path)
     assert md.returncode == 0 and "| trace | **none** |" in md.stdout
+
+
+def test_non_positive_batch_flags_are_refused(tmp_path):
+    for flag, value in (("--tokens-per-step", "-1"), ("--samples-per-step", "0")):
+        r = perfdoctor("profile", MLP, flag, value, "--steps", "5", "--out", str(tmp_path / "r"), cwd=tmp_path)
+        assert r.returncode == 2 and "must be positive" in r.stderr and not (tmp_path / "r").exists()

@@ -61,5 +61,12 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("perfdoctor: interrupted", file=sys.stderr)
         return 130
-    except BrokenPipeError:
+    except BrokenPipeError:  # the reader of our stdout went away (`perfdoctor report X | head`)
+        from perfdoctor.cli.console import silence_stdout
+
+        silence_stdout()
         return 0
+    except OSError as exc:  # the environment, not the input: a full disk, a file we may not write
+        where = f"{exc.filename}: " if exc.filename else ""
+        print(f"perfdoctor: error: {where}{exc.strerror or exc}", file=sys.stderr)
+        return 2

@@ -81,6 +81,10 @@ def _split_script_args(args: argparse.Namespace) -> tuple[str, list[str], bool]:
 
 def run(args: argparse.Namespace) -> int:
     target, script_args, module = _split_script_args(args)
+    for flag in ("tokens_per_step", "samples_per_step"):
+        value = getattr(args, flag, None)
+        if value is not None and value <= 0:
+            raise PerfDoctorError(f"profile: --{flag.replace('_', '-')} must be positive (got {value})")
     cfg = ProfileConfig(steps=args.steps, wait=args.wait, warmup=args.warmup, active=args.active,
                         repeat=args.repeat, tokens_per_step=args.tokens_per_step,
                         samples_per_step=args.samples_per_step, measure_flops=not args.no_flops)

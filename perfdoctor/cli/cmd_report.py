@@ -48,7 +48,8 @@ def model_flops_per_step(args: argparse.Namespace) -> float | None:
     """Model FLOP per step from the transformer flags, None when none is given.
 
     Raises:
-        PerfDoctorError: only some of the flags were given.
+        PerfDoctorError: only some of the flags were given, or a size is not positive, or --d-model is not
+            divisible by --heads.
     """
     given = {f: getattr(args, f, None) for f in _MODEL_FLAGS}
     if all(v is None for v in given.values()):
@@ -58,7 +59,12 @@ def model_flops_per_step(args: argparse.Namespace) -> float | None:
         raise PerfDoctorError(f"the transformer FLOPs estimate also needs {', '.join(missing)}")
     from perfdoctor.analysis.mfu import transformer_flops_per_token
 
-    per_token = transformer_flops_per_token(args.params, args.layers, args.heads, args.d_model, args.seq_len)
+    if args.tokens_per_step <= 0:
+        raise PerfDoctorError(f"--tokens-per-step must be positive (got {args.tokens_per_step:g})")
+    try:
+        per_token = transformer_flops_per_token(args.params, args.layers, args.heads, args.d_model, args.seq_len)
+    except ValueError as exc:
+        raise PerfDoctorError(f"the transformer FLOPs estimate: {exc}") from None
     return per_token * args.tokens_per_step
 
 
@@ -72,6 +78,25 @@ def _check_output(path: str, inputs: list[str], force: bool) -> None:
     parent = os.path.dirname(out) or "."
     if not os.path.isdir(parent):
         raise PerfDoctorError(f"{path}: directory {parent} does not exist")
+
+
+def _write_report(path: str, data: bytes) -> None:
+    """Write ``data`` to ``path`` through a temporary file, so a failed write leaves no half report.
+
+    Raises:
+        PerfDoctorError: the file cannot be written (permissions, a full disk, a read-only file system).
+    """
+    tmp = path + ".tmp"
+    try:
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+        os.replace(tmp, path)
+    except OSError as exc:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise PerfDoctorError(f"{path}: cannot write the report ({exc.strerror or exc})") from None
 
 
 PROGRESS_MIN_BYTES = 8 << 20  # inputs smaller than this load too fast for a progress bar
@@ -107,6 +132,7 @@ def _analyze(args: argparse.Namespace, err: Console, opts: object) -> BuiltRepor
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
+    from perfdoctor.cli.console import stdout_console
     from perfdoctor.render.formats import format_for, render_bytes
     from perfdoctor.render.terminal import render_terminal
 
@@ -124,12 +150,8 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.buffer.write(render_bytes(report, args.format))
         sys.stdout.flush()
     else:
-        render_terminal(report, Console(width=args.width) if args.width else Console(), err)
+        render_terminal(report, stdout_console(args.width), err)
     if args.output:
-        data = render_bytes(report, out_format)
-        tmp = args.output + ".tmp"
-        with open(tmp, "wb") as fh:
-            fh.write(data)
-        os.replace(tmp, args.output)
+        _write_report(args.output, render_bytes(report, out_format))
         err.print(f"report written to {args.output}")
     return engine.exit_code(built.checks, opts.fail_on)

@@ -22,6 +22,8 @@ def run(args: argparse.Namespace) -> int:
     import orjson
     from rich.console import Console
 
+    from perfdoctor.cli.console import stdout_console
+
     from perfdoctor.checks import config, engine
     from perfdoctor.checks.catalogue import load_catalogue
     from perfdoctor.render.rules_text import rule_text
@@ -36,6 +38,6 @@ def run(args: argparse.Namespace) -> int:
     if args.format == "json":
         sys.stdout.buffer.write(orjson.dumps({**spec.to_dict(), "metrics": metrics}, option=orjson.OPT_INDENT_2) + b"\n")
         return 0
-    console = Console(width=args.width) if args.width else Console()
+    console = stdout_console(args.width)
     console.print(rule_text(spec, metrics, implemented=mod is not None or spec.when is not None))
     return 0

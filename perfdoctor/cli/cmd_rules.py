@@ -21,6 +21,8 @@ def run(args: argparse.Namespace) -> int:
     import orjson
     from rich import box
     from rich.console import Console
+
+    from perfdoctor.cli.console import stdout_console
     from rich.markup import escape
     from rich.padding import Padding
     from rich.table import Table
@@ -39,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
         rows = [{**r.to_dict(), "implemented": r.code in implemented or r.when is not None} for r in rules]
         sys.stdout.buffer.write(orjson.dumps(rows, option=orjson.OPT_INDENT_2) + b"\n")
         return 0
-    console = Console(width=args.width) if args.width else Console()
+    console = stdout_console(args.width)
     rows = []
     for r in rules:
         note = "" if (r.code in implemented or r.when is not None) else " (no check yet)"

@@ -1,0 +1,32 @@
+"""The rich Console that commands print their results to (stdout)."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from rich.console import Console
+
+
+def silence_stdout() -> None:
+    """Point stdout at /dev/null: the reader closed the pipe (``perfdoctor report X | head``), so the
+    interpreter's final flush must not fail again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+
+
+def stdout_console(width: int | None = None) -> Console:
+    """A Console on stdout whose broken pipe raises ``BrokenPipeError`` (the CLI's ``main`` turns it into a
+    quiet exit 0) instead of rich's default ``SystemExit(1)``, which would read as "a finding at or above
+    --fail-on"."""
+    console = Console(width=width) if width else Console()
+
+    def on_broken_pipe() -> None:
+        silence_stdout()
+        raise BrokenPipeError
+
+    console.on_broken_pipe = on_broken_pipe
+    return console

@@ -25,6 +25,10 @@ HAVE_PROFILE = importlib.util.find_spec("perfdoctor.capture.runner") is not None
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(not HAVE_PROFILE, reason="`perfdoctor profile` (perfdoctor.capture.runner) not available")]
 _CACHE: dict[str, tuple] = {}
+# One intra-op thread per process: with two OpenMP threads on two cores, any other busy process makes every
+# parallel region wait for a descheduled thread (seen: 0.3 ms steps at 78 ms), and the timing comparisons
+# below measure the neighbour, not the fix. The DDP runs then use one core per rank.
+ONE_THREAD = {"OMP_NUM_THREADS": "1"}
 
 
 def profile(tmp_root: Path, name: str, flags: list[str], steps: int = 30, env: dict | None = None):
@@ -36,7 +40,7 @@ def profile(tmp_root: Path, name: str, flags: list[str], steps: int = 30, env: d
     cmd = [sys.executable, "-m", "perfdoctor", "profile", str(REPO / "examples" / "mlp.py"), "--steps", str(steps),
            "--out", str(out), "--no-report", "--", *flags]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=tmp_root,
-                          env={**os.environ, **(env or {})})
+                          env={**os.environ, **ONE_THREAD, **(env or {})})
     assert proc.returncode == 0, proc.stderr[-3000:]
     from perfdoctor.capture.run_data import load_run_dir
 

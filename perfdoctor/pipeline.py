@@ -173,8 +173,12 @@ def add_efficiency(analysis: Analysis, model_flops_per_step: float | None = None
             step_s = run_step_s
         on_gpu = bool(r.tables.has_device_activity)
         op_sum = r.roofline.total_flops / len(r.steps) if r.roofline is not None else None
+        # the device's mean busy time per step ÷ the step time used: the most of a step it could compute in
+        busy = min(float(np.mean([s.busy_us for s in r.primary.steps])) / 1e6 / step_s, 1.0)
         if model_flops_per_step is not None:
-            r.mfu = compute_mfu(model_flops_per_step, step_s, roofs, dtype, flops_source, on_gpu, op_sum)
+            r.mfu = compute_mfu(model_flops_per_step, step_s, roofs, dtype, flops_source, on_gpu, op_sum,
+                                busy_fraction=busy,
+                                hardware_flops_complete=r.roofline is not None and not _op_sum_unusable(r.roofline))
             if run_step_s:
                 r.mfu.note = ("step time = median of the run's steady-state steps outside the profiled window "
                               "(no profiler overhead); " + r.mfu.note).rstrip("; ")

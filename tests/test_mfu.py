@@ -101,3 +101,24 @@ def test_mfu_above_one_is_never_reported():
     r = compute_mfu(7.65e9, 0.0737, bogus, "fp32", "flop_counter", on_gpu=False, hardware_flops=8.4e9)
     assert r.mfu is None and r.hfu is None and "exceeds" in r.note
     assert r.achieved_flops_per_s == 7.65e9 / 0.0737  # the achieved rate itself is still right
+
+
+def test_model_flops_that_cannot_fit_the_trace_give_no_mfu():
+    from perfdoctor.analysis.roofline import Roofs
+
+    roofs = Roofs("H100", {"bf16": 989.5e12}, 3.35e12, "spec: test")
+    # 16.6% MFU on a device busy 7% of the step: it would have had to run at 237% of its peak while busy
+    r = compute_mfu(0.166 * 989.5e12 * 4.43e-3, 4.43e-3, roofs, "bf16", "transformer_formula", True,
+                    hardware_flops=8.2e9, busy_fraction=0.07)
+    assert r.mfu is None and r.hfu is None and "busy only 7.0% of the step" in r.note and "237%" in r.note
+    # model FLOPs 10x the op-level FLOPs of a fully costed trace: the inputs describe another run
+    r = compute_mfu(8.2e10, 1.0, roofs, "bf16", "transformer_formula", True, hardware_flops=8.2e9,
+                    busy_fraction=0.9, hardware_flops_complete=True)
+    assert r.mfu is None and "10.0x the FLOPs of the ops" in r.note
+    # consistent inputs: reported (MFU 5% on a device busy 60% of the step)
+    r = compute_mfu(0.05 * 989.5e12, 1.0, roofs, "bf16", "transformer_formula", True, hardware_flops=0.06 * 989.5e12,
+                    busy_fraction=0.6, hardware_flops_complete=True)
+    assert r.mfu == pytest.approx(0.05) and r.hfu == pytest.approx(0.06) and r.note == ""
+    # above a datasheet peak: the FLOP count is blamed, not the datasheet
+    r = compute_mfu(2e15, 1.0, roofs, "bf16", "transformer_formula", True)
+    assert r.mfu is None and "FLOP count (transformer_formula) is too high" in r.note and "calibrate" not in r.note

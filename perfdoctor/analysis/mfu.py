@@ -161,9 +161,20 @@ class MfuResult:
         return asdict(self)
 
 
+# model FLOPs above this multiple of the op-level (hardware) FLOP count, with the ops well covered, cannot both
+# describe one trace: the model FLOP inputs (tokens per step, sizes) do not match it
+MAX_MODEL_OVER_HARDWARE = 2.0
+
+
 def compute_mfu(model_flops: float, step_time_s: float, roofs: Roofs | None, dtype: str | None,
-                flops_source: str, on_gpu: bool, hardware_flops: float | None = None) -> MfuResult:
+                flops_source: str, on_gpu: bool, hardware_flops: float | None = None,
+                busy_fraction: float | None = None, hardware_flops_complete: bool = False) -> MfuResult:
     """MFU (and HFU when ``hardware_flops`` differs) of one rank.
+
+    Two consistency checks keep an impossible MFU out of the report (``mfu`` None, the reason in ``note``):
+    the device can only do FLOPs while busy, so MFU ≤ ``busy_fraction`` (busy time ÷ step time); and model
+    FLOPs (no recomputation) cannot exceed the op-level FLOPs actually run by more than
+    :data:`MAX_MODEL_OVER_HARDWARE` when ``hardware_flops_complete`` (almost all op time was costed).
 
     Args:
         model_flops: model FLOP per step on this rank.
@@ -172,6 +183,8 @@ def compute_mfu(model_flops: float, step_time_s: float, roofs: Roofs | None, dty
         dtype: GEMM math dtype (:func:`gemm_dtype`); its peak is the denominator.
         flops_source / on_gpu: recorded in the result.
         hardware_flops: op-level FLOP per step including recomputation, if known.
+        busy_fraction: device (CPU trace: host-op) busy time ÷ step time, 0–1, if known.
+        hardware_flops_complete: ``hardware_flops`` covers almost all op time (see ``MAX_UNCOSTED_SHARE``).
     """
     achieved = achieved_flops_per_s(model_flops, step_time_s)
     peak = roofs.peak(dtype) if roofs else None
@@ -185,12 +198,33 @@ def compute_mfu(model_flops: float, step_time_s: float, roofs: Roofs | None, dty
         hfu = achieved_flops_per_s(hardware_flops, step_time_s) / peak
     if peak and max(achieved / peak, hfu or 0.0) > 1.0:
         # more FLOP/s than the peak is impossible: the peak (or the FLOP count) is wrong, so no ratio is shown
+        blame = ("that peak is too low (re-run `perfdoctor calibrate` on an idle machine, without --quick)"
+                 if roofs is not None and roofs.kind == "measured" else
+                 f"a datasheet peak cannot be beaten, so the FLOP count ({flops_source}) is too high for this trace")
         note = (f"achieved {max(achieved, (hfu or 0) * peak) / 1e12:.3g} TFLOP/s exceeds the {peak / 1e12:.3g} TFLOP/s "
-                f"peak ({roofs.source if roofs else '?'}): that peak is too low (re-run `perfdoctor calibrate` on an "
-                "idle machine, without --quick); MFU not reported")
+                f"peak ({roofs.source if roofs else '?'}): {blame}; MFU not reported")
         peak, hfu = None, None
+    if peak and flops_source != "op_sum":
+        problem = _model_flops_mismatch(achieved / peak, model_flops, hardware_flops, busy_fraction,
+                                        hardware_flops_complete)
+        if problem:
+            note = f"MFU not reported: {problem}; check the model FLOP inputs ({flops_source})"
+            peak = None
     return MfuResult(model_flops, step_time_s, achieved, dtype, peak, achieved / peak if peak else None,
-                     hardware_flops, hfu, flops_source, roofs.source if roofs else None, on_gpu, note)
+                     hardware_flops, hfu if peak else None, flops_source, roofs.source if roofs else None, on_gpu, note)
+
+
+def _model_flops_mismatch(mfu_value: float, model_flops: float, hardware_flops: float | None,
+                          busy_fraction: float | None, hardware_complete: bool) -> str:
+    """Why model FLOPs of ``model_flops`` per step cannot describe this trace ("" when they can)."""
+    if busy_fraction is not None and mfu_value > busy_fraction * 1.05 + 0.005:
+        return (f"the model FLOPs per step would be an MFU of {mfu_value:.1%} on a device busy only "
+                f"{busy_fraction:.1%} of the step (it would have to run at {mfu_value / max(busy_fraction, 1e-9):.0%} "
+                "of its peak while busy)")
+    if hardware_complete and hardware_flops and model_flops > MAX_MODEL_OVER_HARDWARE * hardware_flops:
+        return (f"the model FLOPs per step ({model_flops:.3g}) are {model_flops / hardware_flops:.1f}x the FLOPs of the "
+                f"ops the trace ran ({hardware_flops:.3g})")
+    return ""
 
 
 def roofs_for_trace(tables: Any, measured: Roofs | None = None, prefer: str = "spec") -> Roofs | None:

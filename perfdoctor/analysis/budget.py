@@ -12,6 +12,9 @@ Sources:
   tensor/sequence parallelism: Korthikanti et al., "Reducing Activation Recomputation
   in Large Transformer Models" (2022), §4.1, eq. (1); with FlashAttention the a·s²
   scores are not stored, leaving 34·s·b·h.
+- GPU memory capacity: the datasheet figure in :mod:`perfdoctor.analysis.hardware`
+  (decimal GB, as printed). It is an upper bound: the CUDA context, the allocator's
+  cache and fragmentation take some of it, so "fits" is necessary, not sufficient.
 
 All sizes decimal (1 GB = 1e9 B). Every function is exact; callers round.
 """
@@ -19,12 +22,13 @@ All sizes decimal (1 GB = 1e9 B). Every function is exact; callers round.
 from __future__ import annotations
 
 import math
-
-from dataclasses import asdict, dataclass
+import re
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
-TOKENS_PER_PARAM = 20.0
+TOKENS_PER_PARAM = 20.0  # Chinchilla (Hoffmann et al. 2022, Table 3)
 MODEL_STATE_BYTES_PER_PARAM = 16.0
+PEAK_RTOL = 0.005  # a report's peak within 0.5% of the plan's is the same datasheet figure (rounding in the JSON)
 
 
 @dataclass
@@ -32,7 +36,11 @@ class Budget:
     """``tokens``; ``total_flops`` FLOP; ``hours`` h; ``model_state_bytes_ddp`` and
     ``model_state_bytes_sharded`` bytes per GPU; ``activation_bytes`` per GPU (None
     without the shape arguments); ``dtype`` the GEMM dtype whose dense peak
-    ``peak_flops_per_s`` (FLOP/s) is."""
+    ``peak_flops_per_s`` (FLOP/s) is; ``tokens_source`` says whether ``tokens_per_param``
+    is Chinchilla's 20 or the user's; ``gpu_memory_bytes`` the GPU's capacity (None when
+    not given), ``fits`` maps each per-GPU memory figure (``model_state_ddp``,
+    ``model_state_sharded``, ``activations``, ``total_ddp``, ``total_sharded``) to whether
+    it is at most that capacity; ``warnings`` one line each (e.g. nothing fits)."""
 
     n_params: float
     n_gpus: int
@@ -49,6 +57,11 @@ class Budget:
     activation_bytes: float | None
     activation_formula: str | None
     dtype: str = "bf16"
+    tokens_per_param: float = TOKENS_PER_PARAM
+    tokens_source: str = "Chinchilla, Hoffmann et al. 2022"
+    gpu_memory_bytes: float | None = None
+    fits: dict[str, bool] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -73,27 +86,68 @@ def activation_bytes(seq_len: int, micro_batch: int, d_model: int, n_layers: int
     return n_layers * per_layer
 
 
-def plan(n_params: float, n_gpus: int, gpu: str, peak_flops_per_s: float, mfu: float, mfu_source: str = "--mfu",
-         tokens_per_param: float = TOKENS_PER_PARAM, seq_len: int | None = None, micro_batch: int | None = None,
-         d_model: int | None = None, n_layers: int | None = None, n_heads: int | None = None,
-         dtype: str = "bf16") -> Budget:
-    """A compute-optimal training budget (``peak_flops_per_s``: dense peak at ``dtype``, FLOP/s).
+def tokens_source(tokens_per_param: float) -> str:
+    """Where the tokens-per-parameter ratio comes from: Chinchilla's 20 (Hoffmann et al.
+    2022, Table 3) only for exactly that ratio; any other value is the user's."""
+    return "Chinchilla, Hoffmann et al. 2022" if tokens_per_param == TOKENS_PER_PARAM else "user-given"
 
-    Raises:
-        ValueError: a NaN or infinite number, a non-positive size, or MFU outside (0, 1].
-    """
-    numbers = {"params": n_params, "gpus": n_gpus, "peak": peak_flops_per_s, "MFU": mfu,
-               "tokens-per-param": tokens_per_param, "seq-len": seq_len, "micro-batch": micro_batch,
-               "d-model": d_model, "layers": n_layers, "heads": n_heads}
+
+def memory_fit(per_gpu_bytes: dict[str, float | None], capacity_bytes: float) -> dict[str, bool]:
+    """Whether each per-GPU figure (bytes) is at most ``capacity_bytes``; None figures are left out."""
+    return {name: value <= capacity_bytes for name, value in per_gpu_bytes.items() if value is not None}
+
+
+def fit_warnings(state_sharded: float, act: float | None, fits: dict[str, bool], capacity_bytes: float) -> list[str]:
+    """One line when the run fits under neither DDP nor ZeRO-3/FSDP (bytes per GPU), naming what is too big."""
+    # ZeRO-3/FSDP never needs more per GPU than DDP, so when it does not fit nothing does
+    if fits.get("total_sharded" if "total_sharded" in fits else "model_state_sharded", True):
+        return []
+    gb = capacity_bytes / 1e9
+    why = []
+    if state_sharded > capacity_bytes:
+        why.append(f"model state alone needs {state_sharded / 1e9:.1f} GB/GPU even under ZeRO-3/FSDP "
+                   "(use more GPUs, or tensor/pipeline parallelism)")
+    if act is not None and act > capacity_bytes:
+        why.append(f"activations alone need {act / 1e9:.1f} GB/GPU (use a smaller micro-batch, recompute "
+                   "activations or shard the sequence)")
+    if not why:
+        why.append(f"ZeRO-3/FSDP model state plus activations need {(state_sharded + (act or 0)) / 1e9:.1f} GB/GPU "
+                   "(use a smaller micro-batch, recompute activations, or use more GPUs)")
+    return [f"nothing fits in {gb:g} GB per GPU: " + "; ".join(why)]
+
+
+def _check_plan_inputs(numbers: dict[str, float | None], mfu: float, d_model: int | None,
+                       n_heads: int | None) -> None:
+    """Raise ValueError for a NaN/infinite number, a non-positive size, MFU outside (0, 1]
+    or a head count that does not divide the model width."""
     for name, value in numbers.items():
         if value is not None and not math.isfinite(value):
             raise ValueError(f"{name} must be a finite number, got {value}")
-        if value is not None and name not in ("MFU", "params", "gpus", "peak", "tokens-per-param") and value <= 0:
+        if value is not None and value <= 0:
             raise ValueError(f"{name} must be positive, got {value}")
-    if n_params <= 0 or n_gpus <= 0 or peak_flops_per_s <= 0 or tokens_per_param <= 0:
-        raise ValueError("params, gpus, peak and tokens-per-param must be positive")
     if not 0 < mfu <= 1:
         raise ValueError(f"MFU must be in (0, 1], got {mfu}")
+    if d_model is not None and n_heads is not None and d_model % n_heads:
+        raise ValueError(f"heads ({n_heads}) must divide d-model ({d_model})")
+
+
+def plan(n_params: float, n_gpus: int, gpu: str, peak_flops_per_s: float, mfu: float, mfu_source: str = "--mfu",
+         tokens_per_param: float = TOKENS_PER_PARAM, seq_len: int | None = None, micro_batch: int | None = None,
+         d_model: int | None = None, n_layers: int | None = None, n_heads: int | None = None,
+         dtype: str = "bf16", gpu_memory_bytes: float | None = None) -> Budget:
+    """A compute-optimal training budget (``peak_flops_per_s``: dense peak at ``dtype``, FLOP/s;
+    ``gpu_memory_bytes``: the GPU's capacity, bytes, to mark what fits).
+
+    Raises:
+        ValueError: a NaN or infinite number, a non-positive size, MFU outside (0, 1], or
+            ``n_heads`` not dividing ``d_model``.
+    """
+    if not math.isfinite(mfu):
+        raise ValueError(f"MFU must be a finite number, got {mfu}")
+    _check_plan_inputs({"params": n_params, "gpus": n_gpus, "peak": peak_flops_per_s,
+                        "tokens-per-param": tokens_per_param, "seq-len": seq_len, "micro-batch": micro_batch,
+                        "d-model": d_model, "layers": n_layers, "heads": n_heads, "GPU memory": gpu_memory_bytes},
+                       mfu, d_model, n_heads)
     tokens = tokens_per_param * n_params
     flops = training_flops(n_params, tokens)
     secs = wall_clock_seconds(flops, n_gpus, peak_flops_per_s, mfu)
@@ -102,24 +156,115 @@ def plan(n_params: float, n_gpus: int, gpu: str, peak_flops_per_s: float, mfu: f
     if None not in (seq_len, micro_batch, d_model, n_layers):
         act = activation_bytes(seq_len, micro_batch, d_model, n_layers, n_heads)
         formula = ("L·s·b·h·(34 + 5·a·s/h)" if n_heads else "34·L·s·b·h (FlashAttention: scores not stored)")
+    fits: dict[str, bool] = {}
+    warnings: list[str] = []
+    if gpu_memory_bytes is not None:
+        per_gpu = {"model_state_ddp": state, "model_state_sharded": state / n_gpus, "activations": act,
+                   "total_ddp": None if act is None else state + act,
+                   "total_sharded": None if act is None else state / n_gpus + act}
+        fits = memory_fit(per_gpu, gpu_memory_bytes)
+        warnings = fit_warnings(state / n_gpus, act, fits, gpu_memory_bytes)
     return Budget(n_params, n_gpus, gpu, peak_flops_per_s, mfu, mfu_source, tokens, flops, secs, secs / 3600.0,
-                  state, state / n_gpus, act, formula, dtype)
+                  state, state / n_gpus, act, formula, dtype, tokens_per_param, tokens_source(tokens_per_param),
+                  gpu_memory_bytes, fits, warnings)
 
 
-def mfu_from_report(report: dict[str, Any], path: str) -> float:
-    """The MFU a perfdoctor JSON report measured: mean of ``report["ranks"][i]["mfu"]["mfu"]``.
+def _report_device_properties(entry: dict[str, Any]) -> dict[str, Any]:
+    """A report's ``device_properties`` entry (name, compute_capability "9.0", sm_count,
+    memory_bytes) back in Kineto's keys, for :func:`~perfdoctor.analysis.hardware.match_device`."""
+    props = {"name": entry.get("name"), "numSms": entry.get("sm_count"), "totalGlobalMem": entry.get("memory_bytes")}
+    cc = re.fullmatch(r"(\d+)\.(\d+)", str(entry.get("compute_capability") or ""))
+    if cc:
+        props["computeMajor"], props["computeMinor"] = int(cc.group(1)), int(cc.group(2))
+    return props
+
+
+def measured_on(rank: dict[str, Any]) -> tuple[str, str | None]:
+    """The device one report rank's MFU was measured on: (words for it, hardware-table key).
+
+    The key is None for a CPU (never a GPU) and for a GPU the table does not know. The GPU
+    is the first ``device_properties`` entry, as :func:`perfdoctor.analysis.mfu.roofs_for_trace`
+    chose it for the MFU's peak; a rank with ``mfu.on_gpu`` false is a CPU-only trace whose
+    peak came from ``perfdoctor calibrate`` (its ``peak_source`` names the CPU model).
+    """
+    from perfdoctor.analysis.hardware import match_device
+
+    mfu = rank.get("mfu") if isinstance(rank.get("mfu"), dict) else {}
+    props = [p for p in rank.get("device_properties") or [] if isinstance(p, dict)]
+    if mfu.get("on_gpu") is False or (mfu.get("on_gpu") is None and rank.get("primary_device") == -1):
+        cpu = re.search(r"\((.*)\) at ", str(mfu.get("peak_source") or ""))
+        return (f"a CPU ({cpu.group(1)})" if cpu else "a CPU"), None
+    if not props:
+        return "a device the report does not record (no ranks[i].device_properties)", None
+    spec = match_device(_report_device_properties(props[0]))
+    if spec is None:
+        return f"'{props[0].get('name')}', which is not in the hardware table", None
+    return spec.name, spec.key
+
+
+def _rank_mfu(rank: Any, path: str, where: str) -> float | None:
+    """``rank["mfu"]["mfu"]`` as a float, None when absent; PerfDoctorError when not in (0, 1]."""
+    from perfdoctor.errors import PerfDoctorError
+
+    value = (rank.get("mfu") or {}).get("mfu") if isinstance(rank, dict) else None
+    if value is None or isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    if not (math.isfinite(value) and 0 < value <= 1):
+        raise PerfDoctorError(f"{path}: {where}.mfu.mfu is {value}, not an MFU in (0, 1]")
+    return float(value)
+
+
+def _check_same_peak(rank: dict[str, Any], path: str, where: str, target: Any, dtype: str, peak: float) -> None:
+    """PerfDoctorError when the rank's MFU is relative to another dtype or another peak than the plan's."""
+    from perfdoctor.errors import PerfDoctorError
+
+    mfu = rank["mfu"]
+    if mfu.get("dtype") and mfu["dtype"] != dtype:
+        raise PerfDoctorError(f"{path}: {where}'s MFU is relative to the {mfu['dtype']} peak of {target.name}, "
+                              f"the plan uses its {dtype} peak; pass --dtype {mfu['dtype']} to plan at the measured precision, "
+                              "or give --mfu explicitly")
+    report_peak = mfu.get("peak_flops_per_s")
+    if isinstance(report_peak, (int, float)) and abs(report_peak - peak) > PEAK_RTOL * peak:
+        raise PerfDoctorError(f"{path}: {where}'s MFU is relative to a {report_peak / 1e12:.4g} TFLOP/s peak "
+                              f"({mfu.get('peak_source') or 'source not recorded'}), not the {peak / 1e12:.4g} "
+                              f"TFLOP/s {dtype} datasheet peak the plan uses; give --mfu explicitly")
+
+
+def mfu_from_report(report: Any, path: str, target: Any, dtype: str, peak_flops_per_s: float) -> float:
+    """The MFU a perfdoctor JSON report measured (mean of ``report["ranks"][i]["mfu"]["mfu"]``),
+    usable only for a plan on the same device at the same peak.
+
+    Args:
+        target: the plan's :class:`~perfdoctor.analysis.hardware.DeviceSpec`.
+        dtype / peak_flops_per_s: the plan's GEMM dtype and its dense peak, FLOP/s.
+
+    MFU is achieved FLOP/s ÷ one device's peak, so it says nothing about another device
+    (a CPU run's MFU is against a calibrated CPU peak; another GPU model has another
+    balance of compute, bandwidth and launch cost) or another dtype's peak.
 
     Raises:
-        PerfDoctorError: the key is missing or holds no number, naming the file and the key.
+        PerfDoctorError: the key is missing or holds no MFU; a rank's MFU was measured on
+            a device other than ``target`` (CPU, another or unknown GPU) or against another
+            dtype or peak. Each names the file, the device or peak, and says to pass --mfu.
     """
     from perfdoctor.errors import PerfDoctorError
 
-    values = []
     ranks = report.get("ranks") if isinstance(report, dict) else None
-    for rank in ranks if isinstance(ranks, list) else []:
-        value = (rank.get("mfu") or {}).get("mfu") if isinstance(rank, dict) else None
-        if isinstance(value, (int, float)) and value > 0:
-            values.append(float(value))
+    ranks = ranks if isinstance(ranks, list) else []
+    values = []
+    for i, rank in enumerate(ranks):
+        value = _rank_mfu(rank, path, f"ranks[{i}]")
+        if value is None:
+            continue
+        where = f"rank {rank.get('rank', i)}" if len(ranks) > 1 else "the run"
+        device, key = measured_on(rank)
+        if key != target.key:
+            raise PerfDoctorError(
+                f"{path}: {where}'s MFU ({value:.1%}) was measured on {device}, not on the target {target.name}; "
+                "an MFU does not carry over to another device: pass --mfu explicitly (a report can give it only "
+                f"when measured on {target.name})")
+        _check_same_peak(rank, path, where, target, dtype, peak_flops_per_s)
+        values.append(value)
     if not values:
         raise PerfDoctorError(f"{path}: no measured MFU in the report (missing key ranks[i].mfu.mfu)")
     return sum(values) / len(values)

@@ -22,7 +22,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     src = parser.add_mutually_exclusive_group()
     src.add_argument("--mfu", type=float, default=None, help="assumed MFU as a fraction (default 0.4)")
     src.add_argument("--from-report", metavar="REPORT_JSON", help="use the MFU a perfdoctor JSON report measured")
-    parser.add_argument("--tokens-per-param", type=float, default=20.0, help="tokens per parameter (Chinchilla: 20)")
+    parser.add_argument("--tokens-per-param", type=float, default=20.0,
+                        help="tokens per parameter (default 20: Chinchilla, Hoffmann et al. 2022)")
     parser.add_argument("--seq-len", type=int, help="sequence length (activation memory)")
     parser.add_argument("--micro-batch", type=int, help="micro-batch size per GPU (activation memory)")
     parser.add_argument("--d-model", type=int, help="hidden size (activation memory)")
@@ -31,7 +32,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print the budget as JSON")
 
 
-def _read_report(path: str) -> float:
+def _read_report(path: str, spec, dtype: str, peak: float) -> float:
+    """The report's MFU, refused unless measured on ``spec`` at ``dtype``'s peak (see mfu_from_report)."""
     from perfdoctor.analysis.budget import mfu_from_report
 
     try:
@@ -41,7 +43,7 @@ def _read_report(path: str) -> float:
         raise PerfDoctorError(f"{path}: cannot read report ({exc.strerror})") from None
     except ValueError:
         raise PerfDoctorError(f"{path}: not a JSON report") from None
-    return mfu_from_report(report, path)
+    return mfu_from_report(report, path, spec, dtype, peak)
 
 
 def _why(dtype: str, wanted: str | None) -> str:
@@ -59,12 +61,48 @@ def _si(value: float) -> str:
 NUMERIC = ("params", "gpus", "mfu", "tokens_per_param", "seq_len", "micro_batch", "d_model", "layers", "heads")
 
 
+SHAPE = ("seq_len", "micro_batch", "d_model", "layers")
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
 def _check_finite(args: argparse.Namespace) -> None:
     """Raise PerfDoctorError for a NaN or infinite numeric flag (argparse's float() accepts "nan" and "inf")."""
     for name in NUMERIC:
         value = getattr(args, name, None)
         if value is not None and not math.isfinite(value):
-            raise PerfDoctorError(f"--{name.replace('_', '-')}: must be a finite number, got {value}")
+            raise PerfDoctorError(f"{_flag(name)}: must be a finite number, got {value}")
+
+
+def _check_inputs(args: argparse.Namespace) -> None:
+    """Raise PerfDoctorError naming the flag for any input a plan cannot use: non-finite or
+    non-positive numbers, fewer than 1 GPU, MFU outside (0, 1], heads not dividing d-model, or
+    only part of the activation shape (activations need all of --seq-len --micro-batch
+    --d-model --layers; --heads only adds to them)."""
+    _check_finite(args)
+    if args.params <= 0:
+        raise PerfDoctorError(f"--params: must be a positive parameter count (e.g. 1.3e9), got {args.params:g}")
+    if args.gpus < 1:
+        raise PerfDoctorError(f"--gpus: must be at least 1, got {args.gpus}")
+    if args.mfu is not None and not 0 < args.mfu <= 1:
+        raise PerfDoctorError(f"--mfu: must be a fraction in (0, 1] (0.4 for 40%), got {args.mfu:g}")
+    if args.tokens_per_param <= 0:
+        raise PerfDoctorError(f"--tokens-per-param: must be positive, got {args.tokens_per_param:g}")
+    for name in (*SHAPE, "heads"):
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            raise PerfDoctorError(f"{_flag(name)}: must be at least 1, got {value}")
+    if args.heads is not None and args.d_model is not None and args.d_model % args.heads:
+        raise PerfDoctorError(f"--heads: {args.heads} heads do not divide --d-model {args.d_model} "
+                              f"({args.d_model} / {args.heads} = {args.d_model / args.heads:.4g}, "
+                              "not a whole head size)")
+    given = [n for n in (*SHAPE, "heads") if getattr(args, n) is not None]
+    missing = [_flag(n) for n in SHAPE if getattr(args, n) is None]
+    if given and missing:
+        raise PerfDoctorError(f"{', '.join(map(_flag, given))} given without {', '.join(missing)}: activation "
+                              "memory needs --seq-len, --micro-batch, --d-model and --layers together")
 
 
 def _dtype_and_peak(spec, wanted: str | None) -> tuple[str, float]:
@@ -87,20 +125,44 @@ def _dtype_and_peak(spec, wanted: str | None) -> tuple[str, float]:
     return dtype, spec.peak(dtype)
 
 
+def _fit(b, name: str) -> str:
+    """``"fits in 80 GB"`` or ``"does not fit in 80 GB"`` for one per-GPU memory figure of ``b``."""
+    return f"{'fits' if b.fits[name] else 'does not fit'} in {b.gpu_memory_bytes / 1e9:g} GB"
+
+
+def _memory_lines(b, spec, peak_source: str) -> list[str]:
+    """Terminal lines for GPU memory, model state, activations and their totals, each marked fits or not."""
+    mem_src = spec.source_of("memory")
+    lines = [f"GPU memory    {b.gpu_memory_bytes / 1e9:g} GB per GPU"
+             + ("" if mem_src == peak_source else f" ({mem_src})"),
+             (f"model state   {b.model_state_bytes_ddp / 1e9:.1f} GB/GPU under DDP ({_fit(b, 'model_state_ddp')}), "
+              f"{b.model_state_bytes_sharded / 1e9:.1f} GB/GPU under ZeRO-3/FSDP ({_fit(b, 'model_state_sharded')}); "
+              "16 B/param, mixed-precision Adam")]
+    if b.activation_bytes is None:
+        lines.append("activations   not estimated (give --seq-len --micro-batch --d-model --layers)")
+        return lines
+    lines.append(f"activations   {b.activation_bytes / 1e9:.1f} GB/GPU per micro-batch ({_fit(b, 'activations')}); "
+                 f"{b.activation_formula}")
+    lines.append(f"total         {(b.model_state_bytes_ddp + b.activation_bytes) / 1e9:.1f} GB/GPU under DDP "
+                 f"({_fit(b, 'total_ddp')}), {(b.model_state_bytes_sharded + b.activation_bytes) / 1e9:.1f} GB/GPU "
+                 f"under ZeRO-3/FSDP ({_fit(b, 'total_sharded')})")
+    return lines
+
+
 def run(args: argparse.Namespace) -> int:
     from perfdoctor.analysis.budget import plan
     from perfdoctor.analysis.hardware import spec_by_name
 
-    _check_finite(args)
+    _check_inputs(args)
     spec = spec_by_name(args.gpu)
     dtype, peak = _dtype_and_peak(spec, args.dtype)
     if args.from_report:
-        mfu, source = _read_report(args.from_report), f"measured in {args.from_report}"
+        mfu, source = _read_report(args.from_report, spec, dtype, peak), f"measured in {args.from_report}"
     else:
         mfu, source = (0.4 if args.mfu is None else args.mfu), "--mfu" if args.mfu is not None else "default 0.4"
     try:
         b = plan(args.params, args.gpus, spec.name, peak, mfu, source, args.tokens_per_param, args.seq_len,
-                 args.micro_batch, args.d_model, args.layers, args.heads, dtype)
+                 args.micro_batch, args.d_model, args.layers, args.heads, dtype, spec.memory_bytes)
     except ValueError as exc:
         raise PerfDoctorError(str(exc)) from None
     if args.json:
@@ -111,15 +173,11 @@ def run(args: argparse.Namespace) -> int:
         f"peak          {peak / 1e12:.1f} TFLOP/s dense {dtype} per GPU ({_why(dtype, args.dtype)}"
         f"{spec.source_of(dtype)})",
         f"MFU           {b.mfu:.1%} ({b.mfu_source})",
-        f"tokens        {_si(b.tokens)} ({args.tokens_per_param:g} tokens/param, Chinchilla)",
+        f"tokens        {_si(b.tokens)} ({b.tokens_per_param:g} tokens/param, {b.tokens_source})",
         f"compute       {b.total_flops:.1e} FLOP (6·N·D)",
         f"wall-clock    {b.hours:.1f} h ({b.hours / 24:.1f} days)",
-        f"model state   {b.model_state_bytes_ddp / 1e9:.1f} GB/GPU under DDP, "
-        f"{b.model_state_bytes_sharded / 1e9:.1f} GB/GPU under ZeRO-3/FSDP (16 B/param, mixed-precision Adam)",
+        *_memory_lines(b, spec, spec.source_of(dtype)),
+        *(f"warning       {w}" for w in b.warnings),
     ]
-    if b.activation_bytes is not None:
-        lines.append(f"activations   {b.activation_bytes / 1e9:.1f} GB/GPU per micro-batch ({b.activation_formula})")
-    else:
-        lines.append("activations   not estimated (give --seq-len --micro-batch --d-model --layers)")
     print("\n".join(lines))
     return 0

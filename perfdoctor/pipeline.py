@@ -325,7 +325,7 @@ def _steady_step_times(run: Any) -> dict[int, float]:
     out = {}
     for rank, steps in run.rank_steps.items():
         ss = steady_state_of(steps)
-        if ss is not None and ss.median_s > 0:
+        if ss is not None and ss.median_s > 0 and not ss.unstable:  # an unstable median is the noise's
             out[int(rank)] = float(ss.median_s)
     return out
 

@@ -141,3 +141,50 @@ def test_pd601_silent_inside_the_runs_own_noise():
                                                    steps={"duration_s": d, "profiler_phase": np.where(window, "active", "none")}))
     out = pd601.check(JobContext(analysis, [], SimpleNamespace(thresholds={"max_deviation": 0.10})))
     assert out.hit is None
+
+
+def _job(d, ss, window=None, **th):
+    phase = np.where(window, "active", "none") if window is not None else np.full(d.size, "none")
+    analysis = SimpleNamespace(run=SimpleNamespace(steady_state=ss, run={}, steps={"duration_s": d, "profiler_phase": phase}))
+    return JobContext(analysis, [], SimpleNamespace(thresholds=th))
+
+
+def test_interfered_series_is_pd603_not_a_phase_change():
+    # a job sharing its cores: steps flip between ~80 ms and ~1.7 s (seen on a 2-core box with a neighbour)
+    rng = np.random.default_rng(5)
+    d = np.where(rng.random(300) < 0.5, 0.08, 1.7) * (1 + 0.05 * rng.standard_normal(300))
+    window = np.zeros(300, bool)
+    window[120:130] = True
+    ss = analyze(d, exclude=window, window=window)
+    assert ss.unstable and ss.spread > 10
+    assert "no single level" in pd601.check(_job(d, ss, window, max_deviation=0.10)).skip
+    assert "PD603" in pd602.check(_job(d, ss, window, min_shift=0.10, min_steps=50)).skip
+    from perfdoctor.checks import pd603_step_time_instability as pd603
+
+    out = pd603.check(_job(d, ss, window, max_spread=2.0, min_steps=20))
+    v = out.hit.evidence.values
+    steady = d[ss.steady_start_step:][~window[ss.steady_start_step:]]
+    assert v["p10_ms"] == pytest.approx(1e3 * np.percentile(steady, 10))
+    assert v["spread"] == pytest.approx(np.percentile(steady, 90) / np.percentile(steady, 10))
+    assert out.hit.estimate.saving_us == pytest.approx(1e6 * (np.median(steady) - np.percentile(steady, 10)))
+    # an even series: PD603 passes
+    even = series([(200, 0.01)], noise=0.05)
+    assert pd603.check(_job(even, analyze(even), max_spread=2.0, min_steps=20)).hit is None
+
+
+def test_pd602_silent_when_the_run_recovers_from_a_slow_stretch():
+    # train-only step times (ms) of a real `perfdoctor profile examples/mlp.py --steps 60 -- --slow-getitem-ms 5`
+    # run on a shared 2-core box: 356 ms, a stretch at 659 ms, then 336 ms (the later state is the start's, -6%)
+    ms = [130, 393, 668, 433, 659, 564, 391, 345, 342, 356, 353, 346, 406, 571, 658, 660, 660, 551, 665, 587, 661,
+          663, 360, 422, 353, 383, 365, 661, 652, 514, 673, 652, 390, 342, 345, 352, 343, 340, 343, 339, 338, 340,
+          337, 336, 334, 336, 337, 336, 336, 337, 334, 334, 334, 333, 337, 335, 337, 335, 336, 334]
+    d = np.array(ms, float) / 1e3
+    profiled = np.zeros(d.size, bool)
+    profiled[[1, *range(24, 39)]] = True  # the FLOPs-counting step, the profiler's warm-up and active steps
+    window = np.zeros(d.size, bool)
+    window[29:39] = True
+    ss = analyze(d, exclude=profiled, window=window)
+    assert len(ss.phases) == 3 and ss.phases[1].median_s == pytest.approx(0.659, abs=0.001)
+    assert ss.phases[-1].median_s / ss.phases[0].median_s - 1 == pytest.approx(-0.055, abs=0.01)
+    out = pd602.check(_job(d, ss, min_shift=0.10, min_steps=50))
+    assert out.hit is None and not out.skip

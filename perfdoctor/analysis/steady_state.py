@@ -19,6 +19,10 @@ Pure functions on numpy arrays of step durations in **seconds**. The answers:
   series that is a trend is not also cut into phases: change points are kept
   only when piecewise-constant levels fit better (sum of absolute deviations)
   than a Theil-Sen line.
+- **stability**: ``spread`` = p90 ÷ p10 of the steady span. Above
+  :data:`UNSTABLE_SPREAD` (2x) the steps do not have one level (other work on
+  the machine, data-dependent steps): ``unstable`` is set, and a median, a
+  phase or a window comparison of such a series describes the noise, not the run.
 - **window**: the profiled steps' median and its ratio to the steady-state
   median (profiler overhead included), and the same for the unprofiled steps
   next to the window (a transient around the window shows there).
@@ -38,6 +42,7 @@ MIN_SHIFT = 0.10
 TREND_MIN_RISE = 0.10
 TREND_MIN_RHO = 0.5
 NOISE_FACTOR = 4.0
+UNSTABLE_SPREAD = 2.0  # p90 / p10 of the steady span above this: no single level to report
 
 
 @dataclass(frozen=True)
@@ -69,6 +74,16 @@ class SteadyState:
     @property
     def phase_change(self) -> bool:
         return len(self.phases) > 1
+
+    @property
+    def spread(self) -> float:
+        """p90 ÷ p10 of the steady-state step times (1.0 = perfectly even)."""
+        return self.p90_s / self.p10_s if self.p10_s > 0 else float("inf")
+
+    @property
+    def unstable(self) -> bool:
+        """The steady span has no single level: p90 is more than :data:`UNSTABLE_SPREAD` times p10."""
+        return self.spread > UNSTABLE_SPREAD
 
     @property
     def steady_start_step(self) -> int:

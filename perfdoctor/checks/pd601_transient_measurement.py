@@ -30,6 +30,9 @@ def check(job: JobContext) -> Outcome:
         ratio, basis, median_s = ss.window_ratio, "the profiled steps (profiler overhead included)", ss.window_median_s
     if ratio is None or median_s is None:
         return skipped("the run has no profiled window inside its step series")
+    if ss.unstable:
+        return skipped(f"step times vary {ss.spread:.1f}x within the steady state: no single level to compare the "
+                       "profiled window with (see PD603)")
     dev = abs(ratio - 1.0) * 100
     # a transient must stand out from the run's own step-to-step noise (3 robust sigmas from the IQR of the
     # unprofiled steady steps), not just from its median

@@ -2,6 +2,9 @@
 
 From the run data of ``perfdoctor profile`` (:mod:`perfdoctor.analysis.steady_state`):
 a permanent level shift (phases) or a significant upward trend over the steady span.
+A stretch the run recovers from (the last phase within ``min_shift`` of the first)
+is not a phase change; a series without one level (``SteadyState.unstable``) is
+left to PD603.
 The saving bound is what the slowest state costs over the fastest: last phase
 median − fastest phase median for phases, the fitted rise over the run for a trend.
 """
@@ -27,6 +30,13 @@ def check(job: JobContext) -> Outcome:
     if steady < job.th.get("min_steps", 50):
         return skipped(f"only {steady} steps after warm-up: too few to tell a phase change or a trend from noise "
                        f"(needs {job.th.get('min_steps', 50)}; profile with more --steps)", **metrics)
+    if ss.unstable:
+        return skipped(f"step times vary {ss.spread:.1f}x within the steady state (p10 {ss.p10_s * 1e3:.1f} ms, p90 "
+                       f"{ss.p90_s * 1e3:.1f} ms): a phase change cannot be told from that noise (see PD603)", **metrics)
+    first = ss.phases[0]
+    if ss.phase_change and abs(ss.phases[-1].median_s / first.median_s - 1) < job.th.get("min_shift", 0.10):
+        # a slow (or fast) stretch the run recovered from: the later state is the start's, nothing to extrapolate
+        return passed(**metrics)
     if ss.phase_change:
         last, best = ss.phases[-1], min(ss.phases, key=lambda p: p.median_s)
         change = ss.phases[1]

@@ -1,0 +1,41 @@
+"""PD603 step-time-instability: the steady-state step times have no single level.
+
+From the run data of ``perfdoctor profile``: p10, median and p90 of the unprofiled
+steady-state train-only step times (:mod:`perfdoctor.analysis.steady_state`).
+Fires when p90 ÷ p10 exceeds ``max_spread``. The saving bound is median − p10
+per step (every step as fast as the fastest decile already is).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from perfdoctor.checks.context import JobContext, Outcome, passed, skipped
+from perfdoctor.findings import Estimate, Evidence, Hit
+
+CODE = "PD603"
+METRICS = {"spread": "p90 ÷ p10 of the steady-state step times"}
+
+
+def check(job: JobContext) -> Outcome:
+    run = getattr(job.analysis, "run", None)
+    ss = getattr(run, "steady_state", None)
+    if ss is None:
+        return skipped("no step series in the run data")
+    steps = run.steps
+    d = steps.get("train_s", steps.get("duration_s"))
+    idx = np.arange(len(d))
+    keep = (idx >= ss.steady_start_step) & (steps["profiler_phase"] == "none") & np.isfinite(d)
+    x = np.asarray(d, float)[keep]
+    if x.size < job.th["min_steps"]:
+        return skipped(f"only {x.size} unprofiled steady-state steps (needs {job.th['min_steps']})")
+    p10, med, p90 = (float(v) for v in np.percentile(x, [10, 50, 90]))
+    spread = p90 / p10 if p10 > 0 else float("inf")
+    if spread <= job.th["max_spread"]:
+        return passed(spread=spread)
+    slow = x > 2 * p10
+    ev = Evidence(values={"p10_ms": p10 * 1e3, "median_ms": med * 1e3, "p90_ms": p90 * 1e3, "spread": spread,
+                          "slow_pct": 100 * float(slow.mean()), "steady_steps": int(x.size)},
+                  steps=[int(s) for s in idx[keep][slow][:20]])
+    est = Estimate(max(med - p10, 0.0) * 1e6, med * 1e6, "median − p10 of the unprofiled steady-state step times")
+    return Outcome(metrics={"spread": spread}, hit=Hit(evidence=ev, estimate=est))

@@ -350,7 +350,9 @@ def run_section(run: Any) -> dict[str, Any]:
             num = f"{v[unit]:,.0f} {unit} in the {v['steps']} steady-state steps (warm-up and profiled steps excluded)"
             den = f"{v['seconds']:.3f} s, the sum of those steps' times"
             if v.get("excluded_s"):
-                den += f" less {v['excluded_s']:.3f} s of evaluation and checkpoint saving inside them"
+                den = (f"{v['seconds']:.3f} s, the sum of those steps' train-only times (their "
+                       f"{v['seconds'] + v['excluded_s']:.3f} s less {v['excluded_s']:.3f} s of evaluation and "
+                       "checkpoint saving inside them)")
         else:
             num = f"{v[unit]:,.0f} {unit} in all {v['steps']} steps"
             den = f"{v['seconds']:.3f} s of wall time (script start to stop: includes set-up, evaluation, compilation)"
@@ -440,7 +442,23 @@ def build(paths: list[str], step_marker: str | None = None, on_progress: Callabl
     analysis.extras.update(results.to_report())
     if run is not None:
         analysis.extras["run"] = run_section(run)
+        analysis.warnings.extend(_profiled_non_training(run))
     return BuiltReport(report_dict(analysis), analysis, results)
+
+
+def _profiled_non_training(run: Any) -> list[str]:
+    """Warnings for profiled steps that held evaluation or checkpoint saving (their trace breakdown counts it)."""
+    steps = run.steps
+    if "eval_s" not in steps or not len(steps["eval_s"]):
+        return []
+    other = np.nan_to_num(steps["eval_s"]) + np.nan_to_num(steps["checkpoint_s"])
+    hit = np.flatnonzero((steps["profiler_phase"] == "active") & (other > 0.05 * steps["duration_s"]))
+    if not hit.size:
+        return []
+    which = ", ".join(f"#{int(steps['step'][i])} ({other[i] * 1e3:,.1f} of {steps['duration_s'][i] * 1e3:,.1f} ms)"
+                      for i in hit[:5])
+    return [f"{run.path}: profiled step(s) {which} held evaluation or checkpoint saving (model.eval() … "
+            "model.train(), torch.save); the trace breakdown of those steps counts that work as step time"]
 
 
 def _no_trace_reason(path: str, run: Any) -> str:

@@ -88,4 +88,7 @@ def test_eval_and_checkpoints_in_the_loop_are_left_out_of_train_time(tmp_path):
     doc = json.loads(rep.stdout)
     nt = doc["run"]["non_training"]
     assert nt["eval_steps"] == 5 and nt["checkpoint_steps"] == 5 and nt["eval_s"] == float(s["eval_s"].sum())
-    assert "less" in doc["run"]["throughput"]["train_samples_per_s"]["denominator"]
+    assert "train-only times" in doc["run"]["throughput"]["train_samples_per_s"]["denominator"]
+    # step 30 is profiled and holds an evaluation: the report says its breakdown counts it
+    assert "active" == s["profiler_phase"][30]
+    assert any("profiled step(s) #30 (" in w and "held evaluation" in w for w in doc["warnings"])

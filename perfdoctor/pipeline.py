@@ -464,6 +464,10 @@ def _profiled_non_training(run: Any) -> list[str]:
 def _no_trace_reason(path: str, run: Any) -> str:
     """Why the run directory ``path`` has no trace, and what the report then covers."""
     done = run.run.get("steps_completed")
+    if not done:
+        return (f"{path}: no training step was seen, so there is no trace and no step series: perfdoctor counts "
+                "optimizer.step() calls of torch.optim optimizers; a loop without one must call perfdoctor.step() "
+                "once per step (import perfdoctor)")
     windows = [w for r in run.run.get("ranks") or [] for w in r.get("windows") or []]
     where = (f" (profiled window at steps {windows[0]['first_step']}–{windows[0]['last_step']})"
              if windows else "")

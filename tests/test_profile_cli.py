@@ -211,3 +211,12 @@ def test_non_positive_batch_flags_are_refused(tmp_path):
     for flag, value in (("--tokens-per-step", "-1"), ("--samples-per-step", "0")):
         r = perfdoctor("profile", MLP, flag, value, "--steps", "5", "--out", str(tmp_path / "r"), cwd=tmp_path)
         assert r.returncode == 2 and "must be positive" in r.stderr and not (tmp_path / "r").exists()
+
+
+def test_script_without_optimizer_steps_is_told_how_to_mark_steps(tmp_path):
+    script = tmp_path / "notrain.py"
+    script.write_text("import torch\nx = torch.randn(64, 64)\nfor _ in range(20):\n    y = x @ x\n")
+    r = perfdoctor("profile", str(script), "--steps", "10", "--out", str(tmp_path / "r"), cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "no training step was seen" in r.stderr and "perfdoctor.step()" in r.stderr
+    assert "fewer --steps" not in r.stderr

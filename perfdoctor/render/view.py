@@ -342,6 +342,9 @@ def _skipped_steps(report: dict[str, Any], rank: dict[str, Any]) -> str:
     ss = (report.get("run") or {}).get("steady_state") or {}
     if isinstance(ss, dict) and ss:
         warm = _first(ss, "warmup_steps", "n_warmup", "skipped")
+        if warm == 0:
+            return ("the run showed no warm-up (its first steps were as fast as the rest); the profiled steps are "
+                    "analysed as recorded")
         if warm is not None:
             return (f"the run's first {warm} step(s) were warm-up (slower than the first phase) and are left out "
                     "of the run statistics; the profiled steps are analysed as recorded")

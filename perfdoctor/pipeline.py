@@ -100,16 +100,25 @@ def analyze_paths(
 
     Raises:
         TraceFormatError: a path is missing or not a trace.
+        PerfDoctorError: two traces of the same rank (two runs mixed in one report).
     """
     files: list[str] = []
     for p in paths:
         files.extend(trace_files_in(p))
     ranks: list[RankAnalysis] = []
     inputs: list[dict[str, Any]] = []
+    seen: dict[int, str] = {}
     for i, f in enumerate(files):
         tables = load_trace(f, on_progress)
         if tables.rank is None:
             tables.rank = i
+        if tables.rank in seen:
+            from perfdoctor.errors import PerfDoctorError
+
+            raise PerfDoctorError(
+                f"{f}: rank {tables.rank} is also the rank of {seen[tables.rank]}: one report covers one job, one "
+                "trace per rank; to compare two runs, report each file separately")
+        seen[tables.rank] = f
         ranks.append(analyze_tables(tables, step_marker))
         inputs.append({
             "path": f, "bytes": os.path.getsize(f), "sha256": _sha256(f) if hash_inputs else None,
@@ -119,13 +128,7 @@ def analyze_paths(
     analysis = Analysis(ranks=ranks, inputs=inputs)
     add_efficiency(analysis, model_flops_per_step, flops_source, measured_roofs,
                    step_time_s_by_rank=step_time_s_by_rank)
-    seen: dict[int | None, str] = {}
-    duplicates = []
-    for r in ranks:
-        if r.rank in seen:
-            duplicates.append(f"{r.tables.path}: rank {r.rank} also in {seen[r.rank]}; ranks may be mixed up")
-        seen[r.rank] = r.tables.path
-    analysis.warnings = [w for r in ranks for w in r.warnings] + duplicates
+    analysis.warnings = [w for r in ranks for w in r.warnings]
     return analysis
 
 
@@ -414,6 +417,7 @@ def build(paths: list[str], step_marker: str | None = None, on_progress: Callabl
     catalogue, codes = engine.prepare(opts)
     run = None
     no_trace = None  # why a run directory has no trace (the run stopped before its profiled window)
+    window_note = None  # which profiled window a run directory with several is reported on
     trace_paths: list[str] = []
     for p in paths:
         if is_run_dir(p):
@@ -426,7 +430,9 @@ def build(paths: list[str], step_marker: str | None = None, on_progress: Callabl
             elif not run.traces:
                 no_trace = _no_trace_reason(p, run)
             else:
-                trace_paths.extend(str(t) for t in run.traces)
+                chosen, note = _last_window_per_rank(p, run.traces)
+                trace_paths.extend(chosen)
+                window_note = note
         else:
             trace_paths.append(p)
     if run is not None and model_flops_per_step is None and run.run.get("flops_per_step"):
@@ -435,6 +441,8 @@ def build(paths: list[str], step_marker: str | None = None, on_progress: Callabl
                              flops_source=flops_source, measured_roofs=_measured_cpu_roofs(run),
                              step_time_s_by_rank=_steady_step_times(run))
     analysis.run = run
+    if window_note:
+        analysis.warnings.append(window_note)
     if no_trace:
         analysis.warnings.append(no_trace)
         analysis.extras["no_trace"] = no_trace
@@ -459,6 +467,28 @@ def _profiled_non_training(run: Any) -> list[str]:
                       for i in hit[:5])
     return [f"{run.path}: profiled step(s) {which} held evaluation or checkpoint saving (model.eval() … "
             "model.train(), torch.save); the trace breakdown of those steps counts that work as step time"]
+
+
+def _last_window_per_rank(path: str, traces: list[Any]) -> tuple[list[str], str | None]:
+    """The last profiled window's trace of each rank of a run directory (``trace.rank<R>[.w<K>]...``), and a
+    note naming the windows left out when a rank has several (``perfdoctor profile --repeat``)."""
+    best: dict[int, tuple[int, str]] = {}
+    per_rank: dict[int, int] = {}
+    for t in traces:
+        m = re.search(r"trace\.rank(\d+)(?:\.w(\d+))?\.pt\.trace", os.path.basename(str(t)))
+        rank, window = (int(m.group(1)), int(m.group(2) or 0)) if m else (len(best), 0)
+        per_rank[rank] = per_rank.get(rank, 0) + 1
+        if rank not in best or window > best[rank][0]:
+            best[rank] = (window, str(t))
+    chosen = [best[r][1] for r in sorted(best)]
+    several = max(per_rank.values(), default=1)
+    note = None
+    if several > 1:
+        note = (f"{path}: {several} profiled windows per rank; this report analyses the last one "
+                f"({', '.join(os.path.basename(c) for c in chosen[:2])}{', ...' if len(chosen) > 2 else ''}): the "
+                "steady state a long run extrapolates to; `perfdoctor report` on another window's trace file "
+                "analyses that one")
+    return chosen, note
 
 
 def _no_trace_reason(path: str, run: Any) -> str:

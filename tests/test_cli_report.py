@@ -90,3 +90,10 @@ def test_bad_model_flags_are_one_line_errors(tmp_path):
     for extra, msg in cases:
         r = run("report", t, *base, *extra)
         assert r.returncode == 2 and msg in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
+def test_two_traces_of_one_rank_are_refused(tmp_path):
+    a, b = (str(TraceBuilder(rank=0, world_size=2).write(tmp_path / name)) for name in ("run1.json", "run2.json"))
+    r = run("report", a, b)
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert "rank 0 is also the rank of" in r.stderr and "report each file separately" in r.stderr

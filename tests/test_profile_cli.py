@@ -220,3 +220,20 @@ def test_script_without_optimizer_steps_is_told_how_to_mark_steps(tmp_path):
     assert r.returncode == 0, r.stderr
     assert "no training step was seen" in r.stderr and "perfdoctor.step()" in r.stderr
     assert "fewer --steps" not in r.stderr
+
+
+def test_repeat_windows_report_the_last_one(tmp_path):
+    out = tmp_path / "run"
+    r = perfdoctor("profile", MLP, "--steps", "60", "--repeat", "2", "--out", str(out), "--no-report", "--",
+                   *SMALL_MLP, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert sorted(p.name for p in out.glob("trace.*")) == ["trace.rank0.w0.pt.trace.json.gz",
+                                                           "trace.rank0.w1.pt.trace.json.gz"]
+    windows = json.loads((out / "rank0.json").read_text())["windows"]
+    rep = perfdoctor("report", str(out), "--format", "json", cwd=tmp_path)
+    assert rep.returncode == 0, rep.stderr
+    doc = json.loads(rep.stdout)
+    assert [i["path"] for i in doc["inputs"]] == [str(out / "trace.rank0.w1.pt.trace.json.gz")]
+    steps = [s["step"] for s in doc["ranks"][0]["devices"][0]["steps"]]
+    assert steps == list(range(windows[1]["first_step"], windows[1]["last_step"] + 1))
+    assert any("2 profiled windows per rank" in w for w in doc["warnings"])

@@ -253,3 +253,15 @@ def test_evidence_leaves_out_what_the_title_already_says():
     assert [k for k, _ in f["evidence"]] == ["elementwise"]
     multi = view.finding({"code": "PD303", "message": "rank 3 is slow", "evidence": {"ranks": [0, 3]}})
     assert [k for k, _ in multi["evidence"]] == ["ranks"]
+
+
+def test_roofline_rows_above_the_roof_say_why():
+    from perfdoctor import pipeline
+
+    report = pipeline.build([str(shared_trace("kineto__resnet50_num_workers_0__worker0.pt.trace.json.gz"))]).report
+    rows = report["ranks"][0]["roofline"]["ops"]
+    above = [r for r in rows[:15] if (r["pct_of_attainable"] or 0) > 100]
+    assert above and all("Winograd" in r["note"] for r in above)
+    html = render_html(report)
+    assert html.count('title="achieved exceeds the roof') == len(above)
+    assert '<p class="note">* achieved exceeds the roof' in html

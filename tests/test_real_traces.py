@@ -21,13 +21,13 @@ def primary(name):
 
 
 @pytest.mark.parametrize(
-    "name,step_ms,dataloader_share",
+    "name,step_ms,dataloader_share,gpu_util",
     [
-        ("kineto__resnet50_num_workers_0__worker0.pt.trace.json.gz", 177.6, 0.334),
-        ("kineto__resnet50_num_workers_4__worker0.pt.trace.json.gz", 141.1, 0.0084),
+        ("kineto__resnet50_num_workers_0__worker0.pt.trace.json.gz", 177.6, 0.334, "55.5%"),
+        ("kineto__resnet50_num_workers_4__worker0.pt.trace.json.gz", 141.1, 0.0084, "70.3%"),
     ],
 )
-def test_resnet_step_time_and_dataloader_share_match_tensorboard(name, step_ms, dataloader_share):
+def test_resnet_step_time_and_dataloader_share_match_tensorboard(name, step_ms, dataloader_share, gpu_util):
     a = primary(name)
     steps = a.primary.steps
     assert len(steps) == 6 and [s.step for s in steps] == [5, 6, 7, 8, 9, 10]
@@ -36,6 +36,11 @@ def test_resnet_step_time_and_dataloader_share_match_tensorboard(name, step_ms, 
     total = sum(s.dur_us for s in steps)
     dl = sum(s.idle_causes_us["dataloader"] for s in steps)
     assert dl / total == pytest.approx(dataloader_share, abs=0.002)
+    # the plugin's GPU utilization counts kernels only; the report gives that figure beside its own
+    from perfdoctor.render import view
+
+    facts = {label: detail for label, _, detail in view.summary_facts(pipeline.build([str(shared_trace(name))]).report)}
+    assert f"as the TensorBoard profiler plugin's GPU utilization): {gpu_util}" in facts["device utilization"]
 
 
 @pytest.mark.parametrize("name", sorted(p.name for p in SHARED_TRACES.glob("*.json*")) if SHARED_TRACES.exists() else [])

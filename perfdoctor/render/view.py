@@ -312,9 +312,14 @@ def summary_facts(report: dict[str, Any]) -> list[tuple[str, str, str]]:
     facts.extend(throughput_facts(report))
     t = dev["totals"]
     label = "device utilization" if dev["kind"] == "gpu" else "host busy in ops"
-    facts.append((label + who, pct(dev["utilization"]),
-                  f"busy {ms(t.get('busy_us', 0) / n_steps(dev))} ÷ step {ms(t.get('dur_us', 0) / n_steps(dev))} "
-                  f"per step (means over {t.get('n_steps', 0)} steps)"))
+    detail = (f"busy {ms(t.get('busy_us', 0) / n_steps(dev))} ÷ step {ms(t.get('dur_us', 0) / n_steps(dev))} "
+              f"per step (means over {t.get('n_steps', 0)} steps)")
+    if dev["kind"] == "gpu" and t.get("dur_us"):
+        cats = t.get("categories_us") or {}
+        kernels = t.get("busy_us", 0) - cats.get("memcpy", 0) - cats.get("memset", 0)
+        detail += (f"; kernels only (memcpy/memset left out, as the TensorBoard profiler plugin's GPU utilization): "
+                   f"{pct(kernels / t['dur_us'])}")
+    facts.append((label + who, pct(dev["utilization"]), detail))
     mfu = _mfu_text(rank)
     if mfu:
         facts.append(("MFU" + who, mfu[0], mfu[1]))

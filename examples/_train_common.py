@@ -14,6 +14,7 @@ rules can be proved to fire with it and stay silent without it:
     --sync-every-microbatch  under --ddp, all-reduce every micro-batch (no no_sync)
     --slowdown-at S --slowdown-factor F   steps >= S take F times as long
     --raise-at S           raise RuntimeError at the start of step S
+    --python-metrics-ms MS per step, MS ms of pure-Python metric bookkeeping (no torch op)
 """
 
 from __future__ import annotations
@@ -51,6 +52,8 @@ def base_parser(description: str, **defaults) -> argparse.ArgumentParser:
                    help="under --ddp, all-reduce on every micro-batch")
     p.add_argument("--slowdown-at", type=int, default=-1)
     p.add_argument("--slowdown-factor", type=float, default=1.0)
+    p.add_argument("--python-metrics-ms", type=float, default=0.0,
+                   help="per step, this many ms of pure-Python metric bookkeeping outside any torch op")
     p.add_argument("--raise-at", type=int, default=-1)
     p.add_argument("--eval-batches", type=int, default=4, help="batches in the final evaluation")
     p.add_argument("--ckpt", default=None, help="save a checkpoint here after training")
@@ -148,12 +151,26 @@ def train(rank: int, world_size: int, args, build) -> None:
         opt.zero_grad(set_to_none=True)
         if args.slowdown_at >= 0 and step >= args.slowdown_at and args.slowdown_factor > 1:
             time.sleep((args.slowdown_factor - 1.0) * (time.perf_counter() - t0))
+        if args.python_metrics_ms:
+            _python_metrics(args.python_metrics_ms / 1000.0)
         if args.item_every_step:
             print(f"rank {rank} step {step} loss {loss.item() * args.grad_accum:.4f}", flush=True)
         elif rank == 0 and args.log_every and (step % args.log_every == 0 or step == args.steps - 1):
             print(f"step {step} loss {loss.item() * args.grad_accum:.4f} "
                   f"({time.perf_counter() - t_start:.1f} s)", flush=True)
     _finish(rank, model, loss_fn, batches, args, autocast)
+
+
+def _python_metrics(seconds: float) -> None:
+    """Pure-Python per-step bookkeeping (running statistics over a list), the kind of work a training loop
+    does between ops: it keeps the interpreter busy for ``seconds`` without calling into torch."""
+    history: list[float] = []
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        history.append(len(history) * 0.5)
+        if len(history) > 256:
+            mean = sum(history) / len(history)
+            history = [v - mean for v in history[-128:]]
 
 
 def _finish(rank, model, loss_fn, batches, args, autocast) -> None:

@@ -162,3 +162,13 @@ def test_pd302_grad_accum_without_no_sync(root):
 def test_healthy_run_has_no_medium_or_high_finding(root):
     healthy = profile(root, "healthy", [*BIG, "--num-workers", "0"])
     assert [c for c, f in healthy[0].items() if f["severity"] in ("medium", "high")] == []
+
+
+def test_pd105_python_bookkeeping_between_ops(root):
+    slow = profile(root, "pymetrics", [*SMALL, "--python-metrics-ms", "10"])
+    fixed = profile(root, "small", SMALL)
+    f = slow[0]["PD105"]
+    # 10 ms of pure Python per step: the rule's estimate is that time (the loop's own Python adds a little)
+    assert 10_000 <= f["saving_us_per_step"] <= 13_000
+    assert "PD105" not in fixed[0]
+    _faster(slow, fixed, "PD105 Python metrics in the loop")

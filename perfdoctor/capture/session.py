@@ -13,6 +13,7 @@ import os
 import sys
 import time
 import traceback
+import warnings
 from dataclasses import asdict
 from pathlib import Path
 from typing import Callable
@@ -108,10 +109,12 @@ class Session:
         if cuda:
             acts.append(torch.profiler.ProfilerActivity.CUDA)
         s = self.schedule
+        with warnings.catch_warnings():  # --warmup 0 is the user's choice: torch's advice about it is noise here
+            warnings.filterwarnings("ignore", message=".*warmup.*", category=UserWarning)
+            base = torch.profiler.schedule(wait=0, warmup=s.warmup, active=s.active, repeat=1)
         prof = torch.profiler.profile(
             activities=acts,
-            schedule=lambda n, base=torch.profiler.schedule(wait=0, warmup=s.warmup, active=s.active,
-                                                           repeat=1): base(max(0, n - step)),
+            schedule=lambda n: base(max(0, n - step)),
             on_trace_ready=self._on_trace_ready, record_shapes=self.cfg.record_shapes,
             profile_memory=cuda, with_stack=False,
         )

@@ -193,6 +193,7 @@ def test_crash_before_the_profiled_window_gives_a_run_only_report(tmp_path):
     assert "boom at step 30" in proc.stderr and "no trace to analyse" in proc.stderr
     run = json.loads((out / "run.json").read_text())
     assert run["steps_completed"] == 31 and run["report"]["kind"] == "html-run-only"
+    assert "RuntimeError: boom at step 30" in run["script_traceback"] and run["error"] is None
     html = (out / "report.html").read_text()
     assert "PARTIAL RUN" in html and "boom at step 30" in html and "before its profiled window completed" in html
     # `perfdoctor report` on the run directory: the run's numbers, the trace checks skipped, exit 0

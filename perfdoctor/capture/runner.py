@@ -201,7 +201,8 @@ def _write_final_run_json(run_dir: Path, facts: dict, result: RunResult, ranks: 
         **facts,
         "status": "partial" if partial else "complete",
         "partial": partial, "stop_reason": result.reason, "exit_code": result.exit_code,
-        "error": result.error,
+        "error": result.error,  # perfdoctor's own one-line error (e.g. a profiler conflict); None otherwise
+        "script_traceback": result.traceback,  # the script's exception, when it raised
         "ended_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "wall_s": time.time() - wall_start,
         "world_size": world,

@@ -63,6 +63,9 @@ class Analysis:
     warnings: list[str] = field(default_factory=list)
     run: Any = None  # perfdoctor.capture.run_data.RunData when a run directory was given
     extras: dict[str, Any] = field(default_factory=dict)
+    # perfdoctor.analysis.collective_wait.CollectiveWait of a multi-rank GPU job, and why it is None
+    collective_wait: Any = None
+    collective_wait_note: str = ""
 
 
 def analyze_tables(tables: TraceTables, step_marker: str | None = None) -> RankAnalysis:
@@ -129,6 +132,11 @@ def analyze_paths(
     add_efficiency(analysis, model_flops_per_step, flops_source, measured_roofs,
                    step_time_s_by_rank=step_time_s_by_rank)
     analysis.warnings = [w for r in ranks for w in r.warnings]
+    gpu = [r for r in ranks if r.primary.kind == "gpu" and r.primary.steps]
+    if len(gpu) > 1:
+        from perfdoctor.analysis import collective_wait
+
+        analysis.collective_wait, analysis.collective_wait_note = collective_wait.compute(gpu)
     return analysis
 
 

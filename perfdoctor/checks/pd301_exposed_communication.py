@@ -2,10 +2,17 @@
 
 From the breakdown's ``communication`` per step: ``exposed_us`` is the part of
 the union of NCCL/RCCL kernels during which no compute kernel runs on the
-device (HTA's comm/comp overlap = overlapped ÷ total).
+device (HTA's comm/comp overlap = overlapped ÷ total). On a multi-rank job
+whose collectives can be matched across ranks
+(:mod:`perfdoctor.analysis.collective_wait`), the time a rank waits inside
+collectives for later ranks to arrive is taken out of the exposed time: no
+overlap setting shortens it (PD304 reports it), so the saving here is the
+exposed transfer only: ``max(exposed − wait, 0)`` per step.
 """
 
 from __future__ import annotations
+
+import numpy as np
 
 from perfdoctor.checks.common import pct, steps_over
 from perfdoctor.checks.context import Outcome, RankContext, passed, skipped
@@ -17,6 +24,7 @@ METRICS = {
     "exposed_us": "mean µs per step of collective time with no compute kernel running",
     "exposed_pct": "exposed_us as % of the mean step time",
     "overlap_pct": "overlapped ÷ total collective time, %",
+    "wait_us": "mean µs per step this rank waits inside collectives for other ranks (multi-rank, matched)",
 }
 
 
@@ -24,20 +32,28 @@ def check(ctx: RankContext) -> Outcome:
     total = ctx.per_step(lambda s: s.communication["total_us"])
     if total.sum() <= 0:
         return skipped("no collective (NCCL/RCCL) kernels in the trace: single-process training")
-    exposed = ctx.per_step(lambda s: s.communication["exposed_us"])
+    exposed_all = ctx.per_step(lambda s: s.communication["exposed_us"])
     overlapped = ctx.per_step(lambda s: s.communication["overlapped_us"])
+    cw = getattr(ctx.analysis, "collective_wait", None)
+    wait = cw.wait_us.get(ctx.rank.rank) if cw is not None else None
+    wait = np.zeros_like(exposed_all) if wait is None or wait.size != exposed_all.size else wait
+    exposed = np.maximum(exposed_all - np.minimum(wait, exposed_all), 0.0)
     saving = float(exposed.mean())
     metrics = {"comm_us": float(total.mean()), "exposed_us": saving, "exposed_pct": pct(saving, ctx.step_us),
-               "overlap_pct": pct(float(overlapped.sum()), float(total.sum()))}
+               "overlap_pct": pct(float(overlapped.sum()), float(total.sum())), "wait_us": float(wait.mean())}
     if metrics["exposed_pct"] < ctx.th["min_saving_pct"]:
         return passed(**metrics)
     by_coll: dict[str, float] = {}
     for s in ctx.step_rows:
         for c, v in s.communication_by_collective_us.items():
             by_coll[c] = by_coll.get(c, 0.0) + v / ctx.n_steps
+    wait_note = (f" ({float(exposed_all.mean()) / 1000:.1f} ms exposed in all, less {float(wait.mean()) / 1000:.1f} ms of "
+                 "waiting for other ranks to arrive, which no overlap can hide: PD304)" if wait.any() else "")
     ev = Evidence(values={"comm_ms": metrics["comm_us"] / 1000, "exposed_ms": saving / 1000,
                           "exposed_pct": metrics["exposed_pct"], "overlap_pct": metrics["overlap_pct"],
+                          "wait_note": wait_note, "wait_ms": float(wait.mean()) / 1000,
                           "by_collective_ms": {c: v / 1000 for c, v in sorted(by_coll.items())}},
                   steps=steps_over(exposed, ctx.per_step(lambda s: s.dur_us), ctx.th["min_saving_pct"], ctx.step_numbers))
-    method = "mean collective kernel time per step with no compute kernel running (fully overlapped would hide it)"
+    method = ("mean collective kernel time per step with no compute kernel running (fully overlapped would hide it)"
+              + (", less the rank's wait for other ranks inside collectives" if wait.any() else ""))
     return Outcome(metrics=metrics, hit=Hit(evidence=ev, estimate=Estimate(saving, ctx.step_us, method)))

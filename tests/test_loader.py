@@ -156,3 +156,110 @@ def test_cli_bad_file_exit_2_one_line_no_traceback(tmp_path):
     assert r.returncode == 2
     assert "Traceback" not in r.stderr
     assert r.stderr.strip().splitlines() == [f"perfdoctor: error: {p}: empty file, not a trace"]
+
+
+# -- a GPU trace without its device side is never a CPU-only one -------------------------------------------------
+
+RESNET = "kineto__resnet50_num_workers_0__worker0.pt.trace.json.gz"
+NO_GPU_ACTIVITY = "truncated before any GPU activity was written"
+
+
+def _cli_report(path):
+    return subprocess.run([sys.executable, "-m", "perfdoctor", "report", str(path)], capture_output=True, text=True)
+
+
+@pytest.mark.parametrize("n_bytes", [1_000_000, 3_000_000, 5_000_000, 8_900_000])
+def test_resnet_cut_before_its_kernels_is_refused(tmp_path, n_bytes):
+    # Kineto writes host events first: these cuts hold cpu_ops (the 3 MB one nothing else, not even a
+    # ProfilerStep) and the header's four V100s, but no kernel
+    raw = gzip.decompress(shared_trace(RESNET).read_bytes())
+    p = tmp_path / "cut.json"
+    p.write_bytes(raw[:n_bytes])
+    with pytest.raises(TraceFormatError) as exc:
+        load_trace(str(p))
+    assert exc.value.message == (f"{p}: the file is {NO_GPU_ACTIVITY} (it holds CUDA/HIP runtime calls or GPU "
+                                 "properties but no kernel, memcpy or memset): the device side cannot be analysed")
+
+
+@pytest.mark.parametrize("n_bytes", [100_000, 250_000, 350_000])
+def test_resnet_gzip_cut_before_its_kernels_is_refused(tmp_path, n_bytes):
+    p = tmp_path / "cut.json.gz"
+    p.write_bytes(shared_trace(RESNET).read_bytes()[:n_bytes])
+    with pytest.raises(TraceFormatError) as exc:
+        load_trace(str(p))
+    assert NO_GPU_ACTIVITY in exc.value.message
+
+
+@pytest.mark.parametrize("gz", [False, True])
+def test_cli_truncated_gpu_trace_exits_2_never_cpu(tmp_path, gz):
+    data = shared_trace(RESNET).read_bytes()
+    p = tmp_path / ("cut.json.gz" if gz else "cut.json")
+    p.write_bytes(data[:300_000] if gz else gzip.decompress(data)[:3_000_000])  # the user's 3 MB cut
+    r = _cli_report(p)
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr.strip().splitlines() == [(
+        f"perfdoctor: error: {p}: the file is {NO_GPU_ACTIVITY} (it holds CUDA/HIP runtime calls or GPU properties "
+        "but no kernel, memcpy or memset): the device side cannot be analysed")]
+
+
+def test_cut_inside_the_metadata_says_truncated(tmp_path):
+    p = tmp_path / "cut.json"
+    p.write_bytes(gzip.decompress(shared_trace(RESNET).read_bytes())[:1000])  # inside deviceProperties
+    with pytest.raises(TraceFormatError) as exc:
+        load_trace(str(p))
+    assert "truncated before any 'traceEvents' list" in exc.value.message
+
+
+def _host_only_steps(tb, n=3, launches=False):
+    for i in range(n):
+        tb.step(i, i * 1000, 1000)
+        tb.cpu_op("aten::mm", i * 1000 + 5, 300)
+        if launches:
+            tb.runtime("cudaLaunchKernel", i * 1000 + 10, 5)
+    return tb
+
+
+def _cut(tmp_path, tb, name="cut.json"):
+    text = json.dumps(tb.to_dict(), indent=1)
+    p = tmp_path / name
+    p.write_text(text[: int(len(text) * 0.8)])
+    return p
+
+
+def test_cut_trace_naming_no_devices_is_refused(tmp_path):
+    # no deviceProperties key (metadata written after the events, or an older exporter): a GPU trace cut
+    # before its device events looks exactly like this, so it is not passed on as CPU training
+    p = _cut(tmp_path, _host_only_steps(TraceBuilder(device_name=None)))
+    with pytest.raises(TraceFormatError) as exc:
+        load_trace(str(p))
+    assert "names no devices (no deviceProperties)" in exc.value.message and "truncated" in exc.value.message
+
+
+def test_cut_cpu_only_trace_still_loads(tmp_path):
+    tb = _host_only_steps(TraceBuilder(device_name=None), n=4)
+    tb.meta["deviceProperties"] = []  # what a CPU-only Kineto trace writes
+    t = load_trace(str(_cut(tmp_path, tb)))
+    assert t.truncated and not t.has_device_activity and len(t.cpu_ops) > 0
+    assert not any("GPU activity missing" in w for w in t.warnings)
+
+
+@pytest.mark.parametrize("launches", [True, False])
+def test_complete_gpu_trace_without_device_activity_warns_first(tmp_path, launches):
+    p = tmp_path / "nodev.json"
+    _host_only_steps(TraceBuilder(), launches=launches).write(p)  # an A100 in deviceProperties
+    t = load_trace(str(p))
+    assert not t.truncated and not t.has_device_activity
+    first = t.warnings[0]
+    assert first.startswith(f"{p}: GPU activity missing: ") and "not a CPU-only run" in first
+    if launches:
+        assert "3 CUDA/HIP launch call(s) (cudaLaunchKernel) put work on a GPU" in first
+    else:
+        assert "(1 × NVIDIA A100-SXM4-80GB in deviceProperties)" in first
+    r = _cli_report(p)
+    assert r.returncode == 0 and "GPU activity missing" in " ".join((r.stdout + r.stderr).split())  # rich wraps
+
+
+def test_complete_cpu_only_trace_has_no_gpu_warning(tmp_path):
+    p = tmp_path / "cpu.json"
+    _host_only_steps(TraceBuilder(device_name=None)).write(p)
+    assert not any("GPU" in w for w in load_trace(str(p)).warnings)

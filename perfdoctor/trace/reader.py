@@ -222,6 +222,9 @@ def read_trace_file(path: str | os.PathLike[str], on_progress: Callable[[int], N
     if not result.found_array:
         if state["gzip_incomplete"]:
             raise TraceFormatError(f"{p}: corrupted or truncated gzip data, no trace events in it")
+        if result.unclosed_object:
+            raise TraceFormatError(f"{p}: the file is truncated before any 'traceEvents' list (the JSON ends "
+                                   "inside its top-level object, e.g. the trace metadata): no events to analyse")
         raise TraceFormatError(_not_a_trace_reason(p, first, total))
     warnings: list[str] = []
     metadata = _decode_header(p, result.header, warnings)

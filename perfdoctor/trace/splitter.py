@@ -42,12 +42,15 @@ class SplitResult:
         complete: True when the event array was closed by ``]``.
         trailing_bytes: bytes after the last complete event that could not be
             decoded as events (non-zero for a truncated file).
+        unclosed_object: no event array was found and the top-level object
+            never closed (a file cut inside the metadata before ``traceEvents``).
     """
 
     header: bytes = b""
     complete: bool = False
     trailing_bytes: int = 0
     found_array: bool = False
+    unclosed_object: bool = False
     bare_array: bool = False
     _prefix: bytearray = field(default_factory=bytearray)
     _suffix: bytearray = field(default_factory=bytearray)
@@ -268,6 +271,11 @@ class EventSplitter:
             self._cut_exact()
         if res.found_array and not self._done:
             res.trailing_bytes = len(bytes(self._pending).strip(_WS_COMMA))
+        if not res.found_array:
+            data = bytes(self._pending)
+            if data.lstrip()[:1] == b"{":
+                _, _, depth = _structure(np.frombuffer(data, dtype=np.uint8), 0)
+                res.unclosed_object = bool(depth.size) and int(depth[-1]) > 0
         if res.found_array:
             if res.bare_array:
                 res.header = b"[]"

@@ -27,6 +27,7 @@ CPU-only traces get the same per-step table over host ops (see :mod:`perfdoctor.
 
 from __future__ import annotations
 
+
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -270,4 +271,30 @@ def gpu_breakdown(tables: TraceTables, steps: Steps, device: int) -> DeviceBreak
             phases_device_us={p: float(v[i]) for p, v in cols["ph_dev"].items()},
             n_kernels=int(n_k[i]), kernel_sum_us=float(k_sum[i]), triton_us=float(triton_w[i]),
         ))
-    return DeviceBreakdown(device=device, kind="gpu", steps=out)
+    notes = []
+    blocking = _dominant_runtime_call(tables, idle_launch)
+    if blocking and iv.total(idle_launch) >= 0.10 * (span_hi - span_lo):
+        name, inside = blocking
+        notes.append(f"{100 * inside / iv.total(idle_launch):.0f}% of the idle charged to 'host busy, nothing queued' "
+                     f"({inside / 1000:,.1f} ms) is spent inside {name} calls: a blocking runtime call, not "
+                     "launch overhead")
+    return DeviceBreakdown(device=device, kind="gpu", steps=out, notes=notes)
+
+
+def _dominant_runtime_call(tables: TraceTables, idle: iv.Intervals) -> tuple[str, float] | None:
+    """(name, µs) of the non-launch runtime call (cudaFree, hipFree, cudaMalloc, ...) that overlaps at least
+    half of ``idle``, else None."""
+    rt = tables.runtime
+    total = iv.total(idle)
+    if len(rt) == 0 or total <= 0:
+        return None
+    names = tables.name_array()[rt["name_id"]]
+    best = None
+    for name in set(names.tolist()):
+        if host.LAUNCH_CALLS.search(name):
+            continue
+        m = names == name
+        inside = iv.total(iv.intersect(idle, iv.union(rt["ts_us"][m], rt["end_us"][m])))
+        if inside >= 0.5 * total and (best is None or inside > best[1]):
+            best = (name, inside)
+    return best

@@ -26,6 +26,25 @@ SYNC_RUNTIME = (
 )
 
 
+# runtime calls that queue work (or ask cheap questions): host time in these *is* launch overhead; any other
+# runtime call the host sits in (cudaFree, hipFree, cudaMalloc, cudaHostAlloc...) blocks it
+LAUNCH_CALLS = re.compile(r"Launch|Memcpy.*Async|Memset.*Async|EventRecord|StreamWaitEvent|GetDevice|"
+                          r"StreamIsCapturing|GetLastError|PeekAtLastError|FuncGetAttributes|Occupancy|"
+                          r"StreamGetCaptureInfo|StreamGetPriority|DeviceGetStreamPriorityRange|FuncSetAttribute|"
+                          r"EventQuery|PointerGetAttributes")
+
+
+def blocking_runtime_calls(tables: TraceTables) -> iv.Intervals:
+    """Host time inside runtime calls that queue no work and are no synchronize call (allocations, frees, ...):
+    see :data:`LAUNCH_CALLS` and :data:`SYNC_RUNTIME`."""
+    rt = tables.runtime
+    if len(rt) == 0:
+        return iv.EMPTY
+    # synchronize calls and blocking copies are the breakdown's 'synchronization' cause already
+    keep = ~(tables.names_matching(LAUNCH_CALLS.pattern) | tables.names_matching(SYNC_RUNTIME))[rt["name_id"]]
+    return iv.union(rt["ts_us"][keep], rt["end_us"][keep])
+
+
 def ranges_named(tables: TraceTables, pattern: str, tables_to_search: tuple[str, ...] = ("annotations", "cpu_ops")) -> tuple[np.ndarray, np.ndarray]:
     """Raw ``(ts_us, end_us)`` of host events whose name matches ``pattern``."""
     rx = re.compile(pattern)

@@ -3,7 +3,8 @@ finish sooner than the host launches the next one.
 
 Idle time comes from the breakdown's ``host_launch_bound`` cause (the host is
 busy in ops or runtime calls but has queued nothing), minus the idle inside
-``Optimizer.step`` (PD205's). A kernel is *short* when it runs for less time
+``Optimizer.step`` (PD205's) and the idle while the host sits in a blocking
+runtime call such as ``cudaFree`` (not launch overhead). A kernel is *short* when it runs for less time
 than the host takes from its launch to the next kernel launch (the launch
 call itself plus the Python, dispatcher and op overhead in between): a
 stream of such kernels drains the queue faster than the host fills it.
@@ -34,7 +35,10 @@ METRICS = {
 def check(ctx: RankContext) -> Outcome:
     ws, we = ctx.windows()
     launch_idle = ctx.per_step(lambda s: s.idle_causes_us.get("host_launch_bound", 0.0))
-    opt_idle = iv.per_window(iv.intersect(ctx.device_gaps(), host.named(ctx.tables, host.OPTIMIZER_STEP)), ws, we)
+    # idle inside Optimizer.step is PD205's; idle while the host sits in a blocking runtime call (cudaFree,
+    # cudaMalloc...) is not launch overhead (PD501's when it recurs)
+    not_launch = iv.union_of(host.named(ctx.tables, host.OPTIMIZER_STEP), host.blocking_runtime_calls(ctx.tables))
+    opt_idle = iv.per_window(iv.intersect(ctx.device_gaps(), not_launch), ws, we)
     idle = np.maximum(launch_idle - opt_idle, 0.0)
     k = ctx.kernels()
     known = (k.step >= 0) & ~np.isnan(k.launch_gap_us)

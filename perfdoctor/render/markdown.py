@@ -76,6 +76,7 @@ def _breakdown(rank: dict[str, Any]) -> list[str]:
              view.ms(r["per_step_us"]), view.pct(r["share"])] for r in view.breakdown_rows(dev)]
     rows.append(["**step (total)**", f"**{view.ms(t.get('dur_us', 0) / view.n_steps(dev))}**", "**100.0%**"])
     out += _table(["category", "per step", "share of step time"], rows, {1, 2})
+    out += [""] + [f"_{esc(n)}_" for n in dev.get("notes") or []] if dev.get("notes") else []
     comm = t.get("communication") or {}
     if dev["kind"] == "gpu" and comm.get("total_us"):
         n = view.n_steps(dev)

@@ -51,7 +51,9 @@ from perfdoctor.findings import SEVERITIES
 # PD4xx synchronization, PD5xx memory, PD6xx measurement validity, PD9xx trace quality
 CATEGORIES = ("input-pipeline", "host", "gpu-compute", "cpu-compute", "distributed", "synchronization", "memory",
               "measurement", "trace-quality")
-REQUIREMENTS = ("steps", "device", "host_only", "multi_rank", "shapes", "memory", "device_properties", "run", "mfu")
+# "device_side": GPU activity, or a genuine CPU-only run (not a GPU trace that lost or never recorded its device side)
+REQUIREMENTS = ("steps", "device", "host_only", "multi_rank", "shapes", "memory", "device_properties", "run", "mfu",
+                "device_side")
 SCOPES = ("rank", "job")
 _TEXT_KEYS = ("name", "category", "severity", "message", "summary", "why", "saving", "fix",
               "example_before", "example_after")

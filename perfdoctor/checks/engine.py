@@ -26,6 +26,7 @@ from perfdoctor.checks.catalogue import Catalogue, RuleSpec
 from perfdoctor.errors import PerfDoctorError
 from perfdoctor.findings import (FINDINGS_NOTE, Estimate, Evidence, Finding, Hit, rank_findings, severity_for,
                                  severity_level)
+from perfdoctor.trace import launch_calls
 
 _MODULE_RX = re.compile(r"^pd\d{3}_\w+$")
 LAST = ("PD901",)  # checks that read the other checks' skip reasons
@@ -113,9 +114,17 @@ def _requirement_missing(req: str, analysis: Any, rank: Any) -> str | None:
     if req == "steps" and rank.steps.source == "whole-trace":
         return "no ProfilerStep#N annotations: per-step times unavailable (use torch.profiler's schedule and prof.step())"
     if req == "device" and rank.primary.kind != "gpu":
+        if t.device_properties or launch_calls(t):
+            return "no GPU activity in the trace (it lists GPUs or holds launch calls: profiled without its device side)"
         return "CPU-only trace: no kernels, memcpys or memsets"
+    if req == "device_side" and rank.primary.kind != "gpu" and (t.device_properties or launch_calls(t)):
+        return ("the trace lists GPUs or holds CUDA/HIP launch calls but no GPU activity: host op times are not "
+                "the GPU's, so the rule cannot judge them")
     if req == "host_only" and rank.primary.kind == "gpu":
         return "device trace: the rule is about CPU-only training"
+    if req == "host_only" and (t.device_properties or launch_calls(t)):
+        return ("the trace lists GPUs or holds CUDA/HIP launch calls but no GPU activity: a GPU run profiled "
+                "without its device side, not CPU-only training")
     if req == "multi_rank" and len(analysis.ranks) < 2:
         return "single rank: needs the traces of several ranks of one job"
     if req == "shapes":

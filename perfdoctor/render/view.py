@@ -92,6 +92,8 @@ def primary(rank: dict[str, Any]) -> dict[str, Any]:
 
 def device_name(rank: dict[str, Any], device: int) -> str:
     if device < 0:
+        if rank.get("device_properties"):  # a GPU trace without its device side: host ops only, not CPU training
+            return "host ops only (the trace lists GPUs but holds no GPU activity)"
         return "CPU (host ops)"
     for p in rank.get("device_properties", []):
         if p.get("id") == device:
@@ -242,6 +244,10 @@ def _device_summary(report: dict[str, Any]) -> str:
             name = device_name(r, d["device"]).split(": ", 1)[-1]
             used[name] = used.get(name, 0) + 1
     if not used:
+        listed = sorted({str(p.get("name")) for r in report["ranks"] for p in r.get("device_properties") or []})
+        if listed:
+            return (f"no GPU activity recorded, although the trace lists {', '.join(listed)} (profiled without "
+                    "ProfilerActivity.CUDA?): host side only")
         return "CPU only (no GPU activity in the trace)"
     parts = [f"{n} × {name}" for name, n in sorted(used.items())]
     return ", ".join(parts) + (f" across {len(report['ranks'])} ranks" if len(report["ranks"]) > 1 else "")

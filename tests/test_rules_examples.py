@@ -94,8 +94,8 @@ SMALL = ["--num-workers", "0"]
 
 
 def test_pd101_slow_getitem_without_workers(root):
-    slow = profile(root, "dl_slow", [*BIG, "--slow-getitem-ms", "0.5", "--num-workers", "0"])
-    fixed = profile(root, "dl_fixed", [*BIG, "--slow-getitem-ms", "0.5", "--num-workers", "2"])
+    slow = profile(root, "dl_slow", [*BIG, "--slow-getitem-ms", "2", "--num-workers", "0"])
+    fixed = profile(root, "dl_fixed", [*BIG, "--slow-getitem-ms", "2", "--num-workers", "2"])
     assert "PD101" in slow[0] and slow[0]["PD101"]["severity"] == "high"
     wait_slow = slow[0]["PD101"]["saving_us_per_step"]
     wait_fixed = fixed[0]["PD101"]["saving_us_per_step"] if "PD101" in fixed[0] else 0.0

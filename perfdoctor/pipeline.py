@@ -75,6 +75,10 @@ def analyze_tables(tables: TraceTables, step_marker: str | None = None) -> RankA
     if not devs:
         devs = [cpu_breakdown(tables, steps)]
     warnings = list(tables.warnings) + list(steps.warnings)
+    if tables.truncated and steps.source == "whole-trace" and tables.has_device_activity:
+        # no step windows to drop: device activity the cut lost cannot be told from idle time
+        warnings.append(f"{tables.path}: truncated and without step markers: GPU activity written after the cut "
+                        "is missing and counts as idle, so idle is an upper bound and busy a lower bound")
     return RankAnalysis(tables=tables, steps=steps, devices=devs, warnings=warnings)
 
 

@@ -507,3 +507,22 @@ def test_gpu_trace_without_its_device_side_is_not_cpu_training(tmp_path):
     facts = {label: value for label, value, _ in view.summary_facts(report)}
     assert facts["devices"].startswith("no GPU activity recorded, although the trace lists NVIDIA A100-SXM4-80GB")
     assert "host ops only" in view.device_name(report["ranks"][0], -1)
+
+
+def test_pd304_refuses_pairs_that_do_not_end_together_or_a_partial_job(tmp_path):
+    paths = _two_ranks(tmp_path)
+    # two collectives each; rank 1's first ends at 1400, rank 0's at 1700, the second ones both at 1850: no one
+    # clock offset lines both pairs up, so the first pair is two different collectives
+    for rank, first in ((0, (500, 1200)), (1, (1300, 100))):
+        tb = TraceBuilder(rank=rank, world_size=2)
+        tb.step(1, 0, 2000)
+        tb.launch(NCCL, launch_ts=30, start=first[0], dur=first[1])
+        tb.launch(NCCL, launch_ts=40, start=1750, dur=100)
+        tb.write(paths[rank])
+    assert "do not end together" in run_rules(paths, ["PD304"]).skipped["PD304"]
+    for rank in (0, 1):                                   # the same two ranks, from a 128-rank job
+        tb = TraceBuilder(rank=rank, world_size=128)
+        tb.step(1, 0, 2000)
+        tb.launch(NCCL, launch_ts=30, start=500 + 800 * rank, dur=1200 - 800 * rank)
+        tb.write(paths[rank])
+    assert "the job has 128 ranks but 2 traces were given" in run_rules(paths, ["PD304"]).skipped["PD304"]

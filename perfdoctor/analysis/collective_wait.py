@@ -10,10 +10,14 @@ the N copies is the transfer itself and each rank's excess over it is wait:
     wait[r, k] = dur[r, k] − min over ranks of dur[·, k]        (µs)
 
 Only durations are compared, so clock offsets between hosts do not matter.
-The rank whose copy is the shortest arrived last. When the ranks have
-different numbers of collective kernels in their analysed steps (different
-steps profiled, or different programs), nothing is matched and the result is
-None with the reason.
+The rank whose copy is the shortest arrived last. Nothing is matched (the
+result is None with the reason) when the traces are not the whole job
+(``distributedInfo.world_size`` larger than the ranks given: the shortest of a
+few copies is not the transfer), when the ranks ran different numbers of
+collective kernels in their analysed steps, or when the k-th copies do not end
+together (after one clock offset per rank, the median over all pairs): copies
+of one collective end within ``END_TOLERANCE_US`` (or 5% of the shortest) of
+each other, so pairs that don't are different collectives.
 """
 
 from __future__ import annotations
@@ -24,6 +28,9 @@ import numpy as np
 
 from perfdoctor.analysis.classify import classify_kernel
 from perfdoctor.analysis.steps import gpu_launch_times
+
+
+END_TOLERANCE_US = 100.0
 
 
 @dataclass
@@ -37,12 +44,12 @@ class CollectiveWait:
     n_collectives: int
 
 
-def _collectives(rank) -> tuple[np.ndarray, np.ndarray]:
-    """(duration µs, step index) of the rank's collective kernels on its primary device, in launch order,
-    inside its analysed step windows."""
+def _collectives(rank) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(duration µs, step index, end µs) of the rank's collective kernels on its primary device, in launch
+    order, inside its analysed step windows."""
     tab = rank.tables.kernels
     if len(tab) == 0:
-        return np.empty(0), np.empty(0, dtype=np.int64)
+        return np.empty(0), np.empty(0, dtype=np.int64), np.empty(0)
     names = rank.tables.names
     ids = np.unique(tab["name_id"])
     comm_ids = [i for i in ids.tolist() if classify_kernel(names[i]).category == "communication"]
@@ -52,7 +59,7 @@ def _collectives(rank) -> tuple[np.ndarray, np.ndarray]:
     step = np.searchsorted(ws, launch, side="right") - 1
     inside = (step >= 0) & (launch < we[np.maximum(step, 0)])
     order = np.argsort(launch[inside], kind="stable")
-    return tab["dur_us"][m][inside][order], step[inside][order]
+    return tab["dur_us"][m][inside][order], step[inside][order], tab["end_us"][m][inside][order]
 
 
 def compute(ranks: list) -> tuple[CollectiveWait | None, str]:
@@ -62,8 +69,13 @@ def compute(ranks: list) -> tuple[CollectiveWait | None, str]:
     """
     if len(ranks) < 2:
         return None, "single rank"
+    world = max((int((r.tables.metadata.get("distributedInfo") or {}).get("world_size") or 0) for r in ranks),
+                default=0)
+    if world > len(ranks):
+        return None, (f"the job has {world} ranks but {len(ranks)} traces were given: the shortest copy of a "
+                      "collective among some ranks is not its transfer time")
     per = {r.rank: _collectives(r) for r in ranks}
-    counts = {r: d.size for r, (d, _) in per.items()}
+    counts = {r: d.size for r, (d, _, _) in per.items()}
     if not any(counts.values()):
         return None, "no collective kernels"
     if len(set(counts.values())) > 1:
@@ -72,6 +84,13 @@ def compute(ranks: list) -> tuple[CollectiveWait | None, str]:
     order = sorted(per)
     durs = np.vstack([per[r][0] for r in order])  # (ranks, collectives)
     floor = durs.min(axis=0)
+    ends = np.vstack([per[r][2] for r in order])
+    rel = ends - ends[0]
+    rel -= np.median(rel, axis=1, keepdims=True)  # one clock offset per rank
+    tol = np.maximum(END_TOLERANCE_US, 0.05 * floor)
+    if (np.abs(rel) > tol).any(axis=0).mean() > 0.1:
+        return None, ("the k-th collective kernels of the ranks do not end together, so they are not the same "
+                      "collectives (different collectives or streams interleave differently per rank)")
     last = np.bincount(durs.argmin(axis=0), minlength=len(order))
     waits = {}
     by_rank = {x.rank: x for x in ranks}

@@ -214,3 +214,21 @@ def test_cpu_only_communication_annotations(tmp_path):
     s = analyse(tb, tmp_path).primary.steps[0]
     assert s.categories_us["communication"] == 600 and s.categories_us["elementwise"] == 100
     assert s.idle_causes_us == {"python": 300}
+
+
+def test_step_annotation_running_past_the_recording_is_cut(tmp_path):
+    # like the HTA Triton trace: ProfilerStep#1 lasts 13.3 s but every recorded event ends 1.5 ms in
+    tb = TraceBuilder()
+    tb.step(1, 0, 13_336_316)
+    tb.cpu_op("aten::add", 10, 1000)
+    tb.launch(SGEMM, launch_ts=20, start=100, dur=1400)
+    a = pipeline.analyze_tables(load_trace(str(tb.write(tmp_path / "t.json"))))
+    assert [s.dur_us for s in a.primary.steps] == [1500]
+    assert any("runs 13,334.8 ms past the last recorded event" in w for w in a.warnings)
+    # a last step whose tail is only Python time (no op) is kept whole: 3 steps of 1000 µs, ops end 400 µs in
+    tb = TraceBuilder(device_name=None)
+    for i in range(3):
+        tb.step(i, 1000 * i, 1000)
+        tb.cpu_op("aten::add", 1000 * i, 400)
+    a = pipeline.analyze_tables(load_trace(str(tb.write(tmp_path / "py.json"))))
+    assert [s.dur_us for s in a.primary.steps] == [1000, 1000, 1000] and not a.warnings

@@ -32,6 +32,17 @@ _LAUNCH = re.compile(r"Launch|Memcpy|Memset|^cu(da)?Graph|^hip(Ext)?ModuleLaunch
 MISSING_LAUNCH_WARN = 0.05
 
 
+def _missing_launch_names(tables: TraceTables) -> str:
+    """The runtime calls whose device activity is missing, with counts ("22 cudaMemsetAsync")."""
+    rt = tables.runtime
+    is_launch = tables.names_matching(_LAUNCH)[rt["name_id"]] & (rt["correlation"] >= 0)
+    device_corr = [tables.tables[t]["correlation"] for t in ("kernels", "memcpy", "memset") if len(tables.tables[t])]
+    corr = rt["correlation"][is_launch]
+    found = np.isin(corr, np.concatenate(device_corr)) if device_corr else np.zeros(corr.size, dtype=bool)
+    names, counts = np.unique(tables.name_array()[rt["name_id"][is_launch][~found]], return_counts=True)
+    return ", ".join(f"{c} {n}" for n, c in sorted(zip(names.tolist(), counts.tolist()), key=lambda x: -x[1])[:3])
+
+
 def _launches(tables: TraceTables) -> tuple[np.ndarray, np.ndarray]:
     """(host ts_us, found-on-device bool) of every runtime call that launches device work."""
     rt = tables.runtime
@@ -80,8 +91,8 @@ def incomplete_mask(tables: TraceTables, host_start: np.ndarray, host_end: np.nd
                          "and are left out (their device time would read as idle)")
         drop |= cut
     elif launch_ts.size and (~found).mean() > MISSING_LAUNCH_WARN:
-        notes.append(f"{tables.path}: {100 * (~found).mean():.0f}% of device launches have no kernel/memcpy/memset "
-                     "in the trace (activity buffer overflow?): device busy time is understated")
+        notes.append(f"{tables.path}: {100 * (~found).mean():.0f}% of device launches ({_missing_launch_names(tables)}) "
+                     "have no kernel/memcpy/memset in the trace: device busy time is understated by their work")
     if n >= 2 and not drop[-1]:
         others = np.median(host_end[:-1] - host_start[:-1])
         has_gpu = ~np.isnan(device_end)

@@ -185,6 +185,17 @@ def find_steps(tables: TraceTables, marker: str | None = None) -> Steps:
     end = np.fmax(h_end, dev_end)
     end = np.maximum.accumulate(end)
     start = np.concatenate([[h_start[0]], end[:-1]])
+    horizon = _recorded_until(tables)
+    overrun = end[-1] - horizon
+    typical = float(np.median(end[:-1] - start[:-1])) if end.size > 1 else 20 * max(horizon - start[-1], 0.0)
+    if overrun > max(5 * typical, 100_000.0 if end.size == 1 else 0.0) and overrun > 0:
+        # the last step's annotation runs on long after anything else was recorded (more than 5 typical steps,
+        # or, alone, over 20x its recorded part and 100 ms): the profiler stopped recording inside it, and the
+        # unrecorded rest is not idle time; the window ends at the last event
+        warnings.append(f"{tables.path}: step {numbers[-1]}'s annotation runs {(end[-1] - horizon) / 1000:,.1f} ms past "
+                        "the last recorded event (the profiler stopped recording inside it); its window is cut there")
+        end = end.copy()
+        end[-1] = max(horizon, start[-1])
     # windows are cut from all steps first, so leaving a step out never widens its neighbour
     drop, notes = incomplete_mask(tables, h_start, h_end, dev_end, end)
     warnings.extend(notes)
@@ -198,6 +209,14 @@ def find_steps(tables: TraceTables, marker: str | None = None) -> Steps:
         device_end_us=dev_end, marker=rx, source="ProfilerStep" if marker is None else "marker", pid=pid, tid=tid,
         warnings=warnings,
     )
+
+
+def _recorded_until(tables: TraceTables) -> float:
+    """End (µs) of the last recorded op, runtime call, device activity or Python function (annotations such as
+    ``ProfilerStep#N`` are left out: they are what may run past the recording)."""
+    ends = [float(tables.tables[t]["end_us"].max()) for t in
+            ("cpu_ops", "runtime", "kernels", "memcpy", "memset", "python_functions") if len(tables.tables[t])]
+    return max(ends) if ends else np.inf
 
 
 def _trace_span(tables: TraceTables) -> tuple[float, float]:

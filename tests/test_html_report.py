@@ -109,7 +109,7 @@ def test_multi_rank_report_has_per_rank_table_and_spread(dlrm):
     table = table[:table.index("</table>")]
     assert table.count("<tr>") == 9  # header + 8 ranks
     assert "59.1%" in html and "slowest rank 1 vs fastest rank 7" in html
-    assert "<td>1 (slowest)</td>" in table
+    assert "<td>1 (longest steps)</td>" in table
     assert "all_reduce" in html and "send_recv" in html  # communication by collective
     assert html.count("<details>") >= 7 * 2  # other ranks folded, one per section
 

@@ -292,7 +292,7 @@ def summary_facts(report: dict[str, Any]) -> list[tuple[str, str, str]]:
         return _run_only_facts(report)
     dev = primary(rank)
     multi = len(report["ranks"]) > 1
-    who = f" (rank {rank['rank']}, the slowest)" if multi else ""
+    who = f" (rank {rank['rank']}, longest median step)" if multi else ""
     facts = [("devices", _device_summary(report), "GPUs with kernel/memcpy activity; node properties from deviceProperties")]
     run = report.get("run") or {}
     if run.get("partial") or report.get("partial"):

@@ -57,6 +57,18 @@ def test_validated_facts_on_shared_traces():
     assert codes["param__dlrm_8ranks"]["PD304"]["ranks"] == [1] and "PD301" in dlrm["passed"]
     assert "PD303" in dlrm["passed"]  # it ran on 8 ranks (no clear straggler: see the check's docstring)
     assert "PD301" in codes["hta__nccl_parser_config__nccl_data.json.gz"]
+    # traces without step markers are one window; the README calls the launch-queue puzzle launch-bound, and
+    # the non-blocking-streams puzzle copies 100 pageable host buffers
+    assert "PD103" in codes["gpupuzzlers__launch_queue_N1600.trace.json.gz"]
+    assert "PD102" in codes["gpupuzzlers__non_blocking_streams.json.gz"]
+
+
+@pytest.mark.skipif(not INPUTS, reason="../shared/traces is absent")
+def test_findings_on_a_trace_without_steps_say_what_per_step_means():
+    r = run_rules([SHARED_TRACES / "gpupuzzlers__non_blocking_streams.json.gz"], ["PD102"])
+    f = r.findings["PD102"]
+    assert "100 per step" in f["message"] and f["message"].endswith("(no step markers: 'per step' means over the "
+                                                                   "whole trace window)")
 
 
 @pytest.mark.skipif(not INPUTS, reason="../shared/traces is absent")

@@ -255,6 +255,7 @@ def run_checks(analysis: Any, cat: Catalogue, selected: list[str]) -> CheckResul
     needed = wanted | {u.when["metric"].split(".")[0] for u in user} | {
         u.when["saving_metric"].split(".")[0] for u in user if "saving_metric" in u.when}
     rank_ctx = [cx.RankContext(analysis, r) for r in analysis.ranks]
+    whole_trace = {r.rank: r.steps.source == "whole-trace" for r in analysis.ranks}
     order = sorted((c for c in needed if c in cat.rules and cat.rules[c].when is None), key=lambda c: (c in LAST, c))
     for code in order:
         spec = cat.rules[code]
@@ -287,6 +288,10 @@ def run_checks(analysis: Any, cat: Catalogue, selected: list[str]) -> CheckResul
         res.metrics[code] = {str(r): o.metrics for r, o in outcomes if o.metrics}
         if report:
             _merge_rank_outcomes(spec, outcomes, sub, cat)
+            for f in sub.findings:  # a trace without step markers is one window: say what "per step" means
+                src = whole_trace.get(f.rank if f.rank is not None else (f.ranks[0] if f.ranks else None))
+                if src and spec.code != "PD901":
+                    f.message += " (no step markers: 'per step' means over the whole trace window)"
             res.findings += sub.findings
             res.skipped += sub.skipped
             res.passed += sub.passed

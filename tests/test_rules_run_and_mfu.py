@@ -161,7 +161,7 @@ def test_interfered_series_is_pd603_not_a_phase_change():
     assert "PD603" in pd602.check(_job(d, ss, window, min_shift=0.10, min_steps=50)).skip
     from perfdoctor.checks import pd603_step_time_instability as pd603
 
-    out = pd603.check(_job(d, ss, window, max_spread=2.0, min_steps=20))
+    out = pd603.check(_job(d, ss, window, max_spread=2.0, min_steps=20, min_spread_ms=1.0))
     v = out.hit.evidence.values
     steady = d[ss.steady_start_step:][~window[ss.steady_start_step:]]
     assert v["p10_ms"] == pytest.approx(1e3 * np.percentile(steady, 10))
@@ -169,7 +169,12 @@ def test_interfered_series_is_pd603_not_a_phase_change():
     assert out.hit.estimate.saving_us == pytest.approx(1e6 * (np.median(steady) - np.percentile(steady, 10)))
     # an even series: PD603 passes
     even = series([(200, 0.01)], noise=0.05)
-    assert pd603.check(_job(even, analyze(even), max_spread=2.0, min_steps=20)).hit is None
+    assert pd603.check(_job(even, analyze(even), max_spread=2.0, min_steps=20, min_spread_ms=1.0)).hit is None
+    # sub-millisecond steps jittering 0.27–0.61 ms (a real tiny script's p10/p90): scheduler noise, not a finding
+    tiny = series([(100, 0.0004)], noise=0.3, seed=3)
+    ss_tiny = analyze(tiny)
+    assert ss_tiny.spread > 2 and pd603.check(_job(tiny, ss_tiny, max_spread=2.0, min_steps=20,
+                                                   min_spread_ms=1.0)).hit is None
 
 
 def test_pd602_silent_when_the_run_recovers_from_a_slow_stretch():

@@ -18,41 +18,34 @@ step raises :class:`~perfdoctor.errors.TraceFormatError`.
 
 from __future__ import annotations
 
-import re
-
 import numpy as np
 
 from perfdoctor.errors import TraceFormatError
+from perfdoctor.trace.device_side import LAUNCH_CALL
 from perfdoctor.trace.tables import TraceTables
 
 STUB_FRACTION = 0.10
-# runtime calls that put work on a device stream (CUDA and HIP spellings)
-_LAUNCH = re.compile(r"Launch|Memcpy|Memset|^cu(da)?Graph|^hip(Ext)?ModuleLaunch", re.IGNORECASE)
 # above this share of launches without a device activity, a complete trace warns
 MISSING_LAUNCH_WARN = 0.05
 
 
-def _missing_launch_names(tables: TraceTables) -> str:
-    """The runtime calls whose device activity is missing, with counts ("22 cudaMemsetAsync")."""
-    rt = tables.runtime
-    is_launch = tables.names_matching(_LAUNCH)[rt["name_id"]] & (rt["correlation"] >= 0)
-    device_corr = [tables.tables[t]["correlation"] for t in ("kernels", "memcpy", "memset") if len(tables.tables[t])]
-    corr = rt["correlation"][is_launch]
-    found = np.isin(corr, np.concatenate(device_corr)) if device_corr else np.zeros(corr.size, dtype=bool)
-    names, counts = np.unique(tables.name_array()[rt["name_id"][is_launch][~found]], return_counts=True)
-    return ", ".join(f"{c} {n}" for n, c in sorted(zip(names.tolist(), counts.tolist()), key=lambda x: -x[1])[:3])
-
-
-def _launches(tables: TraceTables) -> tuple[np.ndarray, np.ndarray]:
-    """(host ts_us, found-on-device bool) of every runtime call that launches device work."""
+def _launches(tables: TraceTables) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(host ts_us, found-on-device bool, name id) of every runtime call that launches device work."""
     rt = tables.runtime
     if len(rt) == 0:
-        return np.empty(0), np.empty(0, dtype=bool)
-    is_launch = tables.names_matching(_LAUNCH)[rt["name_id"]] & (rt["correlation"] >= 0)
+        return np.empty(0), np.empty(0, dtype=bool), np.empty(0, dtype=np.int64)
+    is_launch = tables.names_matching(LAUNCH_CALL)[rt["name_id"]] & (rt["correlation"] >= 0)
     corr = rt["correlation"][is_launch]
     device_corr = [tables.tables[t]["correlation"] for t in ("kernels", "memcpy", "memset") if len(tables.tables[t])]
     found = np.isin(corr, np.concatenate(device_corr)) if device_corr else np.zeros(corr.size, dtype=bool)
-    return rt["ts_us"][is_launch], found
+    return rt["ts_us"][is_launch], found, rt["name_id"][is_launch]
+
+
+def _counted_names(tables: TraceTables, name_ids: np.ndarray) -> str:
+    """The commonest names among ``name_ids`` with counts ("22 cudaMemsetAsync")."""
+    ids, counts = np.unique(name_ids, return_counts=True)
+    top = sorted(zip(counts.tolist(), ids.tolist()), reverse=True)[:3]
+    return ", ".join(f"{c} {tables.names[i]}" for c, i in top)
 
 
 def _host_horizon(tables: TraceTables) -> float:
@@ -71,14 +64,11 @@ def incomplete_mask(tables: TraceTables, host_start: np.ndarray, host_end: np.nd
     n = host_start.size
     drop = np.zeros(n, dtype=bool)
     notes: list[str] = []
-    launch_ts, found = _launches(tables)
+    launch_ts, found, launch_names = _launches(tables)
     k = np.searchsorted(host_start, launch_ts, side="right") - 1
     inside = (k >= 0) & (launch_ts < host_end[np.maximum(k, 0)])
     missing = np.bincount(k[inside & ~found], minlength=n)[:n] if n else np.zeros(0, int)
-    if tables.truncated and not tables.has_device_activity and (tables.device_properties or len(tables.runtime)):
-        raise TraceFormatError(f"{tables.path}: the file is truncated before any GPU activity was written (it holds "
-                               "CUDA/HIP runtime calls or GPU properties but no kernel, memcpy or memset): "
-                               "the device side cannot be analysed")
+    # a cut file that lost its whole device side never gets here: trace.device_side refuses it at load time
     if tables.truncated:
         # device activities are written in time order: the step holding the last one that made it into
         # the file, and every later step, may have lost device work after it
@@ -91,7 +81,7 @@ def incomplete_mask(tables: TraceTables, host_start: np.ndarray, host_end: np.nd
                          "and are left out (their device time would read as idle)")
         drop |= cut
     elif launch_ts.size and (~found).mean() > MISSING_LAUNCH_WARN:
-        notes.append(f"{tables.path}: {100 * (~found).mean():.0f}% of device launches ({_missing_launch_names(tables)}) "
+        notes.append(f"{tables.path}: {100 * (~found).mean():.0f}% of device launches ({_counted_names(tables, launch_names[~found])}) "
                      "have no kernel/memcpy/memset in the trace: device busy time is understated by their work")
     if n >= 2 and not drop[-1]:
         others = np.median(host_end[:-1] - host_start[:-1])

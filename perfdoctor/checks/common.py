@@ -155,3 +155,19 @@ def peak_reserved_pct(ctx: Any) -> float | None:
         return None
     m = (mem["device_type"] == 1) & (mem["device_id"] == ctx.device.device) & (mem["total_reserved"] >= 0)
     return pct(float(mem["total_reserved"][m].max()), float(cap)) if m.any() else None
+
+
+def unprofiled_step_times(run: Any, start: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """(step indices, train-only times s) of a run's unprofiled steps from step ``start`` on.
+
+    Train-only = ``train_s`` of :mod:`perfdoctor.capture.run_data` (duration − evaluation − checkpoint), or
+    ``duration_s`` for step tables without it; profiled (warm-up, active) and FLOPs-counting steps and
+    unmeasured (NaN) ones are left out. Empty arrays when the run has no step table.
+    """
+    steps = getattr(run, "steps", None) or {}
+    d, phase = steps.get("train_s", steps.get("duration_s")), steps.get("profiler_phase")
+    if d is None or len(d) == 0:
+        return np.empty(0, dtype=np.int64), np.empty(0)
+    d = np.asarray(d, float)
+    keep = (np.arange(d.size) >= start) & np.isfinite(d) & ((phase == "none") if phase is not None else True)
+    return np.flatnonzero(keep), d[keep]

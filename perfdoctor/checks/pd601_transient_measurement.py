@@ -12,6 +12,7 @@ steady-state steps (a window inside the run's normal noise is not a transient).
 
 from __future__ import annotations
 
+from perfdoctor.checks.common import unprofiled_step_times
 from perfdoctor.checks.context import JobContext, Outcome, passed, skipped
 from perfdoctor.findings import Evidence, Hit
 
@@ -51,13 +52,8 @@ def _robust_sigma(run: object, start: int) -> float:
     """IQR ÷ 1.349 of the unprofiled step times from ``start`` on (s); 0 when unknown."""
     import numpy as np
 
-    steps = getattr(run, "steps", None) or {}
-    d, phase = steps.get("train_s", steps.get("duration_s")), steps.get("profiler_phase")
-    if d is None or len(d) == 0:
+    _, x = unprofiled_step_times(run, start)
+    if x.size < 4:
         return 0.0
-    idx = np.arange(len(d))
-    keep = (idx >= start) & np.isfinite(d) & ((phase == "none") if phase is not None else True)
-    if keep.sum() < 4:
-        return 0.0
-    q75, q25 = np.percentile(np.asarray(d, float)[keep], [75, 25])
+    q75, q25 = np.percentile(x, [75, 25])
     return float((q75 - q25) / 1.349)

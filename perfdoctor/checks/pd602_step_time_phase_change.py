@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from perfdoctor.checks.common import unprofiled_step_times
 from perfdoctor.checks.context import JobContext, Outcome, passed, skipped
 from perfdoctor.findings import Estimate, Evidence, Hit
 
@@ -78,12 +79,7 @@ def check(job: JobContext) -> Outcome:
 def _level_change(run: object, min_segment: int = 10) -> tuple[int, float, float] | None:
     """(step, median before s, median after s) when one jump fits the unprofiled steady steps
     better than a straight line (sum of absolute residuals at most 60% of the line's), else None."""
-    steps = getattr(run, "steps", None) or {}
-    d, phase = steps.get("train_s", steps.get("duration_s")), steps.get("profiler_phase")
-    if d is None or len(d) < 2 * min_segment:
-        return None
-    keep = np.isfinite(d) & ((phase == "none") if phase is not None else True)
-    idx, x = np.flatnonzero(keep), np.asarray(d, float)[keep]
+    idx, x = unprofiled_step_times(run)
     if x.size < 2 * min_segment:
         return None
     slope, intercept = np.polyfit(idx, x, 1)

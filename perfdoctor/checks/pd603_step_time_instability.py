@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from perfdoctor.checks.common import unprofiled_step_times
 from perfdoctor.checks.context import JobContext, Outcome, passed, skipped
 from perfdoctor.findings import Estimate, Evidence, Hit
 
@@ -23,11 +24,7 @@ def check(job: JobContext) -> Outcome:
     ss = getattr(run, "steady_state", None)
     if ss is None:
         return skipped("no step series in the run data")
-    steps = run.steps
-    d = steps.get("train_s", steps.get("duration_s"))
-    idx = np.arange(len(d))
-    keep = (idx >= ss.steady_start_step) & (steps["profiler_phase"] == "none") & np.isfinite(d)
-    x = np.asarray(d, float)[keep]
+    idx, x = unprofiled_step_times(run, ss.steady_start_step)
     if x.size < job.th["min_steps"]:
         return skipped(f"only {x.size} unprofiled steady-state steps (needs {job.th['min_steps']})")
     p10, med, p90 = (float(v) for v in np.percentile(x, [10, 50, 90]))
@@ -37,6 +34,6 @@ def check(job: JobContext) -> Outcome:
     slow = x > 2 * p10
     ev = Evidence(values={"p10_ms": p10 * 1e3, "median_ms": med * 1e3, "p90_ms": p90 * 1e3, "spread": spread,
                           "slow_pct": 100 * float(slow.mean()), "steady_steps": int(x.size)},
-                  steps=[int(s) for s in idx[keep][slow][:20]])
+                  steps=[int(s) for s in idx[slow][:20]])
     est = Estimate(max(med - p10, 0.0) * 1e6, med * 1e6, "median − p10 of the unprofiled steady-state step times")
     return Outcome(metrics={"spread": spread}, hit=Hit(evidence=ev, estimate=est))

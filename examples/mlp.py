@@ -12,7 +12,6 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-
 from _train_common import base_parser, launch, unfused_chain
 
 

@@ -16,7 +16,6 @@ import random
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-
 from _train_common import base_parser, launch, unfused_chain
 
 WORDS = (

@@ -25,5 +25,5 @@ def shared_trace(name: str) -> Path:
 
 
 @pytest.fixture
-def shared() -> "type[Path]":
+def shared() -> type[Path]:
     return shared_trace

@@ -17,7 +17,7 @@ DLRM = "param__dlrm_8ranks"
 MEMORY = "switchtransformers__a100_moe_profile_memory.json.gz"
 ALLOWED_TAGS = {"html", "head", "meta", "title", "style", "body", "main", "header", "nav", "a", "section", "h1",
                 "h2", "h3", "div", "p", "span", "strong", "em", "code", "pre", "ul", "ol", "li", "table", "thead",
-                "tbody", "tr", "th", "td", "details", "summary", "footer", "script", "svg", "title", "rect", "line",
+                "tbody", "tr", "th", "td", "details", "summary", "footer", "script", "svg", "rect", "line",
                 "text", "polyline", "circle", "g"}
 _URL = re.compile(r"^\s*(?:[a-z][a-z0-9+.-]*:|//)", re.I)
 

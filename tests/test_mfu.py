@@ -5,8 +5,15 @@ from __future__ import annotations
 import pytest
 from conftest import shared_trace
 
-from perfdoctor.analysis.mfu import (achieved_flops_per_s, bandwidth_check, compute_mfu, gemm_dtype, mfu,
-                                     model_flops_per_step, transformer_flops_per_token)
+from perfdoctor.analysis.mfu import (
+    achieved_flops_per_s,
+    bandwidth_check,
+    compute_mfu,
+    gemm_dtype,
+    mfu,
+    model_flops_per_step,
+    transformer_flops_per_token,
+)
 from perfdoctor.analysis.roofline import Roofs
 from perfdoctor.trace import load_trace
 

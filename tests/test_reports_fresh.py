@@ -9,8 +9,8 @@ import shutil
 
 import pytest
 from conftest import REPO
-from test_markdown import synthetic_trace
 from test_html_report import assert_self_contained
+from test_markdown import synthetic_trace
 
 from perfdoctor.tools.regen_reports import main, regenerate, samples, stale
 

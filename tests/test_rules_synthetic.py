@@ -4,7 +4,6 @@ import pytest
 from rules_helpers import ADD, DL, HGEMM, NCCL, SGEMM, run_rules, run_tb
 from tracebuilder import TraceBuilder
 
-
 # -- PD101 dataloader-starvation -------------------------------------------------
 
 def test_pd101_fires_when_device_waits_on_dataloader(tmp_path):
@@ -454,7 +453,8 @@ def test_pd304_names_the_waiting_rank_and_pd301_keeps_only_the_transfer(tmp_path
     # rank 0 waits 1200 − 400 = 800 µs, none of it overlapped by compute; rank 1 (the shortest copy) arrives last
     assert v["rank"] == 0 and v["wait_ms"] == pytest.approx(0.8) and v["last_rank"] == 1
     assert v["transfer_ms"] == pytest.approx(0.4) and f["saving_us_per_step"] == pytest.approx(800)
-    # PD301 on rank 0: 1200 µs exposed, 800 of it waiting: 400 µs of transfer (20% of the step) is what overlap could hide
+    # PD301 on rank 0: 1200 µs exposed, 800 of it waiting:
+    # 400 µs of transfer (20% of the step) is what overlap could hide
     m = r.metrics("PD301", "0")
     assert m["wait_us"] == pytest.approx(800) and m["exposed_us"] == pytest.approx(400)
 

@@ -5,8 +5,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from perfdoctor.analysis.steady_state import (analyze, detect_warmup, find_change_points,
-                                              interval_rates, spearman, theil_sen)
+from perfdoctor.analysis.steady_state import (
+    analyze,
+    detect_warmup,
+    find_change_points,
+    interval_rates,
+    spearman,
+    theil_sen,
+)
 from perfdoctor.capture.hooks import StepCounter
 from perfdoctor.capture.schedule import ProfileConfig, Schedule
 from perfdoctor.errors import PerfDoctorError

@@ -54,18 +54,18 @@ class TraceBuilder:
         return "external id" if self.old else "External id"
 
     # -- host side -------------------------------------------------------------
-    def annotation(self, name: str, ts: float, dur: float, tid: int | None = None) -> "TraceBuilder":
+    def annotation(self, name: str, ts: float, dur: float, tid: int | None = None) -> TraceBuilder:
         cat = "Operator" if self.old else "user_annotation"
         self.events.append({"ph": "X", "cat": cat, "name": name, "pid": self.pid, "tid": tid or self.tid,
                             "ts": ts, "dur": dur, "args": {"External id": self._next_ext()}})
         return self
 
-    def step(self, n: int, ts: float, dur: float) -> "TraceBuilder":
+    def step(self, n: int, ts: float, dur: float) -> TraceBuilder:
         """A ``ProfilerStep#n`` annotation on the main thread."""
         return self.annotation(f"ProfilerStep#{n}", ts, dur)
 
     def cpu_op(self, name: str, ts: float, dur: float, tid: int | None = None, input_dims: list | None = None,
-               input_type: list | None = None, external_id: int | None = None) -> "TraceBuilder":
+               input_type: list | None = None, external_id: int | None = None) -> TraceBuilder:
         args: dict[str, Any] = {"External id": external_id if external_id is not None else self._next_ext()}
         if input_dims is not None:
             args["Input Dims"] = input_dims
@@ -82,7 +82,7 @@ class TraceBuilder:
                             "args": {"correlation": corr, self._ext_key(): 0}})
         return corr
 
-    def memory(self, ts: float, nbytes: int, total_allocated: int, total_reserved: int, device: int = 0) -> "TraceBuilder":
+    def memory(self, ts: float, nbytes: int, total_allocated: int, total_reserved: int, device: int = 0) -> TraceBuilder:
         self.events.append({"ph": "i", "s": "t", "name": "[memory]", "pid": self.pid, "tid": self.tid, "ts": ts,
                             "args": {"Device Type": 1, "Device Id": device, "Bytes": nbytes,
                                      "Total Allocated": total_allocated, "Total Reserved": total_reserved}})

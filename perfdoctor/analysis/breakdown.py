@@ -27,7 +27,6 @@ CPU-only traces get the same per-step table over host ops (see :mod:`perfdoctor.
 
 from __future__ import annotations
 
-
 from dataclasses import dataclass, field
 
 import numpy as np

@@ -23,8 +23,9 @@ import platform
 import re
 import socket
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from perfdoctor.analysis.roofline import Roofs
 from perfdoctor.errors import PerfDoctorError
@@ -140,7 +141,7 @@ def calibrate(devices: list[str], quick: bool = False) -> dict[str, Any]:
         "hostname": socket.gethostname(),
         "cpu_model": cpu_model(),
         "torch_version": torch.__version__,
-        "measured_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "measured_at": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
         "devices": {d: calibrate_device(d, quick) for d in devices},
     }
 

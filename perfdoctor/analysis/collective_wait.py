@@ -29,7 +29,6 @@ import numpy as np
 from perfdoctor.analysis.classify import classify_kernel
 from perfdoctor.analysis.steps import gpu_launch_times
 
-
 END_TOLERANCE_US = 100.0
 
 

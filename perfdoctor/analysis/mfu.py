@@ -15,11 +15,11 @@ Every function taking plain numbers is exact (no rounding); callers round for di
 
 from __future__ import annotations
 
-import numpy as np
-
 from collections import defaultdict
 from dataclasses import asdict, dataclass
 from typing import Any
+
+import numpy as np
 
 from perfdoctor.analysis.kernel_dtype import is_gemm_kernel, kernel_math_dtype
 from perfdoctor.analysis.roofline import Roofs

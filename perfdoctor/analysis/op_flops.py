@@ -18,8 +18,9 @@ forward convolution without its stride/padding recorded), returns
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from functools import lru_cache
-from typing import Any, Callable
+from typing import Any
 
 import orjson
 

@@ -6,7 +6,6 @@ see :mod:`perfdoctor.analysis.op_flops` for the conventions.
 
 from __future__ import annotations
 
-
 from perfdoctor.analysis.op_args import Args, OpCost, Uncosted, sum_bytes
 
 # ---- attention. Forward: 2·B·H·Lq·Lk·(D + Dv) (QKᵀ and PV), as torch flop_counter sdpa_flop_count;

@@ -9,8 +9,9 @@ Two ways a step can be incomplete:
 - **the file was cut** (a killed exporter): launches whose kernels, memcpys or
   memsets never made it into the file, host events that stop before the
   step's end, or a step at or after the last device activity in the file
-  (device activities are written in time order, so later ones were lost). Such a step's device time would read as idle, a wrong number,
-  so it is dropped with a warning.
+  (device activities are written in time order, so later ones were lost).
+  Such a step's device time would read as idle, a wrong number, so it is
+  dropped with a warning.
 
 Every drop is reported in ``Steps.warnings``; a trace left with no complete
 step raises :class:`~perfdoctor.errors.TraceFormatError`.
@@ -81,7 +82,8 @@ def incomplete_mask(tables: TraceTables, host_start: np.ndarray, host_end: np.nd
                          "and are left out (their device time would read as idle)")
         drop |= cut
     elif launch_ts.size and (~found).mean() > MISSING_LAUNCH_WARN:
-        notes.append(f"{tables.path}: {100 * (~found).mean():.0f}% of device launches ({_counted_names(tables, launch_names[~found])}) "
+        missing = _counted_names(tables, launch_names[~found])
+        notes.append(f"{tables.path}: {100 * (~found).mean():.0f}% of device launches ({missing}) "
                      "have no kernel/memcpy/memset in the trace: device busy time is understated by their work")
     if n >= 2 and not drop[-1]:
         others = np.median(host_end[:-1] - host_start[:-1])

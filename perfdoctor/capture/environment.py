@@ -31,7 +31,10 @@ ISA_CAPS_WITHOUT_BF16 = ("SSE41", "AVX", "AVX2", "AVX2_VNNI", "AVX512_CORE", "AV
 
 
 def onednn_isa_cap(env: dict | None = None) -> str | None:
-    """The oneDNN ISA cap set for this process (``ONEDNN_MAX_CPU_ISA`` or the older ``DNNL_MAX_CPU_ISA``), upper-cased."""
+    """The oneDNN ISA cap set for this process, upper-cased.
+
+    Read from ``ONEDNN_MAX_CPU_ISA`` or the older ``DNNL_MAX_CPU_ISA``.
+    """
     env = os.environ if env is None else env
     value = env.get("ONEDNN_MAX_CPU_ISA") or env.get("DNNL_MAX_CPU_ISA")
     return value.strip().upper() if value and value.strip() else None

@@ -19,7 +19,7 @@ Outside a profiling session every entry point here is a no-op.
 from __future__ import annotations
 
 import weakref
-from typing import Callable
+from collections.abc import Callable
 
 StepCallback = Callable[[int], None]
 

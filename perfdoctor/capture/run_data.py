@@ -19,7 +19,6 @@ from perfdoctor.capture.step_timer import STEP_FIELDS
 from perfdoctor.errors import PerfDoctorError
 
 
-
 @dataclass
 class RunData:
     """A run directory's contents.

@@ -20,17 +20,16 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Sequence
 
 from perfdoctor import __version__
 from perfdoctor.capture import distributed, environment, spawn
 from perfdoctor.capture.rundir import rank_json_name, write_json
 from perfdoctor.capture.schedule import ProfileConfig, Schedule
 from perfdoctor.capture.script import check_target, run_target
-from perfdoctor.capture.session import (ProfilerConflict, Session, StopRun, Terminated,
-                                        line_buffer_output)
+from perfdoctor.capture.session import ProfilerConflict, Session, StopRun, Terminated, line_buffer_output
 
 
 @dataclass

@@ -40,7 +40,7 @@ class Schedule:
     repeat: int
 
     @classmethod
-    def resolve(cls, cfg: ProfileConfig) -> "Schedule":
+    def resolve(cls, cfg: ProfileConfig) -> Schedule:
         """Fill in defaults and check the windows fit in ``cfg.steps``.
 
         Raises:

@@ -14,9 +14,9 @@ import sys
 import time
 import traceback
 import warnings
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
-from typing import Callable
 
 import torch
 

@@ -24,8 +24,16 @@ import numpy as np
 from perfdoctor.checks import context as cx
 from perfdoctor.checks.catalogue import Catalogue, RuleSpec
 from perfdoctor.errors import PerfDoctorError
-from perfdoctor.findings import (FINDINGS_NOTE, Estimate, Evidence, Finding, Hit, rank_findings, severity_for,
-                                 severity_level)
+from perfdoctor.findings import (
+    FINDINGS_NOTE,
+    Estimate,
+    Evidence,
+    Finding,
+    Hit,
+    rank_findings,
+    severity_for,
+    severity_level,
+)
 from perfdoctor.trace import launch_calls
 
 _MODULE_RX = re.compile(r"^pd\d{3}_\w+$")

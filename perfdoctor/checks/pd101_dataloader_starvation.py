@@ -18,7 +18,8 @@ from perfdoctor.findings import Estimate, Evidence, Hit
 
 CODE = "PD101"
 METRICS = {
-    "dataloader_wait_us": "mean µs per step the step waits on the DataLoader (device idle on GPU, host in __next__ on CPU)",
+    "dataloader_wait_us": ("mean µs per step the step waits on the DataLoader "
+                           "(device idle on GPU, host in __next__ on CPU)"),
     "dataloader_wait_pct": "dataloader_wait_us as % of the mean step time",
     "dataloader_host_us": "mean µs per step the host spends inside DataLoader __next__",
 }

@@ -57,5 +57,6 @@ def check(ctx: RankContext) -> Outcome:
         "median_launch_gap_us": float(np.median(k.launch_gap_us[known])),
         "median_launch_us": float(np.median(k.launch_dur_us[known]))},
         steps=steps_over(idle, ctx.per_step(lambda s: s.dur_us), ctx.th["min_saving_pct"], ctx.step_numbers))
-    method = "mean device idle per step while the host is busy launching (breakdown 'host_launch_bound'), outside Optimizer.step"
+    method = ("mean device idle per step while the host is busy launching (breakdown 'host_launch_bound'), "
+              "outside Optimizer.step")
     return Outcome(metrics=metrics, hit=Hit(evidence=ev, estimate=Estimate(saving, ctx.step_us, method)))

@@ -29,7 +29,8 @@ CODE = "PD204"
 METRICS = {
     "bf16_gemm_us": "mean µs per step in GEMM/linear/conv ops with bf16 inputs",
     "cast_us": "mean µs per step in dtype casts (aten::to / _to_copy)",
-    "has_bf16_isa": "1 when the run's bf16 GEMMs could use avx512_bf16 / amx_bf16 (present and not capped by ONEDNN_MAX_CPU_ISA)",
+    "has_bf16_isa": ("1 when the run's bf16 GEMMs could use avx512_bf16 / amx_bf16 "
+                     "(present and not capped by ONEDNN_MAX_CPU_ISA)"),
 }
 GEMM_OPS = re.compile(r"^aten::(mm|addmm|bmm|baddbmm|matmul|linear|_?convolution|conv\dd|mkldnn_\w+|_addmm_activation)$")
 CAST_OPS = re.compile(r"^aten::(to|_to_copy)$")

@@ -14,8 +14,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from perfdoctor.capture.rundir import write_json
 from perfdoctor.capture.run_data import load_run_dir
+from perfdoctor.capture.rundir import write_json
 from perfdoctor.capture.runner import RunResult, run_profile
 from perfdoctor.capture.schedule import ProfileConfig
 from perfdoctor.errors import PerfDoctorError

@@ -20,12 +20,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     import orjson
-    from rich.console import Console
-
-    from perfdoctor.cli.console import stdout_console
 
     from perfdoctor.checks import config, engine
     from perfdoctor.checks.catalogue import load_catalogue
+    from perfdoctor.cli.console import stdout_console
     from perfdoctor.render.rules_text import rule_text
 
     opts = config.resolve(rules=args.rules)

@@ -20,9 +20,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import orjson
     from rich import box
-    from rich.console import Console
-
-    from perfdoctor.cli.console import stdout_console
     from rich.markup import escape
     from rich.padding import Padding
     from rich.table import Table
@@ -30,6 +27,7 @@ def run(args: argparse.Namespace) -> int:
 
     from perfdoctor.checks import config, engine
     from perfdoctor.checks.catalogue import load_catalogue
+    from perfdoctor.cli.console import stdout_console
 
     opts = config.resolve(args.select, args.ignore, args.rules)
     cat = load_catalogue(opts.rules_dirs)

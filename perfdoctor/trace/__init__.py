@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from perfdoctor.trace.device_side import check_device_side, launch_calls, named_gpus
 from perfdoctor.trace.reader import read_trace_file, trace_files_in

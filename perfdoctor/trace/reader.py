@@ -17,9 +17,10 @@ import gc
 import os
 import re
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import msgspec
 

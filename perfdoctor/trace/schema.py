@@ -8,12 +8,10 @@ Field names follow Kineto's JSON (``"External id"`` in new traces,
 
 from __future__ import annotations
 
-from typing import Union
-
 import msgspec
 
-Num = Union[int, float]
-IntOrStr = Union[int, str]
+Num = int | float
+IntOrStr = int | str
 
 
 class Args(msgspec.Struct, gc=False):
@@ -29,20 +27,20 @@ class Args(msgspec.Struct, gc=False):
     input_dims: msgspec.Raw = msgspec.field(default=msgspec.Raw(b""), name="Input Dims")
     input_type: msgspec.Raw = msgspec.field(default=msgspec.Raw(b""), name="Input type")
     concrete_inputs: msgspec.Raw = msgspec.field(default=msgspec.Raw(b""), name="Concrete Inputs")
-    collective: Union[str, None] = msgspec.field(default=None, name="Collective name")
-    in_nelems: Union[int, None] = msgspec.field(default=None, name="In msg nelems")
-    dtype: Union[str, None] = None
-    group_size: Union[int, None] = msgspec.field(default=None, name="Group size")
+    collective: str | None = msgspec.field(default=None, name="Collective name")
+    in_nelems: int | None = msgspec.field(default=None, name="In msg nelems")
+    dtype: str | None = None
+    group_size: int | None = msgspec.field(default=None, name="Group size")
     # memory instant events ("[memory]")
-    mem_bytes: Union[int, None] = msgspec.field(default=None, name="Bytes")
-    total_allocated: Union[int, None] = msgspec.field(default=None, name="Total Allocated")
-    total_reserved: Union[int, None] = msgspec.field(default=None, name="Total Reserved")
-    device_id: Union[int, None] = msgspec.field(default=None, name="Device Id")
-    device_type: Union[int, None] = msgspec.field(default=None, name="Device Type")
+    mem_bytes: int | None = msgspec.field(default=None, name="Bytes")
+    total_allocated: int | None = msgspec.field(default=None, name="Total Allocated")
+    total_reserved: int | None = msgspec.field(default=None, name="Total Reserved")
+    device_id: int | None = msgspec.field(default=None, name="Device Id")
+    device_type: int | None = msgspec.field(default=None, name="Device Type")
     # metadata events (process_name / thread_name)
-    name: Union[str, None] = None
-    labels: Union[str, None] = None
-    flops: Union[Num, None] = None
+    name: str | None = None
+    labels: str | None = None
+    flops: Num | None = None
 
 
 class Event(msgspec.Struct, gc=False):

@@ -16,8 +16,8 @@ follows the last complete event is reported, not decoded.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import numpy as np
 

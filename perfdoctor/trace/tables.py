@@ -25,8 +25,9 @@ Columns common to all tables: ``name_id`` (index into ``TraceTables.names``),
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 
@@ -50,7 +51,7 @@ class Table:
     def __contains__(self, name: str) -> bool:
         return name in self.cols
 
-    def take(self, index: np.ndarray) -> "Table":
+    def take(self, index: np.ndarray) -> Table:
         """Rows selected by a boolean mask or an index array."""
         return Table({k: v[index] for k, v in self.cols.items()})
 

@@ -76,6 +76,14 @@ def analyze_tables(tables: TraceTables, step_marker: str | None = None) -> RankA
     if not devs:
         devs = [cpu_breakdown(tables, steps)]
     warnings = list(tables.warnings) + list(steps.warnings)
+    if devs and devs[0].kind == "gpu" and not tables.device_properties:
+        from perfdoctor.analysis.arch import infer_from_tables
+
+        guess = infer_from_tables(tables)
+        if guess is not None:
+            warnings.append(f"{tables.path}: no deviceProperties; GPU architecture inferred from kernel names: "
+                            f"{guess.family} (compute capability {guess.compute_capability[0]}."
+                            f"{guess.compute_capability[1]}, from {guess.evidence!r}); {guess.assumption}")
     if tables.truncated and steps.source == "whole-trace" and tables.has_device_activity:
         # no step windows to drop: device activity the cut lost cannot be told from idle time
         warnings.append(f"{tables.path}: truncated and without step markers: GPU activity written after the cut "

@@ -33,7 +33,8 @@ import numpy as np
 
 from perfdoctor.analysis import host
 from perfdoctor.analysis import intervals as iv
-from perfdoctor.analysis.classify import COMPUTE_CATEGORIES, classify_kernel
+from perfdoctor.analysis.classify import COMPUTE_CATEGORIES, KernelClass, classify_kernel
+from perfdoctor.analysis.kernel_ops import kernel_labels
 from perfdoctor.analysis.steps import Steps, gpu_launch_times
 from perfdoctor.trace.tables import TraceTables
 
@@ -135,6 +136,11 @@ def _gpu_events(tables: TraceTables, device: int, optimizer: iv.Intervals) -> _G
             if c is None:
                 c = cache[nid] = classify_kernel(tables.names[nid])
             classes.append(c)
+        if tname == "kernels":  # categories that need the launching op (unfused attention, c10d-named comm)
+            lab = kernel_labels(tables)
+            classes = [c if not r else KernelClass(cat, collective=coll, triton=c.triton)
+                       for c, r, cat, coll in zip(classes, lab.relabelled[m].tolist(), lab.category[m].tolist(),
+                                                  lab.collective[m].tolist())]
         parts.append((tab["ts_us"][m], tab["end_us"][m], launch[m], classes, tname == "kernels"))
     if not parts:
         e = np.empty(0)

@@ -8,7 +8,8 @@ MIOpen/composable_kernel, NCCL/RCCL, Triton) and are unit-tested on them.
 
 Categories (``CATEGORIES``): matmul, attention, conv, elementwise,
 reduction_norm, optimizer, communication, memcpy, memset, other.
-Communication kernels also get a collective (all_reduce, all_gather,
+Communication kernels (NCCL/RCCL, MSCCL, NVSHMEM, DeepEP, oneCCL, symmetric-memory and
+custom all-reduce/all-to-all kernels) also get a collective (all_reduce, all_gather,
 reduce_scatter, broadcast, send_recv, all_to_all, reduce, other); memcpy gets
 a direction (h2d, d2h, d2d, h2h, p2p) and whether the host side is pageable or pinned.
 """
@@ -38,11 +39,20 @@ COMPUTE_CATEGORIES = ("matmul", "attention", "conv", "elementwise", "reduction_n
 KERNEL_RULES: tuple[tuple[str, str], ...] = (
     ("memcpy", r"^(memcpy|dma)"),
     ("memset", r"^memset"),
-    ("communication", r"^nccl|^rccl|nccl(dev)?kernel|ncclKernel|rccl|all_?reduce_kernel|cross_device_reduce|one_shot_all_reduce|two_shot_all_reduce"),
+    # NCCL/RCCL; MSCCL/MSCCL++; NVSHMEM; DeepEP expert-parallel all-to-all (dpsk::ep / deep_ep); oneCCL; torch
+    # symmetric-memory and custom all-reduce / all-to-all kernels (vLLM, SGLang, MoE libraries)
+    ("communication", r"^nccl|^rccl|nccl(dev)?kernel|ncclKernel|rccl|msccl|nvshmem|dpsk::ep::|deep_?ep::|oneccl|\bccl::"
+                      r"|all_?reduce_kernel|cross_device_reduce|one_shot_all_reduce|two_shot_all_reduce"
+                      r"|symmetric_memory::|multimem_all|custom_?all_?reduce|all_?to_?all|alltoall"),
     # cuDNN's BatchNorm kernels (bn_fw_tr_1C11_*, bn_bw_1C11_*) live in the cudnn:: namespace: before conv
     ("reduction_norm", r"cudnn::bn_|\bbn_fw|\bbn_bw|batch_?norm|BatchNorm"),
     ("elementwise", r"cudnn::ops::scalePackedTensor|cudnn::ops::(add|scale|copy)"),
-    ("attention", r"flash|fmha|attn_fwd|attn_bwd|_attention|attention_|efficient_attention|mem_eff|sdpa|cudnn_generated_fort_native_sdpa|fused_multihead|softmax_attention"),
+    # FlashAttention 2/3 (flash_fwd_kernel, flash::FlashAttnFwdSm90), memory-efficient (fmha_cutlassF/B), cuDNN SDPA
+    # (cudnn_generated_fort_native_sdpa_*), CK / aiter on AMD (ck_tile::FmhaFwdKernel), Triton (_attn_fwd,
+    # flex_attention templates), TransformerEngine fused_attn, paged/decode attention
+    ("attention", r"flash|fmha|attn_fwd|attn_bwd|_attention|attention_|efficient_attention|mem_eff|sdpa"
+                  r"|fused_multihead|softmax_attention|flex_attention|fused_attn|paged_attention|decode_attention"
+                  r"|xformers"),
     ("conv", r"conv|scudnn|cudnn::|cudnn_|wgrad|dgrad|fprop|winograd|implicit_gemm|implicit_convolve|igemm_(fwd|bwd|wrw)|miopen|naive_conv|im2col|col2im|nchwToNhwc|nhwcToNchw|cask_cudnn|ck::tensor_operation.*grouped_conv"),
     ("matmul", r"gemm|gemv|sgemm|hgemm|cublas|cutlass|xmma|wgmma|nvjet|^Cijk_|Tensile|hipblaslt|rocblas|matmul|_mm_|triton_tem_fused.*(mm|addmm|bmm)|splitKreduce|dot_kernel|gemmk1|gemmSN|scal_kernel|reduce_1Block_kernel|epilogue::impl|ck::tensor_operation.*gemm|_bmm|bmm_"),
     ("optimizer", r"multi_tensor_apply|fused_adam|FusedAdam|adam_kernel|_fused_adamw?|fused_sgd|\blamb_|_lamb\b|adagrad|optimizer|_amp_foreach|foreach_tensor"),
@@ -54,7 +64,8 @@ COLLECTIVE_RULES: tuple[tuple[str, str], ...] = (
     ("all_reduce", r"all_?reduce"),
     ("all_gather", r"all_?gather"),
     ("reduce_scatter", r"reduce_?scatter"),
-    ("all_to_all", r"all_?to_?all|alltoall"),
+    # DeepEP's dispatch/combine (and their notify_* count exchange) are expert-parallel all-to-all
+    ("all_to_all", r"all_?to_?all|alltoall|dpsk::ep::|deep_?ep::"),
     ("broadcast", r"broadcast|bcast"),
     ("send_recv", r"send|recv|sendrecv"),
     ("reduce", r"reduce"),

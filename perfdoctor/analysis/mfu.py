@@ -242,6 +242,16 @@ def roofs_for_trace(tables: Any, measured: Roofs | None = None, prefer: str = "s
     if prefer == "measured" and measured is not None:
         return measured
     spec = device_for_trace(tables.device_properties)
+    if spec is None and not tables.device_properties:
+        from dataclasses import replace
+
+        from perfdoctor.analysis.arch import infer_from_tables
+
+        guess = infer_from_tables(tables)  # no deviceProperties: the family's datasheet, the assumption stated
+        if guess is not None and guess.spec is not None:
+            roofs = roofs_from_spec(guess.spec)
+            return replace(roofs, device=f"{roofs.device} (assumed: {guess.label})",
+                           source=f"{roofs.source}; assumed from kernel names ({guess.evidence}): {guess.assumption}")
     return roofs_from_spec(spec) if spec else measured
 
 

@@ -17,7 +17,7 @@ import numpy as np
 
 from perfdoctor.analysis import intervals as iv
 from perfdoctor.analysis.breakdown import StepBreakdown
-from perfdoctor.analysis.classify import classify_kernel
+from perfdoctor.analysis.kernel_ops import kernel_labels
 from perfdoctor.analysis.steps import gpu_launch_times
 from perfdoctor.checks.catalogue import RuleSpec
 from perfdoctor.findings import Hit
@@ -136,10 +136,9 @@ class RankContext:
         m = tab["device"] == dev if len(tab) else np.zeros(0, dtype=bool)
         launch = gpu_launch_times(self.tables, "kernels")[m] if len(tab) else np.empty(0)
         ids = tab["name_id"][m] if len(tab) else np.empty(0, dtype=np.int64)
-        uniq, inv = np.unique(ids, return_inverse=True)
-        classes = [classify_kernel(self.tables.names[i]) for i in uniq.tolist()]
-        cat = np.array([c.category for c in classes], dtype=object)[inv] if classes else np.empty(0, object)
-        tri = np.array([c.triton for c in classes], dtype=bool)[inv] if classes else np.empty(0, bool)
+        labels = kernel_labels(self.tables)
+        cat = labels.category[m] if len(tab) else np.empty(0, object)
+        tri = labels.triton[m] if len(tab) else np.empty(0, bool)
         ts = tab["ts_us"][m] if len(tab) else np.empty(0)
         launch_dur = self._launch_durations(tab["correlation"][m]) if len(tab) else np.empty(0)
         view = KernelView(

@@ -13,7 +13,7 @@ import re
 
 import numpy as np
 
-from perfdoctor.analysis.kernel_dtype import kernel_math_dtype
+from perfdoctor.analysis.kernel_dtype import is_gemm_kernel, kernel_math_dtype
 from perfdoctor.checks.common import pct, top_names
 from perfdoctor.checks.context import Outcome, RankContext, passed, skipped
 from perfdoctor.findings import Estimate, Evidence, Hit
@@ -29,6 +29,12 @@ AMD = re.compile(r"AMD|Radeon|Instinct|MI\d{3}", re.I)
 
 
 def _device(ctx: RankContext) -> tuple[dict | None, tuple[int, int] | None]:
+    if not ctx.tables.device_properties:
+        from perfdoctor.analysis.arch import infer_from_tables
+
+        guess = infer_from_tables(ctx.tables)  # old traces: the architecture the kernel names name
+        if guess is not None and guess.vendor == "nvidia":
+            return {**guess.as_device_properties(), "guess": guess}, guess.compute_capability
     for p in ctx.tables.device_properties:
         if isinstance(p, dict) and p.get("id", 0) == ctx.device.device:
             if "computeMajor" in p:
@@ -51,7 +57,7 @@ def _peak_ratio(props: dict | None, cc: tuple[int, int]) -> float | None:
         from perfdoctor.analysis.hardware import match_device
     except ImportError:  # pragma: no cover - hardware table absent
         return None
-    spec = match_device(props) if props else None
+    spec = (props["guess"].spec if "guess" in props else match_device(props)) if props else None
     if spec is None or not spec.peak("fp32"):
         return None
     tc = (spec.peak("bf16") or spec.peak("tf32")) if cc >= (8, 0) else spec.peak("fp16")
@@ -60,14 +66,19 @@ def _peak_ratio(props: dict | None, cc: tuple[int, int]) -> float | None:
 
 def check(ctx: RankContext) -> Outcome:
     props, cc = _device(ctx)
-    name = str((props or {}).get("name", ""))
+    guess = (props or {}).get("guess")
+    name = f"{guess.family.capitalize()} GPU" if guess is not None else str((props or {}).get("name", ""))
     if AMD.search(name) or ctx.tables.names_matching(r"^hip").any():
         return skipped("AMD GPU: rocBLAS/MIOpen run FP32 GEMMs on matrix cores; the rule is about NVIDIA tensor cores")
     if cc is None:
-        return skipped("GPU compute capability unknown (no deviceProperties in the trace)")
+        return skipped("GPU compute capability unknown (no deviceProperties in the trace, and no kernel name names "
+                       "the architecture)")
     k = ctx.kernels()
     names = ctx.tables.name_array()
-    gemm = np.isin(k.category, ["matmul", "conv"]) & (k.step >= 0)
+    # the batched GEMMs of unfused attention count as attention in the breakdown; they are GEMMs all the same
+    attn_gemm = np.isin(k.name_id, [i for i in np.unique(k.name_id[k.category == "attention"]).tolist()
+                                    if is_gemm_kernel(names[i])])
+    gemm = (np.isin(k.category, ["matmul", "conv"]) | ((k.category == "attention") & attn_gemm)) & (k.step >= 0)
     ids = np.unique(k.name_id[gemm]).tolist()
     fp32_ids = [i for i in ids if not NOT_GEMM.search(names[i]) and kernel_math_dtype(names[i]) == "fp32"]
     gemm_ids = [i for i in ids if not NOT_GEMM.search(names[i])]
@@ -84,10 +95,14 @@ def check(ctx: RankContext) -> Outcome:
     if share < ctx.th["min_fp32_share_pct"] or pct(saving, ctx.step_us) < ctx.th["min_saving_pct"]:
         return passed(**metrics)
     ev = Evidence(values={
-        "gpu": name or "this GPU", "compute_capability": f"{cc[0]}.{cc[1]}", "fp32_gemm_ms": fp32_us / 1000,
+        "gpu": name or "this GPU",
+        "compute_capability": f"{cc[0]}.{cc[1]}" + (", inferred from kernel names" if guess is not None else ""), "fp32_gemm_ms": fp32_us / 1000,
         "fp32_gemm_pct_of_step": pct(fp32_us, ctx.step_us), "fp32_share_of_gemm_pct": share,
         "assumed_speedup": speedup, "advice": _advice(cc)},
         steps=ctx.step_numbers, events=top_names(names[k.name_id[is32]], k.dur_us[is32]))
     src = "datasheet tensor-core ÷ FP32 peak" if ratio else "default speedup (GPU not in the hardware table)"
+    if guess is not None:
+        src += f"; no deviceProperties: architecture inferred from {guess.evidence!r}" + (
+            f", {guess.assumption}" if ratio else "")
     method = f"FP32 GEMM/conv kernel time per step × (1 − 1/{speedup:.1f}), {src}, capped at max_speedup"
     return Outcome(metrics=metrics, hit=Hit(evidence=ev, estimate=Estimate(saving, ctx.step_us, method)))

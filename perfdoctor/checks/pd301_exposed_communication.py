@@ -31,7 +31,7 @@ METRICS = {
 def check(ctx: RankContext) -> Outcome:
     total = ctx.per_step(lambda s: s.communication["total_us"])
     if total.sum() <= 0:
-        return skipped("no collective (NCCL/RCCL) kernels in the trace: single-process training")
+        return skipped(_no_comm_reason(ctx))
     exposed_all = ctx.per_step(lambda s: s.communication["exposed_us"])
     overlapped = ctx.per_step(lambda s: s.communication["overlapped_us"])
     cw = getattr(ctx.analysis, "collective_wait", None)
@@ -57,3 +57,22 @@ def check(ctx: RankContext) -> Outcome:
     method = ("mean collective kernel time per step with no compute kernel running (fully overlapped would hide it)"
               + (", less the rank's wait for other ranks inside collectives" if wait.any() else ""))
     return Outcome(metrics=metrics, hit=Hit(evidence=ev, estimate=Estimate(saving, ctx.step_us, method)))
+
+
+def _no_comm_reason(ctx: RankContext) -> str:
+    """Why there is nothing to judge: single-process training only when nothing in the trace says otherwise."""
+    from perfdoctor.analysis.kernel_ops import COMM_OP
+
+    names = ctx.tables.name_array()
+    host = sorted({str(names[i]) for t in ("cpu_ops", "annotations") if len(ctx.tables.tables[t])
+                   for i in np.unique(ctx.tables.tables[t]["name_id"]).tolist() if COMM_OP.search(str(names[i]))})
+    info = ctx.tables.metadata.get("distributedInfo")
+    world = info.get("world_size") if isinstance(info, dict) else None
+    if host:
+        return (f"collectives are called on the host ({', '.join(host[:3])}) but no communication kernel of this "
+                "device lies in the analysed steps: host (gloo) collectives, or device activity not recorded")
+    if isinstance(world, int) and world > 1:
+        return (f"distributedInfo says world_size {world}, but the trace holds no communication kernel "
+                "(NCCL/RCCL, MSCCL, NVSHMEM, DeepEP, oneCCL) and no c10d/record_param_comms annotation")
+    return ("no collective kernel (NCCL/RCCL, MSCCL, NVSHMEM, DeepEP, oneCCL, custom all-reduce/all-to-all) and "
+            "no c10d/record_param_comms annotation in the trace: single-process training")

@@ -23,6 +23,7 @@ from perfdoctor.analysis.cpu_breakdown import cpu_breakdown
 from perfdoctor.analysis.memory import memory_summary
 from perfdoctor.analysis.steps import Steps, find_steps
 from perfdoctor.analysis.trace_info import profiler_settings
+from perfdoctor.replay.rank import replay_rank
 from perfdoctor.trace import load_trace, trace_files_in
 from perfdoctor.trace.tables import TraceTables
 
@@ -45,6 +46,7 @@ class RankAnalysis:
     roofline: Any = None  # perfdoctor.analysis.roofline.RooflineResult, see add_efficiency
     mfu: Any = None  # perfdoctor.analysis.mfu.MfuResult
     gemm_dtype: dict[str, Any] = field(default_factory=dict)  # {"dominant": str | None, "time_us": {dtype: µs}}
+    replay: Any = None  # perfdoctor.replay.rank.RankReplay: the step's dependency graph, replayed
 
     @property
     def rank(self) -> int | None:
@@ -84,11 +86,14 @@ def analyze_tables(tables: TraceTables, step_marker: str | None = None) -> RankA
             warnings.append(f"{tables.path}: no deviceProperties; GPU architecture inferred from kernel names: "
                             f"{guess.family} (compute capability {guess.compute_capability[0]}."
                             f"{guess.compute_capability[1]}, from {guess.evidence!r}); {guess.assumption}")
+    replayed = replay_rank(tables, steps)
+    if replayed.fallback:
+        warnings.append(f"{tables.path}: replay: {replayed.fallback}; savings are upper bounds from interval rules")
     if tables.truncated and steps.source == "whole-trace" and tables.has_device_activity:
         # no step windows to drop: device activity the cut lost cannot be told from idle time
         warnings.append(f"{tables.path}: truncated and without step markers: GPU activity written after the cut "
                         "is missing and counts as idle, so idle is an upper bound and busy a lower bound")
-    return RankAnalysis(tables=tables, steps=steps, devices=devs, warnings=warnings)
+    return RankAnalysis(tables=tables, steps=steps, devices=devs, warnings=warnings, replay=replayed)
 
 
 def _sha256(path: str) -> str:
@@ -274,6 +279,7 @@ def rank_dict(r: RankAnalysis) -> dict[str, Any]:
         "roofline": r.roofline.to_dict() if r.roofline is not None else None,
         "mfu": r.mfu.to_dict() if r.mfu is not None else None,
         "gemm_dtype": r.gemm_dtype,
+        "replay": r.replay.to_dict() if r.replay is not None else None,
         "warnings": r.warnings,
     }
 

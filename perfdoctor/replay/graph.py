@@ -1,0 +1,353 @@
+"""One rank's dependency graph, built from the trace tables (all times µs, absolute as in the file).
+
+Nodes and edges (arrays, no per-event Python objects):
+
+- **device activities** (kernels, memcpys, memsets of every device), sorted by start. Each starts at the latest of
+  three constraints: its launch (``host time of the launching runtime call + act_lat_us``; the call is joined by
+  ``correlation``), the previous activity on the same ``(device, stream)`` (FIFO: ``end + act_gap_us``), and a
+  cross-stream dependency (``end of act_dep + act_dep_gap_us``). An activity without a launch record in the trace
+  (work queued before the profiler started) keeps its recorded start.
+- **blocking host calls**: synchronize calls, blocking copies, and other runtime calls (``cudaFree``, a launch into a
+  full queue) the host provably sat in until device work finished. Each waits for one activity (``blk_dep``) and
+  returns ``blk_lat_us`` after it ends, or after ``blk_own_us`` of its own time, whichever is later.
+- **host work** is the recorded timeline of each process: everything the host does between two blocking calls
+  (CPU ops, Python, runtime calls, the measured gaps between them) keeps its recorded duration; a blocking call that
+  returns later or earlier shifts every later host event of its process by the difference.
+
+The offsets are read from the recording so that replaying it with the recorded durations reproduces it; which
+constraint binds is decided per activity (see :func:`_bind_constraints`). Assumptions standing in for
+dependencies the trace does not record are listed in :attr:`ReplayGraph.assumptions`.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from perfdoctor.trace.tables import TraceTables
+
+# host calls that block until the device (or a stream/event) catches up: CUDA and HIP spellings
+SYNC_CALL = re.compile(r"^(cuda|hip)(Device|Stream|Event|Ctx)Synchronize$|^cu(Ctx|Stream|Event)Synchronize"
+                       r"|^(cuda|hip)Memcpy(Peer)?$|^(cuda|hip)Memcpy[DH]to[DH]$|^hipMemcpyWithStream$")
+# runtime calls that queue work or ask cheap questions (a long one may still block: a full launch queue)
+QUEUE_CALL = re.compile(r"Launch|Memcpy.*Async|Memset.*Async|EventRecord|StreamWaitEvent|GetDevice|"
+                        r"StreamIsCapturing|GetLastError|PeekAtLastError|FuncGetAttributes|Occupancy|"
+                        r"StreamGetCaptureInfo|StreamGetPriority|DeviceGetStreamPriorityRange|FuncSetAttribute|"
+                        r"EventQuery|PointerGetAttributes|^cu(da)?Graph", re.IGNORECASE)
+ACT_TABLES = ("kernels", "memcpy", "memset")
+# a launch into a full queue (1,024 entries on CUDA) blocks; shorter launch calls are never treated as waiting
+LONG_LAUNCH_US = 50.0
+# unexplained delay (µs) beyond which an activity's start is searched for a cross-stream dependency
+SLACK_US = 20.0
+DEFAULT_LAUNCH_LAT_US = 5.0  # launch → start latency when the trace has no launch-bound activity to measure it
+DEFAULT_RELEASE_US = 5.0  # device end → sync return when the trace has no waiting sync to measure it
+
+
+@dataclass
+class ReplayGraph:
+    """Arrays of one rank's graph (see the module docstring).
+
+    Activities (``n_act``): ``act_ts_us``, ``act_dur_us``, ``act_device``, ``act_stream``, ``act_table`` (index
+    into :data:`ACT_TABLES`), ``act_row`` (row in that table), ``act_launch`` (runtime row, -1 none),
+    ``act_launch_ts_us`` (the call's start; the activity's own start without one), ``act_pid`` (host process of
+    the launch, -1 none), ``act_lat_us``, ``act_prev`` / ``act_gap_us``, ``act_dep`` / ``act_dep_gap_us``.
+
+    Blocking calls (``n_blk``, sorted by recorded end): ``blk_row`` (runtime row), ``blk_ts_us``, ``blk_end_us``,
+    ``blk_pid``, ``blk_dep`` (activity, -1 none), ``blk_lat_us``, ``blk_own_us``, ``blk_waited`` (the recorded call
+    ended within ``blk_lat_us`` of its activity's end: it waited). ``act_blk_before`` / ``blk_blk_before``: the
+    last blocking call of the same process that ended before the launch / call started (-1 none).
+    """
+
+    act_ts_us: np.ndarray
+    act_dur_us: np.ndarray
+    act_device: np.ndarray
+    act_stream: np.ndarray
+    act_table: np.ndarray
+    act_row: np.ndarray
+    act_launch: np.ndarray
+    act_launch_ts_us: np.ndarray
+    act_pid: np.ndarray
+    act_lat_us: np.ndarray
+    act_prev: np.ndarray
+    act_gap_us: np.ndarray
+    act_dep: np.ndarray
+    act_dep_gap_us: np.ndarray
+    act_blk_before: np.ndarray
+    blk_row: np.ndarray
+    blk_ts_us: np.ndarray
+    blk_end_us: np.ndarray
+    blk_pid: np.ndarray
+    blk_dep: np.ndarray
+    blk_lat_us: np.ndarray
+    blk_own_us: np.ndarray
+    blk_waited: np.ndarray
+    blk_blk_before: np.ndarray
+    assumptions: list[str] = field(default_factory=list)
+
+    @property
+    def n_act(self) -> int:
+        return int(self.act_ts_us.size)
+
+    @property
+    def n_blk(self) -> int:
+        return int(self.blk_ts_us.size)
+
+    @property
+    def act_end_us(self) -> np.ndarray:
+        return np.asarray(self.act_ts_us + self.act_dur_us)
+
+
+def _activities(tables: TraceTables) -> dict[str, np.ndarray]:
+    parts: dict[str, list[np.ndarray]] = {k: [] for k in ("ts", "dur", "device", "stream", "corr", "table", "row")}
+    for k, tname in enumerate(ACT_TABLES):
+        tab = tables.tables[tname]
+        n = len(tab)
+        if n == 0:
+            continue
+        parts["ts"].append(tab["ts_us"])
+        parts["dur"].append(tab["dur_us"])
+        parts["device"].append(tab["device"].astype(np.int64))
+        parts["stream"].append(tab["stream"].astype(np.int64))
+        parts["corr"].append(tab["correlation"].astype(np.int64))
+        parts["table"].append(np.full(n, k, dtype=np.int64))
+        parts["row"].append(np.arange(n, dtype=np.int64))
+    if not parts["ts"]:
+        return {k: np.empty(0, dtype=np.float64 if k in ("ts", "dur") else np.int64) for k in parts}
+    cols = {k: np.concatenate(v) for k, v in parts.items()}
+    order = np.lexsort((cols["table"], cols["ts"]))
+    return {k: v[order] for k, v in cols.items()}
+
+
+def _join_launch(rt_corr: np.ndarray, act_corr: np.ndarray) -> np.ndarray:
+    """Runtime row of each activity's launching call by correlation id (-1 when the trace has none)."""
+    out = np.full(act_corr.size, -1, dtype=np.int64)
+    valid = np.flatnonzero(rt_corr >= 0)
+    if valid.size == 0 or act_corr.size == 0:
+        return out
+    order = valid[np.argsort(rt_corr[valid], kind="stable")]
+    keys = rt_corr[order]
+    pos = np.minimum(np.searchsorted(keys, act_corr), keys.size - 1)
+    hit = (keys[pos] == act_corr) & (act_corr >= 0)
+    out[hit] = order[pos[hit]]
+    return out
+
+
+def _stream_prev(device: np.ndarray, stream: np.ndarray) -> np.ndarray:
+    """Index of the previous activity on the same (device, stream), -1 for the first (input sorted by start)."""
+    n = device.size
+    prev = np.full(n, -1, dtype=np.int64)
+    if n == 0:
+        return prev
+    order = np.lexsort((np.arange(n), stream, device))
+    same = (device[order][1:] == device[order][:-1]) & (stream[order][1:] == stream[order][:-1])
+    prev[order[1:][same]] = order[:-1][same]
+    return prev
+
+
+def _latest_end_before(end: np.ndarray, group: np.ndarray, eligible_from: np.ndarray, t: np.ndarray,
+                       t_group: np.ndarray, launch: np.ndarray, launched_by: np.ndarray) -> np.ndarray:
+    """For each query k: the activity of group ``t_group[k]`` with the latest end ≤ ``t[k]`` whose launch time is
+    ≤ ``launched_by[k]`` and whose end is > ``eligible_from[k]``; -1 when none.
+
+    ``group`` per activity (a device, or a device-stream key). A few vectorised back-steps over the end-sorted
+    activities of the group; a query still unresolved after them gets -1 (a dependency is then not assumed).
+    """
+    out = np.full(t.size, -1, dtype=np.int64)
+    if end.size == 0 or t.size == 0:
+        return out
+    order = np.lexsort((end, group))
+    g_s, e_s = group[order], end[order]
+    # position of the last activity with (group, end) <= (t_group, t)
+    keys_hi = np.searchsorted(g_s, t_group, side="right")
+    keys_lo = np.searchsorted(g_s, t_group, side="left")
+    pos = np.empty(t.size, dtype=np.int64)
+    for lo_hi in np.unique(t_group):
+        m = t_group == lo_hi
+        lo, hi = int(keys_lo[m][0]), int(keys_hi[m][0])
+        pos[m] = lo + np.searchsorted(e_s[lo:hi], t[m], side="right") - 1
+    lo_bound = keys_lo
+    active = pos >= lo_bound
+    for _ in range(16):
+        idx = np.flatnonzero(active)
+        if idx.size == 0:
+            break
+        cand = order[pos[idx]]
+        too_early = end[cand] <= eligible_from[idx]
+        ok = (launch[cand] <= launched_by[idx]) & ~too_early
+        out[idx[ok]] = cand[ok]
+        active[idx[ok | too_early]] = False
+        step_back = idx[~(ok | too_early)]
+        pos[step_back] -= 1
+        active[step_back] = pos[step_back] >= lo_bound[step_back]
+    return out
+
+
+def _bind_constraints(acts: dict[str, np.ndarray], launch_ts: np.ndarray, has_launch: np.ndarray,
+                      prev: np.ndarray, notes: list[str]) -> dict[str, np.ndarray]:
+    """Which constraint started each activity in the recording, and the offsets that reproduce its start.
+
+    - launch-bound (the stream was free when the launch could start it): ``lat = start - launch``; the stream term
+      keeps its recorded gap only if that gap is not larger than the launch term (it never binds first).
+    - stream-bound (queued behind the previous activity): ``gap = start - prev end``; the launch term keeps the
+      device's typical launch latency (median over launch-bound activities) so that a what-if that frees the stream
+      earlier starts it earlier.
+    - neither explains a start more than :data:`SLACK_US` late: the latest-ending activity of another stream on the
+      same device that ended in between is taken as a cross-stream dependency (an unrecorded event wait); without one
+      the delay is kept as launch latency (counted in the assumptions).
+    """
+    ts, dur, dev, stream = acts["ts"], acts["dur"], acts["device"], acts["stream"]
+    end = ts + dur
+    n = ts.size
+    prev_end = np.where(prev >= 0, end[np.maximum(prev, 0)], -np.inf)
+    to_launch = np.where(has_launch, ts - launch_ts, 0.0)
+    stream_free_at_launch = prev_end <= launch_ts
+    lb = has_launch & stream_free_at_launch & (to_launch >= 0)
+    typ = np.full(n, DEFAULT_LAUNCH_LAT_US)
+    for d in np.unique(dev).tolist():
+        m = lb & (dev == d)
+        if m.any():
+            typ[dev == d] = float(np.median(to_launch[m]))
+    earliest = np.maximum(np.where(has_launch, launch_ts + np.minimum(typ, np.maximum(to_launch, 0.0)), -np.inf),
+                          prev_end)
+    unexplained = has_launch & (ts - earliest > SLACK_US)
+    dep = np.full(n, -1, dtype=np.int64)
+    if unexplained.any():
+        q = np.flatnonzero(unexplained)
+        # another stream's activity on the same device: group by device, skip this stream by requiring end > the
+        # stream's own constraints (the previous activity on this stream ends before them)
+        cand = _latest_end_before(end, dev, earliest[q], ts[q] + 1e-9, dev[q], np.where(has_launch, launch_ts, ts),
+                                  ts[q])
+        same_stream = (cand >= 0) & (stream[np.maximum(cand, 0)] == stream[q])
+        cand[same_stream] = -1
+        dep[q] = cand
+    has_dep = dep >= 0
+    dep_end = np.where(has_dep, end[np.maximum(dep, 0)], -np.inf)
+    small_lat = np.minimum(typ, np.maximum(to_launch, 0.0))
+    # queued: the stream was still busy when the launch could have started the activity
+    stream_bound = ~has_dep & (prev >= 0) & (~has_launch | (prev_end >= launch_ts + small_lat))
+    lat = np.where(has_launch, to_launch, 0.0)
+    lat = np.where(stream_bound | has_dep, np.where(has_launch, small_lat, 0.0), lat)
+    gap = np.where(prev >= 0, ts - prev_end, 0.0)
+    gap = np.where(stream_bound, gap, np.minimum(gap, 0.0))
+    dep_gap = np.where(has_dep, ts - dep_end, 0.0)
+    n_unexplained = int((unexplained & ~has_dep).sum())
+    if has_dep.any():
+        notes.append(f"{int(has_dep.sum())} device activities started later than their launch and stream allow; each "
+                     "waits for the activity of another stream that ended just before it (assumed: an event wait "
+                     "the trace does not record)")
+    if n_unexplained:
+        notes.append(f"{n_unexplained} device activities started more than {SLACK_US:.0f} µs after their launch and "
+                     "stream allowed, with no other stream's activity to explain it: the delay is kept as fixed "
+                     "launch latency")
+    return {"lat": lat, "gap": gap, "dep": dep, "dep_gap": dep_gap}
+
+
+def _blocking_calls(tables: TraceTables, acts: dict[str, np.ndarray], launch_ts: np.ndarray,
+                    launch_row: np.ndarray, notes: list[str]) -> dict[str, np.ndarray]:
+    """Runtime calls that block the host until device work ends, and the activity each waits for.
+
+    A synchronize call or blocking copy (:data:`SYNC_CALL`, or a copy whose memcpy is pageable or device-to-host
+    and synchronous) always waits; any other call waits only when the trace shows it (an activity launched before
+    it ended inside it: ``cudaFree``, a launch into a full queue). The activity waited for is the latest-ending
+    one launched at or before the call, on any stream, that ended by the call's return (a stream or event
+    synchronize is assumed to wait for it too: the trace does not say which stream an event was recorded on).
+    """
+    rt = tables.runtime
+    if len(rt) == 0 or acts["ts"].size == 0:
+        e = np.empty(0)
+        ei = np.empty(0, dtype=np.int64)
+        return {"row": ei, "ts": e, "end": e, "pid": ei, "dep": ei, "lat": e, "own": e, "waited": np.empty(0, bool)}
+    names = tables.names
+    rt_name = rt["name_id"]
+    sync_ids = tables.names_matching(SYNC_CALL)
+    queue_ids = tables.names_matching(QUEUE_CALL)
+    is_sync = sync_ids[rt_name]
+    # a blocking copy: its memcpy is pageable (staged by the driver) or its call is not an Async one
+    from perfdoctor.analysis.classify import classify_kernel  # category/pageable names live in one table
+
+    mc_tab = acts["table"] == ACT_TABLES.index("memcpy")
+    blocking_copy = np.zeros(len(rt), dtype=bool)
+    if mc_tab.any():
+        mc = tables.memcpy
+        pageable = np.array([classify_kernel(names[i]).pageable for i in mc["name_id"].tolist()], dtype=bool)
+        rows = launch_row[mc_tab]
+        pg = pageable[acts["row"][mc_tab]]
+        blocking_copy[rows[(rows >= 0) & pg]] = True
+    candidate = is_sync | blocking_copy | ~queue_ids[rt_name] | (rt["dur_us"] > LONG_LAUNCH_US)
+    idx = np.flatnonzero(candidate)
+    ts, end_c = rt["ts_us"][idx], rt["end_us"][idx]
+    a_end = acts["ts"] + acts["dur"]
+    a_launch = np.where(launch_row >= 0, launch_ts, acts["ts"])
+    group = acts["device"] * 0  # one group: a device sync waits for every device of the process
+    dep = _latest_end_before(a_end, group, np.full(idx.size, -np.inf), end_c + 1.0, np.zeros(idx.size, np.int64),
+                             a_launch, ts)
+    has = dep >= 0
+    dep_end = np.where(has, a_end[np.maximum(dep, 0)], -np.inf)
+    waited = has & (dep_end > ts)
+    always = is_sync[idx] | blocking_copy[idx]
+    keep = always | waited
+    idx, ts, end_c, dep, dep_end, waited, has = idx[keep], ts[keep], end_c[keep], dep[keep], dep_end[keep], \
+        waited[keep], has[keep]
+    release = end_c - dep_end
+    typ_release = float(np.median(release[waited])) if waited.any() else DEFAULT_RELEASE_US
+    lat = np.where(waited, release, np.minimum(np.where(has, release, 0.0), max(typ_release, 0.0)))
+    dur = end_c - ts
+    own = np.where(waited, np.clip(release, 0.0, dur), dur)
+    order = np.argsort(end_c, kind="stable")
+    n_wait = int(waited.sum())
+    if idx.size:
+        notes.append(f"{idx.size} blocking host call(s) ({n_wait} of them waited for the device): each waits for the "
+                     "device activity that, in the recording, ended last before it returned among those launched "
+                     "before it")
+    return {"row": idx[order], "ts": ts[order], "end": end_c[order], "pid": rt["pid"][idx][order].astype(np.int64),
+            "dep": np.where(has, dep, -1)[order], "lat": lat[order], "own": own[order], "waited": waited[order]}
+
+
+def _last_block_before(blk_pid: np.ndarray, blk_end: np.ndarray, pid: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """Index of the last blocking call of process ``pid[k]`` that ended at or before ``t[k]`` (-1 none)."""
+    out = np.full(t.size, -1, dtype=np.int64)
+    for p in np.unique(blk_pid).tolist():
+        bi = np.flatnonzero(blk_pid == p)
+        m = pid == p
+        if not m.any():
+            continue
+        k = np.searchsorted(blk_end[bi], t[m], side="right") - 1
+        out[m] = np.where(k >= 0, bi[np.maximum(k, 0)], -1)
+    return out
+
+
+def build_graph(tables: TraceTables) -> ReplayGraph:
+    """The dependency graph of one trace (all devices, all host processes)."""
+    notes: list[str] = []
+    acts = _activities(tables)
+    rt = tables.runtime
+    launch_row = _join_launch(rt["correlation"].astype(np.int64), acts["corr"]) if len(rt) else \
+        np.full(acts["ts"].size, -1, dtype=np.int64)
+    has_launch = launch_row >= 0
+    safe = np.maximum(launch_row, 0)
+    launch_ts = np.where(has_launch, rt["ts_us"][safe], acts["ts"]) if len(rt) else acts["ts"].copy()
+    act_pid = np.where(has_launch, rt["pid"][safe].astype(np.int64), -1) if len(rt) else \
+        np.full(acts["ts"].size, -1, dtype=np.int64)
+    n_anchor = int((~has_launch).sum())
+    if n_anchor:
+        notes.append(f"{n_anchor} device activities have no launch call in the trace (queued before the recording "
+                     "began, or the launch was not recorded): they keep their recorded start")
+    prev = _stream_prev(acts["device"], acts["stream"])
+    bind = _bind_constraints(acts, launch_ts, has_launch, prev, notes)
+    blk = _blocking_calls(tables, acts, launch_ts, launch_row, notes)
+    notes.append("host work keeps its recorded durations; all threads of a process share one timeline, shifted by "
+                 "each blocking call that returns earlier or later than recorded (waits between host threads are "
+                 "not recorded)")
+    return ReplayGraph(
+        act_ts_us=acts["ts"], act_dur_us=acts["dur"], act_device=acts["device"], act_stream=acts["stream"],
+        act_table=acts["table"], act_row=acts["row"], act_launch=launch_row, act_launch_ts_us=launch_ts,
+        act_pid=act_pid, act_lat_us=bind["lat"], act_prev=prev, act_gap_us=bind["gap"], act_dep=bind["dep"],
+        act_dep_gap_us=bind["dep_gap"],
+        act_blk_before=_last_block_before(blk["pid"], blk["end"], act_pid, launch_ts),
+        blk_row=blk["row"], blk_ts_us=blk["ts"], blk_end_us=blk["end"], blk_pid=blk["pid"], blk_dep=blk["dep"],
+        blk_lat_us=blk["lat"], blk_own_us=blk["own"], blk_waited=blk["waited"],
+        blk_blk_before=_last_block_before(blk["pid"], blk["end"], blk["pid"], blk["ts"]),
+        assumptions=notes,
+    )

@@ -1,0 +1,105 @@
+"""One rank's replay: its graph, the replay of the recording, and how closely that reproduces each step (µs).
+
+:func:`replay_rank` builds the graph, replays the recording and compares the replayed step windows with the
+analysed ones. The replay is trusted when the mean step is within :data:`MAX_MEAN_ERROR` and every step within
+:data:`MAX_STEP_ERROR` of the recording, and at least :data:`MIN_LAUNCH_JOIN` of the device activities join a
+launch call; otherwise ``fallback`` says why, and savings derived from it are labelled upper bounds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from perfdoctor.replay.graph import ReplayGraph, build_graph
+from perfdoctor.replay.simulate import ReplayResult, Scenario, replay
+from perfdoctor.replay.windows import StepWindows, replayed_windows
+from perfdoctor.trace.tables import TraceTables
+
+MAX_MEAN_ERROR = 0.02  # issue 10: mean replayed step within 2% of the recorded one
+MAX_STEP_ERROR = 0.05  # and each step within 5%
+MIN_LAUNCH_JOIN = 0.5  # below this share of activities with a launch record, the host→device edges are guesses
+
+
+@dataclass
+class RankReplay:
+    """The replay of one rank.
+
+    Attributes:
+        graph / baseline: the graph and its replay with the recorded durations.
+        windows: the analysed steps' host annotations (what a replay's step windows are cut from).
+        recorded_step_us / replayed_step_us: per analysed step (shape ``(n_steps,)``).
+        fallback: why savings from this replay are not trusted (None when they are).
+    """
+
+    graph: ReplayGraph
+    baseline: ReplayResult
+    windows: StepWindows
+    recorded_step_us: np.ndarray
+    replayed_step_us: np.ndarray
+    fallback: str | None
+
+    @property
+    def step_errors(self) -> np.ndarray:
+        """Relative error of each replayed step (replayed − recorded) / recorded."""
+        return np.asarray((self.replayed_step_us - self.recorded_step_us) / np.maximum(self.recorded_step_us, 1e-9))
+
+    @property
+    def mean_error(self) -> float:
+        """Relative error of the mean replayed step."""
+        rec = float(self.recorded_step_us.mean()) if self.recorded_step_us.size else 0.0
+        rep = float(self.replayed_step_us.mean()) if self.replayed_step_us.size else 0.0
+        return (rep - rec) / rec if rec > 0 else 0.0
+
+    def step_times(self, scenario: Scenario | None = None) -> np.ndarray:
+        """Replayed duration of every analysed step under ``scenario`` (µs, shape ``(n_steps,)``)."""
+        res = self.baseline if scenario is None else replay(self.graph, scenario)
+        start, end = replayed_windows(res, self.windows)
+        return np.asarray(end - start)
+
+    def to_dict(self) -> dict[str, Any]:
+        errs = self.step_errors
+        return {
+            "recorded_mean_step_us": float(self.recorded_step_us.mean()) if errs.size else 0.0,
+            "replayed_mean_step_us": float(self.replayed_step_us.mean()) if errs.size else 0.0,
+            "mean_error": self.mean_error,
+            "max_step_error": float(np.abs(errs).max()) if errs.size else 0.0,
+            "n_activities": self.graph.n_act,
+            "n_blocking_calls": self.graph.n_blk,
+            "assumptions": list(self.graph.assumptions),
+            "fallback": self.fallback,
+        }
+
+
+def _windows(steps: Any) -> StepWindows:
+    whole = steps.source == "whole-trace"
+    cap = float("nan")
+    if len(steps) and not whole:
+        last_host_end = max(float(steps.host_end_us[-1]), float(np.nan_to_num(steps.device_end_us[-1], nan=-np.inf)))
+        if float(steps.end_us[-1]) < last_host_end:
+            cap = float(steps.end_us[-1])
+    return StepWindows(pid=int(steps.pid), host_start_us=np.asarray(steps.host_start_us, dtype=np.float64),
+                       host_end_us=np.asarray(steps.host_end_us, dtype=np.float64),
+                       first_start_us=float(steps.start_us[0]) if len(steps) else 0.0, last_end_cap_us=cap,
+                       whole_trace=whole)
+
+
+def replay_rank(tables: TraceTables, steps: Any) -> RankReplay:
+    """Build and replay one rank; ``steps`` is its :class:`~perfdoctor.analysis.steps.Steps`."""
+    graph = build_graph(tables)
+    base = replay(graph)
+    win = _windows(steps)
+    rec = np.asarray(steps.end_us - steps.start_us, dtype=np.float64)
+    start, end = replayed_windows(base, win)
+    rr = RankReplay(graph=graph, baseline=base, windows=win, recorded_step_us=rec, replayed_step_us=end - start,
+                    fallback=None)
+    joined = float((graph.act_launch >= 0).mean()) if graph.n_act else 1.0
+    if joined < MIN_LAUNCH_JOIN:
+        rr.fallback = (f"only {100 * joined:.0f}% of the device activities have a launch call in the trace (missing "
+                       "correlation ids or a sampled trace): host→device dependencies are unknown")
+    elif rec.size and (abs(rr.mean_error) > MAX_MEAN_ERROR or float(np.abs(rr.step_errors).max()) > MAX_STEP_ERROR):
+        rr.fallback = (f"the replay does not reproduce the recording (mean step {100 * rr.mean_error:+.1f}%, worst "
+                       f"step {100 * float(np.abs(rr.step_errors).max()):.1f}% off)")
+    return rr

@@ -1,0 +1,165 @@
+"""Discrete-event replay of a :class:`~perfdoctor.replay.graph.ReplayGraph` (all times µs).
+
+:func:`replay` runs the graph once, with the recorded durations or with a :class:`Scenario` (a what-if
+transformation's edits): device activities start at the latest of their launch, their stream and their
+cross-stream dependency; a blocking call returns after its own time or after the activity it waits for, whichever
+is later, and shifts the rest of its process's host timeline by the difference; host time a scenario removes
+(a prefetched DataLoader fetch, a removed sync) collapses out of the timeline.
+
+Nodes are visited once, in an order every edge respects (recorded start of an activity, recorded end of a
+blocking call, raised where a skewed clock would put a dependency later), so a replay is one linear pass.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from perfdoctor.errors import PerfDoctorError
+from perfdoctor.replay.graph import ReplayGraph
+
+Intervals = tuple[np.ndarray, np.ndarray]
+_EPS_US = 1e-6
+
+
+@dataclass
+class Scenario:
+    """A what-if's edits to the recorded graph.
+
+    Attributes:
+        name: the transformation's name (``"recorded"`` for none).
+        act_dur_us: new duration of every activity (shape ``(n_act,)``), or None to keep the recorded ones.
+        host_cut: per host process id, disjoint sorted ``(starts, ends)`` of recorded host time that no longer
+            runs (µs); every later host event of that process moves earlier by the time cut before it.
+        blk_removed: per blocking call (shape ``(n_blk,)``), True when the call no longer waits for the device.
+    """
+
+    name: str = "recorded"
+    act_dur_us: np.ndarray | None = None
+    host_cut: dict[int, Intervals] = field(default_factory=dict)
+    blk_removed: np.ndarray | None = None
+
+
+@dataclass
+class ReplayResult:
+    """Replayed times: ``act_start_us`` / ``act_end_us`` (shape ``(n_act,)``), ``blk_end_us`` and ``blk_shift_us``
+    (shape ``(n_blk,)``: replayed minus collapsed-recorded host time of its process after the call)."""
+
+    graph: ReplayGraph
+    scenario: Scenario
+    act_start_us: np.ndarray
+    act_end_us: np.ndarray
+    blk_end_us: np.ndarray
+    blk_shift_us: np.ndarray
+
+    def host_time(self, pid: int, t_us: np.ndarray) -> np.ndarray:
+        """Replayed time (µs) of recorded host times ``t_us`` of process ``pid``."""
+        g = self.graph
+        t = np.asarray(t_us, dtype=np.float64)
+        mine = np.flatnonzero(g.blk_pid == pid)
+        h = collapse(t, self.scenario.host_cut.get(pid))
+        if mine.size == 0:
+            return h
+        k = np.searchsorted(g.blk_end_us[mine], t, side="right") - 1
+        return h + np.where(k >= 0, self.blk_shift_us[mine[np.maximum(k, 0)]], 0.0)
+
+
+def collapse(t_us: np.ndarray, cut: Intervals | None) -> np.ndarray:
+    """``t - (time of ``cut`` before t)``: recorded host times with the removed intervals squeezed out (µs)."""
+    t = np.asarray(t_us, dtype=np.float64)
+    if cut is None or cut[0].size == 0:
+        return t.copy()
+    s, e = cut
+    before = np.concatenate([[0.0], np.cumsum(e - s)])
+    k = np.searchsorted(s, t, side="right") - 1
+    kk = np.maximum(k, 0)
+    partial = np.where(k >= 0, np.clip(t - s[kk], 0.0, e[kk] - s[kk]), 0.0)
+    return t - np.where(k >= 0, before[kk], 0.0) - partial
+
+
+def _visit_order(g: ReplayGraph) -> tuple[list[int], list[int]]:
+    """(kind, index) pairs in an order every edge respects: kind 0 = activity, 1 = blocking call."""
+    key_a = np.maximum(g.act_ts_us, np.where(g.act_launch >= 0, g.act_launch_ts_us, -np.inf))
+    key_b = g.blk_end_us.copy()
+    prev, dep, ab, bd, bb = g.act_prev, g.act_dep, g.act_blk_before, g.blk_dep, g.blk_blk_before
+    for _ in range(64):
+        new_a = key_a.copy()
+        if prev.size:
+            new_a = np.maximum(new_a, np.where(prev >= 0, key_a[np.maximum(prev, 0)] + _EPS_US, -np.inf))
+            new_a = np.maximum(new_a, np.where(dep >= 0, key_a[np.maximum(dep, 0)] + _EPS_US, -np.inf))
+        if key_b.size and new_a.size:
+            new_a = np.maximum(new_a, np.where(ab >= 0, key_b[np.maximum(ab, 0)] + _EPS_US, -np.inf))
+        new_b = key_b.copy()
+        if key_b.size:
+            if new_a.size:
+                new_b = np.maximum(new_b, np.where(bd >= 0, new_a[np.maximum(bd, 0)] + _EPS_US, -np.inf))
+            new_b = np.maximum(new_b, np.where(bb >= 0, new_b[np.maximum(bb, 0)] + _EPS_US, -np.inf))
+        if np.array_equal(new_a, key_a) and np.array_equal(new_b, key_b):
+            break
+        key_a, key_b = new_a, new_b
+    else:
+        raise PerfDoctorError("replay: the dependency graph has a cycle (inconsistent timestamps)")
+    keys = np.concatenate([key_a, key_b])
+    kinds = np.concatenate([np.zeros(key_a.size, np.int64), np.ones(key_b.size, np.int64)])
+    idx = np.concatenate([np.arange(key_a.size), np.arange(key_b.size)])
+    order = np.lexsort((kinds, keys))
+    return kinds[order].tolist(), idx[order].tolist()
+
+
+def replay(g: ReplayGraph, scenario: Scenario | None = None) -> ReplayResult:
+    """Replay ``g`` under ``scenario`` (None: the recording itself).
+
+    Returns:
+        :class:`ReplayResult` with every activity's and blocking call's replayed times (µs).
+
+    Raises:
+        PerfDoctorError: a scenario array has the wrong shape, or the graph has a cycle.
+    """
+    sc = scenario or Scenario()
+    dur = g.act_dur_us if sc.act_dur_us is None else np.asarray(sc.act_dur_us, dtype=np.float64)
+    removed = np.zeros(g.n_blk, bool) if sc.blk_removed is None else np.asarray(sc.blk_removed, dtype=bool)
+    if dur.shape != (g.n_act,) or removed.shape != (g.n_blk,):
+        raise PerfDoctorError(f"replay: scenario {sc.name!r} does not fit the graph ({dur.shape}, {removed.shape})")
+    h_launch = g.act_launch_ts_us.copy()
+    h_bs, h_be = g.blk_ts_us.copy(), g.blk_end_us.copy()
+    for pid, cut in sc.host_cut.items():
+        m = g.act_pid == pid
+        h_launch[m] = collapse(g.act_launch_ts_us[m], cut)
+        mb = g.blk_pid == pid
+        h_bs[mb], h_be[mb] = collapse(g.blk_ts_us[mb], cut), collapse(g.blk_end_us[mb], cut)
+    own = np.where(removed, 0.0, np.minimum(g.blk_own_us, np.maximum(h_be - h_bs, 0.0)))
+    bdep = np.where(removed, -1, g.blk_dep)
+    anchored = g.act_launch < 0
+    base = np.where(anchored, g.act_ts_us, h_launch + g.act_lat_us).tolist()
+    kinds, idx = _visit_order(g)
+    prev, gap, dep, dgap = g.act_prev.tolist(), g.act_gap_us.tolist(), g.act_dep.tolist(), g.act_dep_gap_us.tolist()
+    ab, durl = g.act_blk_before.tolist(), dur.tolist()
+    bb, bdl, blat, ownl, hbs, hbe = (g.blk_blk_before.tolist(), bdep.tolist(), g.blk_lat_us.tolist(), own.tolist(),
+                                     h_bs.tolist(), h_be.tolist())
+    start = [0.0] * g.n_act
+    end = [0.0] * g.n_act
+    bend = [0.0] * g.n_blk
+    shift = [0.0] * g.n_blk
+    for kind, i in zip(kinds, idx):
+        if kind == 0:
+            b = ab[i]
+            st = base[i] + (shift[b] if b >= 0 else 0.0)
+            p = prev[i]
+            if p >= 0 and end[p] + gap[i] > st:
+                st = end[p] + gap[i]
+            d = dep[i]
+            if d >= 0 and end[d] + dgap[i] > st:
+                st = end[d] + dgap[i]
+            start[i] = st
+            end[i] = st + durl[i]
+        else:
+            b = bb[i]
+            e = hbs[i] + (shift[b] if b >= 0 else 0.0) + ownl[i]
+            d = bdl[i]
+            if d >= 0 and end[d] + blat[i] > e:
+                e = end[d] + blat[i]
+            bend[i] = e
+            shift[i] = e - hbe[i]
+    return ReplayResult(graph=g, scenario=sc, act_start_us=np.asarray(start), act_end_us=np.asarray(end),
+                        blk_end_us=np.asarray(bend), blk_shift_us=np.asarray(shift))

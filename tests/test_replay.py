@@ -1,0 +1,160 @@
+"""Replay of the step's dependency graph: hand-worked TraceBuilder graphs and the error bound on real traces.
+
+Every expected time below is worked out by hand from the events written in the test (µs).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import SHARED_TRACES
+from tracebuilder import TraceBuilder
+
+from perfdoctor.analysis.steps import find_steps
+from perfdoctor.replay.graph import build_graph
+from perfdoctor.replay.rank import replay_rank
+from perfdoctor.replay.simulate import Scenario, replay
+from perfdoctor.trace import load_trace
+
+
+def _load(tb: TraceBuilder, tmp_path: Path):  # type: ignore[no-untyped-def]
+    tables = load_trace(str(tb.write(tmp_path / "t.json")))
+    return tables, find_steps(tables)
+
+
+def _durs(rr, **new: float) -> np.ndarray:  # type: ignore[no-untyped-def]
+    """Activity durations with some replaced, by the activity's recorded start (``at_20=200.0``)."""
+    d = rr.graph.act_dur_us.copy()
+    for key, val in new.items():
+        d[rr.graph.act_ts_us == float(key.split("_")[1])] = val
+    return d
+
+
+def test_overlapping_streams_and_an_unrecorded_event_wait(tmp_path: Path) -> None:
+    # stream 7: K1 20-520. stream 8: K2 40-340, then K3 waits for K1 (an event wait) and runs 520-620.
+    tb = TraceBuilder()
+    tb.step(1, 0, 100)
+    tb.launch("k1", launch_ts=10, start=20, dur=500, stream=7)
+    tb.launch("k2", launch_ts=30, start=40, dur=300, stream=8)
+    tb.runtime("cudaStreamWaitEvent", 45, 2)
+    tb.launch("k3", launch_ts=50, start=520, dur=100, stream=8)
+    tables, steps = _load(tb, tmp_path)
+    rr = replay_rank(tables, steps)
+    assert rr.recorded_step_us.tolist() == [620.0]
+    assert rr.replayed_step_us.tolist() == [620.0]
+    g = rr.graph
+    k3 = int(np.flatnonzero(g.act_ts_us == 520)[0])
+    assert g.act_ts_us[g.act_dep[k3]] == 20  # K3 waits for K1
+    # K1 500 -> 200 µs: K1 ends 220; K3 now waits for K2 (ends 340) on its own stream: 340-440
+    assert rr.step_times(Scenario(act_dur_us=_durs(rr, at_20=200.0))).tolist() == [440.0]
+    # K2 300 -> 100 µs changes nothing: K3 still waits for K1
+    assert rr.step_times(Scenario(act_dur_us=_durs(rr, at_40=100.0))).tolist() == [620.0]
+
+
+def test_sync_that_returns_at_once_then_long_host_work(tmp_path: Path) -> None:
+    # K1 20-120; cudaDeviceSynchronize 200-203 returns at once; 4,797 µs of host work; K2 launched at 5000: 5010-5110
+    tb = TraceBuilder()
+    tb.step(1, 0, 5020)
+    tb.launch("k1", launch_ts=10, start=20, dur=100)
+    tb.runtime("cudaDeviceSynchronize", 200, 3)
+    tb.cpu_op("aten::something_on_the_host", 203, 4797)
+    tb.launch("k2", launch_ts=5000, start=5010, dur=100)
+    tables, steps = _load(tb, tmp_path)
+    rr = replay_rank(tables, steps)
+    assert rr.replayed_step_us.tolist() == [5110.0]
+    g = rr.graph
+    assert g.n_blk == 1 and not g.blk_waited[0]
+    # the sync removed: only its own 3 µs go
+    removed = Scenario(blk_removed=np.array([True]), host_cut={100: (np.array([200.0]), np.array([203.0]))})
+    assert rr.step_times(removed).tolist() == [5107.0]
+    # K1 ten times longer (1,000 µs: ends 1020): the sync now waits until 1020 + its release latency
+    # (the trace has no waiting sync, so the default 5 µs); the host
+    # work and K2 shift by 1025 - 203 = 822 µs: K2 runs 5832-5932
+    assert rr.step_times(Scenario(act_dur_us=_durs(rr, at_20=1000.0))).tolist() == [5932.0]
+
+
+def test_sync_that_waits_shifts_the_host(tmp_path: Path) -> None:
+    # K1 20-1020; cudaStreamSynchronize 30-1025 waits for it (returns 5 µs after); host to 1500; K2 1510-1610
+    tb = TraceBuilder()
+    tb.step(1, 0, 1520)
+    tb.launch("k1", launch_ts=10, start=20, dur=1000)
+    tb.runtime("cudaStreamSynchronize", 30, 995)
+    tb.cpu_op("aten::host_work", 1025, 475)
+    tb.launch("k2", launch_ts=1500, start=1510, dur=100)
+    tables, steps = _load(tb, tmp_path)
+    rr = replay_rank(tables, steps)
+    assert rr.replayed_step_us.tolist() == [1610.0]
+    assert rr.graph.blk_waited.tolist() == [True]
+    # K1 500 µs shorter: the sync returns at 525, everything after it 500 µs earlier: K2 1010-1110
+    assert rr.step_times(Scenario(act_dur_us=_durs(rr, at_20=500.0))).tolist() == [1110.0]
+
+
+def _optimizer_trace(backward_kernel_us: float) -> TraceBuilder:
+    # four backward kernels launched at 10-40; Optimizer.step runs 2,000 µs on the host (50-2050) and launches
+    # one optimizer kernel at 2040
+    tb = TraceBuilder()
+    tb.step(1, 0, 2100)
+    t = 20.0
+    for i in range(4):
+        tb.launch(f"bwd{i}", launch_ts=10 + 10 * i, start=max(t, 15 + 10 * i), dur=backward_kernel_us)
+        t = max(t, 15 + 10 * i) + backward_kernel_us
+    tb.annotation("Optimizer.step#SGD.step", 50, 2000)
+    tb.launch("multi_tensor_apply_kernel", launch_ts=2040, start=max(t, 2045), dur=10)
+    return tb
+
+
+def test_optimizer_hidden_behind_queued_kernels(tmp_path: Path) -> None:
+    # backward kernels 20-1020, 1020-2020, 2020-3020, 3020-4020; the optimizer kernel queues behind: 4020-4030
+    tables, steps = _load(_optimizer_trace(1000.0), tmp_path)
+    rr = replay_rank(tables, steps)
+    assert rr.replayed_step_us.tolist() == [4030.0]
+    # a fused optimizer that removes 1,990 µs of host time (50-2040): the kernel is still queued behind backward
+    cut = Scenario(host_cut={100: (np.array([50.0]), np.array([2040.0]))})
+    assert rr.step_times(cut).tolist() == [4030.0]
+
+
+def test_optimizer_exposed_when_the_device_is_idle(tmp_path: Path) -> None:
+    # backward kernels of 10 µs: 20-30, 30-40, 40-50, 50-60; the optimizer kernel runs 2045-2055, the host
+    # annotation ends at 2100: step 2100. Cutting 1,990 µs of host time: annotation ends 110, kernel 60-70
+    # (launched at 55, after the last backward kernel ends at 60): 110
+    tables, steps = _load(_optimizer_trace(10.0), tmp_path)
+    rr = replay_rank(tables, steps)
+    assert rr.replayed_step_us.tolist() == [2100.0]
+    cut = Scenario(host_cut={100: (np.array([50.0]), np.array([2040.0]))})
+    assert rr.step_times(cut).tolist() == [110.0]
+
+
+def test_activity_without_launch_keeps_its_start(tmp_path: Path) -> None:
+    tb = TraceBuilder()
+    tb.step(1, 0, 100)
+    tb.kernel("inherited", start=5, dur=50)
+    tb.launch("k", launch_ts=10, start=60, dur=10)
+    tables, _ = _load(tb, tmp_path)
+    g = build_graph(tables)
+    assert g.act_launch.tolist() == [-1, 0]
+    res = replay(g, Scenario(act_dur_us=np.array([20.0, 10.0])))
+    # K was queued behind it (start 60 = its end 55 + 5 µs gap): it still starts 5 µs after it, at 25 + 5
+    assert res.act_start_us.tolist() == [5.0, 30.0]
+
+
+def _shared_with_steps() -> list[Path]:
+    if not SHARED_TRACES.exists():
+        return []
+    return sorted(p for p in SHARED_TRACES.rglob("*") if p.is_file() and ".json" in p.name
+                  and not p.name.startswith("bad__"))
+
+
+@pytest.mark.parametrize("path", _shared_with_steps(), ids=lambda p: p.name[:60])
+def test_replay_reproduces_every_shared_trace(path: Path) -> None:
+    tables = load_trace(str(path))
+    steps = find_steps(tables)
+    rr = replay_rank(tables, steps)
+    assert abs(rr.mean_error) <= 0.02, rr.to_dict()
+    assert float(np.abs(rr.step_errors).max()) <= 0.05, rr.to_dict()
+
+
+def test_shared_traces_present_or_skipped() -> None:
+    if not _shared_with_steps():
+        pytest.skip("../shared/traces is absent")

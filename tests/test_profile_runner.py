@@ -13,7 +13,7 @@ import pytest
 from perfdoctor.capture.run_data import load_run_dir
 from perfdoctor.capture.runner import profile_script, run_profile
 from perfdoctor.capture.schedule import ProfileConfig
-from perfdoctor.capture.step_timer import STEP_FIELDS
+from perfdoctor.capture.step_record import STEP_FIELDS
 from perfdoctor.errors import PerfDoctorError
 
 ROOT = Path(__file__).resolve().parents[1]

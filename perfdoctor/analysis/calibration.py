@@ -16,12 +16,14 @@ on the machine (``"cpu"``, ``"cuda:0"``...).
 from __future__ import annotations
 
 import datetime as _dt
+import glob
 import hashlib
 import json
 import os
 import platform
 import re
 import socket
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -165,14 +167,20 @@ def save_calibration(record: dict[str, Any], directory: Path | None = None) -> P
 def load_calibration(path: Path | str | None = None) -> dict[str, Any]:
     """This machine's stored calibration (or the file at ``path``).
 
+    The file is named by :func:`machine_id`, which hashes the GPU name. When torch is already imported
+    (``perfdoctor profile``/``calibrate``) the GPU is asked for; otherwise (``perfdoctor report``, which must
+    not import torch) the file is found without it: the newest record stored for this hostname and CPU model.
+
     Raises:
         PerfDoctorError: no calibration stored (run ``perfdoctor calibrate``) or unreadable file.
     """
     if path is None:
-        import torch
-
-        gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
-        path = calibration_dir() / f"{machine_id(gpu)}.json"
+        torch = sys.modules.get("torch")
+        if torch is not None:
+            gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
+            path = calibration_dir() / f"{machine_id(gpu)}.json"
+        else:
+            path = _stored_for_this_host() or calibration_dir() / f"{machine_id(None)}.json"
     path = Path(path)
     try:
         record = json.loads(path.read_text())
@@ -183,6 +191,24 @@ def load_calibration(path: Path | str | None = None) -> dict[str, Any]:
     if not isinstance(record, dict) or not isinstance(record.get("devices"), dict):
         raise PerfDoctorError(f"{path}: not a perfdoctor calibration file")
     return record
+
+
+def _stored_for_this_host() -> Path | None:
+    """The newest stored calibration whose hostname and CPU model are this machine's (None when none is)."""
+    host, cpu = socket.gethostname(), cpu_model()
+    best: tuple[str, Path] | None = None
+    prefix = re.sub(r"[^A-Za-z0-9_.-]", "_", host or "host")
+    for candidate in sorted(calibration_dir().glob(f"{glob.escape(prefix)}-*.json")):
+        try:
+            record = json.loads(candidate.read_text())
+        except (OSError, ValueError):
+            continue
+        if not isinstance(record, dict) or record.get("hostname") != host or record.get("cpu_model") != cpu:
+            continue
+        stamp = str(record.get("measured_at", ""))
+        if best is None or stamp > best[0]:
+            best = (stamp, candidate)
+    return best[1] if best else None
 
 
 def roofs_from_calibration(record: dict[str, Any], device: str = "cpu") -> Roofs:

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from perfdoctor.analysis.steady_state import SteadyState, analyze
-from perfdoctor.capture.step_timer import STEP_FIELDS
+from perfdoctor.capture.step_record import STEP_FIELDS
 from perfdoctor.errors import PerfDoctorError
 
 

@@ -16,7 +16,7 @@ import os
 import time
 from pathlib import Path
 
-from perfdoctor.capture.step_timer import STEP_FIELDS, StepRecord
+from perfdoctor.capture.step_record import STEP_FIELDS, StepRecord
 
 FLUSH_EVERY_S = 0.5  # a run killed without warning (SIGKILL) loses at most this much of steps.csv
 

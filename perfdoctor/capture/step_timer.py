@@ -17,38 +17,10 @@ import os
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import torch
 
-STEP_FIELDS = (
-    "step", "start_s", "duration_s", "tokens", "samples", "rss_bytes",
-    "cuda_allocated_bytes", "cuda_reserved_bytes", "cuda_malloc_count", "cuda_alloc_retries",
-    "profiler_phase", "eval_s", "checkpoint_s",
-)
-
-
-@dataclass
-class StepRecord:
-    """One row of ``steps.csv``. Times in seconds from the run start (``start_s``)."""
-
-    step: int
-    start_s: float
-    duration_s: float
-    tokens: int | None = None
-    samples: int | None = None
-    rss_bytes: int | None = None
-    cuda_allocated_bytes: int | None = None
-    cuda_reserved_bytes: int | None = None
-    cuda_malloc_count: int | None = None
-    cuda_alloc_retries: int | None = None
-    profiler_phase: str = "none"  # none | flops | warmup | active
-    eval_s: float = 0.0  # host seconds of evaluation inside the step (perfdoctor.capture.non_training)
-    checkpoint_s: float = 0.0  # host seconds inside torch.save in the step
-
-    def row(self) -> list:
-        return [getattr(self, f) for f in STEP_FIELDS]
-
+from perfdoctor.capture.step_record import StepRecord
 
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 

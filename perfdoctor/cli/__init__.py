@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+from types import ModuleType
 
 from perfdoctor import __version__
 from perfdoctor.errors import PerfDoctorError
@@ -17,7 +18,7 @@ from perfdoctor.errors import PerfDoctorError
 COMMANDS = ["report", "profile", "rules", "rule", "calibrate", "budget"]
 
 
-def _available_commands() -> list:
+def _available_commands() -> list[ModuleType]:
     mods = []
     for name in COMMANDS:
         try:

@@ -6,6 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
+from perfdoctor.cli.needs import require_torch
 from perfdoctor.errors import PerfDoctorError
 
 NAME = "calibrate"
@@ -40,6 +41,8 @@ def _devices(requested: list[str] | None) -> list[str]:
 def run(args: argparse.Namespace) -> int:
     from perfdoctor.analysis import calibration as cal
 
+    if not args.show:
+        require_torch("calibrate")
     if args.show:
         path = None
         if args.out_dir:

@@ -13,12 +13,13 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from perfdoctor.capture.run_data import load_run_dir
-from perfdoctor.capture.rundir import write_json
-from perfdoctor.capture.runner import RunResult, run_profile
-from perfdoctor.capture.schedule import ProfileConfig
+from perfdoctor.cli.needs import require_torch
 from perfdoctor.errors import PerfDoctorError
+
+if TYPE_CHECKING:  # the runner imports torch: only `run` loads it, so `perfdoctor --help` stays fast
+    from perfdoctor.capture.runner import RunResult
 
 NAME = "profile"
 HELP = "run a training script under the profiler (steady state, N steps) and write a run directory + report"
@@ -80,6 +81,10 @@ def _split_script_args(args: argparse.Namespace) -> tuple[str, list[str], bool]:
 
 
 def run(args: argparse.Namespace) -> int:
+    require_torch("profile")
+    from perfdoctor.capture.runner import run_profile
+    from perfdoctor.capture.schedule import ProfileConfig
+
     target, script_args, module = _split_script_args(args)
     for flag in ("tokens_per_step", "samples_per_step"):
         value = getattr(args, flag, None)
@@ -118,6 +123,7 @@ def make_report(run_dir: Path) -> dict:
     run checks) and says why; ``run.json`` records which report was written.
     """
     from perfdoctor import pipeline
+    from perfdoctor.capture.run_data import load_run_dir
     from perfdoctor.render.formats import render_bytes
 
     data = load_run_dir(run_dir)
@@ -135,6 +141,8 @@ def make_report(run_dir: Path) -> dict:
 
 def _note_report(run_dir: Path, info: dict) -> None:
     import json
+
+    from perfdoctor.capture.rundir import write_json
 
     run_json = run_dir / "run.json"
     data = json.loads(run_json.read_text())

@@ -96,7 +96,7 @@ class TraceTables:
     thread_names: dict[tuple[int, int], str] = field(default_factory=dict)
 
     def __getattr__(self, name: str) -> Table:
-        tables = self.__dict__.get("tables")
+        tables: dict[str, Table] | None = self.__dict__.get("tables")
         if tables is not None and name in tables:
             return tables[name]
         raise AttributeError(name)

@@ -1,0 +1,38 @@
+"""One row of ``steps.csv``: the per-step record the runner writes and ``perfdoctor report`` reads back.
+
+Kept apart from :mod:`perfdoctor.capture.step_timer` (which needs torch) so that reading a run
+directory never imports torch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+STEP_FIELDS = (
+    "step", "start_s", "duration_s", "tokens", "samples", "rss_bytes",
+    "cuda_allocated_bytes", "cuda_reserved_bytes", "cuda_malloc_count", "cuda_alloc_retries",
+    "profiler_phase", "eval_s", "checkpoint_s",
+)
+
+
+@dataclass
+class StepRecord:
+    """One row of ``steps.csv``. Times in seconds from the run start (``start_s``)."""
+
+    step: int
+    start_s: float
+    duration_s: float
+    tokens: int | None = None
+    samples: int | None = None
+    rss_bytes: int | None = None
+    cuda_allocated_bytes: int | None = None
+    cuda_reserved_bytes: int | None = None
+    cuda_malloc_count: int | None = None
+    cuda_alloc_retries: int | None = None
+    profiler_phase: str = "none"  # none | flops | warmup | active
+    eval_s: float = 0.0  # host seconds of evaluation inside the step (perfdoctor.capture.non_training)
+    checkpoint_s: float = 0.0  # host seconds inside torch.save in the step
+
+    def row(self) -> list[object]:
+        """The record's values in ``STEP_FIELDS`` order (one CSV row)."""
+        return [getattr(self, f) for f in STEP_FIELDS]

@@ -15,7 +15,7 @@ from perfdoctor import __version__
 from perfdoctor.errors import PerfDoctorError
 
 # module names under perfdoctor.cli, in the order `perfdoctor --help` lists them
-COMMANDS = ["report", "profile", "rules", "rule", "calibrate", "budget"]
+COMMANDS = ["report", "diff", "profile", "rules", "rule", "calibrate", "budget"]
 
 
 def _available_commands() -> list[ModuleType]:

@@ -1,0 +1,64 @@
+"""Where the time moved: each category's time per step on both sides (µs).
+
+Per side, a category's time per step is its total over the analysed steps ÷ the number of steps, averaged over
+the ranks (report-schema "category time"). ``busy`` rows (the exclusive categories) and ``idle`` rows (idle by
+cause) add up to the trace's mean step; ``detail`` rows (communication overlapped with compute, copies by
+direction) break a busy row down and are not in that sum. Labels come from the one table in
+:mod:`perfdoctor.render.view`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from perfdoctor.diff.model import CategoryRow
+from perfdoctor.diff.steps import primary_device
+
+_BUSY_ORDER = ("matmul", "attention", "conv", "reduction_norm", "elementwise", "optimizer", "other", "dataloader",
+               "other_ops", "communication", "memcpy", "memset")
+
+
+def _per_step(report: dict[str, Any]) -> dict[tuple[str, str], float]:
+    """(group, key) → mean µs per step over ranks; also ("step", "dur") for the trace's mean step."""
+    sums: dict[tuple[str, str], float] = {}
+    ranks = [d for d in (primary_device(r) for r in report.get("ranks") or []) if d and d.get("steps")]
+    for dev in ranks:
+        tot = dev.get("totals") or {}
+        n = float(tot.get("n_steps") or len(dev["steps"]))
+        rows: list[tuple[tuple[str, str], float]] = [(("step", "dur"), float(tot.get("dur_us", 0.0)))]
+        rows += [(("busy", k), float(v)) for k, v in (tot.get("categories_us") or {}).items()]
+        rows += [(("idle", k), float(v)) for k, v in (tot.get("idle_causes_us") or {}).items()]
+        comm = tot.get("communication") or {}
+        if comm.get("overlapped_us"):
+            rows.append((("detail", "communication_overlapped"), float(comm["overlapped_us"])))
+        rows += [(("detail", f"memcpy_{k}"), float(v)) for k, v in (tot.get("memcpy_by_direction_us") or {}).items()]
+        for key, v in rows:
+            sums[key] = sums.get(key, 0.0) + v / n / len(ranks)
+    return sums
+
+
+def _label(group: str, key: str) -> str:
+    from perfdoctor.render.view import CAT_LABELS, IDLE_LABELS
+
+    if group == "busy":
+        return CAT_LABELS.get(key, key)
+    if group == "idle":
+        return IDLE_LABELS.get(key, f"idle: {key}")
+    if key == "communication_overlapped":
+        return "communication overlapped with compute (detail)"
+    return f"memcpy {key.removeprefix('memcpy_')} (detail)"
+
+
+def _order(item: tuple[str, str]) -> tuple[int, int, str]:
+    group, key = item
+    g = {"busy": 0, "idle": 1, "detail": 2}[group]
+    return (g, _BUSY_ORDER.index(key) if group == "busy" and key in _BUSY_ORDER else 99, key)
+
+
+def category_rows(before: dict[str, Any], after: dict[str, Any]) -> tuple[list[CategoryRow], float, float]:
+    """Rows for every category either side has time in, and each side's mean trace step (µs)."""
+    b, a = _per_step(before), _per_step(after)
+    keys = sorted({k for k in (*b, *a) if k[0] != "step" and (b.get(k, 0.0) or a.get(k, 0.0))}, key=_order)
+    rows = [CategoryRow(key=k, label=_label(g, k), group=g, before_us=b.get((g, k), 0.0), after_us=a.get((g, k), 0.0),
+                        delta_us=a.get((g, k), 0.0) - b.get((g, k), 0.0)) for g, k in keys]
+    return rows, b.get(("step", "dur"), 0.0), a.get(("step", "dur"), 0.0)

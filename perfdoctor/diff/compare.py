@@ -1,0 +1,128 @@
+"""Sequence the diff stages: two loaded sides → :class:`perfdoctor.diff.model.Diff`. Holds no policy."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from perfdoctor import __version__
+from perfdoctor.diff import categories, efficiency, findings, movers, stats, steps
+from perfdoctor.diff.model import (
+    SCHEMA,
+    SCHEMA_VERSION,
+    Diff,
+    Pair,
+    SideInfo,
+    Statistics,
+    Throughput,
+)
+from perfdoctor.diff.sides import Side
+from perfdoctor.errors import PerfDoctorError
+
+VERDICT_WORDS = {"faster": "faster", "slower": "slower", "no-change": "no significant change",
+                 "inconclusive": "inconclusive"}
+
+
+def side_info(side: Side) -> SideInfo:
+    """Path, kind, rank count, primary device name and parameter count of one side."""
+    ranks = [r for r in side.report.get("ranks") or [] if isinstance(r, dict)]
+    device = "–"
+    if ranks:
+        dev = steps.primary_device(ranks[0]) or {}
+        props = [p for p in ranks[0].get("device_properties") or [] if isinstance(p, dict)]
+        if dev.get("kind") == "cpu":
+            device = "CPU"
+        else:
+            device = next((str(p.get("name")) for p in props if p.get("id") == dev.get("device")),
+                          str(props[0].get("name")) if props else f"GPU {dev.get('device')}")
+    run: dict[str, Any] = side.report["run"] if isinstance(side.report.get("run"), dict) else {}
+    params = run.get("parameter_count")
+    return SideInfo(path=side.path, kind=side.kind, n_ranks=len(ranks), device=device,
+                    parameter_count=int(params) if isinstance(params, (int, float)) else None)
+
+
+def _warnings(b: SideInfo, a: SideInfo, before: Side, after: Side) -> list[str]:
+    """What makes the two sides less comparable ("compare what can be compared")."""
+    out = []
+    if b.n_ranks != a.n_ranks:
+        out.append(f"different rank counts: BEFORE has {b.n_ranks}, AFTER {a.n_ranks}; the step time is the job's "
+                   "(longest rank per step), per-rank rows cover the ranks both sides have")
+    if b.device != a.device:
+        out.append(f"different devices: BEFORE ran on {b.device}, AFTER on {a.device}")
+    if b.parameter_count and a.parameter_count and b.parameter_count != a.parameter_count:
+        out.append(f"different models: BEFORE has {b.parameter_count:,} parameters, AFTER {a.parameter_count:,}")
+    ops_b = {k[0] for k in movers.per_step(before, "cpu_ops")[0]}
+    ops_a = {k[0] for k in movers.per_step(after, "cpu_ops")[0]}
+    if ops_b and ops_a:
+        top = min(len(ops_b), len(ops_a), 20)
+        common = len(ops_b & ops_a) / max(len(ops_b | ops_a), 1)
+        if common < 0.3 and top >= 5:
+            out.append(f"the two sides share only {common:.0%} of their CPU op names: they may be different models "
+                       "or programs; the step-time verdict still holds, the movers compare unlike work")
+    return out
+
+
+def _throughput(before: dict[str, Any], after: dict[str, Any]) -> list[Throughput]:
+    tb = ((before.get("run") or {}).get("throughput") or {}) if isinstance(before.get("run"), dict) else {}
+    ta = ((after.get("run") or {}).get("throughput") or {}) if isinstance(after.get("run"), dict) else {}
+    out = []
+    for key in sorted(set(tb) | set(ta)):
+        vb = (tb.get(key) or {}).get("value")
+        va = (ta.get(key) or {}).get("value")
+        unit = str((tb.get(key) or ta.get(key) or {}).get("unit", ""))
+        change = 100.0 * (va / vb - 1.0) if isinstance(vb, (int, float)) and isinstance(va, (int, float)) and vb \
+            else None
+        out.append(Throughput(key=key, unit=unit, before=vb, after=va, change_pct=change))
+    return out
+
+
+def headline(verdict: str, cmp: stats.Comparison) -> str:
+    """One line: verdict, means, change with its interval, steps per side (and steps still needed)."""
+    ci = (f", 95% CI {cmp.ci95_pct[0]:+.1f}% to {cmp.ci95_pct[1]:+.1f}%" if cmp.ci95_pct is not None else "")
+    text = (f"{VERDICT_WORDS[verdict]}: mean step {cmp.mean_before_us / 1e3:,.2f} → {cmp.mean_after_us / 1e3:,.2f} ms "
+            f"({cmp.change_pct:+.1f}%{ci}; {cmp.n_before} vs {cmp.n_after} steps)")
+    if verdict == "inconclusive" and cmp.more_steps_needed:
+        text += f"; inconclusive: {cmp.more_steps_needed:,} more steps needed per side"
+    return text
+
+
+def compare(before: Side, after: Side, noise_pct: float = stats.DEFAULT_NOISE_PCT) -> Diff:
+    """The whole comparison of two loaded sides.
+
+    Raises:
+        PerfDoctorError: a side has no steps, or a non-positive mean step time.
+    """
+    sb, sa = steps.pair_series(before.report, after.report, before.path, after.path)
+    if float(sb.values_us.mean()) <= 0:
+        raise PerfDoctorError(f"{before.path}: mean step time is 0 µs: nothing to compare")
+    cmp = stats.compare_means(sb.values_us, sa.values_us, noise_pct)
+    info_b, info_a = side_info(before), side_info(after)
+    measured = cmp.mean_before_us - cmp.mean_after_us
+    ci_us = ([-cmp.ci95_pct[1] / 100 * cmp.mean_before_us, -cmp.ci95_pct[0] / 100 * cmp.mean_before_us]
+             if cmp.ci95_pct is not None else None)
+    rows = findings.compare_findings(before.report, after.report)
+    preds, note = findings.predictions(before.report, after.report, rows, measured, ci_us)
+    cats, step_b, step_a = categories.category_rows(before.report, after.report)
+    warnings = [*sb.notes, *sa.notes, *_warnings(info_b, info_a, before, after)]
+    return Diff(
+        schema=SCHEMA, schema_version=SCHEMA_VERSION, tool={"name": "perfdoctor", "version": __version__},
+        before=info_b, after=info_a, verdict=cmp.verdict, headline=headline(cmp.verdict, cmp),
+        mean_step_us=Pair(cmp.mean_before_us, cmp.mean_after_us), change_pct=cmp.change_pct,
+        ci95_pct=list(cmp.ci95_pct) if cmp.ci95_pct is not None else None,
+        statistics=Statistics(method=stats.METHOD, source=sb.source, steps=Pair(cmp.n_before, cmp.n_after),
+                              effective_steps=Pair(cmp.n_eff_before, cmp.n_eff_after),
+                              std_us=Pair(cmp.std_before_us, cmp.std_after_us), dof=cmp.dof,
+                              noise_threshold_pct=noise_pct, more_steps_needed=cmp.more_steps_needed,
+                              reason=cmp.reason),
+        throughput=_throughput(before.report, after.report), categories=cats,
+        category_step_us=Pair(step_b, step_a),
+        kernels=movers.top_movers(before, after, "kernels"), cpu_ops=movers.top_movers(before, after, "cpu_ops"),
+        findings=rows, predicted_vs_measured=preds, predicted_note=note,
+        efficiency=efficiency.efficiency_rows(before.report, after.report),
+        straggler=efficiency.straggler(before.report, after.report), warnings=warnings,
+    )
+
+
+def regression(diff: Diff, fail_pct: float) -> bool:
+    """The CI gate: AFTER slower by more than ``fail_pct`` % and the 95% interval excludes zero change."""
+    return (diff.change_pct is not None and diff.ci95_pct is not None and diff.change_pct > fail_pct
+            and diff.ci95_pct[0] > 0)

@@ -1,0 +1,104 @@
+"""Findings on both sides (resolved / new / persisting) and predicted vs measured savings.
+
+A rule's finding is matched by its code; on a multi-rank job each report already merges a rule's hits into one
+finding. "Resolved" needs evidence: the rule ran on AFTER and found nothing (``passed_checks``). A finding whose
+rule AFTER skipped (it lacked the data) is ``not-checked``, never resolved.
+
+Predicted vs measured: for each BEFORE finding that was resolved or whose saving shrank, the predicted saving is
+saving before − saving after (µs per step); the measured change is the verdict's mean step before − after (µs,
+positive = faster), which every change between the two runs shares. Savings are the rules' upper-bound estimates
+(``saving_us_per_step``) unless a finding carries a replayed saving (``saving_replayed_us_per_step``, written by
+the replay analysis once it exists), which is then used and labelled ``replayed``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from perfdoctor.diff.model import FindingDelta, Prediction
+
+REPLAYED_KEY = "saving_replayed_us_per_step"
+UPPER_BOUND_NOTE = ("Predicted savings are the rules' upper-bound estimates (replayed savings not available for "
+                    "these reports); the measured change is the whole step's, shared by every change between the "
+                    "two runs.")
+REPLAYED_NOTE = ("Predicted savings are replayed (the step's dependency graph with the fix applied) where marked "
+                 "'replayed', else the rules' upper-bound estimates; the measured change is the whole step's.")
+
+
+def _by_code(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
+    for f in report.get("findings") or []:
+        if isinstance(f, dict) and isinstance(f.get("code"), str):
+            prev = out.get(f["code"])
+            if prev is None or _saving(f)[0] > _saving(prev)[0]:
+                out[f["code"]] = f
+    return out
+
+
+def _saving(f: dict[str, Any]) -> tuple[float, str]:
+    """(µs per step, "replayed" | "upper-bound")."""
+    replayed = f.get(REPLAYED_KEY)
+    if isinstance(replayed, (int, float)):
+        return float(replayed), "replayed"
+    return float(f.get("saving_us_per_step") or 0.0), "upper-bound"
+
+
+def _skipped(report: dict[str, Any]) -> dict[str, str]:
+    return {s["code"]: str(s.get("reason", "")) for s in report.get("skipped_checks") or []
+            if isinstance(s, dict) and "code" in s}
+
+
+def _absent(code: str, report: dict[str, Any], skipped: dict[str, str], side: str,
+            status: str) -> tuple[str, str]:
+    """``status`` when the rule ran on ``side`` and found nothing, else ``not-checked`` with the reason."""
+    if code in skipped:
+        return "not-checked", f"{side} skipped the check: {skipped[code]}"
+    if code not in (report.get("passed_checks") or []):
+        return "not-checked", f"{side} did not run the check"
+    return status, ""
+
+
+def compare_findings(before: dict[str, Any], after: dict[str, Any]) -> list[FindingDelta]:
+    """One row per code that fired on either side: persisting first, then resolved, new, not-checked."""
+    fb, fa = _by_code(before), _by_code(after)
+    skip_b, skip_a = _skipped(before), _skipped(after)
+    rows = []
+    for code in sorted(set(fb) | set(fa)):
+        b, a = fb.get(code), fa.get(code)
+        f = b or a
+        assert f is not None
+        if b and a:
+            status, note = "persisting", ""
+        elif b:
+            status, note = _absent(code, after, skip_a, "AFTER", "resolved")
+        else:
+            status, note = _absent(code, before, skip_b, "BEFORE", "new")
+        rows.append(FindingDelta(code=code, name=str(f.get("name", "")), status=status,
+                                 saving_before_us=_saving(b)[0] if b else None,
+                                 saving_after_us=_saving(a)[0] if a else None,
+                                 severity_before=b.get("severity") if b else None,
+                                 severity_after=a.get("severity") if a else None, note=note))
+    order = {"persisting": 0, "resolved": 1, "new": 2, "not-checked": 3}
+    rows.sort(key=lambda r: (order[r.status], -max(r.saving_before_us or 0.0, r.saving_after_us or 0.0), r.code))
+    return rows
+
+
+def predictions(before: dict[str, Any], after: dict[str, Any], rows: list[FindingDelta], measured_us: float,
+                measured_ci_us: list[float] | None) -> tuple[list[Prediction], str]:
+    """Predicted vs measured rows for resolved or shrunk BEFORE findings, and the note on how to read them."""
+    fb, fa = _by_code(before), _by_code(after)
+    out = []
+    for r in rows:
+        if r.status not in ("resolved", "persisting") or r.code not in fb:
+            continue
+        saving_b, kind = _saving(fb[r.code])
+        saving_a = _saving(fa[r.code])[0] if r.code in fa else 0.0
+        predicted = saving_b - saving_a
+        if predicted <= 0:
+            continue
+        error = measured_us - predicted
+        out.append(Prediction(code=r.code, name=r.name, status=r.status, predicted_us=predicted,
+                              predicted_kind=kind, measured_us=measured_us, measured_ci95_us=measured_ci_us,
+                              error_us=error, error_pct=100.0 * error / predicted))
+    note = REPLAYED_NOTE if any(p.predicted_kind == "replayed" for p in out) else UPPER_BOUND_NOTE
+    return out, note

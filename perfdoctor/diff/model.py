@@ -1,0 +1,193 @@
+"""The comparison of two reports as typed data (schema ``perfdoctor.diff``, documented in docs/diff-schema.md).
+
+Every renderer (terminal, Markdown, HTML, JSON) reads these Structs; nothing
+below computes. Units: times in µs per step (names end in ``_us``), changes in %
+(``_pct``, after vs before, negative = faster), bytes in ``_bytes``, fractions 0–1.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from perfdoctor.errors import PerfDoctorError
+
+SCHEMA = "perfdoctor.diff"
+SCHEMA_VERSION = 1
+VERDICTS = ("faster", "slower", "no-change", "inconclusive")
+
+
+class Pair(msgspec.Struct, frozen=True):
+    """One quantity on both sides (``None`` where a side does not have it)."""
+
+    before: float | None
+    after: float | None
+
+
+class SideInfo(msgspec.Struct, frozen=True):
+    """What one side was: ``kind`` is ``"trace"``, ``"run"`` (perfdoctor profile run dir) or ``"report"`` (a
+    report JSON); ``device``: the primary device name (``"CPU"`` for host-only traces)."""
+
+    path: str
+    kind: str
+    n_ranks: int
+    device: str
+    parameter_count: int | None = None
+
+
+class Statistics(msgspec.Struct, frozen=True):
+    """How the verdict was reached: ``method`` in words, the step-time source, steps and effective steps per side
+    (autocorrelation-corrected), degrees of freedom, the noise threshold and the steps still needed."""
+
+    method: str
+    source: str
+    steps: Pair
+    effective_steps: Pair
+    std_us: Pair
+    dof: float | None
+    noise_threshold_pct: float
+    more_steps_needed: int | None
+    reason: str
+
+
+class Throughput(msgspec.Struct, frozen=True):
+    """A rate of a run directory (``key`` e.g. ``train_tokens_per_s``) before and after."""
+
+    key: str
+    unit: str
+    before: float | None
+    after: float | None
+    change_pct: float | None
+
+
+class CategoryRow(msgspec.Struct, frozen=True):
+    """Time per step in one category (µs). ``group``: ``"busy"`` or ``"idle"`` (these add up to the step) or
+    ``"detail"`` (a breakdown of a busy row, not in the sum)."""
+
+    key: str
+    label: str
+    group: str
+    before_us: float
+    after_us: float
+    delta_us: float
+
+
+class Mover(msgspec.Struct, frozen=True):
+    """A kernel or CPU op whose time per step changed. ``match``: ``exact``, ``normalised`` (``how`` says what
+    differed: template arguments, architecture prefix, dtype), ``appeared``, ``disappeared`` or ``unlisted``
+    (absent from the other side's top list, which is truncated: its time there is below ``bound_us``)."""
+
+    name_before: str | None
+    name_after: str | None
+    key: str
+    category: str
+    before_us: float | None
+    after_us: float | None
+    delta_us: float | None
+    match: str
+    how: str
+    bound_us: float | None = None
+
+
+class FindingDelta(msgspec.Struct, frozen=True):
+    """A rule's finding on both sides. ``status``: ``resolved``, ``new``, ``persisting`` or ``not-checked``
+    (it fired on one side and the other side skipped the check, ``note`` says why)."""
+
+    code: str
+    name: str
+    status: str
+    saving_before_us: float | None
+    saving_after_us: float | None
+    severity_before: str | None
+    severity_after: str | None
+    note: str = ""
+
+
+class Prediction(msgspec.Struct, frozen=True):
+    """Predicted vs measured for one BEFORE finding that was resolved or shrank.
+
+    ``predicted_us``: saving before − saving after (µs/step); ``predicted_kind``: ``upper-bound`` (the rule's own
+    estimate) or ``replayed``; ``measured_us``: mean step before − after (µs, positive = faster, the whole step's
+    change, shared by every finding that moved); ``measured_ci95_us``: its 95% interval; ``error_us`` =
+    measured − predicted; ``error_pct`` = error ÷ predicted × 100.
+    """
+
+    code: str
+    name: str
+    status: str
+    predicted_us: float
+    predicted_kind: str
+    measured_us: float
+    measured_ci95_us: list[float] | None
+    error_us: float
+    error_pct: float | None
+
+
+class RankEfficiency(msgspec.Struct, frozen=True):
+    """Per rank (``rank`` None = job level: mean utilization and MFU over ranks, largest memory peak)."""
+
+    rank: int | None
+    utilization: Pair
+    mfu: Pair
+    memory_peak_bytes: Pair
+    median_step_us: Pair
+
+
+class Straggler(msgspec.Struct, frozen=True):
+    """Rank with the longest median step and the spread (slowest − fastest) ÷ fastest × 100, both sides."""
+
+    slowest_rank_before: int | None
+    slowest_rank_after: int | None
+    spread_pct: Pair
+
+
+class Diff(msgspec.Struct, frozen=True):
+    """The whole comparison (schema ``perfdoctor.diff`` v1)."""
+
+    schema: str
+    schema_version: int
+    tool: dict[str, str]
+    before: SideInfo
+    after: SideInfo
+    verdict: str
+    headline: str
+    mean_step_us: Pair
+    change_pct: float | None
+    ci95_pct: list[float] | None
+    statistics: Statistics
+    throughput: list[Throughput]
+    categories: list[CategoryRow]
+    category_step_us: Pair
+    kernels: list[Mover]
+    cpu_ops: list[Mover]
+    findings: list[FindingDelta]
+    predicted_vs_measured: list[Prediction]
+    predicted_note: str
+    efficiency: list[RankEfficiency]
+    straggler: Straggler | None
+    warnings: list[str]
+
+    def to_json(self) -> bytes:
+        """Stable bytes: sorted keys, 2-space indent, NaN/inf as null, trailing newline."""
+        raw = msgspec.json.encode(self, order="sorted")
+        return msgspec.json.format(raw, indent=2) + b"\n"
+
+    @classmethod
+    def from_json(cls, data: bytes, path: str = "<diff>") -> Diff:
+        """Decode a diff JSON written by :meth:`to_json`.
+
+        Raises:
+            PerfDoctorError: not a ``perfdoctor.diff`` document of this version, or malformed.
+        """
+        try:
+            head = msgspec.json.decode(data)
+        except msgspec.DecodeError as exc:
+            raise PerfDoctorError(f"{path}: not valid JSON ({exc})") from None
+        if not isinstance(head, dict) or head.get("schema") != SCHEMA:
+            raise PerfDoctorError(f"{path}: not a perfdoctor diff (schema {SCHEMA!r})")
+        if head.get("schema_version") != SCHEMA_VERSION:
+            raise PerfDoctorError(f"{path}: diff schema version {head.get('schema_version')!r}; this perfdoctor "
+                                  f"reads version {SCHEMA_VERSION}")
+        try:
+            return msgspec.json.decode(data, type=cls)
+        except msgspec.ValidationError as exc:
+            raise PerfDoctorError(f"{path}: malformed perfdoctor diff ({exc})") from None

@@ -1,0 +1,102 @@
+"""Top movers: the kernels and CPU ops whose time per step changed most.
+
+Time per step of a name = its summed duration over the analysed steps ÷ the number of steps, averaged over the
+ranks (kernels: report-schema ``top_kernels``; CPU ops: ``top_cpu_ops``, inclusive durations). Matching, in order:
+
+1. exact name and category;
+2. the remaining names grouped by (normalised name, category) on each side (:mod:`perfdoctor.diff.names`); a
+   group present on both sides is one mover, ``how`` names the normalisation stages it needed;
+3. what is left ``appeared`` (AFTER only) or ``disappeared`` (BEFORE only) — unless the other side's list is a
+   report JSON's truncated top 20 and the time is below that list's smallest row: then ``unlisted``, with that
+   row's time as the bound.
+"""
+
+from __future__ import annotations
+
+from perfdoctor.diff.model import Mover
+from perfdoctor.diff.names import how_matched, normalise
+from perfdoctor.diff.sides import TOP_LIST_LIMIT, Side
+from perfdoctor.diff.steps import primary_device
+
+_Key = tuple[str, str]
+
+
+def per_step(side: Side, which: str) -> tuple[dict[_Key, float], float | None]:
+    """(name, category) → µs per step (mean over ranks); and the smallest listed µs per step when a rank's list
+    is truncated (None when every list is complete)."""
+    lists = side.kernels if which == "kernels" else side.cpu_ops
+    steps = {}
+    for i, r in enumerate(side.report.get("ranks") or []):
+        dev = primary_device(r)
+        rank = r.get("rank") if isinstance(r.get("rank"), int) else i
+        if dev and dev.get("steps"):
+            steps[rank] = float((dev.get("totals") or {}).get("n_steps") or len(dev["steps"]))
+    out: dict[_Key, float] = {}
+    floor: float | None = None
+    ranks = [r for r in lists if r in steps]
+    for rank in ranks:
+        rows = lists[rank]
+        for row in rows:
+            key = (str(row.get("name")), str(row.get("category") or "other"))
+            out[key] = out.get(key, 0.0) + float(row.get("total_us") or 0.0) / steps[rank] / len(ranks)
+        if not side.complete and len(rows) >= TOP_LIST_LIMIT:
+            low = min(float(x.get("total_us") or 0.0) for x in rows) / steps[rank]
+            floor = low if floor is None else max(floor, low)
+    return out, floor
+
+
+def _group(rest: dict[_Key, float]) -> dict[_Key, list[_Key]]:
+    groups: dict[_Key, list[_Key]] = {}
+    for name, cat in rest:
+        groups.setdefault((normalise(name), cat), []).append((name, cat))
+    return groups
+
+
+def _label(names: list[str]) -> str:
+    return names[0] if len(names) == 1 else f"{names[0]} (+{len(names) - 1} variants)"
+
+
+def match(before: dict[_Key, float], after: dict[_Key, float], floor_before: float | None,
+          floor_after: float | None) -> list[Mover]:
+    """All movers, unsorted (see the module docstring)."""
+    out = [Mover(n, n, n, c, before[(n, c)], after[(n, c)], after[(n, c)] - before[(n, c)], "exact", "same name")
+           for (n, c) in before if (n, c) in after]
+    gb = _group({k: v for k, v in before.items() if k not in after})
+    ga = _group({k: v for k, v in after.items() if k not in before})
+    for key in sorted(set(gb) | set(ga)):
+        nb = sorted((k for k in gb.get(key, [])), key=lambda k: -before[k])
+        na = sorted((k for k in ga.get(key, [])), key=lambda k: -after[k])
+        tb, ta = sum(before[k] for k in nb), sum(after[k] for k in na)
+        names_b, names_a = [k[0] for k in nb], [k[0] for k in na]
+        if nb and na:
+            out.append(Mover(_label(names_b), _label(names_a), key[0], key[1], tb, ta, ta - tb, "normalised",
+                             how_matched(names_b, names_a)))
+        elif nb:
+            if floor_after is not None and tb < floor_after:
+                out.append(Mover(_label(names_b), None, key[0], key[1], tb, None, None, "unlisted",
+                                 "not in AFTER's top list", floor_after))
+            else:
+                out.append(Mover(_label(names_b), None, key[0], key[1], tb, 0.0, -tb, "disappeared", ""))
+        else:
+            if floor_before is not None and ta < floor_before:
+                out.append(Mover(None, _label(names_a), key[0], key[1], None, ta, None, "unlisted",
+                                 "not in BEFORE's top list", floor_before))
+            else:
+                out.append(Mover(None, _label(names_a), key[0], key[1], 0.0, ta, ta, "appeared", ""))
+    return out
+
+
+def top_movers(before: Side, after: Side, which: str, limit: int = 15) -> list[Mover]:
+    """The ``limit`` movers with the largest |Δ µs per step| (``which``: ``"kernels"`` or ``"cpu_ops"``);
+    ``unlisted`` ones, whose change is unknown, are ranked by their known side's time."""
+    b, fb = per_step(before, which)
+    a, fa = per_step(after, which)
+    movers = match(b, a, fb, fa)
+
+    def size(m: Mover) -> float:
+        if m.delta_us is not None:
+            return abs(m.delta_us)
+        return (m.before_us or 0.0) + (m.after_us or 0.0)
+
+    movers.sort(key=lambda m: (-size(m), m.key))
+    return [m for m in movers if size(m) > 0][:limit]

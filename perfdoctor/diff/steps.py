@@ -1,0 +1,108 @@
+"""The per-step times each side's verdict is computed from (µs), and where they come from.
+
+- A ``perfdoctor profile`` run directory (or its report JSON, which keeps the ``run`` section): the steady-state
+  train-only step times of the whole run on rank 0 (``run.steps.train_s`` of the steps at or after
+  ``steady_state.steady_start_step`` and outside the profiler's warm-up/active steps: the steps the run's
+  throughput is computed from), so hundreds of steps without profiler overhead.
+- A trace: each profiled step's time on the primary device (report-schema "step time"); on a multi-rank job
+  the step's time is the longest over ranks (the job waits for its slowest rank), over step numbers every
+  rank has.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from perfdoctor.errors import PerfDoctorError
+
+
+@dataclass(frozen=True)
+class StepSeries:
+    """Step times (µs, one per step), their source in words, and remarks."""
+
+    values_us: np.ndarray
+    source: str
+    notes: list[str] = field(default_factory=list)
+
+
+def primary_device(rank: dict[str, Any]) -> dict[str, Any] | None:
+    """The rank's primary device breakdown (report ``primary_device``), None when it has none."""
+    devs = [d for d in rank.get("devices") or [] if isinstance(d, dict)]
+    for d in devs:
+        if d.get("device") == rank.get("primary_device"):
+            return d
+    return devs[0] if devs else None
+
+
+def run_step_times(report: dict[str, Any]) -> np.ndarray | None:
+    """Steady-state train-only step times (µs) of a run's rank 0, None without a run step series."""
+    run = report.get("run")
+    if not isinstance(run, dict) or not isinstance(run.get("steps"), dict):
+        return None
+    steps = run["steps"]
+    train = steps.get("train_s") or steps.get("duration_s")
+    if not train:
+        return None
+    t = np.array([np.nan if v is None else float(v) for v in train], dtype=float)
+    phase = steps.get("profiler_phase") or ["none"] * t.size
+    start = int((run.get("steady_state") or {}).get("steady_start_step") or 0)
+    idx = np.arange(t.size)
+    mask = (idx >= start) & np.array([p in (None, "none") for p in phase]) & np.isfinite(t)
+    out: np.ndarray = t[mask] * 1e6
+    return out
+
+
+def trace_step_times(report: dict[str, Any], path: str) -> StepSeries:
+    """Profiled step times (µs) of the trace(s); see the module docstring for multi-rank jobs.
+
+    Raises:
+        PerfDoctorError: no rank has training steps (no step markers: the whole trace is one window).
+    """
+    per_rank: list[dict[int, float]] = []
+    for r in report.get("ranks") or []:
+        if not isinstance(r, dict) or r.get("steps_source") == "whole-trace":
+            continue
+        dev = primary_device(r)
+        if dev and dev.get("steps"):
+            per_rank.append({int(s["step"]): float(s["dur_us"]) for s in dev["steps"]})
+    if not per_rank:
+        raise PerfDoctorError(f"{path}: no training steps (no ProfilerStep#N annotations, and no run step series): "
+                              "nothing to compare per step (record with torch.profiler's schedule and "
+                              "prof.step(), or pass --step-marker)")
+    if len(per_rank) == 1:
+        steps = sorted(per_rank[0])
+        return StepSeries(np.array([per_rank[0][s] for s in steps]), "profiled steps of the trace")
+    common = sorted(set.intersection(*(set(r) for r in per_rank)))
+    if not common:
+        steps = sorted(per_rank[0])
+        return StepSeries(np.array([per_rank[0][s] for s in steps]), "profiled steps of the first rank",
+                          [f"{path}: the ranks share no step number; the first rank's steps are used"])
+    return StepSeries(np.array([max(r[s] for r in per_rank) for s in common]),
+                      f"profiled steps, the longest rank per step over {len(per_rank)} ranks")
+
+
+def pair_series(before: dict[str, Any], after: dict[str, Any], before_path: str,
+                after_path: str) -> tuple[StepSeries, StepSeries]:
+    """Both sides' step times from the same kind of source (run series only when both sides have one).
+
+    Raises:
+        PerfDoctorError: a side has no steps at all.
+    """
+    rb, ra = run_step_times(before), run_step_times(after)
+    if rb is not None and ra is not None and rb.size >= 2 and ra.size >= 2:
+        src = "steady-state train-only step times of the whole run (rank 0, profiled and warm-up steps left out)"
+        return StepSeries(rb, src), StepSeries(ra, src)
+    notes = []
+    if (rb is not None) != (ra is not None):
+        notes.append("only one side is a perfdoctor profile run: both sides are compared on their profiled "
+                     "trace steps (like with like)")
+    for report, path, series in ((before, before_path, rb), (after, after_path, ra)):
+        if not report.get("ranks") and series is not None and series.size < 2:
+            raise PerfDoctorError(f"{path}: fewer than 2 steady-state steps in the run and no trace: nothing to "
+                                  "compare")
+    b = trace_step_times(before, before_path)
+    a = trace_step_times(after, after_path)
+    return StepSeries(b.values_us, b.source, notes + b.notes), StepSeries(a.values_us, a.source, a.notes)

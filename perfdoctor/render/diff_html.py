@@ -1,0 +1,38 @@
+"""HTML renderer of a diff: one self-contained, offline, deterministic page.
+
+The report page's rules (:mod:`perfdoctor.render.html`): jinja2 with autoescape on (``templates/diff.html.j2``),
+inline CSS, the waterfall as inline SVG, no script, the same Content-Security-Policy forbidding every network
+load, and the diff JSON embedded through ``tojson`` (HTML-safe: a kernel named ``</script>`` stays data). No
+wall-clock text unless ``generated_at`` is given.
+"""
+
+from __future__ import annotations
+
+import jinja2
+import msgspec
+from markupsafe import Markup
+
+from perfdoctor.diff.model import Diff
+from perfdoctor.render import diff_view
+from perfdoctor.render.diff_svg import waterfall
+from perfdoctor.render.html import CSP, _dumps
+
+
+def _env() -> jinja2.Environment:
+    env = jinja2.Environment(loader=jinja2.PackageLoader("perfdoctor.render", "templates"), autoescape=True,
+                             trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
+    env.policies["json.dumps_function"] = _dumps
+    return env
+
+
+def render_diff_html(diff: Diff, generated_at: str | None = None) -> str:
+    """The diff as one HTML page (str); ``generated_at`` stamps the footer (None keeps output byte-stable)."""
+    tables = [diff_view.predictions_table(diff), diff_view.findings_table(diff), diff_view.categories_table(diff),
+              diff_view.movers_table(diff, "kernels", 25, 160), diff_view.movers_table(diff, "cpu_ops", 25, 160),
+              diff_view.efficiency_table(diff)]
+    context = {
+        "diff": diff, "csp": CSP, "generated_at": generated_at, "facts": diff_view.verdict_facts(diff),
+        "tables": [t for t in tables if t.rows], "waterfall": Markup(waterfall(diff)),
+        "data": msgspec.to_builtins(diff),
+    }
+    return str(_env().get_template("diff.html.j2").render(**context))

@@ -1,0 +1,139 @@
+"""Formatting shared by the diff renderers (terminal, Markdown, HTML): tables of labelled, unit-bearing strings.
+
+Reads a :class:`perfdoctor.diff.model.Diff` and computes nothing new except a row's change in % (after ÷ before
+− 1) where a table shows one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from perfdoctor.diff.model import Diff, Mover, Pair
+from perfdoctor.render.view import ms, nbytes, pct
+
+
+@dataclass
+class TableView:
+    """A titled table: ``header`` and ``rows`` of display strings, ``align`` per column (``l``/``r``)."""
+
+    title: str
+    header: list[str]
+    rows: list[list[str]]
+    align: list[str]
+    note: str = ""
+    classes: list[str] = field(default_factory=list)  # one CSS class per row (HTML)
+
+
+def signed_ms(us: float | None) -> str:
+    """µs → "+1.23 ms" / "−1.23 ms" ("–" for None)."""
+    if us is None:
+        return "–"
+    sign = "+" if us > 0 else "−" if us < 0 else "±"
+    return f"{sign}{abs(us) / 1000:,.2f} ms"
+
+
+def signed_pct(x: float | None) -> str:
+    return "–" if x is None else f"{x:+.1f}%".replace("-", "−")
+
+
+def change_pct(p: Pair) -> float | None:
+    if p.before is None or p.after is None or not p.before:
+        return None
+    return 100.0 * (p.after / p.before - 1.0)
+
+
+def verdict_facts(d: Diff) -> list[tuple[str, str]]:
+    """(label, value) lines under the headline."""
+    s = d.statistics
+    ci = f"{signed_pct(d.ci95_pct[0])} to {signed_pct(d.ci95_pct[1])}" if d.ci95_pct else "–"
+    out = [
+        ("mean step", f"{ms(d.mean_step_us.before)} → {ms(d.mean_step_us.after)}"),
+        ("change", f"{signed_pct(d.change_pct)} (95% CI {ci})"),
+        ("steps", (f"{int(s.steps.before or 0):,} before, {int(s.steps.after or 0):,} after (effective "
+                  f"{s.effective_steps.before or 0:,.0f} / {s.effective_steps.after or 0:,.0f}); {s.source}")),
+        ("why this verdict", s.reason),
+        ("method", s.method + f"; noise threshold ±{s.noise_threshold_pct:g}%"),
+    ]
+    if s.more_steps_needed:
+        out.insert(3, ("inconclusive", f"{s.more_steps_needed:,} more steps needed per side"))
+    out += [(t.key.replace("_", " "), f"{_rate(t.before)} → {_rate(t.after)} {t.unit} ({signed_pct(t.change_pct)})")
+            for t in d.throughput]
+    return out
+
+
+def _rate(v: float | None) -> str:
+    return "–" if v is None else f"{v:,.1f}"
+
+
+def categories_table(d: Diff) -> TableView:
+    rows = [[c.label, ms(c.before_us), ms(c.after_us), signed_ms(c.delta_us)] for c in d.categories]
+    rows.append(["step (trace mean)", ms(d.category_step_us.before), ms(d.category_step_us.after),
+                 signed_ms((d.category_step_us.after or 0) - (d.category_step_us.before or 0))])
+    return TableView("Where the time moved (per step)", ["category", "before", "after", "Δ"], rows,
+                     ["l", "r", "r", "r"],
+                     "Busy categories and idle causes add up to the trace's mean step; (detail) rows are not in "
+                     "the sum. The verdict's mean step may come from more steps than the trace's.",
+                     [c.group for c in d.categories] + ["total"])
+
+
+def _mover_name(m: Mover, width: int) -> str:
+    if m.name_before and m.name_after and m.name_before != m.name_after:
+        text = f"{m.name_before} → {m.name_after}"
+    else:
+        text = m.name_before or m.name_after or m.key
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _match_text(m: Mover) -> str:
+    if m.match == "normalised":
+        return f"normalised ({m.how})"
+    if m.match == "unlisted":
+        return f"{m.how} (< {ms(m.bound_us, 3)})"
+    return m.match
+
+
+def movers_table(d: Diff, which: str, limit: int = 15, width: int = 90) -> TableView:
+    movers = d.kernels if which == "kernels" else d.cpu_ops
+    rows = [[_mover_name(m, width), m.category, ms(m.before_us, 3), ms(m.after_us, 3), signed_ms(m.delta_us),
+             _match_text(m)] for m in movers[:limit]]
+    title = "Top movers: kernels (per step)" if which == "kernels" else "Top movers: CPU ops (per step, inclusive)"
+    return TableView(title, ["name", "category", "before", "after", "Δ", "matched"], rows,
+                     ["l", "l", "r", "r", "r", "l"])
+
+
+def findings_table(d: Diff) -> TableView:
+    rows = [[f.code, f.name, f.status, ms(f.saving_before_us), ms(f.saving_after_us), f.note] for f in d.findings]
+    return TableView("Findings", ["code", "rule", "status", "saving before", "saving after", "note"], rows,
+                     ["l", "l", "l", "r", "r", "l"], "Savings are per step.")
+
+
+def predictions_table(d: Diff) -> TableView:
+    rows = []
+    for p in d.predicted_vs_measured:
+        ci = (f"{ms(p.measured_ci95_us[0])} to {ms(p.measured_ci95_us[1])}" if p.measured_ci95_us else "–")
+        rows.append([p.code, p.name, p.status, f"{ms(p.predicted_us)} ({p.predicted_kind})", ms(p.measured_us), ci,
+                     signed_ms(p.error_us), signed_pct(p.error_pct)])
+    return TableView("Predicted vs measured (per step)",
+                     ["code", "rule", "status", "predicted saving", "measured", "measured 95% CI", "error",
+                      "error %"], rows, ["l", "l", "l", "r", "r", "r", "r", "r"], d.predicted_note)
+
+
+def efficiency_table(d: Diff) -> TableView:
+    rows = []
+    for r in d.efficiency:
+        who = "job" if r.rank is None else f"rank {r.rank}"
+        rows.append([who, f"{ms(r.median_step_us.before)} → {ms(r.median_step_us.after)}",
+                     f"{pct(r.utilization.before)} → {pct(r.utilization.after)}",
+                     f"{pct(r.mfu.before)} → {pct(r.mfu.after)}",
+                     f"{nbytes(r.memory_peak_bytes.before)} → {nbytes(r.memory_peak_bytes.after)}"])
+    note = ""
+    if d.straggler is not None:
+        s = d.straggler
+        note = (f"longest median step: rank {s.slowest_rank_before} before, rank {s.slowest_rank_after} after; "
+                f"spread {_pct_num(s.spread_pct.before)} → {_pct_num(s.spread_pct.after)}")
+    return TableView("Efficiency", ["", "median step", "utilization", "MFU", "memory peak"], rows,
+                     ["l", "r", "r", "r", "r"], note)
+
+
+def _pct_num(x: float | None) -> str:
+    return "–" if x is None else f"{x:.1f}%"

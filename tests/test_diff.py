@@ -1,0 +1,411 @@
+"""`perfdoctor diff`: statistics, name matching, TraceBuilder pairs worked by hand, the real ResNet50 pair, bad input.
+
+CPU pairs recorded from examples/ live in tests/test_diff_examples.py (slow).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy.stats import t as student_t
+from tracebuilder import TraceBuilder
+
+from perfdoctor.cli import main
+from perfdoctor.diff import names, stats
+from perfdoctor.diff.compare import compare, regression
+from perfdoctor.diff.model import Diff
+from perfdoctor.diff.sides import load_side
+
+RESNET_0 = "kineto__resnet50_num_workers_0__worker0.pt.trace.json.gz"
+RESNET_4 = "kineto__resnet50_num_workers_4__worker0.pt.trace.json.gz"
+
+
+def steps_trace(path: Path, step_us: list[float], kernels: list[tuple[str, float]], rank: int | None = None,
+                world: int | None = None, ops: list[tuple[str, float]] | None = None) -> Path:
+    """Steps of the given lengths, tiling from t=0; each step launches ``kernels`` back to back from +10 µs and
+    runs ``ops`` (host cpu_ops) back to back from +5 µs."""
+    tb = TraceBuilder(rank=rank, world_size=world)
+    t0 = 0.0
+    for i, dur in enumerate(step_us, start=1):
+        tb.step(i, t0, dur)
+        at = t0 + 10
+        for name, d in kernels:
+            tb.launch(name, launch_ts=t0 + 1, start=at, dur=d, launch_dur=1)
+            at += d
+        host = t0 + 5
+        for name, d in ops or []:
+            tb.cpu_op(name, host, d)
+            host += d
+        t0 += dur
+    return tb.write(path)
+
+
+def _diff(tmp_path: Path, before: Path, after: Path, noise: float = 2.0) -> Diff:
+    return compare(load_side(str(before)), load_side(str(after)), noise)
+
+
+# -- statistics ------------------------------------------------------------------------------------------------
+
+
+def test_welch_interval_by_hand():
+    b = np.array([1000.0, 1100, 900, 1000])
+    a = np.array([800.0, 850, 750, 800])
+    c = stats.compare_means(b, a)
+    # by hand: means 1000 / 800; s_b = sqrt(20000/3), s_a = sqrt(5000/3)
+    c_a = (5000 / 3) / 4 / 1000 ** 2
+    c_b = 800 ** 2 * (20000 / 3) / 4 / 1000 ** 4
+    se = math.sqrt(c_a + c_b)
+    dof = (c_a + c_b) ** 2 / (c_a ** 2 / 3 + c_b ** 2 / 3)
+    assert dof == pytest.approx(5.0335, abs=1e-3)
+    half = 100 * student_t.ppf(0.975, dof) * se
+    assert half == pytest.approx(9.89, abs=0.01)
+    assert c.change_pct == pytest.approx(-20.0)
+    assert c.ci95_pct == pytest.approx((-20 - half, -20 + half))
+    assert c.verdict == "faster"
+
+
+def test_effective_n_of_autocorrelated_series():
+    x = np.repeat([1.0, 2.0], 50)  # two long blocks: lag-1 autocorrelation 0.98 → clipped to 0.9
+    assert stats.effective_n(x) == pytest.approx(100 * 0.1 / 1.9)
+    alt = np.tile([1.0, 2.0], 50)  # alternating: ρ₁ < 0 → clipped to 0, n stays
+    assert stats.effective_n(alt) == 100
+    assert stats.effective_n(np.arange(5.0)) == 5  # below MIN_STEPS_FOR_AUTOCORR: n itself
+
+
+@pytest.mark.parametrize("change, ci, verdict, more", [
+    (-10.0, (-12.0, -8.0), "faster", None),
+    (3.0, (1.0, 5.0), "slower", None),
+    (1.2, (0.8, 1.6), "no-change", None),  # real but below the 2% threshold
+    (0.3, (-1.0, 1.6), "no-change", None),  # within ±2%
+    (-10.0, (-25.0, 5.0), "inconclusive", math.ceil(100 * ((15 / 10) ** 2 - 1))),  # half 15 → 10
+    (0.5, (-5.5, 6.5), "inconclusive", math.ceil(100 * ((6 / 1.5) ** 2 - 1))),  # half 6 → 2 − 0.5
+])
+def test_verdict_rules(change, ci, verdict, more):
+    v, m, _ = stats.decide(change, ci, 2.0, (100, 100))
+    assert (v, m) == (verdict, more)
+
+
+def test_one_step_per_side_is_inconclusive():
+    c = stats.compare_means(np.array([100.0]), np.array([90.0]))
+    assert c.verdict == "inconclusive" and c.ci95_pct is None and c.more_steps_needed == 1
+
+
+# -- kernel-name normalisation ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("before, after, how", [
+    (("void at::native::vectorized_elementwise_kernel<4, at::native::AddFunctor<float>, at::detail::Array<char*, 3> >"
+     "(int, at::native::AddFunctor<float>, at::detail::Array<char*, 3>)"),
+     ("void at::native::vectorized_elementwise_kernel<4, at::native::AddFunctor<c10::BFloat16>, "
+     "at::detail::Array<char*, 3> >(int, at::native::AddFunctor<c10::BFloat16>, at::detail::Array<char*, 3>)"),
+     "template arguments"),
+    ("sm80_xmma_gemm_f32f32_f32f32_f32_tn_n_tilesize128x128x8", "sm90_xmma_gemm_f32f32_f32f32_f32_tn_n_tilesize128x128x8",
+     "architecture prefix"),
+    ("volta_sgemm_128x64_nn", "ampere_sgemm_128x64_nn", "architecture prefix"),
+    ("ampere_sgemm_128x64_tn", "ampere_hgemm_128x64_tn", "dtype"),
+    ("ampere_fp16_s16816gemm_fp16_128x128_ldg8_f2f_tn", "sm90_bf16_s16816gemm_bf16_128x128_ldg8_f2f_tn",
+     "architecture prefix + dtype"),
+])
+def test_normalised_names_meet(before, after, how):
+    assert before != after
+    assert names.normalise(before) == names.normalise(after)
+    assert names.how_matched([before], [after]) == how
+
+
+def test_different_kernels_stay_apart():
+    assert names.normalise("volta_sgemm_128x64_nn") != names.normalise("volta_sgemm_128x64_tn")
+    assert names.normalise("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__") != \
+        names.normalise("enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__")
+
+
+# -- TraceBuilder pairs ----------------------------------------------------------------------------------------
+
+
+def test_tracebuilder_pair_by_hand(tmp_path):
+    before = steps_trace(tmp_path / "b.json", [1000, 1100, 900, 1000],
+                         [("volta_sgemm_128x64_nn", 300), ("void at::native::elementwise_kernel<float, 4>()", 200),
+                          ("void gone_kernel<1>()", 50)])
+    after = steps_trace(tmp_path / "a.json", [800, 850, 750, 800],
+                        [("sm80_sgemm_128x64_nn", 250), ("void at::native::elementwise_kernel<c10::Half, 4>()", 100),
+                         ("void new_kernel()", 20)])
+    d = _diff(tmp_path, before, after)
+    assert d.verdict == "faster"
+    assert d.mean_step_us.before == pytest.approx(1000) and d.mean_step_us.after == pytest.approx(800)
+    assert d.change_pct == pytest.approx(-20.0)
+    assert d.ci95_pct == pytest.approx([-29.89, -10.11], abs=0.01)
+    assert (d.statistics.steps.before, d.statistics.steps.after) == (4, 4)
+    cats = {c.key: c for c in d.categories}
+    # busy per step: matmul 300 → 250, elementwise 200 → 100, other (gone/new kernels) 50 → 20
+    assert cats["matmul"].before_us == pytest.approx(300) and cats["matmul"].delta_us == pytest.approx(-50)
+    assert cats["elementwise"].delta_us == pytest.approx(-100)
+    busy_idle = sum(c.after_us for c in d.categories if c.group in ("busy", "idle"))
+    assert busy_idle == pytest.approx(800)
+    movers = {(m.name_before, m.name_after): m for m in d.kernels}
+    gemm = movers[("volta_sgemm_128x64_nn", "sm80_sgemm_128x64_nn")]
+    assert gemm.match == "normalised" and gemm.how == "architecture prefix" and gemm.delta_us == pytest.approx(-50)
+    ew = movers[("void at::native::elementwise_kernel<float, 4>()", "void at::native::elementwise_kernel<c10::Half, 4>()")]
+    assert ew.how == "template arguments" and ew.delta_us == pytest.approx(-100)
+    assert movers[("void gone_kernel<1>()", None)].match == "disappeared"
+    assert movers[(None, "void new_kernel()")].match == "appeared"
+    assert movers[(None, "void new_kernel()")].delta_us == pytest.approx(20)
+    assert [m.delta_us for m in d.kernels][:2] == pytest.approx([-100, -50])  # largest |Δ| first
+
+
+def test_identical_sides_no_change_and_gate_quiet(tmp_path):
+    b = steps_trace(tmp_path / "b.json", [1000, 1010, 990, 1000, 1005, 995], [("volta_sgemm_128x64_nn", 300)])
+    a = steps_trace(tmp_path / "a.json", [1000, 1010, 990, 1000, 1005, 995], [("volta_sgemm_128x64_nn", 300)])
+    d = _diff(tmp_path, b, a)
+    assert d.verdict == "no-change" and d.change_pct == pytest.approx(0.0)
+    assert not regression(d, 5.0)
+    assert main(["diff", str(b), str(a), "--fail-on-regression", "5", "--format", "json"]) == 0
+
+
+def test_regression_gate_fires_only_beyond_threshold_and_significant(tmp_path, capsys):
+    b = steps_trace(tmp_path / "b.json", [1000, 1010, 990, 1000, 1005, 995], [("k", 300)])
+    a = steps_trace(tmp_path / "a.json", [1100, 1111, 1089, 1100, 1105, 1095], [("k", 400)])
+    assert main(["diff", str(b), str(a), "--fail-on-regression", "5", "--format", "json"]) == 1
+    out = json.loads(capsys.readouterr().out)
+    assert out["verdict"] == "slower" and out["change_pct"] == pytest.approx(10.0, abs=0.01)
+    assert out["ci95_pct"][0] > 0
+    assert main(["diff", str(b), str(a), "--fail-on-regression", "15", "--format", "json"]) == 0
+    capsys.readouterr()
+    # noisy AFTER: +10% on average but an interval that includes 0 → the gate stays quiet
+    n = steps_trace(tmp_path / "n.json", [700, 1500, 800, 1400, 900, 1300], [("k", 300)])
+    assert main(["diff", str(b), str(n), "--fail-on-regression", "5", "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["verdict"] == "inconclusive"
+
+
+def test_findings_and_prediction_from_report_json(tmp_path):
+    """Report JSON sides with findings edited in: resolved / new / persisting and the prediction row by hand."""
+    b = steps_trace(tmp_path / "b.json", [1000, 1000, 1000, 1000], [("k", 300)])
+    a = steps_trace(tmp_path / "a.json", [900, 900, 900, 900], [("k", 300)])
+    rb = json.loads(_report_json(b))
+    ra = json.loads(_report_json(a))
+    f = {"name": "x", "severity": "high", "saving_method": "m", "evidence": {}, "steps": []}
+    rb["findings"] = [{**f, "code": "PD101", "saving_us_per_step": 150.0},
+                      {**f, "code": "PD103", "saving_us_per_step": 80.0}]
+    ra["findings"] = [{**f, "code": "PD103", "saving_us_per_step": 30.0},
+                      {**f, "code": "PD205", "saving_us_per_step": 10.0}]
+    rb["passed_checks"], ra["passed_checks"] = ["PD205"], ["PD101"]
+    rb["skipped_checks"], ra["skipped_checks"] = [], []
+    (tmp_path / "rb.json").write_text(json.dumps(rb))
+    (tmp_path / "ra.json").write_text(json.dumps(ra))
+    d = _diff(tmp_path, tmp_path / "rb.json", tmp_path / "ra.json")
+    status = {x.code: x.status for x in d.findings}
+    assert status == {"PD101": "resolved", "PD103": "persisting", "PD205": "new"}
+    preds = {p.code: p for p in d.predicted_vs_measured}
+    assert set(preds) == {"PD101", "PD103"}
+    # measured: 1000 − 900 = 100 µs per step; PD101 predicted 150 → error −50 (−33.3%); PD103 predicted 50 → +50
+    assert preds["PD101"].measured_us == pytest.approx(100)
+    assert preds["PD101"].error_us == pytest.approx(-50) and preds["PD101"].error_pct == pytest.approx(-100 / 3)
+    assert preds["PD103"].predicted_us == pytest.approx(50) and preds["PD103"].error_us == pytest.approx(50)
+    assert preds["PD101"].predicted_kind == "upper-bound"
+
+
+def test_skipped_check_is_not_resolved(tmp_path):
+    b = steps_trace(tmp_path / "b.json", [1000, 1000, 1000], [("k", 300)])
+    rb, ra = json.loads(_report_json(b)), json.loads(_report_json(b))
+    rb["findings"] = [{"code": "PD101", "name": "dataloader-starvation", "saving_us_per_step": 100.0}]
+    ra["findings"], ra["skipped_checks"] = [], [{"code": "PD101", "name": "x", "reason": "no host ops"}]
+    (tmp_path / "rb.json").write_text(json.dumps(rb))
+    (tmp_path / "ra.json").write_text(json.dumps(ra))
+    d = _diff(tmp_path, tmp_path / "rb.json", tmp_path / "ra.json")
+    assert [(x.code, x.status) for x in d.findings] == [("PD101", "not-checked")]
+    assert d.predicted_vs_measured == []
+
+
+def _report_json(trace: Path) -> str:
+    from perfdoctor import pipeline
+    from perfdoctor.render.json_out import render_json
+
+    return render_json(pipeline.build([str(trace)]).report).decode()
+
+
+def test_report_json_side_equals_trace_side(tmp_path, capsys):
+    b = steps_trace(tmp_path / "b.json", [1000, 1100, 900, 1000], [("volta_sgemm_128x64_nn", 300)])
+    a = steps_trace(tmp_path / "a.json", [800, 850, 750, 800], [("sm80_sgemm_128x64_nn", 250)])
+    assert main(["report", str(b), "-o", str(tmp_path / "base.json")]) == 0
+    capsys.readouterr()
+    from_trace = _diff(tmp_path, b, a)
+    from_json = _diff(tmp_path, tmp_path / "base.json", a)
+    assert from_json.before.kind == "report"
+    assert (from_json.verdict, from_json.change_pct, from_json.ci95_pct) == \
+        (from_trace.verdict, from_trace.change_pct, from_trace.ci95_pct)
+    assert [c.delta_us for c in from_json.categories] == pytest.approx([c.delta_us for c in from_trace.categories])
+
+
+def test_diff_json_round_trip(tmp_path):
+    b = steps_trace(tmp_path / "b.json", [1000, 1100, 900, 1000], [("k", 300)])
+    a = steps_trace(tmp_path / "a.json", [800, 850, 750, 800], [("k", 250)])
+    d = _diff(tmp_path, b, a)
+    raw = d.to_json()
+    assert Diff.from_json(raw) == d
+    doc = json.loads(raw)
+    assert doc["schema"] == "perfdoctor.diff" and doc["schema_version"] == 1
+    assert set(doc["mean_step_us"]) == {"before", "after"} and len(doc["ci95_pct"]) == 2
+    assert raw == _diff(tmp_path, b, a).to_json()  # byte-stable
+
+
+def test_multi_rank_job_step_is_the_slowest_rank(tmp_path):
+    bdir, adir = tmp_path / "b", tmp_path / "a"
+    bdir.mkdir(), adir.mkdir()
+    steps_trace(bdir / "r0.json", [1000, 1000, 1000], [("k", 300)], rank=0, world=2)
+    steps_trace(bdir / "r1.json", [1200, 1200, 1200], [("k", 300)], rank=1, world=2)
+    steps_trace(adir / "r0.json", [1000, 1000, 1000], [("k", 300)], rank=0, world=2)
+    steps_trace(adir / "r1.json", [1000, 1000, 1000], [("k", 300)], rank=1, world=2)
+    d = _diff(tmp_path, bdir, adir)
+    # the job step is the longest rank's: 1200 → 1000
+    assert d.mean_step_us.before == pytest.approx(1200) and d.mean_step_us.after == pytest.approx(1000)
+    assert d.straggler is not None and d.straggler.slowest_rank_before == 1
+    assert d.straggler.spread_pct.before == pytest.approx(20.0) and d.straggler.spread_pct.after == pytest.approx(0.0)
+    assert [r.rank for r in d.efficiency] == [None, 0, 1]
+
+
+# -- bad input -------------------------------------------------------------------------------------------------
+
+
+def test_different_rank_counts_compare_what_can_be_compared(tmp_path):
+    bdir = tmp_path / "b"
+    bdir.mkdir()
+    steps_trace(bdir / "r0.json", [1000, 1000, 1000], [("k", 300)], rank=0, world=2)
+    steps_trace(bdir / "r1.json", [1000, 1000, 1000], [("k", 300)], rank=1, world=2)
+    a = steps_trace(tmp_path / "a.json", [900, 900, 900], [("k", 300)])
+    d = _diff(tmp_path, bdir, a)
+    assert any("different rank counts: BEFORE has 2, AFTER 1" in w for w in d.warnings)
+    assert d.verdict == "faster"
+
+
+def test_different_models_are_named(tmp_path):
+    ops_b = [(f"aten::op{i}", 10.0) for i in range(8)]
+    ops_a = [(f"aten::other{i}", 10.0) for i in range(8)]
+    b = steps_trace(tmp_path / "b.json", [1000, 1000, 1000], [("k", 300)], ops=ops_b)
+    a = steps_trace(tmp_path / "a.json", [1000, 1000, 1000], [("k", 300)], ops=ops_a)
+    d = _diff(tmp_path, b, a)
+    assert any("different models" in w for w in d.warnings)
+
+
+def test_side_without_steps_is_exit_2(tmp_path, capsys):
+    tb = TraceBuilder()
+    tb.launch("k", 0, 10, 100)
+    nosteps = tb.write(tmp_path / "nosteps.json")
+    ok = steps_trace(tmp_path / "ok.json", [1000, 1000], [("k", 300)])
+    assert main(["diff", str(nosteps), str(ok)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "nosteps.json: no training steps" in err[0]
+
+
+def test_report_json_of_another_version_is_exit_2(tmp_path, capsys):
+    ok = steps_trace(tmp_path / "ok.json", [1000, 1000], [("k", 300)])
+    doc = json.loads(_report_json(ok))
+    doc["schema_version"] = 2
+    (tmp_path / "v2.json").write_text(json.dumps(doc))
+    assert main(["diff", str(tmp_path / "v2.json"), str(ok)]) == 2
+    err = capsys.readouterr().err
+    assert "v2.json: report schema version 2" in err and len(err.strip().splitlines()) == 1
+    (tmp_path / "d.json").write_text(json.dumps({"schema": "perfdoctor.diff", "schema_version": 1}))
+    assert main(["diff", str(tmp_path / "d.json"), str(ok)]) == 2
+    assert "not a perfdoctor report" in capsys.readouterr().err
+
+
+def test_missing_side_and_no_overwrite(tmp_path, capsys):
+    ok = steps_trace(tmp_path / "ok.json", [1000, 1000], [("k", 300)])
+    assert main(["diff", str(tmp_path / "nope.json"), str(ok)]) == 2
+    assert "nope.json: no such file" in capsys.readouterr().err
+    out = tmp_path / "d.json"
+    out.write_text("keep")
+    assert main(["diff", str(ok), str(ok), "-o", str(out)]) == 2
+    assert out.read_text() == "keep"
+    assert main(["diff", str(ok), str(ok), "-o", str(out), "--force"]) == 0
+    assert json.loads(out.read_text())["schema"] == "perfdoctor.diff"
+
+
+# -- the real ResNet50 V100 pair -------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def resnet_diff():
+    from conftest import shared_trace
+
+    return compare(load_side(str(shared_trace(RESNET_0))), load_side(str(shared_trace(RESNET_4))))
+
+
+def test_resnet_pair_faster_with_dataloader_prediction(resnet_diff):
+    d = resnet_diff
+    # the TensorBoard profiler plugin's average step time: 177.6 ms (num_workers 0) and 141.1 ms (4)
+    assert d.mean_step_us.before / 1e3 == pytest.approx(177.6, abs=0.05)
+    assert d.mean_step_us.after / 1e3 == pytest.approx(141.1, abs=0.05)
+    assert d.verdict == "faster" and d.ci95_pct is not None and d.ci95_pct[1] < 0
+    assert (d.statistics.steps.before, d.statistics.steps.after) == (6, 6)
+    status = {f.code: f.status for f in d.findings}
+    assert status["PD101"] == "resolved"
+    pd101 = next(p for p in d.predicted_vs_measured if p.code == "PD101")
+    assert pd101.measured_us == pytest.approx(177592.17 - 141090.33, abs=1)
+    assert pd101.predicted_us == pytest.approx(59513.0, abs=1)
+    # the DataLoader wait is where the time went: idle charged to DataLoader fell by ~58 ms per step
+    dl = next(c for c in d.categories if c.group == "idle" and c.key == "dataloader")
+    assert dl.delta_us == pytest.approx((7117.0 - 357078.0) / 6, abs=1)
+
+
+# -- renderers -------------------------------------------------------------------------------------------------
+
+HOSTILE = "</script><script>alert(1)</script><img src=x onerror=alert(2)>|[x](http://e.vil)"
+
+
+def test_html_is_self_contained_escaped_and_stable(tmp_path):
+    from perfdoctor.render.diff_html import render_diff_html
+    from perfdoctor.render.html import CSP
+
+    b = steps_trace(tmp_path / "b.json", [1000, 1100, 900, 1000], [(HOSTILE, 300), ("k", 100)])
+    a = steps_trace(tmp_path / "a.json", [800, 850, 750, 800], [(HOSTILE, 200), ("k", 100)])
+    d = _diff(tmp_path, b, a)
+    page = render_diff_html(d)
+    assert page == render_diff_html(_diff(tmp_path, b, a))  # byte-stable
+    import html
+
+    assert f'content="{CSP}"' in html.unescape(page)
+    assert "<script>alert" not in page and "<img src=x" not in page
+    assert "href=" not in page and 'src="' not in page and "url(" not in page  # nothing to load
+    assert page.count("<script") == 1 and 'type="application/json" id="diff-data"' in page
+    assert "&lt;/script&gt;&lt;script&gt;alert(1)" in page  # the name is shown, as text
+    assert "Waterfall" in page and d.headline.split(":")[0] in page
+    import re
+
+    data = re.search(r'<script type="application/json" id="diff-data">(.*?)</script>', page, re.S)
+    assert data is not None and json.loads(data.group(1))["verdict"] == "faster"
+
+
+def test_markdown_escapes_and_stays_under_limit(tmp_path):
+    from perfdoctor.diff.model import Mover
+    from perfdoctor.render.diff_markdown import MAX_CHARS, render_diff_markdown
+
+    b = steps_trace(tmp_path / "b.json", [1000, 1100, 900, 1000], [(HOSTILE, 300)])
+    a = steps_trace(tmp_path / "a.json", [800, 850, 750, 800], [(HOSTILE, 200)])
+    d = _diff(tmp_path, b, a)
+    md = render_diff_markdown(d)
+    assert md.startswith("## perfdoctor diff: ✅ faster")
+    assert "<script>" not in md and "[x](http" not in md and r"\[x\](http" in md
+    # a huge diff (thousands of long kernel names and warnings) still fits a PR comment
+    import msgspec
+
+    many = [Mover("x" * 500 + str(i), None, "k", "other", 1.0, 0.0, -1.0, "disappeared", "") for i in range(5000)]
+    big = msgspec.structs.replace(d, kernels=many, cpu_ops=many, warnings=["w" * 1000] * 100)
+    assert len(render_diff_markdown(big)) <= MAX_CHARS
+
+
+def test_terminal_fixed_width(tmp_path):
+    from rich.console import Console
+
+    from perfdoctor.render.diff_terminal import render_diff_terminal
+
+    b = steps_trace(tmp_path / "b.json", [1000, 1100, 900, 1000], [("volta_sgemm_128x64_nn", 300)])
+    a = steps_trace(tmp_path / "a.json", [800, 850, 750, 800], [("sm80_sgemm_128x64_nn", 250)])
+    console = Console(width=160, record=True, color_system=None)
+    render_diff_terminal(_diff(tmp_path, b, a), console)
+    text = console.export_text()
+    assert text.splitlines()[0].startswith("faster: mean step 1.00 → 0.80 ms (-20.0%, 95% CI -29.9% to -10.1%;")
+    assert "normalised (architecture prefix)" in text
+    assert max(len(line) for line in text.splitlines()) <= 160

@@ -154,7 +154,8 @@ def analyze_paths(
     if len(gpu) > 1:
         from perfdoctor.analysis import collective_wait
 
-        analysis.collective_wait, analysis.collective_wait_note = collective_wait.compute(gpu)
+        analysis.collective_wait, analysis.collective_wait_note = collective_wait.compute(
+            [collective_wait.timeline(r) for r in gpu])
     return analysis
 
 
@@ -284,9 +285,10 @@ def rank_dict(r: RankAnalysis) -> dict[str, Any]:
     }
 
 
-def report_dict(analysis: Analysis) -> dict[str, Any]:
-    """The versioned JSON-able report (schema ``perfdoctor.report`` v1)."""
-    ranks = [rank_dict(r) for r in analysis.ranks]
+def report_dict(analysis: Analysis, sections: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """The versioned JSON-able report (schema ``perfdoctor.report`` v1); ``sections``: the ranks' sections
+    when already made (from rank summaries), else :func:`rank_dict` of each rank."""
+    ranks = sections if sections is not None else [rank_dict(r) for r in analysis.ranks]
     medians = {}
     for r, rd in zip(analysis.ranks, ranks):
         prim = next(d for d in rd["devices"] if d["device"] == r.primary.device)
@@ -312,6 +314,7 @@ class BuiltReport:
     report: dict[str, Any]
     analysis: Analysis
     checks: Any
+    job: Any = None  # perfdoctor.jobs.reduce.JobAnalysis: the rank summaries behind the report
 
 
 def is_run_dir(path: str) -> bool:
@@ -419,7 +422,8 @@ def _non_training(steps: dict[str, Any]) -> dict[str, Any]:
 
 def build(paths: list[str], step_marker: str | None = None, on_progress: Callable[[int], None] | None = None,
           rule_options: Any = None, model_flops_per_step: float | None = None,
-          flops_source: str = "flop_counter", without_traces: str | None = None) -> BuiltReport:
+          flops_source: str = "flop_counter", without_traces: str | None = None, executor: Any = None,
+          cache: bool = False) -> BuiltReport:
     """The whole chain: paths → tables → analyses → findings → report dict.
 
     ``paths`` may name trace files, directories of per-rank traces, or a
@@ -464,21 +468,30 @@ def build(paths: list[str], step_marker: str | None = None, on_progress: Callabl
             trace_paths.append(p)
     if run is not None and model_flops_per_step is None and run.run.get("flops_per_step"):
         model_flops_per_step, flops_source = float(run.run["flops_per_step"]), "flop_counter"
-    analysis = analyze_paths(trace_paths, step_marker, on_progress, model_flops_per_step=model_flops_per_step,
-                             flops_source=flops_source, measured_roofs=_measured_cpu_roofs(run),
-                             step_time_s_by_rank=_steady_step_times(run))
-    analysis.run = run
-    if window_note:
-        analysis.warnings.append(window_note)
-    if no_trace:
-        analysis.warnings.append(no_trace)
-        analysis.extras["no_trace"] = no_trace
-    results = engine.run_checks(analysis, catalogue, codes)
+    from perfdoctor.jobs.executors import InProcess
+    from perfdoctor.jobs.reduce import reduce
+    from perfdoctor.jobs.summary import SummaryOptions
+    from perfdoctor.trace import trace_files_in
+
+    files = [f for p in trace_paths for f in trace_files_in(p)]
+    summary_opts = SummaryOptions(
+        step_marker=step_marker, model_flops_per_step=model_flops_per_step, flops_source=flops_source,
+        step_time_s_by_rank=_steady_step_times(run), run_json=run.run if run is not None else None,
+        codes=list(codes), rules_dirs=[str(d) for d in getattr(opts, "rules_dirs", None) or []])
+    runner = executor if executor is not None else InProcess(on_progress=on_progress)
+    summaries = runner.summarise(files, summary_opts, catalogue, _measured_cpu_roofs(run), cache=cache)
+    job = reduce(summaries, catalogue, codes, run, extra_warnings=[w for w in (window_note, no_trace) if w],
+                 no_trace=no_trace)
+    analysis, results = job.analysis, job.checks
     analysis.extras.update(results.to_report())
     if run is not None:
         analysis.extras["run"] = run_section(run)
         analysis.warnings.extend(_profiled_non_training(run))
-    return BuiltReport(report_dict(analysis), analysis, results)
+    if len(job.summaries) + len(job.failed) > 1:
+        from perfdoctor.jobs.cross_rank import job_section
+
+        analysis.extras["job"] = job_section(job)
+    return BuiltReport(report_dict(analysis, [s.section for s in job.summaries]), analysis, results, job)
 
 
 def _profiled_non_training(run: Any) -> list[str]:

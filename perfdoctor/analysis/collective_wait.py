@@ -12,78 +12,126 @@ the N copies is the transfer itself and each rank's excess over it is wait:
 Only durations are compared, so clock offsets between hosts do not matter.
 The rank whose copy is the shortest arrived last. Nothing is matched (the
 result is None with the reason) when the traces are not the whole job
-(``distributedInfo.world_size`` larger than the ranks given: the shortest of a
-few copies is not the transfer), when the ranks ran different numbers of
+(``distributedInfo.world_size`` larger than the ranks given: the shortest of
+a few copies is not the transfer), when the ranks ran different numbers of
 collective kernels in their analysed steps, or when the k-th copies do not end
 together (after one clock offset per rank, the median over all pairs): copies
 of one collective end within ``END_TOLERANCE_US`` (or 5% of the shortest) of
 each other, so pairs that don't are different collectives.
+
+The matching reads only each rank's :class:`CollectiveTimeline` (a few numbers
+per collective kernel), so it runs on rank summaries without the raw events.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
+import msgspec
 import numpy as np
 
 from perfdoctor.analysis.classify import classify_kernel
 from perfdoctor.analysis.steps import gpu_launch_times
 
 END_TOLERANCE_US = 100.0
+# bytes per element of the dtypes NCCL's record_param_comms names (PyTorch's ScalarType names)
+_DTYPE_BYTES = {"Float": 4, "Half": 2, "BFloat16": 2, "Double": 8, "Int": 4, "Long": 8, "Byte": 1, "Char": 1,
+                "Bool": 1, "Short": 2, "Float8_e4m3fn": 1, "Float8_e5m2": 1}
+
+
+class CollectiveTimeline(msgspec.Struct, frozen=True):
+    """One rank's collective kernels on its primary device inside its analysed step windows, in launch order.
+
+    Shapes: every list has one entry per collective kernel (n,). ``kind``: all_reduce, all_gather, … ("other"
+    when the name does not say); ``bytes``: message size (``In msg nelems`` × dtype size, -1 unknown);
+    ``launch_us`` (the rank's arrival: the host launch), ``start_us``, ``end_us``, ``dur_us``: µs on the rank's
+    own clock; ``window``: index of the step window the launch falls in. ``window_steps``: the step number of
+    each window; ``analysed_steps``: the steps of the rank's breakdown (incomplete windows are left out there),
+    whose order the per-step wait follows; ``world_size``: ``distributedInfo.world_size`` (0 unknown).
+    """
+
+    rank: int
+    world_size: int
+    window_steps: list[int]
+    analysed_steps: list[int]
+    kind: list[str]
+    bytes: list[int]
+    launch_us: list[float]
+    start_us: list[float]
+    end_us: list[float]
+    dur_us: list[float]
+    window: list[int]
 
 
 @dataclass
 class CollectiveWait:
     """Per rank (dict keys: trace rank): ``wait_us`` per analysed step (shape (n_steps,), µs);
     ``last_arrivals``: how many of the matched collectives this rank arrived last to; ``n_collectives``:
-    matched collective kernels per rank (all steps)."""
+    matched collective kernels per rank (all steps); ``kinds``: the kind of each matched collective (n,);
+    ``wait_by_collective_us``: each rank's wait in each matched collective (shape (n,), µs)."""
 
     wait_us: dict[int, np.ndarray]
     last_arrivals: dict[int, int]
     n_collectives: int
+    kinds: list[str] | None = None
+    wait_by_collective_us: dict[int, np.ndarray] | None = None
 
 
-def _collectives(rank) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(duration µs, step index, end µs) of the rank's collective kernels on its primary device, in launch
-    order, inside its analysed step windows."""
+def timeline(rank: Any) -> CollectiveTimeline:
+    """The :class:`CollectiveTimeline` of ``rank`` (a :class:`perfdoctor.pipeline.RankAnalysis`)."""
     tab = rank.tables.kernels
-    if len(tab) == 0:
-        return np.empty(0), np.empty(0, dtype=np.int64), np.empty(0)
+    world = int((rank.tables.metadata.get("distributedInfo") or {}).get("world_size") or 0)
+    windows = [int(n) for n in rank.steps.numbers]
+    analysed = [int(s.step) for s in rank.primary.steps]
+    if len(tab) == 0 or rank.primary.kind != "gpu":
+        return CollectiveTimeline(int(rank.rank), world, windows, analysed, [], [], [], [], [], [], [])
     names = rank.tables.names
     ids = np.unique(tab["name_id"])
-    comm_ids = [i for i in ids.tolist() if classify_kernel(names[i]).category == "communication"]
+    classes = {i: classify_kernel(names[i]) for i in ids.tolist()}
+    comm_ids = [i for i, c in classes.items() if c.category == "communication"]
     m = (tab["device"] == rank.primary.device) & np.isin(tab["name_id"], comm_ids)
     launch = gpu_launch_times(rank.tables, "kernels")[m]
     ws, we = rank.steps.start_us, rank.steps.end_us
     step = np.searchsorted(ws, launch, side="right") - 1
     inside = (step >= 0) & (launch < we[np.maximum(step, 0)])
-    order = np.argsort(launch[inside], kind="stable")
-    return tab["dur_us"][m][inside][order], step[inside][order], tab["end_us"][m][inside][order]
+    order = np.flatnonzero(inside)[np.argsort(launch[inside], kind="stable")]
+    sel = np.flatnonzero(m)[order]
+    nelems = tab["in_nelems"][sel] if "in_nelems" in tab else np.full(sel.size, -1)
+    dtypes = tab["dtype"][sel] if "dtype" in tab else np.full(sel.size, None, dtype=object)
+    nbytes = [int(n) * _DTYPE_BYTES[d] if n is not None and n >= 0 and d in _DTYPE_BYTES else -1
+              for n, d in zip(nelems.tolist(), dtypes.tolist())]
+    return CollectiveTimeline(
+        rank=int(rank.rank), world_size=world, window_steps=windows, analysed_steps=analysed,
+        kind=[classes[int(i)].collective or "other" for i in tab["name_id"][sel].tolist()], bytes=nbytes,
+        launch_us=launch[order].tolist(), start_us=tab["ts_us"][sel].tolist(), end_us=tab["end_us"][sel].tolist(),
+        dur_us=tab["dur_us"][sel].tolist(), window=step[order].astype(int).tolist())
 
 
-def compute(ranks: list) -> tuple[CollectiveWait | None, str]:
+def compute(timelines: list[CollectiveTimeline], n_ranks: int | None = None) -> tuple[CollectiveWait | None, str]:
     """Match the ranks' collective kernels; returns (result, "") or (None, why not).
 
-    ``ranks``: :class:`perfdoctor.pipeline.RankAnalysis` objects of one job (two or more, GPU traces).
+    ``timelines``: one per GPU rank of the job (two or more); ``n_ranks``: the ranks given (default: as many as
+    timelines), compared with the job's world size.
     """
-    if len(ranks) < 2:
+    if len(timelines) < 2:
         return None, "single rank"
-    world = max((int((r.tables.metadata.get("distributedInfo") or {}).get("world_size") or 0) for r in ranks),
-                default=0)
-    if world > len(ranks):
-        return None, (f"the job has {world} ranks but {len(ranks)} traces were given: the shortest copy of a "
+    given = n_ranks if n_ranks is not None else len(timelines)
+    world = max((t.world_size for t in timelines), default=0)
+    if world > given:
+        return None, (f"the job has {world} ranks but {given} traces were given: the shortest copy of a "
                       "collective among some ranks is not its transfer time")
-    per = {r.rank: _collectives(r) for r in ranks}
-    counts = {r: d.size for r, (d, _, _) in per.items()}
+    per = {t.rank: t for t in timelines}
+    counts = {r: len(t.dur_us) for r, t in per.items()}
     if not any(counts.values()):
         return None, "no collective kernels"
     if len(set(counts.values())) > 1:
         return None, ("the ranks ran different numbers of collective kernels in their analysed steps "
                       f"({', '.join(f'rank {r}: {c}' for r, c in sorted(counts.items()))}), so they cannot be matched")
     order = sorted(per)
-    durs = np.vstack([per[r][0] for r in order])  # (ranks, collectives)
+    durs = np.array([per[r].dur_us for r in order], dtype=np.float64)  # (ranks, collectives)
     floor = durs.min(axis=0)
-    ends = np.vstack([per[r][2] for r in order])
+    ends = np.array([per[r].end_us for r in order], dtype=np.float64)
     rel = ends - ends[0]
     rel -= np.median(rel, axis=1, keepdims=True)  # one clock offset per rank
     tol = np.maximum(END_TOLERANCE_US, 0.05 * floor)
@@ -91,13 +139,15 @@ def compute(ranks: list) -> tuple[CollectiveWait | None, str]:
         return None, ("the k-th collective kernels of the ranks do not end together, so they are not the same "
                       "collectives (different collectives or streams interleave differently per rank)")
     last = np.bincount(durs.argmin(axis=0), minlength=len(order))
-    waits = {}
-    by_rank = {x.rank: x for x in ranks}
+    waits, by_coll = {}, {}
     for i, r in enumerate(order):
-        rank = by_rank[r]
-        per_window = np.bincount(per[r][1], weights=durs[i] - floor, minlength=len(rank.steps.numbers))
-        window_of = {int(n): k for k, n in enumerate(rank.steps.numbers)}
+        t = per[r]
+        excess = durs[i] - floor
+        by_coll[r] = excess
+        per_window = np.bincount(np.asarray(t.window, dtype=np.int64), weights=excess,
+                                 minlength=len(t.window_steps))
+        window_of = {n: k for k, n in enumerate(t.window_steps)}
         # the breakdown's analysed steps (incomplete ones are left out there): the same order as primary.steps
-        waits[r] = np.array([per_window[window_of[s.step]] if s.step in window_of else 0.0
-                             for s in rank.primary.steps])
-    return CollectiveWait(waits, {r: int(last[i]) for i, r in enumerate(order)}, int(durs.shape[1])), ""
+        waits[r] = np.array([per_window[window_of[s]] if s in window_of else 0.0 for s in t.analysed_steps])
+    return CollectiveWait(waits, {r: int(last[i]) for i, r in enumerate(order)}, int(durs.shape[1]),
+                          kinds=list(per[order[0]].kind), wait_by_collective_us=by_coll), ""

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from perfdoctor.checks import context as cx
-from perfdoctor.checks.catalogue import Catalogue, RuleSpec
+from perfdoctor.checks.catalogue import REQUIREMENTS, Catalogue, RuleSpec
 from perfdoctor.errors import PerfDoctorError
 from perfdoctor.findings import (
     FINDINGS_NOTE,
@@ -117,7 +117,17 @@ class CheckResults:
 
 
 def _requirement_missing(req: str, analysis: Any, rank: Any) -> str | None:
-    """The reason a rank lacks ``req`` (see catalogue.REQUIREMENTS), or None when it has it."""
+    """The reason a rank lacks ``req`` (see catalogue.REQUIREMENTS), or None when it has it.
+
+    A rank summary's stand-in (no tables) carries ``requirement_reasons`` worked out where it was analysed.
+    """
+    if req == "multi_rank" and len(analysis.ranks) < 2:
+        return "single rank: needs the traces of several ranks of one job"
+    if req == "run" and cx.run_json(analysis) is None:
+        return "no run data (record with `perfdoctor profile` to get run.json)"
+    known = getattr(rank, "requirement_reasons", None)
+    if known is not None:
+        return known.get(req) if req not in ("multi_rank", "run") else None
     t = rank.tables
     if req == "steps" and rank.steps.source == "whole-trace":
         return "no ProfilerStep#N annotations: per-step times unavailable (use torch.profiler's schedule and prof.step())"
@@ -249,6 +259,53 @@ def _metric_rule(spec: RuleSpec, res: CheckResults, modules: dict[str, ModuleTyp
     _merge_rank_outcomes(spec, outcomes, res, cat)
 
 
+def check_order(cat: Catalogue, selected: list[str]) -> list[str]:
+    """Built-in codes to run for ``selected`` (plus those selected user metric rules read), in run order
+    (:data:`LAST` at the end)."""
+    user = [cat.rules[c] for c in selected if cat.rules[c].when is not None]
+    needed = set(selected) | {u.when["metric"].split(".")[0] for u in user} | {
+        u.when["saving_metric"].split(".")[0] for u in user if "saving_metric" in u.when}
+    return sorted((c for c in needed if c in cat.rules and cat.rules[c].when is None), key=lambda c: (c in LAST, c))
+
+
+def rank_outcomes(analysis: Any, ctx: cx.RankContext, cat: Catalogue, order: list[str],
+                  modules: dict[str, ModuleType] | None = None) -> dict[str, cx.Outcome]:
+    """The outcome of every rank-scope check in ``order`` on one rank (``ctx``), by code.
+
+    Needs only this rank's data, so it runs where the rank is analysed (a pool or Dask worker):
+    the ``multi_rank`` and ``run`` requirements are the job's and are judged in :func:`combine`.
+    """
+    modules = modules if modules is not None else check_modules()
+    out: dict[str, cx.Outcome] = {}
+    for code in order:
+        spec = cat.rules[code]
+        mod = modules.get(code)
+        if mod is None or spec.scope == "job":
+            continue
+        ctx.spec = spec
+        reason = next((m for m in (_requirement_missing(q, analysis, ctx.rank) for q in spec.requires) if m), None)
+        o = cx.skipped(reason) if reason else mod.check(ctx)
+        if not o.skip:
+            o.metrics.setdefault("step_us", ctx.step_us)
+        if o.skip:
+            ctx.cache.setdefault("skipped", []).append((code, o.skip))
+        out[code] = o
+    return out
+
+
+def requirement_reasons(analysis: Any, rank: Any) -> dict[str, str]:
+    """Why ``rank`` lacks each requirement it lacks (all but the job's ``multi_rank`` and ``run``), for a
+    rank summary: :func:`combine` judges job-scope rules from these without the rank's tables."""
+    out = {}
+    for q in REQUIREMENTS:
+        if q in ("multi_rank", "run"):
+            continue
+        reason = _requirement_missing(q, analysis, rank)
+        if reason:
+            out[q] = reason
+    return out
+
+
 def run_checks(analysis: Any, cat: Catalogue, selected: list[str]) -> CheckResults:
     """Run the selected rules over an Analysis (``perfdoctor.pipeline.Analysis``).
 
@@ -257,15 +314,28 @@ def run_checks(analysis: Any, cat: Catalogue, selected: list[str]) -> CheckResul
     user rule or template that cannot be evaluated (naming the file).
     """
     modules = check_modules()
+    order = check_order(cat, selected)
+    rank_ctx = [cx.RankContext(analysis, r) for r in analysis.ranks]
+    per_rank = [rank_outcomes(analysis, ctx, cat, order, modules) for ctx in rank_ctx]
+    return combine(analysis, rank_ctx, per_rank, cat, selected, modules)
+
+
+def combine(analysis: Any, rank_ctx: list[cx.RankContext], per_rank: list[dict[str, cx.Outcome]], cat: Catalogue,
+            selected: list[str], modules: dict[str, ModuleType] | None = None) -> CheckResults:
+    """Merge the ranks' outcomes (:func:`rank_outcomes`, one dict per entry of ``rank_ctx``) and run the
+    job-scope checks: the findings, skips and metrics of the report.
+
+    Rank checks that read cross-rank results (``CROSS_RANK = True`` in their module: PD301 reads the
+    collective wait) are run again here from the rank's step rows once the job has them, so a rank's outcome
+    never depends on where it was analysed. ``rank_ctx`` may hold :class:`perfdoctor.jobs.summary`
+    stand-ins that carry step rows and requirement reasons but no tables.
+    """
+    modules = modules if modules is not None else check_modules()
     res = CheckResults()
     wanted = set(selected)
     user = [cat.rules[c] for c in selected if cat.rules[c].when is not None]
-    needed = wanted | {u.when["metric"].split(".")[0] for u in user} | {
-        u.when["saving_metric"].split(".")[0] for u in user if "saving_metric" in u.when}
-    rank_ctx = [cx.RankContext(analysis, r) for r in analysis.ranks]
-    whole_trace = {r.rank: r.steps.source == "whole-trace" for r in analysis.ranks}
-    order = sorted((c for c in needed if c in cat.rules and cat.rules[c].when is None), key=lambda c: (c in LAST, c))
-    for code in order:
+    whole_trace = {c.rank.rank: c.rank.steps.source == "whole-trace" for c in rank_ctx}
+    for code in check_order(cat, selected):
         spec = cat.rules[code]
         mod = modules.get(code)
         report = code in wanted
@@ -283,16 +353,8 @@ def run_checks(analysis: Any, cat: Catalogue, selected: list[str]) -> CheckResul
         if spec.scope == "job":
             outcomes = [(None, _run_job(mod, spec, analysis, rank_ctx))]
         else:
-            outcomes = []
-            for ctx in rank_ctx:
-                ctx.spec = spec
-                reason = next((m for m in (_requirement_missing(q, analysis, ctx.rank) for q in spec.requires) if m), None)
-                o = cx.skipped(reason) if reason else mod.check(ctx)
-                if not o.skip:
-                    o.metrics.setdefault("step_us", ctx.step_us)
-                if o.skip:
-                    ctx.cache.setdefault("skipped", []).append((code, o.skip))
-                outcomes.append((ctx.rank.rank, o))
+            outcomes = [(ctx.rank.rank, _rerun_cross_rank(mod, spec, analysis, ctx, per[code]))
+                        for ctx, per in zip(rank_ctx, per_rank)]
         res.metrics[code] = {str(r): o.metrics for r, o in outcomes if o.metrics}
         if report:
             _merge_rank_outcomes(spec, outcomes, sub, cat)
@@ -307,6 +369,18 @@ def run_checks(analysis: Any, cat: Catalogue, selected: list[str]) -> CheckResul
         _metric_rule(spec, res, modules, cat)
     res.findings = rank_findings(res.findings)
     return res
+
+
+def _rerun_cross_rank(mod: ModuleType, spec: RuleSpec, analysis: Any, ctx: cx.RankContext,
+                      outcome: cx.Outcome) -> cx.Outcome:
+    """``outcome`` again from ``ctx`` when the check reads cross-rank results the job now has."""
+    if outcome.skip or not getattr(mod, "CROSS_RANK", False) or getattr(analysis, "collective_wait", None) is None:
+        return outcome
+    ctx.spec = spec
+    o = mod.check(ctx)
+    if not o.skip:
+        o.metrics.setdefault("step_us", ctx.step_us)
+    return o
 
 
 def prepare(opts: Any) -> tuple[Catalogue, list[str]]:

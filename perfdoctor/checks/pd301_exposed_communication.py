@@ -19,6 +19,7 @@ from perfdoctor.checks.context import Outcome, RankContext, passed, skipped
 from perfdoctor.findings import Estimate, Evidence, Hit
 
 CODE = "PD301"
+CROSS_RANK = True  # reads the job's collective wait: re-run on the rank's summary once the job has it
 METRICS = {
     "comm_us": "mean µs per step of collective kernels (union)",
     "exposed_us": "mean µs per step of collective time with no compute kernel running",

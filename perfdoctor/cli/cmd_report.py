@@ -38,6 +38,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--d-model", type=int, metavar="C", help="model width (Q = C/H)")
     g.add_argument("--seq-len", type=int, metavar="T", help="the actual sequence length, not the configured maximum")
     g.add_argument("--tokens-per-step", type=float, metavar="TOKENS", help="tokens per optimizer step on one rank")
+    j = p.add_argument_group("many ranks (one trace per rank, analysed in parallel)")
+    j.add_argument("--jobs", "-j", type=int, metavar="N", default=None,
+                   help="local worker processes (default: the machine's cores; fewer when memory cannot hold "
+                        "that many ranks at once)")
+    j.add_argument("--dask", metavar="ADDR", default=os.environ.get("DASK_SCHEDULER_ADDRESS"),
+                   help="run the per-rank analyses on an existing Dask cluster (tcp://host:8786; default "
+                        "$DASK_SCHEDULER_ADDRESS); workers read the trace paths or fsspec URLs themselves")
+    j.add_argument("--cache", action="store_true",
+                   help="reuse/store each rank's summary next to its trace (<trace>.perfdoctor-summary, keyed "
+                        "by the trace's sha256 and the options)")
+    j.add_argument("--per-rank", action="store_true",
+                   help="print every rank's breakdown table (default on a multi-rank job: the job summary)")
     p.add_argument("--width", type=int, default=None, help=argparse.SUPPRESS)
 
 
@@ -102,9 +114,25 @@ def _write_report(path: str, data: bytes) -> None:
 PROGRESS_MIN_BYTES = 8 << 20  # inputs smaller than this load too fast for a progress bar
 
 
+def _executor(args: argparse.Namespace, n_files: int, on_done: object) -> object | None:
+    """The executor for ``--dask`` / ``--jobs`` (None: this process, one file after another)."""
+    from perfdoctor.jobs.executors import DaskCluster, LocalPool
+
+    if args.jobs is not None and args.jobs < 1:
+        raise PerfDoctorError(f"--jobs must be at least 1 (got {args.jobs})")
+    if args.dask:
+        return DaskCluster(args.dask, on_done=on_done)  # type: ignore[arg-type]
+    jobs = args.jobs if args.jobs is not None else (os.cpu_count() or 1)
+    if n_files < 2 or jobs < 2:
+        return None
+    return LocalPool(jobs, on_done=on_done)  # type: ignore[arg-type]
+
+
 def _analyze(args: argparse.Namespace, err: Console, opts: object) -> BuiltReport:
-    """Load and analyse the inputs, with a progress bar over the total input size when it is large."""
-    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
+    """Load and analyse the inputs, with a progress bar over the input size (one file after another) or over
+    the ranks (in parallel) when the inputs are large or many."""
+    from rich.progress import (BarColumn, DownloadColumn, MofNCompleteColumn, Progress, TextColumn,
+                               TimeRemainingColumn)
 
     from perfdoctor import pipeline
     from perfdoctor.trace import trace_files_in
@@ -115,17 +143,28 @@ def _analyze(args: argparse.Namespace, err: Console, opts: object) -> BuiltRepor
         return [str(t) for t in load_run_dir(p).traces]
 
     flops = model_flops_per_step(args)
-    extra = {"model_flops_per_step": flops, "flops_source": "transformer_formula"} if flops else {}
+    extra: dict[str, object] = {"model_flops_per_step": flops, "flops_source": "transformer_formula"} if flops else {}
     extra["rule_options"] = opts
+    extra["cache"] = bool(getattr(args, "cache", False))
     files = [f for p in args.paths for f in (run_traces(p) if pipeline.is_run_dir(p) else trace_files_in(p))]
     total = sum(os.path.getsize(f) for f in files if os.path.isfile(f))
+    parallel = len(files) > 1 and (args.dask or (args.jobs or os.cpu_count() or 1) > 1)
+    if parallel:
+        columns = (TextColumn("analysing ranks"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
+        with Progress(*columns, console=err, transient=True, disable=not err.is_terminal) as progress:
+            task = progress.add_task("ranks", total=len(files))
+            executor = _executor(args, len(files), lambda part: progress.advance(task, 1))
+            link = getattr(executor, "dashboard_link", "")
+            if link:
+                err.print(f"Dask dashboard: {link}")
+            return pipeline.build(args.paths, step_marker=args.step_marker, executor=executor, **extra)  # type: ignore[arg-type]
     if total < PROGRESS_MIN_BYTES or not err.is_terminal:
         with err.status("reading traces…", spinner="dots"):
-            return pipeline.build(args.paths, step_marker=args.step_marker, **extra)
-    columns = (TextColumn("reading traces"), BarColumn(), DownloadColumn(), TimeRemainingColumn())
-    with Progress(*columns, console=err, transient=True) as progress:
+            return pipeline.build(args.paths, step_marker=args.step_marker, **extra)  # type: ignore[arg-type]
+    columns2 = (TextColumn("reading traces"), BarColumn(), DownloadColumn(), TimeRemainingColumn())
+    with Progress(*columns2, console=err, transient=True) as progress:
         task = progress.add_task("read", total=total)
-        return pipeline.build(args.paths, step_marker=args.step_marker,
+        return pipeline.build(args.paths, step_marker=args.step_marker,  # type: ignore[arg-type]
                               on_progress=lambda n: progress.advance(task, n), **extra)
 
 
@@ -150,7 +189,7 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.buffer.write(render_bytes(report, args.format))
         sys.stdout.flush()
     else:
-        render_terminal(report, stdout_console(args.width), err)
+        render_terminal(report, stdout_console(args.width), err, per_rank=args.per_rank)
     if args.output:
         _write_report(args.output, render_bytes(report, out_format))
         err.print(f"report written to {args.output}")

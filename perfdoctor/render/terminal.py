@@ -73,16 +73,23 @@ def _print_run_only(report: dict[str, Any], console: Console) -> None:
     console.print()
 
 
-def render_terminal(report: dict[str, Any], console: Console, err_console: Console | None = None) -> None:
+def render_terminal(report: dict[str, Any], console: Console, err_console: Console | None = None,
+                    per_rank: bool = False) -> None:
     """Print the human summary of a report to ``console``; warnings about the input go to
-    ``err_console`` (stderr in the CLI) when given."""
+    ``err_console`` (stderr in the CLI) when given. A multi-rank job (a ``job`` section) prints the job summary
+    (:mod:`perfdoctor.render.job_terminal`) instead of one table per rank unless ``per_rank``."""
     run = report.get("run") or {}
     if run.get("partial") or report.get("partial"):
         console.print(Text(f"PARTIAL RUN: {run.get('stop_reason') or 'the run did not complete'} "
                            f"({run.get('steps_completed')} steps ran)", style="bold yellow"))
     if not report["ranks"]:
         _print_run_only(report, console)
-    for rank in report["ranks"]:
+    job_view = "job" in report and not per_rank
+    if job_view:
+        from perfdoctor.render.job_terminal import render_job
+
+        render_job(report, console)
+    for rank in ([] if job_view else report["ranks"]):
         dev = next(d for d in rank["devices"] if d["device"] == rank["primary_device"])
         console.print(Group(_rank_header(rank, dev), breakdown_table(rank, dev)))
         console.print()
@@ -94,7 +101,12 @@ def render_terminal(report: dict[str, Any], console: Console, err_console: Conso
             f"({ms(med.get(summ['slowest_rank']))}), shortest rank {summ['fastest_rank']} "
             f"({ms(med.get(summ['fastest_rank']))}): spread {summ['spread_pct']:.1f}% of the shortest"
         )
-    for w in report.get("warnings", []):
+    warnings = report.get("warnings", [])
+    if job_view:
+        from perfdoctor.render.job_terminal import grouped_warnings
+
+        warnings = grouped_warnings(warnings, [r["path"] for r in report["ranks"]])
+    for w in warnings:
         (err_console or console).print(Text(f"warning: {w}", style="yellow"))
     from perfdoctor.render.rules_text import findings_renderables
 

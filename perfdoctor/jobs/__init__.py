@@ -1,0 +1,7 @@
+"""Many ranks: a compact summary per rank, made in parallel (process pool or Dask), and cross-rank analyses
+that read only the summaries.
+
+Flow: :func:`perfdoctor.jobs.summary.summarise_file` (one trace file → one :class:`RankSummary` per rank in it,
+on a worker) → :mod:`perfdoctor.jobs.executors` (where it runs) → :mod:`perfdoctor.jobs.reduce` (the job's
+findings and report sections) and :mod:`perfdoctor.jobs.cross_rank` (stragglers, rank × step matrices).
+"""

@@ -1,0 +1,162 @@
+"""Cross-rank analyses on rank summaries: stragglers, rank × step matrices, ranks whose breakdown differs.
+
+All inputs are the ranks' analysed step rows (µs) and the matched collective wait; nothing here reads events.
+
+- Straggler: per step, the robust z-score of each rank's compute time (the sum of the compute categories of
+  its breakdown) over the ranks, z = 0.6745 (x − median) / MAD (Iglewicz & Hoaglin, "How to Detect and Handle
+  Outliers", 1993; when MAD = 0 the mean absolute deviation × 1.253314 stands in); a rank whose median z over
+  the steps is at least :data:`Z_OUTLIER`, and whose mean compute per step exceeds the median rank's by
+  :data:`MIN_EXCESS`, is a straggler (on a tight job a tiny MAD makes noise look robustly far).
+- Breakdown outlier: a rank whose share of step time in a category (compute categories, exposed
+  communication, idle causes) differs from the job's median share by at least :data:`SHARE_DIFF` and by a
+  robust z of at least :data:`Z_OUTLIER` (e.g. one rank DataLoader-bound).
+- Missing ranks: ``distributedInfo.world_size`` larger than the ranks given.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from perfdoctor.analysis.classify import COMPUTE_CATEGORIES
+
+Z_OUTLIER = 3.5  # Iglewicz & Hoaglin's cut-off for the modified z-score
+MIN_EXCESS = 0.10  # a straggler also computes at least 10% more per step than the median rank (tight jobs)
+SHARE_DIFF = 0.10  # 10 percentage points of step time
+WORST_COLLECTIVES = 8  # collectives shown in the collective-wait matrix
+
+
+def robust_z(x: np.ndarray) -> np.ndarray:
+    """Modified z-scores of ``x`` (shape (n,)): 0.6745 (x − median) / MAD; MeanAD × 1.253314 when MAD = 0;
+    zeros when all values are equal."""
+    med = float(np.median(x))
+    dev = np.abs(x - med)
+    mad = float(np.median(dev))
+    if mad > 0:
+        return 0.6745 * (x - med) / mad
+    mean_ad = float(dev.mean())
+    return (x - med) / (1.253314 * mean_ad) if mean_ad > 0 else np.zeros_like(x)
+
+
+def _shares(rows: list[Any]) -> dict[str, float]:
+    """Share of step time per category / exposed communication / idle cause, summed over steps."""
+    total = sum(s.dur_us for s in rows) or 1.0
+    out: dict[str, float] = {}
+    for s in rows:
+        for k, v in s.categories_us.items():
+            if k != "communication":
+                out[k] = out.get(k, 0.0) + v / total
+        out["communication (exposed)"] = out.get("communication (exposed)", 0.0) + \
+            s.communication.get("exposed_us", 0.0) / total
+        for k, v in s.idle_causes_us.items():
+            out[f"idle: {k}"] = out.get(f"idle: {k}", 0.0) + v / total
+    return out
+
+
+def _matrix(ranks: list[int], rows: dict[int, list[Any]], steps: list[int], get: Any) -> list[list[float | None]]:
+    out = []
+    for r in ranks:
+        by_step = {s.step: s for s in rows[r]}
+        out.append([float(get(by_step[n])) if n in by_step else None for n in steps])
+    return out
+
+
+def job_section(job: Any) -> dict[str, Any]:
+    """The report's ``job`` section from a :class:`perfdoctor.jobs.reduce.JobAnalysis` (see module docstring).
+
+    Keys: ``n_ranks``, ``world_size``, ``missing_ranks``, ``failed`` ([{path, error}]), ``ranks`` (rank ids in
+    matrix row order), ``steps`` (step numbers, columns), ``step_time_us`` and ``exposed_comm_us`` (rank × step,
+    µs, None where a rank lacks the step), ``compute_us`` (same), ``step_median_us`` (per rank), ``shares``
+    (per rank: category → share of step time), ``stragglers`` ([{rank, z, compute_us, median_compute_us}]),
+    ``breakdown_outliers``, ``collective_wait`` (per-rank mean wait per step, worst collectives matrix),
+    ``outliers`` ({rank: [why, ...]}).
+    """
+    summaries = job.summaries
+    ranks = [int(s.rank) for s in summaries]
+    rows = {int(s.rank): list(s.step_rows) for s in summaries}
+    steps = sorted({int(s.step) for r in rows.values() for s in r})
+    world = max((s.collectives.world_size for s in summaries if s.collectives is not None), default=0)
+    missing = sorted(set(range(world)) - set(ranks)) if world > len(ranks) else []
+
+    def compute(s: Any) -> float:
+        return sum(s.categories_us.get(k, 0.0) for k in COMPUTE_CATEGORIES)
+
+    out: dict[str, Any] = {
+        "n_ranks": len(ranks), "world_size": world or None, "missing_ranks": missing,
+        "failed": [{"path": s.path, "error": s.error} for s in job.failed],
+        "ranks": ranks, "steps": steps,
+        "step_time_us": _matrix(ranks, rows, steps, lambda s: s.dur_us),
+        "exposed_comm_us": _matrix(ranks, rows, steps, lambda s: s.communication.get("exposed_us", 0.0)),
+        "compute_us": _matrix(ranks, rows, steps, compute),
+        "step_median_us": [float(np.median([s.dur_us for s in rows[r]])) if rows[r] else None for r in ranks],
+        "shares": [_shares(rows[r]) for r in ranks],
+    }
+    out["stragglers"] = _stragglers(ranks, np.array(out["compute_us"], dtype=np.float64))
+    out["breakdown_outliers"] = _breakdown_outliers(ranks, out["shares"])
+    out["collective_wait"] = _collective_wait(job.analysis, ranks)
+    why: dict[str, list[str]] = {}
+    for s in out["stragglers"]:
+        why.setdefault(str(s["rank"]), []).append(
+            f"straggler: compute {s['compute_us'] / 1000:.2f} ms per step vs job median "
+            f"{s['median_compute_us'] / 1000:.2f} ms (robust z {s['z']:.1f})")
+    for b in out["breakdown_outliers"]:
+        why.setdefault(str(b["rank"]), []).append(
+            f"{b['category']}: {b['share']:.0%} of step time vs job median {b['median_share']:.0%}")
+    out["outliers"] = why
+    return out
+
+
+def _stragglers(ranks: list[int], compute: np.ndarray) -> list[dict[str, Any]]:
+    """Ranks whose median over steps of the per-step robust z of compute time is ≥ :data:`Z_OUTLIER`."""
+    if len(ranks) < 3 or compute.size == 0:
+        return []
+    z = np.full(compute.shape, np.nan)
+    for j in range(compute.shape[1]):
+        col = compute[:, j]
+        ok = ~np.isnan(col)
+        if ok.sum() >= 3:
+            z[ok, j] = robust_z(col[ok])
+    out = []
+    with np.errstate(all="ignore"):
+        zr = np.nanmedian(z, axis=1) if not np.isnan(z).all() else np.zeros(len(ranks))
+        mean_c = np.nanmean(compute, axis=1)
+    med = float(np.nanmedian(mean_c))
+    for i in np.argsort(-np.nan_to_num(zr)):
+        if not np.isfinite(zr[i]) or zr[i] < Z_OUTLIER:
+            break
+        if mean_c[i] < (1 + MIN_EXCESS) * med:
+            continue
+        out.append({"rank": ranks[i], "z": float(zr[i]), "compute_us": float(mean_c[i]), "median_compute_us": med})
+    return out
+
+
+def _breakdown_outliers(ranks: list[int], shares: list[dict[str, float]]) -> list[dict[str, Any]]:
+    if len(ranks) < 3:
+        return []
+    keys = sorted({k for s in shares for k in s})
+    out = []
+    for k in keys:
+        x = np.array([s.get(k, 0.0) for s in shares])
+        z = robust_z(x)
+        med = float(np.median(x))
+        for i in np.flatnonzero((np.abs(x - med) >= SHARE_DIFF) & (np.abs(z) >= Z_OUTLIER)):
+            out.append({"rank": ranks[i], "category": k, "share": float(x[i]), "median_share": med, "z": float(z[i])})
+    return sorted(out, key=lambda b: -abs(b["share"] - b["median_share"]))
+
+
+def _collective_wait(analysis: Any, ranks: list[int]) -> dict[str, Any]:
+    """Mean wait per step per rank (µs) and the ranks × worst-collectives wait matrix (µs)."""
+    cw = getattr(analysis, "collective_wait", None)
+    if cw is None:
+        return {"matched": False, "note": getattr(analysis, "collective_wait_note", "") or ""}
+    per_rank = [float(np.mean(cw.wait_us[r])) if r in cw.wait_us and cw.wait_us[r].size else 0.0 for r in ranks]
+    out: dict[str, Any] = {"matched": True, "n_collectives": cw.n_collectives, "wait_us_per_step": per_rank,
+                           "last_arrivals": [int(cw.last_arrivals.get(r, 0)) for r in ranks]}
+    if cw.wait_by_collective_us:
+        m = np.array([cw.wait_by_collective_us[r] for r in ranks])
+        worst = np.argsort(-m.max(axis=0), kind="stable")[:WORST_COLLECTIVES]
+        out["worst_collectives"] = [{"index": int(k), "kind": (cw.kinds or [""] * (k + 1))[k],
+                                     "max_wait_us": float(m[:, k].max())} for k in worst]
+        out["wait_matrix_us"] = m[:, worst].round(3).tolist()
+    return out

@@ -1,0 +1,175 @@
+"""Where the per-rank tasks run: this process, a local process pool, or an existing Dask cluster.
+
+Every executor has ``summarise(files, opts, cat, measured_roofs, cache) -> list[RankSummary]`` and calls
+``on_done(summaries_of_one_file)`` as each file finishes (for a progress bar). Only the summaries travel back:
+workers read the trace paths themselves (a shared file system, or fsspec URLs on a cluster).
+
+Memory guard (:func:`memory_limited_jobs`): a rank's analysis holds its decoded event columns, about
+``MEMORY_PER_JSON_BYTE`` bytes per byte of trace JSON at the peak, so no more ranks run at once than the
+available memory holds for the largest of them.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from functools import partial
+from typing import Any
+
+from perfdoctor.jobs.summary import RankSummary, SummaryOptions
+from perfdoctor.jobs.task import summarise_file
+
+# peak resident bytes of one rank's analysis per byte of uncompressed trace JSON: measured on
+# benchmarks/trace_load.py's traces (peak RSS growth ÷ JSON size: 1.6-2.4); rounded up for headroom
+MEMORY_PER_JSON_BYTE = 3.0
+# gzip'd Kineto JSON expands about 8-12× (the shared traces); used when a file's size is only known compressed
+GZIP_RATIO = 12.0
+
+OnDone = Callable[[list[RankSummary]], None]
+
+
+def json_bytes(path: str) -> int:
+    """Bytes of trace JSON in ``path``: its size, or for .gz the size gzip recorded (mod 2**32) when larger
+    than the compressed size, else the compressed size × :data:`GZIP_RATIO`. 0 for a URL or missing file."""
+    try:
+        size = os.path.getsize(path)
+    except OSError:
+        return 0
+    if not path.endswith(".gz"):
+        return size
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(-4, os.SEEK_END)
+            isize = int.from_bytes(fh.read(4), "little")
+    except OSError:
+        isize = 0
+    return isize if isize > size else int(size * GZIP_RATIO)
+
+
+def available_memory_bytes() -> int:
+    """``MemAvailable`` of /proc/meminfo (bytes), or 0 when unknown (not Linux)."""
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
+def memory_limited_jobs(jobs: int, files: list[str], available: int | None = None) -> int:
+    """At most ``jobs`` workers, and no more than the available memory holds for the largest file
+    (:data:`MEMORY_PER_JSON_BYTE` × its JSON bytes each); at least 1."""
+    avail = available_memory_bytes() if available is None else available
+    need = MEMORY_PER_JSON_BYTE * max((json_bytes(f) for f in files), default=0)
+    if avail <= 0 or need <= 0:
+        return max(1, jobs)
+    return max(1, min(jobs, int(avail // need)))
+
+
+class InProcess:
+    """Run every task here, one after another (the default for one file; exact errors for a lone file)."""
+
+    def __init__(self, on_progress: Callable[[int], None] | None = None, on_done: OnDone | None = None) -> None:
+        self.on_progress = on_progress
+        self.on_done = on_done
+
+    def summarise(self, files: list[str], opts: SummaryOptions, cat: Any, measured_roofs: Any = None,
+                  cache: bool = False) -> list[RankSummary]:
+        out: list[RankSummary] = []
+        for i, f in enumerate(files):
+            part = summarise_file(f, i, opts, cat, measured_roofs, cache, self.on_progress,
+                                  raise_errors=len(files) == 1)
+            out += part
+            if self.on_done:
+                self.on_done(part)
+        return out
+
+
+class LocalPool:
+    """A local process pool of ``jobs`` workers (capped by :func:`memory_limited_jobs`)."""
+
+    def __init__(self, jobs: int | None = None, on_done: OnDone | None = None) -> None:
+        self.jobs = jobs or os.cpu_count() or 1
+        self.on_done = on_done
+        self.workers_used = 0
+
+    def summarise(self, files: list[str], opts: SummaryOptions, cat: Any, measured_roofs: Any = None,
+                  cache: bool = False) -> list[RankSummary]:
+        n = min(memory_limited_jobs(self.jobs, files), len(files))
+        self.workers_used = n
+        if n <= 1:
+            return InProcess(on_done=self.on_done).summarise(files, opts, cat, measured_roofs, cache)
+        task = partial(summarise_file, opts=opts, cat=cat, measured_roofs=measured_roofs, cache=cache)
+        import multiprocessing
+
+        ctx = multiprocessing.get_context("forkserver")
+        ctx.set_forkserver_preload(["perfdoctor.jobs.task", "perfdoctor.pipeline", "perfdoctor.checks.engine"])
+        out: list[RankSummary] = []
+        with ProcessPoolExecutor(max_workers=n, mp_context=ctx) as pool:
+            pending: set[Future[list[RankSummary]]] = set()
+            queue = list(enumerate(files))[::-1]
+            while queue or pending:
+                while queue and len(pending) < 2 * n:  # a bounded queue: results are collected as they come
+                    i, f = queue.pop()
+                    pending.add(pool.submit(task, f, i))
+                done, pending = wait(pending, return_when=FIRST_COMPLETED)
+                for fut in done:
+                    part = fut.result()
+                    out += part
+                    if self.on_done:
+                        self.on_done(part)
+        return out
+
+
+class DaskCluster:
+    """An existing Dask distributed cluster (``address`` ``tcp://host:8786``) or a ``distributed.Client``.
+
+    Each task reads its trace where it runs; only the summaries come back. ``dashboard_link`` is the
+    cluster's dashboard URL (for the progress line).
+
+    Raises:
+        PerfDoctorError: Dask distributed is not installed (``pip install perfdoctor[dask]``) or the
+            scheduler cannot be reached.
+    """
+
+    def __init__(self, address: Any, on_done: OnDone | None = None, timeout_s: float = 10.0) -> None:
+        from perfdoctor.errors import PerfDoctorError
+
+        try:
+            from distributed import Client
+        except ImportError:
+            raise PerfDoctorError("--dask needs Dask distributed: pip install 'perfdoctor[dask]'") from None
+        if isinstance(address, Client):
+            self.client, self._own = address, False
+        else:
+            try:
+                self.client, self._own = Client(address, timeout=timeout_s), True
+            except (OSError, TimeoutError) as exc:
+                raise PerfDoctorError(f"--dask {address}: cannot reach the Dask scheduler ({exc})") from None
+        self.on_done = on_done
+        self.dashboard_link: str = str(getattr(self.client, "dashboard_link", "") or "")
+
+    def summarise(self, files: list[str], opts: SummaryOptions, cat: Any, measured_roofs: Any = None,
+                  cache: bool = False) -> list[RankSummary]:
+        from distributed import as_completed
+
+        futures = [self.client.submit(summarise_file, f, i, opts, cat, measured_roofs, cache, pure=False,
+                                      key=f"perfdoctor-rank-{i}-{os.getpid()}-{id(self)}")
+                   for i, f in enumerate(files)]
+        out: list[RankSummary] = []
+        try:
+            for fut in as_completed(futures):
+                part = fut.result()
+                out += part
+                fut.release()
+                if self.on_done:
+                    self.on_done(part)
+        finally:
+            if self._own:
+                self.client.close()
+        return out
+
+

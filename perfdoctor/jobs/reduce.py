@@ -1,0 +1,74 @@
+"""Rank summaries → the job's analysis and rule results (the reducing side; no raw events here).
+
+:func:`reduce` checks the summaries belong to one job (one trace per rank), matches the ranks' collectives
+(:func:`perfdoctor.analysis.collective_wait.compute` on their timelines), and merges the rank-scope rule
+outcomes with the job-scope rules (:func:`perfdoctor.checks.engine.combine`), as the in-process
+:func:`perfdoctor.checks.engine.run_checks` does with full tables.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from perfdoctor.errors import PerfDoctorError
+from perfdoctor.jobs.summary import RankSummary, SummaryRank
+
+
+@dataclass
+class JobAnalysis:
+    """What :func:`reduce` returns: the stand-in analysis (``analysis.ranks`` are :class:`SummaryRank`), the
+    rule results, the summaries analysed (by rank) and those that failed (by input order)."""
+
+    analysis: Any
+    checks: Any
+    summaries: list[RankSummary]
+    failed: list[RankSummary] = field(default_factory=list)
+
+
+def reduce(summaries: list[RankSummary], cat: Any, codes: list[str], run: Any = None,
+           extra_warnings: list[str] | None = None, no_trace: str | None = None) -> JobAnalysis:
+    """The job's analysis and rule results from its rank summaries.
+
+    ``run``: the ``perfdoctor profile`` RunData (job rules PD104, PD60x read it); ``extra_warnings`` are added
+    after the ranks' warnings (before the rules run, as the rules may read them); ``no_trace``: why a run
+    directory has no trace.
+
+    Raises:
+        PerfDoctorError: every input failed (the first one's error), or two traces claim the same rank.
+    """
+    from perfdoctor.analysis import collective_wait
+    from perfdoctor.checks import context as cx
+    from perfdoctor.checks import engine
+    from perfdoctor.pipeline import Analysis
+
+    failed = [s for s in summaries if s.error]
+    ok = [s for s in summaries if not s.error]
+    if failed and not ok:
+        raise PerfDoctorError(str(failed[0].error))
+    seen: dict[int, str] = {}
+    for s in sorted(ok, key=lambda s: s.index):
+        assert s.rank is not None
+        if s.rank in seen:
+            raise PerfDoctorError(
+                f"{s.path}: rank {s.rank} is also the rank of {seen[s.rank]}: one report covers one job, one "
+                "trace per rank; to compare two runs, report each file separately")
+        seen[s.rank] = s.path
+    inputs = [s.input for s in sorted(ok, key=lambda s: s.index)]
+    ok.sort(key=lambda s: s.rank if s.rank is not None else 0)
+    ranks = [SummaryRank(s) for s in ok]
+    analysis = Analysis(ranks=ranks, inputs=inputs)  # type: ignore[arg-type]  # summary stand-ins
+    analysis.run = run
+    analysis.warnings = [w for s in ok for w in s.warnings]
+    analysis.warnings += [f"{s.path}: rank not analysed: {s.error}" if not str(s.error).startswith(s.path)
+                          else f"rank not analysed: {s.error}" for s in failed]
+    analysis.warnings += list(extra_warnings or [])
+    if no_trace:
+        analysis.extras["no_trace"] = no_trace
+    gpu = [s for s in ok if s.primary_kind == "gpu" and s.step_rows and s.collectives is not None]
+    if len(gpu) > 1:
+        analysis.collective_wait, analysis.collective_wait_note = collective_wait.compute(
+            [s.collectives for s in gpu if s.collectives is not None])
+    rank_ctx = [cx.RankContext(analysis, r) for r in ranks]
+    results = engine.combine(analysis, rank_ctx, [s.outcomes for s in ok], cat, codes)
+    return JobAnalysis(analysis=analysis, checks=results, summaries=ok, failed=failed)

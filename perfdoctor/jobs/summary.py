@@ -1,0 +1,191 @@
+"""The summary of one rank: everything the report and the cross-rank analyses need, without the raw events.
+
+A :class:`RankSummary` holds the rank's report section (per-step breakdown, top kernels and ops, roofline, MFU,
+memory), the outcome of every rank-scope rule (its metrics and evidence), the reasons the rank lacks what a rule
+needs, its analysed step rows and its collective timeline (:class:`CollectiveTimeline`: kind, bytes, launch,
+start and end of each collective kernel). Its size grows with the steps, the collectives per step and the
+top-N tables, not with the trace's events: a few hundred kB for a trace of a few hundred steps.
+
+It is made where the trace is (a pool or Dask worker) by :func:`summarise_file`, serialises with msgspec
+(``encode`` / ``decode``; JSON and msgpack both round-trip floats exactly), and is cached next to the trace
+(``<trace>.perfdoctor-summary``) keyed by the trace's sha256 and the options it was made with.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import tempfile
+from collections.abc import Iterator
+from typing import Any
+
+import msgspec
+import numpy as np
+
+from perfdoctor import __version__
+from perfdoctor.analysis.breakdown import DeviceBreakdown, StepBreakdown
+from perfdoctor.analysis.collective_wait import CollectiveTimeline
+from perfdoctor.checks.context import Outcome
+from perfdoctor.errors import PerfDoctorError
+
+FORMAT = 1  # bump when RankSummary changes: cached summaries of another format are made again
+CACHE_SUFFIX = ".perfdoctor-summary"
+
+
+class SummaryOptions(msgspec.Struct, frozen=True):
+    """What a rank's analysis depends on besides its trace (part of the cache key).
+
+    ``codes``: the rules to run (built-in codes, in :func:`perfdoctor.checks.engine.check_order`);
+    ``rules_dirs``: user rule directories; ``run_json``: ``run.json`` of a ``perfdoctor profile`` run directory;
+    ``step_time_s_by_rank``: that run's steady-state median step time per rank (s).
+    """
+
+    step_marker: str | None = None
+    model_flops_per_step: float | None = None
+    flops_source: str = "flop_counter"
+    step_time_s_by_rank: dict[int, float] = {}
+    run_json: dict[str, Any] | None = None
+    codes: list[str] = []
+    rules_dirs: list[str] = []
+    hash_inputs: bool = True
+
+    def fingerprint(self, measured_roofs: Any = None) -> str:
+        """sha256 of the options, the perfdoctor version and the summary format (hex)."""
+        h = hashlib.sha256(msgspec.json.encode(self, enc_hook=_enc))
+        h.update(f"{__version__}/{FORMAT}/{measured_roofs!r}".encode())
+        return h.hexdigest()
+
+
+class RankSummary(msgspec.Struct):
+    """One rank of a job (see the module docstring).
+
+    ``index``: position of its file among the inputs (the rank when the trace names none); ``section``: the
+    rank's report section (``perfdoctor.pipeline.rank_dict``); ``input``: the report's ``inputs`` entry (path,
+    bytes, sha256, events, uncompressed bytes); ``step_rows``: the primary device's analysed steps (µs);
+    ``outcomes``: rank-scope rule outcomes by code; ``requirement_reasons``: why the rank lacks a requirement
+    (``perfdoctor.checks.catalogue.REQUIREMENTS``); ``error``: the one-line error of a rank that failed (the
+    other fields then empty); ``note``: how the rank was found (e.g. split from a merged file).
+    """
+
+    index: int
+    path: str
+    rank: int | None = None
+    input: dict[str, Any] = {}
+    section: dict[str, Any] = {}
+    steps_source: str = ""
+    primary_kind: str = ""
+    primary_device: int = -1
+    step_rows: list[StepBreakdown] = []
+    collectives: CollectiveTimeline | None = None
+    outcomes: dict[str, Outcome] = {}
+    requirement_reasons: dict[str, str] = {}
+    warnings: list[str] = []
+    error: str | None = None
+    note: str | None = None
+    key: str = ""  # sha256 of the trace + options fingerprint this summary was made for (the cache key)
+
+
+def _enc(obj: Any) -> Any:
+    """msgspec encode hook: numpy scalars and arrays as Python numbers and lists."""
+    if isinstance(obj, np.generic):
+        return obj.item()
+    if isinstance(obj, np.ndarray):
+        return obj.tolist()
+    if isinstance(obj, (set, frozenset)):
+        return sorted(obj)
+    raise NotImplementedError(f"cannot serialise {type(obj).__name__}")
+
+
+_ENCODER = msgspec.msgpack.Encoder(enc_hook=_enc)
+_DECODER = msgspec.msgpack.Decoder(list[RankSummary])
+
+
+def encode(summaries: list[RankSummary]) -> bytes:
+    """msgpack bytes of ``summaries`` (exact: floats are written as IEEE doubles)."""
+    return _ENCODER.encode(summaries)
+
+
+def decode(data: bytes) -> list[RankSummary]:
+    """The summaries :func:`encode` wrote. Raises msgspec.ValidationError / DecodeError on other bytes."""
+    return _DECODER.decode(data)
+
+
+def sha256_of(path: str) -> str:
+    """Hex sha256 of a file's bytes (read in 1 MiB blocks)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+@contextlib.contextmanager
+def local_copy(path: str) -> Iterator[str]:
+    """``path`` itself, or for an fsspec URL (``s3://…``, ``gs://…``) a temporary local copy of it.
+
+    Raises:
+        PerfDoctorError: a URL whose scheme has no fsspec backend installed, or that cannot be read.
+    """
+    if "://" not in path or path.startswith("file://"):
+        yield path.removeprefix("file://")
+        return
+    try:
+        import fsspec
+    except ImportError:
+        raise PerfDoctorError(f"{path}: reading URLs needs fsspec (pip install fsspec and its backend)") from None
+    suffix = ".json.gz" if path.endswith(".gz") else ".json"
+    fd, tmp = tempfile.mkstemp(suffix=suffix)
+    try:
+        try:
+            with fsspec.open(path, "rb") as src, os.fdopen(fd, "wb") as dst:
+                for block in iter(lambda: src.read(1 << 22), b""):
+                    dst.write(block)
+        except (ImportError, ValueError, OSError) as exc:
+            raise PerfDoctorError(f"{path}: cannot read ({exc})") from None
+        yield tmp
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+
+
+def rank_summary(analysis: Any, ra: Any, index: int, input_info: dict[str, Any], cat: Any, order: list[str],
+                 note: str | None = None) -> RankSummary:
+    """The summary of ``ra`` (a :class:`perfdoctor.pipeline.RankAnalysis` inside the one-rank ``analysis``,
+    efficiency already added): its rule outcomes, then its report section (rules may add warnings)."""
+    from perfdoctor.analysis import collective_wait
+    from perfdoctor.checks import context as cx
+    from perfdoctor.checks import engine
+    from perfdoctor.pipeline import rank_dict
+
+    ctx = cx.RankContext(analysis, ra)
+    outcomes = engine.rank_outcomes(analysis, ctx, cat, order)
+    prim = ra.primary
+    return RankSummary(
+        index=index, path=ra.tables.path, rank=ra.rank, input=input_info, section=rank_dict(ra),
+        steps_source=ra.steps.source, primary_kind=prim.kind, primary_device=int(prim.device),
+        step_rows=list(prim.steps), collectives=collective_wait.timeline(ra), outcomes=outcomes,
+        requirement_reasons=engine.requirement_reasons(analysis, ra), warnings=list(ra.warnings), note=note)
+
+
+class SummaryRank:
+    """A summary standing in for :class:`perfdoctor.pipeline.RankAnalysis` where rules read only step rows
+    (job-scope rules, and rank rules re-run with cross-rank results): ``rank``, ``primary`` (its analysed steps),
+    ``steps.source``, ``requirement_reasons``; no tables."""
+
+    def __init__(self, s: RankSummary) -> None:
+        self.summary = s
+        self.rank = s.rank
+        self.primary = DeviceBreakdown(device=s.primary_device, kind=s.primary_kind, steps=list(s.step_rows))
+        self.steps = _Steps(s.steps_source, [int(r.step) for r in s.step_rows])
+        self.requirement_reasons = s.requirement_reasons
+        self.warnings = s.warnings
+
+
+class _Steps:
+    def __init__(self, source: str, numbers: list[int]) -> None:
+        self.source = source
+        self.numbers = numbers
+
+    def __len__(self) -> int:
+        return len(self.numbers)

@@ -1,0 +1,117 @@
+"""The per-rank task: one trace file (a path or fsspec URL) → its rank summaries. Runs on a worker.
+
+Pure function of its arguments and the file, so it can run in this process, a process-pool worker or a Dask
+worker alike; it never prints. With ``cache`` it reuses ``<trace>.perfdoctor-summary`` when that was written
+for the same trace bytes (sha256) and the same options, and writes it otherwise.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Callable
+from typing import Any
+
+import msgspec
+
+from perfdoctor.errors import PerfDoctorError
+from perfdoctor.jobs.summary import (CACHE_SUFFIX, RankSummary, SummaryOptions, decode, encode, local_copy,
+                                     rank_summary, sha256_of)
+
+
+class _CacheFile(msgspec.Struct):
+    key: str
+    summaries: bytes
+
+
+def summarise_file(path: str, index: int, opts: SummaryOptions, cat: Any, measured_roofs: Any = None,
+                   cache: bool = False, on_progress: Callable[[int], None] | None = None,
+                   raise_errors: bool = False) -> list[RankSummary]:
+    """Summaries of the rank(s) in the trace ``path`` (one per rank; a merged multi-rank file gives several).
+
+    ``index``: the file's position among the job's inputs (its rank when the trace names none); ``cat``: the
+    rule catalogue (``perfdoctor.checks.catalogue.Catalogue``); ``measured_roofs``: calibrated CPU roofs or None.
+    A file that cannot be analysed gives one summary with ``error`` set to its one-line reason, unless
+    ``raise_errors`` (then the PerfDoctorError propagates, as for a report of one file).
+    """
+    try:
+        with local_copy(path) as local:
+            # a missing file or a directory is left to the reader, whose error names it
+            sha = sha256_of(local) if (opts.hash_inputs or cache) and os.path.isfile(local) else None
+            key = f"{sha}/{opts.fingerprint(measured_roofs)}"
+            cache_path = local + CACHE_SUFFIX if cache and local == path and sha else None
+            if cache_path:
+                hit = _read_cache(cache_path, key, path)
+                if hit is not None:
+                    return hit
+            out = _summarise(local, path, index, opts, cat, measured_roofs, sha, on_progress)
+            for s in out:
+                s.key = key
+            if cache_path:
+                _write_cache(cache_path, key, out)
+            return out
+    except PerfDoctorError as exc:
+        if raise_errors:
+            raise
+        return [RankSummary(index=index, path=path, error=str(exc))]
+    except (ValueError, OSError, MemoryError, KeyError, IndexError, TypeError) as exc:
+        if raise_errors:
+            raise
+        return [RankSummary(index=index, path=path,
+                            error=f"{path}: could not be analysed ({type(exc).__name__}: {exc})")]
+
+
+def _summarise(local: str, path: str, index: int, opts: SummaryOptions, cat: Any, measured_roofs: Any,
+               sha: str | None, on_progress: Callable[[int], None] | None) -> list[RankSummary]:
+    from perfdoctor.checks import engine
+    from perfdoctor.pipeline import Analysis, add_efficiency, analyze_tables
+    from perfdoctor.trace import load_trace
+    from perfdoctor.trace.ranks import split_ranks
+
+    tables = load_trace(local, on_progress)
+    tables.path = path
+    parts = split_ranks(tables)
+    order = engine.check_order(cat, opts.codes)
+    out = []
+    for tabs, note in parts:
+        if tabs.rank is None:
+            tabs.rank = index
+        ra = analyze_tables(tabs, opts.step_marker)
+        info = {"path": path, "bytes": os.path.getsize(local), "sha256": sha if opts.hash_inputs else None,
+                "events": tabs.n_events, "uncompressed_bytes": tabs.uncompressed_bytes}
+        analysis = Analysis(ranks=[ra], inputs=[info])
+        analysis.run = opts.run_json
+        add_efficiency(analysis, opts.model_flops_per_step, opts.flops_source, measured_roofs,
+                       step_time_s_by_rank=opts.step_time_s_by_rank)
+        if note:
+            ra.warnings.append(note)
+        out.append(rank_summary(analysis, ra, index, info, cat, order, note))
+    return out
+
+
+def _read_cache(cache_path: str, key: str, path: str) -> list[RankSummary] | None:
+    """The cached summaries when ``cache_path`` holds ones made with ``key``; None otherwise (or unreadable)."""
+    try:
+        with open(cache_path, "rb") as fh:
+            entry = msgspec.msgpack.decode(fh.read(), type=_CacheFile)
+        if entry.key != key:
+            return None
+        out = decode(entry.summaries)
+    except (OSError, msgspec.DecodeError, msgspec.ValidationError):
+        return None
+    for s in out:
+        s.path = path
+        s.input["path"] = path
+    return out
+
+
+def _write_cache(cache_path: str, key: str, summaries: list[RankSummary]) -> None:
+    """Write the cache entry through a temporary file; a directory that is not writable is left alone."""
+    tmp = f"{cache_path}.{os.getpid()}.tmp"
+    try:
+        with open(tmp, "wb") as fh:
+            fh.write(msgspec.msgpack.encode(_CacheFile(key, encode(summaries))))
+        os.replace(tmp, cache_path)
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)

@@ -1,0 +1,117 @@
+"""Terminal view of a multi-rank job: the job at a glance, the outlier ranks with why, never a table per rank.
+
+Reads the report's ``job`` section (:func:`perfdoctor.jobs.cross_rank.job_section`) and ``summary``; the
+findings are printed after it by :func:`perfdoctor.render.terminal.render_terminal`.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import numpy as np
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from perfdoctor.render.view import CAT_LABELS, IDLE_LABELS, ms
+
+MAX_OUTLIERS = 20  # outlier ranks listed; the rest are counted
+_NUM = re.compile(r"\d+(\.\d+)?")
+
+
+def _label(key: str) -> str:
+    if key.startswith("idle: "):
+        return IDLE_LABELS.get(key[6:], key)
+    return CAT_LABELS.get(key, key)
+
+
+def render_job(report: dict[str, Any], console: Console) -> None:
+    """Print the job summary of ``report`` (which has a ``job`` section) to ``console``."""
+    job = report["job"]
+    ranks = job["ranks"]
+    head = [f"Job: {job['n_ranks']} ranks analysed"]
+    if job.get("world_size"):
+        head.append(f"world size {job['world_size']}")
+    if job.get("missing_ranks"):
+        miss = job["missing_ranks"]
+        head.append(f"{len(miss)} ranks without a trace ({_ids(miss)}): cross-rank results cover the given ranks only")
+    if job.get("failed"):
+        head.append(f"{len(job['failed'])} trace(s) could not be analysed")
+    console.print(Text("; ".join(head), style="bold"))
+    for f in job.get("failed", []):
+        console.print(Text(f"  failed: {f['error']}", style="red"))
+    med = [m for m in job["step_median_us"] if m is not None]
+    if med:
+        arr = np.array(job["step_median_us"], dtype=float)
+        lo, hi = int(np.nanargmin(arr)), int(np.nanargmax(arr))
+        console.print(f"median step time over ranks: {ms(float(np.median(med)))} (p10 {ms(float(np.percentile(med, 10)))}"
+                      f", p90 {ms(float(np.percentile(med, 90)))}; shortest rank {ranks[lo]} {ms(arr[lo])}, "
+                      f"longest rank {ranks[hi]} {ms(arr[hi])}); {len(job['steps'])} step(s)")
+    console.print(_shares_table(job))
+    cw = job.get("collective_wait") or {}
+    if cw.get("matched"):
+        waits = np.array(cw["wait_us_per_step"])
+        worst = int(np.argmax(waits)) if waits.size else 0
+        last = int(np.argmax(cw["last_arrivals"])) if cw["last_arrivals"] else 0
+        console.print(f"collectives matched across ranks: {cw['n_collectives']}; longest wait inside collectives: "
+                      f"rank {ranks[worst]} {ms(float(waits[worst]))} per step; arrived last most often: rank "
+                      f"{ranks[last]} ({cw['last_arrivals'][last]} of {cw['n_collectives']})")
+    elif cw.get("note"):
+        console.print(Text(f"collectives not matched across ranks: {cw['note']}", style="dim"))
+    _outliers(job, console)
+    console.print()
+
+
+def _ids(ids: list[int], limit: int = 12) -> str:
+    shown = ", ".join(str(i) for i in ids[:limit])
+    return shown + (f", … ({len(ids) - limit} more)" if len(ids) > limit else "")
+
+
+def _shares_table(job: dict[str, Any]) -> Table:
+    """Share of step time per category over the ranks: median, p10–p90, and the rank with the most."""
+    table = Table(title="Where step time goes across ranks (share of each rank's step time)", title_justify="left")
+    for col, just in (("category", "left"), ("median", "right"), ("p10–p90", "right"), ("most: rank", "right")):
+        table.add_column(col, justify=just)  # type: ignore[arg-type]
+    keys = sorted({k for s in job["shares"] for k in s}, key=lambda k: -float(np.median(
+        [s.get(k, 0.0) for s in job["shares"]])))
+    for k in keys:
+        x = np.array([s.get(k, 0.0) for s in job["shares"]])
+        if x.max() < 0.005:
+            continue
+        top = int(np.argmax(x))
+        table.add_row(_label(k), f"{np.median(x):.1%}", f"{np.percentile(x, 10):.1%}–{np.percentile(x, 90):.1%}",
+                      f"{job['ranks'][top]} ({x[top]:.1%})")
+    return table
+
+
+def _outliers(job: dict[str, Any], console: Console) -> None:
+    why = job.get("outliers") or {}
+    if not why:
+        console.print("outlier ranks: none (no straggler, no rank whose breakdown differs from the job's)")
+        return
+    table = Table(title=f"Outlier ranks ({len(why)})", title_justify="left")
+    table.add_column("rank", justify="right")
+    table.add_column("why")
+    for r, reasons in list(why.items())[:MAX_OUTLIERS]:
+        table.add_row(r, "; ".join(reasons))
+    console.print(table)
+    if len(why) > MAX_OUTLIERS:
+        console.print(f"… and {len(why) - MAX_OUTLIERS} more outlier ranks (the JSON/HTML report lists them)")
+
+
+def grouped_warnings(warnings: list[str], paths: list[str]) -> list[str]:
+    """Warnings with those repeated across ranks folded into one: the first instance, then ``(and N more ranks
+    with the same warning)``; two warnings are the same when they differ only in the trace path and numbers."""
+    groups: dict[str, list[str]] = {}
+    for w in warnings:
+        key = w
+        for p in paths:
+            if p and key.startswith(p):
+                key = key[len(p):]
+                break
+        groups.setdefault(_NUM.sub("#", key), []).append(w)
+    out = []
+    for items in groups.values():
+        out.append(items[0] + (f" (and {len(items) - 1} more rank(s) with the same warning)" if len(items) > 1 else ""))
+    return out

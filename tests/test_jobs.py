@@ -1,0 +1,147 @@
+"""Many ranks: rank summaries reproduce the in-process analysis exactly; pool, Dask and cache give the same
+report; a corrupt rank is reported while the others are analysed; cross-rank statistics by hand."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from conftest import shared_trace
+
+from perfdoctor import pipeline
+from perfdoctor.checks import config, engine
+from perfdoctor.jobs import summary as js
+from perfdoctor.jobs.cross_rank import robust_z
+from perfdoctor.jobs.executors import DaskCluster, InProcess, LocalPool, memory_limited_jobs
+from perfdoctor.jobs.reduce import reduce
+
+
+def _today(paths: list[str]) -> dict[str, Any]:
+    """The report as the in-process path computes it from full tables (analyze_paths + run_checks)."""
+    analysis = pipeline.analyze_paths(paths)
+    results = engine.diagnose(analysis, config.resolve())
+    analysis.extras.update(results.to_report())
+    return pipeline.report_dict(analysis)
+
+
+def _canon(report: dict[str, Any]) -> str:
+    return json.dumps({k: v for k, v in report.items() if k != "job"}, sort_keys=True)
+
+
+def _dlrm() -> list[str]:
+    d = shared_trace("param__dlrm_8ranks")
+    return sorted(str(p) for p in Path(d).glob("*.json.gz"))
+
+
+def _hta_two(tmp_path: Path) -> list[str]:
+    out = []
+    for r in (0, 1):
+        src = shared_trace(f"hta__trace_filter__sampled_rank-{r}.json.gz")
+        dst = tmp_path / src.name
+        shutil.copy(src, dst)
+        out.append(str(dst))
+    return out
+
+
+@pytest.mark.parametrize("which", ["dlrm", "hta"])
+def test_summaries_reproduce_per_rank_numbers_exactly(which: str, tmp_path: Path) -> None:
+    paths = _dlrm() if which == "dlrm" else _hta_two(tmp_path)
+    built = pipeline.build(paths)
+    assert _canon(built.report) == _canon(_today(paths))
+    # the serialised summaries reduce to the same report
+    opts = config.resolve()
+    cat, codes = engine.prepare(opts)
+    again = js.decode(js.encode(built.job.summaries))
+    job = reduce(again, cat, codes)
+    job.analysis.extras.update(job.checks.to_report())
+    report = pipeline.report_dict(job.analysis, [s.section for s in job.summaries])
+    assert _canon(report) == _canon(built.report)
+
+
+def test_summary_size_does_not_hold_events() -> None:
+    built = pipeline.build(_dlrm()[:2])
+    for s in built.job.summaries:
+        size = len(js.encode([s]))
+        # a rank's summary is a small fraction of its trace's JSON (these traces hold ~1 MB of JSON each)
+        assert size < 0.2 * s.input["uncompressed_bytes"], size
+        assert len(s.collectives.dur_us) == len(s.collectives.kind) > 0
+
+
+def test_pool_and_dask_give_the_same_report() -> None:
+    paths = _dlrm()[:4]
+    base = _canon(pipeline.build(paths).report)
+    done: list[int] = []
+    pool = LocalPool(2, on_done=lambda part: done.append(len(part)))
+    assert _canon(pipeline.build(paths, executor=pool).report) == base
+    assert done == [1, 1, 1, 1] and pool.workers_used == 2
+    from distributed import Client, LocalCluster
+
+    with LocalCluster(n_workers=1, threads_per_worker=2, processes=False, dashboard_address=None) as cluster, \
+            Client(cluster) as client:
+        dask = DaskCluster(client)
+        assert _canon(pipeline.build(paths, executor=dask).report) == base
+
+
+def test_corrupt_rank_reported_others_analysed(tmp_path: Path) -> None:
+    paths = _dlrm()[:3]
+    bad = tmp_path / "worker3_step_12.pt.trace.json"
+    bad.write_text('{"traceEvents": [{"ph": "X", "name": "a", "ts": 1')  # cut inside the first event
+    built = pipeline.build(paths + [str(bad)])
+    job = built.report["job"]
+    assert job["n_ranks"] == 3 and [r["rank"] for r in built.report["ranks"]] == [0, 1, 2]
+    assert len(job["failed"]) == 1 and job["failed"][0]["path"] == str(bad)
+    assert str(bad) in job["failed"][0]["error"] and "\n" not in job["failed"][0]["error"]
+    assert any("rank not analysed" in w for w in built.report["warnings"])
+    # a lone corrupt file still fails the report with its error
+    with pytest.raises(Exception, match="worker3_step_12"):
+        pipeline.build([str(bad)])
+
+
+def test_cache_reused_when_sha256_matches(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    paths = []
+    for p in _dlrm()[:2]:
+        shutil.copy(p, tmp_path / Path(p).name)
+        paths.append(str(tmp_path / Path(p).name))
+    first = pipeline.build(paths, cache=True)
+    cached = [Path(p + js.CACHE_SUFFIX) for p in paths]
+    assert all(c.exists() for c in cached)
+    import perfdoctor.jobs.task as task
+
+    def boom(*a: Any, **k: Any) -> Any:
+        raise AssertionError("summary not reused from the cache")
+
+    monkeypatch.setattr(task, "_summarise", boom)
+    assert _canon(pipeline.build(paths, cache=True).report) == _canon(first.report)
+    # another trace under the same name: the sha256 differs, so the rank is analysed again
+    shutil.copy(_dlrm()[5], paths[1])
+    monkeypatch.undo()
+    third = pipeline.build(paths, cache=True)
+    assert third.report["inputs"][1]["sha256"] != first.report["inputs"][1]["sha256"]
+
+
+def test_memory_guard_limits_workers(tmp_path: Path) -> None:
+    f = tmp_path / "t.json"
+    f.write_bytes(b" " * 1000)
+    # 3 bytes of memory per JSON byte: 10 kB available holds 3 ranks of 1 kB
+    assert memory_limited_jobs(8, [str(f)], available=10_000) == 3
+    assert memory_limited_jobs(2, [str(f)], available=10_000) == 2
+    assert memory_limited_jobs(8, [str(f)], available=100) == 1
+
+
+def test_robust_z_by_hand() -> None:
+    x = np.array([10.0, 11.0, 9.0, 10.0, 30.0])
+    # median 10, |dev| = 0 1 1 0 20 → MAD 1; z = 0.6745 × (x − 10)
+    assert np.allclose(robust_z(x), 0.6745 * (x - 10.0))
+    y = np.array([5.0, 5.0, 5.0, 9.0])
+    # MAD 0 → mean absolute deviation 1.0 × 1.253314
+    assert np.allclose(robust_z(y), (y - 5.0) / 1.253314)
+
+
+def test_in_process_executor_reports_each_file() -> None:
+    seen: list[str] = []
+    built = pipeline.build(_dlrm()[:2], executor=InProcess(on_done=lambda part: seen.extend(s.path for s in part)))
+    assert seen == _dlrm()[:2] and built.report["job"]["n_ranks"] == 2

@@ -16,7 +16,9 @@ from rules_helpers import run_rules
 from perfdoctor.errors import PerfDoctorError
 
 GOLDEN = Path(__file__).parent / "golden" / "rules_on_shared_traces.json"
-INPUTS = sorted(p.name for p in SHARED_TRACES.glob("*.json.gz")) + ["param__dlrm_8ranks"] if SHARED_TRACES.exists() else []
+# every trace file and every multi-rank job directory of the shared corpus (issue 11: each must load and report)
+INPUTS = sorted(p.name for p in SHARED_TRACES.iterdir()
+                if p.is_dir() or p.name.endswith((".json", ".json.gz"))) if SHARED_TRACES.exists() else []
 
 
 def summarize(name: str) -> dict:

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from perfdoctor.analysis.step_completeness import incomplete_mask
+from perfdoctor.analysis.step_markers import derive_steps
 from perfdoctor.errors import PerfDoctorError
 from perfdoctor.trace.tables import TraceTables
 
@@ -42,7 +43,8 @@ class Steps:
         host_start_us / host_end_us: host annotation windows.
         start_us / end_us: step windows on the device-aware timeline.
         device_end_us: end of each step's last GPU activity (NaN if none).
-        marker: the regex used; source: "ProfilerStep", "marker" or "whole-trace".
+        marker: the regex used (for derived steps: what they were derived from); source: "ProfilerStep",
+            "marker" (``--step-marker``), "derived" (:mod:`perfdoctor.analysis.step_markers`) or "whole-trace".
         warnings: e.g. no markers found.
     """
 
@@ -142,7 +144,9 @@ def find_steps(tables: TraceTables, marker: str | None = None) -> Steps:
             capturing group, if any, gives the step number.
 
     Returns:
-        :class:`Steps`. With no ProfilerStep found, one whole-trace window and a warning.
+        :class:`Steps`. With no ProfilerStep found, steps derived from the trace's repeating structure
+        (:func:`perfdoctor.analysis.step_markers.derive_steps`) and a warning naming the marker; when
+        there is none, one whole-trace window and a warning.
 
     Raises:
         PerfDoctorError: ``marker`` is not a valid regex, or matches nothing.
@@ -158,6 +162,14 @@ def find_steps(tables: TraceTables, marker: str | None = None) -> Steps:
     if marker and numbers.size == 0:
         raise PerfDoctorError(f"{tables.path}: no annotation or op matches --step-marker {rx!r}")
     gpu_tabs = [t for t in ("kernels", "memcpy", "memset") if len(tables.tables[t])]
+    source = "ProfilerStep" if marker is None else "marker"
+    derived = derive_steps(tables) if numbers.size == 0 and marker is None else None
+    if derived is not None:
+        numbers = np.arange(derived.host_start_us.size, dtype=np.int64)
+        names, h_start, h_end = derived.names, derived.host_start_us, derived.host_end_us
+        pid, tid, rx, source = derived.pid, derived.tid, derived.marker, "derived"
+        warnings.append(f"{tables.path}: no ProfilerStep#N annotations; {numbers.size} step(s) derived from "
+                        f"{derived.marker} (--step-marker REGEX chooses another marker)")
     if numbers.size == 0:
         lo, hi = _trace_span(tables)
         what = f"step marker /{rx}/" if marker else "ProfilerStep#N annotations"
@@ -206,7 +218,7 @@ def find_steps(tables: TraceTables, marker: str | None = None) -> Steps:
         names = [n for n, k in zip(names, keep) if k]
     return Steps(
         numbers=numbers, names=names, host_start_us=h_start, host_end_us=h_end, start_us=start, end_us=end,
-        device_end_us=dev_end, marker=rx, source="ProfilerStep" if marker is None else "marker", pid=pid, tid=tid,
+        device_end_us=dev_end, marker=rx, source=source, pid=pid, tid=tid,
         warnings=warnings,
     )
 

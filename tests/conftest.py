@@ -1,4 +1,10 @@
-"""Shared fixtures: the real traces in ../shared/traces (skip when absent)."""
+"""Shared fixtures: the real traces, from ../shared/traces or else the small licensed copies in tests/data.
+
+A fresh clone has tests/data only (real GPU traces under 1 MiB compressed, their origin and licence in
+tests/data/README.md); the large traces and those without a licence to redistribute live in ../shared/traces next
+to the repository, and a test that needs one of them skips saying so. ``PERFDOCTOR_SHARED_TRACES`` points at
+another copy of that folder (set it to a missing path to run as a fresh clone does).
+"""
 
 from __future__ import annotations
 
@@ -10,18 +16,27 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED_TRACES = REPO.parent / "shared" / "traces"
+SHARED_TRACES = Path(os.environ.get("PERFDOCTOR_SHARED_TRACES") or REPO.parent / "shared" / "traces")
+DATA_TRACES = Path(__file__).resolve().parent / "data"
+# the folder the "every real trace" tests walk: the full shared set when present, else the copies in tests/data
+REAL_TRACES = SHARED_TRACES if SHARED_TRACES.exists() else DATA_TRACES
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 # hermetic: no test may see this machine's `perfdoctor calibrate` results (subprocesses inherit this)
 os.environ["PERFDOCTOR_HOME"] = tempfile.mkdtemp(prefix="perfdoctor-home-")
 
 
 def shared_trace(name: str) -> Path:
-    """Path of a real trace in ../shared/traces; skips the test when it is absent."""
-    p = SHARED_TRACES / name
-    if not p.exists():
-        pytest.skip(f"real trace {name} not available (../shared/traces is absent)")
-    return p
+    """Path of a real trace (file or per-rank directory): ../shared/traces, else tests/data; skips when neither has it."""
+    for folder in (SHARED_TRACES, DATA_TRACES):
+        if (folder / name).exists():
+            return folder / name
+    pytest.skip(f"real trace {name} is not in tests/data (over 1 MiB compressed, or no licence to copy it): it lives "
+                f"in ../shared/traces next to the repository (see tests/data/README.md)")
+
+
+def real_trace_names(pattern: str = "*.json*") -> list[str]:
+    """Names of the real trace files the "every real trace" tests run on (see ``REAL_TRACES``)."""
+    return sorted(p.name for p in REAL_TRACES.glob(pattern))
 
 
 @pytest.fixture

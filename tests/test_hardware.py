@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from conftest import SHARED_TRACES, shared_trace
+from conftest import shared_trace
 
 from perfdoctor.analysis.hardware import SPECS, match_device, spec_by_name
 from perfdoctor.errors import PerfDoctorError
@@ -99,9 +99,8 @@ def test_dlrm_ranks_are_v100():
     from perfdoctor.analysis.hardware import device_for_trace
     from perfdoctor.trace import load_trace
 
-    files = sorted((SHARED_TRACES / "param__dlrm_8ranks").glob("*.json.gz")) if SHARED_TRACES.exists() else []
-    if not files:
-        pytest.skip("../shared/traces/param__dlrm_8ranks not available")
+    files = sorted(shared_trace("param__dlrm_8ranks").glob("*.json.gz"))
+    assert len(files) == 8
     assert {device_for_trace(load_trace(str(f)).device_properties).key for f in files} == {"v100-sxm2"}
 
 

@@ -7,13 +7,13 @@ import sys
 
 import numpy as np
 import pytest
-from conftest import SHARED_TRACES, shared_trace
+from conftest import real_trace_names, shared_trace
 from tracebuilder import TraceBuilder
 
 from perfdoctor.errors import TraceFormatError
 from perfdoctor.trace import load_trace, read_trace_file
 
-SHARED = sorted(p.name for p in SHARED_TRACES.glob("*.json*")) if SHARED_TRACES.exists() else []
+SHARED = real_trace_names()
 
 
 @pytest.mark.parametrize("name", SHARED)

@@ -10,7 +10,7 @@ device idle time attributed to the DataLoader fetch.
 
 import numpy as np
 import pytest
-from conftest import SHARED_TRACES, shared_trace
+from conftest import real_trace_names, shared_trace
 
 from perfdoctor import pipeline
 from perfdoctor.trace import load_trace
@@ -43,7 +43,7 @@ def test_resnet_step_time_and_dataloader_share_match_tensorboard(name, step_ms, 
     assert f"as the TensorBoard profiler plugin's GPU utilization): {gpu_util}" in facts["device utilization"]
 
 
-@pytest.mark.parametrize("name", sorted(p.name for p in SHARED_TRACES.glob("*.json*")) if SHARED_TRACES.exists() else [])
+@pytest.mark.parametrize("name", real_trace_names())
 def test_breakdown_invariants_on_every_shared_trace(name):
     a = primary(name)
     for dev in a.devices:
@@ -57,9 +57,7 @@ def test_breakdown_invariants_on_every_shared_trace(name):
 
 
 def test_eight_rank_dlrm_directory():
-    d = SHARED_TRACES / "param__dlrm_8ranks"
-    if not d.exists():
-        pytest.skip("param__dlrm_8ranks not available")
+    d = shared_trace("param__dlrm_8ranks")
     report = pipeline.report_dict(pipeline.analyze_paths([str(d)]))
     assert [r["rank"] for r in report["ranks"]] == list(range(8))
     medians = report["summary"]["median_step_us"]

@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 
 import pytest
-from conftest import SHARED_TRACES
+from conftest import SHARED_TRACES, shared_trace
 from rules_helpers import run_rules
 
 from perfdoctor.errors import PerfDoctorError
@@ -38,7 +38,7 @@ def summarize(name: str) -> dict:
     }
 
 
-@pytest.mark.skipif(not INPUTS, reason="../shared/traces is absent")
+@pytest.mark.skipif(not INPUTS, reason="the golden covers every trace in ../shared/traces, which is absent")
 def test_rules_on_shared_traces_match_golden():
     got = {name: summarize(name) for name in INPUTS}
     if os.environ.get("PERFDOCTOR_UPDATE_GOLDEN") == "1":
@@ -48,7 +48,7 @@ def test_rules_on_shared_traces_match_golden():
     assert got == want
 
 
-@pytest.mark.skipif(not INPUTS, reason="../shared/traces is absent")
+@pytest.mark.skipif(not INPUTS, reason="the golden covers every trace in ../shared/traces, which is absent")
 def test_validated_facts_on_shared_traces():
     g = json.loads(GOLDEN.read_text())
     codes = {n: {f["code"]: f for f in v["findings"]} for n, v in g.items() if "findings" in v}
@@ -70,17 +70,15 @@ def test_validated_facts_on_shared_traces():
     assert "PD102" in codes["gpupuzzlers__non_blocking_streams.json.gz"]
 
 
-@pytest.mark.skipif(not INPUTS, reason="../shared/traces is absent")
 def test_findings_on_a_trace_without_steps_say_what_per_step_means():
-    r = run_rules([SHARED_TRACES / "gpupuzzlers__non_blocking_streams.json.gz"], ["PD102"])
+    r = run_rules([shared_trace("gpupuzzlers__non_blocking_streams.json.gz")], ["PD102"])
     f = r.findings["PD102"]
     assert "100 per step" in f["message"] and f["message"].endswith("(no step markers: 'per step' means over the "
                                                                    "whole trace window)")
 
 
-@pytest.mark.skipif(not INPUTS, reason="../shared/traces is absent")
 def test_pd203_advice_on_v100_is_amp_not_tf32():
-    r = run_rules([SHARED_TRACES / "kineto__resnet50_num_workers_0__worker0.pt.trace.json.gz"], ["PD203"])
+    r = run_rules([shared_trace("kineto__resnet50_num_workers_0__worker0.pt.trace.json.gz")], ["PD203"])
     msg = r.findings["PD203"]["message"]
     assert "float16" in msg and "GradScaler" in msg
     assert "set_float32_matmul_precision" not in msg and "bfloat16" not in msg

@@ -131,8 +131,7 @@ def _executor(args: argparse.Namespace, n_files: int, on_done: object) -> object
 def _analyze(args: argparse.Namespace, err: Console, opts: object) -> BuiltReport:
     """Load and analyse the inputs, with a progress bar over the input size (one file after another) or over
     the ranks (in parallel) when the inputs are large or many."""
-    from rich.progress import (BarColumn, DownloadColumn, MofNCompleteColumn, Progress, TextColumn,
-                               TimeRemainingColumn)
+    from rich.progress import BarColumn, DownloadColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
     from perfdoctor import pipeline
     from perfdoctor.trace import trace_files_in

@@ -80,7 +80,7 @@ def job_section(job: Any) -> dict[str, Any]:
     missing = sorted(set(range(world)) - set(ranks)) if world > len(ranks) else []
 
     def compute(s: Any) -> float:
-        return sum(s.categories_us.get(k, 0.0) for k in COMPUTE_CATEGORIES)
+        return float(sum(s.categories_us.get(k, 0.0) for k in COMPUTE_CATEGORIES))
 
     out: dict[str, Any] = {
         "n_ranks": len(ranks), "world_size": world or None, "missing_ranks": missing,

@@ -15,8 +15,16 @@ from typing import Any
 import msgspec
 
 from perfdoctor.errors import PerfDoctorError
-from perfdoctor.jobs.summary import (CACHE_SUFFIX, RankSummary, SummaryOptions, decode, encode, local_copy,
-                                     rank_summary, sha256_of)
+from perfdoctor.jobs.summary import (
+    CACHE_SUFFIX,
+    RankSummary,
+    SummaryOptions,
+    decode,
+    encode,
+    local_copy,
+    rank_summary,
+    sha256_of,
+)
 
 
 class _CacheFile(msgspec.Struct):

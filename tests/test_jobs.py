@@ -145,3 +145,52 @@ def test_in_process_executor_reports_each_file() -> None:
     seen: list[str] = []
     built = pipeline.build(_dlrm()[:2], executor=InProcess(on_done=lambda part: seen.extend(s.path for s in part)))
     assert seen == _dlrm()[:2] and built.report["job"]["n_ranks"] == 2
+
+
+def _merged(tmp_path: Path, layout: str) -> tuple[Path, list[str]]:
+    """A merged file of DLRM ranks 0-3 built as a merge tool writes it (independently of perfdoctor's splitter)."""
+    import gzip
+
+    paths = _dlrm()[:4]
+    docs = [json.loads(gzip.open(p).read()) for p in paths]
+    if layout == "array":
+        out: Any = docs
+    else:
+        events = []
+        for r, d in enumerate(docs):
+            for ev in d["traceEvents"]:
+                ev = dict(ev)
+                args = dict(ev.get("args") or {})
+                if layout == "args_rank":  # TraceLens TraceFusion: args.rank, offset pid/correlation with _raw
+                    args["rank"] = r
+                    if isinstance(ev.get("pid"), int):
+                        args["pid_raw"] = ev["pid"]
+                        ev["pid"] += r * 10_000_000
+                    if "correlation" in args:
+                        args["correlation_raw"] = args["correlation"]
+                        args["correlation"] += r * 10_000_000
+                else:  # pid per rank, named by process_name
+                    if ev.get("ph") == "M" and ev.get("name") == "process_name":
+                        args["name"] = f"rank {r} {args.get('name', '')}"
+                    ev["pid"] = f"r{r}-{ev.get('pid')}"
+                ev["args"] = args
+                events.append(ev)
+        out = {"traceEvents": events, "deviceProperties": docs[0]["deviceProperties"]}
+    f = tmp_path / f"merged_{layout}.json"
+    f.write_bytes(json.dumps(out).encode())
+    return f, paths
+
+
+@pytest.mark.parametrize("layout", ["args_rank", "pid_label", "array"])
+def test_merged_file_split_into_ranks(tmp_path: Path, layout: str) -> None:
+    merged, paths = _merged(tmp_path, layout)
+    built = pipeline.build([str(merged)])
+    ranks = built.report["ranks"]
+    assert [r["rank"] for r in ranks] == [0, 1, 2, 3]
+    assert built.report["job"]["n_ranks"] == 4
+    assert any("merged trace of 4 ranks" in w for w in built.report["warnings"])
+    per_file = pipeline.build(paths).report["ranks"]
+    for got, want in zip(ranks, per_file):
+        # the same step breakdown and kernels as the rank's own file
+        assert got["devices"][0]["steps"] == want["devices"][0]["steps"]
+        assert got["top_kernels"] == want["top_kernels"]

@@ -16,6 +16,7 @@ a direction (h2d, d2h, d2d, h2h, p2p) and whether the host side is pageable or p
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 
@@ -102,6 +103,7 @@ class KernelClass:
     triton: bool = False
 
 
+@functools.lru_cache(maxsize=1 << 16)  # once per distinct name: the result is frozen, so sharing it is safe
 def classify_kernel(name: str) -> KernelClass:
     """Classify one kernel / memcpy / memset name (see module docstring)."""
     category = _first_match(_KERNEL_RX, name, "other")

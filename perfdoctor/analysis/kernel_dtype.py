@@ -12,6 +12,7 @@ A100, H100, MI250, MI300X) and cuBLAS/CUTLASS/Tensile naming conventions
 
 from __future__ import annotations
 
+import functools
 import re
 
 _GEMM_RE = re.compile(r"(?<!fb)gemm|Cijk_|xmma|wgmma|tensorop|implicit_gemm|conv|cutlass|matmul|sm\d\d_|[sh]cudnn|winograd",
@@ -29,11 +30,14 @@ _RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
 )
 
 
+# A trace repeats a few hundred kernel names across ~10^5 kernels: classify each distinct name once.
+@functools.lru_cache(maxsize=1 << 16)
 def is_gemm_kernel(name: str) -> bool:
     """True for matmul/convolution library kernels (cuBLAS, CUTLASS, cuDNN, rocBLAS, MIOpen, CK)."""
     return bool(_GEMM_RE.search(name))
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def kernel_math_dtype(name: str) -> str | None:
     """``fp8``/``bf16``/``fp16``/``tf32``/``fp64``/``fp32`` from a kernel name, or None if it does not say."""
     for dtype, rx in _RULES:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 from collections.abc import Callable
 from typing import Any
 
@@ -74,26 +75,37 @@ def _summarise(local: str, path: str, index: int, opts: SummaryOptions, cat: Any
     from perfdoctor.checks import engine
     from perfdoctor.pipeline import Analysis, add_efficiency, analyze_tables
     from perfdoctor.trace import load_trace
-    from perfdoctor.trace.ranks import split_ranks
+    from perfdoctor.trace.ranks import split_merged
 
-    tables = load_trace(local, on_progress)
-    tables.path = path
-    parts = split_ranks(tables)
+    split = split_merged(local)
+    sources: list[tuple[str, str, str | None]]
+    if split is None:
+        sources = [(local, path, None)]
+    else:
+        sources = [(part.path, f"{path}#rank{part.rank}", part.note) for part in split[0]]
     order = engine.check_order(cat, opts.codes)
     out = []
-    for tabs, note in parts:
-        if tabs.rank is None:
-            tabs.rank = index
-        ra = analyze_tables(tabs, opts.step_marker)
-        info = {"path": path, "bytes": os.path.getsize(local), "sha256": sha if opts.hash_inputs else None,
-                "events": tabs.n_events, "uncompressed_bytes": tabs.uncompressed_bytes}
-        analysis = Analysis(ranks=[ra], inputs=[info])
-        analysis.run = opts.run_json
-        add_efficiency(analysis, opts.model_flops_per_step, opts.flops_source, measured_roofs,
-                       step_time_s_by_rank=opts.step_time_s_by_rank)
-        if note:
-            ra.warnings.append(note)
-        out.append(rank_summary(analysis, ra, index, info, cat, order, note))
+    try:
+        for src, name, note in sources:
+            tabs = load_trace(src, on_progress if note is None else None)
+            tabs.path = name
+            if note is not None:  # a split rank's load warnings name its temporary file: name the rank instead
+                tabs.warnings = [w.replace(src, name) for w in tabs.warnings]
+            if tabs.rank is None:
+                tabs.rank = index
+            ra = analyze_tables(tabs, opts.step_marker)
+            info = {"path": name, "bytes": os.path.getsize(local), "sha256": sha if opts.hash_inputs else None,
+                    "events": tabs.n_events, "uncompressed_bytes": tabs.uncompressed_bytes}
+            analysis = Analysis(ranks=[ra], inputs=[info])
+            analysis.run = opts.run_json
+            add_efficiency(analysis, opts.model_flops_per_step, opts.flops_source, measured_roofs,
+                           step_time_s_by_rank=opts.step_time_s_by_rank)
+            if note:
+                ra.warnings.append(note)
+            out.append(rank_summary(analysis, ra, index, info, cat, order, note))
+    finally:
+        if split is not None:
+            shutil.rmtree(split[1], ignore_errors=True)
     return out
 
 

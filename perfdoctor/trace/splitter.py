@@ -219,12 +219,18 @@ class EventSplitter:
         buf[first - 1] = _OPEN[1]
         buf[cut + 1] = _CLOSE_ARR
         try:
-            with memoryview(buf) as view:
-                piece = view[first - 1 : cut + 2]
-                try:
-                    return self._consume(piece)
-                finally:
-                    piece.release()
+            view = memoryview(buf)
+            piece = view[first - 1 : cut + 2]
+            try:
+                return self._consume(piece)
+            finally:
+                # a sampling profiler (Dask's worker profiler) may briefly hold the decoding frame, and with it the
+                # events whose Raw fields still reference the view: then the views are freed with those events
+                for v in (piece, view):
+                    try:
+                        v.release()
+                    except BufferError:
+                        pass
         finally:
             buf[first - 1] = before
             buf[cut + 1] = after

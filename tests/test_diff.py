@@ -68,12 +68,16 @@ def test_welch_interval_by_hand():
     assert c.verdict == "faster"
 
 
-def test_effective_n_of_autocorrelated_series():
-    x = np.repeat([1.0, 2.0], 50)  # two long blocks: lag-1 autocorrelation 0.98 → clipped to 0.9
-    assert stats.effective_n(x) == pytest.approx(100 * 0.1 / 1.9)
-    alt = np.tile([1.0, 2.0], 50)  # alternating: ρ₁ < 0 → clipped to 0, n stays
-    assert stats.effective_n(alt) == 100
-    assert stats.effective_n(np.arange(5.0)) == 5  # below MIN_STEPS_FOR_AUTOCORR: n itself
+def test_batch_means_widen_the_interval_of_a_drifting_series():
+    x = np.repeat([1.0, 2.0], 50)  # a level shift half-way: 10 batches of 10, batch means five 1s and five 2s
+    var_batch = np.var([1.0] * 5 + [2.0] * 5, ddof=1) / 10
+    assert stats.mean_variance(x) == pytest.approx((var_batch, 9.0))
+    assert stats.effective_n(x) == pytest.approx(np.var(x, ddof=1) / var_batch)  # ≈ 9.1 of 100 steps
+    alt = np.tile([1.0, 2.0], 50)  # equal batch means: never more than n independent steps
+    assert stats.mean_variance(alt) == pytest.approx((np.var(alt, ddof=1) / 100, 9.0))
+    assert stats.effective_n(alt) == pytest.approx(100)
+    small = np.array([1.0, 2.0, 4.0, 7.0])  # below MIN_STEPS_FOR_BATCHES: independent steps
+    assert stats.mean_variance(small) == pytest.approx((np.var(small, ddof=1) / 4, 3.0))
 
 
 @pytest.mark.parametrize("change, ci, verdict, more", [

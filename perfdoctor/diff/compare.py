@@ -18,6 +18,7 @@ from perfdoctor.diff.model import (
 from perfdoctor.diff.sides import Side
 from perfdoctor.errors import PerfDoctorError
 
+UNKNOWN_GPU = "GPU (no deviceProperties in the trace)"
 VERDICT_WORDS = {"faster": "faster", "slower": "slower", "no-change": "no significant change",
                  "inconclusive": "inconclusive"}
 
@@ -33,7 +34,7 @@ def side_info(side: Side) -> SideInfo:
             device = "CPU"
         else:
             device = next((str(p.get("name")) for p in props if p.get("id") == dev.get("device")),
-                          str(props[0].get("name")) if props else f"GPU {dev.get('device')}")
+                          str(props[0].get("name")) if props else UNKNOWN_GPU)
     run: dict[str, Any] = side.report["run"] if isinstance(side.report.get("run"), dict) else {}
     params = run.get("parameter_count")
     return SideInfo(path=side.path, kind=side.kind, n_ranks=len(ranks), device=device,
@@ -46,7 +47,7 @@ def _warnings(b: SideInfo, a: SideInfo, before: Side, after: Side) -> list[str]:
     if b.n_ranks != a.n_ranks:
         out.append(f"different rank counts: BEFORE has {b.n_ranks}, AFTER {a.n_ranks}; the step time is the job's "
                    "(longest rank per step), per-rank rows cover the ranks both sides have")
-    if b.device != a.device:
+    if b.device != a.device and UNKNOWN_GPU not in (b.device, a.device):
         out.append(f"different devices: BEFORE ran on {b.device}, AFTER on {a.device}")
     if b.parameter_count and a.parameter_count and b.parameter_count != a.parameter_count:
         out.append(f"different models: BEFORE has {b.parameter_count:,} parameters, AFTER {a.parameter_count:,}")

@@ -2,13 +2,17 @@
 
 Method (stated in every diff): the change is ``mean_after ÷ mean_before − 1``. Its
 standard error comes from the delta method on the two sample means (Welch: unequal
-variances, ``var_a/n_a ÷ mb² + ma²·var_b/n_b ÷ mb⁴``), with Welch–Satterthwaite
-degrees of freedom and Student's t 97.5% quantile (scipy). Step times are
-autocorrelated (a busy neighbour slows a run of steps, not one), which makes a
-naive interval too narrow: with at least :data:`MIN_STEPS_FOR_AUTOCORR` steps a side
-each ``n`` is replaced by the effective sample size of an AR(1) series
-``n·(1 − ρ₁)/(1 + ρ₁)`` (ρ₁ = lag-1 autocorrelation, clipped to [0, 0.9]; Wilks,
-*Statistical Methods in the Atmospheric Sciences*, 3rd ed., eq. 5.12).
+variances, ``var(mean_a) ÷ mb² + ma²·var(mean_b) ÷ mb⁴``), with Welch–Satterthwaite
+degrees of freedom and Student's t 97.5% quantile (scipy). Step times drift (a busy
+neighbour slows minutes of steps, not one: measured on a shared 2-core machine, the
+quarter means of one run went 79 → 54 ms), so treating steps as independent makes the
+interval too narrow. With at least :data:`MIN_STEPS_FOR_BATCHES` steps a side, the
+variance of its mean comes from the **method of batch means**: the series is cut into
+``k = ⌊√n⌋`` consecutive batches, ``var(mean) = var(batch means) ÷ k`` with ``k − 1``
+degrees of freedom (Law & Kelton, *Simulation Modeling and Analysis*, §9.5.3; batch
+size ⌊√n⌋ as in Flegal & Jones, Ann. Statist. 38 (2010)). Below that, steps are taken
+as independent (``s² ÷ n``, ``n − 1`` degrees of freedom). ``effective_steps`` reports
+``s² ÷ var(mean)``: the number of independent steps with the same information.
 
 Verdict (criterion.rs's model of a noise threshold, made explicit):
 
@@ -17,6 +21,9 @@ Verdict (criterion.rs's model of a noise threshold, made explicit):
 - the interval includes 0 and lies within ``±noise``: ``no-change``;
 - otherwise ``inconclusive``, with the steps per side needed for the interval's half-width to reach
   ``max(|change|, noise − |change|)`` (either outcome then decides), assuming the half-width shrinks as 1/√n.
+
+The interval covers the noise within each run; a machine that changed between two runs (other jobs starting) is a
+real difference between them that no interval of one run per side can see.
 """
 
 from __future__ import annotations
@@ -27,11 +34,10 @@ from dataclasses import dataclass
 import numpy as np
 
 DEFAULT_NOISE_PCT = 2.0
-MIN_STEPS_FOR_AUTOCORR = 20
-MAX_RHO = 0.9
+MIN_STEPS_FOR_BATCHES = 20
 METHOD = ("Welch t interval (95%) of mean_after ÷ mean_before − 1, delta method, Welch–Satterthwaite degrees of "
-          "freedom; each side's step count replaced by its AR(1) effective size n·(1−ρ₁)/(1+ρ₁) when it has ≥ "
-          f"{MIN_STEPS_FOR_AUTOCORR} steps")
+          f"freedom; the variance of each side's mean from ⌊√n⌋ batch means when it has ≥ {MIN_STEPS_FOR_BATCHES} "
+          "steps (step times drift), else from independent steps")
 
 
 @dataclass(frozen=True)
@@ -54,17 +60,26 @@ class Comparison:
     reason: str
 
 
-def effective_n(x: np.ndarray) -> float:
-    """AR(1) effective sample size of the series ``x`` (``n`` itself below MIN_STEPS_FOR_AUTOCORR steps)."""
+def mean_variance(x: np.ndarray) -> tuple[float, float]:
+    """(variance of the mean of ``x``, its degrees of freedom): batch means from MIN_STEPS_FOR_BATCHES steps up
+    (never below ``s² ÷ n``), else ``s² ÷ n`` with ``n − 1`` (0, 0 for fewer than 2 steps)."""
     n = int(x.size)
-    if n < MIN_STEPS_FOR_AUTOCORR:
-        return float(n)
-    d = x - x.mean()
-    denom = float(np.dot(d, d))
-    if denom <= 0:
-        return float(n)
-    rho = min(max(float(np.dot(d[:-1], d[1:])) / denom, 0.0), MAX_RHO)
-    return n * (1 - rho) / (1 + rho)
+    if n < 2:
+        return 0.0, 0.0
+    if n < MIN_STEPS_FOR_BATCHES:
+        return float(x.var(ddof=1)) / n, float(n - 1)
+    k = math.isqrt(n)
+    means = np.array([b.mean() for b in np.array_split(x, k)])
+    # never more information than n independent steps (equal batch means would claim a zero variance)
+    return max(float(means.var(ddof=1)) / k, float(x.var(ddof=1)) / n), float(k - 1)
+
+
+def effective_n(x: np.ndarray) -> float:
+    """Independent steps with the same information as ``x``: ``s² ÷ var(mean)`` (``n`` when var(mean) is 0)."""
+    var_mean, _ = mean_variance(x)
+    if x.size < 2 or var_mean <= 0:
+        return float(x.size)
+    return float(x.var(ddof=1)) / var_mean
 
 
 def _t975(dof: float) -> float:
@@ -90,7 +105,9 @@ def compare_means(before_us: np.ndarray, after_us: np.ndarray,
     change = 100.0 * (ma / mb - 1.0)
     sb = float(b.std(ddof=1)) if b.size > 1 else 0.0
     sa = float(a.std(ddof=1)) if a.size > 1 else 0.0
+    (vb, dof_b), (va, dof_a) = mean_variance(b), mean_variance(a)
     nb, na = effective_n(b), effective_n(a)
+
     def result(ci: tuple[float, float] | None, dof: float | None, verdict: str, more: int | None,
                reason: str) -> Comparison:
         return Comparison(mb, ma, sb, sa, int(b.size), int(a.size), nb, na, change, ci, dof, verdict, more, reason)
@@ -98,15 +115,14 @@ def compare_means(before_us: np.ndarray, after_us: np.ndarray,
     if b.size < 2 or a.size < 2:
         return result(None, None, "inconclusive", max(2 - int(b.size), 2 - int(a.size)),
                       "at least 2 steps per side are needed for an interval")
-    c_a = sa * sa / na / (mb * mb)
-    c_b = ma * ma * sb * sb / nb / mb ** 4
+    c_a = va / (mb * mb)
+    c_b = ma * ma * vb / mb ** 4
     se = math.sqrt(c_a + c_b)
     if se == 0:
         dof, half = None, 0.0
     else:
-        den = c_a * c_a / max(na - 1, 1e-9) + c_b * c_b / max(nb - 1, 1e-9)
-        dof = (c_a + c_b) ** 2 / den if den > 0 else float(min(na, nb) - 1)
-        half = 100.0 * _t975(max(dof, 1.0)) * se
+        dof = (c_a + c_b) ** 2 / (c_a * c_a / dof_a + c_b * c_b / dof_b)
+        half = 100.0 * _t975(dof) * se
     ci = (change - half, change + half)
     verdict, more, reason = decide(change, ci, noise_pct, (int(b.size), int(a.size)))
     return result(ci, dof, verdict, more, reason)

@@ -27,9 +27,9 @@ def _env() -> jinja2.Environment:
 
 def render_diff_html(diff: Diff, generated_at: str | None = None) -> str:
     """The diff as one HTML page (str); ``generated_at`` stamps the footer (None keeps output byte-stable)."""
-    tables = [diff_view.predictions_table(diff), diff_view.findings_table(diff), diff_view.categories_table(diff),
-              diff_view.movers_table(diff, "kernels", 25, 160), diff_view.movers_table(diff, "cpu_ops", 25, 160),
-              diff_view.efficiency_table(diff)]
+    tables = [diff_view.categories_table(diff), diff_view.movers_table(diff, "kernels", 25, 160),
+              diff_view.movers_table(diff, "cpu_ops", 25, 160), diff_view.findings_table(diff),
+              diff_view.predictions_table(diff), diff_view.efficiency_table(diff)]
     context = {
         "diff": diff, "csp": CSP, "generated_at": generated_at, "facts": diff_view.verdict_facts(diff),
         "tables": [t for t in tables if t.rows], "waterfall": Markup(waterfall(diff)),

@@ -1,0 +1,120 @@
+"""`perfdoctor diff` on CPU runs of examples/mlp.py recorded here with `perfdoctor profile` (slow).
+
+Both runs of a pair are recorded at the same time, so a machine that gets busier between two runs (other jobs
+on a shared CI box) loads both sides alike: the interval covers step-to-step noise within each run, not a
+change of the machine between runs (README: keep the baseline machine and load the same).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from perfdoctor.cli import main
+
+REPO = Path(__file__).resolve().parents[1]
+pytestmark = [pytest.mark.slow]
+ONE_THREAD = {"OMP_NUM_THREADS": "1"}  # see tests/test_rules_examples.py: one intra-op thread per process
+STEPS = 250
+_RUNS: dict[str, Path] = {}
+
+
+def record(root: Path, runs: dict[str, list[str]]) -> dict[str, Path]:
+    """Record several `perfdoctor profile examples/mlp.py` runs at once; name → run directory (cached)."""
+    todo = {name: flags for name, flags in runs.items() if name not in _RUNS}
+    procs = []
+    for name, flags in todo.items():
+        out = root / name
+        cmd = [sys.executable, "-m", "perfdoctor", "profile", str(REPO / "examples" / "mlp.py"), "--steps",
+               str(STEPS), "--out", str(out), "--no-report", "--", *flags]
+        procs.append((name, out, subprocess.Popen(cmd, cwd=root, env={**os.environ, **ONE_THREAD},
+                                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)))
+    for name, out, proc in procs:
+        _, err = proc.communicate(timeout=900)
+        assert proc.returncode == 0, err[-3000:]
+        _RUNS[name] = out
+    return {name: _RUNS[name] for name in runs}
+
+
+def show(capsys, text: str) -> None:
+    """Print past pytest's capture (run with -s to see the measured pairs)."""
+    with capsys.disabled():
+        print(text)
+
+
+def diff_json(capsys, before: Path, after: Path, *extra: str) -> tuple[int, dict]:
+    capsys.readouterr()
+    code = main(["diff", str(before), str(after), "--format", "json", *extra])
+    return code, json.loads(capsys.readouterr().out)
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory):
+    return tmp_path_factory.mktemp("diff_runs")
+
+
+def _quiet() -> bool:
+    return os.getloadavg()[0] < (os.cpu_count() or 1)
+
+
+SMALL = ["--num-workers", "0"]
+
+
+def test_same_settings_twice_never_fires_the_gate(root, capsys):
+    # two pairs of identical runs: the gate must stay quiet on each (noise only)
+    runs = record(root, {"same_a": SMALL, "same_b": SMALL})
+    code, d = diff_json(capsys, runs["same_a"], runs["same_b"], "--fail-on-regression", "5")
+    show(capsys, f"same settings #1: {d['headline']}")
+    assert code == 0 and d["verdict"] in ("no-change", "inconclusive")
+    assert d["statistics"]["source"].startswith("steady-state train-only step times of the whole run")
+    assert d["statistics"]["steps"]["before"] > 100  # the whole run, not the profiled window
+    runs = record(root, {"same_c": SMALL, "same_d": SMALL})
+    code, d = diff_json(capsys, runs["same_c"], runs["same_d"], "--fail-on-regression", "5")
+    show(capsys, f"same settings #2: {d['headline']}")
+    assert code == 0 and d["verdict"] in ("no-change", "inconclusive")
+
+
+def test_problem_flag_on_is_a_regression(root, capsys):
+    # 20 ms of Python bookkeeping per step (PD105) on a ~7 ms step: far beyond 5%
+    runs = record(root, {"clean": SMALL, "pymetrics": [*SMALL, "--python-metrics-ms", "20"]})
+    code, d = diff_json(capsys, runs["clean"], runs["pymetrics"], "--fail-on-regression", "5")
+    show(capsys, f"PD105 flag on: {d['headline']}")
+    assert code == 1 and d["verdict"] == "slower" and d["ci95_pct"][0] > 0
+    # the step grew by most of the 20 ms of Python the flag adds (less than all of it only on a loaded machine)
+    assert d["mean_step_us"]["after"] - d["mean_step_us"]["before"] > 10_000
+    assert {f["code"]: f["status"] for f in d["findings"]}.get("PD105") == "new"
+    # the reverse direction is the fix: faster, PD105 resolved with its predicted-vs-measured row
+    code, r = diff_json(capsys, runs["pymetrics"], runs["clean"], "--fail-on-regression", "5")
+    assert code == 0 and r["verdict"] == "faster"
+    row = next(p for p in r["predicted_vs_measured"] if p["code"] == "PD105")
+    assert row["predicted_kind"] in ("upper-bound", "replayed")
+    assert row["measured_us"] == pytest.approx(r["mean_step_us"]["before"] - r["mean_step_us"]["after"])
+    show(capsys, f"PD105 fix: predicted {row['predicted_us'] / 1e3:.2f} ms, measured {row['measured_us'] / 1e3:.2f} ms")
+
+
+def test_dataloader_fix_resolves_pd101(root, capsys):
+    big = ["--hidden", "2048", "--slow-getitem-ms", "2"]
+    runs = record(root, {"dl_slow": [*big, "--num-workers", "0"], "dl_fixed": [*big, "--num-workers", "2"]})
+    code, d = diff_json(capsys, runs["dl_slow"], runs["dl_fixed"])
+    show(capsys, f"PD101 fix (2 workers): {d['headline']}")
+    assert code == 0 and d["verdict"] == "faster"
+    f = {x["code"]: x for x in d["findings"]}["PD101"]
+    assert f["status"] in ("resolved", "persisting") and (f["saving_after_us"] or 0) < f["saving_before_us"]
+    assert any(p["code"] == "PD101" for p in d["predicted_vs_measured"])
+    tput = {t["key"]: t for t in d["throughput"]}
+    assert tput["train_samples_per_s"]["change_pct"] > 0
+
+
+def test_fix_that_does_not_help(root, capsys):
+    # .item() every step on a CPU tensor waits for no device (PD401 is skipped on CPU): removing it changes nothing
+    runs = record(root, {"item": [*SMALL, "--item-every-step"], "no_item": SMALL})
+    code, d = diff_json(capsys, runs["item"], runs["no_item"], "--fail-on-regression", "5")
+    show(capsys, f".item() removed on CPU: {d['headline']}")
+    assert code == 0 and d["verdict"] in ("no-change", "inconclusive")
+    if _quiet():  # on a quiet machine the interval is narrow enough to say so
+        assert d["verdict"] == "no-change"

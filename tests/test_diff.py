@@ -413,3 +413,17 @@ def test_terminal_fixed_width(tmp_path):
     assert text.splitlines()[0].startswith("faster: mean step 1.00 → 0.80 ms (-20.0%, 95% CI -29.9% to -10.1%;")
     assert "normalised (architecture prefix)" in text
     assert max(len(line) for line in text.splitlines()) <= 160
+
+
+def test_name_below_the_other_sides_top_list_is_unlisted(tmp_path):
+    """A report keeps each rank's top 20: a name missing there may be below the list, never 'appeared'."""
+    before = steps_trace(tmp_path / "b.json", [3000, 3000],
+                         [(f"void k{i}<float>()", 100) for i in range(20)] + [("void tiny()", 5)])
+    after = steps_trace(tmp_path / "a.json", [3000, 3000],
+                        [(f"void k{i}<float>()", 100) for i in range(19)] + [("void tiny()", 50)])
+    d = _diff(tmp_path, before, after)
+    movers = {(m.name_before or m.name_after): m for m in d.kernels}
+    tiny = movers["void tiny()"]  # 5 µs in BEFORE, below its 20-row list (smallest row 100 µs per step)
+    assert (tiny.match, tiny.before_us, tiny.after_us, tiny.delta_us, tiny.bound_us) == ("unlisted", None, 50, None, 100)
+    gone = movers["void k19<float>()"]  # 100 µs: above AFTER's smallest row (50 µs), so truly gone
+    assert (gone.match, gone.delta_us) == ("disappeared", -100)

@@ -6,9 +6,9 @@ ranks (kernels: report-schema ``top_kernels``; CPU ops: ``top_cpu_ops``, inclusi
 1. exact name and category;
 2. the remaining names grouped by (normalised name, category) on each side (:mod:`perfdoctor.diff.names`); a
    group present on both sides is one mover, ``how`` names the normalisation stages it needed;
-3. what is left ``appeared`` (AFTER only) or ``disappeared`` (BEFORE only) — unless the other side's list is a
-   report JSON's truncated top 20 and the time is below that list's smallest row: then ``unlisted``, with that
-   row's time as the bound.
+3. what is left ``appeared`` (AFTER only) or ``disappeared`` (BEFORE only) — unless the other side's list is
+   full (a report keeps each rank's top 20) and the time is below that list's smallest row: then ``unlisted``,
+   with that row's time as the bound (the name may be below the list there).
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """One side of a diff: any ``perfdoctor report`` input, or a report JSON written earlier.
 
 A thin adapter over the report dict (schema ``perfdoctor.report`` v1, docs/report-schema.md): the diff reads
-the report a side produced, so a baseline kept as one small JSON file compares the same as its trace. When the
-side is built from traces here, the full kernel and CPU-op lists are kept too (a report JSON holds only each
-rank's top 20, so there a name missing from the other side may just be below its list).
+the report a side produced, so a baseline kept as one small JSON file compares exactly as its trace does. A report
+holds each rank's top 20 kernels and CPU ops, so a name missing from one side may just be below its list
+(:mod:`perfdoctor.diff.movers` says so).
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ _SNIFF_MAX_BYTES = 256 << 20  # a report JSON is far smaller; larger files are t
 @dataclass
 class Side:
     """A loaded side. ``kind``: ``trace``, ``run`` or ``report``; ``kernels``/``cpu_ops``: rank → rows
-    ``{name, category, count, total_us}`` over the analysed steps; ``complete``: whether those lists hold every
-    name (False for a report JSON's top-20 lists)."""
+    ``{name, category, count, total_us}`` over the analysed steps (the report's top lists); ``complete``: whether
+    those lists hold every name (False: a list of TOP_LIST_LIMIT rows may have left names out)."""
 
     path: str
     kind: str
@@ -106,18 +106,6 @@ def load_side(path: str, rule_options: Any = None, codes: list[str] | None = Non
         kernels, ops = _lists_from_report(doc)
         return Side(path, "report", doc, kernels, ops, complete=False)
     built = pipeline.build([path], step_marker=step_marker, rule_options=rule_options)
-    kernels, ops = _full_lists(built.analysis)
-    return Side(path, "run" if pipeline.is_run_dir(path) else "trace", built.report, kernels, ops, complete=True)
+    kernels, ops = _lists_from_report(built.report)
+    return Side(path, "run" if pipeline.is_run_dir(path) else "trace", built.report, kernels, ops, complete=False)
 
-
-def _full_lists(analysis: Any) -> tuple[dict[int, list[dict[str, Any]]], dict[int, list[dict[str, Any]]]]:
-    """Every kernel and CPU-op name of each rank's analysed steps (the report keeps the top 20)."""
-    from perfdoctor.analysis import summary
-
-    kernels, ops = {}, {}
-    for i, r in enumerate(analysis.ranks):
-        rank = r.rank if r.rank is not None else i
-        window = (float(r.steps.start_us[0]), float(r.steps.end_us[-1])) if len(r.steps) else (-1e300, 1e300)
-        kernels[rank] = summary.top_kernels(r.tables, window, limit=1 << 30)
-        ops[rank] = summary.top_cpu_ops(r.tables, window, r.steps.pid, limit=1 << 30)
-    return kernels, ops

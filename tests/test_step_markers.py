@@ -81,7 +81,8 @@ def test_step_marker_still_wins(tmp_path):
 @pytest.mark.skipif(not SHARED_TRACES.exists(), reason="../shared/traces is absent")
 def test_real_traces_without_profiler_step():
     s = find_steps(load_trace(str(SHARED_TRACES / "wings236__rtx4090_compiled_resnet18.json")))
-    assert s.source == "derived" and len(s) == 3  # the recipe's 3 iterations after warm-up
+    # the recipe's 3 iterations after warm-up; the first still pays first calls (26 ms of its 43): left out
+    assert s.source == "derived" and len(s) == 2 and [c[0] for c in s.cold_dropped] == [0]
     t = load_trace(str(SHARED_TRACES / "ykcai__a100x2_moe_1layer_before" / "rank0.pt.trace.json"))
     s = find_steps(t)
     assert s.marker == "the user annotation 'moe_train_step'" and len(s) == 1

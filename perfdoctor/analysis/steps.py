@@ -27,6 +27,7 @@ import numpy as np
 
 from perfdoctor.analysis.step_completeness import incomplete_mask
 from perfdoctor.analysis.step_markers import derive_steps
+from perfdoctor.analysis.warmup import Warmup, warmup
 from perfdoctor.errors import PerfDoctorError
 from perfdoctor.trace.tables import TraceTables
 
@@ -46,6 +47,9 @@ class Steps:
         marker: the regex used (for derived steps: what they were derived from); source: "ProfilerStep",
             "marker" (``--step-marker``), "derived" (:mod:`perfdoctor.analysis.step_markers`) or "whole-trace".
         warnings: e.g. no markers found.
+        warmup: first-call work in each analysed window (:mod:`perfdoctor.analysis.warmup`).
+        cold_dropped: leading steps left out because first-call work filled them while later steps are warm:
+            (step number, step µs, warm-up µs) each; cold_dropped_warmup: their first-call work by kind.
     """
 
     numbers: np.ndarray
@@ -60,6 +64,9 @@ class Steps:
     pid: int = -1
     tid: int = -1
     warnings: list[str] = field(default_factory=list)
+    warmup: Warmup | None = None
+    cold_dropped: list[tuple[int, float, float]] = field(default_factory=list)
+    cold_dropped_warmup: Warmup | None = None
 
     def __len__(self) -> int:
         return int(self.numbers.size)
@@ -180,7 +187,7 @@ def find_steps(tables: TraceTables, marker: str | None = None) -> Steps:
         return Steps(
             numbers=np.array([0]), names=["whole trace"], host_start_us=np.array([lo]), host_end_us=np.array([hi]),
             start_us=np.array([lo]), end_us=np.array([hi]), device_end_us=np.array([np.nan]), marker=rx,
-            source="whole-trace", warnings=warnings,
+            source="whole-trace", warnings=warnings, warmup=warmup(tables, np.array([lo]), np.array([hi])),
         )
     dev_end = np.full(numbers.size, np.nan)
     for t in gpu_tabs:
@@ -216,10 +223,24 @@ def find_steps(tables: TraceTables, marker: str | None = None) -> Steps:
         numbers, h_start, h_end, dev_end = numbers[keep], h_start[keep], h_end[keep], dev_end[keep]
         start, end = start[keep], end[keep]
         names = [n for n, k in zip(names, keep) if k]
+    warm = warmup(tables, start, end)
+    cold_dropped: list[tuple[int, float, float]] = []
+    dropped_warmup = None
+    lead = int(np.argmin(warm.cold)) if not warm.cold.all() else 0  # leading cold steps, when a warm one follows
+    if lead:
+        # first-call work (compilation, algorithm search, lazy init) is not the loop: analyse the warm steps
+        cold_dropped = [(int(numbers[i]), float(end[i] - start[i]), float(warm.per_window_us[i])) for i in range(lead)]
+        warnings.append(f"{tables.path}: step(s) {', '.join(str(c[0]) for c in cold_dropped)} left out: "
+                        f"{sum(c[2] for c in cold_dropped) / 1000:,.1f} of their "
+                        f"{sum(c[1] for c in cold_dropped) / 1000:,.1f} ms are first-call work (PD902)")
+        dropped_warmup = warmup(tables, start[:lead], end[:lead])
+        numbers, h_start, h_end, dev_end = numbers[lead:], h_start[lead:], h_end[lead:], dev_end[lead:]
+        start, end, names = start[lead:], end[lead:], names[lead:]
+        warm = warmup(tables, start, end)
     return Steps(
         numbers=numbers, names=names, host_start_us=h_start, host_end_us=h_end, start_us=start, end_us=end,
         device_end_us=dev_end, marker=rx, source=source, pid=pid, tid=tid,
-        warnings=warnings,
+        warnings=warnings, warmup=warm, cold_dropped=cold_dropped, cold_dropped_warmup=dropped_warmup,
     )
 
 

@@ -171,3 +171,13 @@ def unprofiled_step_times(run: Any, start: int = 0) -> tuple[np.ndarray, np.ndar
     d = np.asarray(d, float)
     keep = (np.arange(d.size) >= start) & np.isfinite(d) & ((phase == "none") if phase is not None else True)
     return np.flatnonzero(keep), d[keep]
+
+
+def cold_reason(ctx: Any) -> str:
+    """Why a launch-bound or synchronization verdict is not drawn ("" when the analysed steps are warm)."""
+    warm = ctx.rank.steps.warmup
+    if warm is None or not warm.cold.size or not warm.cold.all():
+        return ""
+    share = pct(float(warm.per_window_us.mean()), ctx.step_us)
+    return (f"the analysed step(s) are first-call work ({share:.0f}% compilation, first op calls, lazy init: "
+            "PD902): a verdict on them would describe the warm-up, not the training loop")

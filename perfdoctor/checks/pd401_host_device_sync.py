@@ -16,8 +16,16 @@ import numpy as np
 
 from perfdoctor.analysis import host
 from perfdoctor.analysis import intervals as iv
-from perfdoctor.checks.common import copy_explained, pageable_h2d, pct, steps_over, sync_calls_by_name, top_names
-from perfdoctor.checks.context import Outcome, RankContext, passed
+from perfdoctor.checks.common import (
+    cold_reason,
+    copy_explained,
+    pageable_h2d,
+    pct,
+    steps_over,
+    sync_calls_by_name,
+    top_names,
+)
+from perfdoctor.checks.context import Outcome, RankContext, passed, skipped
 from perfdoctor.findings import Estimate, Evidence, Hit
 
 CODE = "PD401"
@@ -53,6 +61,8 @@ def _covered(starts: np.ndarray, ends: np.ndarray, by: iv.Intervals) -> np.ndarr
 
 
 def check(ctx: RankContext) -> Outcome:
+    if reason := cold_reason(ctx):
+        return skipped(reason)
     t = ctx.tables
     mask, copy_blocked = pageable_h2d(t, ctx.device.device, ctx.th["sync_adjacency_us"])
     copy_own = copy_explained(t, mask, copy_blocked, ctx.th["staging_gb_per_s"], ctx.th["per_copy_overhead_us"])

@@ -1,0 +1,111 @@
+"""First-call (cold-start) work in a trace: what a steady-state step does not pay again.
+
+A trace of the first iterations is dominated by one-off costs that no fix of the training loop removes:
+``torch.compile`` (Dynamo/Inductor ``(dynamo_timed)`` ranges, autotuning), cuDNN/MIOpen algorithm search and
+other first calls of an op (the first ``aten::convolution`` runs 10-600 ms, later ones under 1 ms), lazy
+initialisation (module loading, device queries) and the caching allocator's growth (``cudaMalloc`` in the first
+step). Judging launch overhead or synchronization on such a step describes the warm-up, not the loop.
+
+Kinds (:data:`KINDS`), each a set of host intervals (µs):
+
+- ``compile``: annotations or ops named like Dynamo/Inductor/AOTAutograd compilation or autotuning.
+- ``first_call``: the first call of an op name whose later calls are all at least :data:`FIRST_CALL_RATIO`
+  times shorter, and :data:`FIRST_CALL_MIN_US` longer than the longest later one (needs ≥ 2 calls).
+- ``lazy_init``: CUDA/HIP module loading and device/context initialisation calls.
+- ``allocator_growth``: ``cudaMalloc``/``hipMalloc`` calls in the first analysed window.
+
+The union of all kinds is the warm-up time of a window; a window is *cold* when it holds at least
+:data:`COLD_SHARE` of its duration in warm-up.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from perfdoctor.analysis import intervals as iv
+from perfdoctor.trace.tables import TraceTables
+
+KINDS = ("compile", "first_call", "lazy_init", "allocator_growth")
+COMPILE = re.compile(r"\(dynamo_timed\)|compile_fx|OutputGraph|_compile\.|inductor|async_compile|autotun"
+                     r"|select_algorithm|bytecode_tracing|build_guards|aot_dispatch|create_aot|CachingAutotuner"
+                     r"|benchmark_(kernel|fused)", re.IGNORECASE)
+LAZY_INIT = re.compile(r"^(cuInit|cuModuleLoad\w*|cuLibraryLoad\w*|cuModuleGetFunction|cuLibraryGetKernel"
+                       r"|cuDevicePrimaryCtxRetain|cuCtxCreate\w*|cudaGetDeviceCount|hipInit|hipModuleLoad\w*"
+                       r"|cudaGetSymbolAddress|hipGetSymbolAddress)$")
+ALLOC = re.compile(r"^(cuda|hip)Malloc$|^cuMemAlloc")
+FIRST_CALL_RATIO = 3.0
+FIRST_CALL_MIN_US = 1000.0
+COLD_SHARE = 0.25
+
+
+@dataclass
+class Warmup:
+    """Warm-up time of analysed windows (µs).
+
+    Attributes:
+        per_window_us: union of all kinds inside each window, shape (n_windows,).
+        by_kind_us: each kind's union over all windows (kinds overlap: they do not add up to the total).
+        first_call_ops: op names whose first call was an outlier, longest excess first (at most 5).
+        cold: per window, warm-up ≥ :data:`COLD_SHARE` of its duration.
+    """
+
+    per_window_us: np.ndarray
+    by_kind_us: dict[str, float] = field(default_factory=dict)
+    first_call_ops: list[str] = field(default_factory=list)
+    cold: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))
+
+
+def warmup(tables: TraceTables, start_us: np.ndarray, end_us: np.ndarray) -> Warmup:
+    """Warm-up time of each window ``[start_us[i], end_us[i])`` (see the module docstring)."""
+    first_ops, first_iv = _first_calls(tables)
+    sets = {
+        "compile": _named(tables, COMPILE, ("annotations", "cpu_ops")),
+        "first_call": first_iv,
+        "lazy_init": _named(tables, LAZY_INIT, ("runtime",)),
+        "allocator_growth": iv.intersect(_named(tables, ALLOC, ("runtime",)),
+                                         (start_us[:1], end_us[:1]) if start_us.size else iv.EMPTY),
+    }
+    everything = iv.union_of(*sets.values())
+    per_window = iv.per_window(everything, start_us, end_us) if start_us.size else np.zeros(0)
+    span = (np.asarray([start_us.min()]), np.asarray([end_us.max()])) if start_us.size else iv.EMPTY
+    by_kind = {k: iv.total(iv.intersect(v, span)) for k, v in sets.items()}
+    cold = per_window >= COLD_SHARE * np.maximum(end_us - start_us, 1e-9)
+    return Warmup(per_window, by_kind, first_ops, cold)
+
+
+def _named(tables: TraceTables, rx: re.Pattern[str], where: tuple[str, ...]) -> iv.Intervals:
+    parts = []
+    for tname in where:
+        tab = tables.tables[tname]
+        if len(tab):
+            m = tables.names_matching(rx)[tab["name_id"]]
+            parts.append(iv.union(tab["ts_us"][m], tab["end_us"][m]))
+    return iv.union_of(*parts)
+
+
+def _first_calls(tables: TraceTables) -> tuple[list[str], iv.Intervals]:
+    """Op names whose first call is an outlier against all later calls, and those first calls' intervals."""
+    ops = tables.cpu_ops
+    if len(ops) < 2:
+        return [], iv.EMPTY
+    ids, dur, ts = ops["name_id"], ops["dur_us"], ops["ts_us"]
+    order = np.lexsort((ts, ids))  # by name, then time
+    ids_s, dur_s = ids[order], dur[order]
+    first = np.ones(ids_s.size, dtype=bool)
+    first[1:] = ids_s[1:] != ids_s[:-1]
+    starts = np.flatnonzero(first)
+    # longest later call of each name (-inf when the name has one call)
+    later_max = np.full(starts.size, -np.inf)
+    rest = ~first
+    if rest.any():
+        group = np.cumsum(first) - 1
+        np.maximum.at(later_max, group[rest], dur_s[rest])
+    d0 = dur_s[starts]
+    hit = (later_max > -np.inf) & (d0 >= FIRST_CALL_RATIO * later_max) & (d0 - later_max >= FIRST_CALL_MIN_US)
+    rows = order[starts[hit]]
+    excess = (d0 - later_max)[hit]
+    names = [tables.names[int(ids[r])] for r in rows[np.argsort(-excess)][:5]]
+    return names, iv.union(ops["ts_us"][rows], ops["end_us"][rows])

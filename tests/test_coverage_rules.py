@@ -1,0 +1,89 @@
+"""Rules added or re-judged for issue 11 (PD103 on shares, PD902 cold start, PD305 host collectives), by hand (µs)."""
+
+from rules_helpers import run_tb
+from tracebuilder import TraceBuilder
+
+ADD = "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float> >(int)"
+
+
+def _few_kernels_trace():
+    """16 kernels of 5 µs, one per 50 µs host op: the device waits for every launch."""
+    tb = TraceBuilder()
+    tb.step(1, 0, 1000)
+    for i in range(16):
+        tb.cpu_op("aten::add", 50 * i, 50)
+        tb.launch(ADD, launch_ts=50 * i + 10, start=50 * i + 20, dur=5)
+    return tb
+
+
+def test_pd103_fires_with_few_kernels_per_step(tmp_path):
+    f = run_tb(_few_kernels_trace(), tmp_path, ["PD103"]).findings["PD103"]
+    # gaps while the host is busy in [0, 800): [0, 20) + 15 × 45 between kernels + [775, 800) = 720 µs
+    assert f["saving_us_per_step"] == 720
+    assert f["evidence"]["kernels_per_step"] == 16
+
+
+def _cold_then_warm():
+    """Step 1: 800 µs of Inductor compilation; steps 2-3 warm, each with one 100 µs convolution."""
+    tb = TraceBuilder()
+    for n in range(3):
+        s = 1000 * n
+        tb.step(n + 1, s, 1000)
+        if n == 0:
+            tb.annotation("compile_fx_inner (dynamo_timed)", s + 10, 800)
+        tb.cpu_op("aten::convolution", s + 850, 100)
+        tb.launch("volta_scudnn_128x64_relu_interior_nn_v1", launch_ts=s + 900, start=s + 910, dur=50)
+    return tb
+
+
+def test_leading_cold_step_is_left_out(tmp_path):
+    from perfdoctor.analysis.steps import find_steps
+    from perfdoctor.trace import load_trace
+
+    s = find_steps(load_trace(str(_cold_then_warm().write(tmp_path / "t.json"))))
+    assert s.numbers.tolist() == [2, 3]
+    assert s.cold_dropped == [(1, 1000.0, 800.0)]
+    assert any("left out: 0.8 of their 1.0 ms are first-call work" in w for w in s.warnings)
+    r = run_tb(_cold_then_warm(), tmp_path, ["PD902"])
+    f = r.findings["PD902"]
+    assert f["evidence"]["n_cold_dropped"] == 1 and f["steps"] == [1]
+    assert "torch.compile (Dynamo/Inductor) compilation 0.8 ms" in f["message"]  # what filled the step left out
+
+
+def test_all_cold_skips_launch_and_sync_verdicts(tmp_path):
+    tb = _few_kernels_trace()
+    tb.cpu_op("aten::convolution", 900, 60)  # first call: 60 µs is under the 1 ms floor, not warm-up
+    tb.annotation("OutputGraph.call_user_compiler (dynamo_timed)", 0, 600)
+    r = run_tb(tb, tmp_path, ["PD103", "PD401", "PD902"])
+    assert "first-call work (60% compilation" in r.skipped["PD103"] and "PD103" not in r.findings
+    assert "PD401" in r.skipped
+    f = r.findings["PD902"]
+    assert f["evidence"]["warmup_ms"] == 0.6 and "torch.compile (Dynamo/Inductor) compilation 0.6 ms" in f["message"]
+
+
+def test_first_call_outlier_is_warmup(tmp_path):
+    import numpy as np
+
+    from perfdoctor.analysis.warmup import warmup
+    from perfdoctor.trace import load_trace
+
+    tb = TraceBuilder()
+    tb.cpu_op("aten::convolution", 0, 5000)  # cuDNN algorithm search in the first call
+    tb.cpu_op("aten::convolution", 6000, 400)
+    tb.cpu_op("aten::convolution", 7000, 500)
+    tb.cpu_op("aten::to", 8000, 3000)  # one call only: nothing to compare with
+    w = warmup(load_trace(str(tb.write(tmp_path / "t.json"))), np.array([0.0]), np.array([30000.0]))
+    assert w.first_call_ops == ["aten::convolution"] and w.by_kind_us["first_call"] == 5000
+    assert w.per_window_us.tolist() == [5000.0] and not w.cold[0]  # 5000 / 30000 < 25%
+
+
+def test_pd103_silent_when_host_idle_lies_outside_the_launch_stream(tmp_path):
+    tb = TraceBuilder()
+    tb.step(1, 0, 3000)
+    tb.cpu_op("aten::nonzero", 0, 2500)  # long host work before any launch: not a launch rate problem
+    for i in range(4):
+        tb.launch(ADD, launch_ts=2400 + 20 * i, start=2405 + 20 * i, dur=1)
+    r = run_tb(tb, tmp_path, ["PD103"])
+    # host-busy idle [0, 2500) minus 4 µs of kernels; in the stream [2400, 2466): 66 − 4 = 62 µs
+    assert "PD103" in r.passed
+    assert r.metrics("PD103")["in_stream_share"] == (66 - 4) / (2500 - 4)

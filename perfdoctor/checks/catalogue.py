@@ -18,6 +18,9 @@ by the code)::
     references = ["https://..."]
     requires = ["steps", "device"]      # data it needs (REQUIREMENTS); skipped with the reason otherwise
     scope = "rank"                      # "rank": checked per trace; "job": across all ranks
+    runs_after_others = false           # true: runs after every other check (it reads their skip reasons)
+    whole_trace_note = true             # false: its message is not per step, so a trace without step markers
+                                        #   gets no "'per step' means over the whole trace window" note
     [thresholds]                        # every number the check compares against
     min_saving_pct = 5.0
 
@@ -57,7 +60,8 @@ REQUIREMENTS = ("steps", "device", "host_only", "multi_rank", "shapes", "memory"
 SCOPES = ("rank", "job")
 _TEXT_KEYS = ("name", "category", "severity", "message", "summary", "why", "saving", "fix",
               "example_before", "example_after")
-_ALL_KEYS = set(_TEXT_KEYS) | {"code", "references", "requires", "scope", "thresholds", "when"}
+_BOOL_KEYS = ("runs_after_others", "whole_trace_note")
+_ALL_KEYS = set(_TEXT_KEYS) | set(_BOOL_KEYS) | {"code", "references", "requires", "scope", "thresholds", "when"}
 _CODE_RX = re.compile(r"^[A-Z]{1,4}\d{3}$")
 _NAME_RX = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
 _BUILTIN_FILE_RX = re.compile(r"^[A-Z]{1,4}\d{3}\.toml$")
@@ -83,6 +87,8 @@ class RuleSpec:
     scope: str = "rank"
     thresholds: dict[str, Any] = field(default_factory=dict)
     when: dict[str, Any] | None = None
+    runs_after_others: bool = False
+    whole_trace_note: bool = True
     path: str = ""
     builtin: bool = True
 
@@ -148,6 +154,8 @@ def _check_value(path: Path, key: str, value: Any) -> None:
 
     if key in _TEXT_KEYS and not isinstance(value, str):
         raise bad("must be a string")
+    if key in _BOOL_KEYS and not isinstance(value, bool):
+        raise bad("must be true or false")
     if key == "code" and not (isinstance(value, str) and _CODE_RX.match(value)):
         raise bad(f"{value!r} is not a rule code like PD101")
     if key == "name" and not _NAME_RX.match(value):
@@ -223,6 +231,7 @@ def _spec(path: Path, data: dict[str, Any], builtin: bool) -> RuleSpec:
         example_before=data["example_before"], example_after=data["example_after"],
         references=tuple(data["references"]), requires=tuple(data.get("requires", ())),
         scope=data.get("scope", "rank"), thresholds=dict(data.get("thresholds", {})), when=data.get("when"),
+        runs_after_others=data.get("runs_after_others", False), whole_trace_note=data.get("whole_trace_note", True),
         path=str(path), builtin=builtin,
     )
 
@@ -235,6 +244,7 @@ def _override(base: RuleSpec, path: Path, data: dict[str, Any]) -> RuleSpec:
         raise PerfDoctorError(f"{path}: {base.code} has no threshold(s) {sorted(unknown)}; "
                               f"known: {', '.join(sorted(base.thresholds)) or 'none'}")
     changes: dict[str, Any] = {k: (prose(v) if k in _PROSE else v) for k, v in data.items() if k in _TEXT_KEYS}
+    changes.update({k: data[k] for k in _BOOL_KEYS if k in data})
     if "references" in data:
         changes["references"] = tuple(data["references"])
     if "requires" in data:

@@ -19,9 +19,8 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
 
-import numpy as np
-
 from perfdoctor.checks import context as cx
+from perfdoctor.checks import contract, requirements
 from perfdoctor.checks.catalogue import REQUIREMENTS, Catalogue, RuleSpec
 from perfdoctor.errors import PerfDoctorError
 from perfdoctor.findings import (
@@ -34,10 +33,8 @@ from perfdoctor.findings import (
     severity_for,
     severity_level,
 )
-from perfdoctor.trace import launch_calls
 
 _MODULE_RX = re.compile(r"^pd\d{3}_\w+$")
-LAST = ("PD901",)  # checks that read the other checks' skip reasons
 
 
 def check_modules() -> dict[str, ModuleType]:
@@ -117,48 +114,8 @@ class CheckResults:
 
 
 def _requirement_missing(req: str, analysis: Any, rank: Any) -> str | None:
-    """The reason a rank lacks ``req`` (see catalogue.REQUIREMENTS), or None when it has it.
-
-    A rank summary's stand-in (no tables) carries ``requirement_reasons`` worked out where it was analysed.
-    """
-    if req == "multi_rank" and len(analysis.ranks) < 2:
-        return "single rank: needs the traces of several ranks of one job"
-    if req == "run" and cx.run_json(analysis) is None:
-        return "no run data (record with `perfdoctor profile` to get run.json)"
-    known = getattr(rank, "requirement_reasons", None)
-    if known is not None:
-        return known.get(req) if req not in ("multi_rank", "run") else None
-    t = rank.tables
-    if req == "steps" and rank.steps.source == "whole-trace":
-        return "no ProfilerStep#N annotations: per-step times unavailable (use torch.profiler's schedule and prof.step())"
-    if req == "device" and rank.primary.kind != "gpu":
-        if t.device_properties or launch_calls(t):
-            return "no GPU activity in the trace (it lists GPUs or holds launch calls: profiled without its device side)"
-        return "CPU-only trace: no kernels, memcpys or memsets"
-    if req == "device_side" and rank.primary.kind != "gpu" and (t.device_properties or launch_calls(t)):
-        return ("the trace lists GPUs or holds CUDA/HIP launch calls but no GPU activity: host op times are not "
-                "the GPU's, so the rule cannot judge them")
-    if req == "host_only" and rank.primary.kind == "gpu":
-        return "device trace: the rule is about CPU-only training"
-    if req == "host_only" and (t.device_properties or launch_calls(t)):
-        return ("the trace lists GPUs or holds CUDA/HIP launch calls but no GPU activity: a GPU run profiled "
-                "without its device side, not CPU-only training")
-    if req == "multi_rank" and len(analysis.ranks) < 2:
-        return "single rank: needs the traces of several ranks of one job"
-    if req == "shapes":
-        if len(t.cpu_ops) == 0 or not np.not_equal(t.cpu_ops["input_dims"], None).any():
-            return "shapes not recorded (torch.profiler record_shapes=True)"
-    if req == "memory" and len(t.memory) == 0:
-        return "no memory events (torch.profiler profile_memory=True)"
-    if req == "device_properties" and not t.device_properties:
-        return "no deviceProperties in the trace (GPU model unknown)"
-    if req == "mfu" and (rank.primary.kind != "gpu" or (_requirement_missing("shapes", analysis, rank)
-                                                       and cx.run_json(analysis) is None)):
-        return ("MFU needs a GPU trace with shapes recorded (record_shapes=True) or run data with model FLOPs"
-                if rank.primary.kind == "gpu" else "CPU-only trace: MFU against a datasheet peak is GPU-only")
-    if req == "run" and cx.run_json(analysis) is None:
-        return "no run data (record with `perfdoctor profile` to get run.json)"
-    return None
+    """The reason a rank lacks ``req``: the table in :mod:`perfdoctor.checks.requirements`."""
+    return requirements.missing(req, analysis, rank)
 
 
 def _where(rank: int | None, fired: list[int], n_ranks: int) -> tuple[str, str]:
@@ -261,11 +218,11 @@ def _metric_rule(spec: RuleSpec, res: CheckResults, modules: dict[str, ModuleTyp
 
 def check_order(cat: Catalogue, selected: list[str]) -> list[str]:
     """Built-in codes to run for ``selected`` (plus those selected user metric rules read), in run order
-    (:data:`LAST` at the end)."""
+    (rules with ``runs_after_others = true`` in their TOML at the end: they read the others' skip reasons)."""
     user = [cat.rules[c] for c in selected if cat.rules[c].when is not None]
     needed = set(selected) | {u.when["metric"].split(".")[0] for u in user} | {
         u.when["saving_metric"].split(".")[0] for u in user if "saving_metric" in u.when}
-    return sorted((c for c in needed if c in cat.rules and cat.rules[c].when is None), key=lambda c: (c in LAST, c))
+    return sorted((c for c in needed if c in cat.rules and cat.rules[c].when is None), key=lambda c: (cat.rules[c].runs_after_others, c))
 
 
 def rank_outcomes(analysis: Any, ctx: cx.RankContext, cat: Catalogue, order: list[str],
@@ -298,7 +255,7 @@ def requirement_reasons(analysis: Any, rank: Any) -> dict[str, str]:
     rank summary: :func:`combine` judges job-scope rules from these without the rank's tables."""
     out = {}
     for q in REQUIREMENTS:
-        if q in ("multi_rank", "run"):
+        if q in requirements.JOB_REQUIREMENTS:
             continue
         reason = _requirement_missing(q, analysis, rank)
         if reason:
@@ -360,7 +317,7 @@ def combine(analysis: Any, rank_ctx: list[cx.RankContext], per_rank: list[dict[s
             _merge_rank_outcomes(spec, outcomes, sub, cat)
             for f in sub.findings:  # a trace without step markers is one window: say what "per step" means
                 src = whole_trace.get(f.rank if f.rank is not None else (f.ranks[0] if f.ranks else None))
-                if src and spec.code != "PD901":
+                if src and spec.whole_trace_note:
                     f.message += " (no step markers: 'per step' means over the whole trace window)"
             res.findings += sub.findings
             res.skipped += sub.skipped
@@ -391,6 +348,7 @@ def prepare(opts: Any) -> tuple[Catalogue, list[str]]:
     from perfdoctor.checks.catalogue import load_catalogue
 
     cat = load_catalogue(opts.rules_dirs)
+    contract.validate(cat, check_modules())
     codes = select_codes(cat, opts.select, opts.ignore, opts.source.get("select", "--select"),
                          opts.source.get("ignore", "--ignore"))
     return cat, codes

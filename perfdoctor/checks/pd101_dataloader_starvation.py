@@ -8,6 +8,8 @@ device had nothing queued). CPU-only traces: the host time inside
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from perfdoctor.analysis import host
@@ -23,6 +25,16 @@ METRICS = {
     "dataloader_wait_pct": "dataloader_wait_us as % of the mean step time",
     "dataloader_host_us": "mean µs per step the host spends inside DataLoader __next__",
 }
+
+# what a hit's evidence/fields add to METRICS for the TOML message (its placeholders are checked at load)
+MESSAGE_FIELDS = ("dataloader_wait_ms", "step_ms", "waiting")
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """``[thresholds]`` of rules/PD101.toml: names and types checked when the catalogue loads."""
+
+    min_saving_pct: float
 
 
 def check(ctx: RankContext) -> Outcome:

@@ -13,6 +13,8 @@ the source would not shorten it; PD401 reports that wait.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from perfdoctor.analysis import intervals as iv
@@ -31,6 +33,19 @@ METRICS = {
                "at most copy_host_us",
     "idle_pct": "idle_us as % of the mean step time",
 }
+
+# what a hit's evidence/fields add to METRICS for the TOML message (its placeholders are checked at load)
+MESSAGE_FIELDS = ("copies_per_step", "copy_host_ms", "idle_ms", "size_per_step")
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """``[thresholds]`` of rules/PD102.toml: names and types checked when the catalogue loads."""
+
+    min_saving_pct: float
+    sync_adjacency_us: float
+    staging_gb_per_s: float
+    per_copy_overhead_us: float
 
 
 def check(ctx: RankContext) -> Outcome:

@@ -15,6 +15,8 @@ trace: median kernel 16 µs, launch call 10 µs, but 172 µs between launches).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from perfdoctor.analysis import host
@@ -32,6 +34,18 @@ METRICS = {
     "in_stream_share": "share of the device idle while the host is busy that lies between a step's first kernel "
                        "launch and its last kernel's end",
 }
+
+# what a hit's evidence/fields add to METRICS for the TOML message (its placeholders are checked at load)
+MESSAGE_FIELDS = ("launch_idle_ms", "median_kernel_us", "median_launch_gap_us", "median_launch_us", "short_kernel_pct")
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """``[thresholds]`` of rules/PD103.toml: names and types checked when the catalogue loads."""
+
+    min_saving_pct: float
+    min_short_kernel_share: float
+    min_kernels_per_step: int
 
 
 def check(ctx: RankContext) -> Outcome:

@@ -10,11 +10,23 @@ one machine oversubscribe it N-fold unless each sets its own thread count.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from perfdoctor.checks.context import JobContext, Outcome, passed, skipped
 from perfdoctor.findings import Evidence, Hit
 
 CODE = "PD104"
 METRICS = {"threads_per_core": "busy compute threads ÷ logical CPUs"}
+
+# what a hit's evidence/fields add to METRICS for the TOML message (its placeholders are checked at load)
+MESSAGE_FIELDS = ("busy_threads", "cores", "dataloader_workers", "processes", "ratio", "threads_per_process")
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """``[thresholds]`` of rules/PD104.toml: names and types checked when the catalogue loads."""
+
+    max_threads_per_core: float
 
 
 def check(job: JobContext) -> Outcome:

@@ -8,12 +8,24 @@ the time on the training thread's process where no op or annotation is open
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from perfdoctor.checks.common import pct, steps_over
 from perfdoctor.checks.context import Outcome, RankContext, passed
 from perfdoctor.findings import Estimate, Evidence, Hit
 
 CODE = "PD105"
 METRICS = {"outside_us": "mean µs per step outside any op", "outside_pct": "outside_us as % of the mean step"}
+
+# what a hit's evidence/fields add to METRICS for the TOML message (its placeholders are checked at load)
+MESSAGE_FIELDS = ("ops_pct", "outside_ms")
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """``[thresholds]`` of rules/PD105.toml: names and types checked when the catalogue loads."""
+
+    min_saving_pct: float
 
 
 def check(ctx: RankContext) -> Outcome:

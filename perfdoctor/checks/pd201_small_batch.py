@@ -16,6 +16,7 @@ step is the fixed cost.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -30,6 +31,21 @@ METRICS = {
     "saving_us": "fixed_us × (1 - 1/growth): the per-step-equivalent saving of a growth× larger batch",
     "device_util_pct": "device busy ÷ step time, % (GPU)",
 }
+
+# what a hit's evidence/fields add to METRICS for the TOML message (its placeholders are checked at load)
+MESSAGE_FIELDS = ("fixed_ms", "gemm_op", "growth")
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """``[thresholds]`` of rules/PD201.toml: names and types checked when the catalogue loads."""
+
+    max_m: int
+    target_m: int
+    max_batch_growth: float
+    min_saving_pct: float
+    max_device_util_pct: float
+    max_memory_used_pct: float
 _FORWARD = (("aten::linear", 0, "lead"), ("aten::addmm", 1, "rows"), ("aten::mm", 0, "rows"), ("aten::bmm", 0, "rows"))
 
 

@@ -14,6 +14,7 @@ normalization aten ops (:mod:`perfdoctor.analysis.cpu_breakdown`).
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -28,6 +29,19 @@ METRICS = {
     "elementwise_per_step": "such kernels / ops per step",
     "compiled": "1 when the trace has Triton kernels or torch.compile regions",
 }
+
+# what a hit's evidence/fields add to METRICS for the TOML message (its placeholders are checked at load)
+MESSAGE_FIELDS = ("elementwise_ms", "what")
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """``[thresholds]`` of rules/PD202.toml: names and types checked when the catalogue loads."""
+
+    min_share_pct: float
+    min_saving_pct: float
+    short_kernel_us: float
+    max_fused_fraction: float
 COMPILED = r"^triton_|Torch-Compiled Region|CompiledFunction|^inductor|TorchDynamo"
 
 

@@ -10,6 +10,7 @@ AMD GPUs are skipped: rocBLAS already runs FP32 GEMMs on matrix cores.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -24,6 +25,19 @@ METRICS = {
     "fp32_gemm_share_pct": "fp32_gemm_us as % of all GEMM / convolution kernel time",
     "compute_capability": "the GPU's compute capability (major + minor / 10)",
 }
+
+# what a hit's evidence/fields add to METRICS for the TOML message (its placeholders are checked at load)
+MESSAGE_FIELDS = ("advice", "fp32_gemm_ms", "fp32_gemm_pct_of_step", "gpu")
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """``[thresholds]`` of rules/PD203.toml: names and types checked when the catalogue loads."""
+
+    min_fp32_share_pct: float
+    min_saving_pct: float
+    max_speedup: float
+    default_speedup: float
 NOT_GEMM = re.compile(r"bn_|batch_?norm|nchwToNhwc|nhwcToNchw|transpose|im2col|col2im|splitKreduce|reduce_", re.I)
 AMD = re.compile(r"AMD|Radeon|Instinct|MI\d{3}", re.I)
 

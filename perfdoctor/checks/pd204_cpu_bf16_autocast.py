@@ -17,6 +17,7 @@ recorded it, so without run data the rule is skipped.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -32,6 +33,17 @@ METRICS = {
     "has_bf16_isa": ("1 when the run's bf16 GEMMs could use avx512_bf16 / amx_bf16 "
                      "(present and not capped by ONEDNN_MAX_CPU_ISA)"),
 }
+
+# what a hit's evidence/fields add to METRICS for the TOML message (its placeholders are checked at load)
+MESSAGE_FIELDS = ("bf16_gemm_ms", "cast_ms", "cpu", "cpu_flags", "reason")
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """``[thresholds]`` of rules/PD204.toml: names and types checked when the catalogue loads."""
+
+    min_saving_pct: float
+    emulated_slowdown: float
 GEMM_OPS = re.compile(r"^aten::(mm|addmm|bmm|baddbmm|matmul|linear|_?convolution|conv\dd|mkldnn_\w+|_addmm_activation)$")
 CAST_OPS = re.compile(r"^aten::(to|_to_copy)$")
 BF16_ISA = ("avx512_bf16", "amx_bf16")

@@ -14,6 +14,7 @@ The advice names the optimizer class found in the trace (``Optimizer.step#SGD.st
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -32,6 +33,18 @@ METRICS = {
     "optimizer_saving_us": "mean per step of min(host time − kernel time in Optimizer.step, device idle time)",
     "optimizer_saving_pct": "optimizer_saving_us as % of the mean step time",
 }
+
+# what a hit's evidence/fields add to METRICS for the TOML message (its placeholders are checked at load)
+MESSAGE_FIELDS = ("advice", "median_kernel_us", "optimizer_host_ms", "optimizer_kernel_ms", "optimizer_step")
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """``[thresholds]`` of rules/PD205.toml: names and types checked when the catalogue loads."""
+
+    min_kernels_per_step: int
+    max_multi_tensor_share: float
+    min_saving_pct: float
 STEP_CLASS = re.compile(r"^Optimizer\.step#(\w+)\.step")
 # torch.optim classes by what their constructor takes, from the signatures of PyTorch 2.13
 # (inspect.signature(torch.optim.X)): ``fused`` appears in Adam, AdamW, SGD, Adagrad only;

@@ -10,6 +10,8 @@ are faster, when the GEMMs themselves take most of the step.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from perfdoctor.checks.common import pct
 from perfdoctor.checks.context import Outcome, RankContext, passed, skipped
 from perfdoctor.findings import Evidence, Hit
@@ -19,6 +21,16 @@ METRICS = {
     "mfu_pct": "model FLOPs utilisation, % of the dense peak at the GEMM dtype",
     "achieved_tflops": "model FLOP per step ÷ median step time, TFLOP/s",
 }
+
+# what a hit's evidence/fields add to METRICS for the TOML message (its placeholders are checked at load)
+MESSAGE_FIELDS = ("dtype", "flops_source", "peak_tflops", "reason")
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """``[thresholds]`` of rules/PD206.toml: names and types checked when the catalogue loads."""
+
+    mfu_threshold: float
 
 _IDLE_LABELS = {
     "dataloader": "device idle waiting for the DataLoader",

@@ -12,6 +12,8 @@ exposed transfer only: ``max(exposed − wait, 0)`` per step.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from perfdoctor.checks.common import pct, steps_over
@@ -27,6 +29,16 @@ METRICS = {
     "overlap_pct": "overlapped ÷ total collective time, %",
     "wait_us": "mean µs per step this rank waits inside collectives for other ranks (multi-rank, matched)",
 }
+
+# what a hit's evidence/fields add to METRICS for the TOML message (its placeholders are checked at load)
+MESSAGE_FIELDS = ("comm_ms", "exposed_ms", "wait_note")
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """``[thresholds]`` of rules/PD301.toml: names and types checked when the catalogue loads."""
+
+    min_saving_pct: float
 
 
 def check(ctx: RankContext) -> Outcome:

@@ -10,6 +10,8 @@ The time of those extra collectives is measured on the collective's own thread
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from perfdoctor.analysis import host
@@ -24,6 +26,14 @@ METRICS = {
     "early_allreduce_calls_per_update": "all-reduce calls issued before the last micro-batch of an optimizer step",
     "early_allreduce_us": "mean µs per optimizer step of all-reduce work issued before the last micro-batch",
 }
+
+# what a hit's evidence/fields add to METRICS for the TOML message (its placeholders are checked at load)
+MESSAGE_FIELDS = ("early_allreduce_ms",)
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """``[thresholds]`` of rules/PD302.toml: none (a key there fails when the catalogue loads)."""
 DDP_FORWARD = r"^DistributedDataParallel\.forward$"
 ALLREDUCE_CALL = r"^c10d::allreduce_$|^nccl:all_reduce$"
 ALLREDUCE_WORK = r"^gloo:all_reduce$|^nccl:all_reduce$"

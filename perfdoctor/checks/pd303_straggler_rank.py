@@ -10,6 +10,8 @@ too: the straggler must spend less time in collectives than the others' median.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from perfdoctor.analysis.classify import COMPUTE_CATEGORIES
@@ -25,6 +27,17 @@ METRICS = {
     "straggler_comm_us": "mean collective µs per step of the slowest rank",
     "others_comm_us": "median over the other ranks of their mean collective µs per step",
 }
+
+# what a hit's evidence/fields add to METRICS for the TOML message (its placeholders are checked at load)
+MESSAGE_FIELDS = ("others_comm_ms", "others_own_ms", "straggler", "straggler_comm_ms", "straggler_own_ms")
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """``[thresholds]`` of rules/PD303.toml: names and types checked when the catalogue loads."""
+
+    min_excess_pct: float
+    min_saving_pct: float
 
 
 def _mean(rows: list, getter) -> float:

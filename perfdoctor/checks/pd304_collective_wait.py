@@ -9,6 +9,8 @@ matched (different counts per rank).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from perfdoctor.checks.common import pct
@@ -17,6 +19,16 @@ from perfdoctor.findings import Estimate, Evidence, Hit
 
 CODE = "PD304"
 METRICS = {"max_wait_us": "largest mean wait per step inside collectives over the ranks, µs"}
+
+# what a hit's evidence/fields add to METRICS for the TOML message (its placeholders are checked at load)
+MESSAGE_FIELDS = ("last_count", "last_rank", "n_collectives", "rank", "transfer_ms", "wait_ms", "wait_pct")
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """``[thresholds]`` of rules/PD304.toml: names and types checked when the catalogue loads."""
+
+    min_saving_pct: float
 
 
 def check(job: JobContext) -> Outcome:

@@ -12,6 +12,8 @@ is the host waiting for queued work to drain, and is this rule's.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from perfdoctor.analysis import host
@@ -34,6 +36,19 @@ METRICS = {
     "idle_us": "mean µs per step of device idle that begins while the host waits in them",
     "idle_pct": "idle_us as % of the mean step time",
 }
+
+# what a hit's evidence/fields add to METRICS for the TOML message (its placeholders are checked at load)
+MESSAGE_FIELDS = ("idle_ms",)
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """``[thresholds]`` of rules/PD401.toml: names and types checked when the catalogue loads."""
+
+    min_saving_pct: float
+    sync_adjacency_us: float
+    staging_gb_per_s: float
+    per_copy_overhead_us: float
 
 
 def _callers(ctx: RankContext, rows: np.ndarray) -> np.ndarray:

@@ -10,6 +10,7 @@ malloc again). The first ``skip_first_steps`` steps are left out: they fill the 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -26,6 +27,18 @@ METRICS = {
     "idle_pct": "idle_us as % of the mean step time",
     "peak_reserved_pct": "peak reserved memory ÷ device memory, % (when memory was profiled)",
 }
+
+# what a hit's evidence/fields add to METRICS for the TOML message (its placeholders are checked at load)
+MESSAGE_FIELDS = ("allocator_host_ms", "idle_ms")
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """``[thresholds]`` of rules/PD501.toml: names and types checked when the catalogue loads."""
+
+    skip_first_steps: int
+    min_calls_per_step: float
+    min_saving_pct: float
 ALLOC = re.compile(r"^(cuda|hip)(Malloc|Free|MallocAsync|FreeAsync|MallocManaged)$|^cuMem(Alloc|Free|Create|Release)")
 
 

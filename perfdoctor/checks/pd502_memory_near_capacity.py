@@ -8,6 +8,8 @@ freeing its cache and retrying (PD501), and the batch cannot grow.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from perfdoctor.checks.common import pct
 from perfdoctor.checks.context import Outcome, RankContext, passed, skipped
 from perfdoctor.findings import Evidence, Hit
@@ -17,6 +19,16 @@ METRICS = {
     "peak_reserved_pct": "peak reserved ÷ device memory, %",
     "peak_allocated_pct": "peak allocated ÷ device memory, %",
 }
+
+# what a hit's evidence/fields add to METRICS for the TOML message (its placeholders are checked at load)
+MESSAGE_FIELDS = ("capacity_gib", "peak_reserved_gib")
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """``[thresholds]`` of rules/PD502.toml: names and types checked when the catalogue loads."""
+
+    min_reserved_pct: float
 
 
 def check(ctx: RankContext) -> Outcome:

@@ -12,12 +12,24 @@ steady-state steps (a window inside the run's normal noise is not a transient).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from perfdoctor.checks.common import unprofiled_step_times
 from perfdoctor.checks.context import JobContext, Outcome, passed, skipped
 from perfdoctor.findings import Evidence, Hit
 
 CODE = "PD601"
 METRICS = {"window_deviation_pct": "|profiled-window neighbours' median ÷ steady-state median − 1|, %"}
+
+# what a hit's evidence/fields add to METRICS for the TOML message (its placeholders are checked at load)
+MESSAGE_FIELDS = ("basis", "deviation_pct", "direction", "steady_ms", "window_ms")
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """``[thresholds]`` of rules/PD601.toml: names and types checked when the catalogue loads."""
+
+    max_deviation: float
 
 
 def check(job: JobContext) -> Outcome:

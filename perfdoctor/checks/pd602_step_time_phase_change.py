@@ -11,6 +11,8 @@ median − fastest phase median for phases, the fitted rise over the run for a t
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from perfdoctor.checks.common import unprofiled_step_times
@@ -19,6 +21,17 @@ from perfdoctor.findings import Estimate, Evidence, Hit
 
 CODE = "PD602"
 METRICS = {"n_phases": "level phases of the step-time series", "trend_rise_pct": "fitted rise over the run, % of median"}
+
+# what a hit's evidence/fields add to METRICS for the TOML message (its placeholders are checked at load)
+MESSAGE_FIELDS = ("change_pct", "what")
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """``[thresholds]`` of rules/PD602.toml: names and types checked when the catalogue loads."""
+
+    min_shift: float
+    min_steps: int
 
 
 def check(job: JobContext) -> Outcome:

@@ -9,6 +9,8 @@ per step (every step as fast as the fastest decile already is).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from perfdoctor.checks.common import unprofiled_step_times
@@ -17,6 +19,18 @@ from perfdoctor.findings import Estimate, Evidence, Hit
 
 CODE = "PD603"
 METRICS = {"spread": "p90 ÷ p10 of the steady-state step times"}
+
+# what a hit's evidence/fields add to METRICS for the TOML message (its placeholders are checked at load)
+MESSAGE_FIELDS = ("p10_ms", "p90_ms", "slow_pct")
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """``[thresholds]`` of rules/PD603.toml: names and types checked when the catalogue loads."""
+
+    max_spread: float
+    min_steps: int
+    min_spread_ms: float
 
 
 def check(job: JobContext) -> Outcome:

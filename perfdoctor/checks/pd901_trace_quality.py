@@ -7,6 +7,8 @@ absent device never makes a check pass silently.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from perfdoctor.checks.context import Outcome, RankContext, passed
@@ -14,6 +16,16 @@ from perfdoctor.findings import Evidence, Hit
 
 CODE = "PD901"
 METRICS = {"n_lacks": "number of things the trace lacks", "n_steps": "steps analysed"}
+
+# what a hit's evidence/fields add to METRICS for the TOML message (its placeholders are checked at load)
+MESSAGE_FIELDS = ("lacks_text", "n_disabled")
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """``[thresholds]`` of rules/PD901.toml: names and types checked when the catalogue loads."""
+
+    min_steps: int
 
 
 def _lacks(ctx: RankContext) -> list[str]:

@@ -21,13 +21,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import orjson
 
-    from perfdoctor.checks import config, engine
+    from perfdoctor.checks import config, contract, engine
     from perfdoctor.checks.catalogue import load_catalogue
     from perfdoctor.cli.console import stdout_console
     from perfdoctor.render.rules_text import rule_text
 
     opts = config.resolve(rules=args.rules)
     cat = load_catalogue(opts.rules_dirs)
+    contract.validate(cat, engine.check_modules())  # a rule whose TOML does not fit its check: one line
     spec = cat.get(args.code)
     if spec is None:
         raise PerfDoctorError(f"rule {args.code!r}: no such code or name (see `perfdoctor rules`)")

@@ -25,12 +25,13 @@ def run(args: argparse.Namespace) -> int:
     from rich.table import Table
     from rich.text import Text
 
-    from perfdoctor.checks import config, engine
+    from perfdoctor.checks import config, contract, engine
     from perfdoctor.checks.catalogue import load_catalogue
     from perfdoctor.cli.console import stdout_console
 
     opts = config.resolve(args.select, args.ignore, args.rules)
     cat = load_catalogue(opts.rules_dirs)
+    contract.validate(cat, engine.check_modules())  # a rule whose TOML does not fit its check: one line
     codes = engine.select_codes(cat, opts.select, opts.ignore, opts.source.get("select", "--select"),
                                 opts.source.get("ignore", "--ignore"))
     implemented = engine.check_modules()

@@ -1,0 +1,120 @@
+"""The rule contract (issue 9 item 4): each check declares its thresholds and message fields, the catalogue is
+checked against them at start, requirements are one table, and run order is declared in the TOML."""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from perfdoctor.checks import catalogue, contract, engine, requirements
+from perfdoctor.checks.catalogue import builtin_rules_dir, load_catalogue
+from perfdoctor.errors import PerfDoctorError
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_every_check_declares_thresholds_and_message_fields_that_fit_its_toml():
+    cat, modules = load_catalogue(), engine.check_modules()
+    assert set(modules) <= set(cat.rules)
+    for code, mod in modules.items():
+        assert dataclasses.is_dataclass(mod.Thresholds), code
+        names = {f.name for f in dataclasses.fields(mod.Thresholds)}
+        assert names == set(cat.rules[code].thresholds), code
+        assert isinstance(mod.MESSAGE_FIELDS, tuple), code
+    contract.validate(cat, modules)  # the shipped catalogue fits
+
+
+def _builtin_copy(tmp_path: Path) -> Path:
+    d = tmp_path / "rules"
+    shutil.copytree(builtin_rules_dir(), d)
+    return d
+
+
+@pytest.mark.parametrize(("edit", "error"), [
+    (("min_saving_pct = 5.0", "min_saving_pct = 5.0\nmin_savings_pct = 3.0"), "PD101 has no threshold 'min_savings_pct'"),
+    (("min_saving_pct = 5.0", 'min_saving_pct = "5"'), "thresholds.min_saving_pct of PD101 must be float, not '5'"),
+    (("min_saving_pct = 5.0", "min_saving_pct = true"), "thresholds.min_saving_pct must be a number"),
+    (("min_saving_pct = 5.0", ""), "PD101 lacks threshold(s) min_saving_pct"),
+    (("{dataloader_wait_ms:.1f}", "{dataloader_wait_msec:.1f}"), "uses {dataloader_wait_msec}, which its check"),
+    (("{dataloader_wait_ms:.1f}", "{dataloader_wait_ms:.1f"), "is not a valid template"),
+])
+def test_a_builtin_toml_that_does_not_fit_its_check_fails_at_load(tmp_path, edit, error):
+    d = _builtin_copy(tmp_path)
+    toml = d / "PD101.toml"
+    text = toml.read_text()
+    assert edit[0] in text
+    toml.write_text(text.replace(edit[0], edit[1], 1))
+    with pytest.raises(PerfDoctorError) as exc:
+        contract.validate(load_catalogue(builtin_dir=d), engine.check_modules())
+    assert error in exc.value.message and str(toml) in exc.value.message and "\n" not in exc.value.message
+
+
+def test_int_threshold_refuses_a_float(tmp_path):
+    d = _builtin_copy(tmp_path)
+    toml = d / "PD901.toml"
+    toml.write_text(toml.read_text().replace("min_steps = ", "min_steps = 2.5 #", 1))
+    with pytest.raises(PerfDoctorError, match=r"thresholds.min_steps of PD901 must be int, not 2.5"):
+        contract.validate(load_catalogue(builtin_dir=d), engine.check_modules())
+
+
+def test_user_override_with_a_bad_placeholder_stops_report_before_any_trace_is_read(tmp_path):
+    rules = tmp_path / "my_rules"
+    rules.mkdir()
+    bad = rules / "PD101.toml"
+    bad.write_text('code = "PD101"\nmessage = "waiting {dataloader_wait_msec:.1f} ms"\n')
+    proc = subprocess.run([sys.executable, "-m", "perfdoctor", "report", str(tmp_path / "absent.json"), "--rules",
+                           str(rules)], capture_output=True, text=True, cwd=tmp_path,
+                          env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"}, timeout=120)
+    assert proc.returncode == 2
+    assert proc.stderr.splitlines() == [
+        f"perfdoctor: error: {bad}: message of PD101 uses {{dataloader_wait_msec}}, which its check does not provide "
+        "(fields: dataloader_host_us, dataloader_wait_ms, dataloader_wait_pct, dataloader_wait_us, saving_ms, "
+        "saving_pct, step_ms, waiting)"]
+
+
+def test_user_override_threshold_type_is_checked(tmp_path):
+    rules = tmp_path / "r"
+    rules.mkdir()
+    (rules / "PD101.toml").write_text('code = "PD101"\n[thresholds]\nmin_saving_pct = "lots"\n')
+    with pytest.raises(PerfDoctorError, match=r"r/PD101.toml: thresholds.min_saving_pct of PD101 must be float"):
+        contract.validate(load_catalogue([str(rules)]), engine.check_modules())
+
+
+def test_user_metric_rule_message_may_use_metric_and_value_only(tmp_path):
+    rules = tmp_path / "r"
+    rules.mkdir()
+    base = ('code = "X101"\nname = "x"\ncategory = "host"\nseverity = "low"\nsummary = "s"\nwhy = "w"\n'
+            'saving = "s"\nfix = "f"\nexample_before = ""\nexample_after = ""\nreferences = []\n'
+            '[when]\nmetric = "PD101.dataloader_wait_pct"\nabove = 1.0\n')
+    (rules / "X101.toml").write_text('message = "{metric} is {value:.1f}"\n' + base)
+    contract.validate(load_catalogue([str(rules)]), engine.check_modules())
+    (rules / "X101.toml").write_text('message = "{metric} is {valeu:.1f}"\n' + base)
+    with pytest.raises(PerfDoctorError, match=r"uses \{valeu\}"):
+        contract.validate(load_catalogue([str(rules)]), engine.check_modules())
+
+
+def test_requirements_are_one_table_matching_the_catalogue_names():
+    assert set(requirements.REQUIREMENTS) == set(catalogue.REQUIREMENTS)
+    assert set(requirements.JOB_REQUIREMENTS) <= set(requirements.REQUIREMENTS)
+    source = (REPO / "perfdoctor" / "checks" / "engine.py").read_text()
+    assert "PD901" not in source and 'req == "' not in source  # no rule- or requirement-specific branch
+
+
+def test_run_order_is_declared_in_the_toml(tmp_path):
+    cat = load_catalogue()
+    order = engine.check_order(cat, sorted(cat.rules))
+    assert order[-1] == "PD901" and cat.rules["PD901"].runs_after_others
+    assert not cat.rules["PD901"].whole_trace_note and cat.rules["PD101"].whole_trace_note
+    rules = tmp_path / "r"
+    rules.mkdir()
+    (rules / "PD101.toml").write_text('code = "PD101"\nruns_after_others = true\n')
+    order = engine.check_order(load_catalogue([str(rules)]), sorted(cat.rules))
+    assert order[-2:] == ["PD101", "PD901"]
+    (rules / "PD101.toml").write_text('code = "PD101"\nruns_after_others = "yes"\n')
+    with pytest.raises(PerfDoctorError, match="runs_after_others must be true or false"):
+        load_catalogue([str(rules)])

@@ -219,10 +219,21 @@ def test_run_timeline_marks_warmup_steady_state_and_phase_change():
     """With run data from `perfdoctor profile`, section 4 draws the whole run with its warm-up and phases."""
     report = _tiny_report()
     times = [0.030] * 3 + [0.010] * 20 + [0.015] * 20
-    report["run"] = {"steps": {"step": list(range(len(times))), "duration_s": times},
-                     "steady_state": {"warmup_steps": 3, "phases": [
-                         {"start_step": 3, "end_step": 23, "median_s": 0.010},
-                         {"start_step": 23, "end_step": 43, "median_s": 0.015}]}}
+    n = len(times)
+    report["run"] = {  # a whole typed run section; the timeline reads steps and steady_state
+        "path": "run", "partial": False, "stop_reason": None, "steps_completed": n, "wall_s": None,
+        "flops_per_step": None, "parameter_count": None, "tokens_per_step": None, "samples_per_step": None,
+        "steps": {"step": list(map(float, range(n))), "duration_s": times, "train_s": times, "eval_s": [None] * n,
+                  "checkpoint_s": [None] * n, "tokens": [None] * n, "samples": [None] * n,
+                  "profiler_phase": ["none"] * n},
+        "steady_state": {"n_steps": n, "warmup_steps": 3, "phases": [
+                             {"start_step": 3, "end_step": 23, "median_s": 0.010},
+                             {"start_step": 23, "end_step": 43, "median_s": 0.015}],
+                         "median_s": 0.015, "p10_s": 0.010, "p90_s": 0.015, "trend_us_per_step": 0.0,
+                         "trend_rise_ratio": 0.0, "trend_detected": False, "window_median_s": None,
+                         "window_ratio": None, "window_neighbor_median_s": None, "window_neighbor_ratio": None,
+                         "notes": [], "phase_change": True, "steady_start_step": 23},
+        "throughput": {}, "non_training": {"eval_s": 0.0, "eval_steps": 0, "checkpoint_s": 0.0, "checkpoint_steps": 0}}
     html = render_html(report)
     assert_self_contained(html)
     section = html[html.index('<section id="timeline">'):html.index('<section id="details">')]

@@ -170,7 +170,7 @@ def test_terminal_findings_section(tmp_path):
 
     analysis = pipeline.analyze_paths([str(_dl_trace(tmp_path))], hash_inputs=False)
     cat = load_catalogue()
-    analysis.extras.update(engine.run_checks(analysis, cat, ["PD101", "PD301"]).to_report())
+    analysis.checks = engine.run_checks(analysis, cat, ["PD101", "PD301"])
     console = Console(width=100, record=True)
     render_terminal(pipeline.report_dict(analysis), console)
     text = console.export_text()
@@ -184,7 +184,7 @@ def test_terminal_findings_name_the_rank_on_multi_rank_jobs(tmp_path):
 
     analysis = pipeline.analyze_paths([str(p) for p in _ranked_dl_traces(tmp_path, {0: 80, 1: 400})],
                                       hash_inputs=False)
-    analysis.extras.update(engine.run_checks(analysis, load_catalogue(), ["PD101"]).to_report())
+    analysis.checks = engine.run_checks(analysis, load_catalogue(), ["PD101"])
     console = Console(width=320, record=True)  # wide enough that the finding fits on its row
     render_terminal(pipeline.report_dict(analysis), console)
     row = next(line for line in console.export_text().splitlines() if "│ 1 │ PD101" in line)

@@ -15,14 +15,20 @@ Every function taking plain numbers is exact (no rounding); callers round for di
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
 from perfdoctor.analysis.kernel_dtype import is_gemm_kernel, kernel_math_dtype
-from perfdoctor.analysis.roofline import Roofs
+from perfdoctor.analysis.missing import MissingReason
+from perfdoctor.analysis.roofline import RooflineResult, Roofs
+
+if TYPE_CHECKING:
+    from perfdoctor.analysis.rank import RankAnalysis
+    from perfdoctor.trace.tables import TraceTables
 
 
 def transformer_flops_per_token(n_params: float, n_layers: int, n_heads: int, d_model: int, seq_len: int) -> float:
@@ -255,23 +261,113 @@ def roofs_for_trace(tables: Any, measured: Roofs | None = None, prefer: str = "s
     return roofs_from_spec(spec) if spec else measured
 
 
-def trace_mfu(tables: Any, roofs: Roofs | None, step_time_s: float, n_steps: int,
-              model_flops_per_step: float | None = None, flops_source: str = "flop_counter") -> MfuResult:
-    """MFU of one rank from its trace.
+# Op-level FLOPs stand in for model FLOPs only when they cover the device time:
+# above this share of uncosted time the sum would understate the work (a wrong MFU).
+MAX_UNCOSTED_SHARE = 0.05
+# communication ops move data, they do no model FLOPs: not counted as uncosted compute
+_COMM_OP = re.compile(r"record_param_comms|^nccl:|^c10d::|gloo|all_?reduce|all_?gather|reduce_?scatter|broadcast")
+_GIVE_FLOPS = "(perfdoctor profile measures them; or pass --params/--layers/--heads/--d-model/--seq-len)"
 
-    Hardware FLOPs per step = the op-level FLOP sum of the whole trace
-    (:func:`~perfdoctor.analysis.roofline.roofline_table`) ÷ ``n_steps`` (the trace
-    should hold whole steps). Model FLOPs are ``model_flops_per_step`` when given
-    (FlopCounterMode from ``perfdoctor profile``, or :func:`transformer_flops_per_token`
-    × tokens), else the op sum (``flops_source="op_sum"``).
+
+def op_sum_unusable(roofline: RooflineResult | None) -> MissingReason | None:
+    """Why the op-level FLOP sum can't stand in for model FLOPs (None when it can).
+
+    Codes: ``no_shapes`` (no roofline: shapes not recorded), ``no_costed_op``, ``uncosted_ops`` (ops that
+    could not be costed, communication left out, take more than :data:`MAX_UNCOSTED_SHARE` of op time).
+    """
+    if roofline is None:
+        return MissingReason(code="no_shapes", message="no input shapes recorded (profile with record_shapes=True), "
+                             f"and no model FLOPs given {_GIVE_FLOPS}")
+    uncosted = sum(u["time_us"] for u in roofline.uncosted if not _COMM_OP.search(u["name"]))
+    total = roofline.costed_time_us + uncosted
+    if total <= 0 or roofline.total_flops <= 0:
+        return MissingReason(code="no_costed_op", message="no op could be costed from the recorded shapes")
+    share = uncosted / total
+    if share > MAX_UNCOSTED_SHARE:
+        return MissingReason(code="uncosted_ops", message=(
+            f"ops that could not be costed take {share:.0%} of op time, so the op-level FLOP sum would "
+            "understate the work; give model FLOPs (perfdoctor profile, or --params/--layers/--heads/--d-model/"
+            "--seq-len)"))
+    return None
+
+
+def trace_mfu(tables: TraceTables, roofs: Roofs | None, step_time_s: float, n_steps: int,
+              model_flops_per_step: float | None = None, flops_source: str = "flop_counter",
+              roofline: RooflineResult | None | Literal["compute"] = "compute",
+              busy_fraction: float | None = None) -> MfuResult | MissingReason:
+    """MFU of one rank from its trace: the one MFU path (``perfdoctor report`` runs it through
+    :func:`add_efficiency`).
+
+    Hardware FLOPs per step = the op-level FLOP sum of the whole trace (``roofline``, computed from
+    ``tables`` when "compute"; None = shapes not recorded) ÷ ``n_steps`` (the trace should hold whole steps).
+    Model FLOPs are ``model_flops_per_step`` when given (FlopCounterMode from ``perfdoctor profile``, or
+    :func:`transformer_flops_per_token` × tokens); else the op sum (``flops_source="op_sum"``), but only
+    when :func:`op_sum_unusable` finds no reason against it — else that reason is returned, so MFU is left
+    out, never understated. ``step_time_s``: the step time (s) MFU is taken over; ``busy_fraction``: device
+    busy time ÷ step time (0–1), the most of a step it could compute in (see :func:`compute_mfu`).
+
+    Raises:
+        ValueError: ``n_steps`` or ``step_time_s`` not positive.
     """
     from perfdoctor.analysis.roofline import roofline_table
 
     if n_steps <= 0:
         raise ValueError("n_steps must be positive")
+    if isinstance(roofline, str):
+        roofline = roofline_table(tables, roofs, top=0, chart_points=0)
     dtype, _ = gemm_dtype(tables)
-    op_sum = roofline_table(tables, roofs, top=0, chart_points=0).total_flops / n_steps
-    if model_flops_per_step is None:
-        model_flops_per_step, flops_source = op_sum, "op_sum"
-    return compute_mfu(model_flops_per_step, step_time_s, roofs, dtype, flops_source,
-                       on_gpu=bool(tables.has_device_activity), hardware_flops=op_sum)
+    on_gpu = bool(tables.has_device_activity)
+    op_sum = roofline.total_flops / n_steps if roofline is not None else None
+    unusable = op_sum_unusable(roofline)
+    if model_flops_per_step is not None:
+        return compute_mfu(model_flops_per_step, step_time_s, roofs, dtype, flops_source, on_gpu, op_sum,
+                           busy_fraction=busy_fraction, hardware_flops_complete=unusable is None)
+    if unusable is not None or op_sum is None:
+        return unusable or MissingReason(code="no_shapes", message="no op-level FLOPs")
+    return compute_mfu(op_sum, step_time_s, roofs, dtype, "op_sum", on_gpu, op_sum)
+
+
+def add_efficiency(ranks: list[RankAnalysis], model_flops_per_step: float | None = None,
+                   flops_source: str = "flop_counter", measured_roofs: Roofs | None = None, prefer: str = "spec",
+                   step_time_s_by_rank: dict[int, float] | None = None) -> None:
+    """Per-rank roofline, GEMM dtype and MFU (``rank.roofline``, ``.gemm_dtype``, ``.mfu`` or ``.mfu_missing``).
+
+    Roofs are the matched GPU's datasheet figures (``prefer="spec"``) or ``measured_roofs`` (``perfdoctor
+    calibrate``); a CPU-only trace only ever gets measured roofs, and only when they were measured on the
+    machine that recorded it (the caller decides). MFU = model FLOP per step ÷ median step time of the
+    rank's primary device ÷ the peak at the GEMMs' dtype (:func:`trace_mfu`). ``step_time_s_by_rank`` (from
+    a run directory: the median of each rank's steady-state steps outside the profiled window, so without
+    profiler overhead) replaces the trace's median step time. A rank without MFU gets a warning
+    ``"<path>: MFU not computed: <reason>"`` and the typed reason in ``mfu_missing``.
+    """
+    from perfdoctor.analysis.rank import GemmDtype
+    from perfdoctor.analysis.roofline import roofline_table
+
+    for r in ranks:
+        roofs = roofs_for_trace(r.tables, measured_roofs, prefer)
+        ops = r.tables.cpu_ops
+        has_shapes = bool(len(ops)) and bool((ops["input_dims"] != None).any())  # noqa: E711 - object array
+        r.roofline = roofline_table(r.tables, roofs) if has_shapes else None
+        r.gemm_dtype = GemmDtype(*gemm_dtype(r.tables))
+        if r.steps.source == "whole-trace" or not r.primary.steps:
+            _missing(r, MissingReason(code="no_steps", message="no training steps in the trace"))
+            continue
+        step_s = float(np.median([s.dur_us for s in r.primary.steps])) / 1e6
+        run_step_s = (step_time_s_by_rank or {}).get(r.rank) if r.rank is not None else None
+        if run_step_s:
+            step_s = run_step_s
+        busy = min(float(np.mean([s.busy_us for s in r.primary.steps])) / 1e6 / step_s, 1.0)
+        out = trace_mfu(r.tables, roofs, step_s, len(r.steps), model_flops_per_step, flops_source,
+                        roofline=r.roofline, busy_fraction=busy)
+        if isinstance(out, MissingReason):
+            _missing(r, out)
+            continue
+        if run_step_s:
+            out.note = ("step time = median of the run's steady-state steps outside the profiled window "
+                        "(no profiler overhead); " + out.note).rstrip("; ")
+        r.mfu = out
+
+
+def _missing(r: RankAnalysis, why: MissingReason) -> None:
+    r.mfu_missing = why
+    r.warnings.append(f"{r.tables.path}: MFU not computed: {why.message}")

@@ -11,13 +11,18 @@ import csv
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from perfdoctor.analysis.steady_state import SteadyState, analyze
+from perfdoctor.capture.rundir import steps_csv_rank
 from perfdoctor.capture.step_record import STEP_FIELDS
 from perfdoctor.errors import PerfDoctorError
 
+if TYPE_CHECKING:
+    from perfdoctor.analysis.roofline import Roofs
+    from perfdoctor.model.report import RunSection
 
 @dataclass
 class RunData:
@@ -42,32 +47,6 @@ class RunData:
     @property
     def partial(self) -> bool:
         return bool(self.run.get("partial"))
-
-    def report_section(self) -> dict:
-        """JSON-able ``report["run"]``: run facts, the step series, steady state, throughput.
-
-        ``steps`` holds ``step``, ``duration_s`` and ``profiler_phase`` lists (rank 0);
-        ``steady_state`` is :class:`SteadyState` as a dict plus ``phase_change``.
-        """
-        ss = self.steady_state
-        steady = None
-        if ss is not None:
-            steady = {**asdict(ss), "phase_change": ss.phase_change,
-                      "steady_start_step": ss.steady_start_step}
-        keep = ("status", "partial", "stop_reason", "exit_code", "command", "script", "world_size",
-                "launcher", "profiler", "environment", "cpu", "git", "flops_per_step", "parameter_count",
-                "param_dtypes", "autocast", "tokens_per_step", "samples_per_step", "wall_s",
-                "steps_completed", "traces", "missing_ranks")
-        return {
-            **{k: self.run.get(k) for k in keep},
-            "path": str(self.path),
-            "steps": {"step": self.steps["step"].astype(int).tolist(),
-                      "duration_s": self.steps["duration_s"].tolist(),
-                      "train_s": self.steps["train_s"].tolist(),
-                      "profiler_phase": self.steps["profiler_phase"].tolist()},
-            "steady_state": steady,
-            "throughput": self.throughput(),
-        }
 
     def throughput(self) -> dict:
         """Train-only and wall rates, each with numerator and denominator.
@@ -121,8 +100,7 @@ def load_run_dir(path: str | Path) -> RunData:
         raise PerfDoctorError(f"{path / 'run.json'}: not valid JSON ({exc})") from None
     rank_steps = {}
     for f in sorted(path.glob("steps*.csv")):
-        rank = 0 if f.name == "steps.csv" else int(f.name.split(".rank")[1].split(".")[0])
-        rank_steps[rank] = read_steps_csv(f)
+        rank_steps[steps_csv_rank(f.name)] = read_steps_csv(f)
     steps = rank_steps.get(0) or (rank_steps[min(rank_steps)] if rank_steps else read_empty())
     traces = sorted(path.glob("trace.rank*.pt.trace.json*"))
     return RunData(path, run, steps, rank_steps, traces, steady_state_of(steps))
@@ -165,3 +143,128 @@ def throughput(steps: dict[str, np.ndarray], ss: SteadyState | None, wall_s: flo
             out[f"wall_{unit}_per_s"] = {"value": total / wall_s, f"{unit}": total,
                                          "seconds": float(wall_s), "steps": int(d.size)}
     return out
+
+
+_SERIES = ("step", "duration_s", "train_s", "eval_s", "checkpoint_s", "tokens", "samples", "profiler_phase")
+
+
+def run_section(run: RunData) -> RunSection:
+    """The report's ``run`` section of a ``perfdoctor profile`` run directory.
+
+    ``steps``: the whole run's series (``step``, ``duration_s`` in s, NaN → None); ``steady_state``: warm-up,
+    phases and trend (:mod:`perfdoctor.analysis.steady_state`); ``throughput``: train-only and wall rates,
+    each with its numerator and denominator in words; ``non_training``: :func:`non_training`.
+    """
+    from perfdoctor.model.build import plain
+    from perfdoctor.model.report import RunSection
+
+    ss = run.steady_state
+    steps = {k: [None if (isinstance(x, float) and x != x) else x for x in v.tolist()]
+             for k, v in run.steps.items() if k in _SERIES}
+    section = {
+        "path": str(run.path), "partial": run.partial, "stop_reason": run.run.get("stop_reason"),
+        "steps_completed": run.run.get("steps_completed"), "wall_s": run.run.get("wall_s"),
+        "flops_per_step": run.run.get("flops_per_step"), "parameter_count": run.run.get("parameter_count"),
+        "tokens_per_step": run.run.get("tokens_per_step"), "samples_per_step": run.run.get("samples_per_step"),
+        "steps": steps,
+        "steady_state": None if ss is None else {**asdict(ss), "phase_change": ss.phase_change,
+                                                 "steady_start_step": ss.steady_start_step},
+        "throughput": _throughput_words(run.throughput()),
+        "non_training": non_training(run.steps),
+    }
+    return plain(section, RunSection, f"{run.path}: run section")
+
+
+def _throughput_words(rates: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Each rate of :func:`throughput` as ``{value, unit, numerator, denominator}`` (the parts in words)."""
+    out = {}
+    for key, v in rates.items():
+        unit = "tokens" if "tokens" in key else "samples"
+        if key.startswith("train"):
+            num = f"{v[unit]:,.0f} {unit} in the {v['steps']} steady-state steps (warm-up and profiled steps excluded)"
+            den = f"{v['seconds']:.3f} s, the sum of those steps' times"
+            if v.get("excluded_s"):
+                den = (f"{v['seconds']:.3f} s, the sum of those steps' train-only times (their "
+                       f"{v['seconds'] + v['excluded_s']:.3f} s less {v['excluded_s']:.3f} s of evaluation and "
+                       "checkpoint saving inside them)")
+        else:
+            num = f"{v[unit]:,.0f} {unit} in all {v['steps']} steps"
+            den = f"{v['seconds']:.3f} s of wall time (script start to stop: includes set-up, evaluation, compilation)"
+        out[key] = {"value": v["value"], "unit": f"{unit}/s", "numerator": num, "denominator": den}
+    return out
+
+
+def non_training(steps: dict[str, np.ndarray]) -> dict[str, float | int]:
+    """Evaluation and checkpoint time found inside training steps (``eval_s``, ``checkpoint_s``: s), and in
+    how many steps (``eval_steps``, ``checkpoint_steps``)."""
+    out: dict[str, float | int] = {}
+    for key in ("eval_s", "checkpoint_s"):
+        v = np.nan_to_num(np.asarray(steps.get(key, []), dtype=float))
+        out[key] = float(v.sum())
+        out[key.replace("_s", "_steps")] = int((v > 0).sum())
+    return out
+
+
+def profiled_non_training(run: RunData) -> list[str]:
+    """Warnings for profiled steps that held evaluation or checkpoint saving (their trace breakdown counts it)."""
+    steps = run.steps
+    if "eval_s" not in steps or not len(steps["eval_s"]):
+        return []
+    other = np.nan_to_num(steps["eval_s"]) + np.nan_to_num(steps["checkpoint_s"])
+    hit = np.flatnonzero((steps["profiler_phase"] == "active") & (other > 0.05 * steps["duration_s"]))
+    if not hit.size:
+        return []
+    which = ", ".join(f"#{int(steps['step'][i])} ({other[i] * 1e3:,.1f} of {steps['duration_s'][i] * 1e3:,.1f} ms)"
+                      for i in hit[:5])
+    return [f"{run.path}: profiled step(s) {which} held evaluation or checkpoint saving (model.eval() … "
+            "model.train(), torch.save); the trace breakdown of those steps counts that work as step time"]
+
+
+def steady_step_times(run: RunData | None) -> dict[int, float]:
+    """Median steady-state step time (s) of each rank of a run directory, outside the profiled window; ranks
+    whose steady span is unstable (its median is the noise's) are left out."""
+    if run is None:
+        return {}
+    out = {}
+    for rank, steps in run.rank_steps.items():
+        ss = steady_state_of(steps)
+        if ss is not None and ss.median_s > 0 and not ss.unstable:
+            out[int(rank)] = float(ss.median_s)
+    return out
+
+
+def measured_cpu_roofs(run: RunData | None) -> Roofs | None:
+    """This machine's CPU calibration, if the run was recorded on this machine; else None.
+
+    "This machine" = same hostname and CPU model in the run's ``run.json`` and in the calibration record:
+    a CPU peak measured elsewhere says nothing about the machine in the trace.
+    """
+    from perfdoctor.analysis import calibration
+
+    if run is None:
+        return None
+    env, cpu = run.run.get("environment") or {}, run.run.get("cpu") or {}
+    if env.get("cuda_available") or not env.get("hostname"):
+        return None
+    try:
+        record = calibration.load_calibration()
+        if record.get("hostname") != env.get("hostname") or record.get("cpu_model") != cpu.get("model"):
+            return None
+        return calibration.roofs_from_calibration(record, "cpu")
+    except PerfDoctorError:
+        return None
+
+
+def no_trace_reason(path: str, run: RunData) -> str:
+    """Why the run directory ``path`` has no trace, and what the report then covers."""
+    done = run.run.get("steps_completed")
+    if not done:
+        return (f"{path}: no training step was seen, so there is no trace and no step series: perfdoctor counts "
+                "optimizer.step() calls of torch.optim optimizers; a loop without one must call perfdoctor.step() "
+                "once per step (import perfdoctor)")
+    windows = [w for r in run.run.get("ranks") or [] for w in r.get("windows") or []]
+    where = (f" (profiled window at steps {windows[0]['first_step']}–{windows[0]['last_step']})"
+             if windows else "")
+    return (f"{path}: the run stopped after {done} steps, before its profiled window completed{where}: there is no "
+            "trace, so this report covers the run's step series and throughput only (profile again with fewer "
+            "--steps or a smaller --wait to get a trace)")

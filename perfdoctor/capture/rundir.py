@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from pathlib import Path
 
@@ -74,3 +75,46 @@ def write_json(path: Path, data: dict) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(data, indent=2, sort_keys=False, default=str) + "\n")
     os.replace(tmp, path)
+
+
+def is_run_dir(path: str) -> bool:
+    """A directory written by ``perfdoctor profile`` (it holds a ``run.json``)."""
+    return os.path.isdir(path) and os.path.isfile(os.path.join(path, "run.json"))
+
+
+_TRACE_NAME = re.compile(r"trace\.rank(\d+)(?:\.w(\d+))?\.pt\.trace")
+
+
+def trace_rank_window(name: str) -> tuple[int, int] | None:
+    """(rank, window) of a trace file named by :func:`trace_name` (window 0 without ``.w<K>``), else None."""
+    m = _TRACE_NAME.search(os.path.basename(name))
+    return (int(m.group(1)), int(m.group(2) or 0)) if m else None
+
+
+def steps_csv_rank(name: str) -> int:
+    """The rank of a steps file named by :func:`steps_csv_name` (``steps.csv`` is rank 0)."""
+    base = os.path.basename(name)
+    return 0 if base == "steps.csv" else int(base.split(".rank")[1].split(".")[0])
+
+
+def last_window_per_rank(path: str, traces: list[Path]) -> tuple[list[str], str | None]:
+    """The last profiled window's trace of each rank of a run directory (``trace.rank<R>[.w<K>]...``), and a
+    note naming the windows left out when a rank has several (``perfdoctor profile --repeat``).
+
+    A trace whose name does not parse counts as the next unseen rank's only window."""
+    best: dict[int, tuple[int, str]] = {}
+    per_rank: dict[int, int] = {}
+    for t in traces:
+        rank, window = trace_rank_window(str(t)) or (len(best), 0)
+        per_rank[rank] = per_rank.get(rank, 0) + 1
+        if rank not in best or window > best[rank][0]:
+            best[rank] = (window, str(t))
+    chosen = [best[r][1] for r in sorted(best)]
+    several = max(per_rank.values(), default=1)
+    note = None
+    if several > 1:
+        note = (f"{path}: {several} profiled windows per rank; this report analyses the last one "
+                f"({', '.join(os.path.basename(c) for c in chosen[:2])}{', ...' if len(chosen) > 2 else ''}): the "
+                "steady state a long run extrapolates to; `perfdoctor report` on another window's trace file "
+                "analyses that one")
+    return chosen, note

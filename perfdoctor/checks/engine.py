@@ -304,7 +304,7 @@ def combine(analysis: Any, rank_ctx: list[cx.RankContext], per_rank: list[dict[s
         needs_trace = spec.scope != "job" or any(q != "run" for q in spec.requires)
         if needs_trace and not rank_ctx:
             if report:
-                reason = analysis.extras.get("no_trace") and "no trace: the run stopped before its profiled window"
+                reason = analysis.no_trace and "no trace: the run stopped before its profiled window"
                 res.skipped.append({"code": code, "name": spec.name, "reason": reason or "no trace to analyse"})
             continue
         if spec.scope == "job":

@@ -1,6 +1,6 @@
 """PD206 low-mfu: model FLOP/s far below the device's peak at the GEMMs' dtype (GPU only).
 
-MFU comes from :func:`perfdoctor.pipeline.add_efficiency` (model FLOPs per
+MFU comes from :func:`perfdoctor.analysis.mfu.add_efficiency` (model FLOPs per
 step ÷ median step time ÷ dense datasheet peak at the dtype the GEMM kernels
 ran in). The dominant reason is the largest non-GEMM share of the step in the
 breakdown (idle by cause, exposed communication, memory-bound elementwise /
@@ -64,9 +64,8 @@ def dominant_reason(ctx: RankContext, dtype: str | None, roofs: dict | None) -> 
 def check(ctx: RankContext) -> Outcome:
     mfu = ctx.rank.mfu
     if mfu is None:
-        why = next((w.split("MFU not computed: ", 1)[1] for w in ctx.rank.warnings if "MFU not computed" in w),
-                   "MFU was not computed for this trace")
-        return skipped(why)
+        missing = ctx.rank.mfu_missing
+        return skipped(missing.message if missing is not None else "MFU was not computed for this trace")
     if not mfu.on_gpu:
         return skipped("CPU-only trace: MFU against a GPU datasheet peak is meaningless")
     if mfu.mfu is None:

@@ -124,6 +124,7 @@ def make_report(run_dir: Path) -> dict:
     """
     from perfdoctor import pipeline
     from perfdoctor.capture.run_data import load_run_dir
+    from perfdoctor.model import to_builtins
     from perfdoctor.render.formats import render_bytes
 
     data = load_run_dir(run_dir)
@@ -134,9 +135,11 @@ def make_report(run_dir: Path) -> dict:
                                        without_traces=f"trace analysis failed: {exc.message}")
     path = run_dir / "report.html"
     path.write_bytes(render_bytes(report, "html"))
-    kind = "html" if report["ranks"] else "html-run-only"
-    _note_report(run_dir, {"kind": kind, "path": path.name, **({"why": report["no_trace"]} if "no_trace" in report else {})})
-    return {"path": path, "findings": report.get("findings", []), "kind": kind, "why": report.get("no_trace")}
+    kind = "html" if report.ranks else "html-run-only"
+    why = report.no_trace if isinstance(report.no_trace, str) else None
+    _note_report(run_dir, {"kind": kind, "path": path.name, **({"why": why} if why is not None else {})})
+    findings = to_builtins(report).get("findings", [])
+    return {"path": path, "findings": findings, "kind": kind, "why": why}
 
 
 def _note_report(run_dir: Path, info: dict) -> None:

@@ -134,6 +134,7 @@ def _analyze(args: argparse.Namespace, err: Console, opts: object) -> BuiltRepor
     from rich.progress import BarColumn, DownloadColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
     from perfdoctor import pipeline
+    from perfdoctor.capture.rundir import is_run_dir
     from perfdoctor.trace import trace_files_in
 
     def run_traces(p: str) -> list[str]:
@@ -145,7 +146,7 @@ def _analyze(args: argparse.Namespace, err: Console, opts: object) -> BuiltRepor
     extra: dict[str, object] = {"model_flops_per_step": flops, "flops_source": "transformer_formula"} if flops else {}
     extra["rule_options"] = opts
     extra["cache"] = bool(getattr(args, "cache", False))
-    files = [f for p in args.paths for f in (run_traces(p) if pipeline.is_run_dir(p) else trace_files_in(p))]
+    files = [f for p in args.paths for f in (run_traces(p) if is_run_dir(p) else trace_files_in(p))]
     total = sum(os.path.getsize(f) for f in files if os.path.isfile(f))
     parallel = len(files) > 1 and (args.dask or (args.jobs or os.cpu_count() or 1) > 1)
     if parallel:
@@ -183,7 +184,7 @@ def run(args: argparse.Namespace) -> int:
     opts = config.resolve(args.select, args.ignore, args.rules, args.fail_on)
     err = Console(stderr=True)
     built = _analyze(args, err, opts)
-    report = built.report
+    report = built.model
     if args.format in ("json", "md"):
         sys.stdout.buffer.write(render_bytes(report, args.format))
         sys.stdout.flush()

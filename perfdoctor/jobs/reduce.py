@@ -63,8 +63,7 @@ def reduce(summaries: list[RankSummary], cat: Any, codes: list[str], run: Any = 
     analysis.warnings += [f"{s.path}: rank not analysed: {s.error}" if not str(s.error).startswith(s.path)
                           else f"rank not analysed: {s.error}" for s in failed]
     analysis.warnings += list(extra_warnings or [])
-    if no_trace:
-        analysis.extras["no_trace"] = no_trace
+    analysis.no_trace = no_trace
     gpu = [s for s in ok if s.primary_kind == "gpu" and s.step_rows and s.collectives is not None]
     if len(gpu) > 1:
         analysis.collective_wait, analysis.collective_wait_note = collective_wait.compute(

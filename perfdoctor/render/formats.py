@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from perfdoctor.errors import PerfDoctorError
+
+if TYPE_CHECKING:
+    from perfdoctor.model import Report
 
 EXTENSIONS = {".html": "html", ".htm": "html", ".md": "md", ".markdown": "md", ".json": "json"}
 
@@ -22,12 +26,16 @@ def format_for(path: str) -> str:
     return fmt
 
 
-def render_bytes(report: dict[str, Any], fmt: str) -> bytes:
-    """The report in ``fmt`` ("html", "md", "json") as UTF-8 bytes."""
-    if fmt == "json":
-        from perfdoctor.render.json_out import render_json
+def render_bytes(report: Report | Mapping[str, Any], fmt: str) -> bytes:
+    """The report in ``fmt`` ("html", "md", "json") as UTF-8 bytes.
 
-        return render_json(report)
+    Raises:
+        PerfDoctorError: ``report`` is a mapping that is not a perfdoctor report of this schema version.
+    """
+    if fmt == "json":
+        from perfdoctor.model import as_report, to_json
+
+        return to_json(as_report(report))
     if fmt == "md":
         from perfdoctor.render.markdown import render_markdown
 

@@ -11,12 +11,14 @@ through ``tojson``, whose HTML-safe escaping keeps a kernel named
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import Any
 
 import jinja2
 import orjson
 from markupsafe import Markup, escape
 
+from perfdoctor.model import Report, as_report, to_builtins
 from perfdoctor.render import svg, view
 
 _BREAKDOWN_ORDER = ("matmul", "attention", "conv", "reduction_norm", "elementwise", "optimizer", "other",
@@ -164,13 +166,14 @@ def rank_view(report: dict[str, Any], rank: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def render_html(report: dict[str, Any], generated_at: str | None = None) -> str:
+def render_html(report: Report | Mapping[str, Any], generated_at: str | None = None) -> str:
     """The report as one self-contained HTML page (str).
 
     Args:
         report: the dict from :func:`perfdoctor.pipeline.report_dict` (plus findings, run data).
         generated_at: text stamped in the footer; None (default) keeps output byte-stable.
     """
+    report = to_builtins(as_report(report))
     main = view.summary_rank(report)
     ranks = [rank_view(report, r) for r in report["ranks"]]
     context = {

@@ -1,14 +1,17 @@
-"""JSON renderer: the report dict, stable bytes (sorted keys, 2-space indent)."""
+"""JSON renderer: the report's own JSON (:func:`perfdoctor.model.to_json`; sorted keys, 2-space indent)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
-import orjson
-
-_OPTS = orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY
+from perfdoctor.model import Report, as_report, to_json
 
 
-def render_json(report: dict[str, Any]) -> bytes:
-    """The report as UTF-8 JSON bytes; NaN/inf become null (orjson's rule)."""
-    return orjson.dumps(report, option=_OPTS) + b"\n"
+def render_json(report: Report | Mapping[str, Any]) -> bytes:
+    """The report as UTF-8 JSON bytes; NaN/inf become null.
+
+    Raises:
+        PerfDoctorError: ``report`` is a mapping that is not a perfdoctor report of this schema version.
+    """
+    return to_json(as_report(report))

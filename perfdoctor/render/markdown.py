@@ -8,8 +8,10 @@ name cannot open a link, an image, raw HTML or break a table row.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import Any
 
+from perfdoctor.model import Report, as_report, to_builtins
 from perfdoctor.render import view
 
 MAX_FINDINGS = 10
@@ -96,8 +98,9 @@ def _ranks(report: dict[str, Any]) -> list[str]:
                                      {1, 2, 3}) + [""]
 
 
-def render_markdown(report: dict[str, Any]) -> str:
+def render_markdown(report: Report | Mapping[str, Any]) -> str:
     """The Markdown summary (UTF-8 text, ends with a newline; byte-stable for the same report)."""
+    report = to_builtins(as_report(report))
     inputs = ", ".join(esc(i["path"]) for i in report["inputs"][:4])
     if len(report["inputs"]) > 4:
         inputs += f" and {len(report['inputs']) - 4} more"

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
+from perfdoctor.model import Report, as_report, to_builtins
 from perfdoctor.render.view import CAT_LABELS as _CAT_LABELS
 from perfdoctor.render.view import IDLE_LABELS as _IDLE_LABELS
 from perfdoctor.render.view import device_name, ms, pct
@@ -73,11 +75,12 @@ def _print_run_only(report: dict[str, Any], console: Console) -> None:
     console.print()
 
 
-def render_terminal(report: dict[str, Any], console: Console, err_console: Console | None = None,
+def render_terminal(report: Report | Mapping[str, Any], console: Console, err_console: Console | None = None,
                     per_rank: bool = False) -> None:
     """Print the human summary of a report to ``console``; warnings about the input go to
     ``err_console`` (stderr in the CLI) when given. A multi-rank job (a ``job`` section) prints the job summary
     (:mod:`perfdoctor.render.job_terminal`) instead of one table per rank unless ``per_rank``."""
+    report = to_builtins(as_report(report))
     run = report.get("run") or {}
     if run.get("partial") or report.get("partial"):
         console.print(Text(f"PARTIAL RUN: {run.get('stop_reason') or 'the run did not complete'} "

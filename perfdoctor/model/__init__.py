@@ -1,0 +1,6 @@
+"""The typed report model (:mod:`perfdoctor.model.report`) and its JSON round trip (:mod:`.codec`)."""
+
+from perfdoctor.model.codec import as_report, from_json, to_builtins, to_json
+from perfdoctor.model.report import SCHEMA, SCHEMA_VERSION, MissingReason, Report
+
+__all__ = ["SCHEMA", "SCHEMA_VERSION", "MissingReason", "Report", "as_report", "from_json", "to_builtins", "to_json"]

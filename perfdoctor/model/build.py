@@ -1,0 +1,137 @@
+"""Build the typed :class:`~perfdoctor.model.report.Report` from an analysis and its check results.
+
+Each ``*_section`` function turns one analysis result into its report section. Analysis results that are
+dataclasses of plain numbers (MFU, roofline, steady state, findings) are converted through their JSON form,
+so the Report in memory equals the one read back from its JSON (NaN is ``None`` in both).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import msgspec
+import numpy as np
+import orjson
+from msgspec import UNSET
+
+from perfdoctor import __version__
+from perfdoctor.analysis import summary
+from perfdoctor.analysis.breakdown import DeviceBreakdown, sum_steps
+from perfdoctor.analysis.memory import memory_summary
+from perfdoctor.analysis.trace_info import profiler_settings
+from perfdoctor.errors import PerfDoctorError
+from perfdoctor.model import report as m
+
+if TYPE_CHECKING:
+    from perfdoctor.analysis.rank import Analysis, RankAnalysis
+    from perfdoctor.checks.engine import CheckResults
+    from perfdoctor.trace.tables import TraceTables
+
+T = TypeVar("T")
+_OPTS = orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY
+
+
+def plain(obj: Any, typ: type[T], what: str = "report section") -> T:
+    """``obj`` (dicts, lists, numbers, numpy values, dataclasses) as ``typ`` through its JSON form.
+
+    Raises:
+        PerfDoctorError: ``obj`` does not have the shape of ``typ`` (an analysis wrote an unexpected field
+            type: a bug, named with the field's path).
+    """
+    try:
+        return msgspec.json.decode(orjson.dumps(obj, option=_OPTS), type=typ)
+    except (msgspec.ValidationError, TypeError, orjson.JSONEncodeError) as exc:
+        raise PerfDoctorError(f"{what}: cannot be written to the report ({exc})") from None
+
+
+def _int_or_none(v: object) -> int | None:
+    return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+
+def device_properties(tables: TraceTables) -> list[m.DeviceProperties]:
+    """The trace's ``deviceProperties``; values of the wrong type (hostile traces) are left out as None."""
+    out = []
+    for p in tables.device_properties:
+        if not isinstance(p, dict):
+            continue
+        cc = f"{p.get('computeMajor')}.{p.get('computeMinor')}" if "computeMajor" in p else None
+        name = p.get("name")
+        out.append(m.DeviceProperties(id=_int_or_none(p.get("id")), name=None if name is None else str(name),
+                                      memory_bytes=_int_or_none(p.get("totalGlobalMem")), compute_capability=cc,
+                                      sm_count=_int_or_none(p.get("numSms"))))
+    return out
+
+
+def device_section(dev: DeviceBreakdown) -> m.DeviceSection:
+    """One device's breakdown: utilization = Σ busy ÷ Σ step time; step time distribution (µs)."""
+    totals = sum_steps(dev.steps)
+    dur = totals.get("dur_us", 0.0)
+    return m.DeviceSection(
+        device=dev.device, kind=dev.kind, utilization=(totals.get("busy_us", 0.0) / dur) if dur else None,
+        step_time_us=plain(summary.distribution(np.array([s.dur_us for s in dev.steps])), m.Distribution,
+                           "step_time_us"),
+        totals=plain(totals, m.StepTotals, "totals"),
+        steps=plain([s.to_dict() for s in dev.steps], list[m.StepBreakdown], "steps"),
+        notes=list(dev.notes))
+
+
+def rank_section(r: RankAnalysis) -> m.RankSection:
+    """The report section of one rank (see docs/report-schema.md "ranks")."""
+    window = (float(r.steps.start_us[0]), float(r.steps.end_us[-1])) if len(r.steps) else (-np.inf, np.inf)
+    return m.RankSection(
+        rank=r.rank, path=r.tables.path, device_properties=device_properties(r.tables),
+        steps_source=r.steps.source, step_marker=r.steps.marker, primary_device=r.primary.device,
+        devices=[device_section(d) for d in r.devices],
+        top_kernels=plain(summary.top_kernels(r.tables, window), list[m.TopKernel], "top_kernels"),
+        top_cpu_ops=plain(summary.top_cpu_ops(r.tables, window, r.steps.pid), list[m.TopCpuOp], "top_cpu_ops"),
+        memory=plain(memory_summary(r.tables), m.MemorySection, "memory"),
+        profiler=profiler_settings(r.tables.metadata),
+        roofline=None if r.roofline is None else plain(r.roofline, m.RooflineSection, "roofline"),
+        mfu=None if r.mfu is None else plain(r.mfu, m.MfuSection, "mfu"),
+        mfu_missing=r.mfu_missing if r.mfu_missing is not None else UNSET,
+        gemm_dtype=m.GemmDtype(dominant=r.gemm_dtype.dominant, time_us=dict(r.gemm_dtype.time_us)),
+        replay=None if r.replay is None else plain(r.replay.to_dict(), m.ReplaySection, "replay"),
+        warnings=list(r.warnings))
+
+
+def summary_section(ranks: list[m.RankSection]) -> m.Summary:
+    """Spread of the median step time across the ranks (each rank's primary device)."""
+    medians = {r.rank: r.primary.step_time_us.median for r in ranks if r.rank is not None}
+    s = summary.rank_summary(medians)
+    if not medians:
+        return m.Summary(n_ranks=0)
+    return m.Summary(n_ranks=s["n_ranks"], slowest_rank=s["slowest_rank"], fastest_rank=s["fastest_rank"],
+                     median_step_us=dict(s["median_step_us"]), spread_pct=float(s["spread_pct"]))
+
+
+def check_sections(results: CheckResults) -> dict[str, Any]:
+    """``findings``, ``skipped_checks``, ``passed_checks`` and ``findings_note`` of the Report."""
+    rep = results.to_report()
+    return {"findings": plain(rep["findings"], list[m.FindingSection], "findings"),
+            "skipped_checks": plain(rep["skipped_checks"], list[m.SkippedCheck], "skipped_checks"),
+            "passed_checks": list(rep["passed_checks"]), "findings_note": rep["findings_note"]}
+
+
+def build_report(analysis: Analysis, run: m.RunSection | None = None,
+                 sections: Sequence[m.RankSection | Mapping[str, Any]] | None = None,
+                 job: Mapping[str, Any] | None = None) -> m.Report:
+    """The whole typed report of ``analysis`` (its ranks, check results and warnings) and of the run
+    directory's ``run`` section (:func:`perfdoctor.capture.run_data.run_section`), if any.
+
+    ``sections``: the ranks' sections when already made (rank summaries made them, maybe in another process,
+    as plain dicts), else :func:`rank_section` of each rank; ``job``: the cross-rank section of a multi-rank
+    job (:func:`perfdoctor.jobs.cross_rank.job_section`)."""
+    if sections is None:
+        ranks = [rank_section(r) for r in analysis.ranks]
+    else:
+        ranks = [s if isinstance(s, m.RankSection) else plain(s, m.RankSection, "rank section") for s in sections]
+    checks = check_sections(analysis.checks) if analysis.checks is not None else {}
+    return m.Report(
+        tool=m.Tool(name="perfdoctor", version=__version__),
+        inputs=plain(analysis.inputs, list[m.InputFile], "inputs"),
+        warnings=list(analysis.warnings), ranks=ranks, summary=summary_section(ranks),
+        run=run if run is not None else UNSET,
+        no_trace=analysis.no_trace if analysis.no_trace else UNSET,
+        partial=True if analysis.partial else UNSET,
+        job=plain(job, m.JobSection, "job section") if job is not None else UNSET, **checks)

@@ -1,0 +1,90 @@
+"""The report's JSON round trip: :func:`to_json` and :func:`from_json` (``from_json(to_json(r)) == r``).
+
+Bytes: keys sorted, 2-space indent, non-finite floats as ``null``, a final newline, UTF-8 — the same
+bytes as the report's JSON before the typed model (orjson writes them; msgspec turns the Structs into
+plain values first, leaving out the UNSET sections).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import msgspec
+import orjson
+
+from perfdoctor.errors import PerfDoctorError
+from perfdoctor.model.report import SCHEMA, SCHEMA_VERSION, Report
+
+_OPTS = orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY
+
+
+class _Header(msgspec.Struct):
+    """The two keys every perfdoctor report carries, read before the rest."""
+
+    schema: object = None
+    schema_version: object = None
+
+
+def to_builtins(report: Report) -> dict[str, Any]:
+    """The report as plain dicts/lists/numbers (the JSON document before encoding; int dict keys kept)."""
+    out: dict[str, Any] = msgspec.to_builtins(report)
+    return out
+
+
+def to_json(report: Report) -> bytes:
+    """The report as UTF-8 JSON bytes (sorted keys, 2-space indent, NaN/inf as null, final newline)."""
+    return orjson.dumps(to_builtins(report), option=_OPTS) + b"\n"
+
+
+def dumps_plain(doc: Mapping[str, Any]) -> bytes:
+    """A report-shaped plain mapping encoded exactly as :func:`to_json` encodes a Report."""
+    return orjson.dumps(doc, option=_OPTS) + b"\n"
+
+
+def _check_header(header: _Header, source: str) -> None:
+    if header.schema != SCHEMA:
+        raise PerfDoctorError(f"{source}: not a perfdoctor report (schema {header.schema!r}, expected {SCHEMA!r})")
+    if header.schema_version != SCHEMA_VERSION:
+        raise PerfDoctorError(f"{source}: report schema version {header.schema_version!r} is not supported "
+                              f"(this perfdoctor reads version {SCHEMA_VERSION}); re-run `perfdoctor report` on the "
+                              "traces to write a current one")
+
+
+def from_json(data: bytes | str, source: str = "report") -> Report:
+    """Read a report written by :func:`to_json`.
+
+    ``source`` names the file in error messages.
+
+    Raises:
+        PerfDoctorError: not JSON, not a JSON object, not a perfdoctor report, another schema version, or a
+            field of the wrong type or missing (one line naming ``source`` and the field's JSON path).
+    """
+    try:
+        header = msgspec.json.decode(data, type=_Header)
+    except msgspec.ValidationError:
+        raise PerfDoctorError(f"{source}: not a perfdoctor report (the JSON document is not an object)") from None
+    except msgspec.DecodeError as exc:
+        raise PerfDoctorError(f"{source}: not a perfdoctor report (not valid JSON: {exc})") from None
+    _check_header(header, source)
+    try:
+        return msgspec.json.decode(data, type=Report)
+    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+        raise PerfDoctorError(f"{source}: damaged perfdoctor report ({exc})") from None
+
+
+def as_report(report: Report | Mapping[str, Any], source: str = "report") -> Report:
+    """``report`` itself, or a report-shaped mapping (the JSON document as dicts) checked into a Report.
+
+    Raises:
+        PerfDoctorError: as :func:`from_json`.
+    """
+    if isinstance(report, Report):
+        return report
+    if not isinstance(report, Mapping):
+        raise PerfDoctorError(f"{source}: not a perfdoctor report (a {type(report).__name__}, not an object)")
+    _check_header(_Header(report.get("schema"), report.get("schema_version")), source)
+    try:
+        return msgspec.json.decode(dumps_plain(report), type=Report)
+    except (msgspec.ValidationError, msgspec.DecodeError, TypeError, orjson.JSONEncodeError) as exc:
+        raise PerfDoctorError(f"{source}: damaged perfdoctor report ({exc})") from None

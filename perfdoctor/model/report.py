@@ -1,0 +1,539 @@
+"""The typed report model: one msgspec Struct per section of the report JSON.
+
+The JSON written by ``perfdoctor report`` (schema ``perfdoctor.report``, version
+:data:`SCHEMA_VERSION`, documented in ``docs/report-schema.md``) is exactly these
+types encoded by :func:`perfdoctor.model.codec.to_json`; reading it back with
+:func:`perfdoctor.model.codec.from_json` gives an equal :class:`Report`.
+
+Conventions: every time is µs and ends in ``_us`` (``_s`` for seconds), bytes end in
+``_bytes``; a field that is absent from the JSON when its analysis did not run has
+the default :data:`msgspec.UNSET`; a value that is ``null`` in the JSON is ``None``
+(non-finite floats are written as ``null``, so a float that can be NaN is
+``float | None``).
+"""
+
+from __future__ import annotations
+
+import msgspec
+from msgspec import UNSET, UnsetType
+
+from perfdoctor.analysis.missing import MissingReason
+
+SCHEMA = "perfdoctor.report"
+SCHEMA_VERSION = 1
+
+# Evidence of a finding: named numbers (units in the names), short lists and small maps. Typed as the JSON
+# values a check may write; msgspec unions allow one list and one dict type per union, hence the nesting.
+Scalar = bool | int | float | str | None
+EventValue = bool | int | float | str | None | list[Scalar]
+EvidenceItem = bool | int | float | str | None | dict[str, EventValue]
+EvidenceValue = bool | int | float | str | None | list[EvidenceItem] | dict[str, EventValue]
+
+
+class Section(msgspec.Struct, kw_only=True):
+    """Base of every section: keyword construction, unknown JSON keys ignored (newer minor writers)."""
+
+
+class Tool(Section, kw_only=True):
+    """The program that wrote the report."""
+
+    name: str
+    version: str
+
+
+class InputFile(Section, kw_only=True):
+    """One trace file read: ``bytes`` on disk, ``uncompressed_bytes`` of JSON text, ``events`` decoded."""
+
+    path: str
+    bytes: int
+    sha256: str | None
+    events: int
+    uncompressed_bytes: int
+
+
+class DeviceProperties(Section, kw_only=True):
+    """One entry of the trace's ``deviceProperties`` (every GPU of the node, used or not)."""
+
+    id: int | None
+    name: str | None
+    memory_bytes: int | None
+    compute_capability: str | None
+    sm_count: int | None
+
+
+class Distribution(Section, kw_only=True):
+    """A series' summary (unit of the series: µs for step times); ``n`` values."""
+
+    median: float
+    mean: float
+    min: float
+    max: float
+    p10: float
+    p90: float
+    std: float
+    n: int
+
+
+class Communication(Section, kw_only=True):
+    """Communication kernels of a step (µs): their union, the part overlapped by compute, the rest."""
+
+    total_us: float
+    overlapped_us: float
+    exposed_us: float
+
+
+class StepBreakdown(Section, kw_only=True):
+    """One step on one device (µs); see docs/report-schema.md "Step breakdown" for each field."""
+
+    step: int
+    name: str
+    host_start_us: float
+    host_dur_us: float
+    start_us: float
+    dur_us: float
+    busy_us: float
+    idle_us: float
+    categories_us: dict[str, float]
+    category_union_us: dict[str, float]
+    idle_causes_us: dict[str, float]
+    communication: Communication
+    communication_by_collective_us: dict[str, float]
+    memcpy_by_direction_us: dict[str, float]
+    phases_host_us: dict[str, float]
+    phases_device_us: dict[str, float]
+    n_kernels: int
+    kernel_sum_us: float
+    triton_us: float
+
+
+class StepTotals(Section, kw_only=True):
+    """The step breakdowns of a device summed field by field (µs; ``n_kernels`` a float sum), ``n_steps``."""
+
+    n_steps: int
+    host_dur_us: float
+    dur_us: float
+    busy_us: float
+    idle_us: float
+    categories_us: dict[str, float]
+    category_union_us: dict[str, float]
+    idle_causes_us: dict[str, float]
+    communication: Communication
+    communication_by_collective_us: dict[str, float]
+    memcpy_by_direction_us: dict[str, float]
+    phases_host_us: dict[str, float]
+    phases_device_us: dict[str, float]
+    n_kernels: float
+    kernel_sum_us: float
+    triton_us: float
+
+
+class DeviceSection(Section, kw_only=True):
+    """One device's breakdown: ``device`` -1 and ``kind`` "cpu" for the host of a CPU-only trace.
+
+    ``utilization`` = Σ busy ÷ Σ step time (fraction; None when the steps have no length)."""
+
+    device: int
+    kind: str
+    utilization: float | None
+    step_time_us: Distribution
+    totals: StepTotals
+    steps: list[StepBreakdown]
+    notes: list[str]
+
+
+class TopKernel(Section, kw_only=True):
+    """GPU activity grouped by name inside the steps; ``share`` of all GPU activity time (fraction)."""
+
+    name: str
+    category: str
+    count: int
+    total_us: float
+    mean_us: float
+    share: float
+
+
+class TopCpuOp(Section, kw_only=True):
+    """Host ops of the stepping process grouped by name (inclusive µs)."""
+
+    name: str
+    category: str
+    count: int
+    total_us: float
+    mean_us: float
+
+
+class MemoryDevice(Section, kw_only=True):
+    """Peak memory of one device from the ``[memory]`` events (bytes); capacity from deviceProperties."""
+
+    device_type: str
+    device: int
+    label: str
+    peak_allocated_bytes: int
+    peak_reserved_bytes: int
+    capacity_bytes: int | None
+    peak_reserved_fraction: float | None
+    n_events: int
+
+
+class MemorySection(Section, kw_only=True):
+    """Memory peaks per device, allocator runtime calls by name, and why ``devices`` is empty (``note``)."""
+
+    devices: list[MemoryDevice]
+    allocator_calls: dict[str, int]
+    note: str
+
+
+class RoofsSection(Section, kw_only=True):
+    """Ceilings used: peak FLOP/s per dtype, memory bandwidth (B/s), their source, "spec" or "measured"."""
+
+    device: str
+    peak_flops: dict[str, float]
+    hbm_bytes_per_s: float | None
+    source: str
+    kind: str
+
+
+class RooflineRow(Section, kw_only=True):
+    """One (op, shapes, dtype) group; FLOP, bytes, FLOP/B, FLOP/s, ``pct_of_attainable`` 0–100."""
+
+    name: str
+    shapes: str
+    dtype: str | None
+    math_dtype: str | None
+    kind: str
+    count: int
+    time_us: float
+    flops: float
+    bytes: float | None
+    arithmetic_intensity: float | None
+    ridge_point: float | None
+    peak_flops_per_s: float | None
+    attainable_flops_per_s: float | None
+    achieved_flops_per_s: float | None
+    achieved_bytes_per_s: float | None
+    pct_of_attainable: float | None
+    bound: str
+    formula: str
+    note: str
+
+
+class UncostedOp(Section, kw_only=True):
+    """Ops whose FLOPs could not be computed from their shapes, grouped by name."""
+
+    name: str
+    count: int
+    time_us: float
+    reason: str
+
+
+class ChartPoint(Section, kw_only=True):
+    """One op group drawn on the roofline chart (``ai`` FLOP/B, FLOP/s, µs)."""
+
+    name: str
+    dtype: str | None
+    ai: float | None
+    achieved_flops_per_s: float | None
+    time_us: float
+    bound: str
+
+
+class RooflineSection(Section, kw_only=True):
+    """:class:`perfdoctor.analysis.roofline.RooflineResult`; ``time_basis`` "device" or "cpu_op"."""
+
+    ops: list[RooflineRow]
+    uncosted: list[UncostedOp]
+    chart: list[ChartPoint]
+    roofs: RoofsSection | None
+    time_basis: str
+    costed_time_us: float
+    uncosted_time_us: float
+    total_flops: float
+    latency_fraction: float | None
+    n_groups: int
+    warnings: list[str]
+
+
+class MfuSection(Section, kw_only=True):
+    """:class:`perfdoctor.analysis.mfu.MfuResult`: FLOP per step, s, FLOP/s, fractions 0–1.
+
+    ``mfu`` None: computed inputs but no ratio reported, ``note`` says why."""
+
+    model_flops_per_step: float
+    step_time_s: float
+    achieved_flops_per_s: float
+    dtype: str | None
+    peak_flops_per_s: float | None
+    mfu: float | None
+    hardware_flops_per_step: float | None
+    hfu: float | None
+    flops_source: str
+    peak_source: str | None
+    on_gpu: bool
+    note: str
+
+
+class ReplaySection(Section, kw_only=True):
+    """:meth:`perfdoctor.replay.rank.RankReplay.to_dict`: recorded vs replayed mean step (µs), relative errors,
+    graph size, the replay's assumptions, and why its savings are not trusted (``fallback``, None when they are)."""
+
+    recorded_mean_step_us: float
+    replayed_mean_step_us: float
+    mean_error: float
+    max_step_error: float
+    n_activities: int
+    n_blocking_calls: int
+    assumptions: list[str]
+    fallback: str | None
+
+
+class GemmDtype(Section, kw_only=True):
+    """Math dtype of the GEMM/conv kernels weighted by time (µs per dtype); ``dominant`` None when none says."""
+
+    dominant: str | None
+    time_us: dict[str, float]
+
+
+class RankSection(Section, kw_only=True):
+    """One trace file (rank); see docs/report-schema.md "ranks"."""
+
+    rank: int | None
+    path: str
+    device_properties: list[DeviceProperties]
+    steps_source: str
+    step_marker: str
+    primary_device: int
+    devices: list[DeviceSection]
+    top_kernels: list[TopKernel]
+    top_cpu_ops: list[TopCpuOp]
+    memory: MemorySection
+    profiler: dict[str, str]
+    roofline: RooflineSection | None
+    mfu: MfuSection | None
+    mfu_missing: MissingReason | UnsetType = UNSET
+    gemm_dtype: GemmDtype
+    replay: ReplaySection | None
+    warnings: list[str]
+
+    @property
+    def primary(self) -> DeviceSection:
+        """The device the summary uses (the busiest GPU, or the host)."""
+        return next(d for d in self.devices if d.device == self.primary_device)
+
+
+class Summary(Section, kw_only=True):
+    """Cross-rank spread of the median step time (µs, %); only ``n_ranks`` when no rank has steps."""
+
+    n_ranks: int
+    slowest_rank: int | UnsetType = UNSET
+    fastest_rank: int | UnsetType = UNSET
+    median_step_us: dict[int, float] | UnsetType = UNSET
+    spread_pct: float | UnsetType = UNSET
+
+
+class FindingSection(Section, kw_only=True):
+    """One ranked finding (shape owned by :mod:`perfdoctor.findings`): saving µs per step and % of step."""
+
+    code: str
+    name: str
+    category: str
+    severity: str
+    position: int | None
+    rank: int | None
+    message: str
+    saving_us_per_step: float
+    saving_pct_of_step: float
+    saving_method: str
+    evidence: dict[str, EvidenceValue]
+    steps: list[int]
+    fix: str
+    example_before: str
+    example_after: str
+    references: list[str]
+
+    @property
+    def ranks(self) -> list[int]:
+        """The trace ranks the rule fired on (``evidence["ranks"]``)."""
+        ranks = self.evidence.get("ranks")
+        return [r for r in ranks if isinstance(r, int)] if isinstance(ranks, list) else []
+
+    @property
+    def events(self) -> list[dict[str, EventValue]]:
+        """The top events involved (``evidence["events"]``), each ``{name, ...numbers}``."""
+        events = self.evidence.get("events")
+        return [e for e in events if isinstance(e, dict)] if isinstance(events, list) else []
+
+
+class SkippedCheck(Section, kw_only=True):
+    """A selected check that lacked the data it needs, and why."""
+
+    code: str
+    name: str
+    reason: str
+
+
+class RunSteps(Section, kw_only=True):
+    """The whole run's step series of rank 0 (``perfdoctor profile``): s, counts; ``None`` = not measured."""
+
+    step: list[float | None]
+    duration_s: list[float | None]
+    train_s: list[float | None]
+    eval_s: list[float | None]
+    checkpoint_s: list[float | None]
+    tokens: list[float | None]
+    samples: list[float | None]
+    profiler_phase: list[str]
+
+
+class Phase(Section, kw_only=True):
+    """A steady phase of the run: steps ``[start_step, end_step)`` (0-based), median step time (s)."""
+
+    start_step: int
+    end_step: int
+    median_s: float
+
+
+class SteadyStateSection(Section, kw_only=True):
+    """:class:`perfdoctor.analysis.steady_state.SteadyState` (s; trend in µs per step) plus derived flags."""
+
+    n_steps: int
+    warmup_steps: int
+    phases: list[Phase]
+    median_s: float
+    p10_s: float
+    p90_s: float
+    trend_us_per_step: float | None
+    trend_rise_ratio: float | None
+    trend_detected: bool
+    window_median_s: float | None
+    window_ratio: float | None
+    window_neighbor_median_s: float | None
+    window_neighbor_ratio: float | None
+    notes: list[str]
+    phase_change: bool
+    steady_start_step: int
+
+
+class Throughput(Section, kw_only=True):
+    """A rate (``unit`` tokens/s or samples/s; None when its denominator is 0) with its parts in words."""
+
+    value: float | None
+    unit: str
+    numerator: str
+    denominator: str
+
+
+class NonTraining(Section, kw_only=True):
+    """Evaluation and checkpoint time found inside training steps (s), and in how many steps."""
+
+    eval_s: float
+    eval_steps: int
+    checkpoint_s: float
+    checkpoint_steps: int
+
+
+class RunSection(Section, kw_only=True):
+    """A ``perfdoctor profile`` run directory: facts from ``run.json``, step series, steady state, throughput."""
+
+    path: str
+    partial: bool
+    stop_reason: str | None
+    steps_completed: int | None
+    wall_s: float | None
+    flops_per_step: int | float | None
+    parameter_count: int | None
+    tokens_per_step: int | float | None
+    samples_per_step: int | float | None
+    steps: RunSteps
+    steady_state: SteadyStateSection | None
+    throughput: dict[str, Throughput]
+    non_training: NonTraining
+
+
+class FailedRank(Section, kw_only=True):
+    """A trace of the job that could not be analysed, and its one-line error."""
+
+    path: str
+    error: str | None
+
+
+class Straggler(Section, kw_only=True):
+    """A rank whose compute time per step is an outlier: robust ``z``, its and the job's median compute (µs)."""
+
+    rank: int
+    z: float
+    compute_us: float
+    median_compute_us: float
+
+
+class BreakdownOutlier(Section, kw_only=True):
+    """A rank whose share of step time in ``category`` (fraction) is far from the job's median share."""
+
+    rank: int
+    category: str
+    share: float
+    median_share: float
+    z: float
+
+
+class WorstCollective(Section, kw_only=True):
+    """The ``index``-th collective of the step (its ``kind``) with the longest wait of any rank (µs)."""
+
+    index: int
+    kind: str
+    max_wait_us: float
+
+
+class JobCollectiveWait(Section, kw_only=True):
+    """Collective matching across ranks: unmatched (``note`` says why), or the mean wait per step of each rank
+    (µs), how often each rank arrived last, and the worst collectives' ranks × collectives wait matrix (µs)."""
+
+    matched: bool
+    note: str | UnsetType = UNSET
+    n_collectives: int | UnsetType = UNSET
+    wait_us_per_step: list[float] | UnsetType = UNSET
+    last_arrivals: list[int] | UnsetType = UNSET
+    worst_collectives: list[WorstCollective] | UnsetType = UNSET
+    wait_matrix_us: list[list[float]] | UnsetType = UNSET
+
+
+class JobSection(Section, kw_only=True):
+    """The cross-rank view of a multi-rank job (:func:`perfdoctor.jobs.cross_rank.job_section`).
+
+    Matrices are rank × step (rows in ``ranks`` order, columns in ``steps`` order, µs, None where a rank lacks
+    the step); ``shares``: per rank, category → share of step time (fraction); ``outliers``: rank → reasons."""
+
+    n_ranks: int
+    world_size: int | None
+    missing_ranks: list[int]
+    failed: list[FailedRank]
+    ranks: list[int]
+    steps: list[int]
+    step_time_us: list[list[float | None]]
+    exposed_comm_us: list[list[float | None]]
+    compute_us: list[list[float | None]]
+    step_median_us: list[float | None]
+    shares: list[dict[str, float]]
+    stragglers: list[Straggler]
+    breakdown_outliers: list[BreakdownOutlier]
+    collective_wait: JobCollectiveWait
+    outliers: dict[str, list[str]]
+
+
+class Report(Section, kw_only=True):
+    """The whole report. Sections of analyses that did not run are UNSET (absent from the JSON)."""
+
+    schema: str = SCHEMA
+    schema_version: int = SCHEMA_VERSION
+    tool: Tool
+    inputs: list[InputFile]
+    warnings: list[str]
+    ranks: list[RankSection]
+    summary: Summary
+    findings: list[FindingSection] | UnsetType = UNSET
+    skipped_checks: list[SkippedCheck] | UnsetType = UNSET
+    passed_checks: list[str] | UnsetType = UNSET
+    findings_note: str | UnsetType = UNSET
+    run: RunSection | UnsetType = UNSET
+    no_trace: str | UnsetType = UNSET
+    partial: bool | UnsetType = UNSET
+    job: JobSection | UnsetType = UNSET

@@ -1,0 +1,108 @@
+"""The typed report model: byte-exact JSON round trip, one-line errors for what is not a report, typed reasons."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from conftest import REPO
+from tracebuilder import TraceBuilder
+
+from perfdoctor import pipeline
+from perfdoctor.errors import PerfDoctorError
+from perfdoctor.model import MissingReason, Report, as_report, from_json, to_json
+
+BUNDLED = sorted((REPO / "reports").glob("*.json")) + sorted(
+    p for p in (REPO / "tests" / "golden").glob("*.json") if p.name != "rules_on_shared_traces.json")
+
+
+@pytest.mark.parametrize("path", BUNDLED, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_bundled_reports_round_trip_byte_exactly(path: Path):
+    data = path.read_bytes()
+    report = from_json(data, str(path))
+    assert isinstance(report, Report) and report.ranks is not None
+    assert to_json(report) == data
+
+
+def test_built_report_equals_its_json_read_back(tmp_path):
+    tb = TraceBuilder()
+    tb.step(1, 0, 1000)
+    tb.launch("volta_sgemm_128x64_nn", launch_ts=10, start=100, dur=300)
+    built = pipeline.build([str(tb.write(tmp_path / "t.json"))])
+    again = from_json(to_json(built.model))
+    assert again == built.model
+    assert again.ranks[0].primary.step_time_us.median == 1000.0  # step 0–1000 µs, the kernel ends at 400 µs
+    assert again.summary.median_step_us == {0: 1000.0}  # int rank keys survive the JSON's string keys
+
+
+@pytest.mark.parametrize("data, words", [
+    (b"", "not valid JSON"),
+    (b"{not json", "not valid JSON"),
+    (b"[1, 2, 3]", "not an object"),
+    (b"42", "not an object"),
+    (b'{"traceEvents": []}', "schema None"),
+    (b'{"schema": "hta.report", "schema_version": 1}', "schema 'hta.report'"),
+    (b'{"schema": "perfdoctor.report", "schema_version": 0}', "schema version 0 is not supported"),
+    (b'{"schema": "perfdoctor.report", "schema_version": "1"}', "schema version '1' is not supported"),
+    (b'{"schema": "perfdoctor.report", "schema_version": 1}', "damaged perfdoctor report (Object missing required"),
+    (b'{"schema": "perfdoctor.report", "schema_version": 1, "tool": {"name": "x", "version": 3}}',
+     "damaged perfdoctor report"),
+])
+def test_what_is_not_a_current_report_is_one_clear_line(data, words):
+    with pytest.raises(PerfDoctorError) as err:
+        from_json(data, "old.json")
+    msg = str(err.value.message if hasattr(err.value, "message") else err.value)
+    assert msg.startswith("old.json: ") and words in msg and "\n" not in msg
+
+
+def test_a_wrong_field_type_names_its_path():
+    doc = from_json((REPO / "tests" / "golden" / "synthetic_two_steps.json").read_bytes())
+    plain = __import__("orjson").loads(to_json(doc))
+    plain["ranks"][0]["devices"][0]["steps"][0]["busy_us"] = "fast"
+    with pytest.raises(PerfDoctorError, match=r"\$\.ranks\[0\]\.devices\[0\]\.steps\[0\]\.busy_us"):
+        as_report(plain, "edited.json")
+
+
+def test_mfu_missing_carries_a_typed_reason(tmp_path):
+    """No shapes recorded: code no_shapes; no step markers: code no_steps; PD206 skips with the message."""
+    from perfdoctor.checks import engine
+    from perfdoctor.checks.catalogue import load_catalogue
+
+    tb = TraceBuilder()
+    tb.step(1, 0, 1000)
+    tb.launch("volta_sgemm_128x64_nn", launch_ts=10, start=100, dur=300)
+    a = pipeline.analyze_paths([str(tb.write(tmp_path / "noshape.json"))], hash_inputs=False)
+    why = a.ranks[0].mfu_missing
+    assert a.ranks[0].mfu is None and isinstance(why, MissingReason) and why.code == "no_shapes"
+    assert why.message.startswith("no input shapes recorded (profile with record_shapes=True)")
+
+    shaped = TraceBuilder(device_name="NVIDIA A100-SXM4-80GB")  # shapes recorded, but of no op with a FLOP formula
+    shaped.step(1, 0, 1000)
+    shaped.cpu_op("my_lib::custom_op", 10, 50, input_dims=[[4, 4]], input_type=["float"])
+    shaped.launch("my_custom_kernel", launch_ts=20, start=100, dur=800)
+    c = pipeline.analyze_paths([str(shaped.write(tmp_path / "custom.json"))], hash_inputs=False)
+    assert c.ranks[0].mfu_missing == MissingReason(code="no_costed_op",
+                                                   message="no op could be costed from the recorded shapes")
+    res = engine.run_checks(c, load_catalogue(), ["PD206"])
+    assert [s["reason"] for s in res.skipped if s["code"] == "PD206"] == [c.ranks[0].mfu_missing.message]
+
+    nostep = TraceBuilder()
+    nostep.launch("volta_sgemm_128x64_nn", launch_ts=10, start=100, dur=300)
+    b = pipeline.analyze_paths([str(nostep.write(tmp_path / "nostep.json"))], hash_inputs=False)
+    assert b.ranks[0].mfu_missing == MissingReason(code="no_steps", message="no training steps in the trace")
+    report = pipeline.report_dict(b)
+    assert report["ranks"][0]["mfu"] is None
+    assert report["ranks"][0]["mfu_missing"] == {"code": "no_steps", "message": "no training steps in the trace"}
+
+
+def test_mfu_reported_means_no_missing_reason(tmp_path):
+    """One fp32 1024³ mm in a 1000 µs step with shapes: MFU computed from the op sum, no reason written."""
+    tb = TraceBuilder(device_name="NVIDIA A100-SXM4-80GB")
+    tb.step(1, 0, 1000)
+    tb.cpu_op("aten::mm", 10, 50, input_dims=[[1024, 1024], [1024, 1024]], input_type=["float", "float"])
+    tb.launch("ampere_sgemm_128x64_nn", launch_ts=20, start=100, dur=800)
+    built = pipeline.build([str(tb.write(tmp_path / "mm.json"))])
+    rank = built.model.ranks[0]
+    assert rank.mfu is not None and rank.mfu.flops_source == "op_sum"
+    assert rank.mfu.mfu == pytest.approx(2 * 1024**3 / 1e-3 / 19.5e12)  # A100 fp32 dense peak 19.5 TFLOP/s
+    assert "mfu_missing" not in built.report["ranks"][0]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -85,7 +85,7 @@ class Analysis:
     ranks: list[RankAnalysis]
     inputs: list[InputFile]
     warnings: list[str] = field(default_factory=list)
-    run: RunData | None = None
+    run: RunData | Mapping[str, object] | None = None  # run.json alone in a rank summary's worker
     no_trace: str | None = None
     checks: CheckResults | None = None
     partial: bool = False

@@ -73,7 +73,8 @@ def summarise_file(path: str, index: int, opts: SummaryOptions, cat: Any, measur
 def _summarise(local: str, path: str, index: int, opts: SummaryOptions, cat: Any, measured_roofs: Any,
                sha: str | None, on_progress: Callable[[int], None] | None) -> list[RankSummary]:
     from perfdoctor.checks import engine
-    from perfdoctor.pipeline import Analysis, add_efficiency, analyze_tables
+    from perfdoctor.analysis.mfu import add_efficiency
+    from perfdoctor.analysis.rank import Analysis, analyze_tables
     from perfdoctor.trace import load_trace
     from perfdoctor.trace.ranks import split_merged
 
@@ -98,7 +99,7 @@ def _summarise(local: str, path: str, index: int, opts: SummaryOptions, cat: Any
                     "events": tabs.n_events, "uncompressed_bytes": tabs.uncompressed_bytes}
             analysis = Analysis(ranks=[ra], inputs=[info])
             analysis.run = opts.run_json
-            add_efficiency(analysis, opts.model_flops_per_step, opts.flops_source, measured_roofs,
+            add_efficiency(analysis.ranks, opts.model_flops_per_step, opts.flops_source, measured_roofs,
                            step_time_s_by_rank=opts.step_time_s_by_rank)
             if note:
                 ra.warnings.append(note)

@@ -24,7 +24,7 @@ def _today(paths: list[str]) -> dict[str, Any]:
     """The report as the in-process path computes it from full tables (analyze_paths + run_checks)."""
     analysis = pipeline.analyze_paths(paths)
     results = engine.diagnose(analysis, config.resolve())
-    analysis.extras.update(results.to_report())
+    analysis.checks = results
     return pipeline.report_dict(analysis)
 
 
@@ -57,7 +57,7 @@ def test_summaries_reproduce_per_rank_numbers_exactly(which: str, tmp_path: Path
     cat, codes = engine.prepare(opts)
     again = js.decode(js.encode(built.job.summaries))
     job = reduce(again, cat, codes)
-    job.analysis.extras.update(job.checks.to_report())
+    job.analysis.checks = job.checks
     report = pipeline.report_dict(job.analysis, [s.section for s in job.summaries])
     assert _canon(report) == _canon(built.report)
 

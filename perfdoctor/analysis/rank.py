@@ -173,5 +173,6 @@ def analyze_paths(
     if len(gpu) > 1:
         from perfdoctor.analysis import collective_wait
 
-        analysis.collective_wait, analysis.collective_wait_note = collective_wait.compute(gpu)
+        analysis.collective_wait, analysis.collective_wait_note = collective_wait.compute(
+            [collective_wait.timeline(r) for r in gpu])
     return analysis

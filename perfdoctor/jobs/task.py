@@ -72,9 +72,9 @@ def summarise_file(path: str, index: int, opts: SummaryOptions, cat: Any, measur
 
 def _summarise(local: str, path: str, index: int, opts: SummaryOptions, cat: Any, measured_roofs: Any,
                sha: str | None, on_progress: Callable[[int], None] | None) -> list[RankSummary]:
-    from perfdoctor.checks import engine
     from perfdoctor.analysis.mfu import add_efficiency
     from perfdoctor.analysis.rank import Analysis, analyze_tables
+    from perfdoctor.checks import engine
     from perfdoctor.trace import load_trace
     from perfdoctor.trace.ranks import split_merged
 

@@ -97,8 +97,10 @@ def validate_rule(spec: RuleSpec, module: ModuleType | None) -> None:
     cls = getattr(module, "Thresholds", None) if module is not None else None
     if cls is not None:
         thresholds_of(spec, cls)
-    if module is None and spec.when is None:
-        return  # not implemented yet: reported as skipped, its message is never filled
+    if spec.when is None and (module is None or not hasattr(module, "MESSAGE_FIELDS")):
+        # not implemented yet (reported as skipped, its message never filled), or a module that has not declared
+        # its fields: tests/test_rule_contract.py fails on that one rather than every run of perfdoctor
+        return
     allowed = message_fields(spec, module)
     unknown = [p for p in placeholders(spec) if p not in allowed]
     if unknown:

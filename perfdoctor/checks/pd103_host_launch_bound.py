@@ -45,7 +45,7 @@ class Thresholds:
 
     min_saving_pct: float
     min_short_kernel_share: float
-    min_kernels_per_step: int
+    min_in_stream_share: float
 
 
 def check(ctx: RankContext) -> Outcome:

@@ -8,6 +8,8 @@ No saving: the fix is to profile steady-state steps.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from perfdoctor.checks.common import pct
 from perfdoctor.checks.context import Outcome, RankContext, passed
 from perfdoctor.findings import Evidence, Hit
@@ -19,6 +21,14 @@ METRICS = {
     "warmup_pct": "warmup_us as % of the mean step time",
     "n_cold_dropped": "leading steps left out because first-call work filled them",
 }
+
+# what a hit's evidence/fields add to METRICS for the TOML message (its placeholders are checked at load)
+MESSAGE_FIELDS = ("first_call_ops", "kinds", "where")
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """``[thresholds]`` of rules/PD902.toml: none (a key there fails when the catalogue loads)."""
 _KIND_TEXT = {"compile": "torch.compile (Dynamo/Inductor) compilation", "first_call": "first calls of ops",
               "lazy_init": "lazy CUDA/HIP initialisation", "allocator_growth": "allocator growth (cudaMalloc)"}
 

@@ -127,7 +127,8 @@ def _host_markers(tables: TraceTables, marker: str) -> tuple[np.ndarray, list[st
     for k, n in enumerate(names):
         m = rx.search(n)
         try:
-            nums.append(int(m.group(1)) if m and m.groups() else k)
+            num = int(m.group(1)) if m and m.groups() else k
+            nums.append(num if -(2**63) <= num < 2**63 else k)  # a step number beyond int64 is not one
         except (ValueError, TypeError):
             nums.append(k)
     numbers = np.asarray(nums, dtype=np.int64)

@@ -10,11 +10,14 @@ interned into one string table shared by all tables (``name_id``).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from perfdoctor.trace.fields import INT64_MAX, INT64_MIN, MAX_NESTING
 from perfdoctor.trace.schema import Event
+from perfdoctor.trace.splitter import nesting_depth
 
 # Event kinds (int8 codes).
 OTHER, CPU_OP, ANNOTATION, GPU_ANNOTATION, PYTHON, KERNEL, MEMCPY, MEMSET = range(8)
@@ -54,6 +57,7 @@ TABLES: dict[str, tuple[tuple[int, ...], tuple[str, ...]]] = {
 }
 _KIND_TABLE = {k: t for t, (kinds, _) in TABLES.items() for k in kinds}
 _OBJECT_COLS = {"input_dims", "input_type", "concrete_inputs", "collective", "dtype"}
+_INT_TEXT = re.compile(r"-?[0-9]{1,19}")  # an integer id written as text ("7"); int64 has 19 digits
 _INT32_COLS = {"name_id", "cat_id", "pid", "tid", "device", "stream", "device_id", "device_type", "group_size"}
 
 
@@ -103,16 +107,17 @@ class TableColumns:
     chunks: dict[str, list[dict[str, np.ndarray]]] = field(default_factory=lambda: {t: [] for t in TABLES})
     meta: list[tuple[str, int, int, str]] = field(default_factory=list)  # (name, pid, tid, label)
     n_events: int = 0
+    ignored: dict[str, int] = field(default_factory=dict)  # column -> values not of the field's type, set absent
 
     def _id(self, v: int | str) -> int:
         if type(v) is int:
             return v
         text = str(v).strip()
-        if text.lstrip("-").isdigit():
+        if _INT_TEXT.fullmatch(text) and INT64_MIN <= int(text) <= INT64_MAX:
             return int(text)
         if text.startswith("stream "):
             tail = text[7:].split(" ", 1)[0]
-            if tail.isdigit():
+            if _INT_TEXT.fullmatch(tail) and 0 <= int(tail) <= INT64_MAX:
                 return int(tail)
         return -1_000_000 - self.ids.ids.setdefault(text, len(self.ids.ids))
 
@@ -123,6 +128,14 @@ class TableColumns:
         except (TypeError, ValueError, OverflowError):
             ident = self._id
             return np.array([v if type(v) is int else ident(v) for v in values], dtype=np.int64)
+
+    def _json_list(self, col: str, raw: bytes) -> bytes | None:
+        """``raw`` when it is a JSON list nested at most MAX_NESTING deep, else None (counted in ``ignored``)."""
+        if raw[:1] == b"[" and (raw.count(b"[") + raw.count(b"{") <= MAX_NESTING or
+                                nesting_depth(raw) <= MAX_NESTING):
+            return raw
+        self.ignored[col] = self.ignored.get(col, 0) + 1
+        return None
 
     def _kinds(self, events: list[Event], cat_codes: np.ndarray) -> np.ndarray:
         cat_kind = np.array([_CAT_KIND.get(c.lower(), OTHER) for c in self.cats.ids], dtype=np.int8)
@@ -190,7 +203,7 @@ class TableColumns:
                 arr = np.empty(n, dtype=object)
                 values = [getattr(a, attr) for a in args]
                 for i in [i for i, v in enumerate(values) if v]:
-                    arr[i] = bytes(values[i])
+                    arr[i] = self._json_list(col, bytes(values[i]))
                 out[col] = arr
         if table == "kernels":
             coll, dtype = np.empty(n, dtype=object), np.empty(n, dtype=object)

@@ -27,11 +27,14 @@ import msgspec
 from perfdoctor.errors import TraceFormatError
 from perfdoctor.trace import schema
 from perfdoctor.trace.columns import TableColumns
-from perfdoctor.trace.splitter import EventSplitter
+from perfdoctor.trace.fields import MAX_NESTING
+from perfdoctor.trace.metadata import sanitize_metadata
+from perfdoctor.trace.splitter import EventSplitter, nesting_depth
 
 BLOCK_BYTES = 1 << 20  # compressed bytes read at a time
 MAX_BLOCK_OUT = 16 << 20  # decompressed bytes handed to the splitter at a time
 _TRAILING_COMMA = re.compile(rb",(\s*[}\]])")
+_GZIP_MAGIC = b"\x1f\x8b"
 
 
 @dataclass
@@ -65,15 +68,17 @@ class RawTrace:
     uncompressed_bytes: int = 0
 
 
-def _blocks(path: str, on_progress: Callable[[int], None] | None, state: dict[str, bool]) -> Any:
+def _blocks(path: str, on_progress: Callable[[int], None] | None, state: dict[str, int]) -> Any:
     """Yield decompressed blocks of the file; raises TraceFormatError on bad gzip.
 
-    Sets ``state["gzip_incomplete"]`` when a gzip stream ends before its trailer.
+    Sets ``state["gzip_incomplete"]`` when a gzip stream ends before its trailer, and
+    ``state["junk_bytes"]`` to the bytes after a complete gzip stream that do not
+    start another gzip member (padding, a partial copy): those are not read.
     """
     with open(path, "rb") as fh:
         magic = fh.read(2)
         fh.seek(0)
-        gz = magic == b"\x1f\x8b"
+        gz = magic == _GZIP_MAGIC
         inflater = zlib.decompressobj(wbits=47) if gz else None
         while True:
             raw = fh.read(BLOCK_BYTES)
@@ -94,6 +99,10 @@ def _blocks(path: str, on_progress: Callable[[int], None] | None, state: dict[st
                     yield out
                 if inflater.eof:  # concatenated gzip members
                     data = inflater.unused_data
+                    if data and not _GZIP_MAGIC.startswith(data[:2]):
+                        rest = os.fstat(fh.fileno()).st_size - fh.tell()
+                        state["junk_bytes"] = len(data) + max(rest, 0)
+                        return
                     if data:
                         inflater = zlib.decompressobj(wbits=47)
                 else:
@@ -102,21 +111,39 @@ def _blocks(path: str, on_progress: Callable[[int], None] | None, state: dict[st
             tail = inflater.flush()
             if tail:
                 yield tail
-            state["gzip_incomplete"] = not inflater.eof
+            state["gzip_incomplete"] = int(not inflater.eof)
+
+
+def _text_start(path: str, block: bytes) -> bytes:
+    """The first block without a UTF-8 byte-order mark; raises TraceFormatError for UTF-16/32 text."""
+    if block.startswith(b"\xef\xbb\xbf"):
+        return block[3:]
+    head = block[:4]
+
+    def ascii_at(*ix: int) -> bool:
+        return all(0 < head[i] < 0x80 for i in ix)
+
+    wide = head.startswith((b"\xff\xfe", b"\xfe\xff")) or len(head) == 4 and (
+        head[1] == head[3] == 0 and ascii_at(0, 2) or head[0] == head[2] == 0 and ascii_at(1, 3))
+    if wide:
+        raise TraceFormatError(f"{path}: UTF-16 or UTF-32 text; a trace is UTF-8 JSON "
+                               "(convert it, e.g. iconv -f UTF-16 -t UTF-8)")
+    return block
 
 
 class _Decoder:
-    """Decodes pieces of whole events into columns and counts bad events."""
+    """Decodes pieces of whole events into columns and counts the events it drops, by reason."""
 
     def __init__(self, columns: TableColumns) -> None:
         self.columns = columns
-        self.bad = 0
+        self.bad = 0  # not JSON, or not an object
+        self.dropped: dict[str, int] = {}  # a field out of range / not finite / too deeply nested
 
     def piece(self, piece: bytes | memoryview) -> bool:
         """Decode ``[{ev},...]``; False (and nothing added) when it is not valid."""
         try:
             events = schema.EVENTS_DECODER.decode(piece)
-        except (msgspec.DecodeError, msgspec.ValidationError):
+        except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
             return False
         self.columns.add(events)
         del events
@@ -125,7 +152,11 @@ class _Decoder:
     def each(self, pieces: list[bytes]) -> None:
         events = []
         for one in pieces:
-            ev = _decode_event(one)
+            try:
+                ev = _decode_event(one)
+            except schema.BadEvent as exc:
+                self.dropped[exc.reason] = self.dropped.get(exc.reason, 0) + 1
+                continue
             if ev is None:
                 self.bad += 1
             else:
@@ -133,11 +164,18 @@ class _Decoder:
         self.columns.add(events)
 
 
-def _decode_event(raw: bytes) -> schema.Event | None:
+def _decode_event(raw: bytes) -> Any:
+    """One event: typed, else generically and coerced; None when it is not JSON.
+
+    Raises:
+        schema.BadEvent: a field out of range, or nested deeper than MAX_NESTING.
+    """
     try:
         return schema.ONE_EVENT_DECODER.decode(raw)
-    except (msgspec.DecodeError, msgspec.ValidationError):
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
         pass
+    if nesting_depth(raw) > MAX_NESTING:
+        raise schema.BadEvent(f"nested deeper than {MAX_NESTING} levels")
     try:
         return schema.event_from_dict(schema.LENIENT_DECODER.decode(raw))
     except msgspec.DecodeError:
@@ -146,6 +184,9 @@ def _decode_event(raw: bytes) -> schema.Event | None:
 
 def _decode_header(path: str, header: bytes, warnings: list[str]) -> dict[str, Any]:
     if header in (b"", b"[]"):
+        return {}
+    if nesting_depth(header) > MAX_NESTING:
+        warnings.append(f"{path}: trace metadata nested deeper than {MAX_NESTING} levels; ignored")
         return {}
     try:
         doc = msgspec.json.decode(header)
@@ -161,7 +202,7 @@ def _decode_header(path: str, header: bytes, warnings: list[str]) -> dict[str, A
     if not isinstance(doc, dict):
         return {}
     doc.pop("traceEvents", None)
-    return doc
+    return sanitize_metadata(path, doc, warnings)
 
 
 def _decode_truncated_header(header: bytes) -> dict[str, Any] | None:
@@ -204,11 +245,13 @@ def read_trace_file(path: str | os.PathLike[str], on_progress: Callable[[int], N
     splitter = EventSplitter(decoder.piece, decoder.each)
     total = 0
     first = b""
-    state = {"gzip_incomplete": False}
+    state: dict[str, int] = {"gzip_incomplete": 0, "junk_bytes": 0}
     gc_was_enabled = gc.isenabled()
     gc.disable()  # millions of short-lived tuples; the cyclic GC only slows them down
     try:
         for block in _blocks(p, on_progress, state):
+            if total == 0 and block:
+                block = _text_start(p, block)
             if len(first) < 64:
                 first += block[:64]
             total += len(block)
@@ -220,6 +263,7 @@ def read_trace_file(path: str | os.PathLike[str], on_progress: Callable[[int], N
         if gc_was_enabled:
             gc.enable()
     bad = decoder.bad
+    dropped = sum(decoder.dropped.values())
     if not result.found_array:
         if state["gzip_incomplete"]:
             raise TraceFormatError(f"{p}: corrupted or truncated gzip data, no trace events in it")
@@ -230,16 +274,28 @@ def read_trace_file(path: str | os.PathLike[str], on_progress: Callable[[int], N
     warnings: list[str] = []
     metadata = _decode_header(p, result.header, warnings)
     truncated = not result.complete
-    if truncated or bad:
+    reasons = ", ".join(f"{why} ({n})" for why, n in sorted(decoder.dropped.items(), key=lambda kv: -kv[1]))
+    if truncated or bad or dropped or state["junk_bytes"]:
         what = []
         if truncated:
             what.append("the file ends before the event list is closed (truncated)")
         if state["gzip_incomplete"]:
             what.append("the gzip stream ends early")
+        if state["junk_bytes"]:
+            what.append(f"{state['junk_bytes']} byte(s) that are not gzip data after the gzip stream ignored")
         if bad:
             what.append(f"{bad} malformed event(s) skipped")
+        if dropped:
+            what.append(f"{dropped} event(s) with invalid fields dropped: {reasons}")
         warnings.insert(0, f"{p}: recovered {columns.n_events} events; " + "; ".join(what))
+    if columns.ignored:
+        what_ignored = ", ".join(f"{n} '{col}'" for col, n in sorted(columns.ignored.items()))
+        warnings.append(f"{p}: {what_ignored} value(s) that are not a JSON list nested at most {MAX_NESTING} "
+                        "deep ignored (shapes unknown for those ops)")
     if columns.n_events == 0:
+        if dropped:
+            raise TraceFormatError(f"{p}: no valid trace event: {dropped} event(s) with invalid fields "
+                                   f"dropped ({reasons})" + (f", {bad} malformed" if bad else ""))
         if truncated or bad:
             raise TraceFormatError(f"{p}: no complete trace event could be read")
         raise TraceFormatError(f"{p}: the trace holds no events")
@@ -251,7 +307,7 @@ def read_trace_file(path: str | os.PathLike[str], on_progress: Callable[[int], N
         cats=columns.cats.strings(),
         metadata=metadata,
         n_events=columns.n_events,
-        n_dropped=bad,
+        n_dropped=bad + dropped,
         truncated=truncated or state["gzip_incomplete"],
         warnings=warnings,
         file_bytes=file_bytes,

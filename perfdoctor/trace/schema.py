@@ -1,140 +1,122 @@
-"""Typed msgspec view of one Chrome/Kineto trace event.
+"""Typed msgspec view of one Chrome/Kineto trace event, generated from :mod:`perfdoctor.trace.fields`.
 
 Only the fields perfdoctor reads are declared; msgspec skips every other key
 without building Python objects for it, which is what makes decoding fast.
-Field names follow Kineto's JSON (``"External id"`` in new traces,
-``"external id"`` in the 2021 ``Kernel``/``Runtime`` generation).
+The struct types carry each field's range (``msgspec.Meta``), so a value out
+of range fails the typed decode like a wrong type does; such an event then
+goes through :func:`event_from_dict`, the generic fallback generated from the
+same table, which coerces what it can (a string ``ts``, a float id) and raises
+:class:`BadEvent` naming the key for what it cannot.
 """
 
 from __future__ import annotations
 
+import math
+from typing import TYPE_CHECKING, Annotated, Any, Union
+
 import msgspec
 
-Num = int | float
-IntOrStr = int | str
+from perfdoctor.trace.fields import ARG_FIELDS, EVENT_FIELDS, TraceField
+
+_NO_RAW = msgspec.Raw(b"")
 
 
-class Args(msgspec.Struct, gc=False):
-    """The ``args`` keys perfdoctor uses; integer ids default to -1 (absent)."""
+class BadEvent(ValueError):
+    """An event the reader drops; ``reason`` says which key and why (short, for counting)."""
 
-    correlation: int = -1
-    external_id: int = msgspec.field(default=-1, name="External id")
-    external_id_old: int = msgspec.field(default=-1, name="external id")
-    device: int = -1
-    stream: int = -1
-    bytes: int = -1
-    # kept undecoded (empty Raw when absent): only roofline analysis needs shapes
-    input_dims: msgspec.Raw = msgspec.field(default=msgspec.Raw(b""), name="Input Dims")
-    input_type: msgspec.Raw = msgspec.field(default=msgspec.Raw(b""), name="Input type")
-    concrete_inputs: msgspec.Raw = msgspec.field(default=msgspec.Raw(b""), name="Concrete Inputs")
-    collective: str | None = msgspec.field(default=None, name="Collective name")
-    in_nelems: int | None = msgspec.field(default=None, name="In msg nelems")
-    dtype: str | None = None
-    group_size: int | None = msgspec.field(default=None, name="Group size")
-    # memory instant events ("[memory]")
-    mem_bytes: int | None = msgspec.field(default=None, name="Bytes")
-    total_allocated: int | None = msgspec.field(default=None, name="Total Allocated")
-    total_reserved: int | None = msgspec.field(default=None, name="Total Reserved")
-    device_id: int | None = msgspec.field(default=None, name="Device Id")
-    device_type: int | None = msgspec.field(default=None, name="Device Type")
-    # metadata events (process_name / thread_name)
-    name: str | None = None
-    labels: str | None = None
-    flops: Num | None = None
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
 
 
-class Event(msgspec.Struct, gc=False):
-    """One trace event; ``ts``/``dur`` are microseconds (Chrome trace format)."""
+def _struct_type(f: TraceField) -> Any:
+    """The msgspec annotation of one field: its type, range and optionality."""
+    meta = msgspec.Meta(ge=f.lo, le=f.hi) if f.lo is not None or f.hi is not None else None
+    base: Any
+    if f.kind == "int":
+        base = Annotated[int, meta] if meta else int
+    elif f.kind == "float":
+        base = Annotated[float, meta] if meta else float
+    elif f.kind == "id":
+        base = Union[Annotated[int, meta] if meta else int, str]
+    elif f.kind == "json_list":
+        return msgspec.Raw  # kept undecoded; an empty Raw means absent
+    else:
+        base = str
+    return Union[base, None] if f.default is None else base
 
-    ph: str = ""
-    name: str = ""
-    cat: str = ""
-    ts: float = float("nan")
-    dur: float = 0.0
-    pid: IntOrStr = -1
-    tid: IntOrStr = -1
-    id: IntOrStr = -1
-    s: str = ""
-    args: Args = msgspec.field(default_factory=Args)
 
+def _struct_field(f: TraceField) -> tuple[str, Any, Any]:
+    default = _NO_RAW if f.kind == "json_list" else f.default
+    return (f.attr, _struct_type(f), msgspec.field(default=default, name=f.key))
+
+
+if TYPE_CHECKING:  # the generated types, as the type checker sees them
+    Args = Any
+    Event = Any
+else:
+    Args = msgspec.defstruct("Args", [_struct_field(f) for f in ARG_FIELDS], gc=False,
+                             module=__name__)
+    Event = msgspec.defstruct(
+        "Event", [*(_struct_field(f) for f in EVENT_FIELDS), ("args", Args, msgspec.field(default_factory=Args))],
+        gc=False, module=__name__)
 
 EVENTS_DECODER = msgspec.json.Decoder(list[Event])
 ONE_EVENT_DECODER = msgspec.json.Decoder(Event)
 LENIENT_DECODER = msgspec.json.Decoder()
 
 
-def _to_int(value: object) -> int:
+def _number(f: TraceField, value: object) -> float | int | None:
+    """``value`` as a number of ``f``'s kind, or None when it is not a number (nor a numeric string)."""
     if isinstance(value, bool):
-        return int(value)
-    if isinstance(value, int):
+        value = int(value)
+    if isinstance(value, str):
+        try:
+            value = float(value)
+        except ValueError:
+            return None
+    if not isinstance(value, (int, float)):
+        return None
+    if isinstance(value, float) and not math.isfinite(value):
+        raise BadEvent(f"'{f.key}' is not finite")
+    if (f.lo is not None and value < f.lo) or (f.hi is not None and value > f.hi):
+        raise BadEvent(f"'{f.key}' out of range")
+    return int(value) if f.kind in ("int", "id") else float(value)
+
+
+def _coerce(f: TraceField, raw: dict[str, Any]) -> object:
+    """The value of field ``f`` from a generically decoded object; raises BadEvent."""
+    if f.key not in raw:
+        return _NO_RAW if f.kind == "json_list" else f.default
+    value = raw[f.key]
+    if f.kind == "json_list":
+        return msgspec.Raw(msgspec.json.encode(value)) if isinstance(value, list) else _NO_RAW
+    if f.kind == "str":
+        if isinstance(value, (dict, list)):
+            raise BadEvent(f"'{f.key}' is not a string")
+        return str(value) if value is not None or f.default is not None else None
+    if f.kind == "id" and isinstance(value, str):
         return value
-    if isinstance(value, float) and value == value:
-        return int(value)
-    if isinstance(value, str):
-        try:
-            return int(float(value))
-        except ValueError:
-            return -1
-    return -1
+    if value is None:
+        return f.default
+    num = _number(f, value)
+    return f.default if num is None else num
 
 
-def _to_float(value: object, default: float) -> float:
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return float(value)
-    if isinstance(value, str):
-        try:
-            return float(value)
-        except ValueError:
-            return default
-    return default
-
-
-def event_from_dict(raw: object) -> Event | None:
-    """Build an :class:`Event` from a generically decoded dict, coercing types.
+def event_from_dict(raw: object) -> Any:
+    """Build an ``Event`` from a generically decoded dict, coercing types.
 
     Used for the rare events whose field types do not match the typed schema
-    (a string ``ts``, a float ``bytes``); returns None for a non-object.
+    (a string ``ts``, a float ``bytes``). A numeric string becomes a number; a
+    value that is not a number where one is expected counts as absent.
+
+    Raises:
+        BadEvent: ``raw`` is not an object, or a value is out of its field's
+            range (see :mod:`perfdoctor.trace.fields`) or not finite.
     """
     if not isinstance(raw, dict):
-        return None
-    a = raw.get("args") if isinstance(raw.get("args"), dict) else {}
-    args = Args(
-        correlation=_to_int(a.get("correlation", -1)),
-        external_id=_to_int(a.get("External id", -1)),
-        external_id_old=_to_int(a.get("external id", -1)),
-        device=_to_int(a.get("device", -1)),
-        stream=_to_int(a.get("stream", -1)),
-        bytes=_to_int(a.get("bytes", -1)),
-        input_dims=msgspec.Raw(msgspec.json.encode(a["Input Dims"])) if "Input Dims" in a else msgspec.Raw(b""),
-        input_type=msgspec.Raw(msgspec.json.encode(a["Input type"])) if "Input type" in a else msgspec.Raw(b""),
-        concrete_inputs=(msgspec.Raw(msgspec.json.encode(a["Concrete Inputs"])) if "Concrete Inputs" in a
-                         else msgspec.Raw(b"")),
-        collective=str(a["Collective name"]) if "Collective name" in a else None,
-        in_nelems=_to_int(a["In msg nelems"]) if "In msg nelems" in a else None,
-        dtype=str(a["dtype"]) if "dtype" in a else None,
-        group_size=_to_int(a["Group size"]) if "Group size" in a else None,
-        mem_bytes=_to_int(a["Bytes"]) if "Bytes" in a else None,
-        total_allocated=_to_int(a["Total Allocated"]) if "Total Allocated" in a else None,
-        total_reserved=_to_int(a["Total Reserved"]) if "Total Reserved" in a else None,
-        device_id=_to_int(a["Device Id"]) if "Device Id" in a else None,
-        device_type=_to_int(a["Device Type"]) if "Device Type" in a else None,
-        name=str(a["name"]) if isinstance(a.get("name"), str) else None,
-        labels=str(a["labels"]) if isinstance(a.get("labels"), str) else None,
-        flops=_to_float(a.get("flops"), 0.0) if "flops" in a else None,
-    )
-
-    def as_id(v: object) -> int | str:
-        return v if isinstance(v, (int, str)) and not isinstance(v, bool) else -1
-
-    return Event(
-        ph=str(raw.get("ph", "")),
-        name=str(raw.get("name", "")),
-        cat=str(raw.get("cat", "")),
-        ts=_to_float(raw.get("ts"), float("nan")),
-        dur=_to_float(raw.get("dur"), 0.0),
-        pid=as_id(raw.get("pid", -1)),
-        tid=as_id(raw.get("tid", -1)),
-        id=as_id(raw.get("id", -1)),
-        s=str(raw.get("s", "")),
-        args=args,
-    )
+        raise BadEvent("not a JSON object")
+    a = raw.get("args")
+    a = a if isinstance(a, dict) else {}
+    args = Args(**{f.attr: _coerce(f, a) for f in ARG_FIELDS})
+    return Event(**{f.attr: _coerce(f, raw) for f in EVENT_FIELDS}, args=args)

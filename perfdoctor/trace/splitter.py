@@ -97,6 +97,12 @@ def _structure(buf: np.ndarray, depth0: int) -> tuple[np.ndarray, np.ndarray, np
     return pos, vals, depth
 
 
+def nesting_depth(data: bytes) -> int:
+    """Deepest ``{``/``[`` nesting in ``data`` (JSON text), outside strings; vectorised, no recursion."""
+    _, _, depth = _structure(np.frombuffer(data, dtype=np.uint8), 0)
+    return int(depth.max()) if depth.size else 0
+
+
 class EventSplitter:
     """Feed decompressed blocks; whole events are handed to ``consume``.
 

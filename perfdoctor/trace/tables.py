@@ -31,6 +31,8 @@ from typing import Any
 
 import numpy as np
 
+from perfdoctor.errors import TraceFormatError
+from perfdoctor.trace.fields import MAX_RANK, MAX_SPAN_US
 from perfdoctor.trace.reader import RawTrace
 
 _STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
@@ -127,12 +129,52 @@ class TraceTables:
         return iter(self.tables.items())
 
 
-def _rank_from(metadata: dict[str, Any], path: str) -> int | None:
+def _rank_from(metadata: dict[str, Any], path: str, warnings: list[str]) -> int | None:
     info = metadata.get("distributedInfo")
-    if isinstance(info, dict) and isinstance(info.get("rank"), int):
+    if isinstance(info, dict) and isinstance(info.get("rank"), int):  # validated by trace.metadata
         return int(info["rank"])
     m = re.search(r"(?:rank|worker)[-_]?(\d+)", path.rsplit("/", 1)[-1])
-    return int(m.group(1)) if m else None
+    if m is None:
+        return None
+    if len(m.group(1)) > 10 or int(m.group(1)) > MAX_RANK:
+        warnings.append(f"{path}: the rank number in the file name is beyond {MAX_RANK}; rank unknown")
+        return None
+    return int(m.group(1))
+
+
+def _drop_outliers(cols_by_table: dict[str, dict[str, Any]], path: str, warnings: list[str]) -> None:
+    """Drop events without a timestamp, and events more than MAX_SPAN_US from the median timestamp.
+
+    A profiler records seconds to minutes; an event a day away from the rest (a ``ts`` of 0
+    among epoch timestamps, a mutated digit) would stretch a step to years. Adds one
+    warning per kind of drop, with the count.
+    """
+    stamps = [c["ts_us"] for c in cols_by_table.values() if c["ts_us"].size]
+    if not stamps:
+        return
+    all_ts = np.concatenate(stamps)
+    missing = int(np.isnan(all_ts).sum())
+    known = all_ts[~np.isnan(all_ts)]
+    far = 0
+    if known.size:
+        mid = float(np.median(known))
+        lo, hi = mid - MAX_SPAN_US, mid + MAX_SPAN_US
+        far = int(((known < lo) | (known > hi)).sum())
+    if not (missing or far):
+        return
+    for cols in cols_by_table.values():
+        ts = cols["ts_us"]
+        keep = ~np.isnan(ts)
+        if far:
+            keep &= (ts >= lo) & (ts <= hi)
+        if not keep.all():
+            for col in list(cols):
+                cols[col] = cols[col][keep]
+    if missing:
+        warnings.append(f"{path}: {missing} event(s) without a timestamp ('ts') dropped")
+    if far:
+        warnings.append(f"{path}: {far} event(s) more than {MAX_SPAN_US / 86_400e6:g} day from the trace's median "
+                        f"timestamp dropped (corrupt 'ts'; a profile spans seconds to minutes)")
 
 
 def build_tables(raw: RawTrace) -> TraceTables:
@@ -156,15 +198,16 @@ def build_tables(raw: RawTrace) -> TraceTables:
                 ops[col] = ops[col][~is_step]
     tables: dict[str, Table] = {}
     warnings = list(raw.warnings)
+    _drop_outliers(cols_by_table, raw.path, warnings)
+    if not any(c["ts_us"].size for c in cols_by_table.values()):
+        raise TraceFormatError(f"{raw.path}: none of its {raw.n_events} event(s) is a timed operator, kernel, "
+                               "memory copy, annotation or memory event (each needs 'ph', 'cat' and 'ts'): "
+                               "nothing to analyse")
     negative = sum(int((c["dur_us"] < 0).sum()) for c in cols_by_table.values())
     if negative:
         warnings.append(f"{raw.path}: {negative} event(s) with a negative duration were counted as 0 µs long")
     for tname, cols in cols_by_table.items():
-        ts = cols["ts_us"]
-        keep = ~np.isnan(ts)
-        order = np.argsort(ts, kind="stable")
-        if not keep.all():
-            order = order[keep[order]]
+        order = np.argsort(cols["ts_us"], kind="stable")
         sorted_cols = {}
         for col in list(cols):
             sorted_cols[col] = cols.pop(col)[order]
@@ -185,7 +228,7 @@ def build_tables(raw: RawTrace) -> TraceTables:
         cats=raw.cats,
         metadata=raw.metadata,
         tables=tables,
-        rank=_rank_from(raw.metadata, raw.path),
+        rank=_rank_from(raw.metadata, raw.path, warnings),
         truncated=raw.truncated,
         warnings=warnings,
         n_events=raw.n_events,

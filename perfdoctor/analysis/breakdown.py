@@ -260,11 +260,12 @@ def gpu_breakdown(tables: TraceTables, steps: Steps, device: int) -> DeviceBreak
     k_sum = np.bincount(kidx, weights=kdur, minlength=len(steps) + 1)[: len(steps)]
 
     out = []
+    host_dur = steps.host_dur_us  # once: the property computes the whole array
     for i in range(len(steps)):
         dur = float(we[i] - ws[i])
         out.append(StepBreakdown(
             step=int(steps.numbers[i]), name=steps.names[i],
-            host_start_us=float(steps.host_start_us[i]), host_dur_us=float(steps.host_dur_us[i]),
+            host_start_us=float(steps.host_start_us[i]), host_dur_us=float(host_dur[i]),
             start_us=float(ws[i]), dur_us=dur, busy_us=float(busy_w[i]), idle_us=dur - float(busy_w[i]),
             categories_us={c: float(v[i]) for c, v in cols["excl"].items()},
             category_union_us={c: float(v[i]) for c, v in cols["union"].items()},

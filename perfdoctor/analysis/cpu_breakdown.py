@@ -68,12 +68,13 @@ def cpu_breakdown(tables: TraceTables, steps: Steps) -> DeviceBreakdown:
     ph_w = {p: iv.per_window(s, ws, we) for p, s in phases.items()}
     n_ops = np.bincount(np.searchsorted(we, ops["ts_us"], side="right"), minlength=len(steps) + 1)[: len(steps)]
     out = []
+    host_dur = steps.host_dur_us  # once: the property computes the whole array
     for i in range(len(steps)):
         dur = float(we[i] - ws[i])
         busy = float(busy_w[i])
         out.append(StepBreakdown(
             step=int(steps.numbers[i]), name=steps.names[i],
-            host_start_us=float(steps.host_start_us[i]), host_dur_us=float(steps.host_dur_us[i]),
+            host_start_us=float(steps.host_start_us[i]), host_dur_us=float(host_dur[i]),
             start_us=float(ws[i]), dur_us=dur, busy_us=busy, idle_us=dur - busy,
             categories_us={c: float(v[i]) for c, v in excl_w.items()},
             category_union_us={c: float(v[i]) for c, v in union_w.items()},

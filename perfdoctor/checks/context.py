@@ -88,15 +88,17 @@ class RankContext:
 
     @property
     def device(self) -> Any:
-        return self.rank.primary
+        if "primary" not in self.cache:  # RankAnalysis.primary sums every step of every device
+            self.cache["primary"] = self.rank.primary
+        return self.cache["primary"]
 
     @property
     def is_gpu(self) -> bool:
-        return self.rank.primary.kind == "gpu"
+        return self.device.kind == "gpu"
 
     @property
     def step_rows(self) -> list[StepBreakdown]:
-        return self.rank.primary.steps
+        return self.device.steps
 
     @property
     def step_numbers(self) -> list[int]:

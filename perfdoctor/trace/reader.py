@@ -273,6 +273,9 @@ def read_trace_file(path: str | os.PathLike[str], on_progress: Callable[[int], N
         raise TraceFormatError(_not_a_trace_reason(p, first, total))
     warnings: list[str] = []
     metadata = _decode_header(p, result.header, warnings)
+    if result.damaged_header:
+        warnings.append(f"{p}: the JSON before 'traceEvents' is malformed (its brackets do not balance: a trimmed "
+                        "header?); its metadata (deviceProperties, distributedInfo) is ignored, the events are read")
     truncated = not result.complete
     reasons = ", ".join(f"{why} ({n})" for why, n in sorted(decoder.dropped.items(), key=lambda kv: -kv[1]))
     if truncated or bad or dropped or state["junk_bytes"]:

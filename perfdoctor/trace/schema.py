@@ -12,7 +12,7 @@ same table, which coerces what it can (a string ``ts``, a float id) and raises
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Annotated, Any, Union
+from typing import TYPE_CHECKING, Annotated, Any
 
 import msgspec
 
@@ -38,12 +38,12 @@ def _struct_type(f: TraceField) -> Any:
     elif f.kind == "float":
         base = Annotated[float, meta] if meta else float
     elif f.kind == "id":
-        base = Union[Annotated[int, meta] if meta else int, str]
+        base = (Annotated[int, meta] if meta else int) | str
     elif f.kind == "json_list":
         return msgspec.Raw  # kept undecoded; an empty Raw means absent
     else:
         base = str
-    return Union[base, None] if f.default is None else base
+    return base | None if f.default is None else base
 
 
 def _struct_field(f: TraceField) -> tuple[str, Any, Any]:

@@ -44,6 +44,8 @@ class SplitResult:
             decoded as events (non-zero for a truncated file).
         unclosed_object: no event array was found and the top-level object
             never closed (a file cut inside the metadata before ``traceEvents``).
+        damaged_header: the event array was found only by its key, at the wrong depth: the
+            JSON before it is malformed (``header`` is then empty).
     """
 
     header: bytes = b""
@@ -52,6 +54,7 @@ class SplitResult:
     found_array: bool = False
     unclosed_object: bool = False
     bare_array: bool = False
+    damaged_header: bool = False
     _prefix: bytearray = field(default_factory=bytearray)
     _suffix: bytearray = field(default_factory=bytearray)
 
@@ -130,7 +133,8 @@ class EventSplitter:
         self._done = False
 
     # -- header phase -------------------------------------------------------
-    def _find_array(self) -> bool:
+    def _find_array(self, relaxed: bool = False) -> bool:
+        """Find the event array; ``relaxed`` accepts a ``"traceEvents": [`` at any depth (damaged header)."""
         data = bytes(self._pending)
         stripped = data.lstrip()
         if not stripped:
@@ -148,9 +152,13 @@ class EventSplitter:
             if key < 0:
                 return False
             search_from = key + 1
-            pos, _, depth = _structure(buf[:key], 0)
-            if (depth[-1] if depth.size else 0) != 1:
-                continue  # a "traceEvents" string nested deeper, or inside a string
+            if relaxed:
+                if _unescaped_quotes(buf[:key]).size % 2:
+                    continue  # inside a string
+            else:
+                _, _, depth = _structure(buf[:key], 0)
+                if (depth[-1] if depth.size else 0) != 1:
+                    continue  # a "traceEvents" string nested deeper, or inside a string
             colon = data.find(b":", key + 13)
             if colon < 0:
                 return False
@@ -279,6 +287,9 @@ class EventSplitter:
     def finish(self) -> SplitResult:
         """Close the stream; returns what was seen besides the events."""
         res = self.result
+        if not res.found_array and self._find_array(relaxed=True):
+            res.damaged_header = True  # brackets before "traceEvents" do not balance (a trimmed header)
+            res._prefix.clear()
         if res.found_array and not self._done:
             self._cut_exact()
         if res.found_array and not self._done:
@@ -291,6 +302,6 @@ class EventSplitter:
         if res.found_array:
             if res.bare_array:
                 res.header = b"[]"
-            else:
+            elif not res.damaged_header:
                 res.header = bytes(res._prefix) + b"[]" + bytes(res._suffix)
         return res

@@ -1,0 +1,105 @@
+"""Every hostile-input reproducer in tests/data/fuzz: a report or one clear line, never a traceback.
+
+The contract (issue 9): ``perfdoctor report FILE`` ends with exit 0/1 and a report, or exit 2 and exactly
+one stderr line naming the file and the problem; no traceback, no raw numpy RuntimeWarning, no run longer
+than the file's size warrants. Each case also pins what the trace boundary now says about the file.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import pytest
+
+from perfdoctor.cli import main
+
+FUZZ = Path(__file__).resolve().parent / "data" / "fuzz"
+
+# reproducer -> (exit code 2 for a refusal / None for a report, text the error or a report warning must hold)
+EXPECTED: dict[str, tuple[int | None, str]] = {
+    "crash01_ZeroDivisionError_pipeline_py_192.json": (None, ""),
+    "crash02_RecursionError_reader_py_150.json.gz": (None, "trace metadata nested deeper than 32 levels"),
+    "crash03_OverflowError_columns_py_93.json": (2, "'Total Reserved' out of range"),
+    "crash04_RecursionError_reader_py_117.json.gz": (2, "nested deeper than 32 levels"),
+    "crash05_OverflowError_columns_py_125.json.gz": (None, "5 event(s) with invalid fields dropped: 'id' out of range"),
+    "crash06_RecursionError_reader_py_141.json.gz": (None, "1 event(s) with invalid fields dropped: nested deeper"),
+    "crash07_OverflowError_columns_py_201": (2, "'In msg nelems' out of range"),
+    "crash08_OverflowError_columns_py_202.json": (2, "'Group size' out of range"),
+    "crash09_TypeError_json_out_py_14": (2, "nothing to analyse"),
+    "crash10_BufferError_splitter_py_227.json.gz": (None, "79 event(s) with invalid fields dropped: 'external id'"),
+    "crash11_OverflowError_columns_py_180.json": (2, "'device' out of range"),
+    "crash12_OverflowError_columns_py_182.json": (2, "'External id' out of range"),
+    "crash13_KeyError_pd201_small_batch_py_46.json": (None, "1 'input_dims' value(s) that are not a JSON list"),
+    "crash14_OverflowError_steps_py_124.json": (None, ""),
+    "crash15_RecursionError_reader_py_137.json.gz": (None, "1 event(s) with invalid fields dropped: nested deeper"),
+    "crash16_OverflowError_svg_py_58.json": (2, "'ts' out of range"),
+    "crash17_TypeError_html_py_29": (2, "nothing to analyse"),
+    "crash18_OverflowError_columns_py_184_synthetic.json": (2, "'external id' out of range"),
+    "crash19_OverflowError_schema_py_85.json": (2, "'ts' out of range"),
+    "crash20_TypeError_pd203_fp32_matmul_without_tensor_cores_py_35.json": (
+        None, "1 trace metadata value(s) of the wrong type or out of range"),
+    "hang01_case5841.json.gz": (None, ""),
+}
+
+
+def trace_path(name: str) -> Path:
+    p = FUZZ / name
+    return next(p.iterdir()) if p.is_dir() else p
+
+
+def run_inprocess(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str, list[str]]:
+    """``perfdoctor`` in this process: (exit code, stdout, stderr, RuntimeWarnings raised)."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        code = main(argv)
+    out, err = capsys.readouterr()
+    return code, out, err, [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]
+
+
+def test_every_reproducer_is_listed():
+    assert sorted(p.name for p in FUZZ.iterdir() if p.name.startswith(("crash", "hang"))) == sorted(EXPECTED)
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_reproducer_meets_the_contract(name, capsys, tmp_path):
+    path = trace_path(name)
+    code, text = EXPECTED[name]
+    t0 = time.perf_counter()
+    got, out, err, runtime_warnings = run_inprocess(["report", str(path), "--format", "json"], capsys)
+    elapsed = time.perf_counter() - t0
+    assert runtime_warnings == []
+    if code == 2:
+        assert got == 2 and out == ""
+        lines = err.strip().splitlines()
+        assert len(lines) == 1 and str(path) in lines[0] and text in lines[0], err
+        return
+    assert got in (0, 1), err
+    report = json.loads(out)
+    assert report["schema"] == "perfdoctor.report"
+    if text:
+        assert any(text in w for w in report["warnings"]), report["warnings"]
+    if name.startswith("hang"):
+        # 50,001 ProfilerStep markers (10 MB of JSON) once took 182 s; the load and analysis are linear now
+        assert sum(len(d["steps"]) for d in report["ranks"][0]["devices"]) == 50_000
+        assert elapsed < 60, elapsed
+        return
+    # the HTML renderer (axis ticks, rank labels) on the same input
+    html = tmp_path / "r.html"
+    got, _, err, runtime_warnings = run_inprocess(["report", str(path), "--format", "json", "-o", str(html)], capsys)
+    assert got in (0, 1) and html.read_text().startswith("<!DOCTYPE html>") and runtime_warnings == [], err
+
+
+def test_one_reproducer_as_a_process():
+    """The same contract seen from outside: one stderr line, no traceback."""
+    path = trace_path("crash12_OverflowError_columns_py_182.json")
+    r = subprocess.run([sys.executable, "-m", "perfdoctor", "report", str(path), "--format", "json"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert r.stderr.strip().splitlines() == [
+        f"perfdoctor: error: {path}: no valid trace event: 1 event(s) with invalid fields dropped "
+        "('External id' out of range (1))"]

@@ -56,11 +56,13 @@ def test_idle_causes(tmp_path):
     s = analyse(tb, tmp_path).primary.steps[0]
     # gaps: [0,320) [500,700) [800,1000)
     assert s.idle_us == 720
+    # the replay's critical path: host to 1000 (the annotation ends after the last kernel), back to the sync's
+    # return at 600; the sync waited for the kernel ending at 500; the kernel's launch at 310; the host before it
     assert s.idle_causes_us == {
-        "dataloader": 320,  # gap began inside the fetch: the whole gap
-        "synchronization": 200,  # gap began inside the sync call: [500, 700)
-        "host_launch_bound": 80,  # host inside aten::add, device idle
-        "other": 120,
+        "dataloader": 300,  # [0, 300): the fetch itself (not the 20 µs of host work after it)
+        "synchronization": 100,  # [500, 600): the device waits for the sync's return only
+        "host_launch_bound": 95,  # [310, 320) launch latency, [660, 665) launch call, [820, 900) aten::add
+        "other": 225,  # [300, 310), [600, 660), [665, 700), [800, 820), [900, 1000): Python outside ops
     }
 
 

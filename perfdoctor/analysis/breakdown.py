@@ -12,13 +12,13 @@ GPU definitions (µs, per step window from :mod:`perfdoctor.analysis.steps`):
 - communication: ``total_us`` = union of communication kernels;
   ``overlapped_us`` = the part that runs while a compute kernel runs;
   ``exposed_us`` = the rest (HTA's comm/comp overlap = overlapped / total).
-- idle_causes_us (adds up to idle): the idle gaps are attributed, in order, to
-  ``dataloader`` (the host is inside DataLoader ``__next__``), ``synchronization``
-  (the host is blocked in a synchronize call or a blocking copy), ``host_launch_bound``
-  (the host is busy in ops / runtime calls but has queued nothing) and
-  ``other``. A gap that begins while the host is in a DataLoader fetch or a
-  sync call is attributed to that cause up to the gap's end: the device had
-  nothing queued because the host was blocked.
+- idle_causes_us (adds up to idle): each idle µs goes to what the replay's critical path
+  (:mod:`perfdoctor.replay.attribution`, the one attribution every rule reads) was doing then:
+  ``dataloader`` (the host inside DataLoader ``__next__``), ``synchronization`` (the release
+  latency of a blocking call that waited for the device, or a sync call's own time: never the
+  host work after it returned), ``host_launch_bound`` (the host inside ops / runtime calls, or
+  a launch's latency) and ``other`` (Python outside ops, work queued before the recording,
+  another device's work).
 - kernels launched inside ``Optimizer.step`` count as ``optimizer`` unless
   they are GEMMs / convolutions / attention.
 
@@ -28,6 +28,7 @@ CPU-only traces get the same per-step table over host ops (see :mod:`perfdoctor.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -163,19 +164,6 @@ def _gpu_events(tables: TraceTables, device: int, optimizer: iv.Intervals) -> _G
     return _GpuEvents(ts, end, launch, category, collective, direction, is_kernel, triton)
 
 
-def _extend_to_gap_end(cause: iv.Intervals, gaps: iv.Intervals) -> iv.Intervals:
-    """Stretch each cause interval to the end of the idle gap that began inside it."""
-    if cause[0].size == 0 or gaps[0].size == 0:
-        return cause
-    s, e = cause
-    g = np.searchsorted(gaps[0], e, side="right") - 1
-    gi = np.maximum(g, 0)
-    # only gaps that began while the host was inside the call: the device ran dry because of it
-    inside = (g >= 0) & (e < gaps[1][gi]) & (gaps[0][gi] >= s)
-    e2 = np.where(inside, np.maximum(e, gaps[1][gi]), e)
-    return iv.union(s, e2)
-
-
 def device_ids(tables: TraceTables) -> list[int]:
     """Devices with GPU activity in this trace, sorted."""
     found: set[int] = set()
@@ -186,8 +174,9 @@ def device_ids(tables: TraceTables) -> list[int]:
     return sorted(found)
 
 
-def gpu_breakdown(tables: TraceTables, steps: Steps, device: int) -> DeviceBreakdown:
-    """Per-step breakdown of one GPU (see the module docstring for definitions)."""
+def gpu_breakdown(tables: TraceTables, steps: Steps, device: int, attribution: Any = None) -> DeviceBreakdown:
+    """Per-step breakdown of one GPU (see the module docstring for definitions); ``attribution`` is the rank's
+    :class:`~perfdoctor.replay.attribution.Attribution` (built from the trace when None)."""
     ws, we = steps.start_us, steps.end_us
     opt = host.named(tables, host.OPTIMIZER_STEP)
     ev = _gpu_events(tables, device, opt)
@@ -210,16 +199,16 @@ def gpu_breakdown(tables: TraceTables, steps: Steps, device: int) -> DeviceBreak
 
     span_lo, span_hi = float(ws[0]), float(we[-1])
     gaps = iv.complement(busy, span_lo, span_hi)
-    dl_ext = _extend_to_gap_end(host.dataloader(tables), gaps)
-    sync_ext = _extend_to_gap_end(host.synchronization(tables), gaps)
-    host_busy = host.busy(tables, steps.pid if steps.pid >= 0 else None)
-    idle_dl = iv.intersect(gaps, dl_ext)
-    rest = iv.subtract(gaps, idle_dl)
-    idle_sync = iv.intersect(rest, sync_ext)
-    rest = iv.subtract(rest, idle_sync)
-    idle_launch = iv.intersect(rest, host_busy)
-    idle_other = iv.subtract(rest, idle_launch)
-    idle_sets = dict(zip(IDLE_CAUSES, (idle_dl, idle_sync, idle_launch, idle_other)))
+    if attribution is None:
+        from perfdoctor.replay.attribution import critical_path
+        from perfdoctor.replay.rank import replay_rank
+
+        attribution = critical_path(tables, replay_rank(tables, steps))
+    # one attribution: each idle µs goes to what the replay's critical path was doing at that time
+    idle_sets = {c: iv.intersect(gaps, attribution.intervals(c)) for c in IDLE_CAUSES}
+    on_other = iv.subtract(gaps, iv.union_of(*idle_sets.values()))
+    idle_sets["other"] = iv.union_of(idle_sets["other"], on_other)
+    idle_launch = idle_sets["host_launch_bound"]
 
     coll_names = sorted({c for c in ev.collective[ev.category == "communication"].tolist()})
     coll_sets = {c: iv.union(ev.ts[ev.collective == c], ev.end[ev.collective == c]) for c in coll_names}

@@ -17,6 +17,7 @@ from perfdoctor.analysis.cpu_breakdown import cpu_breakdown
 from perfdoctor.analysis.missing import MissingReason
 from perfdoctor.analysis.steps import Steps, find_steps
 from perfdoctor.errors import PerfDoctorError
+from perfdoctor.replay.attribution import Attribution, critical_path
 from perfdoctor.replay.rank import RankReplay, replay_rank
 from perfdoctor.trace import load_trace, trace_files_in
 from perfdoctor.trace.tables import TraceTables
@@ -66,6 +67,7 @@ class RankAnalysis:
     mfu_missing: MissingReason | None = None
     gemm_dtype: GemmDtype = field(default_factory=GemmDtype)
     replay: RankReplay | None = None  # the step's dependency graph, replayed
+    attribution: Attribution | None = None  # the replay's critical path, labelled: the one attribution
 
     @property
     def rank(self) -> int | None:
@@ -96,7 +98,9 @@ class Analysis:
 def analyze_tables(tables: TraceTables, step_marker: str | None = None) -> RankAnalysis:
     """Steps and per-device breakdowns of one loaded trace."""
     steps = find_steps(tables, step_marker)
-    devs = [gpu_breakdown(tables, steps, d) for d in device_ids(tables)]
+    replayed = replay_rank(tables, steps)
+    attribution = critical_path(tables, replayed)
+    devs = [gpu_breakdown(tables, steps, d, attribution) for d in device_ids(tables)]
     if not devs:
         devs = [cpu_breakdown(tables, steps)]
     warnings = list(tables.warnings) + list(steps.warnings)
@@ -108,14 +112,14 @@ def analyze_tables(tables: TraceTables, step_marker: str | None = None) -> RankA
             warnings.append(f"{tables.path}: no deviceProperties; GPU architecture inferred from kernel names: "
                             f"{guess.family} (compute capability {guess.compute_capability[0]}."
                             f"{guess.compute_capability[1]}, from {guess.evidence!r}); {guess.assumption}")
-    replayed = replay_rank(tables, steps)
     if replayed.fallback:
         warnings.append(f"{tables.path}: replay: {replayed.fallback}; savings are upper bounds from interval rules")
     if tables.truncated and steps.source == "whole-trace" and tables.has_device_activity:
         # no step windows to drop: device activity the cut lost cannot be told from idle time
         warnings.append(f"{tables.path}: truncated and without step markers: GPU activity written after the cut "
                         "is missing and counts as idle, so idle is an upper bound and busy a lower bound")
-    return RankAnalysis(tables=tables, steps=steps, devices=devs, warnings=warnings, replay=replayed)
+    return RankAnalysis(tables=tables, steps=steps, devices=devs, warnings=warnings, replay=replayed,
+                        attribution=attribution)
 
 
 def _sha256(path: str) -> str:

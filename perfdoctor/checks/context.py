@@ -187,20 +187,35 @@ class RankContext:
             self.cache["gaps"] = iv.complement(self.device_busy(), float(ws[0]), float(we[-1]))
         return self.cache["gaps"]
 
-    def idle_after(self, calls: iv.Intervals) -> np.ndarray:
-        """Per step: device idle time that begins while the host is inside ``calls`` (µs).
+    def attribution(self) -> Any:
+        """The rank's one attribution: the replay's labelled critical path (cached; built when the analysis lacks
+        it)."""
+        att = getattr(self.rank, "attribution", None)
+        if att is None:
+            att = self.cache.get("attribution")
+            if att is None:
+                from perfdoctor.replay.attribution import critical_path
+                from perfdoctor.replay.rank import replay_rank
 
-        A gap that starts during a blocking call is charged whole to the call, as in
-        the breakdown's idle causes: the device had nothing queued because the host was blocked.
+                att = self.cache["attribution"] = critical_path(self.tables, replay_rank(self.tables, self.rank.steps))
+        return att
+
+    def idle_after(self, calls: iv.Intervals) -> np.ndarray:
+        """Per step: device idle time (µs) the replay's critical path spends inside ``calls`` on the host.
+
+        That is the time the device waits because of the calls: the host sitting in one while nothing is queued,
+        or a blocking call's release latency after the work it waited for. Host work after a call returned is not
+        the call's (a sync that returned within µs and was followed by seconds of other host work costs µs).
         """
+        from perfdoctor.replay.attribution import HOST_CAUSES
+
         gaps = self.device_gaps()
         ws, we = self.windows()
         if calls[0].size == 0 or gaps[0].size == 0:
             return np.zeros(ws.size)
-        k = np.searchsorted(calls[0], gaps[0], side="right") - 1
-        starts_inside = (k >= 0) & (gaps[0] < calls[1][np.maximum(k, 0)])
-        charged = iv.union(gaps[0][starts_inside], gaps[1][starts_inside])
-        return iv.per_window(iv.union_of(charged, iv.intersect(gaps, calls)), ws, we)
+        att = self.attribution()
+        host = iv.union_of(*(att.intervals(c) for c in HOST_CAUSES))
+        return iv.per_window(iv.intersect(iv.intersect(gaps, host), calls), ws, we)
 
 
 def _next_launch_gaps(launch_us: np.ndarray) -> np.ndarray:

@@ -1,0 +1,265 @@
+"""One attribution of every µs of a rank's steps, read off the replay's critical path.
+
+The critical path is walked backwards from the end of the last analysed step to the start of the first, through
+the constraint that bound each node in the replay (:mod:`perfdoctor.replay.simulate`):
+
+- a device activity charges its own time to its category (matmul, ..., ``communication`` — on the critical path
+  communication is exposed by definition —, memcpy, memset); the path continues through the constraint that started
+  it: the previous activity on its stream, the activity of another stream it waited for (the gap between the two
+  is charged to the activity's category: device-side overhead), or its launch;
+- a launch charges the time from the host's launch call to the activity's start to ``host_launch_bound`` (launch
+  latency) and the path moves to the host;
+- host time is charged, µs by µs, to ``dataloader`` (inside a DataLoader ``__next__``), ``synchronization`` (inside a
+  blocking call's own time), ``host_launch_bound`` (inside any CPU op or runtime call: the framework and launch
+  overhead of queuing work) or ``other`` (Python and anything outside an op), back to the last blocking call that
+  waited for the device; there only the release latency (device end → call return) is ``synchronization``, and the
+  path continues on the device activity the call waited for. A sync that returned at once costs only its own µs.
+- time before the first recorded launch, with no launch to follow (work queued before the recording), is ``other``.
+
+Segments are disjoint and cover ``[first window start, last window end)`` exactly, so per step they add up to the
+step time, and the part of them that falls in a device's idle gaps is that device's idle, by cause.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+from perfdoctor.replay.graph import ACT_TABLES
+from perfdoctor.replay.rank import RankReplay
+from perfdoctor.trace.tables import TraceTables
+
+Intervals = tuple[np.ndarray, np.ndarray]
+HOST_CAUSES = ("dataloader", "synchronization", "host_launch_bound", "other")
+DATALOADER = re.compile(r"^enumerate\(DataLoader\)#.*__next__|DataLoader.*__next__|^DataLoader")
+OPTIMIZER_STEP = re.compile(r"^Optimizer\.step#")
+_OVERRIDABLE = {"elementwise", "reduction_norm", "other", "optimizer"}
+_TIE_US = 1e-6
+# internal labels of the walk (host segments are split by cause after it)
+_HOST, _LAUNCH, _SYNC, _INHERITED = -1, -2, -3, -4
+
+
+@dataclass
+class Attribution:
+    """The critical path of one rank as labelled segments (µs, sorted, disjoint).
+
+    ``start_us`` / ``end_us`` / ``label`` (shape ``(n,)``); ``label`` is a category name (device work) or a host
+    cause of :data:`HOST_CAUSES`.
+    """
+
+    start_us: np.ndarray
+    end_us: np.ndarray
+    label: np.ndarray
+
+    def labels(self) -> list[str]:
+        return sorted(set(self.label.tolist()))
+
+    def intervals(self, label: str) -> Intervals:
+        m = self.label == label
+        return self.start_us[m], self.end_us[m]
+
+    def per_window(self, ws: np.ndarray, we: np.ndarray, within: Intervals | None = None) -> dict[str, np.ndarray]:
+        """µs of each label inside each window ``[ws[i], we[i])`` (optionally only inside ``within``)."""
+        from perfdoctor.analysis import intervals as iv
+
+        out = {}
+        for lab in self.labels():
+            s = self.intervals(lab)
+            if within is not None:
+                s = iv.intersect(s, within)
+            out[lab] = iv.per_window(s, ws, we)
+        return out
+
+    def idle_causes(self, gaps: Intervals, ws: np.ndarray, we: np.ndarray) -> dict[str, np.ndarray]:
+        """Per step, a device's idle gaps split by the critical path's cause at that time (adds up to the gaps);
+        idle while the path is on another device's work counts as ``other``."""
+        per = self.per_window(ws, we, within=gaps)
+        out = {c: per.pop(c, np.zeros(ws.size)) for c in HOST_CAUSES}
+        for v in per.values():
+            out["other"] = out["other"] + v
+        return out
+
+
+def _categories(tables: TraceTables, rr: RankReplay) -> np.ndarray:
+    """Category of every activity of the graph, with the breakdown's optimizer override (object array)."""
+    from perfdoctor.analysis.classify import classify_kernel
+
+    g = rr.graph
+    names = tables.names
+    cat = np.empty(g.n_act, dtype=object)
+    for k, tname in enumerate(ACT_TABLES):
+        m = g.act_table == k
+        if not m.any():
+            continue
+        ids = tables.tables[tname]["name_id"][g.act_row[m]]
+        uniq, inv = np.unique(ids, return_inverse=True)
+        cat[m] = np.array([classify_kernel(names[i]).category for i in uniq.tolist()], dtype=object)[inv]
+    opt = _named(tables, OPTIMIZER_STEP)
+    if opt[0].size and g.n_act:
+        lt = g.act_launch_ts_us
+        k = np.searchsorted(opt[0], lt, side="right") - 1
+        inside = (k >= 0) & (lt < opt[1][np.maximum(k, 0)])
+        over = np.isin(cat, list(_OVERRIDABLE)) & inside
+        cat[over] = "optimizer"
+    return cat
+
+
+def _named(tables: TraceTables, rx: re.Pattern[str], pid: int | None = None) -> Intervals:
+    from perfdoctor.analysis import intervals as iv
+
+    ok = tables.names_matching(rx)
+    starts, ends = [], []
+    for tname in ("annotations", "cpu_ops"):
+        tab = tables.tables[tname]
+        if len(tab) == 0:
+            continue
+        m = ok[tab["name_id"]]
+        if pid is not None:
+            m &= tab["pid"] == pid
+        starts.append(tab["ts_us"][m])
+        ends.append(tab["end_us"][m])
+    if not starts:
+        return np.empty(0), np.empty(0)
+    return iv.union(np.concatenate(starts), np.concatenate(ends))
+
+
+def _binding(rr: RankReplay) -> tuple[np.ndarray, np.ndarray]:
+    """(kind per activity: 0 launch / no predecessor, 1 stream, 2 cross-stream dep; waited per blocking call)."""
+    g, res = rr.graph, rr.baseline
+    st = res.act_start_us
+    prev_t = np.where(g.act_prev >= 0, res.act_end_us[np.maximum(g.act_prev, 0)] + g.act_gap_us, -np.inf)
+    dep_t = np.where(g.act_dep >= 0, res.act_end_us[np.maximum(g.act_dep, 0)] + g.act_dep_gap_us, -np.inf)
+    kind = np.zeros(g.n_act, dtype=np.int64)
+    kind[prev_t >= st - _TIE_US] = 1
+    kind[(dep_t >= st - _TIE_US) & (dep_t >= prev_t)] = 2
+    dep_end = np.where(g.blk_dep >= 0, res.act_end_us[np.maximum(g.blk_dep, 0)] + g.blk_lat_us, -np.inf)
+    waited = (g.blk_dep >= 0) & (dep_end >= res.blk_end_us - _TIE_US) & g.blk_waited
+    return kind, waited
+
+
+def _walk(rr: RankReplay, lo: float, hi: float, start_act: int, host_pid: int) -> tuple[list[float], list[float],
+                                                                                       list[int], list[int]]:
+    """Backward walk; returns segment starts, ends, labels (>= 0: activity index; < 0: internal labels) and, for
+    host segments, the process id (else -1)."""
+    g, res = rr.graph, rr.baseline
+    kind, waited = _binding(rr)
+    a_start, a_end = res.act_start_us.tolist(), res.act_end_us.tolist()
+    kindl, prevl, depl = kind.tolist(), g.act_prev.tolist(), g.act_dep.tolist()
+    launch_t = (res.act_start_us - g.act_lat_us).tolist()
+    a_pid = g.act_pid.tolist()
+    b_end, b_dep, b_waited = res.blk_end_us, g.blk_dep.tolist(), waited.tolist()
+    by_pid: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+    for p in np.unique(g.blk_pid).tolist():
+        idx = np.flatnonzero(g.blk_pid == p)
+        by_pid[p] = (idx, b_end[idx])
+    ss: list[float] = []
+    ee: list[float] = []
+    lab: list[int] = []
+    pids: list[int] = []
+
+    def seg(a: float, b: float, label: int, pid: int = -1) -> None:
+        a = max(a, lo)
+        if b > a:
+            ss.append(a)
+            ee.append(b)
+            lab.append(label)
+            pids.append(pid)
+
+    t = hi
+    node = start_act
+    pid = host_pid
+    while t > lo:
+        if node >= 0:
+            s = min(a_start[node], t)
+            seg(s, t, node)
+            t = s
+            k = kindl[node]
+            if k == 1 or k == 2:
+                pred = prevl[node] if k == 1 else depl[node]
+                pe = min(a_end[pred], t)
+                seg(pe, t, node)
+                t, node = pe, pred
+            elif g.act_launch[node] >= 0:
+                lt = min(launch_t[node], t)
+                seg(lt, t, _LAUNCH)
+                t, pid, node = lt, a_pid[node], -1
+            else:
+                seg(lo, t, _INHERITED)
+                break
+            continue
+        # on the host of process `pid` at time t: back to the last blocking call that waited
+        idx, ends = by_pid.get(pid, (np.empty(0, np.int64), np.empty(0)))
+        j = int(np.searchsorted(ends, t, side="right")) - 1
+        while j >= 0 and not b_waited[int(idx[j])]:
+            j -= 1
+        if j < 0 or ends[j] <= lo:
+            seg(lo, t, _HOST, pid)
+            break
+        b = int(idx[j])
+        seg(float(ends[j]), t, _HOST, pid)
+        de = min(a_end[b_dep[b]], float(ends[j]))
+        seg(de, float(ends[j]), _SYNC)
+        t, node = de, b_dep[b]
+    return ss, ee, lab, pids
+
+
+def _host_split(tables: TraceTables, rr: RankReplay, hs: np.ndarray, he: np.ndarray, pid: int) -> list[Intervals]:
+    """Host segments of one process split into :data:`HOST_CAUSES` (priority in that order)."""
+    from perfdoctor.analysis import intervals as iv
+
+    seg = iv.union(hs, he)
+    dl = iv.intersect(seg, _named(tables, DATALOADER, pid if pid >= 0 else None))
+    rest = iv.subtract(seg, dl)
+    g = rr.graph
+    mb = g.blk_pid == pid
+    sync = iv.intersect(rest, iv.union(g.blk_ts_us[mb], g.blk_end_us[mb]))
+    rest = iv.subtract(rest, sync)
+    busy_parts = []
+    for tname in ("cpu_ops", "runtime"):
+        tab = tables.tables[tname]
+        if len(tab):
+            m = tab["pid"] == pid if pid >= 0 else np.ones(len(tab), bool)
+            busy_parts.append(iv.union(tab["ts_us"][m], tab["end_us"][m]))
+    busy = iv.intersect(rest, iv.union_of(*busy_parts)) if busy_parts else iv.EMPTY
+    return [dl, sync, busy, iv.subtract(rest, busy)]
+
+
+def critical_path(tables: TraceTables, rr: RankReplay) -> Attribution:
+    """The labelled critical path of the analysed steps (see the module docstring)."""
+    from perfdoctor.replay.windows import replayed_windows
+
+    ws, we = replayed_windows(rr.baseline, rr.windows)
+    empty = Attribution(np.empty(0), np.empty(0), np.empty(0, dtype=object))
+    if ws.size == 0:
+        return empty
+    lo, hi = float(ws[0]), float(we[-1])
+    g, res = rr.graph, rr.baseline
+    start_act = -1
+    if g.n_act:
+        ends = np.where(res.act_end_us <= hi + _TIE_US, res.act_end_us, -np.inf)
+        cand = int(np.argmax(ends))
+        host_end = float(res.host_time(rr.windows.pid, rr.windows.host_end_us[-1:])[0])
+        if ends[cand] > -np.inf and ends[cand] >= min(host_end, hi) - _TIE_US:
+            start_act = cand
+    ss, ee, lab, pids = _walk(rr, lo, hi, start_act, rr.windows.pid)
+    s, e, lb, pp = np.asarray(ss), np.asarray(ee), np.asarray(lab, dtype=np.int64), np.asarray(pids, dtype=np.int64)
+    cats = _categories(tables, rr)
+    labels = np.empty(s.size, dtype=object)
+    dev = lb >= 0
+    labels[dev] = cats[lb[dev]]
+    labels[lb == _LAUNCH] = "host_launch_bound"
+    labels[lb == _SYNC] = "synchronization"
+    labels[lb == _INHERITED] = "other"
+    parts_s, parts_e, parts_l = [s[lb != _HOST]], [e[lb != _HOST]], [labels[lb != _HOST]]
+    host = lb == _HOST
+    for p in np.unique(pp[host]).tolist():
+        m = host & (pp == p)
+        for cause, (cs, ce) in zip(HOST_CAUSES, _host_split(tables, rr, s[m], e[m], p), strict=True):
+            parts_s.append(cs)
+            parts_e.append(ce)
+            parts_l.append(np.full(cs.size, cause, dtype=object))
+    s_all, e_all, l_all = np.concatenate(parts_s), np.concatenate(parts_e), np.concatenate(parts_l)
+    order = np.argsort(s_all, kind="stable")
+    return Attribution(s_all[order], e_all[order], l_all[order])

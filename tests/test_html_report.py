@@ -81,9 +81,9 @@ def test_resnet_report_is_self_contained_and_complete(resnet):
     assert "<td>idle: waiting for DataLoader</td>" not in html  # swatch precedes the label
     totals = report["ranks"][0]["devices"][0]["totals"]
     dl_ms = totals["idle_causes_us"]["dataloader"] / totals["n_steps"] / 1000
-    assert 59 < dl_ms < 60.5  # 33.5% of a 177.6 ms step
+    assert 59 < dl_ms < 60.5  # 33.4% of a 177.6 ms step (the fetches themselves, on the critical path)
     assert (f'idle: waiting for DataLoader</td><td class="num">{dl_ms:.2f} ms</td>'
-            '<td class="num">33.5%</td>') in html
+            '<td class="num">33.4%</td>') in html
     # how it was measured: file size and sha256 of the input (1.11 MiB for the shared copy; tests/data holds the
     # same events re-compressed, 990.33 KiB)
     size = shared_trace(RESNET).stat().st_size

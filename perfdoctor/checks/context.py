@@ -200,6 +200,32 @@ class RankContext:
                 att = self.cache["attribution"] = critical_path(self.tables, replay_rank(self.tables, self.rank.steps))
         return att
 
+    def replay(self) -> Any:
+        """The rank's :class:`~perfdoctor.replay.rank.RankReplay` (built when the analysis lacks it)."""
+        rr = getattr(self.rank, "replay", None)
+        if rr is None:
+            rr = self.cache.get("replay")
+            if rr is None:
+                from perfdoctor.replay.rank import replay_rank
+
+                rr = self.cache["replay"] = replay_rank(self.tables, self.rank.steps)
+        return rr
+
+    def replayed_saving(self, whatif: Any) -> tuple[float, np.ndarray, str]:
+        """Saving of a what-if (:class:`~perfdoctor.replay.transforms.WhatIf`): ``(mean µs, per-step µs, method)``.
+
+        Per step: recorded step time − the step replayed with the transformation; the mean is over the analysed
+        steps (the report's one denominator is their mean step time). The method names the assumption and its
+        source, and says so when the replay does not reproduce the recording (the saving is then an upper bound).
+        """
+        rr = self.replay()
+        per = np.asarray(rr.recorded_step_us - rr.step_times(whatif.scenario), dtype=np.float64)
+        method = (f"replay of the step's dependency graph with the fix applied ({whatif.assumption}; source: "
+                  f"{whatif.source}): recorded − replayed step time, mean over {per.size} analysed step(s)")
+        if rr.fallback:
+            method += f"; an upper bound: {rr.fallback}"
+        return float(per.mean()) if per.size else 0.0, per, method
+
     def idle_after(self, calls: iv.Intervals) -> np.ndarray:
         """Per step: device idle time (µs) the replay's critical path spends inside ``calls`` on the host.
 

@@ -1,9 +1,8 @@
 """PD101 dataloader-starvation: the step waits while the host is inside DataLoader ``__next__``.
 
-GPU traces: the device idle time the breakdown charges to the DataLoader (a
-gap that begins while the host is in ``__next__`` is charged whole, since the
-device had nothing queued). CPU-only traces: the host time inside
-``__next__``, during which the training loop itself waits.
+The saving is the replay's: the step's dependency graph replayed with every
+``__next__`` a queue hand-off (:func:`perfdoctor.replay.transforms.host.prefetch_dataloader`),
+on GPU and CPU-only traces alike: fetch time hidden behind queued device work saves nothing.
 """
 
 from __future__ import annotations
@@ -17,11 +16,11 @@ from perfdoctor.analysis import intervals as iv
 from perfdoctor.checks.common import pct, steps_over
 from perfdoctor.checks.context import Outcome, RankContext, passed, skipped
 from perfdoctor.findings import Estimate, Evidence, Hit
+from perfdoctor.replay.transforms.host import prefetch_dataloader
 
 CODE = "PD101"
 METRICS = {
-    "dataloader_wait_us": ("mean µs per step the step waits on the DataLoader "
-                           "(device idle on GPU, host in __next__ on CPU)"),
+    "dataloader_wait_us": "mean µs per step the replayed step gets shorter with prefetched batches (the saving)",
     "dataloader_wait_pct": "dataloader_wait_us as % of the mean step time",
     "dataloader_host_us": "mean µs per step the host spends inside DataLoader __next__",
 }
@@ -43,9 +42,9 @@ def check(ctx: RankContext) -> Outcome:
         return skipped("no DataLoader __next__ events in the trace (no torch DataLoader, or it ran outside the profiler)")
     ws, we = ctx.windows()
     host_us = iv.per_window(iv.union(*fetches), ws, we)
-    wait = ctx.per_step(lambda s: s.idle_causes_us.get("dataloader", 0.0)) if ctx.is_gpu else host_us
+    saving, wait, method = ctx.replayed_saving(prefetch_dataloader(ctx.replay(), ctx.tables))
+    wait = np.maximum(wait, 0.0)
     step_us = ctx.per_step(lambda s: s.dur_us)
-    saving = float(wait.mean())
     share = pct(saving, ctx.step_us)
     metrics = {"dataloader_wait_us": saving, "dataloader_wait_pct": share,
                "dataloader_host_us": float(host_us.mean())}
@@ -59,6 +58,4 @@ def check(ctx: RankContext) -> Outcome:
                 "max_step_wait_ms": float(wait.max()) / 1000},
         steps=steps_over(wait, step_us, ctx.th["min_saving_pct"], ctx.step_numbers),
     )
-    method = ("mean device idle per step charged to DataLoader __next__ (breakdown idle cause 'dataloader')"
-              if ctx.is_gpu else "mean host time per step inside DataLoader __next__")
     return Outcome(metrics=metrics, hit=Hit(evidence=ev, estimate=Estimate(saving, ctx.step_us, method)))

@@ -21,6 +21,7 @@ from perfdoctor.analysis import intervals as iv
 from perfdoctor.checks.common import copy_explained, memcpy_mask, pageable_h2d, pct, size_text, steps_over
 from perfdoctor.checks.context import Outcome, RankContext, passed, skipped
 from perfdoctor.findings import Estimate, Evidence, Hit
+from perfdoctor.replay.transforms.copies import pinned_copies
 
 CODE = "PD102"
 METRICS = {
@@ -29,8 +30,7 @@ METRICS = {
     "host_blocked_us": "mean µs per step the host is blocked in those copies (and the syncs after them)",
     "copy_host_us": "mean µs per step of that blocking the copies themselves explain (size at the staging "
                     "bandwidth, or the device copy time, plus a per-copy overhead)",
-    "idle_us": "mean µs per step of device idle that begins while the host is held by the copies themselves, "
-               "at most copy_host_us",
+    "idle_us": "mean µs per step the replayed step gets shorter with pinned non_blocking copies (the saving)",
     "idle_pct": "idle_us as % of the mean step time",
 }
 
@@ -63,9 +63,8 @@ def check(ctx: RankContext) -> Outcome:
     host_us = iv.per_window(blocked, ws, we)
     explained = copy_explained(ctx.tables, mask, blocked, ctx.th["staging_gb_per_s"], ctx.th["per_copy_overhead_us"])
     copy_us = iv.per_window(explained, ws, we)
-    # pinning gives back at most the host time the copy held, however long the gap it opened
-    idle = np.minimum(ctx.idle_after(explained), copy_us)
-    saving = float(idle.mean())
+    saving, idle, method = ctx.replayed_saving(pinned_copies(ctx.replay(), ctx.tables, np.flatnonzero(mask), blocked))
+    saving, idle = max(saving, 0.0), np.maximum(idle, 0.0)
     dur = mc["dur_us"][mask]
     gbps = float(mc["bytes"][mask].sum() / dur.sum() / 1e3) if dur.sum() > 0 else 0.0
     metrics = {"pageable_h2d_per_step": float(n.mean()), "pageable_h2d_bytes_per_step": float(nbytes.mean()),
@@ -78,10 +77,6 @@ def check(ctx: RankContext) -> Outcome:
         "copy_host_ms": float(copy_us.mean()) / 1000, "host_blocked_ms": float(host_us.mean()) / 1000,
         "idle_ms": saving / 1000, "idle_pct": metrics["idle_pct"], "copy_gb_per_s": gbps},
         steps=steps_over(idle, ctx.per_step(lambda s: s.dur_us), ctx.th["min_saving_pct"], ctx.step_numbers))
-    method = (f"per step: device idle that begins while the host is held by pageable H2D copies, at most that host "
-              f"time, each copy holding it at most max(device copy time, bytes at {ctx.th['staging_gb_per_s']:g} GB/s)"
-              f" + {ctx.th['per_copy_overhead_us']:g} µs (the rest of the wait is queued work: PD401); "
-              "mean over steps")
     hit = Hit(evidence=ev, estimate=Estimate(saving, ctx.step_us, method),
               fields={"size_per_step": size_text(float(nbytes.mean()))})
     return Outcome(metrics=metrics, hit=hit)

@@ -23,6 +23,7 @@ from perfdoctor.analysis import intervals as iv
 from perfdoctor.checks.common import pct, steps_over
 from perfdoctor.checks.context import Outcome, RankContext, passed, skipped
 from perfdoctor.findings import Estimate, Evidence, Hit
+from perfdoctor.replay.transforms.host import fused_optimizer
 
 CODE = "PD205"
 METRICS = {
@@ -30,7 +31,7 @@ METRICS = {
     "multi_tensor_share": "fraction of those kernels that are multi-tensor (foreach) or fused kernels",
     "optimizer_host_us": "mean µs per step of host time in Optimizer.step",
     "optimizer_kernel_us": "mean µs per step of device time in the optimizer's kernels",
-    "optimizer_saving_us": "mean per step of min(host time − kernel time in Optimizer.step, device idle time)",
+    "optimizer_saving_us": "mean µs per step the replayed step gets shorter with a foreach/fused optimizer step",
     "optimizer_saving_pct": "optimizer_saving_us as % of the mean step time",
 }
 
@@ -105,9 +106,8 @@ def check(ctx: RankContext) -> Outcome:
     share = float(multi.mean()) if multi.size else 0.0
     host_us = iv.per_window(opt, ws, we)
     kern_us = np.bincount(k.step[inside], weights=k.dur_us[inside], minlength=ctx.n_steps)
-    dev_idle = ctx.per_step(lambda s: s.idle_us)
-    per_step = np.minimum(np.maximum(host_us - kern_us, 0.0), dev_idle)
-    saving = float(per_step.mean())
+    saving, per_step, method = ctx.replayed_saving(fused_optimizer(ctx.replay(), ctx.tables))
+    saving, per_step = max(saving, 0.0), np.maximum(per_step, 0.0)
     metrics = {"optimizer_kernels_per_step": n_per_step, "multi_tensor_share": share,
                "optimizer_host_us": float(host_us.mean()), "optimizer_kernel_us": float(kern_us.mean()),
                "optimizer_saving_us": saving, "optimizer_saving_pct": pct(saving, ctx.step_us)}
@@ -125,8 +125,6 @@ def check(ctx: RankContext) -> Outcome:
     cls = optimizer_class(ctx, k.launch_us[inside])
     short, fix = advice(cls)
     ev.values["optimizer"] = cls or "unknown"
-    method = ("per step: host time in Optimizer.step − its kernels' device time (what a fused step still takes), "
-              "at most the step's device idle time; mean over steps")
     hit = Hit(evidence=ev, estimate=Estimate(saving, ctx.step_us, method), advice=fix,
               fields={"optimizer_step": f"{cls}.step" if cls else "Optimizer.step", "advice": short})
     return Outcome(metrics=metrics, hit=hit)

@@ -29,11 +29,12 @@ from perfdoctor.checks.common import (
 )
 from perfdoctor.checks.context import Outcome, RankContext, passed, skipped
 from perfdoctor.findings import Estimate, Evidence, Hit
+from perfdoctor.replay.transforms.host import remove_syncs
 
 CODE = "PD401"
 METRICS = {
     "syncs_per_step": "synchronize calls and blocking D2H copies per step",
-    "idle_us": "mean µs per step of device idle that begins while the host waits in them",
+    "idle_us": "mean µs per step the replayed step gets shorter when they no longer block (the saving)",
     "idle_pct": "idle_us as % of the mean step time",
 }
 
@@ -88,8 +89,8 @@ def check(ctx: RankContext) -> Outcome:
     d2h = iv.subtract(host.blocking_memcpy_calls(t), copy_blocked)
     waits = iv.subtract(iv.union_of(calls, d2h), copy_own)
     ws, we = ctx.windows()
-    idle = ctx.idle_after(waits)
-    saving = float(idle.mean())
+    saving, idle, method = ctx.replayed_saving(remove_syncs(ctx.replay(), waits))
+    idle = np.maximum(idle, 0.0)
     in_step = ctx.step_of(rt["ts_us"][rows]) if rows.size else np.empty(0, dtype=np.int64)
     n_calls = np.bincount(in_step[in_step >= 0], minlength=ctx.n_steps)
     n_d2h = np.bincount(np.clip(ctx.step_of(d2h[0]), -1, None) + 1, minlength=ctx.n_steps + 1)[1:] if d2h[0].size \
@@ -105,5 +106,4 @@ def check(ctx: RankContext) -> Outcome:
         steps=steps_over(idle, ctx.per_step(lambda s: s.dur_us), ctx.th["min_saving_pct"], ctx.step_numbers),
         events=top_names(_callers(ctx, sel), rt["dur_us"][sel]),
     )
-    method = "mean device idle per step that begins while the host waits in a synchronize call or blocking D2H copy"
     return Outcome(metrics=metrics, hit=Hit(evidence=ev, estimate=Estimate(saving, ctx.step_us, method)))

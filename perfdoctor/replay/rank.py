@@ -73,8 +73,27 @@ class RankReplay:
         }
 
 
-def _windows(steps: Any) -> StepWindows:
+def _host_span(tables: TraceTables) -> tuple[float, float, int]:
+    """(first start, last end, process) of the host's ops, annotations and runtime calls (µs); the process is the
+    one with the most runtime calls (-1 without any)."""
+    lo, hi = np.inf, -np.inf
+    for name in ("cpu_ops", "annotations", "runtime", "python_functions"):
+        tab = tables.tables[name]
+        if len(tab):
+            lo, hi = min(lo, float(tab["ts_us"].min())), max(hi, float(tab["end_us"].max()))
+    rt = tables.runtime
+    pid = int(np.bincount(rt["pid"] - rt["pid"].min()).argmax() + rt["pid"].min()) if len(rt) else -1
+    return lo, hi, pid
+
+
+def _windows(steps: Any, tables: TraceTables) -> StepWindows:
     whole = steps.source == "whole-trace"
+    if whole:
+        lo, hi, pid = _host_span(tables)
+        if np.isfinite(lo):
+            # the window's bounds move with the host's first/last event and the replayed device activities
+            return StepWindows(pid=pid, host_start_us=np.array([lo]), host_end_us=np.array([hi]), first_start_us=lo,
+                               whole_trace=True)
     cap = float("nan")
     if len(steps) and not whole:
         last_host_end = max(float(steps.host_end_us[-1]), float(np.nan_to_num(steps.device_end_us[-1], nan=-np.inf)))
@@ -90,7 +109,7 @@ def replay_rank(tables: TraceTables, steps: Any) -> RankReplay:
     """Build and replay one rank; ``steps`` is its :class:`~perfdoctor.analysis.steps.Steps`."""
     graph = build_graph(tables)
     base = replay(graph)
-    win = _windows(steps)
+    win = _windows(steps, tables)
     rec = np.asarray(steps.end_us - steps.start_us, dtype=np.float64)
     start, end = replayed_windows(base, win)
     rr = RankReplay(graph=graph, baseline=base, windows=win, recorded_step_us=rec, replayed_step_us=end - start,

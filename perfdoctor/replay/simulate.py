@@ -128,7 +128,9 @@ def replay(g: ReplayGraph, scenario: Scenario | None = None) -> ReplayResult:
         h_launch[m] = collapse(g.act_launch_ts_us[m], cut)
         mb = g.blk_pid == pid
         h_bs[mb], h_be[mb] = collapse(g.blk_ts_us[mb], cut), collapse(g.blk_end_us[mb], cut)
-    own = np.where(removed, 0.0, np.minimum(g.blk_own_us, np.maximum(h_be - h_bs, 0.0)))
+    # a call that no longer waits takes what is left of its host time (a cut may keep part of it: a launch)
+    left = np.maximum(h_be - h_bs, 0.0)
+    own = np.where(removed, left, np.minimum(g.blk_own_us, left))
     bdep = np.where(removed, -1, g.blk_dep)
     anchored = g.act_launch < 0
     base = np.where(anchored, g.act_ts_us, h_launch + g.act_lat_us).tolist()

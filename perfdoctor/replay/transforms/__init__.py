@@ -1,0 +1,57 @@
+"""What-if transformations: one small function per fix, each returning a :class:`WhatIf` (a
+:class:`~perfdoctor.replay.simulate.Scenario` plus the assumption and its source, shown next to the saving).
+
+A transformation edits the recorded graph (activity durations, host time cut from a process's timeline, blocking
+calls that no longer wait); :meth:`perfdoctor.replay.rank.RankReplay.saving` replays it and returns recorded mean
+step − replayed mean step over the analysed steps.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from perfdoctor.replay.simulate import Intervals, Scenario
+
+
+@dataclass
+class WhatIf:
+    """A transformation's scenario and what it assumes (one sentence each, for the report)."""
+
+    name: str
+    scenario: Scenario
+    assumption: str
+    source: str
+
+    @property
+    def changes_anything(self) -> bool:
+        sc = self.scenario
+        return bool(sc.act_dur_us is not None or any(c[0].size for c in sc.host_cut.values())
+                    or (sc.blk_removed is not None and sc.blk_removed.any()))
+
+
+def merge_cuts(*cuts: dict[int, Intervals]) -> dict[int, Intervals]:
+    """Union of several per-process host cuts."""
+    from perfdoctor.analysis import intervals as iv
+
+    out: dict[int, Intervals] = {}
+    for cut in cuts:
+        for pid, (s, e) in cut.items():
+            out[pid] = iv.union_of(out[pid], (s, e)) if pid in out else iv.union(s, e)
+    return out
+
+
+def combine(name: str, parts: list[WhatIf], n_act: int, n_blk: int, act_dur_us: np.ndarray) -> WhatIf:
+    """All transformations at once: the shortest duration any of them gives an activity, every host cut, every
+    removed wait (``act_dur_us``: the recorded durations)."""
+    dur = act_dur_us.copy()
+    removed = np.zeros(n_blk, dtype=bool)
+    for p in parts:
+        if p.scenario.act_dur_us is not None:
+            dur = np.minimum(dur, p.scenario.act_dur_us)
+        if p.scenario.blk_removed is not None:
+            removed |= p.scenario.blk_removed
+    sc = Scenario(name=name, act_dur_us=dur, host_cut=merge_cuts(*(p.scenario.host_cut for p in parts)),
+                  blk_removed=removed)
+    return WhatIf(name, sc, "; ".join(p.assumption for p in parts), "; ".join(sorted({p.source for p in parts})))

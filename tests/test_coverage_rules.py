@@ -87,3 +87,47 @@ def test_pd103_silent_when_host_idle_lies_outside_the_launch_stream(tmp_path):
     # host-busy idle [0, 2500) minus 4 µs of kernels; in the stream [2400, 2466): 66 − 4 = 62 µs
     assert "PD103" in r.passed
     assert r.metrics("PD103")["in_stream_share"] == (66 - 4) / (2500 - 4)
+
+
+def _gloo_trace(overlap: bool):
+    """CPU-only, 2 steps of 1000 µs: an mm, then a 600 µs gloo all_reduce of 250,000 floats (1 MB)."""
+    tb = TraceBuilder(device_name=None)
+    for n in range(2):
+        s = 1000 * n
+        tb.step(n + 1, s, 1000)
+        tb.cpu_op("aten::mm", s, 900 if overlap else 300)
+        tb.events.append({"ph": "X", "cat": "user_annotation", "name": "gloo:all_reduce", "pid": tb.pid, "tid": 200,
+                          "ts": s + 300, "dur": 600, "args": {"External id": 900 + n, "Input Dims": [[250000]],
+                                                              "Input type": ["float"]}})
+    return tb
+
+
+def test_pd305_host_collectives_exposed(tmp_path):
+    r = run_tb(_gloo_trace(overlap=False), tmp_path, ["PD305"])
+    f = r.findings["PD305"]
+    assert f["saving_us_per_step"] == 600 and f["saving_pct_of_step"] == 60
+    ev = f["evidence"]
+    assert ev["collectives"] == [{"collective": "all_reduce", "bytes": 1e6, "count": 2.0, "mean_us": 600.0,
+                                  "algbw_bytes_per_s": 1e6 / 600e-6}]
+    assert "all_reduce of 1.00 MB ×2 (0.6 ms each, 1.667 GB/s)" in f["message"]
+    assert "messages are small" in ev["advice"] and "overlap them with the backward" in ev["advice"]
+    assert "below 1 GB/s" not in ev["advice"]
+
+
+def test_pd305_silent_when_collectives_overlap_compute(tmp_path):
+    r = run_tb(_gloo_trace(overlap=True), tmp_path, ["PD305"])
+    assert "PD305" in r.passed and r.res.metrics["PD305"]["0"]["exposed_us"] == 0
+    assert r.res.metrics["PD305"]["0"]["collective_us"] == 600
+
+
+def test_cpu_breakdown_names_host_collectives_once(tmp_path):
+    from perfdoctor import pipeline
+    from perfdoctor.render import view
+    from perfdoctor.trace import load_trace
+
+    a = pipeline.analyze_tables(load_trace(str(_gloo_trace(False).write(tmp_path / "g.json"))))
+    s = a.primary.steps[0]
+    assert s.categories_us["host_collective"] == 600 and "communication" not in s.categories_us
+    assert s.communication == {"total_us": 600, "overlapped_us": 0, "exposed_us": 600}
+    assert s.communication_by_collective_us == {"all_reduce": 600}
+    assert view.CAT_LABELS["host_collective"] == "host collectives (gloo, on the CPU)"

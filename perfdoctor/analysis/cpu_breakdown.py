@@ -2,12 +2,16 @@
 
 Definitions (µs, per step window): ops of the process that owns the steps
 are classified by name (:data:`CPU_OP_RULES`, first match wins); nested ops
-are resolved by priority (DataLoader > communication (gloo/NCCL collectives
+are resolved by priority (DataLoader > host_collective (gloo/NCCL collectives
 seen on the host) > optimizer > attention > matmul > conv > reduction_norm >
 elementwise > other ops) so categories add up exactly to
 the time covered by any op ("busy"). The rest of the step, where no op or
 annotation is open, is ``python`` time: interpreter work outside ATen ops,
 which the profiler does not see as an op.
+
+Host collectives also fill ``communication``: ``total_us`` their union, ``exposed_us`` the part with no
+other op of the process running (nothing computes meanwhile), ``overlapped_us`` the rest; and
+``communication_by_collective_us`` per collective (union of each, from the range names).
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ CPU_OP_RULES: tuple[tuple[str, str], ...] = (
     ("reduction_norm", r"^aten::(native_)?(layer_norm|batch_norm|group_norm|rms_norm|_?softmax|_?log_softmax|sum|mean|nll_loss\w*|cross_entropy\w*|norm|max|min|amax|amin|cumsum|var|std|_batch_norm\w*|native_batch_norm\w*|\w*_backward_data)$|Backward.*(Norm|Softmax)"),
     ("elementwise", r"^aten::(add|sub|mul|div|relu|gelu|silu|tanh|sigmoid|exp|log|pow|sqrt|rsqrt|neg|abs|clamp\w*|where|masked_fill\w*|dropout|native_dropout|copy_|to|_to_copy|fill_|zero_|zeros_like|ones_like|add_|mul_|div_|sub_|addcmul_|addcdiv_|lerp_|threshold\w*|\w*_backward|embedding\w*|cat|stack|index\w*|gather|scatter\w*|triu|tril|erf|cos|sin)$"),
 )
-HOST_PRIORITY = ("dataloader", "communication", "optimizer", "attention", "matmul", "conv", "reduction_norm",
+HOST_PRIORITY = ("dataloader", "host_collective", "optimizer", "attention", "matmul", "conv", "reduction_norm",
                  "elementwise", "other_ops")
 # gloo / NCCL collectives as the host sees them (c10d annotations, record_param_comms)
 HOST_COMMUNICATION = r"^(gloo|nccl|c10d|mpi)[:_]|record_param_comms|^c10d::|all_?reduce|all_?gather|reduce_?scatter|^broadcast"
@@ -54,8 +58,13 @@ def cpu_breakdown(tables: TraceTables, steps: Steps) -> DeviceBreakdown:
     op_cat = cats[ops["name_id"]] if len(ops) else np.empty(0, dtype=object)
     unions = {c: iv.union(ops["ts_us"][op_cat == c], ops["end_us"][op_cat == c]) for c in HOST_PRIORITY[3:]}
     unions["dataloader"] = host.dataloader(tables)
-    unions["communication"] = host.named(tables, HOST_COMMUNICATION)
+    unions["host_collective"] = host.named(tables, HOST_COMMUNICATION)
     unions["optimizer"] = host.named(tables, host.OPTIMIZER_STEP)
+    compute = iv.union_of(*(unions[c] for c in HOST_PRIORITY[2:]))
+    coll_exposed = iv.subtract(unions["host_collective"], compute)
+    comm_w = iv.per_window(unions["host_collective"], ws, we)
+    exposed_w = iv.per_window(coll_exposed, ws, we)
+    by_coll = _by_collective(tables, ws, we)
     exclusive: dict[str, iv.Intervals] = {}
     covered = iv.EMPTY
     for c in HOST_PRIORITY:
@@ -79,10 +88,27 @@ def cpu_breakdown(tables: TraceTables, steps: Steps) -> DeviceBreakdown:
             categories_us={c: float(v[i]) for c, v in excl_w.items()},
             category_union_us={c: float(v[i]) for c, v in union_w.items()},
             idle_causes_us={"python": dur - busy},
-            communication={"total_us": 0.0, "overlapped_us": 0.0, "exposed_us": 0.0},
-            communication_by_collective_us={}, memcpy_by_direction_us={},
+            communication={"total_us": float(comm_w[i]), "overlapped_us": float(comm_w[i] - exposed_w[i]),
+                           "exposed_us": float(exposed_w[i])},
+            communication_by_collective_us={c: float(v[i]) for c, v in by_coll.items()}, memcpy_by_direction_us={},
             phases_host_us={p: float(v[i]) for p, v in ph_w.items()}, phases_device_us={},
             n_kernels=int(n_ops[i]), kernel_sum_us=0.0,
         ))
     return DeviceBreakdown(device=-1, kind="cpu", steps=out,
                            notes=["CPU-only trace: categories are host ops; idle is time outside any op (Python)"])
+
+
+def _by_collective(tables: TraceTables, ws: np.ndarray, we: np.ndarray) -> dict[str, np.ndarray]:
+    """Per collective named by host ranges (``gloo:all_reduce`` -> all_reduce): its union in each window (µs)."""
+    from perfdoctor.analysis.classify import collective_of
+
+    out: dict[str, list[iv.Intervals]] = {}
+    for tname in ("annotations", "cpu_ops"):
+        tab = tables.tables[tname]
+        if len(tab) == 0:
+            continue
+        m = tables.names_matching(HOST_COMMUNICATION)[tab["name_id"]]
+        for nid in np.unique(tab["name_id"][m]).tolist():
+            sel = tab["name_id"] == nid
+            out.setdefault(collective_of(tables.names[nid]), []).append(iv.union(tab["ts_us"][sel], tab["end_us"][sel]))
+    return {c: iv.per_window(iv.union_of(*parts), ws, we) for c, parts in out.items()}

@@ -15,7 +15,7 @@ from perfdoctor.diff.model import CategoryRow
 from perfdoctor.diff.steps import primary_device
 
 _BUSY_ORDER = ("matmul", "attention", "conv", "reduction_norm", "elementwise", "optimizer", "other", "dataloader",
-               "other_ops", "communication", "memcpy", "memset")
+               "other_ops", "host_collective", "communication", "memcpy", "memset")
 
 
 def _per_step(report: dict[str, Any]) -> dict[tuple[str, str], float]:

@@ -22,7 +22,7 @@ from perfdoctor.model import Report, as_report, to_builtins
 from perfdoctor.render import svg, view
 
 _BREAKDOWN_ORDER = ("matmul", "attention", "conv", "reduction_norm", "elementwise", "optimizer", "other",
-                    "dataloader", "other_ops", "communication", "memcpy", "memset")
+                    "dataloader", "other_ops", "host_collective", "communication", "memcpy", "memset")
 CSP = ("default-src 'none'; style-src 'unsafe-inline'; img-src data:; script-src 'none'; "
        "connect-src 'none'; font-src 'none'; base-uri 'none'; form-action 'none'")
 

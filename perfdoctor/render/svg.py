@@ -17,7 +17,7 @@ from html import escape
 PALETTE = {
     "matmul": "#0072B2", "attention": "#56B4E9", "conv": "#009E73", "elementwise": "#E69F00",
     "reduction_norm": "#CC79A7", "optimizer": "#D55E00", "other": "#999999", "other_ops": "#999999",
-    "communication": "#7F3C8D", "memcpy": "#F0E442", "memset": "#BDB76B", "dataloader": "#8C564B",
+    "communication": "#7F3C8D", "host_collective": "#7F3C8D", "memcpy": "#F0E442", "memset": "#BDB76B", "dataloader": "#8C564B",
     "idle:dataloader": "#E7C9A9", "idle:synchronization": "#F4A6A6", "idle:host_launch_bound": "#C7D4E8",
     "idle:other": "#E5E5E5", "idle:python": "#E5E5E5",
 }

@@ -15,6 +15,7 @@ CAT_LABELS = {
     "reduction_norm": "reduction / norm", "optimizer": "optimizer", "other": "other kernels",
     "communication": "communication (exposed)", "memcpy": "memcpy", "memset": "memset",
     "dataloader": "DataLoader (host)", "other_ops": "other ops",
+    "host_collective": "host collectives (gloo, on the CPU)",
 }
 IDLE_LABELS = {
     "dataloader": "idle: waiting for DataLoader", "synchronization": "idle: host synchronization",
@@ -120,9 +121,7 @@ def breakdown_rows(dev: dict[str, Any]) -> list[dict[str, Any]]:
     idle = sorted(((us, c) for c, us in t.get("idle_causes_us", {}).items() if us > 0), key=lambda x: (-x[0], x[1]))
     busy_label = "busy (sum of the categories above)" if dev["kind"] == "gpu" else "inside ops (sum of the above)"
     idle_label = "idle (sum of the causes above)" if dev["kind"] == "gpu" else "outside ops"
-    labels = CAT_LABELS if dev["kind"] == "gpu" else {
-        **CAT_LABELS, "communication": "communication (host collective calls and annotations, e.g. gloo)"}
-    rows = [row(c, labels.get(c, c), us) for us, c in cats]
+    rows = [row(c, CAT_LABELS.get(c, c), us) for us, c in cats]
     rows.append(row("busy", busy_label, t.get("busy_us", 0.0), "subtotal"))
     rows += [row(f"idle:{c}", IDLE_LABELS.get(c, c), us) for us, c in idle]
     rows.append(row("idle", idle_label, t.get("idle_us", 0.0), "subtotal"))

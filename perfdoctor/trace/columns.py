@@ -44,7 +44,7 @@ _CAT_KIND = {
 # table -> (event kinds, extra columns beyond name_id/ts_us/dur_us/pid/tid)
 TABLES: dict[str, tuple[tuple[int, ...], tuple[str, ...]]] = {
     "cpu_ops": ((CPU_OP,), ("external_id", "input_dims", "input_type", "concrete_inputs")),
-    "annotations": ((ANNOTATION,), ("external_id",)),
+    "annotations": ((ANNOTATION,), ("external_id", "input_dims", "input_type")),  # gloo:* ranges carry shapes
     "gpu_annotations": ((GPU_ANNOTATION,), ("external_id", "device", "stream")),
     "python_functions": ((PYTHON,), ()),
     "kernels": ((KERNEL,), ("device", "stream", "correlation", "external_id", "collective", "in_nelems", "dtype", "group_size")),
@@ -197,9 +197,11 @@ class TableColumns:
                 old = np.array([a.external_id_old for a in args], dtype=np.int64)
                 ext = np.where(ext >= 0, ext, old)
             out["external_id"] = ext
-        if table == "cpu_ops":
+        if table in ("cpu_ops", "annotations"):
             for col, attr in (("input_dims", "input_dims"), ("input_type", "input_type"),
                               ("concrete_inputs", "concrete_inputs")):
+                if col not in extras:
+                    continue
                 arr = np.empty(n, dtype=object)
                 values = [getattr(a, attr) for a in args]
                 for i in [i for i, v in enumerate(values) if v]:

@@ -1,0 +1,92 @@
+"""PD305 host-collective-time: collectives run by the CPU (gloo) fill much of a CPU-only step.
+
+From the CPU breakdown (:mod:`perfdoctor.analysis.cpu_breakdown`): per step, the union of host collective
+ranges (``gloo:all_reduce``, ``c10d::``, ``record_param_comms``) and its *exposed* part, when no other op of
+the process runs. The evidence lists each collective's message size (from the range's recorded input shape
+and dtype), count, mean duration and algorithm bandwidth (bytes ÷ duration; NCCL-tests' "algbw"). Saving:
+the exposed time, an upper bound (overlap could hide it; the transfer itself still takes its time).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from perfdoctor.analysis.classify import collective_of
+from perfdoctor.analysis.cpu_breakdown import HOST_COMMUNICATION
+from perfdoctor.analysis.op_args import parse_args
+from perfdoctor.checks.common import pct, steps_over
+from perfdoctor.checks.context import Outcome, RankContext, passed
+from perfdoctor.findings import Estimate, Evidence, Hit
+
+CODE = "PD305"
+METRICS = {
+    "collective_us": "mean µs per step inside host collectives (union)",
+    "collective_pct": "collective_us as % of the mean step",
+    "exposed_us": "mean µs per step of host collective time with no other op of the process running",
+    "exposed_pct": "exposed_us as % of the mean step",
+}
+SMALL_BYTES = 1 << 20  # below 1 MiB a collective's fixed latency dominates: bucket or coalesce
+SLOW_BYTES_PER_S = 1e9  # below 1 GB/s of algorithm bandwidth the transport (TCP, one NIC) is the limit
+
+
+def _sizes(ctx: RankContext) -> list[dict[str, float | str]]:
+    """Each (collective, message bytes) in the analysed windows: count, mean duration (µs), algbw (B/s)."""
+    ws, we = ctx.windows()
+    groups: dict[tuple[str, float], list[float]] = {}
+    for tname in ("annotations", "cpu_ops"):
+        tab = ctx.tables.tables[tname]
+        if len(tab) == 0 or "input_dims" not in tab:
+            continue
+        m = ctx.tables.names_matching(HOST_COMMUNICATION)[tab["name_id"]]
+        m &= (tab["ts_us"] >= ws[0]) & (tab["ts_us"] < we[-1])
+        for i in np.flatnonzero(m).tolist():
+            args = parse_args(tab["input_dims"][i], tab["input_type"][i])
+            nbytes = args.nbytes(0) if args is not None and args.dims else None
+            if not nbytes:
+                continue
+            key = (collective_of(ctx.tables.names[int(tab["name_id"][i])]), float(nbytes))
+            groups.setdefault(key, []).append(float(tab["dur_us"][i]))
+    rows: list[dict[str, float | str]] = []
+    for (coll, nbytes), durs in sorted(groups.items(), key=lambda kv: -sum(kv[1])):
+        mean = float(np.mean(durs))
+        rows.append({"collective": coll, "bytes": nbytes, "count": float(len(durs)), "mean_us": mean,
+                     "algbw_bytes_per_s": nbytes / (mean / 1e6) if mean > 0 else 0.0})
+    return rows
+
+
+def _advice(rows: list[dict[str, float | str]], exposed_share: float) -> str:
+    tips = []
+    if rows and all(float(r["bytes"]) < SMALL_BYTES for r in rows):
+        tips.append("the messages are small, so each call pays gloo's fixed latency: fewer, larger collectives "
+                    "(DDP bucket_cap_mb, or coalesce tensors before all_reduce)")
+    if rows and min(float(r["algbw_bytes_per_s"]) for r in rows) < SLOW_BYTES_PER_S:
+        tips.append("the transfer runs below 1 GB/s, so the transport is the limit: check the NIC gloo uses "
+                    "(GLOO_SOCKET_IFNAME), fewer ranks per host, or halve the bytes with a DDP comm hook "
+                    "(bf16_compress_hook)")
+    if exposed_share > 0.5:
+        tips.append("nothing computes while they run: overlap them with the backward pass (DDP launches each "
+                    "bucket's all_reduce as its gradients are ready; a manual all_reduce after backward() cannot "
+                    "overlap)")
+    return "; ".join(tips) or "overlap them with compute or move the job to GPUs with NCCL"
+
+
+def check(ctx: RankContext) -> Outcome:
+    total = ctx.per_step(lambda s: s.communication.get("total_us", 0.0))
+    exposed = ctx.per_step(lambda s: s.communication.get("exposed_us", 0.0))
+    mean_total, mean_exposed = float(total.mean()), float(exposed.mean())
+    metrics = {"collective_us": mean_total, "collective_pct": pct(mean_total, ctx.step_us),
+               "exposed_us": mean_exposed, "exposed_pct": pct(mean_exposed, ctx.step_us)}
+    if metrics["exposed_pct"] < ctx.th["min_saving_pct"]:
+        return passed(**metrics)
+    rows = _sizes(ctx)
+    sizes = ", ".join(f"{r['collective']} of {float(r['bytes']) / 1e6:,.2f} MB ×{int(float(r['count']))} "
+                      f"({float(r['mean_us']) / 1000:,.1f} ms each, {float(r['algbw_bytes_per_s']) / 1e9:.3f} GB/s)"
+                      for r in rows[:4]) or "message sizes not recorded (record_shapes=True)"
+    ev = Evidence(values={"collective_ms": mean_total / 1000, "collective_pct": metrics["collective_pct"],
+                          "exposed_ms": mean_exposed / 1000, "exposed_pct": metrics["exposed_pct"],
+                          "sizes": sizes, "collectives": rows,
+                          "advice": _advice(rows, mean_exposed / mean_total if mean_total else 0.0)},
+                  steps=steps_over(exposed, ctx.per_step(lambda s: s.dur_us), ctx.th["min_saving_pct"],
+                                   ctx.step_numbers))
+    method = "mean host collective time per step with no other op of the process running (CPU breakdown)"
+    return Outcome(metrics=metrics, hit=Hit(evidence=ev, estimate=Estimate(mean_exposed, ctx.step_us, method)))

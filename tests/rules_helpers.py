@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
+import numpy as np
+
 from perfdoctor import pipeline
 from perfdoctor.checks import engine
 from perfdoctor.checks.catalogue import load_catalogue
+from perfdoctor.checks.context import JobContext
 
 SGEMM = "volta_sgemm_128x64_nn"
 HGEMM = "volta_h884gemm_64x128_ldg8_nn"
@@ -36,3 +41,25 @@ def run_rules(paths, codes, rules_dirs=()):
 
 def run_tb(tb, tmp_path, codes, name="t.json", rules_dirs=()):
     return run_rules([tb.write(tmp_path / name)], codes, rules_dirs)
+
+
+# -- run-data rules (PD601, PD602, PD603): steady state and step-time series ------------
+
+def job(ss, run_json=None, **th):
+    """A job context over steady state ``ss`` (run data only), thresholds ``th``."""
+    analysis = SimpleNamespace(run=SimpleNamespace(steady_state=ss, run=run_json or {}))
+    return JobContext(analysis, [], SimpleNamespace(thresholds=th))
+
+
+def series(levels, noise=0.01, seed=0):
+    """Step times: ``(count, seconds)`` levels with relative Gaussian noise, seeded."""
+    rng = np.random.default_rng(seed)
+    d = np.concatenate([np.full(n, v) for n, v in levels])
+    return d * (1 + noise * rng.standard_normal(d.size))
+
+
+def run_job(d, ss, window=None, **th):
+    """A job context over step times ``d`` and steady state ``ss``; ``window`` marks the profiled steps."""
+    phase = np.where(window, "active", "none") if window is not None else np.full(d.size, "none")
+    analysis = SimpleNamespace(run=SimpleNamespace(steady_state=ss, run={}, steps={"duration_s": d, "profiler_phase": phase}))
+    return JobContext(analysis, [], SimpleNamespace(thresholds=th))

@@ -9,6 +9,8 @@ the exposed time, an upper bound (overlap could hide it; the transfer itself sti
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from perfdoctor.analysis.classify import collective_of
@@ -25,6 +27,17 @@ METRICS = {
     "exposed_us": "mean µs per step of host collective time with no other op of the process running",
     "exposed_pct": "exposed_us as % of the mean step",
 }
+# what a hit's evidence/fields add to METRICS for the TOML message (its placeholders are checked at load)
+MESSAGE_FIELDS = ("advice", "collective_ms", "sizes")
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """``[thresholds]`` of rules/PD305.toml: names and types checked when the catalogue loads."""
+
+    min_saving_pct: float
+
+
 SMALL_BYTES = 1 << 20  # below 1 MiB a collective's fixed latency dominates: bucket or coalesce
 SLOW_BYTES_PER_S = 1e9  # below 1 GB/s of algorithm bandwidth the transport (TCP, one NIC) is the limit
 

@@ -1,0 +1,46 @@
+"""PD401 host-device-sync: a firing and a silent case (and skips), answers worked out by hand (µs).
+
+Moved from tests/test_rules_synthetic.py (issue 9: one test file per rule).
+"""
+
+from rules_helpers import SGEMM, run_tb
+from tracebuilder import TraceBuilder
+
+
+def _sync_trace(with_sync):
+    tb = TraceBuilder()
+    tb.step(1, 0, 1000)
+    tb.launch(SGEMM, launch_ts=5, start=10, dur=490)  # [10, 500)
+    tb.cpu_op("aten::item", 15, 500)
+    if with_sync:
+        tb.runtime("cudaStreamSynchronize", 20, 490)  # [20, 510)
+    tb.launch(SGEMM, launch_ts=700, start=710, dur=200)  # [710, 910)
+    return tb
+
+
+def test_pd401_fires_on_sync(tmp_path):
+    f = run_tb(_sync_trace(True), tmp_path, ["PD401"]).findings["PD401"]
+    # replayed without the sync: 490 µs of host time go, the second kernel launches at 210 and queues behind the
+    # first: [500, 700); the annotation ends at 510: 1000 -> 700
+    assert f["saving_us_per_step"] == 300
+    assert f["evidence"]["syncs_per_step"] == 1
+    assert f["evidence"]["events"][0]["name"].endswith("cudaStreamSynchronize")
+
+
+def test_pd401_silent_without_sync(tmp_path):
+    r = run_tb(_sync_trace(False), tmp_path, ["PD401"])
+    assert "PD401" in r.passed and r.metrics("PD401")["idle_us"] == 0
+
+
+def test_pd401_leaves_pageable_copy_syncs_to_pd102(tmp_path):
+    tb = TraceBuilder()
+    tb.step(1, 0, 1000)
+    tb.cpu_op("aten::copy_", 5, 400)
+    tb.memcpy(launch_ts=10, start=20, dur=80, launch_dur=20)
+    tb.runtime("cudaStreamSynchronize", 35, 300)
+    tb.launch(SGEMM, launch_ts=420, start=430, dur=500)
+    r = run_tb(tb, tmp_path, ["PD401", "PD102"])
+    assert r.metrics("PD401")["idle_us"] == 0
+    # replayed pinned and non_blocking: the copy call keeps a 5 µs launch, [15, 30) and the sync [35, 335) go
+    # (315 µs); the kernel launches at 105, runs [115, 615); the annotation ends at 685
+    assert r.findings["PD102"]["saving_us_per_step"] == 315

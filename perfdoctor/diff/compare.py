@@ -81,7 +81,9 @@ def headline(verdict: str, cmp: stats.Comparison) -> str:
     ci = (f", 95% CI {cmp.ci95_pct[0]:+.1f}% to {cmp.ci95_pct[1]:+.1f}%" if cmp.ci95_pct is not None else "")
     text = (f"{VERDICT_WORDS[verdict]}: mean step {cmp.mean_before_us / 1e3:,.2f} → {cmp.mean_after_us / 1e3:,.2f} ms "
             f"({cmp.change_pct:+.1f}%{ci}; {cmp.n_before} vs {cmp.n_after} steps)")
-    if verdict == "inconclusive" and cmp.more_steps_needed:
+    if verdict == "inconclusive" and cmp.ci95_pct is None:
+        text += "; at least 2 steps per side are needed for an interval"
+    elif verdict == "inconclusive" and cmp.more_steps_needed:
         text += f"; inconclusive: {cmp.more_steps_needed:,} more steps needed per side"
     return text
 

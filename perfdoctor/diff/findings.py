@@ -6,9 +6,9 @@ rule AFTER skipped (it lacked the data) is ``not-checked``, never resolved.
 
 Predicted vs measured: for each BEFORE finding that was resolved or whose saving shrank, the predicted saving is
 saving before − saving after (µs per step); the measured change is the verdict's mean step before − after (µs,
-positive = faster), which every change between the two runs shares. Savings are the rules' upper-bound estimates
-(``saving_us_per_step``) unless a finding carries a replayed saving (``saving_replayed_us_per_step``, written by
-the replay analysis once it exists), which is then used and labelled ``replayed``.
+positive = faster), which every change between the two runs shares. A saving is ``replayed`` when its rule computed
+it by replaying the step's dependency graph with the fix applied (its ``saving_method`` starts with "replay",
+:meth:`perfdoctor.checks.context.RankContext.replayed_saving`), else ``upper-bound`` (an interval rule's estimate).
 """
 
 from __future__ import annotations
@@ -17,12 +17,12 @@ from typing import Any
 
 from perfdoctor.diff.model import FindingDelta, Prediction
 
-REPLAYED_KEY = "saving_replayed_us_per_step"
-UPPER_BOUND_NOTE = ("Predicted savings are the rules' upper-bound estimates (replayed savings not available for "
-                    "these reports); the measured change is the whole step's, shared by every change between the "
-                    "two runs.")
-REPLAYED_NOTE = ("Predicted savings are replayed (the step's dependency graph with the fix applied) where marked "
-                 "'replayed', else the rules' upper-bound estimates; the measured change is the whole step's.")
+REPLAYED_PREFIX = "replay"  # saving_method of a replayed saving: "replay of the step's dependency graph ..."
+UPPER_BOUND_NOTE = ("Predicted savings are the rules' upper-bound estimates; the measured change is the whole step's, "
+                    "shared by every change between the two runs.")
+REPLAYED_NOTE = ("Predicted savings marked 'replayed' come from replaying the step's dependency graph with the fix "
+                 "applied, the others are upper-bound estimates; the measured change is the whole step's, shared by "
+                 "every change between the two runs (a finding that shrank without its own fix shares it too).")
 
 
 def _by_code(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -37,10 +37,8 @@ def _by_code(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 def _saving(f: dict[str, Any]) -> tuple[float, str]:
     """(µs per step, "replayed" | "upper-bound")."""
-    replayed = f.get(REPLAYED_KEY)
-    if isinstance(replayed, (int, float)):
-        return float(replayed), "replayed"
-    return float(f.get("saving_us_per_step") or 0.0), "upper-bound"
+    kind = "replayed" if str(f.get("saving_method", "")).startswith(REPLAYED_PREFIX) else "upper-bound"
+    return float(f.get("saving_us_per_step") or 0.0), kind
 
 
 def _skipped(report: dict[str, Any]) -> dict[str, str]:
@@ -100,5 +98,6 @@ def predictions(before: dict[str, Any], after: dict[str, Any], rows: list[Findin
         out.append(Prediction(code=r.code, name=r.name, status=r.status, predicted_us=predicted,
                               predicted_kind=kind, measured_us=measured_us, measured_ci95_us=measured_ci_us,
                               error_us=error, error_pct=100.0 * error / predicted))
+    out.sort(key=lambda p: (p.status != "resolved", -p.predicted_us, p.code))
     note = REPLAYED_NOTE if any(p.predicted_kind == "replayed" for p in out) else UPPER_BOUND_NOTE
     return out, note

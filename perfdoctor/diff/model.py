@@ -105,8 +105,8 @@ class FindingDelta(msgspec.Struct, frozen=True):
 class Prediction(msgspec.Struct, frozen=True):
     """Predicted vs measured for one BEFORE finding that was resolved or shrank.
 
-    ``predicted_us``: saving before − saving after (µs/step); ``predicted_kind``: ``upper-bound`` (the rule's own
-    estimate) or ``replayed``; ``measured_us``: mean step before − after (µs, positive = faster, the whole step's
+    ``predicted_us``: saving before − saving after (µs/step); ``predicted_kind``: ``replayed`` (the step's dependency
+    graph replayed with the fix) or ``upper-bound`` (an interval rule's estimate); ``measured_us``: mean step before − after (µs, positive = faster, the whole step's
     change, shared by every finding that moved); ``measured_ci95_us``: its 95% interval; ``error_us`` =
     measured − predicted; ``error_pct`` = error ÷ predicted × 100.
     """

@@ -62,7 +62,8 @@ def test_idle_causes(tmp_path):
         "dataloader": 300,  # [0, 300): the fetch itself (not the 20 µs of host work after it)
         "synchronization": 100,  # [500, 600): the device waits for the sync's return only
         "host_launch_bound": 95,  # [310, 320) launch latency, [660, 665) launch call, [820, 900) aten::add
-        "other": 225,  # [300, 310), [600, 660), [665, 700), [800, 820), [900, 1000): Python outside ops
+        "python": 225,  # [300, 310), [600, 660), [665, 700), [800, 820), [900, 1000): Python outside ops
+        "other": 0,
     }
 
 
@@ -214,7 +215,7 @@ def test_cpu_only_communication_annotations(tmp_path):
     tb.annotation("gloo:all_reduce", 100, 600)
     tb.cpu_op("aten::add", 800, 100)
     s = analyse(tb, tmp_path).primary.steps[0]
-    assert s.categories_us["communication"] == 600 and s.categories_us["elementwise"] == 100
+    assert s.categories_us["host_collective"] == 600 and s.categories_us["elementwise"] == 100
     assert s.idle_causes_us == {"python": 300}
 
 

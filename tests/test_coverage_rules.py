@@ -132,3 +132,18 @@ def test_cpu_breakdown_names_host_collectives_once(tmp_path):
     assert s.communication == {"total_us": 600, "overlapped_us": 0, "exposed_us": 600}
     assert s.communication_by_collective_us == {"all_reduce": 600}
     assert view.CAT_LABELS["host_collective"] == "host collectives (gloo, on the CPU)"
+
+
+def test_pd106_device_idles_while_host_is_outside_ops(tmp_path):
+    tb = TraceBuilder()
+    for n in range(2):
+        s = 1000 * n
+        tb.step(n + 1, s, 1000)
+        tb.cpu_op("aten::mm", s, 100)
+        tb.launch(ADD, launch_ts=s + 50, start=s + 60, dur=40)  # [60, 100)
+        # [100, 700): no op open on the host (Python preprocessing), nothing queued
+        tb.cpu_op("aten::add", s + 700, 300)
+        tb.launch(ADD, launch_ts=s + 950, start=s + 960, dur=40)  # [960, 1000)
+    r = run_tb(tb, tmp_path, ["PD106"])
+    f = r.findings["PD106"]
+    assert f["saving_us_per_step"] == 600 and f["saving_pct_of_step"] == 60

@@ -41,7 +41,7 @@ from perfdoctor.trace.tables import TraceTables
 
 PRIORITY = ("matmul", "attention", "conv", "reduction_norm", "elementwise", "optimizer", "other",
             "communication", "memcpy", "memset")
-IDLE_CAUSES = ("dataloader", "synchronization", "host_launch_bound", "other")
+IDLE_CAUSES = ("dataloader", "synchronization", "host_launch_bound", "python", "other")
 PHASES = ("forward", "backward", "optimizer")
 _OVERRIDABLE = {"elementwise", "reduction_norm", "other", "optimizer"}
 

@@ -20,7 +20,7 @@ CAT_LABELS = {
 IDLE_LABELS = {
     "dataloader": "idle: waiting for DataLoader", "synchronization": "idle: host synchronization",
     "host_launch_bound": "idle: host busy, nothing queued", "other": "idle: other cause",
-    "python": "Python (outside any op)",
+    "python": "Python / host outside any op",
 }
 
 DEFINITIONS: list[tuple[str, str]] = [

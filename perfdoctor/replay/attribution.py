@@ -11,7 +11,8 @@ the constraint that bound each node in the replay (:mod:`perfdoctor.replay.simul
   latency) and the path moves to the host;
 - host time is charged, µs by µs, to ``dataloader`` (inside a DataLoader ``__next__``), ``synchronization`` (inside a
   blocking call's own time), ``host_launch_bound`` (inside any CPU op or runtime call: the framework and launch
-  overhead of queuing work) or ``other`` (Python and anything outside an op), back to the last blocking call that
+  overhead of queuing work) or ``python`` (the process outside every op: its own Python, I/O, sleeps), back to
+  the last blocking call that
   waited for the device; there only the release latency (device end → call return) is ``synchronization``, and the
   path continues on the device activity the call waited for. A sync that returned at once costs only its own µs.
 - time before the first recorded launch, with no launch to follow (work queued before the recording), is ``other``.
@@ -32,7 +33,7 @@ from perfdoctor.replay.rank import RankReplay
 from perfdoctor.trace.tables import TraceTables
 
 Intervals = tuple[np.ndarray, np.ndarray]
-HOST_CAUSES = ("dataloader", "synchronization", "host_launch_bound", "other")
+HOST_CAUSES = ("dataloader", "synchronization", "host_launch_bound", "python", "other")
 DATALOADER = re.compile(r"^enumerate\(DataLoader\)#.*__next__|DataLoader.*__next__|^DataLoader")
 OPTIMIZER_STEP = re.compile(r"^Optimizer\.step#")
 _OVERRIDABLE = {"elementwise", "reduction_norm", "other", "optimizer"}
@@ -223,7 +224,9 @@ def _host_split(tables: TraceTables, rr: RankReplay, hs: np.ndarray, he: np.ndar
             m = tab["pid"] == pid if pid >= 0 else np.ones(len(tab), bool)
             busy_parts.append(iv.union(tab["ts_us"][m], tab["end_us"][m]))
     busy = iv.intersect(rest, iv.union_of(*busy_parts)) if busy_parts else iv.EMPTY
-    return [dl, sync, busy, iv.subtract(rest, busy)]
+    # the host process is outside every op and runtime call: the script's own Python (preprocessing, logging),
+    # or I/O and sleeps with no op around them (issue 11 item 9: its own cause, PD106)
+    return [dl, sync, busy, iv.subtract(rest, busy), iv.EMPTY]
 
 
 def critical_path(tables: TraceTables, rr: RankReplay) -> Attribution:

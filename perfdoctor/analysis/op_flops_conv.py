@@ -22,7 +22,8 @@ _CONV_ARGS: dict[str, tuple[int, int, int, int, int, int | None]] = {
 }
 
 
-def _conv_out(spatial: tuple[int, ...], kernel: tuple[int, ...], stride, padding, dilation) -> tuple[int, ...] | None:
+def _conv_out(spatial: tuple[int, ...], kernel: tuple[int, ...], stride: list[int] | None, padding: list[int] | None,
+              dilation: list[int] | None) -> tuple[int, ...] | None:
     n = len(spatial)
 
     def expand(v: list[int] | None, default: int) -> list[int] | None:

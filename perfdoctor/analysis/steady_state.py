@@ -37,6 +37,7 @@ import math
 from dataclasses import dataclass, field
 
 import numpy as np
+import numpy.typing as npt
 
 MIN_SHIFT = 0.10
 TREND_MIN_RISE = 0.10
@@ -172,7 +173,8 @@ def detect_warmup(x: np.ndarray, level: float, noise: float, window: int = 5) ->
     return min(i, x.size)
 
 
-def analyze(duration_s, exclude=None, window=None, min_segment: int | None = None) -> SteadyState:
+def analyze(duration_s: npt.ArrayLike, exclude: npt.ArrayLike | None = None, window: npt.ArrayLike | None = None,
+            min_segment: int | None = None) -> SteadyState:
     """Steady state of a step-time series.
 
     Args:
@@ -282,7 +284,7 @@ def _neighbor_median(d: np.ndarray, win: np.ndarray, excl: np.ndarray) -> float 
     return float(np.median(d[near])) if near.size else None
 
 
-def interval_rates(duration_s, count, interval: int) -> np.ndarray:
+def interval_rates(duration_s: npt.ArrayLike, count: npt.ArrayLike, interval: int) -> np.ndarray:
     """Per-interval rate: sum(count) / sum(duration_s) over consecutive blocks of ``interval`` steps.
 
     ``count`` is tokens or samples per step (NaN = unknown -> NaN rate). Returns

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from perfdoctor.analysis.classify import classify_kernel
@@ -21,7 +23,7 @@ def distribution(values_us: np.ndarray) -> dict[str, float]:
     }
 
 
-def top_kernels(tables: TraceTables, window: tuple[float, float], limit: int = 20) -> list[dict]:
+def top_kernels(tables: TraceTables, window: tuple[float, float], limit: int = 20) -> list[dict[str, Any]]:
     """GPU kernels / memcpys / memsets starting inside ``window`` grouped by name.
 
     Returns rows ``{name, category, count, total_us, mean_us, share}``, where
@@ -54,7 +56,7 @@ def top_kernels(tables: TraceTables, window: tuple[float, float], limit: int = 2
     ]
 
 
-def top_cpu_ops(tables: TraceTables, window: tuple[float, float], pid: int = -1, limit: int = 20) -> list[dict]:
+def top_cpu_ops(tables: TraceTables, window: tuple[float, float], pid: int = -1, limit: int = 20) -> list[dict[str, Any]]:
     """Host ops starting inside ``window`` grouped by name (inclusive time, µs).
 
     Rows ``{name, category, count, total_us, mean_us}``; nested ops each count
@@ -81,7 +83,7 @@ def top_cpu_ops(tables: TraceTables, window: tuple[float, float], pid: int = -1,
     ]
 
 
-def rank_summary(step_medians_us: dict[int, float]) -> dict:
+def rank_summary(step_medians_us: dict[int, float]) -> dict[str, Any]:
     """Spread of the median step time across ranks.
 
     Returns ``{n_ranks, slowest_rank, fastest_rank, spread_pct}`` where

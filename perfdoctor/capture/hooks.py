@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Callable
+from typing import Any
 
 StepCallback = Callable[[int], None]
 
@@ -36,7 +37,7 @@ class StepCounter:
         self.count = 0
         self.api_mode = False
         self._callbacks: list[StepCallback] = []
-        self._primary: weakref.ref | None = None
+        self._primary: weakref.ref[Any] | None = None
 
     def add_callback(self, fn: StepCallback) -> None:
         self._callbacks.append(fn)
@@ -93,7 +94,7 @@ def active() -> StepCounter | None:
     return _active
 
 
-def _optimizer_post_hook(optimizer, args, kwargs) -> None:
+def _optimizer_post_hook(optimizer: Any, args: Any, kwargs: Any) -> None:
     counter = _active
     if counter is not None:
         counter.on_optimizer_step(optimizer)

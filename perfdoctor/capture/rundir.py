@@ -17,13 +17,14 @@ import os
 import re
 import time
 from pathlib import Path
+from typing import Any
 
 from perfdoctor.errors import PerfDoctorError
 
 DEFAULT_PARENT = "perfdoctor-runs"
 
 
-def new_run_dir(stem: str, out: str | os.PathLike | None = None, parent: str | os.PathLike | None = None,
+def new_run_dir(stem: str, out: str | os.PathLike[str] | None = None, parent: str | os.PathLike[str] | None = None,
                 now: float | None = None) -> Path:
     """Create and return a fresh run directory.
 
@@ -70,7 +71,7 @@ def rank_json_name(rank: int) -> str:
     return f"rank{rank}.json"
 
 
-def write_json(path: Path, data: dict) -> None:
+def write_json(path: Path, data: dict[str, Any]) -> None:
     """Write ``data`` atomically (temp file + rename), so readers never see half a file."""
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(data, indent=2, sort_keys=False, default=str) + "\n")

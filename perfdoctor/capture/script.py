@@ -16,6 +16,7 @@ import importlib.util
 import os
 import runpy
 import sys
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -41,7 +42,7 @@ def check_target(target: str, module: bool) -> None:
 
 
 @contextmanager
-def _patched_sys(argv: list[str], path0: str):
+def _patched_sys(argv: list[str], path0: str) -> Iterator[None]:
     saved_argv, saved_path = sys.argv[:], sys.path[:]
     sys.argv = argv
     if sys.path:

@@ -55,7 +55,7 @@ class StepLog:
             self._fd = None
 
 
-def _cell(v) -> str:
+def _cell(v: object) -> str:
     if v is None:
         return ""
     return f"{v:.6f}" if isinstance(v, float) else str(v)

@@ -87,7 +87,7 @@ def resolve(select: str | None = None, ignore: str | None = None, rules: list[st
             fail_on: str | None = None, pyproject: Path | None | bool = None) -> RuleOptions:
     """Merge ``[tool.perfdoctor]`` (found from the working directory unless ``pyproject`` is given,
     or skipped when it is False) with command-line values, which win."""
-    path = find_pyproject() if pyproject is None else (pyproject or None)
+    path = find_pyproject() if pyproject is None or pyproject is True else (pyproject or None)
     opts = load_pyproject(path) if path else RuleOptions()
     if select is not None:
         opts.select = _split(select, "--select")

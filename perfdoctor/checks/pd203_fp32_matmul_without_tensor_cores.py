@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -42,7 +43,7 @@ NOT_GEMM = re.compile(r"bn_|batch_?norm|nchwToNhwc|nhwcToNchw|transpose|im2col|c
 AMD = re.compile(r"AMD|Radeon|Instinct|MI\d{3}", re.I)
 
 
-def _device(ctx: RankContext) -> tuple[dict | None, tuple[int, int] | None]:
+def _device(ctx: RankContext) -> tuple[dict[str, Any] | None, tuple[int, int] | None]:
     if not ctx.tables.device_properties:
         from perfdoctor.analysis.arch import infer_from_tables
 
@@ -65,17 +66,18 @@ def _advice(cc: tuple[int, int]) -> str:
             "this GPU has no bf16 or TF32 tensor cores")
 
 
-def _peak_ratio(props: dict | None, cc: tuple[int, int]) -> float | None:
+def _peak_ratio(props: dict[str, Any] | None, cc: tuple[int, int]) -> float | None:
     """Dense tensor-core ÷ FP32 peak of the matched device (hardware.py datasheet figures), or None."""
     try:
         from perfdoctor.analysis.hardware import match_device
     except ImportError:  # pragma: no cover - hardware table absent
         return None
     spec = (props["guess"].spec if "guess" in props else match_device(props)) if props else None
-    if spec is None or not spec.peak("fp32"):
+    fp32 = spec.peak("fp32") if spec is not None else None
+    if spec is None or not fp32:
         return None
     tc = (spec.peak("bf16") or spec.peak("tf32")) if cc >= (8, 0) else spec.peak("fp16")
-    return tc / spec.peak("fp32") if tc else None
+    return tc / fp32 if tc else None
 
 
 def check(ctx: RankContext) -> Outcome:

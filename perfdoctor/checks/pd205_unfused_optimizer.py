@@ -59,14 +59,15 @@ def optimizer_class(ctx: RankContext, opt_kernel_ts: np.ndarray) -> str | None:
     """The optimizer class whose ``Optimizer.step#<Class>.step`` spans hold the most of these kernel launches
     (µs times); among nested wrappers (``EMAOptimizer`` around ``Shampoo``) the innermost, i.e. shortest.
     None when the annotation names no class."""
-    best: tuple | None = None
+    best: tuple[int, float, str] | None = None
     for name in sorted({n for n in ctx.tables.name_array() if STEP_CLASS.match(str(n))}):
         spans = host.named(ctx.tables, "^" + re.escape(str(name)) + "$")
         k = np.searchsorted(spans[0], opt_kernel_ts, side="right") - 1
         n = int(((k >= 0) & (opt_kernel_ts < spans[1][np.maximum(k, 0)])).sum())
         key = (-n, iv.total(spans), str(name))
         best = key if best is None or key < best else best
-    return STEP_CLASS.match(best[2]).group(1) if best else None
+    m = STEP_CLASS.match(best[2]) if best else None
+    return m.group(1) if m else None
 
 
 def advice(cls: str | None) -> tuple[str, dict[str, str]]:

@@ -11,6 +11,7 @@ are faster, when the GEMMs themselves take most of the step.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from perfdoctor.checks.common import pct
 from perfdoctor.checks.context import Outcome, RankContext, passed, skipped
@@ -40,7 +41,7 @@ _IDLE_LABELS = {
 }
 
 
-def dominant_reason(ctx: RankContext, dtype: str | None, roofs: dict | None) -> tuple[str, float]:
+def dominant_reason(ctx: RankContext, dtype: str | None, roofs: dict[str, Any] | None) -> tuple[str, float]:
     """(reason text, its share of the step in %) from the step totals."""
     rows = ctx.step_rows
     total = sum(s.dur_us for s in rows) or 1.0
@@ -57,7 +58,7 @@ def dominant_reason(ctx: RankContext, dtype: str | None, roofs: dict | None) -> 
                                         for d in ("tf32", "bf16", "fp16"))
     if fp32_slow:
         shares["GEMMs in FP32 on a device with faster tensor-core dtypes"] = gemm
-    label = max(shares, key=shares.get)
+    label = max(shares, key=lambda k: shares[k])
     return label, pct(shares[label], total)
 
 

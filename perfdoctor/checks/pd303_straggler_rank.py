@@ -10,7 +10,9 @@ too: the straggler must spend less time in collectives than the others' median.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -40,7 +42,7 @@ class Thresholds:
     min_saving_pct: float
 
 
-def _mean(rows: list, getter) -> float:
+def _mean(rows: list[Any], getter: Callable[[Any], float]) -> float:
     return float(np.mean([getter(s) for s in rows])) if rows else 0.0
 
 

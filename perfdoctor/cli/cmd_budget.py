@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+from typing import Any
 
 from perfdoctor.errors import PerfDoctorError
 
@@ -32,7 +33,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print the budget as JSON")
 
 
-def _read_report(path: str, spec, dtype: str, peak: float) -> float:
+def _read_report(path: str, spec: Any, dtype: str, peak: float) -> float:
     """The report's MFU, refused unless measured on ``spec`` at ``dtype``'s peak (see mfu_from_report)."""
     from perfdoctor.analysis.budget import mfu_from_report
 
@@ -105,7 +106,7 @@ def _check_inputs(args: argparse.Namespace) -> None:
                               "memory needs --seq-len, --micro-batch, --d-model and --layers together")
 
 
-def _dtype_and_peak(spec, wanted: str | None) -> tuple[str, float]:
+def _dtype_and_peak(spec: Any, wanted: str | None) -> tuple[str, float]:
     """The GEMM dtype (``wanted``, else the GPU's best 16-bit tensor dtype) and its dense peak, FLOP/s."""
     from perfdoctor.analysis.hardware import DTYPES
 
@@ -125,12 +126,12 @@ def _dtype_and_peak(spec, wanted: str | None) -> tuple[str, float]:
     return dtype, spec.peak(dtype)
 
 
-def _fit(b, name: str) -> str:
+def _fit(b: Any, name: str) -> str:
     """``"fits in 80 GB"`` or ``"does not fit in 80 GB"`` for one per-GPU memory figure of ``b``."""
     return f"{'fits' if b.fits[name] else 'does not fit'} in {b.gpu_memory_bytes / 1e9:g} GB"
 
 
-def _memory_lines(b, spec, peak_source: str) -> list[str]:
+def _memory_lines(b: Any, spec: Any, peak_source: str) -> list[str]:
     """Terminal lines for GPU memory, model state, activations and their totals, each marked fits or not."""
     mem_src = spec.source_of("memory")
     lines = [f"GPU memory    {b.gpu_memory_bytes / 1e9:g} GB per GPU"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rich.console import Group
+from rich.console import Group, JustifyMethod
 from rich.syntax import Syntax
 from rich.table import Table
 from rich.text import Text
@@ -58,8 +58,9 @@ def findings_renderables(report: dict[str, Any]) -> list[Any]:
         out.append(Text("Findings: none", style="bold green"))
     else:
         t = Table(title="Findings, ranked by estimated saving per step", title_justify="left", show_lines=False)
-        for col, just in (("#", "right"), ("code", "left"), ("severity", "left"), ("saves ≤", "right"),
-                          ("finding", "left")):
+        columns: tuple[tuple[str, JustifyMethod], ...] = (
+            ("#", "right"), ("code", "left"), ("severity", "left"), ("saves ≤", "right"), ("finding", "left"))
+        for col, just in columns:
             t.add_column(col, justify=just, overflow="fold")
         for f in findings:
             saving = (f"{f['saving_us_per_step'] / 1000:,.1f} ms ({f['saving_pct_of_step']:.1f}%)"
@@ -74,7 +75,7 @@ def findings_renderables(report: dict[str, Any]) -> list[Any]:
     skipped = report.get("skipped_checks") or []
     if skipped:
         out.append(Text(f"Skipped checks ({len(skipped)}):", style="bold"))
-        by_reason: dict[str, list[dict]] = {}
+        by_reason: dict[str, list[dict[str, Any]]] = {}
         for s in skipped:
             by_reason.setdefault(s["reason"], []).append(s)
         for reason, group in by_reason.items():  # checks sharing one reason: one line, their codes listed

@@ -197,11 +197,8 @@ def test_findings_and_prediction_from_report_json(tmp_path):
     a = steps_trace(tmp_path / "a.json", [900, 900, 900, 900], [("k", 300)])
     rb = json.loads(_report_json(b))
     ra = json.loads(_report_json(a))
-    f = {"name": "x", "severity": "high", "saving_method": "m", "evidence": {}, "steps": []}
-    rb["findings"] = [{**f, "code": "PD101", "saving_us_per_step": 150.0},
-                      {**f, "code": "PD103", "saving_us_per_step": 80.0}]
-    ra["findings"] = [{**f, "code": "PD103", "saving_us_per_step": 30.0},
-                      {**f, "code": "PD205", "saving_us_per_step": 10.0}]
+    rb["findings"] = [_finding("PD101", 150.0), _finding("PD103", 80.0)]
+    ra["findings"] = [_finding("PD103", 30.0), _finding("PD205", 10.0)]
     rb["passed_checks"], ra["passed_checks"] = ["PD205"], ["PD101"]
     rb["skipped_checks"], ra["skipped_checks"] = [], []
     (tmp_path / "rb.json").write_text(json.dumps(rb))
@@ -222,8 +219,7 @@ def test_replayed_saving_is_labelled(tmp_path):
     b = steps_trace(tmp_path / "b.json", [1000, 1000, 1000], [("k", 300)])
     a = steps_trace(tmp_path / "a.json", [900, 900, 900], [("k", 300)])
     rb, ra = json.loads(_report_json(b)), json.loads(_report_json(a))
-    rb["findings"] = [{"code": "PD101", "name": "x", "saving_us_per_step": 120.0,
-                       "saving_method": "replay of the step's dependency graph with the fix applied (...)"}]
+    rb["findings"] = [_finding("PD101", 120.0, "replay of the step's dependency graph with the fix applied (...)")]
     ra["findings"], ra["passed_checks"], ra["skipped_checks"] = [], ["PD101"], []
     (tmp_path / "rb.json").write_text(json.dumps(rb))
     (tmp_path / "ra.json").write_text(json.dumps(ra))
@@ -236,13 +232,20 @@ def test_replayed_saving_is_labelled(tmp_path):
 def test_skipped_check_is_not_resolved(tmp_path):
     b = steps_trace(tmp_path / "b.json", [1000, 1000, 1000], [("k", 300)])
     rb, ra = json.loads(_report_json(b)), json.loads(_report_json(b))
-    rb["findings"] = [{"code": "PD101", "name": "dataloader-starvation", "saving_us_per_step": 100.0}]
+    rb["findings"] = [_finding("PD101", 100.0)]
     ra["findings"], ra["skipped_checks"] = [], [{"code": "PD101", "name": "x", "reason": "no host ops"}]
     (tmp_path / "rb.json").write_text(json.dumps(rb))
     (tmp_path / "ra.json").write_text(json.dumps(ra))
     d = _diff(tmp_path, tmp_path / "rb.json", tmp_path / "ra.json")
     assert [(x.code, x.status) for x in d.findings] == [("PD101", "not-checked")]
     assert d.predicted_vs_measured == []
+
+
+def _finding(code: str, saving_us: float, method: str = "m") -> dict:
+    """A complete finding dict of the report schema (docs/report-schema.md#findings)."""
+    return {"code": code, "name": f"rule-{code}", "category": "c", "severity": "high", "position": 1, "rank": 0,
+            "message": "x", "saving_us_per_step": saving_us, "saving_pct_of_step": 0.0, "saving_method": method,
+            "evidence": {}, "steps": [], "fix": "", "example_before": "", "example_after": "", "references": []}
 
 
 def _report_json(trace: Path) -> str:
@@ -543,3 +546,13 @@ def test_select_and_ignore_apply_to_both_sides(tmp_path, capsys):
     assert main(["diff", str(tmp_path / "base.json"), str(after), "--select", "PD101", "--format", "json"]) == 0
     d = json.loads(capsys.readouterr().out)
     assert [(f["code"], f["status"]) for f in d["findings"]] == [("PD101", "resolved")]
+
+
+def test_damaged_report_json_is_exit_2(tmp_path, capsys):
+    ok = steps_trace(tmp_path / "ok.json", [1000, 1000], [("k", 300)])
+    doc = json.loads(_report_json(ok))
+    del doc["ranks"][0]["devices"]
+    (tmp_path / "broken.json").write_text(json.dumps(doc))
+    assert main(["diff", str(tmp_path / "broken.json"), str(ok)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "broken.json: damaged perfdoctor report" in err[0]

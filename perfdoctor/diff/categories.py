@@ -9,31 +9,29 @@ direction) break a busy row down and are not in that sum. Labels come from the o
 
 from __future__ import annotations
 
-from typing import Any
-
 from perfdoctor.diff.model import CategoryRow
 from perfdoctor.diff.steps import primary_device
+from perfdoctor.model import Report
 
 _BUSY_ORDER = ("matmul", "attention", "conv", "reduction_norm", "elementwise", "optimizer", "other", "dataloader",
-               "other_ops", "host_collective", "communication", "memcpy", "memset")
+               "other_ops", "communication", "memcpy", "memset")
 
 
-def _per_step(report: dict[str, Any]) -> dict[tuple[str, str], float]:
+def _per_step(model: Report) -> dict[tuple[str, str], float]:
     """(group, key) → mean µs per step over ranks; also ("step", "dur") for the trace's mean step."""
     sums: dict[tuple[str, str], float] = {}
-    ranks = [d for d in (primary_device(r) for r in report.get("ranks") or []) if d and d.get("steps")]
-    for dev in ranks:
-        tot = dev.get("totals") or {}
-        n = float(tot.get("n_steps") or len(dev["steps"]))
-        rows: list[tuple[tuple[str, str], float]] = [(("step", "dur"), float(tot.get("dur_us", 0.0)))]
-        rows += [(("busy", k), float(v)) for k, v in (tot.get("categories_us") or {}).items()]
-        rows += [(("idle", k), float(v)) for k, v in (tot.get("idle_causes_us") or {}).items()]
-        comm = tot.get("communication") or {}
-        if comm.get("overlapped_us"):
-            rows.append((("detail", "communication_overlapped"), float(comm["overlapped_us"])))
-        rows += [(("detail", f"memcpy_{k}"), float(v)) for k, v in (tot.get("memcpy_by_direction_us") or {}).items()]
+    devs = [d for d in (primary_device(r) for r in model.ranks) if d is not None and d.steps]
+    for dev in devs:
+        tot = dev.totals
+        n = float(tot.n_steps or len(dev.steps))
+        rows: list[tuple[tuple[str, str], float]] = [(("step", "dur"), tot.dur_us)]
+        rows += [(("busy", k), v) for k, v in tot.categories_us.items()]
+        rows += [(("idle", k), v) for k, v in tot.idle_causes_us.items()]
+        if tot.communication.overlapped_us:
+            rows.append((("detail", "communication_overlapped"), tot.communication.overlapped_us))
+        rows += [(("detail", f"memcpy_{k}"), v) for k, v in tot.memcpy_by_direction_us.items()]
         for key, v in rows:
-            sums[key] = sums.get(key, 0.0) + v / n / len(ranks)
+            sums[key] = sums.get(key, 0.0) + float(v) / n / len(devs)
     return sums
 
 
@@ -55,7 +53,7 @@ def _order(item: tuple[str, str]) -> tuple[int, int, str]:
     return (g, _BUSY_ORDER.index(key) if group == "busy" and key in _BUSY_ORDER else 99, key)
 
 
-def category_rows(before: dict[str, Any], after: dict[str, Any]) -> tuple[list[CategoryRow], float, float]:
+def category_rows(before: Report, after: Report) -> tuple[list[CategoryRow], float, float]:
     """Rows for every category either side has time in, and each side's mean trace step (µs)."""
     b, a = _per_step(before), _per_step(after)
     keys = sorted({k for k in (*b, *a) if k[0] != "step" and (b.get(k, 0.0) or a.get(k, 0.0))}, key=_order)

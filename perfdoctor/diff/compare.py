@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from perfdoctor import __version__
 from perfdoctor.diff import categories, efficiency, findings, movers, stats, steps
 from perfdoctor.diff.model import (
@@ -17,6 +15,7 @@ from perfdoctor.diff.model import (
 )
 from perfdoctor.diff.sides import Side
 from perfdoctor.errors import PerfDoctorError
+from perfdoctor.model import Report
 
 UNKNOWN_GPU = "GPU (no deviceProperties in the trace)"
 VERDICT_WORDS = {"faster": "faster", "slower": "slower", "no-change": "no significant change",
@@ -25,20 +24,20 @@ VERDICT_WORDS = {"faster": "faster", "slower": "slower", "no-change": "no signif
 
 def side_info(side: Side) -> SideInfo:
     """Path, kind, rank count, primary device name and parameter count of one side."""
-    ranks = [r for r in side.report.get("ranks") or [] if isinstance(r, dict)]
+    ranks = side.model.ranks
     device = "–"
     if ranks:
-        dev = steps.primary_device(ranks[0]) or {}
-        props = [p for p in ranks[0].get("device_properties") or [] if isinstance(p, dict)]
-        if dev.get("kind") == "cpu":
+        dev = steps.primary_device(ranks[0])
+        props = ranks[0].device_properties
+        if dev is not None and dev.kind == "cpu":
             device = "CPU"
         else:
-            device = next((str(p.get("name")) for p in props if p.get("id") == dev.get("device")),
-                          str(props[0].get("name")) if props else UNKNOWN_GPU)
-    run: dict[str, Any] = side.report["run"] if isinstance(side.report.get("run"), dict) else {}
-    params = run.get("parameter_count")
+            want = dev.device if dev is not None else None
+            device = next((str(p.name) for p in props if p.id == want and p.name),
+                          str(props[0].name) if props and props[0].name else UNKNOWN_GPU)
+    run = steps.run_of(side.model)
     return SideInfo(path=side.path, kind=side.kind, n_ranks=len(ranks), device=device,
-                    parameter_count=int(params) if isinstance(params, (int, float)) else None)
+                    parameter_count=run.parameter_count if run is not None else None)
 
 
 def _warnings(b: SideInfo, a: SideInfo, before: Side, after: Side) -> list[str]:
@@ -62,16 +61,16 @@ def _warnings(b: SideInfo, a: SideInfo, before: Side, after: Side) -> list[str]:
     return out
 
 
-def _throughput(before: dict[str, Any], after: dict[str, Any]) -> list[Throughput]:
-    tb = ((before.get("run") or {}).get("throughput") or {}) if isinstance(before.get("run"), dict) else {}
-    ta = ((after.get("run") or {}).get("throughput") or {}) if isinstance(after.get("run"), dict) else {}
+def _throughput(before: Report, after: Report) -> list[Throughput]:
+    rb, ra = steps.run_of(before), steps.run_of(after)
+    tb = rb.throughput if rb is not None else {}
+    ta = ra.throughput if ra is not None else {}
     out = []
     for key in sorted(set(tb) | set(ta)):
-        vb = (tb.get(key) or {}).get("value")
-        va = (ta.get(key) or {}).get("value")
-        unit = str((tb.get(key) or ta.get(key) or {}).get("unit", ""))
-        change = 100.0 * (va / vb - 1.0) if isinstance(vb, (int, float)) and isinstance(va, (int, float)) and vb \
-            else None
+        vb = tb[key].value if key in tb else None
+        va = ta[key].value if key in ta else None
+        unit = (tb.get(key) or ta[key]).unit
+        change = 100.0 * (va / vb - 1.0) if vb and va is not None else None
         out.append(Throughput(key=key, unit=unit, before=vb, after=va, change_pct=change))
     return out
 
@@ -94,7 +93,7 @@ def compare(before: Side, after: Side, noise_pct: float = stats.DEFAULT_NOISE_PC
     Raises:
         PerfDoctorError: a side has no steps, or a non-positive mean step time.
     """
-    sb, sa = steps.pair_series(before.report, after.report, before.path, after.path)
+    sb, sa = steps.pair_series(before.model, after.model, before.path, after.path)
     if float(sb.values_us.mean()) <= 0:
         raise PerfDoctorError(f"{before.path}: mean step time is 0 µs: nothing to compare")
     cmp = stats.compare_means(sb.values_us, sa.values_us, noise_pct)
@@ -102,9 +101,9 @@ def compare(before: Side, after: Side, noise_pct: float = stats.DEFAULT_NOISE_PC
     measured = cmp.mean_before_us - cmp.mean_after_us
     ci_us = ([-cmp.ci95_pct[1] / 100 * cmp.mean_before_us, -cmp.ci95_pct[0] / 100 * cmp.mean_before_us]
              if cmp.ci95_pct is not None else None)
-    rows = findings.compare_findings(before.report, after.report)
-    preds, note = findings.predictions(before.report, after.report, rows, measured, ci_us)
-    cats, step_b, step_a = categories.category_rows(before.report, after.report)
+    rows = findings.compare_findings(before.model, after.model)
+    preds, note = findings.predictions(before.model, after.model, rows, measured, ci_us)
+    cats, step_b, step_a = categories.category_rows(before.model, after.model)
     warnings = [*sb.notes, *sa.notes, *_warnings(info_b, info_a, before, after)]
     return Diff(
         schema=SCHEMA, schema_version=SCHEMA_VERSION, tool={"name": "perfdoctor", "version": __version__},
@@ -116,12 +115,12 @@ def compare(before: Side, after: Side, noise_pct: float = stats.DEFAULT_NOISE_PC
                               std_us=Pair(cmp.std_before_us, cmp.std_after_us), dof=cmp.dof,
                               noise_threshold_pct=noise_pct, more_steps_needed=cmp.more_steps_needed,
                               reason=cmp.reason),
-        throughput=_throughput(before.report, after.report), categories=cats,
+        throughput=_throughput(before.model, after.model), categories=cats,
         category_step_us=Pair(step_b, step_a),
         kernels=movers.top_movers(before, after, "kernels"), cpu_ops=movers.top_movers(before, after, "cpu_ops"),
         findings=rows, predicted_vs_measured=preds, predicted_note=note,
-        efficiency=efficiency.efficiency_rows(before.report, after.report),
-        straggler=efficiency.straggler(before.report, after.report), warnings=warnings,
+        efficiency=efficiency.efficiency_rows(before.model, after.model),
+        straggler=efficiency.straggler(before.model, after.model), warnings=warnings,
     )
 
 

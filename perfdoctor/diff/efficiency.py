@@ -7,34 +7,31 @@ utilization and MFU over the ranks that have them, the largest memory peak and t
 
 from __future__ import annotations
 
-from typing import Any
-
 from perfdoctor.diff.model import Pair, RankEfficiency, Straggler
+from perfdoctor.diff.sides import rank_number
 from perfdoctor.diff.steps import primary_device
+from perfdoctor.model import Report
+from perfdoctor.model.report import RankSection
+
+_Facts = dict[str, float | None]
 
 
-def _facts(rank: dict[str, Any]) -> dict[str, float | None]:
-    dev = primary_device(rank) or {}
-    mfu: dict[str, Any] = rank["mfu"] if isinstance(rank.get("mfu"), dict) else {}
-    median = (dev.get("step_time_us") or {}).get("median")
-    mem = [d for d in (rank.get("memory") or {}).get("devices") or [] if isinstance(d, dict)]
-    gpu = [d for d in mem if d.get("device_type") == "GPU"] or mem
-    peaks = [float(d["peak_allocated_bytes"]) for d in gpu if d.get("peak_allocated_bytes") is not None]
-    util = dev.get("utilization")
+def _facts(rank: RankSection) -> _Facts:
+    dev = primary_device(rank)
+    gpu = [d for d in rank.memory.devices if d.device_type == "GPU"] or rank.memory.devices
     return {
-        "utilization": float(util) if isinstance(util, (int, float)) else None,
-        "mfu": float(mfu["mfu"]) if isinstance(mfu.get("mfu"), (int, float)) else None,
-        "memory": max(peaks) if peaks else None,
-        "median": float(median) if isinstance(median, (int, float)) else None,
+        "utilization": dev.utilization if dev is not None else None,
+        "mfu": rank.mfu.mfu if rank.mfu is not None else None,
+        "memory": float(max(d.peak_allocated_bytes for d in gpu)) if gpu else None,
+        "median": dev.step_time_us.median if dev is not None and dev.steps else None,
     }
 
 
-def _ranks(report: dict[str, Any]) -> dict[int, dict[str, float | None]]:
-    return {int(r["rank"]) if isinstance(r.get("rank"), int) else i: _facts(r)
-            for i, r in enumerate(report.get("ranks") or []) if isinstance(r, dict)}
+def _ranks(model: Report) -> dict[int, _Facts]:
+    return {rank_number(r, i): _facts(r) for i, r in enumerate(model.ranks)}
 
 
-def _job(facts: list[dict[str, float | None]]) -> dict[str, float | None]:
+def _job(facts: list[_Facts]) -> _Facts:
     def vals(k: str) -> list[float]:
         return [v for f in facts if (v := f[k]) is not None]
 
@@ -46,13 +43,13 @@ def _job(facts: list[dict[str, float | None]]) -> dict[str, float | None]:
             "median": max(vals("median"), default=None)}
 
 
-def _row(rank: int | None, b: dict[str, float | None], a: dict[str, float | None]) -> RankEfficiency:
+def _row(rank: int | None, b: _Facts, a: _Facts) -> RankEfficiency:
     return RankEfficiency(rank=rank, utilization=Pair(b["utilization"], a["utilization"]),
                           mfu=Pair(b["mfu"], a["mfu"]), memory_peak_bytes=Pair(b["memory"], a["memory"]),
                           median_step_us=Pair(b["median"], a["median"]))
 
 
-def efficiency_rows(before: dict[str, Any], after: dict[str, Any]) -> list[RankEfficiency]:
+def efficiency_rows(before: Report, after: Report) -> list[RankEfficiency]:
     """The job row first, then one row per rank present on both sides (multi-rank inputs only)."""
     rb, ra = _ranks(before), _ranks(after)
     if not rb and not ra:
@@ -63,10 +60,17 @@ def efficiency_rows(before: dict[str, Any], after: dict[str, Any]) -> list[RankE
     return rows
 
 
-def straggler(before: dict[str, Any], after: dict[str, Any]) -> Straggler | None:
+def straggler(before: Report, after: Report) -> Straggler | None:
     """Slowest rank and spread on both sides (None unless a side has more than one rank)."""
-    sb, sa = before.get("summary") or {}, after.get("summary") or {}
-    if max(int(sb.get("n_ranks") or 0), int(sa.get("n_ranks") or 0)) < 2:
+    sb, sa = before.summary, after.summary
+    if max(sb.n_ranks, sa.n_ranks) < 2:
         return None
-    return Straggler(slowest_rank_before=sb.get("slowest_rank"), slowest_rank_after=sa.get("slowest_rank"),
-                     spread_pct=Pair(sb.get("spread_pct"), sa.get("spread_pct")))
+
+    def num(v: object) -> float | None:
+        return float(v) if isinstance(v, (int, float)) else None
+
+    def rank(v: object) -> int | None:
+        return v if isinstance(v, int) else None
+
+    return Straggler(slowest_rank_before=rank(sb.slowest_rank), slowest_rank_after=rank(sa.slowest_rank),
+                     spread_pct=Pair(num(sb.spread_pct), num(sa.spread_pct)))

@@ -13,9 +13,10 @@ it by replaying the step's dependency graph with the fix applied (its ``saving_m
 
 from __future__ import annotations
 
-from typing import Any
-
 from perfdoctor.diff.model import FindingDelta, Prediction
+from perfdoctor.diff.sides import findings_of, passed_of, skipped_of
+from perfdoctor.model import Report
+from perfdoctor.model.report import FindingSection
 
 REPLAYED_PREFIX = "replay"  # saving_method of a replayed saving: "replay of the step's dependency graph ..."
 UPPER_BOUND_NOTE = ("Predicted savings are the rules' upper-bound estimates; the measured change is the whole step's, "
@@ -25,63 +26,55 @@ REPLAYED_NOTE = ("Predicted savings marked 'replayed' come from replaying the st
                  "every change between the two runs (a finding that shrank without its own fix shares it too).")
 
 
-def _by_code(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    out: dict[str, dict[str, Any]] = {}
-    for f in report.get("findings") or []:
-        if isinstance(f, dict) and isinstance(f.get("code"), str):
-            prev = out.get(f["code"])
-            if prev is None or _saving(f)[0] > _saving(prev)[0]:
-                out[f["code"]] = f
+def _by_code(model: Report) -> dict[str, FindingSection]:
+    out: dict[str, FindingSection] = {}
+    for f in findings_of(model):
+        prev = out.get(f.code)
+        if prev is None or f.saving_us_per_step > prev.saving_us_per_step:
+            out[f.code] = f
     return out
 
 
-def _saving(f: dict[str, Any]) -> tuple[float, str]:
+def _saving(f: FindingSection) -> tuple[float, str]:
     """(µs per step, "replayed" | "upper-bound")."""
-    kind = "replayed" if str(f.get("saving_method", "")).startswith(REPLAYED_PREFIX) else "upper-bound"
-    return float(f.get("saving_us_per_step") or 0.0), kind
+    return float(f.saving_us_per_step), "replayed" if f.saving_method.startswith(REPLAYED_PREFIX) else "upper-bound"
 
 
-def _skipped(report: dict[str, Any]) -> dict[str, str]:
-    return {s["code"]: str(s.get("reason", "")) for s in report.get("skipped_checks") or []
-            if isinstance(s, dict) and "code" in s}
-
-
-def _absent(code: str, report: dict[str, Any], skipped: dict[str, str], side: str,
-            status: str) -> tuple[str, str]:
+def _absent(code: str, model: Report, side: str, status: str) -> tuple[str, str]:
     """``status`` when the rule ran on ``side`` and found nothing, else ``not-checked`` with the reason."""
+    skipped = {s.code: s.reason for s in skipped_of(model)}
     if code in skipped:
         return "not-checked", f"{side} skipped the check: {skipped[code]}"
-    if code not in (report.get("passed_checks") or []):
+    if code not in (passed_of(model) or []):
         return "not-checked", f"{side} did not run the check"
     return status, ""
 
 
-def compare_findings(before: dict[str, Any], after: dict[str, Any]) -> list[FindingDelta]:
+def compare_findings(before: Report, after: Report) -> list[FindingDelta]:
     """One row per code that fired on either side: persisting first, then resolved, new, not-checked."""
     fb, fa = _by_code(before), _by_code(after)
-    skip_b, skip_a = _skipped(before), _skipped(after)
     rows = []
     for code in sorted(set(fb) | set(fa)):
         b, a = fb.get(code), fa.get(code)
-        f = b or a
-        assert f is not None
         if b and a:
             status, note = "persisting", ""
         elif b:
-            status, note = _absent(code, after, skip_a, "AFTER", "resolved")
+            status, note = _absent(code, after, "AFTER", "resolved")
         else:
-            status, note = _absent(code, before, skip_b, "BEFORE", "new")
-        rows.append(FindingDelta(code=code, name=str(f.get("name", "")), status=status,
+            status, note = _absent(code, before, "BEFORE", "new")
+        f = b or a
+        assert f is not None
+        rows.append(FindingDelta(code=code, name=f.name, status=status,
                                  saving_before_us=_saving(b)[0] if b else None,
                                  saving_after_us=_saving(a)[0] if a else None,
-                                 severity_before=b.get("severity") if b else None,
-                                 severity_after=a.get("severity") if a else None, note=note))
+                                 severity_before=b.severity if b else None,
+                                 severity_after=a.severity if a else None, note=note))
     order = {"persisting": 0, "resolved": 1, "new": 2, "not-checked": 3}
     rows.sort(key=lambda r: (order[r.status], -max(r.saving_before_us or 0.0, r.saving_after_us or 0.0), r.code))
     return rows
 
 
-def predictions(before: dict[str, Any], after: dict[str, Any], rows: list[FindingDelta], measured_us: float,
+def predictions(before: Report, after: Report, rows: list[FindingDelta], measured_us: float,
                 measured_ci_us: list[float] | None) -> tuple[list[Prediction], str]:
     """Predicted vs measured rows for resolved or shrunk BEFORE findings, and the note on how to read them."""
     fb, fa = _by_code(before), _by_code(after)

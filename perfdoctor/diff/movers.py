@@ -17,30 +17,25 @@ from perfdoctor.diff.model import Mover
 from perfdoctor.diff.names import how_matched, normalise
 from perfdoctor.diff.sides import TOP_LIST_LIMIT, Side
 from perfdoctor.diff.steps import primary_device
+from perfdoctor.model.report import TopCpuOp, TopKernel
 
 _Key = tuple[str, str]
 
 
 def per_step(side: Side, which: str) -> tuple[dict[_Key, float], float | None]:
     """(name, category) → µs per step (mean over ranks); and the smallest listed µs per step when a rank's list
-    is truncated (None when every list is complete)."""
-    lists = side.kernels if which == "kernels" else side.cpu_ops
-    steps = {}
-    for i, r in enumerate(side.report.get("ranks") or []):
-        dev = primary_device(r)
-        rank = r.get("rank") if isinstance(r.get("rank"), int) else i
-        if dev and dev.get("steps"):
-            steps[rank] = float((dev.get("totals") or {}).get("n_steps") or len(dev["steps"]))
+    is full (TOP_LIST_LIMIT rows: names below it are left out), else None."""
     out: dict[_Key, float] = {}
     floor: float | None = None
-    ranks = [r for r in lists if r in steps]
-    for rank in ranks:
-        rows = lists[rank]
+    ranks = [(i, r, d) for i, r in enumerate(side.model.ranks) if (d := primary_device(r)) is not None and d.steps]
+    for _, rank, dev in ranks:
+        n = float(dev.totals.n_steps or len(dev.steps))
+        rows: list[TopKernel] | list[TopCpuOp] = rank.top_kernels if which == "kernels" else rank.top_cpu_ops
         for row in rows:
-            key = (str(row.get("name")), str(row.get("category") or "other"))
-            out[key] = out.get(key, 0.0) + float(row.get("total_us") or 0.0) / steps[rank] / len(ranks)
-        if not side.complete and len(rows) >= TOP_LIST_LIMIT:
-            low = min(float(x.get("total_us") or 0.0) for x in rows) / steps[rank]
+            key = (row.name, row.category or "other")
+            out[key] = out.get(key, 0.0) + row.total_us / n / len(ranks)
+        if len(rows) >= TOP_LIST_LIMIT:
+            low = min(x.total_us for x in rows) / n
             floor = low if floor is None else max(floor, low)
     return out, floor
 

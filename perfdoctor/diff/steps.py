@@ -12,11 +12,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
 from perfdoctor.errors import PerfDoctorError
+from perfdoctor.model import Report
+from perfdoctor.model.report import DeviceSection, RankSection, RunSection
 
 
 @dataclass(frozen=True)
@@ -28,64 +29,58 @@ class StepSeries:
     notes: list[str] = field(default_factory=list)
 
 
-def primary_device(rank: dict[str, Any]) -> dict[str, Any] | None:
+def primary_device(rank: RankSection) -> DeviceSection | None:
     """The rank's primary device breakdown (report ``primary_device``), None when it has none."""
-    devs = [d for d in rank.get("devices") or [] if isinstance(d, dict)]
-    for d in devs:
-        if d.get("device") == rank.get("primary_device"):
+    for d in rank.devices:
+        if d.device == rank.primary_device:
             return d
-    return devs[0] if devs else None
+    return rank.devices[0] if rank.devices else None
 
 
-def run_step_times(report: dict[str, Any]) -> np.ndarray | None:
+def run_of(model: Report) -> RunSection | None:
+    return model.run if isinstance(model.run, RunSection) else None
+
+
+def run_step_times(model: Report) -> np.ndarray | None:
     """Steady-state train-only step times (µs) of a run's rank 0, None without a run step series."""
-    run = report.get("run")
-    if not isinstance(run, dict) or not isinstance(run.get("steps"), dict):
+    run = run_of(model)
+    if run is None or not run.steps.train_s:
         return None
-    steps = run["steps"]
-    train = steps.get("train_s") or steps.get("duration_s")
-    if not train:
-        return None
-    t = np.array([np.nan if v is None else float(v) for v in train], dtype=float)
-    phase = steps.get("profiler_phase") or ["none"] * t.size
-    start = int((run.get("steady_state") or {}).get("steady_start_step") or 0)
+    t = np.array([np.nan if v is None else float(v) for v in run.steps.train_s], dtype=float)
+    phase = run.steps.profiler_phase or ["none"] * t.size
+    start = run.steady_state.steady_start_step if run.steady_state is not None else 0
     idx = np.arange(t.size)
-    mask = (idx >= start) & np.array([p in (None, "none") for p in phase]) & np.isfinite(t)
+    mask = (idx >= start) & np.array([p == "none" for p in phase]) & np.isfinite(t)
     out: np.ndarray = t[mask] * 1e6
     return out
 
 
-def trace_step_times(report: dict[str, Any], path: str) -> StepSeries:
+def trace_step_times(model: Report, path: str) -> StepSeries:
     """Profiled step times (µs) of the trace(s); see the module docstring for multi-rank jobs.
 
     Raises:
         PerfDoctorError: no rank has training steps (no step markers: the whole trace is one window).
     """
     per_rank: list[dict[int, float]] = []
-    for r in report.get("ranks") or []:
-        if not isinstance(r, dict) or r.get("steps_source") == "whole-trace":
-            continue
+    for r in model.ranks:
         dev = primary_device(r)
-        if dev and dev.get("steps"):
-            per_rank.append({int(s["step"]): float(s["dur_us"]) for s in dev["steps"]})
+        if r.steps_source != "whole-trace" and dev is not None and dev.steps:
+            per_rank.append({s.step: s.dur_us for s in dev.steps})
     if not per_rank:
         raise PerfDoctorError(f"{path}: no training steps (no ProfilerStep#N annotations, and no run step series): "
                               "nothing to compare per step (record with torch.profiler's schedule and "
                               "prof.step(), or pass --step-marker)")
     if len(per_rank) == 1:
-        steps = sorted(per_rank[0])
-        return StepSeries(np.array([per_rank[0][s] for s in steps]), "profiled steps of the trace")
+        return StepSeries(np.array([per_rank[0][s] for s in sorted(per_rank[0])]), "profiled steps of the trace")
     common = sorted(set.intersection(*(set(r) for r in per_rank)))
     if not common:
-        steps = sorted(per_rank[0])
-        return StepSeries(np.array([per_rank[0][s] for s in steps]), "profiled steps of the first rank",
+        return StepSeries(np.array([per_rank[0][s] for s in sorted(per_rank[0])]), "profiled steps of the first rank",
                           [f"{path}: the ranks share no step number; the first rank's steps are used"])
     return StepSeries(np.array([max(r[s] for r in per_rank) for s in common]),
                       f"profiled steps, the longest rank per step over {len(per_rank)} ranks")
 
 
-def pair_series(before: dict[str, Any], after: dict[str, Any], before_path: str,
-                after_path: str) -> tuple[StepSeries, StepSeries]:
+def pair_series(before: Report, after: Report, before_path: str, after_path: str) -> tuple[StepSeries, StepSeries]:
     """Both sides' step times from the same kind of source (run series only when both sides have one).
 
     Raises:
@@ -99,8 +94,8 @@ def pair_series(before: dict[str, Any], after: dict[str, Any], before_path: str,
     if (rb is not None) != (ra is not None):
         notes.append("only one side is a perfdoctor profile run: both sides are compared on their profiled "
                      "trace steps (like with like)")
-    for report, path, series in ((before, before_path, rb), (after, after_path, ra)):
-        if not report.get("ranks") and series is not None and series.size < 2:
+    for model, path, series in ((before, before_path, rb), (after, after_path, ra)):
+        if not model.ranks and series is not None and series.size < 2:
             raise PerfDoctorError(f"{path}: fewer than 2 steady-state steps in the run and no trace: nothing to "
                                   "compare")
     b = trace_step_times(before, before_path)

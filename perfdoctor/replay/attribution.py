@@ -100,8 +100,8 @@ def _categories(tables: TraceTables, rr: RankReplay) -> np.ndarray:
     opt = _named(tables, OPTIMIZER_STEP)
     if opt[0].size and g.n_act:
         lt = g.act_launch_ts_us
-        k = np.searchsorted(opt[0], lt, side="right") - 1
-        inside = (k >= 0) & (lt < opt[1][np.maximum(k, 0)])
+        in_opt = np.searchsorted(opt[0], lt, side="right") - 1
+        inside = (in_opt >= 0) & (lt < opt[1][np.maximum(in_opt, 0)])
         over = np.isin(cat, list(_OVERRIDABLE)) & inside
         cat[over] = "optimizer"
     return cat

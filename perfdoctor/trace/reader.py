@@ -311,7 +311,7 @@ def read_trace_file(path: str | os.PathLike[str], on_progress: Callable[[int], N
         metadata=metadata,
         n_events=columns.n_events,
         n_dropped=bad + dropped,
-        truncated=truncated or state["gzip_incomplete"],
+        truncated=bool(truncated or state["gzip_incomplete"]),
         warnings=warnings,
         file_bytes=file_bytes,
         uncompressed_bytes=total,

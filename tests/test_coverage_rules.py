@@ -147,3 +147,27 @@ def test_pd106_device_idles_while_host_is_outside_ops(tmp_path):
     r = run_tb(tb, tmp_path, ["PD106"])
     f = r.findings["PD106"]
     assert f["saving_us_per_step"] == 600 and f["saving_pct_of_step"] == 60
+
+
+def test_mtia_device_activity_is_read_and_unknown_categories_are_named(tmp_path):
+    from perfdoctor import pipeline
+    from perfdoctor.trace import load_trace
+
+    tb = TraceBuilder(device_name=None)
+    tb.step(1, 0, 1000)
+    tb.launch("mtia_matmul_kernel", launch_ts=10, start=100, dur=400)
+    for e in tb.events:  # the same events as MTIA's Kineto writes them
+        e["cat"] = {"kernel": "mtia_ccp_events", "cuda_runtime": "mtia_runtime"}.get(e["cat"], e["cat"])
+    tb.events.append({"ph": "X", "cat": "hpu_op_kernel", "name": "x", "pid": 1, "tid": 1, "ts": 600, "dur": 10,
+                      "args": {}})
+    t = load_trace(str(tb.write(tmp_path / "m.json")))
+    a = pipeline.analyze_tables(t)
+    assert a.primary.kind == "gpu" and a.primary.steps[0].busy_us == 400
+    assert any("categories perfdoctor does not read: hpu_op_kernel" in w for w in a.warnings)
+
+
+def test_empty_device_name_prints_no_colon():
+    from perfdoctor.render.view import device_name
+
+    assert device_name({"device_properties": [{"id": 2, "name": ""}]}, 2) == "GPU 2"
+    assert device_name({"device_properties": [{"id": 2, "name": "NVIDIA A10"}]}, 2) == "GPU 2: NVIDIA A10"

@@ -104,6 +104,14 @@ def analyze_tables(tables: TraceTables, step_marker: str | None = None) -> RankA
     if not devs:
         devs = [cpu_breakdown(tables, steps)]
     warnings = list(tables.warnings) + list(steps.warnings)
+    from perfdoctor.analysis.device_kinds import unread_device_categories
+
+    unread = unread_device_categories(tables)
+    if unread:  # an accelerator perfdoctor does not read: said by name, never analysed silently as CPU training
+        warnings.append(f"{tables.path}: events in categories perfdoctor does not read: {', '.join(unread)} (device "
+                        "activity of an accelerator it does not analyse?); the breakdown and findings cover only the "
+                        + ("device activity it reads" if tables.has_device_activity else
+                           "host side, not a CPU-only run"))
     if devs and devs[0].kind == "gpu" and not tables.device_properties:
         from perfdoctor.analysis.arch import infer_from_tables
 

@@ -97,8 +97,9 @@ def device_name(rank: dict[str, Any], device: int) -> str:
             return "host ops only (the trace lists GPUs but holds no GPU activity)"
         return "CPU (host ops)"
     for p in rank.get("device_properties", []):
-        if p.get("id") == device:
-            return f"GPU {device}: {p.get('name')}"
+        name = str(p.get("name") or "").strip()
+        if p.get("id") == device and name:  # an empty name gives "GPU 2", not "GPU 2: "
+            return f"GPU {device}: {name}"
     return f"GPU {device}"
 
 

@@ -38,6 +38,14 @@ _CAT_KIND = {
     "runtime": RUNTIME,
     "cuda_driver": DRIVER,
     "cuda_sync": SYNC,
+    # other accelerators Kineto records with the same event shape (device, stream, correlation): Meta's MTIA
+    # (read as HolisticTraceAnalysis does: CCP events are its kernels), Intel XPU (XPUPTI), PrivateUse1 backends
+    "mtia_ccp_events": KERNEL,
+    "mtia_runtime": RUNTIME,
+    "xpu_runtime": RUNTIME,
+    "xpu_driver": DRIVER,
+    "privateuse1_runtime": RUNTIME,
+    "privateuse1_driver": DRIVER,
     "trace": TRACE,
 }
 

@@ -37,7 +37,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"perfdoctor {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for mod in _available_commands():
-        p = sub.add_parser(mod.NAME, help=mod.HELP, description=mod.HELP)
+        # argparse %-formats a subcommand's help in `perfdoctor --help`: a literal % ("95% interval") must be doubled
+        p = sub.add_parser(mod.NAME, help=mod.HELP.replace("%", "%%"), description=mod.HELP)
         mod.add_arguments(p)
         p.set_defaults(_run=mod.run)
     return parser

@@ -6,9 +6,9 @@ ranks (kernels: report-schema ``top_kernels``; CPU ops: ``top_cpu_ops``, inclusi
 1. exact name and category;
 2. the remaining names grouped by (normalised name, category) on each side (:mod:`perfdoctor.diff.names`); a
    group present on both sides is one mover, ``how`` names the normalisation stages it needed;
-3. what is left ``appeared`` (AFTER only) or ``disappeared`` (BEFORE only) — unless the other side's list is
-   full (a report keeps each rank's top 20) and the time is below that list's smallest row: then ``unlisted``,
-   with that row's time as the bound (the name may be below the list there).
+3. what is left ``appeared`` (AFTER only) or ``disappeared`` (BEFORE only) when the other side's list holds every
+   name; when it is full (a report keeps each rank's top 20) the name may sit below it there: ``unlisted``, with
+   that list's smallest row as the bound of the unknown time (``delta_us`` None).
 """
 
 from __future__ import annotations
@@ -67,17 +67,16 @@ def match(before: dict[_Key, float], after: dict[_Key, float], floor_before: flo
             out.append(Mover(_label(names_b), _label(names_a), key[0], key[1], tb, ta, ta - tb, "normalised",
                              how_matched(names_b, names_a)))
         elif nb:
-            if floor_after is not None and tb < floor_after:
+            if floor_after is not None:  # AFTER's list is full: the name may sit below it there
                 out.append(Mover(_label(names_b), None, key[0], key[1], tb, None, None, "unlisted",
                                  "not in AFTER's top list", floor_after))
             else:
                 out.append(Mover(_label(names_b), None, key[0], key[1], tb, 0.0, -tb, "disappeared", ""))
+        elif floor_before is not None:  # BEFORE's list is full: the name may sit below it there
+            out.append(Mover(None, _label(names_a), key[0], key[1], None, ta, None, "unlisted",
+                             "not in BEFORE's top list", floor_before))
         else:
-            if floor_before is not None and ta < floor_before:
-                out.append(Mover(None, _label(names_a), key[0], key[1], None, ta, None, "unlisted",
-                                 "not in BEFORE's top list", floor_before))
-            else:
-                out.append(Mover(None, _label(names_a), key[0], key[1], 0.0, ta, ta, "appeared", ""))
+            out.append(Mover(None, _label(names_a), key[0], key[1], 0.0, ta, ta, "appeared", ""))
     return out
 
 

@@ -56,8 +56,8 @@ def verdict_facts(d: Diff) -> list[tuple[str, str]]:
     ]
     if s.more_steps_needed:
         out.insert(3, ("inconclusive", f"{s.more_steps_needed:,} more steps needed per side"))
-    out += [(t.key.replace("_", " "), f"{_rate(t.before)} → {_rate(t.after)} {t.unit} ({signed_pct(t.change_pct)})")
-            for t in d.throughput]
+    out += [(f"{'train-only' if t.key.startswith('train') else 'wall-clock'} throughput",
+             f"{_rate(t.before)} → {_rate(t.after)} {t.unit} ({signed_pct(t.change_pct)})") for t in d.throughput]
     return out
 
 

@@ -260,12 +260,19 @@ def test_band_labels_of_a_short_warmup_stack_instead_of_overlapping():
 
 
 def test_evidence_leaves_out_what_the_title_already_says():
+    from perfdoctor.model.report import FindingSection
     from perfdoctor.render import view
 
-    f = view.finding({"code": "PD202", "message": "492 separate elementwise ops per step",
-                      "evidence": {"what": "ops", "ranks": [0], "elementwise_ms": 17.7, "events": []}})
+    def finding(code, message, evidence):
+        return FindingSection(code=code, name="", category="", severity="low", position=None, rank=None,
+                              message=message, saving_us_per_step=0.0, saving_pct_of_step=0.0, saving_method="",
+                              evidence=evidence, steps=[], fix="", example_before="", example_after="",
+                              references=[])
+
+    f = view.finding(finding("PD202", "492 separate elementwise ops per step",
+                             {"what": "ops", "ranks": [0], "elementwise_ms": 17.7, "events": []}))
     assert [k for k, _ in f["evidence"]] == ["elementwise"]
-    multi = view.finding({"code": "PD303", "message": "rank 3 is slow", "evidence": {"ranks": [0, 3]}})
+    multi = view.finding(finding("PD303", "rank 3 is slow", {"ranks": [0, 3]}))
     assert [k for k, _ in multi["evidence"]] == ["ranks"]
 
 

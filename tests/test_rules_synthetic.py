@@ -18,9 +18,9 @@ def test_gpu_trace_without_its_device_side_is_not_cpu_training(tmp_path):
     from perfdoctor import pipeline
     from perfdoctor.render import view
 
-    report = pipeline.build([str(path)]).report
+    report = pipeline.build([str(path)]).model
     facts = {label: value for label, value, _ in view.summary_facts(report)}
     assert facts["devices"].startswith("no GPU activity recorded, although the trace lists NVIDIA A100-SXM4-80GB")
-    assert "host ops only" in view.device_name(report["ranks"][0], -1)
+    assert "host ops only" in view.device_name(report.ranks[0], -1)
 
 

@@ -34,14 +34,14 @@ import numpy as np
 
 from perfdoctor.analysis import host
 from perfdoctor.analysis import intervals as iv
-from perfdoctor.analysis.classify import COMPUTE_CATEGORIES, KernelClass, classify_kernel
+from perfdoctor.analysis.classify import KernelClass, classify_kernel
 from perfdoctor.analysis.kernel_ops import kernel_labels
 from perfdoctor.analysis.steps import Steps, gpu_launch_times
 from perfdoctor.trace.tables import TraceTables
+from perfdoctor.vocab import COMPUTE_CATEGORIES, GPU_IDLE_CAUSES, GPU_PRIORITY
 
-PRIORITY = ("matmul", "attention", "conv", "reduction_norm", "elementwise", "optimizer", "other",
-            "communication", "memcpy", "memset")
-IDLE_CAUSES = ("dataloader", "synchronization", "host_launch_bound", "python", "other")
+PRIORITY = GPU_PRIORITY
+IDLE_CAUSES = GPU_IDLE_CAUSES
 PHASES = ("forward", "backward", "optimizer")
 _OVERRIDABLE = {"elementwise", "reduction_norm", "other", "optimizer"}
 

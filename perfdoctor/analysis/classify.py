@@ -32,7 +32,6 @@ CATEGORIES = (
     "memset",
     "other",
 )
-COMPUTE_CATEGORIES = ("matmul", "attention", "conv", "elementwise", "reduction_norm", "optimizer", "other")
 
 # (category, pattern). Order matters: communication before everything (NCCL names
 # contain "Sum", "Reduce"), attention before matmul (flash kernels contain "gemm"),

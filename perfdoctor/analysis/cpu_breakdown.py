@@ -25,6 +25,7 @@ from perfdoctor.analysis import intervals as iv
 from perfdoctor.analysis.breakdown import DeviceBreakdown, StepBreakdown
 from perfdoctor.analysis.steps import Steps
 from perfdoctor.trace.tables import TraceTables
+from perfdoctor.vocab import HOST_PRIORITY
 
 CPU_OP_RULES: tuple[tuple[str, str], ...] = (
     ("attention", r"scaled_dot_product|_flash_attention|_efficient_attention|flash_attn"),
@@ -33,8 +34,6 @@ CPU_OP_RULES: tuple[tuple[str, str], ...] = (
     ("reduction_norm", r"^aten::(native_)?(layer_norm|batch_norm|group_norm|rms_norm|_?softmax|_?log_softmax|sum|mean|nll_loss\w*|cross_entropy\w*|norm|max|min|amax|amin|cumsum|var|std|_batch_norm\w*|native_batch_norm\w*|\w*_backward_data)$|Backward.*(Norm|Softmax)"),
     ("elementwise", r"^aten::(add|sub|mul|div|relu|gelu|silu|tanh|sigmoid|exp|log|pow|sqrt|rsqrt|neg|abs|clamp\w*|where|masked_fill\w*|dropout|native_dropout|copy_|to|_to_copy|fill_|zero_|zeros_like|ones_like|add_|mul_|div_|sub_|addcmul_|addcdiv_|lerp_|threshold\w*|\w*_backward|embedding\w*|cat|stack|index\w*|gather|scatter\w*|triu|tril|erf|cos|sin)$"),
 )
-HOST_PRIORITY = ("dataloader", "host_collective", "optimizer", "attention", "matmul", "conv", "reduction_norm",
-                 "elementwise", "other_ops")
 # gloo / NCCL collectives as the host sees them (c10d annotations, record_param_comms)
 HOST_COMMUNICATION = r"^(gloo|nccl|c10d|mpi)[:_]|record_param_comms|^c10d::|all_?reduce|all_?gather|reduce_?scatter|^broadcast"
 _RX = tuple((c, re.compile(rx)) for c, rx in CPU_OP_RULES)

@@ -16,6 +16,7 @@ from typing import Any
 from perfdoctor.checks.common import pct
 from perfdoctor.checks.context import Outcome, RankContext, passed, skipped
 from perfdoctor.findings import Evidence, Hit
+from perfdoctor.vocab import IdleCause
 
 CODE = "PD206"
 METRICS = {
@@ -33,12 +34,9 @@ class Thresholds:
 
     mfu_threshold: float
 
-_IDLE_LABELS = {
-    "dataloader": "device idle waiting for the DataLoader",
-    "synchronization": "device idle after host synchronisations",
-    "host_launch_bound": "device idle while the host launches work (launch-bound)",
-    "other": "device idle for other reasons",
-}
+# the idle causes PD206 names as a reason (the host outside any op is PD106's)
+_IDLE_LABELS = {c.value: c.as_reason for c in (IdleCause.DATALOADER, IdleCause.SYNCHRONIZATION,
+                                              IdleCause.HOST_LAUNCH_BOUND, IdleCause.OTHER)}
 
 
 def dominant_reason(ctx: RankContext, dtype: str | None, roofs: dict[str, Any] | None) -> tuple[str, float]:

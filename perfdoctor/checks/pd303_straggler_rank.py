@@ -16,10 +16,10 @@ from typing import Any
 
 import numpy as np
 
-from perfdoctor.analysis.classify import COMPUTE_CATEGORIES
 from perfdoctor.checks.common import pct
 from perfdoctor.checks.context import JobContext, Outcome, passed, skipped
 from perfdoctor.findings import Estimate, Evidence, Hit
+from perfdoctor.vocab import COMPUTE_CATEGORIES
 
 CODE = "PD303"
 METRICS = {

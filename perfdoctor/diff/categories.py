@@ -12,9 +12,9 @@ from __future__ import annotations
 from perfdoctor.diff.model import CategoryRow
 from perfdoctor.diff.steps import primary_device
 from perfdoctor.model import Report
+from perfdoctor.vocab import CHART_ORDER
 
-_BUSY_ORDER = ("matmul", "attention", "conv", "reduction_norm", "elementwise", "optimizer", "other", "dataloader",
-               "other_ops", "communication", "memcpy", "memset")
+_BUSY_ORDER = CHART_ORDER
 
 
 def _per_step(model: Report) -> dict[tuple[str, str], float]:

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from perfdoctor.analysis.classify import COMPUTE_CATEGORIES
+from perfdoctor.vocab import COMPUTE_CATEGORIES
 
 Z_OUTLIER = 3.5  # Iglewicz & Hoaglin's cut-off for the modified z-score
 MIN_EXCESS = 0.10  # a straggler also computes at least 10% more per step than the median rank (tight jobs)

@@ -17,12 +17,14 @@ from typing import Any
 import jinja2
 import orjson
 from markupsafe import Markup, escape
+from msgspec import UNSET
 
 from perfdoctor.model import Report, as_report, to_builtins
+from perfdoctor.model.report import DeviceSection, RankSection, RunSection
 from perfdoctor.render import svg, view
+from perfdoctor.vocab import CHART_ORDER, category_label, idle_label
 
-_BREAKDOWN_ORDER = ("matmul", "attention", "conv", "reduction_norm", "elementwise", "optimizer", "other",
-                    "dataloader", "other_ops", "host_collective", "communication", "memcpy", "memset")
+_BREAKDOWN_ORDER = CHART_ORDER
 CSP = ("default-src 'none'; style-src 'unsafe-inline'; img-src data:; script-src 'none'; "
        "connect-src 'none'; font-src 'none'; base-uri 'none'; form-action 'none'")
 
@@ -51,118 +53,112 @@ def code_spans(text: str) -> Markup:
     return Markup(re.sub(r"`([^`]+)`", r"<code>\1</code>", escaped))
 
 
-def _series_for_steps(dev: dict[str, Any]) -> list[svg.Series]:
-    steps = dev["steps"]
-    keys = [k for k in _BREAKDOWN_ORDER if any(s["categories_us"].get(k, 0) > 0 for s in steps)]
-    out = [svg.Series(k, view.CAT_LABELS.get(k, k), [s["categories_us"].get(k, 0.0) / 1000 for s in steps])
-           for k in keys]
-    causes = sorted({c for s in steps for c in s["idle_causes_us"]})
+def _series_for_steps(dev: DeviceSection) -> list[svg.Series]:
+    steps = dev.steps
+    keys = [k for k in _BREAKDOWN_ORDER if any(s.categories_us.get(k, 0) > 0 for s in steps)]
+    out = [svg.Series(k, category_label(k), [s.categories_us.get(k, 0.0) / 1000 for s in steps]) for k in keys]
+    causes = sorted({c for s in steps for c in s.idle_causes_us})
     for c in causes:
-        out.append(svg.Series(f"idle:{c}", view.IDLE_LABELS.get(c, c),
-                              [s["idle_causes_us"].get(c, 0.0) / 1000 for s in steps]))
+        out.append(svg.Series(f"idle:{c}", idle_label(c), [s.idle_causes_us.get(c, 0.0) / 1000 for s in steps]))
     return out
 
 
-def _steps_chart(rank: dict[str, Any], dev: dict[str, Any]) -> Markup:
-    labels = [f"#{s['step']}" for s in dev["steps"]]
-    title = f"Step time by category, per step — rank {rank['rank']}, {view.device_name(rank, dev['device'])}"
+def _steps_chart(rank: RankSection, dev: DeviceSection) -> Markup:
+    labels = [f"#{s.step}" for s in dev.steps]
+    title = f"Step time by category, per step — rank {rank.rank}, {view.device_name(rank, dev.device)}"
     return Markup(svg.stacked_bars(labels, _series_for_steps(dev), "ms", title))
 
 
-def _ranks_chart(report: dict[str, Any]) -> Markup:
+def _ranks_chart(report: Report) -> Markup:
     """Mean step time by category, one bar per rank (multi-rank reports)."""
-    ranks = report["ranks"]
-    devs = [view.primary(r) for r in ranks]
-    keys = [k for k in _BREAKDOWN_ORDER if any(d["totals"].get("categories_us", {}).get(k, 0) > 0 for d in devs)]
-    series = [svg.Series(k, view.CAT_LABELS.get(k, k),
-                         [d["totals"]["categories_us"].get(k, 0.0) / view.n_steps(d) / 1000 for d in devs])
+    ranks = report.ranks
+    devs = [r.primary for r in ranks]
+    keys = [k for k in _BREAKDOWN_ORDER if any(d.totals.categories_us.get(k, 0) > 0 for d in devs)]
+    series = [svg.Series(k, category_label(k),
+                         [d.totals.categories_us.get(k, 0.0) / view.n_steps(d) / 1000 for d in devs])
               for k in keys]
-    causes = sorted({c for d in devs for c in d["totals"].get("idle_causes_us", {})})
-    series += [svg.Series(f"idle:{c}", view.IDLE_LABELS.get(c, c),
-                          [d["totals"]["idle_causes_us"].get(c, 0.0) / view.n_steps(d) / 1000 for d in devs])
+    causes = sorted({c for d in devs for c in d.totals.idle_causes_us})
+    series += [svg.Series(f"idle:{c}", idle_label(c),
+                          [d.totals.idle_causes_us.get(c, 0.0) / view.n_steps(d) / 1000 for d in devs])
                for c in causes]
-    return Markup(svg.stacked_bars([f"rank {r['rank']}" for r in ranks], series, "ms per step",
+    return Markup(svg.stacked_bars([f"rank {r.rank}" for r in ranks], series, "ms per step",
                                    "Mean step time by category, per rank"))
 
 
-def _timeline_chart(rank: dict[str, Any], dev: dict[str, Any]) -> Markup | None:
-    steps = dev["steps"]
+def _timeline_chart(rank: RankSection, dev: DeviceSection) -> Markup | None:
+    steps = dev.steps
     if len(steps) < 2:
         return None
-    st = dev["step_time_us"]
-    return Markup(svg.step_line([float(s["step"]) for s in steps], [s["dur_us"] / 1000 for s in steps], "ms",
-                                f"Step time per step — rank {rank['rank']}",
-                                ref_y=(st["median"] / 1000, f"median {view.ms(st['median'])}")))
+    st = dev.step_time_us
+    return Markup(svg.step_line([float(s.step) for s in steps], [s.dur_us / 1000 for s in steps], "ms",
+                                f"Step time per step — rank {rank.rank}",
+                                ref_y=(st.median / 1000, f"median {view.ms(st.median)}")))
 
 
-def _run_series(run: dict[str, Any]) -> tuple[list[float], list[float]]:
-    """(step numbers, step times in ms) of the whole run, whatever unit the run data used."""
-    series = run.get("steps") or {}
-    ys = None
-    for key, scale in (("train_s", 1e3), ("step_time_ms", 1.0), ("step_time_us", 1e-3), ("duration_s", 1e3),
-                       ("step_time_s", 1e3)):
-        if series.get(key) is not None:
-            ys = [float(v) * scale for v in series[key]]
-            break
-    xs = series.get("step") or series.get("steps") or (list(range(len(ys))) if ys else None)
-    return ([float(x) for x in xs], ys) if xs and ys else ([], [])
+def _run_series(run: RunSection) -> tuple[list[float], list[float]]:
+    """(step numbers, train-only step times in ms) of the whole run; steps whose time is unknown left out."""
+    pairs = [(float(x), float(y) * 1e3) for x, y in zip(run.steps.step, run.steps.train_s, strict=False)
+             if x is not None and y is not None]
+    return [x for x, _ in pairs], [y for _, y in pairs]
 
 
-def _run_chart(run: dict[str, Any]) -> Markup | None:
+def _run_chart(run: RunSection) -> Markup | None:
     """The whole run's step-time series from ``perfdoctor profile`` with warm-up, steady state and phase changes
     (``steady_state`` as written by :mod:`perfdoctor.analysis.steady_state`: warmup_steps, phases[start_step])."""
     xs, ys = _run_series(run)
     if not xs:
         return None
-    ss = run.get("steady_state") or {}
-    phases = [p for p in ss.get("phases") or [] if isinstance(p, dict)]
-    warm = int(ss.get("warmup_steps") or 0)
-    start = phases[-1]["start_step"] if phases else warm
+    ss = run.steady_state
+    phases = ss.phases if ss is not None else []
+    warm = ss.warmup_steps if ss is not None else 0
+    start = phases[-1].start_step if phases else warm
     bands = []
     if warm > 0:
         bands.append(svg.Band(xs[0], xs[min(warm, len(xs) - 1)], f"warm-up ({warm} steps)", "warmup"))
-    if ss:
+    if ss is not None:
         bands.append(svg.Band(xs[min(start, len(xs) - 1)], xs[-1], "steady state", "steady"))
-    marks = [(xs[min(p["start_step"], len(xs) - 1)], f"phase change at step {p['start_step']}: median "
-              f"{p.get('median_s', 0) * 1000:,.2f} ms after") for p in phases[1:]]
-    nt = run.get("non_training") or {}
+    marks = [(xs[min(p.start_step, len(xs) - 1)], f"phase change at step {p.start_step}: median "
+              f"{p.median_s * 1000:,.2f} ms after") for p in phases[1:]]
+    nt = run.non_training
     title = ("Train-only step time over the whole run (evaluation and checkpoint saving left out)"
-             if nt.get("eval_s") or nt.get("checkpoint_s") else "Step time over the whole run (perfdoctor profile)")
-    return Markup(svg.step_line(xs, ys, "ms", title,
-                                bands=bands, marks=marks))
+             if nt.eval_s or nt.checkpoint_s else "Step time over the whole run (perfdoctor profile)")
+    return Markup(svg.step_line(xs, ys, "ms", title, bands=bands, marks=marks))
 
 
-def _roofline_chart(rank: dict[str, Any]) -> Markup | None:
-    rl = rank.get("roofline")
-    if not isinstance(rl, dict) or not rl.get("chart"):
+_BOUND_COLOUR = {"compute": "matmul", "bandwidth": "elementwise", "latency": "idle:synchronization"}
+
+
+def _roofline_chart(rank: RankSection) -> Markup | None:
+    rl = rank.roofline
+    if rl is None or not rl.chart:
         return None
-    roofs = rl.get("roofs") or {}
-    peaks = roofs.get("peak_flops") or {}
-    used = {c.get("dtype") for c in rl["chart"]}
+    roofs = rl.roofs
+    peaks = roofs.peak_flops if roofs is not None else {}
+    used = {c.dtype for c in rl.chart}
     roof_list = [svg.Roof(f"{d} peak {v / 1e12:,.1f} TFLOP/s", peak_tflops=v / 1e12)
                  for d, v in sorted(peaks.items()) if d in used and v]
-    if roofs.get("hbm_bytes_per_s"):
-        bw = roofs["hbm_bytes_per_s"]
+    if roofs is not None and roofs.hbm_bytes_per_s:
+        bw = roofs.hbm_bytes_per_s
         roof_list.append(svg.Roof(f"memory {bw / 1e12:,.2f} TB/s", bw_tbps=bw / 1e12))
-    pts = [svg.Point(c["ai"], c["achieved_flops_per_s"] / 1e12, c.get("time_us") or 0.0,
-                     f"{c['name']} [{c.get('dtype')}] — {c['ai']:,.1f} FLOP/B, "
-                     f"{c['achieved_flops_per_s'] / 1e12:,.2f} TFLOP/s, {view.ms(c.get('time_us'))}, {c.get('bound')}",
-                     {"compute": "matmul", "bandwidth": "elementwise", "latency": "idle:synchronization"}.get(
-                         str(c.get("bound")), "other"))
-           for c in rl["chart"] if c.get("ai") and c.get("achieved_flops_per_s")]
-    return Markup(svg.roofline(pts, roof_list, f"Roofline — rank {rank['rank']} ({roofs.get('device', 'device')})"))
+    pts = [svg.Point(c.ai, c.achieved_flops_per_s / 1e12, c.time_us or 0.0,
+                     f"{c.name} [{c.dtype}] — {c.ai:,.1f} FLOP/B, "
+                     f"{c.achieved_flops_per_s / 1e12:,.2f} TFLOP/s, {view.ms(c.time_us)}, {c.bound}",
+                     _BOUND_COLOUR.get(c.bound, "other"))
+           for c in rl.chart if c.ai and c.achieved_flops_per_s]
+    device = roofs.device if roofs is not None else "device"
+    return Markup(svg.roofline(pts, roof_list, f"Roofline — rank {rank.rank} ({device})"))
 
 
-def rank_view(report: dict[str, Any], rank: dict[str, Any]) -> dict[str, Any]:
+def rank_view(rank: RankSection) -> dict[str, Any]:
     """Everything the template shows for one rank (formatted, charts as SVG markup)."""
-    dev = view.primary(rank)
+    dev = rank.primary
     return {
-        "rank": rank, "dev": dev, "name": view.device_name(rank, dev["device"]),
+        "rank": rank, "dev": dev, "name": view.device_name(rank, dev.device),
         "rows": view.breakdown_rows(dev), "n": view.n_steps(dev),
-        "steps_chart": _steps_chart(rank, dev) if dev["steps"] else None,
+        "steps_chart": _steps_chart(rank, dev) if dev.steps else None,
         "timeline_chart": _timeline_chart(rank, dev),
         "roofline_chart": _roofline_chart(rank),
-        "others": [(view.device_name(rank, d["device"]), d) for d in rank["devices"] if d is not dev],
+        "others": [(view.device_name(rank, d.device), d) for d in rank.devices if d is not dev],
     }
 
 
@@ -170,21 +166,26 @@ def render_html(report: Report | Mapping[str, Any], generated_at: str | None = N
     """The report as one self-contained HTML page (str).
 
     Args:
-        report: the dict from :func:`perfdoctor.pipeline.report_dict` (plus findings, run data).
+        report: the typed report (or its JSON document as dicts, checked into one).
         generated_at: text stamped in the footer; None (default) keeps output byte-stable.
+
+    Raises:
+        PerfDoctorError: a mapping that is not a perfdoctor report of this schema version.
     """
-    report = to_builtins(as_report(report))
-    main = view.summary_rank(report)
-    ranks = [rank_view(report, r) for r in report["ranks"]]
+    rep = as_report(report)
+    main = view.summary_rank(rep)
+    ranks = [rank_view(r) for r in rep.ranks]
+    run = rep.run if rep.run is not UNSET else None
     context = {
-        "report": report, "csp": CSP, "generated_at": generated_at,
-        "facts": view.summary_facts(report), "findings": view.findings(report), "skipped": view.skipped(report),
-        "findings_note": report.get("findings_note"), "has_findings_key": "findings" in report,
-        "multi": len(report["ranks"]) > 1, "ranks": ranks,
+        "report": rep, "report_data": to_builtins(rep), "csp": CSP, "generated_at": generated_at,
+        "facts": view.summary_facts(rep), "findings": view.findings(rep), "skipped": view.skipped(rep),
+        "findings_note": rep.findings_note if rep.findings_note is not UNSET else None,
+        "has_findings_key": rep.findings is not UNSET,
+        "multi": len(rep.ranks) > 1, "ranks": ranks,
         "main": next((rv for rv in ranks if rv["rank"] is main), None),
-        "no_trace": report.get("no_trace") or "no trace to analyse",
-        "ranks_chart": _ranks_chart(report) if len(report["ranks"]) > 1 else None,
-        "run_chart": _run_chart(report["run"]) if isinstance(report.get("run"), dict) else None,
+        "no_trace": (rep.no_trace if rep.no_trace is not UNSET else "") or "no trace to analyse",
+        "ranks_chart": _ranks_chart(rep) if len(rep.ranks) > 1 else None,
+        "run_chart": _run_chart(run) if run is not None else None,
         "definitions": view.DEFINITIONS, "cat_labels": view.CAT_LABELS,
     }
     return _env().get_template("report.html.j2").render(**context)

@@ -1,4 +1,4 @@
-"""Markdown renderer: a PR-comment-sized summary of the report dict.
+"""Markdown renderer: a PR-comment-sized summary of the typed report.
 
 Summary facts, the top findings, the step-time breakdown of the summary rank
 and (for multi-rank input) a per-rank table. Trace text is escaped so a kernel
@@ -11,7 +11,10 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from perfdoctor.model import Report, as_report, to_builtins
+from msgspec import UNSET
+
+from perfdoctor.model import Report, as_report
+from perfdoctor.model.report import RankSection
 from perfdoctor.render import view
 
 MAX_FINDINGS = 10
@@ -39,11 +42,11 @@ def _table(header: list[str], rows: list[list[str]], right: set[int] | None = No
     return out
 
 
-def _findings(report: dict[str, Any]) -> list[str]:
+def _findings(report: Report) -> list[str]:
     items = view.findings(report)
     out = ["## Top fixes", ""]
     if not items:
-        if "findings" in report:
+        if report.findings is not UNSET:
             out.append("No check found a problem.")
         else:
             out.append("_The rule engine did not run on this report: no findings are available._")
@@ -60,8 +63,8 @@ def _findings(report: dict[str, Any]) -> list[str]:
         out.append(f"{i}. **{esc(f['code'])}** {esc(f['title'] or f['name'])}{rank} — {saving}")
         if f["fix"]:
             out.append(f"   - fix: {esc_prose(f['fix'])}")
-    if report.get("findings_note"):
-        out += ["", f"_{esc(report['findings_note'])}_"]
+    if report.findings_note:
+        out += ["", f"_{esc(report.findings_note)}_"]
     if len(items) > MAX_FINDINGS:
         out.append(f"\n…and {len(items) - MAX_FINDINGS} more in the HTML/JSON report.")
     sk = view.skipped(report)
@@ -70,51 +73,54 @@ def _findings(report: dict[str, Any]) -> list[str]:
     return out + [""]
 
 
-def _breakdown(rank: dict[str, Any]) -> list[str]:
-    dev = view.primary(rank)
-    t = dev["totals"]
-    out = [f"## Where the time goes — rank {esc(rank['rank'])}, {esc(view.device_name(rank, dev['device']))}", ""]
+def _breakdown(rank: RankSection) -> list[str]:
+    dev = rank.primary
+    t = dev.totals
+    out = [f"## Where the time goes — rank {esc(rank.rank)}, {esc(view.device_name(rank, dev.device))}", ""]
     rows = [[("_" + esc(r["label"]) + "_") if r["kind"] == "subtotal" else esc(r["label"]),
              view.ms(r["per_step_us"]), view.pct(r["share"])] for r in view.breakdown_rows(dev)]
-    rows.append(["**step (total)**", f"**{view.ms(t.get('dur_us', 0) / view.n_steps(dev))}**", "**100.0%**"])
+    rows.append(["**step (total)**", f"**{view.ms(t.dur_us / view.n_steps(dev))}**", "**100.0%**"])
     out += _table(["category", "per step", "share of step time"], rows, {1, 2})
-    out += [""] + [f"_{esc(n)}_" for n in dev.get("notes") or []] if dev.get("notes") else []
-    comm = t.get("communication") or {}
-    if dev["kind"] == "gpu" and comm.get("total_us"):
+    out += [""] + [f"_{esc(n)}_" for n in dev.notes] if dev.notes else []
+    comm = t.communication
+    if dev.kind == "gpu" and comm.total_us:
         n = view.n_steps(dev)
-        out += ["", f"Communication: {view.ms(comm['total_us'] / n)}/step, {view.ms(comm['overlapped_us'] / n)} "
-                f"overlapped with compute, {view.ms(comm['exposed_us'] / n)} exposed."]
+        out += ["", f"Communication: {view.ms(comm.total_us / n)}/step, {view.ms(comm.overlapped_us / n)} "
+                f"overlapped with compute, {view.ms(comm.exposed_us / n)} exposed."]
     return out + [""]
 
 
-def _ranks(report: dict[str, Any]) -> list[str]:
+def _ranks(report: Report) -> list[str]:
     rows = []
-    for r in report["ranks"]:
-        d = view.primary(r)
-        comm = d["totals"].get("communication") or {}
-        rows.append([esc(r["rank"]), view.ms((d["step_time_us"] or {}).get("median")), view.pct(d["utilization"]),
-                     view.ms(comm.get("exposed_us", 0.0) / view.n_steps(d))])
+    for r in report.ranks:
+        d = r.primary
+        rows.append([esc(r.rank), view.ms(d.step_time_us.median), view.pct(d.utilization),
+                     view.ms(d.totals.communication.exposed_us / view.n_steps(d))])
     return ["## Ranks", ""] + _table(["rank", "median step", "utilization", "exposed comm / step"], rows,
                                      {1, 2, 3}) + [""]
 
 
 def render_markdown(report: Report | Mapping[str, Any]) -> str:
-    """The Markdown summary (UTF-8 text, ends with a newline; byte-stable for the same report)."""
-    report = to_builtins(as_report(report))
-    inputs = ", ".join(esc(i["path"]) for i in report["inputs"][:4])
-    if len(report["inputs"]) > 4:
-        inputs += f" and {len(report['inputs']) - 4} more"
+    """The Markdown summary (UTF-8 text, ends with a newline; byte-stable for the same report).
+
+    Raises:
+        PerfDoctorError: a mapping that is not a perfdoctor report of this schema version.
+    """
+    rep = as_report(report)
+    inputs = ", ".join(esc(i.path) for i in rep.inputs[:4])
+    if len(rep.inputs) > 4:
+        inputs += f" and {len(rep.inputs) - 4} more"
     out = ["# perfdoctor report", "", f"Input: {inputs}", ""]
-    out += _table(["", "value", "detail"], [[esc(a), f"**{esc(b)}**", esc(c)] for a, b, c in view.summary_facts(report)])
+    out += _table(["", "value", "detail"], [[esc(a), f"**{esc(b)}**", esc(c)] for a, b, c in view.summary_facts(rep)])
     out.append("")
-    out += _findings(report)
-    main = view.summary_rank(report)
-    out += _breakdown(main) if main else ["## Where the time goes", "", esc(report.get("no_trace") or "no trace"), ""]
-    if len(report["ranks"]) > 1:
-        out += _ranks(report)
-    warnings = list(report.get("warnings") or [])
-    if warnings:
-        out += ["## Warnings", ""] + [f"- {esc(w)}" for w in warnings] + [""]
-    out.append(f"_perfdoctor {esc(report['tool']['version'])}, report schema v{report['schema_version']}; "
+    out += _findings(rep)
+    main = view.summary_rank(rep)
+    no_trace = rep.no_trace if rep.no_trace is not UNSET else ""
+    out += _breakdown(main) if main else ["## Where the time goes", "", esc(no_trace or "no trace"), ""]
+    if len(rep.ranks) > 1:
+        out += _ranks(rep)
+    if rep.warnings:
+        out += ["## Warnings", ""] + [f"- {esc(w)}" for w in rep.warnings] + [""]
+    out.append(f"_perfdoctor {esc(rep.tool.version)}, report schema v{rep.schema_version}; "
                "definitions of every number: docs/report-schema.md._")
     return "\n".join(out) + "\n"

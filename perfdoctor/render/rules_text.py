@@ -4,10 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from msgspec import UNSET
 from rich.console import Group, JustifyMethod
 from rich.syntax import Syntax
 from rich.table import Table
 from rich.text import Text
+
+from perfdoctor.model import Report
+from perfdoctor.model.report import SkippedCheck
 
 
 def rule_text(spec: Any, metrics: dict[str, str], implemented: bool = True) -> Group:
@@ -48,11 +52,11 @@ def rule_text(spec: Any, metrics: dict[str, str], implemented: bool = True) -> G
 _SEV_STYLE = {"high": "bold red", "medium": "yellow", "low": "cyan"}
 
 
-def findings_renderables(report: dict[str, Any]) -> list[Any]:
+def findings_renderables(report: Report) -> list[Any]:
     """The findings section of the terminal report: ranked table, fixes, skipped checks, the note."""
-    findings = report.get("findings")
-    if findings is None:
+    if report.findings is UNSET:
         return []
+    findings = report.findings
     out: list[Any] = []
     if not findings:
         out.append(Text("Findings: none", style="bold green"))
@@ -63,23 +67,22 @@ def findings_renderables(report: dict[str, Any]) -> list[Any]:
         for col, just in columns:
             t.add_column(col, justify=just, overflow="fold")
         for f in findings:
-            saving = (f"{f['saving_us_per_step'] / 1000:,.1f} ms ({f['saving_pct_of_step']:.1f}%)"
-                      if f["saving_method"] else "-")
-            t.add_row("-" if f.get("position") is None else str(f["position"]), f"{f['code']}\n{f['name']}",
-                      Text(f["severity"], style=_SEV_STYLE.get(f["severity"], "")), saving, f["message"])
+            saving = (f"{f.saving_us_per_step / 1000:,.1f} ms ({f.saving_pct_of_step:.1f}%)"
+                      if f.saving_method else "-")
+            t.add_row("-" if f.position is None else str(f.position), f"{f.code}\n{f.name}",
+                      Text(f.severity, style=_SEV_STYLE.get(f.severity, "")), saving, f.message)
         out.append(t)
         for f in findings:
-            out.append(Text.assemble((f"{f['code']} fix: ", "bold"), f["fix"]))
-        out.append(Text(report.get("findings_note", ""), style="dim"))
+            out.append(Text.assemble((f"{f.code} fix: ", "bold"), f.fix))
+        out.append(Text(report.findings_note if report.findings_note is not UNSET else "", style="dim"))
         out.append(Text("`perfdoctor rule CODE` shows the before/after example.", style="dim"))
-    skipped = report.get("skipped_checks") or []
+    skipped = report.skipped_checks if report.skipped_checks is not UNSET else []
     if skipped:
         out.append(Text(f"Skipped checks ({len(skipped)}):", style="bold"))
-        by_reason: dict[str, list[dict[str, Any]]] = {}
+        by_reason: dict[str, list[SkippedCheck]] = {}
         for s in skipped:
-            by_reason.setdefault(s["reason"], []).append(s)
+            by_reason.setdefault(s.reason, []).append(s)
         for reason, group in by_reason.items():  # checks sharing one reason: one line, their codes listed
-            who = (f"{group[0]['code']} {group[0]['name']}" if len(group) == 1
-                   else ", ".join(s["code"] for s in group))
+            who = f"{group[0].code} {group[0].name}" if len(group) == 1 else ", ".join(s.code for s in group)
             out.append(Text(f"  {who}: {reason}", style="dim"))
     return out

@@ -13,14 +13,10 @@ import math
 from dataclasses import dataclass
 from html import escape
 
+from perfdoctor.vocab import Category, IdleCause
+
 # Colour per breakdown category / idle cause (colour-blind-friendly, Okabe-Ito + greys)
-PALETTE = {
-    "matmul": "#0072B2", "attention": "#56B4E9", "conv": "#009E73", "elementwise": "#E69F00",
-    "reduction_norm": "#CC79A7", "optimizer": "#D55E00", "other": "#999999", "other_ops": "#999999",
-    "communication": "#7F3C8D", "host_collective": "#7F3C8D", "memcpy": "#F0E442", "memset": "#BDB76B", "dataloader": "#8C564B",
-    "idle:dataloader": "#E7C9A9", "idle:synchronization": "#F4A6A6", "idle:host_launch_bound": "#C7D4E8",
-    "idle:other": "#E5E5E5", "idle:python": "#E5E5E5",
-}
+PALETTE = {**{c.value: c.colour for c in Category}, **{c.key: c.colour for c in IdleCause}}
 _FALLBACK = ("#4E79A7", "#F28E2B", "#E15759", "#76B7B2", "#59A14F", "#EDC948", "#B07AA1", "#FF9DA7")
 
 

@@ -1,6 +1,6 @@
 """Formatting shared by the HTML and Markdown renderers.
 
-Reads the report dict (schema ``perfdoctor.report`` v1, see docs/report-schema.md)
+Reads the typed report (:class:`perfdoctor.model.Report`, see docs/report-schema.md)
 and turns its numbers into labelled, unit-bearing strings. It computes no new
 metric: the only arithmetic is per-step means (a total ÷ the number of steps)
 and shares of the step time, both stated in the definitions below.
@@ -8,20 +8,17 @@ and shares of the step time, both stated in the definitions below.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
-CAT_LABELS = {
-    "matmul": "matmul / GEMM", "attention": "attention", "conv": "convolution", "elementwise": "elementwise",
-    "reduction_norm": "reduction / norm", "optimizer": "optimizer", "other": "other kernels",
-    "communication": "communication (exposed)", "memcpy": "memcpy", "memset": "memset",
-    "dataloader": "DataLoader (host)", "other_ops": "other ops",
-    "host_collective": "host collectives (gloo, on the CPU)",
-}
-IDLE_LABELS = {
-    "dataloader": "idle: waiting for DataLoader", "synchronization": "idle: host synchronization",
-    "host_launch_bound": "idle: host busy, nothing queued", "other": "idle: other cause",
-    "python": "Python / host outside any op",
-}
+from msgspec import UNSET
+
+from perfdoctor.model import Report, as_report
+from perfdoctor.model.report import DeviceSection, EvidenceValue, FindingSection, RankSection, RunSection
+from perfdoctor.vocab import Category, IdleCause, category_label, idle_label
+
+CAT_LABELS = {c.value: c.label for c in Category}
+IDLE_LABELS = {c.value: c.label for c in IdleCause}
 
 DEFINITIONS: list[tuple[str, str]] = [
     ("step window", "From one ProfilerStep#N annotation's start to the next; the last GPU work launched inside "
@@ -86,64 +83,57 @@ def nbytes(n: float | None) -> str:
     return f"{v:,.2f} TiB"
 
 
-def primary(rank: dict[str, Any]) -> dict[str, Any]:
+def primary(rank: RankSection) -> DeviceSection:
     """The device section the summary uses (the busiest GPU, or the host)."""
-    return next(d for d in rank["devices"] if d["device"] == rank["primary_device"])
+    return rank.primary
 
 
-def device_name(rank: dict[str, Any], device: int) -> str:
+def device_name(rank: RankSection, device: int) -> str:
     if device < 0:
-        if rank.get("device_properties"):  # a GPU trace without its device side: host ops only, not CPU training
+        if rank.device_properties:  # a GPU trace without its device side: host ops only, not CPU training
             return "host ops only (the trace lists GPUs but holds no GPU activity)"
         return "CPU (host ops)"
-    for p in rank.get("device_properties", []):
-        name = str(p.get("name") or "").strip()
-        if p.get("id") == device and name:  # an empty name gives "GPU 2", not "GPU 2: "
+    for p in rank.device_properties:
+        name = (p.name or "").strip()
+        if p.id == device and name:  # an empty name gives "GPU 2", not "GPU 2: "
             return f"GPU {device}: {name}"
     return f"GPU {device}"
 
 
-def n_steps(dev: dict[str, Any]) -> int:
-    return max(int(dev["totals"].get("n_steps", 0) or 0), 1)
+def n_steps(dev: DeviceSection) -> int:
+    return max(dev.totals.n_steps, 1)
 
 
-def breakdown_rows(dev: dict[str, Any]) -> list[dict[str, Any]]:
+def breakdown_rows(dev: DeviceSection) -> list[dict[str, Any]]:
     """Rows ``{key, label, per_step_us, total_us, share, kind}`` of the step-time table: categories (largest
     first), the busy subtotal, idle causes (largest first), the idle subtotal. ``key`` is ``idle:<cause>`` for
     idle causes; ``kind`` is "row" or "subtotal". Categories / causes with zero time are dropped."""
-    t = dev["totals"]
-    n, dur = n_steps(dev), t.get("dur_us", 0.0) or 0.0
+    t = dev.totals
+    n, dur = n_steps(dev), t.dur_us
 
     def row(key: str, label: str, us: float, kind: str = "row") -> dict[str, Any]:
         return {"key": key, "label": label, "total_us": us, "per_step_us": us / n,
                 "share": us / dur if dur else None, "kind": kind}
 
-    cats = sorted(((us, c) for c, us in t.get("categories_us", {}).items() if us > 0), key=lambda x: (-x[0], x[1]))
-    idle = sorted(((us, c) for c, us in t.get("idle_causes_us", {}).items() if us > 0), key=lambda x: (-x[0], x[1]))
-    busy_label = "busy (sum of the categories above)" if dev["kind"] == "gpu" else "inside ops (sum of the above)"
-    idle_label = "idle (sum of the causes above)" if dev["kind"] == "gpu" else "outside ops"
-    rows = [row(c, CAT_LABELS.get(c, c), us) for us, c in cats]
-    rows.append(row("busy", busy_label, t.get("busy_us", 0.0), "subtotal"))
-    rows += [row(f"idle:{c}", IDLE_LABELS.get(c, c), us) for us, c in idle]
-    rows.append(row("idle", idle_label, t.get("idle_us", 0.0), "subtotal"))
+    cats = sorted(((us, c) for c, us in t.categories_us.items() if us > 0), key=lambda x: (-x[0], x[1]))
+    idle = sorted(((us, c) for c, us in t.idle_causes_us.items() if us > 0), key=lambda x: (-x[0], x[1]))
+    gpu = dev.kind == "gpu"
+    rows = [row(c, category_label(c), us) for us, c in cats]
+    rows.append(row("busy", "busy (sum of the categories above)" if gpu else "inside ops (sum of the above)",
+                    t.busy_us, "subtotal"))
+    rows += [row(f"idle:{c}", idle_label(c), us) for us, c in idle]
+    rows.append(row("idle", "idle (sum of the causes above)" if gpu else "outside ops", t.idle_us, "subtotal"))
     return rows
 
 
-def _first(d: dict[str, Any], *keys: str) -> Any:
-    for k in keys:
-        if isinstance(d, dict) and d.get(k) is not None:
-            return d[k]
-    return None
-
-
-def evidence_value(name: str, value: Any) -> str:
+def evidence_value(name: str, value: EvidenceValue) -> str:
     """One evidence number with its unit, read from the name's suffix (``_us``, ``_ms``, ``_pct``, ``_bytes``)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         if isinstance(value, list):
             return ", ".join(str(v) for v in value) if value else "–"
         if isinstance(value, dict):
             unit = name[: -len("_by_rank")] if name.endswith("_by_rank") else name
-            return "; ".join(f"{k}: {evidence_value(unit, v)}" for k, v in value.items()) or "–"
+            return "; ".join(f"{k}: {evidence_value(unit, v)}" for k, v in value.items()) or "–"  # type: ignore[arg-type]
         return str(value)
     if name.endswith("_us"):
         return dur(value)
@@ -158,7 +148,7 @@ def evidence_value(name: str, value: Any) -> str:
     return f"{value:,}"
 
 
-def _shown(key: str, value: Any, title: str) -> bool:
+def _shown(key: str, value: EvidenceValue, title: str) -> bool:
     """Whether an evidence entry adds to the finding's title: words the message already says (``what``:
     "ops", a ``reason``) and the rank list of a single-rank report are left out."""
     if key == "events":
@@ -166,16 +156,6 @@ def _shown(key: str, value: Any, title: str) -> bool:
     if key == "ranks":
         return isinstance(value, list) and len(value) > 1
     return not (isinstance(value, str) and value and value in title)
-
-
-def _evidence(ev: Any, title: str = "") -> tuple[list[tuple[str, str]], list[dict[str, str]]]:
-    """Evidence as (name, value text) pairs plus the involved events (each a dict of texts)."""
-    if not isinstance(ev, dict):
-        return ([("evidence", str(ev))] if ev else []), []
-    pairs = [(_unitless(str(k)), evidence_value(str(k), v)) for k, v in ev.items() if _shown(str(k), v, title)]
-    events = [{_unitless(str(k)): evidence_value(str(k), v) for k, v in e.items()} for e in ev.get("events") or []
-              if isinstance(e, dict)]
-    return pairs, events
 
 
 def _unitless(name: str) -> str:
@@ -186,83 +166,73 @@ def _unitless(name: str) -> str:
     return name
 
 
-def finding(f: dict[str, Any], order: int = 0) -> dict[str, Any]:
-    """One finding dict (see perfdoctor/findings.py) prepared for display: texts, saving, evidence, snippets."""
-    pairs, events = _evidence(f.get("evidence"), str(f.get("message") or ""))
-    saving = f.get("saving_us_per_step")
-    method = f.get("saving_method") or ""
-    estimated = bool(method) or bool(saving)
-    ev = f.get("evidence")
-    ranks = ev.get("ranks") if isinstance(ev, dict) else None
+def finding(f: FindingSection, order: int = 0) -> dict[str, Any]:
+    """One finding (see perfdoctor/findings.py) prepared for display: texts, saving, evidence, snippets."""
+    pairs = [(_unitless(k), evidence_value(k, v)) for k, v in f.evidence.items() if _shown(k, v, f.message)]
+    events = [{_unitless(k): evidence_value(k, v) for k, v in e.items()} for e in f.events]
+    estimated = bool(f.saving_method) or bool(f.saving_us_per_step)
     return {
-        "code": str(f.get("code", "")), "name": str(f.get("name") or ""), "title": str(f.get("message") or ""),
-        "severity": str(f.get("severity") or ""), "category": str(f.get("category") or ""),
-        "priority": f.get("position"), "rank": f.get("rank"), "order": order, "ranks": list(ranks or []),
-        "saving_us": saving if estimated else None,
-        "saving_frac": (f.get("saving_pct_of_step") or 0.0) / 100.0 if estimated else None,
-        "method": method, "evidence": pairs, "events": events,
-        "steps": list(f.get("steps") or []),
-        "fix": str(f.get("fix") or "").strip(), "before": str(f.get("example_before") or "").strip("\n"),
-        "after": str(f.get("example_after") or "").strip("\n"),
-        "references": [str(r) for r in f.get("references") or []],
+        "code": f.code, "name": f.name, "title": f.message, "severity": f.severity, "category": f.category,
+        "priority": f.position, "rank": f.rank, "order": order, "ranks": f.ranks,
+        "saving_us": f.saving_us_per_step if estimated else None,
+        "saving_frac": f.saving_pct_of_step / 100.0 if estimated else None,
+        "method": f.saving_method, "evidence": pairs, "events": events, "steps": list(f.steps),
+        "fix": f.fix.strip(), "before": f.example_before.strip("\n"), "after": f.example_after.strip("\n"),
+        "references": list(f.references),
     }
 
 
-def findings(report: dict[str, Any]) -> list[dict[str, Any]]:
+def _report(report: Report | Mapping[str, Any]) -> Report:
+    return as_report(report)
+
+
+def findings(report: Report | Mapping[str, Any]) -> list[dict[str, Any]]:
     """All findings, ranked by estimated saving (largest first); unestimated ones last, in engine order."""
-    items = [finding(f, i) for i, f in enumerate(report.get("findings") or []) if isinstance(f, dict)]
+    found = _report(report).findings
+    items = [finding(f, i) for i, f in enumerate(found if found is not UNSET else [])]
     return sorted(items, key=lambda f: (f["saving_us"] is None, -(f["saving_us"] or 0.0), f["order"]))
 
 
-def skipped(report: dict[str, Any]) -> list[tuple[str, str]]:
-    """Skipped checks as (code, reason); accepts a list of dicts or a {code: reason} mapping."""
-    sc = report.get("skipped_checks") or []
-    if isinstance(sc, dict):
-        return [(str(k), str(v)) for k, v in sc.items()]
-    out = []
-    for s in sc:
-        if isinstance(s, dict):
-            label = " ".join(x for x in (str(s.get("code") or ""), str(s.get("name") or "")) if x)
-            out.append((label, str(_first(s, "reason", "message") or "")))
-        else:
-            out.append((str(s), ""))
-    return out
+def skipped(report: Report | Mapping[str, Any]) -> list[tuple[str, str]]:
+    """Skipped checks as ("CODE name", reason)."""
+    sc = _report(report).skipped_checks
+    return [(" ".join(x for x in (s.code, s.name) if x), s.reason) for s in (sc if sc is not UNSET else [])]
 
 
-def step_range(dev: dict[str, Any]) -> str:
-    nums = [s["step"] for s in dev["steps"]]
+def step_range(dev: DeviceSection) -> str:
+    nums = [s.step for s in dev.steps]
     if not nums:
         return "none"
     return f"#{nums[0]}" if len(nums) == 1 else f"#{nums[0]}–#{nums[-1]}"
 
 
-def _device_summary(report: dict[str, Any]) -> str:
+def _device_summary(report: Report) -> str:
     """"8 ranks × GPU: Tesla V100 (1 GPU with activity per rank)" style text."""
     used: dict[str, int] = {}
-    for r in report["ranks"]:
-        for d in r["devices"]:
-            if d["kind"] != "gpu":
+    for r in report.ranks:
+        for d in r.devices:
+            if d.kind != "gpu":
                 continue
-            name = device_name(r, d["device"]).split(": ", 1)[-1]
+            name = device_name(r, d.device).split(": ", 1)[-1]
             used[name] = used.get(name, 0) + 1
     if not used:
-        listed = sorted({str(p.get("name")) for r in report["ranks"] for p in r.get("device_properties") or []})
+        listed = sorted({str(p.name) for r in report.ranks for p in r.device_properties})
         if listed:
             return (f"no GPU activity recorded, although the trace lists {', '.join(listed)} (profiled without "
                     "ProfilerActivity.CUDA?): host side only")
         return "CPU only (no GPU activity in the trace)"
     parts = [f"{n} × {name}" for name, n in sorted(used.items())]
-    return ", ".join(parts) + (f" across {len(report['ranks'])} ranks" if len(report["ranks"]) > 1 else "")
+    return ", ".join(parts) + (f" across {len(report.ranks)} ranks" if len(report.ranks) > 1 else "")
 
 
-def summary_rank(report: dict[str, Any]) -> dict[str, Any] | None:
+def summary_rank(report: Report | Mapping[str, Any]) -> RankSection | None:
     """The rank the summary describes: the slowest rank (by median step time) of a multi-rank report;
     None for a run-only report (a ``perfdoctor profile`` run that stopped before its profiled window)."""
-    if not report["ranks"]:
+    rep = _report(report)
+    if not rep.ranks:
         return None
-    summ = report.get("summary") or {}
-    slow = summ.get("slowest_rank")
-    return next((r for r in report["ranks"] if r["rank"] == slow), report["ranks"][0])
+    slow = rep.summary.slowest_rank
+    return next((r for r in rep.ranks if slow is not UNSET and r.rank == slow), rep.ranks[0])
 
 
 def flops(value: float, unit: str) -> str:
@@ -273,121 +243,122 @@ def flops(value: float, unit: str) -> str:
     return f"{value:,.0f} {unit}"
 
 
-def _mfu_text(rank: dict[str, Any]) -> tuple[str, str] | None:
-    """(value, numerator/denominator text) of ``rank["mfu"]`` (perfdoctor.analysis.mfu.MfuResult.to_dict())."""
-    m = rank.get("mfu")
-    if not isinstance(m, dict):
+def _mfu_text(rank: RankSection) -> tuple[str, str] | None:
+    """(value, numerator/denominator text) of the rank's MFU (:class:`perfdoctor.model.report.MfuSection`)."""
+    m = rank.mfu
+    if m is None:
         return None
-    if m.get("mfu") is None:
-        return ("not computed", str(m.get("note") or "no model FLOP count or no device peak"))
-    num = (f"numerator: {flops(m['model_flops_per_step'], 'FLOP')} per step ({m.get('flops_source')}) ÷ "
-           f"{m['step_time_s'] * 1e3:,.2f} ms median step = {flops(m['achieved_flops_per_s'], 'FLOP/s')}")
-    den = f"denominator: {flops(m['peak_flops_per_s'], 'FLOP/s')} {m.get('dtype') or ''} peak ({m.get('peak_source')})"
-    hfu = f"; HFU {pct(m['hfu'])}" if m.get("hfu") is not None and m.get("hfu") != m.get("mfu") else ""
-    return (pct(m["mfu"]), f"{num}; {den}{hfu}" + (f". {m['note']}" if m.get("note") else ""))
+    if m.mfu is None or m.peak_flops_per_s is None:
+        return ("not computed", m.note or "no model FLOP count or no device peak")
+    num = (f"numerator: {flops(m.model_flops_per_step, 'FLOP')} per step ({m.flops_source}) ÷ "
+           f"{m.step_time_s * 1e3:,.2f} ms median step = {flops(m.achieved_flops_per_s, 'FLOP/s')}")
+    den = f"denominator: {flops(m.peak_flops_per_s, 'FLOP/s')} {m.dtype or ''} peak ({m.peak_source})"
+    hfu = f"; HFU {pct(m.hfu)}" if m.hfu is not None and m.hfu != m.mfu else ""
+    return (pct(m.mfu), f"{num}; {den}{hfu}" + (f". {m.note}" if m.note else ""))
 
 
-def summary_facts(report: dict[str, Any]) -> list[tuple[str, str, str]]:
+def _run(report: Report) -> RunSection | None:
+    return report.run if report.run is not UNSET else None
+
+
+def _partial_fact(report: Report) -> tuple[str, str, str] | None:
+    run = _run(report)
+    if not ((run is not None and run.partial) or report.partial is True):
+        return None
+    return ("PARTIAL RUN", str((run.stop_reason if run else None) or "the run did not complete"),
+            f"{run.steps_completed if run else None} steps ran; everything recorded until then is analysed")
+
+
+def summary_facts(report: Report | Mapping[str, Any]) -> list[tuple[str, str, str]]:
     """(label, value, detail) rows of the report's summary, in the order the issue lists them."""
-    rank = summary_rank(report)
+    rep = _report(report)
+    rank = summary_rank(rep)
     if rank is None:
-        return _run_only_facts(report)
-    dev = primary(rank)
-    multi = len(report["ranks"]) > 1
-    who = f" (rank {rank['rank']}, longest median step)" if multi else ""
-    facts = [("devices", _device_summary(report), "GPUs with kernel/memcpy activity; node properties from deviceProperties")]
-    run = report.get("run") or {}
-    if run.get("partial") or report.get("partial"):
-        facts.insert(0, ("PARTIAL RUN", str(run.get("stop_reason") or "the run did not complete"),
-                         f"{run.get('steps_completed')} steps ran; everything recorded until then is analysed"))
-    dtype = _first(rank.get("mfu") or {}, "dtype") or (rank.get("gemm_dtype") or {}).get("dominant")
+        return _run_only_facts(rep)
+    dev = rank.primary
+    multi = len(rep.ranks) > 1
+    who = f" (rank {rank.rank}, longest median step)" if multi else ""
+    facts = [("devices", _device_summary(rep), "GPUs with kernel/memcpy activity; node properties from deviceProperties")]
+    partial = _partial_fact(rep)
+    if partial:
+        facts.insert(0, partial)
+    dtype = (rank.mfu.dtype if rank.mfu is not None else None) or rank.gemm_dtype.dominant
     facts.append(("GEMM dtype", str(dtype) if dtype else "not recorded",
                   "the math dtype of the matmul/convolution kernels, weighted by their time (from kernel names, or "
                   "the ops' input types on CPU)" if dtype else "no GEMM kernel or matmul op says which dtype it ran in"))
-    n = len(dev["steps"])
-    skipped_txt = _skipped_steps(report, rank)
-    facts.append(("steps analysed", f"{n} ({rank['steps_source']} {step_range(dev)})" if rank["steps_source"] !=
-                  "whole-trace" else "whole trace as one window (no step markers)", skipped_txt))
-    st = dev["step_time_us"]
-    if st:
-        facts.append((f"median step time{who}", ms(st["median"]),
-                      f"p10–p90 {ms(st['p10'])} – {ms(st['p90'])}; min–max {ms(st['min'])} – {ms(st['max'])}; "
-                      f"std {ms(st['std'])}; n = {st['n']} steps"))
-    if multi and (report.get("summary") or {}).get("n_ranks", 0) > 1:
-        s = report["summary"]
-        facts.append(("rank spread", f"{s['spread_pct']:.1f}%",
-                      f"slowest rank {s['slowest_rank']} vs fastest rank {s['fastest_rank']} (median step time)"))
-    facts.extend(throughput_facts(report))
-    t = dev["totals"]
-    label = "device utilization" if dev["kind"] == "gpu" else "host busy in ops"
-    detail = (f"busy {ms(t.get('busy_us', 0) / n_steps(dev))} ÷ step {ms(t.get('dur_us', 0) / n_steps(dev))} "
-              f"per step (means over {t.get('n_steps', 0)} steps)")
-    if dev["kind"] == "gpu" and t.get("dur_us"):
-        cats = t.get("categories_us") or {}
-        kernels = t.get("busy_us", 0) - cats.get("memcpy", 0) - cats.get("memset", 0)
+    n = len(dev.steps)
+    facts.append(("steps analysed", f"{n} ({rank.steps_source} {step_range(dev)})" if rank.steps_source !=
+                  "whole-trace" else "whole trace as one window (no step markers)", _skipped_steps(rep)))
+    st = dev.step_time_us
+    facts.append((f"median step time{who}", ms(st.median),
+                  f"p10–p90 {ms(st.p10)} – {ms(st.p90)}; min–max {ms(st.min)} – {ms(st.max)}; "
+                  f"std {ms(st.std)}; n = {st.n} steps"))
+    s = rep.summary
+    if multi and s.n_ranks > 1 and s.spread_pct is not UNSET:
+        facts.append(("rank spread", f"{s.spread_pct:.1f}%",
+                      f"slowest rank {s.slowest_rank} vs fastest rank {s.fastest_rank} (median step time)"))
+    facts.extend(throughput_facts(rep))
+    t = dev.totals
+    label = "device utilization" if dev.kind == "gpu" else "host busy in ops"
+    detail = (f"busy {ms(t.busy_us / n_steps(dev))} ÷ step {ms(t.dur_us / n_steps(dev))} "
+              f"per step (means over {t.n_steps} steps)")
+    if dev.kind == "gpu" and t.dur_us:
+        kernels = t.busy_us - t.categories_us.get(Category.MEMCPY, 0) - t.categories_us.get(Category.MEMSET, 0)
         detail += (f"; kernels only (memcpy/memset left out, as the TensorBoard profiler plugin's GPU utilization): "
-                   f"{pct(kernels / t['dur_us'])}")
-    facts.append((label + who, pct(dev["utilization"]), detail))
+                   f"{pct(kernels / t.dur_us)}")
+    facts.append((label + who, pct(dev.utilization), detail))
     mfu = _mfu_text(rank)
     if mfu:
         facts.append(("MFU" + who, mfu[0], mfu[1]))
     return facts
 
 
-def _run_only_facts(report: dict[str, Any]) -> list[tuple[str, str, str]]:
-    """Summary rows of a report with no trace: what the run's step series (``report["run"]``) says."""
-    run = report.get("run") or {}
+def _run_only_facts(report: Report) -> list[tuple[str, str, str]]:
+    """Summary rows of a report with no trace: what the run's step series (``report.run``) says."""
     facts = []
-    if run.get("partial") or report.get("partial"):
-        facts.append(("PARTIAL RUN", str(run.get("stop_reason") or "the run did not complete"),
-                      f"{run.get('steps_completed')} steps ran; everything recorded until then is analysed"))
-    facts.append(("trace", "none", str(report.get("no_trace") or "no trace to analyse")))
-    ss = run.get("steady_state") or {}
-    if ss.get("median_s"):
-        facts.append(("median step time (steady state)", ms(ss["median_s"] * 1e6),
-                      f"p10–p90 {ms(ss['p10_s'] * 1e6)} – {ms(ss['p90_s'] * 1e6)}; {ss.get('n_steps')} steps ran, "
-                      f"the first {ss.get('warmup_steps')} were warm-up and are left out"))
+    partial = _partial_fact(report)
+    if partial:
+        facts.append(partial)
+    facts.append(("trace", "none", str(report.no_trace if report.no_trace is not UNSET else "no trace to analyse")))
+    run = _run(report)
+    ss = run.steady_state if run is not None else None
+    if ss is not None and ss.median_s:
+        facts.append(("median step time (steady state)", ms(ss.median_s * 1e6),
+                      f"p10–p90 {ms(ss.p10_s * 1e6)} – {ms(ss.p90_s * 1e6)}; {ss.n_steps} steps ran, "
+                      f"the first {ss.warmup_steps} were warm-up and are left out"))
     facts.extend(throughput_facts(report))
     return facts
 
 
-def _skipped_steps(report: dict[str, Any], rank: dict[str, Any]) -> str:
-    ss = (report.get("run") or {}).get("steady_state") or {}
-    if isinstance(ss, dict) and ss:
-        warm = _first(ss, "warmup_steps", "n_warmup", "skipped")
-        if warm == 0:
+def _skipped_steps(report: Report) -> str:
+    run = _run(report)
+    ss = run.steady_state if run is not None else None
+    if ss is not None:
+        if ss.warmup_steps == 0:
             return ("the run showed no warm-up (its first steps were as fast as the rest); the profiled steps are "
                     "analysed as recorded")
-        if warm is not None:
-            return (f"the run's first {warm} step(s) were warm-up (slower than the first phase) and are left out "
-                    "of the run statistics; the profiled steps are analysed as recorded")
-    skipped_steps = rank.get("skipped_steps")
-    if skipped_steps:
-        return f"skipped as warm-up: {', '.join('#' + str(s) for s in skipped_steps)}"
+        return (f"the run's first {ss.warmup_steps} step(s) were warm-up (slower than the first phase) and are left "
+                "out of the run statistics; the profiled steps are analysed as recorded")
     return "no step skipped by perfdoctor (torch.profiler's own wait/warm-up steps are not in the trace)"
 
 
-def throughput_facts(report: dict[str, Any]) -> list[tuple[str, str, str]]:
-    """Throughput rows from ``report["run"]["throughput"]`` (written by ``perfdoctor profile``), then the
+def throughput_facts(report: Report) -> list[tuple[str, str, str]]:
+    """Throughput rows from the run section's ``throughput`` (written by ``perfdoctor profile``), then the
     evaluation / checkpoint time found inside training steps, when there was any."""
-    tp = (report.get("run") or {}).get("throughput")
-    if not isinstance(tp, dict):
+    run = _run(report)
+    if run is None:
         return []
     out = []
-    nt = (report.get("run") or {}).get("non_training") or {}
-    if nt.get("eval_s") or nt.get("checkpoint_s"):
-        out.append(("not training, inside steps", f"{nt.get('eval_s', 0) + nt.get('checkpoint_s', 0):,.2f} s",
-                    f"evaluation {nt.get('eval_s', 0):,.2f} s in {nt.get('eval_steps', 0)} step(s) (model.eval() to "
-                    f"model.train()), checkpoint saving {nt.get('checkpoint_s', 0):,.2f} s in "
-                    f"{nt.get('checkpoint_steps', 0)} step(s) (torch.save); left out of train-only step times, "
+    nt = run.non_training
+    if nt.eval_s or nt.checkpoint_s:
+        out.append(("not training, inside steps", f"{nt.eval_s + nt.checkpoint_s:,.2f} s",
+                    f"evaluation {nt.eval_s:,.2f} s in {nt.eval_steps} step(s) (model.eval() to "
+                    f"model.train()), checkpoint saving {nt.checkpoint_s:,.2f} s in "
+                    f"{nt.checkpoint_steps} step(s) (torch.save); left out of train-only step times, "
                     "steady state and train throughput"))
-    for key, v in tp.items():
-        if isinstance(v, dict):
-            val = _first(v, "value", "per_s")
-            unit = v.get("unit", "")
-            detail = "; ".join(f"{k}: {v[k]}" for k in ("numerator", "denominator", "definition") if v.get(k))
-            out.append((f"throughput ({key.replace('_', ' ')})",
-                        f"{val:,.1f} {unit}".strip() if isinstance(val, (int, float)) else str(val), detail))
-        elif isinstance(v, (int, float)):
-            out.append((f"throughput ({key.replace('_', ' ')})", f"{v:,.1f}", ""))
+    for key, v in run.throughput.items():
+        detail = "; ".join(x for x in (f"numerator: {v.numerator}" if v.numerator else "",
+                                       f"denominator: {v.denominator}" if v.denominator else "") if x)
+        out.append((f"throughput ({key.replace('_', ' ')})",
+                    f"{v.value:,.1f} {v.unit}".strip() if v.value is not None else "None", detail))
     return out

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -85,7 +85,7 @@ class Analysis:
     collective matching of a multi-rank GPU job (``collective_wait``, or why not in ``collective_wait_note``)."""
 
     ranks: list[RankAnalysis]
-    inputs: list[InputFile]
+    inputs: Sequence[InputFile | Mapping[str, object]]  # mappings: rank summaries made in another process
     warnings: list[str] = field(default_factory=list)
     run: RunData | Mapping[str, object] | None = None  # run.json alone in a rank summary's worker
     no_trace: str | None = None

@@ -38,7 +38,7 @@ class RunData:
     """
 
     path: Path
-    run: dict
+    run: dict[str, Any]
     steps: dict[str, np.ndarray]
     rank_steps: dict[int, dict[str, np.ndarray]] = field(default_factory=dict)
     traces: list[Path] = field(default_factory=list)
@@ -48,7 +48,7 @@ class RunData:
     def partial(self) -> bool:
         return bool(self.run.get("partial"))
 
-    def throughput(self) -> dict:
+    def throughput(self) -> dict[str, dict[str, Any]]:
         """Train-only and wall rates, each with numerator and denominator.
 
         ``train``: tokens (or samples) of the steady-state steps / the sum of
@@ -120,9 +120,10 @@ def steady_state_of(steps: dict[str, np.ndarray]) -> SteadyState | None:
     return analyze(d, exclude=phase != "none", window=phase == "active")
 
 
-def throughput(steps: dict[str, np.ndarray], ss: SteadyState | None, wall_s: float | None) -> dict:
+def throughput(steps: dict[str, np.ndarray], ss: SteadyState | None, wall_s: float | None
+               ) -> dict[str, dict[str, Any]]:
     """See :meth:`RunData.throughput`; a rate is None when its numerator is unknown."""
-    out: dict = {}
+    out: dict[str, dict[str, Any]] = {}
     d = steps["train_s"] if "train_s" in steps else steps["duration_s"]
     if d.size == 0:
         return out

@@ -52,7 +52,8 @@ def _int_or_none(v: object) -> int | None:
 def device_properties(tables: TraceTables) -> list[m.DeviceProperties]:
     """The trace's ``deviceProperties``; values of the wrong type (hostile traces) are left out as None."""
     out = []
-    for p in tables.device_properties:
+    props: list[object] = list(tables.device_properties)
+    for p in props:
         if not isinstance(p, dict):
             continue
         cc = f"{p.get('computeMajor')}.{p.get('computeMinor')}" if "computeMajor" in p else None

@@ -26,8 +26,9 @@ class _Header(msgspec.Struct):
     schema_version: object = None
 
 
-def to_builtins(report: Report) -> dict[str, Any]:
-    """The report as plain dicts/lists/numbers (the JSON document before encoding; int dict keys kept)."""
+def to_builtins(report: msgspec.Struct) -> dict[str, Any]:
+    """The report (or one of its sections) as plain dicts/lists/numbers (the JSON document before encoding;
+    int dict keys kept)."""
     out: dict[str, Any] = msgspec.to_builtins(report)
     return out
 

@@ -14,7 +14,7 @@ from typing import Any
 from msgspec import UNSET
 
 from perfdoctor.model import Report, as_report
-from perfdoctor.model.report import DeviceSection, EvidenceValue, FindingSection, RankSection, RunSection
+from perfdoctor.model.report import DeviceSection, EventValue, EvidenceValue, FindingSection, RankSection, RunSection
 from perfdoctor.vocab import Category, IdleCause, category_label, idle_label
 
 CAT_LABELS = {c.value: c.label for c in Category}
@@ -148,6 +148,10 @@ def evidence_value(name: str, value: EvidenceValue) -> str:
     return f"{value:,}"
 
 
+def _event_value(name: str, value: EventValue) -> str:
+    return evidence_value(name, value if not isinstance(value, list) else list(value))
+
+
 def _shown(key: str, value: EvidenceValue, title: str) -> bool:
     """Whether an evidence entry adds to the finding's title: words the message already says (``what``:
     "ops", a ``reason``) and the rank list of a single-rank report are left out."""
@@ -169,7 +173,7 @@ def _unitless(name: str) -> str:
 def finding(f: FindingSection, order: int = 0) -> dict[str, Any]:
     """One finding (see perfdoctor/findings.py) prepared for display: texts, saving, evidence, snippets."""
     pairs = [(_unitless(k), evidence_value(k, v)) for k, v in f.evidence.items() if _shown(k, v, f.message)]
-    events = [{_unitless(k): evidence_value(k, v) for k, v in e.items()} for e in f.events]
+    events = [{_unitless(k): _event_value(k, v) for k, v in e.items()} for e in f.events]
     estimated = bool(f.saving_method) or bool(f.saving_us_per_step)
     return {
         "code": f.code, "name": f.name, "title": f.message, "severity": f.severity, "category": f.category,

@@ -34,3 +34,36 @@ def test_per_window_splits_exactly():
 def test_complement_inside_bounds():
     gaps = iv.complement(_set((10, 20), (30, 40)), 0, 50)
     assert list(zip(*[g.tolist() for g in gaps])) == [(0, 10), (20, 30), (40, 50)]
+
+
+def test_containing_finds_the_holding_interval_or_minus_one():
+    windows = _set((0, 10), (20, 30))
+    got = iv.containing(np.array([-1, 0, 9.99, 10, 15, 20, 29, 30, 100.0]), windows)
+    assert got.tolist() == [-1, 0, 0, -1, -1, 1, 1, -1, -1]  # [start, end): the end is outside
+    assert iv.containing(np.array([5.0]), iv.EMPTY).tolist() == [-1]
+    # overlapping (unmerged) intervals: the latest one starting at or before the point decides
+    nested = (np.array([0.0, 2.0]), np.array([10.0, 4.0]))
+    assert iv.containing(np.array([3.0, 5.0]), nested).tolist() == [1, -1]
+
+
+def test_launch_rows_join_kernels_to_their_runtime_call_once_per_trace(tmp_path):
+    from tracebuilder import TraceBuilder
+
+    from perfdoctor.trace import load_trace
+    from perfdoctor.trace.join import launch_rows, launched_values
+
+    tb = TraceBuilder()
+    tb.step(1, 0, 1000)
+    tb.launch("k_a", launch_ts=10, start=100, dur=50, launch_dur=7)
+    tb.kernel("k_orphan", start=200, dur=10)  # no runtime call carries its correlation
+    tb.launch("k_b", launch_ts=30, start=300, dur=50, launch_dur=3)
+    t = load_trace(str(tb.write(tmp_path / "t.json")))
+    rows = launch_rows(t, "kernels")
+    names = t.name_array()
+    by_kernel = {names[n]: r for n, r in zip(t.kernels["name_id"].tolist(), rows.tolist())}
+    assert by_kernel["k_orphan"] == -1
+    assert names[t.runtime["name_id"][by_kernel["k_a"]]] == "cudaLaunchKernel"
+    assert t.runtime["ts_us"][by_kernel["k_a"]] == 10 and t.runtime["ts_us"][by_kernel["k_b"]] == 30
+    durs = dict(zip([names[n] for n in t.kernels["name_id"].tolist()], launched_values(t, "kernels", "dur_us")))
+    assert durs["k_a"] == 7 and durs["k_b"] == 3 and np.isnan(durs["k_orphan"])
+    assert launch_rows(t, "kernels") is rows  # computed once per trace

@@ -157,8 +157,7 @@ def _gpu_events(tables: TraceTables, device: int, optimizer: iv.Intervals) -> _G
     direction = np.array([c.direction for c in classes], dtype=object)
     triton = np.array([c.triton for c in classes], dtype=bool)
     if optimizer[0].size and category.size:
-        k = np.searchsorted(optimizer[0], launch, side="right") - 1
-        in_opt = (k >= 0) & (launch < optimizer[1][np.maximum(k, 0)])
+        in_opt = iv.containing(launch, optimizer) >= 0
         overridable = np.isin(category, list(_OVERRIDABLE))
         category[in_opt & overridable] = "optimizer"
     return _GpuEvents(ts, end, launch, category, collective, direction, is_kernel, triton)
@@ -222,8 +221,7 @@ def gpu_breakdown(tables: TraceTables, steps: Steps, device: int, attribution: A
         if ph[0].size == 0 or ev.ts.size == 0:
             dev_phases[name] = iv.EMPTY
             continue
-        k = np.searchsorted(ph[0], ev.launch, side="right") - 1
-        inside = (k >= 0) & (ev.launch < ph[1][np.maximum(k, 0)])
+        inside = iv.containing(ev.launch, ph) >= 0
         dev_phases[name] = iv.union(ev.ts[inside], ev.end[inside])
 
     def pw(s: iv.Intervals) -> np.ndarray:

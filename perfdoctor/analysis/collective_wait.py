@@ -31,6 +31,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
+from perfdoctor.analysis import intervals as iv
 from perfdoctor.analysis.classify import classify_kernel
 from perfdoctor.analysis.steps import gpu_launch_times
 
@@ -93,8 +94,8 @@ def timeline(rank: Any) -> CollectiveTimeline:
     m = (tab["device"] == rank.primary.device) & np.isin(tab["name_id"], comm_ids)
     launch = gpu_launch_times(rank.tables, "kernels")[m]
     ws, we = rank.steps.start_us, rank.steps.end_us
-    step = np.searchsorted(ws, launch, side="right") - 1
-    inside = (step >= 0) & (launch < we[np.maximum(step, 0)])
+    step = iv.containing(launch, (ws, we))
+    inside = step >= 0
     order = np.flatnonzero(inside)[np.argsort(launch[inside], kind="stable")]
     sel = np.flatnonzero(m)[order]
     nelems = tab["in_nelems"][sel] if "in_nelems" in tab else np.full(sel.size, -1)

@@ -117,3 +117,19 @@ def complement(iv: Intervals, lo: float, hi: float) -> Intervals:
     e = np.concatenate([inside[0], [hi]])
     keep = e > s
     return s[keep], e[keep]
+
+
+def containing(points: np.ndarray, intervals: Intervals) -> np.ndarray:
+    """Index of the interval ``[start, end)`` holding each point, -1 for none (int64, the shape of ``points``).
+
+    ``intervals``: starts ascending (e.g. a :func:`union`, step windows, or annotations of one thread). Each
+    point is tested against the latest interval starting at or before it, so for nested or overlapping
+    intervals only that one counts.
+    """
+    starts, ends = intervals
+    pts = np.asarray(points, dtype=np.float64)
+    if starts.size == 0:
+        return np.full(pts.shape, -1, dtype=np.int64)
+    k = np.searchsorted(starts, pts, side="right") - 1
+    ok = (k >= 0) & (pts < ends[np.maximum(k, 0)])
+    return np.where(ok, k, -1).astype(np.int64)

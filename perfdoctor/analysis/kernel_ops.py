@@ -28,7 +28,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from perfdoctor.analysis import intervals as iv
 from perfdoctor.analysis.classify import classify_kernel, collective_of
+from perfdoctor.trace.join import launch_rows
 from perfdoctor.trace.tables import TraceTables
 
 COMM_OP = re.compile(r"^record_param_comms$|^c10d::|^_?c10d_functional::|^nccl:|^gloo:|^mpi:|^ProcessGroup")
@@ -91,13 +93,10 @@ def _launch_points(tables: TraceTables) -> tuple[np.ndarray, np.ndarray]:
     tid = np.full(len(k), -1, dtype=np.int64)
     if len(rt) == 0:
         return ts, tid
-    corr = rt["correlation"]
-    order = np.argsort(corr, kind="stable")
-    rc = corr[order]
-    pos = np.minimum(np.searchsorted(rc, k["correlation"]), rc.size - 1)
-    hit = (rc[pos] == k["correlation"]) & (k["correlation"] >= 0)
-    ts[hit] = rt["ts_us"][order][pos[hit]]
-    tid[hit] = rt["tid"][order][pos[hit]].astype(np.int64)
+    rows = launch_rows(tables, "kernels")
+    hit = rows >= 0
+    ts[hit] = rt["ts_us"][rows[hit]]
+    tid[hit] = rt["tid"][rows[hit]].astype(np.int64)
     return ts, tid
 
 
@@ -118,8 +117,8 @@ def _inside(tables: TraceTables, ts: np.ndarray, tid: np.ndarray,
         starts = np.array([w[1] for w in ws])
         ends = np.maximum.accumulate(np.array([w[2] for w in ws]))
         rows = np.flatnonzero(tid == t)
-        k = np.searchsorted(starts, ts[rows], side="right") - 1
-        ok = (k >= 0) & (ts[rows] < ends[np.maximum(k, 0)])
+        k = iv.containing(ts[rows], (starts, ends))
+        ok = k >= 0
         hit[rows[ok]] = True
         # the innermost (latest-starting) window that still holds the launch names it
         for r, kk in zip(rows[ok].tolist(), k[ok].tolist()):

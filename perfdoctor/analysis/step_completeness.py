@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from perfdoctor.analysis import intervals as iv
 from perfdoctor.errors import TraceFormatError
 from perfdoctor.trace.device_side import LAUNCH_CALL
 from perfdoctor.trace.tables import TraceTables
@@ -66,8 +67,8 @@ def incomplete_mask(tables: TraceTables, host_start: np.ndarray, host_end: np.nd
     drop = np.zeros(n, dtype=bool)
     notes: list[str] = []
     launch_ts, found, launch_names = _launches(tables)
-    k = np.searchsorted(host_start, launch_ts, side="right") - 1
-    inside = (k >= 0) & (launch_ts < host_end[np.maximum(k, 0)])
+    k = iv.containing(launch_ts, (host_start, host_end))
+    inside = k >= 0
     missing = np.bincount(k[inside & ~found], minlength=n)[:n] if n else np.zeros(0, int)
     # a cut file that lost its whole device side never gets here: trace.device_side refuses it at load time
     if tables.truncated:

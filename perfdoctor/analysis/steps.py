@@ -25,10 +25,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from perfdoctor.analysis import intervals as iv
 from perfdoctor.analysis.step_completeness import incomplete_mask
 from perfdoctor.analysis.step_markers import derive_steps
 from perfdoctor.analysis.warmup import Warmup, warmup
 from perfdoctor.errors import PerfDoctorError
+from perfdoctor.trace.join import launch_rows
 from perfdoctor.trace.tables import TraceTables
 
 PROFILER_STEP = r"^ProfilerStep#(\d+)$"
@@ -89,20 +91,10 @@ def gpu_launch_times(tables: TraceTables, table: str) -> np.ndarray:
     gpu = tables.tables[table]
     if len(gpu) == 0:
         return np.empty(0)
-    rt = tables.runtime
-    launch = gpu["ts_us"].copy()
-    if len(rt) == 0:
-        return launch
-    corr = rt["correlation"]
-    valid = corr >= 0
-    rc, rts = corr[valid], rt["ts_us"][valid]
-    order = np.argsort(rc, kind="stable")
-    rc, rts = rc[order], rts[order]
-    gc = gpu["correlation"]
-    pos = np.searchsorted(rc, gc)
-    pos_c = np.minimum(pos, max(rc.size - 1, 0))
-    hit = (rc.size > 0) & (gc >= 0) & (rc[pos_c] == gc) if rc.size else np.zeros(gc.size, dtype=bool)
-    launch[hit] = rts[pos_c[hit]]
+    launch = np.array(gpu["ts_us"], dtype=np.float64)
+    rows = launch_rows(tables, table)
+    hit = rows >= 0
+    launch[hit] = tables.runtime["ts_us"][rows[hit]]
     return launch
 
 
@@ -193,8 +185,8 @@ def find_steps(tables: TraceTables, marker: str | None = None) -> Steps:
     dev_end = np.full(numbers.size, np.nan)
     for t in gpu_tabs:
         launch = gpu_launch_times(tables, t)
-        k = np.searchsorted(h_start, launch, side="right") - 1
-        inside = (k >= 0) & (launch < h_end[np.maximum(k, 0)])
+        k = iv.containing(launch, (h_start, h_end))
+        inside = k >= 0
         if inside.any():
             ends = tables.tables[t]["end_us"][inside]
             kk = k[inside]

@@ -10,6 +10,7 @@ import numpy as np
 from perfdoctor.analysis import host
 from perfdoctor.analysis import intervals as iv
 from perfdoctor.analysis.classify import classify_kernel
+from perfdoctor.trace.join import launch_rows
 from perfdoctor.trace.tables import TraceTables
 
 COPY_OPS = r"^aten::(copy_|to|_to_copy|_copy_from|_copy_from_and_resize)$"
@@ -97,12 +98,9 @@ def copy_explained(tables: TraceTables, mask: np.ndarray, blocked: iv.Intervals,
     mc, rt = tables.memcpy, tables.runtime
     if not mask.any() or len(rt) == 0 or blocked[0].size == 0:
         return iv.EMPTY
-    order = np.argsort(rt["correlation"], kind="stable")
-    rc = rt["correlation"][order]
-    corr = mc["correlation"][mask]
-    pos = np.minimum(np.searchsorted(rc, corr), rc.size - 1)
-    found = (rc[pos] == corr) & (corr >= 0)
-    call_ts = rt["ts_us"][order][pos][found]
+    rows = launch_rows(tables, "memcpy")[mask]
+    found = rows >= 0
+    call_ts = rt["ts_us"][rows[found]]
     bound = (np.maximum(mc["dur_us"][mask], mc["bytes"][mask] / (staging_gb_per_s * 1e3)) + per_copy_overhead_us)[found]
     return iv.intersect(iv.union(call_ts, call_ts + bound), blocked)
 
@@ -126,9 +124,7 @@ def sync_calls_by_name(tables: TraceTables, exclude: iv.Intervals) -> tuple[np.n
     m = tables.names_matching(re.compile(host.SYNC_RUNTIME))[rt["name_id"]]
     idx = np.flatnonzero(m)
     if exclude[0].size and idx.size:
-        k = np.searchsorted(exclude[0], rt["ts_us"][idx], side="right") - 1
-        inside = (k >= 0) & (rt["ts_us"][idx] < exclude[1][np.maximum(k, 0)])
-        idx = idx[~inside]
+        idx = idx[iv.containing(rt["ts_us"][idx], exclude) < 0]
     return idx, tables.name_array()[rt["name_id"][idx]]
 
 

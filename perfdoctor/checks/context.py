@@ -21,6 +21,7 @@ from perfdoctor.analysis.kernel_ops import kernel_labels
 from perfdoctor.analysis.steps import gpu_launch_times
 from perfdoctor.checks.catalogue import RuleSpec
 from perfdoctor.findings import Hit
+from perfdoctor.trace.join import launched_values
 
 
 @dataclass
@@ -123,10 +124,7 @@ class RankContext:
 
     def step_of(self, ts_us: np.ndarray) -> np.ndarray:
         """Index of the step window holding each time (-1 outside all windows)."""
-        ws, we = self.windows()
-        k = np.searchsorted(ws, ts_us, side="right") - 1
-        ok = (k >= 0) & (ts_us < we[np.maximum(k, 0)])
-        return np.where(ok, k, -1)
+        return iv.containing(ts_us, self.windows())
 
     # -- derived, cached ---------------------------------------------------------
     def kernels(self) -> KernelView:
@@ -142,7 +140,7 @@ class RankContext:
         cat = labels.category[m] if len(tab) else np.empty(0, object)
         tri = labels.triton[m] if len(tab) else np.empty(0, bool)
         ts = tab["ts_us"][m] if len(tab) else np.empty(0)
-        launch_dur = self._launch_durations(tab["correlation"][m]) if len(tab) else np.empty(0)
+        launch_dur = launched_values(self.tables, "kernels", "dur_us", m) if len(tab) else np.empty(0)
         view = KernelView(
             name_id=ids, ts_us=ts, dur_us=tab["dur_us"][m] if len(tab) else np.empty(0), launch_us=launch,
             launch_dur_us=launch_dur,
@@ -151,19 +149,6 @@ class RankContext:
         )
         self.cache["kernels"] = view
         return view
-
-    def _launch_durations(self, corr: np.ndarray) -> np.ndarray:
-        rt = self.tables.runtime
-        out = np.full(corr.size, np.nan)
-        if len(rt) == 0 or corr.size == 0:
-            return out
-        rc = rt["correlation"]
-        order = np.argsort(rc, kind="stable")
-        rc_s, dur_s = rc[order], rt["dur_us"][order]
-        pos = np.minimum(np.searchsorted(rc_s, corr), rc_s.size - 1)
-        hit = (rc_s[pos] == corr) & (corr >= 0)
-        out[hit] = dur_s[pos[hit]]
-        return out
 
     def device_busy(self) -> iv.Intervals:
         """Union of kernels, memcpys and memsets of the primary device (cached)."""

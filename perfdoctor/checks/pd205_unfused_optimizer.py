@@ -62,8 +62,7 @@ def optimizer_class(ctx: RankContext, opt_kernel_ts: np.ndarray) -> str | None:
     best: tuple[int, float, str] | None = None
     for name in sorted({n for n in ctx.tables.name_array() if STEP_CLASS.match(str(n))}):
         spans = host.named(ctx.tables, "^" + re.escape(str(name)) + "$")
-        k = np.searchsorted(spans[0], opt_kernel_ts, side="right") - 1
-        n = int(((k >= 0) & (opt_kernel_ts < spans[1][np.maximum(k, 0)])).sum())
+        n = int((iv.containing(opt_kernel_ts, spans) >= 0).sum())
         key = (-n, iv.total(spans), str(name))
         best = key if best is None or key < best else best
     m = STEP_CLASS.match(best[2]) if best else None
@@ -97,8 +96,7 @@ def check(ctx: RankContext) -> Outcome:
         return skipped("no Optimizer.step annotations in the trace (no torch.optim optimizer, or it ran outside the profiler)")
     ws, we = ctx.windows()
     k = ctx.kernels()
-    j = np.searchsorted(opt[0], k.launch_us, side="right") - 1
-    inside = (j >= 0) & (k.launch_us < opt[1][np.maximum(j, 0)]) & (k.step >= 0)
+    inside = (iv.containing(k.launch_us, opt) >= 0) & (k.step >= 0)
     names = ctx.tables.name_array()
     ids = np.unique(k.name_id[inside])
     multi_ids = [i for i in ids.tolist() if MULTI_TENSOR.search(names[i])]

@@ -97,7 +97,7 @@ def _summarise(local: str, path: str, index: int, opts: SummaryOptions, cat: Any
             ra = analyze_tables(tabs, opts.step_marker)
             info = {"path": name, "bytes": os.path.getsize(local), "sha256": sha if opts.hash_inputs else None,
                     "events": tabs.n_events, "uncompressed_bytes": tabs.uncompressed_bytes}
-            analysis = Analysis(ranks=[ra], inputs=[info])  # type: ignore[list-item]  # a dict entry, as in reduce.py
+            analysis = Analysis(ranks=[ra], inputs=[info])
             analysis.run = opts.run_json
             add_efficiency(analysis.ranks, opts.model_flops_per_step, opts.flops_source, measured_roofs,
                            step_time_s_by_rank=opts.step_time_s_by_rank)

@@ -107,7 +107,7 @@ def covered_until(iv: Intervals, t: np.ndarray) -> np.ndarray:
 
 def per_window(iv: Intervals, win_starts: np.ndarray, win_ends: np.ndarray) -> np.ndarray:
     """Covered length of ``iv`` inside each window ``[win_starts[k], win_ends[k])`` (µs)."""
-    return covered_until(iv, win_ends) - covered_until(iv, win_starts)
+    return np.asarray(covered_until(iv, win_ends) - covered_until(iv, win_starts))
 
 
 def complement(iv: Intervals, lo: float, hi: float) -> Intervals:

@@ -83,8 +83,8 @@ def incomplete_mask(tables: TraceTables, host_start: np.ndarray, host_end: np.nd
                          "and are left out (their device time would read as idle)")
         drop |= cut
     elif launch_ts.size and (~found).mean() > MISSING_LAUNCH_WARN:
-        missing = _counted_names(tables, launch_names[~found])
-        notes.append(f"{tables.path}: {100 * (~found).mean():.0f}% of device launches ({missing}) "
+        missing_names = _counted_names(tables, launch_names[~found])
+        notes.append(f"{tables.path}: {100 * (~found).mean():.0f}% of device launches ({missing_names}) "
                      "have no kernel/memcpy/memset in the trace: device busy time is understated by their work")
     if n >= 2 and not drop[-1]:
         others = np.median(host_end[:-1] - host_start[:-1])

@@ -75,11 +75,11 @@ class Steps:
 
     @property
     def dur_us(self) -> np.ndarray:
-        return self.end_us - self.start_us
+        return np.asarray(self.end_us - self.start_us)
 
     @property
     def host_dur_us(self) -> np.ndarray:
-        return self.host_end_us - self.host_start_us
+        return np.asarray(self.host_end_us - self.host_start_us)
 
 
 def gpu_launch_times(tables: TraceTables, table: str) -> np.ndarray:

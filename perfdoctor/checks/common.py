@@ -39,7 +39,7 @@ def memcpy_mask(tables: TraceTables, device: int, direction: str, pageable: bool
     uniq = np.unique(mc["name_id"])
     good = [i for i in uniq.tolist()
             if (c := classify_kernel(tables.names[i])).direction == direction and c.pageable is pageable]
-    return np.isin(mc["name_id"], good) & (mc["device"] == device)
+    return np.asarray(np.isin(mc["name_id"], good) & (mc["device"] == device))
 
 
 def runtime_calls_of(tables: TraceTables, correlation: np.ndarray) -> iv.Intervals:

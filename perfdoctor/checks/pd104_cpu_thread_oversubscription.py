@@ -37,8 +37,9 @@ def check(job: JobContext) -> Outcome:
     cores = cpu.get("logical_cpus")
     ranks = [r for r in run.get("ranks") or [] if isinstance(r, dict)]
     per_rank = [r.get("torch_threads") for r in ranks]
+    thread_counts: list[int]
     if ranks and all(isinstance(t, int) and t > 0 for t in per_rank):
-        thread_counts = per_rank  # recorded in each rank at the end of its run
+        thread_counts = [int(t) for t in per_rank if isinstance(t, int)]  # recorded in each rank at the end of its run
     elif (run.get("world_size") or 1) == 1 and env.get("torch_threads"):
         thread_counts = [int(env["torch_threads"])]
     else:

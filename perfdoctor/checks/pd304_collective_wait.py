@@ -42,7 +42,7 @@ def check(job: JobContext) -> Outcome:
                if r in by_rank}
     mean_wait = {r: float(np.mean(np.minimum(cw.wait_us[r], exposed[r]))) if len(exposed[r]) else 0.0
                  for r in exposed}
-    worst = max(mean_wait, key=mean_wait.get)
+    worst = max(mean_wait, key=lambda r: mean_wait[r])
     ctx = by_rank[worst]
     wait = mean_wait[worst]
     metrics = {"max_wait_us": wait}

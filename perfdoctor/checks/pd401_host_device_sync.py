@@ -58,14 +58,14 @@ def _callers(ctx: RankContext, rows: np.ndarray) -> np.ndarray:
     rt, ops = t.runtime, t.cpu_ops
     names = t.name_array()[rt["name_id"][rows]].astype(object)
     if len(ops) == 0 or rows.size == 0:
-        return names
+        return np.asarray(names)
     ext = rt["external_id"][rows]
     order = np.argsort(ops["external_id"], kind="stable")
     oe = ops["external_id"][order]
     pos = np.minimum(np.searchsorted(oe, ext), oe.size - 1)
     hit = (oe[pos] == ext) & (ext > 0)
     caller = t.name_array()[ops["name_id"][order][pos]]
-    return np.where(hit, caller + " → " + names, names)
+    return np.asarray(np.where(hit, caller + " → " + names, names))
 
 
 def _covered(starts: np.ndarray, ends: np.ndarray, by: iv.Intervals) -> np.ndarray:

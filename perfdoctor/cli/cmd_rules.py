@@ -37,11 +37,11 @@ def run(args: argparse.Namespace) -> int:
     implemented = engine.check_modules()
     rules = [cat.rules[c] for c in codes]
     if args.format == "json":
-        rows = [{**r.to_dict(), "implemented": r.code in implemented or r.when is not None} for r in rules]
-        sys.stdout.buffer.write(orjson.dumps(rows, option=orjson.OPT_INDENT_2) + b"\n")
+        listing = [{**r.to_dict(), "implemented": r.code in implemented or r.when is not None} for r in rules]
+        sys.stdout.buffer.write(orjson.dumps(listing, option=orjson.OPT_INDENT_2) + b"\n")
         return 0
     console = stdout_console(args.width)
-    rows = []
+    rows: list[tuple[str, str, str, str, str]] = []
     for r in rules:
         note = "" if (r.code in implemented or r.when is not None) else " (no check yet)"
         user = "" if r.builtin else " [user]"

@@ -37,7 +37,7 @@ def _lacks(ctx: RankContext) -> list[str]:
         out.append(f"enough steps ({ctx.n_steps} < {ctx.th['min_steps']})")
     if len(t.cpu_ops) == 0:
         out.append("host ops (cpu_op events)")
-    elif not np.not_equal(t.cpu_ops["input_dims"], None).any():
+    elif not np.not_equal(t.cpu_ops["input_dims"], None).any():  # type: ignore[call-overload]
         out.append("input shapes (record_shapes=True)")
     if not t.has_device_activity and t.names_matching(r"^(cuda|hip)").any():
         out.append("device activity (kernels, memcpys) although CUDA/HIP calls are present")

@@ -28,5 +28,5 @@ def stdout_console(width: int | None = None) -> Console:
         silence_stdout()
         raise BrokenPipeError
 
-    console.on_broken_pipe = on_broken_pipe
+    console.on_broken_pipe = on_broken_pipe  # type: ignore[method-assign]  # rich calls this on EPIPE
     return console

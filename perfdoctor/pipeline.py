@@ -115,8 +115,8 @@ def build(paths: list[str], step_marker: str | None = None, on_progress: Callabl
         run, chosen, window_note, no_trace = _read_run_dir(p, without_traces)
         trace_paths.extend(chosen)
         notes += [n for n in (window_note, no_trace) if n]
-    if run is not None and model_flops_per_step is None and run.run.get("flops_per_step"):
-        model_flops_per_step, flops_source = float(run.run["flops_per_step"]), "flop_counter"
+    if run is not None and model_flops_per_step is None and run.facts.flops_per_step:
+        model_flops_per_step, flops_source = float(run.facts.flops_per_step), "flop_counter"
     summary_opts = SummaryOptions(
         step_marker=step_marker, model_flops_per_step=model_flops_per_step, flops_source=flops_source,
         step_time_s_by_rank=run_data.steady_step_times(run), run_json=run.run if run is not None else None,

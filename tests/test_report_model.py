@@ -106,3 +106,27 @@ def test_mfu_reported_means_no_missing_reason(tmp_path):
     assert rank.mfu is not None and rank.mfu.flops_source == "op_sum"
     assert rank.mfu.mfu == pytest.approx(2 * 1024**3 / 1e-3 / 19.5e12)  # A100 fp32 dense peak 19.5 TFLOP/s
     assert "mfu_missing" not in built.report["ranks"][0]
+
+
+def test_run_facts_type_what_run_json_holds(tmp_path):
+    """The sample run directory's run.json as RunFacts (values read off the file), and a wrong type refused."""
+    import json
+    import shutil
+
+    from perfdoctor.capture.run_data import load_run_dir
+
+    run = load_run_dir(REPO / "sample_traces" / "tiny_gpt_cpu_run")
+    f = run.facts
+    assert (f.steps_completed, f.flops_per_step, f.tokens_per_step, f.world_size) == (500, 7650410496, 2048, 1)
+    assert f.cpu is not None and f.cpu.logical_cpus == 2 and "amx_bf16" in (f.cpu.flags or [])
+    assert f.environment is not None and f.environment.hostname == "vm" and f.environment.torch_threads == 2
+    assert f.ranks is not None and [(w.first_step, w.last_step) for w in f.ranks[0].windows] == [(205, 214)]
+    assert run.partial is False and run.facts.wall_s == pytest.approx(38.4156, abs=1e-4)
+
+    bad = tmp_path / "run"
+    shutil.copytree(REPO / "sample_traces" / "tiny_gpt_cpu_run", bad)
+    raw = json.loads((bad / "run.json").read_text())
+    raw["steps_completed"] = "many"
+    (bad / "run.json").write_text(json.dumps(raw))
+    with pytest.raises(PerfDoctorError, match=r"run\.json: unexpected run\.json content .*steps_completed"):
+        load_run_dir(bad)

@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import msgspec
 import numpy as np
 
 from perfdoctor.analysis.steady_state import SteadyState, analyze
@@ -23,6 +24,80 @@ from perfdoctor.errors import PerfDoctorError
 if TYPE_CHECKING:
     from perfdoctor.analysis.roofline import Roofs
     from perfdoctor.model.report import RunSection
+
+class RunEnvironment(msgspec.Struct, kw_only=True):
+    """``run.json["environment"]``: the recording machine as perfdoctor reads it (other keys are kept in
+    :attr:`RunData.run` only)."""
+
+    hostname: str | None = None
+    cuda_available: bool | None = None
+    torch_threads: int | None = None
+    dataloader_workers: int | None = None
+
+
+class RunCpu(msgspec.Struct, kw_only=True):
+    """``run.json["cpu"]`` (:func:`perfdoctor.capture.environment.cpu_info`): model, the flags of interest,
+    logical CPUs, ``ONEDNN_MAX_CPU_ISA``, whether it has bf16 matrix units."""
+
+    model: str | None = None
+    flags: list[str] | None = None
+    logical_cpus: int | None = None
+    onednn_max_cpu_isa: str | None = None
+    bf16_matrix_units: bool | None = None
+
+
+class ProfiledWindow(msgspec.Struct, kw_only=True):
+    """One profiled window of a rank: steps ``first_step``..``last_step``, its trace file (None: not written)."""
+
+    index: int | None = None
+    first_step: int | None = None
+    last_step: int | None = None
+    complete: bool | None = None
+    path: str | None = None
+
+
+class RankFacts(msgspec.Struct, kw_only=True):
+    """``run.json["ranks"][i]``: what one rank recorded (``missing``: it wrote nothing)."""
+
+    rank: int | None = None
+    missing: bool = False
+    torch_threads: int | None = None
+    windows: list[ProfiledWindow] = []
+
+
+class RunFacts(msgspec.Struct, kw_only=True):
+    """What ``run.json`` holds that perfdoctor reads, typed (``perfdoctor.capture.runner`` writes it).
+
+    Counts per optimizer step (``flops_per_step`` FLOP from FlopCounterMode, ``tokens_per_step``,
+    ``samples_per_step``), ``wall_s`` script start to stop (s), ``steps_completed`` by rank 0."""
+
+    status: str | None = None
+    partial: bool = False
+    stop_reason: str | None = None
+    exit_code: int | None = None
+    steps_completed: int | None = None
+    wall_s: float | None = None
+    world_size: int | None = None
+    flops_per_step: int | float | None = None
+    parameter_count: int | None = None
+    tokens_per_step: int | float | None = None
+    samples_per_step: int | float | None = None
+    environment: RunEnvironment | None = None
+    cpu: RunCpu | None = None
+    ranks: list[RankFacts] | None = None
+
+
+def run_facts(raw: dict[str, Any], source: str) -> RunFacts:
+    """``raw`` (a parsed ``run.json``) as :class:`RunFacts`.
+
+    Raises:
+        PerfDoctorError: a field perfdoctor reads has the wrong type (names ``source`` and the field).
+    """
+    try:
+        return msgspec.convert(raw, RunFacts, strict=False)
+    except msgspec.ValidationError as exc:
+        raise PerfDoctorError(f"{source}: unexpected run.json content ({exc})") from None
+
 
 @dataclass
 class RunData:
@@ -35,10 +110,12 @@ class RunData:
     ``rank_steps``: the same for every rank that wrote a steps file.
     ``steady_state``: :func:`perfdoctor.analysis.steady_state.analyze` of rank 0's
     train-only step times with profiler/FLOPs steps excluded (None without steps).
+    ``run``: ``run.json`` as parsed (the checks read it); ``facts``: the same, typed.
     """
 
     path: Path
     run: dict[str, Any]
+    facts: RunFacts
     steps: dict[str, np.ndarray]
     rank_steps: dict[int, dict[str, np.ndarray]] = field(default_factory=dict)
     traces: list[Path] = field(default_factory=list)
@@ -46,7 +123,7 @@ class RunData:
 
     @property
     def partial(self) -> bool:
-        return bool(self.run.get("partial"))
+        return self.facts.partial
 
     def throughput(self) -> dict[str, dict[str, Any]]:
         """Train-only and wall rates, each with numerator and denominator.
@@ -56,7 +133,7 @@ class RunData:
         (script start to stop, s), which includes set-up, evaluation and
         compilation. Units: tokens/s and samples/s.
         """
-        return throughput(self.steps, self.steady_state, self.run.get("wall_s"))
+        return throughput(self.steps, self.steady_state, self.facts.wall_s)
 
 
 def read_steps_csv(path: Path) -> dict[str, np.ndarray]:
@@ -103,7 +180,10 @@ def load_run_dir(path: str | Path) -> RunData:
         rank_steps[steps_csv_rank(f.name)] = read_steps_csv(f)
     steps = rank_steps.get(0) or (rank_steps[min(rank_steps)] if rank_steps else read_empty())
     traces = sorted(path.glob("trace.rank*.pt.trace.json*"))
-    return RunData(path, run, steps, rank_steps, traces, steady_state_of(steps))
+    if not isinstance(run, dict):
+        raise PerfDoctorError(f"{path / 'run.json'}: not a JSON object")
+    facts = run_facts(run, str(path / "run.json"))
+    return RunData(path, run, facts, steps, rank_steps, traces, steady_state_of(steps))
 
 
 def read_empty() -> dict[str, np.ndarray]:
@@ -163,10 +243,10 @@ def run_section(run: RunData) -> RunSection:
     steps = {k: [None if (isinstance(x, float) and x != x) else x for x in v.tolist()]
              for k, v in run.steps.items() if k in _SERIES}
     section = {
-        "path": str(run.path), "partial": run.partial, "stop_reason": run.run.get("stop_reason"),
-        "steps_completed": run.run.get("steps_completed"), "wall_s": run.run.get("wall_s"),
-        "flops_per_step": run.run.get("flops_per_step"), "parameter_count": run.run.get("parameter_count"),
-        "tokens_per_step": run.run.get("tokens_per_step"), "samples_per_step": run.run.get("samples_per_step"),
+        "path": str(run.path), "partial": run.partial, "stop_reason": run.facts.stop_reason,
+        "steps_completed": run.facts.steps_completed, "wall_s": run.facts.wall_s,
+        "flops_per_step": run.facts.flops_per_step, "parameter_count": run.facts.parameter_count,
+        "tokens_per_step": run.facts.tokens_per_step, "samples_per_step": run.facts.samples_per_step,
         "steps": steps,
         "steady_state": None if ss is None else {**asdict(ss), "phase_change": ss.phase_change,
                                                  "steady_start_step": ss.steady_start_step},
@@ -244,12 +324,12 @@ def measured_cpu_roofs(run: RunData | None) -> Roofs | None:
 
     if run is None:
         return None
-    env, cpu = run.run.get("environment") or {}, run.run.get("cpu") or {}
-    if env.get("cuda_available") or not env.get("hostname"):
+    env, cpu = run.facts.environment or RunEnvironment(), run.facts.cpu or RunCpu()
+    if env.cuda_available or not env.hostname:
         return None
     try:
         record = calibration.load_calibration()
-        if record.get("hostname") != env.get("hostname") or record.get("cpu_model") != cpu.get("model"):
+        if record.get("hostname") != env.hostname or record.get("cpu_model") != cpu.model:
             return None
         return calibration.roofs_from_calibration(record, "cpu")
     except PerfDoctorError:
@@ -258,13 +338,13 @@ def measured_cpu_roofs(run: RunData | None) -> Roofs | None:
 
 def no_trace_reason(path: str, run: RunData) -> str:
     """Why the run directory ``path`` has no trace, and what the report then covers."""
-    done = run.run.get("steps_completed")
+    done = run.facts.steps_completed
     if not done:
         return (f"{path}: no training step was seen, so there is no trace and no step series: perfdoctor counts "
                 "optimizer.step() calls of torch.optim optimizers; a loop without one must call perfdoctor.step() "
                 "once per step (import perfdoctor)")
-    windows = [w for r in run.run.get("ranks") or [] for w in r.get("windows") or []]
-    where = (f" (profiled window at steps {windows[0]['first_step']}–{windows[0]['last_step']})"
+    windows = [w for r in run.facts.ranks or [] for w in r.windows]
+    where = (f" (profiled window at steps {windows[0].first_step}–{windows[0].last_step})"
              if windows else "")
     return (f"{path}: the run stopped after {done} steps, before its profiled window completed{where}: there is no "
             "trace, so this report covers the run's step series and throughput only (profile again with fewer "

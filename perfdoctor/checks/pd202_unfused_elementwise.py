@@ -83,6 +83,12 @@ def check(ctx: RankContext) -> Outcome:
     ew_us = float(per_step.mean())
     share = pct(ew_us, ctx.step_us)
     saving = ew_us * ctx.th["max_fused_fraction"]
+    replayed_method = None
+    if ctx.is_gpu:
+        from perfdoctor.replay.transforms.kernels import fused_elementwise
+
+        saving, _, replayed_method = ctx.replayed_saving(fused_elementwise(ctx.replay(), ctx.tables))
+        saving = max(saving, 0.0)
     metrics = {"elementwise_us": ew_us, "elementwise_pct": share, "elementwise_per_step": float(count.mean()),
                "compiled": float(compiled)}
     if compiled or share < ctx.th["min_share_pct"] or pct(saving, ctx.step_us) < ctx.th["min_saving_pct"]:
@@ -93,6 +99,6 @@ def check(ctx: RankContext) -> Outcome:
                           "max_fused_fraction": ctx.th["max_fused_fraction"]},
                   steps=steps_over(per_step, ctx.per_step(lambda s: s.dur_us), ctx.th["min_share_pct"], ctx.step_numbers),
                   events=top_names(names, durs))
-    method = (f"elementwise/normalization {what} time per step × max_fused_fraction "
-              f"({ctx.th['max_fused_fraction']}): the share a fused pass removes at most")
+    method = replayed_method or (f"elementwise/normalization {what} time per step × max_fused_fraction "
+                                 f"({ctx.th['max_fused_fraction']}): the share a fused pass removes at most")
     return Outcome(metrics=metrics, hit=Hit(evidence=ev, estimate=Estimate(saving, ctx.step_us, method)))

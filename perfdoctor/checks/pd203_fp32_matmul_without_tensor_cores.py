@@ -80,6 +80,22 @@ def _peak_ratio(props: dict[str, Any] | None, cc: tuple[int, int]) -> float | No
     return tc / fp32 if tc else None
 
 
+def _replayed(ctx: RankContext, props: dict | None, cc: tuple[int, int]) -> tuple[float, str] | None:
+    """(saving µs, method) from the replay with each FP32 GEMM/conv at its roofline floor at the tensor-core peak,
+    or None without a matched device or any costed (shape-recorded) kernel."""
+    from perfdoctor.analysis.hardware import match_device
+    from perfdoctor.replay.transforms.kernels import tensor_cores
+
+    spec = (props["guess"].spec if "guess" in props else match_device(props)) if props else None
+    if spec is None:
+        return None
+    whatif = tensor_cores(ctx.replay(), ctx.tables, spec)
+    if whatif.assumption.startswith("0 of") or whatif.assumption.startswith("no FP32"):
+        return None
+    saving, _, method = ctx.replayed_saving(whatif)
+    return max(saving, 0.0), method
+
+
 def check(ctx: RankContext) -> Outcome:
     props, cc = _device(ctx)
     guess = (props or {}).get("guess")
@@ -108,6 +124,9 @@ def check(ctx: RankContext) -> Outcome:
     ratio = _peak_ratio(props, cc)
     speedup = min(ratio or ctx.th["default_speedup"], ctx.th["max_speedup"])
     saving = fp32_us * (1.0 - 1.0 / speedup)
+    replayed = _replayed(ctx, props, cc)
+    if replayed is not None:
+        saving, method = replayed
     if share < ctx.th["min_fp32_share_pct"] or pct(saving, ctx.step_us) < ctx.th["min_saving_pct"]:
         return passed(**metrics)
     ev = Evidence(values={
@@ -120,5 +139,7 @@ def check(ctx: RankContext) -> Outcome:
     if guess is not None:
         src += f"; no deviceProperties: architecture inferred from {guess.evidence!r}" + (
             f", {guess.assumption}" if ratio else "")
-    method = f"FP32 GEMM/conv kernel time per step × (1 − 1/{speedup:.1f}), {src}, capped at max_speedup"
+    if replayed is None:
+        method = (f"FP32 GEMM/conv kernel time per step × (1 − 1/{speedup:.1f}), {src}, capped at max_speedup "
+                  "(an upper bound: no op shapes or no device in the hardware table to replay the fix with)")
     return Outcome(metrics=metrics, hit=Hit(evidence=ev, estimate=Estimate(saving, ctx.step_us, method)))

@@ -224,6 +224,11 @@ def _bind_constraints(acts: dict[str, np.ndarray], launch_ts: np.ndarray, has_la
         dep[q] = cand
     has_dep = dep >= 0
     dep_end = np.where(has_dep, end[np.maximum(dep, 0)], -np.inf)
+    # the typical launch latency again, without the activities a cross-stream wait held back
+    for d in np.unique(dev).tolist():
+        m = lb & ~has_dep & (dev == d)
+        if m.any():
+            typ[dev == d] = float(np.median(to_launch[m]))
     small_lat = np.minimum(typ, np.maximum(to_launch, 0.0))
     # queued: the stream was still busy when the launch could have started the activity
     stream_bound = ~has_dep & (prev >= 0) & (~has_launch | (prev_end >= launch_ts + small_lat))

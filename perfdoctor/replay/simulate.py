@@ -33,12 +33,15 @@ class Scenario:
         host_cut: per host process id, disjoint sorted ``(starts, ends)`` of recorded host time that no longer
             runs (µs); every later host event of that process moves earlier by the time cut before it.
         blk_removed: per blocking call (shape ``(n_blk,)``), True when the call no longer waits for the device.
+        act_dep_removed: per activity (shape ``(n_act,)``), True when it no longer waits for its cross-stream
+            dependency.
     """
 
     name: str = "recorded"
     act_dur_us: np.ndarray | None = None
     host_cut: dict[int, Intervals] = field(default_factory=dict)
     blk_removed: np.ndarray | None = None
+    act_dep_removed: np.ndarray | None = None
 
 
 @dataclass
@@ -135,7 +138,8 @@ def replay(g: ReplayGraph, scenario: Scenario | None = None) -> ReplayResult:
     anchored = g.act_launch < 0
     base = np.where(anchored, g.act_ts_us, h_launch + g.act_lat_us).tolist()
     kinds, idx = _visit_order(g)
-    prev, gap, dep, dgap = g.act_prev.tolist(), g.act_gap_us.tolist(), g.act_dep.tolist(), g.act_dep_gap_us.tolist()
+    dep_arr = g.act_dep if sc.act_dep_removed is None else np.where(sc.act_dep_removed, -1, g.act_dep)
+    prev, gap, dep, dgap = g.act_prev.tolist(), g.act_gap_us.tolist(), dep_arr.tolist(), g.act_dep_gap_us.tolist()
     ab, durl = g.act_blk_before.tolist(), dur.tolist()
     bb, bdl, blat, ownl, hbs, hbe = (g.blk_blk_before.tolist(), bdep.tolist(), g.blk_lat_us.tolist(), own.tolist(),
                                      h_bs.tolist(), h_be.tolist())

@@ -129,3 +129,37 @@ def cuda_graphs(rr: RankReplay, tables: TraceTables) -> WhatIf:
     return WhatIf("cuda-graphs", Scenario("cuda-graphs", host_cut={pid: cut} if cut[0].size else {}),
                   f"the step's launches replayed as one CUDA graph ({GRAPH_LAUNCH_US:.0f} µs); DataLoader and "
                   "synchronizing calls stay", "CUDA Graphs; graph launch cost from luatil trace_05 (RTX 3060)")
+
+
+PER_ELEMENT_COPIES = 64  # blocking device→host copies per step above which they are read as a per-element loop
+
+
+def batch_copies(rr: RankReplay, calls: Intervals) -> WhatIf:
+    """A loop of blocking device→host copies (``tensor[i].item()`` / ``.cpu()`` per element) becomes one copy of
+    the whole tensor: per step with at least :data:`PER_ELEMENT_COPIES` blocking calls inside ``calls``, the host
+    time from the first such call's end to the last one's end (the loop: its calls, waits and the Python between
+    them) is cut; the first copy and its wait stay.
+
+    Assumption: the loop does nothing but read the elements (the GPUPuzzlers d2h_sync puzzle's fix: one ``.cpu()``
+    of the tensor, then the loop on the host copy, whose cost on a CPU tensor is left out). Source: the recorded
+    graph.
+    """
+    from perfdoctor.analysis import intervals as iv
+
+    g = rr.graph
+    hit = _overlaps(g.blk_ts_us, g.blk_end_us, calls)
+    w = rr.windows
+    pid = w.pid
+    spans_s, spans_e = [], []
+    for a, b in zip(w.host_start_us.tolist(), w.host_end_us.tolist(), strict=True):
+        m = hit & (g.blk_ts_us >= a) & (g.blk_ts_us < b) & ((g.blk_pid == pid) if pid >= 0 else True)
+        if int(m.sum()) >= PER_ELEMENT_COPIES:
+            spans_s.append(float(g.blk_end_us[m].min()))
+            spans_e.append(float(g.blk_end_us[m].max()))
+    cut = iv.union(np.asarray(spans_s), np.asarray(spans_e))
+    in_cut = _overlaps(g.blk_ts_us, g.blk_end_us, cut) if cut[0].size else np.zeros(g.n_blk, bool)
+    target = pid if pid >= 0 else (int(g.blk_pid[hit][0]) if hit.any() else -1)
+    return WhatIf("batch-copies", Scenario("batch-copies", host_cut={target: cut} if cut[0].size else {},
+                                           blk_removed=in_cut),
+                  f"per-element device→host copies in {len(spans_s)} step(s) done as one copy of the tensor: the "
+                  "loop's host time goes", "replay of the recorded graph (GPUPuzzlers d2h_sync puzzle's fix)")

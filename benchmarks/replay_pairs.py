@@ -1,0 +1,166 @@
+#!/usr/bin/env python3
+"""Predicted saving of a fix (replayed what-if on the "before" trace) vs the measured change (before → after).
+
+GPU pairs from ../shared/traces (their README): each "before" trace is replayed with the transformation of the fix
+its author applied; the measured change is the difference of the mean analysed step times of the two traces, and
+the noise is two standard errors of that difference (None for one-step traces: such a pair cannot separate the fix
+from noise). A prediction is good when within 25% of the measured change or within the noise.
+
+``--cpu`` also records CPU pairs with ``perfdoctor profile`` on examples/mlp.py (problem flag on / off, same
+settings): there the measured change is the difference of the median unprofiled steady step times, and the
+replayed saving (of the profiled window) is scaled by the run's measured steady/window ratio.
+
+Usage: python benchmarks/replay_pairs.py [--cpu]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from perfdoctor.analysis import host  # noqa: E402
+from perfdoctor.analysis.steps import find_steps  # noqa: E402
+from perfdoctor.replay.rank import RankReplay, replay_rank  # noqa: E402
+from perfdoctor.replay.transforms import WhatIf  # noqa: E402
+from perfdoctor.replay.transforms.host import (  # noqa: E402
+    batch_copies,
+    cuda_graphs,
+    prefetch_dataloader,
+    remove_syncs,
+)
+from perfdoctor.replay.transforms.kernels import overlap_communication  # noqa: E402
+from perfdoctor.trace import load_trace  # noqa: E402
+from perfdoctor.trace.tables import TraceTables  # noqa: E402
+
+SHARED = REPO.parent / "shared" / "traces"
+Transform = Callable[[RankReplay, TraceTables], WhatIf]
+
+
+def _syncs(rr: RankReplay, t: TraceTables) -> WhatIf:
+    """PD401's fix: a per-element copy loop becomes one copy; otherwise the syncs stop blocking."""
+    w = batch_copies(rr, host.synchronization(t))
+    return w if w.changes_anything else remove_syncs(rr, host.synchronization(t))
+
+
+PAIRS: list[tuple[str, str, str, Transform]] = [
+    ("ResNet50 V100 DataLoader num_workers 0 -> 4 (PD101)", "kineto__resnet50_num_workers_0__worker0.pt.trace.json.gz",
+     "kineto__resnet50_num_workers_4__worker0.pt.trace.json.gz", lambda rr, t: prefetch_dataloader(rr, t)),
+    ("RTX 3060 torch.compile default -> CUDA graphs (PD103)", "luatil__rtx3060_compile_default__trace_04.json",
+     "luatil__rtx3060_compile_cudagraphs__trace_05.json", cuda_graphs),
+    ("A100 4096 per-element .cpu() -> one copy (PD401)", "gpupuzzlers__d2h_sync_first_sum.json.gz",
+     "gpupuzzlers__d2h_sync_third_sum.json.gz", _syncs),
+]
+for layers in ("3layer", "1layer"):
+    for rank in (0, 1):
+        PAIRS.append((f"2x A100 MoE {layers} all-to-all reordered, rank {rank} (PD301)",
+                      f"ykcai__a100x2_moe_{layers}_before/rank{rank}.pt.trace.json",
+                      f"ykcai__a100x2_moe_{layers}_after/rank{rank}.pt.trace.json", overlap_communication))
+
+
+def _steps_us(path: Path) -> tuple[np.ndarray, RankReplay, TraceTables]:
+    t = load_trace(str(path))
+    st = find_steps(t)
+    return np.asarray(st.end_us - st.start_us, dtype=np.float64), replay_rank(t, st), t
+
+
+def _noise(a: np.ndarray, b: np.ndarray) -> float | None:
+    """Two standard errors of the difference of the means (µs); None when a side has one step."""
+    if a.size < 2 or b.size < 2:
+        return None
+    return 2.0 * float(np.sqrt(a.var(ddof=1) / a.size + b.var(ddof=1) / b.size))
+
+
+def _verdict(pred: float, meas: float, noise: float | None) -> str:
+    if meas != 0 and abs(pred - meas) <= 0.25 * abs(meas):
+        return "within 25%"
+    if noise is not None and abs(pred - meas) <= noise:
+        return "within noise"
+    return "MISS" + ("" if noise is not None else " (one step: noise unknown)")
+
+
+def _row(name: str, pred: float, meas: float, noise: float | None, extra: str = "") -> str:
+    nz = f"{noise / 1e3:8.2f}" if noise is not None else "     n/a"
+    return (f"{name:62} {pred / 1e3:10.2f} {meas / 1e3:10.2f} {nz} {_verdict(pred, meas, noise):28} {extra}")
+
+
+def gpu_pairs() -> list[str]:
+    rows = []
+    for name, before, after, transform in PAIRS:
+        pb, pa = SHARED / before, SHARED / after
+        if not (pb.exists() and pa.exists()):
+            rows.append(f"{name:62} (traces absent)")
+            continue
+        b_us, rr, t = _steps_us(pb)
+        a_us, _, _ = _steps_us(pa)
+        w = transform(rr, t)
+        pred = float((rr.recorded_step_us - rr.step_times(w.scenario)).mean())
+        meas = float(b_us.mean() - a_us.mean())
+        rows.append(_row(name, pred, meas, _noise(b_us, a_us),
+                         f"{b_us.mean() / 1e3:.2f} -> {a_us.mean() / 1e3:.2f} ms; {w.assumption}"))
+    return rows
+
+
+def _profile(out: Path, flags: list[str], steps: int) -> Any:
+    cmd = [sys.executable, "-m", "perfdoctor", "profile", str(REPO / "examples" / "mlp.py"), "--steps", str(steps),
+           "--out", str(out), "--no-report", "--", *flags]
+    subprocess.run(cmd, check=True, capture_output=True, timeout=900, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    from perfdoctor.capture.run_data import load_run_dir
+
+    return load_run_dir(out)
+
+
+CPU_PAIRS: list[tuple[str, list[str], list[str], Transform]] = [
+    ("CPU mlp: __getitem__ 2 ms, num_workers 0 -> 2 (PD101)", ["--slow-getitem-ms", "2"],
+     ["--slow-getitem-ms", "2", "--num-workers", "2"], lambda rr, t: prefetch_dataloader(rr, t)),
+    ("CPU mlp: .item() every step -> none (PD401)", ["--item-every-step"], [], _syncs),
+]
+
+
+def cpu_pairs(steps: int = 60) -> list[str]:
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, bad, good, transform in CPU_PAIRS:
+            rb, ra = _profile(Path(tmp) / "before", bad, steps), _profile(Path(tmp) / "after", good, steps)
+            sb = np.asarray(rb.steps["duration_s"][steps // 3:], dtype=np.float64) * 1e6
+            sa = np.asarray(ra.steps["duration_s"][steps // 3:], dtype=np.float64) * 1e6
+            trace = sorted((Path(tmp) / "before").glob("trace.rank*.pt.trace.json.gz"))[0]
+            _, rr, t = _steps_us(trace)
+            w = transform(rr, t)
+            window = float(rr.recorded_step_us.mean())
+            pred_window = float((rr.recorded_step_us - rr.step_times(w.scenario)).mean())
+            ratio = statistics.median(sb.tolist()) / window if window > 0 else 1.0
+            meas = float(np.median(sb) - np.median(sa))
+            rows.append(_row(name, pred_window * ratio, meas, _noise(sb, sa),
+                             f"window saving {pred_window / 1e3:.2f} ms × steady/window {ratio:.2f}; {w.assumption}"))
+            for d in ("before", "after"):
+                subprocess.run(["rm", "-rf", str(Path(tmp) / d)], check=False)
+    return rows
+
+
+def main(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--cpu", action="store_true", help="also record and compare the CPU example pairs")
+    args = ap.parse_args(argv)
+    print(f"{'pair':62} {'pred ms':>10} {'meas ms':>10} {'2SE ms':>8} {'verdict':28} detail")
+    for r in gpu_pairs():
+        print(r, flush=True)
+    if args.cpu:
+        for r in cpu_pairs():
+            print(r, flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

@@ -1,0 +1,153 @@
+"""Transformations of device kernels: tensor cores for FP32 GEMMs/convolutions, fused elementwise chains,
+communication overlapped with the compute it follows."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from perfdoctor.replay.graph import ACT_TABLES
+from perfdoctor.replay.rank import RankReplay
+from perfdoctor.replay.simulate import Scenario
+from perfdoctor.replay.transforms import WhatIf
+from perfdoctor.trace.tables import TraceTables
+
+
+def _kernel_classes(tables: TraceTables, rr: RankReplay) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(category, math dtype or "", name) of every activity of the graph (object arrays)."""
+    from perfdoctor.analysis.classify import classify_kernel
+    from perfdoctor.analysis.kernel_dtype import kernel_math_dtype
+
+    g = rr.graph
+    cat = np.full(g.n_act, "", dtype=object)
+    dt = np.full(g.n_act, "", dtype=object)
+    name = np.full(g.n_act, "", dtype=object)
+    for k, tname in enumerate(ACT_TABLES):
+        m = g.act_table == k
+        if not m.any():
+            continue
+        ids = tables.tables[tname]["name_id"][g.act_row[m]]
+        uniq, inv = np.unique(ids, return_inverse=True)
+        names = [tables.names[i] for i in uniq.tolist()]
+        cat[m] = np.array([classify_kernel(n).category for n in names], dtype=object)[inv]
+        dt[m] = np.array([kernel_math_dtype(n) or "" for n in names], dtype=object)[inv]
+        name[m] = np.array(names, dtype=object)[inv]
+    return cat, dt, name
+
+
+def tensor_cores(rr: RankReplay, tables: TraceTables, spec: object) -> WhatIf:
+    """Each FP32 GEMM/convolution kernel takes the roofline floor of its op at the tensor-core peak:
+    ``max(FLOPs ÷ tensor peak, bytes ÷ memory bandwidth)`` (never more than its recorded time).
+
+    FLOPs and bytes come from the op's recorded shapes (``record_shapes``; :func:`perfdoctor.analysis.op_flops.
+    cost_op`), split over the op's FP32 GEMM kernels by their time; kernels whose op has no shapes keep their time
+    (counted in the assumption). The tensor dtype is TF32 where the device has it, else its 16-bit AMP dtype.
+    Source: the device's datasheet peaks (:mod:`perfdoctor.analysis.hardware`); a floor, so the saving is an upper
+    bound for this fix.
+    """
+    from perfdoctor.analysis.op_args import OpCost
+    from perfdoctor.analysis.op_flops import cost_op
+
+    g = rr.graph
+    cat, dt, _ = _kernel_classes(tables, rr)
+    target = ("tf32" if getattr(spec, "has_tf32", False) else spec.best_16bit_dtype()) if spec else None  # type: ignore[attr-defined]
+    peak = spec.peak(target) if spec and target else None  # type: ignore[attr-defined]
+    dur = g.act_dur_us.copy()
+    sel = np.isin(cat, ["matmul", "conv"]) & (dt == "fp32") & (g.act_table == 0)
+    if not sel.any() or not peak:
+        return WhatIf("tensor-cores", Scenario("tensor-cores", act_dur_us=dur),
+                      "no FP32 GEMM/convolution kernel, or no tensor-core peak for this device", "datasheet")
+    hbm = float(spec.hbm_bytes_per_s)  # type: ignore[attr-defined]
+    kern = tables.kernels
+    ext = kern["external_id"][g.act_row[sel]]
+    ops = tables.cpu_ops
+    order = np.argsort(ops["external_id"], kind="stable")
+    oe = ops["external_id"][order]
+    pos = np.minimum(np.searchsorted(oe, ext), max(oe.size - 1, 0))
+    found = (oe.size > 0) & (oe[pos] == ext) & (ext > 0) if oe.size else np.zeros(ext.size, bool)
+    idx = np.flatnonzero(sel)
+    by_ext: dict[int, list[int]] = {}
+    for j, e in enumerate(ext.tolist()):
+        if found[j]:
+            by_ext.setdefault(int(e), []).append(j)
+    costed = 0
+    for js in by_ext.values():
+        row = int(order[pos[js[0]]])
+        c = cost_op(tables.names[int(ops["name_id"][row])], ops["input_dims"][row], ops["input_type"][row])
+        if not isinstance(c, OpCost) or c.flops <= 0:
+            continue
+        acts = idx[js]
+        share = g.act_dur_us[acts] / max(float(g.act_dur_us[acts].sum()), 1e-9)
+        floor_us = np.maximum(c.flops * share / peak, (c.bytes or 0.0) * share / hbm) * 1e6
+        dur[acts] = np.minimum(dur[acts], floor_us)
+        costed += len(js)
+    return WhatIf("tensor-cores", Scenario("tensor-cores", act_dur_us=dur),
+                  f"{costed} of {int(sel.sum())} FP32 GEMM/conv kernels at their roofline floor at the {target} "
+                  f"tensor-core peak ({peak / 1e12:.0f} TFLOP/s; FLOPs from recorded shapes; the rest keep their time)",
+                  f"{getattr(spec, 'name', 'device')} datasheet peaks")
+
+
+def fused_elementwise(rr: RankReplay, tables: TraceTables) -> WhatIf:
+    """Each run of consecutive elementwise/normalization kernels on a stream becomes one kernel: the run takes the
+    time of its longest kernel (one pass over the largest tensor: the chain's memory-traffic floor when every
+    kernel reads and writes tensors of about the same size), and the host time of all but the first goes: the CPU
+    op that launched each (joined by external id), else its launch call. Source: operator fusion as
+    torch.compile/Inductor does it (one kernel, one call per fusible chain).
+    """
+    from perfdoctor.replay.transforms import merge_cuts
+
+    g = rr.graph
+    cat, _, _ = _kernel_classes(tables, rr)
+    ew = np.isin(cat, ["elementwise", "reduction_norm"])
+    dur = g.act_dur_us.copy()
+    prev = g.act_prev
+    # a chain continues when the previous activity on the stream is elementwise too
+    cont = ew & (prev >= 0) & ew[np.maximum(prev, 0)]
+    head = np.where(ew & ~cont)[0]
+    chain = np.full(g.n_act, -1, dtype=np.int64)
+    chain[head] = head
+    # propagate chain ids along streams in start order (activities are sorted by start)
+    for i in np.flatnonzero(cont).tolist():
+        chain[i] = chain[prev[i]]
+    members = chain >= 0
+    longest = np.zeros(g.n_act)
+    np.maximum.at(longest, chain[members], g.act_dur_us[members])
+    dur[members] = 0.0
+    dur[head] = longest[head]
+    rt = tables.runtime
+    later = np.flatnonzero(cont & (g.act_launch >= 0))
+    cut: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+    if later.size and len(rt):
+        rows = g.act_launch[later]
+        s, e, pids = rt["ts_us"][rows].copy(), rt["end_us"][rows].copy(), rt["pid"][rows]
+        ops = tables.cpu_ops
+        ext = rt["external_id"][rows]
+        if len(ops):
+            order = np.argsort(ops["external_id"], kind="stable")
+            oe = ops["external_id"][order]
+            pos = np.minimum(np.searchsorted(oe, ext), oe.size - 1)
+            hit = (oe[pos] == ext) & (ext > 0)
+            s[hit], e[hit] = ops["ts_us"][order][pos[hit]], ops["end_us"][order][pos[hit]]
+        for pid in np.unique(pids).tolist():
+            m = pids == pid
+            cut = merge_cuts(cut, {int(pid): (s[m], e[m])})
+    n_chains = int(((np.bincount(chain[members], minlength=g.n_act) > 1)).sum()) if members.any() else 0
+    return WhatIf("fused-elementwise", Scenario("fused-elementwise", act_dur_us=dur, host_cut=cut),
+                  f"{n_chains} chains of back-to-back elementwise/norm kernels fused: each takes its longest kernel's "
+                  "time, and its other launch calls go", "operator fusion (torch.compile / Inductor)")
+
+
+def overlap_communication(rr: RankReplay, tables: TraceTables) -> WhatIf:
+    """Compute no longer waits for communication: every cross-stream wait of a non-communication activity on a
+    communication kernel is dropped, so collectives run concurrently with the compute issued after them.
+
+    Assumption: the data a collective produces is not needed by the compute right after it (its consumer can be
+    scheduled later, as bucketed DDP all-reduce or a reordered MoE all-to-all does). Source: DDP gradient bucketing;
+    torch.compile/FX reordering of collectives.
+    """
+    g = rr.graph
+    cat, _, _ = _kernel_classes(tables, rr)
+    comm = cat == "communication"
+    drop = (g.act_dep >= 0) & comm[np.maximum(g.act_dep, 0)] & ~comm
+    return WhatIf("overlap-communication", Scenario("overlap-communication", act_dep_removed=drop),
+                  f"{int(drop.sum())} waits of compute on a collective dropped: communication overlaps the compute "
+                  "after it", "DDP bucketing / collective reordering")

@@ -33,9 +33,13 @@ from typing import Any
 
 SEVERITIES = ("low", "medium", "high")
 FINDINGS_NOTE = (
-    "Savings are upper bounds per step (the time the step would lose if the cause vanished entirely) "
-    "and are not additive: several findings can count the same idle time."
+    "Savings are per step, as a share of the mean step time of the analysed steps; a replayed saving is the "
+    "recorded mean step minus the mean step of the step's dependency graph replayed with the fix (its assumption "
+    "is stated with it); others are upper bounds. Savings are not additive: several findings can remove the same "
+    "time."
 )
+# no finding is medium or above when its saving is under this share of the step (issue 10)
+MIN_MEDIUM_PCT = 1.0
 
 
 def severity_level(severity: str) -> int:
@@ -158,6 +162,8 @@ def severity_for(pct: float | None, cap: str, high_pct: float, medium_pct: float
     if pct is None:
         return cap
     level = "high" if pct >= high_pct else "medium" if pct >= medium_pct else "low"
+    if pct < MIN_MEDIUM_PCT:
+        level = "low"
     return SEVERITIES[min(severity_level(level), severity_level(cap))]
 
 

@@ -102,6 +102,7 @@ class CheckResults:
     skipped: list[dict[str, str]] = field(default_factory=list)
     passed: list[str] = field(default_factory=list)
     metrics: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)  # code -> rank -> metrics
+    fix_all_note: str = ""  # what the findings' fixes together do to the mean step, replayed
 
     def to_report(self) -> dict[str, Any]:
         """The report keys: ``findings`` (ranked dicts), ``skipped_checks``, ``passed_checks``, ``findings_note``."""
@@ -109,7 +110,7 @@ class CheckResults:
             "findings": [f.to_dict() for f in self.findings],
             "skipped_checks": list(self.skipped),
             "passed_checks": list(self.passed),
-            "findings_note": FINDINGS_NOTE,
+            "findings_note": (self.fix_all_note + " " + FINDINGS_NOTE).strip(),
         }
 
 
@@ -247,6 +248,10 @@ def rank_outcomes(analysis: Any, ctx: cx.RankContext, cat: Catalogue, order: lis
         if o.skip:
             ctx.cache.setdefault("skipped", []).append((code, o.skip))
         out[code] = o
+    rr = getattr(ctx.rank, "replay", None)
+    if rr is not None and hasattr(rr, "fired"):
+        rr.fired = [c for c, o in out.items() if o.hit is not None and o.hit.estimate is not None
+                    and o.hit.estimate.saving_us > 0 and c in rr.whatifs]
     return out
 
 
@@ -325,7 +330,30 @@ def combine(analysis: Any, rank_ctx: list[cx.RankContext], per_rank: list[dict[s
     for spec in user:
         _metric_rule(spec, res, modules, cat)
     res.findings = rank_findings(res.findings)
+    res.fix_all_note = _fix_all_note(rank_ctx, res.findings)
     return res
+
+
+def _fix_all_note(rank_ctx: list[cx.RankContext], findings: list[Finding]) -> str:
+    """"Fixing the N findings with a replayed saving together would take the mean step from A to B ms", per rank."""
+    parts = []
+    reported = {f.code for f in findings}
+    for ctx in rank_ctx:
+        rr = getattr(ctx.rank, "replay", None)
+        if rr is not None and hasattr(rr, "to_dict"):
+            fix = rr.to_dict().get("fix_all")
+        else:  # a rank summary: its report section holds the replay
+            section = getattr(getattr(ctx.rank, "summary", None), "section", None)
+            rep = section.get("replay") if isinstance(section, dict) else getattr(section, "replay", None)
+            fix = rep.get("fix_all") if isinstance(rep, dict) else getattr(rep, "fix_all", None)
+        if not fix or not isinstance(fix, dict) or not set(fix["codes"]) <= reported:
+            continue
+        who = f"rank {ctx.rank.rank}: " if len(rank_ctx) > 1 else ""
+        parts.append(f"{who}fixing the {len(fix['codes'])} finding(s) with a replayed saving together "
+                     f"({', '.join(fix['codes'])}) "
+                     f"would take the mean step from {fix['recorded_mean_step_us'] / 1000:,.2f} ms to "
+                     f"{fix['replayed_mean_step_us'] / 1000:,.2f} ms (replayed)")
+    return ("; ".join(parts) + ".") if parts else ""
 
 
 def _rerun_cross_rank(mod: ModuleType, spec: RuleSpec, analysis: Any, ctx: cx.RankContext,
@@ -334,6 +362,7 @@ def _rerun_cross_rank(mod: ModuleType, spec: RuleSpec, analysis: Any, ctx: cx.Ra
     if outcome.skip or not getattr(mod, "CROSS_RANK", False) or getattr(analysis, "collective_wait", None) is None:
         return outcome
     ctx.spec = spec
+    ctx.cache["previous_metrics"] = dict(outcome.metrics)  # what the rank's own run measured (its replay)
     o = mod.check(ctx)
     if not o.skip:
         o.metrics.setdefault("step_us", ctx.step_us)

@@ -272,6 +272,14 @@ class MfuSection(Section, kw_only=True):
     note: str
 
 
+class FixAllSection(Section, kw_only=True):
+    """The rank's findings' what-ifs replayed together: the mean step before and after (µs)."""
+
+    codes: list[str]
+    recorded_mean_step_us: float
+    replayed_mean_step_us: float
+
+
 class ReplaySection(Section, kw_only=True):
     """:meth:`perfdoctor.replay.rank.RankReplay.to_dict`: recorded vs replayed mean step (µs), relative errors,
     graph size, the replay's assumptions, and why its savings are not trusted (``fallback``, None when they are)."""
@@ -284,6 +292,7 @@ class ReplaySection(Section, kw_only=True):
     n_blocking_calls: int
     assumptions: list[str]
     fallback: str | None
+    fix_all: FixAllSection | None | UnsetType = UNSET
 
 
 class GemmDtype(Section, kw_only=True):

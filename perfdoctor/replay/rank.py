@@ -8,7 +8,7 @@ launch call; otherwise ``fallback`` says why, and savings derived from it are la
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -40,6 +40,8 @@ class RankReplay:
     recorded_step_us: np.ndarray
     replayed_step_us: np.ndarray
     fallback: str | None
+    whatifs: dict[str, Any] = field(default_factory=dict)  # rule code -> the WhatIf its saving was replayed with
+    fired: list[str] = field(default_factory=list)  # codes of the rules that fired with a positive saving
 
     @property
     def step_errors(self) -> np.ndarray:
@@ -59,9 +61,25 @@ class RankReplay:
         start, end = replayed_windows(res, self.windows)
         return np.asarray(end - start)
 
+    def fix_all(self, codes: list[str]) -> tuple[float, float] | None:
+        """(recorded mean step, replayed mean step) with the what-ifs of ``codes`` applied together (µs), or
+        None when none of them was replayed."""
+        from perfdoctor.replay.transforms import combine
+
+        parts = [self.whatifs[c] for c in codes if c in self.whatifs]
+        if not parts or self.recorded_step_us.size == 0:
+            return None
+        both = combine("fix-all", parts, self.graph.n_act, self.graph.n_blk, self.graph.act_dur_us)
+        return float(self.recorded_step_us.mean()), float(self.step_times(both.scenario).mean())
+
     def to_dict(self) -> dict[str, Any]:
         errs = self.step_errors
+        both = self.fix_all(self.fired) if self.fired else None
+        codes = [c for c in self.fired if c in self.whatifs]
+        fix_all = None if both is None else {"codes": codes, "recorded_mean_step_us": both[0],
+                                             "replayed_mean_step_us": both[1]}
         return {
+            "fix_all": fix_all,
             "recorded_mean_step_us": float(self.recorded_step_us.mean()) if errs.size else 0.0,
             "replayed_mean_step_us": float(self.replayed_step_us.mean()) if errs.size else 0.0,
             "mean_error": self.mean_error,

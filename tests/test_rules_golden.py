@@ -56,14 +56,20 @@ def test_validated_facts_on_shared_traces():
     nw4 = codes["kineto__resnet50_num_workers_4__worker0.pt.trace.json.gz"]
     assert nw0["PD101"]["saving_pct"] == pytest.approx(33.4, abs=0.5)  # tb-profiler: DataLoader 33.4% of step
     assert "PD101" not in nw4  # tb-profiler: 0.84%
-    assert "PD203" in nw0 and "PD203" in nw4  # V100, FP32 convolutions: AMP advice
+    # V100, FP32 convolutions: tb-profiler advises AMP, but replayed with each costed FP32 conv at its fp16
+    # tensor-core floor (19 ms/step less device time) the steps shrink 2.7 / 1.4 ms: the DataLoader (num_workers=0)
+    # and the host (num_workers=4) decide them, as on the T4 AMP pair that gained nothing
+    assert "PD203" not in nw0 and "PD203" not in nw4
     dlrm = g["param__dlrm_8ranks"]
     # all 8 ranks end the step within 0.9 ms; their collective time is waiting for rank 7 (and the other late
     # starters), the transfer itself is 0.22 ms: PD304 says so, PD301 (overlap advice) stays silent
     assert "PD304" in codes["param__dlrm_8ranks"] and "PD301" not in codes["param__dlrm_8ranks"]
     assert codes["param__dlrm_8ranks"]["PD304"]["ranks"] == [1] and "PD301" in dlrm["passed"]
     assert "PD303" in dlrm["passed"]  # it ran on 8 ranks (no clear straggler: see the check's docstring)
-    assert "PD301" in codes["hta__nccl_parser_config__nccl_data.json.gz"]
+    # 13.2 ms (5.9%) of exposed NCCL per step, but the device idles 78% of the step waiting for the host:
+    # replayed with the collectives overlapped, the step does not get shorter, so PD301 stays silent (PD103 fires)
+    nccl = g["hta__nccl_parser_config__nccl_data.json.gz"]
+    assert "PD301" in nccl["passed"] and "PD103" in codes["hta__nccl_parser_config__nccl_data.json.gz"]
     # traces without step markers are one window; the README calls the launch-queue puzzle launch-bound, and
     # the non-blocking-streams puzzle copies 100 pageable host buffers
     assert "PD103" in codes["gpupuzzlers__launch_queue_N1600.trace.json.gz"]
@@ -77,8 +83,12 @@ def test_findings_on_a_trace_without_steps_say_what_per_step_means():
                                                                    "whole trace window)")
 
 
-def test_pd203_advice_on_v100_is_amp_not_tf32():
-    r = run_rules([shared_trace("kineto__resnet50_num_workers_0__worker0.pt.trace.json.gz")], ["PD203"])
+def test_pd203_advice_on_v100_is_amp_not_tf32(tmp_path):
+    rules = tmp_path / "rules"
+    rules.mkdir()  # the replayed saving is 1.5% of the step: fire from 1% to read the advice
+    (rules / "PD203.toml").write_text('code = "PD203"\n[thresholds]\nmin_saving_pct = 1.0\n')
+    r = run_rules([shared_trace("kineto__resnet50_num_workers_0__worker0.pt.trace.json.gz")], ["PD203"],
+                  rules_dirs=[rules])
     msg = r.findings["PD203"]["message"]
     assert "float16" in msg and "GradScaler" in msg
     assert "set_float32_matmul_precision" not in msg and "bfloat16" not in msg

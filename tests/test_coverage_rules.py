@@ -167,7 +167,21 @@ def test_mtia_device_activity_is_read_and_unknown_categories_are_named(tmp_path)
 
 
 def test_empty_device_name_prints_no_colon():
+    from types import SimpleNamespace as NS
+
     from perfdoctor.render.view import device_name
 
-    assert device_name({"device_properties": [{"id": 2, "name": ""}]}, 2) == "GPU 2"
-    assert device_name({"device_properties": [{"id": 2, "name": "NVIDIA A10"}]}, 2) == "GPU 2: NVIDIA A10"
+    assert device_name(NS(device_properties=[NS(id=2, name="")]), 2) == "GPU 2"  # type: ignore[arg-type]
+    assert device_name(NS(device_properties=[NS(id=2, name="NVIDIA A10")]), 2) == "GPU 2: NVIDIA A10"  # type: ignore[arg-type]
+
+
+def test_savings_and_single_step_text():
+    from perfdoctor.render.view import saving_ms, step_time_text
+
+    assert saving_ms(420.0) == "0.42 ms" and saving_ms(35.0) == "35 µs" and saving_ms(12_345.0) == "12.35 ms"
+    assert saving_ms(12_345.0, 1) == "12.3 ms"
+    from types import SimpleNamespace
+
+    one = dict(n=1, median=5000.0, p10=5000.0, p90=5000.0, min=5000.0, max=5000.0)
+    assert step_time_text(SimpleNamespace(**one)) == "5.00 ms (one step: no spread to report)"
+    assert "p10" in step_time_text(SimpleNamespace(**{**one, "n": 3}))

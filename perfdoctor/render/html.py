@@ -41,7 +41,8 @@ def _env() -> jinja2.Environment:
         keep_trailing_newline=True,
     )
     env.policies["json.dumps_function"] = _dumps
-    env.filters.update(ms=view.ms, pct=view.pct, nbytes=view.nbytes, dur=view.dur, code_spans=code_spans)
+    env.filters.update(ms=view.ms, pct=view.pct, nbytes=view.nbytes, dur=view.dur, code_spans=code_spans,
+                       saving=view.saving_ms)
     env.globals["rv_rows"] = view.breakdown_rows
     env.globals["swatch"] = svg.color
     return env

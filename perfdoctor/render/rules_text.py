@@ -12,6 +12,7 @@ from rich.text import Text
 
 from perfdoctor.model import Report
 from perfdoctor.model.report import SkippedCheck
+from perfdoctor.render import view
 
 
 def rule_text(spec: Any, metrics: dict[str, str], implemented: bool = True) -> Group:
@@ -67,7 +68,7 @@ def findings_renderables(report: Report) -> list[Any]:
         for col, just in columns:
             t.add_column(col, justify=just, overflow="fold")
         for f in findings:
-            saving = (f"{f.saving_us_per_step / 1000:,.1f} ms ({f.saving_pct_of_step:.1f}%)"
+            saving = (f"{view.saving_ms(f.saving_us_per_step, 1)} ({f.saving_pct_of_step:.1f}%)"
                       if f.saving_method else "-")
             t.add_row("-" if f.position is None else str(f.position), f"{f.code}\n{f.name}",
                       Text(f.severity, style=_SEV_STYLE.get(f.severity, "")), saving, f.message)

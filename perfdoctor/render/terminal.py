@@ -12,7 +12,7 @@ from rich.text import Text
 
 from perfdoctor.model import Report, as_report, to_builtins
 from perfdoctor.model.report import DeviceSection, RankSection
-from perfdoctor.render.view import device_name, ms, pct, summary_facts
+from perfdoctor.render.view import device_name, ms, pct, step_time_text, summary_facts
 from perfdoctor.vocab import category_label, idle_label
 
 
@@ -46,8 +46,7 @@ def _rank_header(rank: RankSection, dev: DeviceSection) -> Text:
     else:
         nums = [s.step for s in dev.steps]
         lines.append(f"steps analysed: {len(nums)} ({rank.steps_source} #{nums[0]}–#{nums[-1]})")
-    lines.append(f"step time: median {ms(st.median)} (p10 {ms(st.p10)}, p90 {ms(st.p90)}; "
-                 f"min {ms(st.min)}, max {ms(st.max)})")
+    lines.append(f"step time: {step_time_text(st)}")
     if dev.kind == "gpu":
         lines.append(f"device utilization (busy ÷ step time, all steps): {pct(dev.utilization)}")
         comm = totals.communication

@@ -42,7 +42,7 @@ DEFINITIONS: list[tuple[str, str]] = [
      "twice here)."),
     ("top CPU ops", "Host ops starting inside the analysed steps, grouped by name; inclusive durations, so a "
      "parent and its children both count."),
-    ("rank spread", "(slowest rank's median step time − fastest rank's) ÷ fastest rank's, in %."),
+    ("rank spread", "(longest median step time of a rank − shortest) ÷ shortest, in %."),
     ("memory peak", "Largest total_allocated / total_reserved seen in the trace's [memory] events for that "
      "device (needs profile_memory=True); capacity from deviceProperties.totalGlobalMem."),
     ("MFU", "Model FLOPs per step ÷ median step time (achieved FLOP/s), ÷ the device's dense peak FLOP/s at the "
@@ -57,6 +57,21 @@ DEFINITIONS: list[tuple[str, str]] = [
 def ms(us: float | None, digits: int = 2) -> str:
     """µs → "12.34 ms" ("–" for None)."""
     return "–" if us is None else f"{us / 1000:,.{digits}f} ms"
+
+
+def saving_ms(us: float, digits: int = 2) -> str:
+    """A saving per step: "12.34 ms" (``digits`` decimals from 1 ms), "0.42 ms", "35 µs": never "0.0 ms"."""
+    if abs(us) >= 1000:
+        return f"{us / 1000:,.{digits}f} ms"
+    return f"{us / 1000:.2f} ms" if abs(us) >= 100 else f"{us:,.0f} µs"
+
+
+def step_time_text(st: Any) -> str:
+    """A step-time distribution (``median``, ``p10``... in µs, ``n`` steps) in words: percentiles only where
+    there are several steps."""
+    if int(st.n or 0) <= 1:
+        return f"{ms(st.median)} (one step: no spread to report)"
+    return f"median {ms(st.median)} (p10 {ms(st.p10)}, p90 {ms(st.p90)}; min {ms(st.min)}, max {ms(st.max)})"
 
 
 def dur(us: float | None) -> str:
@@ -296,11 +311,14 @@ def summary_facts(report: Report | Mapping[str, Any]) -> list[tuple[str, str, st
     st = dev.step_time_us
     facts.append((f"median step time{who}", ms(st.median),
                   f"p10–p90 {ms(st.p10)} – {ms(st.p90)}; min–max {ms(st.min)} – {ms(st.max)}; "
-                  f"std {ms(st.std)}; n = {st.n} steps"))
+                  f"std {ms(st.std)}; n = {st.n} steps" if int(st.n or 0) > 1 else "one step: no spread to report"))
     s = rep.summary
     if multi and s.n_ranks > 1 and s.spread_pct is not UNSET:
+        one = int(st.n or 0) <= 1
         facts.append(("rank spread", f"{s.spread_pct:.1f}%",
-                      f"slowest rank {s.slowest_rank} vs fastest rank {s.fastest_rank} (median step time)"))
+                      f"rank {s.slowest_rank} has the longest median step time, rank {s.fastest_rank} the shortest"
+                      + ("; one step per rank: the rank that started first waits longest, so this is no straggler "
+                         "measure" if one else "")))
     facts.extend(throughput_facts(rep))
     t = dev.totals
     label = "device utilization" if dev.kind == "gpu" else "host busy in ops"

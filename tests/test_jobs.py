@@ -78,7 +78,8 @@ def test_pool_and_dask_give_the_same_report() -> None:
     pool = LocalPool(2, on_done=lambda part: done.append(len(part)))
     assert _canon(pipeline.build(paths, executor=pool).report) == base
     assert done == [1, 1, 1, 1] and pool.workers_used == 2
-    from distributed import Client, LocalCluster
+    distributed = pytest.importorskip("distributed", reason="Dask is the optional extra perfdoctor[dask]")
+    Client, LocalCluster = distributed.Client, distributed.LocalCluster
 
     with LocalCluster(n_workers=1, threads_per_worker=2, processes=False, dashboard_address=None) as cluster, \
             Client(cluster) as client:

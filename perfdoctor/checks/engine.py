@@ -119,6 +119,9 @@ def _requirement_missing(req: str, analysis: Any, rank: Any) -> str | None:
     return requirements.missing(req, analysis, rank)
 
 
+LIST_RANKS_UP_TO = 12  # a finding lists the ranks it fired on up to this many, else counts them
+
+
 def _where(rank: int | None, fired: list[int], n_ranks: int) -> tuple[str, str]:
     """Message prefix and suffix naming the rank the numbers come from, on a multi-rank job."""
     if n_ranks < 2:
@@ -126,6 +129,8 @@ def _where(rank: int | None, fired: list[int], n_ranks: int) -> tuple[str, str]:
     prefix = f"rank {rank}: " if rank is not None else ""
     on = f"all {n_ranks} ranks" if len(fired) == n_ranks else (
         f"rank{'s' if len(fired) > 1 else ''} {', '.join(str(r) for r in fired)} of {n_ranks}")
+    if LIST_RANKS_UP_TO < len(fired) < n_ranks:  # a big job: count them (the evidence lists them)
+        on = f"{len(fired)} of {n_ranks} ranks"
     return prefix, f" (fires on {on})"
 
 
@@ -159,6 +164,19 @@ def _as_rank(key: Any) -> int | None:
     return None if key is None or key == "None" else int(key)
 
 
+FOLD_SKIPS_ABOVE = 8  # ranks; more skip reasons than this are folded by their wording
+_NUMBER = re.compile(r"\d+(\.\d+)?")
+
+
+def _folded(skips: list[tuple[Any, str]]) -> str:
+    """Skip reasons of many ranks, one per wording (numbers aside): ``on N ranks, e.g. rank R: reason``."""
+    groups: dict[str, list[tuple[Any, str]]] = {}
+    for r, s in skips:
+        groups.setdefault(_NUMBER.sub("#", s), []).append((r, s))
+    return "; ".join(f"on {len(g)} rank{'s' if len(g) > 1 else ''}, e.g. rank {g[0][0]}: {g[0][1]}"
+                     for g in groups.values())
+
+
 def _merge_rank_outcomes(spec: RuleSpec, outcomes: list[tuple[Any, cx.Outcome]], res: CheckResults,
                          cat: Catalogue) -> None:
     """One finding from the per-rank outcomes (the rank with the largest saving speaks), or a skip / pass.
@@ -177,7 +195,8 @@ def _merge_rank_outcomes(spec: RuleSpec, outcomes: list[tuple[Any, cx.Outcome]],
     skips = [(r, o.skip) for r, o in outcomes if o.skip]
     if skips and len(skips) == len(outcomes):
         reasons = sorted({s for _, s in skips})
-        reason = reasons[0] if len(reasons) == 1 else "; ".join(f"rank {r}: {s}" for r, s in skips)
+        reason = reasons[0] if len(reasons) == 1 else (
+            "; ".join(f"rank {r}: {s}" for r, s in skips) if len(skips) <= FOLD_SKIPS_ABOVE else _folded(skips))
         res.skipped.append({"code": spec.code, "name": spec.name, "reason": reason})
     else:
         res.passed.append(spec.code)

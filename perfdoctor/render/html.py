@@ -173,7 +173,9 @@ def render_html(report: Report | Mapping[str, Any], generated_at: str | None = N
     Raises:
         PerfDoctorError: a mapping that is not a perfdoctor report of this schema version.
     """
-    rep = as_report(report)
+    from perfdoctor.render import job_html
+
+    rep = job_html.slim_report(as_report(report))
     main = view.summary_rank(rep)
     ranks = [rank_view(r) for r in rep.ranks]
     run = rep.run if rep.run is not UNSET else None
@@ -188,5 +190,6 @@ def render_html(report: Report | Mapping[str, Any], generated_at: str | None = N
         "ranks_chart": _ranks_chart(rep) if len(rep.ranks) > 1 else None,
         "run_chart": _run_chart(run) if run is not None else None,
         "definitions": view.DEFINITIONS, "cat_labels": view.CAT_LABELS,
+        "jv": job_html.job_view(rep, len(as_report(report).ranks)) if rep.job is not UNSET else None,
     }
     return _env().get_template("report.html.j2").render(**context)

@@ -1,0 +1,189 @@
+#!/usr/bin/env python3
+"""Many-rank jobs: wall time, ranks/s and reducer memory of `perfdoctor report` on 256 and 1,024 ranks.
+
+Builds an N-rank job (cached in benchmarks/_data/many_ranks_<N>/) from rank 0 of the shared 8-rank DLRM
+traces (V100, NCCL, one ProfilerStep of 14.5 ms, ~0.8 MB of JSON and ~245 kernels per rank; gzip'd ~60 kB):
+
+- every rank gets its own clock offset (rank × 1,000.37 µs + a random 0-50 ms) and ±2% jitter on its compute
+  kernels' durations (nothing else moves), and ``distributedInfo`` {rank, world_size};
+- planted straggler (rank N/3): 6 ms of extra compute (a GEMM kernel and its host op) inserted before its 3rd
+  collective; every later event of that rank moves 6 ms later, and every other rank's 3rd collective runs 6 ms
+  longer (they wait for it) with their later events moved too;
+- planted slow collective (the 6th, rank 2N/3 late by 3 ms of host delay, no extra compute): the others' 6th
+  collective runs 3 ms longer.
+
+Each configuration runs `pipeline.build` in a fresh child process (so peak RSS is the reducer's own; pool and
+Dask workers are separate processes) and prints: wall s, ranks/s, reducer peak RSS, whether the straggler
+(PD303 naming it, and the job's straggler list) and the slow collective (the job's collective-wait matrix:
+the 6th collective among the worst, its last arrival the late rank) were found, and findings above low
+severity that the single-rank baseline does not have.
+
+Usage: python benchmarks/many_ranks.py [--ranks 256 1024] [--configs pool1 pool2 dask1 dask2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import random
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+SOURCE = REPO.parent / "shared" / "traces" / "param__dlrm_8ranks" / "worker0_step_12.1694128201545.pt.trace.json.gz"
+STRAGGLER_US = 6000.0
+SLOW_US = 3000.0
+K_STRAGGLER, K_SLOW = 2, 5  # 0-based: the 3rd and the 6th collective kernels
+
+
+def _insert(events: list[dict[str, Any]], t: float, d: float) -> None:
+    """Insert ``d`` µs at time ``t``: events starting at or after ``t`` move; events spanning ``t`` grow."""
+    for e in events:
+        ts = e.get("ts")
+        if not isinstance(ts, (int, float)):
+            continue
+        if ts >= t:
+            e["ts"] = ts + d
+        elif isinstance(e.get("dur"), (int, float)) and ts + e["dur"] > t:
+            e["dur"] += d
+
+
+def make_rank(doc: dict[str, Any], rank: int, world: int, rng: random.Random) -> dict[str, Any]:
+    """One rank of the synthetic job (see the module docstring)."""
+    d = json.loads(json.dumps(doc))
+    ev = d["traceEvents"]
+    colls = sorted((e for e in ev if e.get("cat") == "kernel" and "nccl" in e["name"]), key=lambda e: e["ts"])
+    launch = {e["args"]["correlation"]: e for e in ev if e.get("cat") == "cuda_runtime" and "correlation" in e.get("args", {})}
+    for e in ev:
+        if e.get("cat") == "kernel" and "nccl" not in e["name"]:
+            e["dur"] = round(e["dur"] * (1 + rng.uniform(-0.02, 0.02)), 3)
+    straggler, late = world // 3, 2 * world // 3
+    # apply the later insertion first so the earlier one's times stay valid
+    for k, who, d_us, compute in ((K_SLOW, late, SLOW_US, False), (K_STRAGGLER, straggler, STRAGGLER_US, True)):
+        c = colls[k]
+        if rank == who:
+            t = launch[c["args"]["correlation"]]["ts"]
+            _insert(ev, t, d_us)
+            if compute:
+                ev.append({"ph": "X", "cat": "kernel", "name": "cutlass_planted_straggler_gemm", "pid": c["pid"],
+                           "tid": 7, "ts": t, "dur": d_us - 10, "args": {"device": c["args"].get("device", 0),
+                                                                         "stream": 7, "correlation": -1}})
+                host = launch[c["args"]["correlation"]]
+                ev.append({"ph": "X", "cat": "cpu_op", "name": "aten::planted_extra_work", "pid": host["pid"],
+                           "tid": host["tid"], "ts": t, "dur": d_us - 10, "args": {}})
+        else:
+            _insert(ev, c["ts"] + c["dur"] - 0.5, d_us)
+    offset = rank * 1000.37 + rng.uniform(0, 50_000)
+    for e in ev:
+        if isinstance(e.get("ts"), (int, float)):
+            e["ts"] = round(e["ts"] + offset, 3)
+    d["distributedInfo"] = {"backend": "nccl", "rank": rank, "world_size": world}
+    return d
+
+
+def build_job(n: int) -> Path:
+    out = HERE / "_data" / f"many_ranks_{n}"
+    done = out / ".complete"
+    if done.exists():
+        return out
+    out.mkdir(parents=True, exist_ok=True)
+    doc = json.loads(gzip.open(SOURCE).read())
+    for r in range(n):
+        data = json.dumps(make_rank(doc, r, n, random.Random(r))).encode()
+        with gzip.open(out / f"rank{r:04d}.pt.trace.json.gz", "wb", compresslevel=1) as fh:
+            fh.write(data)
+    done.write_text("ok")
+    return out
+
+
+CHILD = r"""
+import json, resource, sys, time
+sys.path.insert(0, sys.argv[1])
+from perfdoctor import pipeline
+from perfdoctor.jobs.executors import DaskCluster, InProcess, LocalPool
+kind, workers, path = sys.argv[2], int(sys.argv[3]), sys.argv[4]
+t0 = time.perf_counter()
+cluster = client = None
+if kind == "pool":
+    ex = LocalPool(workers) if workers > 1 else InProcess()
+else:
+    from distributed import Client, LocalCluster
+    cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None)
+    client = Client(cluster)
+    ex = DaskCluster(client)
+t1 = time.perf_counter()
+built = pipeline.build([path], executor=ex)
+wall = time.perf_counter() - t1
+if client is not None:
+    client.close(); cluster.close()
+rep = built.report
+job = rep.get("job") or {"n_ranks": 1, "stragglers": [], "collective_wait": {}, "ranks": [0]}
+out = {"wall_s": wall, "startup_s": t1 - t0, "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+       "n_ranks": job["n_ranks"], "stragglers": [s["rank"] for s in job["stragglers"]],
+       "cw": job["collective_wait"], "ranks": job["ranks"],
+       "findings": [{"code": f["code"], "severity": f["severity"], "rank": f["rank"], "ranks": f["evidence"].get("ranks", []),
+                     "message": f["message"][:160]} for f in rep["findings"]],
+       "html_bytes": None}
+print(json.dumps(out))
+"""
+
+
+def run(kind: str, workers: int, path: Path) -> dict[str, Any]:
+    r = subprocess.run([sys.executable, "-c", CHILD, str(REPO), kind, str(workers), str(path)],
+                       capture_output=True, text=True, check=False)
+    if r.returncode != 0:
+        raise SystemExit(r.stderr[-3000:])
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def verdict(res: dict[str, Any], n: int, baseline: set[str]) -> dict[str, Any]:
+    straggler, late = n // 3, 2 * n // 3
+    pd303 = [f for f in res["findings"] if f["code"] == "PD303"]
+    cw = res["cw"]
+    worst = [w["index"] for w in cw.get("worst_collectives", [])[:2]]
+    last_at_slow = None
+    if cw.get("matched") and K_SLOW in worst:
+        col = [row[worst.index(K_SLOW)] for row in cw["wait_matrix_us"]]
+        last_at_slow = res["ranks"][min(range(len(col)), key=col.__getitem__)]
+    extra = sorted({f["code"] for f in res["findings"] if f["severity"] != "low"} - baseline - {"PD303", "PD304"})
+    return {
+        "straggler_found": bool(pd303 and straggler in pd303[0]["ranks"]) and straggler in res["stragglers"],
+        "slow_collective_found": K_STRAGGLER in worst and K_SLOW in worst and last_at_slow == late,
+        "other_stragglers": [r for r in res["stragglers"] if r != straggler],
+        "new_findings_above_low": extra,
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--ranks", type=int, nargs="+", default=[256, 1024])
+    ap.add_argument("--configs", nargs="+", default=["pool1", "pool2", "dask1", "dask2"])
+    args = ap.parse_args()
+    base = run("pool", 1, SOURCE)
+    baseline = {f["code"] for f in base["findings"] if f["severity"] != "low"}
+    print(f"single-rank baseline (the source rank alone): findings above low: {sorted(baseline)}")
+    print(f"{'ranks':>6} {'config':>7} {'wall s':>8} {'ranks/s':>8} {'reducer RSS MB':>15} {'straggler':>10} "
+          f"{'slow coll.':>10} {'new >low':>10}")
+    for n in args.ranks:
+        t0 = time.perf_counter()
+        path = build_job(n)
+        print(f"  (job of {n} ranks ready in {time.perf_counter() - t0:.1f} s: "
+              f"{sum(f.stat().st_size for f in path.glob('*.gz')) / 1e6:.0f} MB gzip'd)")
+        for cfg in args.configs:
+            kind, workers = cfg.rstrip("0123456789"), int(cfg[len(cfg.rstrip("0123456789")):])
+            res = run(kind, workers, path)
+            v = verdict(res, n, baseline)
+            print(f"{n:>6} {cfg:>7} {res['wall_s']:>8.1f} {n / res['wall_s']:>8.2f} {res['rss_mb']:>15.0f} "
+                  f"{str(v['straggler_found']):>10} {str(v['slow_collective_found']):>10} "
+                  f"{','.join(v['new_findings_above_low']) or '-':>10}", flush=True)
+            if v["other_stragglers"]:
+                print(f"         other ranks flagged as stragglers: {v['other_stragglers'][:10]}")
+
+
+if __name__ == "__main__":
+    main()

@@ -19,6 +19,8 @@ from perfdoctor import pipeline
 from perfdoctor.checks import config, engine
 from perfdoctor.jobs.cross_rank import job_section
 from perfdoctor.jobs.reduce import reduce
+from perfdoctor.model import to_builtins
+from perfdoctor.model.build import build_report
 from perfdoctor.render.html import render_html
 from perfdoctor.render.terminal import render_terminal
 
@@ -39,9 +41,9 @@ def _job(n: int, world: int | None = None) -> dict[str, Any]:
         out.append(s)
     cat, codes = engine.prepare(config.resolve())
     job = reduce(out, cat, codes)
-    job.analysis.extras.update(job.checks.to_report())
-    job.analysis.extras["job"] = job_section(job)
-    return pipeline.report_dict(job.analysis, [s.section for s in job.summaries])
+    job.analysis.checks = job.checks
+    model = build_report(job.analysis, sections=[s.section for s in job.summaries], job=job_section(job))
+    return to_builtins(model)
 
 
 @pytest.fixture(scope="module")

@@ -146,7 +146,7 @@ class DaskCluster:
             self.client, self._own = address, False
         else:
             try:
-                self.client, self._own = Client(address, timeout=timeout_s), True
+                self.client, self._own = Client(address, timeout=timeout_s), True  # type: ignore[no-untyped-call]
             except (OSError, TimeoutError) as exc:
                 raise PerfDoctorError(f"--dask {address}: cannot reach the Dask scheduler ({exc})") from None
         self.on_done = on_done
@@ -161,7 +161,7 @@ class DaskCluster:
                    for i, f in enumerate(files)]
         out: list[RankSummary] = []
         try:
-            for fut in as_completed(futures):
+            for fut in as_completed(futures):  # type: ignore[no-untyped-call]
                 part = fut.result()
                 out += part
                 fut.release()
@@ -169,7 +169,7 @@ class DaskCluster:
                     self.on_done(part)
         finally:
             if self._own:
-                self.client.close()
+                self.client.close()  # type: ignore[no-untyped-call]
         return out
 
 

@@ -38,9 +38,9 @@ def reduce(summaries: list[RankSummary], cat: Any, codes: list[str], run: Any = 
         PerfDoctorError: every input failed (the first one's error), or two traces claim the same rank.
     """
     from perfdoctor.analysis import collective_wait
+    from perfdoctor.analysis.rank import Analysis, InputFile
     from perfdoctor.checks import context as cx
     from perfdoctor.checks import engine
-    from perfdoctor.pipeline import Analysis
 
     failed = [s for s in summaries if s.error]
     ok = [s for s in summaries if not s.error]
@@ -54,7 +54,7 @@ def reduce(summaries: list[RankSummary], cat: Any, codes: list[str], run: Any = 
                 f"{s.path}: rank {s.rank} is also the rank of {seen[s.rank]}: one report covers one job, one "
                 "trace per rank; to compare two runs, report each file separately")
         seen[s.rank] = s.path
-    inputs = [s.input for s in sorted(ok, key=lambda s: s.index)]
+    inputs = [InputFile(**s.input) for s in sorted(ok, key=lambda s: s.index)]
     ok.sort(key=lambda s: s.rank if s.rank is not None else 0)
     ranks = [SummaryRank(s) for s in ok]
     analysis = Analysis(ranks=ranks, inputs=inputs)  # type: ignore[arg-type]  # summary stand-ins

@@ -131,7 +131,7 @@ def local_copy(path: str) -> Iterator[str]:
         yield path.removeprefix("file://")
         return
     try:
-        import fsspec
+        import fsspec  # type: ignore[import-untyped]
     except ImportError:
         raise PerfDoctorError(f"{path}: reading URLs needs fsspec (pip install fsspec and its backend)") from None
     suffix = ".json.gz" if path.endswith(".gz") else ".json"

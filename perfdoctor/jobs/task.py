@@ -8,6 +8,7 @@ for the same trace bytes (sha256) and the same options, and writes it otherwise.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import shutil
 from collections.abc import Callable
@@ -73,7 +74,7 @@ def summarise_file(path: str, index: int, opts: SummaryOptions, cat: Any, measur
 def _summarise(local: str, path: str, index: int, opts: SummaryOptions, cat: Any, measured_roofs: Any,
                sha: str | None, on_progress: Callable[[int], None] | None) -> list[RankSummary]:
     from perfdoctor.analysis.mfu import add_efficiency
-    from perfdoctor.analysis.rank import Analysis, analyze_tables
+    from perfdoctor.analysis.rank import Analysis, InputFile, analyze_tables
     from perfdoctor.checks import engine
     from perfdoctor.trace import load_trace
     from perfdoctor.trace.ranks import split_merged
@@ -95,15 +96,15 @@ def _summarise(local: str, path: str, index: int, opts: SummaryOptions, cat: Any
             if tabs.rank is None:
                 tabs.rank = index
             ra = analyze_tables(tabs, opts.step_marker)
-            info = {"path": name, "bytes": os.path.getsize(local), "sha256": sha if opts.hash_inputs else None,
-                    "events": tabs.n_events, "uncompressed_bytes": tabs.uncompressed_bytes}
+            info = InputFile(path=name, bytes=os.path.getsize(local), sha256=sha if opts.hash_inputs else None,
+                             events=tabs.n_events, uncompressed_bytes=tabs.uncompressed_bytes)
             analysis = Analysis(ranks=[ra], inputs=[info])
             analysis.run = opts.run_json
             add_efficiency(analysis.ranks, opts.model_flops_per_step, opts.flops_source, measured_roofs,
                            step_time_s_by_rank=opts.step_time_s_by_rank)
             if note:
                 ra.warnings.append(note)
-            out.append(rank_summary(analysis, ra, index, info, cat, order, note))
+            out.append(rank_summary(analysis, ra, index, dataclasses.asdict(info), cat, order, note))
     finally:
         if split is not None:
             shutil.rmtree(split[1], ignore_errors=True)

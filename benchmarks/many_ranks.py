@@ -129,6 +129,10 @@ out = {"wall_s": wall, "startup_s": t1 - t0, "rss_mb": resource.getrusage(resour
        "findings": [{"code": f["code"], "severity": f["severity"], "rank": f["rank"], "ranks": f["evidence"].get("ranks", []),
                      "message": f["message"][:160]} for f in rep["findings"]],
        "html_bytes": None}
+from perfdoctor.render.html import render_html
+t2 = time.perf_counter()
+out["html_bytes"] = len(render_html(built.model).encode())
+out["html_s"] = time.perf_counter() - t2
 print(json.dumps(out))
 """
 
@@ -168,7 +172,7 @@ def main() -> None:
     baseline = {f["code"] for f in base["findings"] if f["severity"] != "low"}
     print(f"single-rank baseline (the source rank alone): findings above low: {sorted(baseline)}")
     print(f"{'ranks':>6} {'config':>7} {'wall s':>8} {'ranks/s':>8} {'reducer RSS MB':>15} {'straggler':>10} "
-          f"{'slow coll.':>10} {'new >low':>10}")
+          f"{'slow coll.':>10} {'new >low':>10} {'HTML MB':>8}")
     for n in args.ranks:
         t0 = time.perf_counter()
         path = build_job(n)
@@ -180,7 +184,7 @@ def main() -> None:
             v = verdict(res, n, baseline)
             print(f"{n:>6} {cfg:>7} {res['wall_s']:>8.1f} {n / res['wall_s']:>8.2f} {res['rss_mb']:>15.0f} "
                   f"{str(v['straggler_found']):>10} {str(v['slow_collective_found']):>10} "
-                  f"{','.join(v['new_findings_above_low']) or '-':>10}", flush=True)
+                  f"{','.join(v['new_findings_above_low']) or '-':>10} {res['html_bytes'] / 1e6:>8.2f}", flush=True)
             if v["other_stragglers"]:
                 print(f"         other ranks flagged as stragglers: {v['other_stragglers'][:10]}")
 

@@ -195,3 +195,68 @@ def test_merged_file_split_into_ranks(tmp_path: Path, layout: str) -> None:
         # the same step breakdown and kernels as the rank's own file
         assert got["devices"][0]["steps"] == want["devices"][0]["steps"]
         assert got["top_kernels"] == want["top_kernels"]
+
+
+def test_fsspec_url_read_by_the_worker(tmp_path: Path) -> None:
+    fsspec = pytest.importorskip("fsspec")
+    src = _dlrm()[0]
+    url = "memory://perfdoctor-test/worker0.pt.trace.json.gz"
+    with fsspec.open(url, "wb") as fh:
+        fh.write(Path(src).read_bytes())
+    from perfdoctor.jobs.task import summarise_file
+
+    cat, codes = engine.prepare(config.resolve())
+    [s] = summarise_file(url, 0, js.SummaryOptions(codes=codes), cat)
+    [local] = summarise_file(src, 0, js.SummaryOptions(codes=codes), cat)
+    assert s.error is None and s.path == url and s.input["sha256"] == local.input["sha256"]
+    assert [r.dur_us for r in s.step_rows] == [r.dur_us for r in local.step_rows]
+
+
+def test_ranks_with_different_step_counts() -> None:
+    from perfdoctor.jobs.cross_rank import job_section
+
+    built = pipeline.build(_dlrm()[:3])
+    job = built.job
+    # rank 2 lost its only step (e.g. a trace cut before it): a hole in the rank × step matrix, not a zero
+    job.summaries[2].step_rows = []
+    sec = job_section(job)
+    assert sec["steps"] == [10] and sec["step_time_us"][2] == [None]
+    assert sec["step_time_us"][0][0] == pytest.approx(job.summaries[0].step_rows[0].dur_us)
+    assert sec["step_median_us"][2] is None
+
+
+def test_straggler_and_breakdown_outlier_by_hand() -> None:
+    from perfdoctor.jobs.cross_rank import _breakdown_outliers, _stragglers
+
+    compute = np.array([[10.0], [10.2], [9.9], [10.1], [10.0], [15.0]]) * 1000  # µs, one step
+    # median 10,050; |dev| 50 150 150 50 50 4,950 → MAD 100; z(rank 5) = 0.6745 × 4,950 / 100 = 33.39
+    [s] = _stragglers(list(range(6)), compute)
+    assert s["rank"] == 5 and s["z"] == pytest.approx(0.6745 * 4950 / 100)
+    assert s["median_compute_us"] == pytest.approx(10_050.0)
+    # a rank 8% above the median is robustly far on a tight job but under the 10% floor: not a straggler
+    assert _stragglers(list(range(6)), np.array([[10.0], [10.0], [10.0], [10.01], [10.0], [10.8]])) == []
+    shares = [{"idle: dataloader": 0.02}, {"idle: dataloader": 0.03}, {"idle: dataloader": 0.02},
+              {"idle: dataloader": 0.35}, {"idle: dataloader": 0.025}]
+    [b] = _breakdown_outliers(list(range(5)), shares)
+    assert b["rank"] == 3 and b["category"] == "idle: dataloader" and b["median_share"] == pytest.approx(0.025)
+
+
+def test_cli_jobs_and_per_rank() -> None:
+    import subprocess
+    import sys
+
+    files = _dlrm()[:2]
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "perfdoctor", "report", *files, "--width", "120", *args],
+                              capture_output=True, text=True, check=False)
+
+    r = cli("--jobs", "2", "--format", "json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["job"]["n_ranks"] == 2 and [x["rank"] for x in doc["ranks"]] == [0, 1]
+    job_view, per_rank = cli("--jobs", "1"), cli("--jobs", "1", "--per-rank")
+    assert "Job: 2 ranks analysed" in job_view.stdout and "Rank 1\ntrace:" not in job_view.stdout
+    assert "Rank 1\ntrace:" in per_rank.stdout and "Job: 2 ranks" not in per_rank.stdout
+    bad = cli("--jobs", "0")
+    assert bad.returncode == 2 and "--jobs must be at least 1" in bad.stderr and "Traceback" not in bad.stderr

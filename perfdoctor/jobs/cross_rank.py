@@ -15,6 +15,7 @@ All inputs are the ranks' analysed step rows (µs) and the matched collective wa
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import numpy as np
@@ -118,7 +119,8 @@ def _stragglers(ranks: list[int], compute: np.ndarray) -> list[dict[str, Any]]:
         if ok.sum() >= 3:
             z[ok, j] = robust_z(col[ok])
     out = []
-    with np.errstate(all="ignore"):
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # a rank without steps: its mean is NaN, on purpose
         zr = np.nanmedian(z, axis=1) if not np.isnan(z).all() else np.zeros(len(ranks))
         mean_c = np.nanmean(compute, axis=1)
     med = float(np.nanmedian(mean_c))

@@ -160,6 +160,7 @@ def slim_report(rep: Report) -> Report:
 def job_view(rep: Report, n_ranks: int) -> dict[str, Any]:
     """What the template's job section shows: facts and charts (SVG markup); ``n_ranks``: ranks in the job
     (``rep`` may hold fewer rank sections, see :func:`slim_report`)."""
+    assert rep.job is not UNSET
     job = to_builtins(rep.job)
     ranks = job["ranks"]
     steps = [f"#{s}" for s in job["steps"]]

@@ -570,3 +570,19 @@ def test_run_dir_against_a_plain_trace_compares_trace_steps(capsys):
     dev = run["ranks"][0]["devices"][0]
     assert d["statistics"]["steps"]["before"] == dev["step_time_us"]["n"]
     assert d["mean_step_us"]["before"] == pytest.approx(dev["step_time_us"]["mean"])
+
+
+def test_run_level_change_and_spread_are_warned(tmp_path, capsys):
+    doc = json.loads(RUN_REPORT.read_text())
+    ss = doc["run"]["steady_state"]
+    first = ss["phases"][0]
+    ss["phases"] = [{**first, "end_step": 300}, {"start_step": 300, "end_step": first["end_step"], "median_s": 0.05}]
+    ss["phase_change"], ss["steady_start_step"] = True, 300
+    ss["p10_s"], ss["p90_s"] = 0.02, 0.05  # 2.5x
+    (tmp_path / "changed.json").write_text(json.dumps(doc))
+    assert main(["diff", str(RUN_REPORT), str(tmp_path / "changed.json"), "--format", "json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    steady = [i for i, p in enumerate(doc["run"]["steps"]["profiler_phase"]) if i >= 300 and p == "none"]
+    assert d["statistics"]["steps"]["after"] == len(steady)  # the last phase only
+    assert any(w.startswith("AFTER (") and "changed level during the run (at step 300)" in w for w in d["warnings"])
+    assert any("vary 2.5x (p90 ÷ p10)" in w for w in d["warnings"])

@@ -97,6 +97,9 @@ def test_problem_flag_on_is_a_regression(root, capsys):
     code, d = diff_json(capsys, runs["clean"], runs["pymetrics"], "--fail-on-regression", "5")
     show(capsys, f"PD105 flag on: {d['headline']}")
     assert {f["code"]: f["status"] for f in d["findings"]}.get("PD105") == "new"
+    # the gate fires even on a loaded machine: 40 ms of Python per step is several times the noise (measured at
+    # load 12 on 2 cores: +49.7%, 95% CI +30.9% to +68.5%)
+    assert code == 1 and d["verdict"] == "slower" and d["ci95_pct"][0] > 0
     # the reverse direction is the fix: PD105 resolved with its predicted-vs-measured row
     rcode, r = diff_json(capsys, runs["pymetrics"], runs["clean"], "--fail-on-regression", "5")
     assert rcode == 0
@@ -105,7 +108,6 @@ def test_problem_flag_on_is_a_regression(root, capsys):
     assert row["measured_us"] == pytest.approx(r["mean_step_us"]["before"] - r["mean_step_us"]["after"])
     show(capsys, f"PD105 fix: predicted {row['predicted_us'] / 1e3:.2f} ms, measured {row['measured_us'] / 1e3:.2f} ms")
     if timing_verdicts_meaningful(capsys):
-        assert code == 1 and d["verdict"] == "slower" and d["ci95_pct"][0] > 0
         # the step grew by most of the 40 ms of Python the flag adds
         assert d["mean_step_us"]["after"] - d["mean_step_us"]["before"] > 20_000
         assert r["verdict"] == "faster"

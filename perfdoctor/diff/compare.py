@@ -104,7 +104,7 @@ def compare(before: Side, after: Side, noise_pct: float = stats.DEFAULT_NOISE_PC
     rows = findings.compare_findings(before.model, after.model)
     preds, note = findings.predictions(before.model, after.model, rows, measured, ci_us)
     cats, step_b, step_a = categories.category_rows(before.model, after.model)
-    warnings = [*sb.notes, *sa.notes, *_warnings(info_b, info_a, before, after)]
+    warnings = list(dict.fromkeys([*sb.notes, *sa.notes, *_warnings(info_b, info_a, before, after)]))
     return Diff(
         schema=SCHEMA, schema_version=SCHEMA_VERSION, tool={"name": "perfdoctor", "version": __version__},
         before=info_b, after=info_a, verdict=cmp.verdict, headline=headline(cmp.verdict, cmp),

@@ -55,6 +55,28 @@ def run_step_times(model: Report) -> np.ndarray | None:
     return out
 
 
+UNSTABLE_SPREAD = 2.0  # p90 ÷ p10 of the steady steps above this: no single level (analysis.steady_state's bar)
+
+
+def steady_state_notes(model: Report, path: str, side: str) -> list[str]:
+    """Warnings on a run's steady state: a level change during the run (the steady state is then its last phase,
+    so the two sides may compare different stretches of time) and steps without one level (p90 ÷ p10 > 2)."""
+    run = run_of(model)
+    ss = run.steady_state if run is not None else None
+    if ss is None:
+        return []
+    out = []
+    if ss.phase_change and ss.phases:
+        starts = ", ".join(str(p.start_step) for p in ss.phases[1:])
+        out.append(f"{side} ({path}): the step time changed level during the run (at step {starts}); its steady "
+                   f"state is the last phase from step {ss.steady_start_step}: a machine that got busier or quieter "
+                   "mid-run makes the two sides compare different stretches of time")
+    if ss.p10_s > 0 and ss.p90_s / ss.p10_s > UNSTABLE_SPREAD:
+        out.append(f"{side} ({path}): steady-state steps vary {ss.p90_s / ss.p10_s:.1f}x (p90 ÷ p10): other work on "
+                   "the machine or steps of different sizes; the interval widens accordingly")
+    return out
+
+
 def trace_step_times(model: Report, path: str) -> StepSeries:
     """Profiled step times (µs) of the trace(s); see the module docstring for multi-rank jobs.
 
@@ -89,7 +111,8 @@ def pair_series(before: Report, after: Report, before_path: str, after_path: str
     rb, ra = run_step_times(before), run_step_times(after)
     if rb is not None and ra is not None and rb.size >= 2 and ra.size >= 2:
         src = "steady-state train-only step times of the whole run (rank 0, profiled and warm-up steps left out)"
-        return StepSeries(rb, src), StepSeries(ra, src)
+        return (StepSeries(rb, src, steady_state_notes(before, before_path, "BEFORE")),
+                StepSeries(ra, src, steady_state_notes(after, after_path, "AFTER")))
     notes = []
     if (rb is not None) != (ra is not None):
         notes.append("only one side is a perfdoctor profile run: both sides are compared on their profiled "

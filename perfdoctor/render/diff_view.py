@@ -54,7 +54,7 @@ def verdict_facts(d: Diff) -> list[tuple[str, str]]:
         ("why this verdict", s.reason),
         ("method", s.method + f"; noise threshold ±{s.noise_threshold_pct:g}%"),
     ]
-    if s.more_steps_needed:
+    if s.more_steps_needed and d.ci95_pct is not None:  # without an interval "why this verdict" says it
         out.insert(3, ("inconclusive", f"{s.more_steps_needed:,} more steps needed per side"))
     out += [(f"{'train-only' if t.key.startswith('train') else 'wall-clock'} throughput",
              f"{_rate(t.before)} → {_rate(t.after)} {t.unit} ({signed_pct(t.change_pct)})") for t in d.throughput]

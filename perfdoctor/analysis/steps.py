@@ -197,6 +197,10 @@ def find_steps(tables: TraceTables, marker: str | None = None) -> Steps:
     end = np.fmax(h_end, dev_end)
     end = np.maximum.accumulate(end)
     start = np.concatenate([[h_start[0]], end[:-1]])
+    first = _after_inherited_work(tables, gpu_tabs, float(h_start[0]), float(h_end[0]))
+    if first > start[0] and first < end[0]:
+        start = start.copy()
+        start[0] = first
     horizon = _recorded_until(tables)
     overrun = end[-1] - horizon
     typical = float(np.median(end[:-1] - start[:-1])) if end.size > 1 else 20 * max(horizon - start[-1], 0.0)
@@ -235,6 +239,30 @@ def find_steps(tables: TraceTables, marker: str | None = None) -> Steps:
         device_end_us=dev_end, marker=rx, source=source, pid=pid, tid=tid,
         warnings=warnings, warmup=warm, cold_dropped=cold_dropped, cold_dropped_warmup=dropped_warmup,
     )
+
+
+def _after_inherited_work(tables: TraceTables, gpu_tabs: list[str], h_start: float, h_end: float) -> float:
+    """Where the first step starts on the device timeline (µs): the end of device work inherited from before
+    the recording (activities with no launch in the trace, or launched before the step) that still runs after
+    the step's host start, when it ends before the step's own first device activity; else ``h_start``.
+
+    As TensorBoard's plugin and HTA do (issue 10 item 6): the first step does not absorb the previous,
+    unrecorded step's kernels.
+    """
+    inherited_end, own_first = -np.inf, np.inf
+    for t in gpu_tabs:
+        tab = tables.tables[t]
+        launch = gpu_launch_times(tables, t)
+        unlaunched = launch == tab["ts_us"]  # no runtime call joined (see gpu_launch_times)
+        old = (unlaunched | (launch < h_start)) & (tab["end_us"] > h_start)
+        if old.any():
+            inherited_end = max(inherited_end, float(tab["end_us"][old].max()))
+        own = ~unlaunched & (launch >= h_start) & (launch < h_end)
+        if own.any():
+            own_first = min(own_first, float(tab["ts_us"][own].min()))
+    if inherited_end == -np.inf or inherited_end > own_first:
+        return h_start
+    return inherited_end
 
 
 def _recorded_until(tables: TraceTables) -> float:

@@ -123,8 +123,14 @@ class RankContext:
         return self.rank.steps.start_us, self.rank.steps.end_us
 
     def step_of(self, ts_us: np.ndarray) -> np.ndarray:
-        """Index of the step window holding each time (-1 outside all windows)."""
-        return iv.containing(ts_us, self.windows())
+        """Index of the step window holding each time (-1 outside all windows); host times between the first
+        step's host start and its device-timeline start (which waits for inherited device work) are step 0's."""
+        ws, we = self.windows()
+        h0 = self.rank.steps.host_start_us[:1]
+        if ws.size and h0.size and h0[0] < ws[0]:
+            ws = ws.copy()
+            ws[0] = h0[0]
+        return iv.containing(ts_us, (ws, we))
 
     # -- derived, cached ---------------------------------------------------------
     def kernels(self) -> KernelView:

@@ -207,7 +207,7 @@ def test_findings_and_prediction_from_report_json(tmp_path):
     status = {x.code: x.status for x in d.findings}
     assert status == {"PD101": "resolved", "PD103": "persisting", "PD205": "new"}
     preds = {p.code: p for p in d.predicted_vs_measured}
-    assert set(preds) == {"PD101", "PD103"}
+    assert {c: p.status for c, p in preds.items()} == {"PD101": "resolved", "PD103": "shrank"}
     # measured: 1000 − 900 = 100 µs per step; PD101 predicted 150 → error −50 (−33.3%); PD103 predicted 50 → +50
     assert preds["PD101"].measured_us == pytest.approx(100)
     assert preds["PD101"].error_us == pytest.approx(-50) and preds["PD101"].error_pct == pytest.approx(-100 / 3)

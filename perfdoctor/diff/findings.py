@@ -88,7 +88,8 @@ def predictions(before: Report, after: Report, rows: list[FindingDelta], measure
         if predicted <= 0:
             continue
         error = measured_us - predicted
-        out.append(Prediction(code=r.code, name=r.name, status=r.status, predicted_us=predicted,
+        status = "resolved" if r.status == "resolved" else "shrank"
+        out.append(Prediction(code=r.code, name=r.name, status=status, predicted_us=predicted,
                               predicted_kind=kind, measured_us=measured_us, measured_ci95_us=measured_ci_us,
                               error_us=error, error_pct=100.0 * error / predicted))
     out.sort(key=lambda p: (p.status != "resolved", -p.predicted_us, p.code))

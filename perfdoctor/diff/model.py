@@ -103,7 +103,8 @@ class FindingDelta(msgspec.Struct, frozen=True):
 
 
 class Prediction(msgspec.Struct, frozen=True):
-    """Predicted vs measured for one BEFORE finding that was resolved or shrank.
+    """Predicted vs measured for one BEFORE finding that was resolved or shrank (``status``: ``resolved`` /
+    ``shrank``).
 
     ``predicted_us``: saving before − saving after (µs/step); ``predicted_kind``: ``replayed`` (the step's dependency
     graph replayed with the fix) or ``upper-bound`` (an interval rule's estimate); ``measured_us``: mean step before − after (µs, positive = faster, the whole step's

@@ -324,3 +324,18 @@ def test_plan_rejects_heads_not_dividing_d_model():
         plan(1e9, 8, "H100", H100, 0.4, seq_len=2048, micro_batch=1, d_model=2048, n_layers=24, n_heads=15)
     with pytest.raises(ValueError, match="gpus must be positive, got 0"):
         plan(1e9, 0, "H100", H100, 0.4)
+
+
+def test_report_mfu_caveats_one_step_and_low_mfu():
+    from perfdoctor.analysis.budget import report_mfu_caveats
+
+    one_step = {"ranks": [{"primary_device": 0, "devices": [{"device": 0, "steps": [{}]}]}]}
+    c = report_mfu_caveats(one_step, 0.002)
+    assert len(c) == 2 and c[0].startswith("the report's MFU comes from 1 step(s)") and "MFU of 0.2%" in c[1]
+    many = {"ranks": [{"primary_device": 0, "devices": [{"device": 0, "steps": [{}, {}, {}]}]}]}
+    assert report_mfu_caveats(many, 0.4) == []
+
+
+def test_from_report_prints_the_caveat(tmp_path, capsys):
+    assert budget_from(tmp_path, [gpu_rank(0.02)], "--gpu", "H100") == 0
+    assert "warning       an MFU of 2.0% describes a toy" in capsys.readouterr().out

@@ -41,3 +41,35 @@ def test_matmul_measure_counts_2n3():
 
 def test_machine_id_is_stable():
     assert cal.machine_id("GPU X") == cal.machine_id("GPU X") != cal.machine_id("GPU Y")
+
+
+def test_load_note_flags_a_busy_machine():
+    assert cal.load_note(8.0, 2).startswith("measured under load (1-minute load average 8.0 on 2 cores)")
+    assert cal.load_note(1.0, 2) == "" and cal.load_note(None, 2) == ""
+
+
+def test_calibration_under_load_warns_and_is_not_used(tmp_path, monkeypatch, capsys):
+    from perfdoctor.capture import run_data
+
+    monkeypatch.setenv("PERFDOCTOR_HOME", str(tmp_path))
+    monkeypatch.setattr(cal.os, "getloadavg", lambda: (4096.0, 4096.0, 4096.0))
+    assert main(["calibrate", "--quick", "--device", "cpu"]) == 0
+    assert "warning: measured under load" in capsys.readouterr().out
+    record = cal.load_calibration()
+    assert record["under_load"] and record["load_average_1min"] == 4096.0
+
+    class Env:
+        cuda_available, hostname = False, record["hostname"]
+
+    class Cpu:
+        model = record["cpu_model"]
+
+    class Facts:
+        environment, cpu = Env(), Cpu()
+
+    class Run:
+        facts = Facts()
+
+    assert run_data.measured_cpu_roofs(Run()) is None  # type: ignore[arg-type]
+    monkeypatch.setattr(cal, "load_calibration", lambda: {**record, "under_load": ""})
+    assert run_data.measured_cpu_roofs(Run()) is not None  # type: ignore[arg-type]

@@ -268,3 +268,32 @@ def mfu_from_report(report: Any, path: str, target: Any, dtype: str, peak_flops_
     if not values:
         raise PerfDoctorError(f"{path}: no measured MFU in the report (missing key ranks[i].mfu.mfu)")
     return sum(values) / len(values)
+
+
+LOW_MFU = 0.05  # below 5% a measured MFU describes a toy, cold or input-bound run, not a tuned one at scale
+MIN_STEPS = 3
+
+
+def report_mfu_caveats(report: Any, mfu: float) -> list[str]:
+    """Why a projection from a report's MFU may mislead (one line each; empty when none applies).
+
+    A trace of one or two steps (its MFU carries warm-up and one-off costs) and an MFU under :data:`LOW_MFU`
+    (a tiny model, a cold or input-bound step) make the projected wall-clock an upper bound that a tuned run
+    would not come near.
+    """
+    out = []
+    ranks = report.get("ranks") if isinstance(report, dict) else None
+    counts = []
+    for rank in ranks if isinstance(ranks, list) else []:
+        devices = rank.get("devices") if isinstance(rank, dict) else None
+        prim = next((d for d in devices or [] if isinstance(d, dict) and d.get("device") == rank.get("primary_device")),
+                    None)
+        if prim is not None and isinstance(prim.get("steps"), list):
+            counts.append(len(prim["steps"]))
+    if counts and min(counts) < MIN_STEPS:
+        out.append(f"the report's MFU comes from {min(counts)} step(s): a short trace carries warm-up and one-off "
+                   "costs, so the projected time is an upper bound; profile a few steady-state steps")
+    if mfu < LOW_MFU:
+        out.append(f"an MFU of {mfu:.1%} describes a toy, cold or input-bound run, not a tuned one at this scale: "
+                   "the projected time is an upper bound, not a plan (pass --mfu with a target)")
+    return out

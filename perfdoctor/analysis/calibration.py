@@ -131,12 +131,41 @@ def calibrate_device(device: str, quick: bool = False) -> dict[str, Any]:
     }
 
 
+# a 1-minute load average above this many runnable tasks per core means other work shares the cores: a CPU
+# peak measured then is understated (a 2-core box at load 8 measured fp32 0.105 TFLOP/s, issue 11)
+MAX_LOAD_PER_CORE = 0.75
+
+
+def load_note(load_average: float | None, cores: int | None) -> str:
+    """Why a measurement taken at this 1-minute ``load_average`` on ``cores`` cores is not representative
+    ("" when it is, or unknown)."""
+    if load_average is None or not cores or load_average <= MAX_LOAD_PER_CORE * cores:
+        return ""
+    return (f"measured under load (1-minute load average {load_average:.1f} on {cores} cores): other work "
+            "shared the cores, so the CPU peaks are understated; calibrate again on an idle machine")
+
+
+def _load_average() -> float | None:
+    try:
+        return float(os.getloadavg()[0])
+    except (OSError, AttributeError):  # not available on this platform
+        return None
+
+
 def calibrate(devices: list[str], quick: bool = False) -> dict[str, Any]:
-    """Measure ``devices`` (e.g. ``["cpu", "cuda:0"]``) and return the machine record (not saved)."""
+    """Measure ``devices`` (e.g. ``["cpu", "cuda:0"]``) and return the machine record (not saved).
+
+    The record keeps the 1-minute load average before the measurement and ``cores``; ``under_load`` says
+    (:func:`load_note`) when other work shared the cores, and reports then do not use its CPU figures.
+    """
     import torch
 
     gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
+    load, cores = _load_average(), os.cpu_count()
     return {
+        "load_average_1min": load,
+        "cores": cores,
+        "under_load": load_note(load, cores),
         "schema": "perfdoctor.calibration",
         "version": 1,
         "machine_id": machine_id(gpu),

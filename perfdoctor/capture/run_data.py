@@ -331,6 +331,8 @@ def measured_cpu_roofs(run: RunData | None) -> Roofs | None:
         record = calibration.load_calibration()
         if record.get("hostname") != env.hostname or record.get("cpu_model") != cpu.model:
             return None
+        if record.get("under_load"):  # a peak measured while other work shared the cores would inflate MFU
+            return None
         return calibration.roofs_from_calibration(record, "cpu")
     except PerfDoctorError:
         return None

@@ -33,18 +33,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print the budget as JSON")
 
 
-def _read_report(path: str, spec: Any, dtype: str, peak: float) -> float:
-    """The report's MFU, refused unless measured on ``spec`` at ``dtype``'s peak (see mfu_from_report)."""
-    from perfdoctor.analysis.budget import mfu_from_report
-
+def _load_json(path: str) -> Any:
     try:
         with open(path, "rb") as fh:
-            report = json.load(fh)
+            return json.load(fh)
     except OSError as exc:
         raise PerfDoctorError(f"{path}: cannot read report ({exc.strerror})") from None
     except ValueError:
         raise PerfDoctorError(f"{path}: not a JSON report") from None
-    return mfu_from_report(report, path, spec, dtype, peak)
+
+
+def _read_report(path: str, spec: Any, dtype: str, peak: float) -> float:
+    """The report's MFU, refused unless measured on ``spec`` at ``dtype``'s peak (see mfu_from_report)."""
+    from perfdoctor.analysis.budget import mfu_from_report
+
+    return mfu_from_report(_load_json(path), path, spec, dtype, peak)
 
 
 def _why(dtype: str, wanted: str | None) -> str:
@@ -166,6 +169,10 @@ def run(args: argparse.Namespace) -> int:
                  args.micro_batch, args.d_model, args.layers, args.heads, dtype, spec.memory_bytes)
     except ValueError as exc:
         raise PerfDoctorError(str(exc)) from None
+    if args.from_report:
+        from perfdoctor.analysis.budget import report_mfu_caveats
+
+        b.warnings.extend(report_mfu_caveats(_load_json(args.from_report), mfu))
     if args.json:
         print(json.dumps(b.to_dict(), indent=2))
         return 0

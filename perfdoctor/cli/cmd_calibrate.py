@@ -60,6 +60,8 @@ def run(args: argparse.Namespace) -> int:
         peaks = ", ".join(f"{d} {v / 1e12:.3g} TFLOP/s" for d, v in entry["peak_flops"].items())
         quick = " (quick: not representative)" if entry["method"].get("quick") else ""
         print(f"  {dev} {entry['device_name']}: {peaks}; copy {entry['copy_bytes_per_s'] / 1e9:.3g} GB/s{quick}")
+    if record.get("under_load"):
+        print(f"warning: {record['under_load']}; reports will not use these CPU figures")
     if "path" in record:
         print(f"stored in {record['path']} (refreshing overwrites this cache file)")
     return 0

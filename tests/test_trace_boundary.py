@@ -170,3 +170,46 @@ def test_end_times_stay_finite(tmp_path):
     events = [op(ts=EPOCH_US, dur=MAX_SPAN_US), op(ts=EPOCH_US + 5, dur=1.0)]
     t = load_trace(write(tmp_path, {"traceEvents": events}))
     assert np.isfinite(t.cpu_ops["end_us"]).all() and t.cpu_ops["end_us"].max() == EPOCH_US + MAX_SPAN_US
+
+
+# -- the declarative field table -------------------------------------------------------------------------------
+def test_generated_tables_have_the_documented_columns():
+    from perfdoctor.trace.columns import TABLES
+
+    assert {t: cols for t, (_, cols) in TABLES.items()} == {
+        "cpu_ops": ("external_id", "input_dims", "input_type", "concrete_inputs"),
+        "annotations": ("external_id", "input_dims", "input_type"),
+        "gpu_annotations": ("device", "stream", "external_id"),
+        "python_functions": (),
+        "kernels": ("device", "stream", "correlation", "external_id", "collective", "in_nelems", "dtype", "group_size"),
+        "memcpy": ("device", "stream", "correlation", "external_id", "bytes"),
+        "memset": ("device", "stream", "correlation", "external_id", "bytes"),
+        "runtime": ("correlation", "external_id", "is_driver"),
+        "syncs": ("device", "stream", "correlation", "external_id"),
+        "flows": ("flow_id", "cat_id", "is_start"),
+        "memory": ("mem_bytes", "total_allocated", "total_reserved", "device_id", "device_type"),
+    }
+
+
+def test_a_new_field_is_one_row(tmp_path):
+    """Kineto's ``blocks per SM`` kernel arg, added as one TraceField: typed decode, fallback, column, range."""
+    from perfdoctor.trace import schema
+    from perfdoctor.trace.fields import ARG_FIELDS, EVENT_FIELDS, TraceField
+
+    row = TraceField("blocks_per_sm", "blocks per SM", "float", None, 0.0, 1e6, ("kernels",))
+    kinds = schema.build(EVENT_FIELDS, (*ARG_FIELDS, row))
+
+    def kernel(ts, **args):
+        return {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": ts, "dur": 1.0,
+                "args": {"device": 0, "stream": 7, "correlation": 5, **args}}
+
+    events = [kernel(EPOCH_US, **{"blocks per SM": 2.5}), kernel(EPOCH_US + 1),
+              kernel(EPOCH_US + 2, **{"blocks per SM": "0.75"}),  # a string: the fallback parser
+              kernel(EPOCH_US + 3, **{"blocks per SM": -1.0})]  # below its range: dropped
+    raw = read_trace_file(write(tmp_path, {"traceEvents": events}), kinds=kinds)
+    col = raw.tables["kernels"]["blocks_per_sm"]
+    assert col[0] == 2.5 and np.isnan(col[1]) and col[2] == 0.75 and col.size == 3
+    assert "'blocks per SM' out of range (1)" in raw.warnings[0]
+    # the default schema does not know the key: same file, no such column, nothing dropped
+    plain = read_trace_file(write(tmp_path, {"traceEvents": events}, "u.json"))
+    assert "blocks_per_sm" not in plain.tables["kernels"] and plain.n_events == 4

@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from operator import attrgetter
+from typing import Any
 
 import numpy as np
 
-from perfdoctor.trace.fields import INT64_MAX, INT64_MIN, MAX_NESTING
+from perfdoctor.trace.fields import ARG_FIELDS, EVENT_FIELDS, INT64_MAX, INT64_MIN, MAX_NESTING, TraceField
 from perfdoctor.trace.schema import Event
 from perfdoctor.trace.splitter import nesting_depth
 
@@ -49,24 +51,50 @@ _CAT_KIND = {
     "trace": TRACE,
 }
 
-# table -> (event kinds, extra columns beyond name_id/ts_us/dur_us/pid/tid)
-TABLES: dict[str, tuple[tuple[int, ...], tuple[str, ...]]] = {
-    "cpu_ops": ((CPU_OP,), ("external_id", "input_dims", "input_type", "concrete_inputs")),
-    "annotations": ((ANNOTATION,), ("external_id", "input_dims", "input_type")),  # gloo:* ranges carry shapes
-    "gpu_annotations": ((GPU_ANNOTATION,), ("external_id", "device", "stream")),
-    "python_functions": ((PYTHON,), ()),
-    "kernels": ((KERNEL,), ("device", "stream", "correlation", "external_id", "collective", "in_nelems", "dtype", "group_size")),
-    "memcpy": ((MEMCPY,), ("device", "stream", "correlation", "external_id", "bytes")),
-    "memset": ((MEMSET,), ("device", "stream", "correlation", "external_id", "bytes")),
-    "runtime": ((RUNTIME, DRIVER), ("correlation", "external_id", "is_driver")),
-    "syncs": ((SYNC,), ("device", "stream", "correlation", "external_id")),
-    "flows": ((FLOW_START, FLOW_END), ("flow_id", "cat_id", "is_start")),
-    "memory": ((MEMORY,), ("mem_bytes", "total_allocated", "total_reserved", "device_id", "device_type")),
+# table -> the event kinds it holds
+TABLE_KINDS: dict[str, tuple[int, ...]] = {
+    "cpu_ops": (CPU_OP,),
+    "annotations": (ANNOTATION,),
+    "gpu_annotations": (GPU_ANNOTATION,),
+    "python_functions": (PYTHON,),
+    "kernels": (KERNEL,),
+    "memcpy": (MEMCPY,),
+    "memset": (MEMSET,),
+    "runtime": (RUNTIME, DRIVER),
+    "syncs": (SYNC,),
+    "flows": (FLOW_START, FLOW_END),
+    "memory": (MEMORY,),
 }
-_KIND_TABLE = {k: t for t, (kinds, _) in TABLES.items() for k in kinds}
-_OBJECT_COLS = {"input_dims", "input_type", "concrete_inputs", "collective", "dtype"}
+# columns that come from the event's kind and category, not from a field: (name, dtype)
+DERIVED: dict[str, tuple[tuple[str, type], ...]] = {
+    "runtime": (("is_driver", bool),),
+    "flows": (("cat_id", np.int32), ("is_start", bool)),
+}
+COMMON = ("name_id", "ts_us", "dur_us", "pid", "tid")
+_NARROW_COMMON = {"name_id", "cat_id", "pid", "tid"}
+_KIND_TABLE = {k: t for t, kinds in TABLE_KINDS.items() for k in kinds}
 _INT_TEXT = re.compile(r"-?[0-9]{1,19}")  # an integer id written as text ("7"); int64 has 19 digits
-_INT32_COLS = {"name_id", "cat_id", "pid", "tid", "device", "stream", "device_id", "device_type", "group_size"}
+
+
+def table_fields(fields: tuple[TraceField, ...]) -> dict[str, tuple[TraceField, ...]]:
+    """Per table, the fields that make its columns (in table order; ``fills`` fields excluded)."""
+    return {t: tuple(f for f in fields if t in f.tables and not f.fills) for t in TABLE_KINDS}
+
+
+def _empty(f: TraceField | None, col: str) -> np.ndarray:
+    """A zero-length column of the dtype the field's column has."""
+    if f is None:
+        derived = dict(d for ds in DERIVED.values() for d in ds)
+        return np.empty(0, dtype=np.float64 if col.endswith("_us") else derived.get(col, np.int64))
+    return np.empty(0, dtype=object if f.kind in ("str", "json_list") else np.float64 if f.kind == "float"
+                    else np.int64)
+
+
+#: table -> (event kinds, columns beyond name_id/ts_us/dur_us/pid/tid), for the default field table
+TABLES: dict[str, tuple[tuple[int, ...], tuple[str, ...]]] = {
+    t: (TABLE_KINDS[t], tuple(f.col for f in fs) + tuple(c for c, _ in DERIVED.get(t, ())))
+    for t, fs in table_fields(EVENT_FIELDS + ARG_FIELDS).items()
+}
 
 
 def kind_of(ph: str, cat: str, name: str) -> int:
@@ -101,21 +129,22 @@ class StringTable:
         return list(self.ids)
 
 
-def _int_or_default(values: list, default: int = -1) -> np.ndarray:
-    return np.array([default if v is None else v for v in values], dtype=np.int64)
-
-
 @dataclass
 class TableColumns:
     """Chunks of columns per table, the metadata events, and the string tables."""
 
+    fields: tuple[TraceField, ...] = EVENT_FIELDS + ARG_FIELDS
     names: StringTable = field(default_factory=StringTable)
     cats: StringTable = field(default_factory=StringTable)
     ids: StringTable = field(default_factory=StringTable)  # string pids/tids
-    chunks: dict[str, list[dict[str, np.ndarray]]] = field(default_factory=lambda: {t: [] for t in TABLES})
+    chunks: dict[str, list[dict[str, np.ndarray]]] = field(default_factory=lambda: {t: [] for t in TABLE_KINDS})
     meta: list[tuple[str, int, int, str]] = field(default_factory=list)  # (name, pid, tid, label)
     n_events: int = 0
     ignored: dict[str, int] = field(default_factory=dict)  # column -> values not of the field's type, set absent
+
+    def __post_init__(self) -> None:
+        self._by_table = table_fields(self.fields)
+        self._fills = {f.fills: f for f in self.fields if f.fills}
 
     def _id(self, v: int | str) -> int:
         if type(v) is int:
@@ -189,66 +218,54 @@ class TableColumns:
             if isinstance(label, str):
                 self.meta.append((e.name, self._id(e.pid), self._id(e.tid), label))
 
-    def _extra(self, table: str, kind: int, evs: list[Event], cat_codes: np.ndarray) -> dict:
-        extras = TABLES[table][1]
-        if not extras:
-            return {}
+    def _extra(self, table: str, kind: int, evs: list[Event], cat_codes: np.ndarray) -> dict[str, np.ndarray]:
+        """The table's field columns (from :mod:`perfdoctor.trace.fields`) and derived columns of one chunk."""
         out: dict[str, np.ndarray] = {}
         args = [e.args for e in evs]
+        for f in self._by_table[table]:
+            values = list(map(attrgetter(f.attr), args if f.in_args else evs))
+            out[f.col] = self._column(f, values, args)
         n = len(evs)
-        for col in ("correlation", "device", "stream", "bytes"):
-            if col in extras:
-                out[col] = np.array([getattr(a, col) for a in args], dtype=np.int64)
-        if "external_id" in extras:
-            ext = np.array([a.external_id for a in args], dtype=np.int64)
-            if (ext < 0).any():
-                old = np.array([a.external_id_old for a in args], dtype=np.int64)
-                ext = np.where(ext >= 0, ext, old)
-            out["external_id"] = ext
-        if table in ("cpu_ops", "annotations"):
-            for col, attr in (("input_dims", "input_dims"), ("input_type", "input_type"),
-                              ("concrete_inputs", "concrete_inputs")):
-                if col not in extras:
-                    continue
-                arr = np.empty(n, dtype=object)
-                values = [getattr(a, attr) for a in args]
-                for i in [i for i, v in enumerate(values) if v]:
-                    arr[i] = self._json_list(col, bytes(values[i]))
-                out[col] = arr
-        if table == "kernels":
-            coll, dtype = np.empty(n, dtype=object), np.empty(n, dtype=object)
-            nel, grp = np.full(n, -1, dtype=np.int64), np.full(n, -1, dtype=np.int64)
-            for i in [i for i, a in enumerate(args) if a.collective is not None]:
-                a = args[i]
-                coll[i], dtype[i] = a.collective, a.dtype
-                nel[i] = -1 if a.in_nelems is None else a.in_nelems
-                grp[i] = -1 if a.group_size is None else a.group_size
-            out.update(collective=coll, dtype=dtype, in_nelems=nel, group_size=grp)
         if table == "runtime":
             out["is_driver"] = np.full(n, kind == DRIVER)
         if table == "flows":
-            out["flow_id"] = self._ints([e.id for e in evs])
             out["cat_id"] = cat_codes
             out["is_start"] = np.full(n, kind == FLOW_START)
-        if table == "memory":
-            for col in ("mem_bytes", "total_allocated", "total_reserved", "device_id", "device_type"):
-                out[col] = _int_or_default([getattr(a, col) for a in args])
         return out
+
+    def _column(self, f: TraceField, values: list[Any], args: list[Any]) -> np.ndarray:
+        """One column from the values of field ``f`` (absent values are ``f.default``)."""
+        if f.kind == "id":
+            return self._ints(values)
+        if f.kind == "int":
+            arr = np.array(values if f.default is not None else [-1 if v is None else v for v in values],
+                           dtype=np.int64)
+            older = self._fills.get(f.col)
+            if older is not None and (arr < 0).any():
+                arr = np.where(arr >= 0, arr, np.array([getattr(a, older.attr) for a in args], dtype=np.int64))
+            return arr
+        if f.kind == "float":
+            return np.array([np.nan if v is None else v for v in values], dtype=np.float64)
+        arr = np.empty(len(values), dtype=object)
+        if f.kind == "json_list":
+            for i in [i for i, v in enumerate(values) if v]:
+                arr[i] = self._json_list(f.col, bytes(values[i]))
+        else:
+            arr[:] = values
+        return arr
 
     def concat(self) -> dict[str, dict[str, np.ndarray]]:
         """Per-table columns as single arrays; chunk lists are freed as they go."""
         out: dict[str, dict[str, np.ndarray]] = {}
-        for table, (_, extras) in TABLES.items():
+        for table, fields in self._by_table.items():
             chunks = self.chunks[table]
             cols: dict[str, np.ndarray] = {}
-            for col in ("name_id", "ts_us", "dur_us", "pid", "tid", *extras):
-                if chunks:
-                    arr = np.concatenate([c.pop(col) for c in chunks])
-                else:
-                    arr = np.empty(0, dtype=object if col in _OBJECT_COLS else bool if col.startswith("is_")
-                                   else np.float64 if col.endswith("_us") else np.int64)
-                if col in _INT32_COLS and arr.dtype == np.int64 and arr.size and \
-                        arr.min() >= -(2**31) and arr.max() < 2**31:
+            spec: list[tuple[str, TraceField | None]] = [(c, None) for c in COMMON]
+            spec += [(f.col, f) for f in fields] + [(c, None) for c, _ in DERIVED.get(table, ())]
+            for col, f in spec:
+                arr = np.concatenate([c.pop(col) for c in chunks]) if chunks else _empty(f, col)
+                narrow = f.narrow if f is not None else col in _NARROW_COMMON
+                if narrow and arr.dtype == np.int64 and arr.size and arr.min() >= -(2**31) and arr.max() < 2**31:
                     arr = arr.astype(np.int32)
                 cols[col] = arr
             self.chunks[table] = []

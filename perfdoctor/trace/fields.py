@@ -53,6 +53,9 @@ class TraceField:
         tables: the tables that carry it as a column (see :mod:`perfdoctor.trace.columns`).
         in_args: the key sits in the event's ``args`` object.
         column: the column name when it differs from ``attr`` ("" = ``attr``).
+        fills: another field's column this one fills where that one is absent (< 0): an older
+            spelling of the same key.
+        narrow: the column is stored as int32 when every value fits (ids that are small by nature).
     """
 
     attr: str
@@ -64,6 +67,13 @@ class TraceField:
     tables: tuple[str, ...] = ()
     in_args: bool = True
     column: str = ""
+    fills: str = ""
+    narrow: bool = False
+
+    @property
+    def col(self) -> str:
+        """The column name."""
+        return self.column or self.attr
 
 
 _DEV = ("gpu_annotations", "kernels", "memcpy", "memset", "syncs")
@@ -84,33 +94,29 @@ EVENT_FIELDS: tuple[TraceField, ...] = (
     TraceField("s", "s", "str", "", in_args=False),
 )
 
-#: The ``args`` keys perfdoctor reads.
+#: The ``args`` keys perfdoctor reads, in the order their columns appear in each table.
 ARG_FIELDS: tuple[TraceField, ...] = (
+    TraceField("device", "device", "int", -1, *_I64, _DEV, narrow=True),
+    TraceField("stream", "stream", "int", -1, *_I64, _DEV, narrow=True),
     TraceField("correlation", "correlation", "int", -1, *_I64, (*_GPU, "runtime", "syncs")),
     TraceField("external_id", "External id", "int", -1, *_I64, _EXT),
-    # the 2021 Kineto generation's spelling; merged into ``external_id`` where that is absent
-    TraceField("external_id_old", "external id", "int", -1, *_I64),
-    TraceField("device", "device", "int", -1, *_I64, _DEV),
-    TraceField("stream", "stream", "int", -1, *_I64, _DEV),
+    # the 2021 Kineto generation's spelling
+    TraceField("external_id_old", "external id", "int", -1, *_I64, fills="external_id"),
     TraceField("bytes", "bytes", "int", -1, *_I64, ("memcpy", "memset")),
-    TraceField("input_dims", "Input Dims", "json_list", None, tables=("cpu_ops",)),
-    TraceField("input_type", "Input type", "json_list", None, tables=("cpu_ops",)),
+    # gloo:* annotation ranges carry shapes too (host collectives)
+    TraceField("input_dims", "Input Dims", "json_list", None, tables=("cpu_ops", "annotations")),
+    TraceField("input_type", "Input type", "json_list", None, tables=("cpu_ops", "annotations")),
     TraceField("concrete_inputs", "Concrete Inputs", "json_list", None, tables=("cpu_ops",)),
     TraceField("collective", "Collective name", "str", None, tables=("kernels",)),
     TraceField("in_nelems", "In msg nelems", "int", None, *_I64, ("kernels",)),
     TraceField("dtype", "dtype", "str", None, tables=("kernels",)),
-    TraceField("group_size", "Group size", "int", None, *_I64, ("kernels",)),
+    TraceField("group_size", "Group size", "int", None, *_I64, ("kernels",), narrow=True),
     TraceField("mem_bytes", "Bytes", "int", None, *_I64, ("memory",)),
     TraceField("total_allocated", "Total Allocated", "int", None, *_I64, ("memory",)),
     TraceField("total_reserved", "Total Reserved", "int", None, *_I64, ("memory",)),
-    TraceField("device_id", "Device Id", "int", None, *_I64, ("memory",)),
-    TraceField("device_type", "Device Type", "int", None, *_I64, ("memory",)),
+    TraceField("device_id", "Device Id", "int", None, *_I64, ("memory",), narrow=True),
+    TraceField("device_type", "Device Type", "int", None, *_I64, ("memory",), narrow=True),
     # metadata events (process_name / thread_name)
     TraceField("name", "name", "str", None),
     TraceField("labels", "labels", "str", None),
 )
-
-
-def columns_of(table: str) -> tuple[str, ...]:
-    """Column names a table gets from :data:`EVENT_FIELDS` and :data:`ARG_FIELDS` (beyond the common five)."""
-    return tuple(f.column or f.attr for f in (*EVENT_FIELDS, *ARG_FIELDS) if table in f.tables)

@@ -134,15 +134,16 @@ def _text_start(path: str, block: bytes) -> bytes:
 class _Decoder:
     """Decodes pieces of whole events into columns and counts the events it drops, by reason."""
 
-    def __init__(self, columns: TableColumns) -> None:
+    def __init__(self, columns: TableColumns, kinds: schema.Schema) -> None:
         self.columns = columns
+        self.schema = kinds
         self.bad = 0  # not JSON, or not an object
         self.dropped: dict[str, int] = {}  # a field out of range / not finite / too deeply nested
 
     def piece(self, piece: bytes | memoryview) -> bool:
         """Decode ``[{ev},...]``; False (and nothing added) when it is not valid."""
         try:
-            events = schema.EVENTS_DECODER.decode(piece)
+            events = self.schema.events_decoder.decode(piece)
         except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
             return False
         self.columns.add(events)
@@ -153,7 +154,7 @@ class _Decoder:
         events = []
         for one in pieces:
             try:
-                ev = _decode_event(one)
+                ev = _decode_event(one, self.schema)
             except schema.BadEvent as exc:
                 self.dropped[exc.reason] = self.dropped.get(exc.reason, 0) + 1
                 continue
@@ -164,20 +165,20 @@ class _Decoder:
         self.columns.add(events)
 
 
-def _decode_event(raw: bytes) -> Any:
+def _decode_event(raw: bytes, kinds: schema.Schema) -> Any:
     """One event: typed, else generically and coerced; None when it is not JSON.
 
     Raises:
         schema.BadEvent: a field out of range, or nested deeper than MAX_NESTING.
     """
     try:
-        return schema.ONE_EVENT_DECODER.decode(raw)
+        return kinds.one_decoder.decode(raw)
     except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
         pass
     if nesting_depth(raw) > MAX_NESTING:
         raise schema.BadEvent(f"nested deeper than {MAX_NESTING} levels")
     try:
-        return schema.event_from_dict(schema.LENIENT_DECODER.decode(raw))
+        return kinds.from_dict(schema.LENIENT_DECODER.decode(raw))
     except msgspec.DecodeError:
         return None
 
@@ -218,12 +219,15 @@ def _decode_truncated_header(header: bytes) -> dict[str, Any] | None:
     return doc if isinstance(doc, dict) else None
 
 
-def read_trace_file(path: str | os.PathLike[str], on_progress: Callable[[int], None] | None = None) -> RawTrace:
+def read_trace_file(path: str | os.PathLike[str], on_progress: Callable[[int], None] | None = None,
+                    kinds: schema.Schema = schema.DEFAULT) -> RawTrace:
     """Read one Kineto/Chrome trace file into columns.
 
     Args:
         path: a ``.json`` or ``.json.gz`` (gzip is detected by its magic bytes).
         on_progress: called with the number of file bytes consumed per block.
+        kinds: the generated schema (the fields read and their columns); the default one unless a
+            test adds a field.
 
     Returns:
         A :class:`RawTrace`; ``warnings`` says what damage was recovered from.
@@ -240,8 +244,8 @@ def read_trace_file(path: str | os.PathLike[str], on_progress: Callable[[int], N
     file_bytes = os.path.getsize(p)
     if file_bytes == 0:
         raise TraceFormatError(f"{p}: empty file, not a trace")
-    columns = TableColumns()
-    decoder = _Decoder(columns)
+    columns = TableColumns(kinds.event_fields + kinds.arg_fields)
+    decoder = _Decoder(columns, kinds)
     splitter = EventSplitter(decoder.piece, decoder.each)
     total = 0
     first = b""

@@ -4,14 +4,16 @@ Only the fields perfdoctor reads are declared; msgspec skips every other key
 without building Python objects for it, which is what makes decoding fast.
 The struct types carry each field's range (``msgspec.Meta``), so a value out
 of range fails the typed decode like a wrong type does; such an event then
-goes through :func:`event_from_dict`, the generic fallback generated from the
+goes through :meth:`Schema.from_dict`, the generic fallback generated from the
 same table, which coerces what it can (a string ``ts``, a float id) and raises
-:class:`BadEvent` naming the key for what it cannot.
+:class:`BadEvent` naming the key for what it cannot. :func:`build` generates all of
+it from a field table; :data:`DEFAULT` is the one the reader uses.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any
 
 import msgspec
@@ -51,21 +53,6 @@ def _struct_field(f: TraceField) -> tuple[str, Any, Any]:
     return (f.attr, _struct_type(f), msgspec.field(default=default, name=f.key))
 
 
-if TYPE_CHECKING:  # the generated types, as the type checker sees them
-    Args = Any
-    Event = Any
-else:
-    Args = msgspec.defstruct("Args", [_struct_field(f) for f in ARG_FIELDS], gc=False,
-                             module=__name__)
-    Event = msgspec.defstruct(
-        "Event", [*(_struct_field(f) for f in EVENT_FIELDS), ("args", Args, msgspec.field(default_factory=Args))],
-        gc=False, module=__name__)
-
-EVENTS_DECODER = msgspec.json.Decoder(list[Event])
-ONE_EVENT_DECODER = msgspec.json.Decoder(Event)
-LENIENT_DECODER = msgspec.json.Decoder()
-
-
 def _number(f: TraceField, value: object) -> float | int | None:
     """``value`` as a number of ``f``'s kind, or None when it is not a number (nor a numeric string)."""
     if isinstance(value, bool):
@@ -103,20 +90,60 @@ def _coerce(f: TraceField, raw: dict[str, Any]) -> object:
     return f.default if num is None else num
 
 
-def event_from_dict(raw: object) -> Any:
-    """Build an ``Event`` from a generically decoded dict, coercing types.
+@dataclass(frozen=True)
+class Schema:
+    """The structs, decoders and fallback parser generated from one pair of field tables.
 
-    Used for the rare events whose field types do not match the typed schema
-    (a string ``ts``, a float ``bytes``). A numeric string becomes a number; a
-    value that is not a number where one is expected counts as absent.
-
-    Raises:
-        BadEvent: ``raw`` is not an object, or a value is out of its field's
-            range (see :mod:`perfdoctor.trace.fields`) or not finite.
+    Attributes:
+        event_fields, arg_fields: the tables (see :mod:`perfdoctor.trace.fields`).
+        event_type, args_type: the msgspec Struct types (``Event`` holds ``args: Args``).
+        events_decoder: decodes ``[{event}, ...]``; one_decoder: decodes one ``{event}``.
     """
-    if not isinstance(raw, dict):
-        raise BadEvent("not a JSON object")
-    a = raw.get("args")
-    a = a if isinstance(a, dict) else {}
-    args = Args(**{f.attr: _coerce(f, a) for f in ARG_FIELDS})
-    return Event(**{f.attr: _coerce(f, raw) for f in EVENT_FIELDS}, args=args)
+
+    event_fields: tuple[TraceField, ...]
+    arg_fields: tuple[TraceField, ...]
+    event_type: Any
+    args_type: Any
+    events_decoder: msgspec.json.Decoder[Any]
+    one_decoder: msgspec.json.Decoder[Any]
+
+    def from_dict(self, raw: object) -> Any:
+        """Build an event from a generically decoded dict, coercing types.
+
+        Used for the rare events whose field types do not match the typed schema
+        (a string ``ts``, a float ``bytes``). A numeric string becomes a number; a
+        value that is not a number where one is expected counts as absent.
+
+        Raises:
+            BadEvent: ``raw`` is not an object, or a value is out of its field's
+                range (see :mod:`perfdoctor.trace.fields`) or not finite.
+        """
+        if not isinstance(raw, dict):
+            raise BadEvent("not a JSON object")
+        a = raw.get("args")
+        a = a if isinstance(a, dict) else {}
+        args = self.args_type(**{f.attr: _coerce(f, a) for f in self.arg_fields})
+        return self.event_type(**{f.attr: _coerce(f, raw) for f in self.event_fields}, args=args)
+
+
+def build(event_fields: tuple[TraceField, ...] = EVENT_FIELDS, arg_fields: tuple[TraceField, ...] = ARG_FIELDS
+          ) -> Schema:
+    """Generate the structs and decoders of a field table (the default one: :data:`DEFAULT`)."""
+    args_type = msgspec.defstruct("Args", [_struct_field(f) for f in arg_fields], gc=False, module=__name__)
+    event_type = msgspec.defstruct(
+        "Event", [*(_struct_field(f) for f in event_fields), ("args", args_type, msgspec.field(default_factory=args_type))],
+        gc=False, module=__name__)
+    return Schema(event_fields, arg_fields, event_type, args_type,
+                  msgspec.json.Decoder(list[event_type]), msgspec.json.Decoder(event_type))  # type: ignore[valid-type]
+
+
+DEFAULT = build()
+LENIENT_DECODER = msgspec.json.Decoder()
+if TYPE_CHECKING:  # the generated types, as the type checker sees them
+    Args = Any
+    Event = Any
+else:
+    Args, Event = DEFAULT.args_type, DEFAULT.event_type
+EVENTS_DECODER = DEFAULT.events_decoder
+ONE_EVENT_DECODER = DEFAULT.one_decoder
+event_from_dict = DEFAULT.from_dict

@@ -69,9 +69,9 @@ def test_every_reproducer_is_listed():
 def test_reproducer_meets_the_contract(name, capsys, tmp_path):
     path = trace_path(name)
     code, text = EXPECTED[name]
-    t0 = time.perf_counter()
+    t0 = time.process_time()  # CPU seconds: wall time on a shared CI machine says little
     got, out, err, runtime_warnings = run_inprocess(["report", str(path), "--format", "json"], capsys)
-    elapsed = time.perf_counter() - t0
+    cpu_s = time.process_time() - t0
     assert runtime_warnings == []
     if code == 2:
         assert got == 2 and out == ""
@@ -85,8 +85,9 @@ def test_reproducer_meets_the_contract(name, capsys, tmp_path):
         assert any(text in w for w in report["warnings"]), report["warnings"]
     if name.startswith("hang"):
         # 50,001 ProfilerStep markers (10 MB of JSON) once took 182 s; the load and analysis are linear now
+        # (about 6 s of CPU)
         assert sum(len(d["steps"]) for d in report["ranks"][0]["devices"]) == 50_000
-        assert elapsed < 60, elapsed
+        assert cpu_s < 40, cpu_s
         return
     # the HTML renderer (axis ticks, rank labels) on the same input
     html = tmp_path / "r.html"

@@ -20,10 +20,11 @@ from typing import Any
 from perfdoctor.jobs.summary import RankSummary, SummaryOptions
 from perfdoctor.jobs.task import summarise_file
 
-# peak resident bytes of one rank's analysis per byte of uncompressed trace JSON: measured on
-# benchmarks/trace_load.py's traces (peak RSS growth ÷ JSON size: 1.6-2.4); rounded up for headroom
+# peak resident bytes of one rank's analysis per byte of trace JSON: benchmarks/trace_load.py measures 0.97× for
+# load + breakdown (README, "Measured"); replay, roofline and the rules add to it, unmeasured: 3× leaves headroom
 MEMORY_PER_JSON_BYTE = 3.0
-# gzip'd Kineto JSON expands about 8-12× (the shared traces); used when a file's size is only known compressed
+# gzip'd Kineto JSON expands about 8-14× (the shared DLRM traces: 60 kB → 0.8 MB); when the gzip size field
+# cannot be trusted
 GZIP_RATIO = 12.0
 
 OnDone = Callable[[list[RankSummary]], None]

@@ -81,7 +81,7 @@ def test_pool_and_dask_give_the_same_report() -> None:
     distributed = pytest.importorskip("distributed", reason="Dask is the optional extra perfdoctor[dask]")
     Client, LocalCluster = distributed.Client, distributed.LocalCluster
 
-    with LocalCluster(n_workers=1, threads_per_worker=2, processes=False, dashboard_address=None) as cluster, \
+    with LocalCluster(n_workers=1, threads_per_worker=2, processes=False, dashboard_address=":0") as cluster, \
             Client(cluster) as client:
         dask = DaskCluster(client)
         assert _canon(pipeline.build(paths, executor=dask).report) == base

@@ -122,8 +122,16 @@ class TraceTables:
 
     def names_matching(self, pattern: str | re.Pattern[str]) -> np.ndarray:
         """Boolean mask over ``names``: which name ids match ``pattern`` (re.search)."""
-        rx = re.compile(pattern) if isinstance(pattern, str) else pattern
-        return np.fromiter((bool(rx.search(n)) for n in self.names), dtype=bool, count=len(self.names))
+        # rules and analyses ask the same few patterns many times: each is searched once per table set
+        cache = self.__dict__.setdefault("_matching", {})
+        key = pattern if isinstance(pattern, str) else (pattern.pattern, pattern.flags)
+        mask = cache.get(key)
+        if mask is None or mask.size != len(self.names):
+            rx = re.compile(pattern) if isinstance(pattern, str) else pattern
+            mask = np.fromiter((bool(rx.search(n)) for n in self.names), dtype=bool, count=len(self.names))
+            mask.flags.writeable = False  # shared by every caller
+            cache[key] = mask
+        return mask
 
     def iter_tables(self) -> Iterator[tuple[str, Table]]:
         return iter(self.tables.items())

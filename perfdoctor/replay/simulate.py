@@ -82,7 +82,17 @@ def collapse(t_us: np.ndarray, cut: Intervals | None) -> np.ndarray:
 
 
 def _visit_order(g: ReplayGraph) -> tuple[list[int], list[int]]:
-    """(kind, index) pairs in an order every edge respects: kind 0 = activity, 1 = blocking call."""
+    """(kind, index) pairs in an order every edge respects: kind 0 = activity, 1 = blocking call (computed once
+    per graph: a scenario changes durations and drops edges, never adds one, so the order stays valid)."""
+    cached = g.__dict__.get("_visit_order")
+    if cached is not None:
+        return cached  # type: ignore[no-any-return]
+    order = _compute_visit_order(g)
+    g.__dict__["_visit_order"] = order
+    return order
+
+
+def _compute_visit_order(g: ReplayGraph) -> tuple[list[int], list[int]]:
     key_a = np.maximum(g.act_ts_us, np.where(g.act_launch >= 0, g.act_launch_ts_us, -np.inf))
     key_b = g.blk_end_us.copy()
     prev, dep, ab, bd, bb = g.act_prev, g.act_dep, g.act_blk_before, g.blk_dep, g.blk_blk_before

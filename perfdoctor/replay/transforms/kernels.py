@@ -18,6 +18,9 @@ def _kernel_classes(tables: TraceTables, rr: RankReplay) -> tuple[np.ndarray, np
     from perfdoctor.analysis.kernel_dtype import kernel_math_dtype
 
     g = rr.graph
+    cached = g.__dict__.get("_kernel_classes")
+    if cached is not None:
+        return cached  # type: ignore[no-any-return]
     cat = np.full(g.n_act, "", dtype=object)
     dt = np.full(g.n_act, "", dtype=object)
     name = np.full(g.n_act, "", dtype=object)
@@ -31,6 +34,7 @@ def _kernel_classes(tables: TraceTables, rr: RankReplay) -> tuple[np.ndarray, np
         cat[m] = np.array([classify_kernel(n).category for n in names], dtype=object)[inv]
         dt[m] = np.array([kernel_math_dtype(n) or "" for n in names], dtype=object)[inv]
         name[m] = np.array(names, dtype=object)[inv]
+    g.__dict__["_kernel_classes"] = (cat, dt, name)
     return cat, dt, name
 
 

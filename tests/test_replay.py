@@ -5,6 +5,7 @@ Every expected time below is worked out by hand from the events written in the t
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -158,3 +159,52 @@ def test_replay_reproduces_every_shared_trace(path: Path) -> None:
 def test_shared_traces_present_or_skipped() -> None:
     if not _shared_with_steps():
         pytest.skip("../shared/traces is absent")
+
+
+def test_html_shows_each_finding_before_and_after_its_fix(tmp_path: Path) -> None:
+    from reporting import write_reports
+
+    tb = TraceBuilder()
+    tb.step(1, 0, 1000)
+    tb.annotation("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", 0, 400)
+    tb.launch("volta_sgemm_128x64_nn", launch_ts=410, start=420, dur=480)
+    out = write_reports([str(tb.write(tmp_path / "dl.json"))], tmp_path)
+    html = out["html"].read_text()
+    # PD101 replayed: 1000 -> 600 µs (the fetch becomes a hand-off); the bars say 1.00 ms now, 0.60 ms fixed
+    report = json.loads(out["json"].read_text())
+    assert html.count('<svg class="chart before-after"') == len([f for f in report["findings"]
+                                                                 if f["saving_us_per_step"]])
+    pd101 = html.index('aria-label="PD101: mean step now and with the fix"')
+    assert "<title>now: 1.00 ms</title>" in html[pd101:] and "<title>fixed: 0.60 ms</title>" in html[pd101:]
+    assert "would take the mean step from 1.00 ms to " in html
+
+
+def test_larger_batch_amortises_fixed_host_time_only(tmp_path: Path) -> None:
+    from perfdoctor.replay.transforms.batch import larger_batch
+
+    # DataLoader [0, 200) (per sample), 800 µs of other host time (per step), a kernel launched at 300: [310, 410)
+    tb = TraceBuilder()
+    tb.step(1, 0, 1000)
+    tb.annotation("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", 0, 200)
+    tb.launch("volta_sgemm_128x64_nn", launch_ts=300, start=310, dur=100)
+    tables, steps = _load(tb, tmp_path)
+    rr = replay_rank(tables, steps)
+    # batch × 2, per step of today's batch: the 800 µs of host time halve (cut [250, 300), [302.5, 305),
+    # [652.5, 1000)), the fetch and the kernel stay: launch at 250, kernel [260, 360), annotation ends at 600
+    w = larger_batch(rr, tables, 2.0)
+    assert rr.step_times(w.scenario).tolist() == [600.0]
+
+
+def test_collective_wait_removed_shortens_the_step(tmp_path: Path) -> None:
+    from perfdoctor.replay.transforms.kernels import remove_collective_wait
+
+    # an all-reduce [100, 600) that waited 400 µs for another rank, then a GEMM that needs it: [600, 700)
+    tb = TraceBuilder()
+    tb.step(1, 0, 50)
+    tb.launch("ncclDevKernel_AllReduce_Sum_f32_RING_LL", launch_ts=5, start=100, dur=500, stream=20)
+    tb.launch("volta_sgemm_128x64_nn", launch_ts=6, start=600, dur=100, stream=7)
+    tables, steps = _load(tb, tmp_path)
+    rr = replay_rank(tables, steps)
+    w = remove_collective_wait(rr, np.array([100.0]), np.array([400.0]))
+    # the all-reduce takes 100 µs [100, 200); the GEMM waits for it: [200, 300)
+    assert rr.step_times(w.scenario).tolist() == [300.0]

@@ -45,6 +45,7 @@ def _env() -> jinja2.Environment:
                        saving=view.saving_ms)
     env.globals["rv_rows"] = view.breakdown_rows
     env.globals["swatch"] = svg.color
+    env.globals["before_after"] = before_after
     return env
 
 
@@ -161,6 +162,15 @@ def rank_view(rank: RankSection) -> dict[str, Any]:
         "roofline_chart": _roofline_chart(rank),
         "others": [(view.device_name(rank, d.device), d) for d in rank.devices if d is not dev],
     }
+
+
+def before_after(f: Mapping[str, Any]) -> Markup:
+    """A finding's step now and with its fix, as two bars (empty without a saving share)."""
+    saving, frac = f.get("saving_us"), f.get("saving_frac")
+    if not saving or not frac or frac <= 0:
+        return Markup("")
+    step_ms = saving / frac / 1000
+    return Markup(svg.before_after(step_ms, saving / 1000, f"{f.get('code', '')}: mean step now and with the fix"))
 
 
 def render_html(report: Report | Mapping[str, Any], generated_at: str | None = None) -> str:

@@ -174,7 +174,7 @@ def test_html_shows_each_finding_before_and_after_its_fix(tmp_path: Path) -> Non
     report = json.loads(out["json"].read_text())
     assert html.count('<svg class="chart before-after"') == len([f for f in report["findings"]
                                                                  if f["saving_us_per_step"]])
-    pd101 = html.index('aria-label="PD101: mean step now and with the fix"')
+    pd101 = html.index('aria-label="mean step now and with the fix of PD101"')
     assert "<title>now: 1.00 ms</title>" in html[pd101:] and "<title>fixed: 0.60 ms</title>" in html[pd101:]
     assert "would take the mean step from 1.00 ms to " in html
 

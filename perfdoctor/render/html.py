@@ -170,7 +170,7 @@ def before_after(f: Mapping[str, Any]) -> Markup:
     if not saving or not frac or frac <= 0:
         return Markup("")
     step_ms = saving / frac / 1000
-    return Markup(svg.before_after(step_ms, saving / 1000, f"{f.get('code', '')}: mean step now and with the fix"))
+    return Markup(svg.before_after(step_ms, saving / 1000, f"mean step now and with the fix of {f.get('code', '')}"))
 
 
 def render_html(report: Report | Mapping[str, Any], generated_at: str | None = None) -> str:

@@ -175,7 +175,7 @@ def test_terminal_findings_section(tmp_path):
     console = Console(width=100, record=True)
     render_terminal(pipeline.report_dict(analysis), console)
     text = console.export_text()
-    assert "PD101" in text and "0.4 ms (40.0%)" in text and "not additive" in text
+    assert "PD101" in text and "0.40 ms (40.0%)" in text and "not additive" in text
     assert "PD301 exposed-communication: no collective" in text
 
 

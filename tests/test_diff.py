@@ -191,28 +191,93 @@ def test_regression_gate_fires_only_beyond_threshold_and_significant(tmp_path, c
     assert json.loads(capsys.readouterr().out)["verdict"] == "inconclusive"
 
 
-def test_findings_and_prediction_from_report_json(tmp_path):
-    """Report JSON sides with findings edited in: resolved / new / persisting and the prediction row by hand."""
-    b = steps_trace(tmp_path / "b.json", [1000, 1000, 1000, 1000], [("k", 300)])
-    a = steps_trace(tmp_path / "a.json", [900, 900, 900, 900], [("k", 300)])
-    rb = json.loads(_report_json(b))
-    ra = json.loads(_report_json(a))
-    rb["findings"] = [_finding("PD101", 150.0), _finding("PD103", 80.0)]
-    ra["findings"] = [_finding("PD103", 30.0), _finding("PD205", 10.0)]
-    rb["passed_checks"], ra["passed_checks"] = ["PD205"], ["PD101"]
+def _report_pair(tmp_path: Path, before_us: list[float], after_us: list[float], findings_b: list[dict],
+                 findings_a: list[dict], passed_b: list[str], passed_a: list[str]) -> tuple[Path, Path, dict]:
+    """Report JSON of two TraceBuilder traces with findings edited in (the BEFORE report dict is returned for
+    further edits; write it again to apply them)."""
+    b = steps_trace(tmp_path / "b.json", before_us, [("k", 300)])
+    a = steps_trace(tmp_path / "a.json", after_us, [("k", 300)])
+    rb, ra = json.loads(_report_json(b)), json.loads(_report_json(a))
+    rb["findings"], ra["findings"] = findings_b, findings_a
+    rb["passed_checks"], ra["passed_checks"] = passed_b, passed_a
     rb["skipped_checks"], ra["skipped_checks"] = [], []
     (tmp_path / "rb.json").write_text(json.dumps(rb))
     (tmp_path / "ra.json").write_text(json.dumps(ra))
-    d = _diff(tmp_path, tmp_path / "rb.json", tmp_path / "ra.json")
+    return tmp_path / "rb.json", tmp_path / "ra.json", rb
+
+
+def test_findings_and_prediction_from_report_json(tmp_path):
+    """One finding resolves (its fix applied), another shrinks as a side effect: only the resolved one is scored."""
+    rb, ra, _ = _report_pair(tmp_path, [1000, 1000, 1000, 1000], [900, 900, 900, 900],
+                             [_finding("PD101", 150.0), _finding("PD103", 80.0)],
+                             [_finding("PD103", 30.0), _finding("PD205", 10.0)], ["PD205"], ["PD101"])
+    d = _diff(tmp_path, rb, ra)
     status = {x.code: x.status for x in d.findings}
     assert status == {"PD101": "resolved", "PD103": "persisting", "PD205": "new"}
-    preds = {p.code: p for p in d.predicted_vs_measured}
-    assert {c: p.status for c, p in preds.items()} == {"PD101": "resolved", "PD103": "shrank"}
-    # measured: 1000 − 900 = 100 µs per step; PD101 predicted 150 → error −50 (−33.3%); PD103 predicted 50 → +50
-    assert preds["PD101"].measured_us == pytest.approx(100)
-    assert preds["PD101"].error_us == pytest.approx(-50) and preds["PD101"].error_pct == pytest.approx(-100 / 3)
-    assert preds["PD103"].predicted_us == pytest.approx(50) and preds["PD103"].error_us == pytest.approx(50)
-    assert preds["PD101"].predicted_kind == "upper-bound"  # saving_method "m": not a replay
+    p = d.predicted_vs_measured
+    assert p is not None and p.codes == ["PD101"] and not p.shared
+    # measured: 1000 − 900 = 100 µs per step; PD101 predicted 150 → error −50 (−33.3%)
+    assert p.measured_us == pytest.approx(100) and p.predicted_us == 150.0
+    assert p.error_us == pytest.approx(-50) and p.error_pct == pytest.approx(-100 / 3)
+    assert p.predicted_kind == "upper-bound"  # saving_method "m": not a replay
+    # constant steps on both sides: the interval is the point −10% → [100, 100] µs; 150 lies outside it
+    assert p.measured_ci95_us == pytest.approx([100, 100]) and p.within_ci95 is False
+    # PD103 shrank 80 → 30 without its fix: listed, no error scored against the step's change
+    assert [(s.code, s.saving_before_us, s.saving_after_us, s.shrink_us) for s in d.shrunk] == \
+        [("PD103", 80.0, 30.0, 50.0)]
+    assert "side effect" in d.predicted_note
+    from perfdoctor.render.diff_view import predictions_table
+
+    rows = predictions_table(d).rows
+    assert rows[0][:2] == ["PD101 rule-PD101", "resolved"] and rows[0][5:] == ["−0.05 ms", "−33.3%"]
+    assert rows[1] == ["PD103 rule-PD103", "shrank (side effect of other changes)", "saving 0.08 ms → 0.03 ms",
+                       "–", "–", "–", "–"]
+    doc = json.loads(d.to_json())
+    assert doc["schema_version"] == 2 and "error_us" not in doc["shrunk"][0]
+
+
+def test_resolved_together_is_one_row_summed_or_replayed_together(tmp_path):
+    """Two findings resolved by one change share the measured change: one combined row, never one error each."""
+    # BEFORE 1000, 1100, 900, 1000 (mean 1000) → AFTER 800, 850, 750, 800 (mean 800): measured 200 µs per step;
+    # change −20%, 95% CI −29.89% to −10.11% (test_tracebuilder_pair_by_hand) → [101.1, 298.9] µs
+    replay = "replay of the step's dependency graph with the fix applied (...)"
+    rb, ra, doc = _report_pair(tmp_path, [1000, 1100, 900, 1000], [800, 850, 750, 800],
+                               [_finding("PD101", 150.0, replay), _finding("PD205", 100.0, replay),
+                                _finding("PD103", 80.0)], [_finding("PD103", 60.0)], [], ["PD101", "PD205"])
+    d = _diff(tmp_path, rb, ra)
+    p = d.predicted_vs_measured
+    assert p is not None and p.codes == ["PD101", "PD205"] and p.shared
+    assert [(x.code, x.predicted_us, x.predicted_kind) for x in p.parts] == \
+        [("PD101", 150.0, "replayed"), ("PD205", 100.0, "replayed")]
+    # no fix-all replay of exactly {PD101, PD205} in the report: the sum, 250 µs; error 200 − 250 = −50 (−20%)
+    assert (p.predicted_kind, p.predicted_us) == ("sum", 250.0)
+    assert p.measured_us == pytest.approx(200) and p.error_us == pytest.approx(-50)
+    assert p.error_pct == pytest.approx(-20.0)
+    assert p.measured_ci95_us == pytest.approx([101.1, 298.9], abs=0.1) and p.within_ci95 is True
+    assert "2 findings were resolved together (PD101, PD205)" in d.predicted_note
+    assert [s.code for s in d.shrunk] == ["PD103"]
+    # the report's fix-all replay of exactly these two: 1000 → 640 µs, 360 µs together, outside the interval
+    doc["ranks"][0]["replay"] = {**(doc["ranks"][0]["replay"] or {}), "fix_all": {
+        "codes": ["PD205", "PD101"], "recorded_mean_step_us": 1000.0, "replayed_mean_step_us": 640.0}}
+    rb.write_text(json.dumps(doc))
+    p = _diff(tmp_path, rb, ra).predicted_vs_measured
+    assert p is not None and (p.predicted_kind, p.predicted_us) == ("replayed-together", 360.0)
+    assert p.error_us == pytest.approx(-160) and p.within_ci95 is False
+    # a fix-all that also covers PD103 (not fixed) is not this prediction: back to the sum
+    doc["ranks"][0]["replay"]["fix_all"]["codes"] = ["PD101", "PD103", "PD205"]
+    rb.write_text(json.dumps(doc))
+    p = _diff(tmp_path, rb, ra).predicted_vs_measured
+    assert p is not None and (p.predicted_kind, p.predicted_us) == ("sum", 250.0)
+
+
+def test_only_shrunk_findings_give_no_prediction(tmp_path):
+    """The MoE case: a finding shrank but its fix (a bigger batch) was never applied: nothing is scored."""
+    rb, ra, _ = _report_pair(tmp_path, [1000, 1000, 1000], [990, 990, 990], [_finding("PD201", 500.0)],
+                             [_finding("PD201", 480.0)], [], [])
+    d = _diff(tmp_path, rb, ra)
+    assert d.predicted_vs_measured is None
+    assert [(s.code, s.shrink_us) for s in d.shrunk] == [("PD201", 20.0)]
+    assert d.predicted_note.startswith("No BEFORE finding was resolved")
 
 
 def test_replayed_saving_is_labelled(tmp_path):
@@ -224,9 +289,10 @@ def test_replayed_saving_is_labelled(tmp_path):
     (tmp_path / "rb.json").write_text(json.dumps(rb))
     (tmp_path / "ra.json").write_text(json.dumps(ra))
     d = _diff(tmp_path, tmp_path / "rb.json", tmp_path / "ra.json")
-    [p] = d.predicted_vs_measured
+    p = d.predicted_vs_measured
+    assert p is not None and p.codes == ["PD101"]
     assert (p.predicted_kind, p.predicted_us, p.measured_us, p.error_us) == ("replayed", 120.0, 100.0, -20.0)
-    assert "replaying the step's dependency graph" in d.predicted_note
+    assert "dependency graph replayed with the fix applied" in d.predicted_note
 
 
 def test_skipped_check_is_not_resolved(tmp_path):
@@ -238,7 +304,7 @@ def test_skipped_check_is_not_resolved(tmp_path):
     (tmp_path / "ra.json").write_text(json.dumps(ra))
     d = _diff(tmp_path, tmp_path / "rb.json", tmp_path / "ra.json")
     assert [(x.code, x.status) for x in d.findings] == [("PD101", "not-checked")]
-    assert d.predicted_vs_measured == []
+    assert d.predicted_vs_measured is None and d.shrunk == []
 
 
 def _finding(code: str, saving_us: float, method: str = "m") -> dict:
@@ -275,7 +341,7 @@ def test_diff_json_round_trip(tmp_path):
     raw = d.to_json()
     assert Diff.from_json(raw) == d
     doc = json.loads(raw)
-    assert doc["schema"] == "perfdoctor.diff" and doc["schema_version"] == 1
+    assert doc["schema"] == "perfdoctor.diff" and doc["schema_version"] == 2
     assert set(doc["mean_step_us"]) == {"before", "after"} and len(doc["ci95_pct"]) == 2
     assert raw == _diff(tmp_path, b, a).to_json()  # byte-stable
 
@@ -374,7 +440,8 @@ def test_resnet_pair_faster_with_dataloader_prediction(resnet_diff):
     assert (d.statistics.steps.before, d.statistics.steps.after) == (6, 6)
     status = {f.code: f.status for f in d.findings}
     assert status["PD101"] == "resolved"
-    pd101 = next(p for p in d.predicted_vs_measured if p.code == "PD101")
+    pd101 = d.predicted_vs_measured
+    assert pd101 is not None and pd101.codes == ["PD101"] and not pd101.shared
     assert pd101.measured_us == pytest.approx(177592.17 - 141090.33, abs=1)
     from perfdoctor import pipeline
 
@@ -383,6 +450,16 @@ def test_resnet_pair_faster_with_dataloader_prediction(resnet_diff):
     assert pd101.predicted_us == pytest.approx(own["saving_us_per_step"])
     assert pd101.predicted_kind == ("replayed" if own["saving_method"].startswith("replay") else "upper-bound")
     assert pd101.error_us == pytest.approx(pd101.measured_us - own["saving_us_per_step"])
+    # the prediction (59.0 ms) lies inside the measurement's interval: 177.59 ms × (20.55% ± 14.97%) ≈ 9.9–63.1 ms
+    lo, hi = (-x / 100 * d.mean_step_us.before for x in reversed(d.ci95_pct))
+    assert pd101.measured_ci95_us == pytest.approx([lo, hi]) and lo < own["saving_us_per_step"] < hi
+    assert pd101.within_ci95 is True
+    # PD103 and PD205 persist with smaller savings only because PD101's idle went away: listed, never scored
+    by_code = {f["code"]: f for f in before["findings"]}
+    assert {s.code for s in d.shrunk} == {"PD103", "PD205"}
+    for s in d.shrunk:
+        assert s.saving_before_us == pytest.approx(by_code[s.code]["saving_us_per_step"])
+        assert s.shrink_us == pytest.approx(s.saving_before_us - s.saving_after_us) and s.shrink_us > 0
     # the DataLoader wait is where the time went: idle charged to DataLoader fell by ~58 ms per step
     after = pipeline.build([str(shared_trace(RESNET_4))]).report
     per_step = [r["ranks"][0]["devices"][0]["totals"]["idle_causes_us"]["dataloader"] / 6 for r in (before, after)]
@@ -542,7 +619,7 @@ def test_select_and_ignore_apply_to_both_sides(tmp_path, capsys):
     capsys.readouterr()
     assert main(["diff", str(tmp_path / "base.json"), str(after), "--ignore", "PD101", "--format", "json"]) == 0
     d = json.loads(capsys.readouterr().out)
-    assert "PD101" not in {f["code"] for f in d["findings"]} | {p["code"] for p in d["predicted_vs_measured"]}
+    assert "PD101" not in {f["code"] for f in d["findings"]} | set((d["predicted_vs_measured"] or {}).get("codes", []))
     assert main(["diff", str(tmp_path / "base.json"), str(after), "--select", "PD101", "--format", "json"]) == 0
     d = json.loads(capsys.readouterr().out)
     assert [(f["code"], f["status"]) for f in d["findings"]] == [("PD101", "resolved")]

@@ -102,7 +102,7 @@ def compare(before: Side, after: Side, noise_pct: float = stats.DEFAULT_NOISE_PC
     ci_us = ([-cmp.ci95_pct[1] / 100 * cmp.mean_before_us, -cmp.ci95_pct[0] / 100 * cmp.mean_before_us]
              if cmp.ci95_pct is not None else None)
     rows = findings.compare_findings(before.model, after.model)
-    preds, note = findings.predictions(before.model, after.model, rows, measured, ci_us)
+    pred, note = findings.predictions(before.model, rows, measured, ci_us)
     cats, step_b, step_a = categories.category_rows(before.model, after.model)
     warnings = list(dict.fromkeys([*sb.notes, *sa.notes, *_warnings(info_b, info_a, before, after)]))
     return Diff(
@@ -118,7 +118,7 @@ def compare(before: Side, after: Side, noise_pct: float = stats.DEFAULT_NOISE_PC
         throughput=_throughput(before.model, after.model), categories=cats,
         category_step_us=Pair(step_b, step_a),
         kernels=movers.top_movers(before, after, "kernels"), cpu_ops=movers.top_movers(before, after, "cpu_ops"),
-        findings=rows, predicted_vs_measured=preds, predicted_note=note,
+        findings=rows, predicted_vs_measured=pred, shrunk=findings.shrunk(rows), predicted_note=note,
         efficiency=efficiency.efficiency_rows(before.model, after.model),
         straggler=efficiency.straggler(before.model, after.model), warnings=warnings,
     )

@@ -4,26 +4,36 @@ A rule's finding is matched by its code; on a multi-rank job each report already
 finding. "Resolved" needs evidence: the rule ran on AFTER and found nothing (``passed_checks``). A finding whose
 rule AFTER skipped (it lacked the data) is ``not-checked``, never resolved.
 
-Predicted vs measured: for each BEFORE finding that was resolved or whose saving shrank, the predicted saving is
-saving before − saving after (µs per step); the measured change is the verdict's mean step before − after (µs,
-positive = faster), which every change between the two runs shares. A saving is ``replayed`` when its rule computed
-it by replaying the step's dependency graph with the fix applied (its ``saving_method`` starts with "replay",
+Predicted vs measured: the measured change is the verdict's mean step before − after (µs, positive = faster), the
+whole step's, so it checks only the fixes that were applied, i.e. the BEFORE findings resolved in AFTER. They are
+scored together, as one prediction (one finding: its own saving; several: BEFORE's replay of exactly those fixes
+together when the report carries it, else the sum of their savings). A persisting finding whose saving shrank did
+not have its fix applied (e.g. host overhead once hidden behind a DataLoader wait that went away): it is listed as
+shrunk, with no error. A saving is ``replayed`` when its rule computed it by replaying the step's dependency graph
+with the fix applied (its ``saving_method`` starts with "replay",
 :meth:`perfdoctor.checks.context.RankContext.replayed_saving`), else ``upper-bound`` (an interval rule's estimate).
 """
 
 from __future__ import annotations
 
-from perfdoctor.diff.model import FindingDelta, Prediction
+from perfdoctor.diff.model import FindingDelta, PredictedPart, Prediction, Shrunk
 from perfdoctor.diff.sides import findings_of, passed_of, skipped_of
 from perfdoctor.model import Report
-from perfdoctor.model.report import FindingSection
+from perfdoctor.model.report import FindingSection, FixAllSection
 
 REPLAYED_PREFIX = "replay"  # saving_method of a replayed saving: "replay of the step's dependency graph ..."
-UPPER_BOUND_NOTE = ("Predicted savings are the rules' upper-bound estimates; the measured change is the whole step's, "
-                    "shared by every change between the two runs.")
-REPLAYED_NOTE = ("Predicted savings marked 'replayed' come from replaying the step's dependency graph with the fix "
-                 "applied, the others are upper-bound estimates; the measured change is the whole step's, shared by "
-                 "every change between the two runs (a finding that shrank without its own fix shares it too).")
+MEASURED_NOTE = ("The measured change is the whole step's: it checks only the fixes that were applied, i.e. the "
+                 "findings resolved in AFTER, and it also holds any other change between the two runs.")
+SHARED_NOTE = ("{n} findings were resolved together ({codes}): their fixes are scored as one prediction ({how}) "
+               "against the one measured change they share.")
+HOW = {"replayed-together": "BEFORE's replay of the step with exactly these fixes applied together",
+       "sum": "the sum of their savings, which counts time that two fixes both remove twice"}
+SHRUNK_NOTE = ("Findings that persist with a smaller saving are listed without an error: the finding is still "
+               "there, so its fix was not (fully) applied, and the shrink is a side effect of other changes (or of "
+               "a partial fix); the step's change cannot be attributed to it.")
+NONE_NOTE = "No BEFORE finding was resolved in AFTER: no applied fix to check a prediction against."
+KIND_NOTE = {"replayed": "'replayed': the step's dependency graph replayed with the fix applied.",
+             "upper-bound": "'upper-bound': the rule's interval estimate, an upper bound on the saving."}
 
 
 def _by_code(model: Report) -> dict[str, FindingSection]:
@@ -74,24 +84,61 @@ def compare_findings(before: Report, after: Report) -> list[FindingDelta]:
     return rows
 
 
-def predictions(before: Report, after: Report, rows: list[FindingDelta], measured_us: float,
-                measured_ci_us: list[float] | None) -> tuple[list[Prediction], str]:
-    """Predicted vs measured rows for resolved or shrunk BEFORE findings, and the note on how to read them."""
-    fb, fa = _by_code(before), _by_code(after)
-    out = []
+def shrunk(rows: list[FindingDelta]) -> list[Shrunk]:
+    """Persisting findings whose saving shrank (µs/step), largest shrink first."""
+    out = [Shrunk(code=r.code, name=r.name, saving_before_us=r.saving_before_us, saving_after_us=r.saving_after_us,
+                  shrink_us=r.saving_before_us - r.saving_after_us)
+           for r in rows if r.status == "persisting" and r.saving_before_us is not None
+           and r.saving_after_us is not None and r.saving_after_us < r.saving_before_us]
+    return sorted(out, key=lambda x: (-x.shrink_us, x.code))
+
+
+def _fix_all_us(before: Report, codes: list[str]) -> float | None:
+    """BEFORE's replayed saving (µs/step) of exactly ``codes`` fixed together, from a one-rank report's
+    ``replay.fix_all`` (recorded − replayed mean step); None when the report has no such replay (several ranks,
+    no replay, or its fix-all covers other findings too)."""
+    if len(before.ranks) != 1:
+        return None
+    replay = before.ranks[0].replay
+    fix = None if replay is None else replay.fix_all
+    if not isinstance(fix, FixAllSection) or sorted(fix.codes) != sorted(codes):
+        return None
+    return float(fix.recorded_mean_step_us - fix.replayed_mean_step_us)
+
+
+def predictions(before: Report, rows: list[FindingDelta], measured_us: float,
+                measured_ci_us: list[float] | None) -> tuple[Prediction | None, str]:
+    """The resolved BEFORE findings' predicted saving, together, against the measured change (None when no
+    finding with a positive saving was resolved), and the note on how to read it.
+
+    ``measured_us``: mean step before − after (µs, positive = faster); ``measured_ci_us``: its 95% interval.
+    """
+    fb = _by_code(before)
+    parts = []
     for r in rows:
-        if r.status not in ("resolved", "persisting") or r.code not in fb:
-            continue
-        saving_b, kind = _saving(fb[r.code])
-        saving_a = _saving(fa[r.code])[0] if r.code in fa else 0.0
-        predicted = saving_b - saving_a
-        if predicted <= 0:
-            continue
-        error = measured_us - predicted
-        status = "resolved" if r.status == "resolved" else "shrank"
-        out.append(Prediction(code=r.code, name=r.name, status=status, predicted_us=predicted,
-                              predicted_kind=kind, measured_us=measured_us, measured_ci95_us=measured_ci_us,
-                              error_us=error, error_pct=100.0 * error / predicted))
-    out.sort(key=lambda p: (p.status != "resolved", -p.predicted_us, p.code))
-    note = REPLAYED_NOTE if any(p.predicted_kind == "replayed" for p in out) else UPPER_BOUND_NOTE
-    return out, note
+        if r.status == "resolved" and r.code in fb:
+            saving, kind = _saving(fb[r.code])
+            if saving > 0:
+                parts.append(PredictedPart(code=r.code, name=r.name, predicted_us=saving, predicted_kind=kind))
+    tail = [SHRUNK_NOTE] if shrunk(rows) else []
+    if not parts:
+        return None, " ".join([NONE_NOTE, *tail])
+    parts.sort(key=lambda p: (-p.predicted_us, p.code))
+    codes = [p.code for p in parts]
+    together = _fix_all_us(before, codes) if len(parts) > 1 else None
+    if len(parts) == 1:
+        predicted, kind = parts[0].predicted_us, parts[0].predicted_kind
+    elif together is not None:
+        predicted, kind = together, "replayed-together"
+    else:
+        predicted, kind = sum(p.predicted_us for p in parts), "sum"
+    within = (measured_ci_us[0] <= predicted <= measured_ci_us[1]) if measured_ci_us is not None else None
+    error = measured_us - predicted
+    pred = Prediction(codes=codes, parts=parts, predicted_us=predicted, predicted_kind=kind, measured_us=measured_us,
+                      measured_ci95_us=measured_ci_us, within_ci95=within, error_us=error,
+                      error_pct=100.0 * error / predicted, shared=len(parts) > 1)
+    notes = [MEASURED_NOTE]
+    if pred.shared:
+        notes.append(SHARED_NOTE.format(n=len(codes), codes=", ".join(codes), how=HOW[kind]))
+    notes += [KIND_NOTE[k] for k in ("replayed", "upper-bound") if any(p.predicted_kind == k for p in parts)]
+    return pred, " ".join(notes + tail)

@@ -12,7 +12,7 @@ import msgspec
 from perfdoctor.errors import PerfDoctorError
 
 SCHEMA = "perfdoctor.diff"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # v2: predicted_vs_measured became one combined row or null, + shrunk
 VERDICTS = ("faster", "slower", "no-change", "inconclusive")
 
 
@@ -102,25 +102,51 @@ class FindingDelta(msgspec.Struct, frozen=True):
     note: str = ""
 
 
-class Prediction(msgspec.Struct, frozen=True):
-    """Predicted vs measured for one BEFORE finding that was resolved or shrank (``status``: ``resolved`` /
-    ``shrank``).
-
-    ``predicted_us``: saving before − saving after (µs/step); ``predicted_kind``: ``replayed`` (the step's dependency
-    graph replayed with the fix) or ``upper-bound`` (an interval rule's estimate); ``measured_us``: mean step before − after (µs, positive = faster, the whole step's
-    change, shared by every finding that moved); ``measured_ci95_us``: its 95% interval; ``error_us`` =
-    measured − predicted; ``error_pct`` = error ÷ predicted × 100.
-    """
+class PredictedPart(msgspec.Struct, frozen=True):
+    """One resolved BEFORE finding's own predicted saving (µs/step): ``predicted_kind`` ``replayed`` (its rule
+    replayed the step's dependency graph with the fix applied) or ``upper-bound`` (an interval rule's estimate)."""
 
     code: str
     name: str
-    status: str
+    predicted_us: float
+    predicted_kind: str
+
+
+class Prediction(msgspec.Struct, frozen=True):
+    """Predicted vs measured for the BEFORE findings resolved in AFTER, scored together (schema v2).
+
+    The measured change is the whole step's, so it can check only the fixes that were applied: the findings that
+    were resolved. ``codes``/``parts``: those findings (largest predicted saving first); ``predicted_us``: their
+    saving together (µs/step); ``predicted_kind``: ``replayed`` / ``upper-bound`` (one finding: its own saving),
+    ``replayed-together`` (BEFORE's replay of exactly these findings' fixes applied together,
+    ``ranks[0].replay.fix_all``) or ``sum`` (the parts added up: time two fixes both remove is counted twice);
+    ``measured_us``: mean step before − after (µs, positive = faster), shared by every finding in ``codes``
+    (``shared``) and by any other change between the runs; ``measured_ci95_us``: its 95% interval;
+    ``within_ci95``: the prediction lies inside that interval (None without one); ``error_us`` = measured −
+    predicted; ``error_pct`` = error ÷ predicted × 100.
+    """
+
+    codes: list[str]
+    parts: list[PredictedPart]
     predicted_us: float
     predicted_kind: str
     measured_us: float
     measured_ci95_us: list[float] | None
+    within_ci95: bool | None
     error_us: float
-    error_pct: float | None
+    error_pct: float
+    shared: bool
+
+
+class Shrunk(msgspec.Struct, frozen=True):
+    """A finding on both sides whose saving shrank (µs/step) without its own fix: a side effect of other changes
+    (e.g. host overhead hidden behind a DataLoader wait that went away). No error is scored against it."""
+
+    code: str
+    name: str
+    saving_before_us: float
+    saving_after_us: float
+    shrink_us: float
 
 
 class RankEfficiency(msgspec.Struct, frozen=True):
@@ -142,7 +168,7 @@ class Straggler(msgspec.Struct, frozen=True):
 
 
 class Diff(msgspec.Struct, frozen=True):
-    """The whole comparison (schema ``perfdoctor.diff`` v1)."""
+    """The whole comparison (schema ``perfdoctor.diff`` v2)."""
 
     schema: str
     schema_version: int
@@ -161,7 +187,8 @@ class Diff(msgspec.Struct, frozen=True):
     kernels: list[Mover]
     cpu_ops: list[Mover]
     findings: list[FindingDelta]
-    predicted_vs_measured: list[Prediction]
+    predicted_vs_measured: Prediction | None
+    shrunk: list[Shrunk]
     predicted_note: str
     efficiency: list[RankEfficiency]
     straggler: Straggler | None

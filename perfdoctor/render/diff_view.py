@@ -107,15 +107,40 @@ def findings_table(d: Diff) -> TableView:
                      ["l", "l", "l", "r", "r", "l"], "Savings are per step.")
 
 
+KIND_WORDS = {"replayed": "replayed", "upper-bound": "upper bound", "replayed-together": "replayed together",
+              "sum": "sum of the parts"}
+
+
+def _in_ci(within: bool | None) -> str:
+    return "–" if within is None else "yes" if within else "no"
+
+
 def predictions_table(d: Diff) -> TableView:
-    rows = []
-    for p in d.predicted_vs_measured:
-        ci = (f"{ms(p.measured_ci95_us[0])} to {ms(p.measured_ci95_us[1])}" if p.measured_ci95_us else "–")
-        rows.append([p.code, p.name, p.status, f"{ms(p.predicted_us)} ({p.predicted_kind})", ms(p.measured_us), ci,
-                     signed_ms(p.error_us), signed_pct(p.error_pct)])
-    return TableView("Predicted vs measured (per step)",
-                     ["code", "rule", "status", "predicted saving", "measured", "measured 95% CI", "error",
-                      "error %"], rows, ["l", "l", "l", "r", "r", "r", "r", "r"], d.predicted_note)
+    """The resolved findings' prediction (one row; several findings: one combined row, then its parts) against the
+    measured change with its 95% interval, then the findings that shrank as a side effect (no error)."""
+    header = ["finding(s)", "status", "predicted saving", "measured (95% CI)", "prediction in CI", "error", "error %"]
+    rows: list[list[str]] = []
+    classes: list[str] = []
+    p = d.predicted_vs_measured
+    if p is not None:
+        ci = f" ({ms(p.measured_ci95_us[0])} to {ms(p.measured_ci95_us[1])})" if p.measured_ci95_us else ""
+        who = " + ".join(p.codes) if p.shared else f"{p.codes[0]} {p.parts[0].name}"
+        status = f"resolved together ({len(p.codes)}), measured change shared" if p.shared else "resolved"
+        rows.append([who, status, f"{ms(p.predicted_us)} ({KIND_WORDS.get(p.predicted_kind, p.predicted_kind)})",
+                     ms(p.measured_us) + ci, _in_ci(p.within_ci95), signed_ms(p.error_us), signed_pct(p.error_pct)])
+        classes.append("")
+        if p.shared:
+            for part in p.parts:
+                rows.append([f"  {part.code} {part.name}", "resolved (part of the row above)",
+                             f"{ms(part.predicted_us)} ({KIND_WORDS.get(part.predicted_kind, part.predicted_kind)})",
+                             "–", "–", "–", "–"])
+                classes.append("detail")
+    for s in d.shrunk:
+        rows.append([f"{s.code} {s.name}", "shrank (side effect of other changes)",
+                     f"saving {ms(s.saving_before_us)} → {ms(s.saving_after_us)}", "–", "–", "–", "–"])
+        classes.append("detail")
+    return TableView("Predicted vs measured (per step)", header, rows, ["l", "l", "r", "r", "l", "r", "r"],
+                     d.predicted_note, classes)
 
 
 def efficiency_table(d: Diff) -> TableView:

@@ -128,10 +128,16 @@ def build_report(analysis: Analysis, run: m.RunSection | None = None,
     else:
         ranks = [s if isinstance(s, m.RankSection) else plain(s, m.RankSection, "rank section") for s in sections]
     checks = check_sections(analysis.checks) if analysis.checks is not None else {}
+    summ = summary_section(ranks)
+    from perfdoctor.model.verdict import verdict
+
+    line = verdict(ranks, checks.get("findings") or [], summ.slowest_rank if summ.slowest_rank is not UNSET else None)
+    if line:
+        checks["verdict"] = line
     return m.Report(
         tool=m.Tool(name="perfdoctor", version=__version__),
         inputs=plain(analysis.inputs, list[m.InputFile], "inputs"),
-        warnings=list(analysis.warnings), ranks=ranks, summary=summary_section(ranks),
+        warnings=list(analysis.warnings), ranks=ranks, summary=summ,
         run=run if run is not None else UNSET,
         no_trace=analysis.no_trace if analysis.no_trace else UNSET,
         partial=True if analysis.partial else UNSET,

@@ -542,6 +542,7 @@ class Report(Section, kw_only=True):
     skipped_checks: list[SkippedCheck] | UnsetType = UNSET
     passed_checks: list[str] | UnsetType = UNSET
     findings_note: str | UnsetType = UNSET
+    verdict: str | UnsetType = UNSET
     run: RunSection | UnsetType = UNSET
     no_trace: str | UnsetType = UNSET
     partial: bool | UnsetType = UNSET

@@ -111,6 +111,8 @@ def render_markdown(report: Report | Mapping[str, Any]) -> str:
     if len(rep.inputs) > 4:
         inputs += f" and {len(rep.inputs) - 4} more"
     out = ["# perfdoctor report", "", f"Input: {inputs}", ""]
+    if rep.verdict is not UNSET and rep.verdict:
+        out += [f"**Verdict:** {esc(rep.verdict)}", ""]
     out += _table(["", "value", "detail"], [[esc(a), f"**{esc(b)}**", esc(c)] for a, b, c in view.summary_facts(rep)])
     out.append("")
     out += _findings(rep)

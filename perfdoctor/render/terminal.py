@@ -84,6 +84,9 @@ def render_terminal(report: Report | Mapping[str, Any], console: Console, err_co
     if (run is not None and run.partial) or rep.partial is True:
         console.print(Text(f"PARTIAL RUN: {(run.stop_reason if run else None) or 'the run did not complete'} "
                            f"({run.steps_completed if run else None} steps ran)", style="bold yellow"))
+    if rep.verdict is not UNSET and rep.verdict:
+        console.print(Text.assemble(("verdict: ", "bold"), rep.verdict))
+        console.print()
     if not rep.ranks:
         _print_run_only(rep, console)
     job_view = rep.job is not UNSET and not per_rank

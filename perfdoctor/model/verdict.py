@@ -1,0 +1,70 @@
+"""One line at the top of a report: what bounds the step, from the top finding and the breakdown.
+
+Rules, first that applies:
+
+1. A cold-start finding (PD902) whose evidence says the analysed steps are warm-up: "cold start: ...".
+2. The top-ranked finding with a saving of at least :data:`MIN_SHARE_PCT` % of the step: its kind (one phrase per
+   rule in :data:`PHRASES`) and the share it names, e.g. "input-bound: up to 33% of each step goes to waiting
+   for the DataLoader (PD101 dataloader-starvation)".
+3. Else the breakdown of the slowest rank's primary device: "busy X% of each step (largest: matmul Y%)" when
+   utilization is at least :data:`BUSY_SHARE`, else its largest idle cause.
+
+It computes no number of its own: every share is a finding's ``saving_pct_of_step`` or a breakdown total ÷ the
+step time total.
+"""
+
+from __future__ import annotations
+
+from perfdoctor.model.report import FindingSection, RankSection
+from perfdoctor.vocab import category_label, idle_label
+
+MIN_SHARE_PCT = 5.0
+BUSY_SHARE = 0.8
+# code -> (kind, what the share is of each step)
+PHRASES: dict[str, tuple[str, str]] = {
+    "PD101": ("input-bound", "waiting for the DataLoader"),
+    "PD102": ("copy-bound", "pageable host-to-device copies"),
+    "PD103": ("host launch-bound", "the device waiting for kernel launches"),
+    "PD104": ("CPU-oversubscribed", "too many threads per core"),
+    "PD105": ("Python-bound", "Python outside any op"),
+    "PD106": ("host-bound", "the device idle while the host runs code outside any op"),
+    "PD201": ("small batch", "fixed per-step cost a larger batch would amortise"),
+    "PD202": ("elementwise-bound", "unfused elementwise ops"),
+    "PD203": ("FP32 compute", "FP32 GEMMs that tensor cores would run faster"),
+    "PD204": ("FP32 compute on CPU", "FP32 math that bf16 would speed up"),
+    "PD205": ("optimizer-bound", "an unfused optimizer"),
+    "PD206": ("low MFU", "low model FLOPs utilization"),
+    "PD301": ("communication-bound", "exposed communication"),
+    "PD303": ("straggler", "waiting for the slowest rank"),
+    "PD304": ("communication-bound", "waiting inside collectives for other ranks"),
+    "PD305": ("communication-bound", "waiting for host (gloo) collectives"),
+    "PD401": ("synchronization-bound", "waiting on host-device synchronization"),
+    "PD501": ("allocator-bound", "idle around cudaMalloc/cudaFree"),
+}
+
+
+def verdict(ranks: list[RankSection], findings: list[FindingSection], slowest_rank: int | None = None) -> str:
+    """The one-line verdict (see the module docstring); "" when the report has no rank."""
+    cold = next((f for f in findings if f.code == "PD902" and "warm-up, not the training loop" in f.message), None)
+    if cold is not None:
+        return ("cold start: the analysed steps are first-call work (compilation, algorithm search, lazy init), "
+                "not the training loop (PD902): profile steady-state steps")
+    top = next((f for f in findings if f.position == 1), None)
+    if top is not None and top.saving_pct_of_step >= MIN_SHARE_PCT:
+        kind, what = PHRASES.get(top.code, (top.name, "what this finding names"))
+        return f"{kind}: up to {top.saving_pct_of_step:.0f}% of each step goes to {what} ({top.code} {top.name})"
+    if not ranks:
+        return ""
+    rank = next((r for r in ranks if r.rank == slowest_rank), ranks[0])
+    dev = rank.primary
+    t = dev.totals
+    if not t.dur_us:
+        return ""
+    cats = sorted(t.categories_us.items(), key=lambda kv: -kv[1])
+    idle = sorted(t.idle_causes_us.items(), key=lambda kv: -kv[1])
+    where = "the device" if dev.kind == "gpu" else "the host"
+    if (dev.utilization or 0.0) >= BUSY_SHARE or not idle or idle[0][1] <= 0:
+        top_cat = f" (largest: {category_label(cats[0][0])} {cats[0][1] / t.dur_us:.0%})" if cats else ""
+        return f"busy: {where} works {dev.utilization or 0.0:.0%} of each step{top_cat}; no finding saves 5% or more"
+    return (f"no finding saves 5% or more; {where} is busy {dev.utilization or 0.0:.0%} of each step, the largest "
+            f"idle is '{idle_label(idle[0][0])}' at {idle[0][1] / t.dur_us:.0%}")

@@ -260,3 +260,11 @@ def test_cli_jobs_and_per_rank() -> None:
     assert "Rank 1\ntrace:" in per_rank.stdout and "Job: 2 ranks" not in per_rank.stdout
     bad = cli("--jobs", "0")
     assert bad.returncode == 2 and "--jobs must be at least 1" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_unreachable_dask_scheduler_is_one_line() -> None:
+    pytest.importorskip("distributed", reason="Dask is the optional extra perfdoctor[dask]")
+    from perfdoctor.errors import PerfDoctorError
+
+    with pytest.raises(PerfDoctorError, match=r"--dask tcp://127.0.0.1:9: cannot reach the Dask scheduler"):
+        DaskCluster("tcp://127.0.0.1:9", timeout_s=1.0)

@@ -14,9 +14,11 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
 from functools import partial
 from typing import Any
 
+from perfdoctor.errors import PerfDoctorError
 from perfdoctor.jobs.summary import RankSummary, SummaryOptions
 from perfdoctor.jobs.task import summarise_file
 
@@ -118,7 +120,12 @@ class LocalPool:
                     pending.add(pool.submit(task, f, i))
                 done, pending = wait(pending, return_when=FIRST_COMPLETED)
                 for fut in done:
-                    part = fut.result()
+                    try:
+                        part = fut.result()
+                    except BrokenProcessPool:
+                        raise PerfDoctorError(
+                            f"a worker process died while analysing ranks (killed, e.g. out of memory, with {n} "
+                            "ranks at once): rerun with a smaller --jobs") from None
                     out += part
                     if self.on_done:
                         self.on_done(part)
@@ -137,8 +144,6 @@ class DaskCluster:
     """
 
     def __init__(self, address: Any, on_done: OnDone | None = None, timeout_s: float = 10.0) -> None:
-        from perfdoctor.errors import PerfDoctorError
-
         try:
             from distributed import Client
         except ImportError:

@@ -8,14 +8,14 @@ directory, :mod:`perfdoctor.checks.engine` runs the rules and :mod:`perfdoctor.m
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from perfdoctor.analysis.rank import Analysis, RankAnalysis, analyze_paths, analyze_tables
 from perfdoctor.capture.rundir import is_run_dir
 from perfdoctor.model import Report, to_builtins
-from perfdoctor.model.report import SCHEMA, SCHEMA_VERSION
+from perfdoctor.model.report import SCHEMA, SCHEMA_VERSION, RankSection
 
 if TYPE_CHECKING:
     from perfdoctor.capture.run_data import RunData
@@ -49,12 +49,14 @@ def rank_dict(r: RankAnalysis) -> dict[str, Any]:
     return to_builtins(rank_section(r))
 
 
-def report_dict(analysis: Analysis, sections: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+def report_dict(analysis: Analysis, sections: Sequence[RankSection | Mapping[str, Any] | None] | None = None
+                ) -> dict[str, Any]:
     """The report of ``analysis`` as plain dicts (its checks, if ``analysis.checks`` is set; no run section);
     ``sections``: the ranks' sections when already made (from rank summaries)."""
     from perfdoctor.model.build import build_report as build_model
 
-    return to_builtins(build_model(analysis, sections=sections))
+    given = None if sections is None else [s for s in sections if s is not None]
+    return to_builtins(build_model(analysis, sections=given))
 
 
 def _read_run_dir(path: str, without_traces: str | None) -> tuple[RunData, list[str], str | None, str | None]:
@@ -136,7 +138,8 @@ def build(paths: list[str], step_marker: str | None = None, on_progress: Callabl
         from perfdoctor.jobs.cross_rank import job_section
 
         job_sec = job_section(job)
-    model = build_model(analysis, section, sections=[s.section for s in job.summaries], job=job_sec)
+    sections = [s.section for s in job.summaries if s.section is not None]
+    model = build_model(analysis, section, sections=sections, job=job_sec)
     return BuiltReport(model, analysis, job.checks, job)
 
 

@@ -28,8 +28,9 @@ from perfdoctor.analysis.breakdown import DeviceBreakdown, StepBreakdown
 from perfdoctor.analysis.collective_wait import CollectiveTimeline
 from perfdoctor.checks.context import Outcome
 from perfdoctor.errors import PerfDoctorError
+from perfdoctor.model.report import RankSection
 
-FORMAT = 1  # bump when RankSummary changes: cached summaries of another format are made again
+FORMAT = 2  # bump when RankSummary changes: cached summaries of another format are made again
 CACHE_SUFFIX = ".perfdoctor-summary"
 
 
@@ -61,7 +62,8 @@ class RankSummary(msgspec.Struct):
     """One rank of a job (see the module docstring).
 
     ``index``: position of its file among the inputs (the rank when the trace names none); ``section``: the
-    rank's report section (``perfdoctor.pipeline.rank_dict``); ``input``: the report's ``inputs`` entry (path,
+    rank's typed report section (:func:`perfdoctor.model.build.rank_section`; None for a rank that failed);
+    ``input``: the report's ``inputs`` entry (path,
     bytes, sha256, events, uncompressed bytes); ``step_rows``: the primary device's analysed steps (µs);
     ``outcomes``: rank-scope rule outcomes by code; ``requirement_reasons``: why the rank lacks a requirement
     (``perfdoctor.checks.catalogue.REQUIREMENTS``); ``error``: the one-line error of a rank that failed (the
@@ -72,7 +74,7 @@ class RankSummary(msgspec.Struct):
     path: str
     rank: int | None = None
     input: dict[str, Any] = {}
-    section: dict[str, Any] = {}
+    section: RankSection | None = None
     steps_source: str = ""
     primary_kind: str = ""
     primary_device: int = -1
@@ -156,13 +158,13 @@ def rank_summary(analysis: Any, ra: Any, index: int, input_info: dict[str, Any],
     from perfdoctor.analysis import collective_wait
     from perfdoctor.checks import context as cx
     from perfdoctor.checks import engine
-    from perfdoctor.pipeline import rank_dict
+    from perfdoctor.model.build import rank_section
 
     ctx = cx.RankContext(analysis, ra)
     outcomes = engine.rank_outcomes(analysis, ctx, cat, order)
     prim = ra.primary
     return RankSummary(
-        index=index, path=ra.tables.path, rank=ra.rank, input=input_info, section=rank_dict(ra),
+        index=index, path=ra.tables.path, rank=ra.rank, input=input_info, section=rank_section(ra),
         steps_source=ra.steps.source, primary_kind=prim.kind, primary_device=int(prim.device),
         step_rows=list(prim.steps), collectives=collective_wait.timeline(ra), outcomes=outcomes,
         requirement_reasons=engine.requirement_reasons(analysis, ra), warnings=list(ra.warnings), note=note)

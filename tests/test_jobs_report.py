@@ -32,8 +32,9 @@ def _job(n: int, world: int | None = None) -> dict[str, Any]:
     for r in range(n):
         s = copy.deepcopy(base[r % 8])
         s.rank, s.index = r, r
-        s.section["rank"] = r
-        s.path = s.input["path"] = s.section["path"] = f"/job/rank{r:04d}.pt.trace.json.gz"
+        assert s.section is not None
+        s.section.rank = r
+        s.path = s.input["path"] = s.section.path = f"/job/rank{r:04d}.pt.trace.json.gz"
         s.warnings = [w.replace(base[r % 8].path, s.path) for w in s.warnings]
         assert s.collectives is not None
         s.collectives = type(s.collectives)(**{**{f: getattr(s.collectives, f) for f in s.collectives.__struct_fields__},
@@ -42,7 +43,8 @@ def _job(n: int, world: int | None = None) -> dict[str, Any]:
     cat, codes = engine.prepare(config.resolve())
     job = reduce(out, cat, codes)
     job.analysis.checks = job.checks
-    model = build_report(job.analysis, sections=[s.section for s in job.summaries], job=job_section(job))
+    model = build_report(job.analysis, sections=[s.section for s in job.summaries if s.section is not None],
+                         job=job_section(job))
     return to_builtins(model)
 
 

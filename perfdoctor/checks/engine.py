@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
 
+import msgspec
+
 from perfdoctor.checks import context as cx
 from perfdoctor.checks import contract, requirements
 from perfdoctor.checks.catalogue import REQUIREMENTS, Catalogue, RuleSpec
@@ -365,6 +367,8 @@ def _fix_all_note(rank_ctx: list[cx.RankContext], findings: list[Finding]) -> st
             section = getattr(getattr(ctx.rank, "summary", None), "section", None)
             rep = section.get("replay") if isinstance(section, dict) else getattr(section, "replay", None)
             fix = rep.get("fix_all") if isinstance(rep, dict) else getattr(rep, "fix_all", None)
+            if isinstance(fix, msgspec.Struct):  # the typed section (perfdoctor.model.report.FixAllSection)
+                fix = msgspec.to_builtins(fix)
         if not fix or not isinstance(fix, dict) or not set(fix["codes"]) <= reported:
             continue
         who = f"rank {ctx.rank.rank}: " if len(rank_ctx) > 1 else ""

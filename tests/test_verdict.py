@@ -33,3 +33,11 @@ def test_verdict_from_the_breakdown_when_no_finding_matters(tmp_path):
                   dur=995)
     rep = _report(tb, tmp_path)
     assert rep.verdict.startswith("busy: the device works 100% of each step (largest: matmul")
+
+
+def test_no_verdict_on_a_gpu_trace_without_device_activity(tmp_path):
+    tb = TraceBuilder()  # deviceProperties name an A100
+    tb.step(1, 0, 1000)
+    tb.cpu_op("aten::mm", 10, 500)
+    rep = _report(tb, tmp_path)
+    assert rep.verdict.startswith("no verdict: the trace names GPUs but holds no GPU activity")

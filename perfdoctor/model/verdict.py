@@ -2,6 +2,7 @@
 
 Rules, first that applies:
 
+0. A GPU trace without its device activity (it names GPUs, holds no kernel): no verdict, and why.
 1. A cold-start finding (PD902) whose evidence says the analysed steps are warm-up: "cold start: ...".
 2. The top-ranked finding with a saving of at least :data:`MIN_SHARE_PCT` % of the step: its kind (one phrase per
    rule in :data:`PHRASES`) and the share it names, e.g. "input-bound: up to 33% of each step goes to waiting
@@ -45,6 +46,9 @@ PHRASES: dict[str, tuple[str, str]] = {
 
 def verdict(ranks: list[RankSection], findings: list[FindingSection], slowest_rank: int | None = None) -> str:
     """The one-line verdict (see the module docstring); "" when the report has no rank."""
+    if ranks and all(r.primary.kind != "gpu" and r.device_properties for r in ranks):
+        return ("no verdict: the trace names GPUs but holds no GPU activity (lost or not recorded, see the "
+                "warnings); only host ops were analysed")
     cold = next((f for f in findings if f.code == "PD902" and "warm-up, not the training loop" in f.message), None)
     if cold is not None:
         return ("cold start: the analysed steps are first-call work (compilation, algorithm search, lazy init), "

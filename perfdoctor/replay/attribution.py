@@ -94,6 +94,11 @@ def _categories(tables: TraceTables, rr: RankReplay) -> np.ndarray:
         m = g.act_table == k
         if not m.any():
             continue
+        if tname == "kernels":  # the breakdown's categories: unfused attention and c10d-named comm need the op
+            from perfdoctor.analysis.kernel_ops import kernel_labels
+
+            cat[m] = kernel_labels(tables).category[g.act_row[m]]
+            continue
         ids = tables.tables[tname]["name_id"][g.act_row[m]]
         uniq, inv = np.unique(ids, return_inverse=True)
         cat[m] = np.array([classify_kernel(names[i]).category for i in uniq.tolist()], dtype=object)[inv]

@@ -270,6 +270,39 @@ def test_resolved_together_is_one_row_summed_or_replayed_together(tmp_path):
     assert p is not None and (p.predicted_kind, p.predicted_us) == ("sum", 250.0)
 
 
+def test_rules_on_a_tracebuilder_pair_one_resolves_one_shrinks(tmp_path):
+    """The rules themselves on a pair: the DataLoader fix resolves PD101, PD106 shrinks as a side effect."""
+    from rules_helpers import DL, HGEMM
+
+    def trace(name: str, step: float, fetch: float, python: float) -> Path:
+        # per step: DataLoader fetch from the step's start, then `python` µs outside any op, a 5 µs launch, the
+        # GEMM 10 µs after the launch, ending 10 µs before the step does
+        tb = TraceBuilder()
+        for i in range(4):
+            t0 = i * step
+            tb.step(i + 1, t0, step)
+            tb.annotation(DL, t0, fetch)
+            at = t0 + fetch + python
+            tb.launch(HGEMM, launch_ts=at, start=at + 10, dur=step - fetch - python - 20, launch_dur=5)
+        return tb.write(tmp_path / name)
+
+    # BEFORE: 400 µs fetch, 200 µs of Python, 1000 µs steps; AFTER (workers, and half the Python): 5 µs, 100 µs, 650
+    d = _diff(tmp_path, trace("b.json", 1000, 400, 200), trace("a.json", 650, 5, 100))
+    status = {f.code: f.status for f in d.findings}
+    assert status["PD101"] == "resolved" and status["PD106"] == "persisting"
+    p = d.predicted_vs_measured
+    assert p is not None and p.codes == ["PD101"]
+    # PD101 predicted the 400 µs fetch (replayed as a hand-off); measured 1000 − 650 = 350 → error −50 (−12.5%);
+    # constant steps: the interval is the point [350, 350], which 400 misses
+    assert (p.predicted_us, p.predicted_kind, p.measured_us) == (400.0, "replayed", 350.0)
+    assert (p.error_us, p.error_pct, p.within_ci95) == (-50.0, -12.5, False)
+    # PD106 (device idle while the host is outside any op) shrank by the 100 µs of Python that went (the launch,
+    # its latency and the tail are the same on both sides): listed, no error
+    [s] = d.shrunk
+    assert s.code == "PD106" and s.shrink_us == pytest.approx(100.0)
+    assert s.saving_before_us - s.saving_after_us == pytest.approx(100.0)
+
+
 def test_only_shrunk_findings_give_no_prediction(tmp_path):
     """The MoE case: a finding shrank but its fix (a bigger batch) was never applied: nothing is scored."""
     rb, ra, _ = _report_pair(tmp_path, [1000, 1000, 1000], [990, 990, 990], [_finding("PD201", 500.0)],
@@ -609,6 +642,13 @@ def test_one_step_a_side_is_inconclusive_on_real_traces(capsys):
     assert d["verdict"] == "inconclusive" and d["ci95_pct"] is None
     assert (d["statistics"]["steps"]["before"], d["statistics"]["steps"]["after"]) == (1, 1)
     assert [r["rank"] for r in d["efficiency"]] == [None, 0, 1] and d["straggler"] is not None
+    # the change reordered all_to_all (an FX pass); PD201's fix (a bigger batch) was not applied: it is listed as
+    # shrunk, never scored against the step's change, and with nothing resolved there is no prediction to check
+    statuses = {f["code"]: f["status"] for f in d["findings"]}
+    assert "resolved" not in statuses.values() and d["predicted_vs_measured"] is None
+    pd201 = next(f for f in d["findings"] if f["code"] == "PD201")
+    assert statuses["PD201"] == "persisting" and pd201["saving_after_us"] < pd201["saving_before_us"]
+    assert [s["code"] for s in d["shrunk"]] == ["PD201"] and "error_us" not in d["shrunk"][0]
 
 
 def test_select_and_ignore_apply_to_both_sides(tmp_path, capsys):

@@ -208,3 +208,16 @@ def test_collective_wait_removed_shortens_the_step(tmp_path: Path) -> None:
     w = remove_collective_wait(rr, np.array([100.0]), np.array([400.0]))
     # the all-reduce takes 100 µs [100, 200); the GEMM waits for it: [200, 300)
     assert rr.step_times(w.scenario).tolist() == [300.0]
+
+
+def test_first_window_after_inherited_work_stays_put(tmp_path: Path) -> None:
+    # a kernel queued before the recording runs [0, 100): the first window starts at 100 (issue 10 item 6)
+    tb = TraceBuilder()
+    tb.step(1, 0, 1000)
+    tb.kernel("inherited", start=0, dur=100)
+    tb.launch("volta_sgemm_128x64_nn", launch_ts=500, start=510, dur=90)
+    tables, steps = _load(tb, tmp_path)
+    rr = replay_rank(tables, steps)
+    assert float(steps.start_us[0]) == 100.0 and rr.replayed_step_us.tolist() == [900.0]
+    # 40 µs of host time cut before 100: the host finishes at 960; the window still starts at 100
+    assert rr.step_times(Scenario(host_cut={100: (np.array([20.0]), np.array([60.0]))})).tolist() == [860.0]

@@ -47,7 +47,12 @@ def replayed_windows(res: ReplayResult, w: StepWindows) -> tuple[np.ndarray, np.
         # the recording stopped inside the last step: its window ends where the recording's last event ends
         cap = float(res.host_time(w.pid, np.array([w.last_end_cap_us]))[0])
         end[-1] = max(min(end[-1], cap), end[-2] if n > 1 else -np.inf)
-    first = float(res.host_time(w.pid, np.array([w.first_start_us]))[0])
+    if n and w.first_start_us > float(w.host_start_us[0]):
+        # the first window starts where device work inherited from before the recording ends: that work has no
+        # launch in the trace and keeps its recorded times
+        first = w.first_start_us
+    else:
+        first = float(res.host_time(w.pid, np.array([w.first_start_us]))[0])
     start = np.concatenate([[first], end[:-1]])
     return start, end
 

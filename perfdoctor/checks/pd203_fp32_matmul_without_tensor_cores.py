@@ -80,7 +80,7 @@ def _peak_ratio(props: dict[str, Any] | None, cc: tuple[int, int]) -> float | No
     return tc / fp32 if tc else None
 
 
-def _replayed(ctx: RankContext, props: dict | None, cc: tuple[int, int]) -> tuple[float, str] | None:
+def _replayed(ctx: RankContext, props: dict[str, Any] | None, cc: tuple[int, int]) -> tuple[float, str] | None:
     """(saving µs, method) from the replay with each FP32 GEMM/conv at its roofline floor at the tensor-core peak,
     or None without a matched device or any costed (shape-recorded) kernel."""
     from perfdoctor.analysis.hardware import match_device

@@ -123,7 +123,7 @@ class TraceTables:
     def names_matching(self, pattern: str | re.Pattern[str]) -> np.ndarray:
         """Boolean mask over ``names``: which name ids match ``pattern`` (re.search)."""
         # rules and analyses ask the same few patterns many times: each is searched once per table set
-        cache = self.__dict__.setdefault("_matching", {})
+        cache: dict[Any, np.ndarray] = self.__dict__.setdefault("_matching", {})
         key = pattern if isinstance(pattern, str) else (pattern.pattern, pattern.flags)
         mask = cache.get(key)
         if mask is None or mask.size != len(self.names):

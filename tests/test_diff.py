@@ -256,6 +256,18 @@ def test_resolved_together_is_one_row_summed_or_replayed_together(tmp_path):
     assert p.measured_ci95_us == pytest.approx([101.1, 298.9], abs=0.1) and p.within_ci95 is True
     assert "2 findings were resolved together (PD101, PD205)" in d.predicted_note
     assert [s.code for s in d.shrunk] == ["PD103"]
+    from perfdoctor.render.diff_html import render_diff_html
+    from perfdoctor.render.diff_view import predictions_table
+
+    view = predictions_table(d)  # one scored row, its parts and the shrunk finding without an error
+    assert [r[:2] for r in view.rows] == [["PD101 + PD205", "resolved together (2), measured change shared"],
+                                          ["  PD101 rule-PD101", "resolved (part of the row above)"],
+                                          ["  PD205 rule-PD205", "resolved (part of the row above)"],
+                                          ["PD103 rule-PD103", "shrank (side effect of other changes)"]]
+    assert view.rows[0][2:] == ["0.25 ms (sum of the parts)", "0.20 ms (0.10 ms to 0.30 ms)", "yes", "−0.05 ms",
+                                "−20.0%"]
+    assert [r[5] for r in view.rows[1:]] == ["–"] * 3 and view.classes == ["", "detail", "detail", "detail"]
+    assert "resolved together (2), measured change shared" in render_diff_html(d)
     # the report's fix-all replay of exactly these two: 1000 → 640 µs, 360 µs together, outside the interval
     doc["ranks"][0]["replay"] = {**(doc["ranks"][0]["replay"] or {}), "fix_all": {
         "codes": ["PD205", "PD101"], "recorded_mean_step_us": 1000.0, "replayed_mean_step_us": 640.0}}

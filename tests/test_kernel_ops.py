@@ -122,3 +122,29 @@ def test_ykcai_all_to_all_is_communication():
     s = pipeline.analyze_tables(t).primary.steps
     by_coll = {k for st in s for k in st.communication_by_collective_us}
     assert by_coll == {"send_recv"}  # ncclDevKernel_SendRecv: NCCL's all_to_allv is grouped send/recv
+
+
+def test_record_param_comms_names_collective_bytes_and_group(tmp_path):
+    from perfdoctor.analysis.kernel_ops import collective_messages
+
+    tb = TraceBuilder()
+    tb.step(1, 0, 1000)
+    for ts, coll, nel, dtype, grp in ((100, "all_to_allv", 2048, "Float", 2), (300, "all_to_allv", 2048, "Float", 2),
+                                      (500, "wait", 0, "Byte", 1), (600, "allreduce", 1000, "BFloat16", 8)):
+        tb.events.append({"ph": "X", "cat": "cpu_op", "name": "record_param_comms", "pid": tb.pid, "tid": tb.tid,
+                          "ts": ts, "dur": 50, "args": {"External id": ts, "Collective name": coll,
+                                                        "In msg nelems": nel, "dtype": dtype, "Group size": grp}})
+    t = load_trace(str(tb.write(tmp_path / "c.json")))
+    assert collective_messages(t, 0, 1000) == [
+        {"collective": "all_to_allv", "calls": 2, "bytes_per_call": 8192, "group_size": 2},
+        {"collective": "allreduce", "calls": 1, "bytes_per_call": 2000, "group_size": 8}]
+
+
+@pytest.mark.skipif(not SHARED_TRACES.exists(), reason="../shared/traces is absent")
+def test_pd301_names_the_messages_of_the_ykcai_all_to_all():
+    from rules_helpers import run_rules
+
+    paths = sorted((SHARED_TRACES / "ykcai__a100x2_moe_3layer_before").glob("*.json"))
+    f = run_rules(paths, ["PD301"]).findings["PD301"]
+    # 12 all_to_allv per step of 2048 floats (8,192 B) between the 2 ranks, as record_param_comms says
+    assert "messages (record_param_comms): all_to_allv 12×/step of 0.008 MB in a group of 2" in f["message"]

@@ -144,9 +144,11 @@ def _comm_windows(tables: TraceTables) -> list[_Window]:
         if len(tab) == 0:
             continue
         m = tables.names_matching(COMM_OP)[tab["name_id"]]
-        for t, s, e, n in zip(tab["tid"][m].tolist(), tab["ts_us"][m].tolist(), tab["end_us"][m].tolist(),
-                              tab["name_id"][m].tolist()):
-            coll = collective_of(tables.names[n])
+        # record_param_comms names its collective in its args ("Collective name"): read it where recorded
+        named = tab["collective"][m].tolist() if "collective" in tab else [None] * int(m.sum())
+        for t, s, e, n, c in zip(tab["tid"][m].tolist(), tab["ts_us"][m].tolist(), tab["end_us"][m].tolist(),
+                                 tab["name_id"][m].tolist(), named):
+            coll = collective_of(str(c) if c else tables.names[n])
             out.append((int(t), float(s), float(e), "" if coll == "other" else coll))
     # record_param_comms does not name its collective: take the enclosing c10d op's
     out.sort(key=lambda w: (w[0], w[1]))
@@ -182,3 +184,32 @@ def _attention_windows(tables: TraceTables) -> list[_Window]:
             continue
         out.append((t, lo, hi, "attention"))
     return out
+
+
+# bytes per element of record_param_comms' "dtype" (c10 ScalarType names)
+_DTYPE_BYTES = {"Float": 4, "Double": 8, "Half": 2, "BFloat16": 2, "Int": 4, "Long": 8, "Short": 2, "Char": 1,
+                "Byte": 1, "Bool": 1, "Float8_e4m3fn": 1, "Float8_e5m2": 1, "ComplexFloat": 8}
+
+
+def collective_messages(tables: TraceTables, start_us: float, end_us: float) -> list[dict[str, object]]:
+    """What the ``record_param_comms`` ops in ``[start_us, end_us)`` say about each collective they name:
+    ``{collective, calls, bytes_per_call (input message, None when the dtype is unknown), group_size}``,
+    most bytes first. ``wait`` / ``barrier`` records carry no message and are left out."""
+    ops = tables.cpu_ops
+    if len(ops) == 0 or "collective" not in ops:
+        return []
+    m = (ops["ts_us"] >= start_us) & (ops["ts_us"] < end_us)
+    groups: dict[tuple[str, int | None, int], int] = {}
+    for i in np.flatnonzero(m).tolist():
+        coll = ops["collective"][i]
+        if not coll or coll in ("wait", "barrier"):
+            continue
+        size = _DTYPE_BYTES.get(str(ops["dtype"][i]))
+        nel = int(ops["in_nelems"][i])
+        nbytes = nel * size if size is not None and nel >= 0 else None
+        key = (str(coll), nbytes, int(ops["group_size"][i]))
+        groups[key] = groups.get(key, 0) + 1
+    rows: list[dict[str, object]] = [{"collective": c, "calls": n, "bytes_per_call": b, "group_size": g}
+                                     for (c, b, g), n in groups.items()]
+    rows.sort(key=lambda r: -(int(str(r["bytes_per_call"] or 0)) * int(str(r["calls"]))))
+    return rows

@@ -34,7 +34,7 @@ METRICS = {
 }
 
 # what a hit's evidence/fields add to METRICS for the TOML message (its placeholders are checked at load)
-MESSAGE_FIELDS = ("comm_ms", "exposed_ms", "wait_note")
+MESSAGE_FIELDS = ("comm_ms", "exposed_ms", "messages_note", "wait_note")
 
 
 @dataclass(frozen=True)
@@ -81,7 +81,9 @@ def check(ctx: RankContext) -> Outcome:
     ev = Evidence(values={"comm_ms": metrics["comm_us"] / 1000, "exposed_ms": metrics["exposed_us"] / 1000,
                           "exposed_pct": metrics["exposed_pct"], "overlap_pct": metrics["overlap_pct"],
                           "wait_note": wait_note, "wait_ms": float(wait.mean()) / 1000,
-                          "by_collective_ms": {c: v / 1000 for c, v in sorted(by_coll.items())}},
+                          "by_collective_ms": {c: v / 1000 for c, v in sorted(by_coll.items())},
+                          "messages": (msgs := _messages(ctx)),
+                          "messages_note": f"; messages (record_param_comms): {msgs}" if msgs else ""},
                   steps=steps_over(exposed, ctx.per_step(lambda s: s.dur_us), ctx.th["min_saving_pct"], ctx.step_numbers))
     method = (replay_method + "; at most the collective time with no compute kernel running"
               + (", less the rank's wait for other ranks inside collectives" if wait.any() else ""))
@@ -105,3 +107,18 @@ def _no_comm_reason(ctx: RankContext) -> str:
                 "(NCCL/RCCL, MSCCL, NVSHMEM, DeepEP, oneCCL) and no c10d/record_param_comms annotation")
     return ("no collective kernel (NCCL/RCCL, MSCCL, NVSHMEM, DeepEP, oneCCL, custom all-reduce/all-to-all) and "
             "no c10d/record_param_comms annotation in the trace: single-process training")
+
+
+def _messages(ctx: RankContext) -> str:
+    """The collectives' messages as record_param_comms records them over the analysed steps ("" if none)."""
+    from perfdoctor.analysis.kernel_ops import collective_messages
+
+    ws, we = ctx.windows()
+    rows = collective_messages(ctx.tables, float(ws[0]), float(we[-1]))
+    parts = []
+    for r in rows[:4]:
+        size = (f"{int(str(r['bytes_per_call'])) / 1e6:,.3f} MB" if r["bytes_per_call"] is not None
+                else "size unknown")
+        per_step = int(str(r["calls"])) / max(ctx.n_steps, 1)
+        parts.append(f"{r['collective']} {per_step:g}×/step of {size} in a group of {r['group_size']}")
+    return "; ".join(parts)

@@ -131,18 +131,27 @@ def _named(tables: TraceTables, rx: re.Pattern[str], pid: int | None = None) -> 
     return iv.union(np.concatenate(starts), np.concatenate(ends))
 
 
-def _binding(rr: RankReplay) -> tuple[np.ndarray, np.ndarray]:
-    """(kind per activity: 0 launch / no predecessor, 1 stream, 2 cross-stream dep; waited per blocking call)."""
+def _binding(rr: RankReplay) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(kind per activity: 0 launch / no predecessor, 1 stream, 2 cross-stream dep; waited per blocking call;
+    the cross-stream dependency that binds each activity, -1 none)."""
     g, res = rr.graph, rr.baseline
     st = res.act_start_us
     prev_t = np.where(g.act_prev >= 0, res.act_end_us[np.maximum(g.act_prev, 0)] + g.act_gap_us, -np.inf)
     dep_t = np.where(g.act_dep >= 0, res.act_end_us[np.maximum(g.act_dep, 0)] + g.act_dep_gap_us, -np.inf)
+    dep = g.act_dep.copy()
+    if g.xdep_dst.size:  # further edges (recorded event waits, collective order): the latest-ending one binds
+        xt = res.act_end_us[g.xdep_src] + g.xdep_gap_us
+        order = np.lexsort((xt, g.xdep_dst))
+        last = np.r_[g.xdep_dst[order][1:] != g.xdep_dst[order][:-1], True]
+        d, s, t = g.xdep_dst[order][last], g.xdep_src[order][last], xt[order][last]
+        later = t > dep_t[d]
+        dep[d[later]], dep_t[d[later]] = s[later], t[later]
     kind = np.zeros(g.n_act, dtype=np.int64)
     kind[prev_t >= st - _TIE_US] = 1
     kind[(dep_t >= st - _TIE_US) & (dep_t >= prev_t)] = 2
     dep_end = np.where(g.blk_dep >= 0, res.act_end_us[np.maximum(g.blk_dep, 0)] + g.blk_lat_us, -np.inf)
     waited = (g.blk_dep >= 0) & (dep_end >= res.blk_end_us - _TIE_US) & g.blk_waited
-    return kind, waited
+    return kind, waited, dep
 
 
 def _walk(rr: RankReplay, lo: float, hi: float, start_act: int, host_pid: int) -> tuple[list[float], list[float],
@@ -150,9 +159,9 @@ def _walk(rr: RankReplay, lo: float, hi: float, start_act: int, host_pid: int) -
     """Backward walk; returns segment starts, ends, labels (>= 0: activity index; < 0: internal labels) and, for
     host segments, the process id (else -1)."""
     g, res = rr.graph, rr.baseline
-    kind, waited = _binding(rr)
+    kind, waited, bound_dep = _binding(rr)
     a_start, a_end = res.act_start_us.tolist(), res.act_end_us.tolist()
-    kindl, prevl, depl = kind.tolist(), g.act_prev.tolist(), g.act_dep.tolist()
+    kindl, prevl, depl = kind.tolist(), g.act_prev.tolist(), bound_dep.tolist()
     launch_t = (res.act_start_us - g.act_lat_us).tolist()
     a_pid = g.act_pid.tolist()
     b_end, b_dep, b_waited = res.blk_end_us, g.blk_dep.tolist(), waited.tolist()

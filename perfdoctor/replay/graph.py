@@ -5,7 +5,8 @@ Nodes and edges (arrays, no per-event Python objects):
 - **device activities** (kernels, memcpys, memsets of every device), sorted by start. Each starts at the latest of
   three constraints: its launch (``host time of the launching runtime call + act_lat_us``; the call is joined by
   ``correlation``), the previous activity on the same ``(device, stream)`` (FIFO: ``end + act_gap_us``), and a
-  cross-stream dependency (``end of act_dep + act_dep_gap_us``). An activity without a launch record in the trace
+  cross-stream dependency (``end of act_dep + act_dep_gap_us``, and the edges of :mod:`perfdoctor.replay.deps`:
+  recorded stream waits, collective order). An activity without a launch record in the trace
   (work queued before the profiler started) keeps its recorded start.
 - **blocking host calls**: synchronize calls, blocking copies, and other runtime calls (``cudaFree``, a launch into a
   full queue) the host provably sat in until device work finished. Each waits for one activity (``blk_dep``) and
@@ -26,6 +27,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from perfdoctor.replay.deps import cross_stream_edges
 from perfdoctor.trace.tables import TraceTables
 
 # host calls that block until the device (or a stream/event) catches up: CUDA and HIP spellings
@@ -85,6 +87,11 @@ class ReplayGraph:
     blk_waited: np.ndarray
     blk_blk_before: np.ndarray
     assumptions: list[str] = field(default_factory=list)
+    # further cross-stream edges (recorded event waits, collective ordering), sorted by ``xdep_dst``: activity
+    # ``xdep_dst[k]`` starts no earlier than ``end of xdep_src[k] + xdep_gap_us[k]`` (shape ``(n_xdep,)``)
+    xdep_src: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))
+    xdep_dst: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))
+    xdep_gap_us: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.float64))
 
     @property
     def n_act(self) -> int:
@@ -342,6 +349,10 @@ def build_graph(tables: TraceTables) -> ReplayGraph:
     prev = _stream_prev(acts["device"], acts["stream"])
     bind = _bind_constraints(acts, launch_ts, has_launch, prev, notes)
     blk = _blocking_calls(tables, acts, launch_ts, launch_row, notes)
+    xsrc, xdst, xgap = cross_stream_edges(tables, acts, launch_row, launch_ts, notes)
+    notes.append("the baseline replay reproduces the recording by construction (its offsets are read from the "
+                 "recording), so its error (mean_error, max_step_error) is no evidence of accuracy; validation of "
+                 "what-ifs: benchmarks/replay_pairs.py (predicted vs measured on before/after trace pairs)")
     notes.append("host work keeps its recorded durations; all threads of a process share one timeline, shifted by "
                  "each blocking call that returns earlier or later than recorded (waits between host threads are "
                  "not recorded)")
@@ -354,5 +365,5 @@ def build_graph(tables: TraceTables) -> ReplayGraph:
         blk_row=blk["row"], blk_ts_us=blk["ts"], blk_end_us=blk["end"], blk_pid=blk["pid"], blk_dep=blk["dep"],
         blk_lat_us=blk["lat"], blk_own_us=blk["own"], blk_waited=blk["waited"],
         blk_blk_before=_last_block_before(blk["pid"], blk["end"], blk["pid"], blk["ts"]),
-        assumptions=notes,
+        assumptions=notes, xdep_src=xsrc, xdep_dst=xdst, xdep_gap_us=xgap,
     )

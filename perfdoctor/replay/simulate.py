@@ -34,7 +34,8 @@ class Scenario:
             runs (µs); every later host event of that process moves earlier by the time cut before it.
         blk_removed: per blocking call (shape ``(n_blk,)``), True when the call no longer waits for the device.
         act_dep_removed: per activity (shape ``(n_act,)``), True when it no longer waits for its cross-stream
-            dependency.
+            dependency ``act_dep``.
+        xdep_removed: per further cross-stream edge, True when it is dropped.
     """
 
     name: str = "recorded"
@@ -42,6 +43,7 @@ class Scenario:
     host_cut: dict[int, Intervals] = field(default_factory=dict)
     blk_removed: np.ndarray | None = None
     act_dep_removed: np.ndarray | None = None
+    xdep_removed: np.ndarray | None = None  # per edge of ``ReplayGraph.xdep_*`` (shape ``(n_xdep,)``): dropped
 
 
 @dataclass
@@ -101,6 +103,8 @@ def _compute_visit_order(g: ReplayGraph) -> tuple[list[int], list[int]]:
         if prev.size:
             new_a = np.maximum(new_a, np.where(prev >= 0, key_a[np.maximum(prev, 0)] + _EPS_US, -np.inf))
             new_a = np.maximum(new_a, np.where(dep >= 0, key_a[np.maximum(dep, 0)] + _EPS_US, -np.inf))
+            if g.xdep_dst.size:
+                np.maximum.at(new_a, g.xdep_dst, key_a[g.xdep_src] + _EPS_US)
         if key_b.size and new_a.size:
             new_a = np.maximum(new_a, np.where(ab >= 0, key_b[np.maximum(ab, 0)] + _EPS_US, -np.inf))
         new_b = key_b.copy()
@@ -118,6 +122,17 @@ def _compute_visit_order(g: ReplayGraph) -> tuple[list[int], list[int]]:
     idx = np.concatenate([np.arange(key_a.size), np.arange(key_b.size)])
     order = np.lexsort((kinds, keys))
     return kinds[order].tolist(), idx[order].tolist()
+
+
+def _extra_deps(g: ReplayGraph, sc: Scenario) -> dict[int, list[tuple[int, float]]]:
+    """The graph's further cross-stream edges a scenario keeps: destination → [(source, gap µs)]."""
+    keep = np.ones(g.xdep_dst.size, dtype=bool)
+    if sc.xdep_removed is not None:
+        keep &= ~np.asarray(sc.xdep_removed, dtype=bool)
+    out: dict[int, list[tuple[int, float]]] = {}
+    for s, d, gap in zip(g.xdep_src[keep].tolist(), g.xdep_dst[keep].tolist(), g.xdep_gap_us[keep].tolist()):
+        out.setdefault(d, []).append((s, gap))
+    return out
 
 
 def replay(g: ReplayGraph, scenario: Scenario | None = None) -> ReplayResult:
@@ -153,6 +168,7 @@ def replay(g: ReplayGraph, scenario: Scenario | None = None) -> ReplayResult:
     ab, durl = g.act_blk_before.tolist(), dur.tolist()
     bb, bdl, blat, ownl, hbs, hbe = (g.blk_blk_before.tolist(), bdep.tolist(), g.blk_lat_us.tolist(), own.tolist(),
                                      h_bs.tolist(), h_be.tolist())
+    xd = _extra_deps(g, sc)
     start = [0.0] * g.n_act
     end = [0.0] * g.n_act
     bend = [0.0] * g.n_blk
@@ -167,6 +183,11 @@ def replay(g: ReplayGraph, scenario: Scenario | None = None) -> ReplayResult:
             d = dep[i]
             if d >= 0 and end[d] + dgap[i] > st:
                 st = end[d] + dgap[i]
+            x = xd.get(i)
+            if x is not None:
+                for s_, g_ in x:
+                    if end[s_] + g_ > st:
+                        st = end[s_] + g_
             start[i] = st
             end[i] = st + durl[i]
         else:

@@ -29,7 +29,8 @@ class WhatIf:
         sc = self.scenario
         return bool(sc.act_dur_us is not None or any(c[0].size for c in sc.host_cut.values())
                     or (sc.blk_removed is not None and sc.blk_removed.any())
-                    or (sc.act_dep_removed is not None and sc.act_dep_removed.any()))
+                    or (sc.act_dep_removed is not None and sc.act_dep_removed.any())
+                    or (sc.xdep_removed is not None and sc.xdep_removed.any()))
 
 
 def merge_cuts(*cuts: dict[int, Intervals]) -> dict[int, Intervals]:
@@ -49,7 +50,11 @@ def combine(name: str, parts: list[WhatIf], n_act: int, n_blk: int, act_dur_us: 
     dur = act_dur_us.copy()
     removed = np.zeros(n_blk, dtype=bool)
     dep_removed = np.zeros(n_act, dtype=bool)
+    xdep_removed: np.ndarray | None = None
     for p in parts:
+        if p.scenario.xdep_removed is not None:
+            xr = np.asarray(p.scenario.xdep_removed, dtype=bool)
+            xdep_removed = xr.copy() if xdep_removed is None else xdep_removed | xr
         if p.scenario.act_dep_removed is not None:
             dep_removed |= p.scenario.act_dep_removed
         if p.scenario.act_dur_us is not None:
@@ -57,5 +62,5 @@ def combine(name: str, parts: list[WhatIf], n_act: int, n_blk: int, act_dur_us: 
         if p.scenario.blk_removed is not None:
             removed |= p.scenario.blk_removed
     sc = Scenario(name=name, act_dur_us=dur, host_cut=merge_cuts(*(p.scenario.host_cut for p in parts)),
-                  blk_removed=removed, act_dep_removed=dep_removed)
+                  blk_removed=removed, act_dep_removed=dep_removed, xdep_removed=xdep_removed)
     return WhatIf(name, sc, "; ".join(p.assumption for p in parts), "; ".join(sorted({p.source for p in parts})))

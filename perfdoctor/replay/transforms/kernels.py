@@ -152,8 +152,10 @@ def overlap_communication(rr: RankReplay, tables: TraceTables) -> WhatIf:
     cat, _, _ = _kernel_classes(tables, rr)
     comm = cat == "communication"
     drop = (g.act_dep >= 0) & comm[np.maximum(g.act_dep, 0)] & ~comm
-    return WhatIf("overlap-communication", Scenario("overlap-communication", act_dep_removed=drop),
-                  f"{int(drop.sum())} waits of compute on a collective dropped: communication overlaps the compute "
+    xdrop = comm[g.xdep_src] & ~comm[g.xdep_dst]
+    return WhatIf("overlap-communication", Scenario("overlap-communication", act_dep_removed=drop,
+                                                    xdep_removed=xdrop),
+                  f"{int(drop.sum() + xdrop.sum())} waits of compute on a collective dropped: communication overlaps the compute "
                   "after it", "DDP bucketing / collective reordering")
 
 

@@ -11,6 +11,7 @@ interned into one string table shared by all tables (``name_id``).
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import Any
@@ -88,6 +89,18 @@ def _empty(f: TraceField | None, col: str) -> np.ndarray:
         return np.empty(0, dtype=np.float64 if col.endswith("_us") else derived.get(col, np.int64))
     return np.empty(0, dtype=object if f.kind in ("str", "json_list") else np.float64 if f.kind == "float"
                     else np.int64)
+
+
+def _absent_as(values: Sequence[Any], fill: float, dtype: type) -> np.ndarray:
+    """``values`` as a ``dtype`` array with None replaced by ``fill`` (C-level loops only)."""
+    absent = values.count(None)
+    if absent == len(values):
+        return np.full(len(values), fill, dtype=dtype)
+    if absent == 0:
+        return np.array(values, dtype=dtype)
+    arr = np.array(values, dtype=object)
+    arr[np.equal(arr, None)] = fill
+    return arr.astype(dtype)
 
 
 #: table -> (event kinds, columns beyond name_id/ts_us/dur_us/pid/tid), for the default field table
@@ -222,9 +235,18 @@ class TableColumns:
         """The table's field columns (from :mod:`perfdoctor.trace.fields`) and derived columns of one chunk."""
         out: dict[str, np.ndarray] = {}
         args = [e.args for e in evs]
-        for f in self._by_table[table]:
-            values = list(map(attrgetter(f.attr), args if f.in_args else evs))
+        fields = self._by_table[table]
+        in_args = [f for f in fields if f.in_args]
+        if len(in_args) > 1:  # one C-level pass over the structs, transposed by zip
+            by_field: list[Any] = list(zip(*map(attrgetter(*(f.attr for f in in_args)), args), strict=True))
+        else:
+            by_field = [list(map(attrgetter(f.attr), args)) for f in in_args]
+        for f, values in zip(in_args, by_field, strict=True):
             out[f.col] = self._column(f, values, args)
+        for f in fields:
+            if not f.in_args:
+                out[f.col] = self._column(f, list(map(attrgetter(f.attr), evs)), args)
+        out = {f.col: out[f.col] for f in fields}  # table order
         n = len(evs)
         if table == "runtime":
             out["is_driver"] = np.full(n, kind == DRIVER)
@@ -238,14 +260,13 @@ class TableColumns:
         if f.kind == "id":
             return self._ints(values)
         if f.kind == "int":
-            arr = np.array(values if f.default is not None else [-1 if v is None else v for v in values],
-                           dtype=np.int64)
+            arr = np.array(values, dtype=np.int64) if f.default is not None else _absent_as(values, -1, np.int64)
             older = self._fills.get(f.col)
             if older is not None and (arr < 0).any():
                 arr = np.where(arr >= 0, arr, np.array([getattr(a, older.attr) for a in args], dtype=np.int64))
             return arr
         if f.kind == "float":
-            return np.array([np.nan if v is None else v for v in values], dtype=np.float64)
+            return _absent_as(values, np.nan, np.float64)
         arr = np.empty(len(values), dtype=object)
         if f.kind == "json_list":
             for i in [i for i, v in enumerate(values) if v]:

@@ -177,7 +177,8 @@ def test_generated_tables_have_the_documented_columns():
     from perfdoctor.trace.columns import TABLES
 
     assert {t: cols for t, (_, cols) in TABLES.items()} == {
-        "cpu_ops": ("external_id", "input_dims", "input_type", "concrete_inputs"),
+        "cpu_ops": ("external_id", "input_dims", "input_type", "concrete_inputs", "collective", "in_nelems", "dtype",
+                    "group_size"),  # record_param_comms names its collective
         "annotations": ("external_id", "input_dims", "input_type"),
         "gpu_annotations": ("device", "stream", "external_id"),
         "python_functions": (),

@@ -8,7 +8,8 @@ microseconds (Chrome trace format); ``ts_us`` is absolute, as in the file.
 Columns common to all tables: ``name_id`` (index into ``TraceTables.names``),
 ``ts_us``, ``dur_us``, ``end_us``, ``pid``, ``tid``. Table-specific columns:
 
-- cpu_ops: ``external_id``, ``input_dims`` / ``input_type`` (raw JSON bytes or None)
+- cpu_ops: ``external_id``, ``input_dims`` / ``input_type`` / ``concrete_inputs`` (raw JSON bytes or None),
+  the collective args of ``record_param_comms`` (``collective``, ``in_nelems``, ``dtype``, ``group_size``)
 - annotations (``user_annotation`` and any ``ProfilerStep#N``), gpu_annotations,
   python_functions: ``external_id``
 - kernels, memcpy, memset: ``device``, ``stream``, ``correlation``,

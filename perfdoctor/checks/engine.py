@@ -15,6 +15,7 @@ from __future__ import annotations
 import importlib
 import pkgutil
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
@@ -304,14 +305,17 @@ def run_checks(analysis: Any, cat: Catalogue, selected: list[str]) -> CheckResul
 
 
 def combine(analysis: Any, rank_ctx: list[cx.RankContext], per_rank: list[dict[str, cx.Outcome]], cat: Catalogue,
-            selected: list[str], modules: dict[str, ModuleType] | None = None) -> CheckResults:
+            selected: list[str], modules: dict[str, ModuleType] | None = None,
+            adjust: Callable[[Any, cx.Outcome], cx.Outcome] | None = None) -> CheckResults:
     """Merge the ranks' outcomes (:func:`rank_outcomes`, one dict per entry of ``rank_ctx``) and run the
     job-scope checks: the findings, skips and metrics of the report.
 
     Rank checks that read cross-rank results (``CROSS_RANK = True`` in their module: PD301 reads the
     collective wait) are run again here from the rank's step rows once the job has them, so a rank's outcome
     never depends on where it was analysed. ``rank_ctx`` may hold :class:`perfdoctor.jobs.summary`
-    stand-ins that carry step rows and requirement reasons but no tables.
+    stand-ins that carry step rows and requirement reasons but no tables. ``adjust(rank, outcome)``, when given,
+    revises each rank-scope outcome before the ranks are merged (the job's replay caps:
+    :func:`perfdoctor.jobs.replay_cap.cap_outcome`).
     """
     modules = modules if modules is not None else check_modules()
     res = CheckResults()
@@ -338,6 +342,8 @@ def combine(analysis: Any, rank_ctx: list[cx.RankContext], per_rank: list[dict[s
         else:
             outcomes = [(ctx.rank.rank, _rerun_cross_rank(mod, spec, analysis, ctx, per[code]))
                         for ctx, per in zip(rank_ctx, per_rank)]
+            if adjust is not None:
+                outcomes = [(r, adjust(r, o)) for r, o in outcomes]
         res.metrics[code] = {str(r): o.metrics for r, o in outcomes if o.metrics}
         if report:
             _merge_rank_outcomes(spec, outcomes, sub, cat)
@@ -351,13 +357,21 @@ def combine(analysis: Any, rank_ctx: list[cx.RankContext], per_rank: list[dict[s
     for spec in user:
         _metric_rule(spec, res, modules, cat)
     res.findings = rank_findings(res.findings)
-    res.fix_all_note = _fix_all_note(rank_ctx, res.findings)
+    res.fix_all_note = _fix_all_note(rank_ctx, res.findings, getattr(analysis, "job_fix_all", None))
     return res
 
 
-def _fix_all_note(rank_ctx: list[cx.RankContext], findings: list[Finding]) -> str:
-    """"Fixing the N findings with a replayed saving together would take the mean step from A to B ms", per rank."""
+def _fix_all_note(rank_ctx: list[cx.RankContext], findings: list[Finding], job: Any = None) -> str:
+    """"Fixing the N findings with a replayed saving together would take the mean step from A to B ms", per rank;
+    for a job (``job``: :func:`perfdoctor.jobs.replay_cap.job_fix_all`), first the job's figure: its slowest rank."""
     parts = []
+    head = ""
+    if job is not None and len(rank_ctx) > 1:
+        codes, recorded, replayed, slowest = job
+        head = (f"fixing the {len(codes)} finding(s) with a replayed saving ({', '.join(codes)}) on every rank "
+                f"would take the job's mean step (its slowest rank) from {recorded / 1000:,.2f} ms to "
+                f"{replayed / 1000:,.2f} ms (replayed; the slowest rank is then rank {slowest}). Per rank, "
+                "each fixed alone (its collectives still wait for the unchanged peers): ")
     reported = {f.code for f in findings}
     for ctx in rank_ctx:
         rr = getattr(ctx.rank, "replay", None)
@@ -376,7 +390,7 @@ def _fix_all_note(rank_ctx: list[cx.RankContext], findings: list[Finding]) -> st
                      f"({', '.join(fix['codes'])}) "
                      f"would take the mean step from {fix['recorded_mean_step_us'] / 1000:,.2f} ms to "
                      f"{fix['replayed_mean_step_us'] / 1000:,.2f} ms (replayed)")
-    return ("; ".join(parts) + ".") if parts else ""
+    return (head + "; ".join(parts) + ".") if parts else (head.split(". Per rank")[0] + "." if head else "")
 
 
 def _rerun_cross_rank(mod: ModuleType, spec: RuleSpec, analysis: Any, ctx: cx.RankContext,

@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
+
 from perfdoctor.errors import PerfDoctorError
 from perfdoctor.jobs.summary import RankSummary, SummaryRank
 
@@ -68,6 +70,45 @@ def reduce(summaries: list[RankSummary], cat: Any, codes: list[str], run: Any = 
     if len(gpu) > 1:
         analysis.collective_wait, analysis.collective_wait_note = collective_wait.compute(
             [s.collectives for s in gpu if s.collectives is not None])
+    adjust = _replay_caps(analysis, ok, gpu)
     rank_ctx = [cx.RankContext(analysis, r) for r in ranks]
-    results = engine.combine(analysis, rank_ctx, [s.outcomes for s in ok], cat, codes)
+    results = engine.combine(analysis, rank_ctx, [s.outcomes for s in ok], cat, codes, adjust=adjust)
     return JobAnalysis(analysis=analysis, checks=results, summaries=ok, failed=failed)
+
+
+def _replay_dict(s: RankSummary) -> dict[str, Any] | None:
+    """The summary's replay section as plain data (the section may be typed or a dict)."""
+    sec = s.section
+    rep = sec.get("replay") if isinstance(sec, dict) else getattr(sec, "replay", None)
+    if isinstance(rep, msgspec.Struct):
+        rep = msgspec.to_builtins(rep)
+    return rep if isinstance(rep, dict) else None
+
+
+def _replay_caps(analysis: Any, ok: list[RankSummary], gpu: list[RankSummary]) -> Any:
+    """The job's replay bounds (:mod:`perfdoctor.jobs.replay_cap`) once the ranks' collectives match: sets
+    ``analysis.job_fix_all`` (the slowest rank's replayed step with every rank's fixes), caps each rank's own
+    fix-all replay in its section, and returns the ``adjust`` hook that caps each rank's replayed savings."""
+    from perfdoctor.jobs import replay_cap
+
+    analysis.job_fix_all = None
+    if getattr(analysis, "collective_wait", None) is None:
+        return None
+    floors = replay_cap.rank_floors(gpu)
+    analysis.job_fix_all = replay_cap.job_fix_all({int(s.rank or 0): _replay_dict(s) for s in ok})
+    for s in ok:
+        sec = s.section
+        rep = sec.get("replay") if isinstance(sec, dict) else getattr(sec, "replay", None)
+        fix = rep.get("fix_all") if isinstance(rep, dict) else getattr(rep, "fix_all", None)
+        floor = floors.get(int(s.rank or 0))
+        if floor is None or fix is None:
+            continue
+        if isinstance(fix, dict) and fix["replayed_mean_step_us"] < floor:
+            fix["replayed_mean_step_us"] = floor
+        elif isinstance(fix, msgspec.Struct) and getattr(fix, "replayed_mean_step_us", floor) < floor:
+            fix.replayed_mean_step_us = floor  # type: ignore[attr-defined]
+
+    def adjust(rank: Any, outcome: Any) -> Any:
+        return replay_cap.cap_outcome(outcome, floors.get(rank) if isinstance(rank, int) else None)
+
+    return adjust

@@ -1,0 +1,65 @@
+"""Multi-rank replay bounds (perfdoctor/jobs/replay_cap.py): worked out by hand from two ranks' collectives (µs)."""
+
+from __future__ import annotations
+
+from perfdoctor.analysis.collective_wait import CollectiveTimeline
+from perfdoctor.checks.context import Outcome
+from perfdoctor.findings import Estimate, Evidence, Hit
+from perfdoctor.jobs import replay_cap
+
+
+def _tl(rank: int, starts: list[float], ends: list[float], windows: list[int]) -> CollectiveTimeline:
+    return CollectiveTimeline(rank=rank, world_size=2, window_steps=[1, 2], analysed_steps=[1, 2],
+                              kind=["all_reduce"] * len(starts), bytes=[-1] * len(starts), launch_us=list(starts),
+                              start_us=list(starts), end_us=list(ends),
+                              dur_us=[e - s for s, e in zip(starts, ends)], window=windows)
+
+
+def test_a_collective_ends_no_earlier_than_the_last_peer_arrives() -> None:
+    # step 1 (0-400 on both clocks): rank 0 arrives at 100 and waits until 300 (dur 200); rank 1, whose clock runs
+    # 1,000 µs ahead, arrives at 250 (1,250) and its copy takes the transfer alone, 50. Step 2 (400-800): rank 0
+    # arrives at 700, rank 1 at 500; both end at 760 (rank 1's copy 260, rank 0's 60: the transfer).
+    r0 = _tl(0, [100.0, 700.0], [300.0, 760.0], [0, 1])
+    r1 = _tl(1, [1250.0, 1500.0], [1300.0, 1760.0], [0, 1])
+    ends = replay_cap.earliest_ends([r0, r1])
+    # rank 0 fixed alone: collective 1 ends >= 250 + 50 = 300; collective 2 >= 500 + 60 = 560
+    assert ends[0].tolist() == [300.0, 560.0]
+    # rank 1 fixed alone: >= 100 + 50 = 150 and >= 700 + 60 = 760, on its own clock +1000
+    assert ends[1].tolist() == [1150.0, 1760.0]
+    # floors: mean over the two steps of (latest earliest end − step start)
+    assert replay_cap.step_floor(r0, [0.0, 400.0], ends[0]) == ((300 - 0) + (560 - 400)) / 2
+    assert replay_cap.step_floor(r1, [1000.0, 1400.0], ends[1]) == ((1150 - 1000) + (1760 - 1400)) / 2
+
+
+def test_unmatched_timelines_give_no_bound() -> None:
+    r0 = _tl(0, [100.0], [300.0], [0])
+    r1 = _tl(1, [100.0, 200.0], [300.0, 400.0], [0, 0])
+    assert replay_cap.earliest_ends([r0, r1]) == {}
+    assert replay_cap.earliest_ends([r0]) == {}
+
+
+def _outcome(saving: float, method: str) -> Outcome:
+    return Outcome(hit=Hit(evidence=Evidence(), estimate=Estimate(saving, 400.0, method)))
+
+
+def test_a_replayed_saving_is_capped_at_step_minus_floor() -> None:
+    o = replay_cap.cap_outcome(_outcome(250.0, "replay of the step's dependency graph (x)"), 230.0)
+    assert o.hit.estimate.saving_us == 170.0  # 400 - 230
+    assert "capped at 0.17 ms" in o.hit.estimate.method
+    # within the bound, or not from the replay, or no bound: unchanged
+    assert replay_cap.cap_outcome(_outcome(100.0, "replay of x"), 230.0).hit.estimate.saving_us == 100.0
+    assert replay_cap.cap_outcome(_outcome(250.0, "mean wait per step"), 230.0).hit.estimate.saving_us == 250.0
+    assert replay_cap.cap_outcome(_outcome(250.0, "replay of x"), None).hit.estimate.saving_us == 250.0
+
+
+def test_the_job_figure_is_the_slowest_rank() -> None:
+    sections = {
+        0: {"recorded_mean_step_us": 1000.0, "replayed_mean_step_us": 1000.0,
+            "fix_all": {"codes": ["PD103"], "recorded_mean_step_us": 1000.0, "replayed_mean_step_us": 300.0}},
+        1: {"recorded_mean_step_us": 1200.0, "replayed_mean_step_us": 1200.0,
+            "fix_all": {"codes": ["PD101"], "recorded_mean_step_us": 1200.0, "replayed_mean_step_us": 500.0}},
+        # a rank without a replayed fix keeps its step: it is the slowest after the fixes
+        2: {"recorded_mean_step_us": 900.0, "replayed_mean_step_us": 900.0, "fix_all": None},
+    }
+    assert replay_cap.job_fix_all(sections) == (["PD101", "PD103"], 1200.0, 900.0, 2)
+    assert replay_cap.job_fix_all({0: {"recorded_mean_step_us": 1.0, "fix_all": None}}) is None

@@ -1,11 +1,11 @@
-"""Multi-rank replay bounds (perfdoctor/jobs/replay_cap.py): worked out by hand from two ranks' collectives (µs)."""
+"""Multi-rank replay bounds (perfdoctor/analysis/replay_cap.py): worked out by hand from two ranks' collectives (µs)."""
 
 from __future__ import annotations
 
+from perfdoctor.analysis import replay_cap
 from perfdoctor.analysis.collective_wait import CollectiveTimeline
 from perfdoctor.checks.context import Outcome
 from perfdoctor.findings import Estimate, Evidence, Hit
-from perfdoctor.jobs import replay_cap
 
 
 def _tl(rank: int, starts: list[float], ends: list[float], windows: list[int]) -> CollectiveTimeline:
@@ -50,6 +50,8 @@ def test_a_replayed_saving_is_capped_at_step_minus_floor() -> None:
     assert replay_cap.cap_outcome(_outcome(100.0, "replay of x"), 230.0).hit.estimate.saving_us == 100.0
     assert replay_cap.cap_outcome(_outcome(250.0, "mean wait per step"), 230.0).hit.estimate.saving_us == 250.0
     assert replay_cap.cap_outcome(_outcome(250.0, "replay of x"), None).hit.estimate.saving_us == 250.0
+    larger = "replay of the step's dependency graph with the fix applied (a 2.0× larger batch, per step of today's batch"
+    assert replay_cap.cap_outcome(_outcome(250.0, larger), 230.0).hit.estimate.saving_us == 250.0
 
 
 def test_the_job_figure_is_the_slowest_rank() -> None:

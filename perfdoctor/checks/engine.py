@@ -301,7 +301,23 @@ def run_checks(analysis: Any, cat: Catalogue, selected: list[str]) -> CheckResul
     order = check_order(cat, selected)
     rank_ctx = [cx.RankContext(analysis, r) for r in analysis.ranks]
     per_rank = [rank_outcomes(analysis, ctx, cat, order, modules) for ctx in rank_ctx]
-    return combine(analysis, rank_ctx, per_rank, cat, selected, modules)
+    return combine(analysis, rank_ctx, per_rank, cat, selected, modules, adjust=_replay_caps(analysis))
+
+
+def _replay_caps(analysis: Any) -> Callable[[Any, cx.Outcome], cx.Outcome] | None:
+    """In-process ranks whose collectives match: sets ``analysis.replay_floor_us`` and returns the hook capping
+    each rank's replayed savings (:mod:`perfdoctor.analysis.replay_cap`); None otherwise."""
+    from perfdoctor.analysis import collective_wait, replay_cap
+
+    ranks = [r for r in getattr(analysis, "ranks", []) if getattr(getattr(r, "primary", None), "kind", "") == "gpu"]
+    floors: dict[int, float] = {}
+    if getattr(analysis, "collective_wait", None) is not None and len(ranks) > 1 and hasattr(ranks[0], "tables"):
+        floors = replay_cap.rank_floors([(int(r.rank or 0), collective_wait.timeline(r), list(r.primary.steps))
+                                         for r in ranks])
+    analysis.replay_floor_us = floors
+    if not floors:
+        return None
+    return lambda rank, o: replay_cap.cap_outcome(o, floors.get(rank) if isinstance(rank, int) else None)
 
 
 def combine(analysis: Any, rank_ctx: list[cx.RankContext], per_rank: list[dict[str, cx.Outcome]], cat: Catalogue,
@@ -357,40 +373,49 @@ def combine(analysis: Any, rank_ctx: list[cx.RankContext], per_rank: list[dict[s
     for spec in user:
         _metric_rule(spec, res, modules, cat)
     res.findings = rank_findings(res.findings)
-    res.fix_all_note = _fix_all_note(rank_ctx, res.findings, getattr(analysis, "job_fix_all", None))
+    res.fix_all_note = _fix_all_note(rank_ctx, res.findings, getattr(analysis, "replay_floor_us", None) or {})
     return res
 
 
-def _fix_all_note(rank_ctx: list[cx.RankContext], findings: list[Finding], job: Any = None) -> str:
-    """"Fixing the N findings with a replayed saving together would take the mean step from A to B ms", per rank;
-    for a job (``job``: :func:`perfdoctor.jobs.replay_cap.job_fix_all`), first the job's figure: its slowest rank."""
+def _fix_all_note(rank_ctx: list[cx.RankContext], findings: list[Finding], floors: dict[int, float]) -> str:
+    """"Fixing the N findings with a replayed saving together would take the mean step from A to B ms", per rank
+    (each no faster than its ``floors`` entry: fixed alone, its collectives still wait for the peers); for a job,
+    first the job's figure: its slowest rank (:func:`perfdoctor.analysis.replay_cap.job_fix_all`)."""
+    from perfdoctor.analysis.replay_cap import job_fix_all
+
     parts = []
-    head = ""
-    if job is not None and len(rank_ctx) > 1:
-        codes, recorded, replayed, slowest = job
-        head = (f"fixing the {len(codes)} finding(s) with a replayed saving ({', '.join(codes)}) on every rank "
-                f"would take the job's mean step (its slowest rank) from {recorded / 1000:,.2f} ms to "
-                f"{replayed / 1000:,.2f} ms (replayed; the slowest rank is then rank {slowest}). Per rank, "
-                "each fixed alone (its collectives still wait for the unchanged peers): ")
     reported = {f.code for f in findings}
+    reps: dict[int, dict[str, Any]] = {}
     for ctx in rank_ctx:
         rr = getattr(ctx.rank, "replay", None)
         if rr is not None and hasattr(rr, "to_dict"):
-            fix = rr.to_dict().get("fix_all")
+            rep = rr.to_dict()
         else:  # a rank summary: its report section holds the replay
             section = getattr(getattr(ctx.rank, "summary", None), "section", None)
             rep = section.get("replay") if isinstance(section, dict) else getattr(section, "replay", None)
-            fix = rep.get("fix_all") if isinstance(rep, dict) else getattr(rep, "fix_all", None)
-            if isinstance(fix, msgspec.Struct):  # the typed section (perfdoctor.model.report.FixAllSection)
-                fix = msgspec.to_builtins(fix)
-        if not fix or not isinstance(fix, dict) or not set(fix["codes"]) <= reported:
+            if isinstance(rep, msgspec.Struct):  # the typed section (perfdoctor.model.report.ReplaySection)
+                rep = msgspec.to_builtins(rep)
+        if not isinstance(rep, dict):
             continue
+        fix = rep.get("fix_all")
+        if not fix or not isinstance(fix, dict) or not set(fix["codes"]) <= reported:
+            reps[int(ctx.rank.rank or 0)] = {**rep, "fix_all": None}
+            continue
+        reps[int(ctx.rank.rank or 0)] = rep
+        after = max(float(fix["replayed_mean_step_us"]), floors.get(int(ctx.rank.rank or 0), 0.0))
         who = f"rank {ctx.rank.rank}: " if len(rank_ctx) > 1 else ""
         parts.append(f"{who}fixing the {len(fix['codes'])} finding(s) with a replayed saving together "
                      f"({', '.join(fix['codes'])}) "
                      f"would take the mean step from {fix['recorded_mean_step_us'] / 1000:,.2f} ms to "
-                     f"{fix['replayed_mean_step_us'] / 1000:,.2f} ms (replayed)")
-    return (head + "; ".join(parts) + ".") if parts else (head.split(". Per rank")[0] + "." if head else "")
+                     f"{after / 1000:,.2f} ms (replayed)")
+    job = job_fix_all(reps) if len(rank_ctx) > 1 else None
+    if job is None or not parts:
+        return ("; ".join(parts) + ".") if parts else ""
+    codes, recorded, replayed, slowest = job
+    return (f"fixing the {len(codes)} finding(s) with a replayed saving ({', '.join(codes)}) on every rank would take "
+            f"the job's mean step (its slowest rank) from {recorded / 1000:,.2f} ms to {replayed / 1000:,.2f} ms "
+            f"(replayed; the slowest rank is then rank {slowest}). Per rank, each fixed alone (its collectives still "
+            "wait for the unchanged peers): " + "; ".join(parts) + ".")
 
 
 def _rerun_cross_rank(mod: ModuleType, spec: RuleSpec, analysis: Any, ctx: cx.RankContext,

@@ -70,32 +70,32 @@ def reduce(summaries: list[RankSummary], cat: Any, codes: list[str], run: Any = 
     if len(gpu) > 1:
         analysis.collective_wait, analysis.collective_wait_note = collective_wait.compute(
             [s.collectives for s in gpu if s.collectives is not None])
-    adjust = _replay_caps(analysis, ok, gpu)
+    adjust = _replay_caps(analysis, gpu)
     rank_ctx = [cx.RankContext(analysis, r) for r in ranks]
     results = engine.combine(analysis, rank_ctx, [s.outcomes for s in ok], cat, codes, adjust=adjust)
+    _cap_sections(ok, getattr(analysis, "replay_floor_us", {}))
     return JobAnalysis(analysis=analysis, checks=results, summaries=ok, failed=failed)
 
 
-def _replay_dict(s: RankSummary) -> dict[str, Any] | None:
-    """The summary's replay section as plain data (the section may be typed or a dict)."""
-    sec = s.section
-    rep = sec.get("replay") if isinstance(sec, dict) else getattr(sec, "replay", None)
-    if isinstance(rep, msgspec.Struct):
-        rep = msgspec.to_builtins(rep)
-    return rep if isinstance(rep, dict) else None
+
+def _replay_caps(analysis: Any, gpu: list[RankSummary]) -> Any:
+    """Sets ``analysis.replay_floor_us`` (:func:`perfdoctor.analysis.replay_cap.rank_floors`, {} unless the ranks'
+    collectives match) and returns the ``adjust`` hook that caps each rank's replayed savings."""
+    from perfdoctor.analysis import replay_cap
+
+    matched = getattr(analysis, "collective_wait", None) is not None
+    floors = replay_cap.rank_floors([(int(s.rank or 0), s.collectives, list(s.step_rows)) for s in gpu]) \
+        if matched else {}
+    analysis.replay_floor_us = floors
+
+    def adjust(rank: Any, outcome: Any) -> Any:
+        return replay_cap.cap_outcome(outcome, floors.get(rank) if isinstance(rank, int) else None)
+
+    return adjust if floors else None
 
 
-def _replay_caps(analysis: Any, ok: list[RankSummary], gpu: list[RankSummary]) -> Any:
-    """The job's replay bounds (:mod:`perfdoctor.jobs.replay_cap`) once the ranks' collectives match: sets
-    ``analysis.job_fix_all`` (the slowest rank's replayed step with every rank's fixes), caps each rank's own
-    fix-all replay in its section, and returns the ``adjust`` hook that caps each rank's replayed savings."""
-    from perfdoctor.jobs import replay_cap
-
-    analysis.job_fix_all = None
-    if getattr(analysis, "collective_wait", None) is None:
-        return None
-    floors = replay_cap.rank_floors(gpu)
-    analysis.job_fix_all = replay_cap.job_fix_all({int(s.rank or 0): _replay_dict(s) for s in ok})
+def _cap_sections(ok: list[RankSummary], floors: dict[int, float]) -> None:
+    """Each rank's own fix-all replay (its section) no faster than its floor: fixed alone, it still waits."""
     for s in ok:
         sec = s.section
         rep = sec.get("replay") if isinstance(sec, dict) else getattr(sec, "replay", None)
@@ -107,8 +107,3 @@ def _replay_caps(analysis: Any, ok: list[RankSummary], gpu: list[RankSummary]) -
             fix["replayed_mean_step_us"] = floor
         elif isinstance(fix, msgspec.Struct) and getattr(fix, "replayed_mean_step_us", floor) < floor:
             fix.replayed_mean_step_us = floor  # type: ignore[attr-defined]
-
-    def adjust(rank: Any, outcome: Any) -> Any:
-        return replay_cap.cap_outcome(outcome, floors.get(rank) if isinstance(rank, int) else None)
-
-    return adjust

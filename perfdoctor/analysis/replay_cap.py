@@ -26,6 +26,8 @@ import numpy as np
 
 from perfdoctor.analysis.collective_wait import CollectiveTimeline
 
+_PER_SAMPLE = "per step of today's batch"  # the larger-batch what-if's wording (replay/transforms/batch.py)
+
 
 def earliest_ends(timelines: list[CollectiveTimeline]) -> dict[int, np.ndarray]:
     """``T[r, k]`` (see the module docstring) per rank, in the rank's own clock (µs, shape ``(n_collectives,)``).
@@ -68,11 +70,14 @@ def step_floor(timeline: CollectiveTimeline, step_starts_us: list[float], ends_u
 def cap_outcome(outcome: Any, floor_us: float | None) -> Any:
     """``outcome`` (:class:`perfdoctor.checks.context.Outcome`) with a replayed saving capped at ``step − floor``.
 
-    Only savings from the replay are capped (their method says so); the method then states the cap.
+    Only savings from the replay are capped (their method says so); the method then states the cap. A larger batch
+    (PD201) is left alone: it changes every rank's collectives and is rescaled per sample ("per step of today's
+    batch"), so the peers' recorded arrivals do not bound it.
     """
     hit = getattr(outcome, "hit", None)
     est = getattr(hit, "estimate", None)
-    if hit is None or floor_us is None or floor_us <= 0 or est is None or not est.method.startswith("replay of"):
+    if hit is None or floor_us is None or floor_us <= 0 or est is None or not est.method.startswith("replay of") \
+            or _PER_SAMPLE in est.method:
         return outcome
     most = max(est.step_us - floor_us, 0.0)
     if est.saving_us <= most:
@@ -84,21 +89,21 @@ def cap_outcome(outcome: Any, floor_us: float | None) -> Any:
     return outcome
 
 
-def rank_floors(summaries: list[Any]) -> dict[int, float]:
-    """{rank: floor µs} for the GPU ranks whose collectives match (:class:`perfdoctor.jobs.summary.RankSummary`
-    list); {} when they do not."""
-    tl = [s for s in summaries if s.collectives is not None and s.step_rows and s.primary_kind == "gpu"]
-    ends = earliest_ends([s.collectives for s in tl])
+def rank_floors(ranks: list[tuple[int, CollectiveTimeline | None, list[Any]]]) -> dict[int, float]:
+    """{rank: floor µs} for the GPU ranks whose collectives match; {} when they do not. ``ranks``: (rank, its
+    :class:`CollectiveTimeline`, its analysed step rows with ``step`` and ``start_us``) per GPU rank."""
+    tl = [(r, t, rows) for r, t, rows in ranks if t is not None and rows]
+    ends = earliest_ends([t for _, t, _ in tl])
     out: dict[int, float] = {}
-    for s in tl:
-        e = ends.get(int(s.collectives.rank))
+    for r, t, rows in tl:
+        e = ends.get(int(t.rank))
         if e is None:
             continue
-        by_step = {int(r.step): float(r.start_us) for r in s.step_rows}
-        starts = [by_step.get(int(n), np.nan) for n in s.collectives.analysed_steps]
+        by_step = {int(row.step): float(row.start_us) for row in rows}
+        starts = [by_step.get(int(n), np.nan) for n in t.analysed_steps]
         if any(np.isnan(starts)):
             continue
-        out[int(s.rank)] = step_floor(s.collectives, starts, e)
+        out[int(r)] = step_floor(t, starts, e)
     return out
 
 

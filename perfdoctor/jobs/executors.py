@@ -162,7 +162,9 @@ class DaskCluster:
                   cache: bool = False) -> list[RankSummary]:
         from distributed import as_completed
 
-        futures = [self.client.submit(summarise_file, f, i, opts, cat, measured_roofs, cache, pure=False,
+        # the rule catalogue (~50 kB pickled) and the options go to every worker once, not with every task
+        shared = self.client.scatter([opts, cat, measured_roofs], broadcast=True, hash=False)  # type: ignore[no-untyped-call]
+        futures = [self.client.submit(summarise_file, f, i, *shared, cache, pure=False,
                                       key=f"perfdoctor-rank-{i}-{os.getpid()}-{id(self)}")
                    for i, f in enumerate(files)]
         out: list[RankSummary] = []

@@ -268,3 +268,21 @@ def test_unreachable_dask_scheduler_is_one_line() -> None:
 
     with pytest.raises(PerfDoctorError, match=r"--dask tcp://127.0.0.1:9: cannot reach the Dask scheduler"):
         DaskCluster("tcp://127.0.0.1:9", timeout_s=1.0)
+
+
+def test_collective_timeline_kind_and_bytes_from_the_trace() -> None:
+    import orjson
+
+    from perfdoctor.jobs.task import summarise_file
+
+    src = shared_trace("ykcai__a100x2_moe_1layer_before") / "rank0.pt.trace.json"
+    raw = orjson.loads(src.read_bytes())["traceEvents"]
+    nccl = sorted((e for e in raw if e.get("cat") == "kernel" and "nccl" in e["name"]), key=lambda e: e["ts"])
+    cat, codes = engine.prepare(config.resolve())
+    [s] = summarise_file(str(src), 0, js.SummaryOptions(codes=codes), cat)
+    c = s.collectives
+    assert c is not None and len(c.dur_us) == len(nccl)  # the whole trace is one window here
+    first = nccl[0]["args"]
+    assert c.kind[0] == first["Collective name"] == "all_to_allv"
+    assert c.bytes[0] == first["In msg nelems"] * 4 == 8192  # Float: 4 bytes
+    assert c.dur_us == [e["dur"] for e in nccl]

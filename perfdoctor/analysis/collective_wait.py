@@ -44,8 +44,9 @@ _DTYPE_BYTES = {"Float": 4, "Half": 2, "BFloat16": 2, "Double": 8, "Int": 4, "Lo
 class CollectiveTimeline(msgspec.Struct, frozen=True):
     """One rank's collective kernels on its primary device inside its analysed step windows, in launch order.
 
-    Shapes: every list has one entry per collective kernel (n,). ``kind``: all_reduce, all_gather, … ("other"
-    when the name does not say); ``bytes``: message size (``In msg nelems`` × dtype size, -1 unknown);
+    Shapes: every list has one entry per collective kernel (n,). ``kind``: the kernel's ``Collective name`` when
+    the trace records it (``all_to_allv``), else from the kernel name (all_reduce, …; "other" when it does not
+    say); ``bytes``: message size (``In msg nelems`` × dtype size, -1 unknown);
     ``launch_us`` (the rank's arrival: the host launch), ``start_us``, ``end_us``, ``dur_us``: µs on the rank's
     own clock; ``window``: index of the step window the launch falls in. ``window_steps``: the step number of
     each window; ``analysed_steps``: the steps of the rank's breakdown (incomplete windows are left out there),
@@ -104,9 +105,15 @@ def timeline(rank: Any) -> CollectiveTimeline:
               for n, d in zip(nelems.tolist(), dtypes.tolist())]
     return CollectiveTimeline(
         rank=int(rank.rank), world_size=world, window_steps=windows, analysed_steps=analysed,
-        kind=[classes[int(i)].collective or "other" for i in tab["name_id"][sel].tolist()], bytes=nbytes,
+        kind=[str(c) if c else (classes[int(i)].collective or "other")  # the trace's own name when it has one
+              for i, c in zip(tab["name_id"][sel].tolist(), _column(tab, "collective", sel))], bytes=nbytes,
         launch_us=launch[order].tolist(), start_us=tab["ts_us"][sel].tolist(), end_us=tab["end_us"][sel].tolist(),
         dur_us=tab["dur_us"][sel].tolist(), window=step[order].astype(int).tolist())
+
+
+def _column(tab: Any, name: str, sel: np.ndarray) -> list[Any]:
+    """``tab[name][sel]`` as a list, or Nones when the table lacks the column."""
+    return tab[name][sel].tolist() if name in tab else [None] * int(sel.size)
 
 
 def compute(timelines: list[CollectiveTimeline], n_ranks: int | None = None) -> tuple[CollectiveWait | None, str]:

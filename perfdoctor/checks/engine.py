@@ -408,6 +408,8 @@ def _fix_all_note(rank_ctx: list[cx.RankContext], findings: list[Finding], floor
                      f"({', '.join(fix['codes'])}) "
                      f"would take the mean step from {fix['recorded_mean_step_us'] / 1000:,.2f} ms to "
                      f"{after / 1000:,.2f} ms (replayed)")
+    if len(parts) > 4:  # many ranks: a few sentences, not one per rank (1024 ranks printed 1,469 lines)
+        parts = parts[:3] + [f"… and {len(parts) - 3} more ranks (ranks[].replay.fix_all in the JSON report)"]
     job = job_fix_all(reps) if len(rank_ctx) > 1 else None
     if job is None or not parts:
         return ("; ".join(parts) + ".") if parts else ""

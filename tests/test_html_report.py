@@ -288,3 +288,28 @@ def test_roofline_rows_above_the_roof_say_why():
     html = render_html(report)
     assert html.count('title="achieved exceeds the roof') == len(above)
     assert '<p class="note">* achieved exceeds the roof' in html
+
+
+def test_how_it_was_measured_matches_the_numbers(resnet):
+    """F20: savings are % of the MEAN step of the analysed steps; idle causes name every cause the table can show
+    (Python / host outside any op included) and the critical path, not an order; the replay's assumptions are
+    on the page, not only in the embedded JSON."""
+    import html as html_mod
+
+    page = html_mod.unescape(resnet["html"].read_text())
+    defs = page[page.index("<h3>Definitions</h3>"):page.index("<h3>Warnings about the input</h3>")]
+    assert "median step time" not in defs.split("estimated saving")[1].split("</tr>")[0]
+    assert "% of the median" not in page and "share of the mean step time of the analysed steps" in defs
+    # saving 59.x ms of DataLoader wait on a mean step: the % printed is the saving ÷ the mean step (not the median)
+    f = next(f for f in resnet["report"]["findings"] if f["code"] == "PD101")
+    mean_us = resnet["report"]["ranks"][0]["replay"]["recorded_mean_step_us"]
+    assert abs(f["saving_pct_of_step"] - 100 * f["saving_us_per_step"] / mean_us) < 0.01
+    idle = defs.split("idle causes")[1].split("</tr>")[0]
+    assert "attributed in order" not in idle and "critical path" in idle
+    for label in ("idle: waiting for DataLoader", "idle: host synchronization", "idle: host busy, nothing queued",
+                  "Python / host outside any op", "idle: other cause"):
+        assert label in idle
+    replay_row = defs.split("Replay model")[1].split("</tr>")[0]
+    for a in resnet["report"]["ranks"][0]["replay"]["assumptions"]:
+        assert a in replay_row
+    assert "reproduces the recording by construction" in replay_row

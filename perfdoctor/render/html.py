@@ -199,7 +199,7 @@ def render_html(report: Report | Mapping[str, Any], generated_at: str | None = N
         "no_trace": (rep.no_trace if rep.no_trace is not UNSET else "") or "no trace to analyse",
         "ranks_chart": _ranks_chart(rep) if len(rep.ranks) > 1 else None,
         "run_chart": _run_chart(run) if run is not None else None,
-        "definitions": view.DEFINITIONS, "cat_labels": view.CAT_LABELS,
+        "definitions": view.definitions(rep), "cat_labels": view.CAT_LABELS,
         "jv": job_html.job_view(rep, len(as_report(report).ranks)) if rep.job is not UNSET else None,
     }
     return _env().get_template("report.html.j2").render(**context)

@@ -15,10 +15,22 @@ from msgspec import UNSET
 
 from perfdoctor.model import Report, as_report
 from perfdoctor.model.report import DeviceSection, EventValue, EvidenceValue, FindingSection, RankSection, RunSection
-from perfdoctor.vocab import Category, IdleCause, category_label, idle_label
+from perfdoctor.findings import FINDINGS_NOTE
+from perfdoctor.vocab import GPU_IDLE_CAUSES, GPU_PRIORITY, Category, IdleCause, category_label, idle_label
 
 CAT_LABELS = {c.value: c.label for c in Category}
 IDLE_LABELS = {c.value: c.label for c in IdleCause}
+
+# Generated from the vocabulary (perfdoctor/vocab.py) and the replay's attribution (perfdoctor/replay/attribution.py)
+# so the definitions cannot drift from what the analysis does.
+_IDLE_TEXT = (
+    "Step time − busy, split by what held up the replay's critical path (the chain of host work, launches and "
+    "device work that bounds the step, walked back from its end; perfdoctor/replay/attribution.py) at each idle "
+    "µs: " + "; ".join(f"{IdleCause(c).label}: {IdleCause(c).definition}" for c in GPU_IDLE_CAUSES)
+    + ". They add up to idle.")
+_CATEGORY_TEXT = (
+    "Busy time split exclusively by priority " + " > ".join(Category(c).label for c in GPU_PRIORITY)
+    + ", so the categories add up to busy. Per step = total over analysed steps ÷ number of steps.")
 
 DEFINITIONS: list[tuple[str, str]] = [
     ("step window", "From one ProfilerStep#N annotation's start to the next; the last GPU work launched inside "
@@ -28,15 +40,11 @@ DEFINITIONS: list[tuple[str, str]] = [
      "count once)."),
     ("device utilization", "numerator: busy time summed over analysed steps; denominator: step time summed over "
      "the same steps. For CPU-only traces: time inside any host op ÷ step time."),
-    ("category time", "Busy time split exclusively by priority compute (matmul > attention > conv > "
-     "reduction/norm > elementwise > optimizer > other) > communication > memcpy > memset, so the "
-     "categories add up to busy. Per step = total over analysed steps ÷ number of steps."),
+    ("category time", _CATEGORY_TEXT),
     ("share", "numerator: that row's time; denominator: step time (both summed over analysed steps)."),
     ("communication total / overlapped / exposed", "total: union of communication kernels; overlapped: the part "
      "running while any compute kernel runs; exposed: total − overlapped. Overlap % = overlapped ÷ total."),
-    ("idle causes", "Step time − busy, attributed in order to: the host inside DataLoader __next__; the host "
-     "blocked in a synchronize call or blocking copy; the host busy in ops/runtime calls with nothing queued "
-     "(launch-bound); other. They add up to idle."),
+    ("idle causes", _IDLE_TEXT),
     ("top kernels", "GPU kernels, memcpys and memsets starting inside the analysed steps, grouped by name. "
      "share: that name's summed duration ÷ the summed duration of all GPU activity (overlapping streams count "
      "twice here)."),
@@ -49,9 +57,22 @@ DEFINITIONS: list[tuple[str, str]] = [
      "math dtype; the FLOP source (FlopCounter, op sum, formula) and the peak's source are shown with the value."),
     ("roofline", "Per op group: arithmetic intensity = FLOPs ÷ bytes moved; attainable = min(peak, intensity × "
      "memory bandwidth); % of attainable = achieved FLOP/s ÷ attainable."),
-    ("estimated saving", "Each finding's own estimate of the step time it would remove, in ms per step and as a "
-     "% of the median step time, with the method the check names."),
+    ("estimated saving", "Each finding's own estimate of the step time it would remove, in ms per step, with the "
+     "method the check names. " + FINDINGS_NOTE),
 ]
+
+
+def definitions(rep: Report) -> list[tuple[str, str]]:
+    """:data:`DEFINITIONS` plus a "Replay model" row: the replay assumptions (``ranks[].replay.assumptions``) of
+    the rank the summary shows."""
+    rows = list(DEFINITIONS)
+    main = summary_rank(rep) if rep.ranks else None
+    rp = getattr(main, "replay", None)
+    if rp is not None and rp is not UNSET and rp.assumptions:
+        who = f" (rank {main.rank})" if len(rep.ranks) > 1 and main is not None else ""
+        rows.append(("Replay model", "Replayed savings come from the step's dependency graph (perfdoctor/replay) "
+                     f"replayed with and without each fix. Its assumptions{who}: " + "; ".join(rp.assumptions) + "."))
+    return rows
 
 
 def ms(us: float | None, digits: int = 2) -> str:

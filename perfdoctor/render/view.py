@@ -13,9 +13,9 @@ from typing import Any
 
 from msgspec import UNSET
 
+from perfdoctor.findings import FINDINGS_NOTE
 from perfdoctor.model import Report, as_report
 from perfdoctor.model.report import DeviceSection, EventValue, EvidenceValue, FindingSection, RankSection, RunSection
-from perfdoctor.findings import FINDINGS_NOTE
 from perfdoctor.vocab import GPU_IDLE_CAUSES, GPU_PRIORITY, Category, IdleCause, category_label, idle_label
 
 CAT_LABELS = {c.value: c.label for c in Category}

@@ -153,7 +153,7 @@ def plan(n_params: float, n_gpus: int, gpu: str, peak_flops_per_s: float, mfu: f
     secs = wall_clock_seconds(flops, n_gpus, peak_flops_per_s, mfu)
     state = MODEL_STATE_BYTES_PER_PARAM * n_params
     act = formula = None
-    if None not in (seq_len, micro_batch, d_model, n_layers):
+    if seq_len is not None and micro_batch is not None and d_model is not None and n_layers is not None:
         act = activation_bytes(seq_len, micro_batch, d_model, n_layers, n_heads)
         formula = ("L·s·b·h·(34 + 5·a·s/h)" if n_heads else "34·L·s·b·h (FlashAttention: scores not stored)")
     fits: dict[str, bool] = {}
@@ -189,7 +189,8 @@ def measured_on(rank: dict[str, Any]) -> tuple[str, str | None]:
     """
     from perfdoctor.analysis.hardware import match_device
 
-    mfu = rank.get("mfu") if isinstance(rank.get("mfu"), dict) else {}
+    mfu_entry = rank.get("mfu")
+    mfu: dict[str, Any] = mfu_entry if isinstance(mfu_entry, dict) else {}
     props = [p for p in rank.get("device_properties") or [] if isinstance(p, dict)]
     if mfu.get("on_gpu") is False or (mfu.get("on_gpu") is None and rank.get("primary_device") == -1):
         cpu = re.search(r"\((.*)\) at ", str(mfu.get("peak_source") or ""))

@@ -129,6 +129,7 @@ def gemm_dtype(tables: Any) -> tuple[str | None, dict[str, float]]:
                 if d:
                     shares[d] += dur
     else:
+        from perfdoctor.analysis.op_args import OpCost
         from perfdoctor.analysis.op_flops import cost_op
 
         ops = tables.cpu_ops
@@ -136,9 +137,9 @@ def gemm_dtype(tables: Any) -> tuple[str | None, dict[str, float]]:
                                          ops["dur_us"].tolist()):
             if names[nid] in ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::linear"):
                 c = cost_op(names[nid], dims, types)
-                if getattr(c, "dtype", None):
+                if isinstance(c, OpCost) and c.dtype:  # an Uncosted op has no dtype
                     shares[c.dtype] += dur
-    dominant = max(shares, key=shares.get) if shares else None
+    dominant = max(shares, key=lambda dt: shares[dt]) if shares else None
     return dominant, dict(shares)
 
 

@@ -97,7 +97,7 @@ def _einsum(args: Args) -> OpCost | Uncosted:
     size = next((_TYPES[t][1] for t in args.types if t in _TYPES), None)
     dtype = next((_TYPES[t][0] for t in args.types if t in _TYPES), None)
     in_bytes = sum(math.prod(s) for s in shapes) * size if size else None
-    nbytes = None if in_bytes is None else in_bytes + out * size
+    nbytes = None if in_bytes is None or size is None else in_bytes + out * size  # size is set when in_bytes is
     return OpCost(flops, nbytes, dtype, "matmul", f"2·∏(index sizes) for '{eq}'")
 
 
@@ -131,7 +131,7 @@ def _elementwise(base: str, args: Args, per_elem: int, out_bool: bool = False) -
     try:
         shape: tuple[int, ...] = ()
         for i in idx:
-            shape = _broadcast(shape, args.tensor(i))
+            shape = _broadcast(shape, args.tensor(i) or ())  # idx holds only indices with a recorded shape
     except ValueError:
         return Uncosted(f"{base}: input shapes do not broadcast")
     n = math.prod(shape)
@@ -172,7 +172,8 @@ def _memory(base: str, args: Args) -> OpCost | Uncosted:
     if base == "copy_" and args.tensor(1) is not None:
         nbytes = sum_bytes(args, [0, 1])  # read src, write dst (each once)
     else:
-        nbytes = None if args.nbytes(0) is None else 2 * args.nbytes(0)
+        x_bytes = args.nbytes(0)
+        nbytes = None if x_bytes is None else 2 * x_bytes
     return OpCost(0.0, nbytes, args.dtype(), "memory", f"read + write {n} elements")
 
 

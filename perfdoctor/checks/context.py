@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from perfdoctor.analysis import intervals as iv
-from perfdoctor.analysis.breakdown import StepBreakdown
+from perfdoctor.analysis.breakdown import DeviceBreakdown, StepBreakdown
 from perfdoctor.analysis.kernel_ops import kernel_labels
 from perfdoctor.analysis.steps import gpu_launch_times
 from perfdoctor.checks.catalogue import RuleSpec
@@ -88,10 +88,11 @@ class RankContext:
         return self.rank.tables
 
     @property
-    def device(self) -> Any:
+    def device(self) -> DeviceBreakdown:
         if "primary" not in self.cache:  # RankAnalysis.primary sums every step of every device
             self.cache["primary"] = self.rank.primary
-        return self.cache["primary"]
+        primary: DeviceBreakdown = self.cache["primary"]
+        return primary
 
     @property
     def is_gpu(self) -> bool:
@@ -120,7 +121,9 @@ class RankContext:
         return np.array([float(getter(s)) for s in self.step_rows], dtype=np.float64)
 
     def windows(self) -> tuple[np.ndarray, np.ndarray]:
-        return self.rank.steps.start_us, self.rank.steps.end_us
+        start_us: np.ndarray = self.rank.steps.start_us
+        end_us: np.ndarray = self.rank.steps.end_us
+        return start_us, end_us
 
     def step_of(self, ts_us: np.ndarray) -> np.ndarray:
         """Index of the step window holding each time (-1 outside all windows); host times between the first
@@ -130,13 +133,15 @@ class RankContext:
         if ws.size and h0.size and h0[0] < ws[0]:
             ws = ws.copy()
             ws[0] = h0[0]
-        return iv.containing(ts_us, (ws, we))
+        step: np.ndarray = iv.containing(ts_us, (ws, we))
+        return step
 
     # -- derived, cached ---------------------------------------------------------
     def kernels(self) -> KernelView:
         """Kernels of the primary device with their classification (cached)."""
         if "kernels" in self.cache:
-            return self.cache["kernels"]
+            cached: KernelView = self.cache["kernels"]
+            return cached
         tab = self.tables.kernels
         dev = self.device.device
         m = tab["device"] == dev if len(tab) else np.zeros(0, dtype=bool)
@@ -159,7 +164,8 @@ class RankContext:
     def device_busy(self) -> iv.Intervals:
         """Union of kernels, memcpys and memsets of the primary device (cached)."""
         if "busy" in self.cache:
-            return self.cache["busy"]
+            cached: iv.Intervals = self.cache["busy"]
+            return cached
         starts, ends = [], []
         for tname in ("kernels", "memcpy", "memset"):
             tab = self.tables.tables[tname]
@@ -176,7 +182,8 @@ class RankContext:
         if "gaps" not in self.cache:
             ws, we = self.windows()
             self.cache["gaps"] = iv.complement(self.device_busy(), float(ws[0]), float(we[-1]))
-        return self.cache["gaps"]
+        gaps: iv.Intervals = self.cache["gaps"]
+        return gaps
 
     def attribution(self) -> Any:
         """The rank's one attribution: the replay's labelled critical path (cached; built when the analysis lacks

@@ -71,7 +71,7 @@ class Series:
     values: list[float]
 
 
-def _open(width: int, height: int, title: str) -> list[str]:
+def _open(width: float, height: float, title: str) -> list[str]:
     return [
         f'<svg xmlns="http://www.w3.org/2000/svg" class="chart" viewBox="0 0 {width} {height}" '
         f'width="{width}" height="{height}" role="img" aria-label="{_t(title)}">',
@@ -270,7 +270,7 @@ def roofline(points: list[Point], roofs: list[Roof], title: str, width: int = 86
             out.append(f'<line x1="{left}" x2="{left + plot_w}" y1="{_f(py(d))}" y2="{_f(py(d))}" class="grid"/>')
             out.append(f'<text x="{left - 4}" y="{_f(py(d) + 4)}" class="ax" text-anchor="end">{_t(fmt_num(d))}</text>')
     for pk in peaks:
-        for bw in bws or [None]:
+        for bw in list[float | None](bws) or [None]:
             ridge = pk / bw if bw else x_lo
             x0 = max(ridge, x_lo)
             out.append(f'<line x1="{_f(px(x0))}" x2="{_f(px(x_hi))}" y1="{_f(py(pk))}" y2="{_f(py(pk))}" class="roof"/>')

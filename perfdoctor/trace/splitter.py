@@ -124,7 +124,8 @@ class EventSplitter:
         result = sp.finish()   # header, completeness, trailing bytes
     """
 
-    def __init__(self, consume: Callable[[bytes], bool], consume_each: Callable[[list[bytes]], None]) -> None:
+    def __init__(self, consume: Callable[[bytes | memoryview], bool],
+                 consume_each: Callable[[list[bytes]], None]) -> None:
         self.result = SplitResult()
         self._consume = consume
         self._consume_each = consume_each

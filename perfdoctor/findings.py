@@ -38,6 +38,16 @@ FINDINGS_NOTE = (
     "is stated with it); others are upper bounds. Savings are not additive: several findings can remove the same "
     "time."
 )
+# how a replayed saving's method begins (perfdoctor.checks.context.RankContext.replayed_saving)
+REPLAY_METHOD = "replay of the step's dependency graph"
+
+
+def is_replayed(method: str) -> bool:
+    """True when a saving with this method is the replay's point estimate (printed "about" / "≈"), False for an
+    upper bound (printed "up to" / "≤"): a heuristic, or a replay that did not reproduce the recording."""
+    return method.startswith(REPLAY_METHOD) and "an upper bound" not in method
+
+
 # no finding is medium or above when its saving is under this share of the step (issue 10)
 MIN_MEDIUM_PCT = 1.0
 

@@ -20,7 +20,8 @@ def test_verdict_names_the_top_finding(tmp_path):
     rep = _report(tb, tmp_path)
     top = next(f for f in rep.findings if f.position == 1)
     assert top.code == "PD101"
-    assert rep.verdict == (f"input-bound: up to {top.saving_pct_of_step:.0f}% of each step goes to waiting for the "
+    assert top.replayed  # a replayed point estimate: "about", not "up to" (F16)
+    assert rep.verdict == (f"input-bound: about {top.saving_pct_of_step:.0f}% of each step goes to waiting for the "
                            "DataLoader (PD101 dataloader-starvation)")
 
 

@@ -20,7 +20,7 @@ from perfdoctor.analysis.breakdown import DeviceBreakdown, StepBreakdown
 from perfdoctor.analysis.kernel_ops import kernel_labels
 from perfdoctor.analysis.steps import gpu_launch_times
 from perfdoctor.checks.catalogue import RuleSpec
-from perfdoctor.findings import Hit
+from perfdoctor.findings import REPLAY_METHOD, Hit
 from perfdoctor.trace.join import launched_values
 
 
@@ -220,7 +220,7 @@ class RankContext:
         per = np.asarray(rr.recorded_step_us - rr.step_times(whatif.scenario), dtype=np.float64)
         if self.spec is not None:
             rr.whatifs[self.spec.code] = whatif
-        method = (f"replay of the step's dependency graph with the fix applied ({whatif.assumption}; source: "
+        method = (f"{REPLAY_METHOD} with the fix applied ({whatif.assumption}; source: "
                   f"{whatif.source}): recorded − replayed step time, mean over {per.size} analysed step(s)")
         if rr.fallback:
             method += f"; an upper bound: {rr.fallback}"

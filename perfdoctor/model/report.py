@@ -360,6 +360,14 @@ class FindingSection(Section, kw_only=True):
     references: list[str]
 
     @property
+    def replayed(self) -> bool:
+        """True when the saving is the replay's point estimate, False for an upper bound
+        (:func:`perfdoctor.findings.is_replayed`)."""
+        from perfdoctor.findings import is_replayed
+
+        return is_replayed(self.saving_method)
+
+    @property
     def ranks(self) -> list[int]:
         """The trace ranks the rule fired on (``evidence["ranks"]``)."""
         ranks = self.evidence.get("ranks")

@@ -56,7 +56,8 @@ def verdict(ranks: list[RankSection], findings: list[FindingSection], slowest_ra
     top = next((f for f in findings if f.position == 1), None)
     if top is not None and top.saving_pct_of_step >= MIN_SHARE_PCT:
         kind, what = PHRASES.get(top.code, (top.name, "what this finding names"))
-        return f"{kind}: up to {top.saving_pct_of_step:.0f}% of each step goes to {what} ({top.code} {top.name})"
+        about = "about" if top.replayed else "up to"
+        return f"{kind}: {about} {top.saving_pct_of_step:.0f}% of each step goes to {what} ({top.code} {top.name})"
     if not ranks:
         return ""
     rank = next((r for r in ranks if r.rank == slowest_rank), ranks[0])

@@ -54,7 +54,7 @@ def _findings(report: Report) -> list[str]:
     for i, f in enumerate(items[:MAX_FINDINGS], 1):
         saving = "saving not estimated"
         if f["saving_us"] is not None:
-            saving = f"saves up to {view.saving_ms(f['saving_us'])}/step"
+            saving = f"saves {f['about']} {view.saving_ms(f['saving_us'])}/step"
             if f["saving_frac"] is not None:
                 saving += f" ({view.pct(f['saving_frac'])})"
         # the engine's message already names the ranks on a multi-rank job; older reports' messages do not

@@ -64,11 +64,12 @@ def findings_renderables(report: Report) -> list[Any]:
     else:
         t = Table(title="Findings, ranked by estimated saving per step", title_justify="left", show_lines=False)
         columns: tuple[tuple[str, JustifyMethod], ...] = (
-            ("#", "right"), ("code", "left"), ("severity", "left"), ("saves ≤", "right"), ("finding", "left"))
+            ("#", "right"), ("code", "left"), ("severity", "left"), ("saves", "right"), ("finding", "left"))
         for col, just in columns:
             t.add_column(col, justify=just, overflow="fold")
         for f in findings:
-            saving = (f"{view.saving_ms(f.saving_us_per_step, 1)} ({f.saving_pct_of_step:.1f}%)"
+            saving = (f"{'≈' if f.replayed else '≤'} {view.saving_ms(f.saving_us_per_step, 1)} "
+                      f"({f.saving_pct_of_step:.1f}%)"
                       if f.saving_method else "-")
             t.add_row("-" if f.position is None else str(f.position), f"{f.code}\n{f.name}",
                       Text(f.severity, style=_SEV_STYLE.get(f.severity, "")), saving, f.message)

@@ -216,6 +216,7 @@ def finding(f: FindingSection, order: int = 0) -> dict[str, Any]:
         "priority": f.position, "rank": f.rank, "order": order, "ranks": f.ranks,
         "saving_us": f.saving_us_per_step if estimated else None,
         "saving_frac": f.saving_pct_of_step / 100.0 if estimated else None,
+        "replayed": f.replayed, "about": "about" if f.replayed else "up to",
         "method": f.saving_method, "evidence": pairs, "events": events, "steps": list(f.steps),
         "fix": f.fix.strip(), "before": f.example_before.strip("\n"), "after": f.example_after.strip("\n"),
         "references": list(f.references),

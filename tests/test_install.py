@@ -67,7 +67,11 @@ def test_commands_needing_torch_refuse_in_one_line_without_it(tmp_path, argv):
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1, proc.stderr
     assert lines[0].startswith(f"perfdoctor: error: perfdoctor {argv[0]} needs PyTorch")
-    assert 'pip install "perfdoctor[profile]"' in lines[0] and "torch build" in lines[0]
+    # the machine's torch build first (the CPU wheel index spelled out), then the extra (F10)
+    msg = lines[0]
+    cpu = "pip install torch --index-url https://download.pytorch.org/whl/cpu"
+    assert "install the torch build for your machine first" in msg and cpu in msg
+    assert msg.index("torch build for your machine") < msg.index(cpu) < msg.index('pip install "perfdoctor[profile]"')
     assert not (tmp_path / "perfdoctor-runs").exists()
 
 

@@ -10,6 +10,10 @@ import importlib.util
 
 from perfdoctor.errors import PerfDoctorError
 
+# the CPU wheel index: https://pytorch.org/get-started/locally/ ("Compute Platform: CPU")
+CPU_TORCH = "pip install torch --index-url https://download.pytorch.org/whl/cpu"
+PROFILE_EXTRA = 'pip install "perfdoctor[profile]"'
+
 
 def require_torch(command: str) -> None:
     """Raise :class:`PerfDoctorError` (exit 2) when torch cannot be imported.
@@ -18,7 +22,8 @@ def require_torch(command: str) -> None:
     ``torch`` in ``sys.modules`` (how the tests hide torch) counts as missing.
 
     Raises:
-        PerfDoctorError: one line naming ``command`` and the two ways to get torch.
+        PerfDoctorError: one line naming ``command``: the torch build for the machine first (the CPU-only
+            command), then the ``profile`` extra.
     """
     try:
         found = importlib.util.find_spec("torch") is not None
@@ -26,6 +31,7 @@ def require_torch(command: str) -> None:
         found = False
     if not found:
         raise PerfDoctorError(
-            f"perfdoctor {command} needs PyTorch, which is not installed: "
-            'pip install "perfdoctor[profile]", or install the torch build that fits your machine first'
+            f"perfdoctor {command} needs PyTorch, which is not installed: install the torch build for your machine "
+            f"first (CPU-only: {CPU_TORCH}), then {PROFILE_EXTRA} (on Linux, {PROFILE_EXTRA} alone pulls the "
+            "multi-GB CUDA build of torch)"
         )

@@ -99,3 +99,35 @@ def test_two_traces_of_one_rank_are_refused(tmp_path):
     r = run("report", a, b)
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert "rank 0 is also the rank of" in r.stderr and "report each file separately" in r.stderr
+
+
+def test_unwritable_output_fails_before_the_analysis(tmp_path):
+    """F15: ``-o`` in a directory that takes no new file is one line, exit 2, before any analysis: nothing on
+    stdout (the terminal report used to be printed in full, then the write failed)."""
+    from reporting import cli
+
+    tb = TraceBuilder()
+    tb.step(1, 0, 1000)
+    tb.launch("volta_sgemm_128x64_nn", launch_ts=10, start=100, dur=300)
+    trace = str(tb.write(tmp_path / "t.json"))
+    rc, out, err = cli("report", trace, "-o", "/sys/perfdoctor-x.html")  # sysfs: not even root can add a file
+    assert rc == 2 and out == ""
+    assert err.strip().splitlines() == ["perfdoctor: error: /sys/perfdoctor-x.html: cannot write the report there "
+                                        "(Permission denied)"]
+    # a writable directory: the report is written and the probe leaves nothing behind
+    rc, _, err = cli("report", trace, "-o", str(tmp_path / "r.json"))
+    assert rc == 0, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.json", "t.json"]
+
+
+def test_jobs_zero_is_refused_in_one_line(tmp_path):
+    """F15: ``--jobs 0`` was accepted silently with one input; now exit 2 and one line, whatever the inputs."""
+    from reporting import cli
+
+    tb = TraceBuilder()
+    tb.step(1, 0, 1000)
+    trace = str(tb.write(tmp_path / "t.json"))
+    for n in ("0", "-3"):
+        rc, out, err = cli("report", trace, "--jobs", n)
+        assert rc == 2 and out == ""
+        assert err.strip().splitlines() == [f"perfdoctor: error: --jobs must be at least 1 (got {n})"]

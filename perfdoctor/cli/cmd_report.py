@@ -90,6 +90,24 @@ def _check_output(path: str, inputs: list[str], force: bool) -> None:
     parent = os.path.dirname(out) or "."
     if not os.path.isdir(parent):
         raise PerfDoctorError(f"{path}: directory {parent} does not exist")
+    _probe_writable(path, parent)
+
+
+def _probe_writable(path: str, parent: str) -> None:
+    """Create and remove an empty file in ``parent`` (the report is written through a temporary file there), so
+    an unwritable ``-o`` fails before minutes of analysis; ``os.access`` is not enough (root passes it on a
+    read-only /sys).
+
+    Raises:
+        PerfDoctorError: ``parent`` does not accept new files (permissions, read-only file system).
+    """
+    import tempfile
+
+    try:
+        with tempfile.NamedTemporaryFile(dir=parent, prefix=".perfdoctor-probe-"):
+            pass
+    except OSError as exc:
+        raise PerfDoctorError(f"{path}: cannot write the report there ({exc.strerror or exc})") from None
 
 
 def _write_report(path: str, data: bytes) -> None:
@@ -175,6 +193,8 @@ def run(args: argparse.Namespace) -> int:
     from perfdoctor.render.formats import format_for, render_bytes
     from perfdoctor.render.terminal import render_terminal
 
+    if args.jobs is not None and args.jobs < 1:
+        raise PerfDoctorError(f"--jobs must be at least 1 (got {args.jobs})")
     out_format = None
     if args.output:
         out_format = format_for(args.output)

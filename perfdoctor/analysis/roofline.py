@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -164,7 +164,7 @@ def _enclosing_op(cpu_ops: Any, parent: np.ndarray, pid: np.ndarray, tid: np.nda
     if not len(cpu_ops) or not len(ts):
         return out
     end = cpu_ops["end_us"]
-    keys = {}
+    keys: dict[tuple[int, int], list[int]] = {}
     for k, (p, t) in enumerate(zip(cpu_ops["pid"].tolist(), cpu_ops["tid"].tolist())):
         keys.setdefault((p, t), []).append(k)
     for (p, t), members in keys.items():
@@ -216,7 +216,8 @@ def _device_events(tables: Any, parent: np.ndarray) -> tuple[np.ndarray, np.ndar
     return np.concatenate(launch), np.concatenate(dur), nm
 
 
-def _op_times(tables: Any, parent: np.ndarray, chosen: np.ndarray, top: np.ndarray) -> tuple[dict, dict, dict, str]:
+def _op_times(tables: Any, parent: np.ndarray, chosen: np.ndarray, top: np.ndarray
+              ) -> tuple[dict[int, float], dict[int, dict[str, float]], dict[Any, float], str]:
     """Per chosen op: time µs and math-dtype seconds; per uncosted group: time and count."""
     ops = tables.cpu_ops
     time_by_op: dict[int, float] = defaultdict(float)
@@ -259,11 +260,11 @@ def _math_dtype(cost: OpCost, shares: dict[str, float]) -> str | None:
         return "fp64" if cost.dtype == "fp64" else "fp32"
     known = {k: v for k, v in shares.items() if k != "?"}
     if known:
-        return max(known, key=known.get)
+        return max(known, key=lambda dt: known[dt])
     return cost.dtype
 
 
-def _row(key: tuple, g: dict[str, Any], roofs: Roofs | None, latency_fraction: float) -> RooflineRow:
+def _row(key: tuple[Any, ...], g: dict[str, Any], roofs: Roofs | None, latency_fraction: float) -> RooflineRow:
     name, shapes, cost = key[0], key[1], g["cost"]
     time_s = g["time_us"] * 1e-6
     flops, nbytes = cost.flops * g["count"], None if cost.bytes is None else cost.bytes * g["count"]
@@ -321,10 +322,11 @@ def roofline_table(tables: Any, roofs: Roofs | None, top: int = 20,
     parent = op_parents(ops)
     chosen, topmost = _resolve(ops, parent, costed, is_aten)
     time_by_op, dtype_time, unc, basis = _op_times(tables, parent, chosen, topmost)
-    groups: dict[tuple, dict[str, Any]] = {}
+    groups: dict[tuple[Any, ...], dict[str, Any]] = {}
     for i, t_us in time_by_op.items():
-        key = (names[ops["name_id"][i]], _shapes(ops["input_dims"][i]), costs[i].dtype)
-        g = groups.setdefault(key, {"cost": costs[i], "count": 0, "time_us": 0.0, "dtypes": defaultdict(float)})
+        cost = cast(OpCost, costs[i])  # time_by_op's keys are chosen ops, and _resolve chooses only costed ones
+        key = (names[ops["name_id"][i]], _shapes(ops["input_dims"][i]), cost.dtype)
+        g = groups.setdefault(key, {"cost": cost, "count": 0, "time_us": 0.0, "dtypes": defaultdict(float)})
         g["count"] += 1
         g["time_us"] += t_us
         for d, v in dtype_time.get(i, {}).items():
@@ -344,7 +346,8 @@ def roofline_table(tables: Any, roofs: Roofs | None, top: int = 20,
                           float(sum(r.flops for r in rows)), latency_fraction, len(rows), warnings)
 
 
-def _uncosted_rows(unc: dict, costs: list, names: np.ndarray, ops: Any) -> list[dict[str, Any]]:
+def _uncosted_rows(unc: dict[Any, float], costs: list[OpCost | Uncosted], names: np.ndarray,
+                   ops: Any) -> list[dict[str, Any]]:
     merged: dict[str, dict[str, Any]] = {}
     for (kind, ref), t_us in unc.items():
         if kind == "op":

@@ -14,7 +14,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -99,7 +99,7 @@ def _absent_as(values: Sequence[Any], fill: float, dtype: type) -> np.ndarray:
     if absent == 0:
         return np.array(values, dtype=dtype)
     arr = np.array(values, dtype=object)
-    arr[np.equal(arr, None)] = fill
+    arr[np.equal(arr, cast(Any, None))] = fill  # numpy's stubs reject a None operand; it compares elementwise
     return arr.astype(dtype)
 
 
@@ -171,7 +171,7 @@ class TableColumns:
                 return int(tail)
         return -1_000_000 - self.ids.ids.setdefault(text, len(self.ids.ids))
 
-    def _ints(self, values: list) -> np.ndarray:
+    def _ints(self, values: list[Any]) -> np.ndarray:
         """int64 column; string ids ("stream 7", "Traces") go through _id."""
         try:
             return np.array(values, dtype=np.int64)
@@ -189,7 +189,7 @@ class TableColumns:
 
     def _kinds(self, events: list[Event], cat_codes: np.ndarray) -> np.ndarray:
         cat_kind = np.array([_CAT_KIND.get(c.lower(), OTHER) for c in self.cats.ids], dtype=np.int8)
-        kinds = cat_kind[cat_codes]
+        kinds: np.ndarray = cat_kind[cat_codes]
         not_x = [i for i, e in enumerate(events) if e.ph != "X"]
         if not_x:
             kinds[not_x] = [kind_of(events[i].ph, "", events[i].name) for i in not_x]
@@ -267,13 +267,13 @@ class TableColumns:
             return arr
         if f.kind == "float":
             return _absent_as(values, np.nan, np.float64)
-        arr = np.empty(len(values), dtype=object)
+        objs = np.empty(len(values), dtype=object)
         if f.kind == "json_list":
             for i in [i for i, v in enumerate(values) if v]:
-                arr[i] = self._json_list(f.col, bytes(values[i]))
+                objs[i] = self._json_list(f.col, bytes(values[i]))
         else:
-            arr[:] = values
-        return arr
+            objs[:] = values
+        return objs
 
     def concat(self) -> dict[str, dict[str, np.ndarray]]:
         """Per-table columns as single arrays; chunk lists are freed as they go."""

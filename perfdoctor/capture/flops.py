@@ -11,12 +11,14 @@ those of rank-local work (per rank, per step).
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class FlopMeter:
     """Counts FLOPs between :meth:`start` and :meth:`stop`; errors are kept, not raised."""
 
     def __init__(self) -> None:
-        self._mode = None
+        self._mode: Any = None  # a FlopCounterMode while running; torch leaves its __enter__/__exit__ unannotated
         self.flops: int | None = None
         self.error: str | None = None
 

@@ -70,8 +70,8 @@ class StepTimer:
         self.sink = sink
         self.cuda = cuda
         self._prev_end_s: float | None = None
-        self._prev_event = None
-        self._pending: deque = deque()
+        self._prev_event: torch.cuda.Event | None = None
+        self._pending: deque[tuple[StepRecord, torch.cuda.Event | None, torch.cuda.Event]] = deque()
         self.steps_done = 0
 
     def end_step(self, first_start_s: float | None, tokens: int | None, samples: int | None,
@@ -88,7 +88,7 @@ class StepTimer:
             self.sink(rec)
             return
         _cuda_memory(rec)
-        event = torch.cuda.Event(enable_timing=True)
+        event = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]  # torch leaves it unannotated
         event.record()
         self._pending.append((rec, self._prev_event, event))
         self._prev_event = event
@@ -100,14 +100,14 @@ class StepTimer:
         if self._prev_end_s is not None:
             self._prev_end_s = time.perf_counter()
         if self.cuda and self._prev_event is not None:
-            event = torch.cuda.Event(enable_timing=True)
+            event = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]  # torch leaves it unannotated
             event.record()
             self._prev_event = event
 
     def _drain(self, block: bool) -> None:
         while self._pending:
             rec, start_ev, end_ev = self._pending[0]
-            if not block and not end_ev.query():
+            if not block and not end_ev.query():  # type: ignore[no-untyped-call]  # torch leaves it unannotated
                 return
             if block:
                 end_ev.synchronize()

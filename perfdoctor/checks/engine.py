@@ -215,7 +215,7 @@ def _metric_rule(spec: RuleSpec, res: CheckResults, modules: dict[str, ModuleTyp
                 raise PerfDoctorError(f"{spec.path}: when.{key} {when[key]!r} is not a metric of a built-in check "
                                       f"(`perfdoctor rule {c}` lists them)")
     per_rank = res.metrics.get(src, {})
-    outcomes = []
+    outcomes: list[tuple[str | None, cx.Outcome]] = []
     for rank_key, metrics in per_rank.items():
         value = metrics.get(metric)
         if value is None:
@@ -242,9 +242,9 @@ def _metric_rule(spec: RuleSpec, res: CheckResults, modules: dict[str, ModuleTyp
 def check_order(cat: Catalogue, selected: list[str]) -> list[str]:
     """Built-in codes to run for ``selected`` (plus those selected user metric rules read), in run order
     (rules with ``runs_after_others = true`` in their TOML at the end: they read the others' skip reasons)."""
-    user = [cat.rules[c] for c in selected if cat.rules[c].when is not None]
-    needed = set(selected) | {u.when["metric"].split(".")[0] for u in user} | {
-        u.when["saving_metric"].split(".")[0] for u in user if "saving_metric" in u.when}
+    user = [w for c in selected if (w := cat.rules[c].when) is not None]  # the user rules' [when] tables
+    needed = set(selected) | {w["metric"].split(".")[0] for w in user} | {
+        w["saving_metric"].split(".")[0] for w in user if "saving_metric" in w}
     return sorted((c for c in needed if c in cat.rules and cat.rules[c].when is None), key=lambda c: (cat.rules[c].runs_after_others, c))
 
 
@@ -427,7 +427,7 @@ def _rerun_cross_rank(mod: ModuleType, spec: RuleSpec, analysis: Any, ctx: cx.Ra
         return outcome
     ctx.spec = spec
     ctx.cache["previous_metrics"] = dict(outcome.metrics)  # what the rank's own run measured (its replay)
-    o = mod.check(ctx)
+    o: cx.Outcome = mod.check(ctx)
     if not o.skip:
         o.metrics.setdefault("step_us", ctx.step_us)
     return o
@@ -467,4 +467,5 @@ def _run_job(mod: ModuleType, spec: RuleSpec, analysis: Any, rank_ctx: list[cx.R
             reason = _requirement_missing(q, analysis, ctx.rank)
             if reason:
                 return cx.skipped(reason)
-    return mod.check(cx.JobContext(analysis, rank_ctx, spec))
+    outcome: cx.Outcome = mod.check(cx.JobContext(analysis, rank_ctx, spec))
+    return outcome

@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from perfdoctor.cli.needs import require_torch
 from perfdoctor.errors import PerfDoctorError
@@ -25,7 +25,7 @@ NAME = "profile"
 HELP = "run a training script under the profiler (steady state, N steps) and write a run directory + report"
 
 
-def _add_options(parser: argparse.ArgumentParser, default=None) -> None:
+def _add_options(parser: argparse.ArgumentParser, default: str | None = None) -> None:
     d = (lambda value: argparse.SUPPRESS) if default is argparse.SUPPRESS else (lambda value: value)
     parser.add_argument("-m", dest="module", metavar="MODULE", default=d(None),
                         help="run a module, like python -m")
@@ -56,7 +56,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 class _OptionParser(argparse.ArgumentParser):
-    def error(self, message: str):  # one clear line instead of argparse's usage + exit
+    def error(self, message: str) -> NoReturn:  # one clear line instead of argparse's usage + exit
         raise PerfDoctorError(f"profile: {message}; put the script's own arguments after --")
 
 
@@ -114,7 +114,7 @@ def run(args: argparse.Namespace) -> int:
     return result.exit_code
 
 
-def make_report(run_dir: Path) -> dict:
+def make_report(run_dir: Path) -> dict[str, Any]:
     """Write ``report.html`` for ``run_dir``; returns ``{"path", "findings", "kind"}``.
 
     The report pipeline (traces + run data -> checks -> HTML). Without a
@@ -142,7 +142,7 @@ def make_report(run_dir: Path) -> dict:
     return {"path": path, "findings": findings, "kind": kind, "why": why}
 
 
-def _note_report(run_dir: Path, info: dict) -> None:
+def _note_report(run_dir: Path, info: dict[str, Any]) -> None:
     import json
 
     from perfdoctor.capture.rundir import write_json
@@ -153,7 +153,7 @@ def _note_report(run_dir: Path, info: dict) -> None:
     write_json(run_json, data)
 
 
-def _print_summary(report: dict, result: RunResult) -> None:
+def _print_summary(report: dict[str, Any], result: RunResult) -> None:
     if report.get("why"):
         print(f"perfdoctor: no trace to analyse: {report['why']}", file=sys.stderr)
     findings = report.get("findings") or []

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from perfdoctor.errors import PerfDoctorError
 
@@ -77,7 +77,8 @@ def model_flops_per_step(args: argparse.Namespace) -> float | None:
         per_token = transformer_flops_per_token(args.params, args.layers, args.heads, args.d_model, args.seq_len)
     except ValueError as exc:
         raise PerfDoctorError(f"the transformer FLOPs estimate: {exc}") from None
-    return per_token * args.tokens_per_step
+    flops: float = per_token * args.tokens_per_step
+    return flops
 
 
 def _check_output(path: str, inputs: list[str], force: bool) -> None:
@@ -161,7 +162,7 @@ def _analyze(args: argparse.Namespace, err: Console, opts: object) -> BuiltRepor
         return [str(t) for t in load_run_dir(p).traces]
 
     flops = model_flops_per_step(args)
-    extra: dict[str, object] = {"model_flops_per_step": flops, "flops_source": "transformer_formula"} if flops else {}
+    extra: dict[str, Any] = {"model_flops_per_step": flops, "flops_source": "transformer_formula"} if flops else {}
     extra["rule_options"] = opts
     extra["cache"] = bool(getattr(args, "cache", False))
     files = [f for p in args.paths for f in (run_traces(p) if is_run_dir(p) else trace_files_in(p))]
@@ -175,14 +176,14 @@ def _analyze(args: argparse.Namespace, err: Console, opts: object) -> BuiltRepor
             link = getattr(executor, "dashboard_link", "")
             if link:
                 err.print(f"Dask dashboard: {link}")
-            return pipeline.build(args.paths, step_marker=args.step_marker, executor=executor, **extra)  # type: ignore[arg-type]
+            return pipeline.build(args.paths, step_marker=args.step_marker, executor=executor, **extra)
     if total < PROGRESS_MIN_BYTES or not err.is_terminal:
         with err.status("reading traces…", spinner="dots"):
-            return pipeline.build(args.paths, step_marker=args.step_marker, **extra)  # type: ignore[arg-type]
+            return pipeline.build(args.paths, step_marker=args.step_marker, **extra)
     columns2 = (TextColumn("reading traces"), BarColumn(), DownloadColumn(), TimeRemainingColumn())
     with Progress(*columns2, console=err, transient=True) as progress:
         task = progress.add_task("read", total=total)
-        return pipeline.build(args.paths, step_marker=args.step_marker,  # type: ignore[arg-type]
+        return pipeline.build(args.paths, step_marker=args.step_marker,
                               on_progress=lambda n: progress.advance(task, n), **extra)
 
 
@@ -210,7 +211,7 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.flush()
     else:
         render_terminal(report, stdout_console(args.width), err, per_rank=args.per_rank)
-    if args.output:
+    if args.output and out_format:  # out_format is set whenever args.output is
         _write_report(args.output, render_bytes(report, out_format))
         err.print(f"report written to {args.output}")
     return engine.exit_code(built.checks, opts.fail_on)

@@ -88,7 +88,7 @@ def build(paths: list[str], step_marker: str | None = None, on_progress: Callabl
     profiled window), or with ``without_traces`` set (why its traces are not read, e.g. they failed to
     load), gives a run-only report: no ranks, the trace checks skipped, the run's series and checks kept.
     ``executor`` (:mod:`perfdoctor.jobs.executors`; default: this process) makes each rank's summary,
-    ``cache`` reuses summaries stored next to the traces.
+    ``cache`` reuses summaries stored under :func:`perfdoctor.jobs.summary.cache_dir`.
 
     Raises:
         PerfDoctorError: bad input file, run directory or rule selection.

@@ -99,6 +99,7 @@ def test_two_traces_of_one_rank_are_refused(tmp_path):
     r = run("report", a, b)
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert "rank 0 is also the rank of" in r.stderr and "report each file separately" in r.stderr
+    assert f"perfdoctor diff {a} {b}" in r.stderr
 
 
 def test_unwritable_output_fails_before_the_analysis(tmp_path):
@@ -131,3 +132,56 @@ def test_jobs_zero_is_refused_in_one_line(tmp_path):
         rc, out, err = cli("report", trace, "--jobs", n)
         assert rc == 2 and out == ""
         assert err.strip().splitlines() == [f"perfdoctor: error: --jobs must be at least 1 (got {n})"]
+
+
+def _one_gpu_run(path, device_name, rank=None, world_size=None):
+    tb = TraceBuilder(device_name=device_name, rank=rank, world_size=world_size)
+    tb.step(1, 0, 1000).step(2, 1000, 1000)
+    tb.launch("volta_sgemm_128x64_nn", launch_ts=10, start=100, dur=300)
+    tb.launch("volta_sgemm_128x64_nn", launch_ts=1010, start=1100, dur=300)
+    return str(tb.write(path))
+
+
+def test_two_runs_on_different_gpus_are_not_one_job(tmp_path):
+    # neither trace names a rank, they name different GPUs and hold no collective: two runs, refused
+    a = _one_gpu_run(tmp_path / "a.json", "Tesla V100-DGXS-32GB")
+    b = _one_gpu_run(tmp_path / "b.json", "NVIDIA GeForce RTX 3060")
+    r = run("report", a, b)
+    assert r.returncode == 2 and "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert "look like separate runs, not ranks of one job" in r.stderr
+    assert "1 × Tesla V100-DGXS-32GB vs 1 × NVIDIA GeForce RTX 3060" in r.stderr
+    assert f"perfdoctor diff {a} {b}" in r.stderr
+
+
+def test_real_traces_of_two_runs_are_refused():
+    # the case: a V100 ResNet (rank 0 from its file name "worker0") and an RTX 3060 LM (no rank)
+    a = str(shared_trace("kineto__resnet50_num_workers_0__worker0.pt.trace.json.gz"))
+    b = str(shared_trace("luatil__rtx3060_compile_default__trace_04.json"))
+    r = run("report", a, b)
+    assert r.returncode == 2 and "look like separate runs" in r.stderr and f"perfdoctor diff {a} {b}" in r.stderr
+
+
+def test_ranks_taken_from_input_order_are_named(tmp_path):
+    # same GPU model, no rank in either trace: one job of 2 ranks, numbered by position, with a warning each
+    a = _one_gpu_run(tmp_path / "a.json", "NVIDIA A100-SXM4-80GB")
+    b = _one_gpu_run(tmp_path / "b.json", "NVIDIA A100-SXM4-80GB")
+    r = run("report", a, b, "--format", "json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert [x["rank"] for x in doc["ranks"]] == [0, 1]
+    renumbered = [w for w in doc["warnings"] if "the trace names no rank" in w]
+    assert renumbered == [f"{a}: the trace names no rank (no distributedInfo.rank, none in the file name); "
+                          "taken as rank 0, its position among the inputs",
+                          f"{b}: the trace names no rank (no distributedInfo.rank, none in the file name); "
+                          "taken as rank 1, its position among the inputs"]
+
+
+def test_named_ranks_on_different_gpus_stay_one_job(tmp_path):
+    # distributedInfo says rank 0 and rank 1 of a world of 2: a (heterogeneous) job, not refused, no renumbering
+    a = _one_gpu_run(tmp_path / "a.json", "Tesla V100-DGXS-32GB", rank=0, world_size=2)
+    b = _one_gpu_run(tmp_path / "b.json", "NVIDIA GeForce RTX 3060", rank=1, world_size=2)
+    r = run("report", a, b, "--format", "json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert [x["rank"] for x in doc["ranks"]] == [0, 1]
+    assert not any("the trace names no rank" in w for w in doc["warnings"])

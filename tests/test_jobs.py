@@ -3,6 +3,7 @@ report; a corrupt rank is reported while the others are analysed; cross-rank sta
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 from pathlib import Path
@@ -107,9 +108,22 @@ def test_cache_reused_when_sha256_matches(tmp_path: Path, monkeypatch: pytest.Mo
     for p in _dlrm()[:2]:
         shutil.copy(p, tmp_path / Path(p).name)
         paths.append(str(tmp_path / Path(p).name))
+    monkeypatch.setenv("PERFDOCTOR_HOME", str(tmp_path / "home"))
     first = pipeline.build(paths, cache=True)
-    cached = [Path(p + js.CACHE_SUFFIX) for p in paths]
-    assert all(c.exists() for c in cached)
+    # one entry per trace under $PERFDOCTOR_HOME/cache, named by sha256("<trace sha256>/<options fingerprint>");
+    # nothing is written next to the traces
+    cached = sorted((tmp_path / "home" / "cache").iterdir())
+    assert len(cached) == 2 and sorted(tmp_path.iterdir()) == sorted([tmp_path / "home", *map(Path, paths)])
+    import msgspec
+
+    from perfdoctor.jobs.task import _CacheFile
+
+    entries = {c.name: msgspec.msgpack.decode(c.read_bytes(), type=_CacheFile).key for c in cached}
+    # each entry is keyed "<sha256 of the trace bytes>/<options fingerprint>" and named by that key's sha256
+    assert sorted(k.split("/")[0] for k in entries.values()) == sorted(
+        hashlib.sha256(Path(p).read_bytes()).hexdigest() for p in paths)
+    assert all(name == hashlib.sha256(k.encode()).hexdigest() + js.CACHE_SUFFIX for name, k in entries.items())
+    assert not any("--cache" in w for w in first.report["warnings"])
     import perfdoctor.jobs.task as task
 
     def boom(*a: Any, **k: Any) -> Any:
@@ -286,3 +300,20 @@ def test_collective_timeline_kind_and_bytes_from_the_trace() -> None:
     assert c.kind[0] == first["Collective name"] == "all_to_allv"
     assert c.bytes[0] == first["In msg nelems"] * 4 == 8192  # Float: 4 bytes
     assert c.dur_us == [e["dur"] for e in nccl]
+
+
+def test_cache_not_writable_warns_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # $PERFDOCTOR_HOME is a file, so $PERFDOCTOR_HOME/cache cannot be made: the report is still made, with one
+    # warning line for both ranks, and nothing is written next to the traces
+    home = tmp_path / "home"
+    home.write_text("")
+    monkeypatch.setenv("PERFDOCTOR_HOME", str(home))
+    paths = []
+    for p in _dlrm()[:2]:
+        shutil.copy(p, tmp_path / Path(p).name)
+        paths.append(str(tmp_path / Path(p).name))
+    built = pipeline.build(paths, cache=True)
+    assert built.report["job"]["n_ranks"] == 2
+    lines = [w for w in built.report["warnings"] if "--cache" in w]
+    assert len(lines) == 1 and "summaries not cached" in lines[0] and str(home / "cache") in lines[0]
+    assert sorted(tmp_path.iterdir()) == sorted([home, *map(Path, paths)])

@@ -46,8 +46,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="run the per-rank analyses on an existing Dask cluster (tcp://host:8786; default "
                         "$DASK_SCHEDULER_ADDRESS); workers read the trace paths or fsspec URLs themselves")
     j.add_argument("--cache", action="store_true",
-                   help="reuse/store each rank's summary next to its trace (<trace>.perfdoctor-summary, keyed "
-                        "by the trace's sha256 and the options)")
+                   help="reuse/store each rank's summary under $PERFDOCTOR_HOME/cache (default "
+                        "~/.cache/perfdoctor/cache), keyed by the trace's sha256 and the options")
     j.add_argument("--per-rank", action="store_true",
                    help="print every rank's breakdown table (default on a multi-rank job: the job summary)")
     p.add_argument("--width", type=int, default=None, help=argparse.SUPPRESS)

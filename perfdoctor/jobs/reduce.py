@@ -37,7 +37,8 @@ def reduce(summaries: list[RankSummary], cat: Any, codes: list[str], run: Any = 
     directory has no trace.
 
     Raises:
-        PerfDoctorError: every input failed (the first one's error), or two traces claim the same rank.
+        PerfDoctorError: every input failed (the first one's error), the traces look like separate runs
+            (:func:`_separate_runs`), or two traces claim the same rank.
     """
     from perfdoctor.analysis import collective_wait
     from perfdoctor.analysis.rank import Analysis, InputFile
@@ -48,20 +49,28 @@ def reduce(summaries: list[RankSummary], cat: Any, codes: list[str], run: Any = 
     ok = [s for s in summaries if not s.error]
     if failed and not ok:
         raise PerfDoctorError(str(failed[0].error))
+    separate = _separate_runs(ok)
+    if separate:
+        raise PerfDoctorError(separate)
     seen: dict[int, str] = {}
     for s in sorted(ok, key=lambda s: s.index):
         assert s.rank is not None
         if s.rank in seen:
             raise PerfDoctorError(
                 f"{s.path}: rank {s.rank} is also the rank of {seen[s.rank]}: one report covers one job, one "
-                "trace per rank; to compare two runs, report each file separately")
+                f"trace per rank; to compare two runs, `perfdoctor diff {seen[s.rank]} {s.path}`, or report each "
+                "file separately")
         seen[s.rank] = s.path
     inputs = [InputFile(**s.input) for s in sorted(ok, key=lambda s: s.index)]
     ok.sort(key=lambda s: s.rank if s.rank is not None else 0)
     ranks = [SummaryRank(s) for s in ok]
     analysis = Analysis(ranks=ranks, inputs=inputs)  # type: ignore[arg-type]  # summary stand-ins
     analysis.run = run
-    analysis.warnings = [w for s in ok for w in s.warnings]
+    analysis.warnings = list(dict.fromkeys(w for s in ok for w in s.warnings))  # a line every rank shares: once
+    if len(summaries) > 1:
+        analysis.warnings += [f"{s.path}: the trace names no rank (no distributedInfo.rank, none in the file name); "
+                              f"taken as rank {s.rank}, its position among the inputs"
+                              for s in sorted(ok, key=lambda s: s.index) if not s.rank_named]
     analysis.warnings += [f"{s.path}: rank not analysed: {s.error}" if not str(s.error).startswith(s.path)
                           else f"rank not analysed: {s.error}" for s in failed]
     analysis.warnings += list(extra_warnings or [])
@@ -76,6 +85,29 @@ def reduce(summaries: list[RankSummary], cat: Any, codes: list[str], run: Any = 
     _cap_sections(ok, getattr(analysis, "replay_floor_us", {}))
     return JobAnalysis(analysis=analysis, checks=results, summaries=ok, failed=failed)
 
+
+def _separate_runs(ok: list[RankSummary]) -> str | None:
+    """The one-line refusal when the traces look like separate runs rather than ranks of one job, else None.
+
+    Separate runs: at least two traces whose ranks do not tell them apart (two claim the same rank, or a trace
+    names no rank and says no ``world_size`` > 1) AND the traces name different GPU models
+    (``deviceProperties``) AND none holds a collective kernel in its steps.
+    """
+    if len(ok) < 2:
+        return None
+    ranks = [s.rank for s in ok]
+    ambiguous = len(set(ranks)) < len(ranks) or any(not s.rank_named and s.world_size <= 1 for s in ok)
+    colls = any(s.collectives is not None and len(s.collectives.kind) > 0 for s in ok)
+    by_devices: dict[str, RankSummary] = {}
+    for s in sorted(ok, key=lambda s: s.index):
+        if s.devices:
+            by_devices.setdefault(s.devices, s)
+    if not ambiguous or colls or len(by_devices) < 2:
+        return None
+    a, b = list(by_devices.values())[:2]
+    return (f"{a.path}, {b.path}: these look like separate runs, not ranks of one job (different GPUs: "
+            f"{a.devices} vs {b.devices}; no rank tells them apart; no collective kernels); to compare two runs, "
+            f"`perfdoctor diff {a.path} {b.path}`, or report each file separately")
 
 
 def _replay_caps(analysis: Any, gpu: list[RankSummary]) -> Any:

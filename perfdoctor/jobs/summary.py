@@ -7,8 +7,9 @@ start and end of each collective kernel). Its size grows with the steps, the col
 top-N tables, not with the trace's events: a few hundred kB for a trace of a few hundred steps.
 
 It is made where the trace is (a pool or Dask worker) by :func:`summarise_file`, serialises with msgspec
-(``encode`` / ``decode``; JSON and msgpack both round-trip floats exactly), and is cached next to the trace
-(``<trace>.perfdoctor-summary``) keyed by the trace's sha256 and the options it was made with.
+(``encode`` / ``decode``; JSON and msgpack both round-trip floats exactly), and is cached under
+``$PERFDOCTOR_HOME/cache`` (default ``~/.cache/perfdoctor/cache``) keyed by the trace's sha256 and the options it
+was made with.
 """
 
 from __future__ import annotations
@@ -30,8 +31,16 @@ from perfdoctor.checks.context import Outcome
 from perfdoctor.errors import PerfDoctorError
 from perfdoctor.model.report import RankSection
 
-FORMAT = 2  # bump when RankSummary changes: cached summaries of another format are made again
+FORMAT = 3  # bump when RankSummary changes: cached summaries of another format are made again
 CACHE_SUFFIX = ".perfdoctor-summary"
+
+
+def cache_dir() -> str:
+    """Where ``--cache`` keeps summaries: ``$PERFDOCTOR_HOME/cache``, else ``~/.cache/perfdoctor/cache`` (the home
+    :func:`perfdoctor.analysis.calibration.calibration_dir` uses). Each entry is named by the sha256 of its key."""
+    home = os.environ.get("PERFDOCTOR_HOME")
+    base = home if home else os.path.join(os.path.expanduser("~"), ".cache", "perfdoctor")
+    return os.path.join(base, "cache")
 
 
 class SummaryOptions(msgspec.Struct, frozen=True):
@@ -67,7 +76,8 @@ class RankSummary(msgspec.Struct):
     bytes, sha256, events, uncompressed bytes); ``step_rows``: the primary device's analysed steps (µs);
     ``outcomes``: rank-scope rule outcomes by code; ``requirement_reasons``: why the rank lacks a requirement
     (``perfdoctor.checks.catalogue.REQUIREMENTS``); ``error``: the one-line error of a rank that failed (the
-    other fields then empty); ``note``: how the rank was found (e.g. split from a merged file).
+    other fields then empty); ``note``: how the rank was found (e.g. split from a merged file); ``rank_named``,
+    ``devices``, ``world_size``: what tells ranks of one job from separate runs (:func:`perfdoctor.jobs.reduce.reduce`).
     """
 
     index: int
@@ -85,6 +95,9 @@ class RankSummary(msgspec.Struct):
     warnings: list[str] = []
     error: str | None = None
     note: str | None = None
+    rank_named: bool = True  # the trace names its rank (distributedInfo or file name); else ``rank`` is ``index``
+    devices: str = ""  # the GPUs its deviceProperties lists ("4 × Tesla V100-DGXS-32GB"; "" none)
+    world_size: int = 0  # distributedInfo.world_size (0 unknown)
     key: str = ""  # sha256 of the trace + options fingerprint this summary was made for (the cache key)
 
 

@@ -1,14 +1,16 @@
 """The per-rank task: one trace file (a path or fsspec URL) → its rank summaries. Runs on a worker.
 
 Pure function of its arguments and the file, so it can run in this process, a process-pool worker or a Dask
-worker alike; it never prints. With ``cache`` it reuses ``<trace>.perfdoctor-summary`` when that was written
-for the same trace bytes (sha256) and the same options, and writes it otherwise.
+worker alike; it never prints. With ``cache`` it reuses the entry under :func:`~perfdoctor.jobs.summary.cache_dir`
+named by the sha256 of (trace sha256, options fingerprint) and writes it otherwise; an entry that cannot be written
+gives the rank a warning.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import hashlib
 import os
 import shutil
 from collections.abc import Callable
@@ -21,6 +23,7 @@ from perfdoctor.jobs.summary import (
     CACHE_SUFFIX,
     RankSummary,
     SummaryOptions,
+    cache_dir,
     decode,
     encode,
     local_copy,
@@ -49,7 +52,8 @@ def summarise_file(path: str, index: int, opts: SummaryOptions, cat: Any, measur
             # a missing file or a directory is left to the reader, whose error names it
             sha = sha256_of(local) if (opts.hash_inputs or cache) and os.path.isfile(local) else None
             key = f"{sha}/{opts.fingerprint(measured_roofs)}"
-            cache_path = local + CACHE_SUFFIX if cache and local == path and sha else None
+            cache_path = (os.path.join(cache_dir(), hashlib.sha256(key.encode()).hexdigest() + CACHE_SUFFIX)
+                          if cache and sha else None)
             if cache_path:
                 hit = _read_cache(cache_path, key, path)
                 if hit is not None:
@@ -58,7 +62,10 @@ def summarise_file(path: str, index: int, opts: SummaryOptions, cat: Any, measur
             for s in out:
                 s.key = key
             if cache_path:
-                _write_cache(cache_path, key, out)
+                problem = _write_cache(cache_path, key, out)
+                if problem:
+                    for s in out:
+                        s.warnings.append(problem)
             return out
     except PerfDoctorError as exc:
         if raise_errors:
@@ -77,6 +84,7 @@ def _summarise(local: str, path: str, index: int, opts: SummaryOptions, cat: Any
     from perfdoctor.analysis.rank import Analysis, InputFile, analyze_tables
     from perfdoctor.checks import engine
     from perfdoctor.trace import load_trace
+    from perfdoctor.trace.device_side import named_gpus
     from perfdoctor.trace.ranks import split_merged
 
     split = split_merged(local)
@@ -93,6 +101,7 @@ def _summarise(local: str, path: str, index: int, opts: SummaryOptions, cat: Any
             tabs.path = name
             if note is not None:  # a split rank's load warnings name its temporary file: name the rank instead
                 tabs.warnings = [w.replace(src, name) for w in tabs.warnings]
+            named = tabs.rank is not None
             if tabs.rank is None:
                 tabs.rank = index
             ra = analyze_tables(tabs, opts.step_marker)
@@ -104,7 +113,12 @@ def _summarise(local: str, path: str, index: int, opts: SummaryOptions, cat: Any
                            step_time_s_by_rank=opts.step_time_s_by_rank)
             if note:
                 ra.warnings.append(note)
-            out.append(rank_summary(analysis, ra, index, dataclasses.asdict(info), cat, order, note))
+            summary = rank_summary(analysis, ra, index, dataclasses.asdict(info), cat, order, note)
+            dist = tabs.metadata.get("distributedInfo")
+            ws = dist.get("world_size") if isinstance(dist, dict) else None
+            summary.rank_named, summary.devices = named, named_gpus(tabs)
+            summary.world_size = ws if isinstance(ws, int) and ws > 0 else 0
+            out.append(summary)
     finally:
         if split is not None:
             shutil.rmtree(split[1], ignore_errors=True)
@@ -127,13 +141,18 @@ def _read_cache(cache_path: str, key: str, path: str) -> list[RankSummary] | Non
     return out
 
 
-def _write_cache(cache_path: str, key: str, summaries: list[RankSummary]) -> None:
-    """Write the cache entry through a temporary file; a directory that is not writable is left alone."""
+def _write_cache(cache_path: str, key: str, summaries: list[RankSummary]) -> str | None:
+    """Write the cache entry through a temporary file; None, or the one-line warning when it cannot be written
+    (the same line for every rank, so the report shows it once)."""
     tmp = f"{cache_path}.{os.getpid()}.tmp"
     try:
+        os.makedirs(os.path.dirname(cache_path), exist_ok=True)
         with open(tmp, "wb") as fh:
             fh.write(msgspec.msgpack.encode(_CacheFile(key, encode(summaries))))
         os.replace(tmp, cache_path)
-    except OSError:
+    except OSError as exc:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
+        return (f"--cache: summaries not cached: cannot write {os.path.dirname(cache_path)} "
+                f"({exc.strerror or type(exc).__name__}); set PERFDOCTOR_HOME to a writable directory")
+    return None

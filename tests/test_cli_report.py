@@ -185,3 +185,12 @@ def test_named_ranks_on_different_gpus_stay_one_job(tmp_path):
     doc = json.loads(r.stdout)
     assert [x["rank"] for x in doc["ranks"]] == [0, 1]
     assert not any("the trace names no rank" in w for w in doc["warnings"])
+
+
+def test_same_rank_on_different_gpus_reads_as_two_runs(tmp_path):
+    # both say rank 0 of a world of 2 but name different GPUs and hold no collective: the separate-runs line
+    a = _one_gpu_run(tmp_path / "a.json", "Tesla V100-DGXS-32GB", rank=0, world_size=2)
+    b = _one_gpu_run(tmp_path / "b.json", "NVIDIA GeForce RTX 3060", rank=0, world_size=2)
+    r = run("report", a, b)
+    assert r.returncode == 2 and "look like separate runs" in r.stderr and "also the rank of" not in r.stderr
+    assert f"perfdoctor diff {a} {b}" in r.stderr

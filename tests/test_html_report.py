@@ -326,3 +326,7 @@ def test_label_columns_do_not_collapse(resnet):
     assert re.search(r"td\.cat \{[^}]*white-space: nowrap", css)
     assert re.search(r"\.code \{[^}]*white-space: nowrap", css)
     assert '<table class="skipped">' in page and '<table class="evidence">' in page
+    # F15 (PD205): the steps row is the steps the finding fires on, not the analysed steps the mean is over
+    # (the method names those: "mean over N analysed step(s) (#a–#b)")
+    assert "<td>steps it fires on</td>" in page and "<td>steps</td>" not in page
+    assert "analysed step(s) (#" in page

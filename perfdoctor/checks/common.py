@@ -21,6 +21,20 @@ def pct(part: float, whole: float) -> float:
     return 100.0 * part / whole if whole > 0 else 0.0
 
 
+def count_text(n: float) -> str:
+    """A count (e.g. a mean number of calls per step) as text: "8,193" when whole, "2.5" otherwise."""
+    return f"{n:,.0f}" if float(n).is_integer() else f"{n:,.1f}"
+
+
+def step_list_text(numbers: list[int]) -> str:
+    """Step numbers as text: "#5–#10" when consecutive, else "#2, #4, #7" (``ProfilerStep#N`` numbers)."""
+    if not numbers:
+        return "none"
+    if len(numbers) > 1 and numbers == list(range(numbers[0], numbers[0] + len(numbers))):
+        return f"#{numbers[0]}–#{numbers[-1]}"
+    return ", ".join(f"#{n}" for n in numbers)
+
+
 def steps_over(values_us: np.ndarray, step_us: np.ndarray, min_pct: float, numbers: list[int]) -> list[int]:
     """Step numbers whose ``values_us`` is at least ``min_pct`` % of that step's time."""
     share = np.divide(100.0 * values_us, step_us, out=np.zeros_like(values_us), where=step_us > 0)

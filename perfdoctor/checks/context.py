@@ -20,6 +20,7 @@ from perfdoctor.analysis.breakdown import DeviceBreakdown, StepBreakdown
 from perfdoctor.analysis.kernel_ops import kernel_labels
 from perfdoctor.analysis.steps import gpu_launch_times
 from perfdoctor.checks.catalogue import RuleSpec
+from perfdoctor.checks.common import step_list_text
 from perfdoctor.findings import REPLAY_METHOD, Hit
 from perfdoctor.trace.join import launched_values
 
@@ -221,7 +222,8 @@ class RankContext:
         if self.spec is not None:
             rr.whatifs[self.spec.code] = whatif
         method = (f"{REPLAY_METHOD} with the fix applied ({whatif.assumption}; source: "
-                  f"{whatif.source}): recorded − replayed step time, mean over {per.size} analysed step(s)")
+                  f"{whatif.source}): recorded − replayed step time, mean over {per.size} analysed step(s) "
+                  f"({step_list_text(self.step_numbers)})")
         if rr.fallback:
             method += f"; an upper bound: {rr.fallback}"
         saving = float(per.mean()) if per.size else 0.0

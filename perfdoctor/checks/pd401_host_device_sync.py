@@ -21,6 +21,7 @@ from perfdoctor.analysis import intervals as iv
 from perfdoctor.checks.common import (
     cold_reason,
     copy_explained,
+    count_text,
     pageable_h2d,
     pct,
     steps_over,
@@ -39,7 +40,7 @@ METRICS = {
 }
 
 # what a hit's evidence/fields add to METRICS for the TOML message (its placeholders are checked at load)
-MESSAGE_FIELDS = ("idle_ms",)
+MESSAGE_FIELDS = ("idle_ms", "syncs")
 
 
 @dataclass(frozen=True)
@@ -106,4 +107,5 @@ def check(ctx: RankContext) -> Outcome:
         steps=steps_over(idle, ctx.per_step(lambda s: s.dur_us), ctx.th["min_saving_pct"], ctx.step_numbers),
         events=top_names(_callers(ctx, sel), rt["dur_us"][sel]),
     )
-    return Outcome(metrics=metrics, hit=Hit(evidence=ev, estimate=Estimate(saving, ctx.step_us, method)))
+    return Outcome(metrics=metrics, hit=Hit(evidence=ev, estimate=Estimate(saving, ctx.step_us, method),
+                                            fields={"syncs": count_text(metrics["syncs_per_step"])}))

@@ -44,3 +44,19 @@ def test_pd401_leaves_pageable_copy_syncs_to_pd102(tmp_path):
     # replayed pinned and non_blocking: the copy call keeps a 5 µs launch, [15, 30) and the sync [35, 335) go
     # (315 µs); the kernel launches at 105, runs [115, 615); the annotation ends at 685
     assert r.findings["PD102"]["saving_us_per_step"] == 315
+
+
+def test_pd401_counts_print_as_integers(tmp_path):
+    """F15: a whole count prints without ".0" (was "8193.0 times per step"); the method names the analysed
+    steps it averages over (one here: ProfilerStep#1)."""
+    f = run_tb(_sync_trace(True), tmp_path, ["PD401"]).findings["PD401"]
+    assert "waits on the device 1 times per step" in f["message"]
+    assert f["saving_method"].endswith("mean over 1 analysed step(s) (#1)")
+
+
+def test_count_and_step_list_text():
+    from perfdoctor.checks.common import count_text, step_list_text
+
+    assert count_text(8193.0) == "8,193" and count_text(2.5) == "2.5" and count_text(0) == "0"
+    assert step_list_text([5, 6, 7, 8, 9, 10]) == "#5–#10" and step_list_text([2, 4, 7]) == "#2, #4, #7"
+    assert step_list_text([3]) == "#3" and step_list_text([]) == "none"

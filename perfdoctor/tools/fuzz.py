@@ -337,8 +337,11 @@ def cases(docs: list[tuple[str, Any]], n: int, seed: int) -> Iterator[Case]:
 
 
 def campaign(docs: list[tuple[str, Any]], n: int, seed: int, timeout_s: float,
-             on_case: Callable[[int, str], None] | None = None) -> Tally:
-    """Run ``n`` cases; returns the tally (failing cases kept in ``failures``)."""
+             on_case: Callable[[int, str, str], None] | None = None) -> Tally:
+    """Run ``n`` cases; returns the tally (failing cases kept in ``failures``).
+
+    ``on_case(index, outcome, detail)`` is called after each case (detail is empty unless it failed).
+    """
     tally = Tally()
     with tempfile.TemporaryDirectory(prefix="perfdoctor-fuzz-") as tmp:
         for i, case in enumerate(cases(docs, n, seed)):
@@ -349,10 +352,11 @@ def campaign(docs: list[tuple[str, Any]], n: int, seed: int, timeout_s: float,
                 tally.sites[flag] += 1
             if outcome in ("traceback", "bad_error", "slow"):
                 tally.sites[f"{outcome}: {detail}"] += 1
-            if outcome in ("traceback", "bad_error", "slow") or flags:
+            failed = outcome in ("traceback", "bad_error", "slow") or bool(flags)
+            if failed:
                 tally.failures.append((outcome, detail or "; ".join(flags), case))
             if on_case:
-                on_case(i, outcome)
+                on_case(i, outcome, f"{detail or '; '.join(flags)} <- {' '.join(case.mutations)}" if failed else "")
     return tally
 
 
@@ -382,7 +386,14 @@ def main(argv: list[str] | None = None) -> int:
         print("no corpus traces found", file=sys.stderr)
         return 2
     t0 = time.perf_counter()
-    tally = campaign(docs, args.cases, args.seed, args.timeout)
+
+    def progress(i: int, outcome: str, detail: str) -> None:  # failures as they happen, a count every 100
+        if detail:
+            print(f"case {i}: {outcome}: {detail}", file=sys.stderr, flush=True)
+        elif (i + 1) % 100 == 0:
+            print(f"{i + 1} cases, {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
+
+    tally = campaign(docs, args.cases, args.seed, args.timeout, progress)
     print(_summary(tally, args.cases, time.perf_counter() - t0))
     if args.save:
         args.save.mkdir(parents=True, exist_ok=True)

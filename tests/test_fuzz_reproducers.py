@@ -104,3 +104,14 @@ def test_one_reproducer_as_a_process():
     assert r.stderr.strip().splitlines() == [
         f"perfdoctor: error: {path}: no valid trace event: 1 event(s) with invalid fields dropped "
         "('External id' out of range (1))"]
+
+
+def test_zero_length_step_with_model_flops_says_why_mfu_is_missing(capsys):
+    """Found by the fuzzer (ProfilerStep markers of 0 µs): MFU asked for a rate over a 0 s step (ValueError)."""
+    path = trace_path("crash01_ZeroDivisionError_pipeline_py_192.json")
+    argv = ["report", str(path), "--format", "json", "--params", "1e9", "--layers", "2", "--heads", "8",
+            "--d-model", "512", "--seq-len", "16", "--tokens-per-step", "16"]
+    got, out, err, runtime_warnings = run_inprocess(argv, capsys)
+    assert got in (0, 1) and runtime_warnings == [], err
+    rank = json.loads(out)["ranks"][0]
+    assert rank["mfu"] is None and rank["mfu_missing"]["code"] == "zero_step_time"

@@ -357,7 +357,10 @@ def add_efficiency(ranks: list[RankAnalysis], model_flops_per_step: float | None
         run_step_s = (step_time_s_by_rank or {}).get(r.rank) if r.rank is not None else None
         if run_step_s:
             step_s = run_step_s
-        busy = min(float(np.mean([s.busy_us for s in r.primary.steps])) / 1e6 / step_s, 1.0) if step_s > 0 else 0.0
+        if step_s <= 0:  # step markers without duration (hostile input): no rate can be computed
+            _missing(r, MissingReason(code="zero_step_time", message="the median step time is 0 µs"))
+            continue
+        busy = min(float(np.mean([s.busy_us for s in r.primary.steps])) / 1e6 / step_s, 1.0)
         out = trace_mfu(r.tables, roofs, step_s, len(r.steps), model_flops_per_step, flops_source,
                         roofline=r.roofline, busy_fraction=busy)
         if isinstance(out, MissingReason):

@@ -273,7 +273,9 @@ def _absurd(report: dict[str, Any]) -> list[str]:
         node = stack.pop()
         if isinstance(node, dict):
             for k, v in node.items():
-                if (isinstance(v, (int, float)) and k.endswith("pct") and not 0 <= v <= 100 and not node.get("note")
+                # 1e-6 of slack: a share summed from float parts may round to 100.00000000001
+                if (isinstance(v, (int, float)) and k.endswith("pct") and not -1e-6 <= v <= 100 + 1e-6
+                        and not node.get("note")
                         and k != "saving_pct_of_step"):
                     found.append(f"{k} = {v:.4g}")
                 stack.append(v)

@@ -17,6 +17,7 @@ enough steps with a constant batch; the last per-step value is then reused.
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import torch
 
@@ -33,7 +34,7 @@ class BatchProbe:
         self._tokens: int | None = 0
         self._samples: int | None = 0
         self._forwards = 0
-        self._handles: list = []
+        self._handles: list[Any] = []  # torch RemovableHandles
 
     def attach(self) -> None:
         from torch.nn.modules.module import (
@@ -55,12 +56,12 @@ class BatchProbe:
     def attached(self) -> bool:
         return bool(self._handles)
 
-    def _pre(self, module, args) -> None:
+    def _pre(self, module: torch.nn.Module, args: tuple[Any, ...]) -> None:
         self._depth += 1
         if self._depth == 1 and torch.is_grad_enabled() and self.first_forward_s is None:
             self.first_forward_s = time.perf_counter()
 
-    def _post(self, module, args, kwargs, output) -> None:
+    def _post(self, module: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any) -> None:
         self._depth = max(0, self._depth - 1)
         if self._depth or not torch.is_grad_enabled():
             return
@@ -85,6 +86,7 @@ class BatchProbe:
 
     def take_step(self) -> tuple[int | None, int | None]:
         """(tokens, samples) of the training forwards since the last call; ``None`` = unknown."""
+        out: tuple[int | None, int | None]
         if self._forwards == 0:
             out = (None, None)
         else:
@@ -101,7 +103,7 @@ class BatchProbe:
         return sum(seen.values())
 
 
-def batch_size_of(args: tuple, kwargs: dict) -> tuple[int | None, int | None]:
+def batch_size_of(args: tuple[Any, ...], kwargs: dict[str, Any] | None) -> tuple[int | None, int | None]:
     """(tokens, samples) read from the first tensor argument, per the module docstring."""
     t = next((a for a in args if isinstance(a, torch.Tensor)), None)
     if t is None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,7 +39,7 @@ class RankInfo:
         return self.world_size > 1
 
 
-def rank_from_env(env: dict | None = None) -> RankInfo:
+def rank_from_env(env: Mapping[str, str] | None = None) -> RankInfo:
     """Rank, world size and local rank from torchrun's environment variables (default: 0, 1, 0)."""
     env = os.environ if env is None else env
     try:

@@ -12,7 +12,9 @@ import platform
 import socket
 import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -30,7 +32,7 @@ BF16_MATRIX_FLAGS = ("avx512_bf16", "amx_bf16")
 ISA_CAPS_WITHOUT_BF16 = ("SSE41", "AVX", "AVX2", "AVX2_VNNI", "AVX512_CORE", "AVX512_CORE_VNNI")
 
 
-def onednn_isa_cap(env: dict | None = None) -> str | None:
+def onednn_isa_cap(env: Mapping[str, str] | None = None) -> str | None:
     """The oneDNN ISA cap set for this process, upper-cased.
 
     Read from ``ONEDNN_MAX_CPU_ISA`` or the older ``DNNL_MAX_CPU_ISA``.
@@ -40,7 +42,7 @@ def onednn_isa_cap(env: dict | None = None) -> str | None:
     return value.strip().upper() if value and value.strip() else None
 
 
-def cpu_info(cpuinfo: str | None = None, env: dict | None = None) -> dict:
+def cpu_info(cpuinfo: str | None = None, env: Mapping[str, str] | None = None) -> dict[str, Any]:
     """Facts about the CPU that decide which CPU kernels a run gets.
 
     Returns ``{"model": str|None, "flags": [...], "logical_cpus": int, "onednn_max_cpu_isa": str|None,
@@ -53,7 +55,8 @@ def cpu_info(cpuinfo: str | None = None, env: dict | None = None) -> dict:
             cpuinfo = Path("/proc/cpuinfo").read_text()
         except OSError:
             cpuinfo = ""
-    model, flags = None, set()
+    model: str | None = None
+    flags: set[str] = set()
     for line in cpuinfo.splitlines():
         key, _, value = line.partition(":")
         key = key.strip()
@@ -69,7 +72,7 @@ def cpu_info(cpuinfo: str | None = None, env: dict | None = None) -> dict:
             "bf16_matrix_units": any(f in flags for f in BF16_MATRIX_FLAGS) and cap not in ISA_CAPS_WITHOUT_BF16}
 
 
-def git_commit(directory: str | os.PathLike) -> dict | None:
+def git_commit(directory: str | os.PathLike[str]) -> dict[str, Any] | None:
     """``{"commit": sha, "dirty": bool}`` of the git repo holding ``directory``, else None."""
     def git(*args: str) -> str:
         return subprocess.run(["git", "-C", str(directory), *args], capture_output=True, text=True,
@@ -82,7 +85,7 @@ def git_commit(directory: str | os.PathLike) -> dict | None:
     return {"commit": sha, "dirty": dirty}
 
 
-def device_info() -> dict:
+def device_info() -> dict[str, Any]:
     """Torch/CUDA versions and the accelerator (or CPU) the run can use."""
     info = {
         "python": sys.version.split()[0],

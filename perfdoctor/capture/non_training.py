@@ -53,7 +53,7 @@ class NonTrainingClock:
         orig_train, orig_save = torch.nn.Module.train, torch.save
         self._orig_train, self._orig_save = orig_train, orig_save
 
-        def train(module: torch.nn.Module, mode: bool = True):
+        def train(module: torch.nn.Module, mode: bool = True) -> torch.nn.Module:
             if clock._train_depth:
                 return orig_train(module, mode)
             was = module.training
@@ -64,7 +64,7 @@ class NonTrainingClock:
                 clock._train_depth -= 1
                 clock._transition(module, was, bool(mode))
 
-        def save(*args: Any, **kwargs: Any):
+        def save(*args: Any, **kwargs: Any) -> None:
             if clock._save_depth:
                 return orig_save(*args, **kwargs)
             clock._save_depth += 1
@@ -76,13 +76,13 @@ class NonTrainingClock:
                 clock.checkpoint_s += time.perf_counter() - t0
 
         train.__doc__, save.__doc__ = orig_train.__doc__, orig_save.__doc__
-        torch.nn.Module.train = train
+        torch.nn.Module.train = train  # type: ignore[method-assign,assignment]  # patched on purpose, undone below
         torch.save = save
 
     def uninstall(self) -> None:
         if self._orig_train is None:
             return
-        torch.nn.Module.train = self._orig_train
+        torch.nn.Module.train = self._orig_train  # type: ignore[method-assign]  # the original, back
         torch.save = self._orig_save
         self._orig_train = self._orig_save = None
 

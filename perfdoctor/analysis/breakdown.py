@@ -70,7 +70,7 @@ class StepBreakdown:
     kernel_sum_us: float
     triton_us: float = 0.0  # union of Triton-generated kernels (also counted in their category)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
 
 
@@ -83,14 +83,14 @@ class DeviceBreakdown:
     steps: list[StepBreakdown]
     notes: list[str] = field(default_factory=list)
 
-    def totals(self) -> dict:
+    def totals(self) -> dict[str, Any]:
         """Sums over steps (dict fields summed key by key)."""
         return sum_steps(self.steps)
 
 
-def sum_steps(steps: list[StepBreakdown]) -> dict:
+def sum_steps(steps: list[StepBreakdown]) -> dict[str, Any]:
     """Add up a list of step breakdowns field by field (µs); ``n_steps`` added."""
-    out: dict = {"n_steps": len(steps)}
+    out: dict[str, Any] = {"n_steps": len(steps)}
     if not steps:
         return out
     for key, val in steps[0].__dict__.items():
@@ -120,8 +120,8 @@ class _GpuEvents:
 
 
 def _gpu_events(tables: TraceTables, device: int, optimizer: iv.Intervals) -> _GpuEvents:
-    parts = []
-    cache: dict[int, object] = {}
+    parts: list[tuple[np.ndarray, np.ndarray, np.ndarray, list[KernelClass], bool]] = []
+    cache: dict[int, KernelClass] = {}
     for tname in ("kernels", "memcpy", "memset"):
         tab = tables.tables[tname]
         if len(tab) == 0:
@@ -131,7 +131,7 @@ def _gpu_events(tables: TraceTables, device: int, optimizer: iv.Intervals) -> _G
         if not m.any():
             continue
         ids = tab["name_id"][m]
-        classes = []
+        classes: list[KernelClass] = []
         for nid in ids.tolist():
             c = cache.get(nid)
             if c is None:
@@ -267,9 +267,9 @@ def gpu_breakdown(tables: TraceTables, steps: Steps, device: int, attribution: A
     notes = []
     blocking = _dominant_runtime_call(tables, idle_launch)
     if blocking and iv.total(idle_launch) >= 0.10 * (span_hi - span_lo):
-        name, inside = blocking
-        notes.append(f"{100 * inside / iv.total(idle_launch):.0f}% of the idle charged to 'host busy, nothing queued' "
-                     f"({inside / 1000:,.1f} ms) is spent inside {name} calls: a blocking runtime call, not "
+        name, rt_us = blocking
+        notes.append(f"{100 * rt_us / iv.total(idle_launch):.0f}% of the idle charged to 'host busy, nothing queued' "
+                     f"({rt_us / 1000:,.1f} ms) is spent inside {name} calls: a blocking runtime call, not "
                      "launch overhead")
     return DeviceBreakdown(device=device, kind="gpu", steps=out, notes=notes)
 

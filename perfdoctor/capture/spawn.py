@@ -14,8 +14,11 @@ import functools
 import json
 import signal
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import FrameType
+from typing import Any, NoReturn
 
 from perfdoctor.capture.rundir import rank_json_name
 from perfdoctor.capture.schedule import ProfileConfig
@@ -39,7 +42,7 @@ class SpawnState:
     stopped: bool = False
 
 
-def patch(run_dir: Path, cfg: ProfileConfig) -> tuple[SpawnState, callable]:
+def patch(run_dir: Path, cfg: ProfileConfig) -> tuple[SpawnState, Callable[[], None]]:
     """Install the wrapper; returns (state, restore)."""
     tmp = sys.modules["torch.multiprocessing.spawn"]
     import torch.multiprocessing as tmp_pkg
@@ -47,7 +50,8 @@ def patch(run_dir: Path, cfg: ProfileConfig) -> tuple[SpawnState, callable]:
     orig = tmp.start_processes
     state = SpawnState()
 
-    def start_processes(fn, args=(), nprocs=1, join=True, daemon=False, start_method="spawn"):
+    def start_processes(fn: Callable[..., Any], args: tuple[Any, ...] = (), nprocs: int = 1, join: bool = True,
+                        daemon: bool = False, start_method: str = "spawn") -> Any:
         spec = ChildSpec(str(run_dir), cfg, rank_offset=len(state.ranks))
         ranks = list(range(spec.rank_offset, spec.rank_offset + nprocs))
         state.ranks.extend(ranks)
@@ -57,10 +61,10 @@ def patch(run_dir: Path, cfg: ProfileConfig) -> tuple[SpawnState, callable]:
             raise StopRun()
         return result
 
-    tmp.start_processes = tmp_pkg.start_processes = start_processes
+    tmp.start_processes = tmp_pkg.start_processes = start_processes  # type: ignore[attr-defined]  # not in its __all__
 
     def restore() -> None:
-        tmp.start_processes = tmp_pkg.start_processes = orig
+        tmp.start_processes = tmp_pkg.start_processes = orig  # type: ignore[attr-defined]  # not in its __all__
 
     return state, restore
 
@@ -76,11 +80,11 @@ def _all_stopped(run_dir: Path, ranks: list[int]) -> bool:
     return True
 
 
-def _raise_terminated(signum, frame):
+def _raise_terminated(signum: int, frame: FrameType | None) -> NoReturn:
     raise Terminated()
 
 
-def _child_main(fn, spec: ChildSpec, index: int, *args) -> None:
+def _child_main(fn: Callable[..., Any], spec: ChildSpec, index: int, *args: Any) -> None:
     """Child entry point: profile ``fn(index, *args)`` as rank ``rank_offset + index``."""
     line_buffer_output()
     signal.signal(signal.SIGTERM, _raise_terminated)

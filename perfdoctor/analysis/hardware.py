@@ -112,7 +112,11 @@ class DeviceSpec:
         }
 
 
-def _spec(key, name, vendor, tflops, tbps, mem_gb, source, sms=None, cc=None, notes="", aliases=(), **src):
+def _spec(key: str, name: str, vendor: str, tflops: dict[str, float | None], tbps: float, mem_gb: float, source: str,
+          sms: int | None = None, cc: tuple[int, int] | None = None, notes: str = "", aliases: tuple[str, ...] = (),
+          **src: str) -> DeviceSpec:
+    """One table row: ``tflops`` in TFLOP/s per dtype (None = not supported), ``tbps`` in TB/s, ``mem_gb`` in GB;
+    ``src`` names the source of a figure whose source differs from ``source`` (e.g. ``bandwidth=``)."""
     peaks = {d: v * T for d, v in tflops.items() if v is not None}
     sources = {"peak": source, "bandwidth": src.pop("bandwidth", source)}
     sources.update(src)

@@ -14,7 +14,8 @@ A what-if only removes time, so the rank's step ``w`` starts no later than recor
 A replayed saving above ``recorded mean step − floor`` is capped there (:func:`cap_outcome`).
 
 Fixing the findings on every rank moves the peers too; the job then steps at the pace of its slowest rank, so the
-job's "fixing the top N findings" figure is the slowest rank's replayed step (:func:`job_fix_all`).
+job's "fixing the top N findings" figure is the slowest rank's replayed step (:func:`job_fix_all`), each rank's
+taken with its floor (conservative: the peers' recorded arrivals, which the fixes would also move).
 """
 
 from __future__ import annotations

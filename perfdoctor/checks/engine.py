@@ -317,6 +317,9 @@ def _replay_caps(analysis: Any) -> Callable[[Any, cx.Outcome], cx.Outcome] | Non
     analysis.replay_floor_us = floors
     if not floors:
         return None
+    for r in ranks:  # each rank's own fix-all in its section: fixed alone, it still waits for its peers
+        if getattr(r, "replay", None) is not None and int(r.rank or 0) in floors:
+            r.replay.floor_us = floors[int(r.rank or 0)]
     return lambda rank, o: replay_cap.cap_outcome(o, floors.get(rank) if isinstance(rank, int) else None)
 
 
@@ -377,6 +380,9 @@ def combine(analysis: Any, rank_ctx: list[cx.RankContext], per_rank: list[dict[s
     return res
 
 
+MAX_RANKS_LISTED = 8  # above this many ranks the findings note names the job's figure only
+
+
 def _fix_all_note(rank_ctx: list[cx.RankContext], findings: list[Finding], floors: dict[int, float]) -> str:
     """"Fixing the N findings with a replayed saving together would take the mean step from A to B ms", per rank
     (each no faster than its ``floors`` entry: fixed alone, its collectives still wait for the peers); for a job,
@@ -414,10 +420,12 @@ def _fix_all_note(rank_ctx: list[cx.RankContext], findings: list[Finding], floor
     if job is None or not parts:
         return ("; ".join(parts) + ".") if parts else ""
     codes, recorded, replayed, slowest = job
+    if len(parts) > MAX_RANKS_LISTED:
+        parts = [f"{len(parts)} ranks, listed in the JSON report (ranks[].replay.fix_all)"]
     return (f"fixing the {len(codes)} finding(s) with a replayed saving ({', '.join(codes)}) on every rank would take "
-            f"the job's mean step (its slowest rank) from {recorded / 1000:,.2f} ms to {replayed / 1000:,.2f} ms "
-            f"(replayed; the slowest rank is then rank {slowest}). Per rank, each fixed alone (its collectives still "
-            "wait for the unchanged peers): " + "; ".join(parts) + ".")
+            f"the job's mean step, set by its longest rank step, from {recorded / 1000:,.2f} ms to "
+            f"{replayed / 1000:,.2f} ms (replayed; rank {slowest} is then the longest). Per rank, each fixed alone "
+            "(its collectives still wait for the unchanged peers): " + "; ".join(parts) + ".")
 
 
 def _rerun_cross_rank(mod: ModuleType, spec: RuleSpec, analysis: Any, ctx: cx.RankContext,

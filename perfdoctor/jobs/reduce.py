@@ -80,9 +80,9 @@ def reduce(summaries: list[RankSummary], cat: Any, codes: list[str], run: Any = 
         analysis.collective_wait, analysis.collective_wait_note = collective_wait.compute(
             [s.collectives for s in gpu if s.collectives is not None])
     adjust = _replay_caps(analysis, gpu)
+    _cap_sections(ok, getattr(analysis, "replay_floor_us", {}))
     rank_ctx = [cx.RankContext(analysis, r) for r in ranks]
     results = engine.combine(analysis, rank_ctx, [s.outcomes for s in ok], cat, codes, adjust=adjust)
-    _cap_sections(ok, getattr(analysis, "replay_floor_us", {}))
     return JobAnalysis(analysis=analysis, checks=results, summaries=ok, failed=failed)
 
 

@@ -42,6 +42,8 @@ class RankReplay:
     fallback: str | None
     whatifs: dict[str, Any] = field(default_factory=dict)  # rule code -> the WhatIf its saving was replayed with
     fired: list[str] = field(default_factory=list)  # codes of the rules that fired with a positive saving
+    # a multi-rank job's bound on this rank's replayed step fixed alone (perfdoctor.analysis.replay_cap), µs
+    floor_us: float = 0.0
 
     @property
     def step_errors(self) -> np.ndarray:
@@ -77,7 +79,7 @@ class RankReplay:
         both = self.fix_all(self.fired) if self.fired else None
         codes = [c for c in self.fired if c in self.whatifs]
         fix_all = None if both is None else {"codes": codes, "recorded_mean_step_us": both[0],
-                                             "replayed_mean_step_us": both[1]}
+                                             "replayed_mean_step_us": max(both[1], self.floor_us)}
         return {
             "fix_all": fix_all,
             "recorded_mean_step_us": float(self.recorded_step_us.mean()) if errs.size else 0.0,

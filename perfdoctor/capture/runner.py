@@ -23,6 +23,10 @@ import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import FrameType
+from typing import Any, NoReturn
+
+import torch
 
 from perfdoctor import __version__
 from perfdoctor.capture import distributed, environment, spawn
@@ -65,7 +69,7 @@ def _script_traceback(exc: BaseException, target: str) -> str:
 
 
 def run_profile(target: str, args: Sequence[str] = (), cfg: ProfileConfig | None = None, *,
-                module: bool = False, out: str | os.PathLike | None = None,
+                module: bool = False, out: str | os.PathLike[str] | None = None,
                 command: Sequence[str] | None = None,
                 progress: Callable[[str], None] | None = None,
                 rank_timeout_s: float = 120.0) -> RunResult:
@@ -146,8 +150,8 @@ def run_profile(target: str, args: Sequence[str] = (), cfg: ProfileConfig | None
     return result
 
 
-def profile_script(script: str, args: Sequence[str] = (), *, steps: int = 500, out=None,
-                   module: bool = False, **cfg_fields) -> Path:
+def profile_script(script: str, args: Sequence[str] = (), *, steps: int = 500,
+                   out: str | os.PathLike[str] | None = None, module: bool = False, **cfg_fields: Any) -> Path:
     """Profile ``script`` in this process and return its run directory (for tests and tools).
 
     ``cfg_fields`` are :class:`ProfileConfig` fields (``wait``, ``active``, ``repeat``,
@@ -159,7 +163,8 @@ def profile_script(script: str, args: Sequence[str] = (), *, steps: int = 500, o
     return run_profile(script, args, cfg, module=module, out=out, progress=quiet).run_dir
 
 
-def _run_facts(target, args, module, cfg, schedule, info, command) -> dict:
+def _run_facts(target: str, args: Sequence[str], module: bool, cfg: ProfileConfig, schedule: Schedule,
+               info: distributed.RankInfo, command: Sequence[str] | None) -> dict[str, Any]:
     script_path = None if module else os.path.abspath(target)
     git_dir = os.path.dirname(script_path) if script_path else os.getcwd()
     return {
@@ -173,7 +178,7 @@ def _run_facts(target, args, module, cfg, schedule, info, command) -> dict:
         "profiler": {"steps": cfg.steps, "wait": schedule.wait, "warmup": schedule.warmup,
                      "active": schedule.active, "repeat": schedule.repeat,
                      "record_shapes": cfg.record_shapes, "with_stack": False,
-                     "profile_memory": bool(environment.torch.cuda.is_available()),
+                     "profile_memory": bool(torch.cuda.is_available()),
                      "trace": cfg.trace},
         "tokens_per_step_flag": cfg.tokens_per_step, "samples_per_step_flag": cfg.samples_per_step,
         "environment": environment.device_info(),
@@ -182,7 +187,7 @@ def _run_facts(target, args, module, cfg, schedule, info, command) -> dict:
     }
 
 
-def _write_final_run_json(run_dir: Path, facts: dict, result: RunResult, ranks: list[int],
+def _write_final_run_json(run_dir: Path, facts: dict[str, Any], result: RunResult, ranks: list[int],
                           wall_start: float, spawned: bool) -> int:
     """Write the final run.json (merging every rank's summary); returns rank 0's step count."""
     import json
@@ -193,7 +198,7 @@ def _write_final_run_json(run_dir: Path, facts: dict, result: RunResult, ranks: 
             rank_data.append(json.loads((run_dir / rank_json_name(r)).read_text()))
         except (OSError, ValueError):
             rank_data.append({"rank": r, "missing": True})
-    first = next((d for d in rank_data if not d.get("missing")), {})
+    first: dict[str, Any] = next((d for d in rank_data if not d.get("missing")), {})
     partial = result.partial or any(d.get("partial") or d.get("missing") for d in rank_data)
     world = max(facts["world_size"], len(ranks))
     data = {
@@ -218,7 +223,8 @@ def _write_final_run_json(run_dir: Path, facts: dict, result: RunResult, ranks: 
         "ranks": rank_data,
     }
     write_json(run_dir / "run.json", data)
-    return data["steps_completed"]
+    steps_completed: int = data["steps_completed"]
+    return steps_completed
 
 
 def _install_sigterm() -> Callable[[], None]:
@@ -226,8 +232,12 @@ def _install_sigterm() -> Callable[[], None]:
     if threading.current_thread() is not threading.main_thread():
         return lambda: None
 
-    def handler(signum, frame):
+    def handler(signum: int, frame: FrameType | None) -> NoReturn:
         raise Terminated()
 
     old = signal.signal(signal.SIGTERM, handler)
-    return lambda: signal.signal(signal.SIGTERM, old)
+
+    def restore() -> None:
+        signal.signal(signal.SIGTERM, old)
+
+    return restore

@@ -17,6 +17,7 @@ import warnings
 from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any, NoReturn
 
 import torch
 
@@ -65,12 +66,12 @@ class Session:
         self.probe = BatchProbe()
         self.log = StepLog(self.run_dir / steps_csv_name(rank))
         self.meter = FlopMeter()
-        self.windows: list[dict] = []
-        self.prof = None
+        self.windows: list[dict[str, Any]] = []
+        self.prof: torch.profiler.profile | None = None
         self.stop_reason: str | None = None
         self._closing = False
-        self._batch_history: list[tuple] = []
-        self._frozen_batch: tuple | None = None
+        self._batch_history: list[tuple[int | None, int | None]] = []
+        self._frozen_batch: tuple[int | None, int | None] | None = None
         self._restore_guard: Callable[[], None] | None = None
         self.t0_s = time.perf_counter()
         self.timer = StepTimer(self.t0_s, self.log)
@@ -118,7 +119,7 @@ class Session:
             on_trace_ready=self._on_trace_ready, record_shapes=self.cfg.record_shapes,
             profile_memory=cuda, with_stack=False,
         )
-        prof._perfdoctor = True  # the guard lets our own profilers start
+        prof._perfdoctor = True  # type: ignore[attr-defined]  # a marker: the guard lets our own profilers start
         prof.step_num = step
         prof.start()
         self.prof = prof
@@ -142,7 +143,7 @@ class Session:
         k = count - 1  # index of the step that just ended
         tokens, samples = self._batch()
         phase = "flops" if k == self.flops_step else self.schedule.phase(k)
-        if k == 0 and torch.cuda.is_available() and torch.cuda.is_initialized():
+        if k == 0 and torch.cuda.is_available() and torch.cuda.is_initialized():  # type: ignore[no-untyped-call]
             self.timer.cuda = True
         eval_s, checkpoint_s = self.non_training.take_step()
         self.timer.end_step(self.probe.first_forward_s, tokens, samples, phase, eval_s, checkpoint_s)
@@ -157,7 +158,7 @@ class Session:
             self.stop_reason = f"stopped after {count} steps (--steps {self.cfg.steps})"
             raise StopRun()
 
-    def _batch(self) -> tuple:
+    def _batch(self) -> tuple[int | None, int | None]:
         if self._frozen_batch is not None:
             observed = self._frozen_batch
         else:
@@ -171,7 +172,7 @@ class Session:
         samples = self.cfg.samples_per_step if self.cfg.samples_per_step is not None else observed[1]
         return tokens, samples
 
-    def _on_trace_ready(self, prof) -> None:
+    def _on_trace_ready(self, prof: torch.profiler.profile) -> None:
         index = len([w for w in self.windows if w["complete"]])
         first, last = self.schedule.window_steps(index)
         if self._closing:  # stopped inside a window: its trace is incomplete, keep none
@@ -184,7 +185,7 @@ class Session:
                              "complete": True, "path": path.name})
         self.progress(f"wrote trace of steps {first}-{last} to {path}")
 
-    def close(self, partial: bool, reason: str | None, write_rank_file: bool = True) -> dict:
+    def close(self, partial: bool, reason: str | None, write_rank_file: bool = True) -> dict[str, Any]:
         """Stop everything, flush files, write ``rank<R>.json``; returns that summary."""
         self._closing = True
         if self.prof is not None:
@@ -231,7 +232,7 @@ class Session:
         return summary
 
 
-def _most_common(values: list) -> int | None:
+def _most_common(values: list[Any]) -> int | None:
     known = [v for v in values if v is not None]
     return max(set(known), key=known.count) if known else None
 
@@ -242,18 +243,18 @@ def _guard_other_profilers() -> Callable[[], None]:
     legacy_cls = torch.autograd.profiler.profile
     orig_start, orig_enter = kineto_cls.start, legacy_cls.__enter__
 
-    def start(self):
+    def start(self: torch.profiler.profile) -> None:
         if not getattr(self, "_perfdoctor", False):
             raise ProfilerConflict(_user_location())
         return orig_start(self)
 
-    def enter(self):
+    def enter(self: Any) -> NoReturn:
         raise ProfilerConflict(_user_location())
 
-    kineto_cls.start, legacy_cls.__enter__ = start, enter
+    kineto_cls.start, legacy_cls.__enter__ = start, enter  # type: ignore[method-assign]  # patched on purpose
 
     def restore() -> None:
-        kineto_cls.start, legacy_cls.__enter__ = orig_start, orig_enter
+        kineto_cls.start, legacy_cls.__enter__ = orig_start, orig_enter  # type: ignore[method-assign]
 
     return restore
 
@@ -262,6 +263,6 @@ def line_buffer_output() -> None:
     """Make stdout/stderr line-buffered so the script's output shows live, even through a pipe."""
     for stream in (sys.stdout, sys.stderr):
         try:
-            stream.reconfigure(line_buffering=True)
+            stream.reconfigure(line_buffering=True)  # type: ignore[union-attr]  # a replaced stream may lack it: caught
         except (AttributeError, ValueError):
             pass

@@ -249,6 +249,9 @@ def test_straggler_and_breakdown_outlier_by_hand() -> None:
     assert s["median_compute_us"] == pytest.approx(10_050.0)
     # a rank 8% above the median is robustly far on a tight job but under the 10% floor: not a straggler
     assert _stragglers(list(range(6)), np.array([[10.0], [10.0], [10.0], [10.01], [10.0], [10.8]])) == []
+    # rank 5's 4,950 µs excess is under 5% of a 100 ms job step (5,000 µs): immaterial, not a straggler
+    assert _stragglers(list(range(6)), compute, job_step_us=100_000.0) == []
+    assert len(_stragglers(list(range(6)), compute, job_step_us=99_000.0)) == 1
     shares = [{"idle: dataloader": 0.02}, {"idle: dataloader": 0.03}, {"idle: dataloader": 0.02},
               {"idle: dataloader": 0.35}, {"idle: dataloader": 0.025}]
     [b] = _breakdown_outliers(list(range(5)), shares)

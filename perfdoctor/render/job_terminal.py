@@ -93,7 +93,9 @@ def _outliers(job: dict[str, Any], console: Console) -> None:
     table = Table(title=f"Outlier ranks ({len(why)})", title_justify="left")
     table.add_column("rank", justify="right")
     table.add_column("why")
-    for r, reasons in list(why.items())[:MAX_OUTLIERS]:
+    # numeric rank order (the JSON keys are strings: "1005" would sort before "101")
+    ordered = sorted(why.items(), key=lambda kv: int(kv[0]) if kv[0].lstrip("-").isdigit() else 0)
+    for r, reasons in ordered[:MAX_OUTLIERS]:
         table.add_row(r, "; ".join(reasons))
     console.print(table)
     if len(why) > MAX_OUTLIERS:

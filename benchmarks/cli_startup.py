@@ -35,11 +35,19 @@ def wall_s(argv: list[str]) -> float:
 
 def imports_torch() -> bool:
     """Whether building the report parser and printing its help imports torch."""
-    code = ("import contextlib, io, sys\nfrom perfdoctor.cli import main\n"
-            "with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):\n"
-            "    main(['report', '--help'])\nprint('torch' in sys.modules)")
-    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True,
-                         env={**os.environ, "PYTHONPATH": str(ROOT)}, cwd=ROOT).stdout
+    code = (
+        "import contextlib, io, sys\nfrom perfdoctor.cli import main\n"
+        "with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):\n"
+        "    main(['report', '--help'])\nprint('torch' in sys.modules)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        check=True,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        cwd=ROOT,
+    ).stdout
     return out.strip() == "True"
 
 

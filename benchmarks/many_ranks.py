@@ -58,7 +58,9 @@ def make_rank(doc: dict[str, Any], rank: int, world: int, rng: random.Random) ->
     d = json.loads(json.dumps(doc))
     ev = d["traceEvents"]
     colls = sorted((e for e in ev if e.get("cat") == "kernel" and "nccl" in e["name"]), key=lambda e: e["ts"])
-    launch = {e["args"]["correlation"]: e for e in ev if e.get("cat") == "cuda_runtime" and "correlation" in e.get("args", {})}
+    launch = {
+        e["args"]["correlation"]: e for e in ev if e.get("cat") == "cuda_runtime" and "correlation" in e.get("args", {})
+    }
     for e in ev:
         if e.get("cat") == "kernel" and "nccl" not in e["name"]:
             e["dur"] = round(e["dur"] * (1 + rng.uniform(-0.02, 0.02)), 3)
@@ -70,12 +72,31 @@ def make_rank(doc: dict[str, Any], rank: int, world: int, rng: random.Random) ->
             t = launch[c["args"]["correlation"]]["ts"]
             _insert(ev, t, d_us)
             if compute:
-                ev.append({"ph": "X", "cat": "kernel", "name": "cutlass_planted_straggler_gemm", "pid": c["pid"],
-                           "tid": 7, "ts": t, "dur": d_us - 10, "args": {"device": c["args"].get("device", 0),
-                                                                         "stream": 7, "correlation": -1}})
+                ev.append(
+                    {
+                        "ph": "X",
+                        "cat": "kernel",
+                        "name": "cutlass_planted_straggler_gemm",
+                        "pid": c["pid"],
+                        "tid": 7,
+                        "ts": t,
+                        "dur": d_us - 10,
+                        "args": {"device": c["args"].get("device", 0), "stream": 7, "correlation": -1},
+                    }
+                )
                 host = launch[c["args"]["correlation"]]
-                ev.append({"ph": "X", "cat": "cpu_op", "name": "aten::planted_extra_work", "pid": host["pid"],
-                           "tid": host["tid"], "ts": t, "dur": d_us - 10, "args": {}})
+                ev.append(
+                    {
+                        "ph": "X",
+                        "cat": "cpu_op",
+                        "name": "aten::planted_extra_work",
+                        "pid": host["pid"],
+                        "tid": host["tid"],
+                        "ts": t,
+                        "dur": d_us - 10,
+                        "args": {},
+                    }
+                )
         else:
             _insert(ev, c["ts"] + c["dur"] - 0.5, d_us)
     offset = rank * 1000.37 + rng.uniform(0, 50_000)
@@ -126,8 +147,9 @@ job = rep.get("job") or {"n_ranks": 1, "stragglers": [], "collective_wait": {}, 
 out = {"wall_s": wall, "startup_s": t1 - t0, "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
        "n_ranks": job["n_ranks"], "stragglers": [s["rank"] for s in job["stragglers"]],
        "cw": job["collective_wait"], "ranks": job["ranks"],
-       "findings": [{"code": f["code"], "severity": f["severity"], "rank": f["rank"], "ranks": f["evidence"].get("ranks", []),
-                     "message": f["message"][:160]} for f in rep["findings"]],
+       "findings": [{"code": f["code"], "severity": f["severity"], "rank": f["rank"],
+                     "ranks": f["evidence"].get("ranks", []), "message": f["message"][:160]}
+                    for f in rep["findings"]],
        "html_bytes": None}
 from perfdoctor.render.html import render_html
 t2 = time.perf_counter()
@@ -138,8 +160,12 @@ print(json.dumps(out))
 
 
 def run(kind: str, workers: int, path: Path) -> dict[str, Any]:
-    r = subprocess.run([sys.executable, "-c", CHILD, str(REPO), kind, str(workers), str(path)],
-                       capture_output=True, text=True, check=False)
+    r = subprocess.run(
+        [sys.executable, "-c", CHILD, str(REPO), kind, str(workers), str(path)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     if r.returncode != 0:
         raise SystemExit(r.stderr[-3000:])
     return json.loads(r.stdout.strip().splitlines()[-1])
@@ -171,20 +197,27 @@ def main() -> None:
     base = run("pool", 1, SOURCE)
     baseline = {f["code"] for f in base["findings"] if f["severity"] != "low"}
     print(f"single-rank baseline (the source rank alone): findings above low: {sorted(baseline)}")
-    print(f"{'ranks':>6} {'config':>7} {'wall s':>8} {'ranks/s':>8} {'reducer RSS MB':>15} {'straggler':>10} "
-          f"{'slow coll.':>10} {'new >low':>10} {'HTML MB':>8}")
+    print(
+        f"{'ranks':>6} {'config':>7} {'wall s':>8} {'ranks/s':>8} {'reducer RSS MB':>15} {'straggler':>10} "
+        f"{'slow coll.':>10} {'new >low':>10} {'HTML MB':>8}"
+    )
     for n in args.ranks:
         t0 = time.perf_counter()
         path = build_job(n)
-        print(f"  (job of {n} ranks ready in {time.perf_counter() - t0:.1f} s: "
-              f"{sum(f.stat().st_size for f in path.glob('*.gz')) / 1e6:.0f} MB gzip'd)")
+        print(
+            f"  (job of {n} ranks ready in {time.perf_counter() - t0:.1f} s: "
+            f"{sum(f.stat().st_size for f in path.glob('*.gz')) / 1e6:.0f} MB gzip'd)"
+        )
         for cfg in args.configs:
-            kind, workers = cfg.rstrip("0123456789"), int(cfg[len(cfg.rstrip("0123456789")):])
+            kind, workers = cfg.rstrip("0123456789"), int(cfg[len(cfg.rstrip("0123456789")) :])
             res = run(kind, workers, path)
             v = verdict(res, n, baseline)
-            print(f"{n:>6} {cfg:>7} {res['wall_s']:>8.1f} {n / res['wall_s']:>8.2f} {res['rss_mb']:>15.0f} "
-                  f"{str(v['straggler_found']):>10} {str(v['slow_collective_found']):>10} "
-                  f"{','.join(v['new_findings_above_low']) or '-':>10} {res['html_bytes'] / 1e6:>8.2f}", flush=True)
+            print(
+                f"{n:>6} {cfg:>7} {res['wall_s']:>8.1f} {n / res['wall_s']:>8.2f} {res['rss_mb']:>15.0f} "
+                f"{str(v['straggler_found']):>10} {str(v['slow_collective_found']):>10} "
+                f"{','.join(v['new_findings_above_low']) or '-':>10} {res['html_bytes'] / 1e6:>8.2f}",
+                flush=True,
+            )
             if v["other_stragglers"]:
                 print(f"         other ranks flagged as stragglers: {v['other_stragglers'][:10]}")
 

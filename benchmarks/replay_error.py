@@ -30,8 +30,10 @@ def main(argv: list[str]) -> int:
     if not paths:
         print(f"no traces: {SHARED} is absent")
         return 1
-    print(f"{'trace':58} {'steps':>5} {'recorded ms':>12} {'replayed ms':>12} {'mean err':>9} {'worst step':>10} "
-          f"{'load s':>7} {'replay s':>8}  fallback")
+    print(
+        f"{'trace':58} {'steps':>5} {'recorded ms':>12} {'replayed ms':>12} {'mean err':>9} {'worst step':>10} "
+        f"{'load s':>7} {'replay s':>8}  fallback"
+    )
     for p in paths:
         try:
             t0 = time.perf_counter()
@@ -41,14 +43,18 @@ def main(argv: list[str]) -> int:
             rr = replay_rank(tables, steps)
             t2 = time.perf_counter()
         except PerfDoctorError as exc:
-            print(f"{str(p.relative_to(SHARED) if p.is_relative_to(SHARED) else p)[:58]:58} not analysed: "
-                  f"{str(exc)[-80:]}")
+            print(
+                f"{str(p.relative_to(SHARED) if p.is_relative_to(SHARED) else p)[:58]:58} not analysed: "
+                f"{str(exc)[-80:]}"
+            )
             continue
         d = rr.to_dict()
         name = str(p.relative_to(SHARED) if p.is_relative_to(SHARED) else p)[:58]
-        print(f"{name:58} {len(steps):5d} {d['recorded_mean_step_us'] / 1e3:12.3f} "
-              f"{d['replayed_mean_step_us'] / 1e3:12.3f} {100 * d['mean_error']:8.2f}% {100 * d['max_step_error']:9.2f}% "
-              f"{t1 - t0:7.2f} {t2 - t1:8.3f}  {d['fallback'] or ''}")
+        print(
+            f"{name:58} {len(steps):5d} {d['recorded_mean_step_us'] / 1e3:12.3f} "
+            f"{d['replayed_mean_step_us'] / 1e3:12.3f} {100 * d['mean_error']:8.2f}% {100 * d['max_step_error']:9.2f}% "
+            f"{t1 - t0:7.2f} {t2 - t1:8.3f}  {d['fallback'] or ''}"
+        )
     return 0
 
 

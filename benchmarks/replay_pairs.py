@@ -55,18 +55,35 @@ def _syncs(rr: RankReplay, t: TraceTables) -> WhatIf:
 
 
 PAIRS: list[tuple[str, str, str, Transform]] = [
-    ("ResNet50 V100 DataLoader num_workers 0 -> 4 (PD101)", "kineto__resnet50_num_workers_0__worker0.pt.trace.json.gz",
-     "kineto__resnet50_num_workers_4__worker0.pt.trace.json.gz", lambda rr, t: prefetch_dataloader(rr, t)),
-    ("RTX 3060 torch.compile default -> CUDA graphs (PD103)", "luatil__rtx3060_compile_default__trace_04.json",
-     "luatil__rtx3060_compile_cudagraphs__trace_05.json", cuda_graphs),
-    ("A100 4096 per-element .cpu() -> one copy (PD401)", "gpupuzzlers__d2h_sync_first_sum.json.gz",
-     "gpupuzzlers__d2h_sync_third_sum.json.gz", _syncs),
+    (
+        "ResNet50 V100 DataLoader num_workers 0 -> 4 (PD101)",
+        "kineto__resnet50_num_workers_0__worker0.pt.trace.json.gz",
+        "kineto__resnet50_num_workers_4__worker0.pt.trace.json.gz",
+        lambda rr, t: prefetch_dataloader(rr, t),
+    ),
+    (
+        "RTX 3060 torch.compile default -> CUDA graphs (PD103)",
+        "luatil__rtx3060_compile_default__trace_04.json",
+        "luatil__rtx3060_compile_cudagraphs__trace_05.json",
+        cuda_graphs,
+    ),
+    (
+        "A100 4096 per-element .cpu() -> one copy (PD401)",
+        "gpupuzzlers__d2h_sync_first_sum.json.gz",
+        "gpupuzzlers__d2h_sync_third_sum.json.gz",
+        _syncs,
+    ),
 ]
 for layers in ("3layer", "1layer"):
     for rank in (0, 1):
-        PAIRS.append((f"2x A100 MoE {layers} all-to-all reordered, rank {rank} (PD301)",
-                      f"ykcai__a100x2_moe_{layers}_before/rank{rank}.pt.trace.json",
-                      f"ykcai__a100x2_moe_{layers}_after/rank{rank}.pt.trace.json", overlap_communication))
+        PAIRS.append(
+            (
+                f"2x A100 MoE {layers} all-to-all reordered, rank {rank} (PD301)",
+                f"ykcai__a100x2_moe_{layers}_before/rank{rank}.pt.trace.json",
+                f"ykcai__a100x2_moe_{layers}_after/rank{rank}.pt.trace.json",
+                overlap_communication,
+            )
+        )
 
 
 def _steps_us(path: Path) -> tuple[np.ndarray, RankReplay, TraceTables]:
@@ -92,7 +109,7 @@ def _verdict(pred: float, meas: float, noise: float | None) -> str:
 
 def _row(name: str, pred: float, meas: float, noise: float | None, extra: str = "") -> str:
     nz = f"{noise / 1e3:8.2f}" if noise is not None else "     n/a"
-    return (f"{name:62} {pred / 1e3:10.2f} {meas / 1e3:10.2f} {nz} {_verdict(pred, meas, noise):28} {extra}")
+    return f"{name:62} {pred / 1e3:10.2f} {meas / 1e3:10.2f} {nz} {_verdict(pred, meas, noise):28} {extra}"
 
 
 def gpu_pairs() -> list[str]:
@@ -107,14 +124,33 @@ def gpu_pairs() -> list[str]:
         w = transform(rr, t)
         pred = float((rr.recorded_step_us - rr.step_times(w.scenario)).mean())
         meas = float(b_us.mean() - a_us.mean())
-        rows.append(_row(name, pred, meas, _noise(b_us, a_us),
-                         f"{b_us.mean() / 1e3:.2f} -> {a_us.mean() / 1e3:.2f} ms; {w.assumption}"))
+        rows.append(
+            _row(
+                name,
+                pred,
+                meas,
+                _noise(b_us, a_us),
+                f"{b_us.mean() / 1e3:.2f} -> {a_us.mean() / 1e3:.2f} ms; {w.assumption}",
+            )
+        )
     return rows
 
 
 def _profile(out: Path, flags: list[str], steps: int) -> Any:
-    cmd = [sys.executable, "-m", "perfdoctor", "profile", str(REPO / "examples" / "mlp.py"), "--steps", str(steps),
-           "--out", str(out), "--no-report", "--", *flags]
+    cmd = [
+        sys.executable,
+        "-m",
+        "perfdoctor",
+        "profile",
+        str(REPO / "examples" / "mlp.py"),
+        "--steps",
+        str(steps),
+        "--out",
+        str(out),
+        "--no-report",
+        "--",
+        *flags,
+    ]
     subprocess.run(cmd, check=True, capture_output=True, timeout=900, env={**os.environ, "OMP_NUM_THREADS": "1"})
     from perfdoctor.capture.run_data import load_run_dir
 
@@ -122,8 +158,12 @@ def _profile(out: Path, flags: list[str], steps: int) -> Any:
 
 
 CPU_PAIRS: list[tuple[str, list[str], list[str], Transform]] = [
-    ("CPU mlp: __getitem__ 2 ms, num_workers 0 -> 2 (PD101)", ["--slow-getitem-ms", "2"],
-     ["--slow-getitem-ms", "2", "--num-workers", "2"], lambda rr, t: prefetch_dataloader(rr, t)),
+    (
+        "CPU mlp: __getitem__ 2 ms, num_workers 0 -> 2 (PD101)",
+        ["--slow-getitem-ms", "2"],
+        ["--slow-getitem-ms", "2", "--num-workers", "2"],
+        lambda rr, t: prefetch_dataloader(rr, t),
+    ),
     ("CPU mlp: .item() every step -> none (PD401)", ["--item-every-step"], [], _syncs),
 ]
 
@@ -133,8 +173,8 @@ def cpu_pairs(steps: int = 60) -> list[str]:
     with tempfile.TemporaryDirectory() as tmp:
         for name, bad, good, transform in CPU_PAIRS:
             rb, ra = _profile(Path(tmp) / "before", bad, steps), _profile(Path(tmp) / "after", good, steps)
-            sb = np.asarray(rb.steps["duration_s"][steps // 3:], dtype=np.float64) * 1e6
-            sa = np.asarray(ra.steps["duration_s"][steps // 3:], dtype=np.float64) * 1e6
+            sb = np.asarray(rb.steps["duration_s"][steps // 3 :], dtype=np.float64) * 1e6
+            sa = np.asarray(ra.steps["duration_s"][steps // 3 :], dtype=np.float64) * 1e6
             trace = sorted((Path(tmp) / "before").glob("trace.rank*.pt.trace.json.gz"))[0]
             _, rr, t = _steps_us(trace)
             w = transform(rr, t)
@@ -142,8 +182,15 @@ def cpu_pairs(steps: int = 60) -> list[str]:
             pred_window = float((rr.recorded_step_us - rr.step_times(w.scenario)).mean())
             ratio = statistics.median(sb.tolist()) / window if window > 0 else 1.0
             meas = float(np.median(sb) - np.median(sa))
-            rows.append(_row(name, pred_window * ratio, meas, _noise(sb, sa),
-                             f"window saving {pred_window / 1e3:.2f} ms × steady/window {ratio:.2f}; {w.assumption}"))
+            rows.append(
+                _row(
+                    name,
+                    pred_window * ratio,
+                    meas,
+                    _noise(sb, sa),
+                    f"window saving {pred_window / 1e3:.2f} ms × steady/window {ratio:.2f}; {w.assumption}",
+                )
+            )
             for d in ("before", "after"):
                 subprocess.run(["rm", "-rf", str(Path(tmp) / d)], check=False)
     return rows

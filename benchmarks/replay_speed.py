@@ -45,10 +45,16 @@ def once(path: str) -> tuple[float, float, float, float, int]:
     from perfdoctor.analysis import host as hh
 
     spec = device_for_trace(tables.device_properties)
-    whatifs = [h.prefetch_dataloader(rr, tables), h.fused_optimizer(rr, tables), h.cuda_graphs(rr, tables),
-               h.remove_syncs(rr, hh.synchronization(tables)), h.batch_copies(rr, hh.synchronization(tables)),
-               pinned_copies(rr, tables, __import__("numpy").arange(len(tables.memcpy))),
-               k.fused_elementwise(rr, tables), k.overlap_communication(rr, tables)]
+    whatifs = [
+        h.prefetch_dataloader(rr, tables),
+        h.fused_optimizer(rr, tables),
+        h.cuda_graphs(rr, tables),
+        h.remove_syncs(rr, hh.synchronization(tables)),
+        h.batch_copies(rr, hh.synchronization(tables)),
+        pinned_copies(rr, tables, __import__("numpy").arange(len(tables.memcpy))),
+        k.fused_elementwise(rr, tables),
+        k.overlap_communication(rr, tables),
+    ]
     if spec is not None:
         whatifs.append(k.tensor_cores(rr, tables, spec))
     for w in whatifs:
@@ -62,8 +68,10 @@ def main(argv: list[str]) -> int:
     ap.add_argument("trace")
     ap.add_argument("--repeat", type=int, default=1)
     a = ap.parse_args(argv)
-    print(f"{'load+steps+breakdown s':>22} {'graph+replay s':>14} {'attribution s':>13} {'9 what-ifs s':>12} "
-          f"{'nodes':>9} {'replay share':>12}")
+    print(
+        f"{'load+steps+breakdown s':>22} {'graph+replay s':>14} {'attribution s':>13} {'9 what-ifs s':>12} "
+        f"{'nodes':>9} {'replay share':>12}"
+    )
     for _ in range(a.repeat):
         base, graph, att, whatifs, nodes = once(a.trace)
         share = (graph + att + whatifs) / base

@@ -35,8 +35,20 @@ from perfdoctor.capture.schedule import ProfileConfig  # noqa: E402
 from perfdoctor.capture.session import Session  # noqa: E402
 
 SCRIPT = str(ROOT / "examples" / "tiny_gpt.py")
-ARGS = ["--n-layer", "2", "--d-model", "64", "--seq-len", "64", "--batch-size", "8", "--log-every", "0",
-        "--threads", "1"]
+ARGS = [
+    "--n-layer",
+    "2",
+    "--d-model",
+    "64",
+    "--seq-len",
+    "64",
+    "--batch-size",
+    "8",
+    "--log-every",
+    "0",
+    "--threads",
+    "1",
+]
 SKIP = 10  # warm-up steps left out of both series
 HOOK_US: list[float] = []
 BARE_MS: list[float] = []
@@ -65,7 +77,7 @@ class StepClock:
         w, c = np.diff(self.wall), np.diff(self.cpu)
         mask = np.arange(w.size) + 1 >= SKIP
         if keep is not None:
-            mask &= keep[1:w.size + 1]
+            mask &= keep[1 : w.size + 1]
         return float(np.median(w[mask])), float(np.median(c[mask]))
 
 
@@ -99,8 +111,7 @@ def profiled_steps(steps: int, tmp: Path, k: int) -> tuple[float, float]:
 
     Session._on_step = timed
     try:
-        res = run_profile(SCRIPT, ARGS, ProfileConfig(steps=steps), out=tmp / f"run{k}",
-                          progress=lambda m: None)
+        res = run_profile(SCRIPT, ARGS, ProfileConfig(steps=steps), out=tmp / f"run{k}", progress=lambda m: None)
     finally:
         Session._on_step = orig
     HOOK_US.append(float(np.median(hook_s[SKIP:])) * 1e6)
@@ -120,17 +131,23 @@ def main() -> int:
             BARE_MS.append(bw * 1e3)
             pw, pc = profiled_steps(a.steps, Path(tmp), k)
             ratios.append((pw / bw, pc / bc))
-            print(f"pair {k}: bare {bw * 1e3:.2f} ms/step wall, {bc * 1e3:.2f} ms cpu; profiled "
-                  f"{pw * 1e3:.2f} ms wall, {pc * 1e3:.2f} ms cpu; ratio wall {pw / bw:.4f} cpu {pc / bc:.4f}",
-                  flush=True)
+            print(
+                f"pair {k}: bare {bw * 1e3:.2f} ms/step wall, {bc * 1e3:.2f} ms cpu; profiled "
+                f"{pw * 1e3:.2f} ms wall, {pc * 1e3:.2f} ms cpu; ratio wall {pw / bw:.4f} cpu {pc / bc:.4f}",
+                flush=True,
+            )
     wall = statistics.median(r[0] for r in ratios)
     cpu = statistics.median(r[1] for r in ratios)
-    print(f"runner overhead outside the active window: wall ratio {wall:.4f} ({(wall - 1) * 100:+.2f}%), "
-          f"cpu ratio {cpu:.4f} ({(cpu - 1) * 100:+.2f}%) per step; target <= +2%")
+    print(
+        f"runner overhead outside the active window: wall ratio {wall:.4f} ({(wall - 1) * 100:+.2f}%), "
+        f"cpu ratio {cpu:.4f} ({(cpu - 1) * 100:+.2f}%) per step; target <= +2%"
+    )
     bare_ms = statistics.median(r for r in BARE_MS)
     hook = statistics.median(HOOK_US)
-    print(f"runner work at each step boundary: {hook:.1f} us/step = {hook / (bare_ms * 1e3) * 100:.2f}% "
-          f"of a {bare_ms:.2f} ms step (timed directly; immune to other load on the machine)")
+    print(
+        f"runner work at each step boundary: {hook:.1f} us/step = {hook / (bare_ms * 1e3) * 100:.2f}% "
+        f"of a {bare_ms:.2f} ms step (timed directly; immune to other load on the machine)"
+    )
     return 0
 
 

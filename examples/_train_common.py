@@ -46,14 +46,27 @@ def base_parser(description: str, **defaults) -> argparse.ArgumentParser:
     p.add_argument("--grad-accum", type=int, default=1)
     p.add_argument("--ddp", action="store_true", help="spawn --world-size gloo processes")
     p.add_argument("--world-size", type=int, default=2)
-    p.add_argument("--no-sync", dest="no_sync", action="store_true", default=True,
-                   help="under --ddp, skip all-reduce on accumulation micro-batches (default)")
-    p.add_argument("--sync-every-microbatch", dest="no_sync", action="store_false",
-                   help="under --ddp, all-reduce on every micro-batch")
+    p.add_argument(
+        "--no-sync",
+        dest="no_sync",
+        action="store_true",
+        default=True,
+        help="under --ddp, skip all-reduce on accumulation micro-batches (default)",
+    )
+    p.add_argument(
+        "--sync-every-microbatch",
+        dest="no_sync",
+        action="store_false",
+        help="under --ddp, all-reduce on every micro-batch",
+    )
     p.add_argument("--slowdown-at", type=int, default=-1)
     p.add_argument("--slowdown-factor", type=float, default=1.0)
-    p.add_argument("--python-metrics-ms", type=float, default=0.0,
-                   help="per step, this many ms of pure-Python metric bookkeeping outside any torch op")
+    p.add_argument(
+        "--python-metrics-ms",
+        type=float,
+        default=0.0,
+        help="per step, this many ms of pure-Python metric bookkeeping outside any torch op",
+    )
     p.add_argument("--raise-at", type=int, default=-1)
     p.add_argument("--eval-batches", type=int, default=4, help="batches in the final evaluation")
     p.add_argument("--ckpt", default=None, help="save a checkpoint here after training")
@@ -130,12 +143,16 @@ def train(rank: int, world_size: int, args, build) -> None:
     if world_size > 1:
         sampler = torch.utils.data.DistributedSampler(dataset, num_replicas=world_size, rank=rank)
     loader = torch.utils.data.DataLoader(
-        dataset, batch_size=args.batch_size, shuffle=sampler is None, sampler=sampler,
-        num_workers=args.num_workers, drop_last=True, persistent_workers=args.num_workers > 0,
+        dataset,
+        batch_size=args.batch_size,
+        shuffle=sampler is None,
+        sampler=sampler,
+        num_workers=args.num_workers,
+        drop_last=True,
+        persistent_workers=args.num_workers > 0,
     )
     batches = _batches(loader)
-    autocast = (lambda: torch.autocast("cpu", dtype=torch.bfloat16)) if args.bf16_autocast \
-        else contextlib.nullcontext
+    autocast = (lambda: torch.autocast("cpu", dtype=torch.bfloat16)) if args.bf16_autocast else contextlib.nullcontext
     t_start = time.perf_counter()
     for step in range(args.steps):
         if step == args.raise_at:
@@ -144,7 +161,7 @@ def train(rank: int, world_size: int, args, build) -> None:
         for micro in range(args.grad_accum):
             batch = next(batches)
             skip_sync = world_size > 1 and args.no_sync and micro < args.grad_accum - 1
-            with (model.no_sync() if skip_sync else contextlib.nullcontext()), autocast():
+            with model.no_sync() if skip_sync else contextlib.nullcontext(), autocast():
                 loss = loss_fn(model, batch) / args.grad_accum
             loss.backward()
         opt.step()
@@ -156,8 +173,10 @@ def train(rank: int, world_size: int, args, build) -> None:
         if args.item_every_step:
             print(f"rank {rank} step {step} loss {loss.item() * args.grad_accum:.4f}", flush=True)
         elif rank == 0 and args.log_every and (step % args.log_every == 0 or step == args.steps - 1):
-            print(f"step {step} loss {loss.item() * args.grad_accum:.4f} "
-                  f"({time.perf_counter() - t_start:.1f} s)", flush=True)
+            print(
+                f"step {step} loss {loss.item() * args.grad_accum:.4f} ({time.perf_counter() - t_start:.1f} s)",
+                flush=True,
+            )
     _finish(rank, model, loss_fn, batches, args, autocast)
 
 

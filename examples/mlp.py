@@ -30,6 +30,7 @@ class Synthetic(torch.utils.data.Dataset):
     def __getitem__(self, i: int):
         if self.slow_ms:
             import time
+
             time.sleep(self.slow_ms / 1000.0)
         return self.x[i], self.y[i]
 

@@ -47,8 +47,9 @@ class ByteWindows(torch.utils.data.Dataset):
     def __getitem__(self, i: int):
         if self.slow_ms:
             import time
+
             time.sleep(self.slow_ms / 1000.0)
-        chunk = self.data[i:i + self.seq_len + 1].long()
+        chunk = self.data[i : i + self.seq_len + 1].long()
         return chunk[:-1], chunk[1:]
 
 

@@ -182,6 +182,7 @@ def rank_findings(findings: list[Finding]) -> list[Finding]:
 
     Findings without an estimate go last and get ``position = None``.
     """
+
     def key(f: Finding) -> tuple[bool, float, int, str]:
         return (f.estimate is None, -f.saving_us, -severity_level(f.severity), f.code)
 

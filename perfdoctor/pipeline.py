@@ -23,8 +23,20 @@ if TYPE_CHECKING:
     from perfdoctor.checks.engine import CheckResults
     from perfdoctor.jobs.reduce import JobAnalysis
 
-__all__ = ["SCHEMA", "SCHEMA_VERSION", "Analysis", "BuiltReport", "RankAnalysis", "analyze_paths", "analyze_tables",
-           "build", "build_report", "is_run_dir", "rank_dict", "report_dict"]
+__all__ = [
+    "SCHEMA",
+    "SCHEMA_VERSION",
+    "Analysis",
+    "BuiltReport",
+    "RankAnalysis",
+    "analyze_paths",
+    "analyze_tables",
+    "build",
+    "build_report",
+    "is_run_dir",
+    "rank_dict",
+    "report_dict",
+]
 
 
 @dataclass
@@ -49,8 +61,9 @@ def rank_dict(r: RankAnalysis) -> dict[str, Any]:
     return to_builtins(rank_section(r))
 
 
-def report_dict(analysis: Analysis, sections: Sequence[RankSection | Mapping[str, Any] | None] | None = None
-                ) -> dict[str, Any]:
+def report_dict(
+    analysis: Analysis, sections: Sequence[RankSection | Mapping[str, Any] | None] | None = None
+) -> dict[str, Any]:
     """The report of ``analysis`` as plain dicts (its checks, if ``analysis.checks`` is set; no run section);
     ``sections``: the ranks' sections when already made (from rank summaries)."""
     from perfdoctor.model.build import build_report as build_model
@@ -67,18 +80,32 @@ def _read_run_dir(path: str, without_traces: str | None) -> tuple[RunData, list[
 
     run = load_run_dir(path)
     if without_traces:
-        return run, [], None, (f"{path}: the run's traces were not analysed ({without_traces}); this report "
-                               "covers the run's step series and throughput only")
+        return (
+            run,
+            [],
+            None,
+            (
+                f"{path}: the run's traces were not analysed ({without_traces}); this report "
+                "covers the run's step series and throughput only"
+            ),
+        )
     if not run.traces:
         return run, [], None, no_trace_reason(path, run)
     chosen, note = last_window_per_rank(path, run.traces)
     return run, chosen, note, None
 
 
-def build(paths: list[str], step_marker: str | None = None, on_progress: Callable[[int], None] | None = None,
-          rule_options: RuleOptions | None = None, model_flops_per_step: float | None = None,
-          flops_source: str = "flop_counter", without_traces: str | None = None, executor: Any = None,
-          cache: bool = False) -> BuiltReport:
+def build(
+    paths: list[str],
+    step_marker: str | None = None,
+    on_progress: Callable[[int], None] | None = None,
+    rule_options: RuleOptions | None = None,
+    model_flops_per_step: float | None = None,
+    flops_source: str = "flop_counter",
+    without_traces: str | None = None,
+    executor: Any = None,
+    cache: bool = False,
+) -> BuiltReport:
     """The whole chain: paths → per-rank summaries → job analysis and findings → typed report.
 
     ``paths`` may name trace files, directories of per-rank traces, or one ``perfdoctor profile`` run
@@ -120,9 +147,14 @@ def build(paths: list[str], step_marker: str | None = None, on_progress: Callabl
     if run is not None and model_flops_per_step is None and run.facts.flops_per_step:
         model_flops_per_step, flops_source = float(run.facts.flops_per_step), "flop_counter"
     summary_opts = SummaryOptions(
-        step_marker=step_marker, model_flops_per_step=model_flops_per_step, flops_source=flops_source,
-        step_time_s_by_rank=run_data.steady_step_times(run), run_json=run.run if run is not None else None,
-        codes=list(codes), rules_dirs=[str(d) for d in opts.rules_dirs or []])
+        step_marker=step_marker,
+        model_flops_per_step=model_flops_per_step,
+        flops_source=flops_source,
+        step_time_s_by_rank=run_data.steady_step_times(run),
+        run_json=run.run if run is not None else None,
+        codes=list(codes),
+        rules_dirs=[str(d) for d in opts.rules_dirs or []],
+    )
     runner = executor if executor is not None else InProcess(on_progress=on_progress)
     files = [f for p in trace_paths for f in trace_files_in(p)]
     summaries = runner.summarise(files, summary_opts, catalogue, run_data.measured_cpu_roofs(run), cache=cache)

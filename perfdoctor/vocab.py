@@ -90,62 +90,138 @@ _CATEGORY: dict[Category, _Info] = {
     Category.MATMUL: _Info("matmul / GEMM", "#0072B2", "GEMM kernels (cuBLAS, CUTLASS, Triton mm) and matmul ops"),
     Category.ATTENTION: _Info("attention", "#56B4E9", "fused attention kernels (flash, memory-efficient, SDPA)"),
     Category.CONV: _Info("convolution", "#009E73", "convolution kernels (cuDNN, implicit GEMM) and ops"),
-    Category.REDUCTION_NORM: _Info("reduction / norm", "#CC79A7",
-                                   "reductions, softmax and normalisation (layer/batch/group/RMS norm)"),
+    Category.REDUCTION_NORM: _Info(
+        "reduction / norm", "#CC79A7", "reductions, softmax and normalisation (layer/batch/group/RMS norm)"
+    ),
     Category.ELEMENTWISE: _Info("elementwise", "#E69F00", "pointwise kernels and ops (add, mul, activations, copies)"),
-    Category.OPTIMIZER: _Info("optimizer", "#D55E00",
-                              "non-GEMM work launched inside Optimizer.step (the optimizer's own kernels)"),
+    Category.OPTIMIZER: _Info(
+        "optimizer", "#D55E00", "non-GEMM work launched inside Optimizer.step (the optimizer's own kernels)"
+    ),
     Category.OTHER: _Info("other kernels", "#999999", "kernels no rule classifies"),
     Category.COMMUNICATION: _Info(
-        "communication (exposed)", "#7F3C8D",
-        "collective and point-to-point kernels (NCCL, RCCL) not overlapped by compute (lower priority than compute)"),
+        "communication (exposed)",
+        "#7F3C8D",
+        "collective and point-to-point kernels (NCCL, RCCL) not overlapped by compute (lower priority than compute)",
+    ),
     Category.MEMCPY: _Info("memcpy", "#F0E442", "copies (h2d, d2h, d2d) not overlapped by kernels"),
     Category.MEMSET: _Info("memset", "#BDB76B", "memsets not overlapped by kernels or copies"),
     Category.DATALOADER: _Info("DataLoader (host)", "#8C564B", "host time inside DataLoader __next__"),
     Category.OTHER_OPS: _Info("other ops", "#999999", "host ops no rule classifies"),
-    Category.HOST_COLLECTIVE: _Info("host collectives (gloo, on the CPU)", "#7F3C8D",
-                                    "collective calls the host runs itself (gloo on CPU tensors, c10d annotations)"),
+    Category.HOST_COLLECTIVE: _Info(
+        "host collectives (gloo, on the CPU)",
+        "#7F3C8D",
+        "collective calls the host runs itself (gloo on CPU tensors, c10d annotations)",
+    ),
 }
 
 _IDLE: dict[IdleCause, _Info] = {
-    IdleCause.DATALOADER: _Info("idle: waiting for DataLoader", "#E7C9A9",
-                                "the host was inside DataLoader __next__ while the device had nothing queued",
-                                reason="device idle waiting for the DataLoader"),
-    IdleCause.SYNCHRONIZATION: _Info("idle: host synchronization", "#F4A6A6",
-                                     "the host was blocked in a synchronize call or a blocking copy",
-                                     reason="device idle after host synchronisations"),
-    IdleCause.HOST_LAUNCH_BOUND: _Info("idle: host busy, nothing queued", "#C7D4E8",
-                                       "the host was busy in ops or runtime calls and had queued nothing",
-                                       reason="device idle while the host launches work (launch-bound)"),
-    IdleCause.OTHER: _Info("idle: other cause", "#E5E5E5", "idle time none of the causes above explains",
-                           reason="device idle for other reasons"),
-    IdleCause.PYTHON: _Info("Python / host outside any op", "#E5E5E5",
-                            "the host was outside any op (Python between ops) while the device had nothing queued; "
-                            "in a CPU-only trace, host time outside any op",
-                            reason="device idle while the host runs Python outside any op"),
+    IdleCause.DATALOADER: _Info(
+        "idle: waiting for DataLoader",
+        "#E7C9A9",
+        "the host was inside DataLoader __next__ while the device had nothing queued",
+        reason="device idle waiting for the DataLoader",
+    ),
+    IdleCause.SYNCHRONIZATION: _Info(
+        "idle: host synchronization",
+        "#F4A6A6",
+        "the host was blocked in a synchronize call or a blocking copy",
+        reason="device idle after host synchronisations",
+    ),
+    IdleCause.HOST_LAUNCH_BOUND: _Info(
+        "idle: host busy, nothing queued",
+        "#C7D4E8",
+        "the host was busy in ops or runtime calls and had queued nothing",
+        reason="device idle while the host launches work (launch-bound)",
+    ),
+    IdleCause.OTHER: _Info(
+        "idle: other cause",
+        "#E5E5E5",
+        "idle time none of the causes above explains",
+        reason="device idle for other reasons",
+    ),
+    IdleCause.PYTHON: _Info(
+        "Python / host outside any op",
+        "#E5E5E5",
+        "the host was outside any op (Python between ops) while the device had nothing queued; "
+        "in a CPU-only trace, host time outside any op",
+        reason="device idle while the host runs Python outside any op",
+    ),
 }
 
 # Exclusive split of busy time on a GPU: the first category of this order that covers an instant owns it.
-GPU_PRIORITY: tuple[str, ...] = tuple(c.value for c in (
-    Category.MATMUL, Category.ATTENTION, Category.CONV, Category.REDUCTION_NORM, Category.ELEMENTWISE,
-    Category.OPTIMIZER, Category.OTHER, Category.COMMUNICATION, Category.MEMCPY, Category.MEMSET))
+GPU_PRIORITY: tuple[str, ...] = tuple(
+    c.value
+    for c in (
+        Category.MATMUL,
+        Category.ATTENTION,
+        Category.CONV,
+        Category.REDUCTION_NORM,
+        Category.ELEMENTWISE,
+        Category.OPTIMIZER,
+        Category.OTHER,
+        Category.COMMUNICATION,
+        Category.MEMCPY,
+        Category.MEMSET,
+    )
+)
 # The same on the host of a CPU-only trace.
-HOST_PRIORITY: tuple[str, ...] = tuple(c.value for c in (
-    Category.DATALOADER, Category.HOST_COLLECTIVE, Category.OPTIMIZER, Category.ATTENTION, Category.MATMUL,
-    Category.CONV, Category.REDUCTION_NORM, Category.ELEMENTWISE, Category.OTHER_OPS))
+HOST_PRIORITY: tuple[str, ...] = tuple(
+    c.value
+    for c in (
+        Category.DATALOADER,
+        Category.HOST_COLLECTIVE,
+        Category.OPTIMIZER,
+        Category.ATTENTION,
+        Category.MATMUL,
+        Category.CONV,
+        Category.REDUCTION_NORM,
+        Category.ELEMENTWISE,
+        Category.OTHER_OPS,
+    )
+)
 # Kernel categories that compute (communication, copies and memsets do not).
-COMPUTE_CATEGORIES: tuple[str, ...] = tuple(c.value for c in (
-    Category.MATMUL, Category.ATTENTION, Category.CONV, Category.ELEMENTWISE, Category.REDUCTION_NORM,
-    Category.OPTIMIZER, Category.OTHER))
+COMPUTE_CATEGORIES: tuple[str, ...] = tuple(
+    c.value
+    for c in (
+        Category.MATMUL,
+        Category.ATTENTION,
+        Category.CONV,
+        Category.ELEMENTWISE,
+        Category.REDUCTION_NORM,
+        Category.OPTIMIZER,
+        Category.OTHER,
+    )
+)
 # Stacking order of charts and tables: compute first, then host-only work, then data movement.
-CHART_ORDER: tuple[str, ...] = tuple(c.value for c in (
-    Category.MATMUL, Category.ATTENTION, Category.CONV, Category.REDUCTION_NORM, Category.ELEMENTWISE,
-    Category.OPTIMIZER, Category.OTHER, Category.DATALOADER, Category.OTHER_OPS, Category.HOST_COLLECTIVE,
-    Category.COMMUNICATION, Category.MEMCPY, Category.MEMSET))
+CHART_ORDER: tuple[str, ...] = tuple(
+    c.value
+    for c in (
+        Category.MATMUL,
+        Category.ATTENTION,
+        Category.CONV,
+        Category.REDUCTION_NORM,
+        Category.ELEMENTWISE,
+        Category.OPTIMIZER,
+        Category.OTHER,
+        Category.DATALOADER,
+        Category.OTHER_OPS,
+        Category.HOST_COLLECTIVE,
+        Category.COMMUNICATION,
+        Category.MEMCPY,
+        Category.MEMSET,
+    )
+)
 # Idle attribution on a GPU, in the order gaps are charged.
-GPU_IDLE_CAUSES: tuple[str, ...] = tuple(c.value for c in (
-    IdleCause.DATALOADER, IdleCause.SYNCHRONIZATION, IdleCause.HOST_LAUNCH_BOUND, IdleCause.PYTHON,
-    IdleCause.OTHER))
+GPU_IDLE_CAUSES: tuple[str, ...] = tuple(
+    c.value
+    for c in (
+        IdleCause.DATALOADER,
+        IdleCause.SYNCHRONIZATION,
+        IdleCause.HOST_LAUNCH_BOUND,
+        IdleCause.PYTHON,
+        IdleCause.OTHER,
+    )
+)
 
 
 def category_label(key: str) -> str:

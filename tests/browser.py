@@ -21,9 +21,19 @@ from typing import Any
 
 import pytest
 
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
-         "--disable-component-update", "--disable-sync", "--disable-extensions", "--disable-default-apps",
-         "--mute-audio", "--remote-debugging-port=0"]
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-extensions",
+    "--disable-default-apps",
+    "--mute-audio",
+    "--remote-debugging-port=0",
+]
 
 
 def chromium_path() -> str:
@@ -71,8 +81,9 @@ class Chromium:
         # stderr goes to a file: chromium logs a lot there, and an unread pipe would stall it
         self.log_path = Path(self.profile) / "stderr.log"
         self._log = open(self.log_path, "w")
-        self.proc = subprocess.Popen([exe, *FLAGS, f"--user-data-dir={self.profile}", "about:blank"],
-                                     stdout=subprocess.DEVNULL, stderr=self._log)
+        self.proc = subprocess.Popen(
+            [exe, *FLAGS, f"--user-data-dir={self.profile}", "about:blank"], stdout=subprocess.DEVNULL, stderr=self._log
+        )
         url = self._ws_url()
         self.ws = websocket.create_connection(url, timeout=30, suppress_origin=True)
         self._id = 0
@@ -145,8 +156,11 @@ class Chromium:
             self.call(f"{domain}.enable", session=sid)
         if bypass_csp:
             self.call("Page.setBypassCSP", {"enabled": True}, session=sid)
-        self.call("Emulation.setDeviceMetricsOverride",
-                  {"width": width, "height": 900, "deviceScaleFactor": 1, "mobile": False}, session=sid)
+        self.call(
+            "Emulation.setDeviceMetricsOverride",
+            {"width": width, "height": 900, "deviceScaleFactor": 1, "mobile": False},
+            session=sid,
+        )
         url = path.resolve().as_uri()
         self.call("Page.navigate", {"url": url}, session=sid)
         self.wait_for("Page.loadEventFired")
@@ -168,19 +182,23 @@ class Chromium:
                 res.dialogs.append(p.get("message", ""))
 
         def js(expr: str) -> Any:
-            return self.call("Runtime.evaluate", {"expression": expr, "returnByValue": True},
-                             session=sid)["result"].get("value")
+            return self.call("Runtime.evaluate", {"expression": expr, "returnByValue": True}, session=sid)[
+                "result"
+            ].get("value")
 
         res.text = js("document.body.innerText")
         res.title = js("document.title")
         res.scroll_width = int(js("document.documentElement.scrollWidth") or 0)
-        res.visible_codes = js("Array.from(document.querySelectorAll('.code')).filter(e => "
-                               "e.getClientRects().length > 0 && getComputedStyle(e).visibility === 'visible')"
-                               ".map(e => e.textContent)")
+        res.visible_codes = js(
+            "Array.from(document.querySelectorAll('.code')).filter(e => "
+            "e.getClientRects().length > 0 && getComputedStyle(e).visibility === 'visible')"
+            ".map(e => e.textContent)"
+        )
         height = int(js("Math.ceil(document.documentElement.scrollHeight)") or 900)
         clip = {"x": 0, "y": 0, "width": width, "height": min(height, 16000), "scale": 1}
-        shot = self.call("Page.captureScreenshot", {"format": "png", "captureBeyondViewport": True, "clip": clip},
-                         session=sid)
+        shot = self.call(
+            "Page.captureScreenshot", {"format": "png", "captureBeyondViewport": True, "clip": clip}, session=sid
+        )
         res.png = base64.b64decode(shot["data"])
         self.call("Target.closeTarget", {"targetId": target})
         return res
@@ -216,4 +234,3 @@ def browser():
     b = Chromium()
     yield b
     b.close()
-

@@ -26,12 +26,15 @@ os.environ["PERFDOCTOR_HOME"] = tempfile.mkdtemp(prefix="perfdoctor-home-")
 
 
 def shared_trace(name: str) -> Path:
-    """Path of a real trace (file or per-rank directory): ../shared/traces, else tests/data; skips when neither has it."""
+    """Path of a real trace (file or per-rank directory): ../shared/traces, else tests/data; skips when neither
+    has it."""
     for folder in (SHARED_TRACES, DATA_TRACES):
         if (folder / name).exists():
             return folder / name
-    pytest.skip(f"real trace {name} is not in tests/data (over 1 MiB compressed, or no licence to copy it): it lives "
-                f"in ../shared/traces next to the repository (see tests/data/README.md)")
+    pytest.skip(
+        f"real trace {name} is not in tests/data (over 1 MiB compressed, or no licence to copy it): it lives "
+        f"in ../shared/traces next to the repository (see tests/data/README.md)"
+    )
 
 
 def real_trace_names(pattern: str = "*.json*") -> list[str]:

@@ -39,8 +39,9 @@ def write_reports(paths: list[str], out_dir: Path, stem: str = "report") -> dict
 def embedded_json(html: str) -> Any:
     """The report JSON embedded in the page's ``<script type="application/json" id="report-data">``."""
     start = html.index('<script type="application/json" id="report-data">') + len(
-        '<script type="application/json" id="report-data">')
-    return json.loads(html[start:html.index("</script>", start)])
+        '<script type="application/json" id="report-data">'
+    )
+    return json.loads(html[start : html.index("</script>", start)])
 
 
 def csp(html: str) -> dict[str, list[str]]:

@@ -45,6 +45,7 @@ def run_tb(tb, tmp_path, codes, name="t.json", rules_dirs=()):
 
 # -- run-data rules (PD601, PD602, PD603): steady state and step-time series ------------
 
+
 def job(ss, run_json=None, **th):
     """A job context over steady state ``ss`` (run data only), thresholds ``th``."""
     analysis = SimpleNamespace(run=SimpleNamespace(steady_state=ss, run=run_json or {}))
@@ -61,5 +62,7 @@ def series(levels, noise=0.01, seed=0):
 def run_job(d, ss, window=None, **th):
     """A job context over step times ``d`` and steady state ``ss``; ``window`` marks the profiled steps."""
     phase = np.where(window, "active", "none") if window is not None else np.full(d.size, "none")
-    analysis = SimpleNamespace(run=SimpleNamespace(steady_state=ss, run={}, steps={"duration_s": d, "profiler_phase": phase}))
+    analysis = SimpleNamespace(
+        run=SimpleNamespace(steady_state=ss, run={}, steps={"duration_s": d, "profiler_phase": phase})
+    )
     return JobContext(analysis, [], SimpleNamespace(thresholds=th))

@@ -11,18 +11,29 @@ from perfdoctor.analysis.mfu import roofs_for_trace
 from perfdoctor.trace import load_trace
 
 
-@pytest.mark.parametrize("names,family,cc,spec", [
-    (["volta_sgemm_128x64_nn", "volta_scudnn_128x64_relu_interior_nn_v1"], "volta", (7, 0), "v100-sxm2"),
-    (["turing_fp16_s1688gemm_fp16_128x128_ldg8_f2f_nn", "volta_sgemm_128x64_nn"], "turing", (7, 5), None),
-    (["ampere_sgemm_32x128_tn"], "ampere", (8, 0), "a100-40gb"),
-    (["sm86_xmma_fprop_implicit_gemm_f32f32_tf32f32_f32_nhwckrsc_nchw", "ampere_sgemm_64x64_nn"], "ampere-ga10x",
-     (8, 6), None),
-    (["sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize64x64x64", "cutlass_80_tensorop_bf16_s16816gemm"], "hopper",
-     (9, 0), "h100-sxm"),
-    (["nvjet_tst_128x64_64x8_1x2_h_bz_coopA_NNT"], "hopper", (9, 0), "h100-sxm"),
-    (["sm100_xmma_gemm_bf16bf16_bf16f32"], "blackwell", (10, 0), "b200"),
-    (["Cijk_Ailk_Bljk_SB_MT64x64x16_SN_1LDSB0_ISA942_IU1"], "cdna3", (9, 4), "mi300x"),
-])
+@pytest.mark.parametrize(
+    "names,family,cc,spec",
+    [
+        (["volta_sgemm_128x64_nn", "volta_scudnn_128x64_relu_interior_nn_v1"], "volta", (7, 0), "v100-sxm2"),
+        (["turing_fp16_s1688gemm_fp16_128x128_ldg8_f2f_nn", "volta_sgemm_128x64_nn"], "turing", (7, 5), None),
+        (["ampere_sgemm_32x128_tn"], "ampere", (8, 0), "a100-40gb"),
+        (
+            ["sm86_xmma_fprop_implicit_gemm_f32f32_tf32f32_f32_nhwckrsc_nchw", "ampere_sgemm_64x64_nn"],
+            "ampere-ga10x",
+            (8, 6),
+            None,
+        ),
+        (
+            ["sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize64x64x64", "cutlass_80_tensorop_bf16_s16816gemm"],
+            "hopper",
+            (9, 0),
+            "h100-sxm",
+        ),
+        (["nvjet_tst_128x64_64x8_1x2_h_bz_coopA_NNT"], "hopper", (9, 0), "h100-sxm"),
+        (["sm100_xmma_gemm_bf16bf16_bf16f32"], "blackwell", (10, 0), "b200"),
+        (["Cijk_Ailk_Bljk_SB_MT64x64x16_SN_1LDSB0_ISA942_IU1"], "cdna3", (9, 4), "mi300x"),
+    ],
+)
 def test_newest_architecture_named_wins(names, family, cc, spec):
     g = infer_arch(names)
     assert (g.family, g.compute_capability, g.spec_key) == (family, cc, spec)

@@ -50,9 +50,11 @@ def test_report_opens_cleanly_and_shows_every_finding(case, browser, tmp_path): 
 def test_harness_catches_errors_requests_and_dialogs(browser, tmp_path):  # noqa: F811
     """The checks above can fail: a page that logs an error, loads an image and alerts is caught."""
     bad = tmp_path / "bad.html"
-    bad.write_text('<!DOCTYPE html><html><head><title>bad</title></head><body><p>hi</p>'
-                   '<img src="http://198.51.100.7/x.png"><script>console.error("boom"); alert("x")</script>'
-                   "</body></html>")
+    bad.write_text(
+        "<!DOCTYPE html><html><head><title>bad</title></head><body><p>hi</p>"
+        '<img src="http://198.51.100.7/x.png"><script>console.error("boom"); alert("x")</script>'
+        "</body></html>"
+    )
     page = browser.open_page(bad)
     assert any("boom" in e for e in page.errors)
     assert page.requests == ["http://198.51.100.7/x.png"]

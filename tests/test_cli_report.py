@@ -65,16 +65,18 @@ def test_unwritable_output_and_full_disk_are_one_line_errors(tmp_path):
         assert r.returncode == 2 and "Traceback" not in r.stderr
         assert f"{target}: cannot write the report" in r.stderr
     with open("/dev/full", "w") as full:
-        r = subprocess.run([sys.executable, "-m", "perfdoctor", "report", t], stdout=full, stderr=subprocess.PIPE,
-                           text=True)
+        r = subprocess.run(
+            [sys.executable, "-m", "perfdoctor", "report", t], stdout=full, stderr=subprocess.PIPE, text=True
+        )
     assert r.returncode == 2 and "No space left on device" in r.stderr and "Traceback" not in r.stderr
 
 
 def test_closed_pipe_is_a_quiet_exit_0(tmp_path):
     t = small_trace(tmp_path)
     for extra in ([], ["--format", "md"]):
-        p = subprocess.Popen([sys.executable, "-m", "perfdoctor", "report", t, *extra], stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE)
+        p = subprocess.Popen(
+            [sys.executable, "-m", "perfdoctor", "report", t, *extra], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        )
         p.stdout.read(5)
         p.stdout.close()  # `perfdoctor report X | head -c 5`
         err = p.stderr.read().decode()
@@ -84,9 +86,11 @@ def test_closed_pipe_is_a_quiet_exit_0(tmp_path):
 def test_bad_model_flags_are_one_line_errors(tmp_path):
     t = small_trace(tmp_path)
     base = ["--params", "1e9", "--layers", "2", "--seq-len", "16"]
-    cases = [(["--heads", "0", "--d-model", "0", "--tokens-per-step", "1"], "all sizes must be positive"),
-             (["--heads", "7", "--d-model", "512", "--tokens-per-step", "1"], "d_model 512 is not divisible by n_heads 7"),
-             (["--heads", "8", "--d-model", "512", "--tokens-per-step", "-1"], "--tokens-per-step must be positive")]
+    cases = [
+        (["--heads", "0", "--d-model", "0", "--tokens-per-step", "1"], "all sizes must be positive"),
+        (["--heads", "7", "--d-model", "512", "--tokens-per-step", "1"], "d_model 512 is not divisible by n_heads 7"),
+        (["--heads", "8", "--d-model", "512", "--tokens-per-step", "-1"], "--tokens-per-step must be positive"),
+    ]
     for extra, msg in cases:
         r = run("report", t, *base, *extra)
         assert r.returncode == 2 and msg in r.stderr and "Traceback" not in r.stderr, r.stderr
@@ -94,8 +98,10 @@ def test_bad_model_flags_are_one_line_errors(tmp_path):
 
 def test_two_traces_of_one_rank_are_refused(tmp_path):
     # each holds one step: a trace without a timed event is refused before ranks are compared
-    a, b = (str(TraceBuilder(rank=0, world_size=2).step(1, 0, 1000).write(tmp_path / name))
-            for name in ("run1.json", "run2.json"))
+    a, b = (
+        str(TraceBuilder(rank=0, world_size=2).step(1, 0, 1000).write(tmp_path / name))
+        for name in ("run1.json", "run2.json")
+    )
     r = run("report", a, b)
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert "rank 0 is also the rank of" in r.stderr and "report each file separately" in r.stderr
@@ -113,8 +119,9 @@ def test_unwritable_output_fails_before_the_analysis(tmp_path):
     trace = str(tb.write(tmp_path / "t.json"))
     rc, out, err = cli("report", trace, "-o", "/sys/perfdoctor-x.html")  # sysfs: not even root can add a file
     assert rc == 2 and out == ""
-    assert err.strip().splitlines() == ["perfdoctor: error: /sys/perfdoctor-x.html: cannot write the report there "
-                                        "(Permission denied)"]
+    assert err.strip().splitlines() == [
+        "perfdoctor: error: /sys/perfdoctor-x.html: cannot write the report there (Permission denied)"
+    ]
     # a writable directory: the report is written and the probe leaves nothing behind
     rc, _, err = cli("report", trace, "-o", str(tmp_path / "r.json"))
     assert rc == 0, err
@@ -170,10 +177,12 @@ def test_ranks_taken_from_input_order_are_named(tmp_path):
     doc = json.loads(r.stdout)
     assert [x["rank"] for x in doc["ranks"]] == [0, 1]
     renumbered = [w for w in doc["warnings"] if "the trace names no rank" in w]
-    assert renumbered == [f"{a}: the trace names no rank (no distributedInfo.rank, none in the file name); "
-                          "taken as rank 0, its position among the inputs",
-                          f"{b}: the trace names no rank (no distributedInfo.rank, none in the file name); "
-                          "taken as rank 1, its position among the inputs"]
+    assert renumbered == [
+        f"{a}: the trace names no rank (no distributedInfo.rank, none in the file name); "
+        "taken as rank 0, its position among the inputs",
+        f"{b}: the trace names no rank (no distributedInfo.rank, none in the file name); "
+        "taken as rank 1, its position among the inputs",
+    ]
 
 
 def test_named_ranks_on_different_gpus_stay_one_job(tmp_path):

@@ -97,9 +97,18 @@ def _gloo_trace(overlap: bool):
         s = 1000 * n
         tb.step(n + 1, s, 1000)
         tb.cpu_op("aten::mm", s, 900 if overlap else 300)
-        tb.events.append({"ph": "X", "cat": "user_annotation", "name": "gloo:all_reduce", "pid": tb.pid, "tid": 200,
-                          "ts": s + 300, "dur": 600, "args": {"External id": 900 + n, "Input Dims": [[250000]],
-                                                              "Input type": ["float"]}})
+        tb.events.append(
+            {
+                "ph": "X",
+                "cat": "user_annotation",
+                "name": "gloo:all_reduce",
+                "pid": tb.pid,
+                "tid": 200,
+                "ts": s + 300,
+                "dur": 600,
+                "args": {"External id": 900 + n, "Input Dims": [[250000]], "Input type": ["float"]},
+            }
+        )
     return tb
 
 
@@ -108,8 +117,9 @@ def test_pd305_host_collectives_exposed(tmp_path):
     f = r.findings["PD305"]
     assert f["saving_us_per_step"] == 600 and f["saving_pct_of_step"] == 60
     ev = f["evidence"]
-    assert ev["collectives"] == [{"collective": "all_reduce", "bytes": 1e6, "count": 2.0, "mean_us": 600.0,
-                                  "algbw_bytes_per_s": 1e6 / 600e-6}]
+    assert ev["collectives"] == [
+        {"collective": "all_reduce", "bytes": 1e6, "count": 2.0, "mean_us": 600.0, "algbw_bytes_per_s": 1e6 / 600e-6}
+    ]
     assert "all_reduce of 1.00 MB ×2 (0.6 ms each, 1.667 GB/s)" in f["message"]
     assert "messages are small" in ev["advice"] and "overlap them with the backward" in ev["advice"]
     assert "below 1 GB/s" not in ev["advice"]
@@ -158,8 +168,9 @@ def test_mtia_device_activity_is_read_and_unknown_categories_are_named(tmp_path)
     tb.launch("mtia_matmul_kernel", launch_ts=10, start=100, dur=400)
     for e in tb.events:  # the same events as MTIA's Kineto writes them
         e["cat"] = {"kernel": "mtia_ccp_events", "cuda_runtime": "mtia_runtime"}.get(e["cat"], e["cat"])
-    tb.events.append({"ph": "X", "cat": "hpu_op_kernel", "name": "x", "pid": 1, "tid": 1, "ts": 600, "dur": 10,
-                      "args": {}})
+    tb.events.append(
+        {"ph": "X", "cat": "hpu_op_kernel", "name": "x", "pid": 1, "tid": 1, "ts": 600, "dur": 10, "args": {}}
+    )
     t = load_trace(str(tb.write(tmp_path / "m.json")))
     a = pipeline.analyze_tables(t)
     assert a.primary.kind == "gpu" and a.primary.steps[0].busy_us == 400

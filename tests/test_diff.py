@@ -24,8 +24,14 @@ RESNET_0 = "kineto__resnet50_num_workers_0__worker0.pt.trace.json.gz"
 RESNET_4 = "kineto__resnet50_num_workers_4__worker0.pt.trace.json.gz"
 
 
-def steps_trace(path: Path, step_us: list[float], kernels: list[tuple[str, float]], rank: int | None = None,
-                world: int | None = None, ops: list[tuple[str, float]] | None = None) -> Path:
+def steps_trace(
+    path: Path,
+    step_us: list[float],
+    kernels: list[tuple[str, float]],
+    rank: int | None = None,
+    world: int | None = None,
+    ops: list[tuple[str, float]] | None = None,
+) -> Path:
     """Steps of the given lengths, tiling from t=0; each step launches ``kernels`` back to back from +10 µs and
     runs ``ops`` (host cpu_ops) back to back from +5 µs."""
     tb = TraceBuilder(rank=rank, world_size=world)
@@ -56,10 +62,10 @@ def test_welch_interval_by_hand():
     a = np.array([800.0, 850, 750, 800])
     c = stats.compare_means(b, a)
     # by hand: means 1000 / 800; s_b = sqrt(20000/3), s_a = sqrt(5000/3)
-    c_a = (5000 / 3) / 4 / 1000 ** 2
-    c_b = 800 ** 2 * (20000 / 3) / 4 / 1000 ** 4
+    c_a = (5000 / 3) / 4 / 1000**2
+    c_b = 800**2 * (20000 / 3) / 4 / 1000**4
     se = math.sqrt(c_a + c_b)
-    dof = (c_a + c_b) ** 2 / (c_a ** 2 / 3 + c_b ** 2 / 3)
+    dof = (c_a + c_b) ** 2 / (c_a**2 / 3 + c_b**2 / 3)
     assert dof == pytest.approx(5.0335, abs=1e-3)
     half = 100 * student_t.ppf(0.975, dof) * se
     assert half == pytest.approx(9.89, abs=0.01)
@@ -80,14 +86,17 @@ def test_batch_means_widen_the_interval_of_a_drifting_series():
     assert stats.mean_variance(small) == pytest.approx((np.var(small, ddof=1) / 4, 3.0))
 
 
-@pytest.mark.parametrize("change, ci, verdict, more", [
-    (-10.0, (-12.0, -8.0), "faster", None),
-    (3.0, (1.0, 5.0), "slower", None),
-    (1.2, (0.8, 1.6), "no-change", None),  # real but below the 2% threshold
-    (0.3, (-1.0, 1.6), "no-change", None),  # within ±2%
-    (-10.0, (-25.0, 5.0), "inconclusive", math.ceil(100 * ((15 / 10) ** 2 - 1))),  # half 15 → 10
-    (0.5, (-5.5, 6.5), "inconclusive", math.ceil(100 * ((6 / 1.5) ** 2 - 1))),  # half 6 → 2 − 0.5
-])
+@pytest.mark.parametrize(
+    "change, ci, verdict, more",
+    [
+        (-10.0, (-12.0, -8.0), "faster", None),
+        (3.0, (1.0, 5.0), "slower", None),
+        (1.2, (0.8, 1.6), "no-change", None),  # real but below the 2% threshold
+        (0.3, (-1.0, 1.6), "no-change", None),  # within ±2%
+        (-10.0, (-25.0, 5.0), "inconclusive", math.ceil(100 * ((15 / 10) ** 2 - 1))),  # half 15 → 10
+        (0.5, (-5.5, 6.5), "inconclusive", math.ceil(100 * ((6 / 1.5) ** 2 - 1))),  # half 6 → 2 − 0.5
+    ],
+)
 def test_verdict_rules(change, ci, verdict, more):
     v, m, _ = stats.decide(change, ci, 2.0, (100, 100))
     assert (v, m) == (verdict, more)
@@ -101,27 +110,50 @@ def test_one_step_per_side_is_inconclusive():
 # -- kernel-name normalisation ---------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("before, after, how", [
-    (("void at::native::vectorized_elementwise_kernel<4, at::native::AddFunctor<float>, at::detail::Array<char*, 3> >"
-     "(int, at::native::AddFunctor<float>, at::detail::Array<char*, 3>)"),
-     ("void at::native::vectorized_elementwise_kernel<4, at::native::AddFunctor<c10::BFloat16>, "
-     "at::detail::Array<char*, 3> >(int, at::native::AddFunctor<c10::BFloat16>, at::detail::Array<char*, 3>)"),
-     "template arguments"),
-    ("sm80_xmma_gemm_f32f32_f32f32_f32_tn_n_tilesize128x128x8", "sm90_xmma_gemm_f32f32_f32f32_f32_tn_n_tilesize128x128x8",
-     "architecture prefix"),
-    ("volta_sgemm_128x64_nn", "ampere_sgemm_128x64_nn", "architecture prefix"),
-    ("ampere_sgemm_128x64_tn", "ampere_hgemm_128x64_tn", "dtype"),
-    ("ampere_fp16_s16816gemm_fp16_128x128_ldg8_f2f_tn", "sm90_bf16_s16816gemm_bf16_128x128_ldg8_f2f_tn",
-     "architecture prefix + dtype"),
-    ("sm90_xmma_gemm_f32f32_f32f32_f32_tn_n_tilesize128x128x32_warpgroupsize1x1x1_execute_segment_k_off_kernel",
-     "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x32_warpgroupsize1x1x1_execute_segment_k_off_kernel",
-     "dtype"),
-    ("cutlass_80_tensorop_bf16_s16816gemm_relu_bf16_64x64_32x6_tn_align8",
-     "cutlass_90_tensorop_f16_s16816gemm_relu_f16_64x64_32x6_tn_align8", "architecture prefix + dtype"),
-    ("fmha_cutlassF_f16_aligned_64x64_rf_sm80(PyTorchMemEffAttention::AttentionKernel<cutlass::half_t>::Params)",
-     "fmha_cutlassF_bf16_aligned_64x64_rf_sm90(PyTorchMemEffAttention::AttentionKernel<cutlass::bfloat16_t>::Params)",
-     "template arguments + architecture prefix + dtype"),
-])
+@pytest.mark.parametrize(
+    "before, after, how",
+    [
+        (
+            (
+                "void at::native::vectorized_elementwise_kernel<4, at::native::AddFunctor<float>, "
+                "at::detail::Array<char*, 3> >"
+                "(int, at::native::AddFunctor<float>, at::detail::Array<char*, 3>)"
+            ),
+            (
+                "void at::native::vectorized_elementwise_kernel<4, at::native::AddFunctor<c10::BFloat16>, "
+                "at::detail::Array<char*, 3> >(int, at::native::AddFunctor<c10::BFloat16>, at::detail::Array<char*, 3>)"
+            ),
+            "template arguments",
+        ),
+        (
+            "sm80_xmma_gemm_f32f32_f32f32_f32_tn_n_tilesize128x128x8",
+            "sm90_xmma_gemm_f32f32_f32f32_f32_tn_n_tilesize128x128x8",
+            "architecture prefix",
+        ),
+        ("volta_sgemm_128x64_nn", "ampere_sgemm_128x64_nn", "architecture prefix"),
+        ("ampere_sgemm_128x64_tn", "ampere_hgemm_128x64_tn", "dtype"),
+        (
+            "ampere_fp16_s16816gemm_fp16_128x128_ldg8_f2f_tn",
+            "sm90_bf16_s16816gemm_bf16_128x128_ldg8_f2f_tn",
+            "architecture prefix + dtype",
+        ),
+        (
+            "sm90_xmma_gemm_f32f32_f32f32_f32_tn_n_tilesize128x128x32_warpgroupsize1x1x1_execute_segment_k_off_kernel",
+            "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x32_warpgroupsize1x1x1_execute_segment_k_off_kernel",
+            "dtype",
+        ),
+        (
+            "cutlass_80_tensorop_bf16_s16816gemm_relu_bf16_64x64_32x6_tn_align8",
+            "cutlass_90_tensorop_f16_s16816gemm_relu_f16_64x64_32x6_tn_align8",
+            "architecture prefix + dtype",
+        ),
+        (
+            "fmha_cutlassF_f16_aligned_64x64_rf_sm80(PyTorchMemEffAttention::AttentionKernel<cutlass::half_t>::Params)",
+            "fmha_cutlassF_bf16_aligned_64x64_rf_sm90(PyTorchMemEffAttention::AttentionKernel<cutlass::bfloat16_t>::Params)",
+            "template arguments + architecture prefix + dtype",
+        ),
+    ],
+)
 def test_normalised_names_meet(before, after, how):
     assert before != after
     assert names.normalise(before) == names.normalise(after)
@@ -130,20 +162,33 @@ def test_normalised_names_meet(before, after, how):
 
 def test_different_kernels_stay_apart():
     assert names.normalise("volta_sgemm_128x64_nn") != names.normalise("volta_sgemm_128x64_tn")
-    assert names.normalise("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__") != \
-        names.normalise("enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__")
+    assert names.normalise("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__") != names.normalise(
+        "enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__"
+    )
 
 
 # -- TraceBuilder pairs ----------------------------------------------------------------------------------------
 
 
 def test_tracebuilder_pair_by_hand(tmp_path):
-    before = steps_trace(tmp_path / "b.json", [1000, 1100, 900, 1000],
-                         [("volta_sgemm_128x64_nn", 300), ("void at::native::elementwise_kernel<float, 4>()", 200),
-                          ("void gone_kernel<1>()", 50)])
-    after = steps_trace(tmp_path / "a.json", [800, 850, 750, 800],
-                        [("sm80_sgemm_128x64_nn", 250), ("void at::native::elementwise_kernel<c10::Half, 4>()", 100),
-                         ("void new_kernel()", 20)])
+    before = steps_trace(
+        tmp_path / "b.json",
+        [1000, 1100, 900, 1000],
+        [
+            ("volta_sgemm_128x64_nn", 300),
+            ("void at::native::elementwise_kernel<float, 4>()", 200),
+            ("void gone_kernel<1>()", 50),
+        ],
+    )
+    after = steps_trace(
+        tmp_path / "a.json",
+        [800, 850, 750, 800],
+        [
+            ("sm80_sgemm_128x64_nn", 250),
+            ("void at::native::elementwise_kernel<c10::Half, 4>()", 100),
+            ("void new_kernel()", 20),
+        ],
+    )
     d = _diff(tmp_path, before, after)
     assert d.verdict == "faster"
     assert d.mean_step_us.before == pytest.approx(1000) and d.mean_step_us.after == pytest.approx(800)
@@ -159,7 +204,9 @@ def test_tracebuilder_pair_by_hand(tmp_path):
     movers = {(m.name_before, m.name_after): m for m in d.kernels}
     gemm = movers[("volta_sgemm_128x64_nn", "sm80_sgemm_128x64_nn")]
     assert gemm.match == "normalised" and gemm.how == "architecture prefix" and gemm.delta_us == pytest.approx(-50)
-    ew = movers[("void at::native::elementwise_kernel<float, 4>()", "void at::native::elementwise_kernel<c10::Half, 4>()")]
+    ew = movers[
+        ("void at::native::elementwise_kernel<float, 4>()", "void at::native::elementwise_kernel<c10::Half, 4>()")
+    ]
     assert ew.how == "template arguments" and ew.delta_us == pytest.approx(-100)
     assert movers[("void gone_kernel<1>()", None)].match == "disappeared"
     assert movers[(None, "void new_kernel()")].match == "appeared"
@@ -191,8 +238,15 @@ def test_regression_gate_fires_only_beyond_threshold_and_significant(tmp_path, c
     assert json.loads(capsys.readouterr().out)["verdict"] == "inconclusive"
 
 
-def _report_pair(tmp_path: Path, before_us: list[float], after_us: list[float], findings_b: list[dict],
-                 findings_a: list[dict], passed_b: list[str], passed_a: list[str]) -> tuple[Path, Path, dict]:
+def _report_pair(
+    tmp_path: Path,
+    before_us: list[float],
+    after_us: list[float],
+    findings_b: list[dict],
+    findings_a: list[dict],
+    passed_b: list[str],
+    passed_a: list[str],
+) -> tuple[Path, Path, dict]:
     """Report JSON of two TraceBuilder traces with findings edited in (the BEFORE report dict is returned for
     further edits; write it again to apply them)."""
     b = steps_trace(tmp_path / "b.json", before_us, [("k", 300)])
@@ -208,9 +262,15 @@ def _report_pair(tmp_path: Path, before_us: list[float], after_us: list[float], 
 
 def test_findings_and_prediction_from_report_json(tmp_path):
     """One finding resolves (its fix applied), another shrinks as a side effect: only the resolved one is scored."""
-    rb, ra, _ = _report_pair(tmp_path, [1000, 1000, 1000, 1000], [900, 900, 900, 900],
-                             [_finding("PD101", 150.0), _finding("PD103", 80.0)],
-                             [_finding("PD103", 30.0), _finding("PD205", 10.0)], ["PD205"], ["PD101"])
+    rb, ra, _ = _report_pair(
+        tmp_path,
+        [1000, 1000, 1000, 1000],
+        [900, 900, 900, 900],
+        [_finding("PD101", 150.0), _finding("PD103", 80.0)],
+        [_finding("PD103", 30.0), _finding("PD205", 10.0)],
+        ["PD205"],
+        ["PD101"],
+    )
     d = _diff(tmp_path, rb, ra)
     status = {x.code: x.status for x in d.findings}
     assert status == {"PD101": "resolved", "PD103": "persisting", "PD205": "new"}
@@ -223,15 +283,23 @@ def test_findings_and_prediction_from_report_json(tmp_path):
     # constant steps on both sides: the interval is the point −10% → [100, 100] µs; 150 lies outside it
     assert p.measured_ci95_us == pytest.approx([100, 100]) and p.within_ci95 is False
     # PD103 shrank 80 → 30 without its fix: listed, no error scored against the step's change
-    assert [(s.code, s.saving_before_us, s.saving_after_us, s.shrink_us) for s in d.shrunk] == \
-        [("PD103", 80.0, 30.0, 50.0)]
+    assert [(s.code, s.saving_before_us, s.saving_after_us, s.shrink_us) for s in d.shrunk] == [
+        ("PD103", 80.0, 30.0, 50.0)
+    ]
     assert "side effect" in d.predicted_note
     from perfdoctor.render.diff_view import predictions_table
 
     rows = predictions_table(d).rows
     assert rows[0][:2] == ["PD101 rule-PD101", "resolved"] and rows[0][5:] == ["−0.05 ms", "−33.3%"]
-    assert rows[1] == ["PD103 rule-PD103", "shrank (side effect of other changes)", "saving 0.08 ms → 0.03 ms",
-                       "–", "–", "–", "–"]
+    assert rows[1] == [
+        "PD103 rule-PD103",
+        "shrank (side effect of other changes)",
+        "saving 0.08 ms → 0.03 ms",
+        "–",
+        "–",
+        "–",
+        "–",
+    ]
     doc = json.loads(d.to_json())
     assert doc["schema_version"] == 2 and "error_us" not in doc["shrunk"][0]
 
@@ -241,14 +309,22 @@ def test_resolved_together_is_one_row_summed_or_replayed_together(tmp_path):
     # BEFORE 1000, 1100, 900, 1000 (mean 1000) → AFTER 800, 850, 750, 800 (mean 800): measured 200 µs per step;
     # change −20%, 95% CI −29.89% to −10.11% (test_tracebuilder_pair_by_hand) → [101.1, 298.9] µs
     replay = "replay of the step's dependency graph with the fix applied (...)"
-    rb, ra, doc = _report_pair(tmp_path, [1000, 1100, 900, 1000], [800, 850, 750, 800],
-                               [_finding("PD101", 150.0, replay), _finding("PD205", 100.0, replay),
-                                _finding("PD103", 80.0)], [_finding("PD103", 60.0)], [], ["PD101", "PD205"])
+    rb, ra, doc = _report_pair(
+        tmp_path,
+        [1000, 1100, 900, 1000],
+        [800, 850, 750, 800],
+        [_finding("PD101", 150.0, replay), _finding("PD205", 100.0, replay), _finding("PD103", 80.0)],
+        [_finding("PD103", 60.0)],
+        [],
+        ["PD101", "PD205"],
+    )
     d = _diff(tmp_path, rb, ra)
     p = d.predicted_vs_measured
     assert p is not None and p.codes == ["PD101", "PD205"] and p.shared
-    assert [(x.code, x.predicted_us, x.predicted_kind) for x in p.parts] == \
-        [("PD101", 150.0, "replayed"), ("PD205", 100.0, "replayed")]
+    assert [(x.code, x.predicted_us, x.predicted_kind) for x in p.parts] == [
+        ("PD101", 150.0, "replayed"),
+        ("PD205", 100.0, "replayed"),
+    ]
     # no fix-all replay of exactly {PD101, PD205} in the report: the sum, 250 µs; error 200 − 250 = −50 (−20%)
     assert (p.predicted_kind, p.predicted_us) == ("sum", 250.0)
     assert p.measured_us == pytest.approx(200) and p.error_us == pytest.approx(-50)
@@ -260,17 +336,26 @@ def test_resolved_together_is_one_row_summed_or_replayed_together(tmp_path):
     from perfdoctor.render.diff_view import predictions_table
 
     view = predictions_table(d)  # one scored row, its parts and the shrunk finding without an error
-    assert [r[:2] for r in view.rows] == [["PD101 + PD205", "resolved together (2), measured change shared"],
-                                          ["  PD101 rule-PD101", "resolved (part of the row above)"],
-                                          ["  PD205 rule-PD205", "resolved (part of the row above)"],
-                                          ["PD103 rule-PD103", "shrank (side effect of other changes)"]]
-    assert view.rows[0][2:] == ["0.25 ms (sum of the parts)", "0.20 ms (0.10 ms to 0.30 ms)", "yes", "−0.05 ms",
-                                "−20.0%"]
+    assert [r[:2] for r in view.rows] == [
+        ["PD101 + PD205", "resolved together (2), measured change shared"],
+        ["  PD101 rule-PD101", "resolved (part of the row above)"],
+        ["  PD205 rule-PD205", "resolved (part of the row above)"],
+        ["PD103 rule-PD103", "shrank (side effect of other changes)"],
+    ]
+    assert view.rows[0][2:] == [
+        "0.25 ms (sum of the parts)",
+        "0.20 ms (0.10 ms to 0.30 ms)",
+        "yes",
+        "−0.05 ms",
+        "−20.0%",
+    ]
     assert [r[5] for r in view.rows[1:]] == ["–"] * 3 and view.classes == ["", "detail", "detail", "detail"]
     assert "resolved together (2), measured change shared" in render_diff_html(d)
     # the report's fix-all replay of exactly these two: 1000 → 640 µs, 360 µs together, outside the interval
-    doc["ranks"][0]["replay"] = {**(doc["ranks"][0]["replay"] or {}), "fix_all": {
-        "codes": ["PD205", "PD101"], "recorded_mean_step_us": 1000.0, "replayed_mean_step_us": 640.0}}
+    doc["ranks"][0]["replay"] = {
+        **(doc["ranks"][0]["replay"] or {}),
+        "fix_all": {"codes": ["PD205", "PD101"], "recorded_mean_step_us": 1000.0, "replayed_mean_step_us": 640.0},
+    }
     rb.write_text(json.dumps(doc))
     p = _diff(tmp_path, rb, ra).predicted_vs_measured
     assert p is not None and (p.predicted_kind, p.predicted_us) == ("replayed-together", 360.0)
@@ -317,8 +402,9 @@ def test_rules_on_a_tracebuilder_pair_one_resolves_one_shrinks(tmp_path):
 
 def test_only_shrunk_findings_give_no_prediction(tmp_path):
     """The MoE case: a finding shrank but its fix (a bigger batch) was never applied: nothing is scored."""
-    rb, ra, _ = _report_pair(tmp_path, [1000, 1000, 1000], [990, 990, 990], [_finding("PD201", 500.0)],
-                             [_finding("PD201", 480.0)], [], [])
+    rb, ra, _ = _report_pair(
+        tmp_path, [1000, 1000, 1000], [990, 990, 990], [_finding("PD201", 500.0)], [_finding("PD201", 480.0)], [], []
+    )
     d = _diff(tmp_path, rb, ra)
     assert d.predicted_vs_measured is None
     assert [(s.code, s.shrink_us) for s in d.shrunk] == [("PD201", 20.0)]
@@ -354,9 +440,24 @@ def test_skipped_check_is_not_resolved(tmp_path):
 
 def _finding(code: str, saving_us: float, method: str = "m") -> dict:
     """A complete finding dict of the report schema (docs/report-schema.md#findings)."""
-    return {"code": code, "name": f"rule-{code}", "category": "c", "severity": "high", "position": 1, "rank": 0,
-            "message": "x", "saving_us_per_step": saving_us, "saving_pct_of_step": 0.0, "saving_method": method,
-            "evidence": {}, "steps": [], "fix": "", "example_before": "", "example_after": "", "references": []}
+    return {
+        "code": code,
+        "name": f"rule-{code}",
+        "category": "c",
+        "severity": "high",
+        "position": 1,
+        "rank": 0,
+        "message": "x",
+        "saving_us_per_step": saving_us,
+        "saving_pct_of_step": 0.0,
+        "saving_method": method,
+        "evidence": {},
+        "steps": [],
+        "fix": "",
+        "example_before": "",
+        "example_after": "",
+        "references": [],
+    }
 
 
 def _report_json(trace: Path) -> str:
@@ -374,8 +475,11 @@ def test_report_json_side_equals_trace_side(tmp_path, capsys):
     from_trace = _diff(tmp_path, b, a)
     from_json = _diff(tmp_path, tmp_path / "base.json", a)
     assert from_json.before.kind == "report"
-    assert (from_json.verdict, from_json.change_pct, from_json.ci95_pct) == \
-        (from_trace.verdict, from_trace.change_pct, from_trace.ci95_pct)
+    assert (from_json.verdict, from_json.change_pct, from_json.ci95_pct) == (
+        from_trace.verdict,
+        from_trace.change_pct,
+        from_trace.ci95_pct,
+    )
     assert [c.delta_us for c in from_json.categories] == pytest.approx([c.delta_us for c in from_trace.categories])
 
 
@@ -575,14 +679,22 @@ def test_terminal_fixed_width(tmp_path):
 
 def test_name_below_the_other_sides_top_list_is_unlisted(tmp_path):
     """A report keeps each rank's top 20: a name missing there may be below the list, never 'appeared'."""
-    before = steps_trace(tmp_path / "b.json", [3000, 3000],
-                         [(f"void k{i}<float>()", 100) for i in range(20)] + [("void tiny()", 5)])
-    after = steps_trace(tmp_path / "a.json", [3000, 3000],
-                        [(f"void k{i}<float>()", 100) for i in range(19)] + [("void tiny()", 50)])
+    before = steps_trace(
+        tmp_path / "b.json", [3000, 3000], [(f"void k{i}<float>()", 100) for i in range(20)] + [("void tiny()", 5)]
+    )
+    after = steps_trace(
+        tmp_path / "a.json", [3000, 3000], [(f"void k{i}<float>()", 100) for i in range(19)] + [("void tiny()", 50)]
+    )
     d = _diff(tmp_path, before, after)
     movers = {(m.name_before or m.name_after): m for m in d.kernels}
     tiny = movers["void tiny()"]  # 5 µs in BEFORE, below its full 20-row list (smallest row 100 µs per step)
-    assert (tiny.match, tiny.before_us, tiny.after_us, tiny.delta_us, tiny.bound_us) == ("unlisted", None, 50, None, 100)
+    assert (tiny.match, tiny.before_us, tiny.after_us, tiny.delta_us, tiny.bound_us) == (
+        "unlisted",
+        None,
+        50,
+        None,
+        100,
+    )
     gone = movers["void k19<float>()"]  # AFTER's list is full too: k19 may sit below its smallest row (50 µs)
     assert (gone.match, gone.before_us, gone.after_us, gone.bound_us) == ("unlisted", 100, None, 50)
 
@@ -601,8 +713,11 @@ def test_run_dir_against_its_own_report_json(capsys):
     assert d["before"]["kind"] == "report" and d["after"]["kind"] == "run"
     run = json.loads(RUN_REPORT.read_text())["run"]
     start = run["steady_state"]["steady_start_step"]
-    steady = [t for i, (t, p) in enumerate(zip(run["steps"]["train_s"], run["steps"]["profiler_phase"]))
-              if i >= start and p == "none"]
+    steady = [
+        t
+        for i, (t, p) in enumerate(zip(run["steps"]["train_s"], run["steps"]["profiler_phase"]))
+        if i >= start and p == "none"
+    ]
     assert d["statistics"]["steps"]["before"] == len(steady)
     assert d["mean_step_us"]["before"] == pytest.approx(1e6 * sum(steady) / len(steady))
     assert {t["key"] for t in d["throughput"]} >= {"train_tokens_per_s", "wall_tokens_per_s"}
@@ -615,19 +730,22 @@ def test_diff_never_imports_torch(tmp_path):
     import sys
 
     # a finder that refuses torch (scipy looks torch up in sys.modules, so a None entry there would break it)
-    code = ("import sys\n"
-            "class NoTorch:\n"
-            "    def find_spec(self, name, path=None, target=None):\n"
-            "        if name == 'torch' or name.startswith('torch.'):\n"
-            "            raise ImportError('torch hidden')\n"
-            "sys.meta_path.insert(0, NoTorch())\n"
-            "from perfdoctor.cli import main\n"
-            f"rc = main(['diff', {str(RUN_REPORT)!r}, {str(RUN_DIR)!r}, '-o', 'd.html'])\n"
-            "heavy = sorted(m for m in ('torch', 'tensorboard', 'hta', 'pandas', 'pyarrow') if m in sys.modules)\n"
-            "print(rc, heavy, file=sys.stderr)\n")
+    code = (
+        "import sys\n"
+        "class NoTorch:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name == 'torch' or name.startswith('torch.'):\n"
+        "            raise ImportError('torch hidden')\n"
+        "sys.meta_path.insert(0, NoTorch())\n"
+        "from perfdoctor.cli import main\n"
+        f"rc = main(['diff', {str(RUN_REPORT)!r}, {str(RUN_DIR)!r}, '-o', 'd.html'])\n"
+        "heavy = sorted(m for m in ('torch', 'tensorboard', 'hta', 'pandas', 'pyarrow') if m in sys.modules)\n"
+        "print(rc, heavy, file=sys.stderr)\n"
+    )
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
-                          timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
+    )
     assert proc.stderr.strip().splitlines()[-1] == "0 []", proc.stderr
     assert (tmp_path / "d.html").stat().st_size > 5_000
 

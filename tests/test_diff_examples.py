@@ -30,10 +30,34 @@ def record(root: Path, runs: dict[str, list[str]]) -> dict[str, Path]:
     procs = []
     for name, flags in todo.items():
         out = root / name
-        cmd = [sys.executable, "-m", "perfdoctor", "profile", str(REPO / "examples" / "mlp.py"), "--steps",
-               str(STEPS), "--out", str(out), "--no-report", "--", *flags]
-        procs.append((name, out, subprocess.Popen(cmd, cwd=root, env={**os.environ, **ONE_THREAD},
-                                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)))
+        cmd = [
+            sys.executable,
+            "-m",
+            "perfdoctor",
+            "profile",
+            str(REPO / "examples" / "mlp.py"),
+            "--steps",
+            str(STEPS),
+            "--out",
+            str(out),
+            "--no-report",
+            "--",
+            *flags,
+        ]
+        procs.append(
+            (
+                name,
+                out,
+                subprocess.Popen(
+                    cmd,
+                    cwd=root,
+                    env={**os.environ, **ONE_THREAD},
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    text=True,
+                ),
+            )
+        )
     for name, out, proc in procs:
         _, err = proc.communicate(timeout=900)
         assert proc.returncode == 0, err[-3000:]
@@ -71,7 +95,9 @@ def _overloaded() -> bool:
 
 def timing_verdicts_meaningful(capsys) -> bool:
     if _overloaded():
-        show(capsys, f"  (load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores: timing verdict not asserted)")
+        show(
+            capsys, f"  (load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores: timing verdict not asserted)"
+        )
         return False
     return True
 

@@ -42,7 +42,9 @@ EXPECTED: dict[str, tuple[int | None, str]] = {
     "crash18_OverflowError_columns_py_184_synthetic.json": (2, "'external id' out of range"),
     "crash19_OverflowError_schema_py_85.json": (2, "'ts' out of range"),
     "crash20_TypeError_pd203_fp32_matmul_without_tensor_cores_py_35.json": (
-        None, "1 trace metadata value(s) of the wrong type or out of range"),
+        None,
+        "1 trace metadata value(s) of the wrong type or out of range",
+    ),
     "hang01_case5841.json.gz": (None, ""),
 }
 
@@ -98,19 +100,40 @@ def test_reproducer_meets_the_contract(name, capsys, tmp_path):
 def test_one_reproducer_as_a_process():
     """The same contract seen from outside: one stderr line, no traceback."""
     path = trace_path("crash12_OverflowError_columns_py_182.json")
-    r = subprocess.run([sys.executable, "-m", "perfdoctor", "report", str(path), "--format", "json"],
-                       capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-m", "perfdoctor", "report", str(path), "--format", "json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert r.stderr.strip().splitlines() == [
         f"perfdoctor: error: {path}: no valid trace event: 1 event(s) with invalid fields dropped "
-        "('External id' out of range (1))"]
+        "('External id' out of range (1))"
+    ]
 
 
 def test_zero_length_step_with_model_flops_says_why_mfu_is_missing(capsys):
     """Found by the fuzzer (ProfilerStep markers of 0 µs): MFU asked for a rate over a 0 s step (ValueError)."""
     path = trace_path("crash01_ZeroDivisionError_pipeline_py_192.json")
-    argv = ["report", str(path), "--format", "json", "--params", "1e9", "--layers", "2", "--heads", "8",
-            "--d-model", "512", "--seq-len", "16", "--tokens-per-step", "16"]
+    argv = [
+        "report",
+        str(path),
+        "--format",
+        "json",
+        "--params",
+        "1e9",
+        "--layers",
+        "2",
+        "--heads",
+        "8",
+        "--d-model",
+        "512",
+        "--seq-len",
+        "16",
+        "--tokens-per-step",
+        "16",
+    ]
     got, out, err, runtime_warnings = run_inprocess(argv, capsys)
     assert got in (0, 1) and runtime_warnings == [], err
     rank = json.loads(out)["ranks"][0]

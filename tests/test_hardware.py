@@ -23,9 +23,25 @@ def test_h100_sxm_dense_figures_and_ridge():
 
 
 def test_every_spec_states_sources_and_dense_only():
-    required = {"v100-sxm2", "a100-40gb", "a100-80gb-sxm", "a100-80gb-pcie", "h100-sxm", "h100-pcie", "h200-sxm",
-                "h800-sxm", "gh200-96gb", "b200", "l4", "l40s", "a10", "rtx-3090", "rtx-4090", "mi250x-gcd",
-                "mi300x"}
+    required = {
+        "v100-sxm2",
+        "a100-40gb",
+        "a100-80gb-sxm",
+        "a100-80gb-pcie",
+        "h100-sxm",
+        "h100-pcie",
+        "h200-sxm",
+        "h800-sxm",
+        "gh200-96gb",
+        "b200",
+        "l4",
+        "l40s",
+        "a10",
+        "rtx-3090",
+        "rtx-4090",
+        "mi250x-gcd",
+        "mi300x",
+    }
     assert required <= {s.key for s in SPECS}
     for s in SPECS:
         assert s.source_of("bandwidth") and all(s.source_of(d) for d in s.peak_flops)
@@ -36,32 +52,39 @@ def test_every_spec_states_sources_and_dense_only():
     assert not spec_by_name("V100").has_bf16 and not spec_by_name("V100").has_tf32
 
 
-@pytest.mark.parametrize("p,key", [
-    (props("NVIDIA H100 80GB HBM3", (9, 0), 132, 85018279936), "h100-sxm"),
-    (props("NVIDIA H100 PCIe", (9, 0), 114, 85e9), "h100-pcie"),
-    (props("NVIDIA A100-SXM4-40GB", (8, 0), 108, 42.5e9), "a100-40gb"),
-    (props("NVIDIA A100-PG509-200", (8, 0), 108, 42505273344), "a100-40gb"),
-    (props("NVIDIA PG509-210", (8, 0), 108, 85198045184), "a100-80gb-sxm"),
-    (props("NVIDIA A100 80GB PCIe", (8, 0), 108, 84987740160), "a100-80gb-pcie"),
-    (props("Tesla V100-DGXS-32GB", (7, 0), 80, 34084028416), "v100-sxm2"),
-    (props("AMD Instinct MI300X", (9, 4), 304, 206141652992), "mi300x"),
-    (props("AMD Radeon Graphics", (9, 0), 104, 68702699520, warpSize=64), "mi250-gcd"),
-    (props("AMD Radeon Graphics", (9, 0), 110, 68702699520, gcnArchName="gfx90a:sramecc+:xnack-"), "mi250x-gcd"),
-    (props("NVIDIA GH200 480GB", (9, 0), 132, 102e9), "gh200-96gb"),
-    (props("Tesla T4", (7, 5), 40, 15843721216), "t4"),  # as torch.cuda reports a T4 (16 GB board, 15.8e9 usable)
-])
+@pytest.mark.parametrize(
+    "p,key",
+    [
+        (props("NVIDIA H100 80GB HBM3", (9, 0), 132, 85018279936), "h100-sxm"),
+        (props("NVIDIA H100 PCIe", (9, 0), 114, 85e9), "h100-pcie"),
+        (props("NVIDIA A100-SXM4-40GB", (8, 0), 108, 42.5e9), "a100-40gb"),
+        (props("NVIDIA A100-PG509-200", (8, 0), 108, 42505273344), "a100-40gb"),
+        (props("NVIDIA PG509-210", (8, 0), 108, 85198045184), "a100-80gb-sxm"),
+        (props("NVIDIA A100 80GB PCIe", (8, 0), 108, 84987740160), "a100-80gb-pcie"),
+        (props("Tesla V100-DGXS-32GB", (7, 0), 80, 34084028416), "v100-sxm2"),
+        (props("AMD Instinct MI300X", (9, 4), 304, 206141652992), "mi300x"),
+        (props("AMD Radeon Graphics", (9, 0), 104, 68702699520, warpSize=64), "mi250-gcd"),
+        (props("AMD Radeon Graphics", (9, 0), 110, 68702699520, gcnArchName="gfx90a:sramecc+:xnack-"), "mi250x-gcd"),
+        (props("NVIDIA GH200 480GB", (9, 0), 132, 102e9), "gh200-96gb"),
+        (props("Tesla T4", (7, 5), 40, 15843721216), "t4"),  # as torch.cuda reports a T4 (16 GB board, 15.8e9 usable)
+    ],
+)
 def test_match(p, key):
     assert match_device(p).key == key
 
 
-@pytest.mark.parametrize("p", [
-    props("Quadro GP100", (6, 0), 56, 17069309952),  # not in the table
-    props("NVIDIA A100 80GB", (8, 0), 108, 85e9),  # form factor not named: SXM and PCIe bandwidth differ
-    props("NVIDIA H100 NVL", (9, 0), 132, 94e9),
-    props("NVIDIA H100 80GB HBM3", (8, 0), 132, 85e9),  # name and architecture disagree
-    props("NVIDIA H100 80GB HBM3", (9, 0), 120, 85e9),  # unknown SM count
-    {}, None,
-])
+@pytest.mark.parametrize(
+    "p",
+    [
+        props("Quadro GP100", (6, 0), 56, 17069309952),  # not in the table
+        props("NVIDIA A100 80GB", (8, 0), 108, 85e9),  # form factor not named: SXM and PCIe bandwidth differ
+        props("NVIDIA H100 NVL", (9, 0), 132, 94e9),
+        props("NVIDIA H100 80GB HBM3", (8, 0), 132, 85e9),  # name and architecture disagree
+        props("NVIDIA H100 80GB HBM3", (9, 0), 120, 85e9),  # unknown SM count
+        {},
+        None,
+    ],
+)
 def test_unknown_is_none(p):
     assert match_device(p) is None
 

@@ -15,10 +15,49 @@ from perfdoctor.render.html import render_html
 RESNET = "kineto__resnet50_num_workers_0__worker0.pt.trace.json.gz"
 DLRM = "param__dlrm_8ranks"
 MEMORY = "switchtransformers__a100_moe_profile_memory.json.gz"
-ALLOWED_TAGS = {"html", "head", "meta", "title", "style", "body", "main", "header", "nav", "a", "section", "h1",
-                "h2", "h3", "div", "p", "span", "strong", "em", "code", "pre", "ul", "ol", "li", "table", "thead",
-                "tbody", "tr", "th", "td", "details", "summary", "footer", "script", "svg", "rect", "line",
-                "text", "polyline", "circle", "g"}
+ALLOWED_TAGS = {
+    "html",
+    "head",
+    "meta",
+    "title",
+    "style",
+    "body",
+    "main",
+    "header",
+    "nav",
+    "a",
+    "section",
+    "h1",
+    "h2",
+    "h3",
+    "div",
+    "p",
+    "span",
+    "strong",
+    "em",
+    "code",
+    "pre",
+    "ul",
+    "ol",
+    "li",
+    "table",
+    "thead",
+    "tbody",
+    "tr",
+    "th",
+    "td",
+    "details",
+    "summary",
+    "footer",
+    "script",
+    "svg",
+    "rect",
+    "line",
+    "text",
+    "polyline",
+    "circle",
+    "g",
+}
 _URL = re.compile(r"^\s*(?:[a-z][a-z0-9+.-]*:|//)", re.I)
 
 
@@ -70,8 +109,14 @@ def test_resnet_report_is_self_contained_and_complete(resnet):
     assert_self_contained(html)
     report = resnet["report"]
     assert embedded_json(html) == report  # every number on the page is in the embedded data
-    for heading in ("1. Summary", "2. Prioritized fixes", "3. Where the time goes", "4. Step timeline",
-                    "6. Top kernels, CPU ops, communication and memory", "7. How it was measured"):
+    for heading in (
+        "1. Summary",
+        "2. Prioritized fixes",
+        "3. Where the time goes",
+        "4. Step timeline",
+        "6. Top kernels, CPU ops, communication and memory",
+        "7. How it was measured",
+    ):
         assert f"<h2>{heading}</h2>" in html
     assert "5. Roofline" not in html or report["ranks"][0].get("roofline")
     # summary numbers from the breakdown (TensorBoard: 177.6 ms mean, 33.4% DataLoader)
@@ -82,8 +127,7 @@ def test_resnet_report_is_self_contained_and_complete(resnet):
     totals = report["ranks"][0]["devices"][0]["totals"]
     dl_ms = totals["idle_causes_us"]["dataloader"] / totals["n_steps"] / 1000
     assert 59 < dl_ms < 60.5  # 33.4% of a 177.6 ms step (the fetches themselves, on the critical path)
-    assert (f'idle: waiting for DataLoader</td><td class="num">{dl_ms:.2f} ms</td>'
-            '<td class="num">33.4%</td>') in html
+    assert (f'idle: waiting for DataLoader</td><td class="num">{dl_ms:.2f} ms</td><td class="num">33.4%</td>') in html
     # how it was measured: file size and sha256 of the input (1.11 MiB for the shared copy; tests/data holds the
     # same events re-compressed, 990.33 KiB)
     size = shared_trace(RESNET).stat().st_size
@@ -108,8 +152,8 @@ def test_multi_rank_report_has_per_rank_table_and_spread(dlrm):
     html, report = dlrm["html"].read_text(), dlrm["report"]
     assert_self_contained(html)
     assert len(report["ranks"]) == 8
-    table = html[html.index('<table class="ranks">'):]
-    table = table[:table.index("</table>")]
+    table = html[html.index('<table class="ranks">') :]
+    table = table[: table.index("</table>")]
     assert table.count("<tr>") == 9  # header + 8 ranks
     # one step per rank: the rank with the longest step is not "the slowest" (issue 11: it started first and waited)
     assert "59.1%" in html and "rank 1 has the longest median step time, rank 7 the shortest" in html
@@ -119,8 +163,17 @@ def test_multi_rank_report_has_per_rank_table_and_spread(dlrm):
     assert html.count("<details>") >= 7 * 2  # other ranks folded, one per section
 
 
-@pytest.mark.parametrize("name", [RESNET, DLRM, MEMORY, "tracelens__h100__bert-small-uncased.json.gz",
-                                  "param__linear_kineto.json.gz", "hta__cpu_only__rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        RESNET,
+        DLRM,
+        MEMORY,
+        "tracelens__h100__bert-small-uncased.json.gz",
+        "param__linear_kineto.json.gz",
+        "hta__cpu_only__rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz",
+    ],
+)
 def test_real_trace_reports_are_small_and_self_contained(name, tmp_path):
     out = tmp_path / "r.html"
     rc, _, err = cli("report", str(shared_trace(name)), "-o", str(out))
@@ -211,7 +264,7 @@ def test_roofline_section_when_the_report_has_roofline_data(tmp_path):
     html = render_html(report)
     assert_self_contained(html)
     assert "<h2>5. Roofline</h2>" in html
-    section = html[html.index('<section id="roofline">'):html.index('<section id="details">')]
+    section = html[html.index('<section id="roofline">') : html.index('<section id="details">')]
     drawn = [c for c in rl["chart"] if c["ai"] and c["achieved_flops_per_s"]]
     assert len(drawn) >= 5 and section.count('class="pt"') == len(drawn)
     assert "bf16 peak 989.5 TFLOP/s" in section and "memory 3.35 TB/s" in section  # H100 SXM datasheet roofs
@@ -223,22 +276,52 @@ def test_run_timeline_marks_warmup_steady_state_and_phase_change():
     times = [0.030] * 3 + [0.010] * 20 + [0.015] * 20
     n = len(times)
     report["run"] = {  # a whole typed run section; the timeline reads steps and steady_state
-        "path": "run", "partial": False, "stop_reason": None, "steps_completed": n, "wall_s": None,
-        "flops_per_step": None, "parameter_count": None, "tokens_per_step": None, "samples_per_step": None,
-        "steps": {"step": list(map(float, range(n))), "duration_s": times, "train_s": times, "eval_s": [None] * n,
-                  "checkpoint_s": [None] * n, "tokens": [None] * n, "samples": [None] * n,
-                  "profiler_phase": ["none"] * n},
-        "steady_state": {"n_steps": n, "warmup_steps": 3, "phases": [
-                             {"start_step": 3, "end_step": 23, "median_s": 0.010},
-                             {"start_step": 23, "end_step": 43, "median_s": 0.015}],
-                         "median_s": 0.015, "p10_s": 0.010, "p90_s": 0.015, "trend_us_per_step": 0.0,
-                         "trend_rise_ratio": 0.0, "trend_detected": False, "window_median_s": None,
-                         "window_ratio": None, "window_neighbor_median_s": None, "window_neighbor_ratio": None,
-                         "notes": [], "phase_change": True, "steady_start_step": 23},
-        "throughput": {}, "non_training": {"eval_s": 0.0, "eval_steps": 0, "checkpoint_s": 0.0, "checkpoint_steps": 0}}
+        "path": "run",
+        "partial": False,
+        "stop_reason": None,
+        "steps_completed": n,
+        "wall_s": None,
+        "flops_per_step": None,
+        "parameter_count": None,
+        "tokens_per_step": None,
+        "samples_per_step": None,
+        "steps": {
+            "step": list(map(float, range(n))),
+            "duration_s": times,
+            "train_s": times,
+            "eval_s": [None] * n,
+            "checkpoint_s": [None] * n,
+            "tokens": [None] * n,
+            "samples": [None] * n,
+            "profiler_phase": ["none"] * n,
+        },
+        "steady_state": {
+            "n_steps": n,
+            "warmup_steps": 3,
+            "phases": [
+                {"start_step": 3, "end_step": 23, "median_s": 0.010},
+                {"start_step": 23, "end_step": 43, "median_s": 0.015},
+            ],
+            "median_s": 0.015,
+            "p10_s": 0.010,
+            "p90_s": 0.015,
+            "trend_us_per_step": 0.0,
+            "trend_rise_ratio": 0.0,
+            "trend_detected": False,
+            "window_median_s": None,
+            "window_ratio": None,
+            "window_neighbor_median_s": None,
+            "window_neighbor_ratio": None,
+            "notes": [],
+            "phase_change": True,
+            "steady_start_step": 23,
+        },
+        "throughput": {},
+        "non_training": {"eval_s": 0.0, "eval_steps": 0, "checkpoint_s": 0.0, "checkpoint_steps": 0},
+    }
     html = render_html(report)
     assert_self_contained(html)
-    section = html[html.index('<section id="timeline">'):html.index('<section id="details">')]
+    section = html[html.index('<section id="timeline">') : html.index('<section id="details">')]
     assert "Step time over the whole run" in section
     assert "warm-up (3 steps)" in section and "steady state" in section
     assert "phase change at step 23: median 15.00 ms after" in section
@@ -251,13 +334,29 @@ def test_band_labels_of_a_short_warmup_stack_instead_of_overlapping():
 
     from perfdoctor.render import svg
 
-    out = svg.step_line(list(range(60)), [1.0] * 60, "ms", "t",
-                        bands=[svg.Band(0, 3, "warm-up (3 steps)", "warmup"), svg.Band(3, 59, "steady state", "steady")])
-    ys = dict((label, int(y)) for y, label in re.findall(r'<text x="[^"]*" y="(\d+)" class="ax">(warm-up[^<]*|steady state)', out))
+    out = svg.step_line(
+        list(range(60)),
+        [1.0] * 60,
+        "ms",
+        "t",
+        bands=[svg.Band(0, 3, "warm-up (3 steps)", "warmup"), svg.Band(3, 59, "steady state", "steady")],
+    )
+    ys = dict(
+        (label, int(y))
+        for y, label in re.findall(r'<text x="[^"]*" y="(\d+)" class="ax">(warm-up[^<]*|steady state)', out)
+    )
     assert ys["steady state"] == ys["warm-up (3 steps)"] + 12
-    wide = svg.step_line(list(range(60)), [1.0] * 60, "ms", "t",
-                         bands=[svg.Band(0, 30, "warm-up (30 steps)", "warmup"), svg.Band(30, 59, "steady state", "steady")])
-    ys = dict((label, int(y)) for y, label in re.findall(r'<text x="[^"]*" y="(\d+)" class="ax">(warm-up[^<]*|steady state)', wide))
+    wide = svg.step_line(
+        list(range(60)),
+        [1.0] * 60,
+        "ms",
+        "t",
+        bands=[svg.Band(0, 30, "warm-up (30 steps)", "warmup"), svg.Band(30, 59, "steady state", "steady")],
+    )
+    ys = dict(
+        (label, int(y))
+        for y, label in re.findall(r'<text x="[^"]*" y="(\d+)" class="ax">(warm-up[^<]*|steady state)', wide)
+    )
     assert ys["steady state"] == ys["warm-up (30 steps)"]
 
 
@@ -266,13 +365,32 @@ def test_evidence_leaves_out_what_the_title_already_says():
     from perfdoctor.render import view
 
     def finding(code, message, evidence):
-        return FindingSection(code=code, name="", category="", severity="low", position=None, rank=None,
-                              message=message, saving_us_per_step=0.0, saving_pct_of_step=0.0, saving_method="",
-                              evidence=evidence, steps=[], fix="", example_before="", example_after="",
-                              references=[])
+        return FindingSection(
+            code=code,
+            name="",
+            category="",
+            severity="low",
+            position=None,
+            rank=None,
+            message=message,
+            saving_us_per_step=0.0,
+            saving_pct_of_step=0.0,
+            saving_method="",
+            evidence=evidence,
+            steps=[],
+            fix="",
+            example_before="",
+            example_after="",
+            references=[],
+        )
 
-    f = view.finding(finding("PD202", "492 separate elementwise ops per step",
-                             {"what": "ops", "ranks": [0], "elementwise_ms": 17.7, "events": []}))
+    f = view.finding(
+        finding(
+            "PD202",
+            "492 separate elementwise ops per step",
+            {"what": "ops", "ranks": [0], "elementwise_ms": 17.7, "events": []},
+        )
+    )
     assert [k for k, _ in f["evidence"]] == ["elementwise"]
     multi = view.finding(finding("PD303", "rank 3 is slow", {"ranks": [0, 3]}))
     assert [k for k, _ in multi["evidence"]] == ["ranks"]
@@ -297,7 +415,7 @@ def test_how_it_was_measured_matches_the_numbers(resnet):
     import html as html_mod
 
     page = html_mod.unescape(resnet["html"].read_text())
-    defs = page[page.index("<h3>Definitions</h3>"):page.index("<h3>Warnings about the input</h3>")]
+    defs = page[page.index("<h3>Definitions</h3>") : page.index("<h3>Warnings about the input</h3>")]
     assert "median step time" not in defs.split("estimated saving")[1].split("</tr>")[0]
     assert "% of the median" not in page and "share of the mean step time of the analysed steps" in defs
     # saving 59.x ms of DataLoader wait on a mean step: the % printed is the saving ÷ the mean step (not the median)
@@ -306,8 +424,13 @@ def test_how_it_was_measured_matches_the_numbers(resnet):
     assert abs(f["saving_pct_of_step"] - 100 * f["saving_us_per_step"] / mean_us) < 0.01
     idle = defs.split("idle causes")[1].split("</tr>")[0]
     assert "attributed in order" not in idle and "critical path" in idle
-    for label in ("idle: waiting for DataLoader", "idle: host synchronization", "idle: host busy, nothing queued",
-                  "Python / host outside any op", "idle: other cause"):
+    for label in (
+        "idle: waiting for DataLoader",
+        "idle: host synchronization",
+        "idle: host busy, nothing queued",
+        "Python / host outside any op",
+        "idle: other cause",
+    ):
         assert label in idle
     replay_row = defs.split("Replay model")[1].split("</tr>")[0]
     for a in resnet["report"]["ranks"][0]["replay"]["assumptions"]:
@@ -320,7 +443,7 @@ def test_label_columns_do_not_collapse(resnet):
     (nowrap, overflow-wrap normal) beside long values; the kernel table's category cells do not wrap. (Checked
     by eye in chromium on luatil trace_04 and param dlrm_8ranks; here the CSS and the classes that carry it.)"""
     page = resnet["html"].read_text()
-    css = page[page.index("<style>"):page.index("</style>")]
+    css = page[page.index("<style>") : page.index("</style>")]
     rule = re.search(r"table\.evidence td:first-child, table\.skipped td:first-child \{([^}]*)\}", css)
     assert rule and "white-space: nowrap" in rule.group(1) and "overflow-wrap: normal" in rule.group(1)
     assert re.search(r"td\.cat \{[^}]*white-space: nowrap", css)

@@ -27,8 +27,9 @@ HIDE_TORCH = "import sys; sys.modules['torch'] = None\n"  # `import torch` then 
 
 def _python(code: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": str(REPO), "PERFDOCTOR_HOME": str(tmp_path / "home")}
-    return subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
-                          timeout=300)
+    return subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
+    )
 
 
 def test_report_rules_rule_budget_and_every_help_work_without_importing_torch(tmp_path):
@@ -82,10 +83,20 @@ def test_calibrate_show_needs_no_torch(tmp_path):
 
 
 def _record(gpu: str | None, measured_at: str, peak: float, cpu_model: str | None = None) -> dict[str, object]:
-    return {"machine_id": cal.machine_id(gpu), "hostname": socket.gethostname(),
-            "cpu_model": cpu_model or cal.cpu_model(), "measured_at": measured_at,
-            "devices": {"cpu": {"device_name": "cpu", "peak_flops": {"fp32": peak}, "copy_bytes_per_s": 1e9,
-                                "method": {"repeats": 1, "matmul_n": 8, "copy_mib": 1, "quick": True}}}}
+    return {
+        "machine_id": cal.machine_id(gpu),
+        "hostname": socket.gethostname(),
+        "cpu_model": cpu_model or cal.cpu_model(),
+        "measured_at": measured_at,
+        "devices": {
+            "cpu": {
+                "device_name": "cpu",
+                "peak_flops": {"fp32": peak},
+                "copy_bytes_per_s": 1e9,
+                "method": {"repeats": 1, "matmul_n": 8, "copy_mib": 1, "quick": True},
+            }
+        },
+    }
 
 
 def test_stored_calibration_is_found_without_asking_torch_for_the_gpu(tmp_path, monkeypatch):

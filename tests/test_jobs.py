@@ -82,8 +82,10 @@ def test_pool_and_dask_give_the_same_report() -> None:
     distributed = pytest.importorskip("distributed", reason="Dask is the optional extra perfdoctor[dask]")
     Client, LocalCluster = distributed.Client, distributed.LocalCluster
 
-    with LocalCluster(n_workers=1, threads_per_worker=2, processes=False, dashboard_address=":0") as cluster, \
-            Client(cluster) as client:
+    with (
+        LocalCluster(n_workers=1, threads_per_worker=2, processes=False, dashboard_address=":0") as cluster,
+        Client(cluster) as client,
+    ):
         dask = DaskCluster(client)
         assert _canon(pipeline.build(paths, executor=dask).report) == base
 
@@ -121,7 +123,8 @@ def test_cache_reused_when_sha256_matches(tmp_path: Path, monkeypatch: pytest.Mo
     entries = {c.name: msgspec.msgpack.decode(c.read_bytes(), type=_CacheFile).key for c in cached}
     # each entry is keyed "<sha256 of the trace bytes>/<options fingerprint>" and named by that key's sha256
     assert sorted(k.split("/")[0] for k in entries.values()) == sorted(
-        hashlib.sha256(Path(p).read_bytes()).hexdigest() for p in paths)
+        hashlib.sha256(Path(p).read_bytes()).hexdigest() for p in paths
+    )
     assert all(name == hashlib.sha256(k.encode()).hexdigest() + js.CACHE_SUFFIX for name, k in entries.items())
     assert not any("--cache" in w for w in first.report["warnings"])
     import perfdoctor.jobs.task as task
@@ -252,8 +255,13 @@ def test_straggler_and_breakdown_outlier_by_hand() -> None:
     # rank 5's 4,950 µs excess is under 5% of a 100 ms job step (5,000 µs): immaterial, not a straggler
     assert _stragglers(list(range(6)), compute, job_step_us=100_000.0) == []
     assert len(_stragglers(list(range(6)), compute, job_step_us=99_000.0)) == 1
-    shares = [{"idle: dataloader": 0.02}, {"idle: dataloader": 0.03}, {"idle: dataloader": 0.02},
-              {"idle: dataloader": 0.35}, {"idle: dataloader": 0.025}]
+    shares = [
+        {"idle: dataloader": 0.02},
+        {"idle: dataloader": 0.03},
+        {"idle: dataloader": 0.02},
+        {"idle: dataloader": 0.35},
+        {"idle: dataloader": 0.025},
+    ]
     [b] = _breakdown_outliers(list(range(5)), shares)
     assert b["rank"] == 3 and b["category"] == "idle: dataloader" and b["median_share"] == pytest.approx(0.025)
 
@@ -265,8 +273,12 @@ def test_cli_jobs_and_per_rank() -> None:
     files = _dlrm()[:2]
 
     def cli(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "perfdoctor", "report", *files, "--width", "120", *args],
-                              capture_output=True, text=True, check=False)
+        return subprocess.run(
+            [sys.executable, "-m", "perfdoctor", "report", *files, "--width", "120", *args],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
 
     r = cli("--jobs", "2", "--format", "json")
     assert r.returncode == 0, r.stderr

@@ -42,14 +42,20 @@ def _job(n: int, world: int | None = None, plant: bool = False) -> dict[str, Any
             for row in s.step_rows:
                 row.categories_us["matmul"] = row.categories_us.get("matmul", 0.0) + PLANT_US
         assert s.collectives is not None
-        s.collectives = type(s.collectives)(**{**{f: getattr(s.collectives, f) for f in s.collectives.__struct_fields__},
-                                               "rank": r, "world_size": world or n})
+        s.collectives = type(s.collectives)(
+            **{
+                **{f: getattr(s.collectives, f) for f in s.collectives.__struct_fields__},
+                "rank": r,
+                "world_size": world or n,
+            }
+        )
         out.append(s)
     cat, codes = engine.prepare(config.resolve())
     job = reduce(out, cat, codes)
     job.analysis.checks = job.checks
-    model = build_report(job.analysis, sections=[s.section for s in job.summaries if s.section is not None],
-                         job=job_section(job))
+    model = build_report(
+        job.analysis, sections=[s.section for s in job.summaries if s.section is not None], job=job_section(job)
+    )
     return to_builtins(model)
 
 
@@ -110,8 +116,9 @@ def test_html_renders_fast_in_chromium(report_1024: dict[str, Any], browser: Any
     t0 = time.perf_counter()
     browser.call("Page.navigate", {"url": path.resolve().as_uri()}, session=sid)
     browser.wait_for("Page.loadEventFired")
-    height = browser.call("Runtime.evaluate", {"expression": "document.body.scrollHeight", "returnByValue": True},
-                          session=sid)
+    height = browser.call(
+        "Runtime.evaluate", {"expression": "document.body.scrollHeight", "returnByValue": True}, session=sid
+    )
     elapsed = time.perf_counter() - t0
     browser.call("Target.closeTarget", {"targetId": target})
     assert height["result"]["value"] > 1000

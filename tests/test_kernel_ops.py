@@ -18,31 +18,37 @@ def analyse(tb, tmp_path):
     return pipeline.analyze_tables(load_trace(str(tb.write(tmp_path / "t.json"))))
 
 
-@pytest.mark.parametrize("name,collective", [
-    ("void dpsk::ep::internode::combine<8, 1, 4096>(void*, float*, int const*)", "all_to_all"),
-    ("void dpsk::ep::internode::dispatch<false, 8, 4, 2048>(int4*, float*)", "all_to_all"),
-    ("void dpsk::ep::internode::notify_dispatch<8>(int const*, int*)", "all_to_all"),
-    ("void deep_ep::intranode::combine<bf16, 8>(void*)", "all_to_all"),
-    ("nvshmemi_transfer_rma_nbi_kernel", "other"),
-    ("mscclKernel_Sum_float_Simple_false(ncclDevComm*, mscclAlgo*, mscclWork*)", "other"),
-    ("void c10d::symmetric_memory::one_shot_all_reduce_kernel<float, 8>(float**, float*)", "all_reduce"),
-    ("void moe::fused_all_to_all_kernel<bf16>(bf16*)", "all_to_all"),
-    ("ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)", "send_recv"),
-])
+@pytest.mark.parametrize(
+    "name,collective",
+    [
+        ("void dpsk::ep::internode::combine<8, 1, 4096>(void*, float*, int const*)", "all_to_all"),
+        ("void dpsk::ep::internode::dispatch<false, 8, 4, 2048>(int4*, float*)", "all_to_all"),
+        ("void dpsk::ep::internode::notify_dispatch<8>(int const*, int*)", "all_to_all"),
+        ("void deep_ep::intranode::combine<bf16, 8>(void*)", "all_to_all"),
+        ("nvshmemi_transfer_rma_nbi_kernel", "other"),
+        ("mscclKernel_Sum_float_Simple_false(ncclDevComm*, mscclAlgo*, mscclWork*)", "other"),
+        ("void c10d::symmetric_memory::one_shot_all_reduce_kernel<float, 8>(float**, float*)", "all_reduce"),
+        ("void moe::fused_all_to_all_kernel<bf16>(bf16*)", "all_to_all"),
+        ("ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)", "send_recv"),
+    ],
+)
 def test_communication_beyond_nccl(name, collective):
     c = classify_kernel(name)
     assert (c.category, c.collective) == ("communication", collective)
 
 
-@pytest.mark.parametrize("name", [
-    "void flash::flash_fwd_splitkv_kernel<Flash_fwd_kernel_traits<128, 64, 128, 4>, true>(Flash_fwd_params)",
-    "void cutlass::device_kernel<flash::enable_sm90_or_later<flash::FlashAttnFwdSm90<CollectiveMainloopFwd>>>()",
-    "cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16_knob_3_64x64x64_4x1x1_kernel0_0",
-    "fmha_cutlassB_f16_aligned_64x64_k64_sm80(PyTorchMemEffAttention::AttentionBackwardKernel)",
-    "_ZN7ck_tile6kentryILi64ENS_13FmhaFwdKernelINS_21BlockFmhaPipelineQRKSVSIN",
-    "_attn_fwd",
-    "triton_tem_fused_flex_attention_0",
-])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "void flash::flash_fwd_splitkv_kernel<Flash_fwd_kernel_traits<128, 64, 128, 4>, true>(Flash_fwd_params)",
+        "void cutlass::device_kernel<flash::enable_sm90_or_later<flash::FlashAttnFwdSm90<CollectiveMainloopFwd>>>()",
+        "cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16_knob_3_64x64x64_4x1x1_kernel0_0",
+        "fmha_cutlassB_f16_aligned_64x64_k64_sm80(PyTorchMemEffAttention::AttentionBackwardKernel)",
+        "_ZN7ck_tile6kentryILi64ENS_13FmhaFwdKernelINS_21BlockFmhaPipelineQRKSVSIN",
+        "_attn_fwd",
+        "triton_tem_fused_flex_attention_0",
+    ],
+)
 def test_fused_attention_kernels(name):
     assert classify_kernel(name).category == "attention"
 
@@ -129,15 +135,35 @@ def test_record_param_comms_names_collective_bytes_and_group(tmp_path):
 
     tb = TraceBuilder()
     tb.step(1, 0, 1000)
-    for ts, coll, nel, dtype, grp in ((100, "all_to_allv", 2048, "Float", 2), (300, "all_to_allv", 2048, "Float", 2),
-                                      (500, "wait", 0, "Byte", 1), (600, "allreduce", 1000, "BFloat16", 8)):
-        tb.events.append({"ph": "X", "cat": "cpu_op", "name": "record_param_comms", "pid": tb.pid, "tid": tb.tid,
-                          "ts": ts, "dur": 50, "args": {"External id": ts, "Collective name": coll,
-                                                        "In msg nelems": nel, "dtype": dtype, "Group size": grp}})
+    for ts, coll, nel, dtype, grp in (
+        (100, "all_to_allv", 2048, "Float", 2),
+        (300, "all_to_allv", 2048, "Float", 2),
+        (500, "wait", 0, "Byte", 1),
+        (600, "allreduce", 1000, "BFloat16", 8),
+    ):
+        tb.events.append(
+            {
+                "ph": "X",
+                "cat": "cpu_op",
+                "name": "record_param_comms",
+                "pid": tb.pid,
+                "tid": tb.tid,
+                "ts": ts,
+                "dur": 50,
+                "args": {
+                    "External id": ts,
+                    "Collective name": coll,
+                    "In msg nelems": nel,
+                    "dtype": dtype,
+                    "Group size": grp,
+                },
+            }
+        )
     t = load_trace(str(tb.write(tmp_path / "c.json")))
     assert collective_messages(t, 0, 1000) == [
         {"collective": "all_to_allv", "calls": 2, "bytes_per_call": 8192, "group_size": 2},
-        {"collective": "allreduce", "calls": 1, "bytes_per_call": 2000, "group_size": 8}]
+        {"collective": "allreduce", "calls": 1, "bytes_per_call": 2000, "group_size": 8},
+    ]
 
 
 @pytest.mark.skipif(not SHARED_TRACES.exists(), reason="../shared/traces is absent")

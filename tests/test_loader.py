@@ -44,7 +44,9 @@ def test_table_contents_of_a_real_kernel():
     t = load_trace(str(shared_trace("hta__nccl_parser_config__nccl_data.json.gz")))
     k = t.kernels
     names = t.name_array()[k["name_id"]]
-    i = int(np.flatnonzero(names == "ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*, unsigned long, ncclWork*)")[0])
+    i = int(
+        np.flatnonzero(names == "ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*, unsigned long, ncclWork*)")[0]
+    )
     assert k["stream"][i] == 40 and k["device"][i] == 0 and k["correlation"][i] > 0
     assert k["collective"][i] == "allreduce" and k["in_nelems"][i] > 0
     assert t.rank == 0 and t.device_properties[0]["name"] == "NVIDIA A100-PG509-200"
@@ -120,8 +122,20 @@ def test_one_malformed_event_is_skipped_and_counted(tmp_path):
 
 
 def test_odd_types_are_coerced(tmp_path):
-    doc = {"traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": "stream 7", "ts": "10.5",
-                            "dur": 2, "args": {"device": 0, "stream": 7, "correlation": "12"}}]}
+    doc = {
+        "traceEvents": [
+            {
+                "ph": "X",
+                "cat": "kernel",
+                "name": "k",
+                "pid": 0,
+                "tid": "stream 7",
+                "ts": "10.5",
+                "dur": 2,
+                "args": {"device": 0, "stream": 7, "correlation": "12"},
+            }
+        ]
+    }
     p = tmp_path / "odd.json"
     p.write_text(json.dumps(doc))
     t = load_trace(str(p))
@@ -135,7 +149,7 @@ def test_odd_types_are_coerced(tmp_path):
         (b"\x00\x01\x02binary\xff\xfe" * 10, "binary data"),
         (b"hello world", "not JSON"),
         (b'{"foo": [1, 2, 3]}', "without a 'traceEvents' list"),
-        (gzip.compress(b"{\"traceEvents\": []}")[:12] + b"garbage-garbage-garbage", "corrupted or truncated gzip"),
+        (gzip.compress(b'{"traceEvents": []}')[:12] + b"garbage-garbage-garbage", "corrupted or truncated gzip"),
     ],
 )
 def test_not_a_trace_is_one_clear_error(tmp_path, content, needle):
@@ -180,8 +194,10 @@ def test_resnet_cut_before_its_kernels_is_refused(tmp_path, n_bytes):
     p.write_bytes(raw[:n_bytes])
     with pytest.raises(TraceFormatError) as exc:
         load_trace(str(p))
-    assert exc.value.message == (f"{p}: the file is {NO_GPU_ACTIVITY} (it holds CUDA/HIP runtime calls or GPU "
-                                 "properties but no kernel, memcpy or memset): the device side cannot be analysed")
+    assert exc.value.message == (
+        f"{p}: the file is {NO_GPU_ACTIVITY} (it holds CUDA/HIP runtime calls or GPU "
+        "properties but no kernel, memcpy or memset): the device side cannot be analysed"
+    )
 
 
 @pytest.mark.parametrize("n_bytes", [100_000, 250_000, 350_000])
@@ -200,9 +216,12 @@ def test_cli_truncated_gpu_trace_exits_2_never_cpu(tmp_path, gz):
     p.write_bytes(data[:300_000] if gz else gzip.decompress(data)[:3_000_000])  # the user's 3 MB cut
     r = _cli_report(p)
     assert r.returncode == 2 and r.stdout == ""
-    assert r.stderr.strip().splitlines() == [(
-        f"perfdoctor: error: {p}: the file is {NO_GPU_ACTIVITY} (it holds CUDA/HIP runtime calls or GPU properties "
-        "but no kernel, memcpy or memset): the device side cannot be analysed")]
+    assert r.stderr.strip().splitlines() == [
+        (
+            f"perfdoctor: error: {p}: the file is {NO_GPU_ACTIVITY} (it holds CUDA/HIP runtime calls or GPU properties "
+            "but no kernel, memcpy or memset): the device side cannot be analysed"
+        )
+    ]
 
 
 def test_cut_inside_the_metadata_says_truncated(tmp_path):
@@ -277,6 +296,7 @@ def test_truncated_trace_without_steps_warns_that_idle_is_an_upper_bound(tmp_pat
     a = pipeline.analyze_paths([str(cut)], hash_inputs=False)
     assert a.ranks[0].steps.source == "whole-trace" and a.ranks[0].tables.truncated
     assert any("idle is an upper bound and busy a lower bound" in w for w in a.warnings)
-    whole = pipeline.analyze_paths([str(shared_trace("gpupuzzlers__launch_queue_N1600.trace.json.gz"))],
-                                   hash_inputs=False)
+    whole = pipeline.analyze_paths(
+        [str(shared_trace("gpupuzzlers__launch_queue_N1600.trace.json.gz"))], hash_inputs=False
+    )
     assert not any("upper bound" in w for w in whole.warnings)

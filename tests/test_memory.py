@@ -24,10 +24,18 @@ def test_peaks_capacity_and_allocator_calls(tmp_path):
     tb.meta.update({"profile_memory": 1, "record_shapes": 1})
     tables = load_trace(str(tb.write(tmp_path / "m.json")))
     mem = memory_summary(tables)
-    assert mem["devices"] == [{
-        "device_type": "GPU", "device": 0, "label": "GPU 0", "peak_allocated_bytes": 5 * GiB,
-        "peak_reserved_bytes": 8 * GiB, "capacity_bytes": 80 * GiB, "peak_reserved_fraction": 0.1, "n_events": 3,
-    }]
+    assert mem["devices"] == [
+        {
+            "device_type": "GPU",
+            "device": 0,
+            "label": "GPU 0",
+            "peak_allocated_bytes": 5 * GiB,
+            "peak_reserved_bytes": 8 * GiB,
+            "capacity_bytes": 80 * GiB,
+            "peak_reserved_fraction": 0.1,
+            "n_events": 3,
+        }
+    ]
     assert mem["allocator_calls"] == {"cudaFree": 1, "cudaMalloc": 2}
     assert mem["note"] == ""
     assert profiler_settings(tables.metadata) == {"schemaVersion": "1", "profile_memory": "1", "record_shapes": "1"}

@@ -57,12 +57,15 @@ def test_compute_mfu_uses_dtype_peak_and_hfu():
     assert compute_mfu(1e12, 1.0, roofs, "fp8", "op_sum", True).mfu is None
 
 
-@pytest.mark.parametrize("name,dtype", [
-    ("tracelens__h100__bert-small-uncased.json.gz", "bf16"),
-    ("switchtransformers__a100_moe_profile_memory.json.gz", "fp32"),
-    ("hta__nccl_parser_config__nccl_data.json.gz", "tf32"),
-    ("tracelens__mi300__ddp_resnet18.json.gz", "bf16"),
-])
+@pytest.mark.parametrize(
+    "name,dtype",
+    [
+        ("tracelens__h100__bert-small-uncased.json.gz", "bf16"),
+        ("switchtransformers__a100_moe_profile_memory.json.gz", "fp32"),
+        ("hta__nccl_parser_config__nccl_data.json.gz", "tf32"),
+        ("tracelens__mi300__ddp_resnet18.json.gz", "bf16"),
+    ],
+)
 def test_gemm_dtype_of_real_traces(name, dtype):
     assert gemm_dtype(load_trace(str(shared_trace(name))))[0] == dtype
 
@@ -94,9 +97,11 @@ def test_cpu_trace_gets_only_measured_roofs():
 def test_cudnn_single_precision_kernels_are_fp32_gemms():
     from perfdoctor.analysis.kernel_dtype import is_gemm_kernel, kernel_math_dtype
 
-    for name in ("volta_scudnn_128x128_stridedB_splitK_medium_nn_v1",
-                 "volta_scudnn_winograd_128x128_ldg1_ldg4_relu_tile148t_nt_v1",
-                 "cudnn_infer_volta_scudnn_128x64_relu_medium_nn_v1"):
+    for name in (
+        "volta_scudnn_128x128_stridedB_splitK_medium_nn_v1",
+        "volta_scudnn_winograd_128x128_ldg1_ldg4_relu_tile148t_nt_v1",
+        "cudnn_infer_volta_scudnn_128x64_relu_medium_nn_v1",
+    ):
         assert is_gemm_kernel(name) and kernel_math_dtype(name) == "fp32"
 
 
@@ -115,16 +120,42 @@ def test_model_flops_that_cannot_fit_the_trace_give_no_mfu():
 
     roofs = Roofs("H100", {"bf16": 989.5e12}, 3.35e12, "spec: test")
     # 16.6% MFU on a device busy 7% of the step: it would have had to run at 237% of its peak while busy
-    r = compute_mfu(0.166 * 989.5e12 * 4.43e-3, 4.43e-3, roofs, "bf16", "transformer_formula", True,
-                    hardware_flops=8.2e9, busy_fraction=0.07)
+    r = compute_mfu(
+        0.166 * 989.5e12 * 4.43e-3,
+        4.43e-3,
+        roofs,
+        "bf16",
+        "transformer_formula",
+        True,
+        hardware_flops=8.2e9,
+        busy_fraction=0.07,
+    )
     assert r.mfu is None and r.hfu is None and "busy only 7.0% of the step" in r.note and "237%" in r.note
     # model FLOPs 10x the op-level FLOPs of a fully costed trace: the inputs describe another run
-    r = compute_mfu(8.2e10, 1.0, roofs, "bf16", "transformer_formula", True, hardware_flops=8.2e9,
-                    busy_fraction=0.9, hardware_flops_complete=True)
+    r = compute_mfu(
+        8.2e10,
+        1.0,
+        roofs,
+        "bf16",
+        "transformer_formula",
+        True,
+        hardware_flops=8.2e9,
+        busy_fraction=0.9,
+        hardware_flops_complete=True,
+    )
     assert r.mfu is None and "10.0x the FLOPs of the ops" in r.note
     # consistent inputs: reported (MFU 5% on a device busy 60% of the step)
-    r = compute_mfu(0.05 * 989.5e12, 1.0, roofs, "bf16", "transformer_formula", True, hardware_flops=0.06 * 989.5e12,
-                    busy_fraction=0.6, hardware_flops_complete=True)
+    r = compute_mfu(
+        0.05 * 989.5e12,
+        1.0,
+        roofs,
+        "bf16",
+        "transformer_formula",
+        True,
+        hardware_flops=0.06 * 989.5e12,
+        busy_fraction=0.6,
+        hardware_flops_complete=True,
+    )
     assert r.mfu == pytest.approx(0.05) and r.hfu == pytest.approx(0.06) and r.note == ""
     # above a datasheet peak: the FLOP count is blamed, not the datasheet
     r = compute_mfu(2e15, 1.0, roofs, "bf16", "transformer_formula", True)

@@ -41,18 +41,18 @@ def test_clock_counts_eval_and_save_inside_a_step(tmp_path):
     try:
         m = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Dropout())
         teacher = torch.nn.Linear(4, 4)
-        teacher.eval()                      # set once, never back to train: not an evaluation
+        teacher.eval()  # set once, never back to train: not an evaluation
         m.eval()
         time.sleep(0.05)
         m.train()
         torch.save({"w": m.state_dict()}, tmp_path / "c.pt")
         eval_s, ckpt_s = clock.take_step()
         assert 0.05 <= eval_s < 0.5 and ckpt_s > 0
-        m.eval()                            # trains in eval mode across an optimizer step: not evaluation
+        m.eval()  # trains in eval mode across an optimizer step: not evaluation
         clock.take_step()
         m.train()
         assert clock.take_step() == (0.0, 0.0)
-        teacher.eval()                      # already in eval mode: opens nothing
+        teacher.eval()  # already in eval mode: opens nothing
         m.train()
         assert clock.take_step() == (0.0, 0.0)
     finally:
@@ -64,9 +64,25 @@ def test_eval_and_checkpoints_in_the_loop_are_left_out_of_train_time(tmp_path):
     script = tmp_path / "evalloop.py"
     script.write_text(EVAL_LOOP)
     out = tmp_path / "run"
-    proc = subprocess.run([sys.executable, "-m", "perfdoctor", "profile", str(script), "--steps", "60", "--out",
-                           str(out), "--", str(tmp_path / "ckpt.pt")], capture_output=True, text=True, timeout=300,
-                          cwd=tmp_path)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "perfdoctor",
+            "profile",
+            str(script),
+            "--steps",
+            "60",
+            "--out",
+            str(out),
+            "--",
+            str(tmp_path / "ckpt.pt"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     from perfdoctor.capture.run_data import load_run_dir
 
@@ -83,8 +99,13 @@ def test_eval_and_checkpoints_in_the_loop_are_left_out_of_train_time(tmp_path):
     steady = (np.arange(60) >= run.steady_state.steady_start_step) & (s["profiler_phase"] == "none")
     assert abs(tp["excluded_s"] - float((s["eval_s"] + s["checkpoint_s"])[steady].sum())) < 1e-9
     assert tp["seconds"] == float(s["train_s"][steady].sum())
-    rep = subprocess.run([sys.executable, "-m", "perfdoctor", "report", str(out), "--format", "json"],
-                         capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    rep = subprocess.run(
+        [sys.executable, "-m", "perfdoctor", "report", str(out), "--format", "json"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+    )
     doc = json.loads(rep.stdout)
     nt = doc["run"]["non_training"]
     assert nt["eval_steps"] == 5 and nt["checkpoint_steps"] == 5 and nt["eval_s"] == float(s["eval_s"].sum())

@@ -19,8 +19,14 @@ SMALL_MLP = ["--dim", "32", "--hidden", "64", "--batch-size", "16", "--log-every
 
 
 def perfdoctor(*args: str, timeout: float = 240, **kw) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "perfdoctor", *args], capture_output=True, text=True,
-                          timeout=timeout, cwd=kw.pop("cwd", ROOT), **kw)
+    return subprocess.run(
+        [sys.executable, "-m", "perfdoctor", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=kw.pop("cwd", ROOT),
+        **kw,
+    )
 
 
 def free_port() -> int:
@@ -41,7 +47,7 @@ def test_cli_run_prints_script_output_progress_and_report_path(tmp_path):
     p = perfdoctor("profile", MLP, "--steps", "25", "--out", str(out), "--", *SMALL_MLP)
     assert p.returncode == 0, p.stderr
     assert "step 0 loss" in p.stdout and "step 20 loss" in p.stdout  # the script's own output
-    assert "final eval loss" not in p.stdout                         # stopped before its eval
+    assert "final eval loss" not in p.stdout  # stopped before its eval
     assert "the script's remaining work" in p.stderr
     last = p.stderr.strip().splitlines()[-1]
     assert last.startswith("perfdoctor: 25 steps run; report: ") and str(out) in last
@@ -61,8 +67,24 @@ def test_cli_bad_input_is_one_line(tmp_path):
 
 def test_cli_script_failure_propagates_status_and_traceback(tmp_path):
     out = tmp_path / "run"
-    p = perfdoctor("profile", MLP, "--steps", "100", "--wait", "5", "--warmup", "1", "--active", "3",
-                   "--out", str(out), "--", *SMALL_MLP, "--raise-at", "50")
+    p = perfdoctor(
+        "profile",
+        MLP,
+        "--steps",
+        "100",
+        "--wait",
+        "5",
+        "--warmup",
+        "1",
+        "--active",
+        "3",
+        "--out",
+        str(out),
+        "--",
+        *SMALL_MLP,
+        "--raise-at",
+        "50",
+    )
     assert p.returncode == 1
     assert "RuntimeError: deliberate failure at step 50" in p.stderr and "Traceback" in p.stderr
     assert "partial run" in p.stderr
@@ -75,10 +97,34 @@ def test_cli_script_failure_propagates_status_and_traceback(tmp_path):
 def test_sigterm_mid_run_writes_partial_outputs(tmp_path):
     out = tmp_path / "run"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "perfdoctor", "profile", MLP, "--steps", "100000", "--wait", "5",
-         "--warmup", "1", "--active", "3", "--out", str(out), "--", *SMALL_MLP, "--steps", "100000",
-         "--slow-getitem-ms", "1"],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        [
+            sys.executable,
+            "-m",
+            "perfdoctor",
+            "profile",
+            MLP,
+            "--steps",
+            "100000",
+            "--wait",
+            "5",
+            "--warmup",
+            "1",
+            "--active",
+            "3",
+            "--out",
+            str(out),
+            "--",
+            *SMALL_MLP,
+            "--steps",
+            "100000",
+            "--slow-getitem-ms",
+            "1",
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         if (out / "steps.csv").exists() and n_rows(out / "steps.csv") >= 30:
@@ -99,9 +145,30 @@ def test_sigterm_mid_run_writes_partial_outputs(tmp_path):
 def test_torchrun_two_gloo_ranks(tmp_path):
     out = tmp_path / "run"
     p = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(free_port()),
-         "-m", "perfdoctor", "profile", MLP, "--steps", "30", "--out", str(out), "--", *SMALL_MLP],
-        cwd=ROOT, capture_output=True, text=True, timeout=300)
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nproc-per-node",
+            "2",
+            "--master-port",
+            str(free_port()),
+            "-m",
+            "perfdoctor",
+            "profile",
+            MLP,
+            "--steps",
+            "30",
+            "--out",
+            str(out),
+            "--",
+            *SMALL_MLP,
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert p.returncode == 0, p.stderr
     run = json.loads((out / "run.json").read_text())
     assert run["launcher"] == "torchrun" and run["world_size"] == 2 and run["status"] == "complete"
@@ -114,10 +181,30 @@ def test_torchrun_two_gloo_ranks(tmp_path):
 @pytest.mark.slow
 def test_torchrun_without_out_shares_one_new_run_dir(tmp_path):
     p = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(free_port()),
-         "-m", "perfdoctor", "profile", MLP, "--steps", "12", "--no-report", "--", *SMALL_MLP],
-        cwd=tmp_path, capture_output=True, text=True, timeout=300,
-        env={**os.environ, "PYTHONPATH": str(ROOT)})
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nproc-per-node",
+            "2",
+            "--master-port",
+            str(free_port()),
+            "-m",
+            "perfdoctor",
+            "profile",
+            MLP,
+            "--steps",
+            "12",
+            "--no-report",
+            "--",
+            *SMALL_MLP,
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     assert p.returncode == 0, p.stderr
     runs = list((tmp_path / "perfdoctor-runs").iterdir())
     assert len(runs) == 1 and runs[0].name.startswith("mlp-")
@@ -127,8 +214,9 @@ def test_torchrun_without_out_shares_one_new_run_dir(tmp_path):
 @pytest.mark.slow
 def test_mp_spawn_ranks_are_profiled(tmp_path):
     out = tmp_path / "run"
-    p = perfdoctor("profile", MLP, "--steps", "20", "--out", str(out), "--", *SMALL_MLP,
-                   "--ddp", "--grad-accum", "2", timeout=300)
+    p = perfdoctor(
+        "profile", MLP, "--steps", "20", "--out", str(out), "--", *SMALL_MLP, "--ddp", "--grad-accum", "2", timeout=300
+    )
     assert p.returncode == 0, p.stderr
     assert "all ranks finished" not in p.stdout  # the parent's remaining work is skipped too
     run = json.loads((out / "run.json").read_text())
@@ -147,12 +235,18 @@ def test_cli_module_mode_via_console_script(tmp_path):
         "print('argv', sys.argv[1:], flush=True)\n"
         "m = torch.nn.Linear(4, 4); opt = torch.optim.SGD(m.parameters(), lr=0.1)\n"
         "for i in range(100):\n"
-        "    m(torch.randn(2, 4)).sum().backward(); opt.step(); opt.zero_grad()\n")
+        "    m(torch.randn(2, 4)).sum().backward(); opt.step(); opt.zero_grad()\n"
+    )
     exe = Path(sys.executable).parent / "perfdoctor"
     if not exe.exists():
         pytest.skip("the perfdoctor console script is not installed in this environment")
-    p = subprocess.run([str(exe), "profile", "-m", "mpkg.train", "--steps", "10", "--out", "r", "--no-report",
-                        "--", "--lr=3", "x"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    p = subprocess.run(
+        [str(exe), "profile", "-m", "mpkg.train", "--steps", "10", "--out", "r", "--no-report", "--", "--lr=3", "x"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert p.returncode == 0, p.stderr
     assert "argv ['--lr=3', 'x']" in p.stdout
     assert n_rows(tmp_path / "r" / "steps.csv") == 10
@@ -162,10 +256,35 @@ def test_cli_module_mode_via_console_script(tmp_path):
 def test_ctrl_c_mid_run_exits_130_with_partial_outputs(tmp_path):
     out = tmp_path / "run"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "perfdoctor", "profile", MLP, "--steps", "100000", "--wait", "5",
-         "--warmup", "1", "--active", "3", "--out", str(out), "--no-report", "--", *SMALL_MLP,
-         "--steps", "100000", "--slow-getitem-ms", "1"],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        [
+            sys.executable,
+            "-m",
+            "perfdoctor",
+            "profile",
+            MLP,
+            "--steps",
+            "100000",
+            "--wait",
+            "5",
+            "--warmup",
+            "1",
+            "--active",
+            "3",
+            "--out",
+            str(out),
+            "--no-report",
+            "--",
+            *SMALL_MLP,
+            "--steps",
+            "100000",
+            "--slow-getitem-ms",
+            "1",
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         if (out / "steps.csv").exists() and n_rows(out / "steps.csv") >= 20:
@@ -186,7 +305,8 @@ def test_crash_before_the_profiled_window_gives_a_run_only_report(tmp_path):
         "for step in range(1000):\n"
         "    loss = m(torch.randn(16, 64)).pow(2).mean(); opt.zero_grad(); loss.backward(); opt.step()\n"
         "    if step == 30:\n"
-        "        raise RuntimeError('boom at step 30')\n")
+        "        raise RuntimeError('boom at step 30')\n"
+    )
     out = tmp_path / "run"
     proc = perfdoctor("profile", str(script), "--steps", "500", "--out", str(out), cwd=tmp_path)
     assert proc.returncode == 1, proc.stderr
@@ -225,11 +345,25 @@ def test_script_without_optimizer_steps_is_told_how_to_mark_steps(tmp_path):
 
 def test_repeat_windows_report_the_last_one(tmp_path):
     out = tmp_path / "run"
-    r = perfdoctor("profile", MLP, "--steps", "60", "--repeat", "2", "--out", str(out), "--no-report", "--",
-                   *SMALL_MLP, cwd=tmp_path)
+    r = perfdoctor(
+        "profile",
+        MLP,
+        "--steps",
+        "60",
+        "--repeat",
+        "2",
+        "--out",
+        str(out),
+        "--no-report",
+        "--",
+        *SMALL_MLP,
+        cwd=tmp_path,
+    )
     assert r.returncode == 0, r.stderr
-    assert sorted(p.name for p in out.glob("trace.*")) == ["trace.rank0.w0.pt.trace.json.gz",
-                                                           "trace.rank0.w1.pt.trace.json.gz"]
+    assert sorted(p.name for p in out.glob("trace.*")) == [
+        "trace.rank0.w0.pt.trace.json.gz",
+        "trace.rank0.w1.pt.trace.json.gz",
+    ]
     windows = json.loads((out / "rank0.json").read_text())["windows"]
     rep = perfdoctor("report", str(out), "--format", "json", cwd=tmp_path)
     assert rep.returncode == 0, rep.stderr

@@ -20,8 +20,20 @@ ROOT = Path(__file__).resolve().parents[1]
 TINY_GPT = str(ROOT / "examples" / "tiny_gpt.py")
 MLP = str(ROOT / "examples" / "mlp.py")
 SMALL_GPT = ["--n-layer", "1", "--d-model", "32", "--seq-len", "32", "--batch-size", "4", "--log-every", "0"]
-STEADY_MLP = ["--dim", "32", "--hidden", "64", "--batch-size", "16", "--log-every", "0",
-              "--slow-getitem-ms", "1", "--threads", "1"]
+STEADY_MLP = [
+    "--dim",
+    "32",
+    "--hidden",
+    "64",
+    "--batch-size",
+    "16",
+    "--log-every",
+    "0",
+    "--slow-getitem-ms",
+    "1",
+    "--threads",
+    "1",
+]
 SMALL_MLP = ["--dim", "32", "--hidden", "64", "--depth", "3", "--batch-size", "16", "--log-every", "0"]
 
 
@@ -48,9 +60,17 @@ def test_tiny_gpt_run_directory(tmp_path):
     run = json.loads((run_dir / "run.json").read_text())
     assert run["status"] == "complete" and run["partial"] is False and run["exit_code"] == 0
     assert run["steps_completed"] == 60
-    assert run["profiler"] == {"steps": 60, "wait": 24, "warmup": 5, "active": 10, "repeat": 1,
-                               "record_shapes": True, "with_stack": False, "profile_memory": False,
-                               "trace": True}
+    assert run["profiler"] == {
+        "steps": 60,
+        "wait": 24,
+        "warmup": 5,
+        "active": 10,
+        "repeat": 1,
+        "record_shapes": True,
+        "with_stack": False,
+        "profile_memory": False,
+        "trace": True,
+    }
     assert run["environment"]["torch"].startswith("2.")
     assert run["world_size"] == 1 and run["launcher"] == "single"
     assert run["param_dtypes"] == ["float32"] and run["autocast"] == []
@@ -77,8 +97,7 @@ def test_mlp_flops_and_parameter_count_are_exact(tmp_path):
 
 
 def test_grad_accum_counts_optimizer_steps_and_autocast_is_seen(tmp_path):
-    run_dir = profile_script(MLP, [*SMALL_MLP, "--grad-accum", "3", "--bf16-autocast"], steps=20,
-                             out=tmp_path / "run")
+    run_dir = profile_script(MLP, [*SMALL_MLP, "--grad-accum", "3", "--bf16-autocast"], steps=20, out=tmp_path / "run")
     steps = rows(run_dir / "steps.csv")
     assert len(steps) == 20
     assert {int(r["samples"]) for r in steps} == {48}
@@ -88,8 +107,7 @@ def test_grad_accum_counts_optimizer_steps_and_autocast_is_seen(tmp_path):
 
 def test_raise_at_step_50_writes_partial_outputs(tmp_path):
     cfg = ProfileConfig(steps=200, wait=20, warmup=2, active=5)
-    result = run_profile(TINY_GPT, [*SMALL_GPT, "--raise-at", "50"], cfg, out=tmp_path / "run",
-                         progress=quiet)
+    result = run_profile(TINY_GPT, [*SMALL_GPT, "--raise-at", "50"], cfg, out=tmp_path / "run", progress=quiet)
     assert result.exit_code == 1 and result.partial
     assert "deliberate failure at step 50" in result.traceback
     assert "runpy" not in result.traceback
@@ -103,17 +121,18 @@ def test_raise_at_step_50_writes_partial_outputs(tmp_path):
 
 def test_stop_inside_window_keeps_no_incomplete_trace(tmp_path):
     cfg = ProfileConfig(steps=200, wait=45, warmup=2, active=10)
-    result = run_profile(TINY_GPT, [*SMALL_GPT, "--raise-at", "50"], cfg, out=tmp_path / "run",
-                         progress=quiet)
+    result = run_profile(TINY_GPT, [*SMALL_GPT, "--raise-at", "50"], cfg, out=tmp_path / "run", progress=quiet)
     run = json.loads((result.run_dir / "run.json").read_text())
     assert run["traces"] == [] and not list(result.run_dir.glob("trace.*"))
-    assert run["ranks"][0]["windows"] == [{"index": 0, "first_step": 47, "last_step": 56,
-                                           "complete": False, "path": None}]
+    assert run["ranks"][0]["windows"] == [
+        {"index": 0, "first_step": 47, "last_step": 56, "complete": False, "path": None}
+    ]
 
 
 def test_script_that_exits_early_is_partial(tmp_path):
-    result = run_profile(MLP, [*SMALL_MLP, "--steps", "30"], ProfileConfig(steps=100, wait=5),
-                         out=tmp_path / "run", progress=quiet)
+    result = run_profile(
+        MLP, [*SMALL_MLP, "--steps", "30"], ProfileConfig(steps=100, wait=5), out=tmp_path / "run", progress=quiet
+    )
     assert result.exit_code == 0 and result.partial
     assert result.reason == "script finished after 30 of 100 steps"
     assert len(rows(result.run_dir / "steps.csv")) == 30
@@ -128,20 +147,23 @@ def test_stopping_skips_the_scripts_remaining_work(tmp_path, capsys):
 
 def test_sys_exit_status_is_propagated(tmp_path):
     script = tmp_path / "exits.py"
-    script.write_text(textwrap.dedent("""
+    script.write_text(
+        textwrap.dedent("""
         import sys, torch
         m = torch.nn.Linear(4, 4); opt = torch.optim.SGD(m.parameters(), lr=0.1)
         for i in range(10):
             m(torch.randn(2, 4)).sum().backward(); opt.step()
         sys.exit(3)
-    """))
+    """)
+    )
     result = run_profile(str(script), [], ProfileConfig(steps=50), out=tmp_path / "run", progress=quiet)
     assert result.exit_code == 3 and result.partial and result.steps_completed == 10
 
 
 def test_perfdoctor_step_api_without_optimizer(tmp_path):
     script = tmp_path / "manual.py"
-    script.write_text(textwrap.dedent("""
+    script.write_text(
+        textwrap.dedent("""
         import torch, perfdoctor
         w = torch.zeros(8, requires_grad=True)
         for i in range(1000):
@@ -149,7 +171,8 @@ def test_perfdoctor_step_api_without_optimizer(tmp_path):
             with torch.no_grad():
                 w -= 0.01 * w.grad; w.grad = None
             perfdoctor.step()
-    """))
+    """)
+    )
     result = run_profile(str(script), [], ProfileConfig(steps=25), out=tmp_path / "run", progress=quiet)
     assert result.exit_code == 0 and not result.partial and result.steps_completed == 25
 
@@ -158,18 +181,21 @@ def test_module_mode_and_arguments(tmp_path, monkeypatch):
     pkg = tmp_path / "mypkg"
     pkg.mkdir()
     (pkg / "__init__.py").write_text("")
-    (pkg / "train.py").write_text(textwrap.dedent("""
+    (pkg / "train.py").write_text(
+        textwrap.dedent("""
         import json, os, sys, torch
         if __name__ == "__main__":
             json.dump({"argv": sys.argv, "path0": sys.path[0], "cwd": os.getcwd()}, open("seen.json", "w"))
             m = torch.nn.Linear(4, 4); opt = torch.optim.SGD(m.parameters(), lr=0.1)
             for i in range(100):
                 m(torch.randn(2, 4)).sum().backward(); opt.step(); opt.zero_grad()
-    """))
+    """)
+    )
     monkeypatch.chdir(tmp_path)
     monkeypatch.syspath_prepend(str(tmp_path))
-    result = run_profile("mypkg.train", ["--lr", "3"], ProfileConfig(steps=12), module=True,
-                         out=tmp_path / "run", progress=quiet)
+    result = run_profile(
+        "mypkg.train", ["--lr", "3"], ProfileConfig(steps=12), module=True, out=tmp_path / "run", progress=quiet
+    )
     seen = json.loads((tmp_path / "seen.json").read_text())
     assert seen["argv"] == [str(pkg / "train.py"), "--lr", "3"]
     assert seen["path0"] == str(tmp_path) and seen["cwd"] == str(tmp_path)
@@ -177,16 +203,19 @@ def test_module_mode_and_arguments(tmp_path, monkeypatch):
 
 
 def test_nanogpt_style_configurator_and_key_value_args(tmp_path, monkeypatch):
-    (tmp_path / "configurator.py").write_text(textwrap.dedent("""
+    (tmp_path / "configurator.py").write_text(
+        textwrap.dedent("""
         import sys
         from ast import literal_eval
         for arg in sys.argv[1:]:
             key, val = arg[2:].split("=")
             globals()[key] = literal_eval(val)
-    """))
+    """)
+    )
     (tmp_path / "helper.py").write_text("SCALE = 2\n")
     script = tmp_path / "train.py"
-    script.write_text(textwrap.dedent("""
+    script.write_text(
+        textwrap.dedent("""
         import json, sys, torch
         from helper import SCALE
         batch_size = 1
@@ -197,31 +226,35 @@ def test_nanogpt_style_configurator_and_key_value_args(tmp_path, monkeypatch):
         m = torch.nn.Linear(4, 4); opt = torch.optim.AdamW(m.parameters())
         for i in range(max_iters):
             m(torch.randn(batch_size, 4)).sum().backward(); opt.step(); opt.zero_grad()
-    """))
+    """)
+    )
     monkeypatch.chdir(tmp_path)
-    result = run_profile("train.py", ["--batch_size=6", "--max_iters=40"], ProfileConfig(steps=30),
-                         out=tmp_path / "run", progress=quiet)
+    result = run_profile(
+        "train.py", ["--batch_size=6", "--max_iters=40"], ProfileConfig(steps=30), out=tmp_path / "run", progress=quiet
+    )
     seen = json.loads((tmp_path / "config_seen.json").read_text())
-    assert seen == {"batch_size": 6, "max_iters": 40, "scale": 2, "argv0": "train.py",
-                    "path0": str(tmp_path)}
+    assert seen == {"batch_size": 6, "max_iters": 40, "scale": 2, "argv0": "train.py", "path0": str(tmp_path)}
     assert result.steps_completed == 30
     assert {int(r["samples"]) for r in rows(result.run_dir / "steps.csv")} == {6}
 
 
 def test_script_with_its_own_profiler_gets_a_clear_message(tmp_path):
     script = tmp_path / "own_profiler.py"
-    script.write_text(textwrap.dedent("""
+    script.write_text(
+        textwrap.dedent("""
         import torch
         m = torch.nn.Linear(4, 4); opt = torch.optim.SGD(m.parameters(), lr=0.1)
         with torch.profiler.profile() as prof:
             for i in range(5):
                 m(torch.randn(2, 4)).sum().backward(); opt.step()
-    """))
+    """)
+    )
     result = run_profile(str(script), [], ProfileConfig(steps=50), out=tmp_path / "run", progress=quiet)
     assert result.exit_code == 2
     assert "starts its own torch.profiler" in result.error
     assert f"{script}:4" in result.error
     import torch
+
     assert torch.profiler.profile.start.__name__ == "start"  # guard removed again
     assert not torch.autograd.profiler._is_profiler_enabled
 
@@ -251,8 +284,15 @@ def test_default_run_dirs_are_new_each_time(tmp_path, monkeypatch):
 @pytest.mark.slow
 def test_slowdown_mid_run_is_a_phase_change(tmp_path):
     # steps dominated by a 16 ms sleep in __getitem__, so CPU contention on a shared CI box barely shows
-    run_dir = profile_script(MLP, [*STEADY_MLP, "--slowdown-at", "120", "--slowdown-factor", "2.5"],
-                             steps=200, out=tmp_path / "run", wait=40, warmup=2, active=5)
+    run_dir = profile_script(
+        MLP,
+        [*STEADY_MLP, "--slowdown-at", "120", "--slowdown-factor", "2.5"],
+        steps=200,
+        out=tmp_path / "run",
+        wait=40,
+        warmup=2,
+        active=5,
+    )
     data = load_run_dir(run_dir)
     ss = data.steady_state
     assert ss.phase_change and len(ss.phases) == 2

@@ -53,7 +53,9 @@ def test_breakdown_invariants_on_every_shared_trace(name):
             assert s.idle_us == pytest.approx(sum(s.idle_causes_us.values()), abs=1e-6 * max(s.dur_us, 1) + 1e-6)
             assert s.busy_us <= s.dur_us + 1e-6
             c = s.communication
-            assert c["overlapped_us"] + c["exposed_us"] == pytest.approx(c["total_us"], abs=1e-6 * max(s.dur_us, 1) + 1e-6)
+            assert c["overlapped_us"] + c["exposed_us"] == pytest.approx(
+                c["total_us"], abs=1e-6 * max(s.dur_us, 1) + 1e-6
+            )
 
 
 def test_eight_rank_dlrm_directory():

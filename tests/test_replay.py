@@ -143,8 +143,9 @@ def test_activity_without_launch_keeps_its_start(tmp_path: Path) -> None:
 def _shared_with_steps() -> list[Path]:
     if not SHARED_TRACES.exists():
         return []
-    return sorted(p for p in SHARED_TRACES.rglob("*") if p.is_file() and ".json" in p.name
-                  and not p.name.startswith("bad__"))
+    return sorted(
+        p for p in SHARED_TRACES.rglob("*") if p.is_file() and ".json" in p.name and not p.name.startswith("bad__")
+    )
 
 
 @pytest.mark.parametrize("path", _shared_with_steps(), ids=lambda p: p.name[:60])
@@ -172,8 +173,9 @@ def test_html_shows_each_finding_before_and_after_its_fix(tmp_path: Path) -> Non
     html = out["html"].read_text()
     # PD101 replayed: 1000 -> 600 µs (the fetch becomes a hand-off); the bars say 1.00 ms now, 0.60 ms fixed
     report = json.loads(out["json"].read_text())
-    assert html.count('<svg class="chart before-after"') == len([f for f in report["findings"]
-                                                                 if f["saving_us_per_step"]])
+    assert html.count('<svg class="chart before-after"') == len(
+        [f for f in report["findings"] if f["saving_us_per_step"]]
+    )
     pd101 = html.index('aria-label="mean step now and with the fix of PD101"')
     assert "<title>now: 1.00 ms</title>" in html[pd101:] and "<title>fixed: 0.60 ms</title>" in html[pd101:]
     assert "would take the mean step from 1.00 ms to " in html

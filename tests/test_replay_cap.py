@@ -9,10 +9,19 @@ from perfdoctor.findings import Estimate, Evidence, Hit
 
 
 def _tl(rank: int, starts: list[float], ends: list[float], windows: list[int]) -> CollectiveTimeline:
-    return CollectiveTimeline(rank=rank, world_size=2, window_steps=[1, 2], analysed_steps=[1, 2],
-                              kind=["all_reduce"] * len(starts), bytes=[-1] * len(starts), launch_us=list(starts),
-                              start_us=list(starts), end_us=list(ends),
-                              dur_us=[e - s for s, e in zip(starts, ends)], window=windows)
+    return CollectiveTimeline(
+        rank=rank,
+        world_size=2,
+        window_steps=[1, 2],
+        analysed_steps=[1, 2],
+        kind=["all_reduce"] * len(starts),
+        bytes=[-1] * len(starts),
+        launch_us=list(starts),
+        start_us=list(starts),
+        end_us=list(ends),
+        dur_us=[e - s for s, e in zip(starts, ends)],
+        window=windows,
+    )
 
 
 def test_a_collective_ends_no_earlier_than_the_last_peer_arrives() -> None:
@@ -50,16 +59,24 @@ def test_a_replayed_saving_is_capped_at_step_minus_floor() -> None:
     assert replay_cap.cap_outcome(_outcome(100.0, "replay of x"), 230.0).hit.estimate.saving_us == 100.0
     assert replay_cap.cap_outcome(_outcome(250.0, "mean wait per step"), 230.0).hit.estimate.saving_us == 250.0
     assert replay_cap.cap_outcome(_outcome(250.0, "replay of x"), None).hit.estimate.saving_us == 250.0
-    larger = "replay of the step's dependency graph with the fix applied (a 2.0× larger batch, per step of today's batch"
+    larger = (
+        "replay of the step's dependency graph with the fix applied (a 2.0× larger batch, per step of today's batch"
+    )
     assert replay_cap.cap_outcome(_outcome(250.0, larger), 230.0).hit.estimate.saving_us == 250.0
 
 
 def test_the_job_figure_is_the_slowest_rank() -> None:
     sections = {
-        0: {"recorded_mean_step_us": 1000.0, "replayed_mean_step_us": 1000.0,
-            "fix_all": {"codes": ["PD103"], "recorded_mean_step_us": 1000.0, "replayed_mean_step_us": 300.0}},
-        1: {"recorded_mean_step_us": 1200.0, "replayed_mean_step_us": 1200.0,
-            "fix_all": {"codes": ["PD101"], "recorded_mean_step_us": 1200.0, "replayed_mean_step_us": 500.0}},
+        0: {
+            "recorded_mean_step_us": 1000.0,
+            "replayed_mean_step_us": 1000.0,
+            "fix_all": {"codes": ["PD103"], "recorded_mean_step_us": 1000.0, "replayed_mean_step_us": 300.0},
+        },
+        1: {
+            "recorded_mean_step_us": 1200.0,
+            "replayed_mean_step_us": 1200.0,
+            "fix_all": {"codes": ["PD101"], "recorded_mean_step_us": 1200.0, "replayed_mean_step_us": 500.0},
+        },
         # a rank without a replayed fix keeps its step: it is the slowest after the fixes
         2: {"recorded_mean_step_us": 900.0, "replayed_mean_step_us": 900.0, "fix_all": None},
     }

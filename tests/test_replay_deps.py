@@ -84,8 +84,18 @@ def test_the_cuda_sync_record_names_the_waiting_stream(tmp_path: Path) -> None:
     tb.step(1, 0, 300)
     tb.launch("gemm_bwd", launch_ts=10, start=20, dur=100, stream=7)
     corr = tb.runtime("cudaStreamWaitEvent", 200, 2)
-    tb.events.append({"ph": "X", "cat": "cuda_sync", "name": "Stream Wait Event", "pid": 0, "tid": 40, "ts": 201,
-                      "dur": 1, "args": {"device": 0, "stream": 40, "correlation": corr, "wait_on_stream": 7}})
+    tb.events.append(
+        {
+            "ph": "X",
+            "cat": "cuda_sync",
+            "name": "Stream Wait Event",
+            "pid": 0,
+            "tid": 40,
+            "ts": 201,
+            "dur": 1,
+            "args": {"device": 0, "stream": 40, "correlation": corr, "wait_on_stream": 7},
+        }
+    )
     tb.launch("fill_kernel", launch_ts=203, start=215, dur=10, stream=8)
     tb.launch(NCCL, launch_ts=210, start=220, dur=50, stream=40)
     rr = _rr(tb, tmp_path)
@@ -143,6 +153,9 @@ def test_overlap_communication_drops_the_waits_on_collectives(tmp_path: Path) ->
     # the optimizer's wait on the all-reduce goes; the all-reduce's wait on K1 stays
     g = rr.graph
     assert w.scenario.xdep_removed is not None
-    dropped = {(float(g.act_ts_us[s]), float(g.act_ts_us[d]))
-               for s, d, x in zip(g.xdep_src.tolist(), g.xdep_dst.tolist(), w.scenario.xdep_removed.tolist()) if x}
+    dropped = {
+        (float(g.act_ts_us[s]), float(g.act_ts_us[d]))
+        for s, d, x in zip(g.xdep_src.tolist(), g.xdep_dst.tolist(), w.scenario.xdep_removed.tolist())
+        if x
+    }
     assert dropped == {(220.0, 290.0)}

@@ -77,8 +77,16 @@ def _raw_waits(path: Path) -> list[tuple[tuple[int, int, float], list[tuple[int,
         a = e.get("args") or {}
         if e.get("cat") in DEVICE_CATS and e.get("ph") == "X":
             lt, tid = rt.get(a.get("correlation"), (float(e["ts"]), None))
-            acts.append((int(a.get("device", 0)), int(a.get("stream", -1)), float(e["ts"]),
-                         float(e["ts"]) + float(e.get("dur", 0)), lt, tid))
+            acts.append(
+                (
+                    int(a.get("device", 0)),
+                    int(a.get("stream", -1)),
+                    float(e["ts"]),
+                    float(e["ts"]) + float(e.get("dur", 0)),
+                    lt,
+                    tid,
+                )
+            )
     out = []
     for tw, tid, corr in waits:
         target = wait_stream.get(corr)
@@ -122,8 +130,10 @@ def test_every_what_if_keeps_streams_serial_and_recorded_waits(path: Path) -> No
     w = rr.windows
     k = np.searchsorted(w.host_start_us, g.act_launch_ts_us, side="right") - 1
     inside = (k >= 0) & (g.act_launch >= 0) & (g.act_launch_ts_us < w.host_end_us[np.maximum(k, 0)])
-    key = {(int(d), int(s), float(t)): i for i, (d, s, t) in
-           enumerate(zip(g.act_device.tolist(), g.act_stream.tolist(), g.act_ts_us.tolist()))}
+    key = {
+        (int(d), int(s), float(t)): i
+        for i, (d, s, t) in enumerate(zip(g.act_device.tolist(), g.act_stream.tolist(), g.act_ts_us.tolist()))
+    }
     waits = [(key[d], [key[s] for s in ss if s in key]) for d, ss in _raw_waits(path) if d in key]
     for name, wi in whatifs.items():
         sc = wi.scenario
@@ -137,12 +147,16 @@ def test_every_what_if_keeps_streams_serial_and_recorded_waits(path: Path) -> No
         start, end = replayed_windows(res, w)
         mean = float((end - start).mean())
         assert mean >= busiest - 1.0, f"{name}: replayed step {mean:.1f} µs < busiest stream {busiest:.1f} µs"
-        dropped = set() if sc.xdep_removed is None else {
-            (int(s), int(d)) for s, d, x in zip(g.xdep_src, g.xdep_dst, sc.xdep_removed) if x}
+        dropped = (
+            set()
+            if sc.xdep_removed is None
+            else {(int(s), int(d)) for s, d, x in zip(g.xdep_src, g.xdep_dst, sc.xdep_removed) if x}
+        )
         for dst, srcs in waits:
             for src in srcs:
                 if (src, dst) in dropped:  # overlap-communication drops compute's waits on collectives by design
                     continue
                 assert res.act_start_us[dst] >= res.act_end_us[src] - 1e-6, (
                     f"{name}: activity at {g.act_ts_us[dst]:.1f} starts before the one at {g.act_ts_us[src]:.1f} "
-                    "it waits for (a recorded stream wait) ends")
+                    "it waits for (a recorded stream wait) ends"
+                )

@@ -13,7 +13,8 @@ from perfdoctor.errors import PerfDoctorError
 from perfdoctor.model import MissingReason, Report, as_report, from_json, to_json
 
 BUNDLED = sorted((REPO / "reports").glob("*.json")) + sorted(
-    p for p in (REPO / "tests" / "golden").glob("*.json") if p.name != "rules_on_shared_traces.json")
+    p for p in (REPO / "tests" / "golden").glob("*.json") if p.name != "rules_on_shared_traces.json"
+)
 
 
 @pytest.mark.parametrize("path", BUNDLED, ids=lambda p: f"{p.parent.name}/{p.name}")
@@ -35,19 +36,24 @@ def test_built_report_equals_its_json_read_back(tmp_path):
     assert again.summary.median_step_us == {0: 1000.0}  # int rank keys survive the JSON's string keys
 
 
-@pytest.mark.parametrize("data, words", [
-    (b"", "not valid JSON"),
-    (b"{not json", "not valid JSON"),
-    (b"[1, 2, 3]", "not an object"),
-    (b"42", "not an object"),
-    (b'{"traceEvents": []}', "schema None"),
-    (b'{"schema": "hta.report", "schema_version": 1}', "schema 'hta.report'"),
-    (b'{"schema": "perfdoctor.report", "schema_version": 0}', "schema version 0 is not supported"),
-    (b'{"schema": "perfdoctor.report", "schema_version": "1"}', "schema version '1' is not supported"),
-    (b'{"schema": "perfdoctor.report", "schema_version": 1}', "damaged perfdoctor report (Object missing required"),
-    (b'{"schema": "perfdoctor.report", "schema_version": 1, "tool": {"name": "x", "version": 3}}',
-     "damaged perfdoctor report"),
-])
+@pytest.mark.parametrize(
+    "data, words",
+    [
+        (b"", "not valid JSON"),
+        (b"{not json", "not valid JSON"),
+        (b"[1, 2, 3]", "not an object"),
+        (b"42", "not an object"),
+        (b'{"traceEvents": []}', "schema None"),
+        (b'{"schema": "hta.report", "schema_version": 1}', "schema 'hta.report'"),
+        (b'{"schema": "perfdoctor.report", "schema_version": 0}', "schema version 0 is not supported"),
+        (b'{"schema": "perfdoctor.report", "schema_version": "1"}', "schema version '1' is not supported"),
+        (b'{"schema": "perfdoctor.report", "schema_version": 1}', "damaged perfdoctor report (Object missing required"),
+        (
+            b'{"schema": "perfdoctor.report", "schema_version": 1, "tool": {"name": "x", "version": 3}}',
+            "damaged perfdoctor report",
+        ),
+    ],
+)
 def test_what_is_not_a_current_report_is_one_clear_line(data, words):
     with pytest.raises(PerfDoctorError) as err:
         from_json(data, "old.json")
@@ -81,8 +87,9 @@ def test_mfu_missing_carries_a_typed_reason(tmp_path):
     shaped.cpu_op("my_lib::custom_op", 10, 50, input_dims=[[4, 4]], input_type=["float"])
     shaped.launch("my_custom_kernel", launch_ts=20, start=100, dur=800)
     c = pipeline.analyze_paths([str(shaped.write(tmp_path / "custom.json"))], hash_inputs=False)
-    assert c.ranks[0].mfu_missing == MissingReason(code="no_costed_op",
-                                                   message="no op could be costed from the recorded shapes")
+    assert c.ranks[0].mfu_missing == MissingReason(
+        code="no_costed_op", message="no op could be costed from the recorded shapes"
+    )
     res = engine.run_checks(c, load_catalogue(), ["PD206"])
     assert [s["reason"] for s in res.skipped if s["code"] == "PD206"] == [c.ranks[0].mfu_missing.message]
 

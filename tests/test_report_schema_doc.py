@@ -53,12 +53,16 @@ def _table_keys(heading: str) -> list[str]:
 
 @pytest.mark.parametrize("heading, struct, prefix", SECTIONS, ids=[f"{h} {s.__name__}" for h, s, _ in SECTIONS])
 def test_documented_keys_are_the_model_fields(heading: str, struct: type[msgspec.Struct], prefix: str):
-    documented = {k[len(prefix):] for k in _table_keys(heading) if k.startswith(prefix) and "." not in k[len(prefix):]}
+    documented = {
+        k[len(prefix) :] for k in _table_keys(heading) if k.startswith(prefix) and "." not in k[len(prefix) :]
+    }
     if not prefix:
         documented = {k for k in _table_keys(heading) if "." not in k}
     fields = set(struct.__struct_fields__)
-    assert documented == fields, (f"{DOC.name} {heading!r} vs {struct.__name__}: undocumented {sorted(fields - documented)}, "
-                                  f"documented but not in the model {sorted(documented - fields)}")
+    assert documented == fields, (
+        f"{DOC.name} {heading!r} vs {struct.__name__}: undocumented {sorted(fields - documented)}, "
+        f"documented but not in the model {sorted(documented - fields)}"
+    )
 
 
 def test_documented_schema_version_is_the_models():

@@ -20,13 +20,21 @@ def build(tmp_path):
     tb.cpu_op("aten::mm", 10, 100, input_dims=[[1024, 1024], [1024, 1024]], input_type=[F32, F32])
     tb.launch("ampere_sgemm_128x64_tn", launch_ts=20, start=200, dur=1000)
     tb.cpu_op("aten::add", 200, 50, input_dims=[[N], [N], []], input_type=[F32, F32, "Scalar"])
-    tb.launch("void at::native::vectorized_elementwise_kernel<4, AddFunctor<float>>", launch_ts=210, start=1300, dur=100)
+    tb.launch(
+        "void at::native::vectorized_elementwise_kernel<4, AddFunctor<float>>", launch_ts=210, start=1300, dur=100
+    )
     # linear -> addmm: costed once, at the outermost op; the kernel ran as TF32
     tb.cpu_op("aten::linear", 300, 100, input_dims=[[2048, 1024], [1024, 1024], [1024]], input_type=[F32] * 3)
-    tb.cpu_op("aten::addmm", 310, 80, input_dims=[[1024], [2048, 1024], [1024, 1024], [], []],
-              input_type=[F32, F32, F32, "Scalar", "Scalar"])
-    tb.launch("void cutlass::Kernel<cutlass_80_tensorop_s1688gemm_256x64_16x4_nn_align4>", launch_ts=320, start=1500,
-              dur=200)
+    tb.cpu_op(
+        "aten::addmm",
+        310,
+        80,
+        input_dims=[[1024], [2048, 1024], [1024, 1024], [], []],
+        input_type=[F32, F32, F32, "Scalar", "Scalar"],
+    )
+    tb.launch(
+        "void cutlass::Kernel<cutlass_80_tensorop_s1688gemm_256x64_16x4_nn_align4>", launch_ts=320, start=1500, dur=200
+    )
     tb.cpu_op("aten::topk", 500, 20, input_dims=[[N], []], input_type=[F32, "Scalar"])
     tb.launch("void at::native::sbtopk::gatherTopK<float>", launch_ts=505, start=1800, dur=40)
     tb.kernel("orphan_kernel", start=1900, dur=7)
@@ -77,7 +85,9 @@ def test_without_roofs_reports_achieved_only(tmp_path):
 def test_cpu_trace_uses_op_duration_and_measured_roofs(tmp_path):
     tb = TraceBuilder(device_name=None)
     tb.cpu_op("aten::linear", 0, 500, input_dims=[[64, 256], [128, 256], [128]], input_type=[F32] * 3)
-    tb.cpu_op("aten::addmm", 10, 480, input_dims=[[128], [64, 256], [256, 128], [], []], input_type=[F32] * 3 + ["Scalar"] * 2)
+    tb.cpu_op(
+        "aten::addmm", 10, 480, input_dims=[[128], [64, 256], [256, 128], [], []], input_type=[F32] * 3 + ["Scalar"] * 2
+    )
     t = load_trace(str(tb.write(tmp_path / "cpu.json")))
     roofs = Roofs("cpu", {"fp32": 1e11}, 1e10, "measured: test", "measured")
     r = roofline_table(t, roofs)
@@ -90,7 +100,9 @@ def test_cpu_trace_uses_op_duration_and_measured_roofs(tmp_path):
 def test_h100_bert_linear_from_recorded_dims():
     t = load_trace(str(shared_trace("tracelens__h100__bert-small-uncased.json.gz")))
     r = roofline_table(t, roofs_from_spec(device_for_trace(t.device_properties)), top=100)
-    row = next(x for x in r.ops if x.name == "aten::linear" and x.shapes == "[ [ 1, 141, 512 ], [ 512, 512 ], [ 512 ] ]")
+    row = next(
+        x for x in r.ops if x.name == "aten::linear" and x.shapes == "[ [ 1, 141, 512 ], [ 512, 512 ], [ 512 ] ]"
+    )
     assert row.count == 17 and row.flops == 17 * 2 * 141 * 512 * 512
     assert row.math_dtype == "bf16" and row.peak_flops_per_s == 989.5e12
     attn = next(x for x in r.ops if x.name == "aten::scaled_dot_product_attention")
@@ -119,8 +131,12 @@ def test_dlrm_sampled_rank_mm_ran_as_tf32():
 def test_resnet_v100_conv_backward_and_uncosted_forward():
     t = load_trace(str(shared_trace("kineto__resnet50_num_workers_0__worker0.pt.trace.json.gz")))
     r = roofline_table(t, roofs_from_spec(device_for_trace(t.device_properties)), top=500)
-    row = next(x for x in r.ops if x.name == "aten::cudnn_convolution_backward"
-               and x.shapes.startswith("[[32, 512, 7, 7], [32, 2048, 7, 7], [2048, 512, 1, 1]"))
+    row = next(
+        x
+        for x in r.ops
+        if x.name == "aten::cudnn_convolution_backward"
+        and x.shapes.startswith("[[32, 512, 7, 7], [32, 2048, 7, 7], [2048, 512, 1, 1]")
+    )
     assert row.flops == row.count * 2 * 2 * 32 * 2048 * 512 * 49
     conv = next(u for u in r.uncosted if u["name"] == "aten::conv2d")
     assert "stride" in conv["reason"] and conv["time_us"] > 0

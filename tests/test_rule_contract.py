@@ -35,14 +35,20 @@ def _builtin_copy(tmp_path: Path) -> Path:
     return d
 
 
-@pytest.mark.parametrize(("edit", "error"), [
-    (("min_saving_pct = 5.0", "min_saving_pct = 5.0\nmin_savings_pct = 3.0"), "PD101 has no threshold 'min_savings_pct'"),
-    (("min_saving_pct = 5.0", 'min_saving_pct = "5"'), "thresholds.min_saving_pct of PD101 must be float, not '5'"),
-    (("min_saving_pct = 5.0", "min_saving_pct = true"), "thresholds.min_saving_pct must be a number"),
-    (("min_saving_pct = 5.0", ""), "PD101 lacks threshold(s) min_saving_pct"),
-    (("{dataloader_wait_ms:.1f}", "{dataloader_wait_msec:.1f}"), "uses {dataloader_wait_msec}, which its check"),
-    (("{dataloader_wait_ms:.1f}", "{dataloader_wait_ms:.1f"), "is not a valid template"),
-])
+@pytest.mark.parametrize(
+    ("edit", "error"),
+    [
+        (
+            ("min_saving_pct = 5.0", "min_saving_pct = 5.0\nmin_savings_pct = 3.0"),
+            "PD101 has no threshold 'min_savings_pct'",
+        ),
+        (("min_saving_pct = 5.0", 'min_saving_pct = "5"'), "thresholds.min_saving_pct of PD101 must be float, not '5'"),
+        (("min_saving_pct = 5.0", "min_saving_pct = true"), "thresholds.min_saving_pct must be a number"),
+        (("min_saving_pct = 5.0", ""), "PD101 lacks threshold(s) min_saving_pct"),
+        (("{dataloader_wait_ms:.1f}", "{dataloader_wait_msec:.1f}"), "uses {dataloader_wait_msec}, which its check"),
+        (("{dataloader_wait_ms:.1f}", "{dataloader_wait_ms:.1f"), "is not a valid template"),
+    ],
+)
 def test_a_builtin_toml_that_does_not_fit_its_check_fails_at_load(tmp_path, edit, error):
     d = _builtin_copy(tmp_path)
     toml = d / "PD101.toml"
@@ -67,14 +73,20 @@ def test_user_override_with_a_bad_placeholder_stops_report_before_any_trace_is_r
     rules.mkdir()
     bad = rules / "PD101.toml"
     bad.write_text('code = "PD101"\nmessage = "waiting {dataloader_wait_msec:.1f} ms"\n')
-    proc = subprocess.run([sys.executable, "-m", "perfdoctor", "report", str(tmp_path / "absent.json"), "--rules",
-                           str(rules)], capture_output=True, text=True, cwd=tmp_path,
-                          env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"}, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "perfdoctor", "report", str(tmp_path / "absent.json"), "--rules", str(rules)],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"},
+        timeout=120,
+    )
     assert proc.returncode == 2
     assert proc.stderr.splitlines() == [
         f"perfdoctor: error: {bad}: message of PD101 uses {{dataloader_wait_msec}}, which its check does not provide "
         "(fields: dataloader_host_us, dataloader_wait_ms, dataloader_wait_pct, dataloader_wait_us, saving_ms, "
-        "saving_pct, step_ms, waiting)"]
+        "saving_pct, step_ms, waiting)"
+    ]
 
 
 def test_user_override_threshold_type_is_checked(tmp_path):
@@ -88,9 +100,11 @@ def test_user_override_threshold_type_is_checked(tmp_path):
 def test_user_metric_rule_message_may_use_metric_and_value_only(tmp_path):
     rules = tmp_path / "r"
     rules.mkdir()
-    base = ('code = "X101"\nname = "x"\ncategory = "host"\nseverity = "low"\nsummary = "s"\nwhy = "w"\n'
-            'saving = "s"\nfix = "f"\nexample_before = ""\nexample_after = ""\nreferences = []\n'
-            '[when]\nmetric = "PD101.dataloader_wait_pct"\nabove = 1.0\n')
+    base = (
+        'code = "X101"\nname = "x"\ncategory = "host"\nseverity = "low"\nsummary = "s"\nwhy = "w"\n'
+        'saving = "s"\nfix = "f"\nexample_before = ""\nexample_after = ""\nreferences = []\n'
+        '[when]\nmetric = "PD101.dataloader_wait_pct"\nabove = 1.0\n'
+    )
     (rules / "X101.toml").write_text('message = "{metric} is {value:.1f}"\n' + base)
     contract.validate(load_catalogue([str(rules)]), engine.check_modules())
     (rules / "X101.toml").write_text('message = "{metric} is {valeu:.1f}"\n' + base)

@@ -113,12 +113,16 @@ def test_user_metric_rule(tmp_path):
     rules = tmp_path / "rules"
     rules.mkdir()
     base = load_catalogue().rules["PD101"]
-    text = "\n".join(f'{k} = {json.dumps(getattr(base, k))}' for k in
-                     ("summary", "why", "saving", "fix", "example_before", "example_after"))
+    text = "\n".join(
+        f"{k} = {json.dumps(getattr(base, k))}"
+        for k in ("summary", "why", "saving", "fix", "example_before", "example_after")
+    )
     (rules / "X101.toml").write_text(
         'code = "X101"\nname = "my-dataloader"\ncategory = "input-pipeline"\nseverity = "low"\n'
-        'message = "{metric} is {value:.0f}"\nreferences = []\n' + text +
-        '\n[when]\nmetric = "PD101.dataloader_wait_pct"\nabove = 10\nsaving_metric = "PD101.dataloader_wait_us"\n')
+        'message = "{metric} is {value:.0f}"\nreferences = []\n'
+        + text
+        + '\n[when]\nmetric = "PD101.dataloader_wait_pct"\nabove = 10\nsaving_metric = "PD101.dataloader_wait_us"\n'
+    )
     tb = TraceBuilder()
     tb.step(1, 0, 1000)
     tb.annotation(DL, 0, 400)
@@ -129,12 +133,15 @@ def test_user_metric_rule(tmp_path):
     assert f["severity"] == "low" and "PD101" not in r.findings  # PD101 ran for its metric, not reported
 
 
-@pytest.mark.parametrize("content, match", [
-    ('code = "PD101"\n[thresholds]\nno_such = 1\n', "no threshold"),
-    ('code = "PD101"\nthresholds = [\n', "not valid TOML"),
-    ('code = "X1"\n', "not a rule code"),
-    ('code = "X102"\nname = "x"\n', "missing key"),
-])
+@pytest.mark.parametrize(
+    "content, match",
+    [
+        ('code = "PD101"\n[thresholds]\nno_such = 1\n', "no threshold"),
+        ('code = "PD101"\nthresholds = [\n', "not valid TOML"),
+        ('code = "X1"\n', "not a rule code"),
+        ('code = "X102"\nname = "x"\n', "missing key"),
+    ],
+)
 def test_bad_user_rule_is_one_line_error_exit_2(tmp_path, capsys, content, match):
     rules = tmp_path / "rules"
     rules.mkdir()
@@ -183,8 +190,7 @@ def test_terminal_findings_name_the_rank_on_multi_rank_jobs(tmp_path):
     from perfdoctor import pipeline
     from perfdoctor.render.terminal import render_terminal
 
-    analysis = pipeline.analyze_paths([str(p) for p in _ranked_dl_traces(tmp_path, {0: 80, 1: 400})],
-                                      hash_inputs=False)
+    analysis = pipeline.analyze_paths([str(p) for p in _ranked_dl_traces(tmp_path, {0: 80, 1: 400})], hash_inputs=False)
     analysis.checks = engine.run_checks(analysis, load_catalogue(), ["PD101"])
     console = Console(width=320, record=True)  # wide enough that the finding fits on its row
     render_terminal(pipeline.report_dict(analysis), console)
@@ -196,8 +202,23 @@ def test_terminal_findings_name_the_rank_on_multi_rank_jobs(tmp_path):
 def test_rules_and_rule_commands(capsys):
     assert main(["rules", "--format", "json"]) == 0
     rows = json.loads(capsys.readouterr().out)
-    assert {r["code"] for r in rows} >= {"PD101", "PD102", "PD103", "PD201", "PD202", "PD203", "PD204", "PD205",
-                                         "PD301", "PD302", "PD303", "PD401", "PD501", "PD502", "PD901"}
+    assert {r["code"] for r in rows} >= {
+        "PD101",
+        "PD102",
+        "PD103",
+        "PD201",
+        "PD202",
+        "PD203",
+        "PD204",
+        "PD205",
+        "PD301",
+        "PD302",
+        "PD303",
+        "PD401",
+        "PD501",
+        "PD502",
+        "PD901",
+    }
     assert main(["rule", "PD101", "--width", "100"]) == 0
     out = capsys.readouterr().out
     assert "num_workers" in out and "min_saving_pct" in out and "PD101.dataloader_wait_us" in out

@@ -22,8 +22,10 @@ from perfdoctor.checks.catalogue import load_catalogue
 
 REPO = Path(__file__).resolve().parents[1]
 HAVE_PROFILE = importlib.util.find_spec("perfdoctor.capture.runner") is not None
-pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(not HAVE_PROFILE, reason="`perfdoctor profile` (perfdoctor.capture.runner) not available")]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(not HAVE_PROFILE, reason="`perfdoctor profile` (perfdoctor.capture.runner) not available"),
+]
 _CACHE: dict[str, tuple] = {}
 # One intra-op thread per process: with two OpenMP threads on two cores, any other busy process makes every
 # parallel region wait for a descheduled thread (seen: 0.3 ms steps at 78 ms), and the timing comparisons
@@ -37,22 +39,41 @@ def profile(tmp_root: Path, name: str, flags: list[str], steps: int = 30, env: d
     if name in _CACHE:
         return _CACHE[name]
     out = tmp_root / name
-    cmd = [sys.executable, "-m", "perfdoctor", "profile", str(REPO / "examples" / "mlp.py"), "--steps", str(steps),
-           "--out", str(out), "--no-report", "--", *flags]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=tmp_root,
-                          env={**os.environ, **ONE_THREAD, **(env or {})})
+    cmd = [
+        sys.executable,
+        "-m",
+        "perfdoctor",
+        "profile",
+        str(REPO / "examples" / "mlp.py"),
+        "--steps",
+        str(steps),
+        "--out",
+        str(out),
+        "--no-report",
+        "--",
+        *flags,
+    ]
+    proc = subprocess.run(
+        cmd, capture_output=True, text=True, timeout=600, cwd=tmp_root, env={**os.environ, **ONE_THREAD, **(env or {})}
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     from perfdoctor.capture.run_data import load_run_dir
 
     run = load_run_dir(out)
-    analysis = pipeline.analyze_paths([str(p) for p in sorted(out.glob("trace.rank*.pt.trace.json.gz"))], hash_inputs=False)
+    analysis = pipeline.analyze_paths(
+        [str(p) for p in sorted(out.glob("trace.rank*.pt.trace.json.gz"))], hash_inputs=False
+    )
     analysis.run = run
     cat = load_catalogue()
     res = engine.run_checks(analysis, cat, engine.select_codes(cat, None, None)).to_report()
-    durations = run.steps["duration_s"][steps // 3:]
-    samples = float(statistics.median(run.steps["samples"][steps // 3:]))
-    result = ({f["code"]: f for f in res["findings"]}, {s["code"]: s["reason"] for s in res["skipped_checks"]},
-              float(statistics.median(durations)), samples)
+    durations = run.steps["duration_s"][steps // 3 :]
+    samples = float(statistics.median(run.steps["samples"][steps // 3 :]))
+    result = (
+        {f["code"]: f for f in res["findings"]},
+        {s["code"]: s["reason"] for s in res["skipped_checks"]},
+        float(statistics.median(durations)),
+        samples,
+    )
     _CACHE[name] = result
     return result
 
@@ -131,8 +152,10 @@ def test_pd204_bf16_autocast_without_bf16_units(root):
     slow = profile(root, "bf16_capped", [*SMALL, "--bf16-autocast"], env=NO_BF16_UNITS)
     fixed = profile(root, "fp32_capped", SMALL, env=NO_BF16_UNITS)
     assert "PD204" in slow[0] and "PD204" not in fixed[0]
-    assert "ONEDNN_MAX_CPU_ISA=AVX512_CORE" in slow[0]["PD204"]["message"] or \
-        "no bf16 matrix instructions" in slow[0]["PD204"]["message"]
+    assert (
+        "ONEDNN_MAX_CPU_ISA=AVX512_CORE" in slow[0]["PD204"]["message"]
+        or "no bf16 matrix instructions" in slow[0]["PD204"]["message"]
+    )
     # emulated bf16 GEMMs: measured 2.4x the fp32 step on an AMX Xeon capped at AVX512_CORE
     _faster(slow, fixed, "PD204 bf16 autocast, no bf16 units", min_gain=0.25)
 

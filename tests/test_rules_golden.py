@@ -17,8 +17,11 @@ from perfdoctor.errors import PerfDoctorError
 
 GOLDEN = Path(__file__).parent / "golden" / "rules_on_shared_traces.json"
 # every trace file and every multi-rank job directory of the shared corpus (issue 11: each must load and report)
-INPUTS = sorted(p.name for p in SHARED_TRACES.iterdir()
-                if p.is_dir() or p.name.endswith((".json", ".json.gz"))) if SHARED_TRACES.exists() else []
+INPUTS = (
+    sorted(p.name for p in SHARED_TRACES.iterdir() if p.is_dir() or p.name.endswith((".json", ".json.gz")))
+    if SHARED_TRACES.exists()
+    else []
+)
 
 
 def summarize(name: str) -> dict:
@@ -29,10 +32,18 @@ def summarize(name: str) -> dict:
     except PerfDoctorError as exc:  # a bad input must fail with one clear line: the line is the golden answer
         return {"error": str(exc).replace(str(SHARED_TRACES), "../shared/traces")}
     return {
-        "findings": [{"code": f["code"], "severity": f["severity"], "position": f["position"], "rank": f["rank"],
-                      "saving_ms_per_step": round(f["saving_us_per_step"] / 1000, 2),
-                      "saving_pct": round(f["saving_pct_of_step"], 1), "ranks": f["evidence"]["ranks"]}
-                     for f in r.report["findings"]],
+        "findings": [
+            {
+                "code": f["code"],
+                "severity": f["severity"],
+                "position": f["position"],
+                "rank": f["rank"],
+                "saving_ms_per_step": round(f["saving_us_per_step"] / 1000, 2),
+                "saving_pct": round(f["saving_pct_of_step"], 1),
+                "ranks": f["evidence"]["ranks"],
+            }
+            for f in r.report["findings"]
+        ],
         "skipped": {c: reason for c, reason in sorted(r.skipped.items())},
         "passed": sorted(r.passed),
     }
@@ -79,16 +90,18 @@ def test_validated_facts_on_shared_traces():
 def test_findings_on_a_trace_without_steps_say_what_per_step_means():
     r = run_rules([shared_trace("gpupuzzlers__non_blocking_streams.json.gz")], ["PD102"])
     f = r.findings["PD102"]
-    assert "100 per step" in f["message"] and f["message"].endswith("(no step markers: 'per step' means over the "
-                                                                   "whole trace window)")
+    assert "100 per step" in f["message"] and f["message"].endswith(
+        "(no step markers: 'per step' means over the whole trace window)"
+    )
 
 
 def test_pd203_advice_on_v100_is_amp_not_tf32(tmp_path):
     rules = tmp_path / "rules"
     rules.mkdir()  # the replayed saving is 1.5% of the step: fire from 1% to read the advice
     (rules / "PD203.toml").write_text('code = "PD203"\n[thresholds]\nmin_saving_pct = 1.0\n')
-    r = run_rules([shared_trace("kineto__resnet50_num_workers_0__worker0.pt.trace.json.gz")], ["PD203"],
-                  rules_dirs=[rules])
+    r = run_rules(
+        [shared_trace("kineto__resnet50_num_workers_0__worker0.pt.trace.json.gz")], ["PD203"], rules_dirs=[rules]
+    )
     msg = r.findings["PD203"]["message"]
     assert "float16" in msg and "GradScaler" in msg
     assert "set_float32_matmul_precision" not in msg and "bfloat16" not in msg

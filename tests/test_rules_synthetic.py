@@ -5,9 +5,9 @@ from tracebuilder import TraceBuilder
 
 
 def test_gpu_trace_without_its_device_side_is_not_cpu_training(tmp_path):
-    tb = TraceBuilder()                   # lists an A100
+    tb = TraceBuilder()  # lists an A100
     tb.step(1, 0, 1000)
-    for i in range(40):                   # many small host ops, each launching a kernel the trace never recorded
+    for i in range(40):  # many small host ops, each launching a kernel the trace never recorded
         tb.cpu_op("aten::add", 10 + 20 * i, 15)
         tb.runtime("cudaLaunchKernel", 12 + 20 * i, 5)
     path = tb.write(tmp_path / "nodev.json")
@@ -22,5 +22,3 @@ def test_gpu_trace_without_its_device_side_is_not_cpu_training(tmp_path):
     facts = {label: value for label, value, _ in view.summary_facts(report)}
     assert facts["devices"].startswith("no GPU activity recorded, although the trace lists NVIDIA A100-SXM4-80GB")
     assert "host ops only" in view.device_name(report.ranks[0], -1)
-
-

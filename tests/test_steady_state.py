@@ -27,10 +27,10 @@ def test_stall_then_slower_phase_is_two_phases():
     x = np.r_[noisy(2.34, 280, seed=1), noisy(2.94, 220, seed=2)]
     r = analyze(x)
     assert r.phase_change and len(r.phases) == 2
-    assert abs(r.phases[1].start_step - 280) <= 3          # block medians of 3 steps
+    assert abs(r.phases[1].start_step - 280) <= 3  # block medians of 3 steps
     assert r.phases[0].median_s == pytest.approx(2.34, rel=0.01)
     assert r.phases[1].median_s == pytest.approx(2.94, rel=0.01)
-    assert r.median_s == pytest.approx(2.94, rel=0.01)      # the later phase is what a long run sees
+    assert r.median_s == pytest.approx(2.94, rel=0.01)  # the later phase is what a long run sees
     assert not r.trend_detected
 
 
@@ -53,7 +53,7 @@ def test_flat_noisy_series_is_one_phase_without_trend(rel):
 
 def test_warmup_steps_are_discarded():
     x = noisy(0.05, 300, seed=5)
-    x[:4] = [1.2, 0.4, 0.09, 0.07]   # compile, then allocator growth: 4 slow steps
+    x[:4] = [1.2, 0.4, 0.09, 0.07]  # compile, then allocator growth: 4 slow steps
     r = analyze(x)
     assert r.warmup_steps == 4 and len(r.phases) == 1
     assert r.phases[0].start_step == 4
@@ -61,7 +61,7 @@ def test_warmup_steps_are_discarded():
 
 def test_slow_first_third_is_warmup_not_a_phase():
     x = noisy(0.0057, 40, seed=13)
-    x[:13] = noisy(0.010, 13, seed=14)   # 13 slow steps of 40: getting faster is warm-up
+    x[:13] = noisy(0.010, 13, seed=14)  # 13 slow steps of 40: getting faster is warm-up
     r = analyze(x)
     assert r.warmup_steps == 13 and not r.phase_change
 
@@ -84,15 +84,15 @@ def test_window_ratio_and_excluded_steps():
     window = np.zeros(200, bool)
     window[100:110] = True
     exclude = window.copy()
-    exclude[95:100] = True           # profiler warm-up
-    x[100:110] *= 1.3                # profiled steps 30% slower (profiler overhead)
-    x[1] = 0.5                       # FLOPs-counting step, excluded
+    exclude[95:100] = True  # profiler warm-up
+    x[100:110] *= 1.3  # profiled steps 30% slower (profiler overhead)
+    x[1] = 0.5  # FLOPs-counting step, excluded
     exclude[1] = True
     r = analyze(x, exclude=exclude, window=window)
     assert r.warmup_steps == 0
     assert r.window_ratio == pytest.approx(1.3, rel=0.03)
     assert r.window_neighbor_ratio == pytest.approx(1.0, rel=0.03)
-    assert r.p90_s < 0.06            # neither the window nor step 1 leak into the statistics
+    assert r.p90_s < 0.06  # neither the window nor step 1 leak into the statistics
 
 
 def test_window_in_a_transient_shows_in_neighbor_ratio():
@@ -111,7 +111,7 @@ def test_helpers():
     assert find_change_points(np.ones(100), 10) == []
     assert detect_warmup(np.r_[[5.0, 3.0], np.ones(20)], level=1.0, noise=0.0) == 2
     rates = interval_rates([0.5, 0.5, 1.0, 1.0, 2.0], [100, 100, 100, 100, 100], 2)
-    assert rates.tolist() == [200.0, 100.0, 50.0]   # per interval, not cumulative
+    assert rates.tolist() == [200.0, 100.0, 50.0]  # per interval, not cumulative
     with pytest.raises(ValueError):
         analyze([])
 
@@ -120,8 +120,14 @@ def test_default_schedule_places_window_in_steady_state():
     s = Schedule.resolve(ProfileConfig(steps=500))
     assert (s.wait, s.warmup, s.active, s.repeat) == (200, 5, 10, 1)
     assert s.window_steps(0) == (205, 214)
-    assert [s.phase(i) for i in (199, 200, 204, 205, 214, 215)] == \
-        ["none", "warmup", "warmup", "active", "active", "none"]
+    assert [s.phase(i) for i in (199, 200, 204, 205, 214, 215)] == [
+        "none",
+        "warmup",
+        "warmup",
+        "active",
+        "active",
+        "none",
+    ]
     r = Schedule.resolve(ProfileConfig(steps=500, repeat=3))
     assert r.window_steps(2)[1] < 500 and r.window_steps(0)[0] > 100
     with pytest.raises(PerfDoctorError):
@@ -139,8 +145,8 @@ def test_step_counter_counts_the_first_optimizer_and_api_mode():
     a, b = Opt(), Opt()
     for _ in range(3):
         c.on_optimizer_step(a)
-        c.on_optimizer_step(b)       # a second optimizer in the same step is not another step
+        c.on_optimizer_step(b)  # a second optimizer in the same step is not another step
     assert seen == [1, 2, 3]
-    c.on_mark()                      # perfdoctor.step(): from now on only explicit marks count
+    c.on_mark()  # perfdoctor.step(): from now on only explicit marks count
     c.on_optimizer_step(a)
     assert seen == [1, 2, 3, 4] and c.api_mode

@@ -38,8 +38,11 @@ def _import(path: Path, monkeypatch):
 def test_scaffold_writes_a_rule_that_loads_fits_its_contract_and_runs(tmp_path, capsys, monkeypatch):
     root = _root(tmp_path)
     assert new_rule.main(["PD123", "some-name", "--root", str(root)]) == 0
-    toml, module, test = (root / "rules" / "PD123.toml", root / "perfdoctor" / "checks" / "pd123_some_name.py",
-                          root / "tests" / "rules" / "test_pd123.py")
+    toml, module, test = (
+        root / "rules" / "PD123.toml",
+        root / "perfdoctor" / "checks" / "pd123_some_name.py",
+        root / "tests" / "rules" / "test_pd123.py",
+    )
     assert capsys.readouterr().out.splitlines()[:3] == [f"wrote {toml}", f"wrote {module}", f"wrote {test}"]
     cat = load_catalogue(builtin_dir=root / "rules")
     spec = cat.rules["PD123"]
@@ -65,18 +68,24 @@ def test_scaffolded_files_are_lint_clean(tmp_path):
         pytest.skip("ruff not installed (pip install -e '.[lint]')")
     root = _root(tmp_path)
     new_rule.scaffold("PD577", "lint-me", root)
-    proc = subprocess.run([str(ruff), "check", "--config", str(REPO / "pyproject.toml"), str(root / "perfdoctor"),
-                           str(root / "tests")], capture_output=True, text=True)
+    proc = subprocess.run(
+        [str(ruff), "check", "--config", str(REPO / "pyproject.toml"), str(root / "perfdoctor"), str(root / "tests")],
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 0, proc.stdout
 
 
-@pytest.mark.parametrize(("argv", "error"), [
-    (["PD101", "fresh-name"], "already has this code or name"),
-    (["PD124", "dataloader-starvation"], "already has this code or name"),
-    (["PD723", "x"], "no code family PD7xx"),
-    (["PD12", "x"], "a rule code is PD and three digits"),
-    (["PD124", "Bad_Name"], "kebab-case"),
-])
+@pytest.mark.parametrize(
+    ("argv", "error"),
+    [
+        (["PD101", "fresh-name"], "already has this code or name"),
+        (["PD124", "dataloader-starvation"], "already has this code or name"),
+        (["PD723", "x"], "no code family PD7xx"),
+        (["PD12", "x"], "a rule code is PD and three digits"),
+        (["PD124", "Bad_Name"], "kebab-case"),
+    ],
+)
 def test_scaffold_refuses_in_one_line(tmp_path, capsys, argv, error):
     root = _root(tmp_path)
     assert new_rule.main([*argv, "--root", str(root)]) == 2
@@ -96,6 +105,9 @@ def test_scaffold_never_overwrites(tmp_path, capsys):
 
 
 def test_refresh_covers_every_golden_that_a_test_rewrites():
-    rewriting = sorted(f"tests/{p.name}" for p in (REPO / "tests").glob("test_*.py")
-                       if "PERFDOCTOR_UPDATE_GOLDEN" in p.read_text() and p.name != "test_tools.py")
+    rewriting = sorted(
+        f"tests/{p.name}"
+        for p in (REPO / "tests").glob("test_*.py")
+        if "PERFDOCTOR_UPDATE_GOLDEN" in p.read_text() and p.name != "test_tools.py"
+    )
     assert rewriting == sorted(refresh.GOLDEN_TESTS)

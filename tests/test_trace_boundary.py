@@ -55,12 +55,15 @@ def test_content_free_traces_are_refused(tmp_path, doc):
     assert exc.value.message.startswith(path) and "nothing to analyse" in exc.value.message
 
 
-@pytest.mark.parametrize("field,value,reason", [
-    ("External id", 2**63, "'External id' out of range"),
-    ("External id", 10**30, "'External id' out of range"),
-    ("External id", 1e308, "'External id' out of range"),
-    ("correlation", -(2**63) - 1, "'correlation' out of range"),
-])
+@pytest.mark.parametrize(
+    "field,value,reason",
+    [
+        ("External id", 2**63, "'External id' out of range"),
+        ("External id", 10**30, "'External id' out of range"),
+        ("External id", 1e308, "'External id' out of range"),
+        ("correlation", -(2**63) - 1, "'correlation' out of range"),
+    ],
+)
 def test_arg_beyond_int64_drops_only_that_event(tmp_path, field, value, reason):
     events = [op(ts=EPOCH_US + i) for i in range(5)]
     events[2]["args"][field] = value
@@ -69,15 +72,18 @@ def test_arg_beyond_int64_drops_only_that_event(tmp_path, field, value, reason):
     assert f"1 event(s) with invalid fields dropped: {reason} (1)" in raw.warnings[0]
 
 
-@pytest.mark.parametrize("key,value,reason", [
-    ("ts", 1e300, "'ts' out of range"),
-    ("ts", 10**36, "'ts' out of range"),
-    ("ts", "-Infinity", "'ts' is not finite"),
-    ("ts", "NaN", "'ts' is not finite"),
-    ("dur", MAX_SPAN_US + 1, "'dur' out of range"),
-    ("dur", -(2**63) - 1, "'dur' out of range"),
-    ("pid", 2**64, "'pid' out of range"),
-])
+@pytest.mark.parametrize(
+    "key,value,reason",
+    [
+        ("ts", 1e300, "'ts' out of range"),
+        ("ts", 10**36, "'ts' out of range"),
+        ("ts", "-Infinity", "'ts' is not finite"),
+        ("ts", "NaN", "'ts' is not finite"),
+        ("dur", MAX_SPAN_US + 1, "'dur' out of range"),
+        ("dur", -(2**63) - 1, "'dur' out of range"),
+        ("pid", 2**64, "'pid' out of range"),
+    ],
+)
 def test_times_and_ids_out_of_range_drop_the_event(tmp_path, key, value, reason):
     events = [op(ts=EPOCH_US + i) for i in range(3)]
     events[1][key] = value
@@ -115,8 +121,11 @@ def test_deep_nesting_drops_the_event_without_recursion_error(tmp_path):
 
 
 def test_shapes_that_are_not_lists_are_ignored(tmp_path):
-    events = [op(ts=EPOCH_US, **{"Input Dims": [[2, 3], [3, 4]]}), op(ts=EPOCH_US + 1, **{"Input Dims": {}}),
-              op(ts=EPOCH_US + 2, **{"Input Dims": [[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]})]
+    events = [
+        op(ts=EPOCH_US, **{"Input Dims": [[2, 3], [3, 4]]}),
+        op(ts=EPOCH_US + 1, **{"Input Dims": {}}),
+        op(ts=EPOCH_US + 2, **{"Input Dims": [[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]}),
+    ]
     t = load_trace(write(tmp_path, {"traceEvents": events}))
     assert t.cpu_ops["input_dims"].tolist() == [b"[[2, 3], [3, 4]]", None, None]  # the raw JSON, as written
     assert any("2 'input_dims' value(s) that are not a JSON list" in w for w in t.warnings)
@@ -146,8 +155,9 @@ def test_utf16_is_refused_with_the_reason(tmp_path, encoding):
     path = write(tmp_path, json.dumps({"traceEvents": [op()]}).encode(encoding))
     with pytest.raises(TraceFormatError) as exc:
         read_trace_file(path)
-    assert exc.value.message == (f"{path}: UTF-16 or UTF-32 text; a trace is UTF-8 JSON "
-                                 "(convert it, e.g. iconv -f UTF-16 -t UTF-8)")
+    assert exc.value.message == (
+        f"{path}: UTF-16 or UTF-32 text; a trace is UTF-8 JSON (convert it, e.g. iconv -f UTF-16 -t UTF-8)"
+    )
 
 
 def test_junk_after_a_complete_gzip_is_ignored_with_a_warning(tmp_path):
@@ -177,8 +187,16 @@ def test_generated_tables_have_the_documented_columns():
     from perfdoctor.trace.columns import TABLES
 
     assert {t: cols for t, (_, cols) in TABLES.items()} == {
-        "cpu_ops": ("external_id", "input_dims", "input_type", "concrete_inputs", "collective", "in_nelems", "dtype",
-                    "group_size"),  # record_param_comms names its collective
+        "cpu_ops": (
+            "external_id",
+            "input_dims",
+            "input_type",
+            "concrete_inputs",
+            "collective",
+            "in_nelems",
+            "dtype",
+            "group_size",
+        ),  # record_param_comms names its collective
         "annotations": ("external_id", "input_dims", "input_type"),
         "gpu_annotations": ("device", "stream", "external_id"),
         "python_functions": (),
@@ -201,12 +219,23 @@ def test_a_new_field_is_one_row(tmp_path):
     kinds = schema.build(EVENT_FIELDS, (*ARG_FIELDS, row))
 
     def kernel(ts, **args):
-        return {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": ts, "dur": 1.0,
-                "args": {"device": 0, "stream": 7, "correlation": 5, **args}}
+        return {
+            "ph": "X",
+            "cat": "kernel",
+            "name": "k",
+            "pid": 0,
+            "tid": 7,
+            "ts": ts,
+            "dur": 1.0,
+            "args": {"device": 0, "stream": 7, "correlation": 5, **args},
+        }
 
-    events = [kernel(EPOCH_US, **{"blocks per SM": 2.5}), kernel(EPOCH_US + 1),
-              kernel(EPOCH_US + 2, **{"blocks per SM": "0.75"}),  # a string: the fallback parser
-              kernel(EPOCH_US + 3, **{"blocks per SM": -1.0})]  # below its range: dropped
+    events = [
+        kernel(EPOCH_US, **{"blocks per SM": 2.5}),
+        kernel(EPOCH_US + 1),
+        kernel(EPOCH_US + 2, **{"blocks per SM": "0.75"}),  # a string: the fallback parser
+        kernel(EPOCH_US + 3, **{"blocks per SM": -1.0}),
+    ]  # below its range: dropped
     raw = read_trace_file(write(tmp_path, {"traceEvents": events}), kinds=kinds)
     col = raw.tables["kernels"]["blocks_per_sm"]
     assert col[0] == 2.5 and np.isnan(col[1]) and col[2] == 0.75 and col.size == 3

@@ -21,8 +21,10 @@ def test_verdict_names_the_top_finding(tmp_path):
     top = next(f for f in rep.findings if f.position == 1)
     assert top.code == "PD101"
     assert top.replayed  # a replayed point estimate: "about", not "up to" (F16)
-    assert rep.verdict == (f"input-bound: about {top.saving_pct_of_step:.0f}% of each step goes to waiting for the "
-                           "DataLoader (PD101 dataloader-starvation)")
+    assert rep.verdict == (
+        f"input-bound: about {top.saving_pct_of_step:.0f}% of each step goes to waiting for the "
+        "DataLoader (PD101 dataloader-starvation)"
+    )
 
 
 def test_verdict_from_the_breakdown_when_no_finding_matters(tmp_path):
@@ -30,8 +32,7 @@ def test_verdict_from_the_breakdown_when_no_finding_matters(tmp_path):
     for n in range(3):
         s = 1000 * n
         tb.step(n + 1, s, 1000)
-        tb.launch("sm80_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x32", launch_ts=s + 1, start=s + 2,
-                  dur=995)
+        tb.launch("sm80_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x32", launch_ts=s + 1, start=s + 2, dur=995)
     rep = _report(tb, tmp_path)
     assert rep.verdict.startswith("busy: the device works 100% of each step (largest: matmul")
 

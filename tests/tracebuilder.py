@@ -38,10 +38,16 @@ class TraceBuilder:
         self.events: list[dict[str, Any]] = []
         self.meta: dict[str, Any] = {"schemaVersion": 1}
         if device_name:
-            self.meta["deviceProperties"] = [{
-                "id": 0, "name": device_name, "totalGlobalMem": total_memory,
-                "computeMajor": compute_capability[0], "computeMinor": compute_capability[1], "numSms": 108,
-            }]
+            self.meta["deviceProperties"] = [
+                {
+                    "id": 0,
+                    "name": device_name,
+                    "totalGlobalMem": total_memory,
+                    "computeMajor": compute_capability[0],
+                    "computeMinor": compute_capability[1],
+                    "numSms": 108,
+                }
+            ]
         if rank is not None:
             self.meta["distributedInfo"] = {"backend": "nccl", "rank": rank, "world_size": world_size or rank + 1}
         self._corr = 1000
@@ -56,56 +62,148 @@ class TraceBuilder:
     # -- host side -------------------------------------------------------------
     def annotation(self, name: str, ts: float, dur: float, tid: int | None = None) -> TraceBuilder:
         cat = "Operator" if self.old else "user_annotation"
-        self.events.append({"ph": "X", "cat": cat, "name": name, "pid": self.pid, "tid": tid or self.tid,
-                            "ts": ts, "dur": dur, "args": {"External id": self._next_ext()}})
+        self.events.append(
+            {
+                "ph": "X",
+                "cat": cat,
+                "name": name,
+                "pid": self.pid,
+                "tid": tid or self.tid,
+                "ts": ts,
+                "dur": dur,
+                "args": {"External id": self._next_ext()},
+            }
+        )
         return self
 
     def step(self, n: int, ts: float, dur: float) -> TraceBuilder:
         """A ``ProfilerStep#n`` annotation on the main thread."""
         return self.annotation(f"ProfilerStep#{n}", ts, dur)
 
-    def cpu_op(self, name: str, ts: float, dur: float, tid: int | None = None, input_dims: list | None = None,
-               input_type: list | None = None, external_id: int | None = None) -> TraceBuilder:
+    def cpu_op(
+        self,
+        name: str,
+        ts: float,
+        dur: float,
+        tid: int | None = None,
+        input_dims: list | None = None,
+        input_type: list | None = None,
+        external_id: int | None = None,
+    ) -> TraceBuilder:
         args: dict[str, Any] = {"External id": external_id if external_id is not None else self._next_ext()}
         if input_dims is not None:
             args["Input Dims"] = input_dims
             args["Input type"] = input_type or ["float"] * len(input_dims)
-        self.events.append({"ph": "X", "cat": self._cat("cpu_op", "Operator"), "name": name, "pid": self.pid,
-                            "tid": tid or self.tid, "ts": ts, "dur": dur, "args": args})
+        self.events.append(
+            {
+                "ph": "X",
+                "cat": self._cat("cpu_op", "Operator"),
+                "name": name,
+                "pid": self.pid,
+                "tid": tid or self.tid,
+                "ts": ts,
+                "dur": dur,
+                "args": args,
+            }
+        )
         return self
 
-    def runtime(self, name: str, ts: float, dur: float, correlation: int | None = None,
-                tid: int | None = None) -> int:
+    def runtime(self, name: str, ts: float, dur: float, correlation: int | None = None, tid: int | None = None) -> int:
         corr = correlation if correlation is not None else self._next_corr()
-        self.events.append({"ph": "X", "cat": self._cat("cuda_runtime", "Runtime"), "name": name, "pid": self.pid,
-                            "tid": tid or self.tid, "ts": ts, "dur": dur,
-                            "args": {"correlation": corr, self._ext_key(): 0}})
+        self.events.append(
+            {
+                "ph": "X",
+                "cat": self._cat("cuda_runtime", "Runtime"),
+                "name": name,
+                "pid": self.pid,
+                "tid": tid or self.tid,
+                "ts": ts,
+                "dur": dur,
+                "args": {"correlation": corr, self._ext_key(): 0},
+            }
+        )
         return corr
 
-    def memory(self, ts: float, nbytes: int, total_allocated: int, total_reserved: int, device: int = 0) -> TraceBuilder:
-        self.events.append({"ph": "i", "s": "t", "name": "[memory]", "pid": self.pid, "tid": self.tid, "ts": ts,
-                            "args": {"Device Type": 1, "Device Id": device, "Bytes": nbytes,
-                                     "Total Allocated": total_allocated, "Total Reserved": total_reserved}})
+    def memory(
+        self, ts: float, nbytes: int, total_allocated: int, total_reserved: int, device: int = 0
+    ) -> TraceBuilder:
+        self.events.append(
+            {
+                "ph": "i",
+                "s": "t",
+                "name": "[memory]",
+                "pid": self.pid,
+                "tid": self.tid,
+                "ts": ts,
+                "args": {
+                    "Device Type": 1,
+                    "Device Id": device,
+                    "Bytes": nbytes,
+                    "Total Allocated": total_allocated,
+                    "Total Reserved": total_reserved,
+                },
+            }
+        )
         return self
 
     # -- device side -----------------------------------------------------------
-    def _gpu(self, cat_new: str, cat_old: str, name: str, start: float, dur: float, stream: int, device: int,
-             corr: int, extra: dict[str, Any] | None = None) -> None:
+    def _gpu(
+        self,
+        cat_new: str,
+        cat_old: str,
+        name: str,
+        start: float,
+        dur: float,
+        stream: int,
+        device: int,
+        corr: int,
+        extra: dict[str, Any] | None = None,
+    ) -> None:
         args = {"device": device, "stream": stream, "correlation": corr, self._ext_key(): 0}
         args.update(extra or {})
-        self.events.append({"ph": "X", "cat": self._cat(cat_new, cat_old), "name": name, "pid": device,
-                            "tid": stream, "ts": start, "dur": dur, "args": args})
+        self.events.append(
+            {
+                "ph": "X",
+                "cat": self._cat(cat_new, cat_old),
+                "name": name,
+                "pid": device,
+                "tid": stream,
+                "ts": start,
+                "dur": dur,
+                "args": args,
+            }
+        )
 
-    def launch(self, name: str, launch_ts: float, start: float, dur: float, stream: int = 7, device: int = 0,
-               launch_dur: float = 5.0, runtime_name: str = "cudaLaunchKernel", extra: dict | None = None,
-               tid: int | None = None) -> int:
+    def launch(
+        self,
+        name: str,
+        launch_ts: float,
+        start: float,
+        dur: float,
+        stream: int = 7,
+        device: int = 0,
+        launch_dur: float = 5.0,
+        runtime_name: str = "cudaLaunchKernel",
+        extra: dict | None = None,
+        tid: int | None = None,
+    ) -> int:
         """A runtime launch call on the host and its kernel on the device, joined by correlation."""
         corr = self.runtime(runtime_name, launch_ts, launch_dur, tid=tid)
         self._gpu("kernel", "Kernel", name, start, dur, stream, device, corr, extra)
-        self.events.append({"ph": "s", "cat": "ac2g", "name": "ac2g", "id": corr, "pid": self.pid,
-                            "tid": tid or self.tid, "ts": launch_ts})
-        self.events.append({"ph": "f", "cat": "ac2g", "name": "ac2g", "id": corr, "pid": device, "tid": stream,
-                            "ts": start, "bp": "e"})
+        self.events.append(
+            {
+                "ph": "s",
+                "cat": "ac2g",
+                "name": "ac2g",
+                "id": corr,
+                "pid": self.pid,
+                "tid": tid or self.tid,
+                "ts": launch_ts,
+            }
+        )
+        self.events.append(
+            {"ph": "f", "cat": "ac2g", "name": "ac2g", "id": corr, "pid": device, "tid": stream, "ts": start, "bp": "e"}
+        )
         return corr
 
     def kernel(self, name: str, start: float, dur: float, stream: int = 7, device: int = 0) -> int:
@@ -114,15 +212,25 @@ class TraceBuilder:
         self._gpu("kernel", "Kernel", name, start, dur, stream, device, corr)
         return corr
 
-    def memcpy(self, launch_ts: float, start: float, dur: float, kind: str = "HtoD (Pageable -> Device)",
-               nbytes: int = 1 << 20, stream: int = 7, device: int = 0, launch_dur: float = 5.0,
-               runtime_name: str = "cudaMemcpyAsync") -> int:
+    def memcpy(
+        self,
+        launch_ts: float,
+        start: float,
+        dur: float,
+        kind: str = "HtoD (Pageable -> Device)",
+        nbytes: int = 1 << 20,
+        stream: int = 7,
+        device: int = 0,
+        launch_dur: float = 5.0,
+        runtime_name: str = "cudaMemcpyAsync",
+    ) -> int:
         corr = self.runtime(runtime_name, launch_ts, launch_dur)
         self._gpu("gpu_memcpy", "Memcpy", f"Memcpy {kind}", start, dur, stream, device, corr, {"bytes": nbytes})
         return corr
 
-    def memset(self, launch_ts: float, start: float, dur: float, nbytes: int = 1024, stream: int = 7,
-               device: int = 0) -> int:
+    def memset(
+        self, launch_ts: float, start: float, dur: float, nbytes: int = 1024, stream: int = 7, device: int = 0
+    ) -> int:
         corr = self.runtime("cudaMemsetAsync", launch_ts, 3.0)
         self._gpu("gpu_memset", "Memset", "Memset (Device)", start, dur, stream, device, corr, {"bytes": nbytes})
         return corr

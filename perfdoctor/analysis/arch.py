@@ -57,30 +57,85 @@ class ArchGuess:
 
     def as_device_properties(self) -> dict[str, Any]:
         """A ``deviceProperties``-like dict (no name, no memory): what downstream code can trust."""
-        return {"id": 0, "name": "", "computeMajor": self.compute_capability[0],
-                "computeMinor": self.compute_capability[1], "inferred": True}
+        return {
+            "id": 0,
+            "name": "",
+            "computeMajor": self.compute_capability[0],
+            "computeMinor": self.compute_capability[1],
+            "inferred": True,
+        }
 
 
 # (rank, family, vendor, cc, pattern, assumed spec, why that spec). Newest first; the highest rank found wins.
 _FAMILIES: tuple[tuple[int, str, str, tuple[int, int], str, str | None, str], ...] = (
-    (90, "blackwell", "nvidia", (10, 0), r"\bsm100_|_sm100\b|sm100a", "b200",
-     "B200 datasheet figures assumed (sm100 kernels: B200/GB200)"),
-    (80, "hopper", "nvidia", (9, 0), r"\bsm90a?_|_sm90a?\b|sm90_xmma|nvjet_|wgmma|FlashAttnFwdSm90|_sm90\w*_kernel",
-     "h100-sxm", ("H100 SXM5 datasheet figures assumed (H100 PCIe is ~25% lower, H800/H200 SXM share the compute "
-                  "peaks)")),
+    (
+        90,
+        "blackwell",
+        "nvidia",
+        (10, 0),
+        r"\bsm100_|_sm100\b|sm100a",
+        "b200",
+        "B200 datasheet figures assumed (sm100 kernels: B200/GB200)",
+    ),
+    (
+        80,
+        "hopper",
+        "nvidia",
+        (9, 0),
+        r"\bsm90a?_|_sm90a?\b|sm90_xmma|nvjet_|wgmma|FlashAttnFwdSm90|_sm90\w*_kernel",
+        "h100-sxm",
+        ("H100 SXM5 datasheet figures assumed (H100 PCIe is ~25% lower, H800/H200 SXM share the compute peaks)"),
+    ),
     (70, "ada", "nvidia", (8, 9), r"\bsm89_|_sm89\b", None, "Ada models differ too much to assume one (L4 to L40S)"),
-    (60, "ampere-ga10x", "nvidia", (8, 6), r"\bsm86_|_sm86\b", None,
-     "GA10x models differ too much to assume one (RTX 3060 to A40)"),
-    (50, "ampere", "nvidia", (8, 0), r"\bampere_|\bsm80_|_sm80\b", "a100-40gb",
-     "A100 datasheet figures assumed (sm80 kernels; GA10x GPUs also run ampere_* kernels at far lower peaks)"),
-    (40, "turing", "nvidia", (7, 5), r"\bturing_|\bsm75_|_sm75\b", None,
-     "Turing models differ too much to assume one (T4 to RTX 2080 Ti)"),
-    (30, "volta", "nvidia", (7, 0), r"\bvolta_|\bsm70_|_sm70\b", "v100-sxm2",
-     ("Tesla V100 SXM2 datasheet figures assumed (V100 PCIe is ~10% lower, V100S ~4% higher; a Turing GPU "
-      "running volta_* kernels would have lower peaks)")),
+    (
+        60,
+        "ampere-ga10x",
+        "nvidia",
+        (8, 6),
+        r"\bsm86_|_sm86\b",
+        None,
+        "GA10x models differ too much to assume one (RTX 3060 to A40)",
+    ),
+    (
+        50,
+        "ampere",
+        "nvidia",
+        (8, 0),
+        r"\bampere_|\bsm80_|_sm80\b",
+        "a100-40gb",
+        "A100 datasheet figures assumed (sm80 kernels; GA10x GPUs also run ampere_* kernels at far lower peaks)",
+    ),
+    (
+        40,
+        "turing",
+        "nvidia",
+        (7, 5),
+        r"\bturing_|\bsm75_|_sm75\b",
+        None,
+        "Turing models differ too much to assume one (T4 to RTX 2080 Ti)",
+    ),
+    (
+        30,
+        "volta",
+        "nvidia",
+        (7, 0),
+        r"\bvolta_|\bsm70_|_sm70\b",
+        "v100-sxm2",
+        (
+            "Tesla V100 SXM2 datasheet figures assumed (V100 PCIe is ~10% lower, V100S ~4% higher; a Turing GPU "
+            "running volta_* kernels would have lower peaks)"
+        ),
+    ),
     (85, "cdna3", "amd", (9, 4), r"ISA942|gfx942", "mi300x", "MI300X datasheet figures assumed (gfx942)"),
-    (35, "cdna2", "amd", (9, 0), r"ISA90a|gfx90a", "mi250x-gcd",
-     "MI250X (one GCD) datasheet figures assumed (gfx90a; MI250/MI210 are ~5% lower)"),
+    (
+        35,
+        "cdna2",
+        "amd",
+        (9, 0),
+        r"ISA90a|gfx90a",
+        "mi250x-gcd",
+        "MI250X (one GCD) datasheet figures assumed (gfx90a; MI250/MI210 are ~5% lower)",
+    ),
 )
 _RX = tuple((rank, fam, vendor, cc, re.compile(rx), key, why) for rank, fam, vendor, cc, rx, key, why in _FAMILIES)
 

@@ -139,14 +139,18 @@ def _gpu_events(tables: TraceTables, device: int, optimizer: iv.Intervals) -> _G
             classes.append(c)
         if tname == "kernels":  # categories that need the launching op (unfused attention, c10d-named comm)
             lab = kernel_labels(tables)
-            classes = [c if not r else KernelClass(cat, collective=coll, triton=c.triton)
-                       for c, r, cat, coll in zip(classes, lab.relabelled[m].tolist(), lab.category[m].tolist(),
-                                                  lab.collective[m].tolist())]
+            classes = [
+                c if not r else KernelClass(cat, collective=coll, triton=c.triton)
+                for c, r, cat, coll in zip(
+                    classes, lab.relabelled[m].tolist(), lab.category[m].tolist(), lab.collective[m].tolist()
+                )
+            ]
         parts.append((tab["ts_us"][m], tab["end_us"][m], launch[m], classes, tname == "kernels"))
     if not parts:
         e = np.empty(0)
-        return _GpuEvents(e, e, e, np.empty(0, object), np.empty(0, object), np.empty(0, object), np.empty(0, bool),
-                          np.empty(0, bool))
+        return _GpuEvents(
+            e, e, e, np.empty(0, object), np.empty(0, object), np.empty(0, object), np.empty(0, bool), np.empty(0, bool)
+        )
     ts = np.concatenate([p[0] for p in parts])
     end = np.concatenate([p[1] for p in parts])
     launch = np.concatenate([p[2] for p in parts])
@@ -212,8 +216,13 @@ def gpu_breakdown(tables: TraceTables, steps: Steps, device: int, attribution: A
     coll_names = sorted({c for c in ev.collective[ev.category == "communication"].tolist()})
     coll_sets = {c: iv.union(ev.ts[ev.collective == c], ev.end[ev.collective == c]) for c in coll_names}
     dir_names = sorted({d for d in ev.direction[ev.category == "memcpy"].tolist()})
-    dir_sets = {d: iv.union(ev.ts[(ev.direction == d) & (ev.category == "memcpy")],
-                            ev.end[(ev.direction == d) & (ev.category == "memcpy")]) for d in dir_names}
+    dir_sets = {
+        d: iv.union(
+            ev.ts[(ev.direction == d) & (ev.category == "memcpy")],
+            ev.end[(ev.direction == d) & (ev.category == "memcpy")],
+        )
+        for d in dir_names
+    }
 
     host_phases = host.phases(tables, (steps.host_start_us, steps.host_end_us))
     dev_phases = {}
@@ -250,27 +259,42 @@ def gpu_breakdown(tables: TraceTables, steps: Steps, device: int, attribution: A
     host_dur = steps.host_dur_us  # once: the property computes the whole array
     for i in range(len(steps)):
         dur = float(we[i] - ws[i])
-        out.append(StepBreakdown(
-            step=int(steps.numbers[i]), name=steps.names[i],
-            host_start_us=float(steps.host_start_us[i]), host_dur_us=float(host_dur[i]),
-            start_us=float(ws[i]), dur_us=dur, busy_us=float(busy_w[i]), idle_us=dur - float(busy_w[i]),
-            categories_us={c: float(v[i]) for c, v in cols["excl"].items()},
-            category_union_us={c: float(v[i]) for c, v in cols["union"].items()},
-            idle_causes_us={c: float(v[i]) for c, v in cols["idle"].items()},
-            communication={"total_us": float(comm_w[i]), "overlapped_us": float(over_w[i]), "exposed_us": float(exp_w[i])},
-            communication_by_collective_us={c: float(v[i]) for c, v in cols["coll"].items()},
-            memcpy_by_direction_us={d: float(v[i]) for d, v in cols["dir"].items()},
-            phases_host_us={p: float(v[i]) for p, v in cols["ph_host"].items()},
-            phases_device_us={p: float(v[i]) for p, v in cols["ph_dev"].items()},
-            n_kernels=int(n_k[i]), kernel_sum_us=float(k_sum[i]), triton_us=float(triton_w[i]),
-        ))
+        out.append(
+            StepBreakdown(
+                step=int(steps.numbers[i]),
+                name=steps.names[i],
+                host_start_us=float(steps.host_start_us[i]),
+                host_dur_us=float(host_dur[i]),
+                start_us=float(ws[i]),
+                dur_us=dur,
+                busy_us=float(busy_w[i]),
+                idle_us=dur - float(busy_w[i]),
+                categories_us={c: float(v[i]) for c, v in cols["excl"].items()},
+                category_union_us={c: float(v[i]) for c, v in cols["union"].items()},
+                idle_causes_us={c: float(v[i]) for c, v in cols["idle"].items()},
+                communication={
+                    "total_us": float(comm_w[i]),
+                    "overlapped_us": float(over_w[i]),
+                    "exposed_us": float(exp_w[i]),
+                },
+                communication_by_collective_us={c: float(v[i]) for c, v in cols["coll"].items()},
+                memcpy_by_direction_us={d: float(v[i]) for d, v in cols["dir"].items()},
+                phases_host_us={p: float(v[i]) for p, v in cols["ph_host"].items()},
+                phases_device_us={p: float(v[i]) for p, v in cols["ph_dev"].items()},
+                n_kernels=int(n_k[i]),
+                kernel_sum_us=float(k_sum[i]),
+                triton_us=float(triton_w[i]),
+            )
+        )
     notes = []
     blocking = _dominant_runtime_call(tables, idle_launch)
     if blocking and iv.total(idle_launch) >= 0.10 * (span_hi - span_lo):
         name, rt_us = blocking
-        notes.append(f"{100 * rt_us / iv.total(idle_launch):.0f}% of the idle charged to 'host busy, nothing queued' "
-                     f"({rt_us / 1000:,.1f} ms) is spent inside {name} calls: a blocking runtime call, not "
-                     "launch overhead")
+        notes.append(
+            f"{100 * rt_us / iv.total(idle_launch):.0f}% of the idle charged to 'host busy, nothing queued' "
+            f"({rt_us / 1000:,.1f} ms) is spent inside {name} calls: a blocking runtime call, not "
+            "launch overhead"
+        )
     return DeviceBreakdown(device=device, kind="gpu", steps=out, notes=notes)
 
 

@@ -105,19 +105,24 @@ def fit_warnings(state_sharded: float, act: float | None, fits: dict[str, bool],
     gb = capacity_bytes / 1e9
     why = []
     if state_sharded > capacity_bytes:
-        why.append(f"model state alone needs {state_sharded / 1e9:.1f} GB/GPU even under ZeRO-3/FSDP "
-                   "(use more GPUs, or tensor/pipeline parallelism)")
+        why.append(
+            f"model state alone needs {state_sharded / 1e9:.1f} GB/GPU even under ZeRO-3/FSDP "
+            "(use more GPUs, or tensor/pipeline parallelism)"
+        )
     if act is not None and act > capacity_bytes:
-        why.append(f"activations alone need {act / 1e9:.1f} GB/GPU (use a smaller micro-batch, recompute "
-                   "activations or shard the sequence)")
+        why.append(
+            f"activations alone need {act / 1e9:.1f} GB/GPU (use a smaller micro-batch, recompute "
+            "activations or shard the sequence)"
+        )
     if not why:
-        why.append(f"ZeRO-3/FSDP model state plus activations need {(state_sharded + (act or 0)) / 1e9:.1f} GB/GPU "
-                   "(use a smaller micro-batch, recompute activations, or use more GPUs)")
+        why.append(
+            f"ZeRO-3/FSDP model state plus activations need {(state_sharded + (act or 0)) / 1e9:.1f} GB/GPU "
+            "(use a smaller micro-batch, recompute activations, or use more GPUs)"
+        )
     return [f"nothing fits in {gb:g} GB per GPU: " + "; ".join(why)]
 
 
-def _check_plan_inputs(numbers: dict[str, float | None], mfu: float, d_model: int | None,
-                       n_heads: int | None) -> None:
+def _check_plan_inputs(numbers: dict[str, float | None], mfu: float, d_model: int | None, n_heads: int | None) -> None:
     """Raise ValueError for a NaN/infinite number, a non-positive size, MFU outside (0, 1]
     or a head count that does not divide the model width."""
     for name, value in numbers.items():
@@ -131,10 +136,22 @@ def _check_plan_inputs(numbers: dict[str, float | None], mfu: float, d_model: in
         raise ValueError(f"heads ({n_heads}) must divide d-model ({d_model})")
 
 
-def plan(n_params: float, n_gpus: int, gpu: str, peak_flops_per_s: float, mfu: float, mfu_source: str = "--mfu",
-         tokens_per_param: float = TOKENS_PER_PARAM, seq_len: int | None = None, micro_batch: int | None = None,
-         d_model: int | None = None, n_layers: int | None = None, n_heads: int | None = None,
-         dtype: str = "bf16", gpu_memory_bytes: float | None = None) -> Budget:
+def plan(
+    n_params: float,
+    n_gpus: int,
+    gpu: str,
+    peak_flops_per_s: float,
+    mfu: float,
+    mfu_source: str = "--mfu",
+    tokens_per_param: float = TOKENS_PER_PARAM,
+    seq_len: int | None = None,
+    micro_batch: int | None = None,
+    d_model: int | None = None,
+    n_layers: int | None = None,
+    n_heads: int | None = None,
+    dtype: str = "bf16",
+    gpu_memory_bytes: float | None = None,
+) -> Budget:
     """A compute-optimal training budget (``peak_flops_per_s``: dense peak at ``dtype``, FLOP/s;
     ``gpu_memory_bytes``: the GPU's capacity, bytes, to mark what fits).
 
@@ -144,10 +161,23 @@ def plan(n_params: float, n_gpus: int, gpu: str, peak_flops_per_s: float, mfu: f
     """
     if not math.isfinite(mfu):
         raise ValueError(f"MFU must be a finite number, got {mfu}")
-    _check_plan_inputs({"params": n_params, "gpus": n_gpus, "peak": peak_flops_per_s,
-                        "tokens-per-param": tokens_per_param, "seq-len": seq_len, "micro-batch": micro_batch,
-                        "d-model": d_model, "layers": n_layers, "heads": n_heads, "GPU memory": gpu_memory_bytes},
-                       mfu, d_model, n_heads)
+    _check_plan_inputs(
+        {
+            "params": n_params,
+            "gpus": n_gpus,
+            "peak": peak_flops_per_s,
+            "tokens-per-param": tokens_per_param,
+            "seq-len": seq_len,
+            "micro-batch": micro_batch,
+            "d-model": d_model,
+            "layers": n_layers,
+            "heads": n_heads,
+            "GPU memory": gpu_memory_bytes,
+        },
+        mfu,
+        d_model,
+        n_heads,
+    )
     tokens = tokens_per_param * n_params
     flops = training_flops(n_params, tokens)
     secs = wall_clock_seconds(flops, n_gpus, peak_flops_per_s, mfu)
@@ -155,18 +185,41 @@ def plan(n_params: float, n_gpus: int, gpu: str, peak_flops_per_s: float, mfu: f
     act = formula = None
     if seq_len is not None and micro_batch is not None and d_model is not None and n_layers is not None:
         act = activation_bytes(seq_len, micro_batch, d_model, n_layers, n_heads)
-        formula = ("L·s·b·h·(34 + 5·a·s/h)" if n_heads else "34·L·s·b·h (FlashAttention: scores not stored)")
+        formula = "L·s·b·h·(34 + 5·a·s/h)" if n_heads else "34·L·s·b·h (FlashAttention: scores not stored)"
     fits: dict[str, bool] = {}
     warnings: list[str] = []
     if gpu_memory_bytes is not None:
-        per_gpu = {"model_state_ddp": state, "model_state_sharded": state / n_gpus, "activations": act,
-                   "total_ddp": None if act is None else state + act,
-                   "total_sharded": None if act is None else state / n_gpus + act}
+        per_gpu = {
+            "model_state_ddp": state,
+            "model_state_sharded": state / n_gpus,
+            "activations": act,
+            "total_ddp": None if act is None else state + act,
+            "total_sharded": None if act is None else state / n_gpus + act,
+        }
         fits = memory_fit(per_gpu, gpu_memory_bytes)
         warnings = fit_warnings(state / n_gpus, act, fits, gpu_memory_bytes)
-    return Budget(n_params, n_gpus, gpu, peak_flops_per_s, mfu, mfu_source, tokens, flops, secs, secs / 3600.0,
-                  state, state / n_gpus, act, formula, dtype, tokens_per_param, tokens_source(tokens_per_param),
-                  gpu_memory_bytes, fits, warnings)
+    return Budget(
+        n_params,
+        n_gpus,
+        gpu,
+        peak_flops_per_s,
+        mfu,
+        mfu_source,
+        tokens,
+        flops,
+        secs,
+        secs / 3600.0,
+        state,
+        state / n_gpus,
+        act,
+        formula,
+        dtype,
+        tokens_per_param,
+        tokens_source(tokens_per_param),
+        gpu_memory_bytes,
+        fits,
+        warnings,
+    )
 
 
 def _report_device_properties(entry: dict[str, Any]) -> dict[str, Any]:
@@ -221,14 +274,18 @@ def _check_same_peak(rank: dict[str, Any], path: str, where: str, target: Any, d
 
     mfu = rank["mfu"]
     if mfu.get("dtype") and mfu["dtype"] != dtype:
-        raise PerfDoctorError(f"{path}: {where}'s MFU is relative to the {mfu['dtype']} peak of {target.name}, "
-                              f"the plan uses its {dtype} peak; pass --dtype {mfu['dtype']} to plan at the measured precision, "
-                              "or give --mfu explicitly")
+        raise PerfDoctorError(
+            f"{path}: {where}'s MFU is relative to the {mfu['dtype']} peak of {target.name}, "
+            f"the plan uses its {dtype} peak; pass --dtype {mfu['dtype']} to plan at the measured precision, "
+            "or give --mfu explicitly"
+        )
     report_peak = mfu.get("peak_flops_per_s")
     if isinstance(report_peak, (int, float)) and abs(report_peak - peak) > PEAK_RTOL * peak:
-        raise PerfDoctorError(f"{path}: {where}'s MFU is relative to a {report_peak / 1e12:.4g} TFLOP/s peak "
-                              f"({mfu.get('peak_source') or 'source not recorded'}), not the {peak / 1e12:.4g} "
-                              f"TFLOP/s {dtype} datasheet peak the plan uses; give --mfu explicitly")
+        raise PerfDoctorError(
+            f"{path}: {where}'s MFU is relative to a {report_peak / 1e12:.4g} TFLOP/s peak "
+            f"({mfu.get('peak_source') or 'source not recorded'}), not the {peak / 1e12:.4g} "
+            f"TFLOP/s {dtype} datasheet peak the plan uses; give --mfu explicitly"
+        )
 
 
 def mfu_from_report(report: Any, path: str, target: Any, dtype: str, peak_flops_per_s: float) -> float:
@@ -263,7 +320,8 @@ def mfu_from_report(report: Any, path: str, target: Any, dtype: str, peak_flops_
             raise PerfDoctorError(
                 f"{path}: {where}'s MFU ({value:.1%}) was measured on {device}, not on the target {target.name}; "
                 "an MFU does not carry over to another device: pass --mfu explicitly (a report can give it only "
-                f"when measured on {target.name})")
+                f"when measured on {target.name})"
+            )
         _check_same_peak(rank, path, where, target, dtype, peak_flops_per_s)
         values.append(value)
     if not values:
@@ -287,14 +345,19 @@ def report_mfu_caveats(report: Any, mfu: float) -> list[str]:
     counts = []
     for rank in ranks if isinstance(ranks, list) else []:
         devices = rank.get("devices") if isinstance(rank, dict) else None
-        prim = next((d for d in devices or [] if isinstance(d, dict) and d.get("device") == rank.get("primary_device")),
-                    None)
+        prim = next(
+            (d for d in devices or [] if isinstance(d, dict) and d.get("device") == rank.get("primary_device")), None
+        )
         if prim is not None and isinstance(prim.get("steps"), list):
             counts.append(len(prim["steps"]))
     if counts and min(counts) < MIN_STEPS:
-        out.append(f"the report's MFU comes from {min(counts)} step(s): a short trace carries warm-up and one-off "
-                   "costs, so the projected time is an upper bound; profile a few steady-state steps")
+        out.append(
+            f"the report's MFU comes from {min(counts)} step(s): a short trace carries warm-up and one-off "
+            "costs, so the projected time is an upper bound; profile a few steady-state steps"
+        )
     if mfu < LOW_MFU:
-        out.append(f"an MFU of {mfu:.1%} describes a toy, cold or input-bound run, not a tuned one at this scale: "
-                   "the projected time is an upper bound, not a plan (pass --mfu with a target)")
+        out.append(
+            f"an MFU of {mfu:.1%} describes a toy, cold or input-bound run, not a tuned one at this scale: "
+            "the projected time is an upper bound, not a plan (pass --mfu with a target)"
+        )
     return out

@@ -126,8 +126,13 @@ def calibrate_device(device: str, quick: bool = False) -> dict[str, Any]:
         "device_name": name,
         "peak_flops": peaks,
         "copy_bytes_per_s": measure_copy(device, mib, repeats),
-        "method": {"matmul_n": n, "copy_mib": mib, "repeats": repeats, "quick": quick,
-                   "threads": torch.get_num_threads() if not on_cuda else None},
+        "method": {
+            "matmul_n": n,
+            "copy_mib": mib,
+            "repeats": repeats,
+            "quick": quick,
+            "threads": torch.get_num_threads() if not on_cuda else None,
+        },
     }
 
 
@@ -141,8 +146,10 @@ def load_note(load_average: float | None, cores: int | None) -> str:
     ("" when it is, or unknown)."""
     if load_average is None or not cores or load_average <= MAX_LOAD_PER_CORE * cores:
         return ""
-    return (f"measured under load (1-minute load average {load_average:.1f} on {cores} cores): other work "
-            "shared the cores, so the CPU peaks are understated; calibrate again on an idle machine")
+    return (
+        f"measured under load (1-minute load average {load_average:.1f} on {cores} cores): other work "
+        "shared the cores, so the CPU peaks are understated; calibrate again on an idle machine"
+    )
 
 
 def _load_average() -> float | None:
@@ -249,8 +256,15 @@ def roofs_from_calibration(record: dict[str, Any], device: str = "cpu") -> Roofs
     entry = record.get("devices", {}).get(device)
     if not isinstance(entry, dict):
         raise PerfDoctorError(f"calibration of {record.get('machine_id')} has no '{device}' measurement")
-    src = (f"measured: perfdoctor calibrate on {record.get('hostname')} ({entry.get('device_name')}) at "
-           f"{record.get('measured_at')}, best-of-{entry['method']['repeats']} {entry['method']['matmul_n']}³ "
-           f"matmul and {entry['method']['copy_mib']} MiB copy")
-    return Roofs(str(entry.get("device_name")), {k: float(v) for k, v in entry["peak_flops"].items()},
-                 float(entry["copy_bytes_per_s"]), src, "measured")
+    src = (
+        f"measured: perfdoctor calibrate on {record.get('hostname')} ({entry.get('device_name')}) at "
+        f"{record.get('measured_at')}, best-of-{entry['method']['repeats']} {entry['method']['matmul_n']}³ "
+        f"matmul and {entry['method']['copy_mib']} MiB copy"
+    )
+    return Roofs(
+        str(entry.get("device_name")),
+        {k: float(v) for k, v in entry["peak_flops"].items()},
+        float(entry["copy_bytes_per_s"]),
+        src,
+        "measured",
+    )

@@ -41,23 +41,44 @@ KERNEL_RULES: tuple[tuple[str, str], ...] = (
     ("memset", r"^memset"),
     # NCCL/RCCL; MSCCL/MSCCL++; NVSHMEM; DeepEP expert-parallel all-to-all (dpsk::ep / deep_ep); oneCCL; torch
     # symmetric-memory and custom all-reduce / all-to-all kernels (vLLM, SGLang, MoE libraries)
-    ("communication", r"^nccl|^rccl|nccl(dev)?kernel|ncclKernel|rccl|msccl|nvshmem|dpsk::ep::|deep_?ep::|oneccl|\bccl::"
-                      r"|all_?reduce_kernel|cross_device_reduce|one_shot_all_reduce|two_shot_all_reduce"
-                      r"|symmetric_memory::|multimem_all|custom_?all_?reduce|all_?to_?all|alltoall"),
+    (
+        "communication",
+        r"^nccl|^rccl|nccl(dev)?kernel|ncclKernel|rccl|msccl|nvshmem|dpsk::ep::|deep_?ep::|oneccl|\bccl::"
+        r"|all_?reduce_kernel|cross_device_reduce|one_shot_all_reduce|two_shot_all_reduce"
+        r"|symmetric_memory::|multimem_all|custom_?all_?reduce|all_?to_?all|alltoall",
+    ),
     # cuDNN's BatchNorm kernels (bn_fw_tr_1C11_*, bn_bw_1C11_*) live in the cudnn:: namespace: before conv
     ("reduction_norm", r"cudnn::bn_|\bbn_fw|\bbn_bw|batch_?norm|BatchNorm"),
     ("elementwise", r"cudnn::ops::scalePackedTensor|cudnn::ops::(add|scale|copy)"),
     # FlashAttention 2/3 (flash_fwd_kernel, flash::FlashAttnFwdSm90), memory-efficient (fmha_cutlassF/B), cuDNN SDPA
     # (cudnn_generated_fort_native_sdpa_*), CK / aiter on AMD (ck_tile::FmhaFwdKernel), Triton (_attn_fwd,
     # flex_attention templates), TransformerEngine fused_attn, paged/decode attention
-    ("attention", r"flash|fmha|attn_fwd|attn_bwd|_attention|attention_|efficient_attention|mem_eff|sdpa"
-                  r"|fused_multihead|softmax_attention|flex_attention|fused_attn|paged_attention|decode_attention"
-                  r"|xformers"),
-    ("conv", r"conv|scudnn|cudnn::|cudnn_|wgrad|dgrad|fprop|winograd|implicit_gemm|implicit_convolve|igemm_(fwd|bwd|wrw)|miopen|naive_conv|im2col|col2im|nchwToNhwc|nhwcToNchw|cask_cudnn|ck::tensor_operation.*grouped_conv"),
-    ("matmul", r"gemm|gemv|sgemm|hgemm|cublas|cutlass|xmma|wgmma|nvjet|^Cijk_|Tensile|hipblaslt|rocblas|matmul|_mm_|triton_tem_fused.*(mm|addmm|bmm)|splitKreduce|dot_kernel|gemmk1|gemmSN|scal_kernel|reduce_1Block_kernel|epilogue::impl|ck::tensor_operation.*gemm|_bmm|bmm_"),
-    ("optimizer", r"multi_tensor_apply|fused_adam|FusedAdam|adam_kernel|_fused_adamw?|fused_sgd|\blamb_|_lamb\b|adagrad|optimizer|_amp_foreach|foreach_tensor"),
-    ("reduction_norm", r"reduce_kernel|reduction|layer_?norm|LayerNorm|batch_?norm|BatchNorm|group_?norm|rms_?norm|RMSNorm|GammaBeta|RowwiseMoments|bn_fw|bn_bw|softmax|logsoftmax|cunn_SoftMax|nll_loss|NLLCriterion|cross_entropy|welford|norm_kernel|triton_(red|per)_|sum_kernel|mean_kernel|max_pool|avg_pool|pooling|cumsum|scan|topk|argmax|sort"),
-    ("elementwise", r"elementwise|vectorized|unrolled|triton_poi_|pointwise|copy_kernel|direct_copy|CatArray|cat_|fill_kernel|index|scatter|gather|where|relu|gelu|silu|sigmoid|tanh|dropout|add_kernel|mul_kernel|BinaryFunctor|UnaryFunctor|transpose|permute|embedding|SubTensorOp|cast|clamp|masked|arange|triu|tril|bernoulli|philox|random|distribution|_to_copy|batched_transpose|lookup"),
+    (
+        "attention",
+        r"flash|fmha|attn_fwd|attn_bwd|_attention|attention_|efficient_attention|mem_eff|sdpa"
+        r"|fused_multihead|softmax_attention|flex_attention|fused_attn|paged_attention|decode_attention"
+        r"|xformers",
+    ),
+    (
+        "conv",
+        r"conv|scudnn|cudnn::|cudnn_|wgrad|dgrad|fprop|winograd|implicit_gemm|implicit_convolve|igemm_(fwd|bwd|wrw)|miopen|naive_conv|im2col|col2im|nchwToNhwc|nhwcToNchw|cask_cudnn|ck::tensor_operation.*grouped_conv",
+    ),
+    (
+        "matmul",
+        r"gemm|gemv|sgemm|hgemm|cublas|cutlass|xmma|wgmma|nvjet|^Cijk_|Tensile|hipblaslt|rocblas|matmul|_mm_|triton_tem_fused.*(mm|addmm|bmm)|splitKreduce|dot_kernel|gemmk1|gemmSN|scal_kernel|reduce_1Block_kernel|epilogue::impl|ck::tensor_operation.*gemm|_bmm|bmm_",
+    ),
+    (
+        "optimizer",
+        r"multi_tensor_apply|fused_adam|FusedAdam|adam_kernel|_fused_adamw?|fused_sgd|\blamb_|_lamb\b|adagrad|optimizer|_amp_foreach|foreach_tensor",
+    ),
+    (
+        "reduction_norm",
+        r"reduce_kernel|reduction|layer_?norm|LayerNorm|batch_?norm|BatchNorm|group_?norm|rms_?norm|RMSNorm|GammaBeta|RowwiseMoments|bn_fw|bn_bw|softmax|logsoftmax|cunn_SoftMax|nll_loss|NLLCriterion|cross_entropy|welford|norm_kernel|triton_(red|per)_|sum_kernel|mean_kernel|max_pool|avg_pool|pooling|cumsum|scan|topk|argmax|sort",
+    ),
+    (
+        "elementwise",
+        r"elementwise|vectorized|unrolled|triton_poi_|pointwise|copy_kernel|direct_copy|CatArray|cat_|fill_kernel|index|scatter|gather|where|relu|gelu|silu|sigmoid|tanh|dropout|add_kernel|mul_kernel|BinaryFunctor|UnaryFunctor|transpose|permute|embedding|SubTensorOp|cast|clamp|masked|arange|triu|tril|bernoulli|philox|random|distribution|_to_copy|batched_transpose|lookup",
+    ),
 )
 
 COLLECTIVE_RULES: tuple[tuple[str, str], ...] = (

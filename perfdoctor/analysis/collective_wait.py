@@ -37,8 +37,20 @@ from perfdoctor.analysis.steps import gpu_launch_times
 
 END_TOLERANCE_US = 100.0
 # bytes per element of the dtypes NCCL's record_param_comms names (PyTorch's ScalarType names)
-_DTYPE_BYTES = {"Float": 4, "Half": 2, "BFloat16": 2, "Double": 8, "Int": 4, "Long": 8, "Byte": 1, "Char": 1,
-                "Bool": 1, "Short": 2, "Float8_e4m3fn": 1, "Float8_e5m2": 1}
+_DTYPE_BYTES = {
+    "Float": 4,
+    "Half": 2,
+    "BFloat16": 2,
+    "Double": 8,
+    "Int": 4,
+    "Long": 8,
+    "Byte": 1,
+    "Char": 1,
+    "Bool": 1,
+    "Short": 2,
+    "Float8_e4m3fn": 1,
+    "Float8_e5m2": 1,
+}
 
 
 class CollectiveTimeline(msgspec.Struct, frozen=True):
@@ -101,14 +113,26 @@ def timeline(rank: Any) -> CollectiveTimeline:
     sel = np.flatnonzero(m)[order]
     nelems = tab["in_nelems"][sel] if "in_nelems" in tab else np.full(sel.size, -1)
     dtypes = tab["dtype"][sel] if "dtype" in tab else np.full(sel.size, None, dtype=object)
-    nbytes = [int(n) * _DTYPE_BYTES[d] if n is not None and n >= 0 and d in _DTYPE_BYTES else -1
-              for n, d in zip(nelems.tolist(), dtypes.tolist())]
+    nbytes = [
+        int(n) * _DTYPE_BYTES[d] if n is not None and n >= 0 and d in _DTYPE_BYTES else -1
+        for n, d in zip(nelems.tolist(), dtypes.tolist())
+    ]
     return CollectiveTimeline(
-        rank=int(rank.rank), world_size=world, window_steps=windows, analysed_steps=analysed,
-        kind=[str(c) if c else (classes[int(i)].collective or "other")  # the trace's own name when it has one
-              for i, c in zip(tab["name_id"][sel].tolist(), _column(tab, "collective", sel))], bytes=nbytes,
-        launch_us=launch[order].tolist(), start_us=tab["ts_us"][sel].tolist(), end_us=tab["end_us"][sel].tolist(),
-        dur_us=tab["dur_us"][sel].tolist(), window=step[order].astype(int).tolist())
+        rank=int(rank.rank),
+        world_size=world,
+        window_steps=windows,
+        analysed_steps=analysed,
+        kind=[
+            str(c) if c else (classes[int(i)].collective or "other")  # the trace's own name when it has one
+            for i, c in zip(tab["name_id"][sel].tolist(), _column(tab, "collective", sel))
+        ],
+        bytes=nbytes,
+        launch_us=launch[order].tolist(),
+        start_us=tab["ts_us"][sel].tolist(),
+        end_us=tab["end_us"][sel].tolist(),
+        dur_us=tab["dur_us"][sel].tolist(),
+        window=step[order].astype(int).tolist(),
+    )
 
 
 def _column(tab: Any, name: str, sel: np.ndarray) -> list[Any]:
@@ -127,15 +151,19 @@ def compute(timelines: list[CollectiveTimeline], n_ranks: int | None = None) -> 
     given = n_ranks if n_ranks is not None else len(timelines)
     world = max((t.world_size for t in timelines), default=0)
     if world > given:
-        return None, (f"the job has {world} ranks but {given} traces were given: the shortest copy of a "
-                      "collective among some ranks is not its transfer time")
+        return None, (
+            f"the job has {world} ranks but {given} traces were given: the shortest copy of a "
+            "collective among some ranks is not its transfer time"
+        )
     per = {t.rank: t for t in timelines}
     counts = {r: len(t.dur_us) for r, t in per.items()}
     if not any(counts.values()):
         return None, "no collective kernels"
     if len(set(counts.values())) > 1:
-        return None, ("the ranks ran different numbers of collective kernels in their analysed steps "
-                      f"({', '.join(f'rank {r}: {c}' for r, c in sorted(counts.items()))}), so they cannot be matched")
+        return None, (
+            "the ranks ran different numbers of collective kernels in their analysed steps "
+            f"({', '.join(f'rank {r}: {c}' for r, c in sorted(counts.items()))}), so they cannot be matched"
+        )
     order = sorted(per)
     durs = np.array([per[r].dur_us for r in order], dtype=np.float64)  # (ranks, collectives)
     floor = durs.min(axis=0)
@@ -144,18 +172,24 @@ def compute(timelines: list[CollectiveTimeline], n_ranks: int | None = None) -> 
     rel -= np.median(rel, axis=1, keepdims=True)  # one clock offset per rank
     tol = np.maximum(END_TOLERANCE_US, 0.05 * floor)
     if (np.abs(rel) > tol).any(axis=0).mean() > 0.1:
-        return None, ("the k-th collective kernels of the ranks do not end together, so they are not the same "
-                      "collectives (different collectives or streams interleave differently per rank)")
+        return None, (
+            "the k-th collective kernels of the ranks do not end together, so they are not the same "
+            "collectives (different collectives or streams interleave differently per rank)"
+        )
     last = np.bincount(durs.argmin(axis=0), minlength=len(order))
     waits, by_coll = {}, {}
     for i, r in enumerate(order):
         t = per[r]
         excess = durs[i] - floor
         by_coll[r] = excess
-        per_window = np.bincount(np.asarray(t.window, dtype=np.int64), weights=excess,
-                                 minlength=len(t.window_steps))
+        per_window = np.bincount(np.asarray(t.window, dtype=np.int64), weights=excess, minlength=len(t.window_steps))
         window_of = {n: k for k, n in enumerate(t.window_steps)}
         # the breakdown's analysed steps (incomplete ones are left out there): the same order as primary.steps
         waits[r] = np.array([per_window[window_of[s]] if s in window_of else 0.0 for s in t.analysed_steps])
-    return CollectiveWait(waits, {r: int(last[i]) for i, r in enumerate(order)}, int(durs.shape[1]),
-                          kinds=list(per[order[0]].kind), wait_by_collective_us=by_coll), ""
+    return CollectiveWait(
+        waits,
+        {r: int(last[i]) for i, r in enumerate(order)},
+        int(durs.shape[1]),
+        kinds=list(per[order[0]].kind),
+        wait_by_collective_us=by_coll,
+    ), ""

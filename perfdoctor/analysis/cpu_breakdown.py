@@ -29,13 +29,27 @@ from perfdoctor.vocab import HOST_PRIORITY
 
 CPU_OP_RULES: tuple[tuple[str, str], ...] = (
     ("attention", r"scaled_dot_product|_flash_attention|_efficient_attention|flash_attn"),
-    ("matmul", r"^aten::(mm|addmm|bmm|baddbmm|matmul|linear|addmv|mv|dot|einsum|_scaled_mm|addbmm)$|^aten::_?mkldnn.*linear"),
-    ("conv", r"^aten::(_?convolution|conv\w*|mkldnn_convolution|_nnpack.*|slow_conv\w*|thnn_conv\w*)$|convolution_backward"),
-    ("reduction_norm", r"^aten::(native_)?(layer_norm|batch_norm|group_norm|rms_norm|_?softmax|_?log_softmax|sum|mean|nll_loss\w*|cross_entropy\w*|norm|max|min|amax|amin|cumsum|var|std|_batch_norm\w*|native_batch_norm\w*|\w*_backward_data)$|Backward.*(Norm|Softmax)"),
-    ("elementwise", r"^aten::(add|sub|mul|div|relu|gelu|silu|tanh|sigmoid|exp|log|pow|sqrt|rsqrt|neg|abs|clamp\w*|where|masked_fill\w*|dropout|native_dropout|copy_|to|_to_copy|fill_|zero_|zeros_like|ones_like|add_|mul_|div_|sub_|addcmul_|addcdiv_|lerp_|threshold\w*|\w*_backward|embedding\w*|cat|stack|index\w*|gather|scatter\w*|triu|tril|erf|cos|sin)$"),
+    (
+        "matmul",
+        r"^aten::(mm|addmm|bmm|baddbmm|matmul|linear|addmv|mv|dot|einsum|_scaled_mm|addbmm)$|^aten::_?mkldnn.*linear",
+    ),
+    (
+        "conv",
+        r"^aten::(_?convolution|conv\w*|mkldnn_convolution|_nnpack.*|slow_conv\w*|thnn_conv\w*)$|convolution_backward",
+    ),
+    (
+        "reduction_norm",
+        r"^aten::(native_)?(layer_norm|batch_norm|group_norm|rms_norm|_?softmax|_?log_softmax|sum|mean|nll_loss\w*|cross_entropy\w*|norm|max|min|amax|amin|cumsum|var|std|_batch_norm\w*|native_batch_norm\w*|\w*_backward_data)$|Backward.*(Norm|Softmax)",
+    ),
+    (
+        "elementwise",
+        r"^aten::(add|sub|mul|div|relu|gelu|silu|tanh|sigmoid|exp|log|pow|sqrt|rsqrt|neg|abs|clamp\w*|where|masked_fill\w*|dropout|native_dropout|copy_|to|_to_copy|fill_|zero_|zeros_like|ones_like|add_|mul_|div_|sub_|addcmul_|addcdiv_|lerp_|threshold\w*|\w*_backward|embedding\w*|cat|stack|index\w*|gather|scatter\w*|triu|tril|erf|cos|sin)$",
+    ),
 )
 # gloo / NCCL collectives as the host sees them (c10d annotations, record_param_comms)
-HOST_COMMUNICATION = r"^(gloo|nccl|c10d|mpi)[:_]|record_param_comms|^c10d::|all_?reduce|all_?gather|reduce_?scatter|^broadcast"
+HOST_COMMUNICATION = (
+    r"^(gloo|nccl|c10d|mpi)[:_]|record_param_comms|^c10d::|all_?reduce|all_?gather|reduce_?scatter|^broadcast"
+)
 _RX = tuple((c, re.compile(rx)) for c, rx in CPU_OP_RULES)
 
 
@@ -80,21 +94,38 @@ def cpu_breakdown(tables: TraceTables, steps: Steps) -> DeviceBreakdown:
     for i in range(len(steps)):
         dur = float(we[i] - ws[i])
         busy = float(busy_w[i])
-        out.append(StepBreakdown(
-            step=int(steps.numbers[i]), name=steps.names[i],
-            host_start_us=float(steps.host_start_us[i]), host_dur_us=float(host_dur[i]),
-            start_us=float(ws[i]), dur_us=dur, busy_us=busy, idle_us=dur - busy,
-            categories_us={c: float(v[i]) for c, v in excl_w.items()},
-            category_union_us={c: float(v[i]) for c, v in union_w.items()},
-            idle_causes_us={"python": dur - busy},
-            communication={"total_us": float(comm_w[i]), "overlapped_us": float(comm_w[i] - exposed_w[i]),
-                           "exposed_us": float(exposed_w[i])},
-            communication_by_collective_us={c: float(v[i]) for c, v in by_coll.items()}, memcpy_by_direction_us={},
-            phases_host_us={p: float(v[i]) for p, v in ph_w.items()}, phases_device_us={},
-            n_kernels=int(n_ops[i]), kernel_sum_us=0.0,
-        ))
-    return DeviceBreakdown(device=-1, kind="cpu", steps=out,
-                           notes=["CPU-only trace: categories are host ops; idle is time outside any op (Python)"])
+        out.append(
+            StepBreakdown(
+                step=int(steps.numbers[i]),
+                name=steps.names[i],
+                host_start_us=float(steps.host_start_us[i]),
+                host_dur_us=float(host_dur[i]),
+                start_us=float(ws[i]),
+                dur_us=dur,
+                busy_us=busy,
+                idle_us=dur - busy,
+                categories_us={c: float(v[i]) for c, v in excl_w.items()},
+                category_union_us={c: float(v[i]) for c, v in union_w.items()},
+                idle_causes_us={"python": dur - busy},
+                communication={
+                    "total_us": float(comm_w[i]),
+                    "overlapped_us": float(comm_w[i] - exposed_w[i]),
+                    "exposed_us": float(exposed_w[i]),
+                },
+                communication_by_collective_us={c: float(v[i]) for c, v in by_coll.items()},
+                memcpy_by_direction_us={},
+                phases_host_us={p: float(v[i]) for p, v in ph_w.items()},
+                phases_device_us={},
+                n_kernels=int(n_ops[i]),
+                kernel_sum_us=0.0,
+            )
+        )
+    return DeviceBreakdown(
+        device=-1,
+        kind="cpu",
+        steps=out,
+        notes=["CPU-only trace: categories are host ops; idle is time outside any op (Python)"],
+    )
 
 
 def _by_collective(tables: TraceTables, ws: np.ndarray, we: np.ndarray) -> dict[str, np.ndarray]:

@@ -14,14 +14,23 @@ import re
 from perfdoctor.trace.columns import _CAT_KIND
 from perfdoctor.trace.tables import TraceTables
 
-DEVICE_LIKE = re.compile(r"mtia|xpu|hpu|npu|tpu|mps|gaudi|habana|privateuse|ccp|runtime|driver|kernel|device"
-                         r"|accelerator|gpu", re.IGNORECASE)
+DEVICE_LIKE = re.compile(
+    r"mtia|xpu|hpu|npu|tpu|mps|gaudi|habana|privateuse|ccp|runtime|driver|kernel|device"
+    r"|accelerator|gpu",
+    re.IGNORECASE,
+)
 # flow and bookkeeping categories that name a device but carry no activity
-NOT_ACTIVITY = frozenset({"ac2g", "async", "async_cpu_to_gpu", "fwdbwd", "cpu_instant_event", "overhead", "trace",
-                          "gpu_user_annotation"})
+NOT_ACTIVITY = frozenset(
+    {"ac2g", "async", "async_cpu_to_gpu", "fwdbwd", "cpu_instant_event", "overhead", "trace", "gpu_user_annotation"}
+)
 
 
 def unread_device_categories(tables: TraceTables) -> list[str]:
     """Categories in ``tables.cats`` that look device-side and are not read into a table, sorted."""
-    return sorted({c for c in tables.cats if c and c.lower() not in _CAT_KIND and c.lower() not in NOT_ACTIVITY
-                   and DEVICE_LIKE.search(c)})
+    return sorted(
+        {
+            c
+            for c in tables.cats
+            if c and c.lower() not in _CAT_KIND and c.lower() not in NOT_ACTIVITY and DEVICE_LIKE.search(c)
+        }
+    )

@@ -28,10 +28,12 @@ SYNC_RUNTIME = (
 
 # runtime calls that queue work (or ask cheap questions): host time in these *is* launch overhead; any other
 # runtime call the host sits in (cudaFree, hipFree, cudaMalloc, cudaHostAlloc...) blocks it
-LAUNCH_CALLS = re.compile(r"Launch|Memcpy.*Async|Memset.*Async|EventRecord|StreamWaitEvent|GetDevice|"
-                          r"StreamIsCapturing|GetLastError|PeekAtLastError|FuncGetAttributes|Occupancy|"
-                          r"StreamGetCaptureInfo|StreamGetPriority|DeviceGetStreamPriorityRange|FuncSetAttribute|"
-                          r"EventQuery|PointerGetAttributes")
+LAUNCH_CALLS = re.compile(
+    r"Launch|Memcpy.*Async|Memset.*Async|EventRecord|StreamWaitEvent|GetDevice|"
+    r"StreamIsCapturing|GetLastError|PeekAtLastError|FuncGetAttributes|Occupancy|"
+    r"StreamGetCaptureInfo|StreamGetPriority|DeviceGetStreamPriorityRange|FuncSetAttribute|"
+    r"EventQuery|PointerGetAttributes"
+)
 
 
 def blocking_runtime_calls(tables: TraceTables) -> iv.Intervals:
@@ -45,7 +47,9 @@ def blocking_runtime_calls(tables: TraceTables) -> iv.Intervals:
     return iv.union(rt["ts_us"][keep], rt["end_us"][keep])
 
 
-def ranges_named(tables: TraceTables, pattern: str, tables_to_search: tuple[str, ...] = ("annotations", "cpu_ops")) -> tuple[np.ndarray, np.ndarray]:
+def ranges_named(
+    tables: TraceTables, pattern: str, tables_to_search: tuple[str, ...] = ("annotations", "cpu_ops")
+) -> tuple[np.ndarray, np.ndarray]:
     """Raw ``(ts_us, end_us)`` of host events whose name matches ``pattern``."""
     rx = re.compile(pattern)
     match_names = tables.names_matching(rx)
@@ -63,7 +67,9 @@ def ranges_named(tables: TraceTables, pattern: str, tables_to_search: tuple[str,
     return np.concatenate(starts), np.concatenate(ends)
 
 
-def named(tables: TraceTables, pattern: str, tables_to_search: tuple[str, ...] = ("annotations", "cpu_ops")) -> iv.Intervals:
+def named(
+    tables: TraceTables, pattern: str, tables_to_search: tuple[str, ...] = ("annotations", "cpu_ops")
+) -> iv.Intervals:
     """Union of host events whose name matches ``pattern`` (re.search)."""
     s, e = ranges_named(tables, pattern, tables_to_search)
     return iv.union(s, e)

@@ -15,8 +15,9 @@ from __future__ import annotations
 import functools
 import re
 
-_GEMM_RE = re.compile(r"(?<!fb)gemm|Cijk_|xmma|wgmma|tensorop|implicit_gemm|conv|cutlass|matmul|sm\d\d_|[sh]cudnn|winograd",
-                      re.I)
+_GEMM_RE = re.compile(
+    r"(?<!fb)gemm|Cijk_|xmma|wgmma|tensorop|implicit_gemm|conv|cutlass|matmul|sm\d\d_|[sh]cudnn|winograd", re.I
+)
 
 # checked in order: the first that matches wins
 _RULES: tuple[tuple[str, re.Pattern[str]], ...] = (

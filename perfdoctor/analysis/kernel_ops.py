@@ -38,8 +38,10 @@ SDPA_MATH = re.compile(r"^aten::_scaled_dot_product_attention_math")
 SOFTMAX_OP = re.compile(r"^aten::(_safe_softmax|_?softmax|_softmax_backward_data)$")
 GEMM_OP = re.compile(r"^aten::(bmm|matmul|baddbmm|einsum)$")
 # ops that end an attention block: a projection, a norm, an embedding or a convolution between the two GEMMs
-BLOCKER_OP = re.compile(r"^aten::(linear|addmm|mm|_?convolution|conv\w*|(native_)?layer_norm|group_norm|batch_norm"
-                        r"|embedding|rms_norm)$")
+BLOCKER_OP = re.compile(
+    r"^aten::(linear|addmm|mm|_?convolution|conv\w*|(native_)?layer_norm|group_norm|batch_norm"
+    r"|embedding|rms_norm)$"
+)
 _ATTENTION_FROM = frozenset({"matmul", "reduction_norm", "elementwise", "other"})
 
 
@@ -70,7 +72,9 @@ def kernel_labels(tables: TraceTables) -> KernelLabels:
     uniq, inv = np.unique(ids, return_inverse=True)
     classes = [classify_kernel(tables.names[i]) for i in uniq.tolist()]
     category = np.array([c.category for c in classes] or [""], dtype=object)[inv] if ids.size else np.empty(0, object)
-    collective = np.array([c.collective for c in classes] or [""], dtype=object)[inv] if ids.size else np.empty(0, object)
+    collective = (
+        np.array([c.collective for c in classes] or [""], dtype=object)[inv] if ids.size else np.empty(0, object)
+    )
     triton = np.array([c.triton for c in classes] or [False], dtype=bool)[inv] if ids.size else np.empty(0, bool)
     relabelled = np.zeros(ids.size, dtype=bool)
     if ids.size and len(tables.cpu_ops):
@@ -104,8 +108,9 @@ def _launch_points(tables: TraceTables) -> tuple[np.ndarray, np.ndarray]:
 _Window = tuple[int, float, float, str]
 
 
-def _inside(tables: TraceTables, ts: np.ndarray, tid: np.ndarray,
-            windows: list[_Window]) -> tuple[np.ndarray, np.ndarray]:
+def _inside(
+    tables: TraceTables, ts: np.ndarray, tid: np.ndarray, windows: list[_Window]
+) -> tuple[np.ndarray, np.ndarray]:
     """Which launch points fall in a window of their own thread, and that window's label ("" if none)."""
     hit = np.zeros(ts.size, dtype=bool)
     label = np.full(ts.size, "", dtype=object)
@@ -146,16 +151,20 @@ def _comm_windows(tables: TraceTables) -> list[_Window]:
         m = tables.names_matching(COMM_OP)[tab["name_id"]]
         # record_param_comms names its collective in its args ("Collective name"): read it where recorded
         named = tab["collective"][m].tolist() if "collective" in tab else [None] * int(m.sum())
-        for t, s, e, n, c in zip(tab["tid"][m].tolist(), tab["ts_us"][m].tolist(), tab["end_us"][m].tolist(),
-                                 tab["name_id"][m].tolist(), named):
+        for t, s, e, n, c in zip(
+            tab["tid"][m].tolist(),
+            tab["ts_us"][m].tolist(),
+            tab["end_us"][m].tolist(),
+            tab["name_id"][m].tolist(),
+            named,
+        ):
             coll = collective_of(str(c) if c else tables.names[n])
             out.append((int(t), float(s), float(e), "" if coll == "other" else coll))
     # record_param_comms does not name its collective: take the enclosing c10d op's
     out.sort(key=lambda w: (w[0], w[1]))
     filled: list[_Window] = []
     for w in out:
-        label = w[3] or next((o[3] for o in reversed(filled) if o[0] == w[0] and o[1] <= w[1] < o[2] and o[3]),
-                             "other")
+        label = w[3] or next((o[3] for o in reversed(filled) if o[0] == w[0] and o[1] <= w[1] < o[2] and o[3]), "other")
         filled.append((w[0], w[1], w[2], label))
     return filled
 
@@ -187,8 +196,21 @@ def _attention_windows(tables: TraceTables) -> list[_Window]:
 
 
 # bytes per element of record_param_comms' "dtype" (c10 ScalarType names)
-_DTYPE_BYTES = {"Float": 4, "Double": 8, "Half": 2, "BFloat16": 2, "Int": 4, "Long": 8, "Short": 2, "Char": 1,
-                "Byte": 1, "Bool": 1, "Float8_e4m3fn": 1, "Float8_e5m2": 1, "ComplexFloat": 8}
+_DTYPE_BYTES = {
+    "Float": 4,
+    "Double": 8,
+    "Half": 2,
+    "BFloat16": 2,
+    "Int": 4,
+    "Long": 8,
+    "Short": 2,
+    "Char": 1,
+    "Byte": 1,
+    "Bool": 1,
+    "Float8_e4m3fn": 1,
+    "Float8_e5m2": 1,
+    "ComplexFloat": 8,
+}
 
 
 def collective_messages(tables: TraceTables, start_us: float, end_us: float) -> list[dict[str, object]]:
@@ -209,7 +231,8 @@ def collective_messages(tables: TraceTables, start_us: float, end_us: float) -> 
         nbytes = nel * size if size is not None and nel >= 0 else None
         key = (str(coll), nbytes, int(ops["group_size"][i]))
         groups[key] = groups.get(key, 0) + 1
-    rows: list[dict[str, object]] = [{"collective": c, "calls": n, "bytes_per_call": b, "group_size": g}
-                                     for (c, b, g), n in groups.items()]
+    rows: list[dict[str, object]] = [
+        {"collective": c, "calls": n, "bytes_per_call": b, "group_size": g} for (c, b, g), n in groups.items()
+    ]
     rows.sort(key=lambda r: -(int(str(r["bytes_per_call"] or 0)) * int(str(r["calls"]))))
     return rows

@@ -63,17 +63,24 @@ def memory_summary(tables: TraceTables) -> dict[str, Any]:
         have = (mem["total_allocated"] >= 0) | (mem["total_reserved"] >= 0)
         if not have.any():
             note = "the trace's [memory] events carry no allocator totals (older PyTorch): peaks unknown"
-        keys = sorted(set(zip(mem["device_type"][have].tolist(), mem["device_id"][have].tolist())),
-                      key=lambda k: (-k[0], k[1]))
+        keys = sorted(
+            set(zip(mem["device_type"][have].tolist(), mem["device_id"][have].tolist())), key=lambda k: (-k[0], k[1])
+        )
         for dtype, dev in keys:
             m = have & (mem["device_type"] == dtype) & (mem["device_id"] == dev)
             kind = DEVICE_TYPES.get(dtype, f"device type {dtype}")
             cap = _capacity(tables, dev) if dtype == 1 else None
             reserved = int(mem["total_reserved"][m].max())
-            devices.append({
-                "device_type": kind, "device": int(dev), "label": kind if dev < 0 else f"{kind} {dev}",
-                "peak_allocated_bytes": int(mem["total_allocated"][m].max()),
-                "peak_reserved_bytes": reserved, "capacity_bytes": cap,
-                "peak_reserved_fraction": reserved / cap if cap else None, "n_events": int(m.sum()),
-            })
+            devices.append(
+                {
+                    "device_type": kind,
+                    "device": int(dev),
+                    "label": kind if dev < 0 else f"{kind} {dev}",
+                    "peak_allocated_bytes": int(mem["total_allocated"][m].max()),
+                    "peak_reserved_bytes": reserved,
+                    "capacity_bytes": cap,
+                    "peak_reserved_fraction": reserved / cap if cap else None,
+                    "n_events": int(m.sum()),
+                }
+            )
     return {"devices": devices, "allocator_calls": allocator_calls(tables), "note": note}

@@ -82,9 +82,15 @@ class BandwidthCheck:
     components: dict[str, float]
 
 
-def bandwidth_check(n_params: float, step_time_s: float, weight_bytes: float = 2.0, weight_reads: int = 3,
-                    grad_bytes: float = 0.0, optimizer_bytes: float = 0.0,
-                    hbm_bytes_per_s: float | None = None) -> BandwidthCheck:
+def bandwidth_check(
+    n_params: float,
+    step_time_s: float,
+    weight_bytes: float = 2.0,
+    weight_reads: int = 3,
+    grad_bytes: float = 0.0,
+    optimizer_bytes: float = 0.0,
+    hbm_bytes_per_s: float | None = None,
+) -> BandwidthCheck:
     """The minimum traffic of one step, as the field sanity-checks it.
 
     Weights are read once in forward and twice in backward (for the input gradient and
@@ -133,8 +139,9 @@ def gemm_dtype(tables: Any) -> tuple[str | None, dict[str, float]]:
         from perfdoctor.analysis.op_flops import cost_op
 
         ops = tables.cpu_ops
-        for nid, dims, types, dur in zip(ops["name_id"].tolist(), ops["input_dims"], ops["input_type"],
-                                         ops["dur_us"].tolist()):
+        for nid, dims, types, dur in zip(
+            ops["name_id"].tolist(), ops["input_dims"], ops["input_type"], ops["dur_us"].tolist()
+        ):
             if names[nid] in ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::linear"):
                 c = cost_op(names[nid], dims, types)
                 if isinstance(c, OpCost) and c.dtype:  # an Uncosted op has no dtype
@@ -173,9 +180,17 @@ class MfuResult:
 MAX_MODEL_OVER_HARDWARE = 2.0
 
 
-def compute_mfu(model_flops: float, step_time_s: float, roofs: Roofs | None, dtype: str | None,
-                flops_source: str, on_gpu: bool, hardware_flops: float | None = None,
-                busy_fraction: float | None = None, hardware_flops_complete: bool = False) -> MfuResult:
+def compute_mfu(
+    model_flops: float,
+    step_time_s: float,
+    roofs: Roofs | None,
+    dtype: str | None,
+    flops_source: str,
+    on_gpu: bool,
+    hardware_flops: float | None = None,
+    busy_fraction: float | None = None,
+    hardware_flops_complete: bool = False,
+) -> MfuResult:
     """MFU (and HFU when ``hardware_flops`` differs) of one rank.
 
     Two consistency checks keep an impossible MFU out of the report (``mfu`` None, the reason in ``note``):
@@ -205,32 +220,58 @@ def compute_mfu(model_flops: float, step_time_s: float, roofs: Roofs | None, dty
         hfu = achieved_flops_per_s(hardware_flops, step_time_s) / peak
     if peak and max(achieved / peak, hfu or 0.0) > 1.0:
         # more FLOP/s than the peak is impossible: the peak (or the FLOP count) is wrong, so no ratio is shown
-        blame = ("that peak is too low (re-run `perfdoctor calibrate` on an idle machine, without --quick)"
-                 if roofs is not None and roofs.kind == "measured" else
-                 f"a datasheet peak cannot be beaten, so the FLOP count ({flops_source}) is too high for this trace")
-        note = (f"achieved {max(achieved, (hfu or 0) * peak) / 1e12:.3g} TFLOP/s exceeds the {peak / 1e12:.3g} TFLOP/s "
-                f"peak ({roofs.source if roofs else '?'}): {blame}; MFU not reported")
+        blame = (
+            "that peak is too low (re-run `perfdoctor calibrate` on an idle machine, without --quick)"
+            if roofs is not None and roofs.kind == "measured"
+            else f"a datasheet peak cannot be beaten, so the FLOP count ({flops_source}) is too high for this trace"
+        )
+        note = (
+            f"achieved {max(achieved, (hfu or 0) * peak) / 1e12:.3g} TFLOP/s exceeds the {peak / 1e12:.3g} TFLOP/s "
+            f"peak ({roofs.source if roofs else '?'}): {blame}; MFU not reported"
+        )
         peak, hfu = None, None
     if peak and flops_source != "op_sum":
-        problem = _model_flops_mismatch(achieved / peak, model_flops, hardware_flops, busy_fraction,
-                                        hardware_flops_complete)
+        problem = _model_flops_mismatch(
+            achieved / peak, model_flops, hardware_flops, busy_fraction, hardware_flops_complete
+        )
         if problem:
             note = f"MFU not reported: {problem}; check the model FLOP inputs ({flops_source})"
             peak = None
-    return MfuResult(model_flops, step_time_s, achieved, dtype, peak, achieved / peak if peak else None,
-                     hardware_flops, hfu if peak else None, flops_source, roofs.source if roofs else None, on_gpu, note)
+    return MfuResult(
+        model_flops,
+        step_time_s,
+        achieved,
+        dtype,
+        peak,
+        achieved / peak if peak else None,
+        hardware_flops,
+        hfu if peak else None,
+        flops_source,
+        roofs.source if roofs else None,
+        on_gpu,
+        note,
+    )
 
 
-def _model_flops_mismatch(mfu_value: float, model_flops: float, hardware_flops: float | None,
-                          busy_fraction: float | None, hardware_complete: bool) -> str:
+def _model_flops_mismatch(
+    mfu_value: float,
+    model_flops: float,
+    hardware_flops: float | None,
+    busy_fraction: float | None,
+    hardware_complete: bool,
+) -> str:
     """Why model FLOPs of ``model_flops`` per step cannot describe this trace ("" when they can)."""
     if busy_fraction is not None and mfu_value > busy_fraction * 1.05 + 0.005:
-        return (f"the model FLOPs per step would be an MFU of {mfu_value:.1%} on a device busy only "
-                f"{busy_fraction:.1%} of the step (it would have to run at {mfu_value / max(busy_fraction, 1e-9):.0%} "
-                "of its peak while busy)")
+        return (
+            f"the model FLOPs per step would be an MFU of {mfu_value:.1%} on a device busy only "
+            f"{busy_fraction:.1%} of the step (it would have to run at {mfu_value / max(busy_fraction, 1e-9):.0%} "
+            "of its peak while busy)"
+        )
     if hardware_complete and hardware_flops and model_flops > MAX_MODEL_OVER_HARDWARE * hardware_flops:
-        return (f"the model FLOPs per step ({model_flops:.3g}) are {model_flops / hardware_flops:.1f}x the FLOPs of the "
-                f"ops the trace ran ({hardware_flops:.3g})")
+        return (
+            f"the model FLOPs per step ({model_flops:.3g}) are {model_flops / hardware_flops:.1f}x the FLOPs of the "
+            f"ops the trace ran ({hardware_flops:.3g})"
+        )
     return ""
 
 
@@ -257,8 +298,11 @@ def roofs_for_trace(tables: Any, measured: Roofs | None = None, prefer: str = "s
         guess = infer_from_tables(tables)  # no deviceProperties: the family's datasheet, the assumption stated
         if guess is not None and guess.spec is not None:
             roofs = roofs_from_spec(guess.spec)
-            return replace(roofs, device=f"{roofs.device} (assumed: {guess.label})",
-                           source=f"{roofs.source}; assumed from kernel names ({guess.evidence}): {guess.assumption}")
+            return replace(
+                roofs,
+                device=f"{roofs.device} (assumed: {guess.label})",
+                source=f"{roofs.source}; assumed from kernel names ({guess.evidence}): {guess.assumption}",
+            )
     return roofs_from_spec(spec) if spec else measured
 
 
@@ -277,25 +321,38 @@ def op_sum_unusable(roofline: RooflineResult | None) -> MissingReason | None:
     could not be costed, communication left out, take more than :data:`MAX_UNCOSTED_SHARE` of op time).
     """
     if roofline is None:
-        return MissingReason(code="no_shapes", message="no input shapes recorded (profile with record_shapes=True), "
-                             f"and no model FLOPs given {_GIVE_FLOPS}")
+        return MissingReason(
+            code="no_shapes",
+            message="no input shapes recorded (profile with record_shapes=True), "
+            f"and no model FLOPs given {_GIVE_FLOPS}",
+        )
     uncosted = sum(u["time_us"] for u in roofline.uncosted if not _COMM_OP.search(u["name"]))
     total = roofline.costed_time_us + uncosted
     if total <= 0 or roofline.total_flops <= 0:
         return MissingReason(code="no_costed_op", message="no op could be costed from the recorded shapes")
     share = uncosted / total
     if share > MAX_UNCOSTED_SHARE:
-        return MissingReason(code="uncosted_ops", message=(
-            f"ops that could not be costed take {share:.0%} of op time, so the op-level FLOP sum would "
-            "understate the work; give model FLOPs (perfdoctor profile, or --params/--layers/--heads/--d-model/"
-            "--seq-len)"))
+        return MissingReason(
+            code="uncosted_ops",
+            message=(
+                f"ops that could not be costed take {share:.0%} of op time, so the op-level FLOP sum would "
+                "understate the work; give model FLOPs (perfdoctor profile, or --params/--layers/--heads/--d-model/"
+                "--seq-len)"
+            ),
+        )
     return None
 
 
-def trace_mfu(tables: TraceTables, roofs: Roofs | None, step_time_s: float, n_steps: int,
-              model_flops_per_step: float | None = None, flops_source: str = "flop_counter",
-              roofline: RooflineResult | None | Literal["compute"] = "compute",
-              busy_fraction: float | None = None) -> MfuResult | MissingReason:
+def trace_mfu(
+    tables: TraceTables,
+    roofs: Roofs | None,
+    step_time_s: float,
+    n_steps: int,
+    model_flops_per_step: float | None = None,
+    flops_source: str = "flop_counter",
+    roofline: RooflineResult | None | Literal["compute"] = "compute",
+    busy_fraction: float | None = None,
+) -> MfuResult | MissingReason:
     """MFU of one rank from its trace: the one MFU path (``perfdoctor report`` runs it through
     :func:`add_efficiency`).
 
@@ -321,16 +378,30 @@ def trace_mfu(tables: TraceTables, roofs: Roofs | None, step_time_s: float, n_st
     op_sum = roofline.total_flops / n_steps if roofline is not None else None
     unusable = op_sum_unusable(roofline)
     if model_flops_per_step is not None:
-        return compute_mfu(model_flops_per_step, step_time_s, roofs, dtype, flops_source, on_gpu, op_sum,
-                           busy_fraction=busy_fraction, hardware_flops_complete=unusable is None)
+        return compute_mfu(
+            model_flops_per_step,
+            step_time_s,
+            roofs,
+            dtype,
+            flops_source,
+            on_gpu,
+            op_sum,
+            busy_fraction=busy_fraction,
+            hardware_flops_complete=unusable is None,
+        )
     if unusable is not None or op_sum is None:
         return unusable or MissingReason(code="no_shapes", message="no op-level FLOPs")
     return compute_mfu(op_sum, step_time_s, roofs, dtype, "op_sum", on_gpu, op_sum)
 
 
-def add_efficiency(ranks: list[RankAnalysis], model_flops_per_step: float | None = None,
-                   flops_source: str = "flop_counter", measured_roofs: Roofs | None = None, prefer: str = "spec",
-                   step_time_s_by_rank: dict[int, float] | None = None) -> None:
+def add_efficiency(
+    ranks: list[RankAnalysis],
+    model_flops_per_step: float | None = None,
+    flops_source: str = "flop_counter",
+    measured_roofs: Roofs | None = None,
+    prefer: str = "spec",
+    step_time_s_by_rank: dict[int, float] | None = None,
+) -> None:
     """Per-rank roofline, GEMM dtype and MFU (``rank.roofline``, ``.gemm_dtype``, ``.mfu`` or ``.mfu_missing``).
 
     Roofs are the matched GPU's datasheet figures (``prefer="spec"``) or ``measured_roofs`` (``perfdoctor
@@ -361,14 +432,24 @@ def add_efficiency(ranks: list[RankAnalysis], model_flops_per_step: float | None
             _missing(r, MissingReason(code="zero_step_time", message="the median step time is 0 µs"))
             continue
         busy = min(float(np.mean([s.busy_us for s in r.primary.steps])) / 1e6 / step_s, 1.0)
-        out = trace_mfu(r.tables, roofs, step_s, len(r.steps), model_flops_per_step, flops_source,
-                        roofline=r.roofline, busy_fraction=busy)
+        out = trace_mfu(
+            r.tables,
+            roofs,
+            step_s,
+            len(r.steps),
+            model_flops_per_step,
+            flops_source,
+            roofline=r.roofline,
+            busy_fraction=busy,
+        )
         if isinstance(out, MissingReason):
             _missing(r, out)
             continue
         if run_step_s:
-            out.note = ("step time = median of the run's steady-state steps outside the profiled window "
-                        "(no profiler overhead); " + out.note).rstrip("; ")
+            out.note = (
+                "step time = median of the run's steady-state steps outside the profiled window "
+                "(no profiler overhead); " + out.note
+            ).rstrip("; ")
         r.mfu = out
 
 

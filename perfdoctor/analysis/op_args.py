@@ -17,11 +17,24 @@ import orjson
 # Kineto "Input type" strings -> (dtype key, bytes per element). Source: c10 ScalarType
 # names as printed by torch.profiler (c10::toString / demangled C++ type names).
 _TYPES: dict[str, tuple[str, int]] = {
-    "double": ("fp64", 8), "float": ("fp32", 4), "c10::Half": ("fp16", 2), "c10::BFloat16": ("bf16", 2),
-    "c10::Float8_e4m3fn": ("fp8", 1), "c10::Float8_e5m2": ("fp8", 1), "c10::Float8_e4m3fnuz": ("fp8", 1),
-    "c10::Float8_e5m2fnuz": ("fp8", 1), "long int": ("int64", 8), "long": ("int64", 8), "int": ("int32", 4),
-    "short int": ("int16", 2), "short": ("int16", 2), "signed char": ("int8", 1), "unsigned char": ("uint8", 1),
-    "bool": ("bool", 1), "c10::complex<float>": ("complex64", 8), "c10::complex<double>": ("complex128", 16),
+    "double": ("fp64", 8),
+    "float": ("fp32", 4),
+    "c10::Half": ("fp16", 2),
+    "c10::BFloat16": ("bf16", 2),
+    "c10::Float8_e4m3fn": ("fp8", 1),
+    "c10::Float8_e5m2": ("fp8", 1),
+    "c10::Float8_e4m3fnuz": ("fp8", 1),
+    "c10::Float8_e5m2fnuz": ("fp8", 1),
+    "long int": ("int64", 8),
+    "long": ("int64", 8),
+    "int": ("int32", 4),
+    "short int": ("int16", 2),
+    "short": ("int16", 2),
+    "signed char": ("int8", 1),
+    "unsigned char": ("uint8", 1),
+    "bool": ("bool", 1),
+    "c10::complex<float>": ("complex64", 8),
+    "c10::complex<double>": ("complex128", 16),
 }
 FLOAT_DTYPES = ("fp64", "fp32", "bf16", "fp16", "fp8")
 

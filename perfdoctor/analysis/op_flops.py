@@ -33,6 +33,7 @@ __all__ = ["FLOAT_DTYPES", "Args", "OpCost", "Uncosted", "cost_op", "parse_args"
 
 # ---- matmul family. Source: torch/utils/flop_counter.py (mm_flop, bmm_flop, addmm_flop) ----
 
+
 def _mm(args: Args, a: int, b: int, extra: list[int], name: str) -> OpCost | Uncosted:
     x, w = args.tensor(a), args.tensor(b)
     if x is None or w is None or len(x) < 1 or len(w) < 1:
@@ -103,21 +104,92 @@ def _einsum(args: Args) -> OpCost | Uncosted:
 
 # ---- elementwise / reductions / norms: per-element counts (stated in each formula) ----
 _ELEMENTWISE_1 = {
-    "add", "sub", "mul", "div", "rsub", "pow", "neg", "relu", "gelu", "silu", "sigmoid", "tanh", "exp", "log",
-    "sqrt", "rsqrt", "abs", "clamp", "clamp_min", "clamp_max", "threshold", "threshold_backward", "gelu_backward",
-    "silu_backward", "sigmoid_backward", "tanh_backward", "where", "maximum", "minimum", "reciprocal", "hardtanh",
-    "leaky_relu", "masked_fill", "sign", "square", "mish", "elu", "softplus", "hardtanh_backward", "sin", "cos",
+    "add",
+    "sub",
+    "mul",
+    "div",
+    "rsub",
+    "pow",
+    "neg",
+    "relu",
+    "gelu",
+    "silu",
+    "sigmoid",
+    "tanh",
+    "exp",
+    "log",
+    "sqrt",
+    "rsqrt",
+    "abs",
+    "clamp",
+    "clamp_min",
+    "clamp_max",
+    "threshold",
+    "threshold_backward",
+    "gelu_backward",
+    "silu_backward",
+    "sigmoid_backward",
+    "tanh_backward",
+    "where",
+    "maximum",
+    "minimum",
+    "reciprocal",
+    "hardtanh",
+    "leaky_relu",
+    "masked_fill",
+    "sign",
+    "square",
+    "mish",
+    "elu",
+    "softplus",
+    "hardtanh_backward",
+    "sin",
+    "cos",
 }
 _ELEMENTWISE_2 = {"addcmul", "addcdiv", "lerp"}
 _COMPARE = {"eq", "ne", "lt", "gt", "le", "ge", "logical_and", "logical_or", "logical_not", "isnan", "isinf"}
-_REDUCE = {"sum", "mean", "amax", "amin", "max", "min", "prod", "all", "any", "argmax", "argmin", "norm",
-           "linalg_vector_norm", "nansum", "logsumexp"}
+_REDUCE = {
+    "sum",
+    "mean",
+    "amax",
+    "amin",
+    "max",
+    "min",
+    "prod",
+    "all",
+    "any",
+    "argmax",
+    "argmin",
+    "norm",
+    "linalg_vector_norm",
+    "nansum",
+    "logsumexp",
+}
 _SOFTMAX = {"softmax", "_softmax", "log_softmax", "_log_softmax"}
-_NORM = {"layer_norm", "native_layer_norm", "batch_norm", "native_batch_norm", "cudnn_batch_norm",
-         "_batch_norm_impl_index", "group_norm", "native_group_norm", "instance_norm"}
+_NORM = {
+    "layer_norm",
+    "native_layer_norm",
+    "batch_norm",
+    "native_batch_norm",
+    "cudnn_batch_norm",
+    "_batch_norm_impl_index",
+    "group_norm",
+    "native_group_norm",
+    "instance_norm",
+}
 _RMS = {"rms_norm", "_fused_rms_norm"}
-_MEMORY = {"copy_", "clone", "contiguous", "fill_", "zero_", "zeros_like", "ones_like", "index_select", "embedding",
-           "_to_copy"}
+_MEMORY = {
+    "copy_",
+    "clone",
+    "contiguous",
+    "fill_",
+    "zero_",
+    "zeros_like",
+    "ones_like",
+    "index_select",
+    "embedding",
+    "_to_copy",
+}
 
 
 def _tensor_idx(args: Args) -> list[int]:
@@ -220,7 +292,7 @@ def _cost_parsed(base: str, args: Args) -> OpCost | Uncosted:
 def _cost_cached(name: str, dims: Any, types: Any, concrete: Any) -> OpCost | Uncosted:
     if not name.startswith("aten::"):
         return Uncosted(f"{name}: not an aten op")
-    base = name[len("aten::"):]
+    base = name[len("aten::") :]
     args = parse_args(dims, types, concrete)
     if args is None:
         return Uncosted(f"{name}: input shapes not recorded (profile with record_shapes=True)")
@@ -240,6 +312,7 @@ def cost_op(name: str, input_dims: Any, input_type: Any = None, concrete_inputs:
         :class:`OpCost` (``flops`` FLOP, ``bytes`` B or None, ``dtype``, ``kind``,
         ``formula``) or :class:`Uncosted` (``reason``). Never raises on bad input.
     """
+
     def key(v: Any) -> Any:
         if isinstance(v, (list, dict)):
             return orjson.dumps(v)
@@ -248,9 +321,21 @@ def cost_op(name: str, input_dims: Any, input_type: Any = None, concrete_inputs:
     return _cost_cached(name, key(input_dims), key(input_type), key(concrete_inputs))
 
 
-COSTED_OPS: tuple[str, ...] = tuple(sorted(
-    {"mm", "bmm", "matmul", "addmm", "baddbmm", "addbmm", "linear", "einsum", "cudnn_convolution_backward_input"}
-    | set(_CONV_ARGS) | set(_CONV_BWD_ARGS) | set(_ATTN) | _ELEMENTWISE_1 | _ELEMENTWISE_2 | _COMPARE | _REDUCE
-    | _SOFTMAX | _NORM | _RMS | _MEMORY))
+COSTED_OPS: tuple[str, ...] = tuple(
+    sorted(
+        {"mm", "bmm", "matmul", "addmm", "baddbmm", "addbmm", "linear", "einsum", "cudnn_convolution_backward_input"}
+        | set(_CONV_ARGS)
+        | set(_CONV_BWD_ARGS)
+        | set(_ATTN)
+        | _ELEMENTWISE_1
+        | _ELEMENTWISE_2
+        | _COMPARE
+        | _REDUCE
+        | _SOFTMAX
+        | _NORM
+        | _RMS
+        | _MEMORY
+    )
+)
 
 Formula = Callable[[Args], "OpCost | Uncosted"]

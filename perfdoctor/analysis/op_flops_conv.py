@@ -15,15 +15,24 @@ from perfdoctor.analysis.op_args import Args, OpCost, Uncosted, sum_bytes
 # ---- convolution. Source: torch/utils/flop_counter.py conv_flop_count: 2·N·K·(C/g)·∏kernel·∏out ----
 # argument positions from aten's native_functions.yaml: input, weight, stride, padding, dilation, transposed, groups
 _CONV_ARGS: dict[str, tuple[int, int, int, int, int, int | None]] = {
-    "conv1d": (0, 1, 3, 4, 5, None), "conv2d": (0, 1, 3, 4, 5, None), "conv3d": (0, 1, 3, 4, 5, None),
-    "convolution": (0, 1, 3, 4, 5, 6), "_convolution": (0, 1, 3, 4, 5, 6),
-    "cudnn_convolution": (0, 1, 3, 2, 4, None), "miopen_convolution": (0, 1, 4, 3, 5, None),
+    "conv1d": (0, 1, 3, 4, 5, None),
+    "conv2d": (0, 1, 3, 4, 5, None),
+    "conv3d": (0, 1, 3, 4, 5, None),
+    "convolution": (0, 1, 3, 4, 5, 6),
+    "_convolution": (0, 1, 3, 4, 5, 6),
+    "cudnn_convolution": (0, 1, 3, 2, 4, None),
+    "miopen_convolution": (0, 1, 4, 3, 5, None),
     "mkldnn_convolution": (0, 1, 4, 3, 5, None),
 }
 
 
-def _conv_out(spatial: tuple[int, ...], kernel: tuple[int, ...], stride: list[int] | None, padding: list[int] | None,
-              dilation: list[int] | None) -> tuple[int, ...] | None:
+def _conv_out(
+    spatial: tuple[int, ...],
+    kernel: tuple[int, ...],
+    stride: list[int] | None,
+    padding: list[int] | None,
+    dilation: list[int] | None,
+) -> tuple[int, ...] | None:
     n = len(spatial)
 
     def expand(v: list[int] | None, default: int) -> list[int] | None:
@@ -47,8 +56,10 @@ def _conv(name: str, args: Args) -> OpCost | Uncosted:
         return Uncosted(f"{name}: transposed flag not recorded or transposed convolution")
     out = _conv_out(x[2:], w[2:], args.int_list(si), args.int_list(pi), args.int_list(di))
     if out is None:
-        return Uncosted(f"{name}: stride/padding/dilation not recorded (Kineto records them as Concrete Inputs "
-                        "only from PyTorch 2.1), so the output size is unknown")
+        return Uncosted(
+            f"{name}: stride/padding/dilation not recorded (Kineto records them as Concrete Inputs "
+            "only from PyTorch 2.1), so the output size is unknown"
+        )
     n, k = x[0], w[0]
     flops = 2.0 * n * math.prod(w) * math.prod(out)
     extra = [2] if name in ("conv1d", "conv2d", "conv3d", "convolution", "_convolution") and args.tensor(2) else []
@@ -77,8 +88,13 @@ def _conv_backward(name: str, args: Args) -> OpCost | Uncosted:
     reads = sum_bytes(args, [gi, xi, wi])
     writes = (math.prod(x) * grads[0] + math.prod(w) * grads[1]) * size if size else None
     nbytes = None if reads is None or writes is None else reads + writes
-    return OpCost(flops, nbytes, args.dtype(), "conv",
-                  f"{sum(grads)} × forward conv (2·N·∏weight·∏out = 2·{go[0]}·{math.prod(w)}·{math.prod(go[2:])})")
+    return OpCost(
+        flops,
+        nbytes,
+        args.dtype(),
+        "conv",
+        f"{sum(grads)} × forward conv (2·N·∏weight·∏out = 2·{go[0]}·{math.prod(w)}·{math.prod(go[2:])})",
+    )
 
 
 def _conv_backward_input(args: Args) -> OpCost | Uncosted:

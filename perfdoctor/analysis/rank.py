@@ -108,26 +108,32 @@ def analyze_tables(tables: TraceTables, step_marker: str | None = None) -> RankA
 
     unread = unread_device_categories(tables)
     if unread:  # an accelerator perfdoctor does not read: said by name, never analysed silently as CPU training
-        warnings.append(f"{tables.path}: events in categories perfdoctor does not read: {', '.join(unread)} (device "
-                        "activity of an accelerator it does not analyse?); the breakdown and findings cover only the "
-                        + ("device activity it reads" if tables.has_device_activity else
-                           "host side, not a CPU-only run"))
+        warnings.append(
+            f"{tables.path}: events in categories perfdoctor does not read: {', '.join(unread)} (device "
+            "activity of an accelerator it does not analyse?); the breakdown and findings cover only the "
+            + ("device activity it reads" if tables.has_device_activity else "host side, not a CPU-only run")
+        )
     if devs and devs[0].kind == "gpu" and not tables.device_properties:
         from perfdoctor.analysis.arch import infer_from_tables
 
         guess = infer_from_tables(tables)
         if guess is not None:
-            warnings.append(f"{tables.path}: no deviceProperties; GPU architecture inferred from kernel names: "
-                            f"{guess.family} (compute capability {guess.compute_capability[0]}."
-                            f"{guess.compute_capability[1]}, from {guess.evidence!r}); {guess.assumption}")
+            warnings.append(
+                f"{tables.path}: no deviceProperties; GPU architecture inferred from kernel names: "
+                f"{guess.family} (compute capability {guess.compute_capability[0]}."
+                f"{guess.compute_capability[1]}, from {guess.evidence!r}); {guess.assumption}"
+            )
     if replayed.fallback:
         warnings.append(f"{tables.path}: replay: {replayed.fallback}; savings are upper bounds from interval rules")
     if tables.truncated and steps.source == "whole-trace" and tables.has_device_activity:
         # no step windows to drop: device activity the cut lost cannot be told from idle time
-        warnings.append(f"{tables.path}: truncated and without step markers: GPU activity written after the cut "
-                        "is missing and counts as idle, so idle is an upper bound and busy a lower bound")
-    return RankAnalysis(tables=tables, steps=steps, devices=devs, warnings=warnings, replay=replayed,
-                        attribution=attribution)
+        warnings.append(
+            f"{tables.path}: truncated and without step markers: GPU activity written after the cut "
+            "is missing and counts as idle, so idle is an upper bound and busy a lower bound"
+        )
+    return RankAnalysis(
+        tables=tables, steps=steps, devices=devs, warnings=warnings, replay=replayed, attribution=attribution
+    )
 
 
 def _sha256(path: str) -> str:
@@ -172,12 +178,16 @@ def analyze_paths(
         if tables.rank in seen:
             raise PerfDoctorError(
                 f"{f}: rank {tables.rank} is also the rank of {seen[tables.rank]}: one report covers one job, one "
-                "trace per rank; to compare two runs, report each file separately")
+                "trace per rank; to compare two runs, report each file separately"
+            )
         seen[tables.rank] = f
         ranks.append(analyze_tables(tables, step_marker))
-        inputs.append(InputFile(f, os.path.getsize(f), _sha256(f) if hash_inputs else None, tables.n_events,
-                                tables.uncompressed_bytes))
-    ranks.sort(key=lambda r: (r.rank if r.rank is not None else 0))
+        inputs.append(
+            InputFile(
+                f, os.path.getsize(f), _sha256(f) if hash_inputs else None, tables.n_events, tables.uncompressed_bytes
+            )
+        )
+    ranks.sort(key=lambda r: r.rank if r.rank is not None else 0)
     analysis = Analysis(ranks=ranks, inputs=inputs)
     add_efficiency(ranks, model_flops_per_step, flops_source, measured_roofs, step_time_s_by_rank=step_time_s_by_rank)
     analysis.warnings = [w for r in ranks for w in r.warnings]
@@ -186,5 +196,6 @@ def analyze_paths(
         from perfdoctor.analysis import collective_wait
 
         analysis.collective_wait, analysis.collective_wait_note = collective_wait.compute(
-            [collective_wait.timeline(r) for r in gpu])
+            [collective_wait.timeline(r) for r in gpu]
+        )
     return analysis

@@ -77,15 +77,23 @@ def cap_outcome(outcome: Any, floor_us: float | None) -> Any:
     """
     hit = getattr(outcome, "hit", None)
     est = getattr(hit, "estimate", None)
-    if hit is None or floor_us is None or floor_us <= 0 or est is None or not est.method.startswith("replay of") \
-            or _PER_SAMPLE in est.method:
+    if (
+        hit is None
+        or floor_us is None
+        or floor_us <= 0
+        or est is None
+        or not est.method.startswith("replay of")
+        or _PER_SAMPLE in est.method
+    ):
         return outcome
     most = max(est.step_us - floor_us, 0.0)
     if est.saving_us <= most:
         return outcome
-    method = (f"{est.method}; capped at {most / 1000:,.2f} ms: fixed on this rank alone, its collectives still "
-              "end no earlier than the last peer's recorded arrival plus the transfer (the shortest copy), so its "
-              f"mean step stays at least {floor_us / 1000:,.2f} ms")
+    method = (
+        f"{est.method}; capped at {most / 1000:,.2f} ms: fixed on this rank alone, its collectives still "
+        "end no earlier than the last peer's recorded arrival plus the transfer (the shortest copy), so its "
+        f"mean step stays at least {floor_us / 1000:,.2f} ms"
+    )
     hit.estimate = dataclasses.replace(est, saving_us=most, method=method)
     return outcome
 
@@ -118,9 +126,10 @@ def job_fix_all(sections: dict[int, Any]) -> tuple[list[str], float, float, int]
         return None
     recorded = max(float(rep.get("recorded_mean_step_us") or 0.0) for rep in reps.values())
     # a rank without a replayed fix keeps its replayed (= recorded) step
-    after = {r: float(fixes[r]["replayed_mean_step_us"]) if r in fixes else float(rep.get("replayed_mean_step_us")
-                                                                                   or 0.0)
-             for r, rep in reps.items()}
+    after = {
+        r: float(fixes[r]["replayed_mean_step_us"]) if r in fixes else float(rep.get("replayed_mean_step_us") or 0.0)
+        for r, rep in reps.items()
+    }
     slowest = max(after, key=lambda r: after[r])
     codes = sorted({c for f in fixes.values() for c in f["codes"]})
     return codes, recorded, after[slowest], slowest

@@ -136,8 +136,10 @@ def op_parents(cpu_ops: Any) -> np.ndarray:
 def _costs(tables: Any) -> list[OpCost | Uncosted]:
     ops, names = tables.cpu_ops, tables.name_array()
     concrete = ops["concrete_inputs"] if "concrete_inputs" in ops else [None] * len(ops)
-    return [cost_op(names[nid], d, t, c) for nid, d, t, c in
-            zip(ops["name_id"].tolist(), ops["input_dims"], ops["input_type"], concrete)]
+    return [
+        cost_op(names[nid], d, t, c)
+        for nid, d, t, c in zip(ops["name_id"].tolist(), ops["input_dims"], ops["input_type"], concrete)
+    ]
 
 
 def _nest_order(cpu_ops: Any) -> np.ndarray:
@@ -145,8 +147,9 @@ def _nest_order(cpu_ops: Any) -> np.ndarray:
     return np.lexsort((-cpu_ops["dur_us"], cpu_ops["ts_us"], cpu_ops["tid"], cpu_ops["pid"]))
 
 
-def _resolve(cpu_ops: Any, parent: np.ndarray, costed: np.ndarray, is_aten: np.ndarray
-             ) -> tuple[np.ndarray, np.ndarray]:
+def _resolve(
+    cpu_ops: Any, parent: np.ndarray, costed: np.ndarray, is_aten: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """(outermost costed ancestor-or-self, outermost aten ancestor-or-self) per op, -1 if none."""
     n = len(parent)
     chosen = np.full(n, -1, dtype=np.int64)
@@ -216,8 +219,9 @@ def _device_events(tables: Any, parent: np.ndarray) -> tuple[np.ndarray, np.ndar
     return np.concatenate(launch), np.concatenate(dur), nm
 
 
-def _op_times(tables: Any, parent: np.ndarray, chosen: np.ndarray, top: np.ndarray
-              ) -> tuple[dict[int, float], dict[int, dict[str, float]], dict[Any, float], str]:
+def _op_times(
+    tables: Any, parent: np.ndarray, chosen: np.ndarray, top: np.ndarray
+) -> tuple[dict[int, float], dict[int, dict[str, float]], dict[Any, float], str]:
     """Per chosen op: time µs and math-dtype seconds; per uncosted group: time and count."""
     ops = tables.cpu_ops
     time_by_op: dict[int, float] = defaultdict(float)
@@ -278,17 +282,40 @@ def _row(key: tuple[Any, ...], g: dict[str, Any], roofs: Roofs | None, latency_f
     attainable = pct = None
     if peak is not None and bw and ai is not None:
         attainable = min(peak, ai * bw)
-        pct = 100.0 * achieved / attainable if attainable > 0 else (
-            100.0 * achieved_bw / bw if achieved_bw is not None else None)
+        pct = (
+            100.0 * achieved / attainable
+            if attainable > 0
+            else (100.0 * achieved_bw / bw if achieved_bw is not None else None)
+        )
     elif flops == 0 and bw and achieved_bw is not None:
         pct = 100.0 * achieved_bw / bw  # pure data movement: judged against the bandwidth roof
     note = ""
     if pct is not None and pct > 100:
-        note = ("achieved exceeds the roof: FLOPs are the direct-algorithm count (Winograd/FFT convolutions do "
-                "fewer), or the device ran above the datasheet clocks")
-    return RooflineRow(name, shapes, cost.dtype, math, cost.kind, g["count"], g["time_us"], flops, nbytes, ai,
-                       ridge, peak, attainable, achieved, achieved_bw, pct,
-                       _bound(ai, ridge, pct, latency_fraction), cost.formula, note)
+        note = (
+            "achieved exceeds the roof: FLOPs are the direct-algorithm count (Winograd/FFT convolutions do "
+            "fewer), or the device ran above the datasheet clocks"
+        )
+    return RooflineRow(
+        name,
+        shapes,
+        cost.dtype,
+        math,
+        cost.kind,
+        g["count"],
+        g["time_us"],
+        flops,
+        nbytes,
+        ai,
+        ridge,
+        peak,
+        attainable,
+        achieved,
+        achieved_bw,
+        pct,
+        _bound(ai, ridge, pct, latency_fraction),
+        cost.formula,
+        note,
+    )
 
 
 def _shapes(raw: Any) -> str:
@@ -298,8 +325,9 @@ def _shapes(raw: Any) -> str:
     return " ".join(text.split())
 
 
-def roofline_table(tables: Any, roofs: Roofs | None, top: int = 20,
-                   latency_fraction: float = LATENCY_FRACTION, chart_points: int = 200) -> RooflineResult:
+def roofline_table(
+    tables: Any, roofs: Roofs | None, top: int = 20, latency_fraction: float = LATENCY_FRACTION, chart_points: int = 200
+) -> RooflineResult:
     """Roofline rows of one trace (one rank).
 
     Args:
@@ -333,21 +361,41 @@ def roofline_table(tables: Any, roofs: Roofs | None, top: int = 20,
             g["dtypes"][d] += v
     rows = sorted((_row(k, g, roofs, latency_fraction) for k, g in groups.items()), key=lambda r: -r.time_us)
     unc_rows = _uncosted_rows(unc, costs, names, ops)
-    chart = [{"name": r.name, "dtype": r.math_dtype, "ai": r.arithmetic_intensity,
-              "achieved_flops_per_s": r.achieved_flops_per_s, "time_us": r.time_us, "bound": r.bound}
-             for r in rows[:chart_points] if r.arithmetic_intensity is not None and r.flops > 0]
+    chart = [
+        {
+            "name": r.name,
+            "dtype": r.math_dtype,
+            "ai": r.arithmetic_intensity,
+            "achieved_flops_per_s": r.achieved_flops_per_s,
+            "time_us": r.time_us,
+            "bound": r.bound,
+        }
+        for r in rows[:chart_points]
+        if r.arithmetic_intensity is not None and r.flops > 0
+    ]
     warnings = []
     if not any(x is not None for x in ops["input_dims"]):
         warnings.append("no input shapes recorded (profile with record_shapes=True): no op could be costed")
     if roofs is None:
         warnings.append("device peaks unknown: attainable FLOP/s and bound class not computed")
-    return RooflineResult(rows[:top], unc_rows, chart, roofs.to_dict() if roofs else None, basis,
-                          float(sum(r.time_us for r in rows)), float(sum(u["time_us"] for u in unc_rows)),
-                          float(sum(r.flops for r in rows)), latency_fraction, len(rows), warnings)
+    return RooflineResult(
+        rows[:top],
+        unc_rows,
+        chart,
+        roofs.to_dict() if roofs else None,
+        basis,
+        float(sum(r.time_us for r in rows)),
+        float(sum(u["time_us"] for u in unc_rows)),
+        float(sum(r.flops for r in rows)),
+        latency_fraction,
+        len(rows),
+        warnings,
+    )
 
 
-def _uncosted_rows(unc: dict[Any, float], costs: list[OpCost | Uncosted], names: np.ndarray,
-                   ops: Any) -> list[dict[str, Any]]:
+def _uncosted_rows(
+    unc: dict[Any, float], costs: list[OpCost | Uncosted], names: np.ndarray, ops: Any
+) -> list[dict[str, Any]]:
     merged: dict[str, dict[str, Any]] = {}
     for (kind, ref), t_us in unc.items():
         if kind == "op":

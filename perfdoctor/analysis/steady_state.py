@@ -48,8 +48,8 @@ UNSTABLE_SPREAD = 2.0  # p90 / p10 of the steady span above this: no single leve
 
 @dataclass(frozen=True)
 class Phase:
-    start_step: int   # first step (0-based) of the phase
-    end_step: int     # one past its last step
+    start_step: int  # first step (0-based) of the phase
+    end_step: int  # one past its last step
     median_s: float
 
 
@@ -164,7 +164,7 @@ def detect_warmup(x: np.ndarray, level: float, noise: float, window: int = 5) ->
         return 0
     band = max(MIN_SHIFT, 3.0 * noise / level)
     k = max(1, min(window, x.size // 4 or 1))
-    roll = np.array([np.median(x[i:i + k]) for i in range(x.size - k + 1)])
+    roll = np.array([np.median(x[i : i + k]) for i in range(x.size - k + 1)])
     # warm-up is a *leading* run of slow steps; a slow stretch later on is a transient, not warm-up
     good = np.nonzero(roll <= (1 + band) * level)[0]
     i = int(good[0]) if good.size else x.size
@@ -173,8 +173,12 @@ def detect_warmup(x: np.ndarray, level: float, noise: float, window: int = 5) ->
     return min(i, x.size)
 
 
-def analyze(duration_s: npt.ArrayLike, exclude: npt.ArrayLike | None = None, window: npt.ArrayLike | None = None,
-            min_segment: int | None = None) -> SteadyState:
+def analyze(
+    duration_s: npt.ArrayLike,
+    exclude: npt.ArrayLike | None = None,
+    window: npt.ArrayLike | None = None,
+    min_segment: int | None = None,
+) -> SteadyState:
     """Steady state of a step-time series.
 
     Args:
@@ -199,17 +203,30 @@ def analyze(duration_s: npt.ArrayLike, exclude: npt.ArrayLike | None = None, win
     notes: list[str] = []
     if x.size < 3:
         med = float(np.median(x)) if x.size else float(np.median(d))
-        return SteadyState(n, 0, [Phase(0, n, med)], med, med, med, 0.0, 0.0, False,
-                           notes=["too few steps for a steady-state analysis"])
+        return SteadyState(
+            n,
+            0,
+            [Phase(0, n, med)],
+            med,
+            med,
+            med,
+            0.0,
+            0.0,
+            False,
+            notes=["too few steps for a steady-state analysis"],
+        )
     # level of the first stretch after the first few steps: the warm-up reference
-    head = x[min(x.size - 1, max(1, x.size // 20)):max(2, x.size // 3)] if x.size >= 6 else x[1:]
+    head = x[min(x.size - 1, max(1, x.size // 20)) : max(2, x.size // 3)] if x.size >= 6 else x[1:]
     level0 = float(np.median(head))
     warm = detect_warmup(x[: max(3, x.size // 2)], level0, _mad_sigma(head))
     body_steps, body = steps[warm:], x[warm:]
     phases, cps = _phases(body_steps, body, min_seg, n)
     # a first "phase" slower than the next and at most half the run is a long warm-up, not a phase
-    if len(phases) > 1 and phases[0].median_s > phases[1].median_s * (1 + MIN_SHIFT) \
-            and phases[0].end_step - phases[0].start_step <= n // 2:
+    if (
+        len(phases) > 1
+        and phases[0].median_s > phases[1].median_s * (1 + MIN_SHIFT)
+        and phases[0].end_step - phases[0].start_step <= n // 2
+    ):
         warm_step = phases[1].start_step
         warm = int(np.searchsorted(steps, warm_step))
         phases = [Phase(warm_step, phases[1].end_step, phases[1].median_s)] + phases[2:]
@@ -231,11 +248,21 @@ def analyze(duration_s: npt.ArrayLike, exclude: npt.ArrayLike | None = None, win
         nratio = nmed / med if nmed is not None and med > 0 else None
     first_step = int(steps[warm]) if warm < steps.size else n
     return SteadyState(
-        n_steps=n, warmup_steps=first_step, phases=phases, median_s=med,
-        p10_s=float(np.percentile(ss, 10)), p90_s=float(np.percentile(ss, 90)),
-        trend_us_per_step=slope * 1e6, trend_rise_ratio=float(rise), trend_detected=bool(trend),
-        window_median_s=wmed, window_ratio=wratio, window_neighbor_median_s=nmed,
-        window_neighbor_ratio=nratio, notes=notes)
+        n_steps=n,
+        warmup_steps=first_step,
+        phases=phases,
+        median_s=med,
+        p10_s=float(np.percentile(ss, 10)),
+        p90_s=float(np.percentile(ss, 90)),
+        trend_us_per_step=slope * 1e6,
+        trend_rise_ratio=float(rise),
+        trend_detected=bool(trend),
+        window_median_s=wmed,
+        window_ratio=wratio,
+        window_neighbor_median_s=nmed,
+        window_neighbor_ratio=nratio,
+        notes=notes,
+    )
 
 
 def _phases(body_steps: np.ndarray, body: np.ndarray, min_seg: int, n: int) -> tuple[list[Phase], list[int]]:
@@ -249,8 +276,9 @@ def _phases(body_steps: np.ndarray, body: np.ndarray, min_seg: int, n: int) -> t
         slope = theil_sen(body_steps.astype(float), body)
         line = slope * (body_steps - body_steps[0])
         cost_line = float(np.abs(body - line - np.median(body - line)).sum())
-        cost_levels = sum(float(np.abs(body[a:b] - np.median(body[a:b])).sum())
-                          for a, b in zip(bounds[:-1], bounds[1:]))
+        cost_levels = sum(
+            float(np.abs(body[a:b] - np.median(body[a:b])).sum()) for a, b in zip(bounds[:-1], bounds[1:])
+        )
         if cost_line <= cost_levels:
             cps, bounds = [], [0, body.size]
     phases = []
@@ -294,6 +322,6 @@ def interval_rates(duration_s: npt.ArrayLike, count: npt.ArrayLike, interval: in
     c = np.asarray(count, float)
     out = []
     for a in range(0, d.size, max(1, interval)):
-        dd, cc = d[a:a + interval], c[a:a + interval]
+        dd, cc = d[a : a + interval], c[a : a + interval]
         out.append(float(cc.sum() / dd.sum()) if dd.sum() > 0 and not np.isnan(cc).any() else float("nan"))
     return np.array(out)

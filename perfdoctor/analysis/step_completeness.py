@@ -60,8 +60,9 @@ def _device_horizon(tables: TraceTables) -> float:
     return max(ends) if ends else np.inf
 
 
-def incomplete_mask(tables: TraceTables, host_start: np.ndarray, host_end: np.ndarray,
-                    device_end: np.ndarray, window_end: np.ndarray) -> tuple[np.ndarray, list[str]]:
+def incomplete_mask(
+    tables: TraceTables, host_start: np.ndarray, host_end: np.ndarray, device_end: np.ndarray, window_end: np.ndarray
+) -> tuple[np.ndarray, list[str]]:
     """Boolean mask of incomplete steps and one warning line per reason (see module docstring)."""
     n = host_start.size
     drop = np.zeros(n, dtype=bool)
@@ -79,23 +80,31 @@ def incomplete_mask(tables: TraceTables, host_start: np.ndarray, host_end: np.nd
         after_device_horizon = np.arange(n) >= first_cut
         cut = (missing > 0) | (host_end > _host_horizon(tables)) | after_device_horizon
         if cut.any():
-            notes.append(f"{tables.path}: the file is truncated: {int(cut.sum())} step(s) lost part of their events "
-                         "and are left out (their device time would read as idle)")
+            notes.append(
+                f"{tables.path}: the file is truncated: {int(cut.sum())} step(s) lost part of their events "
+                "and are left out (their device time would read as idle)"
+            )
         drop |= cut
     elif launch_ts.size and (~found).mean() > MISSING_LAUNCH_WARN:
         missing_names = _counted_names(tables, launch_names[~found])
-        notes.append(f"{tables.path}: {100 * (~found).mean():.0f}% of device launches ({missing_names}) "
-                     "have no kernel/memcpy/memset in the trace: device busy time is understated by their work")
+        notes.append(
+            f"{tables.path}: {100 * (~found).mean():.0f}% of device launches ({missing_names}) "
+            "have no kernel/memcpy/memset in the trace: device busy time is understated by their work"
+        )
     if n >= 2 and not drop[-1]:
         others = np.median(host_end[:-1] - host_start[:-1])
         has_gpu = ~np.isnan(device_end)
         stub = (host_end[-1] - host_start[-1]) < STUB_FRACTION * others
         if stub and (not has_gpu.any() or (has_gpu[:-1].any() and not has_gpu[-1])):
             drop[-1] = True
-            notes.append(f"{tables.path}: the last step holds {host_end[-1] - host_start[-1]:.0f} µs of host time "
-                         "and no device work (the profiler stopped inside it); it is left out")
+            notes.append(
+                f"{tables.path}: the last step holds {host_end[-1] - host_start[-1]:.0f} µs of host time "
+                "and no device work (the profiler stopped inside it); it is left out"
+            )
     if drop.all():
-        raise TraceFormatError(f"{tables.path}: no completely recorded step (the file is truncated before the "
-                               "first step's device work)" if tables.truncated else
-                               f"{tables.path}: no completely recorded step")
+        raise TraceFormatError(
+            f"{tables.path}: no completely recorded step (the file is truncated before the first step's device work)"
+            if tables.truncated
+            else f"{tables.path}: no completely recorded step"
+        )
     return drop, notes

@@ -32,7 +32,9 @@ STEP_LIKE = re.compile(r"step|iter|train|batch", re.IGNORECASE)
 LIBRARY_RANGE = re.compile(
     r"^(nccl:|gloo:|mpi:|record_param_comms|c10d|TorchDynamo|Torch-Compiled|## |CompiledFunction|Optimizer\."
     r"|enumerate\(DataLoader\)|DataLoader|autograd::|Lazy|Activity Buffer|PyTorch Profiler|cuda|hip|Memcpy|Memset"
-    r"|ProfilerStep)|\(dynamo_timed\)|compile", re.IGNORECASE)
+    r"|ProfilerStep)|\(dynamo_timed\)|compile",
+    re.IGNORECASE,
+)
 BACKWARD_OP = re.compile(r"^autograd::engine::evaluate_function")
 
 
@@ -98,13 +100,25 @@ def _from_optimizer(tables: TraceTables) -> DerivedSteps | None:
         if end.size >= 2:
             # where the first step began is unknown (set-up, warm-up and the first step look alike): the steps
             # are the windows between consecutive optimizer steps, the time before the first one is left out
-            return DerivedSteps(end[:-1].astype(np.float64), end[1:].astype(np.float64), [name] * (end.size - 1),
-                                f"{name} annotations (a step runs from one optimizer step's end to the next's; "
-                                "the time before the first is not analysed)", pid, tid)
+            return DerivedSteps(
+                end[:-1].astype(np.float64),
+                end[1:].astype(np.float64),
+                [name] * (end.size - 1),
+                f"{name} annotations (a step runs from one optimizer step's end to the next's; "
+                "the time before the first is not analysed)",
+                pid,
+                tid,
+            )
         op_ts, _ = _thread_ops(tables, tid)
         first = min(float(op_ts[0]), float(ts[0])) if op_ts.size else float(ts[0])
-        return DerivedSteps(np.array([first]), end.astype(np.float64), [name], f"{name} annotations (one step: "
-                            "from the thread's first op to the end of the optimizer step)", pid, tid)
+        return DerivedSteps(
+            np.array([first]),
+            end.astype(np.float64),
+            [name],
+            f"{name} annotations (one step: from the thread's first op to the end of the optimizer step)",
+            pid,
+            tid,
+        )
     return None
 
 
@@ -131,8 +145,9 @@ def _from_user_annotation(tables: TraceTables) -> DerivedSteps | None:
     ts, end = tab["ts_us"][m], tab["end_us"][m]
     top = _top_level(ts, end)
     name = str(names[nid])
-    return DerivedSteps(ts[top], end[top], [name] * int(top.sum()), f"the user annotation '{name}'",
-                        int(tab["pid"][m][0]), int(tid))
+    return DerivedSteps(
+        ts[top], end[top], [name] * int(top.sum()), f"the user annotation '{name}'", int(tab["pid"][m][0]), int(tid)
+    )
 
 
 def _from_backward_blocks(tables: TraceTables) -> DerivedSteps | None:
@@ -175,5 +190,11 @@ def _from_backward_blocks(tables: TraceTables) -> DerivedSteps | None:
     last_end = max(float(bwd_end[-1]), float(m_end[m_ts >= starts[-1]].max()) if (m_ts >= starts[-1]).any() else 0)
     ends = np.concatenate([starts[1:], [last_end]])
     pid = int(ops["pid"][ops["tid"] == tid][0])
-    return DerivedSteps(starts, ends, [f"forward/backward block {i + 1}" for i in range(n)],
-                        "repeated forward/backward blocks (each ends where the next forward begins)", pid, tid)
+    return DerivedSteps(
+        starts,
+        ends,
+        [f"forward/backward block {i + 1}" for i in range(n)],
+        "repeated forward/backward blocks (each ends where the next forward begins)",
+        pid,
+        tid,
+    )

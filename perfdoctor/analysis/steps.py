@@ -168,8 +168,10 @@ def find_steps(tables: TraceTables, marker: str | None = None) -> Steps:
         numbers = np.arange(derived.host_start_us.size, dtype=np.int64)
         names, h_start, h_end = derived.names, derived.host_start_us, derived.host_end_us
         pid, tid, rx, source = derived.pid, derived.tid, derived.marker, "derived"
-        warnings.append(f"{tables.path}: no ProfilerStep#N annotations; {numbers.size} step(s) derived from "
-                        f"{derived.marker} (--step-marker REGEX chooses another marker)")
+        warnings.append(
+            f"{tables.path}: no ProfilerStep#N annotations; {numbers.size} step(s) derived from "
+            f"{derived.marker} (--step-marker REGEX chooses another marker)"
+        )
     if numbers.size == 0:
         lo, hi = _trace_span(tables)
         what = f"step marker /{rx}/" if marker else "ProfilerStep#N annotations"
@@ -178,9 +180,17 @@ def find_steps(tables: TraceTables, marker: str | None = None) -> Steps:
             "(per-step numbers are not available)"
         )
         return Steps(
-            numbers=np.array([0]), names=["whole trace"], host_start_us=np.array([lo]), host_end_us=np.array([hi]),
-            start_us=np.array([lo]), end_us=np.array([hi]), device_end_us=np.array([np.nan]), marker=rx,
-            source="whole-trace", warnings=warnings, warmup=warmup(tables, np.array([lo]), np.array([hi])),
+            numbers=np.array([0]),
+            names=["whole trace"],
+            host_start_us=np.array([lo]),
+            host_end_us=np.array([hi]),
+            start_us=np.array([lo]),
+            end_us=np.array([hi]),
+            device_end_us=np.array([np.nan]),
+            marker=rx,
+            source="whole-trace",
+            warnings=warnings,
+            warmup=warmup(tables, np.array([lo]), np.array([hi])),
         )
     dev_end = np.full(numbers.size, np.nan)
     for t in gpu_tabs:
@@ -208,8 +218,10 @@ def find_steps(tables: TraceTables, marker: str | None = None) -> Steps:
         # the last step's annotation runs on long after anything else was recorded (more than 5 typical steps,
         # or, alone, over 20x its recorded part and 100 ms): the profiler stopped recording inside it, and the
         # unrecorded rest is not idle time; the window ends at the last event
-        warnings.append(f"{tables.path}: step {numbers[-1]}'s annotation runs {(end[-1] - horizon) / 1000:,.1f} ms past "
-                        "the last recorded event (the profiler stopped recording inside it); its window is cut there")
+        warnings.append(
+            f"{tables.path}: step {numbers[-1]}'s annotation runs {(end[-1] - horizon) / 1000:,.1f} ms past "
+            "the last recorded event (the profiler stopped recording inside it); its window is cut there"
+        )
         end = end.copy()
         end[-1] = max(horizon, start[-1])
     # windows are cut from all steps first, so leaving a step out never widens its neighbour
@@ -227,17 +239,31 @@ def find_steps(tables: TraceTables, marker: str | None = None) -> Steps:
     if lead:
         # first-call work (compilation, algorithm search, lazy init) is not the loop: analyse the warm steps
         cold_dropped = [(int(numbers[i]), float(end[i] - start[i]), float(warm.per_window_us[i])) for i in range(lead)]
-        warnings.append(f"{tables.path}: step(s) {', '.join(str(c[0]) for c in cold_dropped)} left out: "
-                        f"{sum(c[2] for c in cold_dropped) / 1000:,.1f} of their "
-                        f"{sum(c[1] for c in cold_dropped) / 1000:,.1f} ms are first-call work (PD902)")
+        warnings.append(
+            f"{tables.path}: step(s) {', '.join(str(c[0]) for c in cold_dropped)} left out: "
+            f"{sum(c[2] for c in cold_dropped) / 1000:,.1f} of their "
+            f"{sum(c[1] for c in cold_dropped) / 1000:,.1f} ms are first-call work (PD902)"
+        )
         dropped_warmup = warmup(tables, start[:lead], end[:lead])
         numbers, h_start, h_end, dev_end = numbers[lead:], h_start[lead:], h_end[lead:], dev_end[lead:]
         start, end, names = start[lead:], end[lead:], names[lead:]
         warm = warmup(tables, start, end)
     return Steps(
-        numbers=numbers, names=names, host_start_us=h_start, host_end_us=h_end, start_us=start, end_us=end,
-        device_end_us=dev_end, marker=rx, source=source, pid=pid, tid=tid,
-        warnings=warnings, warmup=warm, cold_dropped=cold_dropped, cold_dropped_warmup=dropped_warmup,
+        numbers=numbers,
+        names=names,
+        host_start_us=h_start,
+        host_end_us=h_end,
+        start_us=start,
+        end_us=end,
+        device_end_us=dev_end,
+        marker=rx,
+        source=source,
+        pid=pid,
+        tid=tid,
+        warnings=warnings,
+        warmup=warm,
+        cold_dropped=cold_dropped,
+        cold_dropped_warmup=dropped_warmup,
     )
 
 
@@ -268,8 +294,11 @@ def _after_inherited_work(tables: TraceTables, gpu_tabs: list[str], h_start: flo
 def _recorded_until(tables: TraceTables) -> float:
     """End (µs) of the last recorded op, runtime call, device activity or Python function (annotations such as
     ``ProfilerStep#N`` are left out: they are what may run past the recording)."""
-    ends = [float(tables.tables[t]["end_us"].max()) for t in
-            ("cpu_ops", "runtime", "kernels", "memcpy", "memset", "python_functions") if len(tables.tables[t])]
+    ends = [
+        float(tables.tables[t]["end_us"].max())
+        for t in ("cpu_ops", "runtime", "kernels", "memcpy", "memset", "python_functions")
+        if len(tables.tables[t])
+    ]
     return max(ends) if ends else np.inf
 
 

@@ -17,8 +17,13 @@ def distribution(values_us: np.ndarray) -> dict[str, float]:
     if v.size == 0:
         return {}
     return {
-        "median": float(np.median(v)), "mean": float(v.mean()), "min": float(v.min()), "max": float(v.max()),
-        "p10": float(np.percentile(v, 10)), "p90": float(np.percentile(v, 90)), "std": float(v.std()),
+        "median": float(np.median(v)),
+        "mean": float(v.mean()),
+        "min": float(v.min()),
+        "max": float(v.max()),
+        "p10": float(np.percentile(v, 10)),
+        "p90": float(np.percentile(v, 90)),
+        "std": float(v.std()),
         "n": int(v.size),
     }
 
@@ -50,13 +55,21 @@ def top_kernels(tables: TraceTables, window: tuple[float, float], limit: int = 2
     grand = sum(r[0] for r in rows.values()) or 1.0
     ranked = sorted(rows.items(), key=lambda kv: -kv[1][0])[:limit]
     return [
-        {"name": tables.names[nid], "category": classify_kernel(tables.names[nid]).category, "count": int(c),
-         "total_us": float(t), "mean_us": float(t / c), "share": float(t / grand)}
+        {
+            "name": tables.names[nid],
+            "category": classify_kernel(tables.names[nid]).category,
+            "count": int(c),
+            "total_us": float(t),
+            "mean_us": float(t / c),
+            "share": float(t / grand),
+        }
         for nid, (t, c) in ranked
     ]
 
 
-def top_cpu_ops(tables: TraceTables, window: tuple[float, float], pid: int = -1, limit: int = 20) -> list[dict[str, Any]]:
+def top_cpu_ops(
+    tables: TraceTables, window: tuple[float, float], pid: int = -1, limit: int = 20
+) -> list[dict[str, Any]]:
     """Host ops starting inside ``window`` grouped by name (inclusive time, µs).
 
     Rows ``{name, category, count, total_us, mean_us}``; nested ops each count
@@ -77,8 +90,13 @@ def top_cpu_ops(tables: TraceTables, window: tuple[float, float], pid: int = -1,
     cnt = np.bincount(inv)
     order = np.argsort(-tot)[:limit]
     return [
-        {"name": tables.names[int(uniq[k])], "category": classify_cpu_op(tables.names[int(uniq[k])]),
-         "count": int(cnt[k]), "total_us": float(tot[k]), "mean_us": float(tot[k] / cnt[k])}
+        {
+            "name": tables.names[int(uniq[k])],
+            "category": classify_cpu_op(tables.names[int(uniq[k])]),
+            "count": int(cnt[k]),
+            "total_us": float(tot[k]),
+            "mean_us": float(tot[k] / cnt[k]),
+        }
         for k in order
     ]
 
@@ -95,5 +113,10 @@ def rank_summary(step_medians_us: dict[int, float]) -> dict[str, Any]:
     fast = min(step_medians_us, key=lambda r: step_medians_us[r])
     lo = step_medians_us[fast]
     spread = (step_medians_us[slow] - lo) / lo * 100 if lo > 0 else 0.0
-    return {"n_ranks": len(step_medians_us), "slowest_rank": slow, "fastest_rank": fast,
-            "median_step_us": step_medians_us, "spread_pct": spread}
+    return {
+        "n_ranks": len(step_medians_us),
+        "slowest_rank": slow,
+        "fastest_rank": fast,
+        "median_step_us": step_medians_us,
+        "spread_pct": spread,
+    }

@@ -5,9 +5,19 @@ from __future__ import annotations
 from typing import Any
 
 SETTING_KEYS = (
-    "schemaVersion", "record_shapes", "profile_memory", "with_stack", "with_flops", "with_modules",
-    "displayTimeUnit", "cupti_version", "cuda_runtime_version", "cuda_driver_version", "roctracer_version",
-    "hip_runtime_version", "hip_driver_version",
+    "schemaVersion",
+    "record_shapes",
+    "profile_memory",
+    "with_stack",
+    "with_flops",
+    "with_modules",
+    "displayTimeUnit",
+    "cupti_version",
+    "cuda_runtime_version",
+    "cuda_driver_version",
+    "roctracer_version",
+    "hip_runtime_version",
+    "hip_driver_version",
 )
 _MAX_CHARS = 200
 

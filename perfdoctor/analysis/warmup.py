@@ -29,12 +29,17 @@ from perfdoctor.analysis import intervals as iv
 from perfdoctor.trace.tables import TraceTables
 
 KINDS = ("compile", "first_call", "lazy_init", "allocator_growth")
-COMPILE = re.compile(r"\(dynamo_timed\)|compile_fx|OutputGraph|_compile\.|inductor|async_compile|autotun"
-                     r"|select_algorithm|bytecode_tracing|build_guards|aot_dispatch|create_aot|CachingAutotuner"
-                     r"|benchmark_(kernel|fused)", re.IGNORECASE)
-LAZY_INIT = re.compile(r"^(cuInit|cuModuleLoad\w*|cuLibraryLoad\w*|cuModuleGetFunction|cuLibraryGetKernel"
-                       r"|cuDevicePrimaryCtxRetain|cuCtxCreate\w*|cudaGetDeviceCount|hipInit|hipModuleLoad\w*"
-                       r"|cudaGetSymbolAddress|hipGetSymbolAddress)$")
+COMPILE = re.compile(
+    r"\(dynamo_timed\)|compile_fx|OutputGraph|_compile\.|inductor|async_compile|autotun"
+    r"|select_algorithm|bytecode_tracing|build_guards|aot_dispatch|create_aot|CachingAutotuner"
+    r"|benchmark_(kernel|fused)",
+    re.IGNORECASE,
+)
+LAZY_INIT = re.compile(
+    r"^(cuInit|cuModuleLoad\w*|cuLibraryLoad\w*|cuModuleGetFunction|cuLibraryGetKernel"
+    r"|cuDevicePrimaryCtxRetain|cuCtxCreate\w*|cudaGetDeviceCount|hipInit|hipModuleLoad\w*"
+    r"|cudaGetSymbolAddress|hipGetSymbolAddress)$"
+)
 ALLOC = re.compile(r"^(cuda|hip)Malloc$|^cuMemAlloc")
 FIRST_CALL_RATIO = 3.0
 FIRST_CALL_MIN_US = 1000.0
@@ -65,8 +70,9 @@ def warmup(tables: TraceTables, start_us: np.ndarray, end_us: np.ndarray) -> War
         "compile": _named(tables, COMPILE, ("annotations", "cpu_ops")),
         "first_call": first_iv,
         "lazy_init": _named(tables, LAZY_INIT, ("runtime",)),
-        "allocator_growth": iv.intersect(_named(tables, ALLOC, ("runtime",)),
-                                         (start_us[:1], end_us[:1]) if start_us.size else iv.EMPTY),
+        "allocator_growth": iv.intersect(
+            _named(tables, ALLOC, ("runtime",)), (start_us[:1], end_us[:1]) if start_us.size else iv.EMPTY
+        ),
     }
     everything = iv.union_of(*sets.values())
     per_window = iv.per_window(everything, start_us, end_us) if start_us.size else np.zeros(0)

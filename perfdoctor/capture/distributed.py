@@ -84,8 +84,10 @@ def shared_run_dir(stem: str, out: str | None, info: RankInfo, timeout_s: float 
                 if (path / "run.json").exists():
                     return path
         time.sleep(0.1)
-    raise PerfDoctorError(f"rank {info.rank}: rank 0 did not create the run directory within "
-                          f"{timeout_s:.0f} s; pass the same --out DIR to every rank")
+    raise PerfDoctorError(
+        f"rank {info.rank}: rank 0 did not create the run directory within "
+        f"{timeout_s:.0f} s; pass the same --out DIR to every rank"
+    )
 
 
 def release_pointer(info: RankInfo) -> None:

@@ -20,8 +20,17 @@ import torch
 
 # CPU flags that change which kernels (and peak FLOP/s) a CPU run gets
 CPU_FLAGS_OF_INTEREST = (
-    "amx_bf16", "amx_tile", "amx_int8", "amx_fp16", "avx512_bf16", "avx512_fp16", "avx512f",
-    "avx512_vnni", "avx2", "fma", "avx_vnni",
+    "amx_bf16",
+    "amx_tile",
+    "amx_int8",
+    "amx_fp16",
+    "avx512_bf16",
+    "avx512_fp16",
+    "avx512f",
+    "avx512_vnni",
+    "avx2",
+    "fma",
+    "avx_vnni",
 )
 
 
@@ -65,18 +74,23 @@ def cpu_info(cpuinfo: str | None = None, env: Mapping[str, str] | None = None) -
         elif key in ("flags", "Features") and not flags:
             flags = set(value.split())
     cap = onednn_isa_cap(env)
-    return {"model": model or platform.processor() or None,
-            "flags": [f for f in CPU_FLAGS_OF_INTEREST if f in flags],
-            "logical_cpus": os.cpu_count(),
-            "onednn_max_cpu_isa": cap,
-            "bf16_matrix_units": any(f in flags for f in BF16_MATRIX_FLAGS) and cap not in ISA_CAPS_WITHOUT_BF16}
+    return {
+        "model": model or platform.processor() or None,
+        "flags": [f for f in CPU_FLAGS_OF_INTEREST if f in flags],
+        "logical_cpus": os.cpu_count(),
+        "onednn_max_cpu_isa": cap,
+        "bf16_matrix_units": any(f in flags for f in BF16_MATRIX_FLAGS) and cap not in ISA_CAPS_WITHOUT_BF16,
+    }
 
 
 def git_commit(directory: str | os.PathLike[str]) -> dict[str, Any] | None:
     """``{"commit": sha, "dirty": bool}`` of the git repo holding ``directory``, else None."""
+
     def git(*args: str) -> str:
-        return subprocess.run(["git", "-C", str(directory), *args], capture_output=True, text=True,
-                              timeout=5, check=True).stdout.strip()
+        return subprocess.run(
+            ["git", "-C", str(directory), *args], capture_output=True, text=True, timeout=5, check=True
+        ).stdout.strip()
+
     try:
         sha = git("rev-parse", "HEAD")
         dirty = bool(git("status", "--porcelain", "--untracked-files=no"))

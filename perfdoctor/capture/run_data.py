@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from perfdoctor.analysis.roofline import Roofs
     from perfdoctor.model.report import RunSection
 
+
 class RunEnvironment(msgspec.Struct, kw_only=True):
     """``run.json["environment"]``: the recording machine as perfdoctor reads it (other keys are kept in
     :attr:`RunData.run` only)."""
@@ -157,7 +158,9 @@ def with_train_time(cols: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Add ``train_s`` (s) = duration − evaluation − checkpoint time of each step (files written before
     those columns existed: NaN → 0, so ``train_s`` = ``duration_s``)."""
     d = cols["duration_s"]
-    other = np.nan_to_num(cols.get("eval_s", np.zeros_like(d))) + np.nan_to_num(cols.get("checkpoint_s", np.zeros_like(d)))
+    other = np.nan_to_num(cols.get("eval_s", np.zeros_like(d))) + np.nan_to_num(
+        cols.get("checkpoint_s", np.zeros_like(d))
+    )
     cols["train_s"] = np.maximum(d - other, 0.0)
     return cols
 
@@ -187,8 +190,9 @@ def load_run_dir(path: str | Path) -> RunData:
 
 
 def read_empty() -> dict[str, np.ndarray]:
-    return with_train_time({name: np.array([], dtype=object if name == "profiler_phase" else float)
-                            for name in STEP_FIELDS})
+    return with_train_time(
+        {name: np.array([], dtype=object if name == "profiler_phase" else float) for name in STEP_FIELDS}
+    )
 
 
 def steady_state_of(steps: dict[str, np.ndarray]) -> SteadyState | None:
@@ -200,8 +204,7 @@ def steady_state_of(steps: dict[str, np.ndarray]) -> SteadyState | None:
     return analyze(d, exclude=phase != "none", window=phase == "active")
 
 
-def throughput(steps: dict[str, np.ndarray], ss: SteadyState | None, wall_s: float | None
-               ) -> dict[str, dict[str, Any]]:
+def throughput(steps: dict[str, np.ndarray], ss: SteadyState | None, wall_s: float | None) -> dict[str, dict[str, Any]]:
     """See :meth:`RunData.throughput`; a rate is None when its numerator is unknown."""
     out: dict[str, dict[str, Any]] = {}
     d = steps["train_s"] if "train_s" in steps else steps["duration_s"]
@@ -216,13 +219,21 @@ def throughput(steps: dict[str, np.ndarray], ss: SteadyState | None, wall_s: flo
         num = float(np.nansum(c[steady]))
         den = float(d[steady].sum())
         excluded = float((steps["duration_s"][steady] - d[steady]).sum())
-        out[f"train_{unit}_per_s"] = {"value": num / den if den > 0 else None,
-                                      f"{unit}": num, "seconds": den, "steps": int(steady.sum()),
-                                      "excluded_s": excluded}
+        out[f"train_{unit}_per_s"] = {
+            "value": num / den if den > 0 else None,
+            f"{unit}": num,
+            "seconds": den,
+            "steps": int(steady.sum()),
+            "excluded_s": excluded,
+        }
         if wall_s:
             total = float(np.nansum(c))
-            out[f"wall_{unit}_per_s"] = {"value": total / wall_s, f"{unit}": total,
-                                         "seconds": float(wall_s), "steps": int(d.size)}
+            out[f"wall_{unit}_per_s"] = {
+                "value": total / wall_s,
+                f"{unit}": total,
+                "seconds": float(wall_s),
+                "steps": int(d.size),
+            }
     return out
 
 
@@ -240,16 +251,25 @@ def run_section(run: RunData) -> RunSection:
     from perfdoctor.model.report import RunSection
 
     ss = run.steady_state
-    steps = {k: [None if (isinstance(x, float) and x != x) else x for x in v.tolist()]
-             for k, v in run.steps.items() if k in _SERIES}
+    steps = {
+        k: [None if (isinstance(x, float) and x != x) else x for x in v.tolist()]
+        for k, v in run.steps.items()
+        if k in _SERIES
+    }
     section = {
-        "path": str(run.path), "partial": run.partial, "stop_reason": run.facts.stop_reason,
-        "steps_completed": run.facts.steps_completed, "wall_s": run.facts.wall_s,
-        "flops_per_step": run.facts.flops_per_step, "parameter_count": run.facts.parameter_count,
-        "tokens_per_step": run.facts.tokens_per_step, "samples_per_step": run.facts.samples_per_step,
+        "path": str(run.path),
+        "partial": run.partial,
+        "stop_reason": run.facts.stop_reason,
+        "steps_completed": run.facts.steps_completed,
+        "wall_s": run.facts.wall_s,
+        "flops_per_step": run.facts.flops_per_step,
+        "parameter_count": run.facts.parameter_count,
+        "tokens_per_step": run.facts.tokens_per_step,
+        "samples_per_step": run.facts.samples_per_step,
         "steps": steps,
-        "steady_state": None if ss is None else {**asdict(ss), "phase_change": ss.phase_change,
-                                                 "steady_start_step": ss.steady_start_step},
+        "steady_state": None
+        if ss is None
+        else {**asdict(ss), "phase_change": ss.phase_change, "steady_start_step": ss.steady_start_step},
         "throughput": _throughput_words(run.throughput()),
         "non_training": non_training(run.steps),
     }
@@ -265,9 +285,11 @@ def _throughput_words(rates: dict[str, Any]) -> dict[str, dict[str, Any]]:
             num = f"{v[unit]:,.0f} {unit} in the {v['steps']} steady-state steps (warm-up and profiled steps excluded)"
             den = f"{v['seconds']:.3f} s, the sum of those steps' times"
             if v.get("excluded_s"):
-                den = (f"{v['seconds']:.3f} s, the sum of those steps' train-only times (their "
-                       f"{v['seconds'] + v['excluded_s']:.3f} s less {v['excluded_s']:.3f} s of evaluation and "
-                       "checkpoint saving inside them)")
+                den = (
+                    f"{v['seconds']:.3f} s, the sum of those steps' train-only times (their "
+                    f"{v['seconds'] + v['excluded_s']:.3f} s less {v['excluded_s']:.3f} s of evaluation and "
+                    "checkpoint saving inside them)"
+                )
         else:
             num = f"{v[unit]:,.0f} {unit} in all {v['steps']} steps"
             den = f"{v['seconds']:.3f} s of wall time (script start to stop: includes set-up, evaluation, compilation)"
@@ -295,10 +317,13 @@ def profiled_non_training(run: RunData) -> list[str]:
     hit = np.flatnonzero((steps["profiler_phase"] == "active") & (other > 0.05 * steps["duration_s"]))
     if not hit.size:
         return []
-    which = ", ".join(f"#{int(steps['step'][i])} ({other[i] * 1e3:,.1f} of {steps['duration_s'][i] * 1e3:,.1f} ms)"
-                      for i in hit[:5])
-    return [f"{run.path}: profiled step(s) {which} held evaluation or checkpoint saving (model.eval() … "
-            "model.train(), torch.save); the trace breakdown of those steps counts that work as step time"]
+    which = ", ".join(
+        f"#{int(steps['step'][i])} ({other[i] * 1e3:,.1f} of {steps['duration_s'][i] * 1e3:,.1f} ms)" for i in hit[:5]
+    )
+    return [
+        f"{run.path}: profiled step(s) {which} held evaluation or checkpoint saving (model.eval() … "
+        "model.train(), torch.save); the trace breakdown of those steps counts that work as step time"
+    ]
 
 
 def steady_step_times(run: RunData | None) -> dict[int, float]:
@@ -342,12 +367,15 @@ def no_trace_reason(path: str, run: RunData) -> str:
     """Why the run directory ``path`` has no trace, and what the report then covers."""
     done = run.facts.steps_completed
     if not done:
-        return (f"{path}: no training step was seen, so there is no trace and no step series: perfdoctor counts "
-                "optimizer.step() calls of torch.optim optimizers; a loop without one must call perfdoctor.step() "
-                "once per step (import perfdoctor)")
+        return (
+            f"{path}: no training step was seen, so there is no trace and no step series: perfdoctor counts "
+            "optimizer.step() calls of torch.optim optimizers; a loop without one must call perfdoctor.step() "
+            "once per step (import perfdoctor)"
+        )
     windows = [w for r in run.facts.ranks or [] for w in r.windows]
-    where = (f" (profiled window at steps {windows[0].first_step}–{windows[0].last_step})"
-             if windows else "")
-    return (f"{path}: the run stopped after {done} steps, before its profiled window completed{where}: there is no "
-            "trace, so this report covers the run's step series and throughput only (profile again with fewer "
-            "--steps or a smaller --wait to get a trace)")
+    where = f" (profiled window at steps {windows[0].first_step}–{windows[0].last_step})" if windows else ""
+    return (
+        f"{path}: the run stopped after {done} steps, before its profiled window completed{where}: there is no "
+        "trace, so this report covers the run's step series and throughput only (profile again with fewer "
+        "--steps or a smaller --wait to get a trace)"
+    )

@@ -24,8 +24,12 @@ from perfdoctor.errors import PerfDoctorError
 DEFAULT_PARENT = "perfdoctor-runs"
 
 
-def new_run_dir(stem: str, out: str | os.PathLike[str] | None = None, parent: str | os.PathLike[str] | None = None,
-                now: float | None = None) -> Path:
+def new_run_dir(
+    stem: str,
+    out: str | os.PathLike[str] | None = None,
+    parent: str | os.PathLike[str] | None = None,
+    now: float | None = None,
+) -> Path:
     """Create and return a fresh run directory.
 
     ``out`` given: it must not exist, or be an empty directory. Otherwise
@@ -37,8 +41,10 @@ def new_run_dir(stem: str, out: str | os.PathLike[str] | None = None, parent: st
     if out is not None:
         path = Path(out)
         if path.exists() and (not path.is_dir() or any(path.iterdir())):
-            raise PerfDoctorError(f"--out {path}: already exists and is not an empty directory; "
-                                  "choose a new path (run directories are never overwritten)")
+            raise PerfDoctorError(
+                f"--out {path}: already exists and is not an empty directory; "
+                "choose a new path (run directories are never overwritten)"
+            )
         try:
             path.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -114,8 +120,10 @@ def last_window_per_rank(path: str, traces: list[Path]) -> tuple[list[str], str 
     several = max(per_rank.values(), default=1)
     note = None
     if several > 1:
-        note = (f"{path}: {several} profiled windows per rank; this report analyses the last one "
-                f"({', '.join(os.path.basename(c) for c in chosen[:2])}{', ...' if len(chosen) > 2 else ''}): the "
-                "steady state a long run extrapolates to; `perfdoctor report` on another window's trace file "
-                "analyses that one")
+        note = (
+            f"{path}: {several} profiled windows per rank; this report analyses the last one "
+            f"({', '.join(os.path.basename(c) for c in chosen[:2])}{', ...' if len(chosen) > 2 else ''}): the "
+            "steady state a long run extrapolates to; `perfdoctor report` on another window's trace file "
+            "analyses that one"
+        )
     return chosen, note

@@ -45,9 +45,9 @@ class RunResult:
     partial: bool
     reason: str | None
     steps_completed: int
-    coordinator: bool = True          # this process writes run.json and the report
-    traceback: str | None = None      # the script's traceback, for the CLI to print
-    error: str | None = None          # a one-line perfdoctor message (profiler conflict)
+    coordinator: bool = True  # this process writes run.json and the report
+    traceback: str | None = None  # the script's traceback, for the CLI to print
+    error: str | None = None  # a one-line perfdoctor message (profiler conflict)
     missing_ranks: list[int] = field(default_factory=list)
 
 
@@ -68,11 +68,17 @@ def _script_traceback(exc: BaseException, target: str) -> str:
     return "".join(traceback.format_exception(type(exc), exc, frames or tb))
 
 
-def run_profile(target: str, args: Sequence[str] = (), cfg: ProfileConfig | None = None, *,
-                module: bool = False, out: str | os.PathLike[str] | None = None,
-                command: Sequence[str] | None = None,
-                progress: Callable[[str], None] | None = None,
-                rank_timeout_s: float = 120.0) -> RunResult:
+def run_profile(
+    target: str,
+    args: Sequence[str] = (),
+    cfg: ProfileConfig | None = None,
+    *,
+    module: bool = False,
+    out: str | os.PathLike[str] | None = None,
+    command: Sequence[str] | None = None,
+    progress: Callable[[str], None] | None = None,
+    rank_timeout_s: float = 120.0,
+) -> RunResult:
     """Profile ``target`` (a script path, or a module name with ``module=True``).
 
     Args:
@@ -97,8 +103,10 @@ def run_profile(target: str, args: Sequence[str] = (), cfg: ProfileConfig | None
     facts = _run_facts(target, args, module, cfg, schedule, info, command)
     if coordinator:
         write_json(run_dir / "run.json", {**facts, "status": "running"})
-    progress(f"profiling {target} for {cfg.steps} steps; profiler window at steps "
-             f"{schedule.window_steps(0)[0]}-{schedule.window_steps(0)[1]}; run directory {run_dir}")
+    progress(
+        f"profiling {target} for {cfg.steps} steps; profiler window at steps "
+        f"{schedule.window_steps(0)[0]}-{schedule.window_steps(0)[1]}; run directory {run_dir}"
+    )
 
     session = Session(cfg, run_dir, info.rank, progress)
     spawn_state, restore_spawn = spawn.patch(run_dir, cfg)
@@ -114,7 +122,9 @@ def run_profile(target: str, args: Sequence[str] = (), cfg: ProfileConfig | None
         reason = None if spawn_state.ranks else f"script finished after {done} of {cfg.steps} steps"
     except StopRun:
         partial = False
-        reason = session.stop_reason or f"ranks {spawn_state.ranks} stopped after {cfg.steps} steps (--steps {cfg.steps})"
+        reason = (
+            session.stop_reason or f"ranks {spawn_state.ranks} stopped after {cfg.steps} steps (--steps {cfg.steps})"
+        )
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
         reason = f"script exited with status {code} after {session.timer.steps_done} steps"
@@ -126,9 +136,11 @@ def run_profile(target: str, args: Sequence[str] = (), cfg: ProfileConfig | None
         code, reason = 143, "terminated (SIGTERM)"
     except ProfilerConflict as exc:
         code, reason = 2, "the script starts its own torch.profiler"
-        error = (f"the script starts its own torch.profiler ({exc.location}); perfdoctor profile "
-                 "already profiles it: remove or disable that profiler, or run the script without "
-                 "perfdoctor profile and pass its trace to `perfdoctor report`")
+        error = (
+            f"the script starts its own torch.profiler ({exc.location}); perfdoctor profile "
+            "already profiles it: remove or disable that profiler, or run the script without "
+            "perfdoctor profile and pass its trace to `perfdoctor report`"
+        )
     except BaseException as exc:  # noqa: BLE001 - the script's own failure, reported as partial
         code, reason = 1, f"script raised {type(exc).__name__}: {exc}"
         tb_text = _script_traceback(exc, target)
@@ -137,21 +149,27 @@ def run_profile(target: str, args: Sequence[str] = (), cfg: ProfileConfig | None
         restore_spawn()
         summary = session.close(partial, reason, write_rank_file=not spawn_state.ranks)
     if not partial and (session.stop_reason or spawn_state.stopped):
-        progress(f"{reason}; the script's remaining work (evaluation, checkpoint "
-                 "saving, ...) was not run")
-    result = RunResult(run_dir, code, partial, reason, summary["steps_completed"], coordinator,
-                       tb_text, error)
+        progress(f"{reason}; the script's remaining work (evaluation, checkpoint saving, ...) was not run")
+    result = RunResult(run_dir, code, partial, reason, summary["steps_completed"], coordinator, tb_text, error)
     if coordinator:
         ranks = spawn_state.ranks or list(range(info.world_size))
         result.missing_ranks = distributed.wait_for_ranks(run_dir, ranks, rank_timeout_s)
         distributed.release_pointer(info)
-        result.steps_completed = _write_final_run_json(run_dir, facts, result, ranks, wall_start,
-                                                       bool(spawn_state.ranks))
+        result.steps_completed = _write_final_run_json(
+            run_dir, facts, result, ranks, wall_start, bool(spawn_state.ranks)
+        )
     return result
 
 
-def profile_script(script: str, args: Sequence[str] = (), *, steps: int = 500,
-                   out: str | os.PathLike[str] | None = None, module: bool = False, **cfg_fields: Any) -> Path:
+def profile_script(
+    script: str,
+    args: Sequence[str] = (),
+    *,
+    steps: int = 500,
+    out: str | os.PathLike[str] | None = None,
+    module: bool = False,
+    **cfg_fields: Any,
+) -> Path:
     """Profile ``script`` in this process and return its run directory (for tests and tools).
 
     ``cfg_fields`` are :class:`ProfileConfig` fields (``wait``, ``active``, ``repeat``,
@@ -163,32 +181,49 @@ def profile_script(script: str, args: Sequence[str] = (), *, steps: int = 500,
     return run_profile(script, args, cfg, module=module, out=out, progress=quiet).run_dir
 
 
-def _run_facts(target: str, args: Sequence[str], module: bool, cfg: ProfileConfig, schedule: Schedule,
-               info: distributed.RankInfo, command: Sequence[str] | None) -> dict[str, Any]:
+def _run_facts(
+    target: str,
+    args: Sequence[str],
+    module: bool,
+    cfg: ProfileConfig,
+    schedule: Schedule,
+    info: distributed.RankInfo,
+    command: Sequence[str] | None,
+) -> dict[str, Any]:
     script_path = None if module else os.path.abspath(target)
     git_dir = os.path.dirname(script_path) if script_path else os.getcwd()
     return {
         "perfdoctor_version": __version__,
         "command": list(command) if command else [target, *args],
-        "script": script_path or target, "module": module, "script_args": list(args),
+        "script": script_path or target,
+        "module": module,
+        "script_args": list(args),
         "cwd": os.getcwd(),
         "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "world_size": info.world_size,
         "launcher": "torchrun" if info.distributed else "single",
-        "profiler": {"steps": cfg.steps, "wait": schedule.wait, "warmup": schedule.warmup,
-                     "active": schedule.active, "repeat": schedule.repeat,
-                     "record_shapes": cfg.record_shapes, "with_stack": False,
-                     "profile_memory": bool(torch.cuda.is_available()),
-                     "trace": cfg.trace},
-        "tokens_per_step_flag": cfg.tokens_per_step, "samples_per_step_flag": cfg.samples_per_step,
+        "profiler": {
+            "steps": cfg.steps,
+            "wait": schedule.wait,
+            "warmup": schedule.warmup,
+            "active": schedule.active,
+            "repeat": schedule.repeat,
+            "record_shapes": cfg.record_shapes,
+            "with_stack": False,
+            "profile_memory": bool(torch.cuda.is_available()),
+            "trace": cfg.trace,
+        },
+        "tokens_per_step_flag": cfg.tokens_per_step,
+        "samples_per_step_flag": cfg.samples_per_step,
         "environment": environment.device_info(),
         "cpu": environment.cpu_info(),
         "git": environment.git_commit(git_dir),
     }
 
 
-def _write_final_run_json(run_dir: Path, facts: dict[str, Any], result: RunResult, ranks: list[int],
-                          wall_start: float, spawned: bool) -> int:
+def _write_final_run_json(
+    run_dir: Path, facts: dict[str, Any], result: RunResult, ranks: list[int], wall_start: float, spawned: bool
+) -> int:
     """Write the final run.json (merging every rank's summary); returns rank 0's step count."""
     import json
 
@@ -204,7 +239,9 @@ def _write_final_run_json(run_dir: Path, facts: dict[str, Any], result: RunResul
     data = {
         **facts,
         "status": "partial" if partial else "complete",
-        "partial": partial, "stop_reason": result.reason, "exit_code": result.exit_code,
+        "partial": partial,
+        "stop_reason": result.reason,
+        "exit_code": result.exit_code,
         "error": result.error,  # perfdoctor's own one-line error (e.g. a profiler conflict); None otherwise
         "script_traceback": result.traceback,  # the script's exception, when it raised
         "ended_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),

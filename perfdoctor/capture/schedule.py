@@ -27,9 +27,9 @@ class ProfileConfig:
     tokens_per_step: int | None = None
     samples_per_step: int | None = None
     measure_flops: bool = True
-    trace: bool = True           # False: time the steps only (no torch.profiler)
+    trace: bool = True  # False: time the steps only (no torch.profiler)
     record_shapes: bool = True
-    probe_steps: int = 20        # batch probe removed after this many identical batches
+    probe_steps: int = 20  # batch probe removed after this many identical batches
 
 
 @dataclass
@@ -64,7 +64,8 @@ class Schedule:
         if last > n:
             raise PerfDoctorError(
                 f"profiler windows end at step {last} but --steps is {n}: "
-                f"(wait {wait} + warmup {warmup} + active {active}) x repeat {repeat} must be <= steps")
+                f"(wait {wait} + warmup {warmup} + active {active}) x repeat {repeat} must be <= steps"
+            )
         return cls(max(0, wait), warmup, active, repeat)
 
     @property

@@ -58,8 +58,9 @@ def _user_location() -> str:
 class Session:
     """Profiles the steps of this process as rank ``rank``; files go to ``run_dir``."""
 
-    def __init__(self, cfg: ProfileConfig, run_dir: Path, rank: int = 0,
-                 progress: Callable[[str], None] | None = None) -> None:
+    def __init__(
+        self, cfg: ProfileConfig, run_dir: Path, rank: int = 0, progress: Callable[[str], None] | None = None
+    ) -> None:
         self.cfg, self.run_dir, self.rank = cfg, Path(run_dir), rank
         self.schedule = Schedule.resolve(cfg)
         self.progress = progress or (lambda msg: None)
@@ -116,8 +117,10 @@ class Session:
         prof = torch.profiler.profile(
             activities=acts,
             schedule=lambda n: base(max(0, n - step)),
-            on_trace_ready=self._on_trace_ready, record_shapes=self.cfg.record_shapes,
-            profile_memory=cuda, with_stack=False,
+            on_trace_ready=self._on_trace_ready,
+            record_shapes=self.cfg.record_shapes,
+            profile_memory=cuda,
+            with_stack=False,
         )
         prof._perfdoctor = True  # type: ignore[attr-defined]  # a marker: the guard lets our own profilers start
         prof.step_num = step
@@ -164,7 +167,7 @@ class Session:
         else:
             observed = self.probe.take_step()
             self._batch_history.append(observed)
-            recent = self._batch_history[-self.cfg.probe_steps:]
+            recent = self._batch_history[-self.cfg.probe_steps :]
             if len(recent) == self.cfg.probe_steps and len(set(recent)) == 1:
                 self.probe.detach()  # constant batch: stop paying for global module hooks
                 self._frozen_batch = observed
@@ -176,13 +179,15 @@ class Session:
         index = len([w for w in self.windows if w["complete"]])
         first, last = self.schedule.window_steps(index)
         if self._closing:  # stopped inside a window: its trace is incomplete, keep none
-            self.windows.append({"index": index, "first_step": first, "last_step": last,
-                                 "complete": False, "path": None})
+            self.windows.append(
+                {"index": index, "first_step": first, "last_step": last, "complete": False, "path": None}
+            )
             return
         path = self.run_dir / trace_name(self.rank, index, self.schedule.repeat)
         prof.export_chrome_trace(str(path))
-        self.windows.append({"index": index, "first_step": first, "last_step": last,
-                             "complete": True, "path": path.name})
+        self.windows.append(
+            {"index": index, "first_step": first, "last_step": last, "complete": True, "path": path.name}
+        )
         self.progress(f"wrote trace of steps {first}-{last} to {path}")
 
     def close(self, partial: bool, reason: str | None, write_rank_file: bool = True) -> dict[str, Any]:
@@ -206,19 +211,25 @@ class Session:
         records = self.log.records
         tb_error = write_tensorboard(self.run_dir / "tensorboard" / f"rank{self.rank}", records)
         summary = {
-            "rank": self.rank, "pid": os.getpid(),
-            "steps_completed": len(records), "steps_requested": self.cfg.steps,
-            "partial": partial, "stop_reason": reason or self.stop_reason,
+            "rank": self.rank,
+            "pid": os.getpid(),
+            "steps_completed": len(records),
+            "steps_requested": self.cfg.steps,
+            "partial": partial,
+            "stop_reason": reason or self.stop_reason,
             "steps_csv": self.log.path.name if records else None,
             "windows": self.windows,
-            "flops_per_step": self.meter.flops, "flops_step": self.flops_step,
+            "flops_per_step": self.meter.flops,
+            "flops_step": self.flops_step,
             "flops_error": self.meter.error,
             "parameter_count": self.probe.parameter_count() or None,
-            "param_dtypes": sorted(self.probe.param_dtypes), "autocast": sorted(self.probe.autocast),
+            "param_dtypes": sorted(self.probe.param_dtypes),
+            "autocast": sorted(self.probe.autocast),
             "tokens_per_step": _most_common([r.tokens for r in records]),
             "samples_per_step": _most_common([r.samples for r in records]),
             "train_s": sum(max(r.duration_s - r.eval_s - r.checkpoint_s, 0.0) for r in records),
-            "eval_s": sum(r.eval_s for r in records), "checkpoint_s": sum(r.checkpoint_s for r in records),
+            "eval_s": sum(r.eval_s for r in records),
+            "checkpoint_s": sum(r.checkpoint_s for r in records),
             # the intra-op pool as the script left it (it may call torch.set_num_threads after start-up)
             "torch_threads": torch.get_num_threads(),
             "wall_s": time.perf_counter() - self.t0_s,

@@ -50,8 +50,14 @@ def patch(run_dir: Path, cfg: ProfileConfig) -> tuple[SpawnState, Callable[[], N
     orig = tmp.start_processes
     state = SpawnState()
 
-    def start_processes(fn: Callable[..., Any], args: tuple[Any, ...] = (), nprocs: int = 1, join: bool = True,
-                        daemon: bool = False, start_method: str = "spawn") -> Any:
+    def start_processes(
+        fn: Callable[..., Any],
+        args: tuple[Any, ...] = (),
+        nprocs: int = 1,
+        join: bool = True,
+        daemon: bool = False,
+        start_method: str = "spawn",
+    ) -> Any:
         spec = ChildSpec(str(run_dir), cfg, rank_offset=len(state.ranks))
         ranks = list(range(spec.rank_offset, spec.rank_offset + nprocs))
         state.ranks.extend(ranks)
@@ -88,9 +94,12 @@ def _child_main(fn: Callable[..., Any], spec: ChildSpec, index: int, *args: Any)
     """Child entry point: profile ``fn(index, *args)`` as rank ``rank_offset + index``."""
     line_buffer_output()
     signal.signal(signal.SIGTERM, _raise_terminated)
-    session = Session(spec.cfg, Path(spec.run_dir), rank=spec.rank_offset + index,
-                      progress=lambda msg: print(f"perfdoctor: rank {spec.rank_offset + index}: {msg}",
-                                                 file=sys.stderr))
+    session = Session(
+        spec.cfg,
+        Path(spec.run_dir),
+        rank=spec.rank_offset + index,
+        progress=lambda msg: print(f"perfdoctor: rank {spec.rank_offset + index}: {msg}", file=sys.stderr),
+    )
     session.start()
     partial, reason = True, None
     try:

@@ -9,9 +9,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 STEP_FIELDS = (
-    "step", "start_s", "duration_s", "tokens", "samples", "rss_bytes",
-    "cuda_allocated_bytes", "cuda_reserved_bytes", "cuda_malloc_count", "cuda_alloc_retries",
-    "profiler_phase", "eval_s", "checkpoint_s",
+    "step",
+    "start_s",
+    "duration_s",
+    "tokens",
+    "samples",
+    "rss_bytes",
+    "cuda_allocated_bytes",
+    "cuda_reserved_bytes",
+    "cuda_malloc_count",
+    "cuda_alloc_retries",
+    "profiler_phase",
+    "eval_s",
+    "checkpoint_s",
 )
 
 

@@ -74,14 +74,30 @@ class StepTimer:
         self._pending: deque[tuple[StepRecord, torch.cuda.Event | None, torch.cuda.Event]] = deque()
         self.steps_done = 0
 
-    def end_step(self, first_start_s: float | None, tokens: int | None, samples: int | None,
-                 phase: str, eval_s: float = 0.0, checkpoint_s: float = 0.0) -> None:
+    def end_step(
+        self,
+        first_start_s: float | None,
+        tokens: int | None,
+        samples: int | None,
+        phase: str,
+        eval_s: float = 0.0,
+        checkpoint_s: float = 0.0,
+    ) -> None:
         """Close the current step. ``first_start_s``: perf_counter() at the first forward;
         ``eval_s``/``checkpoint_s``: host seconds of evaluation / torch.save inside the step."""
         now = time.perf_counter()
         start = self._prev_end_s if self._prev_end_s is not None else (first_start_s or now)
-        rec = StepRecord(self.steps_done, start - self.t0_s, now - start, tokens, samples,
-                         rss_bytes(), profiler_phase=phase, eval_s=eval_s, checkpoint_s=checkpoint_s)
+        rec = StepRecord(
+            self.steps_done,
+            start - self.t0_s,
+            now - start,
+            tokens,
+            samples,
+            rss_bytes(),
+            profiler_phase=phase,
+            eval_s=eval_s,
+            checkpoint_s=checkpoint_s,
+        )
         self._prev_end_s = now
         self.steps_done += 1
         if not self.cuda:

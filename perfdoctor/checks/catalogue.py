@@ -52,14 +52,43 @@ from perfdoctor.findings import SEVERITIES
 
 # the code families of STYLE.md: PD1xx input pipeline and host, PD2xx compute, PD3xx distributed,
 # PD4xx synchronization, PD5xx memory, PD6xx measurement validity, PD9xx trace quality
-CATEGORIES = ("input-pipeline", "host", "gpu-compute", "cpu-compute", "distributed", "synchronization", "memory",
-              "measurement", "trace-quality")
+CATEGORIES = (
+    "input-pipeline",
+    "host",
+    "gpu-compute",
+    "cpu-compute",
+    "distributed",
+    "synchronization",
+    "memory",
+    "measurement",
+    "trace-quality",
+)
 # "device_side": GPU activity, or a genuine CPU-only run (not a GPU trace that lost or never recorded its device side)
-REQUIREMENTS = ("steps", "device", "host_only", "multi_rank", "shapes", "memory", "device_properties", "run", "mfu",
-                "device_side")
+REQUIREMENTS = (
+    "steps",
+    "device",
+    "host_only",
+    "multi_rank",
+    "shapes",
+    "memory",
+    "device_properties",
+    "run",
+    "mfu",
+    "device_side",
+)
 SCOPES = ("rank", "job")
-_TEXT_KEYS = ("name", "category", "severity", "message", "summary", "why", "saving", "fix",
-              "example_before", "example_after")
+_TEXT_KEYS = (
+    "name",
+    "category",
+    "severity",
+    "message",
+    "summary",
+    "why",
+    "saving",
+    "fix",
+    "example_before",
+    "example_after",
+)
 _BOOL_KEYS = ("runs_after_others", "whole_trace_note")
 _ALL_KEYS = set(_TEXT_KEYS) | set(_BOOL_KEYS) | {"code", "references", "requires", "scope", "thresholds", "when"}
 _CODE_RX = re.compile(r"^[A-Z]{1,4}\d{3}$")
@@ -94,11 +123,24 @@ class RuleSpec:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "code": self.code, "name": self.name, "category": self.category, "severity": self.severity,
-            "message": self.message, "summary": self.summary, "why": self.why, "saving": self.saving,
-            "fix": self.fix, "example_before": self.example_before, "example_after": self.example_after,
-            "references": list(self.references), "requires": list(self.requires), "scope": self.scope,
-            "thresholds": dict(self.thresholds), "when": self.when, "path": self.path, "builtin": self.builtin,
+            "code": self.code,
+            "name": self.name,
+            "category": self.category,
+            "severity": self.severity,
+            "message": self.message,
+            "summary": self.summary,
+            "why": self.why,
+            "saving": self.saving,
+            "fix": self.fix,
+            "example_before": self.example_before,
+            "example_after": self.example_after,
+            "references": list(self.references),
+            "requires": list(self.requires),
+            "scope": self.scope,
+            "thresholds": dict(self.thresholds),
+            "when": self.when,
+            "path": self.path,
+            "builtin": self.builtin,
         }
 
 
@@ -134,8 +176,10 @@ def builtin_rules_dir() -> Path:
     for cand in (pkg / "_rules", pkg.parent / "rules"):
         if cand.is_dir() and any(cand.glob("*.toml")):
             return cand
-    raise PerfDoctorError(f"the rule catalogue is missing: neither {pkg / '_rules'} nor {pkg.parent / 'rules'} "
-                          "holds rules/*.toml (broken installation?)")
+    raise PerfDoctorError(
+        f"the rule catalogue is missing: neither {pkg / '_rules'} nor {pkg.parent / 'rules'} "
+        "holds rules/*.toml (broken installation?)"
+    )
 
 
 def _read_toml(path: Path) -> dict[str, Any]:
@@ -226,13 +270,26 @@ _PROSE = ("summary", "why", "saving", "fix")
 def _spec(path: Path, data: dict[str, Any], builtin: bool) -> RuleSpec:
     data = {k: (prose(v) if k in _PROSE else v) for k, v in data.items()}
     return RuleSpec(
-        code=data["code"], name=data["name"], category=data["category"], severity=data["severity"],
-        message=data["message"], summary=data["summary"], why=data["why"], saving=data["saving"], fix=data["fix"],
-        example_before=data["example_before"], example_after=data["example_after"],
-        references=tuple(data["references"]), requires=tuple(data.get("requires", ())),
-        scope=data.get("scope", "rank"), thresholds=dict(data.get("thresholds", {})), when=data.get("when"),
-        runs_after_others=data.get("runs_after_others", False), whole_trace_note=data.get("whole_trace_note", True),
-        path=str(path), builtin=builtin,
+        code=data["code"],
+        name=data["name"],
+        category=data["category"],
+        severity=data["severity"],
+        message=data["message"],
+        summary=data["summary"],
+        why=data["why"],
+        saving=data["saving"],
+        fix=data["fix"],
+        example_before=data["example_before"],
+        example_after=data["example_after"],
+        references=tuple(data["references"]),
+        requires=tuple(data.get("requires", ())),
+        scope=data.get("scope", "rank"),
+        thresholds=dict(data.get("thresholds", {})),
+        when=data.get("when"),
+        runs_after_others=data.get("runs_after_others", False),
+        whole_trace_note=data.get("whole_trace_note", True),
+        path=str(path),
+        builtin=builtin,
     )
 
 
@@ -241,8 +298,10 @@ def _override(base: RuleSpec, path: Path, data: dict[str, Any]) -> RuleSpec:
         raise PerfDoctorError(f"{path}: {base.code} is a built-in rule; [when] is only for new codes")
     unknown = set(data.get("thresholds", {})) - set(base.thresholds)
     if unknown:
-        raise PerfDoctorError(f"{path}: {base.code} has no threshold(s) {sorted(unknown)}; "
-                              f"known: {', '.join(sorted(base.thresholds)) or 'none'}")
+        raise PerfDoctorError(
+            f"{path}: {base.code} has no threshold(s) {sorted(unknown)}; "
+            f"known: {', '.join(sorted(base.thresholds)) or 'none'}"
+        )
     changes: dict[str, Any] = {k: (prose(v) if k in _PROSE else v) for k, v in data.items() if k in _TEXT_KEYS}
     changes.update({k: data[k] for k in _BOOL_KEYS if k in data})
     if "references" in data:
@@ -289,8 +348,10 @@ def load_catalogue(user_dirs: list[str] | tuple[str, ...] = (), builtin_dir: Pat
                 continue
             _validate(path, data, full=True)
             if "when" not in data:
-                raise PerfDoctorError(f"{path}: {data['code']} is not a built-in rule, so it needs a [when] table "
-                                      "over a built-in check's metric")
+                raise PerfDoctorError(
+                    f"{path}: {data['code']} is not a built-in rule, so it needs a [when] table "
+                    "over a built-in check's metric"
+                )
             _add(cat, _spec(path, data, builtin=False))
     return cat
 

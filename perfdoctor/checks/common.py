@@ -51,8 +51,11 @@ def memcpy_mask(tables: TraceTables, device: int, direction: str, pageable: bool
     if len(mc) == 0:
         return np.zeros(0, dtype=bool)
     uniq = np.unique(mc["name_id"])
-    good = [i for i in uniq.tolist()
-            if (c := classify_kernel(tables.names[i])).direction == direction and c.pageable is pageable]
+    good = [
+        i
+        for i in uniq.tolist()
+        if (c := classify_kernel(tables.names[i])).direction == direction and c.pageable is pageable
+    ]
     return np.asarray(np.isin(mc["name_id"], good) & (mc["device"] == device))
 
 
@@ -90,14 +93,14 @@ def pageable_h2d(tables: TraceTables, device: int, adjacency_us: float) -> tuple
         return mask, iv.EMPTY
     corr = tables.memcpy["correlation"][mask]
     calls = runtime_calls_of(tables, corr)
-    windows = iv.union_of(ops_containing(tables, COPY_OPS, calls[0]),
-                          iv.union(calls[0], calls[1] + adjacency_us))
+    windows = iv.union_of(ops_containing(tables, COPY_OPS, calls[0]), iv.union(calls[0], calls[1] + adjacency_us))
     blocked = iv.union_of(calls, iv.intersect(host.synchronization(tables), windows))
     return mask, blocked
 
 
-def copy_explained(tables: TraceTables, mask: np.ndarray, blocked: iv.Intervals, staging_gb_per_s: float,
-                   per_copy_overhead_us: float) -> iv.Intervals:
+def copy_explained(
+    tables: TraceTables, mask: np.ndarray, blocked: iv.Intervals, staging_gb_per_s: float, per_copy_overhead_us: float
+) -> iv.Intervals:
     """The part of ``blocked`` (host intervals, µs) that the pageable copies themselves explain.
 
     Each copy (memcpy rows ``mask``) may hold the host for at most
@@ -159,8 +162,14 @@ def peak_reserved_pct(ctx: Any) -> float | None:
     From the ``[memory]`` events' ``Total Reserved`` (profile_memory=True); None when either is missing.
     """
     mem = ctx.tables.memory
-    cap = next((p.get("totalGlobalMem") for p in ctx.tables.device_properties
-                if isinstance(p, dict) and p.get("id") == ctx.device.device), None)
+    cap = next(
+        (
+            p.get("totalGlobalMem")
+            for p in ctx.tables.device_properties
+            if isinstance(p, dict) and p.get("id") == ctx.device.device
+        ),
+        None,
+    )
     if len(mem) == 0 or not cap:
         return None
     m = (mem["device_type"] == 1) & (mem["device_id"] == ctx.device.device) & (mem["total_reserved"] >= 0)
@@ -189,5 +198,7 @@ def cold_reason(ctx: Any) -> str:
     if warm is None or not warm.cold.size or not warm.cold.all():
         return ""
     share = pct(float(warm.per_window_us.mean()), ctx.step_us)
-    return (f"the analysed step(s) are first-call work ({share:.0f}% compilation, first op calls, lazy init: "
-            "PD902): a verdict on them would describe the warm-up, not the training loop")
+    return (
+        f"the analysed step(s) are first-call work ({share:.0f}% compilation, first op calls, lazy init: "
+        "PD902): a verdict on them would describe the warm-up, not the training loop"
+    )

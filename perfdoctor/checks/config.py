@@ -83,8 +83,13 @@ def load_pyproject(path: Path) -> RuleOptions:
     return opts
 
 
-def resolve(select: str | None = None, ignore: str | None = None, rules: list[str] | None = None,
-            fail_on: str | None = None, pyproject: Path | None | bool = None) -> RuleOptions:
+def resolve(
+    select: str | None = None,
+    ignore: str | None = None,
+    rules: list[str] | None = None,
+    fail_on: str | None = None,
+    pyproject: Path | None | bool = None,
+) -> RuleOptions:
     """Merge ``[tool.perfdoctor]`` (found from the working directory unless ``pyproject`` is given,
     or skipped when it is False) with command-line values, which win."""
     path = find_pyproject() if pyproject is None or pyproject is True else (pyproject or None)

@@ -154,9 +154,14 @@ class RankContext:
         ts = tab["ts_us"][m] if len(tab) else np.empty(0)
         launch_dur = launched_values(self.tables, "kernels", "dur_us", m) if len(tab) else np.empty(0)
         view = KernelView(
-            name_id=ids, ts_us=ts, dur_us=tab["dur_us"][m] if len(tab) else np.empty(0), launch_us=launch,
+            name_id=ids,
+            ts_us=ts,
+            dur_us=tab["dur_us"][m] if len(tab) else np.empty(0),
+            launch_us=launch,
             launch_dur_us=launch_dur,
-            step=self.step_of(launch) if ts.size else np.empty(0, dtype=np.int64), category=cat, triton=tri,
+            step=self.step_of(launch) if ts.size else np.empty(0, dtype=np.int64),
+            category=cat,
+            triton=tri,
             launch_gap_us=_next_launch_gaps(np.where(np.isnan(launch_dur), np.nan, launch)),
         )
         self.cache["kernels"] = view
@@ -221,17 +226,21 @@ class RankContext:
         per = np.asarray(rr.recorded_step_us - rr.step_times(whatif.scenario), dtype=np.float64)
         if self.spec is not None:
             rr.whatifs[self.spec.code] = whatif
-        method = (f"{REPLAY_METHOD} with the fix applied ({whatif.assumption}; source: "
-                  f"{whatif.source}): recorded − replayed step time, mean over {per.size} analysed step(s) "
-                  f"({step_list_text(self.step_numbers)})")
+        method = (
+            f"{REPLAY_METHOD} with the fix applied ({whatif.assumption}; source: "
+            f"{whatif.source}): recorded − replayed step time, mean over {per.size} analysed step(s) "
+            f"({step_list_text(self.step_numbers)})"
+        )
         if rr.fallback:
             method += f"; an upper bound: {rr.fallback}"
         saving = float(per.mean()) if per.size else 0.0
         steady = self._steady_ratio()
         if steady is not None and saving > 0:
-            method += (f"; for the unprofiled steady step ({steady[1] / 1000:.2f} ms median, vs {self.step_us / 1000:.2f} "
-                       f"ms in the profiled window) that is about {saving * steady[0] / 1000:.2f} ms, scaled by the "
-                       "measured steady/window ratio")
+            method += (
+                f"; for the unprofiled steady step ({steady[1] / 1000:.2f} ms median, vs {self.step_us / 1000:.2f} "
+                f"ms in the profiled window) that is about {saving * steady[0] / 1000:.2f} ms, scaled by the "
+                "measured steady/window ratio"
+            )
         return saving, per, method
 
     def _steady_ratio(self) -> tuple[float, float] | None:

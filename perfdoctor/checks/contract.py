@@ -48,8 +48,10 @@ def thresholds_of(spec: RuleSpec, cls: type) -> Any:
         if key not in hints:
             raise PerfDoctorError(f"{spec.path}: {spec.code} has no threshold {key!r} (known: {known})")
         if not _type_ok(hints[key], value):
-            raise PerfDoctorError(f"{spec.path}: thresholds.{key} of {spec.code} must be "
-                                  f"{getattr(hints[key], '__name__', hints[key])}, not {value!r}")
+            raise PerfDoctorError(
+                f"{spec.path}: thresholds.{key} of {spec.code} must be "
+                f"{getattr(hints[key], '__name__', hints[key])}, not {value!r}"
+            )
     missing = [n for n in names if n not in spec.thresholds]
     if missing:
         raise PerfDoctorError(f"{spec.path}: {spec.code} lacks threshold(s) {', '.join(missing)}")
@@ -72,8 +74,10 @@ def placeholders(spec: RuleSpec) -> list[str]:
             continue
         root = field_name.split(".")[0].split("[")[0]
         if not root or root.isdigit():
-            raise PerfDoctorError(f"{spec.path}: message of {spec.code} has a positional placeholder "
-                                  f"{{{field_name}}}; name a field instead")
+            raise PerfDoctorError(
+                f"{spec.path}: message of {spec.code} has a positional placeholder "
+                f"{{{field_name}}}; name a field instead"
+            )
         if root not in out:
             out.append(root)
     return out
@@ -104,8 +108,10 @@ def validate_rule(spec: RuleSpec, module: ModuleType | None) -> None:
     allowed = message_fields(spec, module)
     unknown = [p for p in placeholders(spec) if p not in allowed]
     if unknown:
-        raise PerfDoctorError(f"{spec.path}: message of {spec.code} uses {{{unknown[0]}}}, which its check does not "
-                              f"provide (fields: {', '.join(sorted(allowed))})")
+        raise PerfDoctorError(
+            f"{spec.path}: message of {spec.code} uses {{{unknown[0]}}}, which its check does not "
+            f"provide (fields: {', '.join(sorted(allowed))})"
+        )
 
 
 def validate(cat: Catalogue, modules: dict[str, ModuleType]) -> None:

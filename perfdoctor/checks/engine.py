@@ -54,6 +54,7 @@ def check_modules() -> dict[str, ModuleType]:
 
 # -- selection ------------------------------------------------------------------
 
+
 def _matches(cat: Catalogue, selector: str) -> dict[str, int]:
     """Codes a selector matches, with its specificity (prefix length; a name counts as a full code)."""
     s = selector.strip()
@@ -64,8 +65,13 @@ def _matches(cat: Catalogue, selector: str) -> dict[str, int]:
     return {c: len(up) for c in cat.rules if c.startswith(up)} if up else {}
 
 
-def select_codes(cat: Catalogue, select: list[str] | None, ignore: list[str] | None,
-                 select_source: str = "--select", ignore_source: str = "--ignore") -> list[str]:
+def select_codes(
+    cat: Catalogue,
+    select: list[str] | None,
+    ignore: list[str] | None,
+    select_source: str = "--select",
+    ignore_source: str = "--ignore",
+) -> list[str]:
     """Codes enabled by ``select`` (default: all) minus ``ignore``; the longest matching selector wins.
 
     Selectors are codes, code prefixes (``PD3``) or kebab-case names; at equal
@@ -80,22 +86,24 @@ def select_codes(cat: Catalogue, select: list[str] | None, ignore: list[str] | N
     sel = list(select) if select else ["ALL"]
     for sign, items, option in ((True, sel, select_source), (False, list(ignore or []), ignore_source)):
         for s in items:
-            matched = ({c: 0 for c in cat.rules} if s.strip().upper() == "ALL" else _matches(cat, s))
+            matched = {c: 0 for c in cat.rules} if s.strip().upper() == "ALL" else _matches(cat, s)
             if not matched:
-                raise PerfDoctorError(f"{option}: {s!r} matches no rule code, prefix or name "
-                                      "(see `perfdoctor rules`)")
+                raise PerfDoctorError(f"{option}: {s!r} matches no rule code, prefix or name (see `perfdoctor rules`)")
             for code, spec_len in matched.items():
                 cur = best.get(code)
                 if cur is None or spec_len > cur[0] or (spec_len == cur[0] and not sign):
                     best[code] = (spec_len, sign)
     codes = sorted(c for c, (_, on) in best.items() if on)
     if not codes:
-        raise PerfDoctorError(f"{ignore_source} {','.join(ignore or [])} removes every rule {select_source} "
-                              f"{','.join(sel)} selects: no rule left to run")
+        raise PerfDoctorError(
+            f"{ignore_source} {','.join(ignore or [])} removes every rule {select_source} "
+            f"{','.join(sel)} selects: no rule left to run"
+        )
     return codes
 
 
 # -- running --------------------------------------------------------------------
+
 
 @dataclass
 class CheckResults:
@@ -130,15 +138,19 @@ def _where(rank: int | None, fired: list[int], n_ranks: int) -> tuple[str, str]:
     if n_ranks < 2:
         return "", ""
     prefix = f"rank {rank}: " if rank is not None else ""
-    on = f"all {n_ranks} ranks" if len(fired) == n_ranks else (
-        f"rank{'s' if len(fired) > 1 else ''} {', '.join(str(r) for r in fired)} of {n_ranks}")
+    on = (
+        f"all {n_ranks} ranks"
+        if len(fired) == n_ranks
+        else (f"rank{'s' if len(fired) > 1 else ''} {', '.join(str(r) for r in fired)} of {n_ranks}")
+    )
     if LIST_RANKS_UP_TO < len(fired) < n_ranks:  # a big job: count them (the evidence lists them)
         on = f"{len(fired)} of {n_ranks} ranks"
     return prefix, f" (fires on {on})"
 
 
-def _finding(spec: RuleSpec, hit: Hit, ranks: list[int], cat: Catalogue, rank: int | None = None,
-             n_ranks: int = 1) -> Finding:
+def _finding(
+    spec: RuleSpec, hit: Hit, ranks: list[int], cat: Catalogue, rank: int | None = None, n_ranks: int = 1
+) -> Finding:
     """The finding of ``hit``; ``rank`` is the trace rank its numbers come from, ``n_ranks`` the job's rank count."""
     fields = {**hit.evidence.values, **hit.fields}
     if hit.estimate is not None:
@@ -147,18 +159,27 @@ def _finding(spec: RuleSpec, hit: Hit, ranks: list[int], cat: Catalogue, rank: i
     try:
         message = spec.message.format_map(fields)
     except (KeyError, ValueError, IndexError, AttributeError, TypeError) as exc:
-        raise PerfDoctorError(f"{spec.path}: message template of {spec.code} cannot be filled "
-                              f"({type(exc).__name__}: {exc}); fields available: {', '.join(sorted(fields))}") from None
+        raise PerfDoctorError(
+            f"{spec.path}: message template of {spec.code} cannot be filled "
+            f"({type(exc).__name__}: {exc}); fields available: {', '.join(sorted(fields))}"
+        ) from None
     pct = hit.estimate.pct if hit.estimate is not None else None
     prefix, suffix = _where(rank, ranks, n_ranks)
     advice = hit.advice
     return Finding(
-        code=spec.code, name=spec.name, category=spec.category,
+        code=spec.code,
+        name=spec.name,
+        category=spec.category,
         severity=severity_for(pct, spec.severity, cat.severity_high_pct, cat.severity_medium_pct),
-        message=prefix + message + suffix, estimate=hit.estimate, evidence=hit.evidence,
-        fix=advice.get("fix", spec.fix), example_before=advice.get("example_before", spec.example_before),
-        example_after=advice.get("example_after", spec.example_after), references=list(spec.references),
-        ranks=ranks, rank=rank,
+        message=prefix + message + suffix,
+        estimate=hit.estimate,
+        evidence=hit.evidence,
+        fix=advice.get("fix", spec.fix),
+        example_before=advice.get("example_before", spec.example_before),
+        example_after=advice.get("example_after", spec.example_after),
+        references=list(spec.references),
+        ranks=ranks,
+        rank=rank,
     )
 
 
@@ -176,12 +197,14 @@ def _folded(skips: list[tuple[Any, str]]) -> str:
     groups: dict[str, list[tuple[Any, str]]] = {}
     for r, s in skips:
         groups.setdefault(_NUMBER.sub("#", s), []).append((r, s))
-    return "; ".join(f"on {len(g)} rank{'s' if len(g) > 1 else ''}, e.g. rank {g[0][0]}: {g[0][1]}"
-                     for g in groups.values())
+    return "; ".join(
+        f"on {len(g)} rank{'s' if len(g) > 1 else ''}, e.g. rank {g[0][0]}: {g[0][1]}" for g in groups.values()
+    )
 
 
-def _merge_rank_outcomes(spec: RuleSpec, outcomes: list[tuple[Any, cx.Outcome]], res: CheckResults,
-                         cat: Catalogue) -> None:
+def _merge_rank_outcomes(
+    spec: RuleSpec, outcomes: list[tuple[Any, cx.Outcome]], res: CheckResults, cat: Catalogue
+) -> None:
     """One finding from the per-rank outcomes (the rank with the largest saving speaks), or a skip / pass.
 
     ``outcomes`` pairs a trace rank (None for a job-level check, a str in user metric rules) with its outcome.
@@ -191,15 +214,19 @@ def _merge_rank_outcomes(spec: RuleSpec, outcomes: list[tuple[Any, cx.Outcome]],
         best_rank, best = max(hits, key=lambda rh: rh[1].estimate.saving_us if rh[1].estimate else 0.0)
         if len(outcomes) > 1 and any(h.estimate for _, h in hits):
             best.evidence.values["saving_us_by_rank"] = {
-                str(r): round(h.estimate.saving_us, 3) for r, h in hits if h.estimate}
+                str(r): round(h.estimate.saving_us, 3) for r, h in hits if h.estimate
+            }
         fired = sorted(r for r in {h.rank if h.rank is not None else _as_rank(r) for r, h in hits} if r is not None)
         res.findings.append(_finding(spec, best, fired, cat, _as_rank(best_rank), len(outcomes)))
         return
     skips = [(r, o.skip) for r, o in outcomes if o.skip]
     if skips and len(skips) == len(outcomes):
         reasons = sorted({s for _, s in skips})
-        reason = reasons[0] if len(reasons) == 1 else (
-            "; ".join(f"rank {r}: {s}" for r, s in skips) if len(skips) <= FOLD_SKIPS_ABOVE else _folded(skips))
+        reason = (
+            reasons[0]
+            if len(reasons) == 1
+            else ("; ".join(f"rank {r}: {s}" for r, s in skips) if len(skips) <= FOLD_SKIPS_ABOVE else _folded(skips))
+        )
         res.skipped.append({"code": spec.code, "name": spec.name, "reason": reason})
     else:
         res.passed.append(spec.code)
@@ -212,8 +239,10 @@ def _metric_rule(spec: RuleSpec, res: CheckResults, modules: dict[str, ModuleTyp
         if key in when:
             c, m = when[key].split(".", 1)
             if c not in modules or m not in getattr(modules[c], "METRICS", {}):
-                raise PerfDoctorError(f"{spec.path}: when.{key} {when[key]!r} is not a metric of a built-in check "
-                                      f"(`perfdoctor rule {c}` lists them)")
+                raise PerfDoctorError(
+                    f"{spec.path}: when.{key} {when[key]!r} is not a metric of a built-in check "
+                    f"(`perfdoctor rule {c}` lists them)"
+                )
     per_rank = res.metrics.get(src, {})
     outcomes: list[tuple[str | None, cx.Outcome]] = []
     for rank_key, metrics in per_rank.items():
@@ -243,13 +272,20 @@ def check_order(cat: Catalogue, selected: list[str]) -> list[str]:
     """Built-in codes to run for ``selected`` (plus those selected user metric rules read), in run order
     (rules with ``runs_after_others = true`` in their TOML at the end: they read the others' skip reasons)."""
     user = [w for c in selected if (w := cat.rules[c].when) is not None]  # the user rules' [when] tables
-    needed = set(selected) | {w["metric"].split(".")[0] for w in user} | {
-        w["saving_metric"].split(".")[0] for w in user if "saving_metric" in w}
-    return sorted((c for c in needed if c in cat.rules and cat.rules[c].when is None), key=lambda c: (cat.rules[c].runs_after_others, c))
+    needed = (
+        set(selected)
+        | {w["metric"].split(".")[0] for w in user}
+        | {w["saving_metric"].split(".")[0] for w in user if "saving_metric" in w}
+    )
+    return sorted(
+        (c for c in needed if c in cat.rules and cat.rules[c].when is None),
+        key=lambda c: (cat.rules[c].runs_after_others, c),
+    )
 
 
-def rank_outcomes(analysis: Any, ctx: cx.RankContext, cat: Catalogue, order: list[str],
-                  modules: dict[str, ModuleType] | None = None) -> dict[str, cx.Outcome]:
+def rank_outcomes(
+    analysis: Any, ctx: cx.RankContext, cat: Catalogue, order: list[str], modules: dict[str, ModuleType] | None = None
+) -> dict[str, cx.Outcome]:
     """The outcome of every rank-scope check in ``order`` on one rank (``ctx``), by code.
 
     Needs only this rank's data, so it runs where the rank is analysed (a pool or Dask worker):
@@ -272,8 +308,11 @@ def rank_outcomes(analysis: Any, ctx: cx.RankContext, cat: Catalogue, order: lis
         out[code] = o
     rr = getattr(ctx.rank, "replay", None)
     if rr is not None and hasattr(rr, "fired"):
-        rr.fired = [c for c, o in out.items() if o.hit is not None and o.hit.estimate is not None
-                    and o.hit.estimate.saving_us > 0 and c in rr.whatifs]
+        rr.fired = [
+            c
+            for c, o in out.items()
+            if o.hit is not None and o.hit.estimate is not None and o.hit.estimate.saving_us > 0 and c in rr.whatifs
+        ]
     return out
 
 
@@ -312,8 +351,9 @@ def _replay_caps(analysis: Any) -> Callable[[Any, cx.Outcome], cx.Outcome] | Non
     ranks = [r for r in getattr(analysis, "ranks", []) if getattr(getattr(r, "primary", None), "kind", "") == "gpu"]
     floors: dict[int, float] = {}
     if getattr(analysis, "collective_wait", None) is not None and len(ranks) > 1 and hasattr(ranks[0], "tables"):
-        floors = replay_cap.rank_floors([(int(r.rank or 0), collective_wait.timeline(r), list(r.primary.steps))
-                                         for r in ranks])
+        floors = replay_cap.rank_floors(
+            [(int(r.rank or 0), collective_wait.timeline(r), list(r.primary.steps)) for r in ranks]
+        )
     analysis.replay_floor_us = floors
     if not floors:
         return None
@@ -323,9 +363,15 @@ def _replay_caps(analysis: Any) -> Callable[[Any, cx.Outcome], cx.Outcome] | Non
     return lambda rank, o: replay_cap.cap_outcome(o, floors.get(rank) if isinstance(rank, int) else None)
 
 
-def combine(analysis: Any, rank_ctx: list[cx.RankContext], per_rank: list[dict[str, cx.Outcome]], cat: Catalogue,
-            selected: list[str], modules: dict[str, ModuleType] | None = None,
-            adjust: Callable[[Any, cx.Outcome], cx.Outcome] | None = None) -> CheckResults:
+def combine(
+    analysis: Any,
+    rank_ctx: list[cx.RankContext],
+    per_rank: list[dict[str, cx.Outcome]],
+    cat: Catalogue,
+    selected: list[str],
+    modules: dict[str, ModuleType] | None = None,
+    adjust: Callable[[Any, cx.Outcome], cx.Outcome] | None = None,
+) -> CheckResults:
     """Merge the ranks' outcomes (:func:`rank_outcomes`, one dict per entry of ``rank_ctx``) and run the
     job-scope checks: the findings, skips and metrics of the report.
 
@@ -347,7 +393,9 @@ def combine(analysis: Any, rank_ctx: list[cx.RankContext], per_rank: list[dict[s
         report = code in wanted
         if mod is None:
             if report:
-                res.skipped.append({"code": code, "name": spec.name, "reason": "no check is implemented for this rule yet"})
+                res.skipped.append(
+                    {"code": code, "name": spec.name, "reason": "no check is implemented for this rule yet"}
+                )
             continue
         sub = CheckResults()
         needs_trace = spec.scope != "job" or any(q != "run" for q in spec.requires)
@@ -359,8 +407,10 @@ def combine(analysis: Any, rank_ctx: list[cx.RankContext], per_rank: list[dict[s
         if spec.scope == "job":
             outcomes = [(None, _run_job(mod, spec, analysis, rank_ctx))]
         else:
-            outcomes = [(ctx.rank.rank, _rerun_cross_rank(mod, spec, analysis, ctx, per[code]))
-                        for ctx, per in zip(rank_ctx, per_rank)]
+            outcomes = [
+                (ctx.rank.rank, _rerun_cross_rank(mod, spec, analysis, ctx, per[code]))
+                for ctx, per in zip(rank_ctx, per_rank)
+            ]
             if adjust is not None:
                 outcomes = [(r, adjust(r, o)) for r, o in outcomes]
         res.metrics[code] = {str(r): o.metrics for r, o in outcomes if o.metrics}
@@ -384,7 +434,7 @@ MAX_RANKS_LISTED = 8  # above this many ranks the findings note names the job's 
 
 
 def _fix_all_note(rank_ctx: list[cx.RankContext], findings: list[Finding], floors: dict[int, float]) -> str:
-    """"Fixing the N findings with a replayed saving together would take the mean step from A to B ms", per rank
+    """ "Fixing the N findings with a replayed saving together would take the mean step from A to B ms", per rank
     (each no faster than its ``floors`` entry: fixed alone, its collectives still wait for the peers); for a job,
     first the job's figure: its slowest rank (:func:`perfdoctor.analysis.replay_cap.job_fix_all`)."""
     from perfdoctor.analysis.replay_cap import job_fix_all
@@ -410,10 +460,12 @@ def _fix_all_note(rank_ctx: list[cx.RankContext], findings: list[Finding], floor
         reps[int(ctx.rank.rank or 0)] = rep
         after = max(float(fix["replayed_mean_step_us"]), floors.get(int(ctx.rank.rank or 0), 0.0))
         who = f"rank {ctx.rank.rank}: " if len(rank_ctx) > 1 else ""
-        parts.append(f"{who}fixing the {len(fix['codes'])} finding(s) with a replayed saving together "
-                     f"({', '.join(fix['codes'])}) "
-                     f"would take the mean step from {fix['recorded_mean_step_us'] / 1000:,.2f} ms to "
-                     f"{after / 1000:,.2f} ms (replayed)")
+        parts.append(
+            f"{who}fixing the {len(fix['codes'])} finding(s) with a replayed saving together "
+            f"({', '.join(fix['codes'])}) "
+            f"would take the mean step from {fix['recorded_mean_step_us'] / 1000:,.2f} ms to "
+            f"{after / 1000:,.2f} ms (replayed)"
+        )
     if len(parts) > 4:  # many ranks: a few sentences, not one per rank (1024 ranks printed 1,469 lines)
         parts = parts[:3] + [f"… and {len(parts) - 3} more ranks (ranks[].replay.fix_all in the JSON report)"]
     job = job_fix_all(reps) if len(rank_ctx) > 1 else None
@@ -422,14 +474,17 @@ def _fix_all_note(rank_ctx: list[cx.RankContext], findings: list[Finding], floor
     codes, recorded, replayed, slowest = job
     if len(parts) > MAX_RANKS_LISTED:
         parts = [f"{len(parts)} ranks, listed in the JSON report (ranks[].replay.fix_all)"]
-    return (f"fixing the {len(codes)} finding(s) with a replayed saving ({', '.join(codes)}) on every rank would take "
-            f"the job's mean step, set by its longest rank step, from {recorded / 1000:,.2f} ms to "
-            f"{replayed / 1000:,.2f} ms (replayed; rank {slowest} is then the longest). Per rank, each fixed alone "
-            "(its collectives still wait for the unchanged peers): " + "; ".join(parts) + ".")
+    return (
+        f"fixing the {len(codes)} finding(s) with a replayed saving ({', '.join(codes)}) on every rank would take "
+        f"the job's mean step, set by its longest rank step, from {recorded / 1000:,.2f} ms to "
+        f"{replayed / 1000:,.2f} ms (replayed; rank {slowest} is then the longest). Per rank, each fixed alone "
+        "(its collectives still wait for the unchanged peers): " + "; ".join(parts) + "."
+    )
 
 
-def _rerun_cross_rank(mod: ModuleType, spec: RuleSpec, analysis: Any, ctx: cx.RankContext,
-                      outcome: cx.Outcome) -> cx.Outcome:
+def _rerun_cross_rank(
+    mod: ModuleType, spec: RuleSpec, analysis: Any, ctx: cx.RankContext, outcome: cx.Outcome
+) -> cx.Outcome:
     """``outcome`` again from ``ctx`` when the check reads cross-rank results the job now has."""
     if outcome.skip or not getattr(mod, "CROSS_RANK", False) or getattr(analysis, "collective_wait", None) is None:
         return outcome
@@ -450,8 +505,9 @@ def prepare(opts: Any) -> tuple[Catalogue, list[str]]:
 
     cat = load_catalogue(opts.rules_dirs)
     contract.validate(cat, check_modules())
-    codes = select_codes(cat, opts.select, opts.ignore, opts.source.get("select", "--select"),
-                         opts.source.get("ignore", "--ignore"))
+    codes = select_codes(
+        cat, opts.select, opts.ignore, opts.source.get("select", "--select"), opts.source.get("ignore", "--ignore")
+    )
     return cat, codes
 
 

@@ -39,23 +39,29 @@ class Thresholds:
 def check(ctx: RankContext) -> Outcome:
     fetches = host.ranges_named(ctx.tables, host.DATALOADER)
     if fetches[0].size == 0:
-        return skipped("no DataLoader __next__ events in the trace (no torch DataLoader, or it ran outside the profiler)")
+        return skipped(
+            "no DataLoader __next__ events in the trace (no torch DataLoader, or it ran outside the profiler)"
+        )
     ws, we = ctx.windows()
     host_us = iv.per_window(iv.union(*fetches), ws, we)
     saving, wait, method = ctx.replayed_saving(prefetch_dataloader(ctx.replay(), ctx.tables))
     wait = np.maximum(wait, 0.0)
     step_us = ctx.per_step(lambda s: s.dur_us)
     share = pct(saving, ctx.step_us)
-    metrics = {"dataloader_wait_us": saving, "dataloader_wait_pct": share,
-               "dataloader_host_us": float(host_us.mean())}
+    metrics = {"dataloader_wait_us": saving, "dataloader_wait_pct": share, "dataloader_host_us": float(host_us.mean())}
     if share < ctx.th["min_saving_pct"]:
         return passed(**metrics)
     n_fetch = np.bincount(np.clip(ctx.step_of(fetches[0]), -1, None) + 1, minlength=ctx.n_steps + 1)[1:]
     ev = Evidence(
-        values={"dataloader_wait_ms": saving / 1000, "dataloader_wait_pct": share,
-                "dataloader_host_ms": float(host_us.mean()) / 1000, "fetches_per_step": float(n_fetch.mean()),
-                "step_ms": ctx.step_us / 1000, "waiting": "The device is idle" if ctx.is_gpu else "The training loop waits",
-                "max_step_wait_ms": float(wait.max()) / 1000},
+        values={
+            "dataloader_wait_ms": saving / 1000,
+            "dataloader_wait_pct": share,
+            "dataloader_host_ms": float(host_us.mean()) / 1000,
+            "fetches_per_step": float(n_fetch.mean()),
+            "step_ms": ctx.step_us / 1000,
+            "waiting": "The device is idle" if ctx.is_gpu else "The training loop waits",
+            "max_step_wait_ms": float(wait.max()) / 1000,
+        },
         steps=steps_over(wait, step_us, ctx.th["min_saving_pct"], ctx.step_numbers),
     )
     return Outcome(metrics=metrics, hit=Hit(evidence=ev, estimate=Estimate(saving, ctx.step_us, method)))

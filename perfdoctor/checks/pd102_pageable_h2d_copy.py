@@ -29,7 +29,7 @@ METRICS = {
     "pageable_h2d_bytes_per_step": "bytes copied from pageable memory per step",
     "host_blocked_us": "mean µs per step the host is blocked in those copies (and the syncs after them)",
     "copy_host_us": "mean µs per step of that blocking the copies themselves explain (size at the staging "
-                    "bandwidth, or the device copy time, plus a per-copy overhead)",
+    "bandwidth, or the device copy time, plus a per-copy overhead)",
     "idle_us": "mean µs per step the replayed step gets shorter with pinned non_blocking copies (the saving)",
     "idle_pct": "idle_us as % of the mean step time",
 }
@@ -67,16 +67,31 @@ def check(ctx: RankContext) -> Outcome:
     saving, idle = max(saving, 0.0), np.maximum(idle, 0.0)
     dur = mc["dur_us"][mask]
     gbps = float(mc["bytes"][mask].sum() / dur.sum() / 1e3) if dur.sum() > 0 else 0.0
-    metrics = {"pageable_h2d_per_step": float(n.mean()), "pageable_h2d_bytes_per_step": float(nbytes.mean()),
-               "host_blocked_us": float(host_us.mean()), "copy_host_us": float(copy_us.mean()), "idle_us": saving,
-               "idle_pct": pct(saving, ctx.step_us)}
+    metrics = {
+        "pageable_h2d_per_step": float(n.mean()),
+        "pageable_h2d_bytes_per_step": float(nbytes.mean()),
+        "host_blocked_us": float(host_us.mean()),
+        "copy_host_us": float(copy_us.mean()),
+        "idle_us": saving,
+        "idle_pct": pct(saving, ctx.step_us),
+    }
     if metrics["idle_pct"] < ctx.th["min_saving_pct"]:
         return passed(**metrics)
-    ev = Evidence(values={
-        "copies_per_step": float(n.mean()), "bytes_per_step": float(nbytes.mean()),
-        "copy_host_ms": float(copy_us.mean()) / 1000, "host_blocked_ms": float(host_us.mean()) / 1000,
-        "idle_ms": saving / 1000, "idle_pct": metrics["idle_pct"], "copy_gb_per_s": gbps},
-        steps=steps_over(idle, ctx.per_step(lambda s: s.dur_us), ctx.th["min_saving_pct"], ctx.step_numbers))
-    hit = Hit(evidence=ev, estimate=Estimate(saving, ctx.step_us, method),
-              fields={"size_per_step": size_text(float(nbytes.mean()))})
+    ev = Evidence(
+        values={
+            "copies_per_step": float(n.mean()),
+            "bytes_per_step": float(nbytes.mean()),
+            "copy_host_ms": float(copy_us.mean()) / 1000,
+            "host_blocked_ms": float(host_us.mean()) / 1000,
+            "idle_ms": saving / 1000,
+            "idle_pct": metrics["idle_pct"],
+            "copy_gb_per_s": gbps,
+        },
+        steps=steps_over(idle, ctx.per_step(lambda s: s.dur_us), ctx.th["min_saving_pct"], ctx.step_numbers),
+    )
+    hit = Hit(
+        evidence=ev,
+        estimate=Estimate(saving, ctx.step_us, method),
+        fields={"size_per_step": size_text(float(nbytes.mean()))},
+    )
     return Outcome(metrics=metrics, hit=hit)

@@ -35,7 +35,7 @@ METRICS = {
     "short_kernel_share": "fraction of kernels shorter than the host time from their launch to the next launch",
     "kernels_per_step": "kernels per step",
     "in_stream_share": "share of the device idle while the host is busy that lies between a step's first kernel "
-                       "launch and its last kernel's end",
+    "launch and its last kernel's end",
 }
 
 # what a hit's evidence/fields add to METRICS for the TOML message (its placeholders are checked at load)
@@ -69,33 +69,51 @@ def check(ctx: RankContext) -> Outcome:
     launch_idle_us = float(idle.mean())
     saving = max(replayed, 0.0)
     idle = np.clip(per_step, 0.0, None)
-    metrics = {"launch_idle_us": launch_idle_us, "launch_idle_pct": pct(launch_idle_us, ctx.step_us),
-               "saving_us": saving, "saving_pct": pct(saving, ctx.step_us), "short_kernel_share": share,
-               "kernels_per_step": float((k.step >= 0).sum() / max(ctx.n_steps, 1))}
+    metrics = {
+        "launch_idle_us": launch_idle_us,
+        "launch_idle_pct": pct(launch_idle_us, ctx.step_us),
+        "saving_us": saving,
+        "saving_pct": pct(saving, ctx.step_us),
+        "short_kernel_share": share,
+        "kernels_per_step": float((k.step >= 0).sum() / max(ctx.n_steps, 1)),
+    }
     # judged on shares of time and of kernels, never on a kernel count: a one-layer model with 16 kernels per
     # step can idle half of it waiting for launches; but idle before the step's first launch or after its last
     # kernel is host work of another kind, not a launch rate the device cannot keep up with
     metrics["in_stream_share"] = _in_stream_share(ctx, k)
-    if (min(metrics["saving_pct"], metrics["launch_idle_pct"]) < ctx.th["min_saving_pct"] or share < ctx.th["min_short_kernel_share"]
-            or metrics["in_stream_share"] < ctx.th["min_in_stream_share"]):
+    if (
+        min(metrics["saving_pct"], metrics["launch_idle_pct"]) < ctx.th["min_saving_pct"]
+        or share < ctx.th["min_short_kernel_share"]
+        or metrics["in_stream_share"] < ctx.th["min_in_stream_share"]
+    ):
         return passed(**metrics)
-    ev = Evidence(values={
-        "launch_idle_ms": launch_idle_us / 1000, "launch_idle_pct": metrics["launch_idle_pct"],
-        "short_kernel_pct": 100 * share, "kernels_per_step": metrics["kernels_per_step"],
-        "median_kernel_us": float(np.median(k.dur_us[known])),
-        "median_launch_gap_us": float(np.median(k.launch_gap_us[known])),
-        "median_launch_us": float(np.median(k.launch_dur_us[known]))},
-        steps=steps_over(idle, ctx.per_step(lambda s: s.dur_us), ctx.th["min_saving_pct"], ctx.step_numbers))
+    ev = Evidence(
+        values={
+            "launch_idle_ms": launch_idle_us / 1000,
+            "launch_idle_pct": metrics["launch_idle_pct"],
+            "short_kernel_pct": 100 * share,
+            "kernels_per_step": metrics["kernels_per_step"],
+            "median_kernel_us": float(np.median(k.dur_us[known])),
+            "median_launch_gap_us": float(np.median(k.launch_gap_us[known])),
+            "median_launch_us": float(np.median(k.launch_dur_us[known])),
+        },
+        steps=steps_over(idle, ctx.per_step(lambda s: s.dur_us), ctx.th["min_saving_pct"], ctx.step_numbers),
+    )
     return Outcome(metrics=metrics, hit=Hit(evidence=ev, estimate=Estimate(saving, ctx.step_us, method)))
 
 
 def _in_stream_share(ctx: RankContext, k: object) -> float:
     """Share of host-busy device idle inside each step's launch stream (first launch .. last kernel end)."""
     ws, we = ctx.windows()
-    busy_idle = iv.intersect(ctx.device_gaps(), host.busy(ctx.tables, ctx.rank.steps.pid
-                                                          if ctx.rank.steps.pid >= 0 else None))
-    other_causes = iv.union_of(host.dataloader(ctx.tables), host.synchronization(ctx.tables),
-                               host.named(ctx.tables, host.OPTIMIZER_STEP), host.blocking_runtime_calls(ctx.tables))
+    busy_idle = iv.intersect(
+        ctx.device_gaps(), host.busy(ctx.tables, ctx.rank.steps.pid if ctx.rank.steps.pid >= 0 else None)
+    )
+    other_causes = iv.union_of(
+        host.dataloader(ctx.tables),
+        host.synchronization(ctx.tables),
+        host.named(ctx.tables, host.OPTIMIZER_STEP),
+        host.blocking_runtime_calls(ctx.tables),
+    )
     busy_idle = iv.subtract(busy_idle, other_causes)
     step, launch, end = k.step, k.launch_us, k.ts_us + k.dur_us  # type: ignore[attr-defined]
     ok = (step >= 0) & ~np.isnan(launch)

@@ -43,8 +43,9 @@ def check(job: JobContext) -> Outcome:
     elif (run.get("world_size") or 1) == 1 and env.get("torch_threads"):
         thread_counts = [int(env["torch_threads"])]
     else:
-        return skipped("the run data lacks each rank's intra-op thread count (recorded by perfdoctor profile "
-                       "from this version on)")
+        return skipped(
+            "the run data lacks each rank's intra-op thread count (recorded by perfdoctor profile from this version on)"
+        )
     if not cores:
         return skipped("the run data lacks the CPU count")
     local = len(thread_counts)
@@ -54,7 +55,15 @@ def check(job: JobContext) -> Outcome:
     ratio = busy / int(cores)
     if ratio <= job.th["max_threads_per_core"]:
         return passed(threads_per_core=ratio)
-    ev = Evidence(values={"processes": local, "threads_per_process": int(threads), "dataloader_workers": workers,
-                          "busy_threads": busy, "cores": int(cores), "ratio": ratio,
-                          "suggested_threads": max(1, int(cores) // local)})
+    ev = Evidence(
+        values={
+            "processes": local,
+            "threads_per_process": int(threads),
+            "dataloader_workers": workers,
+            "busy_threads": busy,
+            "cores": int(cores),
+            "ratio": ratio,
+            "suggested_threads": max(1, int(cores) // local),
+        }
+    )
     return Outcome(metrics={"threads_per_core": ratio}, hit=Hit(evidence=ev, estimate=None))

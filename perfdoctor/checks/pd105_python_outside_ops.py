@@ -36,8 +36,9 @@ def check(ctx: RankContext) -> Outcome:
     if share < ctx.th["min_saving_pct"]:
         return passed(**metrics)
     ops_us = float(ctx.per_step(lambda s: s.busy_us).mean())
-    ev = Evidence(values={"outside_ms": mean / 1000, "outside_pct": share, "ops_pct": pct(ops_us, ctx.step_us)},
-                  steps=steps_over(outside, ctx.per_step(lambda s: s.dur_us), ctx.th["min_saving_pct"],
-                                   ctx.step_numbers))
+    ev = Evidence(
+        values={"outside_ms": mean / 1000, "outside_pct": share, "ops_pct": pct(ops_us, ctx.step_us)},
+        steps=steps_over(outside, ctx.per_step(lambda s: s.dur_us), ctx.th["min_saving_pct"], ctx.step_numbers),
+    )
     method = "mean time per step outside any op on the training process (CPU breakdown 'Python / host outside any op')"
     return Outcome(metrics=metrics, hit=Hit(evidence=ev, estimate=Estimate(mean, ctx.step_us, method)))

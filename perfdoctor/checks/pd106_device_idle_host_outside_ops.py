@@ -16,8 +16,10 @@ from perfdoctor.checks.context import Outcome, RankContext, passed, skipped
 from perfdoctor.findings import Estimate, Evidence, Hit
 
 CODE = "PD106"
-METRICS = {"idle_us": "mean µs per step the device idles while the host is outside any op",
-           "idle_pct": "idle_us as % of the mean step"}
+METRICS = {
+    "idle_us": "mean µs per step the device idles while the host is outside any op",
+    "idle_pct": "idle_us as % of the mean step",
+}
 
 # what a hit's evidence/fields add to METRICS for the TOML message (its placeholders are checked at load)
 MESSAGE_FIELDS = ("idle_ms",)
@@ -38,9 +40,12 @@ def check(ctx: RankContext) -> Outcome:
     metrics = {"idle_us": mean, "idle_pct": pct(mean, ctx.step_us)}
     if metrics["idle_pct"] < ctx.th["min_saving_pct"]:
         return passed(**metrics)
-    ev = Evidence(values={"idle_ms": mean / 1000, "idle_pct": metrics["idle_pct"]},
-                  steps=steps_over(idle, ctx.per_step(lambda s: s.dur_us), ctx.th["min_saving_pct"],
-                                   ctx.step_numbers))
-    method = ("mean device idle per step while the replay's critical path is on the host outside any op "
-              "(breakdown 'Python / host outside any op')")
+    ev = Evidence(
+        values={"idle_ms": mean / 1000, "idle_pct": metrics["idle_pct"]},
+        steps=steps_over(idle, ctx.per_step(lambda s: s.dur_us), ctx.th["min_saving_pct"], ctx.step_numbers),
+    )
+    method = (
+        "mean device idle per step while the replay's critical path is on the host outside any op "
+        "(breakdown 'Python / host outside any op')"
+    )
     return Outcome(metrics=metrics, hit=Hit(evidence=ev, estimate=Estimate(mean, ctx.step_us, method)))

@@ -46,6 +46,8 @@ class Thresholds:
     min_saving_pct: float
     max_device_util_pct: float
     max_memory_used_pct: float
+
+
 _FORWARD = (("aten::linear", 0, "lead"), ("aten::addmm", 1, "rows"), ("aten::mm", 0, "rows"), ("aten::bmm", 0, "rows"))
 
 
@@ -100,16 +102,29 @@ def check(ctx: RankContext) -> Outcome:
             return passed(**metrics)
         mem_pct = peak_reserved_pct(ctx)
         if mem_pct is None:
-            return skipped("small GEMMs and an under-used device, but memory headroom is unknown "
-                           "(record with profile_memory=True)", **metrics)
+            return skipped(
+                "small GEMMs and an under-used device, but memory headroom is unknown "
+                "(record with profile_memory=True)",
+                **metrics,
+            )
         if mem_pct > th["max_memory_used_pct"]:
             return passed(**metrics)
-    ev = Evidence(values={"gemm_m_median": m_med, "gemm_op": op, "n_gemms": int(ms.size), "growth": growth,
-                          "fixed_ms": fixed / 1000, "saving_ms": saving / 1000,
-                          "device_util_pct": util if util is not None else "n/a (CPU)",
-                          "memory_used_pct": mem_pct if mem_pct is not None else "n/a"},
-                  steps=ctx.step_numbers)
-    method = replay_method or (f"per-step fixed cost ({'device idle' if ctx.is_gpu else 'step time outside GEMM ops'})"
-                               f" × (1 − 1/{growth:.1f}): spread over a {growth:.1f}× larger batch, per step of "
-                               "today's batch (an upper bound)")
+    ev = Evidence(
+        values={
+            "gemm_m_median": m_med,
+            "gemm_op": op,
+            "n_gemms": int(ms.size),
+            "growth": growth,
+            "fixed_ms": fixed / 1000,
+            "saving_ms": saving / 1000,
+            "device_util_pct": util if util is not None else "n/a (CPU)",
+            "memory_used_pct": mem_pct if mem_pct is not None else "n/a",
+        },
+        steps=ctx.step_numbers,
+    )
+    method = replay_method or (
+        f"per-step fixed cost ({'device idle' if ctx.is_gpu else 'step time outside GEMM ops'})"
+        f" × (1 − 1/{growth:.1f}): spread over a {growth:.1f}× larger batch, per step of "
+        "today's batch (an upper bound)"
+    )
     return Outcome(metrics=metrics, hit=Hit(evidence=ev, estimate=Estimate(saving, ctx.step_us, method)))

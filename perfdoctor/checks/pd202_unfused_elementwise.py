@@ -42,6 +42,8 @@ class Thresholds:
     min_saving_pct: float
     short_kernel_us: float
     max_fused_fraction: float
+
+
 COMPILED = r"^triton_|Torch-Compiled Region|CompiledFunction|^inductor|TorchDynamo"
 
 
@@ -64,8 +66,11 @@ def _cpu(ctx: RankContext) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarr
     names = ctx.tables.name_array()
     uniq = np.unique(ops["name_id"]) if len(ops) else np.empty(0, dtype=np.int64)
     copy_rx = re.compile(COPY_OPS)  # dtype casts are PD204's (autocast), not fusion candidates
-    ew = [i for i in uniq.tolist() if classify_cpu_op(names[i]) in ("elementwise", "reduction_norm")
-          and not copy_rx.match(names[i])]
+    ew = [
+        i
+        for i in uniq.tolist()
+        if classify_cpu_op(names[i]) in ("elementwise", "reduction_norm") and not copy_rx.match(names[i])
+    ]
     m = np.isin(ops["name_id"], ew) & ((ops["pid"] == pid) if pid >= 0 else True) if len(ops) else np.zeros(0, bool)
     step = ctx.step_of(ops["ts_us"][m]) if len(ops) else np.empty(0, dtype=np.int64)
     count = np.bincount(step[step >= 0], minlength=ctx.n_steps)
@@ -89,16 +94,28 @@ def check(ctx: RankContext) -> Outcome:
 
         saving, _, replayed_method = ctx.replayed_saving(fused_elementwise(ctx.replay(), ctx.tables))
         saving = max(saving, 0.0)
-    metrics = {"elementwise_us": ew_us, "elementwise_pct": share, "elementwise_per_step": float(count.mean()),
-               "compiled": float(compiled)}
+    metrics = {
+        "elementwise_us": ew_us,
+        "elementwise_pct": share,
+        "elementwise_per_step": float(count.mean()),
+        "compiled": float(compiled),
+    }
     if compiled or share < ctx.th["min_share_pct"] or pct(saving, ctx.step_us) < ctx.th["min_saving_pct"]:
         return passed(**metrics)
     what = "kernels" if ctx.is_gpu else "ops"
-    ev = Evidence(values={"elementwise_ms": ew_us / 1000, "elementwise_pct": share,
-                          "elementwise_per_step": float(count.mean()), "what": what,
-                          "max_fused_fraction": ctx.th["max_fused_fraction"]},
-                  steps=steps_over(per_step, ctx.per_step(lambda s: s.dur_us), ctx.th["min_share_pct"], ctx.step_numbers),
-                  events=top_names(names, durs))
-    method = replayed_method or (f"elementwise/normalization {what} time per step × max_fused_fraction "
-                                 f"({ctx.th['max_fused_fraction']}): the share a fused pass removes at most")
+    ev = Evidence(
+        values={
+            "elementwise_ms": ew_us / 1000,
+            "elementwise_pct": share,
+            "elementwise_per_step": float(count.mean()),
+            "what": what,
+            "max_fused_fraction": ctx.th["max_fused_fraction"],
+        },
+        steps=steps_over(per_step, ctx.per_step(lambda s: s.dur_us), ctx.th["min_share_pct"], ctx.step_numbers),
+        events=top_names(names, durs),
+    )
+    method = replayed_method or (
+        f"elementwise/normalization {what} time per step × max_fused_fraction "
+        f"({ctx.th['max_fused_fraction']}): the share a fused pass removes at most"
+    )
     return Outcome(metrics=metrics, hit=Hit(evidence=ev, estimate=Estimate(saving, ctx.step_us, method)))

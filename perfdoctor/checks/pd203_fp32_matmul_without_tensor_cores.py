@@ -39,6 +39,8 @@ class Thresholds:
     min_saving_pct: float
     max_speedup: float
     default_speedup: float
+
+
 NOT_GEMM = re.compile(r"bn_|batch_?norm|nchwToNhwc|nhwcToNchw|transpose|im2col|col2im|splitKreduce|reduce_", re.I)
 AMD = re.compile(r"AMD|Radeon|Instinct|MI\d{3}", re.I)
 
@@ -60,10 +62,14 @@ def _device(ctx: RankContext) -> tuple[dict[str, Any] | None, tuple[int, int] | 
 
 def _advice(cc: tuple[int, int]) -> str:
     if cc >= (8, 0):
-        return ('bf16 autocast (torch.autocast("cuda", dtype=torch.bfloat16)), or TF32 for the FP32 matmuls '
-                '(torch.set_float32_matmul_precision("high"))')
-    return ('fp16 mixed precision (torch.autocast("cuda", dtype=torch.float16) with torch.amp.GradScaler); '
-            "this GPU has no bf16 or TF32 tensor cores")
+        return (
+            'bf16 autocast (torch.autocast("cuda", dtype=torch.bfloat16)), or TF32 for the FP32 matmuls '
+            '(torch.set_float32_matmul_precision("high"))'
+        )
+    return (
+        'fp16 mixed precision (torch.autocast("cuda", dtype=torch.float16) with torch.amp.GradScaler); '
+        "this GPU has no bf16 or TF32 tensor cores"
+    )
 
 
 def _peak_ratio(props: dict[str, Any] | None, cc: tuple[int, int]) -> float | None:
@@ -103,13 +109,16 @@ def check(ctx: RankContext) -> Outcome:
     if AMD.search(name) or ctx.tables.names_matching(r"^hip").any():
         return skipped("AMD GPU: rocBLAS/MIOpen run FP32 GEMMs on matrix cores; the rule is about NVIDIA tensor cores")
     if cc is None:
-        return skipped("GPU compute capability unknown (no deviceProperties in the trace, and no kernel name names "
-                       "the architecture)")
+        return skipped(
+            "GPU compute capability unknown (no deviceProperties in the trace, and no kernel name names "
+            "the architecture)"
+        )
     k = ctx.kernels()
     names = ctx.tables.name_array()
     # the batched GEMMs of unfused attention count as attention in the breakdown; they are GEMMs all the same
-    attn_gemm = np.isin(k.name_id, [i for i in np.unique(k.name_id[k.category == "attention"]).tolist()
-                                    if is_gemm_kernel(names[i])])
+    attn_gemm = np.isin(
+        k.name_id, [i for i in np.unique(k.name_id[k.category == "attention"]).tolist() if is_gemm_kernel(names[i])]
+    )
     gemm = (np.isin(k.category, ["matmul", "conv"]) | ((k.category == "attention") & attn_gemm)) & (k.step >= 0)
     ids = np.unique(k.name_id[gemm]).tolist()
     fp32_ids = [i for i in ids if not NOT_GEMM.search(names[i]) and kernel_math_dtype(names[i]) == "fp32"]
@@ -129,17 +138,27 @@ def check(ctx: RankContext) -> Outcome:
         saving, method = replayed
     if share < ctx.th["min_fp32_share_pct"] or pct(saving, ctx.step_us) < ctx.th["min_saving_pct"]:
         return passed(**metrics)
-    ev = Evidence(values={
-        "gpu": name or "this GPU",
-        "compute_capability": f"{cc[0]}.{cc[1]}" + (", inferred from kernel names" if guess is not None else ""), "fp32_gemm_ms": fp32_us / 1000,
-        "fp32_gemm_pct_of_step": pct(fp32_us, ctx.step_us), "fp32_share_of_gemm_pct": share,
-        "assumed_speedup": speedup, "advice": _advice(cc)},
-        steps=ctx.step_numbers, events=top_names(names[k.name_id[is32]], k.dur_us[is32]))
+    ev = Evidence(
+        values={
+            "gpu": name or "this GPU",
+            "compute_capability": f"{cc[0]}.{cc[1]}" + (", inferred from kernel names" if guess is not None else ""),
+            "fp32_gemm_ms": fp32_us / 1000,
+            "fp32_gemm_pct_of_step": pct(fp32_us, ctx.step_us),
+            "fp32_share_of_gemm_pct": share,
+            "assumed_speedup": speedup,
+            "advice": _advice(cc),
+        },
+        steps=ctx.step_numbers,
+        events=top_names(names[k.name_id[is32]], k.dur_us[is32]),
+    )
     src = "datasheet tensor-core ÷ FP32 peak" if ratio else "default speedup (GPU not in the hardware table)"
     if guess is not None:
         src += f"; no deviceProperties: architecture inferred from {guess.evidence!r}" + (
-            f", {guess.assumption}" if ratio else "")
+            f", {guess.assumption}" if ratio else ""
+        )
     if replayed is None:
-        method = (f"FP32 GEMM/conv kernel time per step × (1 − 1/{speedup:.1f}), {src}, capped at max_speedup "
-                  "(an upper bound: no op shapes or no device in the hardware table to replay the fix with)")
+        method = (
+            f"FP32 GEMM/conv kernel time per step × (1 − 1/{speedup:.1f}), {src}, capped at max_speedup "
+            "(an upper bound: no op shapes or no device in the hardware table to replay the fix with)"
+        )
     return Outcome(metrics=metrics, hit=Hit(evidence=ev, estimate=Estimate(saving, ctx.step_us, method)))

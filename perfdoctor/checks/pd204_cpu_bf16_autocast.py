@@ -30,8 +30,9 @@ CODE = "PD204"
 METRICS = {
     "bf16_gemm_us": "mean µs per step in GEMM/linear/conv ops with bf16 inputs",
     "cast_us": "mean µs per step in dtype casts (aten::to / _to_copy)",
-    "has_bf16_isa": ("1 when the run's bf16 GEMMs could use avx512_bf16 / amx_bf16 "
-                     "(present and not capped by ONEDNN_MAX_CPU_ISA)"),
+    "has_bf16_isa": (
+        "1 when the run's bf16 GEMMs could use avx512_bf16 / amx_bf16 (present and not capped by ONEDNN_MAX_CPU_ISA)"
+    ),
 }
 
 # what a hit's evidence/fields add to METRICS for the TOML message (its placeholders are checked at load)
@@ -44,7 +45,11 @@ class Thresholds:
 
     min_saving_pct: float
     emulated_slowdown: float
-GEMM_OPS = re.compile(r"^aten::(mm|addmm|bmm|baddbmm|matmul|linear|_?convolution|conv\dd|mkldnn_\w+|_addmm_activation)$")
+
+
+GEMM_OPS = re.compile(
+    r"^aten::(mm|addmm|bmm|baddbmm|matmul|linear|_?convolution|conv\dd|mkldnn_\w+|_addmm_activation)$"
+)
 CAST_OPS = re.compile(r"^aten::(to|_to_copy)$")
 BF16_ISA = ("avx512_bf16", "amx_bf16")
 
@@ -74,8 +79,11 @@ def check(ctx: RankContext) -> Outcome:
     cpu_facts = run.get("cpu") or {}
     flags = cpu_facts.get("flags")
     if flags is None:
-        return skipped("bf16 GEMMs found, but the recording CPU's instruction set is unknown "
-                       "(record with `perfdoctor profile`, whose run.json has the CPU flags)", **metrics)
+        return skipped(
+            "bf16 GEMMs found, but the recording CPU's instruction set is unknown "
+            "(record with `perfdoctor profile`, whose run.json has the CPU flags)",
+            **metrics,
+        )
     cap = cpu_facts.get("onednn_max_cpu_isa")
     has_isa = cpu_facts.get("bf16_matrix_units", any(f in flags for f in BF16_ISA))
     metrics["has_bf16_isa"] = float(has_isa)
@@ -87,11 +95,21 @@ def check(ctx: RankContext) -> Outcome:
         reason = f"ONEDNN_MAX_CPU_ISA={cap} hides its bf16 matrix instructions"
     else:
         reason = "it has no bf16 matrix instructions"
-    ev = Evidence(values={"cpu": cpu, "cpu_flags": ", ".join(flags) or "none of interest", "reason": reason,
-                          "cast_pct": pct(cast_us, ctx.step_us),
-                          "bf16_gemm_ms": bf16_us / 1000, "cast_ms": cast_us / 1000,
-                          "bf16_gemm_pct": pct(bf16_us, ctx.step_us)},
-                  steps=ctx.step_numbers, events=top_names(names[ops["name_id"][bf16]], ops["dur_us"][bf16]))
-    method = ("autocast's cast time per step + bf16 GEMM time × (1 − 1/emulated_slowdown); "
-              f"emulated_slowdown = {ctx.th['emulated_slowdown']}")
+    ev = Evidence(
+        values={
+            "cpu": cpu,
+            "cpu_flags": ", ".join(flags) or "none of interest",
+            "reason": reason,
+            "cast_pct": pct(cast_us, ctx.step_us),
+            "bf16_gemm_ms": bf16_us / 1000,
+            "cast_ms": cast_us / 1000,
+            "bf16_gemm_pct": pct(bf16_us, ctx.step_us),
+        },
+        steps=ctx.step_numbers,
+        events=top_names(names[ops["name_id"][bf16]], ops["dur_us"][bf16]),
+    )
+    method = (
+        "autocast's cast time per step + bf16 GEMM time × (1 − 1/emulated_slowdown); "
+        f"emulated_slowdown = {ctx.th['emulated_slowdown']}"
+    )
     return Outcome(metrics=metrics, hit=Hit(evidence=ev, estimate=Estimate(saving, ctx.step_us, method)))

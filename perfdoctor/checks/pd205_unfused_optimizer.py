@@ -46,6 +46,8 @@ class Thresholds:
     min_kernels_per_step: int
     max_multi_tensor_share: float
     min_saving_pct: float
+
+
 STEP_CLASS = re.compile(r"^Optimizer\.step#(\w+)\.step")
 # torch.optim classes by what their constructor takes, from the signatures of PyTorch 2.13
 # (inspect.signature(torch.optim.X)): ``fused`` appears in Adam, AdamW, SGD, Adagrad only;
@@ -74,26 +76,39 @@ def advice(cls: str | None) -> tuple[str, dict[str, str]]:
     if cls in FUSED or cls in FOREACH_ONLY:
         fused = cls in FUSED
         short = f"torch.optim.{cls}(..., foreach=True)" + (" or fused=True" if fused else "")
-        fix = (f"Use {cls}'s multi-tensor implementation: `torch.optim.{cls}(params, ..., foreach=True)`"
-               + (f", or the fused one: `torch.optim.{cls}(params, ..., fused=True)` (CUDA floating-point "
-                  "parameters; no sparse gradients)" if fused else f" ({cls} has no fused implementation)")
-               + ". `foreach` is already the default (PyTorch 2.x) when every parameter is a CUDA tensor, so a "
-               "for-loop step means `foreach=False` was passed or some parameters are not on the GPU. "
-               "Checked against the PyTorch 2.13 signatures; older versions may lack `fused`.")
+        fix = (
+            f"Use {cls}'s multi-tensor implementation: `torch.optim.{cls}(params, ..., foreach=True)`"
+            + (
+                f", or the fused one: `torch.optim.{cls}(params, ..., fused=True)` (CUDA floating-point "
+                "parameters; no sparse gradients)"
+                if fused
+                else f" ({cls} has no fused implementation)"
+            )
+            + ". `foreach` is already the default (PyTorch 2.x) when every parameter is a CUDA tensor, so a "
+            "for-loop step means `foreach=False` was passed or some parameters are not on the GPU. "
+            "Checked against the PyTorch 2.13 signatures; older versions may lack `fused`."
+        )
         after = f"opt = torch.optim.{cls}(model.parameters(), lr=1e-3, {'fused' if fused else 'foreach'}=True)\n"
-        return short, {"fix": fix, "example_before": f"opt = torch.optim.{cls}(model.parameters(), lr=1e-3, "
-                                                      "foreach=False)\n", "example_after": after}
+        return short, {
+            "fix": fix,
+            "example_before": f"opt = torch.optim.{cls}(model.parameters(), lr=1e-3, foreach=False)\n",
+            "example_after": after,
+        }
     if cls is None:
         return "a torch.optim optimizer with foreach=True (or fused=True where it has one)", {}
-    fix = (f"{cls} is not a torch.optim optimizer perfdoctor knows: use its multi-tensor (`foreach`) or fused "
-           "implementation if it has one (torch._foreach_* ops), or batch its per-parameter updates.")
+    fix = (
+        f"{cls} is not a torch.optim optimizer perfdoctor knows: use its multi-tensor (`foreach`) or fused "
+        "implementation if it has one (torch._foreach_* ops), or batch its per-parameter updates."
+    )
     return f"a multi-tensor (foreach) or fused implementation of {cls}", {"fix": fix}
 
 
 def check(ctx: RankContext) -> Outcome:
     opt = host.named(ctx.tables, host.OPTIMIZER_STEP)
     if opt[0].size == 0:
-        return skipped("no Optimizer.step annotations in the trace (no torch.optim optimizer, or it ran outside the profiler)")
+        return skipped(
+            "no Optimizer.step annotations in the trace (no torch.optim optimizer, or it ran outside the profiler)"
+        )
     ws, we = ctx.windows()
     k = ctx.kernels()
     inside = (iv.containing(k.launch_us, opt) >= 0) & (k.step >= 0)
@@ -107,23 +122,41 @@ def check(ctx: RankContext) -> Outcome:
     kern_us = np.bincount(k.step[inside], weights=k.dur_us[inside], minlength=ctx.n_steps)
     saving, per_step, method = ctx.replayed_saving(fused_optimizer(ctx.replay(), ctx.tables))
     saving, per_step = max(saving, 0.0), np.maximum(per_step, 0.0)
-    metrics = {"optimizer_kernels_per_step": n_per_step, "multi_tensor_share": share,
-               "optimizer_host_us": float(host_us.mean()), "optimizer_kernel_us": float(kern_us.mean()),
-               "optimizer_saving_us": saving, "optimizer_saving_pct": pct(saving, ctx.step_us)}
+    metrics = {
+        "optimizer_kernels_per_step": n_per_step,
+        "multi_tensor_share": share,
+        "optimizer_host_us": float(host_us.mean()),
+        "optimizer_kernel_us": float(kern_us.mean()),
+        "optimizer_saving_us": saving,
+        "optimizer_saving_pct": pct(saving, ctx.step_us),
+    }
     th = ctx.th
-    if (n_per_step < th["min_kernels_per_step"] or share > th["max_multi_tensor_share"]
-            or metrics["optimizer_saving_pct"] < th["min_saving_pct"]):
+    if (
+        n_per_step < th["min_kernels_per_step"]
+        or share > th["max_multi_tensor_share"]
+        or metrics["optimizer_saving_pct"] < th["min_saving_pct"]
+    ):
         return passed(**metrics)
     dur = k.dur_us[inside]
-    ev = Evidence(values={
-        "optimizer_kernels_per_step": n_per_step, "median_kernel_us": float(np.median(dur)) if dur.size else 0.0,
-        "optimizer_host_ms": metrics["optimizer_host_us"] / 1000, "optimizer_kernel_ms": float(kern_us.mean()) / 1000,
-        "optimizer_saving_ms": saving / 1000, "optimizer_saving_pct": metrics["optimizer_saving_pct"],
-        "multi_tensor_pct": 100 * share},
-        steps=steps_over(per_step, ctx.per_step(lambda s: s.dur_us), th["min_saving_pct"], ctx.step_numbers))
+    ev = Evidence(
+        values={
+            "optimizer_kernels_per_step": n_per_step,
+            "median_kernel_us": float(np.median(dur)) if dur.size else 0.0,
+            "optimizer_host_ms": metrics["optimizer_host_us"] / 1000,
+            "optimizer_kernel_ms": float(kern_us.mean()) / 1000,
+            "optimizer_saving_ms": saving / 1000,
+            "optimizer_saving_pct": metrics["optimizer_saving_pct"],
+            "multi_tensor_pct": 100 * share,
+        },
+        steps=steps_over(per_step, ctx.per_step(lambda s: s.dur_us), th["min_saving_pct"], ctx.step_numbers),
+    )
     cls = optimizer_class(ctx, k.launch_us[inside])
     short, fix = advice(cls)
     ev.values["optimizer"] = cls or "unknown"
-    hit = Hit(evidence=ev, estimate=Estimate(saving, ctx.step_us, method), advice=fix,
-              fields={"optimizer_step": f"{cls}.step" if cls else "Optimizer.step", "advice": short})
+    hit = Hit(
+        evidence=ev,
+        estimate=Estimate(saving, ctx.step_us, method),
+        advice=fix,
+        fields={"optimizer_step": f"{cls}.step" if cls else "Optimizer.step", "advice": short},
+    )
     return Outcome(metrics=metrics, hit=hit)

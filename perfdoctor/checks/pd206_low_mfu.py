@@ -34,9 +34,12 @@ class Thresholds:
 
     mfu_threshold: float
 
+
 # the idle causes PD206 names as a reason (the host outside any op is PD106's)
-_IDLE_LABELS = {c.value: c.as_reason for c in (IdleCause.DATALOADER, IdleCause.SYNCHRONIZATION,
-                                              IdleCause.HOST_LAUNCH_BOUND, IdleCause.OTHER)}
+_IDLE_LABELS = {
+    c.value: c.as_reason
+    for c in (IdleCause.DATALOADER, IdleCause.SYNCHRONIZATION, IdleCause.HOST_LAUNCH_BOUND, IdleCause.OTHER)
+}
 
 
 def dominant_reason(ctx: RankContext, dtype: str | None, roofs: dict[str, Any] | None) -> tuple[str, float]:
@@ -48,12 +51,14 @@ def dominant_reason(ctx: RankContext, dtype: str | None, roofs: dict[str, Any] |
         shares[label] = sum(s.idle_causes_us.get(cause, 0.0) for s in rows)
     shares["communication not overlapped with compute"] = sum(s.communication["exposed_us"] for s in rows)
     shares["memory-bound elementwise/normalisation kernels"] = sum(
-        s.categories_us.get("elementwise", 0.0) + s.categories_us.get("reduction_norm", 0.0) for s in rows)
+        s.categories_us.get("elementwise", 0.0) + s.categories_us.get("reduction_norm", 0.0) for s in rows
+    )
     shares["memcpy"] = sum(s.categories_us.get("memcpy", 0.0) for s in rows)
     gemm = sum(s.categories_us.get(c, 0.0) for s in rows for c in ("matmul", "conv", "attention"))
     peaks = (roofs or {}).get("peak_flops") or {}
-    fp32_slow = dtype == "fp32" and any(peaks.get(d, 0) > 1.5 * peaks.get("fp32", float("inf"))
-                                        for d in ("tf32", "bf16", "fp16"))
+    fp32_slow = dtype == "fp32" and any(
+        peaks.get(d, 0) > 1.5 * peaks.get("fp32", float("inf")) for d in ("tf32", "bf16", "fp16")
+    )
     if fp32_slow:
         shares["GEMMs in FP32 on a device with faster tensor-core dtypes"] = gemm
     label = max(shares, key=lambda k: shares[k])
@@ -74,11 +79,19 @@ def check(ctx: RankContext) -> Outcome:
         return passed(**metrics)
     roofs = ctx.rank.roofline.roofs if ctx.rank.roofline is not None else None
     reason, share = dominant_reason(ctx, mfu.dtype, roofs)
-    ev = Evidence(values={
-        "mfu_pct": 100 * mfu.mfu, "achieved_tflops": mfu.achieved_flops_per_s / 1e12,
-        "peak_tflops": mfu.peak_flops_per_s / 1e12, "dtype": mfu.dtype or "?", "peak_source": mfu.peak_source,
-        "model_flops_per_step": mfu.model_flops_per_step, "flops_source": mfu.flops_source,
-        "step_ms": mfu.step_time_s * 1e3, "reason": f"{reason} ({share:.0f}% of the step)",
-        "reason_share_pct": share,
-    }, steps=ctx.step_numbers)
+    ev = Evidence(
+        values={
+            "mfu_pct": 100 * mfu.mfu,
+            "achieved_tflops": mfu.achieved_flops_per_s / 1e12,
+            "peak_tflops": mfu.peak_flops_per_s / 1e12,
+            "dtype": mfu.dtype or "?",
+            "peak_source": mfu.peak_source,
+            "model_flops_per_step": mfu.model_flops_per_step,
+            "flops_source": mfu.flops_source,
+            "step_ms": mfu.step_time_s * 1e3,
+            "reason": f"{reason} ({share:.0f}% of the step)",
+            "reason_share_pct": share,
+        },
+        steps=ctx.step_numbers,
+    )
     return Outcome(metrics=metrics, hit=Hit(evidence=ev, estimate=None))

@@ -65,10 +65,16 @@ def check(ctx: RankContext) -> Outcome:
         replayed = float(ctx.cache.get("previous_metrics", {}).get("replayed_us", exposed.mean()))
         replay_method = method_text + " (replayed where the rank was analysed)"
     saving = float(np.clip(replayed, 0.0, float(exposed.mean())))
-    metrics = {"comm_us": float(total.mean()), "exposed_us": float(exposed.mean()),
-               "exposed_pct": pct(float(exposed.mean()), ctx.step_us), "saving_us": saving,
-               "saving_pct": pct(saving, ctx.step_us), "replayed_us": replayed,
-               "overlap_pct": pct(float(overlapped.sum()), float(total.sum())), "wait_us": float(wait.mean())}
+    metrics = {
+        "comm_us": float(total.mean()),
+        "exposed_us": float(exposed.mean()),
+        "exposed_pct": pct(float(exposed.mean()), ctx.step_us),
+        "saving_us": saving,
+        "saving_pct": pct(saving, ctx.step_us),
+        "replayed_us": replayed,
+        "overlap_pct": pct(float(overlapped.sum()), float(total.sum())),
+        "wait_us": float(wait.mean()),
+    }
     if metrics["saving_pct"] < ctx.th["min_saving_pct"]:
         return passed(**metrics)
     by_coll: dict[str, float] = {}
@@ -76,17 +82,31 @@ def check(ctx: RankContext) -> Outcome:
     for s in ctx.step_rows:
         for c, v in s.communication_by_collective_us.items():
             by_coll[c] = by_coll.get(c, 0.0) + v / n_steps
-    wait_note = (f" ({float(exposed_all.mean()) / 1000:.1f} ms exposed in all, less {float(wait.mean()) / 1000:.1f} ms of "
-                 "waiting for other ranks to arrive, which no overlap can hide: PD304)" if wait.any() else "")
-    ev = Evidence(values={"comm_ms": metrics["comm_us"] / 1000, "exposed_ms": metrics["exposed_us"] / 1000,
-                          "exposed_pct": metrics["exposed_pct"], "overlap_pct": metrics["overlap_pct"],
-                          "wait_note": wait_note, "wait_ms": float(wait.mean()) / 1000,
-                          "by_collective_ms": {c: v / 1000 for c, v in sorted(by_coll.items())},
-                          "messages": (msgs := _messages(ctx)),
-                          "messages_note": f"; messages (record_param_comms): {msgs}" if msgs else ""},
-                  steps=steps_over(exposed, ctx.per_step(lambda s: s.dur_us), ctx.th["min_saving_pct"], ctx.step_numbers))
-    method = (replay_method + "; at most the collective time with no compute kernel running"
-              + (", less the rank's wait for other ranks inside collectives" if wait.any() else ""))
+    wait_note = (
+        f" ({float(exposed_all.mean()) / 1000:.1f} ms exposed in all, less {float(wait.mean()) / 1000:.1f} ms of "
+        "waiting for other ranks to arrive, which no overlap can hide: PD304)"
+        if wait.any()
+        else ""
+    )
+    ev = Evidence(
+        values={
+            "comm_ms": metrics["comm_us"] / 1000,
+            "exposed_ms": metrics["exposed_us"] / 1000,
+            "exposed_pct": metrics["exposed_pct"],
+            "overlap_pct": metrics["overlap_pct"],
+            "wait_note": wait_note,
+            "wait_ms": float(wait.mean()) / 1000,
+            "by_collective_ms": {c: v / 1000 for c, v in sorted(by_coll.items())},
+            "messages": (msgs := _messages(ctx)),
+            "messages_note": f"; messages (record_param_comms): {msgs}" if msgs else "",
+        },
+        steps=steps_over(exposed, ctx.per_step(lambda s: s.dur_us), ctx.th["min_saving_pct"], ctx.step_numbers),
+    )
+    method = (
+        replay_method
+        + "; at most the collective time with no compute kernel running"
+        + (", less the rank's wait for other ranks inside collectives" if wait.any() else "")
+    )
     return Outcome(metrics=metrics, hit=Hit(evidence=ev, estimate=Estimate(saving, ctx.step_us, method)))
 
 
@@ -95,18 +115,31 @@ def _no_comm_reason(ctx: RankContext) -> str:
     from perfdoctor.analysis.kernel_ops import COMM_OP
 
     names = ctx.tables.name_array()
-    host = sorted({str(names[i]) for t in ("cpu_ops", "annotations") if len(ctx.tables.tables[t])
-                   for i in np.unique(ctx.tables.tables[t]["name_id"]).tolist() if COMM_OP.search(str(names[i]))})
+    host = sorted(
+        {
+            str(names[i])
+            for t in ("cpu_ops", "annotations")
+            if len(ctx.tables.tables[t])
+            for i in np.unique(ctx.tables.tables[t]["name_id"]).tolist()
+            if COMM_OP.search(str(names[i]))
+        }
+    )
     info = ctx.tables.metadata.get("distributedInfo")
     world = info.get("world_size") if isinstance(info, dict) else None
     if host:
-        return (f"collectives are called on the host ({', '.join(host[:3])}) but no communication kernel of this "
-                "device lies in the analysed steps: host (gloo) collectives, or device activity not recorded")
+        return (
+            f"collectives are called on the host ({', '.join(host[:3])}) but no communication kernel of this "
+            "device lies in the analysed steps: host (gloo) collectives, or device activity not recorded"
+        )
     if isinstance(world, int) and world > 1:
-        return (f"distributedInfo says world_size {world}, but the trace holds no communication kernel "
-                "(NCCL/RCCL, MSCCL, NVSHMEM, DeepEP, oneCCL) and no c10d/record_param_comms annotation")
-    return ("no collective kernel (NCCL/RCCL, MSCCL, NVSHMEM, DeepEP, oneCCL, custom all-reduce/all-to-all) and "
-            "no c10d/record_param_comms annotation in the trace: single-process training")
+        return (
+            f"distributedInfo says world_size {world}, but the trace holds no communication kernel "
+            "(NCCL/RCCL, MSCCL, NVSHMEM, DeepEP, oneCCL) and no c10d/record_param_comms annotation"
+        )
+    return (
+        "no collective kernel (NCCL/RCCL, MSCCL, NVSHMEM, DeepEP, oneCCL, custom all-reduce/all-to-all) and "
+        "no c10d/record_param_comms annotation in the trace: single-process training"
+    )
 
 
 def _messages(ctx: RankContext) -> str:
@@ -117,8 +150,7 @@ def _messages(ctx: RankContext) -> str:
     rows = collective_messages(ctx.tables, float(ws[0]), float(we[-1]))
     parts = []
     for r in rows[:4]:
-        size = (f"{int(str(r['bytes_per_call'])) / 1e6:,.3f} MB" if r["bytes_per_call"] is not None
-                else "size unknown")
+        size = f"{int(str(r['bytes_per_call'])) / 1e6:,.3f} MB" if r["bytes_per_call"] is not None else "size unknown"
         per_step = int(str(r["calls"])) / max(ctx.n_steps, 1)
         parts.append(f"{r['collective']} {per_step:g}×/step of {size} in a group of {r['group_size']}")
     return "; ".join(parts)

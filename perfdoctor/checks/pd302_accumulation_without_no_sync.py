@@ -34,6 +34,8 @@ MESSAGE_FIELDS = ("early_allreduce_ms",)
 @dataclass(frozen=True)
 class Thresholds:
     """``[thresholds]`` of rules/PD302.toml: none (a key there fails when the catalogue loads)."""
+
+
 DDP_FORWARD = r"^DistributedDataParallel\.forward$"
 ALLREDUCE_CALL = r"^c10d::allreduce_$|^nccl:all_reduce$"
 ALLREDUCE_WORK = r"^gloo:all_reduce$|^nccl:all_reduce$"
@@ -65,13 +67,19 @@ def check(ctx: RankContext) -> Outcome:
         early_us.append(iv.total(iv.union(work[0][wm], work[1][wm])))
     if not n_micro:
         return skipped("no DDP forward inside an optimizer step window")
-    metrics = {"micro_batches_per_update": float(np.mean(n_micro)), "allreduce_calls_per_update": float(np.mean(n_calls)),
-               "early_allreduce_calls_per_update": float(np.mean(n_early)), "early_allreduce_us": float(np.mean(early_us))}
+    metrics = {
+        "micro_batches_per_update": float(np.mean(n_micro)),
+        "allreduce_calls_per_update": float(np.mean(n_calls)),
+        "early_allreduce_calls_per_update": float(np.mean(n_early)),
+        "early_allreduce_us": float(np.mean(early_us)),
+    }
     saving = metrics["early_allreduce_us"]
     update_us = ctx.step_us
     if metrics["micro_batches_per_update"] < 2 or metrics["early_allreduce_calls_per_update"] < 1:
         return passed(**metrics)
-    ev = Evidence(values={k: v for k, v in metrics.items() if k != "early_allreduce_us"} |
-                  {"early_allreduce_ms": saving / 1000}, steps=ctx.step_numbers)
+    ev = Evidence(
+        values={k: v for k, v in metrics.items() if k != "early_allreduce_us"} | {"early_allreduce_ms": saving / 1000},
+        steps=ctx.step_numbers,
+    )
     method = "all-reduce work (on the collective's thread) issued before the last micro-batch, per optimizer step"
     return Outcome(metrics=metrics, hit=Hit(evidence=ev, estimate=Estimate(saving, update_us, method)))

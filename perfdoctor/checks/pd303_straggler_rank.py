@@ -52,25 +52,41 @@ def check(job: JobContext) -> Outcome:
     if comm.sum() <= 0:
         return skipped("no collective kernels in the traces: the ranks never wait for each other on the device")
     step = np.array([c.step_us for c in job.ranks])
-    compute = np.array([_mean(c.step_rows, lambda s: sum(s.categories_us.get(k, 0.0) for k in COMPUTE_CATEGORIES))
-                        for c in job.ranks])
+    compute = np.array(
+        [_mean(c.step_rows, lambda s: sum(s.categories_us.get(k, 0.0) for k in COMPUTE_CATEGORIES)) for c in job.ranks]
+    )
     own = step - comm
     worst = int(np.argmax(own))
     median = float(np.median(np.delete(own, worst)))
     others_comm = float(np.median(np.delete(comm, worst)))
     saving = max(float(own[worst]) - median, 0.0)
     step_us = float(np.median(step))
-    metrics = {"max_own_us": float(own[worst]), "median_own_us": median, "excess_pct": pct(saving, median),
-               "straggler_comm_us": float(comm[worst]), "others_comm_us": others_comm, "step_us": step_us}
-    if (metrics["excess_pct"] < job.th["min_excess_pct"] or comm[worst] >= others_comm
-            or pct(saving, step_us) < job.th["min_saving_pct"]):
+    metrics = {
+        "max_own_us": float(own[worst]),
+        "median_own_us": median,
+        "excess_pct": pct(saving, median),
+        "straggler_comm_us": float(comm[worst]),
+        "others_comm_us": others_comm,
+        "step_us": step_us,
+    }
+    if (
+        metrics["excess_pct"] < job.th["min_excess_pct"]
+        or comm[worst] >= others_comm
+        or pct(saving, step_us) < job.th["min_saving_pct"]
+    ):
         return passed(**metrics)
-    ev = Evidence(values={
-        "straggler": ranks[worst], "straggler_own_ms": float(own[worst]) / 1000, "others_own_ms": median / 1000,
-        "excess_pct": metrics["excess_pct"], "straggler_comm_ms": float(comm[worst]) / 1000,
-        "others_comm_ms": others_comm / 1000,
-        "own_ms_by_rank": {str(r): round(float(v) / 1000, 3) for r, v in zip(ranks, own)},
-        "compute_ms_by_rank": {str(r): round(float(v) / 1000, 3) for r, v in zip(ranks, compute)}},
-        steps=job.ranks[worst].step_numbers)
+    ev = Evidence(
+        values={
+            "straggler": ranks[worst],
+            "straggler_own_ms": float(own[worst]) / 1000,
+            "others_own_ms": median / 1000,
+            "excess_pct": metrics["excess_pct"],
+            "straggler_comm_ms": float(comm[worst]) / 1000,
+            "others_comm_ms": others_comm / 1000,
+            "own_ms_by_rank": {str(r): round(float(v) / 1000, 3) for r, v in zip(ranks, own)},
+            "compute_ms_by_rank": {str(r): round(float(v) / 1000, 3) for r, v in zip(ranks, compute)},
+        },
+        steps=job.ranks[worst].step_numbers,
+    )
     method = "slowest rank's time outside collectives per step − median of the other ranks' (their wait in collectives)"
     return Outcome(metrics=metrics, hit=Hit(evidence=ev, estimate=Estimate(saving, step_us, method), rank=ranks[worst]))

@@ -38,10 +38,10 @@ def check(job: JobContext) -> Outcome:
         return skipped(f"collectives not matched across ranks: {why}")
     by_rank = {c.rank.rank: c for c in job.ranks}
     # only the wait that no compute kernel overlaps costs step time: min(wait, exposed collective time) per step
-    exposed = {r: np.array([s.communication["exposed_us"] for s in by_rank[r].step_rows]) for r in cw.wait_us
-               if r in by_rank}
-    mean_wait = {r: float(np.mean(np.minimum(cw.wait_us[r], exposed[r]))) if len(exposed[r]) else 0.0
-                 for r in exposed}
+    exposed = {
+        r: np.array([s.communication["exposed_us"] for s in by_rank[r].step_rows]) for r in cw.wait_us if r in by_rank
+    }
+    mean_wait = {r: float(np.mean(np.minimum(cw.wait_us[r], exposed[r]))) if len(exposed[r]) else 0.0 for r in exposed}
     worst = max(mean_wait, key=lambda r: mean_wait[r])
     ctx = by_rank[worst]
     wait = mean_wait[worst]
@@ -50,13 +50,22 @@ def check(job: JobContext) -> Outcome:
         return passed(**metrics)
     last_rank = max(cw.last_arrivals, key=cw.last_arrivals.get)
     comm = float(np.mean([s.communication["total_us"] for s in ctx.step_rows]))
-    ev = Evidence(values={
-        "rank": worst, "wait_ms": wait / 1000, "wait_pct": pct(wait, ctx.step_us),
-        "last_rank": last_rank, "last_count": cw.last_arrivals[last_rank], "n_collectives": cw.n_collectives,
-        "transfer_ms": max(comm - wait, 0.0) / 1000,
-        "wait_ms_by_rank": {str(r): round(v / 1000, 3) for r, v in sorted(mean_wait.items())},
-        "last_arrivals_by_rank": {str(r): n for r, n in sorted(cw.last_arrivals.items())}},
-        steps=ctx.step_numbers)
-    method = ("the rank's mean wait per step inside matched collectives (its duration − the shortest copy's), "
-              "at most its exposed collective time")
+    ev = Evidence(
+        values={
+            "rank": worst,
+            "wait_ms": wait / 1000,
+            "wait_pct": pct(wait, ctx.step_us),
+            "last_rank": last_rank,
+            "last_count": cw.last_arrivals[last_rank],
+            "n_collectives": cw.n_collectives,
+            "transfer_ms": max(comm - wait, 0.0) / 1000,
+            "wait_ms_by_rank": {str(r): round(v / 1000, 3) for r, v in sorted(mean_wait.items())},
+            "last_arrivals_by_rank": {str(r): n for r, n in sorted(cw.last_arrivals.items())},
+        },
+        steps=ctx.step_numbers,
+    )
+    method = (
+        "the rank's mean wait per step inside matched collectives (its duration − the shortest copy's), "
+        "at most its exposed collective time"
+    )
     return Outcome(metrics=metrics, hit=Hit(evidence=ev, estimate=Estimate(wait, ctx.step_us, method), rank=worst))

@@ -62,24 +62,37 @@ def _sizes(ctx: RankContext) -> list[dict[str, float | str]]:
     rows: list[dict[str, float | str]] = []
     for (coll, nbytes), durs in sorted(groups.items(), key=lambda kv: -sum(kv[1])):
         mean = float(np.mean(durs))
-        rows.append({"collective": coll, "bytes": nbytes, "count": float(len(durs)), "mean_us": mean,
-                     "algbw_bytes_per_s": nbytes / (mean / 1e6) if mean > 0 else 0.0})
+        rows.append(
+            {
+                "collective": coll,
+                "bytes": nbytes,
+                "count": float(len(durs)),
+                "mean_us": mean,
+                "algbw_bytes_per_s": nbytes / (mean / 1e6) if mean > 0 else 0.0,
+            }
+        )
     return rows
 
 
 def _advice(rows: list[dict[str, float | str]], exposed_share: float) -> str:
     tips = []
     if rows and all(float(r["bytes"]) < SMALL_BYTES for r in rows):
-        tips.append("the messages are small, so each call pays gloo's fixed latency: fewer, larger collectives "
-                    "(DDP bucket_cap_mb, or coalesce tensors before all_reduce)")
+        tips.append(
+            "the messages are small, so each call pays gloo's fixed latency: fewer, larger collectives "
+            "(DDP bucket_cap_mb, or coalesce tensors before all_reduce)"
+        )
     if rows and min(float(r["algbw_bytes_per_s"]) for r in rows) < SLOW_BYTES_PER_S:
-        tips.append("the transfer runs below 1 GB/s, so the transport is the limit: check the NIC gloo uses "
-                    "(GLOO_SOCKET_IFNAME), fewer ranks per host, or halve the bytes with a DDP comm hook "
-                    "(bf16_compress_hook)")
+        tips.append(
+            "the transfer runs below 1 GB/s, so the transport is the limit: check the NIC gloo uses "
+            "(GLOO_SOCKET_IFNAME), fewer ranks per host, or halve the bytes with a DDP comm hook "
+            "(bf16_compress_hook)"
+        )
     if exposed_share > 0.5:
-        tips.append("nothing computes while they run: overlap them with the backward pass (DDP launches each "
-                    "bucket's all_reduce as its gradients are ready; a manual all_reduce after backward() cannot "
-                    "overlap)")
+        tips.append(
+            "nothing computes while they run: overlap them with the backward pass (DDP launches each "
+            "bucket's all_reduce as its gradients are ready; a manual all_reduce after backward() cannot "
+            "overlap)"
+        )
     return "; ".join(tips) or "overlap them with compute or move the job to GPUs with NCCL"
 
 
@@ -87,19 +100,34 @@ def check(ctx: RankContext) -> Outcome:
     total = ctx.per_step(lambda s: s.communication.get("total_us", 0.0))
     exposed = ctx.per_step(lambda s: s.communication.get("exposed_us", 0.0))
     mean_total, mean_exposed = float(total.mean()), float(exposed.mean())
-    metrics = {"collective_us": mean_total, "collective_pct": pct(mean_total, ctx.step_us),
-               "exposed_us": mean_exposed, "exposed_pct": pct(mean_exposed, ctx.step_us)}
+    metrics = {
+        "collective_us": mean_total,
+        "collective_pct": pct(mean_total, ctx.step_us),
+        "exposed_us": mean_exposed,
+        "exposed_pct": pct(mean_exposed, ctx.step_us),
+    }
     if metrics["exposed_pct"] < ctx.th["min_saving_pct"]:
         return passed(**metrics)
     rows = _sizes(ctx)
-    sizes = ", ".join(f"{r['collective']} of {float(r['bytes']) / 1e6:,.2f} MB ×{int(float(r['count']))} "
-                      f"({float(r['mean_us']) / 1000:,.1f} ms each, {float(r['algbw_bytes_per_s']) / 1e9:.3f} GB/s)"
-                      for r in rows[:4]) or "message sizes not recorded (record_shapes=True)"
-    ev = Evidence(values={"collective_ms": mean_total / 1000, "collective_pct": metrics["collective_pct"],
-                          "exposed_ms": mean_exposed / 1000, "exposed_pct": metrics["exposed_pct"],
-                          "sizes": sizes, "collectives": rows,
-                          "advice": _advice(rows, mean_exposed / mean_total if mean_total else 0.0)},
-                  steps=steps_over(exposed, ctx.per_step(lambda s: s.dur_us), ctx.th["min_saving_pct"],
-                                   ctx.step_numbers))
+    sizes = (
+        ", ".join(
+            f"{r['collective']} of {float(r['bytes']) / 1e6:,.2f} MB ×{int(float(r['count']))} "
+            f"({float(r['mean_us']) / 1000:,.1f} ms each, {float(r['algbw_bytes_per_s']) / 1e9:.3f} GB/s)"
+            for r in rows[:4]
+        )
+        or "message sizes not recorded (record_shapes=True)"
+    )
+    ev = Evidence(
+        values={
+            "collective_ms": mean_total / 1000,
+            "collective_pct": metrics["collective_pct"],
+            "exposed_ms": mean_exposed / 1000,
+            "exposed_pct": metrics["exposed_pct"],
+            "sizes": sizes,
+            "collectives": rows,
+            "advice": _advice(rows, mean_exposed / mean_total if mean_total else 0.0),
+        },
+        steps=steps_over(exposed, ctx.per_step(lambda s: s.dur_us), ctx.th["min_saving_pct"], ctx.step_numbers),
+    )
     method = "mean host collective time per step with no other op of the process running (CPU breakdown)"
     return Outcome(metrics=metrics, hit=Hit(evidence=ev, estimate=Estimate(mean_exposed, ctx.step_us, method)))

@@ -94,18 +94,34 @@ def check(ctx: RankContext) -> Outcome:
     idle = np.maximum(idle, 0.0)
     in_step = ctx.step_of(rt["ts_us"][rows]) if rows.size else np.empty(0, dtype=np.int64)
     n_calls = np.bincount(in_step[in_step >= 0], minlength=ctx.n_steps)
-    n_d2h = np.bincount(np.clip(ctx.step_of(d2h[0]), -1, None) + 1, minlength=ctx.n_steps + 1)[1:] if d2h[0].size \
+    n_d2h = (
+        np.bincount(np.clip(ctx.step_of(d2h[0]), -1, None) + 1, minlength=ctx.n_steps + 1)[1:]
+        if d2h[0].size
         else np.zeros(ctx.n_steps)
-    metrics = {"syncs_per_step": float((n_calls + n_d2h).mean()), "idle_us": saving,
-               "idle_pct": pct(saving, ctx.step_us)}
+    )
+    metrics = {
+        "syncs_per_step": float((n_calls + n_d2h).mean()),
+        "idle_us": saving,
+        "idle_pct": pct(saving, ctx.step_us),
+    }
     if metrics["idle_pct"] < ctx.th["min_saving_pct"]:
         return passed(**metrics)
     sel = rows[in_step >= 0]
     ev = Evidence(
-        values={"syncs_per_step": metrics["syncs_per_step"], "idle_ms": saving / 1000, "idle_pct": metrics["idle_pct"],
-                "host_wait_ms": float(iv.per_window(waits, ws, we).mean()) / 1000},
+        values={
+            "syncs_per_step": metrics["syncs_per_step"],
+            "idle_ms": saving / 1000,
+            "idle_pct": metrics["idle_pct"],
+            "host_wait_ms": float(iv.per_window(waits, ws, we).mean()) / 1000,
+        },
         steps=steps_over(idle, ctx.per_step(lambda s: s.dur_us), ctx.th["min_saving_pct"], ctx.step_numbers),
         events=top_names(_callers(ctx, sel), rt["dur_us"][sel]),
     )
-    return Outcome(metrics=metrics, hit=Hit(evidence=ev, estimate=Estimate(saving, ctx.step_us, method),
-                                            fields={"syncs": count_text(metrics["syncs_per_step"])}))
+    return Outcome(
+        metrics=metrics,
+        hit=Hit(
+            evidence=ev,
+            estimate=Estimate(saving, ctx.step_us, method),
+            fields={"syncs": count_text(metrics["syncs_per_step"])},
+        ),
+    )

@@ -39,6 +39,8 @@ class Thresholds:
     skip_first_steps: int
     min_calls_per_step: float
     min_saving_pct: float
+
+
 ALLOC = re.compile(r"^(cuda|hip)(Malloc|Free|MallocAsync|FreeAsync|MallocManaged)$|^cuMem(Alloc|Free|Create|Release)")
 
 
@@ -60,18 +62,32 @@ def check(ctx: RankContext) -> Outcome:
     saving = float(idle.sum()) / ctx.n_steps
     host_us = float(iv.per_window(calls, ws, we)[first:].mean())
     peak = peak_reserved_pct(ctx)
-    metrics = {"allocator_calls_per_step": rows.size / n_steady, "allocator_host_us": host_us, "idle_us": saving,
-               "idle_pct": pct(saving, ctx.step_us)}
+    metrics = {
+        "allocator_calls_per_step": rows.size / n_steady,
+        "allocator_host_us": host_us,
+        "idle_us": saving,
+        "idle_pct": pct(saving, ctx.step_us),
+    }
     if peak is not None:
         metrics["peak_reserved_pct"] = peak
-    if metrics["allocator_calls_per_step"] < ctx.th["min_calls_per_step"] or metrics["idle_pct"] < ctx.th["min_saving_pct"]:
+    if (
+        metrics["allocator_calls_per_step"] < ctx.th["min_calls_per_step"]
+        or metrics["idle_pct"] < ctx.th["min_saving_pct"]
+    ):
         return passed(**metrics)
     names = ctx.tables.name_array()[rt["name_id"][rows]]
-    ev = Evidence(values={"allocator_calls_per_step": metrics["allocator_calls_per_step"],
-                          "allocator_host_ms": host_us / 1000, "idle_ms": saving / 1000, "idle_pct": metrics["idle_pct"],
-                          "peak_reserved_pct": peak if peak is not None else "unknown (profile_memory=False)"},
-                  steps=sorted({int(ctx.step_numbers[i]) for i in step[steady].tolist()}),
-                  events=top_names(names, rt["dur_us"][rows]))
-    method = ("device idle that begins while the host is in cudaMalloc/cudaFree in the steady-state steps, per "
-              "analysed step")
+    ev = Evidence(
+        values={
+            "allocator_calls_per_step": metrics["allocator_calls_per_step"],
+            "allocator_host_ms": host_us / 1000,
+            "idle_ms": saving / 1000,
+            "idle_pct": metrics["idle_pct"],
+            "peak_reserved_pct": peak if peak is not None else "unknown (profile_memory=False)",
+        },
+        steps=sorted({int(ctx.step_numbers[i]) for i in step[steady].tolist()}),
+        events=top_names(names, rt["dur_us"][rows]),
+    )
+    method = (
+        "device idle that begins while the host is in cudaMalloc/cudaFree in the steady-state steps, per analysed step"
+    )
     return Outcome(metrics=metrics, hit=Hit(evidence=ev, estimate=Estimate(saving, ctx.step_us, method)))

@@ -34,8 +34,10 @@ class Thresholds:
 def check(ctx: RankContext) -> Outcome:
     mem = ctx.tables.memory
     dev = ctx.device.device
-    cap = next((p.get("totalGlobalMem") for p in ctx.tables.device_properties
-                if isinstance(p, dict) and p.get("id") == dev), None)
+    cap = next(
+        (p.get("totalGlobalMem") for p in ctx.tables.device_properties if isinstance(p, dict) and p.get("id") == dev),
+        None,
+    )
     if not cap:
         return skipped(f"device {dev} has no totalGlobalMem in deviceProperties")
     m = (mem["device_type"] == 1) & (mem["device_id"] == dev) & (mem["total_reserved"] >= 0)
@@ -46,7 +48,13 @@ def check(ctx: RankContext) -> Outcome:
     metrics = {"peak_reserved_pct": pct(reserved, cap), "peak_allocated_pct": pct(allocated, cap)}
     if metrics["peak_reserved_pct"] < ctx.th["min_reserved_pct"]:
         return passed(**metrics)
-    ev = Evidence(values={"peak_reserved_gib": reserved / 2**30, "peak_allocated_gib": allocated / 2**30,
-                          "capacity_gib": cap / 2**30, "peak_reserved_pct": metrics["peak_reserved_pct"]},
-                  steps=ctx.step_numbers)
+    ev = Evidence(
+        values={
+            "peak_reserved_gib": reserved / 2**30,
+            "peak_allocated_gib": allocated / 2**30,
+            "capacity_gib": cap / 2**30,
+            "peak_reserved_pct": metrics["peak_reserved_pct"],
+        },
+        steps=ctx.step_numbers,
+    )
     return Outcome(metrics=metrics, hit=Hit(evidence=ev, estimate=None))

@@ -44,19 +44,28 @@ def check(job: JobContext) -> Outcome:
     if ratio is None or median_s is None:
         return skipped("the run has no profiled window inside its step series")
     if ss.unstable:
-        return skipped(f"step times vary {ss.spread:.1f}x within the steady state: no single level to compare the "
-                       "profiled window with (see PD603)")
+        return skipped(
+            f"step times vary {ss.spread:.1f}x within the steady state: no single level to compare the "
+            "profiled window with (see PD603)"
+        )
     dev = abs(ratio - 1.0) * 100
     # a transient must stand out from the run's own step-to-step noise (3 robust sigmas from the IQR of the
     # unprofiled steady steps), not just from its median
     within_noise = abs(median_s - ss.median_s) <= 3 * _robust_sigma(run, ss.steady_start_step)
     if dev <= 100 * job.th["max_deviation"] or within_noise:
         return passed(window_deviation_pct=dev)
-    ev = Evidence(values={
-        "ratio": ratio, "deviation_pct": dev, "window_ms": median_s * 1e3, "steady_ms": ss.median_s * 1e3,
-        "basis": basis, "steady_start_step": ss.steady_start_step, "warmup_steps": ss.warmup_steps,
-        "direction": "slower" if ratio > 1 else "faster",
-    })
+    ev = Evidence(
+        values={
+            "ratio": ratio,
+            "deviation_pct": dev,
+            "window_ms": median_s * 1e3,
+            "steady_ms": ss.median_s * 1e3,
+            "basis": basis,
+            "steady_start_step": ss.steady_start_step,
+            "warmup_steps": ss.warmup_steps,
+            "direction": "slower" if ratio > 1 else "faster",
+        }
+    )
     return Outcome(metrics={"window_deviation_pct": dev}, hit=Hit(evidence=ev, estimate=None))
 
 

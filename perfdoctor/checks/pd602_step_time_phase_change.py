@@ -20,7 +20,10 @@ from perfdoctor.checks.context import JobContext, Outcome, passed, skipped
 from perfdoctor.findings import Estimate, Evidence, Hit
 
 CODE = "PD602"
-METRICS = {"n_phases": "level phases of the step-time series", "trend_rise_pct": "fitted rise over the run, % of median"}
+METRICS = {
+    "n_phases": "level phases of the step-time series",
+    "trend_rise_pct": "fitted rise over the run, % of median",
+}
 
 # what a hit's evidence/fields add to METRICS for the TOML message (its placeholders are checked at load)
 MESSAGE_FIELDS = ("change_pct", "what")
@@ -42,11 +45,17 @@ def check(job: JobContext) -> Outcome:
     metrics = {"n_phases": len(ss.phases), "trend_rise_pct": 100 * ss.trend_rise_ratio}
     steady = ss.n_steps - ss.warmup_steps
     if steady < job.th.get("min_steps", 50):
-        return skipped(f"only {steady} steps after warm-up: too few to tell a phase change or a trend from noise "
-                       f"(needs {job.th.get('min_steps', 50)}; profile with more --steps)", **metrics)
+        return skipped(
+            f"only {steady} steps after warm-up: too few to tell a phase change or a trend from noise "
+            f"(needs {job.th.get('min_steps', 50)}; profile with more --steps)",
+            **metrics,
+        )
     if ss.unstable:
-        return skipped(f"step times vary {ss.spread:.1f}x within the steady state (p10 {ss.p10_s * 1e3:.1f} ms, p90 "
-                       f"{ss.p90_s * 1e3:.1f} ms): a phase change cannot be told from that noise (see PD603)", **metrics)
+        return skipped(
+            f"step times vary {ss.spread:.1f}x within the steady state (p10 {ss.p10_s * 1e3:.1f} ms, p90 "
+            f"{ss.p90_s * 1e3:.1f} ms): a phase change cannot be told from that noise (see PD603)",
+            **metrics,
+        )
     first = ss.phases[0]
     if ss.phase_change and abs(ss.phases[-1].median_s / first.median_s - 1) < job.th.get("min_shift", 0.10):
         # a slow (or fast) stretch the run recovered from: the later state is the start's, nothing to extrapolate
@@ -55,12 +64,17 @@ def check(job: JobContext) -> Outcome:
         last, best = ss.phases[-1], min(ss.phases, key=lambda p: p.median_s)
         change = ss.phases[1]
         what = "; ".join(f"steps {p.start_step}–{p.end_step - 1}: {p.median_s * 1e3:.1f} ms" for p in ss.phases)
-        ev = Evidence(values={
-            "what": f"step time changes level at step {change.start_step} ({what})",
-            "first_ms": ss.phases[0].median_s * 1e3, "last_ms": last.median_s * 1e3,
-            "change_pct": 100 * (last.median_s / ss.phases[0].median_s - 1), "change_step": change.start_step,
-            "n_phases": len(ss.phases),
-        }, steps=[p.start_step for p in ss.phases[1:]])
+        ev = Evidence(
+            values={
+                "what": f"step time changes level at step {change.start_step} ({what})",
+                "first_ms": ss.phases[0].median_s * 1e3,
+                "last_ms": last.median_s * 1e3,
+                "change_pct": 100 * (last.median_s / ss.phases[0].median_s - 1),
+                "change_step": change.start_step,
+                "n_phases": len(ss.phases),
+            },
+            steps=[p.start_step for p in ss.phases[1:]],
+        )
         saving = max(last.median_s - best.median_s, 0.0) * 1e6
         est = Estimate(saving, last.median_s * 1e6, "last phase median − fastest phase median (per step)")
         return Outcome(metrics=metrics, hit=Hit(evidence=ev, estimate=est if saving > 0 else None))
@@ -68,22 +82,35 @@ def check(job: JobContext) -> Outcome:
         jump = _level_change(run)
         if jump is not None:  # one jump explains the series better than a slope: report it as a level change
             step, before_s, after_s = jump
-            ev = Evidence(values={
-                "what": f"step time changes level at step {step} ({before_s * 1e3:.1f} ms before, "
-                        f"{after_s * 1e3:.1f} ms after)",
-                "first_ms": before_s * 1e3, "last_ms": after_s * 1e3, "change_pct": 100 * (after_s / before_s - 1),
-                "change_step": step, "n_phases": 2,
-            }, steps=[step])
+            ev = Evidence(
+                values={
+                    "what": f"step time changes level at step {step} ({before_s * 1e3:.1f} ms before, "
+                    f"{after_s * 1e3:.1f} ms after)",
+                    "first_ms": before_s * 1e3,
+                    "last_ms": after_s * 1e3,
+                    "change_pct": 100 * (after_s / before_s - 1),
+                    "change_step": step,
+                    "n_phases": 2,
+                },
+                steps=[step],
+            )
             saving = max(after_s - before_s, 0.0) * 1e6
             est = Estimate(saving, after_s * 1e6, "median after the change − median before (per step)")
             return Outcome(metrics=metrics, hit=Hit(evidence=ev, estimate=est if saving > 0 else None))
         rise_us = ss.trend_rise_ratio * ss.median_s * 1e6
-        ev = Evidence(values={
-            "what": (f"step time keeps growing: +{ss.trend_us_per_step:.3g} µs per step, "
-                     f"+{100 * ss.trend_rise_ratio:.0f}% of the median over the steady span"),
-            "first_ms": ss.median_s * 1e3, "last_ms": (ss.median_s * 1e6 + rise_us / 2) / 1e3,
-            "change_pct": 100 * ss.trend_rise_ratio, "change_step": ss.steady_start_step, "n_phases": 1,
-        })
+        ev = Evidence(
+            values={
+                "what": (
+                    f"step time keeps growing: +{ss.trend_us_per_step:.3g} µs per step, "
+                    f"+{100 * ss.trend_rise_ratio:.0f}% of the median over the steady span"
+                ),
+                "first_ms": ss.median_s * 1e3,
+                "last_ms": (ss.median_s * 1e6 + rise_us / 2) / 1e3,
+                "change_pct": 100 * ss.trend_rise_ratio,
+                "change_step": ss.steady_start_step,
+                "n_phases": 1,
+            }
+        )
         est = Estimate(rise_us, ss.median_s * 1e6, "fitted rise of step time over the steady span (Theil-Sen)")
         return Outcome(metrics=metrics, hit=Hit(evidence=ev, estimate=est))
     return passed(**metrics)

@@ -46,8 +46,16 @@ def check(job: JobContext) -> Outcome:
     if spread <= job.th["max_spread"] or (p90 - p10) * 1e3 < job.th["min_spread_ms"]:
         return passed(spread=spread)  # even, or sub-millisecond jitter (scheduler, timer) on tiny steps
     slow = x > 2 * p10
-    ev = Evidence(values={"p10_ms": p10 * 1e3, "median_ms": med * 1e3, "p90_ms": p90 * 1e3, "spread": spread,
-                          "slow_pct": 100 * float(slow.mean()), "steady_steps": int(x.size)},
-                  steps=[int(s) for s in idx[slow][:20]])
+    ev = Evidence(
+        values={
+            "p10_ms": p10 * 1e3,
+            "median_ms": med * 1e3,
+            "p90_ms": p90 * 1e3,
+            "spread": spread,
+            "slow_pct": 100 * float(slow.mean()),
+            "steady_steps": int(x.size),
+        },
+        steps=[int(s) for s in idx[slow][:20]],
+    )
     est = Estimate(max(med - p10, 0.0) * 1e6, med * 1e6, "median − p10 of the unprofiled steady-state step times")
     return Outcome(metrics={"spread": spread}, hit=Hit(evidence=ev, estimate=est))

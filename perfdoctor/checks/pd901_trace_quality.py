@@ -54,6 +54,14 @@ def check(ctx: RankContext) -> Outcome:
     metrics = {"n_lacks": float(len(lacks)), "n_steps": float(ctx.n_steps)}
     if not lacks:
         return passed(**metrics)
-    ev = Evidence(values={"lacks": lacks, "lacks_text": "; ".join(lacks), "disabled_checks": disabled,
-                          "n_disabled": len(disabled), "path": ctx.tables.path}, steps=ctx.step_numbers)
+    ev = Evidence(
+        values={
+            "lacks": lacks,
+            "lacks_text": "; ".join(lacks),
+            "disabled_checks": disabled,
+            "n_disabled": len(disabled),
+            "path": ctx.tables.path,
+        },
+        steps=ctx.step_numbers,
+    )
     return Outcome(metrics=metrics, hit=Hit(evidence=ev, estimate=None))

@@ -17,7 +17,7 @@ from perfdoctor.findings import Evidence, Hit
 CODE = "PD902"
 METRICS = {
     "warmup_us": "mean µs per analysed step of first-call work (union of compile, first calls, lazy init, "
-                 "allocator growth)",
+    "allocator growth)",
     "warmup_pct": "warmup_us as % of the mean step time",
     "n_cold_dropped": "leading steps left out because first-call work filled them",
 }
@@ -29,8 +29,14 @@ MESSAGE_FIELDS = ("first_call_ops", "kinds", "where")
 @dataclass(frozen=True)
 class Thresholds:
     """``[thresholds]`` of rules/PD902.toml: none (a key there fails when the catalogue loads)."""
-_KIND_TEXT = {"compile": "torch.compile (Dynamo/Inductor) compilation", "first_call": "first calls of ops",
-              "lazy_init": "lazy CUDA/HIP initialisation", "allocator_growth": "allocator growth (cudaMalloc)"}
+
+
+_KIND_TEXT = {
+    "compile": "torch.compile (Dynamo/Inductor) compilation",
+    "first_call": "first calls of ops",
+    "lazy_init": "lazy CUDA/HIP initialisation",
+    "allocator_growth": "allocator growth (cudaMalloc)",
+}
 
 
 def check(ctx: RankContext) -> Outcome:
@@ -39,26 +45,41 @@ def check(ctx: RankContext) -> Outcome:
     if warm is None or warm.per_window_us.size == 0:
         return passed(warmup_us=0.0, warmup_pct=0.0, n_cold_dropped=0.0)
     mean_us = float(warm.per_window_us.mean())
-    metrics = {"warmup_us": mean_us, "warmup_pct": pct(mean_us, ctx.step_us),
-               "n_cold_dropped": float(len(steps.cold_dropped))}
+    metrics = {
+        "warmup_us": mean_us,
+        "warmup_pct": pct(mean_us, ctx.step_us),
+        "n_cold_dropped": float(len(steps.cold_dropped)),
+    }
     all_cold = bool(warm.cold.all())
     if not steps.cold_dropped and not all_cold:
         return passed(**metrics)
     about = warm if all_cold or steps.cold_dropped_warmup is None else steps.cold_dropped_warmup
-    kinds = [f"{_KIND_TEXT[k]} {v / 1000:,.1f} ms" for k, v in sorted(about.by_kind_us.items(), key=lambda kv: -kv[1])
-             if v >= 1.0]
+    kinds = [
+        f"{_KIND_TEXT[k]} {v / 1000:,.1f} ms"
+        for k, v in sorted(about.by_kind_us.items(), key=lambda kv: -kv[1])
+        if v >= 1.0
+    ]
     if all_cold:
-        where = (f"the analysed step(s) hold {mean_us / 1000:,.1f} ms of it per step ({metrics['warmup_pct']:.0f}%): "
-                 "this trace shows the warm-up, not the training loop, and no launch-bound or synchronization "
-                 "verdict is drawn from it")
+        where = (
+            f"the analysed step(s) hold {mean_us / 1000:,.1f} ms of it per step ({metrics['warmup_pct']:.0f}%): "
+            "this trace shows the warm-up, not the training loop, and no launch-bound or synchronization "
+            "verdict is drawn from it"
+        )
     else:
         dropped_ms = sum(c[2] for c in steps.cold_dropped) / 1000
-        where = (f"step(s) {', '.join(str(c[0]) for c in steps.cold_dropped)} held {dropped_ms:,.1f} ms of it and "
-                 "were left out; the other steps are analysed")
-    ev = Evidence(values={"where": where, "kinds": "; ".join(kinds) or "first-call work",
-                          "first_call_ops": ", ".join(about.first_call_ops) or "none",
-                          "warmup_ms": mean_us / 1000, "warmup_pct": metrics["warmup_pct"],
-                          "n_cold_dropped": len(steps.cold_dropped)},
-                  steps=[c[0] for c in steps.cold_dropped] or ctx.step_numbers)
+        where = (
+            f"step(s) {', '.join(str(c[0]) for c in steps.cold_dropped)} held {dropped_ms:,.1f} ms of it and "
+            "were left out; the other steps are analysed"
+        )
+    ev = Evidence(
+        values={
+            "where": where,
+            "kinds": "; ".join(kinds) or "first-call work",
+            "first_call_ops": ", ".join(about.first_call_ops) or "none",
+            "warmup_ms": mean_us / 1000,
+            "warmup_pct": metrics["warmup_pct"],
+            "n_cold_dropped": len(steps.cold_dropped),
+        },
+        steps=[c[0] for c in steps.cold_dropped] or ctx.step_numbers,
+    )
     return Outcome(metrics=metrics, hit=Hit(evidence=ev, estimate=None))
-

@@ -35,7 +35,9 @@ def _lists_gpus(rank: Any) -> bool:
 def steps(analysis: Any, rank: Any) -> str | None:
     """ProfilerStep#N windows (not the whole trace as one window)."""
     if rank.steps.source == "whole-trace":
-        return "no ProfilerStep#N annotations: per-step times unavailable (use torch.profiler's schedule and prof.step())"
+        return (
+            "no ProfilerStep#N annotations: per-step times unavailable (use torch.profiler's schedule and prof.step())"
+        )
     return None
 
 
@@ -102,8 +104,16 @@ def mfu(analysis: Any, rank: Any) -> str | None:
 
 
 REQUIREMENTS: dict[str, Requirement] = {
-    "steps": steps, "device": device, "host_only": host_only, "multi_rank": multi_rank, "shapes": shapes,
-    "memory": memory, "device_properties": device_properties, "run": run, "mfu": mfu, "device_side": device_side,
+    "steps": steps,
+    "device": device,
+    "host_only": host_only,
+    "multi_rank": multi_rank,
+    "shapes": shapes,
+    "memory": memory,
+    "device_properties": device_properties,
+    "run": run,
+    "mfu": mfu,
+    "device_side": device_side,
 }
 
 

@@ -17,14 +17,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--params", type=float, required=True, help="model parameters, e.g. 1.3e9")
     parser.add_argument("--gpus", type=int, required=True, help="number of GPUs")
     parser.add_argument("--gpu", required=True, help="GPU model from the hardware table, e.g. H100, A100, MI300X")
-    parser.add_argument("--dtype", default=None,
-                        help="GEMM dtype whose dense peak is used: fp64, fp32, tf32, bf16, fp16, fp8 (default: bf16, "
-                             "or fp16 on GPUs without bf16 tensor cores such as V100 and T4)")
+    parser.add_argument(
+        "--dtype",
+        default=None,
+        help="GEMM dtype whose dense peak is used: fp64, fp32, tf32, bf16, fp16, fp8 (default: bf16, "
+        "or fp16 on GPUs without bf16 tensor cores such as V100 and T4)",
+    )
     src = parser.add_mutually_exclusive_group()
     src.add_argument("--mfu", type=float, default=None, help="assumed MFU as a fraction (default 0.4)")
     src.add_argument("--from-report", metavar="REPORT_JSON", help="use the MFU a perfdoctor JSON report measured")
-    parser.add_argument("--tokens-per-param", type=float, default=20.0,
-                        help="tokens per parameter (default 20: Chinchilla, Hoffmann et al. 2022)")
+    parser.add_argument(
+        "--tokens-per-param",
+        type=float,
+        default=20.0,
+        help="tokens per parameter (default 20: Chinchilla, Hoffmann et al. 2022)",
+    )
     parser.add_argument("--seq-len", type=int, help="sequence length (activation memory)")
     parser.add_argument("--micro-batch", type=int, help="micro-batch size per GPU (activation memory)")
     parser.add_argument("--d-model", type=int, help="hidden size (activation memory)")
@@ -99,14 +106,18 @@ def _check_inputs(args: argparse.Namespace) -> None:
         if value is not None and value < 1:
             raise PerfDoctorError(f"{_flag(name)}: must be at least 1, got {value}")
     if args.heads is not None and args.d_model is not None and args.d_model % args.heads:
-        raise PerfDoctorError(f"--heads: {args.heads} heads do not divide --d-model {args.d_model} "
-                              f"({args.d_model} / {args.heads} = {args.d_model / args.heads:.4g}, "
-                              "not a whole head size)")
+        raise PerfDoctorError(
+            f"--heads: {args.heads} heads do not divide --d-model {args.d_model} "
+            f"({args.d_model} / {args.heads} = {args.d_model / args.heads:.4g}, "
+            "not a whole head size)"
+        )
     given = [n for n in (*SHAPE, "heads") if getattr(args, n) is not None]
     missing = [_flag(n) for n in SHAPE if getattr(args, n) is None]
     if given and missing:
-        raise PerfDoctorError(f"{', '.join(map(_flag, given))} given without {', '.join(missing)}: activation "
-                              "memory needs --seq-len, --micro-batch, --d-model and --layers together")
+        raise PerfDoctorError(
+            f"{', '.join(map(_flag, given))} given without {', '.join(missing)}: activation "
+            "memory needs --seq-len, --micro-batch, --d-model and --layers together"
+        )
 
 
 def _dtype_and_peak(spec: Any, wanted: str | None) -> tuple[str, float]:
@@ -119,13 +130,15 @@ def _dtype_and_peak(spec: Any, wanted: str | None) -> tuple[str, float]:
         if dtype not in DTYPES:
             raise PerfDoctorError(f"--dtype: {wanted!r} is not one of {', '.join(DTYPES)}")
         if spec.peak(dtype) is None:
-            raise PerfDoctorError(f"--dtype: {spec.name} has no dense {dtype} peak in the hardware table "
-                                  f"(it has: {have})")
+            raise PerfDoctorError(
+                f"--dtype: {spec.name} has no dense {dtype} peak in the hardware table (it has: {have})"
+            )
         return dtype, spec.peak(dtype)
     dtype = spec.best_16bit_dtype()
     if dtype is None:
-        raise PerfDoctorError(f"{spec.name} has no 16-bit tensor peak in the hardware table (it has: {have}); "
-                              "choose one with --dtype")
+        raise PerfDoctorError(
+            f"{spec.name} has no 16-bit tensor peak in the hardware table (it has: {have}); choose one with --dtype"
+        )
     return dtype, spec.peak(dtype)
 
 
@@ -137,19 +150,26 @@ def _fit(b: Any, name: str) -> str:
 def _memory_lines(b: Any, spec: Any, peak_source: str) -> list[str]:
     """Terminal lines for GPU memory, model state, activations and their totals, each marked fits or not."""
     mem_src = spec.source_of("memory")
-    lines = [f"GPU memory    {b.gpu_memory_bytes / 1e9:g} GB per GPU"
-             + ("" if mem_src == peak_source else f" ({mem_src})"),
-             (f"model state   {b.model_state_bytes_ddp / 1e9:.1f} GB/GPU under DDP ({_fit(b, 'model_state_ddp')}), "
-              f"{b.model_state_bytes_sharded / 1e9:.1f} GB/GPU under ZeRO-3/FSDP ({_fit(b, 'model_state_sharded')}); "
-              "16 B/param, mixed-precision Adam")]
+    lines = [
+        f"GPU memory    {b.gpu_memory_bytes / 1e9:g} GB per GPU" + ("" if mem_src == peak_source else f" ({mem_src})"),
+        (
+            f"model state   {b.model_state_bytes_ddp / 1e9:.1f} GB/GPU under DDP ({_fit(b, 'model_state_ddp')}), "
+            f"{b.model_state_bytes_sharded / 1e9:.1f} GB/GPU under ZeRO-3/FSDP ({_fit(b, 'model_state_sharded')}); "
+            "16 B/param, mixed-precision Adam"
+        ),
+    ]
     if b.activation_bytes is None:
         lines.append("activations   not estimated (give --seq-len --micro-batch --d-model --layers)")
         return lines
-    lines.append(f"activations   {b.activation_bytes / 1e9:.1f} GB/GPU per micro-batch ({_fit(b, 'activations')}); "
-                 f"{b.activation_formula}")
-    lines.append(f"total         {(b.model_state_bytes_ddp + b.activation_bytes) / 1e9:.1f} GB/GPU under DDP "
-                 f"({_fit(b, 'total_ddp')}), {(b.model_state_bytes_sharded + b.activation_bytes) / 1e9:.1f} GB/GPU "
-                 f"under ZeRO-3/FSDP ({_fit(b, 'total_sharded')})")
+    lines.append(
+        f"activations   {b.activation_bytes / 1e9:.1f} GB/GPU per micro-batch ({_fit(b, 'activations')}); "
+        f"{b.activation_formula}"
+    )
+    lines.append(
+        f"total         {(b.model_state_bytes_ddp + b.activation_bytes) / 1e9:.1f} GB/GPU under DDP "
+        f"({_fit(b, 'total_ddp')}), {(b.model_state_bytes_sharded + b.activation_bytes) / 1e9:.1f} GB/GPU "
+        f"under ZeRO-3/FSDP ({_fit(b, 'total_sharded')})"
+    )
     return lines
 
 
@@ -165,8 +185,22 @@ def run(args: argparse.Namespace) -> int:
     else:
         mfu, source = (0.4 if args.mfu is None else args.mfu), "--mfu" if args.mfu is not None else "default 0.4"
     try:
-        b = plan(args.params, args.gpus, spec.name, peak, mfu, source, args.tokens_per_param, args.seq_len,
-                 args.micro_batch, args.d_model, args.layers, args.heads, dtype, spec.memory_bytes)
+        b = plan(
+            args.params,
+            args.gpus,
+            spec.name,
+            peak,
+            mfu,
+            source,
+            args.tokens_per_param,
+            args.seq_len,
+            args.micro_batch,
+            args.d_model,
+            args.layers,
+            args.heads,
+            dtype,
+            spec.memory_bytes,
+        )
     except ValueError as exc:
         raise PerfDoctorError(str(exc)) from None
     if args.from_report:

@@ -14,8 +14,12 @@ HELP = "measure this machine's achievable matmul FLOP/s per dtype and memory ban
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--device", action="append", metavar="DEV",
-                        help="device to measure: cpu, cuda, cuda:N (repeatable; default: cpu and cuda:0 if present)")
+    parser.add_argument(
+        "--device",
+        action="append",
+        metavar="DEV",
+        help="device to measure: cpu, cuda, cuda:N (repeatable; default: cpu and cuda:0 if present)",
+    )
     parser.add_argument("--quick", action="store_true", help="small sizes (seconds; for tests, not for reports)")
     parser.add_argument("--out-dir", type=Path, help="where to store (default $PERFDOCTOR_HOME or ~/.cache/perfdoctor)")
     parser.add_argument("--show", action="store_true", help="print the stored calibration and measure nothing")

@@ -7,8 +7,10 @@ import argparse
 import sys
 
 NAME = "diff"
-HELP = ("Compare two runs (traces, per-rank directories, run directories or report JSON files): verdict with a 95% "
-        "interval, where the time moved, top movers, findings resolved/new, predicted vs measured savings.")
+HELP = (
+    "Compare two runs (traces, per-rank directories, run directories or report JSON files): verdict with a 95% "
+    "interval, where the time moved, top movers, findings resolved/new, predicted vs measured savings."
+)
 
 DIFF_FORMATS = {".html": "html", ".htm": "html", ".md": "md", ".markdown": "md", ".json": "json"}
 
@@ -17,12 +19,26 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("before", metavar="BEFORE", help="trace, directory of per-rank traces, run dir, or report JSON")
     p.add_argument("after", metavar="AFTER", help="the same kinds of input as BEFORE")
     p.add_argument("-o", "--output", metavar="FILE", help="write the diff: .html, .md or .json (from the extension)")
-    p.add_argument("--format", choices=["terminal", "json", "md"], default="terminal",
-                   help="what to write to stdout (default: terminal summary)")
-    p.add_argument("--fail-on-regression", type=float, metavar="PCT", default=None,
-                   help="exit 1 when AFTER is slower by more than PCT %% and the 95%% interval excludes 0 (for CI)")
-    p.add_argument("--noise-pct", type=float, metavar="PCT", default=None,
-                   help="changes smaller than this are 'no significant change' (default 2)")
+    p.add_argument(
+        "--format",
+        choices=["terminal", "json", "md"],
+        default="terminal",
+        help="what to write to stdout (default: terminal summary)",
+    )
+    p.add_argument(
+        "--fail-on-regression",
+        type=float,
+        metavar="PCT",
+        default=None,
+        help="exit 1 when AFTER is slower by more than PCT %% and the 95%% interval excludes 0 (for CI)",
+    )
+    p.add_argument(
+        "--noise-pct",
+        type=float,
+        metavar="PCT",
+        default=None,
+        help="changes smaller than this are 'no significant change' (default 2)",
+    )
     p.add_argument("--select", metavar="CODES", help="rules to run on both sides (codes, prefixes or names)")
     p.add_argument("--ignore", metavar="CODES", help="rules to leave out on both sides")
     p.add_argument("--rules", action="append", metavar="DIR", help="load user TOML rules from DIR (repeatable)")
@@ -64,8 +80,9 @@ def run(args: argparse.Namespace) -> int:
     if args.output:
         out_format = DIFF_FORMATS.get(os.path.splitext(args.output)[1].lower())
         if out_format is None:
-            raise PerfDoctorError(f"{args.output}: cannot tell the diff format from the extension; use .html, .md "
-                                  "or .json")
+            raise PerfDoctorError(
+                f"{args.output}: cannot tell the diff format from the extension; use .html, .md or .json"
+            )
         _check_output(args.output, [args.before, args.after], args.force)
     if args.fail_on_regression is not None and args.fail_on_regression < 0:
         raise PerfDoctorError(f"--fail-on-regression must be ≥ 0 (got {args.fail_on_regression:g})")
@@ -88,7 +105,9 @@ def run(args: argparse.Namespace) -> int:
         _write_report(args.output, _render(diff, out_format))
         err.print(f"diff written to {args.output}")
     if args.fail_on_regression is not None and regression(diff, args.fail_on_regression):
-        err.print(f"regression: AFTER is {diff.change_pct:+.1f}% slower (95% CI excludes 0), beyond "
-                  f"--fail-on-regression {args.fail_on_regression:g}%")
+        err.print(
+            f"regression: AFTER is {diff.change_pct:+.1f}% slower (95% CI excludes 0), beyond "
+            f"--fail-on-regression {args.fail_on_regression:g}%"
+        )
         return 1
     return 0

@@ -27,32 +27,39 @@ HELP = "run a training script under the profiler (steady state, N steps) and wri
 
 def _add_options(parser: argparse.ArgumentParser, default: str | None = None) -> None:
     d = (lambda value: argparse.SUPPRESS) if default is argparse.SUPPRESS else (lambda value: value)
-    parser.add_argument("-m", dest="module", metavar="MODULE", default=d(None),
-                        help="run a module, like python -m")
-    parser.add_argument("--steps", type=int, default=d(500),
-                        help="optimizer steps to run, then stop (default 500)")
-    parser.add_argument("--wait", type=int, default=d(None),
-                        help="steps before the profiler window (default 40%% of --steps)")
-    parser.add_argument("--warmup", type=int, default=d(None),
-                        help="profiler warm-up steps before each window (default 5)")
+    parser.add_argument("-m", dest="module", metavar="MODULE", default=d(None), help="run a module, like python -m")
+    parser.add_argument("--steps", type=int, default=d(500), help="optimizer steps to run, then stop (default 500)")
+    parser.add_argument(
+        "--wait", type=int, default=d(None), help="steps before the profiler window (default 40%% of --steps)"
+    )
+    parser.add_argument(
+        "--warmup", type=int, default=d(None), help="profiler warm-up steps before each window (default 5)"
+    )
     parser.add_argument("--active", type=int, default=d(None), help="steps recorded per window (default 10)")
     parser.add_argument("--repeat", type=int, default=d(1), help="number of profiler windows (default 1)")
-    parser.add_argument("--out", default=d(None),
-                        help="run directory to create (must be new; default perfdoctor-runs/<script>-<time>)")
-    parser.add_argument("--tokens-per-step", type=int, default=d(None),
-                        help="tokens per optimizer step (default: from batch shapes)")
-    parser.add_argument("--samples-per-step", type=int, default=d(None),
-                        help="samples per optimizer step (default: from batch shapes)")
-    parser.add_argument("--no-flops", action="store_true", default=d(False),
-                        help="skip the FlopCounterMode measurement")
-    parser.add_argument("--no-report", action="store_true", default=d(False),
-                        help="write the run directory only")
+    parser.add_argument(
+        "--out", default=d(None), help="run directory to create (must be new; default perfdoctor-runs/<script>-<time>)"
+    )
+    parser.add_argument(
+        "--tokens-per-step", type=int, default=d(None), help="tokens per optimizer step (default: from batch shapes)"
+    )
+    parser.add_argument(
+        "--samples-per-step", type=int, default=d(None), help="samples per optimizer step (default: from batch shapes)"
+    )
+    parser.add_argument(
+        "--no-flops", action="store_true", default=d(False), help="skip the FlopCounterMode measurement"
+    )
+    parser.add_argument("--no-report", action="store_true", default=d(False), help="write the run directory only")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     _add_options(parser)
-    parser.add_argument("rest", nargs=argparse.REMAINDER, metavar="SCRIPT [OPTIONS] [-- SCRIPT_ARGS]",
-                        help="the script, then perfdoctor options, then -- and the script's arguments")
+    parser.add_argument(
+        "rest",
+        nargs=argparse.REMAINDER,
+        metavar="SCRIPT [OPTIONS] [-- SCRIPT_ARGS]",
+        help="the script, then perfdoctor options, then -- and the script's arguments",
+    )
 
 
 class _OptionParser(argparse.ArgumentParser):
@@ -70,7 +77,7 @@ def _split_script_args(args: argparse.Namespace) -> tuple[str, list[str], bool]:
     else:
         target = args.module
     cut = rest.index("--") if "--" in rest else len(rest)
-    before, script_args = rest[:cut], rest[cut + 1:]
+    before, script_args = rest[:cut], rest[cut + 1 :]
     if before:
         opts = _OptionParser(prog="perfdoctor profile", add_help=False)
         _add_options(opts, default=argparse.SUPPRESS)
@@ -90,11 +97,17 @@ def run(args: argparse.Namespace) -> int:
         value = getattr(args, flag, None)
         if value is not None and value <= 0:
             raise PerfDoctorError(f"profile: --{flag.replace('_', '-')} must be positive (got {value})")
-    cfg = ProfileConfig(steps=args.steps, wait=args.wait, warmup=args.warmup, active=args.active,
-                        repeat=args.repeat, tokens_per_step=args.tokens_per_step,
-                        samples_per_step=args.samples_per_step, measure_flops=not args.no_flops)
-    result = run_profile(target, script_args, cfg, module=module, out=args.out,
-                         command=["perfdoctor", *sys.argv[1:]])
+    cfg = ProfileConfig(
+        steps=args.steps,
+        wait=args.wait,
+        warmup=args.warmup,
+        active=args.active,
+        repeat=args.repeat,
+        tokens_per_step=args.tokens_per_step,
+        samples_per_step=args.samples_per_step,
+        measure_flops=not args.no_flops,
+    )
+    result = run_profile(target, script_args, cfg, module=module, out=args.out, command=["perfdoctor", *sys.argv[1:]])
     if result.traceback:
         sys.stderr.write(result.traceback)
     if result.error:
@@ -102,11 +115,12 @@ def run(args: argparse.Namespace) -> int:
     if not result.coordinator:
         return result.exit_code
     if result.missing_ranks:
-        print(f"perfdoctor: ranks {result.missing_ranks} did not finish; the report covers the others",
-              file=sys.stderr)
+        print(f"perfdoctor: ranks {result.missing_ranks} did not finish; the report covers the others", file=sys.stderr)
     if result.partial:
-        print(f"perfdoctor: partial run ({result.reason}); everything recorded so far is in {result.run_dir}",
-              file=sys.stderr)
+        print(
+            f"perfdoctor: partial run ({result.reason}); everything recorded so far is in {result.run_dir}",
+            file=sys.stderr,
+        )
     if not args.no_report:
         _print_summary(make_report(result.run_dir), result)
     else:
@@ -131,8 +145,9 @@ def make_report(run_dir: Path) -> dict[str, Any]:
     try:
         report = pipeline.build_report([], run_dir=str(run_dir), partial=data.partial)
     except PerfDoctorError as exc:  # e.g. a trace the reader rejects: keep the run data's report
-        report = pipeline.build_report([], run_dir=str(run_dir), partial=data.partial,
-                                       without_traces=f"trace analysis failed: {exc.message}")
+        report = pipeline.build_report(
+            [], run_dir=str(run_dir), partial=data.partial, without_traces=f"trace analysis failed: {exc.message}"
+        )
     path = run_dir / "report.html"
     path.write_bytes(render_bytes(report, "html"))
     kind = "html" if report.ranks else "html-run-only"

@@ -20,17 +20,29 @@ HELP = "Diagnose Kineto / torch.profiler traces (files, directories of per-rank 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("paths", nargs="+", metavar="PATH", help="trace .json/.json.gz, a directory of traces, or a run dir")
-    p.add_argument("-o", "--output", metavar="FILE",
-                   help="write the report file; the format comes from the extension: .html, .md or .json")
-    p.add_argument("--format", choices=["terminal", "json", "md"], default="terminal",
-                   help="what to write to stdout (default: terminal summary)")
+    p.add_argument(
+        "-o",
+        "--output",
+        metavar="FILE",
+        help="write the report file; the format comes from the extension: .html, .md or .json",
+    )
+    p.add_argument(
+        "--format",
+        choices=["terminal", "json", "md"],
+        default="terminal",
+        help="what to write to stdout (default: terminal summary)",
+    )
     p.add_argument("--step-marker", metavar="REGEX", help="annotation regex marking steps (default ProfilerStep#N)")
     p.add_argument("--force", action="store_true", help="overwrite an existing output file")
     p.add_argument("--select", metavar="CODES", help="rules to run: codes, prefixes (PD3) or names, comma-separated")
     p.add_argument("--ignore", metavar="CODES", help="rules to leave out (same forms as --select)")
     p.add_argument("--rules", action="append", metavar="DIR", help="load user TOML rules from DIR (repeatable)")
-    p.add_argument("--fail-on", choices=["low", "medium", "high"], default=None,
-                   help="exit with status 1 when a finding at or above this severity exists (for CI)")
+    p.add_argument(
+        "--fail-on",
+        choices=["low", "medium", "high"],
+        default=None,
+        help="exit with status 1 when a finding at or above this severity exists (for CI)",
+    )
     g = p.add_argument_group("model FLOPs for MFU (transformer estimate 6N + 12·L·H·Q·T per token)")
     g.add_argument("--params", type=float, metavar="N", help="parameters, excluding position embeddings")
     g.add_argument("--layers", type=int, metavar="L")
@@ -39,17 +51,33 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--seq-len", type=int, metavar="T", help="the actual sequence length, not the configured maximum")
     g.add_argument("--tokens-per-step", type=float, metavar="TOKENS", help="tokens per optimizer step on one rank")
     j = p.add_argument_group("many ranks (one trace per rank, analysed in parallel)")
-    j.add_argument("--jobs", "-j", type=int, metavar="N", default=None,
-                   help="local worker processes (default: the machine's cores; fewer when memory cannot hold "
-                        "that many ranks at once)")
-    j.add_argument("--dask", metavar="ADDR", default=os.environ.get("DASK_SCHEDULER_ADDRESS"),
-                   help="run the per-rank analyses on an existing Dask cluster (tcp://host:8786; default "
-                        "$DASK_SCHEDULER_ADDRESS); workers read the trace paths or fsspec URLs themselves")
-    j.add_argument("--cache", action="store_true",
-                   help="reuse/store each rank's summary under $PERFDOCTOR_HOME/cache (default "
-                        "~/.cache/perfdoctor/cache), keyed by the trace's sha256 and the options")
-    j.add_argument("--per-rank", action="store_true",
-                   help="print every rank's breakdown table (default on a multi-rank job: the job summary)")
+    j.add_argument(
+        "--jobs",
+        "-j",
+        type=int,
+        metavar="N",
+        default=None,
+        help="local worker processes (default: the machine's cores; fewer when memory cannot hold "
+        "that many ranks at once)",
+    )
+    j.add_argument(
+        "--dask",
+        metavar="ADDR",
+        default=os.environ.get("DASK_SCHEDULER_ADDRESS"),
+        help="run the per-rank analyses on an existing Dask cluster (tcp://host:8786; default "
+        "$DASK_SCHEDULER_ADDRESS); workers read the trace paths or fsspec URLs themselves",
+    )
+    j.add_argument(
+        "--cache",
+        action="store_true",
+        help="reuse/store each rank's summary under $PERFDOCTOR_HOME/cache (default "
+        "~/.cache/perfdoctor/cache), keyed by the trace's sha256 and the options",
+    )
+    j.add_argument(
+        "--per-rank",
+        action="store_true",
+        help="print every rank's breakdown table (default on a multi-rank job: the job summary)",
+    )
     p.add_argument("--width", type=int, default=None, help=argparse.SUPPRESS)
 
 
@@ -183,8 +211,9 @@ def _analyze(args: argparse.Namespace, err: Console, opts: object) -> BuiltRepor
     columns2 = (TextColumn("reading traces"), BarColumn(), DownloadColumn(), TimeRemainingColumn())
     with Progress(*columns2, console=err, transient=True) as progress:
         task = progress.add_task("read", total=total)
-        return pipeline.build(args.paths, step_marker=args.step_marker,
-                              on_progress=lambda n: progress.advance(task, n), **extra)
+        return pipeline.build(
+            args.paths, step_marker=args.step_marker, on_progress=lambda n: progress.advance(task, n), **extra
+        )
 
 
 def run(args: argparse.Namespace) -> int:

@@ -35,7 +35,9 @@ def run(args: argparse.Namespace) -> int:
     mod = engine.check_modules().get(spec.code)
     metrics = dict(getattr(mod, "METRICS", {})) if mod else {}
     if args.format == "json":
-        sys.stdout.buffer.write(orjson.dumps({**spec.to_dict(), "metrics": metrics}, option=orjson.OPT_INDENT_2) + b"\n")
+        sys.stdout.buffer.write(
+            orjson.dumps({**spec.to_dict(), "metrics": metrics}, option=orjson.OPT_INDENT_2) + b"\n"
+        )
         return 0
     console = stdout_console(args.width)
     console.print(rule_text(spec, metrics, implemented=mod is not None or spec.when is not None))

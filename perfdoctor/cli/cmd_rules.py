@@ -32,8 +32,9 @@ def run(args: argparse.Namespace) -> int:
     opts = config.resolve(args.select, args.ignore, args.rules)
     cat = load_catalogue(opts.rules_dirs)
     contract.validate(cat, engine.check_modules())  # a rule whose TOML does not fit its check: one line
-    codes = engine.select_codes(cat, opts.select, opts.ignore, opts.source.get("select", "--select"),
-                                opts.source.get("ignore", "--ignore"))
+    codes = engine.select_codes(
+        cat, opts.select, opts.ignore, opts.source.get("select", "--select"), opts.source.get("ignore", "--ignore")
+    )
     implemented = engine.check_modules()
     rules = [cat.rules[c] for c in codes]
     if args.format == "json":

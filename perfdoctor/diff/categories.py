@@ -57,6 +57,15 @@ def category_rows(before: Report, after: Report) -> tuple[list[CategoryRow], flo
     """Rows for every category either side has time in, and each side's mean trace step (µs)."""
     b, a = _per_step(before), _per_step(after)
     keys = sorted({k for k in (*b, *a) if k[0] != "step" and (b.get(k, 0.0) or a.get(k, 0.0))}, key=_order)
-    rows = [CategoryRow(key=k, label=_label(g, k), group=g, before_us=b.get((g, k), 0.0), after_us=a.get((g, k), 0.0),
-                        delta_us=a.get((g, k), 0.0) - b.get((g, k), 0.0)) for g, k in keys]
+    rows = [
+        CategoryRow(
+            key=k,
+            label=_label(g, k),
+            group=g,
+            before_us=b.get((g, k), 0.0),
+            after_us=a.get((g, k), 0.0),
+            delta_us=a.get((g, k), 0.0) - b.get((g, k), 0.0),
+        )
+        for g, k in keys
+    ]
     return rows, b.get(("step", "dur"), 0.0), a.get(("step", "dur"), 0.0)

@@ -18,8 +18,12 @@ from perfdoctor.errors import PerfDoctorError
 from perfdoctor.model import Report
 
 UNKNOWN_GPU = "GPU (no deviceProperties in the trace)"
-VERDICT_WORDS = {"faster": "faster", "slower": "slower", "no-change": "no significant change",
-                 "inconclusive": "inconclusive"}
+VERDICT_WORDS = {
+    "faster": "faster",
+    "slower": "slower",
+    "no-change": "no significant change",
+    "inconclusive": "inconclusive",
+}
 
 
 def side_info(side: Side) -> SideInfo:
@@ -33,19 +37,28 @@ def side_info(side: Side) -> SideInfo:
             device = "CPU"
         else:
             want = dev.device if dev is not None else None
-            device = next((str(p.name) for p in props if p.id == want and p.name),
-                          str(props[0].name) if props and props[0].name else UNKNOWN_GPU)
+            device = next(
+                (str(p.name) for p in props if p.id == want and p.name),
+                str(props[0].name) if props and props[0].name else UNKNOWN_GPU,
+            )
     run = steps.run_of(side.model)
-    return SideInfo(path=side.path, kind=side.kind, n_ranks=len(ranks), device=device,
-                    parameter_count=run.parameter_count if run is not None else None)
+    return SideInfo(
+        path=side.path,
+        kind=side.kind,
+        n_ranks=len(ranks),
+        device=device,
+        parameter_count=run.parameter_count if run is not None else None,
+    )
 
 
 def _warnings(b: SideInfo, a: SideInfo, before: Side, after: Side) -> list[str]:
     """What makes the two sides less comparable ("compare what can be compared")."""
     out = []
     if b.n_ranks != a.n_ranks:
-        out.append(f"different rank counts: BEFORE has {b.n_ranks}, AFTER {a.n_ranks}; the step time is the job's "
-                   "(longest rank per step), per-rank rows cover the ranks both sides have")
+        out.append(
+            f"different rank counts: BEFORE has {b.n_ranks}, AFTER {a.n_ranks}; the step time is the job's "
+            "(longest rank per step), per-rank rows cover the ranks both sides have"
+        )
     if b.device != a.device and UNKNOWN_GPU not in (b.device, a.device):
         out.append(f"different devices: BEFORE ran on {b.device}, AFTER on {a.device}")
     if b.parameter_count and a.parameter_count and b.parameter_count != a.parameter_count:
@@ -56,8 +69,10 @@ def _warnings(b: SideInfo, a: SideInfo, before: Side, after: Side) -> list[str]:
         top = min(len(ops_b), len(ops_a), 20)
         common = len(ops_b & ops_a) / max(len(ops_b | ops_a), 1)
         if common < 0.3 and top >= 5:
-            out.append(f"the two sides share only {common:.0%} of their CPU op names: they may be different models "
-                       "or programs; the step-time verdict still holds, the movers compare unlike work")
+            out.append(
+                f"the two sides share only {common:.0%} of their CPU op names: they may be different models "
+                "or programs; the step-time verdict still holds, the movers compare unlike work"
+            )
     return out
 
 
@@ -77,9 +92,11 @@ def _throughput(before: Report, after: Report) -> list[Throughput]:
 
 def headline(verdict: str, cmp: stats.Comparison) -> str:
     """One line: verdict, means, change with its interval, steps per side (and steps still needed)."""
-    ci = (f", 95% CI {cmp.ci95_pct[0]:+.1f}% to {cmp.ci95_pct[1]:+.1f}%" if cmp.ci95_pct is not None else "")
-    text = (f"{VERDICT_WORDS[verdict]}: mean step {cmp.mean_before_us / 1e3:,.2f} → {cmp.mean_after_us / 1e3:,.2f} ms "
-            f"({cmp.change_pct:+.1f}%{ci}; {cmp.n_before} vs {cmp.n_after} steps)")
+    ci = f", 95% CI {cmp.ci95_pct[0]:+.1f}% to {cmp.ci95_pct[1]:+.1f}%" if cmp.ci95_pct is not None else ""
+    text = (
+        f"{VERDICT_WORDS[verdict]}: mean step {cmp.mean_before_us / 1e3:,.2f} → {cmp.mean_after_us / 1e3:,.2f} ms "
+        f"({cmp.change_pct:+.1f}%{ci}; {cmp.n_before} vs {cmp.n_after} steps)"
+    )
     if verdict == "inconclusive" and cmp.ci95_pct is None:
         text += "; at least 2 steps per side are needed for an interval"
     elif verdict == "inconclusive" and cmp.more_steps_needed:
@@ -99,32 +116,57 @@ def compare(before: Side, after: Side, noise_pct: float = stats.DEFAULT_NOISE_PC
     cmp = stats.compare_means(sb.values_us, sa.values_us, noise_pct)
     info_b, info_a = side_info(before), side_info(after)
     measured = cmp.mean_before_us - cmp.mean_after_us
-    ci_us = ([-cmp.ci95_pct[1] / 100 * cmp.mean_before_us, -cmp.ci95_pct[0] / 100 * cmp.mean_before_us]
-             if cmp.ci95_pct is not None else None)
+    ci_us = (
+        [-cmp.ci95_pct[1] / 100 * cmp.mean_before_us, -cmp.ci95_pct[0] / 100 * cmp.mean_before_us]
+        if cmp.ci95_pct is not None
+        else None
+    )
     rows = findings.compare_findings(before.model, after.model)
     pred, note = findings.predictions(before.model, rows, measured, ci_us)
     cats, step_b, step_a = categories.category_rows(before.model, after.model)
     warnings = list(dict.fromkeys([*sb.notes, *sa.notes, *_warnings(info_b, info_a, before, after)]))
     return Diff(
-        schema=SCHEMA, schema_version=SCHEMA_VERSION, tool={"name": "perfdoctor", "version": __version__},
-        before=info_b, after=info_a, verdict=cmp.verdict, headline=headline(cmp.verdict, cmp),
-        mean_step_us=Pair(cmp.mean_before_us, cmp.mean_after_us), change_pct=cmp.change_pct,
+        schema=SCHEMA,
+        schema_version=SCHEMA_VERSION,
+        tool={"name": "perfdoctor", "version": __version__},
+        before=info_b,
+        after=info_a,
+        verdict=cmp.verdict,
+        headline=headline(cmp.verdict, cmp),
+        mean_step_us=Pair(cmp.mean_before_us, cmp.mean_after_us),
+        change_pct=cmp.change_pct,
         ci95_pct=list(cmp.ci95_pct) if cmp.ci95_pct is not None else None,
-        statistics=Statistics(method=stats.METHOD, source=sb.source, steps=Pair(cmp.n_before, cmp.n_after),
-                              effective_steps=Pair(cmp.n_eff_before, cmp.n_eff_after),
-                              std_us=Pair(cmp.std_before_us, cmp.std_after_us), dof=cmp.dof,
-                              noise_threshold_pct=noise_pct, more_steps_needed=cmp.more_steps_needed,
-                              reason=cmp.reason),
-        throughput=_throughput(before.model, after.model), categories=cats,
+        statistics=Statistics(
+            method=stats.METHOD,
+            source=sb.source,
+            steps=Pair(cmp.n_before, cmp.n_after),
+            effective_steps=Pair(cmp.n_eff_before, cmp.n_eff_after),
+            std_us=Pair(cmp.std_before_us, cmp.std_after_us),
+            dof=cmp.dof,
+            noise_threshold_pct=noise_pct,
+            more_steps_needed=cmp.more_steps_needed,
+            reason=cmp.reason,
+        ),
+        throughput=_throughput(before.model, after.model),
+        categories=cats,
         category_step_us=Pair(step_b, step_a),
-        kernels=movers.top_movers(before, after, "kernels"), cpu_ops=movers.top_movers(before, after, "cpu_ops"),
-        findings=rows, predicted_vs_measured=pred, shrunk=findings.shrunk(rows), predicted_note=note,
+        kernels=movers.top_movers(before, after, "kernels"),
+        cpu_ops=movers.top_movers(before, after, "cpu_ops"),
+        findings=rows,
+        predicted_vs_measured=pred,
+        shrunk=findings.shrunk(rows),
+        predicted_note=note,
         efficiency=efficiency.efficiency_rows(before.model, after.model),
-        straggler=efficiency.straggler(before.model, after.model), warnings=warnings,
+        straggler=efficiency.straggler(before.model, after.model),
+        warnings=warnings,
     )
 
 
 def regression(diff: Diff, fail_pct: float) -> bool:
     """The CI gate: AFTER slower by more than ``fail_pct`` % and the 95% interval excludes zero change."""
-    return (diff.change_pct is not None and diff.ci95_pct is not None and diff.change_pct > fail_pct
-            and diff.ci95_pct[0] > 0)
+    return (
+        diff.change_pct is not None
+        and diff.ci95_pct is not None
+        and diff.change_pct > fail_pct
+        and diff.ci95_pct[0] > 0
+    )

@@ -39,14 +39,22 @@ def _job(facts: list[_Facts]) -> _Facts:
         v = vals(k)
         return sum(v) / len(v) if v else None
 
-    return {"utilization": mean("utilization"), "mfu": mean("mfu"), "memory": max(vals("memory"), default=None),
-            "median": max(vals("median"), default=None)}
+    return {
+        "utilization": mean("utilization"),
+        "mfu": mean("mfu"),
+        "memory": max(vals("memory"), default=None),
+        "median": max(vals("median"), default=None),
+    }
 
 
 def _row(rank: int | None, b: _Facts, a: _Facts) -> RankEfficiency:
-    return RankEfficiency(rank=rank, utilization=Pair(b["utilization"], a["utilization"]),
-                          mfu=Pair(b["mfu"], a["mfu"]), memory_peak_bytes=Pair(b["memory"], a["memory"]),
-                          median_step_us=Pair(b["median"], a["median"]))
+    return RankEfficiency(
+        rank=rank,
+        utilization=Pair(b["utilization"], a["utilization"]),
+        mfu=Pair(b["mfu"], a["mfu"]),
+        memory_peak_bytes=Pair(b["memory"], a["memory"]),
+        median_step_us=Pair(b["median"], a["median"]),
+    )
 
 
 def efficiency_rows(before: Report, after: Report) -> list[RankEfficiency]:
@@ -72,5 +80,8 @@ def straggler(before: Report, after: Report) -> Straggler | None:
     def rank(v: object) -> int | None:
         return v if isinstance(v, int) else None
 
-    return Straggler(slowest_rank_before=rank(sb.slowest_rank), slowest_rank_after=rank(sa.slowest_rank),
-                     spread_pct=Pair(num(sb.spread_pct), num(sa.spread_pct)))
+    return Straggler(
+        slowest_rank_before=rank(sb.slowest_rank),
+        slowest_rank_after=rank(sa.slowest_rank),
+        spread_pct=Pair(num(sb.spread_pct), num(sa.spread_pct)),
+    )

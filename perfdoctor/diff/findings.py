@@ -22,18 +22,28 @@ from perfdoctor.model import Report
 from perfdoctor.model.report import FindingSection, FixAllSection
 
 REPLAYED_PREFIX = "replay"  # saving_method of a replayed saving: "replay of the step's dependency graph ..."
-MEASURED_NOTE = ("The measured change is the whole step's: it checks only the fixes that were applied, i.e. the "
-                 "findings resolved in AFTER, and it also holds any other change between the two runs.")
-SHARED_NOTE = ("{n} findings were resolved together ({codes}): their fixes are scored as one prediction ({how}) "
-               "against the one measured change they share.")
-HOW = {"replayed-together": "BEFORE's replay of the step with exactly these fixes applied together",
-       "sum": "the sum of their savings, which counts time that two fixes both remove twice"}
-SHRUNK_NOTE = ("Findings that persist with a smaller saving are listed without an error: the finding is still "
-               "there, so its fix was not (fully) applied, and the shrink is a side effect of other changes (or of "
-               "a partial fix); the step's change cannot be attributed to it.")
+MEASURED_NOTE = (
+    "The measured change is the whole step's: it checks only the fixes that were applied, i.e. the "
+    "findings resolved in AFTER, and it also holds any other change between the two runs."
+)
+SHARED_NOTE = (
+    "{n} findings were resolved together ({codes}): their fixes are scored as one prediction ({how}) "
+    "against the one measured change they share."
+)
+HOW = {
+    "replayed-together": "BEFORE's replay of the step with exactly these fixes applied together",
+    "sum": "the sum of their savings, which counts time that two fixes both remove twice",
+}
+SHRUNK_NOTE = (
+    "Findings that persist with a smaller saving are listed without an error: the finding is still "
+    "there, so its fix was not (fully) applied, and the shrink is a side effect of other changes (or of "
+    "a partial fix); the step's change cannot be attributed to it."
+)
 NONE_NOTE = "No BEFORE finding was resolved in AFTER: no applied fix to check a prediction against."
-KIND_NOTE = {"replayed": "'replayed': the step's dependency graph replayed with the fix applied.",
-             "upper-bound": "'upper-bound': the rule's interval estimate, an upper bound on the saving."}
+KIND_NOTE = {
+    "replayed": "'replayed': the step's dependency graph replayed with the fix applied.",
+    "upper-bound": "'upper-bound': the rule's interval estimate, an upper bound on the saving.",
+}
 
 
 def _by_code(model: Report) -> dict[str, FindingSection]:
@@ -74,11 +84,18 @@ def compare_findings(before: Report, after: Report) -> list[FindingDelta]:
             status, note = _absent(code, before, "BEFORE", "new")
         f = b or a
         assert f is not None
-        rows.append(FindingDelta(code=code, name=f.name, status=status,
-                                 saving_before_us=_saving(b)[0] if b else None,
-                                 saving_after_us=_saving(a)[0] if a else None,
-                                 severity_before=b.severity if b else None,
-                                 severity_after=a.severity if a else None, note=note))
+        rows.append(
+            FindingDelta(
+                code=code,
+                name=f.name,
+                status=status,
+                saving_before_us=_saving(b)[0] if b else None,
+                saving_after_us=_saving(a)[0] if a else None,
+                severity_before=b.severity if b else None,
+                severity_after=a.severity if a else None,
+                note=note,
+            )
+        )
     order = {"persisting": 0, "resolved": 1, "new": 2, "not-checked": 3}
     rows.sort(key=lambda r: (order[r.status], -max(r.saving_before_us or 0.0, r.saving_after_us or 0.0), r.code))
     return rows
@@ -86,10 +103,20 @@ def compare_findings(before: Report, after: Report) -> list[FindingDelta]:
 
 def shrunk(rows: list[FindingDelta]) -> list[Shrunk]:
     """Persisting findings whose saving shrank (µs/step), largest shrink first."""
-    out = [Shrunk(code=r.code, name=r.name, saving_before_us=r.saving_before_us, saving_after_us=r.saving_after_us,
-                  shrink_us=r.saving_before_us - r.saving_after_us)
-           for r in rows if r.status == "persisting" and r.saving_before_us is not None
-           and r.saving_after_us is not None and r.saving_after_us < r.saving_before_us]
+    out = [
+        Shrunk(
+            code=r.code,
+            name=r.name,
+            saving_before_us=r.saving_before_us,
+            saving_after_us=r.saving_after_us,
+            shrink_us=r.saving_before_us - r.saving_after_us,
+        )
+        for r in rows
+        if r.status == "persisting"
+        and r.saving_before_us is not None
+        and r.saving_after_us is not None
+        and r.saving_after_us < r.saving_before_us
+    ]
     return sorted(out, key=lambda x: (-x.shrink_us, x.code))
 
 
@@ -106,8 +133,9 @@ def _fix_all_us(before: Report, codes: list[str]) -> float | None:
     return float(fix.recorded_mean_step_us - fix.replayed_mean_step_us)
 
 
-def predictions(before: Report, rows: list[FindingDelta], measured_us: float,
-                measured_ci_us: list[float] | None) -> tuple[Prediction | None, str]:
+def predictions(
+    before: Report, rows: list[FindingDelta], measured_us: float, measured_ci_us: list[float] | None
+) -> tuple[Prediction | None, str]:
     """The resolved BEFORE findings' predicted saving, together, against the measured change (None when no
     finding with a positive saving was resolved), and the note on how to read it.
 
@@ -134,9 +162,18 @@ def predictions(before: Report, rows: list[FindingDelta], measured_us: float,
         predicted, kind = sum(p.predicted_us for p in parts), "sum"
     within = (measured_ci_us[0] <= predicted <= measured_ci_us[1]) if measured_ci_us is not None else None
     error = measured_us - predicted
-    pred = Prediction(codes=codes, parts=parts, predicted_us=predicted, predicted_kind=kind, measured_us=measured_us,
-                      measured_ci95_us=measured_ci_us, within_ci95=within, error_us=error,
-                      error_pct=100.0 * error / predicted, shared=len(parts) > 1)
+    pred = Prediction(
+        codes=codes,
+        parts=parts,
+        predicted_us=predicted,
+        predicted_kind=kind,
+        measured_us=measured_us,
+        measured_ci95_us=measured_ci_us,
+        within_ci95=within,
+        error_us=error,
+        error_pct=100.0 * error / predicted,
+        shared=len(parts) > 1,
+    )
     notes = [MEASURED_NOTE]
     if pred.shared:
         notes.append(SHARED_NOTE.format(n=len(codes), codes=", ".join(codes), how=HOW[kind]))

@@ -213,8 +213,10 @@ class Diff(msgspec.Struct, frozen=True):
         if not isinstance(head, dict) or head.get("schema") != SCHEMA:
             raise PerfDoctorError(f"{path}: not a perfdoctor diff (schema {SCHEMA!r})")
         if head.get("schema_version") != SCHEMA_VERSION:
-            raise PerfDoctorError(f"{path}: diff schema version {head.get('schema_version')!r}; this perfdoctor "
-                                  f"reads version {SCHEMA_VERSION}")
+            raise PerfDoctorError(
+                f"{path}: diff schema version {head.get('schema_version')!r}; this perfdoctor "
+                f"reads version {SCHEMA_VERSION}"
+            )
         try:
             return msgspec.json.decode(data, type=cls)
         except msgspec.ValidationError as exc:

@@ -51,11 +51,15 @@ def _label(names: list[str]) -> str:
     return names[0] if len(names) == 1 else f"{names[0]} (+{len(names) - 1} variants)"
 
 
-def match(before: dict[_Key, float], after: dict[_Key, float], floor_before: float | None,
-          floor_after: float | None) -> list[Mover]:
+def match(
+    before: dict[_Key, float], after: dict[_Key, float], floor_before: float | None, floor_after: float | None
+) -> list[Mover]:
     """All movers, unsorted (see the module docstring)."""
-    out = [Mover(n, n, n, c, before[(n, c)], after[(n, c)], after[(n, c)] - before[(n, c)], "exact", "same name")
-           for (n, c) in before if (n, c) in after]
+    out = [
+        Mover(n, n, n, c, before[(n, c)], after[(n, c)], after[(n, c)] - before[(n, c)], "exact", "same name")
+        for (n, c) in before
+        if (n, c) in after
+    ]
     gb = _group({k: v for k, v in before.items() if k not in after})
     ga = _group({k: v for k, v in after.items() if k not in before})
     for key in sorted(set(gb) | set(ga)):
@@ -64,17 +68,52 @@ def match(before: dict[_Key, float], after: dict[_Key, float], floor_before: flo
         tb, ta = sum(before[k] for k in nb), sum(after[k] for k in na)
         names_b, names_a = [k[0] for k in nb], [k[0] for k in na]
         if nb and na:
-            out.append(Mover(_label(names_b), _label(names_a), key[0], key[1], tb, ta, ta - tb, "normalised",
-                             how_matched(names_b, names_a)))
+            out.append(
+                Mover(
+                    _label(names_b),
+                    _label(names_a),
+                    key[0],
+                    key[1],
+                    tb,
+                    ta,
+                    ta - tb,
+                    "normalised",
+                    how_matched(names_b, names_a),
+                )
+            )
         elif nb:
             if floor_after is not None:  # AFTER's list is full: the name may sit below it there
-                out.append(Mover(_label(names_b), None, key[0], key[1], tb, None, None, "unlisted",
-                                 "not in AFTER's top list", floor_after))
+                out.append(
+                    Mover(
+                        _label(names_b),
+                        None,
+                        key[0],
+                        key[1],
+                        tb,
+                        None,
+                        None,
+                        "unlisted",
+                        "not in AFTER's top list",
+                        floor_after,
+                    )
+                )
             else:
                 out.append(Mover(_label(names_b), None, key[0], key[1], tb, 0.0, -tb, "disappeared", ""))
         elif floor_before is not None:  # BEFORE's list is full: the name may sit below it there
-            out.append(Mover(None, _label(names_a), key[0], key[1], None, ta, None, "unlisted",
-                             "not in BEFORE's top list", floor_before))
+            out.append(
+                Mover(
+                    None,
+                    _label(names_a),
+                    key[0],
+                    key[1],
+                    None,
+                    ta,
+                    None,
+                    "unlisted",
+                    "not in BEFORE's top list",
+                    floor_before,
+                )
+            )
         else:
             out.append(Mover(None, _label(names_a), key[0], key[1], 0.0, ta, ta, "appeared", ""))
     return out

@@ -11,15 +11,18 @@ from __future__ import annotations
 
 import re
 
-_ARCH = re.compile(r"^(?:sm_?\d{2,3}a?_|volta_|turing_|ampere_|hopper_|ada_|blackwell_|maxwell_|pascal_|kepler_)",
-                   re.IGNORECASE)
+_ARCH = re.compile(
+    r"^(?:sm_?\d{2,3}a?_|volta_|turing_|ampere_|hopper_|ada_|blackwell_|maxwell_|pascal_|kepler_)", re.IGNORECASE
+)
 _ARCH_INNER = re.compile(r"(?<![a-z0-9])(?:sm_?\d{2,3}a?|volta|turing|ampere|hopper|ada|blackwell)_", re.IGNORECASE)
 _ARCH_SUFFIX = re.compile(r"_sm_?\d{2,3}a?$", re.IGNORECASE)  # fmha_cutlassF_f16_aligned_64x64_rf_sm80
 _CUTLASS_ARCH = re.compile(r"(?<![a-z0-9])(cutlass_?)\d{2,3}a?_", re.IGNORECASE)  # cutlass_80_tensorop_... → cutlass_
 # dtype atoms; a run of them is one token (cuBLAS: `f32f32_f32f32_f32`, `bf16bf16_bf16f32_f32`)
 _ATOMS = r"bf16|fp32|fp16|fp8|tf32|f64|f32|f16|e4m3|e5m2|i8|s8|u8|i32|s32"
-_DTYPE_WORDS = (rf"(?:{_ATOMS})+|bfloat16|float16|float32|half|float|double|int8|"
-                r"c10::half|c10::bfloat16|__half|__nv_bfloat16|s\d{3,5}|h\d{3,5}|i\d{4,5}|bf\d{4,5}")
+_DTYPE_WORDS = (
+    rf"(?:{_ATOMS})+|bfloat16|float16|float32|half|float|double|int8|"
+    r"c10::half|c10::bfloat16|__half|__nv_bfloat16|s\d{3,5}|h\d{3,5}|i\d{4,5}|bf\d{4,5}"
+)
 _DTYPE = re.compile(rf"(?<![a-z0-9])(?:{_DTYPE_WORDS})(?![a-z0-9])", re.IGNORECASE)
 _PARAMS = re.compile(r"\([^()]*\)\s*$")  # a trailing parameter list: `kernel(int, float*)`
 _GEMM_DTYPE = re.compile(r"(?<![a-z0-9])[shdcz](gemm|gemv)", re.IGNORECASE)  # sgemm / hgemm / dgemm → gemm
@@ -72,6 +75,7 @@ def how_matched(before: list[str], after: list[str]) -> str:
         return "same name"
     used = []
     for skip, (label, _) in enumerate(STAGES):
+
         def without(x: str, skip: int = skip) -> str:
             for i, (_, fn) in enumerate(STAGES):
                 if i != skip:
@@ -83,5 +87,7 @@ def how_matched(before: list[str], after: list[str]) -> str:
     if used:
         return " + ".join(used)
     # several stages would each do alone (a dtype inside template arguments): name the first in order
-    return next((label for label, fn in STAGES if {fn(x) for x in before} == {fn(x) for x in after}),
-                "template arguments + architecture prefix + dtype")
+    return next(
+        (label for label, fn in STAGES if {fn(x) for x in before} == {fn(x) for x in after}),
+        "template arguments + architecture prefix + dtype",
+    )

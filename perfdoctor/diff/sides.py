@@ -73,8 +73,9 @@ def _filter_findings(model: Report, codes: list[str] | None) -> Report:
     return msgspec.structs.replace(model, **changes)
 
 
-def load_side(path: str, rule_options: Any = None, codes: list[str] | None = None,
-              step_marker: str | None = None) -> Side:
+def load_side(
+    path: str, rule_options: Any = None, codes: list[str] | None = None, step_marker: str | None = None
+) -> Side:
     """Load one side: a report JSON as written, or traces / a run directory through the report pipeline.
 
     Raises:

@@ -35,9 +35,11 @@ import numpy as np
 
 DEFAULT_NOISE_PCT = 2.0
 MIN_STEPS_FOR_BATCHES = 20
-METHOD = ("Welch t interval (95%) of mean_after ÷ mean_before − 1, delta method, Welch–Satterthwaite degrees of "
-          f"freedom; the variance of each side's mean from ⌊√n⌋ batch means when it has ≥ {MIN_STEPS_FOR_BATCHES} "
-          "steps (step times drift), else from independent steps")
+METHOD = (
+    "Welch t interval (95%) of mean_after ÷ mean_before − 1, delta method, Welch–Satterthwaite degrees of "
+    f"freedom; the variance of each side's mean from ⌊√n⌋ batch means when it has ≥ {MIN_STEPS_FOR_BATCHES} "
+    "steps (step times drift), else from independent steps"
+)
 
 
 @dataclass(frozen=True)
@@ -88,8 +90,7 @@ def _t975(dof: float) -> float:
     return float(t.ppf(0.975, dof))
 
 
-def compare_means(before_us: np.ndarray, after_us: np.ndarray,
-                  noise_pct: float = DEFAULT_NOISE_PCT) -> Comparison:
+def compare_means(before_us: np.ndarray, after_us: np.ndarray, noise_pct: float = DEFAULT_NOISE_PCT) -> Comparison:
     """Compare two step-time series (µs, one value per step).
 
     Raises:
@@ -108,15 +109,21 @@ def compare_means(before_us: np.ndarray, after_us: np.ndarray,
     (vb, dof_b), (va, dof_a) = mean_variance(b), mean_variance(a)
     nb, na = effective_n(b), effective_n(a)
 
-    def result(ci: tuple[float, float] | None, dof: float | None, verdict: str, more: int | None,
-               reason: str) -> Comparison:
+    def result(
+        ci: tuple[float, float] | None, dof: float | None, verdict: str, more: int | None, reason: str
+    ) -> Comparison:
         return Comparison(mb, ma, sb, sa, int(b.size), int(a.size), nb, na, change, ci, dof, verdict, more, reason)
 
     if b.size < 2 or a.size < 2:
-        return result(None, None, "inconclusive", max(2 - int(b.size), 2 - int(a.size)),
-                      "at least 2 steps per side are needed for an interval")
+        return result(
+            None,
+            None,
+            "inconclusive",
+            max(2 - int(b.size), 2 - int(a.size)),
+            "at least 2 steps per side are needed for an interval",
+        )
     c_a = va / (mb * mb)
-    c_b = ma * ma * vb / mb ** 4
+    c_b = ma * ma * vb / mb**4
     se = math.sqrt(c_a + c_b)
     if se == 0:
         dof, half = None, 0.0
@@ -128,21 +135,26 @@ def compare_means(before_us: np.ndarray, after_us: np.ndarray,
     return result(ci, dof, verdict, more, reason)
 
 
-def decide(change: float, ci: tuple[float, float], noise_pct: float,
-           n: tuple[int, int]) -> tuple[str, int | None, str]:
+def decide(change: float, ci: tuple[float, float], noise_pct: float, n: tuple[int, int]) -> tuple[str, int | None, str]:
     """(verdict, more steps per side or None, reason) from the change and its interval (%); see the module doc."""
     lo, hi = ci
     direction = "faster" if change < 0 else "slower"
     if lo > 0 or hi < 0:
         if abs(change) >= noise_pct:
             return direction, None, f"the 95% interval excludes 0 and the change is ≥ the {noise_pct:g}% threshold"
-        return "no-change", None, (f"the 95% interval excludes 0 but the change is below the {noise_pct:g}% "
-                                   "noise threshold")
+        return (
+            "no-change",
+            None,
+            (f"the 95% interval excludes 0 but the change is below the {noise_pct:g}% noise threshold"),
+        )
     if lo >= -noise_pct and hi <= noise_pct:
         return "no-change", None, f"the 95% interval includes 0 and lies within ±{noise_pct:g}%"
     half = (hi - lo) / 2
     target = max(abs(change), noise_pct - abs(change))
     factor = (half / target) ** 2
     more = max(math.ceil(k * (factor - 1)) for k in n)
-    return "inconclusive", max(more, 1), (f"the 95% interval includes 0 and reaches beyond ±{noise_pct:g}%: the "
-                                          "noise is larger than the change")
+    return (
+        "inconclusive",
+        max(more, 1),
+        (f"the 95% interval includes 0 and reaches beyond ±{noise_pct:g}%: the noise is larger than the change"),
+    )

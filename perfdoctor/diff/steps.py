@@ -68,12 +68,16 @@ def steady_state_notes(model: Report, path: str, side: str) -> list[str]:
     out = []
     if ss.phase_change and ss.phases:
         starts = ", ".join(str(p.start_step) for p in ss.phases[1:])
-        out.append(f"{side} ({path}): the step time changed level during the run (at step {starts}); its steady "
-                   f"state is the last phase from step {ss.steady_start_step}: a machine that got busier or quieter "
-                   "mid-run makes the two sides compare different stretches of time")
+        out.append(
+            f"{side} ({path}): the step time changed level during the run (at step {starts}); its steady "
+            f"state is the last phase from step {ss.steady_start_step}: a machine that got busier or quieter "
+            "mid-run makes the two sides compare different stretches of time"
+        )
     if ss.p10_s > 0 and ss.p90_s / ss.p10_s > UNSTABLE_SPREAD:
-        out.append(f"{side} ({path}): steady-state steps vary {ss.p90_s / ss.p10_s:.1f}x (p90 ÷ p10): other work on "
-                   "the machine or steps of different sizes; the interval widens accordingly")
+        out.append(
+            f"{side} ({path}): steady-state steps vary {ss.p90_s / ss.p10_s:.1f}x (p90 ÷ p10): other work on "
+            "the machine or steps of different sizes; the interval widens accordingly"
+        )
     return out
 
 
@@ -89,17 +93,24 @@ def trace_step_times(model: Report, path: str) -> StepSeries:
         if r.steps_source != "whole-trace" and dev is not None and dev.steps:
             per_rank.append({s.step: s.dur_us for s in dev.steps})
     if not per_rank:
-        raise PerfDoctorError(f"{path}: no training steps (no ProfilerStep#N annotations, and no run step series): "
-                              "nothing to compare per step (record with torch.profiler's schedule and "
-                              "prof.step(), or pass --step-marker)")
+        raise PerfDoctorError(
+            f"{path}: no training steps (no ProfilerStep#N annotations, and no run step series): "
+            "nothing to compare per step (record with torch.profiler's schedule and "
+            "prof.step(), or pass --step-marker)"
+        )
     if len(per_rank) == 1:
         return StepSeries(np.array([per_rank[0][s] for s in sorted(per_rank[0])]), "profiled steps of the trace")
     common = sorted(set.intersection(*(set(r) for r in per_rank)))
     if not common:
-        return StepSeries(np.array([per_rank[0][s] for s in sorted(per_rank[0])]), "profiled steps of the first rank",
-                          [f"{path}: the ranks share no step number; the first rank's steps are used"])
-    return StepSeries(np.array([max(r[s] for r in per_rank) for s in common]),
-                      f"profiled steps, the longest rank per step over {len(per_rank)} ranks")
+        return StepSeries(
+            np.array([per_rank[0][s] for s in sorted(per_rank[0])]),
+            "profiled steps of the first rank",
+            [f"{path}: the ranks share no step number; the first rank's steps are used"],
+        )
+    return StepSeries(
+        np.array([max(r[s] for r in per_rank) for s in common]),
+        f"profiled steps, the longest rank per step over {len(per_rank)} ranks",
+    )
 
 
 def pair_series(before: Report, after: Report, before_path: str, after_path: str) -> tuple[StepSeries, StepSeries]:
@@ -111,16 +122,21 @@ def pair_series(before: Report, after: Report, before_path: str, after_path: str
     rb, ra = run_step_times(before), run_step_times(after)
     if rb is not None and ra is not None and rb.size >= 2 and ra.size >= 2:
         src = "steady-state train-only step times of the whole run (rank 0, profiled and warm-up steps left out)"
-        return (StepSeries(rb, src, steady_state_notes(before, before_path, "BEFORE")),
-                StepSeries(ra, src, steady_state_notes(after, after_path, "AFTER")))
+        return (
+            StepSeries(rb, src, steady_state_notes(before, before_path, "BEFORE")),
+            StepSeries(ra, src, steady_state_notes(after, after_path, "AFTER")),
+        )
     notes = []
     if (rb is not None) != (ra is not None):
-        notes.append("only one side is a perfdoctor profile run: both sides are compared on their profiled "
-                     "trace steps (like with like)")
+        notes.append(
+            "only one side is a perfdoctor profile run: both sides are compared on their profiled "
+            "trace steps (like with like)"
+        )
     for model, path, series in ((before, before_path, rb), (after, after_path, ra)):
         if not model.ranks and series is not None and series.size < 2:
-            raise PerfDoctorError(f"{path}: fewer than 2 steady-state steps in the run and no trace: nothing to "
-                                  "compare")
+            raise PerfDoctorError(
+                f"{path}: fewer than 2 steady-state steps in the run and no trace: nothing to compare"
+            )
     b = trace_step_times(before, before_path)
     a = trace_step_times(after, after_path)
     return StepSeries(b.values_us, b.source, notes + b.notes), StepSeries(a.values_us, a.source, a.notes)

@@ -51,8 +51,9 @@ def _shares(rows: list[Any]) -> dict[str, float]:
         for k, v in s.categories_us.items():
             if k != "communication":
                 out[k] = out.get(k, 0.0) + v / total
-        out["communication (exposed)"] = out.get("communication (exposed)", 0.0) + \
-            s.communication.get("exposed_us", 0.0) / total
+        out["communication (exposed)"] = (
+            out.get("communication (exposed)", 0.0) + s.communication.get("exposed_us", 0.0) / total
+        )
         for k, v in s.idle_causes_us.items():
             out[f"idle: {k}"] = out.get(f"idle: {k}", 0.0) + v / total
     return out
@@ -87,9 +88,12 @@ def job_section(job: Any) -> dict[str, Any]:
         return float(sum(s.categories_us.get(k, 0.0) for k in COMPUTE_CATEGORIES))
 
     out: dict[str, Any] = {
-        "n_ranks": len(ranks), "world_size": world or None, "missing_ranks": missing,
+        "n_ranks": len(ranks),
+        "world_size": world or None,
+        "missing_ranks": missing,
         "failed": [{"path": s.path, "error": s.error} for s in job.failed],
-        "ranks": ranks, "steps": steps,
+        "ranks": ranks,
+        "steps": steps,
         "step_time_us": _matrix(ranks, rows, steps, lambda s: s.dur_us),
         "exposed_comm_us": _matrix(ranks, rows, steps, lambda s: s.communication.get("exposed_us", 0.0)),
         "compute_us": _matrix(ranks, rows, steps, compute),
@@ -105,10 +109,12 @@ def job_section(job: Any) -> dict[str, Any]:
     for s in out["stragglers"]:
         why.setdefault(str(s["rank"]), []).append(
             f"straggler: compute {s['compute_us'] / 1000:.2f} ms/step vs median "
-            f"{s['median_compute_us'] / 1000:.2f} (robust z {s['z']:.1f})")
+            f"{s['median_compute_us'] / 1000:.2f} (robust z {s['z']:.1f})"
+        )
     for b in out["breakdown_outliers"]:
         why.setdefault(str(b["rank"]), []).append(
-            f"{b['category']}: {b['share']:.0%} of step vs median {b['median_share']:.0%}")
+            f"{b['category']}: {b['share']:.0%} of step vs median {b['median_share']:.0%}"
+        )
     out["outliers"] = why
     return out
 
@@ -164,12 +170,18 @@ def _collective_wait(analysis: Any, ranks: list[int]) -> dict[str, Any]:
     if cw is None:
         return {"matched": False, "note": getattr(analysis, "collective_wait_note", "") or ""}
     per_rank = [float(np.mean(cw.wait_us[r])) if r in cw.wait_us and cw.wait_us[r].size else 0.0 for r in ranks]
-    out: dict[str, Any] = {"matched": True, "n_collectives": cw.n_collectives, "wait_us_per_step": per_rank,
-                           "last_arrivals": [int(cw.last_arrivals.get(r, 0)) for r in ranks]}
+    out: dict[str, Any] = {
+        "matched": True,
+        "n_collectives": cw.n_collectives,
+        "wait_us_per_step": per_rank,
+        "last_arrivals": [int(cw.last_arrivals.get(r, 0)) for r in ranks],
+    }
     if cw.wait_by_collective_us:
         m = np.array([cw.wait_by_collective_us[r] for r in ranks])
         worst = np.argsort(-m.max(axis=0), kind="stable")[:WORST_COLLECTIVES]
-        out["worst_collectives"] = [{"index": int(k), "kind": (cw.kinds or [""] * (k + 1))[k],
-                                     "max_wait_us": float(m[:, k].max())} for k in worst]
+        out["worst_collectives"] = [
+            {"index": int(k), "kind": (cw.kinds or [""] * (k + 1))[k], "max_wait_us": float(m[:, k].max())}
+            for k in worst
+        ]
         out["wait_matrix_us"] = m[:, worst].round(3).tolist()
     return out

@@ -79,12 +79,14 @@ class InProcess:
         self.on_progress = on_progress
         self.on_done = on_done
 
-    def summarise(self, files: list[str], opts: SummaryOptions, cat: Any, measured_roofs: Any = None,
-                  cache: bool = False) -> list[RankSummary]:
+    def summarise(
+        self, files: list[str], opts: SummaryOptions, cat: Any, measured_roofs: Any = None, cache: bool = False
+    ) -> list[RankSummary]:
         out: list[RankSummary] = []
         for i, f in enumerate(files):
-            part = summarise_file(f, i, opts, cat, measured_roofs, cache, self.on_progress,
-                                  raise_errors=len(files) == 1)
+            part = summarise_file(
+                f, i, opts, cat, measured_roofs, cache, self.on_progress, raise_errors=len(files) == 1
+            )
             out += part
             if self.on_done:
                 self.on_done(part)
@@ -99,8 +101,9 @@ class LocalPool:
         self.on_done = on_done
         self.workers_used = 0
 
-    def summarise(self, files: list[str], opts: SummaryOptions, cat: Any, measured_roofs: Any = None,
-                  cache: bool = False) -> list[RankSummary]:
+    def summarise(
+        self, files: list[str], opts: SummaryOptions, cat: Any, measured_roofs: Any = None, cache: bool = False
+    ) -> list[RankSummary]:
         n = min(memory_limited_jobs(self.jobs, files), len(files))
         self.workers_used = n
         if n <= 1:
@@ -125,7 +128,8 @@ class LocalPool:
                     except BrokenProcessPool:
                         raise PerfDoctorError(
                             f"a worker process died while analysing ranks (killed, e.g. out of memory, with {n} "
-                            "ranks at once): rerun with a smaller --jobs") from None
+                            "ranks at once): rerun with a smaller --jobs"
+                        ) from None
                     out += part
                     if self.on_done:
                         self.on_done(part)
@@ -158,15 +162,19 @@ class DaskCluster:
         self.on_done = on_done
         self.dashboard_link: str = str(getattr(self.client, "dashboard_link", "") or "")
 
-    def summarise(self, files: list[str], opts: SummaryOptions, cat: Any, measured_roofs: Any = None,
-                  cache: bool = False) -> list[RankSummary]:
+    def summarise(
+        self, files: list[str], opts: SummaryOptions, cat: Any, measured_roofs: Any = None, cache: bool = False
+    ) -> list[RankSummary]:
         from distributed import as_completed
 
         # the rule catalogue (~50 kB pickled) and the options go to every worker once, not with every task
         shared = self.client.scatter([opts, cat, measured_roofs], broadcast=True, hash=False)  # type: ignore[no-untyped-call]
-        futures = [self.client.submit(summarise_file, f, i, *shared, cache, pure=False,
-                                      key=f"perfdoctor-rank-{i}-{os.getpid()}-{id(self)}")
-                   for i, f in enumerate(files)]
+        futures = [
+            self.client.submit(
+                summarise_file, f, i, *shared, cache, pure=False, key=f"perfdoctor-rank-{i}-{os.getpid()}-{id(self)}"
+            )
+            for i, f in enumerate(files)
+        ]
         out: list[RankSummary] = []
         try:
             for fut in as_completed(futures):  # type: ignore[no-untyped-call]
@@ -179,5 +187,3 @@ class DaskCluster:
             if self._own:
                 self.client.close()  # type: ignore[no-untyped-call]
         return out
-
-

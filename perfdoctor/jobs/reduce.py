@@ -28,8 +28,14 @@ class JobAnalysis:
     failed: list[RankSummary] = field(default_factory=list)
 
 
-def reduce(summaries: list[RankSummary], cat: Any, codes: list[str], run: Any = None,
-           extra_warnings: list[str] | None = None, no_trace: str | None = None) -> JobAnalysis:
+def reduce(
+    summaries: list[RankSummary],
+    cat: Any,
+    codes: list[str],
+    run: Any = None,
+    extra_warnings: list[str] | None = None,
+    no_trace: str | None = None,
+) -> JobAnalysis:
     """The job's analysis and rule results from its rank summaries.
 
     ``run``: the ``perfdoctor profile`` RunData (job rules PD104, PD60x read it); ``extra_warnings`` are added
@@ -59,7 +65,8 @@ def reduce(summaries: list[RankSummary], cat: Any, codes: list[str], run: Any = 
             raise PerfDoctorError(
                 f"{s.path}: rank {s.rank} is also the rank of {seen[s.rank]}: one report covers one job, one "
                 f"trace per rank; to compare two runs, `perfdoctor diff {seen[s.rank]} {s.path}`, or report each "
-                "file separately")
+                "file separately"
+            )
         seen[s.rank] = s.path
     inputs = [InputFile(**s.input) for s in sorted(ok, key=lambda s: s.index)]
     ok.sort(key=lambda s: s.rank if s.rank is not None else 0)
@@ -68,17 +75,25 @@ def reduce(summaries: list[RankSummary], cat: Any, codes: list[str], run: Any = 
     analysis.run = run
     analysis.warnings = list(dict.fromkeys(w for s in ok for w in s.warnings))  # a line every rank shares: once
     if len(summaries) > 1:
-        analysis.warnings += [f"{s.path}: the trace names no rank (no distributedInfo.rank, none in the file name); "
-                              f"taken as rank {s.rank}, its position among the inputs"
-                              for s in sorted(ok, key=lambda s: s.index) if not s.rank_named]
-    analysis.warnings += [f"{s.path}: rank not analysed: {s.error}" if not str(s.error).startswith(s.path)
-                          else f"rank not analysed: {s.error}" for s in failed]
+        analysis.warnings += [
+            f"{s.path}: the trace names no rank (no distributedInfo.rank, none in the file name); "
+            f"taken as rank {s.rank}, its position among the inputs"
+            for s in sorted(ok, key=lambda s: s.index)
+            if not s.rank_named
+        ]
+    analysis.warnings += [
+        f"{s.path}: rank not analysed: {s.error}"
+        if not str(s.error).startswith(s.path)
+        else f"rank not analysed: {s.error}"
+        for s in failed
+    ]
     analysis.warnings += list(extra_warnings or [])
     analysis.no_trace = no_trace
     gpu = [s for s in ok if s.primary_kind == "gpu" and s.step_rows and s.collectives is not None]
     if len(gpu) > 1:
         analysis.collective_wait, analysis.collective_wait_note = collective_wait.compute(
-            [s.collectives for s in gpu if s.collectives is not None])
+            [s.collectives for s in gpu if s.collectives is not None]
+        )
     adjust = _replay_caps(analysis, gpu)
     _cap_sections(ok, getattr(analysis, "replay_floor_us", {}))
     rank_ctx = [cx.RankContext(analysis, r) for r in ranks]
@@ -105,9 +120,11 @@ def _separate_runs(ok: list[RankSummary]) -> str | None:
     if not ambiguous or colls or len(by_devices) < 2:
         return None
     a, b = list(by_devices.values())[:2]
-    return (f"{a.path}, {b.path}: these look like separate runs, not ranks of one job (different GPUs: "
-            f"{a.devices} vs {b.devices}; no rank tells them apart; no collective kernels); to compare two runs, "
-            f"`perfdoctor diff {a.path} {b.path}`, or report each file separately")
+    return (
+        f"{a.path}, {b.path}: these look like separate runs, not ranks of one job (different GPUs: "
+        f"{a.devices} vs {b.devices}; no rank tells them apart; no collective kernels); to compare two runs, "
+        f"`perfdoctor diff {a.path} {b.path}`, or report each file separately"
+    )
 
 
 def _replay_caps(analysis: Any, gpu: list[RankSummary]) -> Any:
@@ -116,8 +133,9 @@ def _replay_caps(analysis: Any, gpu: list[RankSummary]) -> Any:
     from perfdoctor.analysis import replay_cap
 
     matched = getattr(analysis, "collective_wait", None) is not None
-    floors = replay_cap.rank_floors([(int(s.rank or 0), s.collectives, list(s.step_rows)) for s in gpu]) \
-        if matched else {}
+    floors = (
+        replay_cap.rank_floors([(int(s.rank or 0), s.collectives, list(s.step_rows)) for s in gpu]) if matched else {}
+    )
     analysis.replay_floor_us = floors
 
     def adjust(rank: Any, outcome: Any) -> Any:

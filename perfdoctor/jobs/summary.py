@@ -164,8 +164,9 @@ def local_copy(path: str) -> Iterator[str]:
             os.unlink(tmp)
 
 
-def rank_summary(analysis: Any, ra: Any, index: int, input_info: dict[str, Any], cat: Any, order: list[str],
-                 note: str | None = None) -> RankSummary:
+def rank_summary(
+    analysis: Any, ra: Any, index: int, input_info: dict[str, Any], cat: Any, order: list[str], note: str | None = None
+) -> RankSummary:
     """The summary of ``ra`` (a :class:`perfdoctor.pipeline.RankAnalysis` inside the one-rank ``analysis``,
     efficiency already added): its rule outcomes, then its report section (rules may add warnings)."""
     from perfdoctor.analysis import collective_wait
@@ -177,10 +178,21 @@ def rank_summary(analysis: Any, ra: Any, index: int, input_info: dict[str, Any],
     outcomes = engine.rank_outcomes(analysis, ctx, cat, order)
     prim = ra.primary
     return RankSummary(
-        index=index, path=ra.tables.path, rank=ra.rank, input=input_info, section=rank_section(ra),
-        steps_source=ra.steps.source, primary_kind=prim.kind, primary_device=int(prim.device),
-        step_rows=list(prim.steps), collectives=collective_wait.timeline(ra), outcomes=outcomes,
-        requirement_reasons=engine.requirement_reasons(analysis, ra), warnings=list(ra.warnings), note=note)
+        index=index,
+        path=ra.tables.path,
+        rank=ra.rank,
+        input=input_info,
+        section=rank_section(ra),
+        steps_source=ra.steps.source,
+        primary_kind=prim.kind,
+        primary_device=int(prim.device),
+        step_rows=list(prim.steps),
+        collectives=collective_wait.timeline(ra),
+        outcomes=outcomes,
+        requirement_reasons=engine.requirement_reasons(analysis, ra),
+        warnings=list(ra.warnings),
+        note=note,
+    )
 
 
 class SummaryRank:

@@ -37,9 +37,16 @@ class _CacheFile(msgspec.Struct):
     summaries: bytes
 
 
-def summarise_file(path: str, index: int, opts: SummaryOptions, cat: Any, measured_roofs: Any = None,
-                   cache: bool = False, on_progress: Callable[[int], None] | None = None,
-                   raise_errors: bool = False) -> list[RankSummary]:
+def summarise_file(
+    path: str,
+    index: int,
+    opts: SummaryOptions,
+    cat: Any,
+    measured_roofs: Any = None,
+    cache: bool = False,
+    on_progress: Callable[[int], None] | None = None,
+    raise_errors: bool = False,
+) -> list[RankSummary]:
     """Summaries of the rank(s) in the trace ``path`` (one per rank; a merged multi-rank file gives several).
 
     ``index``: the file's position among the job's inputs (its rank when the trace names none); ``cat``: the
@@ -52,8 +59,11 @@ def summarise_file(path: str, index: int, opts: SummaryOptions, cat: Any, measur
             # a missing file or a directory is left to the reader, whose error names it
             sha = sha256_of(local) if (opts.hash_inputs or cache) and os.path.isfile(local) else None
             key = f"{sha}/{opts.fingerprint(measured_roofs)}"
-            cache_path = (os.path.join(cache_dir(), hashlib.sha256(key.encode()).hexdigest() + CACHE_SUFFIX)
-                          if cache and sha else None)
+            cache_path = (
+                os.path.join(cache_dir(), hashlib.sha256(key.encode()).hexdigest() + CACHE_SUFFIX)
+                if cache and sha
+                else None
+            )
             if cache_path:
                 hit = _read_cache(cache_path, key, path)
                 if hit is not None:
@@ -74,12 +84,21 @@ def summarise_file(path: str, index: int, opts: SummaryOptions, cat: Any, measur
     except (ValueError, OSError, MemoryError, KeyError, IndexError, TypeError) as exc:
         if raise_errors:
             raise
-        return [RankSummary(index=index, path=path,
-                            error=f"{path}: could not be analysed ({type(exc).__name__}: {exc})")]
+        return [
+            RankSummary(index=index, path=path, error=f"{path}: could not be analysed ({type(exc).__name__}: {exc})")
+        ]
 
 
-def _summarise(local: str, path: str, index: int, opts: SummaryOptions, cat: Any, measured_roofs: Any,
-               sha: str | None, on_progress: Callable[[int], None] | None) -> list[RankSummary]:
+def _summarise(
+    local: str,
+    path: str,
+    index: int,
+    opts: SummaryOptions,
+    cat: Any,
+    measured_roofs: Any,
+    sha: str | None,
+    on_progress: Callable[[int], None] | None,
+) -> list[RankSummary]:
     from perfdoctor.analysis.mfu import add_efficiency
     from perfdoctor.analysis.rank import Analysis, InputFile, analyze_tables
     from perfdoctor.checks import engine
@@ -105,12 +124,22 @@ def _summarise(local: str, path: str, index: int, opts: SummaryOptions, cat: Any
             if tabs.rank is None:
                 tabs.rank = index
             ra = analyze_tables(tabs, opts.step_marker)
-            info = InputFile(path=name, bytes=os.path.getsize(local), sha256=sha if opts.hash_inputs else None,
-                             events=tabs.n_events, uncompressed_bytes=tabs.uncompressed_bytes)
+            info = InputFile(
+                path=name,
+                bytes=os.path.getsize(local),
+                sha256=sha if opts.hash_inputs else None,
+                events=tabs.n_events,
+                uncompressed_bytes=tabs.uncompressed_bytes,
+            )
             analysis = Analysis(ranks=[ra], inputs=[info])
             analysis.run = opts.run_json
-            add_efficiency(analysis.ranks, opts.model_flops_per_step, opts.flops_source, measured_roofs,
-                           step_time_s_by_rank=opts.step_time_s_by_rank)
+            add_efficiency(
+                analysis.ranks,
+                opts.model_flops_per_step,
+                opts.flops_source,
+                measured_roofs,
+                step_time_s_by_rank=opts.step_time_s_by_rank,
+            )
             if note:
                 ra.warnings.append(note)
             summary = rank_summary(analysis, ra, index, dataclasses.asdict(info), cat, order, note)
@@ -153,6 +182,8 @@ def _write_cache(cache_path: str, key: str, summaries: list[RankSummary]) -> str
     except OSError as exc:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
-        return (f"--cache: summaries not cached: cannot write {os.path.dirname(cache_path)} "
-                f"({exc.strerror or type(exc).__name__}); set PERFDOCTOR_HOME to a writable directory")
+        return (
+            f"--cache: summaries not cached: cannot write {os.path.dirname(cache_path)} "
+            f"({exc.strerror or type(exc).__name__}); set PERFDOCTOR_HOME to a writable directory"
+        )
     return None

@@ -58,9 +58,15 @@ def device_properties(tables: TraceTables) -> list[m.DeviceProperties]:
             continue
         cc = f"{p.get('computeMajor')}.{p.get('computeMinor')}" if "computeMajor" in p else None
         name = p.get("name")
-        out.append(m.DeviceProperties(id=_int_or_none(p.get("id")), name=None if name is None else str(name),
-                                      memory_bytes=_int_or_none(p.get("totalGlobalMem")), compute_capability=cc,
-                                      sm_count=_int_or_none(p.get("numSms"))))
+        out.append(
+            m.DeviceProperties(
+                id=_int_or_none(p.get("id")),
+                name=None if name is None else str(name),
+                memory_bytes=_int_or_none(p.get("totalGlobalMem")),
+                compute_capability=cc,
+                sm_count=_int_or_none(p.get("numSms")),
+            )
+        )
     return out
 
 
@@ -69,20 +75,28 @@ def device_section(dev: DeviceBreakdown) -> m.DeviceSection:
     totals = sum_steps(dev.steps)
     dur = totals.get("dur_us", 0.0)
     return m.DeviceSection(
-        device=dev.device, kind=dev.kind, utilization=(totals.get("busy_us", 0.0) / dur) if dur else None,
-        step_time_us=plain(summary.distribution(np.array([s.dur_us for s in dev.steps])), m.Distribution,
-                           "step_time_us"),
+        device=dev.device,
+        kind=dev.kind,
+        utilization=(totals.get("busy_us", 0.0) / dur) if dur else None,
+        step_time_us=plain(
+            summary.distribution(np.array([s.dur_us for s in dev.steps])), m.Distribution, "step_time_us"
+        ),
         totals=plain(totals, m.StepTotals, "totals"),
         steps=plain([s.to_dict() for s in dev.steps], list[m.StepBreakdown], "steps"),
-        notes=list(dev.notes))
+        notes=list(dev.notes),
+    )
 
 
 def rank_section(r: RankAnalysis) -> m.RankSection:
     """The report section of one rank (see docs/report-schema.md "ranks")."""
     window = (float(r.steps.start_us[0]), float(r.steps.end_us[-1])) if len(r.steps) else (-np.inf, np.inf)
     return m.RankSection(
-        rank=r.rank, path=r.tables.path, device_properties=device_properties(r.tables),
-        steps_source=r.steps.source, step_marker=r.steps.marker, primary_device=r.primary.device,
+        rank=r.rank,
+        path=r.tables.path,
+        device_properties=device_properties(r.tables),
+        steps_source=r.steps.source,
+        step_marker=r.steps.marker,
+        primary_device=r.primary.device,
         devices=[device_section(d) for d in r.devices],
         top_kernels=plain(summary.top_kernels(r.tables, window), list[m.TopKernel], "top_kernels"),
         top_cpu_ops=plain(summary.top_cpu_ops(r.tables, window, r.steps.pid), list[m.TopCpuOp], "top_cpu_ops"),
@@ -93,7 +107,8 @@ def rank_section(r: RankAnalysis) -> m.RankSection:
         mfu_missing=r.mfu_missing if r.mfu_missing is not None else UNSET,
         gemm_dtype=m.GemmDtype(dominant=r.gemm_dtype.dominant, time_us=dict(r.gemm_dtype.time_us)),
         replay=None if r.replay is None else plain(r.replay.to_dict(), m.ReplaySection, "replay"),
-        warnings=list(r.warnings))
+        warnings=list(r.warnings),
+    )
 
 
 def summary_section(ranks: list[m.RankSection]) -> m.Summary:
@@ -102,21 +117,32 @@ def summary_section(ranks: list[m.RankSection]) -> m.Summary:
     s = summary.rank_summary(medians)
     if not medians:
         return m.Summary(n_ranks=0)
-    return m.Summary(n_ranks=s["n_ranks"], slowest_rank=s["slowest_rank"], fastest_rank=s["fastest_rank"],
-                     median_step_us=dict(s["median_step_us"]), spread_pct=float(s["spread_pct"]))
+    return m.Summary(
+        n_ranks=s["n_ranks"],
+        slowest_rank=s["slowest_rank"],
+        fastest_rank=s["fastest_rank"],
+        median_step_us=dict(s["median_step_us"]),
+        spread_pct=float(s["spread_pct"]),
+    )
 
 
 def check_sections(results: CheckResults) -> dict[str, Any]:
     """``findings``, ``skipped_checks``, ``passed_checks`` and ``findings_note`` of the Report."""
     rep = results.to_report()
-    return {"findings": plain(rep["findings"], list[m.FindingSection], "findings"),
-            "skipped_checks": plain(rep["skipped_checks"], list[m.SkippedCheck], "skipped_checks"),
-            "passed_checks": list(rep["passed_checks"]), "findings_note": rep["findings_note"]}
+    return {
+        "findings": plain(rep["findings"], list[m.FindingSection], "findings"),
+        "skipped_checks": plain(rep["skipped_checks"], list[m.SkippedCheck], "skipped_checks"),
+        "passed_checks": list(rep["passed_checks"]),
+        "findings_note": rep["findings_note"],
+    }
 
 
-def build_report(analysis: Analysis, run: m.RunSection | None = None,
-                 sections: Sequence[m.RankSection | Mapping[str, Any]] | None = None,
-                 job: Mapping[str, Any] | None = None) -> m.Report:
+def build_report(
+    analysis: Analysis,
+    run: m.RunSection | None = None,
+    sections: Sequence[m.RankSection | Mapping[str, Any]] | None = None,
+    job: Mapping[str, Any] | None = None,
+) -> m.Report:
     """The whole typed report of ``analysis`` (its ranks, check results and warnings) and of the run
     directory's ``run`` section (:func:`perfdoctor.capture.run_data.run_section`), if any.
 
@@ -137,8 +163,12 @@ def build_report(analysis: Analysis, run: m.RunSection | None = None,
     return m.Report(
         tool=m.Tool(name="perfdoctor", version=__version__),
         inputs=plain(analysis.inputs, list[m.InputFile], "inputs"),
-        warnings=list(analysis.warnings), ranks=ranks, summary=summ,
+        warnings=list(analysis.warnings),
+        ranks=ranks,
+        summary=summ,
         run=run if run is not None else UNSET,
         no_trace=analysis.no_trace if analysis.no_trace else UNSET,
         partial=True if analysis.partial else UNSET,
-        job=plain(job, m.JobSection, "job section") if job is not None else UNSET, **checks)
+        job=plain(job, m.JobSection, "job section") if job is not None else UNSET,
+        **checks,
+    )

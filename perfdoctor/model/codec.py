@@ -47,9 +47,11 @@ def _check_header(header: _Header, source: str) -> None:
     if header.schema != SCHEMA:
         raise PerfDoctorError(f"{source}: not a perfdoctor report (schema {header.schema!r}, expected {SCHEMA!r})")
     if header.schema_version != SCHEMA_VERSION:
-        raise PerfDoctorError(f"{source}: report schema version {header.schema_version!r} is not supported "
-                              f"(this perfdoctor reads version {SCHEMA_VERSION}); re-run `perfdoctor report` on the "
-                              "traces to write a current one")
+        raise PerfDoctorError(
+            f"{source}: report schema version {header.schema_version!r} is not supported "
+            f"(this perfdoctor reads version {SCHEMA_VERSION}); re-run `perfdoctor report` on the "
+            "traces to write a current one"
+        )
 
 
 def from_json(data: bytes | str, source: str = "report") -> Report:

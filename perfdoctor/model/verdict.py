@@ -47,12 +47,16 @@ PHRASES: dict[str, tuple[str, str]] = {
 def verdict(ranks: list[RankSection], findings: list[FindingSection], slowest_rank: int | None = None) -> str:
     """The one-line verdict (see the module docstring); "" when the report has no rank."""
     if ranks and all(r.primary.kind != "gpu" and r.device_properties for r in ranks):
-        return ("no verdict: the trace names GPUs but holds no GPU activity (lost or not recorded, see the "
-                "warnings); only host ops were analysed")
+        return (
+            "no verdict: the trace names GPUs but holds no GPU activity (lost or not recorded, see the "
+            "warnings); only host ops were analysed"
+        )
     cold = next((f for f in findings if f.code == "PD902" and "warm-up, not the training loop" in f.message), None)
     if cold is not None:
-        return ("cold start: the analysed steps are first-call work (compilation, algorithm search, lazy init), "
-                "not the training loop (PD902): profile steady-state steps")
+        return (
+            "cold start: the analysed steps are first-call work (compilation, algorithm search, lazy init), "
+            "not the training loop (PD902): profile steady-state steps"
+        )
     top = next((f for f in findings if f.position == 1), None)
     if top is not None and top.saving_pct_of_step >= MIN_SHARE_PCT:
         kind, what = PHRASES.get(top.code, (top.name, "what this finding names"))
@@ -71,5 +75,7 @@ def verdict(ranks: list[RankSection], findings: list[FindingSection], slowest_ra
     if (dev.utilization or 0.0) >= BUSY_SHARE or not idle or idle[0][1] <= 0:
         top_cat = f" (largest: {category_label(cats[0][0])} {cats[0][1] / t.dur_us:.0%})" if cats else ""
         return f"busy: {where} works {dev.utilization or 0.0:.0%} of each step{top_cat}; no finding saves 5% or more"
-    return (f"no finding saves 5% or more; {where} is busy {dev.utilization or 0.0:.0%} of each step, the largest "
-            f"idle is '{idle_label(idle[0][0])}' at {idle[0][1] / t.dur_us:.0%}")
+    return (
+        f"no finding saves 5% or more; {where} is busy {dev.utilization or 0.0:.0%} of each step, the largest "
+        f"idle is '{idle_label(idle[0][0])}' at {idle[0][1] / t.dur_us:.0%}"
+    )

@@ -19,20 +19,34 @@ from perfdoctor.render.html import CSP, _dumps
 
 
 def _env() -> jinja2.Environment:
-    env = jinja2.Environment(loader=jinja2.PackageLoader("perfdoctor.render", "templates"), autoescape=True,
-                             trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("perfdoctor.render", "templates"),
+        autoescape=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+    )
     env.policies["json.dumps_function"] = _dumps
     return env
 
 
 def render_diff_html(diff: Diff, generated_at: str | None = None) -> str:
     """The diff as one HTML page (str); ``generated_at`` stamps the footer (None keeps output byte-stable)."""
-    tables = [diff_view.categories_table(diff), diff_view.movers_table(diff, "kernels", 25, 160),
-              diff_view.movers_table(diff, "cpu_ops", 25, 160), diff_view.findings_table(diff),
-              diff_view.predictions_table(diff), diff_view.efficiency_table(diff)]
+    tables = [
+        diff_view.categories_table(diff),
+        diff_view.movers_table(diff, "kernels", 25, 160),
+        diff_view.movers_table(diff, "cpu_ops", 25, 160),
+        diff_view.findings_table(diff),
+        diff_view.predictions_table(diff),
+        diff_view.efficiency_table(diff),
+    ]
     context = {
-        "diff": diff, "csp": CSP, "generated_at": generated_at, "facts": diff_view.verdict_facts(diff),
-        "tables": [t for t in tables if t.rows], "waterfall": Markup(waterfall(diff)),
+        "diff": diff,
+        "csp": CSP,
+        "generated_at": generated_at,
+        "facts": diff_view.verdict_facts(diff),
+        "tables": [t for t in tables if t.rows],
+        "waterfall": Markup(waterfall(diff)),
         "data": msgspec.to_builtins(diff),
     }
     return str(_env().get_template("diff.html.j2").render(**context))

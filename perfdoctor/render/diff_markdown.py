@@ -20,8 +20,12 @@ _ICON = {"faster": "✅", "slower": "❌", "no-change": "➖", "inconclusive": "
 def _table(view: diff_view.TableView) -> list[str]:
     if not view.rows:
         return []
-    out = [f"### {view.title}", "", "| " + " | ".join(esc(h) for h in view.header) + " |",
-           "|" + "|".join("---:" if a == "r" else "---" for a in view.align) + "|"]
+    out = [
+        f"### {view.title}",
+        "",
+        "| " + " | ".join(esc(h) for h in view.header) + " |",
+        "|" + "|".join("---:" if a == "r" else "---" for a in view.align) + "|",
+    ]
     out += ["| " + " | ".join(esc(c) for c in row) + " |" for row in view.rows[:MAX_ROWS]]
     if len(view.rows) > MAX_ROWS:
         out.append(f"\n_{len(view.rows) - MAX_ROWS} more rows in the JSON / HTML diff._")
@@ -32,19 +36,32 @@ def _table(view: diff_view.TableView) -> list[str]:
 
 def render_diff_markdown(diff: Diff) -> str:
     """The diff as Markdown (str), at most :data:`MAX_CHARS` characters."""
-    head = [f"## perfdoctor diff: {_ICON.get(diff.verdict, '')} {esc(diff.headline)}", "",
-            (f"- **BEFORE**: {esc(diff.before.path)} ({diff.before.kind}, {diff.before.n_ranks} rank(s), "
-            f"{esc(diff.before.device)})"),
-            (f"- **AFTER**: {esc(diff.after.path)} ({diff.after.kind}, {diff.after.n_ranks} rank(s), "
-            f"{esc(diff.after.device)})")]
+    head = [
+        f"## perfdoctor diff: {_ICON.get(diff.verdict, '')} {esc(diff.headline)}",
+        "",
+        (
+            f"- **BEFORE**: {esc(diff.before.path)} ({diff.before.kind}, {diff.before.n_ranks} rank(s), "
+            f"{esc(diff.before.device)})"
+        ),
+        (
+            f"- **AFTER**: {esc(diff.after.path)} ({diff.after.kind}, {diff.after.n_ranks} rank(s), "
+            f"{esc(diff.after.device)})"
+        ),
+    ]
     head += [f"- **{esc(label)}**: {esc(value)}" for label, value in diff_view.verdict_facts(diff)]
     head += [f"- ⚠️ {esc(w)}" for w in diff.warnings]
     head.append("")
-    sections = [_table(v) for v in (diff_view.categories_table(diff),
-                                    diff_view.movers_table(diff, "kernels", MAX_ROWS, NAME_WIDTH),
-                                    diff_view.movers_table(diff, "cpu_ops", MAX_ROWS, NAME_WIDTH),
-                                    diff_view.findings_table(diff), diff_view.predictions_table(diff),
-                                    diff_view.efficiency_table(diff))]
+    sections = [
+        _table(v)
+        for v in (
+            diff_view.categories_table(diff),
+            diff_view.movers_table(diff, "kernels", MAX_ROWS, NAME_WIDTH),
+            diff_view.movers_table(diff, "cpu_ops", MAX_ROWS, NAME_WIDTH),
+            diff_view.findings_table(diff),
+            diff_view.predictions_table(diff),
+            diff_view.efficiency_table(diff),
+        )
+    ]
     text = "\n".join(head)
     for sec in sections:
         block = "\n".join(sec)

@@ -25,8 +25,14 @@ def _rows(diff: Diff) -> list[tuple[str, float, float, str]]:
     rows = [("BEFORE step", 0.0, before, _TOTAL)]
     level = before
     for label, delta in [(c.label, c.delta_us / 1e3) for c in big] + ([("other changes", rest)] if rest else []):
-        rows.append((f"{label} ({'+' if delta > 0 else '−'}{abs(delta):,.2f} ms)", level, level + delta,
-                     _MORE if delta > 0 else _LESS))
+        rows.append(
+            (
+                f"{label} ({'+' if delta > 0 else '−'}{abs(delta):,.2f} ms)",
+                level,
+                level + delta,
+                _MORE if delta > 0 else _LESS,
+            )
+        )
         level += delta
     rows.append(("AFTER step", 0.0, after, _TOTAL))
     return rows
@@ -49,13 +55,17 @@ def waterfall(diff: Diff, width: int = 860) -> str:
     for tv in ticks:
         x = label_w + tv * scale
         out.append(f'<line x1="{_f(x)}" x2="{_f(x)}" y1="{top - 4}" y2="{top + row_h * len(rows)}" class="grid"/>')
-        out.append(f'<text x="{_f(x)}" y="{top + row_h * len(rows) + 14}" class="ax" '
-                   f'text-anchor="middle">{_t(fmt_num(tv))}</text>')
+        out.append(
+            f'<text x="{_f(x)}" y="{top + row_h * len(rows) + 14}" class="ax" '
+            f'text-anchor="middle">{_t(fmt_num(tv))}</text>'
+        )
     for i, (label, a, b, col) in enumerate(rows):
         y = top + i * row_h
         x0, x1 = label_w + min(a, b) * scale, label_w + max(a, b) * scale
         out.append(f'<text x="{label_w - 6}" y="{_f(y + 15)}" class="ax" text-anchor="end">{_t(label)}</text>')
-        out.append(f'<rect x="{_f(x0)}" y="{_f(y + 3)}" width="{_f(max(x1 - x0, 1.0))}" height="{row_h - 6}" '
-                   f'fill="{col}"><title>{_t(label)}: {_t(f"{a:,.2f}")} → {_t(f"{b:,.2f}")} ms</title></rect>')
+        out.append(
+            f'<rect x="{_f(x0)}" y="{_f(y + 3)}" width="{_f(max(x1 - x0, 1.0))}" height="{row_h - 6}" '
+            f'fill="{col}"><title>{_t(label)}: {_t(f"{a:,.2f}")} → {_t(f"{b:,.2f}")} ms</title></rect>'
+        )
     out.append("</svg>")
     return "\n".join(out)

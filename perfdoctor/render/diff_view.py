@@ -49,15 +49,25 @@ def verdict_facts(d: Diff) -> list[tuple[str, str]]:
     out = [
         ("mean step", f"{ms(d.mean_step_us.before)} → {ms(d.mean_step_us.after)}"),
         ("change", f"{signed_pct(d.change_pct)} (95% CI {ci})"),
-        ("steps", (f"{int(s.steps.before or 0):,} before, {int(s.steps.after or 0):,} after (effective "
-                  f"{s.effective_steps.before or 0:,.0f} / {s.effective_steps.after or 0:,.0f}); {s.source}")),
+        (
+            "steps",
+            (
+                f"{int(s.steps.before or 0):,} before, {int(s.steps.after or 0):,} after (effective "
+                f"{s.effective_steps.before or 0:,.0f} / {s.effective_steps.after or 0:,.0f}); {s.source}"
+            ),
+        ),
         ("why this verdict", s.reason),
         ("method", s.method + f"; noise threshold ±{s.noise_threshold_pct:g}%"),
     ]
     if s.more_steps_needed and d.ci95_pct is not None:  # without an interval "why this verdict" says it
         out.insert(3, ("inconclusive", f"{s.more_steps_needed:,} more steps needed per side"))
-    out += [(f"{'train-only' if t.key.startswith('train') else 'wall-clock'} throughput",
-             f"{_rate(t.before)} → {_rate(t.after)} {t.unit} ({signed_pct(t.change_pct)})") for t in d.throughput]
+    out += [
+        (
+            f"{'train-only' if t.key.startswith('train') else 'wall-clock'} throughput",
+            f"{_rate(t.before)} → {_rate(t.after)} {t.unit} ({signed_pct(t.change_pct)})",
+        )
+        for t in d.throughput
+    ]
     return out
 
 
@@ -67,13 +77,23 @@ def _rate(v: float | None) -> str:
 
 def categories_table(d: Diff) -> TableView:
     rows = [[c.label, ms(c.before_us), ms(c.after_us), signed_ms(c.delta_us)] for c in d.categories]
-    rows.append(["step (trace mean)", ms(d.category_step_us.before), ms(d.category_step_us.after),
-                 signed_ms((d.category_step_us.after or 0) - (d.category_step_us.before or 0))])
-    return TableView("Where the time moved (per step)", ["category", "before", "after", "Δ"], rows,
-                     ["l", "r", "r", "r"],
-                     "Busy categories and idle causes add up to the trace's mean step; (detail) rows are not in "
-                     "the sum. The verdict's mean step may come from more steps than the trace's.",
-                     [c.group for c in d.categories] + ["total"])
+    rows.append(
+        [
+            "step (trace mean)",
+            ms(d.category_step_us.before),
+            ms(d.category_step_us.after),
+            signed_ms((d.category_step_us.after or 0) - (d.category_step_us.before or 0)),
+        ]
+    )
+    return TableView(
+        "Where the time moved (per step)",
+        ["category", "before", "after", "Δ"],
+        rows,
+        ["l", "r", "r", "r"],
+        "Busy categories and idle causes add up to the trace's mean step; (detail) rows are not in "
+        "the sum. The verdict's mean step may come from more steps than the trace's.",
+        [c.group for c in d.categories] + ["total"],
+    )
 
 
 def _mover_name(m: Mover, width: int) -> str:
@@ -94,21 +114,40 @@ def _match_text(m: Mover) -> str:
 
 def movers_table(d: Diff, which: str, limit: int = 15, width: int = 90) -> TableView:
     movers = d.kernels if which == "kernels" else d.cpu_ops
-    rows = [[_mover_name(m, width), m.category, ms(m.before_us, 3), ms(m.after_us, 3), signed_ms(m.delta_us),
-             _match_text(m)] for m in movers[:limit]]
+    rows = [
+        [
+            _mover_name(m, width),
+            m.category,
+            ms(m.before_us, 3),
+            ms(m.after_us, 3),
+            signed_ms(m.delta_us),
+            _match_text(m),
+        ]
+        for m in movers[:limit]
+    ]
     title = "Top movers: kernels (per step)" if which == "kernels" else "Top movers: CPU ops (per step, inclusive)"
-    return TableView(title, ["name", "category", "before", "after", "Δ", "matched"], rows,
-                     ["l", "l", "r", "r", "r", "l"])
+    return TableView(
+        title, ["name", "category", "before", "after", "Δ", "matched"], rows, ["l", "l", "r", "r", "r", "l"]
+    )
 
 
 def findings_table(d: Diff) -> TableView:
     rows = [[f.code, f.name, f.status, ms(f.saving_before_us), ms(f.saving_after_us), f.note] for f in d.findings]
-    return TableView("Findings", ["code", "rule", "status", "saving before", "saving after", "note"], rows,
-                     ["l", "l", "l", "r", "r", "l"], "Savings are per step.")
+    return TableView(
+        "Findings",
+        ["code", "rule", "status", "saving before", "saving after", "note"],
+        rows,
+        ["l", "l", "l", "r", "r", "l"],
+        "Savings are per step.",
+    )
 
 
-KIND_WORDS = {"replayed": "replayed", "upper-bound": "upper bound", "replayed-together": "replayed together",
-              "sum": "sum of the parts"}
+KIND_WORDS = {
+    "replayed": "replayed",
+    "upper-bound": "upper bound",
+    "replayed-together": "replayed together",
+    "sum": "sum of the parts",
+}
 
 
 def _in_ci(within: bool | None) -> str:
@@ -126,38 +165,73 @@ def predictions_table(d: Diff) -> TableView:
         ci = f" ({ms(p.measured_ci95_us[0])} to {ms(p.measured_ci95_us[1])})" if p.measured_ci95_us else ""
         who = " + ".join(p.codes) if p.shared else f"{p.codes[0]} {p.parts[0].name}"
         status = f"resolved together ({len(p.codes)}), measured change shared" if p.shared else "resolved"
-        rows.append([who, status, f"{ms(p.predicted_us)} ({KIND_WORDS.get(p.predicted_kind, p.predicted_kind)})",
-                     ms(p.measured_us) + ci, _in_ci(p.within_ci95), signed_ms(p.error_us), signed_pct(p.error_pct)])
+        rows.append(
+            [
+                who,
+                status,
+                f"{ms(p.predicted_us)} ({KIND_WORDS.get(p.predicted_kind, p.predicted_kind)})",
+                ms(p.measured_us) + ci,
+                _in_ci(p.within_ci95),
+                signed_ms(p.error_us),
+                signed_pct(p.error_pct),
+            ]
+        )
         classes.append("")
         if p.shared:
             for part in p.parts:
-                rows.append([f"  {part.code} {part.name}", "resolved (part of the row above)",
-                             f"{ms(part.predicted_us)} ({KIND_WORDS.get(part.predicted_kind, part.predicted_kind)})",
-                             "–", "–", "–", "–"])
+                rows.append(
+                    [
+                        f"  {part.code} {part.name}",
+                        "resolved (part of the row above)",
+                        f"{ms(part.predicted_us)} ({KIND_WORDS.get(part.predicted_kind, part.predicted_kind)})",
+                        "–",
+                        "–",
+                        "–",
+                        "–",
+                    ]
+                )
                 classes.append("detail")
     for s in d.shrunk:
-        rows.append([f"{s.code} {s.name}", "shrank (side effect of other changes)",
-                     f"saving {ms(s.saving_before_us)} → {ms(s.saving_after_us)}", "–", "–", "–", "–"])
+        rows.append(
+            [
+                f"{s.code} {s.name}",
+                "shrank (side effect of other changes)",
+                f"saving {ms(s.saving_before_us)} → {ms(s.saving_after_us)}",
+                "–",
+                "–",
+                "–",
+                "–",
+            ]
+        )
         classes.append("detail")
-    return TableView("Predicted vs measured (per step)", header, rows, ["l", "l", "r", "r", "l", "r", "r"],
-                     d.predicted_note, classes)
+    return TableView(
+        "Predicted vs measured (per step)", header, rows, ["l", "l", "r", "r", "l", "r", "r"], d.predicted_note, classes
+    )
 
 
 def efficiency_table(d: Diff) -> TableView:
     rows = []
     for r in d.efficiency:
         who = "job" if r.rank is None else f"rank {r.rank}"
-        rows.append([who, f"{ms(r.median_step_us.before)} → {ms(r.median_step_us.after)}",
-                     f"{pct(r.utilization.before)} → {pct(r.utilization.after)}",
-                     f"{pct(r.mfu.before)} → {pct(r.mfu.after)}",
-                     f"{nbytes(r.memory_peak_bytes.before)} → {nbytes(r.memory_peak_bytes.after)}"])
+        rows.append(
+            [
+                who,
+                f"{ms(r.median_step_us.before)} → {ms(r.median_step_us.after)}",
+                f"{pct(r.utilization.before)} → {pct(r.utilization.after)}",
+                f"{pct(r.mfu.before)} → {pct(r.mfu.after)}",
+                f"{nbytes(r.memory_peak_bytes.before)} → {nbytes(r.memory_peak_bytes.after)}",
+            ]
+        )
     note = ""
     if d.straggler is not None:
         s = d.straggler
-        note = (f"longest median step: rank {s.slowest_rank_before} before, rank {s.slowest_rank_after} after; "
-                f"spread {_pct_num(s.spread_pct.before)} → {_pct_num(s.spread_pct.after)}")
-    return TableView("Efficiency", ["", "median step", "utilization", "MFU", "memory peak"], rows,
-                     ["l", "r", "r", "r", "r"], note)
+        note = (
+            f"longest median step: rank {s.slowest_rank_before} before, rank {s.slowest_rank_after} after; "
+            f"spread {_pct_num(s.spread_pct.before)} → {_pct_num(s.spread_pct.after)}"
+        )
+    return TableView(
+        "Efficiency", ["", "median step", "utilization", "MFU", "memory peak"], rows, ["l", "r", "r", "r", "r"], note
+    )
 
 
 def _pct_num(x: float | None) -> str:

@@ -15,7 +15,7 @@ EXTENSIONS = {".html": "html", ".htm": "html", ".md": "md", ".markdown": "md", "
 
 
 def format_for(path: str) -> str:
-    """"html", "md" or "json" from the file extension.
+    """ "html", "md" or "json" from the file extension.
 
     Raises:
         PerfDoctorError: the extension is none of .html/.htm, .md/.markdown, .json.

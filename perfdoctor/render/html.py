@@ -25,24 +25,30 @@ from perfdoctor.render import svg, view
 from perfdoctor.vocab import CHART_ORDER, category_label, idle_label
 
 _BREAKDOWN_ORDER = CHART_ORDER
-CSP = ("default-src 'none'; style-src 'unsafe-inline'; img-src data:; script-src 'none'; "
-       "connect-src 'none'; font-src 'none'; base-uri 'none'; form-action 'none'")
+CSP = (
+    "default-src 'none'; style-src 'unsafe-inline'; img-src data:; script-src 'none'; "
+    "connect-src 'none'; font-src 'none'; base-uri 'none'; form-action 'none'"
+)
 
 
 def _dumps(obj: Any, **_: Any) -> str:
-    return orjson.dumps(obj, option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS |
-                        orjson.OPT_SERIALIZE_NUMPY).decode()
+    return orjson.dumps(
+        obj, option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY
+    ).decode()
 
 
 def _env() -> jinja2.Environment:
     env = jinja2.Environment(
         loader=jinja2.PackageLoader("perfdoctor.render", "templates"),
-        autoescape=True, trim_blocks=True, lstrip_blocks=True,
+        autoescape=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
         keep_trailing_newline=True,
     )
     env.policies["json.dumps_function"] = _dumps
-    env.filters.update(ms=view.ms, pct=view.pct, nbytes=view.nbytes, dur=view.dur, code_spans=code_spans,
-                       saving=view.saving_ms)
+    env.filters.update(
+        ms=view.ms, pct=view.pct, nbytes=view.nbytes, dur=view.dur, code_spans=code_spans, saving=view.saving_ms
+    )
     env.globals["rv_rows"] = view.breakdown_rows
     env.globals["swatch"] = svg.color
     env.globals["before_after"] = before_after
@@ -76,15 +82,22 @@ def _ranks_chart(report: Report) -> Markup:
     ranks = report.ranks
     devs = [r.primary for r in ranks]
     keys = [k for k in _BREAKDOWN_ORDER if any(d.totals.categories_us.get(k, 0) > 0 for d in devs)]
-    series = [svg.Series(k, category_label(k),
-                         [d.totals.categories_us.get(k, 0.0) / view.n_steps(d) / 1000 for d in devs])
-              for k in keys]
+    series = [
+        svg.Series(k, category_label(k), [d.totals.categories_us.get(k, 0.0) / view.n_steps(d) / 1000 for d in devs])
+        for k in keys
+    ]
     causes = sorted({c for d in devs for c in d.totals.idle_causes_us})
-    series += [svg.Series(f"idle:{c}", idle_label(c),
-                          [d.totals.idle_causes_us.get(c, 0.0) / view.n_steps(d) / 1000 for d in devs])
-               for c in causes]
-    return Markup(svg.stacked_bars([f"rank {r.rank}" for r in ranks], series, "ms per step",
-                                   "Mean step time by category, per rank"))
+    series += [
+        svg.Series(
+            f"idle:{c}", idle_label(c), [d.totals.idle_causes_us.get(c, 0.0) / view.n_steps(d) / 1000 for d in devs]
+        )
+        for c in causes
+    ]
+    return Markup(
+        svg.stacked_bars(
+            [f"rank {r.rank}" for r in ranks], series, "ms per step", "Mean step time by category, per rank"
+        )
+    )
 
 
 def _timeline_chart(rank: RankSection, dev: DeviceSection) -> Markup | None:
@@ -92,15 +105,24 @@ def _timeline_chart(rank: RankSection, dev: DeviceSection) -> Markup | None:
     if len(steps) < 2:
         return None
     st = dev.step_time_us
-    return Markup(svg.step_line([float(s.step) for s in steps], [s.dur_us / 1000 for s in steps], "ms",
-                                f"Step time per step — rank {rank.rank}",
-                                ref_y=(st.median / 1000, f"median {view.ms(st.median)}")))
+    return Markup(
+        svg.step_line(
+            [float(s.step) for s in steps],
+            [s.dur_us / 1000 for s in steps],
+            "ms",
+            f"Step time per step — rank {rank.rank}",
+            ref_y=(st.median / 1000, f"median {view.ms(st.median)}"),
+        )
+    )
 
 
 def _run_series(run: RunSection) -> tuple[list[float], list[float]]:
     """(step numbers, train-only step times in ms) of the whole run; steps whose time is unknown left out."""
-    pairs = [(float(x), float(y) * 1e3) for x, y in zip(run.steps.step, run.steps.train_s, strict=False)
-             if x is not None and y is not None]
+    pairs = [
+        (float(x), float(y) * 1e3)
+        for x, y in zip(run.steps.step, run.steps.train_s, strict=False)
+        if x is not None and y is not None
+    ]
     return [x for x, _ in pairs], [y for _, y in pairs]
 
 
@@ -119,11 +141,19 @@ def _run_chart(run: RunSection) -> Markup | None:
         bands.append(svg.Band(xs[0], xs[min(warm, len(xs) - 1)], f"warm-up ({warm} steps)", "warmup"))
     if ss is not None:
         bands.append(svg.Band(xs[min(start, len(xs) - 1)], xs[-1], "steady state", "steady"))
-    marks = [(xs[min(p.start_step, len(xs) - 1)], f"phase change at step {p.start_step}: median "
-              f"{p.median_s * 1000:,.2f} ms after") for p in phases[1:]]
+    marks = [
+        (
+            xs[min(p.start_step, len(xs) - 1)],
+            f"phase change at step {p.start_step}: median {p.median_s * 1000:,.2f} ms after",
+        )
+        for p in phases[1:]
+    ]
     nt = run.non_training
-    title = ("Train-only step time over the whole run (evaluation and checkpoint saving left out)"
-             if nt.eval_s or nt.checkpoint_s else "Step time over the whole run (perfdoctor profile)")
+    title = (
+        "Train-only step time over the whole run (evaluation and checkpoint saving left out)"
+        if nt.eval_s or nt.checkpoint_s
+        else "Step time over the whole run (perfdoctor profile)"
+    )
     return Markup(svg.step_line(xs, ys, "ms", title, bands=bands, marks=marks))
 
 
@@ -137,16 +167,26 @@ def _roofline_chart(rank: RankSection) -> Markup | None:
     roofs = rl.roofs
     peaks = roofs.peak_flops if roofs is not None else {}
     used = {c.dtype for c in rl.chart}
-    roof_list = [svg.Roof(f"{d} peak {v / 1e12:,.1f} TFLOP/s", peak_tflops=v / 1e12)
-                 for d, v in sorted(peaks.items()) if d in used and v]
+    roof_list = [
+        svg.Roof(f"{d} peak {v / 1e12:,.1f} TFLOP/s", peak_tflops=v / 1e12)
+        for d, v in sorted(peaks.items())
+        if d in used and v
+    ]
     if roofs is not None and roofs.hbm_bytes_per_s:
         bw = roofs.hbm_bytes_per_s
         roof_list.append(svg.Roof(f"memory {bw / 1e12:,.2f} TB/s", bw_tbps=bw / 1e12))
-    pts = [svg.Point(c.ai, c.achieved_flops_per_s / 1e12, c.time_us or 0.0,
-                     f"{c.name} [{c.dtype}] — {c.ai:,.1f} FLOP/B, "
-                     f"{c.achieved_flops_per_s / 1e12:,.2f} TFLOP/s, {view.ms(c.time_us)}, {c.bound}",
-                     _BOUND_COLOUR.get(c.bound, "other"))
-           for c in rl.chart if c.ai and c.achieved_flops_per_s]
+    pts = [
+        svg.Point(
+            c.ai,
+            c.achieved_flops_per_s / 1e12,
+            c.time_us or 0.0,
+            f"{c.name} [{c.dtype}] — {c.ai:,.1f} FLOP/B, "
+            f"{c.achieved_flops_per_s / 1e12:,.2f} TFLOP/s, {view.ms(c.time_us)}, {c.bound}",
+            _BOUND_COLOUR.get(c.bound, "other"),
+        )
+        for c in rl.chart
+        if c.ai and c.achieved_flops_per_s
+    ]
     device = roofs.device if roofs is not None else "device"
     return Markup(svg.roofline(pts, roof_list, f"Roofline — rank {rank.rank} ({device})"))
 
@@ -155,8 +195,11 @@ def rank_view(rank: RankSection) -> dict[str, Any]:
     """Everything the template shows for one rank (formatted, charts as SVG markup)."""
     dev = rank.primary
     return {
-        "rank": rank, "dev": dev, "name": view.device_name(rank, dev.device),
-        "rows": view.breakdown_rows(dev), "n": view.n_steps(dev),
+        "rank": rank,
+        "dev": dev,
+        "name": view.device_name(rank, dev.device),
+        "rows": view.breakdown_rows(dev),
+        "n": view.n_steps(dev),
         "steps_chart": _steps_chart(rank, dev) if dev.steps else None,
         "timeline_chart": _timeline_chart(rank, dev),
         "roofline_chart": _roofline_chart(rank),
@@ -190,16 +233,23 @@ def render_html(report: Report | Mapping[str, Any], generated_at: str | None = N
     ranks = [rank_view(r) for r in rep.ranks]
     run = rep.run if rep.run is not UNSET else None
     context = {
-        "report": rep, "report_data": to_builtins(rep), "csp": CSP, "generated_at": generated_at,
-        "facts": view.summary_facts(rep), "findings": view.findings(rep), "skipped": view.skipped(rep),
+        "report": rep,
+        "report_data": to_builtins(rep),
+        "csp": CSP,
+        "generated_at": generated_at,
+        "facts": view.summary_facts(rep),
+        "findings": view.findings(rep),
+        "skipped": view.skipped(rep),
         "findings_note": rep.findings_note if rep.findings_note is not UNSET else None,
         "has_findings_key": rep.findings is not UNSET,
-        "multi": len(rep.ranks) > 1, "ranks": ranks,
+        "multi": len(rep.ranks) > 1,
+        "ranks": ranks,
         "main": next((rv for rv in ranks if rv["rank"] is main), None),
         "no_trace": (rep.no_trace if rep.no_trace is not UNSET else "") or "no trace to analyse",
         "ranks_chart": _ranks_chart(rep) if len(rep.ranks) > 1 else None,
         "run_chart": _run_chart(run) if run is not None else None,
-        "definitions": view.definitions(rep), "cat_labels": view.CAT_LABELS,
+        "definitions": view.definitions(rep),
+        "cat_labels": view.CAT_LABELS,
         "jv": job_html.job_view(rep, len(as_report(report).ranks)) if rep.job is not UNSET else None,
     }
     return _env().get_template("report.html.j2").render(**context)

@@ -48,8 +48,14 @@ def _bins(n: int, most: int) -> list[tuple[int, int]]:
     return [(int(a), int(b)) for a, b in zip(edges[:-1], edges[1:]) if b > a]
 
 
-def heatmap(matrix: list[list[float | None]], ranks: list[int], cols: list[str], title: str, unit_ms: bool = True,
-            width: int = 860) -> Markup:
+def heatmap(
+    matrix: list[list[float | None]],
+    ranks: list[int],
+    cols: list[str],
+    title: str,
+    unit_ms: bool = True,
+    width: int = 860,
+) -> Markup:
     """Rank × column heatmap (values µs, shown in ms); rows binned to ≤ MAX_ROWS, columns to ≤ MAX_COLS (max)."""
     m = np.array([[np.nan if v is None else v for v in row] for row in matrix], dtype=float).reshape(len(ranks), -1)
     rb, cb = _bins(len(ranks), MAX_ROWS), _bins(m.shape[1], MAX_COLS)
@@ -61,14 +67,18 @@ def heatmap(matrix: list[list[float | None]], ranks: list[int], cols: list[str],
     lo, hi = (float(finite.min()), float(finite.max())) if finite.size else (0.0, 1.0)
     span = hi - lo or 1.0
     scale = 1000.0 if unit_ms else 1.0
-    out = [f'<svg xmlns="http://www.w3.org/2000/svg" class="chart" viewBox="0 0 {width} {height}" width="{width}" '
-           f'height="{height}" role="img" aria-label="{_t(title)}"><title>{_t(title)}</title>',
-           f'<text x="{left}" y="16" class="lg">{_t(title)}</text>']
+    out = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" class="chart" viewBox="0 0 {width} {height}" width="{width}" '
+        f'height="{height}" role="img" aria-label="{_t(title)}"><title>{_t(title)}</title>',
+        f'<text x="{left}" y="16" class="lg">{_t(title)}</text>',
+    ]
     for i, (a, b) in enumerate(rb):
         y = top + i * cell_h
         label = f"rank {ranks[a]}" if b - a == 1 else f"ranks {ranks[a]}–{ranks[b - 1]}"
         if len(rb) <= 40 or i % max(1, len(rb) // 16) == 0:
-            out.append(f'<text x="{left - 4}" y="{y + cell_h * 0.8:.1f}" text-anchor="end" class="ax">{_t(label)}</text>')
+            out.append(
+                f'<text x="{left - 4}" y="{y + cell_h * 0.8:.1f}" text-anchor="end" class="ax">{_t(label)}</text>'
+            )
         for j, (c, d) in enumerate(cb):
             block = m[a:b, c:d]
             ok = block[np.isfinite(block)]
@@ -76,21 +86,31 @@ def heatmap(matrix: list[list[float | None]], ranks: list[int], cols: list[str],
                 continue
             v = float(ok.max())
             cl = cols[c] if d - c == 1 else f"{cols[c]}–{cols[d - 1]}"
-            out.append(f'<rect x="{left + j * cell_w:.1f}" y="{y:.1f}" width="{cell_w:.1f}" height="{cell_h:.1f}" '
-                       f'fill="{_colour((v - lo) / span)}"><title>{_t(label)}, {_t(cl)}: '
-                       f'{v / scale:.3f} {"ms" if unit_ms else ""}</title></rect>')
+            out.append(
+                f'<rect x="{left + j * cell_w:.1f}" y="{y:.1f}" width="{cell_w:.1f}" height="{cell_h:.1f}" '
+                f'fill="{_colour((v - lo) / span)}"><title>{_t(label)}, {_t(cl)}: '
+                f"{v / scale:.3f} {'ms' if unit_ms else ''}</title></rect>"
+            )
     y = top + cell_h * len(rb) + 14
     for k in range(11):
         out.append(f'<rect x="{left + k * 24}" y="{y:.1f}" width="24" height="10" fill="{_colour(k / 10)}"/>')
     out.append(f'<text x="{left}" y="{y + 24:.1f}" class="ax">{lo / scale:.2f}</text>')
-    out.append(f'<text x="{left + 264}" y="{y + 24:.1f}" text-anchor="end" class="ax">{hi / scale:.2f} '
-               f'{"ms" if unit_ms else ""} (bin maximum)</text>')
+    out.append(
+        f'<text x="{left + 264}" y="{y + 24:.1f}" text-anchor="end" class="ax">{hi / scale:.2f} '
+        f"{'ms' if unit_ms else ''} (bin maximum)</text>"
+    )
     out.append("</svg>")
     return Markup("".join(out))
 
 
-def box_plot(groups: list[tuple[str, list[float]]], ranks: list[int], title: str, unit: str, width: int = 860,
-             fmt: str = "{:.1f}") -> Markup:
+def box_plot(
+    groups: list[tuple[str, list[float]]],
+    ranks: list[int],
+    title: str,
+    unit: str,
+    width: int = 860,
+    fmt: str = "{:.1f}",
+) -> Markup:
     """One horizontal box per group over the ranks: p25–p75 box, median line, p5–p95 whiskers, ranks outside
     the whiskers as dots (hover: the rank)."""
     left, row_h, top = 220, 26, 30
@@ -103,9 +123,11 @@ def box_plot(groups: list[tuple[str, list[float]]], ranks: list[int], title: str
     def px(v: float) -> float:
         return left + plot_w * v / hi
 
-    out = [f'<svg xmlns="http://www.w3.org/2000/svg" class="chart" viewBox="0 0 {width} {height}" width="{width}" '
-           f'height="{height}" role="img" aria-label="{_t(title)}"><title>{_t(title)}</title>',
-           f'<text x="{left}" y="16" class="lg">{_t(title)}</text>']
+    out = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" class="chart" viewBox="0 0 {width} {height}" width="{width}" '
+        f'height="{height}" role="img" aria-label="{_t(title)}"><title>{_t(title)}</title>',
+        f'<text x="{left}" y="16" class="lg">{_t(title)}</text>',
+    ]
     for i, (label, xs) in enumerate(groups):
         x = np.array(xs, dtype=float)
         y = top + i * row_h + row_h / 2
@@ -114,19 +136,27 @@ def box_plot(groups: list[tuple[str, list[float]]], ranks: list[int], title: str
             continue
         p5, p25, p50, p75, p95 = np.percentile(x, [5, 25, 50, 75, 95])
         out.append(f'<line x1="{px(p5):.1f}" x2="{px(p95):.1f}" y1="{y:.1f}" y2="{y:.1f}" stroke="#888"/>')
-        out.append(f'<rect x="{px(p25):.1f}" y="{y - 7:.1f}" width="{max(px(p75) - px(p25), 1):.1f}" height="14" '
-                   f'fill="#c6dbef" stroke="#4a6fa5"><title>{_t(label)}: median {fmt.format(p50)} {unit}, '
-                   f'p25–p75 {fmt.format(p25)}–{fmt.format(p75)}, p5–p95 {fmt.format(p5)}–{fmt.format(p95)}</title>'
-                   '</rect>')
-        out.append(f'<line x1="{px(p50):.1f}" x2="{px(p50):.1f}" y1="{y - 7:.1f}" y2="{y + 7:.1f}" stroke="#1f3b63" '
-                   'stroke-width="2"/>')
+        out.append(
+            f'<rect x="{px(p25):.1f}" y="{y - 7:.1f}" width="{max(px(p75) - px(p25), 1):.1f}" height="14" '
+            f'fill="#c6dbef" stroke="#4a6fa5"><title>{_t(label)}: median {fmt.format(p50)} {unit}, '
+            f"p25–p75 {fmt.format(p25)}–{fmt.format(p75)}, p5–p95 {fmt.format(p5)}–{fmt.format(p95)}</title>"
+            "</rect>"
+        )
+        out.append(
+            f'<line x1="{px(p50):.1f}" x2="{px(p50):.1f}" y1="{y - 7:.1f}" y2="{y + 7:.1f}" stroke="#1f3b63" '
+            'stroke-width="2"/>'
+        )
         outside = np.flatnonzero((x < p5) | (x > p95))
         outside = outside[np.argsort(-np.abs(x[outside] - p50))][:MAX_DOTS]
         for k in outside.tolist():
-            out.append(f'<circle cx="{px(float(x[k])):.1f}" cy="{y:.1f}" r="3" fill="#d62728">'
-                       f'<title>rank {ranks[k]}: {fmt.format(float(x[k]))} {unit}</title></circle>')
-    out.append(f'<text x="{left}" y="{height - 8}" class="ax">0</text><text x="{width - 30}" y="{height - 8}" '
-               f'text-anchor="end" class="ax">{fmt.format(hi)} {unit}</text></svg>')
+            out.append(
+                f'<circle cx="{px(float(x[k])):.1f}" cy="{y:.1f}" r="3" fill="#d62728">'
+                f"<title>rank {ranks[k]}: {fmt.format(float(x[k]))} {unit}</title></circle>"
+            )
+    out.append(
+        f'<text x="{left}" y="{height - 8}" class="ax">0</text><text x="{width - 30}" y="{height - 8}" '
+        f'text-anchor="end" class="ax">{fmt.format(hi)} {unit}</text></svg>'
+    )
     return Markup("".join(out))
 
 
@@ -177,11 +207,17 @@ def job_view(rep: Report, n_ranks: int) -> dict[str, Any]:
         "job": job,
         "step_heatmap": heatmap(job["step_time_us"], ranks, steps, "Step time (rank × step)"),
         "comm_heatmap": heatmap(job["exposed_comm_us"], ranks, steps, "Exposed communication (rank × step)"),
-        "step_box": box_plot([("median step time", [v / 1000 for v in step_med])], ranks,
-                             "Per-rank median step time", "ms", fmt="{:.2f}"),
-        "share_box": box_plot([(_share_label(k), [100 * s.get(k, 0.0) for s in shares]) for k in keys], ranks,
-                              "Share of step time per category, over the ranks", "%"),
+        "step_box": box_plot(
+            [("median step time", [v / 1000 for v in step_med])], ranks, "Per-rank median step time", "ms", fmt="{:.2f}"
+        ),
+        "share_box": box_plot(
+            [(_share_label(k), [100 * s.get(k, 0.0) for s in shares]) for k in keys],
+            ranks,
+            "Share of step time per category, over the ranks",
+            "%",
+        ),
         "wait_chart": wait_chart,
         "outliers": list((job.get("outliers") or {}).items()),
-        "detailed": len(rep.ranks), "n_ranks": n_ranks,
+        "detailed": len(rep.ranks),
+        "n_ranks": n_ranks,
     }

@@ -45,18 +45,22 @@ def render_job(report: dict[str, Any], console: Console) -> None:
     if med:
         arr = np.array(job["step_median_us"], dtype=float)
         lo, hi = int(np.nanargmin(arr)), int(np.nanargmax(arr))
-        console.print(f"median step time over ranks: {ms(float(np.median(med)))} (p10 {ms(float(np.percentile(med, 10)))}"
-                      f", p90 {ms(float(np.percentile(med, 90)))}; shortest rank {ranks[lo]} {ms(arr[lo])}, "
-                      f"longest rank {ranks[hi]} {ms(arr[hi])}); {len(job['steps'])} step(s)")
+        console.print(
+            f"median step time over ranks: {ms(float(np.median(med)))} (p10 {ms(float(np.percentile(med, 10)))}"
+            f", p90 {ms(float(np.percentile(med, 90)))}; shortest rank {ranks[lo]} {ms(arr[lo])}, "
+            f"longest rank {ranks[hi]} {ms(arr[hi])}); {len(job['steps'])} step(s)"
+        )
     console.print(_shares_table(job))
     cw = job.get("collective_wait") or {}
     if cw.get("matched"):
         waits = np.array(cw["wait_us_per_step"])
         worst = int(np.argmax(waits)) if waits.size else 0
         last = int(np.argmax(cw["last_arrivals"])) if cw["last_arrivals"] else 0
-        console.print(f"collectives matched across ranks: {cw['n_collectives']}; longest wait inside collectives: "
-                      f"rank {ranks[worst]} {ms(float(waits[worst]))} per step; arrived last most often: rank "
-                      f"{ranks[last]} ({cw['last_arrivals'][last]} of {cw['n_collectives']})")
+        console.print(
+            f"collectives matched across ranks: {cw['n_collectives']}; longest wait inside collectives: "
+            f"rank {ranks[worst]} {ms(float(waits[worst]))} per step; arrived last most often: rank "
+            f"{ranks[last]} ({cw['last_arrivals'][last]} of {cw['n_collectives']})"
+        )
     elif cw.get("note"):
         console.print(Text(f"collectives not matched across ranks: {cw['note']}", style="dim"))
     _outliers(job, console)
@@ -73,15 +77,20 @@ def _shares_table(job: dict[str, Any]) -> Table:
     table = Table(title="Where step time goes across ranks (share of each rank's step time)", title_justify="left")
     for col, just in (("category", "left"), ("median", "right"), ("p10–p90", "right"), ("most: rank", "right")):
         table.add_column(col, justify=just)  # type: ignore[arg-type]
-    keys = sorted({k for s in job["shares"] for k in s}, key=lambda k: -float(np.median(
-        [s.get(k, 0.0) for s in job["shares"]])))
+    keys = sorted(
+        {k for s in job["shares"] for k in s}, key=lambda k: -float(np.median([s.get(k, 0.0) for s in job["shares"]]))
+    )
     for k in keys:
         x = np.array([s.get(k, 0.0) for s in job["shares"]])
         if x.max() < 0.005:
             continue
         top = int(np.argmax(x))
-        table.add_row(_label(k), f"{np.median(x):.1%}", f"{np.percentile(x, 10):.1%}–{np.percentile(x, 90):.1%}",
-                      f"{job['ranks'][top]} ({x[top]:.1%})")
+        table.add_row(
+            _label(k),
+            f"{np.median(x):.1%}",
+            f"{np.percentile(x, 10):.1%}–{np.percentile(x, 90):.1%}",
+            f"{job['ranks'][top]} ({x[top]:.1%})",
+        )
     return table
 
 
@@ -110,7 +119,7 @@ def grouped_warnings(warnings: list[str], paths: list[str]) -> list[str]:
         key = w
         for p in paths:
             if p and key.startswith(p):
-                key = key[len(p):]
+                key = key[len(p) :]
                 break
         groups.setdefault(_NUM.sub("#", key), []).append(w)
     out = []

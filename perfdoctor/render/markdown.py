@@ -36,8 +36,10 @@ def esc_prose(text: object) -> str:
 
 def _table(header: list[str], rows: list[list[str]], right: set[int] | None = None) -> list[str]:
     right = right or set()
-    out = ["| " + " | ".join(header) + " |",
-           "|" + "|".join("---:" if i in right else "---" for i in range(len(header))) + "|"]
+    out = [
+        "| " + " | ".join(header) + " |",
+        "|" + "|".join("---:" if i in right else "---" for i in range(len(header))) + "|",
+    ]
     out += ["| " + " | ".join(r) + " |" for r in rows]
     return out
 
@@ -77,16 +79,25 @@ def _breakdown(rank: RankSection) -> list[str]:
     dev = rank.primary
     t = dev.totals
     out = [f"## Where the time goes — rank {esc(rank.rank)}, {esc(view.device_name(rank, dev.device))}", ""]
-    rows = [[("_" + esc(r["label"]) + "_") if r["kind"] == "subtotal" else esc(r["label"]),
-             view.ms(r["per_step_us"]), view.pct(r["share"])] for r in view.breakdown_rows(dev)]
+    rows = [
+        [
+            ("_" + esc(r["label"]) + "_") if r["kind"] == "subtotal" else esc(r["label"]),
+            view.ms(r["per_step_us"]),
+            view.pct(r["share"]),
+        ]
+        for r in view.breakdown_rows(dev)
+    ]
     rows.append(["**step (total)**", f"**{view.ms(t.dur_us / view.n_steps(dev))}**", "**100.0%**"])
     out += _table(["category", "per step", "share of step time"], rows, {1, 2})
     out += [""] + [f"_{esc(n)}_" for n in dev.notes] if dev.notes else []
     comm = t.communication
     if dev.kind == "gpu" and comm.total_us:
         n = view.n_steps(dev)
-        out += ["", f"Communication: {view.ms(comm.total_us / n)}/step, {view.ms(comm.overlapped_us / n)} "
-                f"overlapped with compute, {view.ms(comm.exposed_us / n)} exposed."]
+        out += [
+            "",
+            f"Communication: {view.ms(comm.total_us / n)}/step, {view.ms(comm.overlapped_us / n)} "
+            f"overlapped with compute, {view.ms(comm.exposed_us / n)} exposed.",
+        ]
     return out + [""]
 
 
@@ -94,10 +105,17 @@ def _ranks(report: Report) -> list[str]:
     rows = []
     for r in report.ranks:
         d = r.primary
-        rows.append([esc(r.rank), view.ms(d.step_time_us.median), view.pct(d.utilization),
-                     view.ms(d.totals.communication.exposed_us / view.n_steps(d))])
-    return ["## Ranks", ""] + _table(["rank", "median step", "utilization", "exposed comm / step"], rows,
-                                     {1, 2, 3}) + [""]
+        rows.append(
+            [
+                esc(r.rank),
+                view.ms(d.step_time_us.median),
+                view.pct(d.utilization),
+                view.ms(d.totals.communication.exposed_us / view.n_steps(d)),
+            ]
+        )
+    return (
+        ["## Ranks", ""] + _table(["rank", "median step", "utilization", "exposed comm / step"], rows, {1, 2, 3}) + [""]
+    )
 
 
 def render_markdown(report: Report | Mapping[str, Any]) -> str:
@@ -123,6 +141,8 @@ def render_markdown(report: Report | Mapping[str, Any]) -> str:
         out += _ranks(rep)
     if rep.warnings:
         out += ["## Warnings", ""] + [f"- {esc(w)}" for w in rep.warnings] + [""]
-    out.append(f"_perfdoctor {esc(rep.tool.version)}, report schema v{rep.schema_version}; "
-               "definitions of every number: docs/report-schema.md._")
+    out.append(
+        f"_perfdoctor {esc(rep.tool.version)}, report schema v{rep.schema_version}; "
+        "definitions of every number: docs/report-schema.md._"
+    )
     return "\n".join(out) + "\n"

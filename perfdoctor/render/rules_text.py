@@ -17,14 +17,22 @@ from perfdoctor.render import view
 
 def rule_text(spec: Any, metrics: dict[str, str], implemented: bool = True) -> Group:
     """A rule's TOML half as rich renderables (``spec`` is a catalogue.RuleSpec)."""
-    parts: list[Any] = [Text(f"{spec.code} {spec.name}", style="bold"),
-                        Text(f"category: {spec.category}   severity (at most): {spec.severity}   scope: {spec.scope}")]
+    parts: list[Any] = [
+        Text(f"{spec.code} {spec.name}", style="bold"),
+        Text(f"category: {spec.category}   severity (at most): {spec.severity}   scope: {spec.scope}"),
+    ]
     if not implemented:
-        parts.append(Text("no check is implemented for this rule yet: it is always reported as skipped", style="yellow"))
+        parts.append(
+            Text("no check is implemented for this rule yet: it is always reported as skipped", style="yellow")
+        )
     if spec.requires:
         parts.append(Text(f"needs: {', '.join(spec.requires)}"))
-    for title, body in (("What it detects", spec.summary), ("Why it costs time", spec.why),
-                        ("How the saving is estimated", spec.saving), ("Fix", spec.fix)):
+    for title, body in (
+        ("What it detects", spec.summary),
+        ("Why it costs time", spec.why),
+        ("How the saving is estimated", spec.saving),
+        ("Fix", spec.fix),
+    ):
         parts += [Text(""), Text(title, style="bold underline"), Text(body)]
     for title, code in (("Before", spec.example_before), ("After", spec.example_after)):
         parts += [Text(""), Text(title, style="bold underline"), Syntax(code.strip("\n"), "python", theme="ansi_dark")]
@@ -64,15 +72,27 @@ def findings_renderables(report: Report) -> list[Any]:
     else:
         t = Table(title="Findings, ranked by estimated saving per step", title_justify="left", show_lines=False)
         columns: tuple[tuple[str, JustifyMethod], ...] = (
-            ("#", "right"), ("code", "left"), ("severity", "left"), ("saves", "right"), ("finding", "left"))
+            ("#", "right"),
+            ("code", "left"),
+            ("severity", "left"),
+            ("saves", "right"),
+            ("finding", "left"),
+        )
         for col, just in columns:
             t.add_column(col, justify=just, overflow="fold")
         for f in findings:
-            saving = (f"{'≈' if f.replayed else '≤'} {view.saving_ms(f.saving_us_per_step, 1)} "
-                      f"({f.saving_pct_of_step:.1f}%)"
-                      if f.saving_method else "-")
-            t.add_row("-" if f.position is None else str(f.position), f"{f.code}\n{f.name}",
-                      Text(f.severity, style=_SEV_STYLE.get(f.severity, "")), saving, f.message)
+            saving = (
+                f"{'≈' if f.replayed else '≤'} {view.saving_ms(f.saving_us_per_step, 1)} ({f.saving_pct_of_step:.1f}%)"
+                if f.saving_method
+                else "-"
+            )
+            t.add_row(
+                "-" if f.position is None else str(f.position),
+                f"{f.code}\n{f.name}",
+                Text(f.severity, style=_SEV_STYLE.get(f.severity, "")),
+                saving,
+                f.message,
+            )
         out.append(t)
         for f in findings:
             out.append(Text.assemble((f"{f.code} fix: ", "bold"), f.fix))

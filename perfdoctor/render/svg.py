@@ -92,8 +92,9 @@ def _legend(items: list[tuple[str, str]], x0: float, y0: float, width: float) ->
     return out, (y - y0) + 16
 
 
-def stacked_bars(labels: list[str], series: list[Series], unit: str, title: str, width: int = 860,
-                 bar_max: float = 48.0) -> str:
+def stacked_bars(
+    labels: list[str], series: list[Series], unit: str, title: str, width: int = 860, bar_max: float = 48.0
+) -> str:
     """Vertical stacked bars, one per label (e.g. per step), series stacked bottom-up.
 
     ``values`` of each series align with ``labels``; the y axis is in ``unit``.
@@ -131,10 +132,14 @@ def stacked_bars(labels: list[str], series: list[Series], unit: str, title: str,
                 f"<title>{_t(lab)} — {_t(s.label)}: {_t(f'{v:,.2f}')} {_t(unit)}</title></rect>"
             )
         if i % every == 0:
-            out.append(f'<text x="{_f(x + bw / 2)}" y="{_f(top + plot_h + 14)}" class="ax" '
-                       f'text-anchor="middle">{_t(lab)}</text>')
-    out.append(f'<text x="12" y="{_f(top + plot_h / 2)}" class="ax" transform="rotate(-90 12 '
-               f'{_f(top + plot_h / 2)})" text-anchor="middle">{_t(unit)}</text>')
+            out.append(
+                f'<text x="{_f(x + bw / 2)}" y="{_f(top + plot_h + 14)}" class="ax" '
+                f'text-anchor="middle">{_t(lab)}</text>'
+            )
+    out.append(
+        f'<text x="12" y="{_f(top + plot_h / 2)}" class="ax" transform="rotate(-90 12 '
+        f'{_f(top + plot_h / 2)})" text-anchor="middle">{_t(unit)}</text>'
+    )
     out.append(f'<line x1="{left}" x2="{width - right}" y1="{_f(top + plot_h)}" y2="{_f(top + plot_h)}" class="axis"/>')
     out.append("</svg>")
     return "\n".join(out)
@@ -153,9 +158,18 @@ class Band:
     key: str = "band"
 
 
-def step_line(xs: list[float], ys: list[float], unit: str, title: str, x_label: str = "step",
-              bands: list[Band] | None = None, marks: list[tuple[float, str]] | None = None,
-              ref_y: tuple[float, str] | None = None, width: int = 860, height: int = 240) -> str:
+def step_line(
+    xs: list[float],
+    ys: list[float],
+    unit: str,
+    title: str,
+    x_label: str = "step",
+    bands: list[Band] | None = None,
+    marks: list[tuple[float, str]] | None = None,
+    ref_y: tuple[float, str] | None = None,
+    width: int = 860,
+    height: int = 240,
+) -> str:
     """Step time (or any series) against step number, with shaded bands, vertical marks
     (e.g. phase changes) and an optional horizontal reference line (e.g. the median)."""
     left, right, top, bottom = 60, 12, 14, 36
@@ -179,11 +193,13 @@ def step_line(xs: list[float], ys: list[float], unit: str, title: str, x_label: 
     label_ends: list[float] = []  # right end of the last label on each text row (labels of narrow bands stack)
     for b in bands or []:
         x0, x1 = px(max(b.x0, x_lo)), px(min(b.x1, x_hi))
-        out.append(f'<rect x="{_f(x0)}" y="{top}" width="{_f(max(x1 - x0, 1.0))}" height="{plot_h}" '
-                   f'fill="{band_fill.get(b.key, "#E3E8F4")}" opacity="0.6"><title>{_t(b.label)}</title></rect>')
+        out.append(
+            f'<rect x="{_f(x0)}" y="{top}" width="{_f(max(x1 - x0, 1.0))}" height="{plot_h}" '
+            f'fill="{band_fill.get(b.key, "#E3E8F4")}" opacity="0.6"><title>{_t(b.label)}</title></rect>'
+        )
         row = next((i for i, end in enumerate(label_ends) if x0 + 3 > end + 6), len(label_ends))
         end = x0 + 3 + LABEL_CHAR_PX * len(b.label)
-        label_ends[row:row + 1] = [end]
+        label_ends[row : row + 1] = [end]
         out.append(f'<text x="{_f(x0 + 3)}" y="{top + 11 + 12 * row}" class="ax">{_t(b.label)}</text>')
     for tv in ticks:
         out.append(f'<line x1="{left}" x2="{width - right}" y1="{_f(py(tv))}" y2="{_f(py(tv))}" class="grid"/>')
@@ -191,23 +207,35 @@ def step_line(xs: list[float], ys: list[float], unit: str, title: str, x_label: 
     integral = all(float(x).is_integer() for x in xs)
     for tv in nice_ticks(x_lo, x_hi, 8):
         if x_lo <= tv <= x_hi and (not integral or float(tv).is_integer()):
-            out.append(f'<text x="{_f(px(tv))}" y="{height - bottom + 14}" class="ax" '
-                       f'text-anchor="middle">{_t(fmt_num(tv))}</text>')
+            out.append(
+                f'<text x="{_f(px(tv))}" y="{height - bottom + 14}" class="ax" '
+                f'text-anchor="middle">{_t(fmt_num(tv))}</text>'
+            )
     for x, label in marks or []:
-        out.append(f'<line x1="{_f(px(x))}" x2="{_f(px(x))}" y1="{top}" y2="{top + plot_h}" class="mark">'
-                   f"<title>{_t(label)}</title></line>")
+        out.append(
+            f'<line x1="{_f(px(x))}" x2="{_f(px(x))}" y1="{top}" y2="{top + plot_h}" class="mark">'
+            f"<title>{_t(label)}</title></line>"
+        )
     if ref_y is not None:
-        out.append(f'<line x1="{left}" x2="{width - right}" y1="{_f(py(ref_y[0]))}" y2="{_f(py(ref_y[0]))}" '
-                   f'class="ref"><title>{_t(ref_y[1])}</title></line>')
+        out.append(
+            f'<line x1="{left}" x2="{width - right}" y1="{_f(py(ref_y[0]))}" y2="{_f(py(ref_y[0]))}" '
+            f'class="ref"><title>{_t(ref_y[1])}</title></line>'
+        )
     pts = " ".join(f"{_f(px(x))},{_f(py(y))}" for x, y in zip(xs, ys))
     out.append(f'<polyline points="{pts}" class="line"/>')
     if len(xs) <= 200:
         for x, y in zip(xs, ys):
-            out.append(f'<circle cx="{_f(px(x))}" cy="{_f(py(y))}" r="3" class="dot">'
-                       f"<title>{_t(x_label)} {_t(fmt_num(x))}: {_t(f'{y:,.3f}')} {_t(unit)}</title></circle>")
-    out.append(f'<text x="{_f(left + plot_w / 2)}" y="{height - 4}" class="ax" text-anchor="middle">{_t(x_label)}</text>')
-    out.append(f'<text x="12" y="{_f(top + plot_h / 2)}" class="ax" transform="rotate(-90 12 '
-               f'{_f(top + plot_h / 2)})" text-anchor="middle">{_t(unit)}</text>')
+            out.append(
+                f'<circle cx="{_f(px(x))}" cy="{_f(py(y))}" r="3" class="dot">'
+                f"<title>{_t(x_label)} {_t(fmt_num(x))}: {_t(f'{y:,.3f}')} {_t(unit)}</title></circle>"
+            )
+    out.append(
+        f'<text x="{_f(left + plot_w / 2)}" y="{height - 4}" class="ax" text-anchor="middle">{_t(x_label)}</text>'
+    )
+    out.append(
+        f'<text x="12" y="{_f(top + plot_h / 2)}" class="ax" transform="rotate(-90 12 '
+        f'{_f(top + plot_h / 2)})" text-anchor="middle">{_t(unit)}</text>'
+    )
     out.append(f'<line x1="{left}" x2="{width - right}" y1="{top + plot_h}" y2="{top + plot_h}" class="axis"/>')
     out.append("</svg>")
     return "\n".join(out)
@@ -234,7 +262,7 @@ class Roof:
 
 
 def _decades(lo: float, hi: float) -> list[float]:
-    return [10.0 ** k for k in range(math.floor(math.log10(lo)), math.ceil(math.log10(hi)) + 1)]
+    return [10.0**k for k in range(math.floor(math.log10(lo)), math.ceil(math.log10(hi)) + 1)]
 
 
 def roofline(points: list[Point], roofs: list[Roof], title: str, width: int = 860, height: int = 380) -> str:
@@ -264,7 +292,9 @@ def roofline(points: list[Point], roofs: list[Roof], title: str, width: int = 86
     for d in _decades(x_lo, x_hi):
         if x_lo <= d <= x_hi:
             out.append(f'<line x1="{_f(px(d))}" x2="{_f(px(d))}" y1="{top}" y2="{top + plot_h}" class="grid"/>')
-            out.append(f'<text x="{_f(px(d))}" y="{top + plot_h + 14}" class="ax" text-anchor="middle">{_t(fmt_num(d))}</text>')
+            out.append(
+                f'<text x="{_f(px(d))}" y="{top + plot_h + 14}" class="ax" text-anchor="middle">{_t(fmt_num(d))}</text>'
+            )
     for d in _decades(y_lo, y_hi):
         if y_lo <= d <= y_hi:
             out.append(f'<line x1="{left}" x2="{left + plot_w}" y1="{_f(py(d))}" y2="{_f(py(d))}" class="grid"/>')
@@ -273,30 +303,44 @@ def roofline(points: list[Point], roofs: list[Roof], title: str, width: int = 86
         for bw in list[float | None](bws) or [None]:
             ridge = pk / bw if bw else x_lo
             x0 = max(ridge, x_lo)
-            out.append(f'<line x1="{_f(px(x0))}" x2="{_f(px(x_hi))}" y1="{_f(py(pk))}" y2="{_f(py(pk))}" class="roof"/>')
+            out.append(
+                f'<line x1="{_f(px(x0))}" x2="{_f(px(x_hi))}" y1="{_f(py(pk))}" y2="{_f(py(pk))}" class="roof"/>'
+            )
     for r in roofs:
         if r.peak_tflops:
-            out.append(f'<text x="{_f(left + plot_w - 4)}" y="{_f(py(r.peak_tflops) - 4)}" class="lg" '
-                       f'text-anchor="end">{_t(r.label)}</text>')
+            out.append(
+                f'<text x="{_f(left + plot_w - 4)}" y="{_f(py(r.peak_tflops) - 4)}" class="lg" '
+                f'text-anchor="end">{_t(r.label)}</text>'
+            )
     for r in roofs:
         if not r.bw_tbps:
             continue
         cap = max(peaks, default=y_hi)
         x_end = min(cap / r.bw_tbps, x_hi)
         y0 = r.bw_tbps * x_lo
-        out.append(f'<line x1="{_f(px(x_lo))}" x2="{_f(px(x_end))}" y1="{_f(py(max(y0, y_lo)))}" '
-                   f'y2="{_f(py(r.bw_tbps * x_end))}" class="roof"/>')
+        out.append(
+            f'<line x1="{_f(px(x_lo))}" x2="{_f(px(x_end))}" y1="{_f(py(max(y0, y_lo)))}" '
+            f'y2="{_f(py(r.bw_tbps * x_end))}" class="roof"/>'
+        )
         lx = x_lo * 2
-        out.append(f'<text x="{_f(px(lx))}" y="{_f(py(max(r.bw_tbps * lx, y_lo)) - 6)}" class="lg">{_t(r.label)}</text>')
+        out.append(
+            f'<text x="{_f(px(lx))}" y="{_f(py(max(r.bw_tbps * lx, y_lo)) - 6)}" class="lg">{_t(r.label)}</text>'
+        )
     wmax = max((p.weight for p in pts), default=1.0) or 1.0
     for i, p in enumerate(sorted(pts, key=lambda p: -p.weight)):
         rad = 3 + 15 * math.sqrt(max(p.weight, 0.0) / wmax)
-        out.append(f'<circle cx="{_f(px(p.x))}" cy="{_f(py(p.y))}" r="{_f(rad)}" fill="{color(p.key, i)}" '
-                   f'class="pt"><title>{_t(p.label)}</title></circle>')
-    out.append(f'<text x="{_f(left + plot_w / 2)}" y="{height - 6}" class="ax" text-anchor="middle">'
-               f"arithmetic intensity (FLOP/byte, log)</text>")
-    out.append(f'<text x="12" y="{_f(top + plot_h / 2)}" class="ax" transform="rotate(-90 12 '
-               f'{_f(top + plot_h / 2)})" text-anchor="middle">TFLOP/s (log)</text>')
+        out.append(
+            f'<circle cx="{_f(px(p.x))}" cy="{_f(py(p.y))}" r="{_f(rad)}" fill="{color(p.key, i)}" '
+            f'class="pt"><title>{_t(p.label)}</title></circle>'
+        )
+    out.append(
+        f'<text x="{_f(left + plot_w / 2)}" y="{height - 6}" class="ax" text-anchor="middle">'
+        f"arithmetic intensity (FLOP/byte, log)</text>"
+    )
+    out.append(
+        f'<text x="12" y="{_f(top + plot_h / 2)}" class="ax" transform="rotate(-90 12 '
+        f'{_f(top + plot_h / 2)})" text-anchor="middle">TFLOP/s (log)</text>'
+    )
     out.append("</svg>")
     return "\n".join(out)
 
@@ -309,11 +353,16 @@ def before_after(step_ms: float, saving_ms: float, title: str = "") -> str:
     rows = []
     for i, (label, value, fill) in enumerate((("now", step_ms, "#999999"), ("fixed", after, "#59A14F"))):
         y = 4.0 + i * (bar_h + 6.0)
-        rows.append(f'<text x="{_f(left - 6)}" y="{_f(y + 12)}" text-anchor="end" font-size="11">{label}</text>'
-                    f'<rect x="{_f(left)}" y="{_f(y)}" width="{_f(value * scale)}" height="{_f(bar_h)}" '
-                    f'fill="{fill}"><title>{_t(label)}: {value:.2f} ms</title></rect>'
-                    f'<text x="{_f(left + value * scale + 4)}" y="{_f(y + 12)}" font-size="11">{value:.2f} ms</text>')
+        rows.append(
+            f'<text x="{_f(left - 6)}" y="{_f(y + 12)}" text-anchor="end" font-size="11">{label}</text>'
+            f'<rect x="{_f(left)}" y="{_f(y)}" width="{_f(value * scale)}" height="{_f(bar_h)}" '
+            f'fill="{fill}"><title>{_t(label)}: {value:.2f} ms</title></rect>'
+            f'<text x="{_f(left + value * scale + 4)}" y="{_f(y + 12)}" font-size="11">{value:.2f} ms</text>'
+        )
     h = 4.0 + 2 * (bar_h + 6.0)
-    return (f'<svg class="chart before-after" xmlns="http://www.w3.org/2000/svg" width="{_f(w)}" height="{_f(h)}" '
-            f'viewBox="0 0 {_f(w)} {_f(h)}" role="img" aria-label="{_t(title or "mean step now and with the fix")}">'
-            + "".join(rows) + "</svg>")
+    return (
+        f'<svg class="chart before-after" xmlns="http://www.w3.org/2000/svg" width="{_f(w)}" height="{_f(h)}" '
+        f'viewBox="0 0 {_f(w)} {_f(h)}" role="img" aria-label="{_t(title or "mean step now and with the fix")}">'
+        + "".join(rows)
+        + "</svg>"
+    )

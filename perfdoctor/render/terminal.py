@@ -70,8 +70,9 @@ def _print_run_only(report: Report, console: Console) -> None:
     console.print()
 
 
-def render_terminal(report: Report | Mapping[str, Any], console: Console, err_console: Console | None = None,
-                    per_rank: bool = False) -> None:
+def render_terminal(
+    report: Report | Mapping[str, Any], console: Console, err_console: Console | None = None, per_rank: bool = False
+) -> None:
     """Print the human summary of a report to ``console``; warnings about the input go to
     ``err_console`` (stderr in the CLI) when given. A multi-rank job (a ``job`` section) prints the job summary
     (:mod:`perfdoctor.render.job_terminal`) instead of one table per rank unless ``per_rank``.
@@ -82,8 +83,13 @@ def render_terminal(report: Report | Mapping[str, Any], console: Console, err_co
     rep = as_report(report)
     run = rep.run if rep.run is not UNSET else None
     if (run is not None and run.partial) or rep.partial is True:
-        console.print(Text(f"PARTIAL RUN: {(run.stop_reason if run else None) or 'the run did not complete'} "
-                           f"({run.steps_completed if run else None} steps ran)", style="bold yellow"))
+        console.print(
+            Text(
+                f"PARTIAL RUN: {(run.stop_reason if run else None) or 'the run did not complete'} "
+                f"({run.steps_completed if run else None} steps ran)",
+                style="bold yellow",
+            )
+        )
     if rep.verdict is not UNSET and rep.verdict:
         console.print(Text.assemble(("verdict: ", "bold"), rep.verdict))
         console.print()
@@ -94,7 +100,7 @@ def render_terminal(report: Report | Mapping[str, Any], console: Console, err_co
         from perfdoctor.render.job_terminal import render_job
 
         render_job(to_builtins(rep), console)
-    for rank in ([] if job_view else rep.ranks):
+    for rank in [] if job_view else rep.ranks:
         dev = rank.primary
         console.print(Group(_rank_header(rank, dev), breakdown_table(rank, dev)))
         console.print()

@@ -26,39 +26,73 @@ IDLE_LABELS = {c.value: c.label for c in IdleCause}
 _IDLE_TEXT = (
     "Step time − busy, split by what held up the replay's critical path (the chain of host work, launches and "
     "device work that bounds the step, walked back from its end; perfdoctor/replay/attribution.py) at each idle "
-    "µs: " + "; ".join(f"{IdleCause(c).label}: {IdleCause(c).definition}" for c in GPU_IDLE_CAUSES)
-    + ". They add up to idle.")
+    "µs: "
+    + "; ".join(f"{IdleCause(c).label}: {IdleCause(c).definition}" for c in GPU_IDLE_CAUSES)
+    + ". They add up to idle."
+)
 _CATEGORY_TEXT = (
-    "Busy time split exclusively by priority " + " > ".join(Category(c).label for c in GPU_PRIORITY)
-    + ", so the categories add up to busy. Per step = total over analysed steps ÷ number of steps.")
+    "Busy time split exclusively by priority "
+    + " > ".join(Category(c).label for c in GPU_PRIORITY)
+    + ", so the categories add up to busy. Per step = total over analysed steps ÷ number of steps."
+)
 
 DEFINITIONS: list[tuple[str, str]] = [
-    ("step window", "From one ProfilerStep#N annotation's start to the next; the last GPU work launched inside "
-     "step N (joined by correlation id) extends it. Step windows tile the profiled span exactly."),
+    (
+        "step window",
+        "From one ProfilerStep#N annotation's start to the next; the last GPU work launched inside "
+        "step N (joined by correlation id) extends it. Step windows tile the profiled span exactly.",
+    ),
     ("step time", "end − start of the step window, in ms. Median, p10/p90 and min/max are over the analysed steps."),
-    ("busy", "Union over all streams of kernels, memcpys and memsets inside the step window (overlapping streams "
-     "count once)."),
-    ("device utilization", "numerator: busy time summed over analysed steps; denominator: step time summed over "
-     "the same steps. For CPU-only traces: time inside any host op ÷ step time."),
+    (
+        "busy",
+        "Union over all streams of kernels, memcpys and memsets inside the step window (overlapping streams "
+        "count once).",
+    ),
+    (
+        "device utilization",
+        "numerator: busy time summed over analysed steps; denominator: step time summed over "
+        "the same steps. For CPU-only traces: time inside any host op ÷ step time.",
+    ),
     ("category time", _CATEGORY_TEXT),
     ("share", "numerator: that row's time; denominator: step time (both summed over analysed steps)."),
-    ("communication total / overlapped / exposed", "total: union of communication kernels; overlapped: the part "
-     "running while any compute kernel runs; exposed: total − overlapped. Overlap % = overlapped ÷ total."),
+    (
+        "communication total / overlapped / exposed",
+        "total: union of communication kernels; overlapped: the part "
+        "running while any compute kernel runs; exposed: total − overlapped. Overlap % = overlapped ÷ total.",
+    ),
     ("idle causes", _IDLE_TEXT),
-    ("top kernels", "GPU kernels, memcpys and memsets starting inside the analysed steps, grouped by name. "
-     "share: that name's summed duration ÷ the summed duration of all GPU activity (overlapping streams count "
-     "twice here)."),
-    ("top CPU ops", "Host ops starting inside the analysed steps, grouped by name; inclusive durations, so a "
-     "parent and its children both count."),
+    (
+        "top kernels",
+        "GPU kernels, memcpys and memsets starting inside the analysed steps, grouped by name. "
+        "share: that name's summed duration ÷ the summed duration of all GPU activity (overlapping streams count "
+        "twice here).",
+    ),
+    (
+        "top CPU ops",
+        "Host ops starting inside the analysed steps, grouped by name; inclusive durations, so a "
+        "parent and its children both count.",
+    ),
     ("rank spread", "(longest median step time of a rank − shortest) ÷ shortest, in %."),
-    ("memory peak", "Largest total_allocated / total_reserved seen in the trace's [memory] events for that "
-     "device (needs profile_memory=True); capacity from deviceProperties.totalGlobalMem."),
-    ("MFU", "Model FLOPs per step ÷ median step time (achieved FLOP/s), ÷ the device's dense peak FLOP/s at the "
-     "math dtype; the FLOP source (FlopCounter, op sum, formula) and the peak's source are shown with the value."),
-    ("roofline", "Per op group: arithmetic intensity = FLOPs ÷ bytes moved; attainable = min(peak, intensity × "
-     "memory bandwidth); % of attainable = achieved FLOP/s ÷ attainable."),
-    ("estimated saving", "Each finding's own estimate of the step time it would remove, in ms per step, with the "
-     "method the check names. " + FINDINGS_NOTE),
+    (
+        "memory peak",
+        "Largest total_allocated / total_reserved seen in the trace's [memory] events for that "
+        "device (needs profile_memory=True); capacity from deviceProperties.totalGlobalMem.",
+    ),
+    (
+        "MFU",
+        "Model FLOPs per step ÷ median step time (achieved FLOP/s), ÷ the device's dense peak FLOP/s at the "
+        "math dtype; the FLOP source (FlopCounter, op sum, formula) and the peak's source are shown with the value.",
+    ),
+    (
+        "roofline",
+        "Per op group: arithmetic intensity = FLOPs ÷ bytes moved; attainable = min(peak, intensity × "
+        "memory bandwidth); % of attainable = achieved FLOP/s ÷ attainable.",
+    ),
+    (
+        "estimated saving",
+        "Each finding's own estimate of the step time it would remove, in ms per step, with the "
+        "method the check names. " + FINDINGS_NOTE,
+    ),
 ]
 
 
@@ -70,8 +104,13 @@ def definitions(rep: Report) -> list[tuple[str, str]]:
     rp = getattr(main, "replay", None)
     if rp is not None and rp is not UNSET and rp.assumptions:
         who = f" (rank {main.rank})" if len(rep.ranks) > 1 and main is not None else ""
-        rows.append(("Replay model", "Replayed savings come from the step's dependency graph (perfdoctor/replay) "
-                     f"replayed with and without each fix. Its assumptions{who}: " + "; ".join(rp.assumptions) + "."))
+        rows.append(
+            (
+                "Replay model",
+                "Replayed savings come from the step's dependency graph (perfdoctor/replay) "
+                f"replayed with and without each fix. Its assumptions{who}: " + "; ".join(rp.assumptions) + ".",
+            )
+        )
     return rows
 
 
@@ -148,15 +187,27 @@ def breakdown_rows(dev: DeviceSection) -> list[dict[str, Any]]:
     n, dur = n_steps(dev), t.dur_us
 
     def row(key: str, label: str, us: float, kind: str = "row") -> dict[str, Any]:
-        return {"key": key, "label": label, "total_us": us, "per_step_us": us / n,
-                "share": us / dur if dur else None, "kind": kind}
+        return {
+            "key": key,
+            "label": label,
+            "total_us": us,
+            "per_step_us": us / n,
+            "share": us / dur if dur else None,
+            "kind": kind,
+        }
 
     cats = sorted(((us, c) for c, us in t.categories_us.items() if us > 0), key=lambda x: (-x[0], x[1]))
     idle = sorted(((us, c) for c, us in t.idle_causes_us.items() if us > 0), key=lambda x: (-x[0], x[1]))
     gpu = dev.kind == "gpu"
     rows = [row(c, category_label(c), us) for us, c in cats]
-    rows.append(row("busy", "busy (sum of the categories above)" if gpu else "inside ops (sum of the above)",
-                    t.busy_us, "subtotal"))
+    rows.append(
+        row(
+            "busy",
+            "busy (sum of the categories above)" if gpu else "inside ops (sum of the above)",
+            t.busy_us,
+            "subtotal",
+        )
+    )
     rows += [row(f"idle:{c}", idle_label(c), us) for us, c in idle]
     rows.append(row("idle", "idle (sum of the causes above)" if gpu else "outside ops", t.idle_us, "subtotal"))
     return rows
@@ -212,13 +263,26 @@ def finding(f: FindingSection, order: int = 0) -> dict[str, Any]:
     events = [{_unitless(k): _event_value(k, v) for k, v in e.items()} for e in f.events]
     estimated = bool(f.saving_method) or bool(f.saving_us_per_step)
     return {
-        "code": f.code, "name": f.name, "title": f.message, "severity": f.severity, "category": f.category,
-        "priority": f.position, "rank": f.rank, "order": order, "ranks": f.ranks,
+        "code": f.code,
+        "name": f.name,
+        "title": f.message,
+        "severity": f.severity,
+        "category": f.category,
+        "priority": f.position,
+        "rank": f.rank,
+        "order": order,
+        "ranks": f.ranks,
         "saving_us": f.saving_us_per_step if estimated else None,
         "saving_frac": f.saving_pct_of_step / 100.0 if estimated else None,
-        "replayed": f.replayed, "about": "about" if f.replayed else "up to",
-        "method": f.saving_method, "evidence": pairs, "events": events, "steps": list(f.steps),
-        "fix": f.fix.strip(), "before": f.example_before.strip("\n"), "after": f.example_after.strip("\n"),
+        "replayed": f.replayed,
+        "about": "about" if f.replayed else "up to",
+        "method": f.saving_method,
+        "evidence": pairs,
+        "events": events,
+        "steps": list(f.steps),
+        "fix": f.fix.strip(),
+        "before": f.example_before.strip("\n"),
+        "after": f.example_after.strip("\n"),
         "references": list(f.references),
     }
 
@@ -248,7 +312,7 @@ def step_range(dev: DeviceSection) -> str:
 
 
 def _device_summary(report: Report) -> str:
-    """"8 ranks × GPU: Tesla V100 (1 GPU with activity per rank)" style text."""
+    """ "8 ranks × GPU: Tesla V100 (1 GPU with activity per rank)" style text."""
     used: dict[str, int] = {}
     for r in report.ranks:
         for d in r.devices:
@@ -259,8 +323,10 @@ def _device_summary(report: Report) -> str:
     if not used:
         listed = sorted({str(p.name) for r in report.ranks for p in r.device_properties})
         if listed:
-            return (f"no GPU activity recorded, although the trace lists {', '.join(listed)} (profiled without "
-                    "ProfilerActivity.CUDA?): host side only")
+            return (
+                f"no GPU activity recorded, although the trace lists {', '.join(listed)} (profiled without "
+                "ProfilerActivity.CUDA?): host side only"
+            )
         return "CPU only (no GPU activity in the trace)"
     parts = [f"{n} × {name}" for name, n in sorted(used.items())]
     return ", ".join(parts) + (f" across {len(report.ranks)} ranks" if len(report.ranks) > 1 else "")
@@ -280,7 +346,11 @@ def flops(value: float, unit: str) -> str:
     """FLOP or FLOP/s with an SI prefix that keeps 3–4 significant digits (G on CPUs, T on GPUs)."""
     for scale, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M")):
         if abs(value) >= scale:
-            return f"{value / scale:,.3g} {prefix}{unit}" if value / scale < 100 else f"{value / scale:,.0f} {prefix}{unit}"
+            return (
+                f"{value / scale:,.3g} {prefix}{unit}"
+                if value / scale < 100
+                else f"{value / scale:,.0f} {prefix}{unit}"
+            )
     return f"{value:,.0f} {unit}"
 
 
@@ -291,8 +361,10 @@ def _mfu_text(rank: RankSection) -> tuple[str, str] | None:
         return None
     if m.mfu is None or m.peak_flops_per_s is None:
         return ("not computed", m.note or "no model FLOP count or no device peak")
-    num = (f"numerator: {flops(m.model_flops_per_step, 'FLOP')} per step ({m.flops_source}) ÷ "
-           f"{m.step_time_s * 1e3:,.2f} ms median step = {flops(m.achieved_flops_per_s, 'FLOP/s')}")
+    num = (
+        f"numerator: {flops(m.model_flops_per_step, 'FLOP')} per step ({m.flops_source}) ÷ "
+        f"{m.step_time_s * 1e3:,.2f} ms median step = {flops(m.achieved_flops_per_s, 'FLOP/s')}"
+    )
     den = f"denominator: {flops(m.peak_flops_per_s, 'FLOP/s')} {m.dtype or ''} peak ({m.peak_source})"
     hfu = f"; HFU {pct(m.hfu)}" if m.hfu is not None and m.hfu != m.mfu else ""
     return (pct(m.mfu), f"{num}; {den}{hfu}" + (f". {m.note}" if m.note else ""))
@@ -306,8 +378,11 @@ def _partial_fact(report: Report) -> tuple[str, str, str] | None:
     run = _run(report)
     if not ((run is not None and run.partial) or report.partial is True):
         return None
-    return ("PARTIAL RUN", str((run.stop_reason if run else None) or "the run did not complete"),
-            f"{run.steps_completed if run else None} steps ran; everything recorded until then is analysed")
+    return (
+        "PARTIAL RUN",
+        str((run.stop_reason if run else None) or "the run did not complete"),
+        f"{run.steps_completed if run else None} steps ran; everything recorded until then is analysed",
+    )
 
 
 def summary_facts(report: Report | Mapping[str, Any]) -> list[tuple[str, str, str]]:
@@ -319,37 +394,72 @@ def summary_facts(report: Report | Mapping[str, Any]) -> list[tuple[str, str, st
     dev = rank.primary
     multi = len(rep.ranks) > 1
     who = f" (rank {rank.rank}, longest median step)" if multi else ""
-    facts = [("devices", _device_summary(rep), "GPUs with kernel/memcpy activity; node properties from deviceProperties")]
+    facts = [
+        ("devices", _device_summary(rep), "GPUs with kernel/memcpy activity; node properties from deviceProperties")
+    ]
     partial = _partial_fact(rep)
     if partial:
         facts.insert(0, partial)
     dtype = (rank.mfu.dtype if rank.mfu is not None else None) or rank.gemm_dtype.dominant
-    facts.append(("GEMM dtype", str(dtype) if dtype else "not recorded",
-                  "the math dtype of the matmul/convolution kernels, weighted by their time (from kernel names, or "
-                  "the ops' input types on CPU)" if dtype else "no GEMM kernel or matmul op says which dtype it ran in"))
+    facts.append(
+        (
+            "GEMM dtype",
+            str(dtype) if dtype else "not recorded",
+            "the math dtype of the matmul/convolution kernels, weighted by their time (from kernel names, or "
+            "the ops' input types on CPU)"
+            if dtype
+            else "no GEMM kernel or matmul op says which dtype it ran in",
+        )
+    )
     n = len(dev.steps)
-    facts.append(("steps analysed", f"{n} ({rank.steps_source} {step_range(dev)})" if rank.steps_source !=
-                  "whole-trace" else "whole trace as one window (no step markers)", _skipped_steps(rep)))
+    facts.append(
+        (
+            "steps analysed",
+            f"{n} ({rank.steps_source} {step_range(dev)})"
+            if rank.steps_source != "whole-trace"
+            else "whole trace as one window (no step markers)",
+            _skipped_steps(rep),
+        )
+    )
     st = dev.step_time_us
-    facts.append((f"median step time{who}", ms(st.median),
-                  f"p10–p90 {ms(st.p10)} – {ms(st.p90)}; min–max {ms(st.min)} – {ms(st.max)}; "
-                  f"std {ms(st.std)}; n = {st.n} steps" if int(st.n or 0) > 1 else "one step: no spread to report"))
+    facts.append(
+        (
+            f"median step time{who}",
+            ms(st.median),
+            f"p10–p90 {ms(st.p10)} – {ms(st.p90)}; min–max {ms(st.min)} – {ms(st.max)}; "
+            f"std {ms(st.std)}; n = {st.n} steps"
+            if int(st.n or 0) > 1
+            else "one step: no spread to report",
+        )
+    )
     s = rep.summary
     if multi and s.n_ranks > 1 and s.spread_pct is not UNSET:
         one = int(st.n or 0) <= 1
-        facts.append(("rank spread", f"{s.spread_pct:.1f}%",
-                      f"rank {s.slowest_rank} has the longest median step time, rank {s.fastest_rank} the shortest"
-                      + ("; one step per rank: the rank that started first waits longest, so this is no straggler "
-                         "measure" if one else "")))
+        facts.append(
+            (
+                "rank spread",
+                f"{s.spread_pct:.1f}%",
+                f"rank {s.slowest_rank} has the longest median step time, rank {s.fastest_rank} the shortest"
+                + (
+                    "; one step per rank: the rank that started first waits longest, so this is no straggler measure"
+                    if one
+                    else ""
+                ),
+            )
+        )
     facts.extend(throughput_facts(rep))
     t = dev.totals
     label = "device utilization" if dev.kind == "gpu" else "host busy in ops"
-    detail = (f"busy {ms(t.busy_us / n_steps(dev))} ÷ step {ms(t.dur_us / n_steps(dev))} "
-              f"per step (means over {t.n_steps} steps)")
+    detail = (
+        f"busy {ms(t.busy_us / n_steps(dev))} ÷ step {ms(t.dur_us / n_steps(dev))} "
+        f"per step (means over {t.n_steps} steps)"
+    )
     if dev.kind == "gpu" and t.dur_us:
         kernels = t.busy_us - t.categories_us.get(Category.MEMCPY, 0) - t.categories_us.get(Category.MEMSET, 0)
-        detail += (f"; kernels only (memcpy/memset left out, as the TensorBoard profiler plugin's GPU utilization): "
-                   f"{pct(kernels / t.dur_us)}")
+        detail += (
+            f"; kernels only (memcpy/memset left out, as the TensorBoard profiler plugin's GPU utilization): "
+            f"{pct(kernels / t.dur_us)}"
+        )
     facts.append((label + who, pct(dev.utilization), detail))
     mfu = _mfu_text(rank)
     if mfu:
@@ -367,9 +477,14 @@ def _run_only_facts(report: Report) -> list[tuple[str, str, str]]:
     run = _run(report)
     ss = run.steady_state if run is not None else None
     if ss is not None and ss.median_s:
-        facts.append(("median step time (steady state)", ms(ss.median_s * 1e6),
-                      f"p10–p90 {ms(ss.p10_s * 1e6)} – {ms(ss.p90_s * 1e6)}; {ss.n_steps} steps ran, "
-                      f"the first {ss.warmup_steps} were warm-up and are left out"))
+        facts.append(
+            (
+                "median step time (steady state)",
+                ms(ss.median_s * 1e6),
+                f"p10–p90 {ms(ss.p10_s * 1e6)} – {ms(ss.p90_s * 1e6)}; {ss.n_steps} steps ran, "
+                f"the first {ss.warmup_steps} were warm-up and are left out",
+            )
+        )
     facts.extend(throughput_facts(report))
     return facts
 
@@ -379,10 +494,14 @@ def _skipped_steps(report: Report) -> str:
     ss = run.steady_state if run is not None else None
     if ss is not None:
         if ss.warmup_steps == 0:
-            return ("the run showed no warm-up (its first steps were as fast as the rest); the profiled steps are "
-                    "analysed as recorded")
-        return (f"the run's first {ss.warmup_steps} step(s) were warm-up (slower than the first phase) and are left "
-                "out of the run statistics; the profiled steps are analysed as recorded")
+            return (
+                "the run showed no warm-up (its first steps were as fast as the rest); the profiled steps are "
+                "analysed as recorded"
+            )
+        return (
+            f"the run's first {ss.warmup_steps} step(s) were warm-up (slower than the first phase) and are left "
+            "out of the run statistics; the profiled steps are analysed as recorded"
+        )
     return "no step skipped by perfdoctor (torch.profiler's own wait/warm-up steps are not in the trace)"
 
 
@@ -395,14 +514,30 @@ def throughput_facts(report: Report) -> list[tuple[str, str, str]]:
     out = []
     nt = run.non_training
     if nt.eval_s or nt.checkpoint_s:
-        out.append(("not training, inside steps", f"{nt.eval_s + nt.checkpoint_s:,.2f} s",
-                    f"evaluation {nt.eval_s:,.2f} s in {nt.eval_steps} step(s) (model.eval() to "
-                    f"model.train()), checkpoint saving {nt.checkpoint_s:,.2f} s in "
-                    f"{nt.checkpoint_steps} step(s) (torch.save); left out of train-only step times, "
-                    "steady state and train throughput"))
+        out.append(
+            (
+                "not training, inside steps",
+                f"{nt.eval_s + nt.checkpoint_s:,.2f} s",
+                f"evaluation {nt.eval_s:,.2f} s in {nt.eval_steps} step(s) (model.eval() to "
+                f"model.train()), checkpoint saving {nt.checkpoint_s:,.2f} s in "
+                f"{nt.checkpoint_steps} step(s) (torch.save); left out of train-only step times, "
+                "steady state and train throughput",
+            )
+        )
     for key, v in run.throughput.items():
-        detail = "; ".join(x for x in (f"numerator: {v.numerator}" if v.numerator else "",
-                                       f"denominator: {v.denominator}" if v.denominator else "") if x)
-        out.append((f"throughput ({key.replace('_', ' ')})",
-                    f"{v.value:,.1f} {v.unit}".strip() if v.value is not None else "None", detail))
+        detail = "; ".join(
+            x
+            for x in (
+                f"numerator: {v.numerator}" if v.numerator else "",
+                f"denominator: {v.denominator}" if v.denominator else "",
+            )
+            if x
+        )
+        out.append(
+            (
+                f"throughput ({key.replace('_', ' ')})",
+                f"{v.value:,.1f} {v.unit}".strip() if v.value is not None else "None",
+                detail,
+            )
+        )
     return out

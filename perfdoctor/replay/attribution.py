@@ -154,8 +154,9 @@ def _binding(rr: RankReplay) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return kind, waited, dep
 
 
-def _walk(rr: RankReplay, lo: float, hi: float, start_act: int, host_pid: int) -> tuple[list[float], list[float],
-                                                                                       list[int], list[int]]:
+def _walk(
+    rr: RankReplay, lo: float, hi: float, start_act: int, host_pid: int
+) -> tuple[list[float], list[float], list[int], list[int]]:
     """Backward walk; returns segment starts, ends, labels (>= 0: activity index; < 0: internal labels) and, for
     host segments, the process id (else -1)."""
     g, res = rr.graph, rr.baseline

@@ -41,29 +41,43 @@ def _streams(acts: dict[str, np.ndarray], launch_key: np.ndarray) -> dict[tuple[
         if part.size == 0:
             continue
         key = (int(acts["device"][part[0]]), int(acts["stream"][part[0]]))
-        out[key] = {"idx": part, "lk": np.maximum.accumulate(launch_key[part]),
-                    "end": np.maximum.accumulate(end[part]), "ts": acts["ts"][part]}
+        out[key] = {
+            "idx": part,
+            "lk": np.maximum.accumulate(launch_key[part]),
+            "end": np.maximum.accumulate(end[part]),
+            "ts": acts["ts"][part],
+        }
     return out
 
 
-def _wait_edges(tables: TraceTables, acts: dict[str, np.ndarray], launch_row: np.ndarray, launch_key: np.ndarray,
-                streams: dict[tuple[int, int], dict[str, np.ndarray]], wait_rows: np.ndarray) -> Edges:
+def _wait_edges(
+    tables: TraceTables,
+    acts: dict[str, np.ndarray],
+    launch_row: np.ndarray,
+    launch_key: np.ndarray,
+    streams: dict[tuple[int, int], dict[str, np.ndarray]],
+    wait_rows: np.ndarray,
+) -> Edges:
     """Edges of the recorded stream waits (see the module docstring): (src, dst, gap) arrays."""
     rt = tables.runtime
     syncs = tables.tables["syncs"]
     rec_stream: dict[int, tuple[int, int]] = {}
     if len(syncs):
         is_wait = tables.names_matching(r"^Stream Wait Event$")[syncs["name_id"]]
-        for c, d, s in zip(syncs["correlation"][is_wait].tolist(), syncs["device"][is_wait].tolist(),
-                           syncs["stream"][is_wait].tolist()):
+        for c, d, s in zip(
+            syncs["correlation"][is_wait].tolist(), syncs["device"][is_wait].tolist(), syncs["stream"][is_wait].tolist()
+        ):
             rec_stream[int(c)] = (int(d), int(s))
     # activities launched by each host thread, in launch order
     has = launch_row >= 0
     a_idx = np.flatnonzero(has)
     rows = launch_row[a_idx]
     by_thread: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
-    pid_tid = np.stack([rt["pid"][rows].astype(np.int64), rt["tid"][rows].astype(np.int64)], axis=1) \
-        if a_idx.size else np.empty((0, 2), np.int64)
+    pid_tid = (
+        np.stack([rt["pid"][rows].astype(np.int64), rt["tid"][rows].astype(np.int64)], axis=1)
+        if a_idx.size
+        else np.empty((0, 2), np.int64)
+    )
     for key in {(int(p), int(t)) for p, t in pid_tid.tolist()}:
         m = (pid_tid[:, 0] == key[0]) & (pid_tid[:, 1] == key[1])
         sel = a_idx[m]
@@ -99,8 +113,12 @@ def _wait_edges(tables: TraceTables, acts: dict[str, np.ndarray], launch_row: np
     return _finish(np.asarray(src, np.int64), np.asarray(dst, np.int64), acts["ts"], end)
 
 
-def _collective_edges(tables: TraceTables, acts: dict[str, np.ndarray], launch_key: np.ndarray,
-                      streams: dict[tuple[int, int], dict[str, np.ndarray]]) -> Edges:
+def _collective_edges(
+    tables: TraceTables,
+    acts: dict[str, np.ndarray],
+    launch_key: np.ndarray,
+    streams: dict[tuple[int, int], dict[str, np.ndarray]],
+) -> Edges:
     """Edges keeping each collective kernel in its recorded order relative to the other streams of its device."""
     ki = acts["table"] == 0  # kernels (ACT_TABLES[0])
     coll = np.zeros(acts["ts"].size, dtype=bool)
@@ -122,8 +140,10 @@ def _collective_edges(tables: TraceTables, acts: dict[str, np.ndarray], launch_k
         srcs.append(other["idx"][j[ok]])
         dsts.append(mine[ok])
         # the collective → the other stream's first activity started after it ended and launched after it
-        k = np.maximum(np.searchsorted(other["ts"], end[mine] - TOL_US, side="left"),
-                       np.searchsorted(other["lk"], launch_key[mine], side="right"))
+        k = np.maximum(
+            np.searchsorted(other["ts"], end[mine] - TOL_US, side="left"),
+            np.searchsorted(other["lk"], launch_key[mine], side="right"),
+        )
         ok = k < n
         srcs.append(mine[ok])
         dsts.append(other["idx"][k[ok]])
@@ -143,8 +163,9 @@ def _finish(src: np.ndarray, dst: np.ndarray, ts: np.ndarray, end: np.ndarray) -
     return src[ok], dst[ok], np.minimum(slack[ok], 0.0)
 
 
-def cross_stream_edges(tables: TraceTables, acts: dict[str, np.ndarray], launch_row: np.ndarray,
-                       launch_ts: np.ndarray, notes: list[str]) -> Edges:
+def cross_stream_edges(
+    tables: TraceTables, acts: dict[str, np.ndarray], launch_row: np.ndarray, launch_ts: np.ndarray, notes: list[str]
+) -> Edges:
     """(src, dst, gap µs) arrays of every edge this module adds, sorted by dst; appends its assumption to
     ``notes``. ``acts``: :func:`perfdoctor.replay.graph._activities` columns; ``launch_row`` / ``launch_ts``: each
     activity's launching runtime row (-1 none) and its start time (the activity's own start without one)."""
@@ -155,19 +176,26 @@ def cross_stream_edges(tables: TraceTables, acts: dict[str, np.ndarray], launch_
     launch_key = np.where(launch_row >= 0, launch_ts, acts["ts"])
     streams = _streams(acts, launch_key)
     rt = tables.runtime
-    wait_rows = np.flatnonzero(tables.names_matching(r"^(cuda|hip)StreamWaitEvent$|^cuStreamWaitEvent")
-                               [rt["name_id"]]) if len(rt) else np.empty(0, np.int64)
+    wait_rows = (
+        np.flatnonzero(tables.names_matching(r"^(cuda|hip)StreamWaitEvent$|^cuStreamWaitEvent")[rt["name_id"]])
+        if len(rt)
+        else np.empty(0, np.int64)
+    )
     if wait_rows.size:
         edges = _wait_edges(tables, acts, launch_row, launch_key, streams, wait_rows)
-        notes.append(f"{wait_rows.size} recorded stream waits (cudaStreamWaitEvent): the first activity launched "
-                     "after each on the waiting stream waits for the last activity launched before it on every other "
-                     f"stream of the device ({edges[0].size} edges; the trace does not say on which stream the "
-                     "event was recorded, so all are assumed)")
+        notes.append(
+            f"{wait_rows.size} recorded stream waits (cudaStreamWaitEvent): the first activity launched "
+            "after each on the waiting stream waits for the last activity launched before it on every other "
+            f"stream of the device ({edges[0].size} edges; the trace does not say on which stream the "
+            "event was recorded, so all are assumed)"
+        )
         return edges
     edges = _collective_edges(tables, acts, launch_key, streams)
     if edges[0].size:
-        notes.append("no stream waits are recorded: each collective kernel keeps its recorded order relative to the "
-                     "other streams (it waits for the last activity of each other stream that ended before it "
-                     "started, and what started after it ended and was launched after it waits for it; "
-                     f"{edges[0].size} edges)")
+        notes.append(
+            "no stream waits are recorded: each collective kernel keeps its recorded order relative to the "
+            "other streams (it waits for the last activity of each other stream that ended before it "
+            "started, and what started after it ended and was launched after it waits for it; "
+            f"{edges[0].size} edges)"
+        )
     return edges

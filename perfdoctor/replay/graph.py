@@ -31,13 +31,18 @@ from perfdoctor.replay.deps import cross_stream_edges
 from perfdoctor.trace.tables import TraceTables
 
 # host calls that block until the device (or a stream/event) catches up: CUDA and HIP spellings
-SYNC_CALL = re.compile(r"^(cuda|hip)(Device|Stream|Event|Ctx)Synchronize$|^cu(Ctx|Stream|Event)Synchronize"
-                       r"|^(cuda|hip)Memcpy(Peer)?$|^(cuda|hip)Memcpy[DH]to[DH]$|^hipMemcpyWithStream$")
+SYNC_CALL = re.compile(
+    r"^(cuda|hip)(Device|Stream|Event|Ctx)Synchronize$|^cu(Ctx|Stream|Event)Synchronize"
+    r"|^(cuda|hip)Memcpy(Peer)?$|^(cuda|hip)Memcpy[DH]to[DH]$|^hipMemcpyWithStream$"
+)
 # runtime calls that queue work or ask cheap questions (a long one may still block: a full launch queue)
-QUEUE_CALL = re.compile(r"Launch|Memcpy.*Async|Memset.*Async|EventRecord|StreamWaitEvent|GetDevice|"
-                        r"StreamIsCapturing|GetLastError|PeekAtLastError|FuncGetAttributes|Occupancy|"
-                        r"StreamGetCaptureInfo|StreamGetPriority|DeviceGetStreamPriorityRange|FuncSetAttribute|"
-                        r"EventQuery|PointerGetAttributes|^cu(da)?Graph", re.IGNORECASE)
+QUEUE_CALL = re.compile(
+    r"Launch|Memcpy.*Async|Memset.*Async|EventRecord|StreamWaitEvent|GetDevice|"
+    r"StreamIsCapturing|GetLastError|PeekAtLastError|FuncGetAttributes|Occupancy|"
+    r"StreamGetCaptureInfo|StreamGetPriority|DeviceGetStreamPriorityRange|FuncSetAttribute|"
+    r"EventQuery|PointerGetAttributes|^cu(da)?Graph",
+    re.IGNORECASE,
+)
 ACT_TABLES = ("kernels", "memcpy", "memset")
 # a launch into a full queue (1,024 entries on CUDA) blocks; shorter launch calls are never treated as waiting
 LONG_LAUNCH_US = 50.0
@@ -153,8 +158,15 @@ def _stream_prev(device: np.ndarray, stream: np.ndarray) -> np.ndarray:
     return prev
 
 
-def _latest_end_before(end: np.ndarray, group: np.ndarray, eligible_from: np.ndarray, t: np.ndarray,
-                       t_group: np.ndarray, launch: np.ndarray, launched_by: np.ndarray) -> np.ndarray:
+def _latest_end_before(
+    end: np.ndarray,
+    group: np.ndarray,
+    eligible_from: np.ndarray,
+    t: np.ndarray,
+    t_group: np.ndarray,
+    launch: np.ndarray,
+    launched_by: np.ndarray,
+) -> np.ndarray:
     """For each query k: the activity of group ``t_group[k]`` with the latest end ≤ ``t[k]`` whose launch time is
     ≤ ``launched_by[k]`` and whose end is > ``eligible_from[k]``; -1 when none.
 
@@ -191,8 +203,9 @@ def _latest_end_before(end: np.ndarray, group: np.ndarray, eligible_from: np.nda
     return out
 
 
-def _bind_constraints(acts: dict[str, np.ndarray], launch_ts: np.ndarray, has_launch: np.ndarray,
-                      prev: np.ndarray, notes: list[str]) -> dict[str, np.ndarray]:
+def _bind_constraints(
+    acts: dict[str, np.ndarray], launch_ts: np.ndarray, has_launch: np.ndarray, prev: np.ndarray, notes: list[str]
+) -> dict[str, np.ndarray]:
     """Which constraint started each activity in the recording, and the offsets that reproduce its start.
 
     - launch-bound (the stream was free when the launch could start it): ``lat = start - launch``; the stream term
@@ -216,16 +229,18 @@ def _bind_constraints(acts: dict[str, np.ndarray], launch_ts: np.ndarray, has_la
         m = lb & (dev == d)
         if m.any():
             typ[dev == d] = float(np.median(to_launch[m]))
-    earliest = np.maximum(np.where(has_launch, launch_ts + np.minimum(typ, np.maximum(to_launch, 0.0)), -np.inf),
-                          prev_end)
+    earliest = np.maximum(
+        np.where(has_launch, launch_ts + np.minimum(typ, np.maximum(to_launch, 0.0)), -np.inf), prev_end
+    )
     unexplained = has_launch & (ts - earliest > SLACK_US)
     dep = np.full(n, -1, dtype=np.int64)
     if unexplained.any():
         q = np.flatnonzero(unexplained)
         # another stream's activity on the same device: group by device, skip this stream by requiring end > the
         # stream's own constraints (the previous activity on this stream ends before them)
-        cand = _latest_end_before(end, dev, earliest[q], ts[q] + 1e-9, dev[q], np.where(has_launch, launch_ts, ts),
-                                  ts[q])
+        cand = _latest_end_before(
+            end, dev, earliest[q], ts[q] + 1e-9, dev[q], np.where(has_launch, launch_ts, ts), ts[q]
+        )
         same_stream = (cand >= 0) & (stream[np.maximum(cand, 0)] == stream[q])
         cand[same_stream] = -1
         dep[q] = cand
@@ -246,18 +261,23 @@ def _bind_constraints(acts: dict[str, np.ndarray], launch_ts: np.ndarray, has_la
     dep_gap = np.where(has_dep, ts - dep_end, 0.0)
     n_unexplained = int((unexplained & ~has_dep).sum())
     if has_dep.any():
-        notes.append(f"{int(has_dep.sum())} device activities started later than their launch and stream allow; each "
-                     "waits for the activity of another stream that ended just before it (assumed: an event wait "
-                     "the trace does not record)")
+        notes.append(
+            f"{int(has_dep.sum())} device activities started later than their launch and stream allow; each "
+            "waits for the activity of another stream that ended just before it (assumed: an event wait "
+            "the trace does not record)"
+        )
     if n_unexplained:
-        notes.append(f"{n_unexplained} device activities started more than {SLACK_US:.0f} µs after their launch and "
-                     "stream allowed, with no other stream's activity to explain it: the delay is kept as fixed "
-                     "launch latency")
+        notes.append(
+            f"{n_unexplained} device activities started more than {SLACK_US:.0f} µs after their launch and "
+            "stream allowed, with no other stream's activity to explain it: the delay is kept as fixed "
+            "launch latency"
+        )
     return {"lat": lat, "gap": gap, "dep": dep, "dep_gap": dep_gap}
 
 
-def _blocking_calls(tables: TraceTables, acts: dict[str, np.ndarray], launch_ts: np.ndarray,
-                    launch_row: np.ndarray, notes: list[str]) -> dict[str, np.ndarray]:
+def _blocking_calls(
+    tables: TraceTables, acts: dict[str, np.ndarray], launch_ts: np.ndarray, launch_row: np.ndarray, notes: list[str]
+) -> dict[str, np.ndarray]:
     """Runtime calls that block the host until device work ends, and the activity each waits for.
 
     A synchronize call or blocking copy (:data:`SYNC_CALL`, or a copy whose memcpy is pageable or device-to-host
@@ -293,15 +313,23 @@ def _blocking_calls(tables: TraceTables, acts: dict[str, np.ndarray], launch_ts:
     a_end = acts["ts"] + acts["dur"]
     a_launch = np.where(launch_row >= 0, launch_ts, acts["ts"])
     group = acts["device"] * 0  # one group: a device sync waits for every device of the process
-    dep = _latest_end_before(a_end, group, np.full(idx.size, -np.inf), end_c + 1.0, np.zeros(idx.size, np.int64),
-                             a_launch, ts)
+    dep = _latest_end_before(
+        a_end, group, np.full(idx.size, -np.inf), end_c + 1.0, np.zeros(idx.size, np.int64), a_launch, ts
+    )
     has = dep >= 0
     dep_end = np.where(has, a_end[np.maximum(dep, 0)], -np.inf)
     waited = has & (dep_end > ts)
     always = is_sync[idx] | blocking_copy[idx]
     keep = always | waited
-    idx, ts, end_c, dep, dep_end, waited, has = idx[keep], ts[keep], end_c[keep], dep[keep], dep_end[keep], \
-        waited[keep], has[keep]
+    idx, ts, end_c, dep, dep_end, waited, has = (
+        idx[keep],
+        ts[keep],
+        end_c[keep],
+        dep[keep],
+        dep_end[keep],
+        waited[keep],
+        has[keep],
+    )
     release = end_c - dep_end
     typ_release = float(np.median(release[waited])) if waited.any() else DEFAULT_RELEASE_US
     lat = np.where(waited, release, np.minimum(np.where(has, release, 0.0), max(typ_release, 0.0)))
@@ -310,11 +338,21 @@ def _blocking_calls(tables: TraceTables, acts: dict[str, np.ndarray], launch_ts:
     order = np.argsort(end_c, kind="stable")
     n_wait = int(waited.sum())
     if idx.size:
-        notes.append(f"{idx.size} blocking host call(s) ({n_wait} of them waited for the device): each waits for the "
-                     "device activity that, in the recording, ended last before it returned among those launched "
-                     "before it")
-    return {"row": idx[order], "ts": ts[order], "end": end_c[order], "pid": rt["pid"][idx][order].astype(np.int64),
-            "dep": np.where(has, dep, -1)[order], "lat": lat[order], "own": own[order], "waited": waited[order]}
+        notes.append(
+            f"{idx.size} blocking host call(s) ({n_wait} of them waited for the device): each waits for the "
+            "device activity that, in the recording, ended last before it returned among those launched "
+            "before it"
+        )
+    return {
+        "row": idx[order],
+        "ts": ts[order],
+        "end": end_c[order],
+        "pid": rt["pid"][idx][order].astype(np.int64),
+        "dep": np.where(has, dep, -1)[order],
+        "lat": lat[order],
+        "own": own[order],
+        "waited": waited[order],
+    }
 
 
 def _last_block_before(blk_pid: np.ndarray, blk_end: np.ndarray, pid: np.ndarray, t: np.ndarray) -> np.ndarray:
@@ -335,35 +373,66 @@ def build_graph(tables: TraceTables) -> ReplayGraph:
     notes: list[str] = []
     acts = _activities(tables)
     rt = tables.runtime
-    launch_row = _join_launch(rt["correlation"].astype(np.int64), acts["corr"]) if len(rt) else \
-        np.full(acts["ts"].size, -1, dtype=np.int64)
+    launch_row = (
+        _join_launch(rt["correlation"].astype(np.int64), acts["corr"])
+        if len(rt)
+        else np.full(acts["ts"].size, -1, dtype=np.int64)
+    )
     has_launch = launch_row >= 0
     safe = np.maximum(launch_row, 0)
     launch_ts = np.where(has_launch, rt["ts_us"][safe], acts["ts"]) if len(rt) else acts["ts"].copy()
-    act_pid = np.where(has_launch, rt["pid"][safe].astype(np.int64), -1) if len(rt) else \
-        np.full(acts["ts"].size, -1, dtype=np.int64)
+    act_pid = (
+        np.where(has_launch, rt["pid"][safe].astype(np.int64), -1)
+        if len(rt)
+        else np.full(acts["ts"].size, -1, dtype=np.int64)
+    )
     n_anchor = int((~has_launch).sum())
     if n_anchor:
-        notes.append(f"{n_anchor} device activities have no launch call in the trace (queued before the recording "
-                     "began, or the launch was not recorded): they keep their recorded start")
+        notes.append(
+            f"{n_anchor} device activities have no launch call in the trace (queued before the recording "
+            "began, or the launch was not recorded): they keep their recorded start"
+        )
     prev = _stream_prev(acts["device"], acts["stream"])
     bind = _bind_constraints(acts, launch_ts, has_launch, prev, notes)
     blk = _blocking_calls(tables, acts, launch_ts, launch_row, notes)
     xsrc, xdst, xgap = cross_stream_edges(tables, acts, launch_row, launch_ts, notes)
-    notes.append("the baseline replay reproduces the recording by construction (its offsets are read from the "
-                 "recording), so its error (mean_error, max_step_error) is no evidence of accuracy; validation of "
-                 "what-ifs: benchmarks/replay_pairs.py (predicted vs measured on before/after trace pairs)")
-    notes.append("host work keeps its recorded durations; all threads of a process share one timeline, shifted by "
-                 "each blocking call that returns earlier or later than recorded (waits between host threads are "
-                 "not recorded)")
+    notes.append(
+        "the baseline replay reproduces the recording by construction (its offsets are read from the "
+        "recording), so its error (mean_error, max_step_error) is no evidence of accuracy; validation of "
+        "what-ifs: benchmarks/replay_pairs.py (predicted vs measured on before/after trace pairs)"
+    )
+    notes.append(
+        "host work keeps its recorded durations; all threads of a process share one timeline, shifted by "
+        "each blocking call that returns earlier or later than recorded (waits between host threads are "
+        "not recorded)"
+    )
     return ReplayGraph(
-        act_ts_us=acts["ts"], act_dur_us=acts["dur"], act_device=acts["device"], act_stream=acts["stream"],
-        act_table=acts["table"], act_row=acts["row"], act_launch=launch_row, act_launch_ts_us=launch_ts,
-        act_pid=act_pid, act_lat_us=bind["lat"], act_prev=prev, act_gap_us=bind["gap"], act_dep=bind["dep"],
+        act_ts_us=acts["ts"],
+        act_dur_us=acts["dur"],
+        act_device=acts["device"],
+        act_stream=acts["stream"],
+        act_table=acts["table"],
+        act_row=acts["row"],
+        act_launch=launch_row,
+        act_launch_ts_us=launch_ts,
+        act_pid=act_pid,
+        act_lat_us=bind["lat"],
+        act_prev=prev,
+        act_gap_us=bind["gap"],
+        act_dep=bind["dep"],
         act_dep_gap_us=bind["dep_gap"],
         act_blk_before=_last_block_before(blk["pid"], blk["end"], act_pid, launch_ts),
-        blk_row=blk["row"], blk_ts_us=blk["ts"], blk_end_us=blk["end"], blk_pid=blk["pid"], blk_dep=blk["dep"],
-        blk_lat_us=blk["lat"], blk_own_us=blk["own"], blk_waited=blk["waited"],
+        blk_row=blk["row"],
+        blk_ts_us=blk["ts"],
+        blk_end_us=blk["end"],
+        blk_pid=blk["pid"],
+        blk_dep=blk["dep"],
+        blk_lat_us=blk["lat"],
+        blk_own_us=blk["own"],
+        blk_waited=blk["waited"],
         blk_blk_before=_last_block_before(blk["pid"], blk["end"], blk["pid"], blk["ts"]),
-        assumptions=notes, xdep_src=xsrc, xdep_dst=xdst, xdep_gap_us=xgap,
+        assumptions=notes,
+        xdep_src=xsrc,
+        xdep_dst=xdst,
+        xdep_gap_us=xgap,
     )

@@ -78,8 +78,15 @@ class RankReplay:
         errs = self.step_errors
         both = self.fix_all(self.fired) if self.fired else None
         codes = [c for c in self.fired if c in self.whatifs]
-        fix_all = None if both is None else {"codes": codes, "recorded_mean_step_us": both[0],
-                                             "replayed_mean_step_us": max(both[1], self.floor_us)}
+        fix_all = (
+            None
+            if both is None
+            else {
+                "codes": codes,
+                "recorded_mean_step_us": both[0],
+                "replayed_mean_step_us": max(both[1], self.floor_us),
+            }
+        )
         return {
             "fix_all": fix_all,
             "recorded_mean_step_us": float(self.recorded_step_us.mean()) if errs.size else 0.0,
@@ -112,17 +119,22 @@ def _windows(steps: Any, tables: TraceTables) -> StepWindows:
         lo, hi, pid = _host_span(tables)
         if np.isfinite(lo):
             # the window's bounds move with the host's first/last event and the replayed device activities
-            return StepWindows(pid=pid, host_start_us=np.array([lo]), host_end_us=np.array([hi]), first_start_us=lo,
-                               whole_trace=True)
+            return StepWindows(
+                pid=pid, host_start_us=np.array([lo]), host_end_us=np.array([hi]), first_start_us=lo, whole_trace=True
+            )
     cap = float("nan")
     if len(steps) and not whole:
         last_host_end = max(float(steps.host_end_us[-1]), float(np.nan_to_num(steps.device_end_us[-1], nan=-np.inf)))
         if float(steps.end_us[-1]) < last_host_end:
             cap = float(steps.end_us[-1])
-    return StepWindows(pid=int(steps.pid), host_start_us=np.asarray(steps.host_start_us, dtype=np.float64),
-                       host_end_us=np.asarray(steps.host_end_us, dtype=np.float64),
-                       first_start_us=float(steps.start_us[0]) if len(steps) else 0.0, last_end_cap_us=cap,
-                       whole_trace=whole)
+    return StepWindows(
+        pid=int(steps.pid),
+        host_start_us=np.asarray(steps.host_start_us, dtype=np.float64),
+        host_end_us=np.asarray(steps.host_end_us, dtype=np.float64),
+        first_start_us=float(steps.start_us[0]) if len(steps) else 0.0,
+        last_end_cap_us=cap,
+        whole_trace=whole,
+    )
 
 
 def replay_rank(tables: TraceTables, steps: Any) -> RankReplay:
@@ -132,13 +144,18 @@ def replay_rank(tables: TraceTables, steps: Any) -> RankReplay:
     win = _windows(steps, tables)
     rec = np.asarray(steps.end_us - steps.start_us, dtype=np.float64)
     start, end = replayed_windows(base, win)
-    rr = RankReplay(graph=graph, baseline=base, windows=win, recorded_step_us=rec, replayed_step_us=end - start,
-                    fallback=None)
+    rr = RankReplay(
+        graph=graph, baseline=base, windows=win, recorded_step_us=rec, replayed_step_us=end - start, fallback=None
+    )
     joined = float((graph.act_launch >= 0).mean()) if graph.n_act else 1.0
     if joined < MIN_LAUNCH_JOIN:
-        rr.fallback = (f"only {100 * joined:.0f}% of the device activities have a launch call in the trace (missing "
-                       "correlation ids or a sampled trace): host→device dependencies are unknown")
+        rr.fallback = (
+            f"only {100 * joined:.0f}% of the device activities have a launch call in the trace (missing "
+            "correlation ids or a sampled trace): host→device dependencies are unknown"
+        )
     elif rec.size and (abs(rr.mean_error) > MAX_MEAN_ERROR or float(np.abs(rr.step_errors).max()) > MAX_STEP_ERROR):
-        rr.fallback = (f"the replay does not reproduce the recording (mean step {100 * rr.mean_error:+.1f}%, worst "
-                       f"step {100 * float(np.abs(rr.step_errors).max()):.1f}% off)")
+        rr.fallback = (
+            f"the replay does not reproduce the recording (mean step {100 * rr.mean_error:+.1f}%, worst "
+            f"step {100 * float(np.abs(rr.step_errors).max()):.1f}% off)"
+        )
     return rr

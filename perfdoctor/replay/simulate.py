@@ -166,8 +166,14 @@ def replay(g: ReplayGraph, scenario: Scenario | None = None) -> ReplayResult:
     dep_arr = g.act_dep if sc.act_dep_removed is None else np.where(sc.act_dep_removed, -1, g.act_dep)
     prev, gap, dep, dgap = g.act_prev.tolist(), g.act_gap_us.tolist(), dep_arr.tolist(), g.act_dep_gap_us.tolist()
     ab, durl = g.act_blk_before.tolist(), dur.tolist()
-    bb, bdl, blat, ownl, hbs, hbe = (g.blk_blk_before.tolist(), bdep.tolist(), g.blk_lat_us.tolist(), own.tolist(),
-                                     h_bs.tolist(), h_be.tolist())
+    bb, bdl, blat, ownl, hbs, hbe = (
+        g.blk_blk_before.tolist(),
+        bdep.tolist(),
+        g.blk_lat_us.tolist(),
+        own.tolist(),
+        h_bs.tolist(),
+        h_be.tolist(),
+    )
     xd = _extra_deps(g, sc)
     start = [0.0] * g.n_act
     end = [0.0] * g.n_act
@@ -198,5 +204,11 @@ def replay(g: ReplayGraph, scenario: Scenario | None = None) -> ReplayResult:
                 e = end[d] + blat[i]
             bend[i] = e
             shift[i] = e - hbe[i]
-    return ReplayResult(graph=g, scenario=sc, act_start_us=np.asarray(start), act_end_us=np.asarray(end),
-                        blk_end_us=np.asarray(bend), blk_shift_us=np.asarray(shift))
+    return ReplayResult(
+        graph=g,
+        scenario=sc,
+        act_start_us=np.asarray(start),
+        act_end_us=np.asarray(end),
+        blk_end_us=np.asarray(bend),
+        blk_shift_us=np.asarray(shift),
+    )

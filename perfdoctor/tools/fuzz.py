@@ -44,12 +44,45 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-EXTREMES: tuple[Any, ...] = (2**63, -(2**63) - 1, 2**64, 10**30, -(10**30), 1e308, -1e308, math.nan, math.inf,
-                             -1, -1e15, 0, 10**400, "NaN", "-Infinity", 1.5)
+EXTREMES: tuple[Any, ...] = (
+    2**63,
+    -(2**63) - 1,
+    2**64,
+    10**30,
+    -(10**30),
+    1e308,
+    -1e308,
+    math.nan,
+    math.inf,
+    -1,
+    -1e15,
+    0,
+    10**400,
+    "NaN",
+    "-Infinity",
+    1.5,
+)
 NUMERIC_KEYS = ("ts", "dur", "pid", "tid", "id")
-ARG_KEYS = ("correlation", "External id", "external id", "device", "stream", "bytes", "Input Dims", "Input type",
-            "In msg nelems", "Group size", "Collective name", "Bytes", "Total Allocated", "Total Reserved",
-            "Device Id", "Device Type", "name", "labels")
+ARG_KEYS = (
+    "correlation",
+    "External id",
+    "external id",
+    "device",
+    "stream",
+    "bytes",
+    "Input Dims",
+    "Input type",
+    "In msg nelems",
+    "Group size",
+    "Collective name",
+    "Bytes",
+    "Total Allocated",
+    "Total Reserved",
+    "Device Id",
+    "Device Type",
+    "name",
+    "labels",
+)
 TOP_KEYS = ("deviceProperties", "distributedInfo", "baseTimeNanoseconds", "schemaVersion")
 OUTCOMES = ("report", "clean_error", "bad_error", "traceback", "slow")
 
@@ -80,9 +113,16 @@ class Tally:
 # -- the corpus ----------------------------------------------------------------------------------------------
 def corpus(paths: list[Path], max_bytes: int) -> list[tuple[str, Any]]:
     """(name, parsed JSON document) of every trace file under ``paths`` no larger than ``max_bytes`` on disk."""
-    files = sorted(f for p in paths for f in ([p] if p.is_file() else p.rglob("*.json*"))
-                   if f.is_file() and f.name.endswith((".json", ".json.gz")) and "fuzz" not in f.parts
-                   and f.name not in ("run.json", "rank0.json") and f.stat().st_size <= max_bytes)
+    files = sorted(
+        f
+        for p in paths
+        for f in ([p] if p.is_file() else p.rglob("*.json*"))
+        if f.is_file()
+        and f.name.endswith((".json", ".json.gz"))
+        and "fuzz" not in f.parts
+        and f.name not in ("run.json", "rank0.json")
+        and f.stat().st_size <= max_bytes
+    )
     docs = []
     for f in files:
         raw = f.read_bytes()
@@ -176,8 +216,9 @@ def m_nest(doc: Any, rng: random.Random) -> str:
     elif where == "list" and _events(doc):
         _events(doc).insert(rng.randrange(len(_events(doc)) + 1), _nested(rng))
     elif ev is not None:
-        (ev.setdefault("args", {}) if where == "args" and isinstance(ev.get("args", {}), dict) else ev)["deep"] = \
+        (ev.setdefault("args", {}) if where == "args" and isinstance(ev.get("args", {}), dict) else ev)["deep"] = (
             _nested(rng)
+        )
     return f"nest in {where}"
 
 
@@ -198,14 +239,32 @@ def m_metadata(doc: Any, rng: random.Random) -> str:
     if not isinstance(doc, dict):
         return "metadata: array form"
     key = rng.choice(TOP_KEYS)
-    value = rng.choice((None, "x", 10**30, [None], [{"computeMajor": None, "id": 0}], {"rank": 10**25},
-                        {"world_size": "two", "rank": -1}, [{"totalGlobalMem": -5, "name": 7}]))
+    value = rng.choice(
+        (
+            None,
+            "x",
+            10**30,
+            [None],
+            [{"computeMajor": None, "id": 0}],
+            {"rank": 10**25},
+            {"world_size": "two", "rank": -1},
+            [{"totalGlobalMem": -5, "name": 7}],
+        )
+    )
     doc[key] = value
     return f"metadata {key}={value!r}"[:80]
 
 
 STRUCTURAL: tuple[Callable[[Any, random.Random], str], ...] = (
-    m_extreme, m_extreme, m_delete_key, m_swap_type, m_negative_time, m_nest, m_many_steps, m_metadata)
+    m_extreme,
+    m_extreme,
+    m_delete_key,
+    m_swap_type,
+    m_negative_time,
+    m_nest,
+    m_many_steps,
+    m_metadata,
+)
 
 
 def _copy_for_mutation(doc: Any) -> Any:
@@ -274,15 +333,20 @@ def _absurd(report: dict[str, Any]) -> list[str]:
         if isinstance(node, dict):
             for k, v in node.items():
                 # 1e-6 of slack: a share summed from float parts may round to 100.00000000001
-                if (isinstance(v, (int, float)) and k.endswith("pct") and not -1e-6 <= v <= 100 + 1e-6
-                        and not node.get("note")
-                        and k != "saving_pct_of_step"):
+                if (
+                    isinstance(v, (int, float))
+                    and k.endswith("pct")
+                    and not -1e-6 <= v <= 100 + 1e-6
+                    and not node.get("note")
+                    and k != "saving_pct_of_step"
+                ):
                     found.append(f"{k} = {v:.4g}")
                 stack.append(v)
         elif isinstance(node, list):
             stack.extend(node)
-    if any(f.get("saving_pct_of_step", 0) > 100 or f.get("saving_pct_of_step", 0) < 0
-           for f in report.get("findings", [])):
+    if any(
+        f.get("saving_pct_of_step", 0) > 100 or f.get("saving_pct_of_step", 0) < 0 for f in report.get("findings", [])
+    ):
         found.append("saving_pct_of_step outside 0–100")
     return sorted(set(found))
 
@@ -302,8 +366,11 @@ def run_case(case: Case, workdir: Path, timeout_s: float) -> tuple[str, str, lis
     old = signal.signal(signal.SIGALRM, alarm)
     signal.setitimer(signal.ITIMER_REAL, timeout_s)
     try:
-        with warnings.catch_warnings(record=True) as caught, contextlib.redirect_stdout(out), \
-                contextlib.redirect_stderr(err):
+        with (
+            warnings.catch_warnings(record=True) as caught,
+            contextlib.redirect_stdout(out),
+            contextlib.redirect_stderr(err),
+        ):
             warnings.simplefilter("always")
             code = main(["report", str(path), "--format", "json"])
     except _Timeout:
@@ -315,8 +382,9 @@ def run_case(case: Case, workdir: Path, timeout_s: float) -> tuple[str, str, lis
         signal.signal(signal.SIGALRM, old)
         path.unlink(missing_ok=True)
     if any(issubclass(w.category, RuntimeWarning) for w in caught):
-        flags.append("runtime_warning: " + next(str(w.message) for w in caught
-                                                if issubclass(w.category, RuntimeWarning))[:60])
+        flags.append(
+            "runtime_warning: " + next(str(w.message) for w in caught if issubclass(w.category, RuntimeWarning))[:60]
+        )
     lines = err.getvalue().strip().splitlines()
     if code == 2:
         ok = len(lines) == 1 and str(path) in lines[0]
@@ -338,8 +406,13 @@ def cases(docs: list[tuple[str, Any]], n: int, seed: int) -> Iterator[Case]:
         yield make_case(name, doc, rng)
 
 
-def campaign(docs: list[tuple[str, Any]], n: int, seed: int, timeout_s: float,
-             on_case: Callable[[int, str, str], None] | None = None) -> Tally:
+def campaign(
+    docs: list[tuple[str, Any]],
+    n: int,
+    seed: int,
+    timeout_s: float,
+    on_case: Callable[[int, str, str], None] | None = None,
+) -> Tally:
     """Run ``n`` cases; returns the tally (failing cases kept in ``failures``).
 
     ``on_case(index, outcome, detail)`` is called after each case (detail is empty unless it failed).

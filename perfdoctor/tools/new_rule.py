@@ -1,4 +1,4 @@
-'''Scaffold a new rule: ``python -m perfdoctor.tools.new_rule PD123 some-name``.
+"""Scaffold a new rule: ``python -m perfdoctor.tools.new_rule PD123 some-name``.
 
 Writes the three files a rule is made of (see CONTRIBUTING.md), each a skeleton to fill in:
 
@@ -10,7 +10,7 @@ Writes the three files a rule is made of (see CONTRIBUTING.md), each a skeleton 
 
 The category comes from the code's family (PD1xx input pipeline, PD2xx GPU compute, ...); nothing is ever
 overwritten, and a code or name already in the catalogue is refused.
-'''
+"""
 
 from __future__ import annotations
 
@@ -23,8 +23,15 @@ from perfdoctor.checks.catalogue import load_catalogue
 from perfdoctor.errors import PerfDoctorError
 
 # STYLE.md's code families -> catalogue category
-FAMILY_CATEGORY = {"1": "input-pipeline", "2": "gpu-compute", "3": "distributed", "4": "synchronization",
-                   "5": "memory", "6": "measurement", "9": "trace-quality"}
+FAMILY_CATEGORY = {
+    "1": "input-pipeline",
+    "2": "gpu-compute",
+    "3": "distributed",
+    "4": "synchronization",
+    "5": "memory",
+    "6": "measurement",
+    "9": "trace-quality",
+}
 
 TOML = '''code = "{code}"
 name = "{name}"
@@ -137,13 +144,16 @@ def scaffold(code: str, name: str, root: Path) -> list[Path]:
         raise PerfDoctorError(f"{name!r}: a rule name is kebab-case, like small-batch")
     category = FAMILY_CATEGORY.get(code[2])
     if category is None:
-        raise PerfDoctorError(f"{code}: no code family PD{code[2]}xx (families: "
-                              f"{', '.join(f'PD{k}xx {v}' for k, v in FAMILY_CATEGORY.items())})")
+        raise PerfDoctorError(
+            f"{code}: no code family PD{code[2]}xx (families: "
+            f"{', '.join(f'PD{k}xx {v}' for k, v in FAMILY_CATEGORY.items())})"
+        )
     rules_dir = root / "rules"
     cat = load_catalogue(builtin_dir=rules_dir)
     if code in cat.rules or cat.by_name(name) is not None:
-        raise PerfDoctorError(f"{code} {name}: the catalogue in {rules_dir} already has this code or name "
-                              "(codes are never reused)")
+        raise PerfDoctorError(
+            f"{code} {name}: the catalogue in {rules_dir} already has this code or name (codes are never reused)"
+        )
     lower = code.lower()
     files = {
         rules_dir / f"{code}.toml": TOML.format(code=code, name=name, category=category),
@@ -173,8 +183,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     for p in paths:
         print(f"wrote {p}")
-    print("next: fill in the TODOs (CONTRIBUTING.md), then `python -m pytest tests/rules/"
-          f"test_{args.code.lower()}.py` and `python -m perfdoctor.tools.refresh`")
+    print(
+        "next: fill in the TODOs (CONTRIBUTING.md), then `python -m pytest tests/rules/"
+        f"test_{args.code.lower()}.py` and `python -m perfdoctor.tools.refresh`"
+    )
     return 0
 
 

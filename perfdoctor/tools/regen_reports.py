@@ -83,8 +83,9 @@ def stale(root: Path, reports: Path) -> list[str]:
     """Names of reports in ``reports`` that differ from a fresh regeneration, are missing, or are extra."""
     with tempfile.TemporaryDirectory() as tmp:
         fresh = {p.name: p.read_bytes() for p in regenerate(root, Path(tmp))}
-    have = {p.name: p.read_bytes() for p in reports.glob("*")
-            if p.suffix.lstrip(".") in FORMATS and p.name != "README.md"}
+    have = {
+        p.name: p.read_bytes() for p in reports.glob("*") if p.suffix.lstrip(".") in FORMATS and p.name != "README.md"
+    }
     return sorted(n for n in fresh.keys() | have.keys() if fresh.get(n) != have.get(n))
 
 

@@ -8,8 +8,16 @@ from perfdoctor.trace.device_side import check_device_side, launch_calls, named_
 from perfdoctor.trace.reader import read_trace_file, trace_files_in
 from perfdoctor.trace.tables import Table, TraceTables, build_tables
 
-__all__ = ["Table", "TraceTables", "build_tables", "launch_calls", "load_trace", "named_gpus", "read_trace_file",
-           "trace_files_in"]
+__all__ = [
+    "Table",
+    "TraceTables",
+    "build_tables",
+    "launch_calls",
+    "load_trace",
+    "named_gpus",
+    "read_trace_file",
+    "trace_files_in",
+]
 
 
 def load_trace(path: str, on_progress: Callable[[int], None] | None = None) -> TraceTables:

@@ -87,8 +87,9 @@ def _empty(f: TraceField | None, col: str) -> np.ndarray:
     if f is None:
         derived = dict(d for ds in DERIVED.values() for d in ds)
         return np.empty(0, dtype=np.float64 if col.endswith("_us") else derived.get(col, np.int64))
-    return np.empty(0, dtype=object if f.kind in ("str", "json_list") else np.float64 if f.kind == "float"
-                    else np.int64)
+    return np.empty(
+        0, dtype=object if f.kind in ("str", "json_list") else np.float64 if f.kind == "float" else np.int64
+    )
 
 
 def _absent_as(values: Sequence[Any], fill: float, dtype: type) -> np.ndarray:
@@ -181,8 +182,7 @@ class TableColumns:
 
     def _json_list(self, col: str, raw: bytes) -> bytes | None:
         """``raw`` when it is a JSON list nested at most MAX_NESTING deep, else None (counted in ``ignored``)."""
-        if raw[:1] == b"[" and (raw.count(b"[") + raw.count(b"{") <= MAX_NESTING or
-                                nesting_depth(raw) <= MAX_NESTING):
+        if raw[:1] == b"[" and (raw.count(b"[") + raw.count(b"{") <= MAX_NESTING or nesting_depth(raw) <= MAX_NESTING):
             return raw
         self.ignored[col] = self.ignored.get(col, 0) + 1
         return None
@@ -219,8 +219,13 @@ class TableColumns:
             table = _KIND_TABLE.get(kind)
             if table is None:
                 continue
-            cols = {"name_id": name_ids[group], "ts_us": ts[group], "dur_us": dur[group],
-                    "pid": pid[group], "tid": tid[group]}
+            cols = {
+                "name_id": name_ids[group],
+                "ts_us": ts[group],
+                "dur_us": dur[group],
+                "pid": pid[group],
+                "tid": tid[group],
+            }
             cols.update(self._extra(table, kind, [events[i] for i in group.tolist()], cat_codes[group]))
             self.chunks[table].append(cols)
 

@@ -58,21 +58,31 @@ def check_device_side(tables: TraceTables) -> None:
         return
     gpus, launches = named_gpus(tables), launch_calls(tables)
     if tables.truncated and (gpus or len(tables.runtime)):
-        raise TraceFormatError(f"{tables.path}: the file is truncated before any GPU activity was written (it holds "
-                               "CUDA/HIP runtime calls or GPU properties but no kernel, memcpy or memset): "
-                               "the device side cannot be analysed")
+        raise TraceFormatError(
+            f"{tables.path}: the file is truncated before any GPU activity was written (it holds "
+            "CUDA/HIP runtime calls or GPU properties but no kernel, memcpy or memset): "
+            "the device side cannot be analysed"
+        )
     if tables.truncated and "deviceProperties" not in tables.metadata:
         # a CPU-only Kineto trace says so with an empty deviceProperties list; without the key (metadata written
         # after the events, or an older exporter) a cut GPU trace looks exactly like a CPU-only one
-        raise TraceFormatError(f"{tables.path}: the file is truncated and holds no GPU activity, and it names no "
-                               "devices (no deviceProperties): a GPU trace cut before its device events cannot be "
-                               "told from a CPU-only one, so it is not analysed")
+        raise TraceFormatError(
+            f"{tables.path}: the file is truncated and holds no GPU activity, and it names no "
+            "devices (no deviceProperties): a GPU trace cut before its device events cannot be "
+            "told from a CPU-only one, so it is not analysed"
+        )
     if launches:
-        tables.warnings.insert(0, f"{tables.path}: GPU activity missing: {launches} put work on a GPU, but the trace "
-                                  "holds no kernel, memcpy or memset; only host time is analysed and GPU time is "
-                                  "unknown: this is not a CPU-only run")
+        tables.warnings.insert(
+            0,
+            f"{tables.path}: GPU activity missing: {launches} put work on a GPU, but the trace "
+            "holds no kernel, memcpy or memset; only host time is analysed and GPU time is "
+            "unknown: this is not a CPU-only run",
+        )
     elif gpus:
-        tables.warnings.insert(0, f"{tables.path}: GPU activity missing: the trace names GPUs ({gpus} in "
-                                  "deviceProperties) but holds no kernel, memcpy or memset (profiled without "
-                                  "ProfilerActivity.CUDA?); only host time is analysed: if the model ran on a GPU, "
-                                  "its GPU time is unknown and this is not a CPU-only run")
+        tables.warnings.insert(
+            0,
+            f"{tables.path}: GPU activity missing: the trace names GPUs ({gpus} in "
+            "deviceProperties) but holds no kernel, memcpy or memset (profiled without "
+            "ProfilerActivity.CUDA?); only host time is analysed: if the model ran on a GPU, "
+            "its GPU time is unknown and this is not a CPU-only run",
+        )

@@ -44,8 +44,9 @@ def launch_rows(tables: TraceTables, table: str) -> np.ndarray:
     return rows
 
 
-def launched_values(tables: TraceTables, table: str, column: str, rows: np.ndarray | None = None,
-                    fill: float = np.nan) -> np.ndarray:
+def launched_values(
+    tables: TraceTables, table: str, column: str, rows: np.ndarray | None = None, fill: float = np.nan
+) -> np.ndarray:
     """``column`` of the runtime call that launched each row of ``table`` (float64; ``fill`` where none).
 
     ``rows``: a boolean mask or index array selecting rows of ``table`` (default: all)."""

@@ -14,9 +14,21 @@ from perfdoctor.trace.fields import INT64_MAX, INT64_MIN, MAX_RANK
 
 #: ``deviceProperties`` keys that must be non-negative integers when present (Kineto's
 #: ``CudaDeviceProperties`` / ``RocmDeviceProperties``, libkineto/src/CuptiActivityProfiler.cpp).
-DEVICE_INT_KEYS = ("id", "computeMajor", "computeMinor", "totalGlobalMem", "numSms", "maxThreadsPerBlock",
-                   "maxThreadsPerMultiprocessor", "regsPerBlock", "regsPerMultiprocessor", "warpSize",
-                   "sharedMemPerBlock", "sharedMemPerMultiprocessor", "sharedMemPerBlockOptin")
+DEVICE_INT_KEYS = (
+    "id",
+    "computeMajor",
+    "computeMinor",
+    "totalGlobalMem",
+    "numSms",
+    "maxThreadsPerBlock",
+    "maxThreadsPerMultiprocessor",
+    "regsPerBlock",
+    "regsPerMultiprocessor",
+    "warpSize",
+    "sharedMemPerBlock",
+    "sharedMemPerMultiprocessor",
+    "sharedMemPerBlockOptin",
+)
 #: ``distributedInfo`` keys that must be integers in ``[0, MAX_RANK]`` when present.
 DIST_INT_KEYS = ("rank", "world_size", "pg_count")
 
@@ -33,8 +45,11 @@ def _prune(value: Any, removed: list[int]) -> Any:
     while stack:
         node = stack.pop()
         items = list(node.items()) if isinstance(node, dict) else list(enumerate(node))
-        bad = [k for k, v in items if isinstance(v, int) and not _is_int(v, INT64_MIN, INT64_MAX)
-               and not isinstance(v, bool)]
+        bad = [
+            k
+            for k, v in items
+            if isinstance(v, int) and not _is_int(v, INT64_MIN, INT64_MAX) and not isinstance(v, bool)
+        ]
         for k in reversed(bad):
             del node[k]
         removed[0] += len(bad)
@@ -84,6 +99,8 @@ def sanitize_metadata(path: str, doc: dict[str, Any], warnings: list[str]) -> di
             del doc["distributedInfo"]
             removed[0] += 1
     if removed[0]:
-        warnings.append(f"{path}: {removed[0]} trace metadata value(s) of the wrong type or out of range "
-                        "(deviceProperties, distributedInfo, integers beyond 64 bits) ignored")
+        warnings.append(
+            f"{path}: {removed[0]} trace metadata value(s) of the wrong type or out of range "
+            "(deviceProperties, distributedInfo, integers beyond 64 bits) ignored"
+        )
     return doc

@@ -64,7 +64,10 @@ def looks_merged(path: str) -> bool:
         return True
     if len({m.group(1) for m in _ARGS_RANK.finditer(head)}) >= 2:
         return True
-    return b'"process_name"' in head and len({m.group(1) for m in re.finditer(rb'"name"\s*:\s*"[^"]*\brank\s*[-_#:]?\s*(\d+)', head, re.I)}) >= 2
+    return (
+        b'"process_name"' in head
+        and len({m.group(1) for m in re.finditer(rb'"name"\s*:\s*"[^"]*\brank\s*[-_#:]?\s*(\d+)', head, re.I)}) >= 2
+    )
 
 
 def _load(path: str) -> Any:
@@ -73,8 +76,9 @@ def _load(path: str) -> Any:
         with opener(path, "rb") as fh:
             return orjson.loads(fh.read())
     except (OSError, EOFError, orjson.JSONDecodeError) as exc:
-        raise TraceFormatError(f"{path}: looks like a merged multi-rank trace but cannot be parsed whole ({exc})") \
-            from None
+        raise TraceFormatError(
+            f"{path}: looks like a merged multi-rank trace but cannot be parsed whole ({exc})"
+        ) from None
 
 
 def _restore(ev: dict[str, Any]) -> dict[str, Any]:
@@ -153,8 +157,11 @@ def split_merged(path: str) -> tuple[list[RankPart], str] | None:
             how = "its process names (one pid per rank)"
         if groups is None:
             return None
-        world = (meta.get("distributedInfo") or {}).get("world_size") if isinstance(meta.get("distributedInfo"),
-                                                                                   dict) else None
+        world = (
+            (meta.get("distributedInfo") or {}).get("world_size")
+            if isinstance(meta.get("distributedInfo"), dict)
+            else None
+        )
         for r, evs in groups.items():
             info = {"rank": r, **({"world_size": world} if world else {})}
             parts[r] = ({**meta, "distributedInfo": info}, [_restore(dict(e)) for e in evs])
@@ -167,6 +174,7 @@ def split_merged(path: str) -> tuple[list[RankPart], str] | None:
         p = os.path.join(tmp, f"rank{r}.json")
         with open(p, "wb") as fh:
             fh.write(orjson.dumps({**meta, "traceEvents": evs}))
-        out.append(RankPart(r, p, f"{path}: a merged trace of {len(parts)} ranks, split into ranks by {how}; "
-                                  f"this is rank {r}"))
+        out.append(
+            RankPart(r, p, f"{path}: a merged trace of {len(parts)} ranks, split into ranks by {how}; this is rank {r}")
+        )
     return out, tmp

@@ -123,11 +123,15 @@ def _text_start(path: str, block: bytes) -> bytes:
     def ascii_at(*ix: int) -> bool:
         return all(0 < head[i] < 0x80 for i in ix)
 
-    wide = head.startswith((b"\xff\xfe", b"\xfe\xff")) or len(head) == 4 and (
-        head[1] == head[3] == 0 and ascii_at(0, 2) or head[0] == head[2] == 0 and ascii_at(1, 3))
+    wide = (
+        head.startswith((b"\xff\xfe", b"\xfe\xff"))
+        or len(head) == 4
+        and (head[1] == head[3] == 0 and ascii_at(0, 2) or head[0] == head[2] == 0 and ascii_at(1, 3))
+    )
     if wide:
-        raise TraceFormatError(f"{path}: UTF-16 or UTF-32 text; a trace is UTF-8 JSON "
-                               "(convert it, e.g. iconv -f UTF-16 -t UTF-8)")
+        raise TraceFormatError(
+            f"{path}: UTF-16 or UTF-32 text; a trace is UTF-8 JSON (convert it, e.g. iconv -f UTF-16 -t UTF-8)"
+        )
     return block
 
 
@@ -219,8 +223,11 @@ def _decode_truncated_header(header: bytes) -> dict[str, Any] | None:
     return doc if isinstance(doc, dict) else None
 
 
-def read_trace_file(path: str | os.PathLike[str], on_progress: Callable[[int], None] | None = None,
-                    kinds: schema.Schema = schema.DEFAULT) -> RawTrace:
+def read_trace_file(
+    path: str | os.PathLike[str],
+    on_progress: Callable[[int], None] | None = None,
+    kinds: schema.Schema = schema.DEFAULT,
+) -> RawTrace:
     """Read one Kineto/Chrome trace file into columns.
 
     Args:
@@ -272,14 +279,18 @@ def read_trace_file(path: str | os.PathLike[str], on_progress: Callable[[int], N
         if state["gzip_incomplete"]:
             raise TraceFormatError(f"{p}: corrupted or truncated gzip data, no trace events in it")
         if result.unclosed_object:
-            raise TraceFormatError(f"{p}: the file is truncated before any 'traceEvents' list (the JSON ends "
-                                   "inside its top-level object, e.g. the trace metadata): no events to analyse")
+            raise TraceFormatError(
+                f"{p}: the file is truncated before any 'traceEvents' list (the JSON ends "
+                "inside its top-level object, e.g. the trace metadata): no events to analyse"
+            )
         raise TraceFormatError(_not_a_trace_reason(p, first, total))
     warnings: list[str] = []
     metadata = _decode_header(p, result.header, warnings)
     if result.damaged_header:
-        warnings.append(f"{p}: the JSON before 'traceEvents' is malformed (its brackets do not balance: a trimmed "
-                        "header?); its metadata (deviceProperties, distributedInfo) is ignored, the events are read")
+        warnings.append(
+            f"{p}: the JSON before 'traceEvents' is malformed (its brackets do not balance: a trimmed "
+            "header?); its metadata (deviceProperties, distributedInfo) is ignored, the events are read"
+        )
     truncated = not result.complete
     reasons = ", ".join(f"{why} ({n})" for why, n in sorted(decoder.dropped.items(), key=lambda kv: -kv[1]))
     if truncated or bad or dropped or state["junk_bytes"]:
@@ -297,12 +308,16 @@ def read_trace_file(path: str | os.PathLike[str], on_progress: Callable[[int], N
         warnings.insert(0, f"{p}: recovered {columns.n_events} events; " + "; ".join(what))
     if columns.ignored:
         what_ignored = ", ".join(f"{n} '{col}'" for col, n in sorted(columns.ignored.items()))
-        warnings.append(f"{p}: {what_ignored} value(s) that are not a JSON list nested at most {MAX_NESTING} "
-                        "deep ignored (shapes unknown for those ops)")
+        warnings.append(
+            f"{p}: {what_ignored} value(s) that are not a JSON list nested at most {MAX_NESTING} "
+            "deep ignored (shapes unknown for those ops)"
+        )
     if columns.n_events == 0:
         if dropped:
-            raise TraceFormatError(f"{p}: no valid trace event: {dropped} event(s) with invalid fields "
-                                   f"dropped ({reasons})" + (f", {bad} malformed" if bad else ""))
+            raise TraceFormatError(
+                f"{p}: no valid trace event: {dropped} event(s) with invalid fields "
+                f"dropped ({reasons})" + (f", {bad} malformed" if bad else "")
+            )
         if truncated or bad:
             raise TraceFormatError(f"{p}: no complete trace event could be read")
         raise TraceFormatError(f"{p}: the trace holds no events")
@@ -355,9 +370,13 @@ def trace_files_in(path: str | os.PathLike[str]) -> list[str]:
         return [str(p)]
     run_dirs = sorted(str(r.parent) for r in p.rglob("run.json"))
     if run_dirs:
-        raise TraceFormatError(f"{p}: holds a perfdoctor run directory ({run_dirs[0]}); pass the run directory "
-                               "itself to `perfdoctor report`")
-    found = sorted(str(f) for f in p.rglob("*") if f.is_file() and (f.name.endswith(".json") or f.name.endswith(".json.gz")))
+        raise TraceFormatError(
+            f"{p}: holds a perfdoctor run directory ({run_dirs[0]}); pass the run directory "
+            "itself to `perfdoctor report`"
+        )
+    found = sorted(
+        str(f) for f in p.rglob("*") if f.is_file() and (f.name.endswith(".json") or f.name.endswith(".json.gz"))
+    )
     found = [f for f in found if not f.endswith(("run.json", "report.json"))]
     if not found:
         raise TraceFormatError(f"{p}: directory holds no .json or .json.gz trace files")

@@ -126,15 +126,25 @@ class Schema:
         return self.event_type(**{f.attr: _coerce(f, raw) for f in self.event_fields}, args=args)
 
 
-def build(event_fields: tuple[TraceField, ...] = EVENT_FIELDS, arg_fields: tuple[TraceField, ...] = ARG_FIELDS
-          ) -> Schema:
+def build(
+    event_fields: tuple[TraceField, ...] = EVENT_FIELDS, arg_fields: tuple[TraceField, ...] = ARG_FIELDS
+) -> Schema:
     """Generate the structs and decoders of a field table (the default one: :data:`DEFAULT`)."""
     args_type = msgspec.defstruct("Args", [_struct_field(f) for f in arg_fields], gc=False, module=__name__)
     event_type = msgspec.defstruct(
-        "Event", [*(_struct_field(f) for f in event_fields), ("args", args_type, msgspec.field(default_factory=args_type))],
-        gc=False, module=__name__)
-    return Schema(event_fields, arg_fields, event_type, args_type,
-                  msgspec.json.Decoder(list[event_type]), msgspec.json.Decoder(event_type))  # type: ignore[valid-type]
+        "Event",
+        [*(_struct_field(f) for f in event_fields), ("args", args_type, msgspec.field(default_factory=args_type))],
+        gc=False,
+        module=__name__,
+    )
+    return Schema(
+        event_fields,
+        arg_fields,
+        event_type,
+        args_type,
+        msgspec.json.Decoder(list[event_type]),  # type: ignore[valid-type]
+        msgspec.json.Decoder(event_type),
+    )
 
 
 DEFAULT = build()

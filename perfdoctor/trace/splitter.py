@@ -124,8 +124,9 @@ class EventSplitter:
         result = sp.finish()   # header, completeness, trailing bytes
     """
 
-    def __init__(self, consume: Callable[[bytes | memoryview], bool],
-                 consume_each: Callable[[list[bytes]], None]) -> None:
+    def __init__(
+        self, consume: Callable[[bytes | memoryview], bool], consume_each: Callable[[list[bytes]], None]
+    ) -> None:
         self.result = SplitResult()
         self._consume = consume
         self._consume_each = consume_each
@@ -228,7 +229,7 @@ class EventSplitter:
         first = buf.find(b"{", 0, cut + 1)
         if first < 0:
             return True  # nothing but separators
-        if first == 0 or buf[: first].strip(_WS_COMMA):
+        if first == 0 or buf[:first].strip(_WS_COMMA):
             return self._consume(b"[" + bytes(buf[first : cut + 1]) + b"]")
         before, after = buf[first - 1], buf[cut + 1]
         buf[first - 1] = _OPEN[1]

@@ -182,8 +182,10 @@ def _drop_outliers(cols_by_table: dict[str, dict[str, Any]], path: str, warnings
     if missing:
         warnings.append(f"{path}: {missing} event(s) without a timestamp ('ts') dropped")
     if far:
-        warnings.append(f"{path}: {far} event(s) more than {MAX_SPAN_US / 86_400e6:g} day from the trace's median "
-                        f"timestamp dropped (corrupt 'ts'; a profile spans seconds to minutes)")
+        warnings.append(
+            f"{path}: {far} event(s) more than {MAX_SPAN_US / 86_400e6:g} day from the trace's median "
+            f"timestamp dropped (corrupt 'ts'; a profile spans seconds to minutes)"
+        )
 
 
 def build_tables(raw: RawTrace) -> TraceTables:
@@ -209,9 +211,11 @@ def build_tables(raw: RawTrace) -> TraceTables:
     warnings = list(raw.warnings)
     _drop_outliers(cols_by_table, raw.path, warnings)
     if not any(c["ts_us"].size for c in cols_by_table.values()):
-        raise TraceFormatError(f"{raw.path}: none of its {raw.n_events} event(s) is a timed operator, kernel, "
-                               "memory copy, annotation or memory event (each needs 'ph', 'cat' and 'ts'): "
-                               "nothing to analyse")
+        raise TraceFormatError(
+            f"{raw.path}: none of its {raw.n_events} event(s) is a timed operator, kernel, "
+            "memory copy, annotation or memory event (each needs 'ph', 'cat' and 'ts'): "
+            "nothing to analyse"
+        )
     negative = sum(int((c["dur_us"] < 0).sum()) for c in cols_by_table.values())
     if negative:
         warnings.append(f"{raw.path}: {negative} event(s) with a negative duration were counted as 0 µs long")

@@ -48,8 +48,8 @@ def test_pd103_silent_when_kernels_outlast_the_host_between_launches(tmp_path):
 
 
 def test_idle_inside_cudafree_is_named_and_not_launch_overhead(tmp_path):
-    tb = _launch_trace(2)                 # 30 tiny kernels, the host busy the whole 1000 µs step
-    tb.runtime("cudaFree", 950, 40)       # ...and inside cudaFree for the last 40 µs
+    tb = _launch_trace(2)  # 30 tiny kernels, the host busy the whole 1000 µs step
+    tb.runtime("cudaFree", 950, 40)  # ...and inside cudaFree for the last 40 µs
     path = tb.write(tmp_path / "free.json")
     r = run_rules([path], ["PD103"])
     # a CUDA graph removes the launch host time [20, 890), not the cudaFree at 950: same saving as without it
@@ -58,10 +58,12 @@ def test_idle_inside_cudafree_is_named_and_not_launch_overhead(tmp_path):
     big.step(1, 0, 1000)
     big.cpu_op("aten::empty", 0, 1000)
     big.launch(ADD, launch_ts=10, start=20, dur=100)
-    big.runtime("hipFree", 130, 800)      # 800 of the 900 µs 'host busy' idle (0–20, 120–1000) inside hipFree
+    big.runtime("hipFree", 130, 800)  # 800 of the 900 µs 'host busy' idle (0–20, 120–1000) inside hipFree
     from perfdoctor import pipeline
 
     dev = pipeline.analyze_paths([str(big.write(tmp_path / "hipfree.json"))]).ranks[0].primary
-    assert dev.notes == ["89% of the idle charged to 'host busy, nothing queued' (0.8 ms) is spent inside hipFree "
-                         "calls: a blocking runtime call, not launch overhead"]
+    assert dev.notes == [
+        "89% of the idle charged to 'host busy, nothing queued' (0.8 ms) is spent inside hipFree "
+        "calls: a blocking runtime call, not launch overhead"
+    ]
     assert "PD103" in run_rules([tmp_path / "hipfree.json"], ["PD103"]).passed

@@ -10,8 +10,13 @@ from perfdoctor.checks.context import JobContext
 
 
 def test_pd104_fires_on_oversubscription():
-    run = {"world_size": 2, "launcher": "torchrun", "environment": {"torch_threads": 2}, "cpu": {"logical_cpus": 2},
-           "ranks": [{"rank": 0, "torch_threads": 2}, {"rank": 1, "torch_threads": 2}]}
+    run = {
+        "world_size": 2,
+        "launcher": "torchrun",
+        "environment": {"torch_threads": 2},
+        "cpu": {"logical_cpus": 2},
+        "ranks": [{"rank": 0, "torch_threads": 2}, {"rank": 1, "torch_threads": 2}],
+    }
     analysis = SimpleNamespace(run=run)
     th = SimpleNamespace(thresholds={"max_threads_per_core": 1.0})
     out = pd104.check(JobContext(analysis, [], th))
@@ -28,8 +33,14 @@ def test_pd104_fires_on_oversubscription():
 
 def test_pd104_silent_at_one_thread_per_core():
     # one rank with 2 torch threads on 2 logical CPUs: 2 busy threads / 2 cores = 1.0, not above the 1.0 limit
-    run = {"world_size": 1, "environment": {"torch_threads": 2}, "cpu": {"logical_cpus": 2},
-           "ranks": [{"rank": 0, "torch_threads": 2}]}
-    out = pd104.check(JobContext(SimpleNamespace(run=run), [], SimpleNamespace(thresholds={"max_threads_per_core": 1.0})))
+    run = {
+        "world_size": 1,
+        "environment": {"torch_threads": 2},
+        "cpu": {"logical_cpus": 2},
+        "ranks": [{"rank": 0, "torch_threads": 2}],
+    }
+    out = pd104.check(
+        JobContext(SimpleNamespace(run=run), [], SimpleNamespace(thresholds={"max_threads_per_core": 1.0}))
+    )
     assert out.hit is None and not out.skip
     assert out.metrics["threads_per_core"] == 1.0

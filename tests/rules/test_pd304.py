@@ -57,7 +57,7 @@ def test_pd304_refuses_pairs_that_do_not_end_together_or_a_partial_job(tmp_path)
         tb.launch(NCCL, launch_ts=40, start=1750, dur=100)
         tb.write(paths[rank])
     assert "do not end together" in run_rules(paths, ["PD304"]).skipped["PD304"]
-    for rank in (0, 1):                                   # the same two ranks, from a 128-rank job
+    for rank in (0, 1):  # the same two ranks, from a 128-rank job
         tb = TraceBuilder(rank=rank, world_size=128)
         tb.step(1, 0, 2000)
         tb.launch(NCCL, launch_ts=30, start=500 + 800 * rank, dur=1200 - 800 * rank)

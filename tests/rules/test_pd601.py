@@ -32,7 +32,10 @@ def test_pd601_silent_inside_the_runs_own_noise():
     window[145:155] = True
     d[125:145] *= 1.12  # neighbours 12% slow: above 10%, but well inside 3 sigma of a 15%-noise run
     ss = analyze(d, exclude=window, window=window)
-    analysis = SimpleNamespace(run=SimpleNamespace(steady_state=ss, run={},
-                                                   steps={"duration_s": d, "profiler_phase": np.where(window, "active", "none")}))
+    analysis = SimpleNamespace(
+        run=SimpleNamespace(
+            steady_state=ss, run={}, steps={"duration_s": d, "profiler_phase": np.where(window, "active", "none")}
+        )
+    )
     out = pd601.check(JobContext(analysis, [], SimpleNamespace(thresholds={"max_deviation": 0.10})))
     assert out.hit is None

@@ -36,8 +36,9 @@ def test_pd602_growing_step_time_and_flat_series():
 def test_pd602_jump_is_a_level_change_not_a_trend():
     d = series([(10, 0.02), (70, 0.0049), (70, 0.0089)], noise=0.03)  # warm-up, then a 2x slowdown at step 80
     ss = analyze(d)
-    analysis = SimpleNamespace(run=SimpleNamespace(steady_state=ss, run={},
-                                                   steps={"duration_s": d, "profiler_phase": np.full(d.size, "none")}))
+    analysis = SimpleNamespace(
+        run=SimpleNamespace(steady_state=ss, run={}, steps={"duration_s": d, "profiler_phase": np.full(d.size, "none")})
+    )
     hit = pd602.check(JobContext(analysis, [], SimpleNamespace(thresholds={"min_shift": 0.10}))).hit
     assert hit is not None
     v = hit.evidence.values
@@ -48,9 +49,68 @@ def test_pd602_jump_is_a_level_change_not_a_trend():
 def test_pd602_silent_when_the_run_recovers_from_a_slow_stretch():
     # train-only step times (ms) of a real `perfdoctor profile examples/mlp.py --steps 60 -- --slow-getitem-ms 5`
     # run on a shared 2-core box: 356 ms, a stretch at 659 ms, then 336 ms (the later state is the start's, -6%)
-    ms = [130, 393, 668, 433, 659, 564, 391, 345, 342, 356, 353, 346, 406, 571, 658, 660, 660, 551, 665, 587, 661,
-          663, 360, 422, 353, 383, 365, 661, 652, 514, 673, 652, 390, 342, 345, 352, 343, 340, 343, 339, 338, 340,
-          337, 336, 334, 336, 337, 336, 336, 337, 334, 334, 334, 333, 337, 335, 337, 335, 336, 334]
+    ms = [
+        130,
+        393,
+        668,
+        433,
+        659,
+        564,
+        391,
+        345,
+        342,
+        356,
+        353,
+        346,
+        406,
+        571,
+        658,
+        660,
+        660,
+        551,
+        665,
+        587,
+        661,
+        663,
+        360,
+        422,
+        353,
+        383,
+        365,
+        661,
+        652,
+        514,
+        673,
+        652,
+        390,
+        342,
+        345,
+        352,
+        343,
+        340,
+        343,
+        339,
+        338,
+        340,
+        337,
+        336,
+        334,
+        336,
+        337,
+        336,
+        336,
+        337,
+        334,
+        334,
+        334,
+        333,
+        337,
+        335,
+        337,
+        335,
+        336,
+        334,
+    ]
     d = np.array(ms, float) / 1e3
     profiled = np.zeros(d.size, bool)
     profiled[[1, *range(24, 39)]] = True  # the FLOPs-counting step, the profiler's warm-up and active steps

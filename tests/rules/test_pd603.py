@@ -3,7 +3,6 @@
 Moved from tests/test_rules_run_and_mfu.py (issue 9: one test file per rule).
 """
 
-
 import numpy as np
 import pytest
 from rules_helpers import run_job, series
@@ -27,7 +26,7 @@ def test_pd603_fires_on_an_interfered_series_not_a_phase_change():
 
     out = pd603.check(run_job(d, ss, window, max_spread=2.0, min_steps=20, min_spread_ms=1.0))
     v = out.hit.evidence.values
-    steady = d[ss.steady_start_step:][~window[ss.steady_start_step:]]
+    steady = d[ss.steady_start_step :][~window[ss.steady_start_step :]]
     assert v["p10_ms"] == pytest.approx(1e3 * np.percentile(steady, 10))
     assert v["spread"] == pytest.approx(np.percentile(steady, 90) / np.percentile(steady, 10))
     assert out.hit.estimate.saving_us == pytest.approx(1e6 * (np.median(steady) - np.percentile(steady, 10)))
@@ -37,8 +36,10 @@ def test_pd603_fires_on_an_interfered_series_not_a_phase_change():
     # sub-millisecond steps jittering 0.27–0.61 ms (a real tiny script's p10/p90): scheduler noise, not a finding
     tiny = series([(100, 0.0004)], noise=0.3, seed=3)
     ss_tiny = analyze(tiny)
-    assert ss_tiny.spread > 2 and pd603.check(run_job(tiny, ss_tiny, max_spread=2.0, min_steps=20,
-                                                   min_spread_ms=1.0)).hit is None
+    assert (
+        ss_tiny.spread > 2
+        and pd603.check(run_job(tiny, ss_tiny, max_spread=2.0, min_steps=20, min_spread_ms=1.0)).hit is None
+    )
 
 
 def test_pd603_silent_on_an_even_series():

@@ -27,10 +27,13 @@ class WhatIf:
     @property
     def changes_anything(self) -> bool:
         sc = self.scenario
-        return bool(sc.act_dur_us is not None or any(c[0].size for c in sc.host_cut.values())
-                    or (sc.blk_removed is not None and sc.blk_removed.any())
-                    or (sc.act_dep_removed is not None and sc.act_dep_removed.any())
-                    or (sc.xdep_removed is not None and sc.xdep_removed.any()))
+        return bool(
+            sc.act_dur_us is not None
+            or any(c[0].size for c in sc.host_cut.values())
+            or (sc.blk_removed is not None and sc.blk_removed.any())
+            or (sc.act_dep_removed is not None and sc.act_dep_removed.any())
+            or (sc.xdep_removed is not None and sc.xdep_removed.any())
+        )
 
 
 def merge_cuts(*cuts: dict[int, Intervals]) -> dict[int, Intervals]:
@@ -61,6 +64,12 @@ def combine(name: str, parts: list[WhatIf], n_act: int, n_blk: int, act_dur_us: 
             dur = np.minimum(dur, p.scenario.act_dur_us)
         if p.scenario.blk_removed is not None:
             removed |= p.scenario.blk_removed
-    sc = Scenario(name=name, act_dur_us=dur, host_cut=merge_cuts(*(p.scenario.host_cut for p in parts)),
-                  blk_removed=removed, act_dep_removed=dep_removed, xdep_removed=xdep_removed)
+    sc = Scenario(
+        name=name,
+        act_dur_us=dur,
+        host_cut=merge_cuts(*(p.scenario.host_cut for p in parts)),
+        blk_removed=removed,
+        act_dep_removed=dep_removed,
+        xdep_removed=xdep_removed,
+    )
     return WhatIf(name, sc, "; ".join(p.assumption for p in parts), "; ".join(sorted({p.source for p in parts})))

@@ -30,8 +30,11 @@ def larger_batch(rr: RankReplay, tables: TraceTables, growth: float) -> WhatIf:
     rt = tables.runtime
     m = (rt["pid"] == pid) if (len(rt) and pid >= 0) else np.ones(len(rt), dtype=bool)
     fetch = _named(tables, DATALOADER, pid)
-    pts = np.sort(np.concatenate([rt["ts_us"][m], rt["end_us"][m], rr.windows.host_start_us, rr.windows.host_end_us,
-                                  fetch[0], fetch[1]]))
+    pts = np.sort(
+        np.concatenate(
+            [rt["ts_us"][m], rt["end_us"][m], rr.windows.host_start_us, rr.windows.host_end_us, fetch[0], fetch[1]]
+        )
+    )
     # cut (1 - 1/growth) of every host stretch between two consecutive runtime-call boundaries, outside fetches
     s, e = pts[:-1], pts[1:]
     ok = e > s
@@ -45,7 +48,10 @@ def larger_batch(rr: RankReplay, tables: TraceTables, growth: float) -> WhatIf:
     j = np.searchsorted(opt[0], lt, side="right") - 1 if opt[0].size else np.full(g.n_act, -1)
     in_opt = (j >= 0) & (lt < opt[1][np.maximum(j, 0)]) if opt[0].size else np.zeros(g.n_act, bool)
     dur = np.where(in_opt | (cat == "optimizer"), g.act_dur_us * keep, g.act_dur_us)
-    return WhatIf("larger-batch", Scenario("larger-batch", act_dur_us=dur, host_cut={pid: cut}),
-                  f"a {growth:.1f}× larger batch, per step of today's batch: host time outside DataLoader and the "
-                  "optimizer's kernels are per-step costs (÷ growth); fetches and other kernels are per-sample",
-                  "replay of the recorded graph (max-plus schedules scale linearly)")
+    return WhatIf(
+        "larger-batch",
+        Scenario("larger-batch", act_dur_us=dur, host_cut={pid: cut}),
+        f"a {growth:.1f}× larger batch, per step of today's batch: host time outside DataLoader and the "
+        "optimizer's kernels are per-step costs (÷ growth); fetches and other kernels are per-sample",
+        "replay of the recorded graph (max-plus schedules scale linearly)",
+    )

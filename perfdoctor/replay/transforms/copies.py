@@ -26,8 +26,13 @@ def pinned_bandwidth(tables: TraceTables) -> tuple[float, str]:
     mc = tables.memcpy
     if len(mc):
         names = tables.names
-        pinned = np.array([(lambda c: c.direction in ("h2d", "d2h") and not c.pageable)(classify_kernel(names[i]))
-                           for i in mc["name_id"].tolist()], dtype=bool)
+        pinned = np.array(
+            [
+                (lambda c: c.direction in ("h2d", "d2h") and not c.pageable)(classify_kernel(names[i]))
+                for i in mc["name_id"].tolist()
+            ],
+            dtype=bool,
+        )
         big = pinned & (mc["bytes"] >= MIN_MEASURED_BYTES) & (mc["dur_us"] > 0)
         if big.any():
             bw = float(np.median(mc["bytes"][big] / (mc["dur_us"][big] * 1e-6)))
@@ -49,8 +54,9 @@ def _launch_call_us(tables: TraceTables, blocking_rows: np.ndarray) -> float:
     return float(np.median(rt["dur_us"][m])) if m.any() else 5.0
 
 
-def pinned_copies(rr: RankReplay, tables: TraceTables, memcpy_rows: np.ndarray,
-                  held: Intervals | None = None) -> WhatIf:
+def pinned_copies(
+    rr: RankReplay, tables: TraceTables, memcpy_rows: np.ndarray, held: Intervals | None = None
+) -> WhatIf:
     """The pageable copies ``memcpy_rows`` (rows of the memcpy table) run as pinned ``non_blocking=True`` copies.
 
     Each copy takes ``bytes / pinned bandwidth`` (:func:`pinned_bandwidth`: measured in this trace when it holds
@@ -80,6 +86,9 @@ def pinned_copies(rr: RankReplay, tables: TraceTables, memcpy_rows: np.ndarray,
         # the copy's own call stays a launch; a synchronize after it goes whole
         s = np.where(own_call[m], np.minimum(g.blk_ts_us[m] + launch_us, g.blk_end_us[m]), g.blk_ts_us[m])
         cut = merge_cuts(cut, {pid: (s, g.blk_end_us[m])})
-    return WhatIf("pinned-copies", Scenario("pinned-copies", act_dur_us=dur, host_cut=cut, blk_removed=blk),
-                  f"{int(sel.sum())} pageable copies pinned and non_blocking: bytes ÷ {bw / GB:.1f} GB/s, the host "
-                  "is not held", source)
+    return WhatIf(
+        "pinned-copies",
+        Scenario("pinned-copies", act_dur_us=dur, host_cut=cut, blk_removed=blk),
+        f"{int(sel.sum())} pageable copies pinned and non_blocking: bytes ÷ {bw / GB:.1f} GB/s, the host is not held",
+        source,
+    )

@@ -55,9 +55,12 @@ def remove_syncs(rr: RankReplay, calls: Intervals) -> WhatIf:
     for pid in np.unique(g.blk_pid[hit]).tolist():
         m = hit & (g.blk_pid == pid)
         cut = merge_cuts(cut, {pid: (g.blk_ts_us[m], g.blk_end_us[m])})
-    return WhatIf("remove-sync", Scenario("remove-sync", host_cut=cut, blk_removed=hit),
-                  f"the {int(hit.sum())} synchronizing call(s) no longer block: the host runs on without the value",
-                  "replay of the recorded graph")
+    return WhatIf(
+        "remove-sync",
+        Scenario("remove-sync", host_cut=cut, blk_removed=hit),
+        f"the {int(hit.sum())} synchronizing call(s) no longer block: the host runs on without the value",
+        "replay of the recorded graph",
+    )
 
 
 def prefetch_dataloader(rr: RankReplay, tables: TraceTables, residual_us: float = 0.0) -> WhatIf:
@@ -71,9 +74,12 @@ def prefetch_dataloader(rr: RankReplay, tables: TraceTables, residual_us: float 
     s, e = _named(tables, DATALOADER, pid)
     s2 = np.minimum(s + residual_us, e)
     cut = {pid: (s2[e > s2], e[e > s2])} if s.size else {}
-    return WhatIf("prefetch-dataloader", Scenario("prefetch-dataloader", host_cut=cut),
-                  f"batches prefetched by DataLoader workers: each __next__ takes {residual_us:.0f} µs",
-                  "PyTorch DataLoader multi-process loading (num_workers > 0)")
+    return WhatIf(
+        "prefetch-dataloader",
+        Scenario("prefetch-dataloader", host_cut=cut),
+        f"batches prefetched by DataLoader workers: each __next__ takes {residual_us:.0f} µs",
+        "PyTorch DataLoader multi-process loading (num_workers > 0)",
+    )
 
 
 def _launch_calls(tables: TraceTables, pid: int) -> tuple[np.ndarray, np.ndarray]:
@@ -99,10 +105,13 @@ def fused_optimizer(rr: RankReplay, tables: TraceTables) -> WhatIf:
     keep = FUSED_OPTIMIZER_LAUNCHES * per_launch
     s2 = np.minimum(s + keep, e)
     cut = {pid: (s2[e > s2], e[e > s2])} if s.size else {}
-    return WhatIf("fused-optimizer", Scenario("fused-optimizer", host_cut=cut),
-                  f"a foreach/fused optimizer: Optimizer.step host time becomes {FUSED_OPTIMIZER_LAUNCHES} launches "
-                  f"× {per_launch:.1f} µs (median launch call here); its device kernels keep their time",
-                  "torch.optim foreach/fused implementations; launch cost measured in this trace")
+    return WhatIf(
+        "fused-optimizer",
+        Scenario("fused-optimizer", host_cut=cut),
+        f"a foreach/fused optimizer: Optimizer.step host time becomes {FUSED_OPTIMIZER_LAUNCHES} launches "
+        f"× {per_launch:.1f} µs (median launch call here); its device kernels keep their time",
+        "torch.optim foreach/fused implementations; launch cost measured in this trace",
+    )
 
 
 def cuda_graphs(rr: RankReplay, tables: TraceTables) -> WhatIf:
@@ -126,9 +135,13 @@ def cuda_graphs(rr: RankReplay, tables: TraceTables) -> WhatIf:
     cut = iv.union(np.asarray(spans_s), np.asarray(spans_e))
     keep = iv.union_of(_named(tables, DATALOADER, pid), iv.union(rr.graph.blk_ts_us, rr.graph.blk_end_us))
     cut = iv.subtract(cut, keep)
-    return WhatIf("cuda-graphs", Scenario("cuda-graphs", host_cut={pid: cut} if cut[0].size else {}),
-                  f"the step's launches replayed as one CUDA graph ({GRAPH_LAUNCH_US:.0f} µs); DataLoader and "
-                  "synchronizing calls stay", "CUDA Graphs; graph launch cost from luatil trace_05 (RTX 3060)")
+    return WhatIf(
+        "cuda-graphs",
+        Scenario("cuda-graphs", host_cut={pid: cut} if cut[0].size else {}),
+        f"the step's launches replayed as one CUDA graph ({GRAPH_LAUNCH_US:.0f} µs); DataLoader and "
+        "synchronizing calls stay",
+        "CUDA Graphs; graph launch cost from luatil trace_05 (RTX 3060)",
+    )
 
 
 PER_ELEMENT_COPIES = 64  # blocking device→host copies per step above which they are read as a per-element loop
@@ -159,7 +172,10 @@ def batch_copies(rr: RankReplay, calls: Intervals) -> WhatIf:
     cut = iv.union(np.asarray(spans_s), np.asarray(spans_e))
     in_cut = _overlaps(g.blk_ts_us, g.blk_end_us, cut) if cut[0].size else np.zeros(g.n_blk, bool)
     target = pid if pid >= 0 else (int(g.blk_pid[hit][0]) if hit.any() else -1)
-    return WhatIf("batch-copies", Scenario("batch-copies", host_cut={target: cut} if cut[0].size else {},
-                                           blk_removed=in_cut),
-                  f"per-element device→host copies in {len(spans_s)} step(s) done as one copy of the tensor: the "
-                  "loop's host time goes", "replay of the recorded graph (GPUPuzzlers d2h_sync puzzle's fix)")
+    return WhatIf(
+        "batch-copies",
+        Scenario("batch-copies", host_cut={target: cut} if cut[0].size else {}, blk_removed=in_cut),
+        f"per-element device→host copies in {len(spans_s)} step(s) done as one copy of the tensor: the "
+        "loop's host time goes",
+        "replay of the recorded graph (GPUPuzzlers d2h_sync puzzle's fix)",
+    )

@@ -58,8 +58,12 @@ def tensor_cores(rr: RankReplay, tables: TraceTables, spec: object) -> WhatIf:
     dur = g.act_dur_us.copy()
     sel = np.isin(cat, ["matmul", "conv"]) & (dt == "fp32") & (g.act_table == 0)
     if not sel.any() or not peak:
-        return WhatIf("tensor-cores", Scenario("tensor-cores", act_dur_us=dur),
-                      "no FP32 GEMM/convolution kernel, or no tensor-core peak for this device", "datasheet")
+        return WhatIf(
+            "tensor-cores",
+            Scenario("tensor-cores", act_dur_us=dur),
+            "no FP32 GEMM/convolution kernel, or no tensor-core peak for this device",
+            "datasheet",
+        )
     hbm = float(spec.hbm_bytes_per_s)  # type: ignore[attr-defined]
     kern = tables.kernels
     ext = kern["external_id"][g.act_row[sel]]
@@ -84,10 +88,13 @@ def tensor_cores(rr: RankReplay, tables: TraceTables, spec: object) -> WhatIf:
         floor_us = np.maximum(c.flops * share / peak, (c.bytes or 0.0) * share / hbm) * 1e6
         dur[acts] = np.minimum(dur[acts], floor_us)
         costed += len(js)
-    return WhatIf("tensor-cores", Scenario("tensor-cores", act_dur_us=dur),
-                  f"{costed} of {int(sel.sum())} FP32 GEMM/conv kernels at their roofline floor at the {target} "
-                  f"tensor-core peak ({peak / 1e12:.0f} TFLOP/s; FLOPs from recorded shapes; the rest keep their time)",
-                  f"{getattr(spec, 'name', 'device')} datasheet peaks")
+    return WhatIf(
+        "tensor-cores",
+        Scenario("tensor-cores", act_dur_us=dur),
+        f"{costed} of {int(sel.sum())} FP32 GEMM/conv kernels at their roofline floor at the {target} "
+        f"tensor-core peak ({peak / 1e12:.0f} TFLOP/s; FLOPs from recorded shapes; the rest keep their time)",
+        f"{getattr(spec, 'name', 'device')} datasheet peaks",
+    )
 
 
 def fused_elementwise(rr: RankReplay, tables: TraceTables) -> WhatIf:
@@ -134,10 +141,14 @@ def fused_elementwise(rr: RankReplay, tables: TraceTables) -> WhatIf:
         for pid in np.unique(pids).tolist():
             m = pids == pid
             cut = merge_cuts(cut, {int(pid): (s[m], e[m])})
-    n_chains = int(((np.bincount(chain[members], minlength=g.n_act) > 1)).sum()) if members.any() else 0
-    return WhatIf("fused-elementwise", Scenario("fused-elementwise", act_dur_us=dur, host_cut=cut),
-                  f"{n_chains} chains of back-to-back elementwise/norm kernels fused: each takes its longest kernel's "
-                  "time, and its other launch calls go", "operator fusion (torch.compile / Inductor)")
+    n_chains = int((np.bincount(chain[members], minlength=g.n_act) > 1).sum()) if members.any() else 0
+    return WhatIf(
+        "fused-elementwise",
+        Scenario("fused-elementwise", act_dur_us=dur, host_cut=cut),
+        f"{n_chains} chains of back-to-back elementwise/norm kernels fused: each takes its longest kernel's "
+        "time, and its other launch calls go",
+        "operator fusion (torch.compile / Inductor)",
+    )
 
 
 def overlap_communication(rr: RankReplay, tables: TraceTables) -> WhatIf:
@@ -153,10 +164,13 @@ def overlap_communication(rr: RankReplay, tables: TraceTables) -> WhatIf:
     comm = cat == "communication"
     drop = (g.act_dep >= 0) & comm[np.maximum(g.act_dep, 0)] & ~comm
     xdrop = comm[g.xdep_src] & ~comm[g.xdep_dst]
-    return WhatIf("overlap-communication", Scenario("overlap-communication", act_dep_removed=drop,
-                                                    xdep_removed=xdrop),
-                  f"{int(drop.sum() + xdrop.sum())} waits of compute on a collective dropped: communication overlaps the compute "
-                  "after it", "DDP bucketing / collective reordering")
+    return WhatIf(
+        "overlap-communication",
+        Scenario("overlap-communication", act_dep_removed=drop, xdep_removed=xdrop),
+        f"{int(drop.sum() + xdrop.sum())} waits of compute on a collective dropped: communication overlaps the compute "
+        "after it",
+        "DDP bucketing / collective reordering",
+    )
 
 
 def remove_collective_wait(rr: RankReplay, start_us: np.ndarray, wait_us: np.ndarray) -> WhatIf:
@@ -175,6 +189,9 @@ def remove_collective_wait(rr: RankReplay, start_us: np.ndarray, wait_us: np.nda
     hit = (ts.size > 0) & (np.abs(ts[pos] - start_us) < 1e-3) if ts.size else np.zeros(start_us.size, bool)
     idx = order[pos[hit]]
     dur[idx] = np.maximum(dur[idx] - wait_us[hit], 0.0)
-    return WhatIf("remove-collective-wait", Scenario("remove-collective-wait", act_dur_us=dur),
-                  f"{int(hit.sum())} collectives without the wait for the last rank to arrive (ranks in step)",
-                  "matched collectives across the job's ranks")
+    return WhatIf(
+        "remove-collective-wait",
+        Scenario("remove-collective-wait", act_dur_us=dur),
+        f"{int(hit.sum())} collectives without the wait for the last rank to arrive (ranks in step)",
+        "matched collectives across the job's ranks",
+    )

@@ -86,6 +86,51 @@ def test_batch_means_widen_the_interval_of_a_drifting_series():
     assert stats.mean_variance(small) == pytest.approx((np.var(small, ddof=1) / 4, 3.0))
 
 
+def test_level_shift_within_a_run_widens_the_interval():
+    # two identical runs on a shared machine: the second reads 16% slower (the CI-box case), steps tight around
+    # each level; without drift the gate would fire, with the 16% mid-run shift one side showed it must not
+    b = np.tile([1000.0, 1010.0], 50)
+    a = np.tile([1160.0, 1170.0], 50)
+    tight = stats.compare_means(b, a)
+    assert tight.verdict == "slower" and tight.ci95_pct is not None and tight.ci95_pct[0] > 10
+    wide = stats.compare_means(b, a, drift_pct=(0.0, 16.0))
+    lo, hi = tight.ci95_pct
+    assert wide.ci95_pct == pytest.approx((lo - 16.0, hi + 16.0))  # hypot(0, 16) = 16 on each end
+    assert wide.verdict == "inconclusive"
+    both = stats.compare_means(b, a, drift_pct=(3.0, 4.0))
+    assert both.ci95_pct == pytest.approx((lo - 5.0, hi + 5.0))  # hypot(3, 4) = 5
+    assert both.verdict == "slower"  # a 16% change still stands out of a 5% drift
+
+
+def test_level_shift_of_a_run_from_its_steady_phases():
+    from perfdoctor.diff.steps import level_shift_pct
+    from perfdoctor.model.report import Phase
+
+    class SS:
+        phase_change = True
+        phases = [
+            Phase(start_step=0, end_step=100, median_s=0.0050),
+            Phase(start_step=100, end_step=300, median_s=0.0058),
+        ]
+
+    class Run:
+        steady_state = SS()
+
+    class M:
+        run = Run()
+
+    import perfdoctor.diff.steps as steps_mod
+
+    orig = steps_mod.run_of
+    steps_mod.run_of = lambda model: model.run  # type: ignore[assignment]
+    try:
+        assert level_shift_pct(M()) == pytest.approx(16.0)  # |5.8 / 5.0 − 1| = 16%
+        SS.phase_change = False
+        assert level_shift_pct(M()) == 0.0
+    finally:
+        steps_mod.run_of = orig
+
+
 @pytest.mark.parametrize(
     "change, ci, verdict, more",
     [

@@ -113,7 +113,7 @@ def compare(before: Side, after: Side, noise_pct: float = stats.DEFAULT_NOISE_PC
     sb, sa = steps.pair_series(before.model, after.model, before.path, after.path)
     if float(sb.values_us.mean()) <= 0:
         raise PerfDoctorError(f"{before.path}: mean step time is 0 µs: nothing to compare")
-    cmp = stats.compare_means(sb.values_us, sa.values_us, noise_pct)
+    cmp = stats.compare_means(sb.values_us, sa.values_us, noise_pct, (sb.level_shift_pct, sa.level_shift_pct))
     info_b, info_a = side_info(before), side_info(after)
     measured = cmp.mean_before_us - cmp.mean_after_us
     ci_us = (

@@ -23,7 +23,11 @@ Verdict (criterion.rs's model of a noise threshold, made explicit):
   ``max(|change|, noise − |change|)`` (either outcome then decides), assuming the half-width shrinks as 1/√n.
 
 The interval covers the noise within each run; a machine that changed between two runs (other jobs starting) is a
-real difference between them that no interval of one run per side can see.
+real difference between them that no interval of one run per side can see. Where a run shows the machine moving
+(its step time changed level mid-run: ``drift_pct``, the largest shift between its steady phases), the interval is
+widened by that shift on each side (combined in quadrature): a machine that moved X% within one run can move X%
+between two runs, and an identical pair recorded on a shared 2-core machine read +16% (95% CI +9% to +23%) when
+one run's level had shifted by about that much mid-run.
 """
 
 from __future__ import annotations
@@ -38,7 +42,8 @@ MIN_STEPS_FOR_BATCHES = 20
 METHOD = (
     "Welch t interval (95%) of mean_after ÷ mean_before − 1, delta method, Welch–Satterthwaite degrees of "
     f"freedom; the variance of each side's mean from ⌊√n⌋ batch means when it has ≥ {MIN_STEPS_FOR_BATCHES} "
-    "steps (step times drift), else from independent steps"
+    "steps (step times drift), else from independent steps; widened by the level shift of a run whose step time "
+    "changed level mid-run"
 )
 
 
@@ -90,8 +95,16 @@ def _t975(dof: float) -> float:
     return float(t.ppf(0.975, dof))
 
 
-def compare_means(before_us: np.ndarray, after_us: np.ndarray, noise_pct: float = DEFAULT_NOISE_PCT) -> Comparison:
+def compare_means(
+    before_us: np.ndarray,
+    after_us: np.ndarray,
+    noise_pct: float = DEFAULT_NOISE_PCT,
+    drift_pct: tuple[float, float] = (0.0, 0.0),
+) -> Comparison:
     """Compare two step-time series (µs, one value per step).
+
+    ``drift_pct``: each side's mid-run level shift (%, :attr:`perfdoctor.diff.steps.StepSeries.level_shift_pct`);
+    the interval's half-width grows by ``√(drift_b² + drift_a²)`` (see the module docstring).
 
     Raises:
         ValueError: a side has no step or a non-positive mean (the caller checks first).
@@ -130,6 +143,7 @@ def compare_means(before_us: np.ndarray, after_us: np.ndarray, noise_pct: float 
     else:
         dof = (c_a + c_b) ** 2 / (c_a * c_a / dof_a + c_b * c_b / dof_b)
         half = 100.0 * _t975(dof) * se
+    half += math.hypot(*drift_pct)  # a machine that moved within a run can move as much between runs
     ci = (change - half, change + half)
     verdict, more, reason = decide(change, ci, noise_pct, (int(b.size), int(a.size)))
     return result(ci, dof, verdict, more, reason)

@@ -22,11 +22,28 @@ from perfdoctor.model.report import DeviceSection, RankSection, RunSection
 
 @dataclass(frozen=True)
 class StepSeries:
-    """Step times (µs, one per step), their source in words, and remarks."""
+    """Step times (µs, one per step), their source in words, remarks, and the run's level change (%).
+
+    ``level_shift_pct``: the largest change between consecutive steady phases' median step times of the run
+    (``|m₂ ÷ m₁ − 1| × 100``; 0 without a phase change): how far this machine moved during one run, which
+    bounds nothing the step-to-step interval can see (see :func:`perfdoctor.diff.stats.compare_means`).
+    """
 
     values_us: np.ndarray
     source: str
     notes: list[str] = field(default_factory=list)
+    level_shift_pct: float = 0.0
+
+
+def level_shift_pct(model: Report) -> float:
+    """The largest relative change (%) between consecutive steady phases' medians of a run (0 without phases)."""
+    run = run_of(model)
+    ss = run.steady_state if run is not None else None
+    if ss is None or not ss.phase_change or not ss.phases or len(ss.phases) < 2:
+        return 0.0
+    medians = [p.median_s for p in ss.phases]
+    shifts = [abs(b / a - 1.0) * 100.0 for a, b in zip(medians, medians[1:]) if a > 0]
+    return max(shifts, default=0.0)
 
 
 def primary_device(rank: RankSection) -> DeviceSection | None:
@@ -71,7 +88,8 @@ def steady_state_notes(model: Report, path: str, side: str) -> list[str]:
         out.append(
             f"{side} ({path}): the step time changed level during the run (at step {starts}); its steady "
             f"state is the last phase from step {ss.steady_start_step}: a machine that got busier or quieter "
-            "mid-run makes the two sides compare different stretches of time"
+            "mid-run makes the two sides compare different stretches of time, so the interval is widened by the "
+            f"level shift ({level_shift_pct(model):.1f}%)"
         )
     if ss.p10_s > 0 and ss.p90_s / ss.p10_s > UNSTABLE_SPREAD:
         out.append(
@@ -123,8 +141,8 @@ def pair_series(before: Report, after: Report, before_path: str, after_path: str
     if rb is not None and ra is not None and rb.size >= 2 and ra.size >= 2:
         src = "steady-state train-only step times of the whole run (rank 0, profiled and warm-up steps left out)"
         return (
-            StepSeries(rb, src, steady_state_notes(before, before_path, "BEFORE")),
-            StepSeries(ra, src, steady_state_notes(after, after_path, "AFTER")),
+            StepSeries(rb, src, steady_state_notes(before, before_path, "BEFORE"), level_shift_pct(before)),
+            StepSeries(ra, src, steady_state_notes(after, after_path, "AFTER"), level_shift_pct(after)),
         )
     notes = []
     if (rb is not None) != (ra is not None):

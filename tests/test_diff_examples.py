@@ -82,10 +82,6 @@ def root(tmp_path_factory):
     return tmp_path_factory.mktemp("diff_runs")
 
 
-def _quiet() -> bool:
-    return os.getloadavg()[0] < (os.cpu_count() or 1)
-
-
 def _overloaded() -> bool:
     """Three times more runnable work than cores (tests/test_rules_examples.py's bar): steps then drift by tens of
     percent within a run (measured: 7 ms steps at 50–110 ms, quarter means 79 → 54 ms), so a timing verdict
@@ -167,5 +163,8 @@ def test_fix_that_does_not_help(root, capsys):
     assert code == 0
     if timing_verdicts_meaningful(capsys):
         assert d["verdict"] in ("no-change", "inconclusive")
-        if _quiet():  # on a quiet machine the interval is narrow enough to say so
-            assert d["verdict"] == "no-change"
+        # no significant change: the 95% interval includes 0 (whether it is also narrow enough to call it
+        # "no-change" within ±2% depends on the machine: two runs recorded at once on CI's 2 cores read
+        # −13.4%, CI −29.8% to +3.1% one time, so the narrower verdict is not asserted)
+        lo, hi = d["ci95_pct"]
+        assert lo <= 0 <= hi

@@ -102,6 +102,20 @@ def test_level_shift_within_a_run_widens_the_interval():
     assert both.verdict == "slower"  # a 16% change still stands out of a 5% drift
 
 
+def test_cpu_run_to_run_noise_joins_the_interval():
+    b = np.tile([1000.0, 1010.0], 50)
+    a = np.tile([1100.0, 1110.0], 50)  # +10%: what two identical CPU runs can differ by (CPU_RUN_NOISE_PCT)
+    tight = stats.compare_means(b, a)
+    assert tight.verdict == "slower" and tight.ci95_pct is not None
+    within = (tight.ci95_pct[1] - tight.ci95_pct[0]) / 2
+    c = stats.compare_means(b, a, run_noise_pct=stats.CPU_RUN_NOISE_PCT)
+    half = math.hypot(within, 1.96 * 9.5)  # 18.6% from run-to-run noise, in quadrature with the within-run half
+    assert c.ci95_pct == pytest.approx((tight.change_pct - half, tight.change_pct + half))
+    assert c.verdict == "inconclusive" and c.more_steps_needed is None and "repeat each side" in c.reason
+    big = stats.compare_means(b, b * 1.5, run_noise_pct=stats.CPU_RUN_NOISE_PCT)  # +50% stands out
+    assert big.verdict == "slower"
+
+
 def test_level_shift_of_a_run_from_its_steady_phases():
     from perfdoctor.diff.steps import level_shift_pct
     from perfdoctor.model.report import Phase

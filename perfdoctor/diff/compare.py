@@ -101,6 +101,8 @@ def headline(verdict: str, cmp: stats.Comparison) -> str:
         text += "; at least 2 steps per side are needed for an interval"
     elif verdict == "inconclusive" and cmp.more_steps_needed:
         text += f"; inconclusive: {cmp.more_steps_needed:,} more steps needed per side"
+    elif verdict == "inconclusive" and "run-to-run" in cmp.reason:
+        text += "; within the run-to-run noise of CPU runs: repeat each side's run to decide"
     return text
 
 
@@ -113,7 +115,14 @@ def compare(before: Side, after: Side, noise_pct: float = stats.DEFAULT_NOISE_PC
     sb, sa = steps.pair_series(before.model, after.model, before.path, after.path)
     if float(sb.values_us.mean()) <= 0:
         raise PerfDoctorError(f"{before.path}: mean step time is 0 µs: nothing to compare")
-    cmp = stats.compare_means(sb.values_us, sa.values_us, noise_pct, (sb.level_shift_pct, sa.level_shift_pct))
+    run_noise = (
+        stats.CPU_RUN_NOISE_PCT
+        if sb.source.startswith("steady-state") and steps.is_cpu_run(before.model) and steps.is_cpu_run(after.model)
+        else 0.0
+    )
+    cmp = stats.compare_means(
+        sb.values_us, sa.values_us, noise_pct, (sb.level_shift_pct, sa.level_shift_pct), run_noise
+    )
     info_b, info_a = side_info(before), side_info(after)
     measured = cmp.mean_before_us - cmp.mean_after_us
     ci_us = (

@@ -38,12 +38,19 @@ from dataclasses import dataclass
 import numpy as np
 
 DEFAULT_NOISE_PCT = 2.0
+# Run-to-run noise of CPU training runs on a shared machine: the standard deviation (%) of the change in mean
+# step time between two runs of the same script with the same settings, recorded at the same time. Measured in
+# this project on a 2-core machine (examples/mlp.py, 250 steps, 10 pairs that changed nothing: +16.0, −4.6,
+# +9.8, +10.5, −13.4, +6.1, +4.5, +4.8, −0.6, +13.0%; RMS 9.5%). One run per side cannot see it, so for CPU
+# runs the interval includes it; GPU runs have no such measurement here (their interval is within-run only).
+CPU_RUN_NOISE_PCT = 9.5
 MIN_STEPS_FOR_BATCHES = 20
 METHOD = (
     "Welch t interval (95%) of mean_after ÷ mean_before − 1, delta method, Welch–Satterthwaite degrees of "
     f"freedom; the variance of each side's mean from ⌊√n⌋ batch means when it has ≥ {MIN_STEPS_FOR_BATCHES} "
     "steps (step times drift), else from independent steps; widened by the level shift of a run whose step time "
-    "changed level mid-run"
+    "changed level mid-run, and for CPU runs by the measured run-to-run noise (1.96 × "
+    f"{CPU_RUN_NOISE_PCT:g}%, in quadrature)"
 )
 
 
@@ -100,11 +107,16 @@ def compare_means(
     after_us: np.ndarray,
     noise_pct: float = DEFAULT_NOISE_PCT,
     drift_pct: tuple[float, float] = (0.0, 0.0),
+    run_noise_pct: float = 0.0,
 ) -> Comparison:
     """Compare two step-time series (µs, one value per step).
 
     ``drift_pct``: each side's mid-run level shift (%, :attr:`perfdoctor.diff.steps.StepSeries.level_shift_pct`);
     the interval's half-width grows by ``√(drift_b² + drift_a²)`` (see the module docstring).
+    ``run_noise_pct``: the standard deviation (%) of the change between two runs that changed nothing
+    (:data:`CPU_RUN_NOISE_PCT` for CPU runs); ``1.96 ×`` it joins the within-run half-width in quadrature, and
+    when it alone reaches past the noise threshold, more steps cannot decide (``more_steps_needed`` None: repeat
+    the runs instead).
 
     Raises:
         ValueError: a side has no step or a non-positive mean (the caller checks first).
@@ -143,9 +155,17 @@ def compare_means(
     else:
         dof = (c_a + c_b) ** 2 / (c_a * c_a / dof_a + c_b * c_b / dof_b)
         half = 100.0 * _t975(dof) * se
+    floor = 1.96 * run_noise_pct
+    half = math.hypot(half, floor)
     half += math.hypot(*drift_pct)  # a machine that moved within a run can move as much between runs
     ci = (change - half, change + half)
     verdict, more, reason = decide(change, ci, noise_pct, (int(b.size), int(a.size)))
+    if verdict == "inconclusive" and floor > 0 and floor >= max(abs(change), noise_pct - abs(change)):
+        more = None
+        reason = (
+            f"the 95% interval includes 0: the change is within the run-to-run noise of CPU runs "
+            f"(±{floor:.1f}%); more steps cannot decide, repeat each side's run"
+        )
     return result(ci, dof, verdict, more, reason)
 
 

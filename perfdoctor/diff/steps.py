@@ -35,6 +35,14 @@ class StepSeries:
     level_shift_pct: float = 0.0
 
 
+def is_cpu_run(model: Report) -> bool:
+    """A ``perfdoctor profile`` run whose ranks were analysed on the host only (no GPU activity)."""
+    if run_of(model) is None or not model.ranks:
+        return False
+    devices = [primary_device(r) for r in model.ranks]
+    return all(d is not None and d.kind == "cpu" for d in devices)
+
+
 def level_shift_pct(model: Report) -> float:
     """The largest relative change (%) between consecutive steady phases' medians of a run (0 without phases)."""
     run = run_of(model)

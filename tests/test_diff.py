@@ -104,12 +104,18 @@ def test_level_shift_within_a_run_widens_the_interval():
 
 def test_cpu_run_to_run_noise_joins_the_interval():
     b = np.tile([1000.0, 1010.0], 50)
-    a = np.tile([1100.0, 1110.0], 50)  # +10%: what two identical CPU runs can differ by (CPU_RUN_NOISE_PCT)
+    a = np.tile([1100.0, 1110.0], 50)  # +10%: well within what two identical CPU runs differ by (CPU_RUN_NOISE_PCT)
     tight = stats.compare_means(b, a)
     assert tight.verdict == "slower" and tight.ci95_pct is not None
     within = (tight.ci95_pct[1] - tight.ci95_pct[0]) / 2
     c = stats.compare_means(b, a, run_noise_pct=stats.CPU_RUN_NOISE_PCT)
-    half = math.hypot(within, 1.96 * 9.5)  # 18.6% from run-to-run noise, in quadrature with the within-run half
+    assert stats.CPU_RUN_NOISE_PCT == 13.5  # the RMS of the 16 measured pairs listed beside it
+    assert math.sqrt(
+        np.mean(
+            np.square([16.0, -4.6, 9.8, 10.5, -13.4, 6.1, 4.5, 4.8, -0.6, 13.0, 11.3, 11.7, -17.1, -6.4, -28.6, -24.6])
+        )
+    ) == pytest.approx(13.5, abs=0.05)
+    half = math.hypot(within, 1.96 * 13.5)  # 26.5% from run-to-run noise, in quadrature with the within-run half
     assert c.ci95_pct == pytest.approx((tight.change_pct - half, tight.change_pct + half))
     assert c.verdict == "inconclusive" and c.more_steps_needed is None and "repeat each side" in c.reason
     big = stats.compare_means(b, b * 1.5, run_noise_pct=stats.CPU_RUN_NOISE_PCT)  # +50% stands out

@@ -8,26 +8,13 @@ wall-clock text unless ``generated_at`` is given.
 
 from __future__ import annotations
 
-import jinja2
 import msgspec
 from markupsafe import Markup
 
 from perfdoctor.diff.model import Diff
 from perfdoctor.render import diff_view
 from perfdoctor.render.diff_svg import waterfall
-from perfdoctor.render.html import CSP, _dumps
-
-
-def _env() -> jinja2.Environment:
-    env = jinja2.Environment(
-        loader=jinja2.PackageLoader("perfdoctor.render", "templates"),
-        autoescape=True,
-        trim_blocks=True,
-        lstrip_blocks=True,
-        keep_trailing_newline=True,
-    )
-    env.policies["json.dumps_function"] = _dumps
-    return env
+from perfdoctor.render.html import CSP, base_env
 
 
 def render_diff_html(diff: Diff, generated_at: str | None = None) -> str:
@@ -49,4 +36,4 @@ def render_diff_html(diff: Diff, generated_at: str | None = None) -> str:
         "waterfall": Markup(waterfall(diff)),
         "data": msgspec.to_builtins(diff),
     }
-    return str(_env().get_template("diff.html.j2").render(**context))
+    return str(base_env().get_template("diff.html.j2").render(**context))

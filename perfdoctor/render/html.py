@@ -37,7 +37,9 @@ def _dumps(obj: Any, **_: Any) -> str:
     ).decode()
 
 
-def _env() -> jinja2.Environment:
+def base_env() -> jinja2.Environment:
+    """The jinja2 environment every HTML page of perfdoctor renders with: the package's templates, autoescape on,
+    ``tojson`` through :func:`_dumps` (sorted keys, byte-stable output)."""
     env = jinja2.Environment(
         loader=jinja2.PackageLoader("perfdoctor.render", "templates"),
         autoescape=True,
@@ -46,6 +48,11 @@ def _env() -> jinja2.Environment:
         keep_trailing_newline=True,
     )
     env.policies["json.dumps_function"] = _dumps
+    return env
+
+
+def _env() -> jinja2.Environment:
+    env = base_env()
     env.filters.update(
         ms=view.ms, pct=view.pct, nbytes=view.nbytes, dur=view.dur, code_spans=code_spans, saving=view.saving_ms
     )

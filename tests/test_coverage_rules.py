@@ -196,3 +196,57 @@ def test_savings_and_single_step_text():
     one = dict(n=1, median=5000.0, p10=5000.0, p90=5000.0, min=5000.0, max=5000.0)
     assert step_time_text(SimpleNamespace(**one)) == "5.00 ms (one step: no spread to report)"
     assert "p10" in step_time_text(SimpleNamespace(**{**one, "n": 3}))
+
+
+def _first_launch_trace(pending: int = 0, launched_before: bool = False):
+    """One 10,000 µs step; at 2,000 a launch call of 6,000 µs (the first launch of the add kernel, as the ykcai
+    MoE traces' AccumulateGrad add_ in the process's first step), its kernel at 8,010 for 5 µs. ``pending``
+    kernels are launched at 1,000-1,999 and start only after the long call began (a backlogged queue);
+    ``launched_before``: the add kernel was launched once already at 500 (so the long call is not its first)."""
+    tb = TraceBuilder()
+    tb.step(1, 0, 10000)
+    if launched_before:
+        tb.launch(ADD, launch_ts=500, start=510, dur=5)
+    for i in range(pending):
+        tb.launch(
+            "ampere_sgemm_32x128_nt",
+            launch_ts=1000 + i * 999 / max(pending, 1),
+            start=2001 + 20 * i,
+            dur=20,
+            launch_dur=0.5,
+        )
+    tb.launch(ADD, launch_ts=2000, start=8010, dur=5, launch_dur=6000)
+    return tb
+
+
+def test_first_kernel_launch_is_lazy_module_loading(tmp_path):
+    import numpy as np
+
+    from perfdoctor.analysis.warmup import warmup
+    from perfdoctor.trace import load_trace
+
+    w = warmup(load_trace(str(_first_launch_trace().write(tmp_path / "t.json"))), np.array([0.0]), np.array([1e4]))
+    # the call [2,000, 8,000) is the add kernel's first launch with an empty queue: 6,000 µs, 60% of the step ≥ 25%
+    assert w.by_kind_us["lazy_init"] == 6000 and w.per_window_us.tolist() == [6000.0] and w.cold[0]
+    r = run_tb(_first_launch_trace(), tmp_path, ["PD902"])
+    assert (
+        "lazy CUDA/HIP initialisation (module loading, first kernel launches) 6.0 ms" in r.findings["PD902"]["message"]
+    )
+
+
+def test_long_launch_into_a_full_queue_or_of_a_loaded_kernel_is_not_warmup(tmp_path):
+    import numpy as np
+
+    from perfdoctor.analysis.warmup import warmup
+    from perfdoctor.trace import load_trace
+
+    # 300 kernels launched before 2,000 start after it: the queue is backlogged (≥ 256 pending), the call blocked
+    full = warmup(
+        load_trace(str(_first_launch_trace(300).write(tmp_path / "a.json"))), np.array([0.0]), np.array([1e4])
+    )
+    # the add kernel was launched at 500 already: its module is loaded
+    again = warmup(
+        load_trace(str(_first_launch_trace(0, True).write(tmp_path / "b.json"))), np.array([0.0]), np.array([1e4])
+    )
+    assert full.by_kind_us["lazy_init"] == 0 and again.by_kind_us["lazy_init"] == 0
+    assert "PD902" not in run_tb(_first_launch_trace(0, True), tmp_path, ["PD902"]).findings

@@ -34,7 +34,7 @@ class Thresholds:
 _KIND_TEXT = {
     "compile": "torch.compile (Dynamo/Inductor) compilation",
     "first_call": "first calls of ops",
-    "lazy_init": "lazy CUDA/HIP initialisation",
+    "lazy_init": "lazy CUDA/HIP initialisation (module loading, first kernel launches)",
     "allocator_growth": "allocator growth (cudaMalloc)",
 }
 

@@ -10,7 +10,9 @@ the N copies is the transfer itself and each rank's excess over it is wait:
     wait[r, k] = dur[r, k] − min over ranks of dur[·, k]        (µs)
 
 Only durations are compared, so clock offsets between hosts do not matter.
-The rank whose copy is the shortest arrived last. Nothing is matched (the
+The rank whose copy is the shortest arrived last; when several ranks share the
+shortest duration (identical copies, e.g. every rank arrived together) the
+collective has no last arrival: none of them is singled out. Nothing is matched (the
 result is None with the reason) when the traces are not the whole job
 (``distributedInfo.world_size`` larger than the ranks given: the shortest of
 a few copies is not the transfer), when the ranks ran different numbers of
@@ -81,8 +83,10 @@ class CollectiveTimeline(msgspec.Struct, frozen=True):
 @dataclass
 class CollectiveWait:
     """Per rank (dict keys: trace rank): ``wait_us`` per analysed step (shape (n_steps,), µs);
-    ``last_arrivals``: how many of the matched collectives this rank arrived last to; ``n_collectives``:
-    matched collective kernels per rank (all steps); ``kinds``: the kind of each matched collective (n,);
+    ``last_arrivals``: how many of the matched collectives this rank arrived last to (alone: a collective
+    whose shortest duration several ranks share counts for none of them); ``n_collectives``:
+    matched collective kernels per rank (all steps); ``tied_collectives``: how many of them have no single
+    last arrival; ``kinds``: the kind of each matched collective (n,);
     ``wait_by_collective_us``: each rank's wait in each matched collective (shape (n,), µs)."""
 
     wait_us: dict[int, np.ndarray]
@@ -90,6 +94,7 @@ class CollectiveWait:
     n_collectives: int
     kinds: list[str] | None = None
     wait_by_collective_us: dict[int, np.ndarray] | None = None
+    tied_collectives: int = 0
 
 
 def timeline(rank: Any) -> CollectiveTimeline:
@@ -176,7 +181,9 @@ def compute(timelines: list[CollectiveTimeline], n_ranks: int | None = None) -> 
             "the k-th collective kernels of the ranks do not end together, so they are not the same "
             "collectives (different collectives or streams interleave differently per rank)"
         )
-    last = np.bincount(durs.argmin(axis=0), minlength=len(order))
+    shortest = durs == floor  # (ranks, collectives): the copies as short as the shortest
+    alone = shortest.sum(axis=0) == 1  # argmin would name the first rank (rank 0) of a tie
+    last = shortest[:, alone].sum(axis=1)
     waits, by_coll = {}, {}
     for i, r in enumerate(order):
         t = per[r]
@@ -192,4 +199,5 @@ def compute(timelines: list[CollectiveTimeline], n_ranks: int | None = None) -> 
         int(durs.shape[1]),
         kinds=list(per[order[0]].kind),
         wait_by_collective_us=by_coll,
+        tied_collectives=int((~alone).sum()),
     ), ""

@@ -35,6 +35,20 @@ def step_list_text(numbers: list[int]) -> str:
     return ", ".join(f"#{n}" for n in numbers)
 
 
+def rank_list_text(ranks: list[int], limit: int = 8) -> str:
+    """Trace ranks as text, runs folded: "0–7", "0–3, 5, 9–12"; past ``limit`` runs, "…" and the count."""
+    runs: list[tuple[int, int]] = []
+    for r in sorted(set(ranks)):
+        if runs and r == runs[-1][1] + 1:
+            runs[-1] = (runs[-1][0], r)
+        else:
+            runs.append((r, r))
+    parts = [f"{a}" if a == b else f"{a}–{b}" for a, b in runs]
+    if len(parts) > limit:
+        return ", ".join(parts[:limit]) + f", … ({len(set(ranks))} ranks)"
+    return ", ".join(parts)
+
+
 def steps_over(values_us: np.ndarray, step_us: np.ndarray, min_pct: float, numbers: list[int]) -> list[int]:
     """Step numbers whose ``values_us`` is at least ``min_pct`` % of that step's time."""
     share = np.divide(100.0 * values_us, step_us, out=np.zeros_like(values_us), where=step_us > 0)

@@ -3,8 +3,11 @@
 From :mod:`perfdoctor.analysis.collective_wait` (the k-th collective kernel of
 every rank matched; each rank's excess over the shortest copy is wait). The
 rank with the largest mean wait per step is reported, with the rank that
-arrived last to the most collectives. Skipped when the collectives cannot be
-matched (different counts per rank).
+arrived last to the most collectives. Ranks that tie (equal largest waits,
+equal counts of last arrivals) are named together, never the first of them
+alone: on a job where every rank but one waits the same, "rank 0" would be an
+artefact of the order. Skipped when the collectives cannot be matched
+(different counts per rank).
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from perfdoctor.checks.common import pct
+from perfdoctor.checks.common import pct, rank_list_text
 from perfdoctor.checks.context import JobContext, Outcome, passed, skipped
 from perfdoctor.findings import Estimate, Evidence, Hit
 
@@ -21,7 +24,7 @@ CODE = "PD304"
 METRICS = {"max_wait_us": "largest mean wait per step inside collectives over the ranks, µs"}
 
 # what a hit's evidence/fields add to METRICS for the TOML message (its placeholders are checked at load)
-MESSAGE_FIELDS = ("last_count", "last_rank", "n_collectives", "rank", "transfer_ms", "wait_ms", "wait_pct")
+MESSAGE_FIELDS = ("arrival", "n_collectives", "transfer_ms", "wait_ms", "wait_pct", "waiting")
 
 
 @dataclass(frozen=True)
@@ -42,21 +45,27 @@ def check(job: JobContext) -> Outcome:
         r: np.array([s.communication["exposed_us"] for s in by_rank[r].step_rows]) for r in cw.wait_us if r in by_rank
     }
     mean_wait = {r: float(np.mean(np.minimum(cw.wait_us[r], exposed[r]))) if len(exposed[r]) else 0.0 for r in exposed}
-    worst = max(mean_wait, key=lambda r: mean_wait[r])
-    ctx = by_rank[worst]
-    wait = mean_wait[worst]
+    wait = max(mean_wait.values())
+    tied = sorted(r for r, w in mean_wait.items() if w == wait)
+    steps = [float(by_rank[r].step_us) for r in tied]
+    step_us = float(np.median(steps))  # one rank's own step; the tied ranks' median when several tie
     metrics = {"max_wait_us": wait}
-    if pct(wait, ctx.step_us) < job.th["min_saving_pct"]:
+    if pct(wait, step_us) < job.th["min_saving_pct"]:
         return passed(**metrics)
-    last_rank = max(cw.last_arrivals, key=cw.last_arrivals.get)
-    comm = float(np.mean([s.communication["total_us"] for s in ctx.step_rows]))
+    ctx = by_rank[tied[0]]
+    comm = float(np.median([np.mean([s.communication["total_us"] for s in by_rank[r].step_rows]) for r in tied]))
+    most = max(cw.last_arrivals.values(), default=0)
+    last = sorted(r for r, n in cw.last_arrivals.items() if n == most) if most > 0 else []
     ev = Evidence(
         values={
-            "rank": worst,
+            "rank": tied[0] if len(tied) == 1 else None,
+            "tied_ranks": tied if len(tied) > 1 else [],
+            "waiting": f"Rank {tied[0]} waits" if len(tied) == 1 else f"Ranks {rank_list_text(tied)} tie: each waits",
             "wait_ms": wait / 1000,
-            "wait_pct": pct(wait, ctx.step_us),
-            "last_rank": last_rank,
-            "last_count": cw.last_arrivals[last_rank],
+            "wait_pct": pct(wait, step_us),
+            "last_rank": last[0] if len(last) == 1 else None,
+            "last_count": most,
+            "arrival": _arrival(last, most, cw.n_collectives, cw.tied_collectives),
             "n_collectives": cw.n_collectives,
             "transfer_ms": max(comm - wait, 0.0) / 1000,
             "wait_ms_by_rank": {str(r): round(v / 1000, 3) for r, v in sorted(mean_wait.items())},
@@ -68,4 +77,15 @@ def check(job: JobContext) -> Outcome:
         "the rank's mean wait per step inside matched collectives (its duration − the shortest copy's), "
         "at most its exposed collective time"
     )
-    return Outcome(metrics=metrics, hit=Hit(evidence=ev, estimate=Estimate(wait, ctx.step_us, method), rank=worst))
+    hit = Hit(evidence=ev, estimate=Estimate(wait, step_us, method), rank=tied[0] if len(tied) == 1 else None)
+    return Outcome(metrics=metrics, hit=hit)
+
+
+def _arrival(last: list[int], count: int, n: int, tied: int) -> str:
+    """Who arrives last to the most matched collectives, as a clause: one rank, ranks that tie, or none (every
+    collective's shortest copy shared by several ranks)."""
+    if not last:
+        return f"no rank arrives last to any of the {n} matched collectives alone (their shortest copies tie)"
+    if len(last) == 1:
+        return f"rank {last[0]} arrives last to {count} of the {n} matched collectives"
+    return f"ranks {rank_list_text(last)} tie, each arriving last to {count} of the {n} matched collectives"

@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from perfdoctor.checks.common import rank_list_text
 from perfdoctor.render.view import CAT_LABELS, IDLE_LABELS, ms
 
 MAX_OUTLIERS = 20  # outlier ranks listed; the rest are counted
@@ -43,28 +44,48 @@ def render_job(report: dict[str, Any], console: Console) -> None:
         console.print(Text(f"  failed: {f['error']}", style="red"))
     med = [m for m in job["step_median_us"] if m is not None]
     if med:
-        arr = np.array(job["step_median_us"], dtype=float)
-        lo, hi = int(np.nanargmin(arr)), int(np.nanargmax(arr))
+        arr = np.array([np.nan if m is None else m for m in job["step_median_us"]], dtype=float)
+        lo, hi = float(np.nanmin(arr)), float(np.nanmax(arr))
+        ends = (
+            f"every rank {ms(lo)}"
+            if lo == hi
+            else f"shortest {_who(ranks, arr, lo)} {ms(lo)}, longest {_who(ranks, arr, hi)} {ms(hi)}"
+        )
         console.print(
             f"median step time over ranks: {ms(float(np.median(med)))} (p10 {ms(float(np.percentile(med, 10)))}"
-            f", p90 {ms(float(np.percentile(med, 90)))}; shortest rank {ranks[lo]} {ms(arr[lo])}, "
-            f"longest rank {ranks[hi]} {ms(arr[hi])}); {len(job['steps'])} step(s)"
+            f", p90 {ms(float(np.percentile(med, 90)))}; {ends}); {len(job['steps'])} step(s)"
         )
     console.print(_shares_table(job))
     cw = job.get("collective_wait") or {}
     if cw.get("matched"):
-        waits = np.array(cw["wait_us_per_step"])
-        worst = int(np.argmax(waits)) if waits.size else 0
-        last = int(np.argmax(cw["last_arrivals"])) if cw["last_arrivals"] else 0
-        console.print(
-            f"collectives matched across ranks: {cw['n_collectives']}; longest wait inside collectives: "
-            f"rank {ranks[worst]} {ms(float(waits[worst]))} per step; arrived last most often: rank "
-            f"{ranks[last]} ({cw['last_arrivals'][last]} of {cw['n_collectives']})"
-        )
+        console.print(f"collectives matched across ranks: {cw['n_collectives']}; {_wait_text(cw, ranks)}")
     elif cw.get("note"):
         console.print(Text(f"collectives not matched across ranks: {cw['note']}", style="dim"))
     _outliers(job, console)
     console.print()
+
+
+def _who(ranks: list[int], values: np.ndarray, target: float) -> str:
+    """The rank with ``target`` ("rank 3"), or the ranks that tie at it ("ranks 0–6 (a tie)"; argmax: the first)."""
+    tied = [ranks[i] for i in np.flatnonzero(values == target)]
+    return f"rank {tied[0]}" if len(tied) == 1 else f"ranks {rank_list_text(tied)} (a tie)"
+
+
+def _wait_text(cw: dict[str, Any], ranks: list[int]) -> str:
+    """The longest wait inside collectives and who arrived last most often; ranks that tie are named together
+    (argmax would name the first of them, rank 0), none when nobody waits or nobody arrives last alone."""
+    waits = np.array(cw["wait_us_per_step"], dtype=float)
+    top = float(waits.max()) if waits.size else 0.0
+    if top <= 0:
+        longest = "no rank waits inside collectives"
+    else:
+        longest = f"longest wait inside collectives: {_who(ranks, waits, top)} {ms(top)} per step"
+    counts = list(cw.get("last_arrivals") or [])
+    most = max(counts, default=0)
+    if most <= 0:
+        return f"{longest}; no rank arrived last alone to any collective"
+    who = _who(ranks, np.array(counts), most)
+    return f"{longest}; arrived last most often: {who} ({most} of {cw['n_collectives']})"
 
 
 def _ids(ids: list[int], limit: int = 12) -> str:
@@ -84,12 +105,13 @@ def _shares_table(job: dict[str, Any]) -> Table:
         x = np.array([s.get(k, 0.0) for s in job["shares"]])
         if x.max() < 0.005:
             continue
-        top = int(np.argmax(x))
+        top = float(x.max())
+        most = "every rank" if top == float(x.min()) else _who(job["ranks"], x, top).removeprefix("rank ")
         table.add_row(
             _label(k),
             f"{np.median(x):.1%}",
             f"{np.percentile(x, 10):.1%}–{np.percentile(x, 90):.1%}",
-            f"{job['ranks'][top]} ({x[top]:.1%})",
+            f"{most} ({top:.1%})",
         )
     return table
 

@@ -94,7 +94,16 @@ class InProcess:
 
 
 class LocalPool:
-    """A local process pool of ``jobs`` workers (capped by :func:`memory_limited_jobs`)."""
+    """A local process pool of ``jobs`` workers (capped by :func:`memory_limited_jobs`).
+
+    A worker process that dies (SIGKILL, e.g. from the out-of-memory killer; ``os._exit``; a crash in native
+    code) breaks the whole pool: every rank in flight then fails with ``BrokenProcessPool``, not only the one
+    that killed it. Those ranks are set aside, the ranks not yet started go to a fresh pool, and each set-aside
+    rank is then analysed alone, one at a time, in its own one-worker pool (alone, a rank killed for memory has
+    the machine's memory to itself): a rank whose worker dies again is the culprit and gets that rank's one-line
+    error; the others are analysed as usual. An exception a task raises (it catches the analysis errors itself,
+    so this is e.g. a MemoryError while its result is sent back) is that rank's one-line error too.
+    """
 
     def __init__(self, jobs: int | None = None, on_done: OnDone | None = None) -> None:
         self.jobs = jobs or os.cpu_count() or 1
@@ -113,27 +122,64 @@ class LocalPool:
 
         ctx = multiprocessing.get_context("forkserver")
         ctx.set_forkserver_preload(["perfdoctor.jobs.task", "perfdoctor.pipeline", "perfdoctor.checks.engine"])
-        out: list[RankSummary] = []
+        results: dict[int, list[RankSummary]] = {}
+        todo, suspects = list(enumerate(files)), []
+        while todo:  # each broken pool sets its ranks in flight aside and hands the rest to a fresh one
+            todo, lost = self._run(todo, n, task, ctx, results)
+            suspects += lost
+        for i, f in sorted(suspects):
+            if self._run([(i, f)], 1, task, ctx, results)[1]:
+                self._collect(i, [RankSummary(index=i, path=f, error=died(f))], results)
+        return [s for i in sorted(results) for s in results[i]]
+
+    def _run(
+        self, items: list[tuple[int, str]], n: int, task: Any, ctx: Any, results: dict[int, list[RankSummary]]
+    ) -> tuple[list[tuple[int, str]], list[tuple[int, str]]]:
+        """Analyse ``items`` ((index, path)) on a pool of ``n`` workers into ``results``; returns the items not
+        started and the items in flight when a worker died (both empty when none died)."""
+        queue = items[::-1]
         with ProcessPoolExecutor(max_workers=n, mp_context=ctx) as pool:
-            pending: set[Future[list[RankSummary]]] = set()
-            queue = list(enumerate(files))[::-1]
+            pending: dict[Future[list[RankSummary]], tuple[int, str]] = {}
             while queue or pending:
                 while queue and len(pending) < 2 * n:  # a bounded queue: results are collected as they come
                     i, f = queue.pop()
-                    pending.add(pool.submit(task, f, i))
-                done, pending = wait(pending, return_when=FIRST_COMPLETED)
+                    pending[pool.submit(task, f, i)] = (i, f)
+                done, _ = wait(pending, return_when=FIRST_COMPLETED)
+                lost = []
                 for fut in done:
-                    try:
-                        part = fut.result()
-                    except BrokenProcessPool:
-                        raise PerfDoctorError(
-                            f"a worker process died while analysing ranks (killed, e.g. out of memory, with {n} "
-                            "ranks at once): rerun with a smaller --jobs"
-                        ) from None
-                    out += part
-                    if self.on_done:
-                        self.on_done(part)
-        return out
+                    item = pending.pop(fut)
+                    if not self._take(fut, item, results):
+                        lost.append(item)
+                if lost:  # the pool is broken: every future still pending fails or has finished
+                    wait(pending)
+                    lost += [item for fut, item in pending.items() if not self._take(fut, item, results)]
+                    return queue[::-1], lost
+        return [], []
+
+    def _take(self, fut: Future[list[RankSummary]], item: tuple[int, str], results: dict[int, Any]) -> bool:
+        """Collect ``fut``'s summaries for ``item``; False when its worker died (the pool broke)."""
+        i, f = item
+        try:
+            part = fut.result()
+        except BrokenProcessPool:
+            return False
+        except Exception as exc:  # noqa: BLE001  # the task's own errors are caught inside it: anything else
+            part = [RankSummary(index=i, path=f, error=f"{f}: could not be analysed ({type(exc).__name__}: {exc})")]
+        self._collect(i, part, results)
+        return True
+
+    def _collect(self, i: int, part: list[RankSummary], results: dict[int, list[RankSummary]]) -> None:
+        results[i] = part
+        if self.on_done:
+            self.on_done(part)
+
+
+def died(path: str) -> str:
+    """The one-line error of a rank whose worker process died, again when analysed alone."""
+    return (
+        f"{path}: the worker process analysing this trace died, also when it ran alone (killed, e.g. by the "
+        "out-of-memory killer, or it exited); the other ranks were analysed"
+    )
 
 
 class DaskCluster:

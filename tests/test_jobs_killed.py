@@ -1,0 +1,79 @@
+"""A pool worker that dies (SIGKILL, os._exit, a MemoryError escaping the task) while analysing one rank: that
+rank is reported once, in one line, and every other rank is analysed as in a run where nothing died.
+
+The crash is the test's own task function, run by the real forkserver ProcessPoolExecutor (the worker imports
+this module to unpickle it), so the pool really breaks (BrokenProcessPool); nothing in perfdoctor knows of it."""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import shared_trace
+
+from perfdoctor import pipeline
+from perfdoctor.jobs import executors
+from perfdoctor.jobs.executors import LocalPool
+from perfdoctor.jobs.task import summarise_file
+
+VICTIM = "worker2_"  # the file of rank 2 in the DLRM job
+
+
+def _dies(path: str) -> bool:
+    return VICTIM in os.path.basename(path)
+
+
+def sigkill_task(path: str, index: int, **kwargs: Any) -> Any:
+    """summarise_file, except that the worker analysing rank 2 is killed (SIGKILL, as the OOM killer does)."""
+    if _dies(path):
+        os.kill(os.getpid(), signal.SIGKILL)
+    return summarise_file(path, index, **kwargs)
+
+
+def exit_task(path: str, index: int, **kwargs: Any) -> Any:
+    """summarise_file, except that the worker analysing rank 2 exits at once (os._exit: no cleanup, no result)."""
+    if _dies(path):
+        os._exit(3)
+    return summarise_file(path, index, **kwargs)
+
+
+def memory_task(path: str, index: int, **kwargs: Any) -> Any:
+    """summarise_file, except that a MemoryError escapes the task of rank 2 (the worker lives on)."""
+    if _dies(path):
+        raise MemoryError("test: cannot allocate the result")
+    return summarise_file(path, index, **kwargs)
+
+
+TASKS = {"sigkill": sigkill_task, "exit": exit_task, "memory": memory_task}
+
+
+def _dlrm() -> list[str]:
+    return sorted(str(p) for p in Path(shared_trace("param__dlrm_8ranks")).glob("*.json.gz"))[:5]
+
+
+@pytest.mark.parametrize("how", ["sigkill", "exit", "memory"])
+def test_killed_worker_reports_its_rank_once(how: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    paths = _dlrm()
+    victim = next(p for p in paths if VICTIM in os.path.basename(p))
+    want = pipeline.build([p for p in paths if p != victim]).report  # the other four ranks, nothing killed
+    monkeypatch.setattr(executors, "summarise_file", TASKS[how])
+    done: list[str] = []
+    pool = LocalPool(2, on_done=lambda part: done.extend(s.path for s in part))
+    got = pipeline.build(paths, executor=pool).report
+    job = got["job"]
+    # rank 2 failed, once, in one line naming its file; ranks 0, 1, 3, 4 analysed
+    assert [f["path"] for f in job["failed"]] == [victim]
+    line = job["failed"][0]["error"]
+    assert "\n" not in line and line.startswith(victim)
+    if how == "memory":
+        assert "MemoryError: test: cannot allocate the result" in line
+    else:
+        assert "worker process analysing this trace died, also when it ran alone" in line
+    assert [w for w in got["warnings"] if victim in w] == [f"rank not analysed: {line}"]
+    assert sorted(done) == sorted(paths)  # every file reported to the progress bar once
+    assert job["ranks"] == [0, 1, 3, 4]
+    # the other ranks' sections are those of a run without the dead worker
+    assert got["ranks"] == want["ranks"]

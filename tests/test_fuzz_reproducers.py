@@ -7,6 +7,7 @@ than the file's size warrants. Each case also pins what the trace boundary now s
 
 from __future__ import annotations
 
+import gzip
 import json
 import subprocess
 import sys
@@ -46,6 +47,7 @@ EXPECTED: dict[str, tuple[int | None, str]] = {
         "1 trace metadata value(s) of the wrong type or out of range",
     ),
     "hang01_case5841.json.gz": (None, ""),
+    "absurd01_idle_pct_111_zero_length_steps.json.gz": (None, "step(s) 1 left out"),
 }
 
 
@@ -64,7 +66,7 @@ def run_inprocess(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[
 
 
 def test_every_reproducer_is_listed():
-    assert sorted(p.name for p in FUZZ.iterdir() if p.name.startswith(("crash", "hang"))) == sorted(EXPECTED)
+    assert sorted(p.name for p in FUZZ.iterdir() if p.name.startswith(("crash", "hang", "absurd"))) == sorted(EXPECTED)
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
@@ -138,3 +140,36 @@ def test_zero_length_step_with_model_flops_says_why_mfu_is_missing(capsys):
     assert got in (0, 1) and runtime_warnings == [], err
     rank = json.loads(out)["ranks"][0]
     assert rank["mfu"] is None and rank["mfu_missing"]["code"] == "zero_step_time"
+
+
+def _percentages(node: object) -> list[float]:
+    """Every ``*pct`` number in a report (JSON walked with its own code)."""
+    if isinstance(node, dict):
+        own = [float(v) for k, v in node.items() if k.endswith("pct") and isinstance(v, (int, float))]
+        return own + [p for v in node.values() for p in _percentages(v)]
+    if isinstance(node, list):
+        return [p for v in node for p in _percentages(v)]
+    return []
+
+
+def test_zero_length_steps_after_a_left_out_step_keep_every_share_of_the_step(capsys):
+    """Found by the fuzzer: 1,000 zero-length ProfilerStep markers inside the AMD trace's cold ProfilerStep#1;
+    PD401 read 111% of the step (the replay pinned the first analysed window's start while the host before it
+    moved). From the raw JSON: the analysed windows run from ProfilerStep#1's end to ProfilerStep#2's end (the
+    zero-length ones in between end where #1 does), and the synchronizing calls (hipMemcpyWithStream) lie in
+    ProfilerStep#1, which is left out: no analysed step holds one, so no saving and no PD401."""
+    path = trace_path("absurd01_idle_pct_111_zero_length_steps.json.gz")
+    with gzip.open(path, "rt") as fh:
+        events = json.load(fh)["traceEvents"]
+    marks = {e["name"]: e for e in events if e.get("cat") == "user_annotation" and "ProfilerStep#" in e["name"]}
+    end1 = marks["ProfilerStep#1"]["ts"] + marks["ProfilerStep#1"]["dur"]
+    end2 = marks["ProfilerStep#2"]["ts"] + marks["ProfilerStep#2"]["dur"]
+    zero = [n for n, e in marks.items() if e["dur"] == 0]
+    syncs = [e["ts"] for e in events if e.get("name") == "hipMemcpyWithStream"]
+    assert len(zero) == 1000 and syncs and all(marks["ProfilerStep#1"]["ts"] <= t < end1 for t in syncs)
+    got, out, err, _ = run_inprocess(["report", str(path), "--format", "json"], capsys)
+    report = json.loads(out)
+    replay = report["ranks"][0]["replay"]
+    assert replay["recorded_mean_step_us"] == pytest.approx((end2 - end1) / 1001, rel=1e-9)
+    assert all(0 <= p <= 100 + 1e-9 for p in _percentages(report)), sorted(_percentages(report))[-3:]  # float sums
+    assert "PD401" not in [f["code"] for f in report["findings"]]

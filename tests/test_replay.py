@@ -223,3 +223,36 @@ def test_first_window_after_inherited_work_stays_put(tmp_path: Path) -> None:
     assert float(steps.start_us[0]) == 100.0 and rr.replayed_step_us.tolist() == [900.0]
     # 40 µs of host time cut before 100: the host finishes at 960; the window still starts at 100
     assert rr.step_times(Scenario(host_cut={100: (np.array([20.0]), np.array([60.0]))})).tolist() == [860.0]
+
+
+def test_a_left_out_step_ends_the_next_window_in_the_replay_too(tmp_path: Path) -> None:
+    """Fuzzer: PD401 read 111% of the step when the first analysed window started where a left-out step's work
+    ended (its recorded time was kept while the host before it moved): the replay cuts every marker, as here.
+
+    Step 1 [0, 1000) is cold (a compile annotation covers 900 µs of it) and is left out. In it: kernel A
+    (launched at 20) runs 40-300, cudaDeviceSynchronize 30-310 waits for it, kernel B (launched at 900) runs
+    920-1300. Step 2 [1000, 2000): kernel C (launched at 1100) queues behind B, 1300-1700. Step 3 [2000, 3000):
+    kernel D (launched at 2100) 2120-2520. Recorded windows: step 1 ends at max(1000, 1300) = 1300, so step 2 is
+    [1300, 2000) = 700 µs and step 3 [2000, 3000) = 1000 µs.
+    With the sync no longer blocking, the host from 310 on moves earlier by the same amount d for every later
+    host event; step 1 ends at B's new end 1300 - d, and step 2 at its host end 2000 - d (C ends at 1700 - d):
+    700 µs again, and step 3 1000 µs. The analysed steps hold no sync: the saving is 0 in each.
+    """
+    from perfdoctor.replay.transforms.host import remove_syncs
+
+    tb = TraceBuilder()
+    tb.step(1, 0, 1000)
+    tb.annotation("compile_fx (dynamo_timed)", 50, 900)
+    tb.launch("a", launch_ts=20, start=40, dur=260)
+    tb.runtime("cudaDeviceSynchronize", 30, 280)
+    tb.launch("b", launch_ts=900, start=920, dur=380)
+    tb.step(2, 1000, 1000)
+    tb.launch("c", launch_ts=1100, start=1300, dur=400)
+    tb.step(3, 2000, 1000)
+    tb.launch("d", launch_ts=2100, start=2120, dur=400)
+    tables, steps = _load(tb, tmp_path)
+    assert steps.numbers.tolist() == [2, 3] and steps.dur_us.tolist() == [700.0, 1000.0]
+    rr = replay_rank(tables, steps)
+    assert rr.replayed_step_us.tolist() == [700.0, 1000.0]
+    fixed = rr.step_times(remove_syncs(rr, (np.array([30.0]), np.array([310.0]))).scenario)  # the sync call
+    assert fixed.tolist() == [700.0, 1000.0]

@@ -21,7 +21,7 @@ events lost to a truncated file: see :mod:`perfdoctor.analysis.step_completeness
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -52,6 +52,9 @@ class Steps:
         warmup: first-call work in each analysed window (:mod:`perfdoctor.analysis.warmup`).
         cold_dropped: leading steps left out because first-call work filled them while later steps are warm:
             (step number, step µs, warm-up µs) each; cold_dropped_warmup: their first-call work by kind.
+        cut: every marker the windows were cut from, left-out steps included (a replay cuts its windows the
+            same way, so a left-out step's work ends the next window as it does here); None when the analysed
+            steps are all of them.
     """
 
     numbers: np.ndarray
@@ -69,6 +72,7 @@ class Steps:
     warmup: Warmup | None = None
     cold_dropped: list[tuple[int, float, float]] = field(default_factory=list)
     cold_dropped_warmup: Warmup | None = None
+    cut: StepCut | None = None
 
     def __len__(self) -> int:
         return int(self.numbers.size)
@@ -80,6 +84,19 @@ class Steps:
     @property
     def host_dur_us(self) -> np.ndarray:
         return np.asarray(self.host_end_us - self.host_start_us)
+
+
+@dataclass(frozen=True)
+class StepCut:
+    """The markers the step windows were cut from (µs arrays of shape ``(n_markers,)``) and which of them are
+    analysed (``analysed``: int64 positions, ascending). ``first_start_us``: start of the first window;
+    ``last_end_cap_us``: end of the last window when it was cut at the recording's end, else NaN."""
+
+    host_start_us: np.ndarray
+    host_end_us: np.ndarray
+    analysed: np.ndarray
+    first_start_us: float
+    last_end_cap_us: float
 
 
 def gpu_launch_times(tables: TraceTables, table: str) -> np.ndarray:
@@ -224,13 +241,17 @@ def find_steps(tables: TraceTables, marker: str | None = None) -> Steps:
         )
         end = end.copy()
         end[-1] = max(horizon, start[-1])
+    # the cut before any step is left out: a replay cuts its windows from the same markers
+    capped = end[-1] < np.fmax(h_end[-1], dev_end[-1])
+    cut = StepCut(h_start, h_end, np.arange(numbers.size), float(start[0]), float(end[-1]) if capped else np.nan)
+    analysed = cut.analysed
     # windows are cut from all steps first, so leaving a step out never widens its neighbour
     drop, notes = incomplete_mask(tables, h_start, h_end, dev_end, end)
     warnings.extend(notes)
     if drop.any():
         keep = ~drop
         numbers, h_start, h_end, dev_end = numbers[keep], h_start[keep], h_end[keep], dev_end[keep]
-        start, end = start[keep], end[keep]
+        start, end, analysed = start[keep], end[keep], analysed[keep]
         names = [n for n, k in zip(names, keep) if k]
     warm = warmup(tables, start, end)
     cold_dropped: list[tuple[int, float, float]] = []
@@ -246,8 +267,9 @@ def find_steps(tables: TraceTables, marker: str | None = None) -> Steps:
         )
         dropped_warmup = warmup(tables, start[:lead], end[:lead])
         numbers, h_start, h_end, dev_end = numbers[lead:], h_start[lead:], h_end[lead:], dev_end[lead:]
-        start, end, names = start[lead:], end[lead:], names[lead:]
+        start, end, names, analysed = start[lead:], end[lead:], names[lead:], analysed[lead:]
         warm = warmup(tables, start, end)
+    cut = replace(cut, analysed=analysed)
     return Steps(
         numbers=numbers,
         names=names,
@@ -264,6 +286,7 @@ def find_steps(tables: TraceTables, marker: str | None = None) -> Steps:
         warmup=warm,
         cold_dropped=cold_dropped,
         cold_dropped_warmup=dropped_warmup,
+        cut=cut if analysed.size < cut.host_start_us.size else None,
     )
 
 

@@ -122,6 +122,18 @@ def _windows(steps: Any, tables: TraceTables) -> StepWindows:
             return StepWindows(
                 pid=pid, host_start_us=np.array([lo]), host_end_us=np.array([hi]), first_start_us=lo, whole_trace=True
             )
+    cut = getattr(steps, "cut", None)
+    if cut is not None:  # steps were left out: cut the replay's windows from every marker, as the recording's
+        return StepWindows(
+            pid=int(steps.pid),
+            host_start_us=np.asarray(steps.host_start_us, dtype=np.float64),
+            host_end_us=np.asarray(steps.host_end_us, dtype=np.float64),
+            first_start_us=cut.first_start_us,
+            last_end_cap_us=cut.last_end_cap_us,
+            cut_host_start_us=np.asarray(cut.host_start_us, dtype=np.float64),
+            cut_host_end_us=np.asarray(cut.host_end_us, dtype=np.float64),
+            analysed=np.asarray(cut.analysed, dtype=np.int64),
+        )
     cap = float("nan")
     if len(steps) and not whole:
         last_host_end = max(float(steps.host_end_us[-1]), float(np.nan_to_num(steps.device_end_us[-1], nan=-np.inf)))

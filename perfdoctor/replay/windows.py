@@ -2,7 +2,8 @@
 
 A step's work is its host annotation ``[host_start, host_end)`` and every device activity launched inside it;
 ``end_i = max(replayed host end_i, replayed end of its last activity, end_{i-1})`` and ``start_i = end_{i-1}``;
-the first step starts at the replayed time of the recorded first window start.
+the first step starts at the replayed time of the recorded first window start (``end_{-1}``), so no window is
+shorter than 0.
 """
 
 from __future__ import annotations
@@ -27,32 +28,49 @@ class StepWindows:
     first_start_us: float
     last_end_cap_us: float = float("nan")
     whole_trace: bool = False
+    # when steps were left out (cold or incomplete): every marker the recorded windows were cut from and the
+    # positions of the analysed ones among them; first_start_us / last_end_cap_us then refer to this cut
+    cut_host_start_us: np.ndarray | None = None
+    cut_host_end_us: np.ndarray | None = None
+    analysed: np.ndarray | None = None
 
 
 def replayed_windows(res: ReplayResult, w: StepWindows) -> tuple[np.ndarray, np.ndarray]:
-    """``(start_us, end_us)`` of every step in the replay (shape ``(n_steps,)``)."""
-    g = res.graph
-    n = w.host_start_us.size
+    """``(start_us, end_us)`` of every analysed step in the replay (shape ``(n_steps,)``)."""
     if w.whole_trace:
         return _whole_trace_window(res, w)
-    he = res.host_time(w.pid, w.host_end_us)
+    if w.cut_host_start_us is None or w.cut_host_end_us is None or w.analysed is None:
+        return _cut(res, w, w.host_start_us, w.host_end_us)
+    start, end = _cut(res, w, w.cut_host_start_us, w.cut_host_end_us)
+    return start[w.analysed], end[w.analysed]
+
+
+def _cut(
+    res: ReplayResult, w: StepWindows, host_start: np.ndarray, host_end: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Windows cut from the markers ``[host_start, host_end)`` (recorded µs) on the replayed timeline."""
+    g = res.graph
+    n = host_start.size
+    he = res.host_time(w.pid, host_end)
     dev_end = np.full(n, -np.inf)
     if g.n_act and n:
         lt = g.act_launch_ts_us
-        k = np.searchsorted(w.host_start_us, lt, side="right") - 1
-        inside = (k >= 0) & (lt < w.host_end_us[np.maximum(k, 0)])
+        k = np.searchsorted(host_start, lt, side="right") - 1
+        inside = (k >= 0) & (lt < host_end[np.maximum(k, 0)])
         np.maximum.at(dev_end, k[inside], res.act_end_us[inside])
-    end = np.maximum.accumulate(np.maximum(he, dev_end))
-    if np.isfinite(w.last_end_cap_us) and n:
-        # the recording stopped inside the last step: its window ends where the recording's last event ends
-        cap = float(res.host_time(w.pid, np.array([w.last_end_cap_us]))[0])
-        end[-1] = max(min(end[-1], cap), end[-2] if n > 1 else -np.inf)
-    if n and w.first_start_us > float(w.host_start_us[0]):
+    if n and w.first_start_us > float(host_start[0]):
         # the first window starts where device work inherited from before the recording ends: that work has no
         # launch in the trace and keeps its recorded times
         first = w.first_start_us
     else:
         first = float(res.host_time(w.pid, np.array([w.first_start_us]))[0])
+    # end_{-1} = the first window's start, as in the recorded cut: no window ends before it starts (without this
+    # floor a first window that starts after its own host annotation ended replayed to minus that gap)
+    end = np.maximum.accumulate(np.maximum(np.maximum(he, dev_end), first))
+    if np.isfinite(w.last_end_cap_us) and n:
+        # the recording stopped inside the last step: its window ends where the recording's last event ends
+        cap = float(res.host_time(w.pid, np.array([w.last_end_cap_us]))[0])
+        end[-1] = max(min(end[-1], cap), end[-2] if n > 1 else first)
     start = np.concatenate([[first], end[:-1]])
     return start, end
 

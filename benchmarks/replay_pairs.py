@@ -32,6 +32,7 @@ sys.path.insert(0, str(REPO))
 
 from perfdoctor.analysis import host  # noqa: E402
 from perfdoctor.analysis.steps import find_steps  # noqa: E402
+from perfdoctor.replay.joint import match  # noqa: E402
 from perfdoctor.replay.rank import RankReplay, replay_rank  # noqa: E402
 from perfdoctor.replay.transforms import WhatIf  # noqa: E402
 from perfdoctor.replay.transforms.host import (  # noqa: E402
@@ -40,7 +41,7 @@ from perfdoctor.replay.transforms.host import (  # noqa: E402
     prefetch_dataloader,
     remove_syncs,
 )
-from perfdoctor.replay.transforms.kernels import overlap_communication  # noqa: E402
+from perfdoctor.replay.transforms.kernels import issue_collectives_early  # noqa: E402
 from perfdoctor.trace import load_trace  # noqa: E402
 from perfdoctor.trace.tables import TraceTables  # noqa: E402
 
@@ -74,16 +75,7 @@ PAIRS: list[tuple[str, str, str, Transform]] = [
         _syncs,
     ),
 ]
-for layers in ("3layer", "1layer"):
-    for rank in (0, 1):
-        PAIRS.append(
-            (
-                f"2x A100 MoE {layers} all-to-all reordered, rank {rank} (PD301)",
-                f"ykcai__a100x2_moe_{layers}_before/rank{rank}.pt.trace.json",
-                f"ykcai__a100x2_moe_{layers}_after/rank{rank}.pt.trace.json",
-                overlap_communication,
-            )
-        )
+MOE = "ykcai__a100x2_moe_{layers}_{side}/rank{rank}.pt.trace.json"  # both ranks of each side: a joint replay
 
 
 def _steps_us(path: Path) -> tuple[np.ndarray, RankReplay, TraceTables]:
@@ -99,7 +91,9 @@ def _noise(a: np.ndarray, b: np.ndarray) -> float | None:
     return 2.0 * float(np.sqrt(a.var(ddof=1) / a.size + b.var(ddof=1) / b.size))
 
 
-def _verdict(pred: float, meas: float, noise: float | None) -> str:
+def _verdict(pred: float, meas: float, noise: float | None, confound: str = "") -> str:
+    if confound:
+        return "CONFOUNDED (" + confound + ")"
     if meas != 0 and abs(pred - meas) <= 0.25 * abs(meas):
         return "within 25%"
     if noise is not None and abs(pred - meas) <= noise:
@@ -107,9 +101,66 @@ def _verdict(pred: float, meas: float, noise: float | None) -> str:
     return "MISS" + ("" if noise is not None else " (one step: noise unknown)")
 
 
-def _row(name: str, pred: float, meas: float, noise: float | None, extra: str = "") -> str:
+def _row(name: str, pred: float, meas: float, noise: float | None, extra: str = "", confound: str = "") -> str:
     nz = f"{noise / 1e3:8.2f}" if noise is not None else "     n/a"
-    return f"{name:62} {pred / 1e3:10.2f} {meas / 1e3:10.2f} {nz} {_verdict(pred, meas, noise):28} {extra}"
+    verdict = _verdict(pred, meas, noise, confound)
+    return f"{name:62} {pred / 1e3:10.2f} {meas / 1e3:10.2f} {nz} {verdict:28} {extra}"
+
+
+def _warmup_us(path: Path) -> float:
+    """Mean first-call (cold-start) work per analysed step (perfdoctor.analysis.warmup, PD902's evidence), µs."""
+    w = find_steps(load_trace(str(path))).warmup
+    return float(w.per_window_us.mean()) if w is not None and w.per_window_us.size else 0.0
+
+
+def _confound(before: Path, after: Path, meas: float) -> str:
+    """Why the pair cannot separate the fix from something else: the sides' cold-start work per step differs by
+    more than a quarter of the measured change ("" when it does not)."""
+    wb, wa = _warmup_us(before), _warmup_us(after)
+    if abs(wb - wa) <= 0.25 * abs(meas):
+        return ""
+    return f"cold start: before {wb / 1e3:.1f} ms, after {wa / 1e3:.1f} ms first-call work per step"
+
+
+def moe_pairs() -> list[str]:
+    """The MoE all-to-all pairs: both ranks of the before side replayed jointly with the fix on every rank
+    (perfdoctor.replay.joint; each rank alone when the collectives do not match), against each rank's measured
+    change."""
+    rows = []
+    for layers in ("3layer", "1layer"):
+        paths = {
+            (side, r): SHARED / MOE.format(layers=layers, side=side, rank=r)
+            for side in ("before", "after")
+            for r in (0, 1)
+        }
+        if not all(p.exists() for p in paths.values()):
+            rows.append(f"2x A100 MoE {layers} (traces absent)")
+            continue
+        before = [_steps_us(paths["before", r]) for r in (0, 1)]
+        ws = [issue_collectives_early(rr, t) for _, rr, t in before]
+        jr, why = match([rr for _, rr, _ in before], [t for _, _, t in before])
+        fixed = (
+            jr.step_times([w.scenario for w in ws])
+            if jr is not None
+            else [rr.step_times(w.scenario) for (_, rr, _), w in zip(before, ws)]
+        )
+        how = "joint replay of both ranks" if jr is not None else f"each rank alone ({why})"
+        for r in (0, 1):
+            b_us, rr, _ = before[r]
+            a_us, _, _ = _steps_us(paths["after", r])
+            pred = float((rr.recorded_step_us - fixed[r]).mean())
+            meas = float(b_us.mean() - a_us.mean())
+            rows.append(
+                _row(
+                    f"2x A100 MoE {layers} all-to-all reordered, rank {r} (PD301)",
+                    pred,
+                    meas,
+                    _noise(b_us, a_us),
+                    f"{b_us.mean() / 1e3:.2f} -> {a_us.mean() / 1e3:.2f} ms; {how}; {ws[r].assumption}",
+                    _confound(paths["before", r], paths["after", r], meas),
+                )
+            )
+    return rows
 
 
 def gpu_pairs() -> list[str]:
@@ -201,7 +252,7 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--cpu", action="store_true", help="also record and compare the CPU example pairs")
     args = ap.parse_args(argv)
     print(f"{'pair':62} {'pred ms':>10} {'meas ms':>10} {'2SE ms':>8} {'verdict':28} detail")
-    for r in gpu_pairs():
+    for r in gpu_pairs() + moe_pairs():
         print(r, flush=True)
     if args.cpu:
         for r in cpu_pairs():

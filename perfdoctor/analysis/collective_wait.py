@@ -145,6 +145,16 @@ def _column(tab: Any, name: str, sel: np.ndarray) -> list[Any]:
     return tab[name][sel].tolist() if name in tab else [None] * int(sel.size)
 
 
+def copies_end_together(ends_us: np.ndarray, durs_us: np.ndarray) -> bool:
+    """Whether the k-th copies (``ends_us``, ``durs_us``: shape ``(ranks, collectives)``) are the same collectives:
+    after one clock offset per rank (the median), at most 10% of them end more than ``END_TOLERANCE_US`` (or 5% of
+    the shortest copy) apart."""
+    rel = ends_us - ends_us[0]
+    rel -= np.median(rel, axis=1, keepdims=True)  # one clock offset per rank
+    tol = np.maximum(END_TOLERANCE_US, 0.05 * durs_us.min(axis=0))
+    return bool((np.abs(rel) > tol).any(axis=0).mean() <= 0.1)
+
+
 def compute(timelines: list[CollectiveTimeline], n_ranks: int | None = None) -> tuple[CollectiveWait | None, str]:
     """Match the ranks' collective kernels; returns (result, "") or (None, why not).
 
@@ -173,10 +183,7 @@ def compute(timelines: list[CollectiveTimeline], n_ranks: int | None = None) -> 
     durs = np.array([per[r].dur_us for r in order], dtype=np.float64)  # (ranks, collectives)
     floor = durs.min(axis=0)
     ends = np.array([per[r].end_us for r in order], dtype=np.float64)
-    rel = ends - ends[0]
-    rel -= np.median(rel, axis=1, keepdims=True)  # one clock offset per rank
-    tol = np.maximum(END_TOLERANCE_US, 0.05 * floor)
-    if (np.abs(rel) > tol).any(axis=0).mean() > 0.1:
+    if not copies_end_together(ends, durs):
         return None, (
             "the k-th collective kernels of the ranks do not end together, so they are not the same "
             "collectives (different collectives or streams interleave differently per rank)"

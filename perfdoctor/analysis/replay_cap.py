@@ -41,7 +41,7 @@ def earliest_ends(timelines: list[CollectiveTimeline]) -> dict[int, np.ndarray]:
     starts = np.array([t.start_us for t in timelines], dtype=np.float64)  # (ranks, collectives)
     ends = np.array([t.end_us for t in timelines], dtype=np.float64)
     durs = np.array([t.dur_us for t in timelines], dtype=np.float64)
-    offset = np.median(ends - ends[0], axis=1)  # (ranks,) clock offset of each rank against the first
+    offset = clock_offsets(ends)
     arrival = starts - offset[:, None]  # in the first rank's clock
     transfer = durs.min(axis=0)
     out: dict[int, np.ndarray] = {}
@@ -49,6 +49,13 @@ def earliest_ends(timelines: list[CollectiveTimeline]) -> dict[int, np.ndarray]:
         peers = np.delete(arrival, i, axis=0)
         out[int(t.rank)] = peers.max(axis=0) + transfer + offset[i]
     return out
+
+
+def clock_offsets(ends_us: np.ndarray) -> np.ndarray:
+    """Clock offset of each rank against the first (µs, shape ``(ranks,)``): the median over matched collectives of
+    ``end[r, k] − end[0, k]`` (``ends_us``: shape ``(ranks, collectives)``; the copies of one collective end
+    together)."""
+    return np.asarray(np.median(ends_us - ends_us[0], axis=1))
 
 
 def step_floor(timeline: CollectiveTimeline, step_starts_us: list[float], ends_us: np.ndarray) -> float:

@@ -36,6 +36,8 @@ class Scenario:
         act_dep_removed: per activity (shape ``(n_act,)``), True when it no longer waits for its cross-stream
             dependency ``act_dep``.
         xdep_removed: per further cross-stream edge, True when it is dropped.
+        act_end_min_us: per activity (shape ``(n_act,)``), the earliest it may end (-inf: no bound): a collective
+            cannot end before the last rank arrives plus the transfer (:mod:`perfdoctor.replay.joint`).
     """
 
     name: str = "recorded"
@@ -44,6 +46,9 @@ class Scenario:
     blk_removed: np.ndarray | None = None
     act_dep_removed: np.ndarray | None = None
     xdep_removed: np.ndarray | None = None  # per edge of ``ReplayGraph.xdep_*`` (shape ``(n_xdep,)``): dropped
+    act_end_min_us: np.ndarray | None = None
+    # per edge of ``ReplayGraph.xdep_*``: a new source (an activity earlier on the recorded source's stream), -1 keeps
+    xdep_src_moved: np.ndarray | None = None
 
 
 @dataclass
@@ -129,8 +134,9 @@ def _extra_deps(g: ReplayGraph, sc: Scenario) -> dict[int, list[tuple[int, float
     keep = np.ones(g.xdep_dst.size, dtype=bool)
     if sc.xdep_removed is not None:
         keep &= ~np.asarray(sc.xdep_removed, dtype=bool)
+    src = g.xdep_src if sc.xdep_src_moved is None else np.where(sc.xdep_src_moved >= 0, sc.xdep_src_moved, g.xdep_src)
     out: dict[int, list[tuple[int, float]]] = {}
-    for s, d, gap in zip(g.xdep_src[keep].tolist(), g.xdep_dst[keep].tolist(), g.xdep_gap_us[keep].tolist()):
+    for s, d, gap in zip(src[keep].tolist(), g.xdep_dst[keep].tolist(), g.xdep_gap_us[keep].tolist()):
         out.setdefault(d, []).append((s, gap))
     return out
 
@@ -175,6 +181,7 @@ def replay(g: ReplayGraph, scenario: Scenario | None = None) -> ReplayResult:
         h_be.tolist(),
     )
     xd = _extra_deps(g, sc)
+    end_min = [-np.inf] * g.n_act if sc.act_end_min_us is None else np.asarray(sc.act_end_min_us, float).tolist()
     start = [0.0] * g.n_act
     end = [0.0] * g.n_act
     bend = [0.0] * g.n_blk
@@ -195,7 +202,7 @@ def replay(g: ReplayGraph, scenario: Scenario | None = None) -> ReplayResult:
                     if end[s_] + g_ > st:
                         st = end[s_] + g_
             start[i] = st
-            end[i] = st + durl[i]
+            end[i] = st + durl[i] if st + durl[i] >= end_min[i] else end_min[i]
         else:
             b = bb[i]
             e = hbs[i] + (shift[b] if b >= 0 else 0.0) + ownl[i]

@@ -33,6 +33,8 @@ class WhatIf:
             or (sc.blk_removed is not None and sc.blk_removed.any())
             or (sc.act_dep_removed is not None and sc.act_dep_removed.any())
             or (sc.xdep_removed is not None and sc.xdep_removed.any())
+            or (sc.act_end_min_us is not None and bool(np.isfinite(sc.act_end_min_us).any()))
+            or (sc.xdep_src_moved is not None and bool((sc.xdep_src_moved >= 0).any()))
         )
 
 
@@ -54,7 +56,15 @@ def combine(name: str, parts: list[WhatIf], n_act: int, n_blk: int, act_dur_us: 
     removed = np.zeros(n_blk, dtype=bool)
     dep_removed = np.zeros(n_act, dtype=bool)
     xdep_removed: np.ndarray | None = None
+    end_min: np.ndarray | None = None
+    moved: np.ndarray | None = None
     for p in parts:
+        if p.scenario.xdep_src_moved is not None:
+            mv = np.asarray(p.scenario.xdep_src_moved, dtype=np.int64)
+            moved = mv.copy() if moved is None else np.where(moved >= 0, moved, mv)
+        if p.scenario.act_end_min_us is not None:
+            em = np.asarray(p.scenario.act_end_min_us, dtype=np.float64)
+            end_min = em.copy() if end_min is None else np.maximum(end_min, em)
         if p.scenario.xdep_removed is not None:
             xr = np.asarray(p.scenario.xdep_removed, dtype=bool)
             xdep_removed = xr.copy() if xdep_removed is None else xdep_removed | xr
@@ -71,5 +81,7 @@ def combine(name: str, parts: list[WhatIf], n_act: int, n_blk: int, act_dur_us: 
         blk_removed=removed,
         act_dep_removed=dep_removed,
         xdep_removed=xdep_removed,
+        act_end_min_us=end_min,
+        xdep_src_moved=moved,
     )
     return WhatIf(name, sc, "; ".join(p.assumption for p in parts), "; ".join(sorted({p.source for p in parts})))

@@ -173,6 +173,94 @@ def overlap_communication(rr: RankReplay, tables: TraceTables) -> WhatIf:
     )
 
 
+_MATMUL = ("aten::mm", "aten::addmm", "aten::bmm", "aten::matmul", "aten::baddbmm")
+_REDUCTION = ("aten::sum", "aten::mean")
+
+
+def _output_shape(name: str, args: object) -> tuple[int, ...] | None:
+    """Output shape of a matmul (``(..., M, N)`` from its last two matrix inputs) or of a sum/mean over recorded
+    dims (``Concrete Inputs``: dims, keepdim); None for any other op or when the trace does not say."""
+    dims = [args.tensor(i) for i in range(len(args.dims))]  # type: ignore[attr-defined]
+    if name in _MATMUL:
+        mats = [d for d in dims if d is not None and len(d) >= 2][-2:]
+        return (*mats[0][:-1], mats[1][-1]) if len(mats) == 2 else None
+    if name in _REDUCTION and dims and dims[0]:
+        red, keep = args.int_list(1), args.flag(2)  # type: ignore[attr-defined]
+        if red is None or keep is None:
+            return None
+        n = len(dims[0])
+        axes = {r % n for r in red}
+        return tuple(1 if i in axes else d for i, d in enumerate(dims[0]) if keep or i not in axes)
+    return None
+
+
+def _kernel_op_shapes(tables: TraceTables, rr: RankReplay) -> list[tuple[int, ...] | None]:
+    """Output shape (:func:`_output_shape`) of the CPU op of every activity, joined by external id (None unknown);
+    for a collective kernel, the shape of its op's first tensor (``record_param_comms``: what it sends)."""
+    from perfdoctor.analysis.op_args import parse_args
+
+    g, ops, kern = rr.graph, tables.cpu_ops, tables.kernels
+    out: list[tuple[int, ...] | None] = [None] * g.n_act
+    if len(ops) == 0 or len(kern) == 0:
+        return out
+    cat, _, _ = _kernel_classes(tables, rr)
+    by_ext: dict[int, list[int]] = {}
+    for i, e in enumerate(ops["external_id"].tolist()):
+        if e > 0:
+            by_ext.setdefault(int(e), []).append(i)
+    for a in np.flatnonzero(g.act_table == 0).tolist():
+        for row in by_ext.get(int(kern["external_id"][g.act_row[a]]), []):
+            args = parse_args(ops["input_dims"][row], ops["input_type"][row], ops["concrete_inputs"][row])
+            if args is None:
+                continue
+            name = tables.names[int(ops["name_id"][row])]
+            out[a] = args.tensor(0) if cat[a] == "communication" else _output_shape(name, args)
+            if out[a] is not None:
+                break
+    return out
+
+
+def issue_collectives_early(rr: RankReplay, tables: TraceTables) -> WhatIf:
+    """Each collective is issued right after the op that produces its input, so the compute the program ran
+    between that op and the collective (weight-gradient matmuls, bias sums) overlaps the transfer instead of
+    delaying it: the collective's recorded wait for the last kernel another stream launched before it waits
+    instead for the producer's last kernel. Walking back along that stream, kernels whose op's output shape is
+    known (matmuls, sums over recorded dims; ``record_shapes``) and differs from the collective's input cannot
+    produce it and are passed over; the first with the same shape is the producer; one of unknown shape stops
+    the walk (it may be the producer: nothing moves). Host launch times are unchanged.
+
+    Assumption: an op with another output shape does not feed the collective. Source: torch.compile/FX
+    reordering of collectives (the ykcai MoE pair: each backward all_to_all moved before the weight-gradient
+    matmul and bias sum that followed its input-gradient matmul).
+    """
+    g = rr.graph
+    cat, _, _ = _kernel_classes(tables, rr)
+    comm = cat == "communication"
+    new_src = np.full(g.xdep_src.size, -1, dtype=np.int64)
+    edges = np.flatnonzero(comm[g.xdep_dst] & ~comm[g.xdep_src])
+    shapes = _kernel_op_shapes(tables, rr) if edges.size else []
+    dep_removed = np.zeros(g.n_act, dtype=bool)
+    for e in edges.tolist():
+        c, k = int(g.xdep_dst[e]), int(g.xdep_src[e])
+        passed: set[int] = set()
+        while shapes[c] is not None and k >= 0 and shapes[k] is not None and shapes[k] != shapes[c]:
+            passed.add(k)
+            k = int(g.act_prev[k])
+        if passed and k >= 0 and shapes[k] == shapes[c]:
+            new_src[e] = k
+            # the start-time dependency the recording suggested on a passed-over kernel goes too
+            dep_removed[c] |= int(g.act_dep[c]) in passed
+    moved = int(np.unique(g.xdep_dst[new_src >= 0]).size)
+    return WhatIf(
+        "issue-collectives-early",
+        Scenario("issue-collectives-early", xdep_src_moved=new_src, act_dep_removed=dep_removed),
+        f"{moved} collective(s) issued right after the op producing their input (matched by shape): the "
+        "matmuls/sums of other shapes launched between them overlap the transfer (assumed not to feed it); "
+        "host launch times unchanged",
+        "torch.compile/FX reordering of collectives",
+    )
+
+
 def remove_collective_wait(rr: RankReplay, start_us: np.ndarray, wait_us: np.ndarray) -> WhatIf:
     """The straggler's skew removed: each collective kernel starting at ``start_us`` (this rank's clock, µs) is
     shorter by ``wait_us``, the time it waited inside for the last rank to arrive (matched across ranks by

@@ -51,7 +51,7 @@ Transform = Callable[[RankReplay, TraceTables], WhatIf]
 
 def _syncs(rr: RankReplay, t: TraceTables) -> WhatIf:
     """PD401's fix: a per-element copy loop becomes one copy; otherwise the syncs stop blocking."""
-    w = batch_copies(rr, host.synchronization(t))
+    w = batch_copies(rr, t, host.synchronization(t))
     return w if w.changes_anything else remove_syncs(rr, host.synchronization(t))
 
 
@@ -60,7 +60,7 @@ PAIRS: list[tuple[str, str, str, Transform]] = [
         "ResNet50 V100 DataLoader num_workers 0 -> 4 (PD101)",
         "kineto__resnet50_num_workers_0__worker0.pt.trace.json.gz",
         "kineto__resnet50_num_workers_4__worker0.pt.trace.json.gz",
-        lambda rr, t: prefetch_dataloader(rr, t),
+        lambda rr, t: prefetch_dataloader(rr, t, workers=4),
     ),
     (
         "RTX 3060 torch.compile default -> CUDA graphs (PD103)",
@@ -213,7 +213,7 @@ CPU_PAIRS: list[tuple[str, list[str], list[str], Transform]] = [
         "CPU mlp: __getitem__ 2 ms, num_workers 0 -> 2 (PD101)",
         ["--slow-getitem-ms", "2"],
         ["--slow-getitem-ms", "2", "--num-workers", "2"],
-        lambda rr, t: prefetch_dataloader(rr, t),
+        lambda rr, t: prefetch_dataloader(rr, t, workers=2),
     ),
     ("CPU mlp: .item() every step -> none (PD401)", ["--item-every-step"], [], _syncs),
 ]

@@ -7,7 +7,7 @@ import re
 
 import numpy as np
 
-from perfdoctor.replay.graph import QUEUE_CALL
+from perfdoctor.replay.graph import ACT_TABLES, QUEUE_CALL
 from perfdoctor.replay.rank import RankReplay
 from perfdoctor.replay.simulate import Intervals, Scenario
 from perfdoctor.replay.transforms import WhatIf, merge_cuts
@@ -63,23 +63,76 @@ def remove_syncs(rr: RankReplay, calls: Intervals) -> WhatIf:
     )
 
 
-def prefetch_dataloader(rr: RankReplay, tables: TraceTables, residual_us: float = 0.0) -> WhatIf:
-    """Every DataLoader ``__next__`` on the step's process takes ``residual_us`` instead of its recorded time.
+POOL_PASSES = 4  # replays that add back a worker pool's throughput deficit (a host-bound step converges in one)
 
-    Assumption: enough worker processes (``num_workers``) prepare batches ahead, so a fetch is a queue hand-off;
-    the workers run on other cores and do not slow the main process. Source: PyTorch DataLoader docs
-    (multi-process data loading); residual 0 µs unless given.
+
+def _per_window(ts_us: np.ndarray, rr: RankReplay) -> np.ndarray:
+    """Index of the analysed step window each host time lies in (-1 outside every window)."""
+    w = rr.windows
+    k = np.searchsorted(w.host_start_us, ts_us, side="right") - 1
+    return np.where((k >= 0) & (ts_us < w.host_end_us[np.maximum(k, 0)]), k, -1)
+
+
+def prefetch_dataloader(
+    rr: RankReplay, tables: TraceTables, residual_us: float = 0.0, workers: int | None = None
+) -> WhatIf:
+    """Every DataLoader ``__next__`` on the step's process becomes a queue hand-off of ``residual_us``, as long as
+    a pool of ``workers`` processes keeps up.
+
+    Each worker loads a whole batch (``__getitem__`` per sample and the collate) in the time the main process
+    took for it here, the fetch's recorded duration ``L``; ``W`` workers deliver at most one batch per ``L / W``,
+    so a step that fetches ``n`` batches lasts at least ``n × L / W`` (mean ``L`` of the analysed steps: the
+    prefetch queue evens out batch-to-batch variation). Steps the replay makes shorter wait in their fetches for
+    the difference (replayed again, up to :data:`POOL_PASSES` times, since waiting host time partly hides behind
+    queued device work). ``workers=None``: enough workers that the bound never binds; the assumption then names
+    the fewest that suffice, ``⌈L / replayed step⌉``.
+
+    Not modelled, as the trace cannot show them: the workers' competition with the main process for CPU cores
+    (the trace does not record how many the machine has; assumed at least ``W + 1`` free) and the main
+    process's hand-off cost beyond ``residual_us`` (receiving the batch's shared-memory tensors).
+    Source: PyTorch DataLoader docs, multi-process data loading (``num_workers`` worker processes, each building
+    whole batches, ``prefetch_factor`` batches ahead per worker).
     """
     pid = rr.windows.pid
     s, e = _named(tables, DATALOADER, pid)
-    s2 = np.minimum(s + residual_us, e)
-    cut = {pid: (s2[e > s2], e[e > s2])} if s.size else {}
-    return WhatIf(
-        "prefetch-dataloader",
-        Scenario("prefetch-dataloader", host_cut=cut),
-        f"batches prefetched by DataLoader workers: each __next__ takes {residual_us:.0f} µs",
-        "PyTorch DataLoader multi-process loading (num_workers > 0)",
+    step = _per_window(s, rr)
+    n_steps = rr.windows.host_start_us.size
+
+    def scenario(keep_us: np.ndarray) -> Scenario:
+        s2 = np.minimum(s + keep_us, e)
+        cut = {pid: (s2[e > s2], e[e > s2])} if s.size else {}
+        return Scenario("prefetch-dataloader", host_cut=cut)
+
+    keep = np.full(s.size, float(residual_us))
+    sc = scenario(keep)
+    inside = step >= 0
+    n_fetch = np.bincount(step[inside], minlength=n_steps).astype(np.float64)
+    load_us = float((e - s)[inside].mean()) if inside.any() else 0.0
+    replayed = rr.step_times(sc)
+    if workers is None:
+        need = int(np.ceil(load_us / float(replayed.mean()))) if load_us > 0 and replayed.mean() > 0 else 0
+        text = (
+            f"batches prefetched by DataLoader workers: each __next__ takes {residual_us:.0f} µs, which needs at "
+            f"least {max(need, 1)} worker(s) (recorded fetch {load_us / 1e3:.1f} ms ÷ replayed step "
+            f"{float(replayed.mean()) / 1e3:.1f} ms) and as many free cores (not in the trace)"
+        )
+        return WhatIf("prefetch-dataloader", sc, text, "PyTorch DataLoader multi-process loading (num_workers > 0)")
+    bound = n_fetch * load_us / max(workers, 1)
+    for _ in range(POOL_PASSES):
+        deficit = bound - replayed
+        if not (deficit > 0.5).any():
+            break
+        short = inside & (deficit[np.maximum(step, 0)] > 0.5)
+        keep[short] += deficit[step[short]] / n_fetch[step[short]]
+        sc = scenario(keep)
+        replayed = rr.step_times(sc)
+    text = (
+        f"{workers} DataLoader worker(s), each loading a batch in the recorded fetch time ({load_us / 1e3:.1f} ms): "
+        f"a step lasts at least {load_us / max(workers, 1) / 1e3:.1f} ms per batch, and each __next__ takes "
+        f"{residual_us:.0f} µs beyond that wait; the workers' competition for CPU cores is not modelled (the core "
+        "count is not in the trace)"
     )
+    return WhatIf("prefetch-dataloader", sc, text, "PyTorch DataLoader multi-process loading (num_workers > 0)")
 
 
 def _launch_calls(tables: TraceTables, pid: int) -> tuple[np.ndarray, np.ndarray]:
@@ -144,38 +197,108 @@ def cuda_graphs(rr: RankReplay, tables: TraceTables) -> WhatIf:
     )
 
 
-PER_ELEMENT_COPIES = 64  # blocking device→host copies per step above which they are read as a per-element loop
+PER_ELEMENT_COPIES = 64  # blocking device→host copies per step from which they are read as a per-element loop
 
 
-def batch_copies(rr: RankReplay, calls: Intervals) -> WhatIf:
-    """A loop of blocking device→host copies (``tensor[i].item()`` / ``.cpu()`` per element) becomes one copy of
-    the whole tensor: per step with at least :data:`PER_ELEMENT_COPIES` blocking calls inside ``calls``, the host
-    time from the first such call's end to the last one's end (the loop: its calls, waits and the Python between
-    them) is cut; the first copy and its wait stay.
+def _d2h_copies(tables: TraceTables, rr: RankReplay) -> np.ndarray:
+    """Graph activity indices of the device→host copies launched by the step's process."""
+    from perfdoctor.analysis.classify import classify_kernel
 
-    Assumption: the loop does nothing but read the elements (the GPUPuzzlers d2h_sync puzzle's fix: one ``.cpu()``
-    of the tensor, then the loop on the host copy, whose cost on a CPU tensor is left out). Source: the recorded
-    graph.
-    """
+    g = rr.graph
+    mc = np.flatnonzero((g.act_table == ACT_TABLES.index("memcpy")) & (g.act_launch >= 0))
+    if rr.windows.pid >= 0:
+        mc = mc[g.act_pid[mc] == rr.windows.pid]
+    name_id = tables.memcpy["name_id"][g.act_row[mc]]
+    d2h = [i for i in set(name_id.tolist()) if classify_kernel(tables.names[i]).direction == "d2h"]
+    return mc[np.isin(name_id, d2h)]
+
+
+def _issuing_ops(tables: TraceTables, rr: RankReplay, blk: np.ndarray) -> Intervals:
+    """Host spans (µs, sorted, disjoint) of the copies that issued the blocking calls ``blk`` (indices into the
+    graph's blocking calls): the top-level cpu_op of the call's thread around a call (``aten::to`` for ``.cpu()``,
+    ``aten::item`` for ``.item()``: the copy's launch and its wait), or the call itself when no op holds it or the
+    op launches more than one copy (then it is not one element's copy)."""
     from perfdoctor.analysis import intervals as iv
 
     g = rr.graph
-    hit = _overlaps(g.blk_ts_us, g.blk_end_us, calls)
-    w = rr.windows
-    pid = w.pid
-    spans_s, spans_e = [], []
-    for a, b in zip(w.host_start_us.tolist(), w.host_end_us.tolist(), strict=True):
-        m = hit & (g.blk_ts_us >= a) & (g.blk_ts_us < b) & ((g.blk_pid == pid) if pid >= 0 else True)
-        if int(m.sum()) >= PER_ELEMENT_COPIES:
-            spans_s.append(float(g.blk_end_us[m].min()))
-            spans_e.append(float(g.blk_end_us[m].max()))
-    cut = iv.union(np.asarray(spans_s), np.asarray(spans_e))
-    in_cut = _overlaps(g.blk_ts_us, g.blk_end_us, cut) if cut[0].size else np.zeros(g.n_blk, bool)
+    s, e = g.blk_ts_us[blk].copy(), g.blk_end_us[blk].copy()
+    ops, rt = tables.cpu_ops, tables.runtime
+    if len(ops) == 0 or blk.size == 0:
+        return iv.union(s, e)
+    pid = int(g.blk_pid[blk][0])
+    mc = (g.act_table == ACT_TABLES.index("memcpy")) & (g.act_pid == pid)
+    tids = rt["tid"][g.blk_row[blk]]
+    for tid in np.unique(tids).tolist():
+        m = (ops["tid"] == tid) & (ops["pid"] == pid)
+        order = np.argsort(ops["ts_us"][m], kind="stable")
+        ts, end = ops["ts_us"][m][order], ops["end_us"][m][order]
+        top = np.ones(ts.size, dtype=bool)
+        top[1:] = ts[1:] >= np.maximum.accumulate(end)[:-1]
+        ts, end = ts[top], end[top]
+        mine = np.flatnonzero(tids == tid)
+        k = np.searchsorted(ts, s[mine], side="right") - 1
+        inside = (k >= 0) & (end[np.maximum(k, 0)] >= e[mine])
+        j = np.searchsorted(ts, g.act_launch_ts_us[mc], side="right") - 1
+        j = j[(j >= 0) & (g.act_launch_ts_us[mc] < end[np.maximum(j, 0)])]
+        one_copy = np.bincount(j, minlength=ts.size)[np.maximum(k, 0)] <= 1
+        ok = inside & one_copy
+        s[mine[ok]], e[mine[ok]] = ts[k[ok]], end[k[ok]]
+    return iv.union(s, e)
+
+
+def batch_copies(rr: RankReplay, tables: TraceTables, calls: Intervals) -> WhatIf:
+    """A loop of blocking device→host copies (``tensor[i].item()`` / ``.cpu()`` per element) becomes one copy of
+    the whole tensor before the loop.
+
+    Per step with at least :data:`PER_ELEMENT_COPIES` device→host copies issued by blocking calls inside
+    ``calls``, the op that issued each copy (:func:`_issuing_ops`) is cut with its waits, except the first, which
+    stays as the one copy; the copies' device activities go, and the first one's takes ``max(recorded, the loop's
+    bytes ÷ bandwidth)`` (:func:`perfdoctor.replay.transforms.copies.pinned_bandwidth`: measured in this trace,
+    else the PCIe datasheet). The rest of the loop (indexing, the host arithmetic on each element, the Python
+    between the ops) keeps its recorded time: it now runs on the host copy, as the recorded arithmetic already ran
+    on the copied values. The Python call overhead around each cut op (outside it, not recorded as an op) stays:
+    a lower bound.
+    Source: the recorded graph; the GPUPuzzlers d2h_sync puzzle's fix (one ``.cpu()``, then the loop).
+    """
+    from perfdoctor.analysis import intervals as iv
+    from perfdoctor.replay.transforms.copies import pinned_bandwidth
+
+    g = rr.graph
+    pid = rr.windows.pid
+    hit = _overlaps(g.blk_ts_us, g.blk_end_us, calls) & ((g.blk_pid == pid) if pid >= 0 else True)
+    dur = g.act_dur_us.copy()
+    d2h = _d2h_copies(tables, rr)
+    bw, bw_source = pinned_bandwidth(tables)
+    cut_s, cut_e, n_loops, n_cut = [], [], 0, 0
+    for a, b in zip(rr.windows.host_start_us.tolist(), rr.windows.host_end_us.tolist(), strict=True):
+        s, e = _issuing_ops(tables, rr, np.flatnonzero(hit & (g.blk_ts_us >= a) & (g.blk_ts_us < b)))
+        lt = g.act_launch_ts_us[d2h]
+        k = np.searchsorted(s, lt, side="right") - 1
+        ok = (k >= 0) & (lt < e[np.maximum(k, 0)])
+        copies = np.unique(k[ok])  # the spans that launched a device→host copy: the loop's elements
+        if copies.size < PER_ELEMENT_COPIES:
+            continue
+        rows = d2h[ok]
+        nbytes = float(tables.memcpy["bytes"][g.act_row[rows]].clip(0).sum())
+        first = k[ok] == copies[0]
+        dur[rows[~first]] = 0.0
+        dur[rows[first]] = np.maximum(dur[rows[first]], nbytes / bw * 1e6 / int(first.sum()))
+        cut_s.append(s[copies[1:]])
+        cut_e.append(e[copies[1:]])
+        n_loops, n_cut = n_loops + 1, n_cut + copies.size - 1
+    cut = iv.union(np.concatenate(cut_s), np.concatenate(cut_e)) if cut_s else iv.EMPTY
+    in_cut = _overlaps(g.blk_ts_us, g.blk_end_us, cut) & hit
     target = pid if pid >= 0 else (int(g.blk_pid[hit][0]) if hit.any() else -1)
     return WhatIf(
         "batch-copies",
-        Scenario("batch-copies", host_cut={target: cut} if cut[0].size else {}, blk_removed=in_cut),
-        f"per-element device→host copies in {len(spans_s)} step(s) done as one copy of the tensor: the "
-        "loop's host time goes",
-        "replay of the recorded graph (GPUPuzzlers d2h_sync puzzle's fix)",
+        Scenario(
+            "batch-copies",
+            act_dur_us=dur if n_loops else None,
+            host_cut={target: cut} if cut[0].size else {},
+            blk_removed=in_cut,
+        ),
+        f"per-element device→host copies in {n_loops} step(s) done as one copy of the tensor: {n_cut} copy ops "
+        f"and their waits go, the loop's other host work stays; the one copy takes the loop's bytes ÷ "
+        f"{bw / 1e9:.1f} GB/s at least",
+        f"replay of the recorded graph (GPUPuzzlers d2h_sync puzzle's fix); {bw_source}",
     )

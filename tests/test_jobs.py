@@ -332,3 +332,60 @@ def test_cache_not_writable_warns_once(tmp_path: Path, monkeypatch: pytest.Monke
     lines = [w for w in built.report["warnings"] if "--cache" in w]
     assert len(lines) == 1 and "summaries not cached" in lines[0] and str(home / "cache") in lines[0]
     assert sorted(tmp_path.iterdir()) == sorted([home, *map(Path, paths)])
+
+
+def _code_fingerprint_by_hand() -> str:
+    """sha256 over perfdoctor/**/*.py then rules/*.toml: "<dir>/<relative path>\\0" + bytes, sorted by path."""
+    import os
+
+    import perfdoctor
+
+    h = hashlib.sha256()
+    pkg = os.path.dirname(os.path.abspath(perfdoctor.__file__))
+    rules = os.path.join(os.path.dirname(pkg), "rules")
+    py = sorted(
+        os.path.relpath(os.path.join(d, f), pkg).replace(os.sep, "/")
+        for d, _, names in os.walk(pkg)
+        for f in names
+        if f.endswith(".py")
+    )
+    for top, rels in (("perfdoctor", py), ("rules", sorted(f for f in os.listdir(rules) if f.endswith(".toml")))):
+        for rel in rels:
+            h.update(f"{top}/{rel}\0".encode())
+            h.update(Path(pkg if top == "perfdoctor" else rules, rel).read_bytes())
+    return h.hexdigest()[:16]
+
+
+def test_dask_workers_running_different_code_are_refused() -> None:
+    distributed = pytest.importorskip("distributed", reason="Dask is the optional extra perfdoctor[dask]")
+    from perfdoctor import __version__
+    from perfdoctor.errors import PerfDoctorError
+
+    paths = _dlrm()[:4]
+    cat, codes = engine.prepare(config.resolve())
+    with (
+        distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=":0") as cl,
+        distributed.Client(cl) as client,
+    ):
+        addresses = set(client.scheduler_info()["workers"])
+        summaries = DaskCluster(client).summarise(paths, js.SummaryOptions(codes=codes), cat)
+    # every summary names the code that made it and the Dask worker it ran on
+    made_by = {(s.perfdoctor_version, s.code_fingerprint) for s in summaries}
+    assert made_by == {(__version__, _code_fingerprint_by_hand())}
+    assert {s.worker for s in summaries} <= addresses
+    assert reduce(summaries, cat, codes).summaries  # one code: reduced as usual
+    # rank 2's worker "runs other code" (a patched install of the same version)
+    odd = next(s for s in summaries if s.rank == 2)
+    odd.code_fingerprint = "0123456789abcdef"
+    with pytest.raises(PerfDoctorError) as err:
+        reduce(summaries, cat, codes)
+    msg = str(err.value)
+    assert "\n" not in msg and msg.startswith("the ranks were analysed by different perfdoctor code")
+    same = sorted({s.worker for s in summaries if s.rank != 2})
+    assert f"ranks 0, 1, 3 (worker{'s' if len(same) > 1 else ''} {', '.join(same)}) ran perfdoctor {__version__}" in msg
+    assert f"rank 2 (worker {odd.worker}) ran perfdoctor {__version__} (code 0123456789abcdef)" in msg
+    # every worker agrees, on code other than this process's: reduced, with a warning
+    for s in summaries:
+        s.code_fingerprint = "0123456789abcdef"
+    warnings = reduce(summaries, cat, codes).analysis.warnings
+    assert any(w.startswith("the workers ran perfdoctor") and "0123456789abcdef" in w for w in warnings)

@@ -36,14 +36,15 @@ def step_list_text(numbers: list[int]) -> str:
 
 
 def rank_list_text(ranks: list[int], limit: int = 8) -> str:
-    """Trace ranks as text, runs folded: "0–7", "0–3, 5, 9–12"; past ``limit`` runs, "…" and the count."""
+    """Trace ranks as text, runs of three or more folded: "0–7", "0, 1, 5, 9–12"; past ``limit`` runs, "…" and
+    the count."""
     runs: list[tuple[int, int]] = []
     for r in sorted(set(ranks)):
         if runs and r == runs[-1][1] + 1:
             runs[-1] = (runs[-1][0], r)
         else:
             runs.append((r, r))
-    parts = [f"{a}" if a == b else f"{a}–{b}" for a, b in runs]
+    parts = [f"{a}" if a == b else (f"{a}, {b}" if b == a + 1 else f"{a}–{b}") for a, b in runs]
     if len(parts) > limit:
         return ", ".join(parts[:limit]) + f", … ({len(set(ranks))} ranks)"
     return ", ".join(parts)

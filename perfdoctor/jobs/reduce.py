@@ -14,6 +14,7 @@ from typing import Any
 import msgspec
 
 from perfdoctor.errors import PerfDoctorError
+from perfdoctor.jobs import fingerprint
 from perfdoctor.jobs.summary import RankSummary, SummaryRank
 
 
@@ -44,7 +45,8 @@ def reduce(
 
     Raises:
         PerfDoctorError: every input failed (the first one's error), the traces look like separate runs
-            (:func:`_separate_runs`), or two traces claim the same rank.
+            (:func:`_separate_runs`), the ranks were analysed by different perfdoctor code
+            (:func:`perfdoctor.jobs.fingerprint.mixed_code`), or two traces claim the same rank.
     """
     from perfdoctor.analysis import collective_wait
     from perfdoctor.analysis.rank import Analysis, InputFile
@@ -55,9 +57,9 @@ def reduce(
     ok = [s for s in summaries if not s.error]
     if failed and not ok:
         raise PerfDoctorError(str(failed[0].error))
-    separate = _separate_runs(ok)
-    if separate:
-        raise PerfDoctorError(separate)
+    refusal = _separate_runs(ok) or fingerprint.mixed_code(ok)
+    if refusal:
+        raise PerfDoctorError(refusal)
     seen: dict[int, str] = {}
     for s in sorted(ok, key=lambda s: s.index):
         assert s.rank is not None
@@ -87,6 +89,7 @@ def reduce(
         else f"rank not analysed: {s.error}"
         for s in failed
     ]
+    analysis.warnings += [w for w in (fingerprint.reducer_differs(ok),) if w]
     analysis.warnings += list(extra_warnings or [])
     analysis.no_trace = no_trace
     gpu = [s for s in ok if s.primary_kind == "gpu" and s.step_rows and s.collectives is not None]

@@ -31,7 +31,7 @@ from perfdoctor.checks.context import Outcome
 from perfdoctor.errors import PerfDoctorError
 from perfdoctor.model.report import RankSection
 
-FORMAT = 3  # bump when RankSummary changes: cached summaries of another format are made again
+FORMAT = 4  # bump when RankSummary changes: cached summaries of another format are made again
 CACHE_SUFFIX = ".perfdoctor-summary"
 
 
@@ -61,9 +61,13 @@ class SummaryOptions(msgspec.Struct, frozen=True):
     hash_inputs: bool = True
 
     def fingerprint(self, measured_roofs: Any = None) -> str:
-        """sha256 of the options, the perfdoctor version and the summary format (hex)."""
+        """sha256 of the options, the perfdoctor version, its code fingerprint
+        (:func:`perfdoctor.jobs.fingerprint.code_fingerprint`: edited code makes its summaries again) and the
+        summary format (hex)."""
+        from perfdoctor.jobs.fingerprint import code_fingerprint
+
         h = hashlib.sha256(msgspec.json.encode(self, enc_hook=_enc))
-        h.update(f"{__version__}/{FORMAT}/{measured_roofs!r}".encode())
+        h.update(f"{__version__}/{code_fingerprint()}/{FORMAT}/{measured_roofs!r}".encode())
         return h.hexdigest()
 
 
@@ -99,6 +103,9 @@ class RankSummary(msgspec.Struct):
     devices: str = ""  # the GPUs its deviceProperties lists ("4 × Tesla V100-DGXS-32GB"; "" none)
     world_size: int = 0  # distributedInfo.world_size (0 unknown)
     key: str = ""  # sha256 of the trace + options fingerprint this summary was made for (the cache key)
+    perfdoctor_version: str = ""
+    code_fingerprint: str = ""
+    worker: str = ""
 
 
 def _enc(obj: Any) -> Any:

@@ -18,7 +18,9 @@ from typing import Any
 
 import msgspec
 
+from perfdoctor import __version__
 from perfdoctor.errors import PerfDoctorError
+from perfdoctor.jobs.fingerprint import code_fingerprint, worker_name
 from perfdoctor.jobs.summary import (
     CACHE_SUFFIX,
     RankSummary,
@@ -52,8 +54,26 @@ def summarise_file(
     ``index``: the file's position among the job's inputs (its rank when the trace names none); ``cat``: the
     rule catalogue (``perfdoctor.checks.catalogue.Catalogue``); ``measured_roofs``: calibrated CPU roofs or None.
     A file that cannot be analysed gives one summary with ``error`` set to its one-line reason, unless
-    ``raise_errors`` (then the PerfDoctorError propagates, as for a report of one file).
+    ``raise_errors`` (then the PerfDoctorError propagates, as for a report of one file). Every summary names
+    the code that made it and this worker (:mod:`perfdoctor.jobs.fingerprint`).
     """
+    out = _summarise_file(path, index, opts, cat, measured_roofs, cache, on_progress, raise_errors)
+    worker = worker_name()
+    for s in out:
+        s.perfdoctor_version, s.code_fingerprint, s.worker = __version__, code_fingerprint(), worker
+    return out
+
+
+def _summarise_file(
+    path: str,
+    index: int,
+    opts: SummaryOptions,
+    cat: Any,
+    measured_roofs: Any,
+    cache: bool,
+    on_progress: Callable[[int], None] | None,
+    raise_errors: bool,
+) -> list[RankSummary]:
     try:
         with local_copy(path) as local:
             # a missing file or a directory is left to the reader, whose error names it

@@ -402,10 +402,10 @@ def test_roofline_rows_above_the_roof_say_why():
     report = pipeline.build([str(shared_trace("kineto__resnet50_num_workers_0__worker0.pt.trace.json.gz"))]).report
     rows = report["ranks"][0]["roofline"]["ops"]
     above = [r for r in rows[:15] if (r["pct_of_attainable"] or 0) > 100]
-    assert above and all("Winograd" in r["note"] for r in above)
+    assert above and all("Winograd" in r["note"] and r["bound"] == "above_roof" for r in above)
     html = render_html(report)
-    assert html.count('title="achieved exceeds the roof') == len(above)
-    assert '<p class="note">* achieved exceeds the roof' in html
+    assert html.count('title="26.4 TFLOP/s is above') + html.count('title="21.1 TFLOP/s is above') == len(above)
+    assert '<p class="note">* 26.4 TFLOP/s is above the fp32 peak of 15.7: the FLOP count' in html
 
 
 def test_how_it_was_measured_matches_the_numbers(resnet):

@@ -7,6 +7,7 @@ from conftest import shared_trace
 from tracebuilder import TraceBuilder
 
 from perfdoctor.analysis.hardware import device_for_trace, spec_by_name
+from perfdoctor.analysis.mfu import op_sum_unusable
 from perfdoctor.analysis.roofline import Roofs, roofline_table, roofs_from_spec
 from perfdoctor.trace import load_trace
 
@@ -140,3 +141,35 @@ def test_resnet_v100_conv_backward_and_uncosted_forward():
     assert row.flops == row.count * 2 * 2 * 32 * 2048 * 512 * 49
     conv = next(u for u in r.uncosted if u["name"] == "aten::conv2d")
     assert "stride" in conv["reason"] and conv["time_us"] > 0
+
+
+def test_a_row_above_its_roof_says_which_assumption_broke_and_joins_no_aggregate(tmp_path):
+    # A100-80GB SXM datasheet: FP32 19.5 TFLOP/s, HBM 2,039 GB/s.
+    # mm 1024x1024x1024 FP32 (sgemm), 1000 µs: 2·1024³ = 2.147e9 FLOP -> 2.15 TFLOP/s, 11% of the peak: trusted.
+    # mm 512x1024x1024 FP32, 40 µs: 2·512·1024·1024 = 1.074e9 FLOP -> 26.8 TFLOP/s > 19.5: the FLOP count or
+    #   the FP32 peak is wrong for it.
+    # add of N = 2**20 floats, 5 µs: 3·N·4 B = 12.58 MB -> 2,517 GB/s > 2,039: the byte count or the bandwidth.
+    tb = TraceBuilder(device_name="NVIDIA A100-SXM4-80GB")
+    tb.step(1, 0, 10_000)
+    tb.cpu_op("aten::mm", 10, 100, input_dims=[[1024, 1024], [1024, 1024]], input_type=[F32, F32])
+    tb.launch("ampere_sgemm_128x64_tn", launch_ts=20, start=200, dur=1000)
+    tb.cpu_op("aten::mm", 300, 100, input_dims=[[512, 1024], [1024, 1024]], input_type=[F32, F32])
+    tb.launch("ampere_sgemm_128x64_tn", launch_ts=310, start=1300, dur=40)
+    tb.cpu_op("aten::add", 500, 50, input_dims=[[N], [N], []], input_type=[F32, F32, "Scalar"])
+    tb.launch("void at::native::vectorized_elementwise_kernel<4, AddFunctor<float>>", 510, start=1400, dur=5)
+    t = load_trace(str(tb.write(tmp_path / "t.json")))
+    r = roofline_table(t, roofs_from_spec(spec_by_name("a100-80gb-sxm")))
+    rows = {(x.name, x.shapes): x for x in r.ops}
+    big, small = rows[("aten::mm", "[[1024, 1024], [1024, 1024]]")], rows[("aten::mm", "[[512, 1024], [1024, 1024]]")]
+    add = rows[("aten::add", f"[[{N}], [{N}], []]")]
+    assert big.bound == "compute" and big.note == ""
+    assert small.pct_of_attainable == pytest.approx(100 * (2 * 512 * 1024 * 1024 / 40e-6) / 19.5e12)  # 137.7 %
+    assert small.bound == add.bound == "above_roof"
+    assert "26.8 TFLOP/s is above the fp32 peak of 19.5: the FLOP count" in small.note and "GB/s" not in small.note
+    assert "2,517 GB/s is above the 2,039 GB/s of HBM: the byte count" in add.note and "TFLOP/s" not in add.note
+    # aggregates hold the trusted row only; the other two rows' time is uncosted, with the reason
+    assert r.total_flops == 2 * 1024**3 and r.costed_time_us == 1000 and r.uncosted_time_us == 45
+    assert {u["name"]: u["time_us"] for u in r.uncosted} == {"aten::mm": 40, "aten::add": 5}
+    assert all("above its roof" in u["reason"] for u in r.uncosted)
+    assert [p["name"] for p in r.chart] == ["aten::mm"] and r.chart[0]["time_us"] == 1000
+    assert op_sum_unusable(r) is None  # MFU's op-level sum: 45 of 1045 µs uncosted (4.3%) is within its 5%

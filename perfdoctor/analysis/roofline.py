@@ -30,6 +30,7 @@ from perfdoctor.analysis.kernel_dtype import is_gemm_kernel, kernel_math_dtype
 from perfdoctor.analysis.op_flops import OpCost, Uncosted, cost_op
 
 LATENCY_FRACTION = 0.10  # below this share of the attainable roof an op is latency/launch-bound
+ABOVE_ROOF = "above_roof"  # the bound of a row achieving more than its roof: a count or a roof is wrong for it
 _TENSOR_KINDS = ("matmul", "conv", "attention")
 
 
@@ -83,7 +84,7 @@ class RooflineRow:
     achieved_flops_per_s: float
     achieved_bytes_per_s: float | None
     pct_of_attainable: float | None
-    bound: str  # compute | bandwidth | latency | unknown
+    bound: str  # compute | bandwidth | latency | unknown | above_roof (``note`` says which assumption broke)
     formula: str
     note: str = ""
 
@@ -268,6 +269,26 @@ def _math_dtype(cost: OpCost, shares: dict[str, float]) -> str | None:
     return cost.dtype
 
 
+def _above_roof(
+    cost: OpCost, math: str | None, achieved: float, achieved_bw: float | None, peak: float | None, bw: float | None
+) -> str:
+    """Which assumption a figure above the hardware's roof breaks: the FLOP count or the peak when FLOP/s exceed
+    the peak, the byte count or the bandwidth when B/s exceed HBM's (no kernel beats its hardware)."""
+    broken = []
+    if peak and achieved > peak:
+        algo = " (direct-algorithm count: cuDNN's Winograd/FFT do fewer)" if cost.kind == "conv" else ""
+        broken.append(
+            f"{achieved / 1e12:,.1f} TFLOP/s is above the {math} peak of {peak / 1e12:,.1f}: the FLOP count "
+            f"({cost.formula}){algo} or the {math} peak (faster math, clocks above the datasheet) is wrong for it"
+        )
+    if achieved_bw is not None and bw and achieved_bw > bw:
+        broken.append(
+            f"{achieved_bw / 1e9:,.0f} GB/s is above the {bw / 1e9:,.0f} GB/s of HBM: the byte count (each input "
+            "and output moved once through HBM; data served from cache moves less) or the bandwidth is wrong for it"
+        )
+    return "; ".join(broken) + "; left out of the FLOP sum, MFU and the bound classes" if broken else ""
+
+
 def _row(key: tuple[Any, ...], g: dict[str, Any], roofs: Roofs | None, latency_fraction: float) -> RooflineRow:
     name, shapes, cost = key[0], key[1], g["cost"]
     time_s = g["time_us"] * 1e-6
@@ -289,12 +310,7 @@ def _row(key: tuple[Any, ...], g: dict[str, Any], roofs: Roofs | None, latency_f
         )
     elif flops == 0 and bw and achieved_bw is not None:
         pct = 100.0 * achieved_bw / bw  # pure data movement: judged against the bandwidth roof
-    note = ""
-    if pct is not None and pct > 100:
-        note = (
-            "achieved exceeds the roof: FLOPs are the direct-algorithm count (Winograd/FFT convolutions do "
-            "fewer), or the device ran above the datasheet clocks"
-        )
+    note = _above_roof(cost, math, achieved, achieved_bw, peak, bw) if pct is not None and pct > 100 else ""
     return RooflineRow(
         name,
         shapes,
@@ -312,7 +328,7 @@ def _row(key: tuple[Any, ...], g: dict[str, Any], roofs: Roofs | None, latency_f
         achieved,
         achieved_bw,
         pct,
-        _bound(ai, ridge, pct, latency_fraction),
+        ABOVE_ROOF if note else _bound(ai, ridge, pct, latency_fraction),
         cost.formula,
         note,
     )
@@ -360,7 +376,10 @@ def roofline_table(
         for d, v in dtype_time.get(i, {}).items():
             g["dtypes"][d] += v
     rows = sorted((_row(k, g, roofs, latency_fraction) for k, g in groups.items()), key=lambda r: -r.time_us)
-    unc_rows = _uncosted_rows(unc, costs, names, ops)
+    # a row above its roof has a wrong count or roof: shown with the reason, in no aggregate (its time is
+    # uncosted, so MFU's op-level sum knows what it lacks)
+    trusted = [r for r in rows if r.bound != ABOVE_ROOF]
+    unc_rows = _uncosted_rows(unc, costs, names, ops, [r for r in rows if r.bound == ABOVE_ROOF])
     chart = [
         {
             "name": r.name,
@@ -370,7 +389,7 @@ def roofline_table(
             "time_us": r.time_us,
             "bound": r.bound,
         }
-        for r in rows[:chart_points]
+        for r in trusted[:chart_points]
         if r.arithmetic_intensity is not None and r.flops > 0
     ]
     warnings = []
@@ -384,9 +403,9 @@ def roofline_table(
         chart,
         roofs.to_dict() if roofs else None,
         basis,
-        float(sum(r.time_us for r in rows)),
+        float(sum(r.time_us for r in trusted)),
         float(sum(u["time_us"] for u in unc_rows)),
-        float(sum(r.flops for r in rows)),
+        float(sum(r.flops for r in trusted)),
         latency_fraction,
         len(rows),
         warnings,
@@ -394,9 +413,16 @@ def roofline_table(
 
 
 def _uncosted_rows(
-    unc: dict[Any, float], costs: list[OpCost | Uncosted], names: np.ndarray, ops: Any
+    unc: dict[Any, float], costs: list[OpCost | Uncosted], names: np.ndarray, ops: Any, above: list[RooflineRow]
 ) -> list[dict[str, Any]]:
-    merged: dict[str, dict[str, Any]] = {}
+    merged: dict[Any, dict[str, Any]] = {}
+    for r in above:  # costed, but the count or the roof is wrong for it: its time counts as uncosted
+        m = merged.setdefault(
+            (ABOVE_ROOF, r.name),
+            {"name": r.name, "count": 0, "time_us": 0.0, "reason": "achieved above its roof (see its roofline row)"},
+        )
+        m["count"] += r.count
+        m["time_us"] += r.time_us
     for (kind, ref), t_us in unc.items():
         if kind == "op":
             name = names[ops["name_id"][ref]]

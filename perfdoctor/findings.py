@@ -18,7 +18,8 @@ The report's finding dict (read by every renderer; keep it stable)::
      "message": str (the rule's template filled from the evidence; on a multi-rank job prefixed
                 "rank R: " and followed by "(fires on ranks ... of N)"),
      "saving_us_per_step": float (µs, upper bound; 0.0 when not estimated),
-     "saving_pct_of_step": float (% of the mean step time),
+     "saving_pct_of_step": float (saving ÷ the report's one denominator × 100: see
+                            perfdoctor.checks.denominator; the engine computes it, a check never does),
      "saving_method": str (how the saving was computed; "" when not estimated),
      "evidence": {name: number | str | list, ...,  "events": [{"name":..., ...}] (optional),
                   "ranks": [ranks it fired on]},
@@ -33,7 +34,7 @@ from typing import Any
 
 SEVERITIES = ("low", "medium", "high")
 FINDINGS_NOTE = (
-    "Savings are per step, as a share of the mean step time of the analysed steps; a replayed saving is the "
+    "Savings are per step; a replayed saving is the "
     "recorded mean step minus the mean step of the step's dependency graph replayed with the fix (its assumption "
     "is stated with it); others are upper bounds. Savings are not additive: several findings can remove the same "
     "time."
@@ -59,22 +60,17 @@ def severity_level(severity: str) -> int:
 
 @dataclass(frozen=True)
 class Estimate:
-    """An upper-bound saving.
+    """A saving: µs per step and how it was computed. A check gives no share of the step: the engine states every
+    saving as a share of the report's one denominator (:mod:`perfdoctor.checks.denominator`).
 
     Attributes:
-        saving_us: µs per step the fix could save at most (mean over the steps analysed).
-        step_us: the mean step time (µs) the share is taken of.
+        saving_us: µs per step the fix saves (mean over the steps analysed): a replay's point estimate or an
+            upper bound, as ``method`` says.
         method: one line naming how ``saving_us`` was computed.
     """
 
     saving_us: float
-    step_us: float
     method: str
-
-    @property
-    def pct(self) -> float:
-        """Saving as % of the mean step time (0 when the step time is unknown)."""
-        return 100.0 * self.saving_us / self.step_us if self.step_us > 0 else 0.0
 
 
 @dataclass
@@ -117,7 +113,8 @@ class Finding:
     """One ranked finding of the report (see the module docstring for the dict).
 
     ``ranks``: trace ranks the rule fired on; ``rank``: the trace rank the numbers
-    come from (None for job-level findings); ``position``: 1..n in the ranking.
+    come from (None for job-level findings); ``position``: 1..n in the ranking;
+    ``saving_pct``: the saving as % of the report's one denominator (set by the engine).
     """
 
     code: str
@@ -134,6 +131,7 @@ class Finding:
     ranks: list[int] = field(default_factory=list)
     rank: int | None = None
     position: int | None = None
+    saving_pct: float = 0.0
 
     @property
     def saving_us(self) -> float:
@@ -153,7 +151,7 @@ class Finding:
             "rank": self.rank,
             "message": self.message,
             "saving_us_per_step": round(self.saving_us, 3),
-            "saving_pct_of_step": round(self.estimate.pct, 3) if self.estimate else 0.0,
+            "saving_pct_of_step": round(self.saving_pct, 3) if self.estimate else 0.0,
             "saving_method": self.estimate.method if self.estimate else "",
             "evidence": evidence,
             "steps": list(self.evidence.steps),

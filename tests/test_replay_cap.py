@@ -48,21 +48,21 @@ def test_unmatched_timelines_give_no_bound() -> None:
 
 
 def _outcome(saving: float, method: str) -> Outcome:
-    return Outcome(hit=Hit(evidence=Evidence(), estimate=Estimate(saving, 400.0, method)))
+    return Outcome(hit=Hit(evidence=Evidence(), estimate=Estimate(saving, method)))
 
 
 def test_a_replayed_saving_is_capped_at_step_minus_floor() -> None:
-    o = replay_cap.cap_outcome(_outcome(250.0, "replay of the step's dependency graph (x)"), 230.0)
+    o = replay_cap.cap_outcome(_outcome(250.0, "replay of the step's dependency graph (x)"), 230.0, 400.0)
     assert o.hit.estimate.saving_us == 170.0  # 400 - 230
     assert "capped at 0.17 ms" in o.hit.estimate.method
     # within the bound, or not from the replay, or no bound: unchanged
-    assert replay_cap.cap_outcome(_outcome(100.0, "replay of x"), 230.0).hit.estimate.saving_us == 100.0
-    assert replay_cap.cap_outcome(_outcome(250.0, "mean wait per step"), 230.0).hit.estimate.saving_us == 250.0
-    assert replay_cap.cap_outcome(_outcome(250.0, "replay of x"), None).hit.estimate.saving_us == 250.0
+    assert replay_cap.cap_outcome(_outcome(100.0, "replay of x"), 230.0, 400.0).hit.estimate.saving_us == 100.0
+    assert replay_cap.cap_outcome(_outcome(250.0, "mean wait per step"), 230.0, 400.0).hit.estimate.saving_us == 250.0
+    assert replay_cap.cap_outcome(_outcome(250.0, "replay of x"), None, 400.0).hit.estimate.saving_us == 250.0
     larger = (
         "replay of the step's dependency graph with the fix applied (a 2.0× larger batch, per step of today's batch"
     )
-    assert replay_cap.cap_outcome(_outcome(250.0, larger), 230.0).hit.estimate.saving_us == 250.0
+    assert replay_cap.cap_outcome(_outcome(250.0, larger), 230.0, 400.0).hit.estimate.saving_us == 250.0
 
 
 def test_the_job_figure_is_the_slowest_rank() -> None:

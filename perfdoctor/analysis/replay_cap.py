@@ -75,8 +75,9 @@ def step_floor(timeline: CollectiveTimeline, step_starts_us: list[float], ends_u
     return float(np.maximum(per, 0.0).mean())
 
 
-def cap_outcome(outcome: Any, floor_us: float | None) -> Any:
-    """``outcome`` (:class:`perfdoctor.checks.context.Outcome`) with a replayed saving capped at ``step − floor``.
+def cap_outcome(outcome: Any, floor_us: float | None, step_us: float) -> Any:
+    """``outcome`` (:class:`perfdoctor.checks.context.Outcome`) with a replayed saving capped at ``step_us −
+    floor_us`` (``step_us``: the rank's recorded mean analysed step, µs).
 
     Only savings from the replay are capped (their method says so); the method then states the cap. A larger batch
     (PD201) is left alone: it changes every rank's collectives and is rescaled per sample ("per step of today's
@@ -93,7 +94,7 @@ def cap_outcome(outcome: Any, floor_us: float | None) -> Any:
         or _PER_SAMPLE in est.method
     ):
         return outcome
-    most = max(est.step_us - floor_us, 0.0)
+    most = max(step_us - floor_us, 0.0)
     if est.saving_us <= most:
         return outcome
     method = (

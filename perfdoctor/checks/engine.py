@@ -21,10 +21,12 @@ from types import ModuleType
 from typing import Any
 
 import msgspec
+import numpy as np
 
 from perfdoctor.checks import context as cx
 from perfdoctor.checks import contract, requirements
 from perfdoctor.checks.catalogue import REQUIREMENTS, Catalogue, RuleSpec
+from perfdoctor.checks.denominator import StepDenominator, step_denominator
 from perfdoctor.errors import PerfDoctorError
 from perfdoctor.findings import (
     FINDINGS_NOTE,
@@ -114,10 +116,14 @@ class CheckResults:
     passed: list[str] = field(default_factory=list)
     metrics: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)  # code -> rank -> metrics
     fix_all_note: str = ""  # what the findings' fixes together do to the mean step, replayed
+    denominator: StepDenominator | None = None  # the step every saving is a share of (None: no step)
 
     def to_report(self) -> dict[str, Any]:
-        """The report keys: ``findings`` (ranked dicts), ``skipped_checks``, ``passed_checks``, ``findings_note``."""
+        """The report keys: ``findings`` (ranked dicts), ``skipped_checks``, ``passed_checks``, ``findings_note``,
+        ``denominator`` (``{value_us, definition, rank}``, or None)."""
+        d = self.denominator
         return {
+            "denominator": None if d is None else {"value_us": d.value_us, "definition": d.definition, "rank": d.rank},
             "findings": [f.to_dict() for f in self.findings],
             "skipped_checks": list(self.skipped),
             "passed_checks": list(self.passed),
@@ -149,13 +155,22 @@ def _where(rank: int | None, fired: list[int], n_ranks: int) -> tuple[str, str]:
 
 
 def _finding(
-    spec: RuleSpec, hit: Hit, ranks: list[int], cat: Catalogue, rank: int | None = None, n_ranks: int = 1
+    spec: RuleSpec,
+    hit: Hit,
+    ranks: list[int],
+    cat: Catalogue,
+    denom: StepDenominator | None,
+    rank: int | None = None,
+    n_ranks: int = 1,
 ) -> Finding:
-    """The finding of ``hit``; ``rank`` is the trace rank its numbers come from, ``n_ranks`` the job's rank count."""
+    """The finding of ``hit``; ``rank`` is the trace rank its numbers come from, ``n_ranks`` the job's rank count;
+    its saving's share is of ``denom``, the report's one denominator (0% without one)."""
     fields = {**hit.evidence.values, **hit.fields}
+    pct = None
     if hit.estimate is not None:
+        pct = denom.pct(hit.estimate.saving_us) if denom is not None else 0.0
         fields.setdefault("saving_ms", hit.estimate.saving_us / 1000.0)
-        fields.setdefault("saving_pct", hit.estimate.pct)
+        fields.setdefault("saving_pct", pct)
     try:
         message = spec.message.format_map(fields)
     except (KeyError, ValueError, IndexError, AttributeError, TypeError) as exc:
@@ -163,7 +178,6 @@ def _finding(
             f"{spec.path}: message template of {spec.code} cannot be filled "
             f"({type(exc).__name__}: {exc}); fields available: {', '.join(sorted(fields))}"
         ) from None
-    pct = hit.estimate.pct if hit.estimate is not None else None
     prefix, suffix = _where(rank, ranks, n_ranks)
     advice = hit.advice
     return Finding(
@@ -180,6 +194,7 @@ def _finding(
         references=list(spec.references),
         ranks=ranks,
         rank=rank,
+        saving_pct=pct or 0.0,
     )
 
 
@@ -205,7 +220,8 @@ def _folded(skips: list[tuple[Any, str]]) -> str:
 def _merge_rank_outcomes(
     spec: RuleSpec, outcomes: list[tuple[Any, cx.Outcome]], res: CheckResults, cat: Catalogue
 ) -> None:
-    """One finding from the per-rank outcomes (the rank with the largest saving speaks), or a skip / pass.
+    """One finding from the per-rank outcomes (the rank with the largest saving speaks), or a skip / pass; its
+    saving's share is of ``res.denominator`` (the report's one denominator, set by :func:`combine`).
 
     ``outcomes`` pairs a trace rank (None for a job-level check, a str in user metric rules) with its outcome.
     """
@@ -217,7 +233,7 @@ def _merge_rank_outcomes(
                 str(r): round(h.estimate.saving_us, 3) for r, h in hits if h.estimate
             }
         fired = sorted(r for r in {h.rank if h.rank is not None else _as_rank(r) for r, h in hits} if r is not None)
-        res.findings.append(_finding(spec, best, fired, cat, _as_rank(best_rank), len(outcomes)))
+        res.findings.append(_finding(spec, best, fired, cat, res.denominator, _as_rank(best_rank), len(outcomes)))
         return
     skips = [(r, o.skip) for r, o in outcomes if o.skip]
     if skips and len(skips) == len(outcomes):
@@ -258,9 +274,8 @@ def _metric_rule(spec: RuleSpec, res: CheckResults, modules: dict[str, ModuleTyp
         if "saving_metric" in when:
             sc, sm = when["saving_metric"].split(".", 1)
             sv = res.metrics.get(sc, {}).get(rank_key, {}).get(sm)
-            step_us = metrics.get("step_us") or res.metrics.get(sc, {}).get(rank_key, {}).get("step_us") or 0.0
             if sv is not None:
-                est = Estimate(float(sv), float(step_us), f"user rule: {when['saving_metric']}")
+                est = Estimate(float(sv), f"user rule: {when['saving_metric']}")
         ev = Evidence(values={"metric": when["metric"], "value": value})
         outcomes.append((rank_key, cx.Outcome(hit=Hit(evidence=ev, estimate=est))))
     if not outcomes:
@@ -360,7 +375,10 @@ def _replay_caps(analysis: Any) -> Callable[[Any, cx.Outcome], cx.Outcome] | Non
     for r in ranks:  # each rank's own fix-all in its section: fixed alone, it still waits for its peers
         if getattr(r, "replay", None) is not None and int(r.rank or 0) in floors:
             r.replay.floor_us = floors[int(r.rank or 0)]
-    return lambda rank, o: replay_cap.cap_outcome(o, floors.get(rank) if isinstance(rank, int) else None)
+    step_us = {int(r.rank or 0): float(np.mean([s.dur_us for s in r.primary.steps])) for r in ranks if r.primary.steps}
+    return lambda rank, o: replay_cap.cap_outcome(
+        o, floors.get(rank) if isinstance(rank, int) else None, step_us.get(rank, 0.0) if isinstance(rank, int) else 0.0
+    )
 
 
 def combine(
@@ -383,7 +401,7 @@ def combine(
     :func:`perfdoctor.jobs.replay_cap.cap_outcome`).
     """
     modules = modules if modules is not None else check_modules()
-    res = CheckResults()
+    res = CheckResults(denominator=step_denominator(analysis, rank_ctx))
     wanted = set(selected)
     user = [cat.rules[c] for c in selected if cat.rules[c].when is not None]
     whole_trace = {c.rank.rank: c.rank.steps.source == "whole-trace" for c in rank_ctx}
@@ -397,7 +415,7 @@ def combine(
                     {"code": code, "name": spec.name, "reason": "no check is implemented for this rule yet"}
                 )
             continue
-        sub = CheckResults()
+        sub = CheckResults(denominator=res.denominator)
         needs_trace = spec.scope != "job" or any(q != "run" for q in spec.requires)
         if needs_trace and not rank_ctx:
             if report:

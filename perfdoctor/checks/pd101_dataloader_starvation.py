@@ -64,4 +64,4 @@ def check(ctx: RankContext) -> Outcome:
         },
         steps=steps_over(wait, step_us, ctx.th["min_saving_pct"], ctx.step_numbers),
     )
-    return Outcome(metrics=metrics, hit=Hit(evidence=ev, estimate=Estimate(saving, ctx.step_us, method)))
+    return Outcome(metrics=metrics, hit=Hit(evidence=ev, estimate=Estimate(saving, method)))

@@ -91,7 +91,7 @@ def check(ctx: RankContext) -> Outcome:
     )
     hit = Hit(
         evidence=ev,
-        estimate=Estimate(saving, ctx.step_us, method),
+        estimate=Estimate(saving, method),
         fields={"size_per_step": size_text(float(nbytes.mean()))},
     )
     return Outcome(metrics=metrics, hit=hit)

@@ -99,7 +99,7 @@ def check(ctx: RankContext) -> Outcome:
         },
         steps=steps_over(idle, ctx.per_step(lambda s: s.dur_us), ctx.th["min_saving_pct"], ctx.step_numbers),
     )
-    return Outcome(metrics=metrics, hit=Hit(evidence=ev, estimate=Estimate(saving, ctx.step_us, method)))
+    return Outcome(metrics=metrics, hit=Hit(evidence=ev, estimate=Estimate(saving, method)))
 
 
 def _in_stream_share(ctx: RankContext, k: object) -> float:

@@ -41,4 +41,4 @@ def check(ctx: RankContext) -> Outcome:
         steps=steps_over(outside, ctx.per_step(lambda s: s.dur_us), ctx.th["min_saving_pct"], ctx.step_numbers),
     )
     method = "mean time per step outside any op on the training process (CPU breakdown 'Python / host outside any op')"
-    return Outcome(metrics=metrics, hit=Hit(evidence=ev, estimate=Estimate(mean, ctx.step_us, method)))
+    return Outcome(metrics=metrics, hit=Hit(evidence=ev, estimate=Estimate(mean, method)))

@@ -48,4 +48,4 @@ def check(ctx: RankContext) -> Outcome:
         "mean device idle per step while the replay's critical path is on the host outside any op "
         "(breakdown 'Python / host outside any op')"
     )
-    return Outcome(metrics=metrics, hit=Hit(evidence=ev, estimate=Estimate(mean, ctx.step_us, method)))
+    return Outcome(metrics=metrics, hit=Hit(evidence=ev, estimate=Estimate(mean, method)))

@@ -127,4 +127,4 @@ def check(ctx: RankContext) -> Outcome:
         f" × (1 − 1/{growth:.1f}): spread over a {growth:.1f}× larger batch, per step of "
         "today's batch (an upper bound)"
     )
-    return Outcome(metrics=metrics, hit=Hit(evidence=ev, estimate=Estimate(saving, ctx.step_us, method)))
+    return Outcome(metrics=metrics, hit=Hit(evidence=ev, estimate=Estimate(saving, method)))

@@ -118,4 +118,4 @@ def check(ctx: RankContext) -> Outcome:
         f"elementwise/normalization {what} time per step × max_fused_fraction "
         f"({ctx.th['max_fused_fraction']}): the share a fused pass removes at most"
     )
-    return Outcome(metrics=metrics, hit=Hit(evidence=ev, estimate=Estimate(saving, ctx.step_us, method)))
+    return Outcome(metrics=metrics, hit=Hit(evidence=ev, estimate=Estimate(saving, method)))

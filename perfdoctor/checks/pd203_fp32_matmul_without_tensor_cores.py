@@ -161,4 +161,4 @@ def check(ctx: RankContext) -> Outcome:
             f"FP32 GEMM/conv kernel time per step × (1 − 1/{speedup:.1f}), {src}, capped at max_speedup "
             "(an upper bound: no op shapes or no device in the hardware table to replay the fix with)"
         )
-    return Outcome(metrics=metrics, hit=Hit(evidence=ev, estimate=Estimate(saving, ctx.step_us, method)))
+    return Outcome(metrics=metrics, hit=Hit(evidence=ev, estimate=Estimate(saving, method)))

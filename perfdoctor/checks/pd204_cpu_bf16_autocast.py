@@ -112,4 +112,4 @@ def check(ctx: RankContext) -> Outcome:
         "autocast's cast time per step + bf16 GEMM time × (1 − 1/emulated_slowdown); "
         f"emulated_slowdown = {ctx.th['emulated_slowdown']}"
     )
-    return Outcome(metrics=metrics, hit=Hit(evidence=ev, estimate=Estimate(saving, ctx.step_us, method)))
+    return Outcome(metrics=metrics, hit=Hit(evidence=ev, estimate=Estimate(saving, method)))

@@ -155,7 +155,7 @@ def check(ctx: RankContext) -> Outcome:
     ev.values["optimizer"] = cls or "unknown"
     hit = Hit(
         evidence=ev,
-        estimate=Estimate(saving, ctx.step_us, method),
+        estimate=Estimate(saving, method),
         advice=fix,
         fields={"optimizer_step": f"{cls}.step" if cls else "Optimizer.step", "advice": short},
     )

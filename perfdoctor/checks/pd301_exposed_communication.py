@@ -107,7 +107,7 @@ def check(ctx: RankContext) -> Outcome:
         + "; at most the collective time with no compute kernel running"
         + (", less the rank's wait for other ranks inside collectives" if wait.any() else "")
     )
-    return Outcome(metrics=metrics, hit=Hit(evidence=ev, estimate=Estimate(saving, ctx.step_us, method)))
+    return Outcome(metrics=metrics, hit=Hit(evidence=ev, estimate=Estimate(saving, method)))
 
 
 def _no_comm_reason(ctx: RankContext) -> str:

@@ -74,7 +74,6 @@ def check(ctx: RankContext) -> Outcome:
         "early_allreduce_us": float(np.mean(early_us)),
     }
     saving = metrics["early_allreduce_us"]
-    update_us = ctx.step_us
     if metrics["micro_batches_per_update"] < 2 or metrics["early_allreduce_calls_per_update"] < 1:
         return passed(**metrics)
     ev = Evidence(
@@ -82,4 +81,4 @@ def check(ctx: RankContext) -> Outcome:
         steps=ctx.step_numbers,
     )
     method = "all-reduce work (on the collective's thread) issued before the last micro-batch, per optimizer step"
-    return Outcome(metrics=metrics, hit=Hit(evidence=ev, estimate=Estimate(saving, update_us, method)))
+    return Outcome(metrics=metrics, hit=Hit(evidence=ev, estimate=Estimate(saving, method)))

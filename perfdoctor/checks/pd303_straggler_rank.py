@@ -89,4 +89,4 @@ def check(job: JobContext) -> Outcome:
         steps=job.ranks[worst].step_numbers,
     )
     method = "slowest rank's time outside collectives per step − median of the other ranks' (their wait in collectives)"
-    return Outcome(metrics=metrics, hit=Hit(evidence=ev, estimate=Estimate(saving, step_us, method), rank=ranks[worst]))
+    return Outcome(metrics=metrics, hit=Hit(evidence=ev, estimate=Estimate(saving, method), rank=ranks[worst]))

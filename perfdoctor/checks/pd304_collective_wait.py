@@ -77,7 +77,7 @@ def check(job: JobContext) -> Outcome:
         "the rank's mean wait per step inside matched collectives (its duration − the shortest copy's), "
         "at most its exposed collective time"
     )
-    hit = Hit(evidence=ev, estimate=Estimate(wait, step_us, method), rank=tied[0] if len(tied) == 1 else None)
+    hit = Hit(evidence=ev, estimate=Estimate(wait, method), rank=tied[0] if len(tied) == 1 else None)
     return Outcome(metrics=metrics, hit=hit)
 
 

@@ -130,4 +130,4 @@ def check(ctx: RankContext) -> Outcome:
         steps=steps_over(exposed, ctx.per_step(lambda s: s.dur_us), ctx.th["min_saving_pct"], ctx.step_numbers),
     )
     method = "mean host collective time per step with no other op of the process running (CPU breakdown)"
-    return Outcome(metrics=metrics, hit=Hit(evidence=ev, estimate=Estimate(mean_exposed, ctx.step_us, method)))
+    return Outcome(metrics=metrics, hit=Hit(evidence=ev, estimate=Estimate(mean_exposed, method)))

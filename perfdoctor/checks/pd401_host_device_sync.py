@@ -121,7 +121,7 @@ def check(ctx: RankContext) -> Outcome:
         metrics=metrics,
         hit=Hit(
             evidence=ev,
-            estimate=Estimate(saving, ctx.step_us, method),
+            estimate=Estimate(saving, method),
             fields={"syncs": count_text(metrics["syncs_per_step"])},
         ),
     )

@@ -90,4 +90,4 @@ def check(ctx: RankContext) -> Outcome:
     method = (
         "device idle that begins while the host is in cudaMalloc/cudaFree in the steady-state steps, per analysed step"
     )
-    return Outcome(metrics=metrics, hit=Hit(evidence=ev, estimate=Estimate(saving, ctx.step_us, method)))
+    return Outcome(metrics=metrics, hit=Hit(evidence=ev, estimate=Estimate(saving, method)))

@@ -76,7 +76,7 @@ def check(job: JobContext) -> Outcome:
             steps=[p.start_step for p in ss.phases[1:]],
         )
         saving = max(last.median_s - best.median_s, 0.0) * 1e6
-        est = Estimate(saving, last.median_s * 1e6, "last phase median − fastest phase median (per step)")
+        est = Estimate(saving, "last phase median − fastest phase median (per step)")
         return Outcome(metrics=metrics, hit=Hit(evidence=ev, estimate=est if saving > 0 else None))
     if ss.trend_detected and ss.trend_us_per_step > 0:
         jump = _level_change(run)
@@ -95,7 +95,7 @@ def check(job: JobContext) -> Outcome:
                 steps=[step],
             )
             saving = max(after_s - before_s, 0.0) * 1e6
-            est = Estimate(saving, after_s * 1e6, "median after the change − median before (per step)")
+            est = Estimate(saving, "median after the change − median before (per step)")
             return Outcome(metrics=metrics, hit=Hit(evidence=ev, estimate=est if saving > 0 else None))
         rise_us = ss.trend_rise_ratio * ss.median_s * 1e6
         ev = Evidence(
@@ -111,7 +111,7 @@ def check(job: JobContext) -> Outcome:
                 "n_phases": 1,
             }
         )
-        est = Estimate(rise_us, ss.median_s * 1e6, "fitted rise of step time over the steady span (Theil-Sen)")
+        est = Estimate(rise_us, "fitted rise of step time over the steady span (Theil-Sen)")
         return Outcome(metrics=metrics, hit=Hit(evidence=ev, estimate=est))
     return passed(**metrics)
 

@@ -3,8 +3,10 @@
 From the run data of ``perfdoctor profile``: p10, median and p90 of the unprofiled
 steady-state train-only step times (:mod:`perfdoctor.analysis.steady_state`).
 Fires when p90 ÷ p10 exceeds ``max_spread`` and p90 − p10 is at least ``min_spread_ms`` (tiny
-steps jitter by scheduler and timer noise alone). The saving bound is median − p10
-per step (every step as fast as the fastest decile already is).
+steps jitter by scheduler and timer noise alone). It states the dispersion (p10, p90, the coefficient of
+variation) and no saving: how much of the variation a fix would remove is not known from the series, and a
+"median − p10" taken of the unprofiled steps would not be a share of the report's one denominator (the analysed
+steps' mean, :mod:`perfdoctor.checks.denominator`).
 """
 
 from __future__ import annotations
@@ -15,13 +17,13 @@ import numpy as np
 
 from perfdoctor.checks.common import unprofiled_step_times
 from perfdoctor.checks.context import JobContext, Outcome, passed, skipped
-from perfdoctor.findings import Estimate, Evidence, Hit
+from perfdoctor.findings import Evidence, Hit
 
 CODE = "PD603"
 METRICS = {"spread": "p90 ÷ p10 of the steady-state step times"}
 
 # what a hit's evidence/fields add to METRICS for the TOML message (its placeholders are checked at load)
-MESSAGE_FIELDS = ("p10_ms", "p90_ms", "slow_pct")
+MESSAGE_FIELDS = ("p10_ms", "p90_ms", "slow_pct", "cv_pct")
 
 
 @dataclass(frozen=True)
@@ -53,9 +55,9 @@ def check(job: JobContext) -> Outcome:
             "p90_ms": p90 * 1e3,
             "spread": spread,
             "slow_pct": 100 * float(slow.mean()),
+            "cv_pct": 100 * float(np.std(x) / np.mean(x)),  # population SD ÷ mean of the steady steps
             "steady_steps": int(x.size),
         },
         steps=[int(s) for s in idx[slow][:20]],
     )
-    est = Estimate(max(med - p10, 0.0) * 1e6, med * 1e6, "median − p10 of the unprofiled steady-state step times")
-    return Outcome(metrics={"spread": spread}, hit=Hit(evidence=ev, estimate=est))
+    return Outcome(metrics={"spread": spread}, hit=Hit(evidence=ev, estimate=None))

@@ -141,8 +141,12 @@ def _replay_caps(analysis: Any, gpu: list[RankSummary]) -> Any:
     )
     analysis.replay_floor_us = floors
 
+    step_us = {int(s.rank or 0): sum(r.dur_us for r in s.step_rows) / len(s.step_rows) for s in gpu}
+
     def adjust(rank: Any, outcome: Any) -> Any:
-        return replay_cap.cap_outcome(outcome, floors.get(rank) if isinstance(rank, int) else None)
+        if not isinstance(rank, int):
+            return outcome
+        return replay_cap.cap_outcome(outcome, floors.get(rank), step_us.get(rank, 0.0))
 
     return adjust if floors else None
 

@@ -211,15 +211,17 @@ class SummaryRank:
         self.summary = s
         self.rank = s.rank
         self.primary = DeviceBreakdown(device=s.primary_device, kind=s.primary_kind, steps=list(s.step_rows))
-        self.steps = _Steps(s.steps_source, [int(r.step) for r in s.step_rows])
+        marker = s.section.step_marker if s.section is not None else ""
+        self.steps = _Steps(s.steps_source, [int(r.step) for r in s.step_rows], marker)
         self.requirement_reasons = s.requirement_reasons
         self.warnings = s.warnings
 
 
 class _Steps:
-    def __init__(self, source: str, numbers: list[int]) -> None:
+    def __init__(self, source: str, numbers: list[int], marker: str = "") -> None:
         self.source = source
         self.numbers = numbers
+        self.marker = marker
 
     def __len__(self) -> int:
         return len(self.numbers)

@@ -127,9 +127,11 @@ def summary_section(ranks: list[m.RankSection]) -> m.Summary:
 
 
 def check_sections(results: CheckResults) -> dict[str, Any]:
-    """``findings``, ``skipped_checks``, ``passed_checks`` and ``findings_note`` of the Report."""
+    """``findings``, ``skipped_checks``, ``passed_checks``, ``findings_note`` and ``denominator`` of the Report."""
     rep = results.to_report()
+    denom = rep["denominator"]
     return {
+        "denominator": None if denom is None else plain(denom, m.Denominator, "denominator"),
         "findings": plain(rep["findings"], list[m.FindingSection], "findings"),
         "skipped_checks": plain(rep["skipped_checks"], list[m.SkippedCheck], "skipped_checks"),
         "passed_checks": list(rep["passed_checks"]),

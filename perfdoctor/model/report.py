@@ -380,6 +380,15 @@ class FindingSection(Section, kw_only=True):
         return [e for e in events if isinstance(e, dict)] if isinstance(events, list) else []
 
 
+class Denominator(Section, kw_only=True):
+    """The step time every finding's ``saving_pct_of_step`` is a share of (µs), what it is in words, and the trace
+    rank it comes from (None when not one rank's): :mod:`perfdoctor.checks.denominator`."""
+
+    value_us: float
+    definition: str
+    rank: int | None
+
+
 class SkippedCheck(Section, kw_only=True):
     """A selected check that lacked the data it needs, and why."""
 
@@ -550,6 +559,7 @@ class Report(Section, kw_only=True):
     skipped_checks: list[SkippedCheck] | UnsetType = UNSET
     passed_checks: list[str] | UnsetType = UNSET
     findings_note: str | UnsetType = UNSET
+    denominator: Denominator | None | UnsetType = UNSET
     verdict: str | UnsetType = UNSET
     run: RunSection | UnsetType = UNSET
     no_trace: str | UnsetType = UNSET

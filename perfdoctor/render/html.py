@@ -248,6 +248,7 @@ def render_html(report: Report | Mapping[str, Any], generated_at: str | None = N
         "findings": view.findings(rep),
         "skipped": view.skipped(rep),
         "findings_note": rep.findings_note if rep.findings_note is not UNSET else None,
+        "denominator": view.denominator_text(rep),
         "has_findings_key": rep.findings is not UNSET,
         "multi": len(rep.ranks) > 1,
         "ranks": ranks,

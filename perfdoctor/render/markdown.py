@@ -65,6 +65,8 @@ def _findings(report: Report) -> list[str]:
         out.append(f"{i}. **{esc(f['code'])}** {esc(f['title'] or f['name'])}{rank} — {saving}")
         if f["fix"]:
             out.append(f"   - fix: {esc_prose(f['fix'])}")
+    if view.denominator_text(report):
+        out += ["", f"_{esc(view.denominator_text(report))}_"]
     if report.findings_note:
         out += ["", f"_{esc(report.findings_note)}_"]
     if len(items) > MAX_FINDINGS:

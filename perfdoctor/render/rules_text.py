@@ -94,6 +94,8 @@ def findings_renderables(report: Report) -> list[Any]:
                 f.message,
             )
         out.append(t)
+        if view.denominator_text(report):
+            out.append(Text(view.denominator_text(report), style="dim"))
         for f in findings:
             out.append(Text.assemble((f"{f.code} fix: ", "bold"), f.fix))
         out.append(Text(report.findings_note if report.findings_note is not UNSET else "", style="dim"))

@@ -91,7 +91,8 @@ DEFINITIONS: list[tuple[str, str]] = [
     (
         "estimated saving",
         "Each finding's own estimate of the step time it would remove, in ms per step, with the "
-        "method the check names. " + FINDINGS_NOTE,
+        "method the check names, and as a share of the report's one denominator: the mean step time of the analysed "
+        "steps (of a job: its longest rank's), named under Top fixes. " + FINDINGS_NOTE,
     ),
 ]
 
@@ -289,6 +290,15 @@ def finding(f: FindingSection, order: int = 0) -> dict[str, Any]:
 
 def _report(report: Report | Mapping[str, Any]) -> Report:
     return as_report(report)
+
+
+def denominator_text(report: Report | Mapping[str, Any]) -> str:
+    """The one sentence naming the step every saving % is a share of ("" when the report has none): each renderer
+    prints it once, next to the findings."""
+    d = _report(report).denominator
+    if d is UNSET or d is None:
+        return ""
+    return f"Saving percentages are of {ms(d.value_us)} per step: {d.definition}."
 
 
 def findings(report: Report | Mapping[str, Any]) -> list[dict[str, Any]]:

@@ -99,7 +99,7 @@ def check(ctx: RankContext) -> Outcome:
         return passed(**metrics)
     ev = Evidence(values={{"example_ms": mean / 1000, "example_pct": share}})
     method = "TODO: how the saving is estimated"
-    return Outcome(metrics=metrics, hit=Hit(evidence=ev, estimate=Estimate(mean, ctx.step_us, method)))
+    return Outcome(metrics=metrics, hit=Hit(evidence=ev, estimate=Estimate(mean, method)))
 '''
 
 TEST = '''"""{code} {name}: a firing and a silent case, numbers worked out by hand (µs)."""

@@ -29,7 +29,9 @@ def test_pd603_fires_on_an_interfered_series_not_a_phase_change():
     steady = d[ss.steady_start_step :][~window[ss.steady_start_step :]]
     assert v["p10_ms"] == pytest.approx(1e3 * np.percentile(steady, 10))
     assert v["spread"] == pytest.approx(np.percentile(steady, 90) / np.percentile(steady, 10))
-    assert out.hit.estimate.saving_us == pytest.approx(1e6 * (np.median(steady) - np.percentile(steady, 10)))
+    # a dispersion statistic, not a saving: no estimate, the coefficient of variation (population SD ÷ mean)
+    assert out.hit.estimate is None
+    assert v["cv_pct"] == pytest.approx(100 * np.sqrt(np.mean((steady - steady.mean()) ** 2)) / steady.mean())
     # an even series: PD603 passes
     even = series([(200, 0.01)], noise=0.05)
     assert pd603.check(run_job(even, analyze(even), max_spread=2.0, min_steps=20, min_spread_ms=1.0)).hit is None

@@ -1,0 +1,80 @@
+"""The report's one denominator: the step time every finding's saving is a share of.
+
+A check states a saving in µs per step (:class:`perfdoctor.findings.Estimate`); the engine divides every saving by
+this one number, so two findings' percentages compare as their µs do (issue 10). The rule, by input:
+
+- one trace: the mean step time of its analysed steps (the primary device's step windows), which is also the
+  recorded mean step a replayed saving is taken from (recorded mean − replayed mean with the fix);
+- several ranks of one job: the job's step, the longest of the ranks' mean analysed steps. Ranks of a data-parallel job
+  move in lock-step (each step ends in collectives that wait for every rank), so the job steps at the pace of
+  its longest rank step; a rank's saving is then a share of the job's step, never of its own;
+- a ``perfdoctor profile`` run directory: the same mean of the analysed (profiled) steps. A replayed saving is
+  measured on those steps; its method adds what it is for the unprofiled steady step (scaled by the measured
+  steady ÷ profiled ratio), which is the same share of that step, so the percentage needs no second rule;
+- a run directory without a trace (nothing analysed): the median of the unprofiled steady-state steps, the only
+  step the report has.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from perfdoctor.checks.common import step_list_text
+
+
+@dataclass(frozen=True)
+class StepDenominator:
+    """The step time (µs) every saving is a share of, the words that say what it is, and the rank it comes from
+    (None when it is not one rank's)."""
+
+    value_us: float
+    definition: str
+    rank: int | None = None
+
+    def pct(self, saving_us: float) -> float:
+        """``saving_us`` as % of the denominator (0 when it is not positive)."""
+        return 100.0 * saving_us / self.value_us if self.value_us > 0 else 0.0
+
+
+_REGEX_PARTS = re.compile(r"[\^$]|\(.*?\)|\\[dDsSwW][+*]?")  # of a step-marker regex: "^ProfilerStep#(\d+)$"
+
+
+def _rank_words(ctx: Any) -> str:
+    """'mean of the 6 analysed steps (ProfilerStep#5–#10)' for one rank's context."""
+    numbers = ctx.step_numbers
+    if getattr(ctx.rank.steps, "source", "") == "whole-trace":
+        return "the whole trace window (no step markers: one step)"
+    marker = _REGEX_PARTS.sub("", getattr(ctx.rank.steps, "marker", "") or "").strip("# ") or "step"
+    which = f"({marker} {step_list_text(numbers)})"
+    if len(numbers) == 1:
+        return f"the one analysed step {which}"
+    return f"mean of the {len(numbers)} analysed steps {which}"
+
+
+def step_denominator(analysis: Any, rank_ctx: list[Any]) -> StepDenominator | None:
+    """The report's denominator (see the module docstring) from the ranks' contexts
+    (:class:`perfdoctor.checks.context.RankContext`: ``step_us``, ``step_numbers``, ``rank``) and, without a rank
+    that has steps, the run's steady state (``analysis.run.steady_state.median_s``). None when there is no step."""
+    timed = [c for c in rank_ctx if c.n_steps and c.step_us > 0]
+    if not timed:
+        ss = getattr(getattr(analysis, "run", None), "steady_state", None)
+        med = getattr(ss, "median_s", None)
+        if med is None or not med > 0:
+            return None
+        return StepDenominator(
+            float(med) * 1e6,
+            f"median of the {getattr(ss, 'n_steps', 0)} unprofiled steady-state steps (no trace analysed)",
+        )
+    slowest = max(timed, key=lambda c: c.step_us)
+    rank = slowest.rank.rank
+    if len(rank_ctx) < 2:
+        who = f", rank {rank}" if rank is not None else ""
+        return StepDenominator(slowest.step_us, _rank_words(slowest) + who, rank)
+    return StepDenominator(
+        slowest.step_us,
+        f"the job's step, the longest of the {len(rank_ctx)} ranks' steps: rank {rank}, {_rank_words(slowest)} "
+        "(ranks move in lock-step, so the job steps at its longest rank's pace)",
+        rank,
+    )

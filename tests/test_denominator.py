@@ -1,0 +1,113 @@
+"""One denominator for every finding's share (issue 10, reviewer F7).
+
+The expected step times are worked out from the raw Kineto JSON with code that shares nothing with perfdoctor:
+step windows as documented in perfdoctor/analysis/steps.py (the host ``ProfilerStep#N`` annotation, stretched to
+the end of the last GPU activity whose runtime launch falls inside it; each window starts where the previous one
+ended). Only which steps are analysed is read from the report.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+from pathlib import Path
+
+import pytest
+from conftest import shared_trace
+from rich.console import Console
+
+GPU_CATS = {"kernel", "gpu_memcpy", "gpu_memset", "memcpy", "memset"}  # lower-cased: 2021 traces say "Kernel"
+RUNTIME_CATS = {"cuda_runtime", "cuda_driver", "runtime"}
+
+
+def _step_times_us(path: Path) -> dict[int, float]:
+    """{N: step time µs} of every ``ProfilerStep#N`` of a raw trace file (see the module docstring)."""
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt") as fh:
+        events = json.load(fh)["traceEvents"]
+    steps = sorted(
+        (e["ts"], e["ts"] + e["dur"], int(e["name"].split("#")[1]))
+        for e in events
+        if e.get("ph") == "X" and str(e.get("name", "")).startswith("ProfilerStep#")
+    )
+    runtime = [e for e in events if str(e.get("cat")).lower() in RUNTIME_CATS and "correlation" in e.get("args", {})]
+    launch = {e["args"]["correlation"]: e["ts"] for e in runtime}
+    gpu_end = [
+        (launch[e["args"]["correlation"]], e["ts"] + e["dur"])
+        for e in events
+        if str(e.get("cat")).lower() in GPU_CATS and e.get("args", {}).get("correlation") in launch
+    ]
+    out: dict[int, float] = {}
+    prev_end = None
+    for ts, end, n in steps:
+        last_gpu = max((g for t, g in gpu_end if ts <= t < end), default=end)
+        start = ts if prev_end is None else prev_end
+        stop = max(end, last_gpu, prev_end if prev_end is not None else end)
+        out[n] = stop - start
+        prev_end = stop
+    return out
+
+
+def _analysed(report: dict, rank_index: int) -> list[int]:
+    r = report["ranks"][rank_index]
+    dev = next(d for d in r["devices"] if d["device"] == r["primary_device"])
+    return [s["step"] for s in dev["steps"]]
+
+
+def _assert_every_pct_is_of(report: dict, denom_us: float) -> None:
+    assert report["denominator"]["value_us"] == pytest.approx(denom_us, rel=1e-9)
+    estimated = [f for f in report["findings"] if f["saving_method"]]
+    assert estimated
+    for f in estimated:
+        assert f["saving_pct_of_step"] == pytest.approx(100 * f["saving_us_per_step"] / denom_us, abs=1e-3), f["code"]
+
+
+def test_single_rank_every_share_is_of_the_mean_analysed_step():
+    from perfdoctor import pipeline
+
+    path = shared_trace("kineto__resnet50_num_workers_0__worker0.pt.trace.json.gz")
+    report = pipeline.build([str(path)]).report
+    times = _step_times_us(path)
+    steps = _analysed(report, 0)
+    mean_us = sum(times[n] for n in steps) / len(steps)
+    _assert_every_pct_is_of(report, mean_us)
+    d = report["denominator"]
+    assert f"mean of the {len(steps)} analysed steps (ProfilerStep #{steps[0]}–#{steps[-1]})" in d["definition"]
+    assert d["rank"] == report["ranks"][0]["rank"]
+
+
+def test_multi_rank_every_share_is_of_the_slowest_ranks_mean_step():
+    from perfdoctor import pipeline
+
+    folder = shared_trace("param__dlrm_8ranks")
+    report = pipeline.build([str(folder)]).report
+    means = {}
+    for i, r in enumerate(report["ranks"]):
+        times = _step_times_us(Path(r["path"]))
+        steps = _analysed(report, i)
+        means[r["rank"]] = sum(times[n] for n in steps) / len(steps)
+    slowest = max(means, key=lambda k: means[k])
+    _assert_every_pct_is_of(report, means[slowest])
+    # every finding, whichever rank speaks for it, is a share of the job's step, not of its own rank's
+    assert report["denominator"]["rank"] == slowest
+    assert f"the longest of the 8 ranks' steps: rank {slowest}, " in report["denominator"]["definition"]
+
+
+def test_every_render_names_the_denominator_once(tmp_path):
+    from perfdoctor import pipeline
+    from perfdoctor.render.html import render_html
+    from perfdoctor.render.markdown import render_markdown
+    from perfdoctor.render.terminal import render_terminal
+
+    path = shared_trace("kineto__resnet50_num_workers_0__worker0.pt.trace.json.gz")
+    built = pipeline.build([str(path)])
+    d = built.report["denominator"]
+    text = f"Saving percentages are of {d['value_us'] / 1000:,.2f} ms per step"
+    md = render_markdown(built.model)
+    page = render_html(built.model)
+    console = Console(width=400, record=True, file=io.StringIO())
+    render_terminal(built.model, console)
+    term = console.export_text()
+    for out in (md, page, term):
+        assert out.count(text) == 1

@@ -65,7 +65,8 @@ def test_markdown_of_resnet_names_the_fix_and_the_breakdown(tmp_path):
     assert "| median step time | **177.44 ms** |" in md
     # the replayed saving of prefetched batches (59.0 ms); CUDA graphs' replayed saving ranks above it
     assert (
-        "**PD101** The device is idle" in md and "saves about 58.98" in md
+        "**PD101** The device idles 59.3 ms per step waiting for the DataLoader (measured" in md
+        and "saves about 58.98" in md
     )  # a replayed point estimate (F16), not a bound
     assert "| idle: waiting for DataLoader | 59.26" in md and "| 33.4% |" in md
     assert "| **step (total)** | **177.59 ms** | **100.0%** |" in md

@@ -45,8 +45,8 @@ def _builtin_copy(tmp_path: Path) -> Path:
         (("min_saving_pct = 5.0", 'min_saving_pct = "5"'), "thresholds.min_saving_pct of PD101 must be float, not '5'"),
         (("min_saving_pct = 5.0", "min_saving_pct = true"), "thresholds.min_saving_pct must be a number"),
         (("min_saving_pct = 5.0", ""), "PD101 lacks threshold(s) min_saving_pct"),
-        (("{dataloader_wait_ms:.1f}", "{dataloader_wait_msec:.1f}"), "uses {dataloader_wait_msec}, which its check"),
-        (("{dataloader_wait_ms:.1f}", "{dataloader_wait_ms:.1f"), "is not a valid template"),
+        (("{recorded_ms:.1f}", "{dataloader_wait_msec:.1f}"), "uses {dataloader_wait_msec}, which its check"),
+        (("{recorded_ms:.1f}", "{recorded_ms:.1f"), "is not a valid template"),
     ],
 )
 def test_a_builtin_toml_that_does_not_fit_its_check_fails_at_load(tmp_path, edit, error):
@@ -84,8 +84,8 @@ def test_user_override_with_a_bad_placeholder_stops_report_before_any_trace_is_r
     assert proc.returncode == 2
     assert proc.stderr.splitlines() == [
         f"perfdoctor: error: {bad}: message of PD101 uses {{dataloader_wait_msec}}, which its check does not provide "
-        "(fields: dataloader_host_us, dataloader_wait_ms, dataloader_wait_pct, dataloader_wait_us, saving_ms, "
-        "saving_pct, step_ms, waiting)"
+        "(fields: dataloader_host_us, dataloader_wait_pct, dataloader_wait_us, measured, recorded_ms, replayed_ms, "
+        "saving_ms, saving_pct)"
     ]
 
 

@@ -83,7 +83,8 @@ def test_multi_rank_finding_names_the_rank_its_numbers_come_from(tmp_path):
     r = run_rules(_ranked_dl_traces(tmp_path, {0: 80, 1: 400, 2: 200, 3: 0}), ["PD101"])
     f = r.findings["PD101"]
     assert f["rank"] == 1 and f["position"] == 1 and f["evidence"]["ranks"] == [0, 1, 2]
-    assert f["message"].startswith("rank 1: The device is idle 0.4 ms per step (40.0% of a 1.0 ms step)")
+    assert f["message"].startswith("rank 1: The device idles 0.4 ms per step waiting for the DataLoader (measured")
+    assert "takes it from 1.0 ms to 0.6 ms (saves 0.4 ms)" in f["message"]  # rank 1's step, 400 µs of fetch gone
     assert f["message"].endswith("(fires on ranks 0, 1, 2 of 4)")
     assert f["evidence"]["saving_us_by_rank"] == {"0": 80.0, "1": 400.0, "2": 200.0}
     assert "worst_rank" not in f["evidence"]  # the finding's own rank field says it
@@ -192,10 +193,10 @@ def test_terminal_findings_name_the_rank_on_multi_rank_jobs(tmp_path):
 
     analysis = pipeline.analyze_paths([str(p) for p in _ranked_dl_traces(tmp_path, {0: 80, 1: 400})], hash_inputs=False)
     analysis.checks = engine.run_checks(analysis, load_catalogue(), ["PD101"])
-    console = Console(width=320, record=True)  # wide enough that the finding fits on its row
+    console = Console(width=640, record=True)  # wide enough that the finding fits on its row
     render_terminal(pipeline.report_dict(analysis), console)
     row = next(line for line in console.export_text().splitlines() if "│ 1 │ PD101" in line)
-    assert "│ rank 1: The device is idle 0.4 ms per step (40.0% of a 1.0 ms step)" in row
+    assert "│ rank 1: The device idles 0.4 ms per step waiting for the DataLoader (measured" in row
     assert row.rstrip(" │").endswith("(fires on all 2 ranks)")
 
 

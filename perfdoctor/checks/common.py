@@ -50,6 +50,18 @@ def rank_list_text(ranks: list[int], limit: int = 8) -> str:
     return ", ".join(parts)
 
 
+def replay_fields(ctx: Any) -> dict[str, float]:
+    """Message fields of a replayed saving: ``recorded_ms``, the rank's recorded mean analysed step (ms; the engine
+    adds ``replayed_ms`` = ``recorded_ms`` − the saving, so a message reads "takes it from A ms to B ms")."""
+    return {"recorded_ms": ctx.step_us / 1000.0}
+
+
+def idle_cause_ms(ctx: Any, cause: str) -> float:
+    """Measured device idle per step (ms, mean over the analysed steps) the breakdown attributes to ``cause``
+    (an :class:`perfdoctor.vocab.IdleCause` value): a measurement, not a replayed saving."""
+    return float(ctx.per_step(lambda s: s.idle_causes_us.get(cause, 0.0)).mean()) / 1000.0 if ctx.n_steps else 0.0
+
+
 def steps_over(values_us: np.ndarray, step_us: np.ndarray, min_pct: float, numbers: list[int]) -> list[int]:
     """Step numbers whose ``values_us`` is at least ``min_pct`` % of that step's time."""
     share = np.divide(100.0 * values_us, step_us, out=np.zeros_like(values_us), where=step_us > 0)

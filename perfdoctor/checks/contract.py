@@ -23,7 +23,9 @@ from typing import Any
 from perfdoctor.checks.catalogue import Catalogue, RuleSpec
 from perfdoctor.errors import PerfDoctorError
 
-ENGINE_FIELDS = ("saving_ms", "saving_pct")  # filled in by the engine from the hit's estimate
+# filled in by the engine from the hit's estimate; ``replayed_ms`` = the hit's ``recorded_ms`` − ``saving_ms`` (the
+# rank's mean step replayed with the fix), for a check that gives ``recorded_ms``
+ENGINE_FIELDS = ("saving_ms", "saving_pct", "replayed_ms")
 USER_RULE_FIELDS = ("metric", "value")  # what a user metric rule's evidence holds
 
 

@@ -171,6 +171,8 @@ def _finding(
         pct = denom.pct(hit.estimate.saving_us) if denom is not None else 0.0
         fields.setdefault("saving_ms", hit.estimate.saving_us / 1000.0)
         fields.setdefault("saving_pct", pct)
+        if "recorded_ms" in fields:  # after any cap of the saving (a job's replay caps), so the two agree
+            fields.setdefault("replayed_ms", fields["recorded_ms"] - hit.estimate.saving_us / 1000.0)
     try:
         message = spec.message.format_map(fields)
     except (KeyError, ValueError, IndexError, AttributeError, TypeError) as exc:

@@ -18,7 +18,15 @@ from dataclasses import dataclass
 import numpy as np
 
 from perfdoctor.analysis import intervals as iv
-from perfdoctor.checks.common import copy_explained, memcpy_mask, pageable_h2d, pct, size_text, steps_over
+from perfdoctor.checks.common import (
+    copy_explained,
+    memcpy_mask,
+    pageable_h2d,
+    pct,
+    replay_fields,
+    size_text,
+    steps_over,
+)
 from perfdoctor.checks.context import Outcome, RankContext, passed, skipped
 from perfdoctor.findings import Estimate, Evidence, Hit
 from perfdoctor.replay.transforms.copies import pinned_copies
@@ -35,7 +43,7 @@ METRICS = {
 }
 
 # what a hit's evidence/fields add to METRICS for the TOML message (its placeholders are checked at load)
-MESSAGE_FIELDS = ("copies_per_step", "copy_host_ms", "idle_ms", "size_per_step")
+MESSAGE_FIELDS = ("copies_per_step", "copy_host_ms", "size_per_step", "recorded_ms")
 
 
 @dataclass(frozen=True)
@@ -83,8 +91,6 @@ def check(ctx: RankContext) -> Outcome:
             "bytes_per_step": float(nbytes.mean()),
             "copy_host_ms": float(copy_us.mean()) / 1000,
             "host_blocked_ms": float(host_us.mean()) / 1000,
-            "idle_ms": saving / 1000,
-            "idle_pct": metrics["idle_pct"],
             "copy_gb_per_s": gbps,
         },
         steps=steps_over(idle, ctx.per_step(lambda s: s.dur_us), ctx.th["min_saving_pct"], ctx.step_numbers),
@@ -92,6 +98,6 @@ def check(ctx: RankContext) -> Outcome:
     hit = Hit(
         evidence=ev,
         estimate=Estimate(saving, method),
-        fields={"size_per_step": size_text(float(nbytes.mean()))},
+        fields={"size_per_step": size_text(float(nbytes.mean())), **replay_fields(ctx)},
     )
     return Outcome(metrics=metrics, hit=hit)

@@ -21,7 +21,7 @@ import numpy as np
 
 from perfdoctor.analysis import host
 from perfdoctor.analysis import intervals as iv
-from perfdoctor.checks.common import cold_reason, pct, steps_over
+from perfdoctor.checks.common import cold_reason, pct, replay_fields, steps_over
 from perfdoctor.checks.context import Outcome, RankContext, passed, skipped
 from perfdoctor.findings import Estimate, Evidence, Hit
 from perfdoctor.replay.transforms.host import cuda_graphs
@@ -39,7 +39,14 @@ METRICS = {
 }
 
 # what a hit's evidence/fields add to METRICS for the TOML message (its placeholders are checked at load)
-MESSAGE_FIELDS = ("launch_idle_ms", "median_kernel_us", "median_launch_gap_us", "median_launch_us", "short_kernel_pct")
+MESSAGE_FIELDS = (
+    "launch_idle_ms",
+    "median_kernel_us",
+    "median_launch_gap_us",
+    "median_launch_us",
+    "short_kernel_pct",
+    "recorded_ms",
+)
 
 
 @dataclass(frozen=True)
@@ -99,7 +106,7 @@ def check(ctx: RankContext) -> Outcome:
         },
         steps=steps_over(idle, ctx.per_step(lambda s: s.dur_us), ctx.th["min_saving_pct"], ctx.step_numbers),
     )
-    return Outcome(metrics=metrics, hit=Hit(evidence=ev, estimate=Estimate(saving, method)))
+    return Outcome(metrics=metrics, hit=Hit(evidence=ev, estimate=Estimate(saving, method), fields=replay_fields(ctx)))
 
 
 def _in_stream_share(ctx: RankContext, k: object) -> float:

@@ -22,8 +22,10 @@ from perfdoctor.checks.common import (
     cold_reason,
     copy_explained,
     count_text,
+    idle_cause_ms,
     pageable_h2d,
     pct,
+    replay_fields,
     steps_over,
     sync_calls_by_name,
     top_names,
@@ -40,7 +42,7 @@ METRICS = {
 }
 
 # what a hit's evidence/fields add to METRICS for the TOML message (its placeholders are checked at load)
-MESSAGE_FIELDS = ("idle_ms", "syncs")
+MESSAGE_FIELDS = ("host_wait_ms", "sync_idle_ms", "syncs", "source", "recorded_ms")
 
 
 @dataclass(frozen=True)
@@ -54,19 +56,40 @@ class Thresholds:
 
 
 def _callers(ctx: RankContext, rows: np.ndarray) -> np.ndarray:
-    """Name of the cpu op that issued each runtime call (by external id), else the call's own name."""
+    """ "op → call" for each runtime call: the outermost cpu_op of the same thread whose time span contains the
+    call (``aten::to`` for ``.cpu()``, ``aten::item`` for ``.item()``), else the call's own name.
+
+    By time, not by external id: a blocking call's external id can be an earlier op's (the d2h_sync puzzle's
+    ``cudaStreamSynchronize`` carries the id of the ``aten::as_strided`` before the ``aten::to`` it runs in).
+    """
     t = ctx.tables
     rt, ops = t.runtime, t.cpu_ops
     names = t.name_array()[rt["name_id"][rows]].astype(object)
+    out = np.asarray(names, dtype=object)
     if len(ops) == 0 or rows.size == 0:
-        return np.asarray(names)
-    ext = rt["external_id"][rows]
-    order = np.argsort(ops["external_id"], kind="stable")
-    oe = ops["external_id"][order]
-    pos = np.minimum(np.searchsorted(oe, ext), oe.size - 1)
-    hit = (oe[pos] == ext) & (ext > 0)
-    caller = t.name_array()[ops["name_id"][order][pos]]
-    return np.asarray(np.where(hit, caller + " → " + names, names))
+        return out
+    cs, ce = rt["ts_us"][rows], rt["end_us"][rows]
+    for pid, tid in {(int(p), int(q)) for p, q in zip(rt["pid"][rows], rt["tid"][rows], strict=True)}:
+        m = (ops["pid"] == pid) & (ops["tid"] == tid)
+        order = np.lexsort((-ops["end_us"][m], ops["ts_us"][m]))  # by start, the longer first at a tie
+        ts, end, nid = ops["ts_us"][m][order], ops["end_us"][m][order], ops["name_id"][m][order]
+        top = np.ones(ts.size, dtype=bool)  # not inside an earlier op: the outermost ops
+        top[1:] = ts[1:] >= np.maximum.accumulate(end)[:-1]
+        ts, end, nid = ts[top], end[top], nid[top]
+        sel = np.flatnonzero((rt["pid"][rows] == pid) & (rt["tid"][rows] == tid))
+        k = np.searchsorted(ts, cs[sel], side="right") - 1
+        inside = (k >= 0) & (end[np.maximum(k, 0)] >= ce[sel])
+        op = t.name_array()[nid[np.maximum(k, 0)]]
+        out[sel[inside]] = op[inside] + " → " + names[sel[inside]]
+    return out
+
+
+def _source(events: list[dict[str, object]]) -> str:
+    """Where the syncs come from, for the message: the op of the longest-waiting "op → call" group."""
+    if not events:
+        return "no op found around them"
+    name = str(events[0]["name"])
+    return f"most from {name.split(' → ')[0]}" if " → " in name else f"most are {name} outside any op"
 
 
 def _covered(starts: np.ndarray, ends: np.ndarray, by: iv.Intervals) -> np.ndarray:
@@ -110,9 +133,8 @@ def check(ctx: RankContext) -> Outcome:
     ev = Evidence(
         values={
             "syncs_per_step": metrics["syncs_per_step"],
-            "idle_ms": saving / 1000,
-            "idle_pct": metrics["idle_pct"],
             "host_wait_ms": float(iv.per_window(waits, ws, we).mean()) / 1000,
+            "sync_idle_ms": idle_cause_ms(ctx, "synchronization"),
         },
         steps=steps_over(idle, ctx.per_step(lambda s: s.dur_us), ctx.th["min_saving_pct"], ctx.step_numbers),
         events=top_names(_callers(ctx, sel), rt["dur_us"][sel]),
@@ -122,6 +144,6 @@ def check(ctx: RankContext) -> Outcome:
         hit=Hit(
             evidence=ev,
             estimate=Estimate(saving, method),
-            fields={"syncs": count_text(metrics["syncs_per_step"])},
+            fields={"syncs": count_text(metrics["syncs_per_step"]), "source": _source(ev.events), **replay_fields(ctx)},
         ),
     )

@@ -31,7 +31,7 @@ from perfdoctor.checks.context import Outcome
 from perfdoctor.errors import PerfDoctorError
 from perfdoctor.model.report import RankSection
 
-FORMAT = 4  # bump when RankSummary changes: cached summaries of another format are made again
+FORMAT = 5  # bump when RankSummary changes: cached summaries of another format are made again
 CACHE_SUFFIX = ".perfdoctor-summary"
 
 

@@ -60,3 +60,50 @@ def test_count_and_step_list_text():
     assert count_text(8193.0) == "8,193" and count_text(2.5) == "2.5" and count_text(0) == "0"
     assert step_list_text([5, 6, 7, 8, 9, 10]) == "#5–#10" and step_list_text([2, 4, 7]) == "#2, #4, #7"
     assert step_list_text([3]) == "#3" and step_list_text([]) == "none"
+
+
+def test_pd401_names_the_enclosing_op_not_a_stale_external_id(tmp_path):
+    """F6: the sync's source is the outermost cpu_op of its thread whose span contains it (by time), not the op its
+    external id points at: here the call carries the id of an earlier aten::as_strided (as in the d2h_sync trace)."""
+    tb = TraceBuilder()
+    tb.step(1, 0, 1000)
+    tb.launch(SGEMM, launch_ts=5, start=10, dur=490)  # [10, 500)
+    tb.cpu_op("aten::as_strided", 12, 2, external_id=77)
+    tb.cpu_op("aten::to", 15, 500)  # .cpu(): aten::to > aten::_to_copy > aten::copy_ > the sync
+    tb.cpu_op("aten::_to_copy", 16, 498)
+    tb.cpu_op("aten::copy_", 18, 494)
+    tb.runtime("cudaStreamSynchronize", 20, 490)
+    tb.events[-1]["args"]["External id"] = 77
+    tb.launch(SGEMM, launch_ts=700, start=710, dur=200)
+    f = run_tb(tb, tmp_path, ["PD401"]).findings["PD401"]
+    assert f["evidence"]["events"][0]["name"] == "aten::to → cudaStreamSynchronize"
+    assert "most from aten::to" in f["message"]
+
+
+def test_pd401_names_aten_to_on_the_d2h_sync_trace():
+    """The GPUPuzzlers d2h_sync trace: each of its 4,096 cudaStreamSynchronize calls runs inside aten::to (checked
+    in the raw JSON: the outermost cpu_op of the same thread containing the call), while its external id names the
+    aten::as_strided before it."""
+    import gzip
+    import json
+
+    from conftest import shared_trace
+
+    from perfdoctor import pipeline
+
+    path = shared_trace("gpupuzzlers__d2h_sync_first_sum.json.gz")
+    with gzip.open(path, "rt") as fh:
+        events = json.load(fh)["traceEvents"]
+    ops = [e for e in events if e.get("cat") == "cpu_op"]
+    outer = {}
+    for s in (e for e in events if e.get("name") == "cudaStreamSynchronize"):
+        around = [
+            o for o in ops if o["tid"] == s["tid"] and o["ts"] <= s["ts"] and o["ts"] + o["dur"] >= s["ts"] + s["dur"]
+        ]
+        name = min(around, key=lambda o: (o["ts"], -o["dur"]))["name"] if around else None
+        outer[name] = outer.get(name, 0) + 1
+    report = pipeline.build([str(path)]).report
+    f = next(f for f in report["findings"] if f["code"] == "PD401")
+    top = f["evidence"]["events"][0]
+    assert top["name"] == "aten::to → cudaStreamSynchronize" and top["count"] == outer["aten::to"]
+    assert "aten::as_strided" not in json.dumps(f)

@@ -207,6 +207,7 @@ def test_generated_tables_have_the_documented_columns():
         "syncs": ("device", "stream", "correlation", "external_id"),
         "flows": ("flow_id", "cat_id", "is_start"),
         "memory": ("mem_bytes", "total_allocated", "total_reserved", "device_id", "device_type"),
+        "profiler": ("is_span",),
     }
 
 

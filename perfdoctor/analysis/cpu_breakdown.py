@@ -84,6 +84,7 @@ def cpu_breakdown(tables: TraceTables, steps: Steps) -> DeviceBreakdown:
         exclusive[c] = iv.subtract(unions[c], covered)
         covered = iv.union_of(covered, unions[c])
     busy_w = iv.per_window(covered, ws, we)
+    sync_w = _blocked_outside_ops(tables, steps.pid, covered, ws, we)
     excl_w = {c: iv.per_window(exclusive[c], ws, we) for c in HOST_PRIORITY}
     union_w = {c: iv.per_window(unions[c], ws, we) for c in HOST_PRIORITY}
     phases = host.phases(tables, (steps.host_start_us, steps.host_end_us))
@@ -106,7 +107,7 @@ def cpu_breakdown(tables: TraceTables, steps: Steps) -> DeviceBreakdown:
                 idle_us=dur - busy,
                 categories_us={c: float(v[i]) for c, v in excl_w.items()},
                 category_union_us={c: float(v[i]) for c, v in union_w.items()},
-                idle_causes_us={"python": dur - busy},
+                idle_causes_us=_idle_causes(dur - busy, sync_w, i),
                 communication={
                     "total_us": float(comm_w[i]),
                     "overlapped_us": float(comm_w[i] - exposed_w[i]),
@@ -120,12 +121,40 @@ def cpu_breakdown(tables: TraceTables, steps: Steps) -> DeviceBreakdown:
                 kernel_sum_us=0.0,
             )
         )
-    return DeviceBreakdown(
-        device=-1,
-        kind="cpu",
-        steps=out,
-        notes=["CPU-only trace: categories are host ops; idle is time outside any op (Python)"],
-    )
+    note = "CPU-only trace: categories are host ops; idle is time outside any op (Python)"
+    if sync_w is not None:
+        note = (
+            "host side only (the trace holds CUDA/HIP runtime calls but no device activity): categories are host "
+            "ops; idle is time outside any op: inside a synchronize call or blocking copy (host synchronization, "
+            "whether or not the device work it waited for is in the trace), else Python"
+        )
+    return DeviceBreakdown(device=-1, kind="cpu", steps=out, notes=[note])
+
+
+def _blocked_outside_ops(
+    tables: TraceTables, pid: int, ops: iv.Intervals, ws: np.ndarray, we: np.ndarray
+) -> np.ndarray | None:
+    """Per window: host µs inside synchronize calls and blocking copies (of process ``pid`` when >= 0) outside
+    every op; None for a trace without runtime calls (a CPU-only run, where the cause does not exist).
+
+    A blocking call waits for the device whether or not the device work it waited for was recorded (an export
+    that lost its activity keeps the call): its time is host synchronization, never Python."""
+    rt = tables.runtime
+    if len(rt) == 0:
+        return None
+    if pid >= 0:
+        rt = rt.take(rt["pid"] == pid)
+    m = tables.names_matching(re.compile(host.SYNC_RUNTIME))[rt["name_id"]]
+    waits = iv.union_of(iv.union(rt["ts_us"][m], rt["end_us"][m]), host.blocking_memcpy_calls(tables))
+    return np.asarray(iv.per_window(iv.subtract(waits, ops), ws, we))
+
+
+def _idle_causes(idle_us: float, sync_w: np.ndarray | None, i: int) -> dict[str, float]:
+    """Window ``i``'s time outside any op (µs) split into host synchronization (when the trace has runtime calls)
+    and Python."""
+    if sync_w is None:
+        return {"python": idle_us}
+    return {"python": idle_us - float(sync_w[i]), "synchronization": float(sync_w[i])}
 
 
 def _by_collective(tables: TraceTables, ws: np.ndarray, we: np.ndarray) -> dict[str, np.ndarray]:

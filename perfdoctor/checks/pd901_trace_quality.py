@@ -1,8 +1,9 @@
 """PD901 trace-quality: what the trace lacks, and which checks that disabled.
 
 Runs after every other check of the rank and lists their skip reasons, so a
-missing ``ProfilerStep``, too few steps, unrecorded shapes or memory, or an
-absent device never makes a check pass silently.
+missing ``ProfilerStep``, too few steps, unrecorded shapes or memory, an
+absent device, or an export that lost its activity
+(:mod:`perfdoctor.analysis.lost_activity`) never makes a check pass silently.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from perfdoctor.analysis.lost_activity import lost_activity
 from perfdoctor.checks.context import Outcome, RankContext, passed
 from perfdoctor.findings import Evidence, Hit
 
@@ -39,7 +41,9 @@ def _lacks(ctx: RankContext) -> list[str]:
         out.append("host ops (cpu_op events)")
     elif not np.not_equal(t.cpu_ops["input_dims"], None).any():  # type: ignore[call-overload]
         out.append("input shapes (record_shapes=True)")
-    if not t.has_device_activity and t.names_matching(r"^(cuda|hip)").any():
+    if lost := lost_activity(t):  # an overflowed or cut export: say what it lost, with the numbers
+        out.append(f"the activity its export lost: {lost.text()}")
+    elif not t.has_device_activity and t.names_matching(r"^(cuda|hip)").any():
         out.append("device activity (kernels, memcpys) although CUDA/HIP calls are present")
     if t.has_device_activity and len(t.memory) == 0:
         out.append("memory events (profile_memory=True)")

@@ -25,6 +25,7 @@ from perfdoctor.trace.splitter import nesting_depth
 # Event kinds (int8 codes).
 OTHER, CPU_OP, ANNOTATION, GPU_ANNOTATION, PYTHON, KERNEL, MEMCPY, MEMSET = range(8)
 RUNTIME, DRIVER, SYNC, FLOW_START, FLOW_END, MEMORY, META, TRACE = range(8, 16)
+OVERHEAD = 16  # Kineto's own 'overhead' records (CUPTI's "Activity Buffer Request", "Instrumentation", ...)
 
 _CAT_KIND = {
     "cpu_op": CPU_OP,
@@ -50,6 +51,7 @@ _CAT_KIND = {
     "privateuse1_runtime": RUNTIME,
     "privateuse1_driver": DRIVER,
     "trace": TRACE,
+    "overhead": OVERHEAD,
 }
 
 # table -> the event kinds it holds
@@ -65,10 +67,13 @@ TABLE_KINDS: dict[str, tuple[int, ...]] = {
     "syncs": (SYNC,),
     "flows": (FLOW_START, FLOW_END),
     "memory": (MEMORY,),
+    # the profiler's own records: its span ("PyTorch Profiler (0)", pid "Spans") and its overhead events
+    "profiler": (TRACE, OVERHEAD),
 }
 # columns that come from the event's kind and category, not from a field: (name, dtype)
 DERIVED: dict[str, tuple[tuple[str, type], ...]] = {
     "runtime": (("is_driver", bool),),
+    "profiler": (("is_span", bool),),
     "flows": (("cat_id", np.int32), ("is_start", bool)),
 }
 COMMON = ("name_id", "ts_us", "dur_us", "pid", "tid")
@@ -255,6 +260,8 @@ class TableColumns:
         n = len(evs)
         if table == "runtime":
             out["is_driver"] = np.full(n, kind == DRIVER)
+        if table == "profiler":
+            out["is_span"] = np.full(n, kind == TRACE)
         if table == "flows":
             out["cat_id"] = cat_codes
             out["is_start"] = np.full(n, kind == FLOW_START)

@@ -79,10 +79,15 @@ def check_device_side(tables: TraceTables) -> None:
             "unknown: this is not a CPU-only run",
         )
     elif gpus:
+        prof = tables.tables["profiler"]
+        why = (
+            "device tracing was on: the trace holds Kineto's overhead records, so its export lost them (PD901)"
+            if len(prof) and not prof["is_span"].all()
+            else "profiled without ProfilerActivity.CUDA?"
+        )
         tables.warnings.insert(
             0,
             f"{tables.path}: GPU activity missing: the trace names GPUs ({gpus} in "
-            "deviceProperties) but holds no kernel, memcpy or memset (profiled without "
-            "ProfilerActivity.CUDA?); only host time is analysed: if the model ran on a GPU, "
-            "its GPU time is unknown and this is not a CPU-only run",
+            f"deviceProperties) but holds no kernel, memcpy or memset ({why}); only host time is analysed: if "
+            "the model ran on a GPU, its GPU time is unknown and this is not a CPU-only run",
         )

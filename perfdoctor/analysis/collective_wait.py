@@ -87,7 +87,9 @@ class CollectiveWait:
     whose shortest duration several ranks share counts for none of them); ``n_collectives``:
     matched collective kernels per rank (all steps); ``tied_collectives``: how many of them have no single
     last arrival; ``kinds``: the kind of each matched collective (n,);
-    ``wait_by_collective_us``: each rank's wait in each matched collective (shape (n,), µs)."""
+    ``wait_by_collective_us``: each rank's wait in each matched collective (shape (n,), µs);
+    ``n_counted``: the collectives ``last_arrivals`` and ``tied_collectives`` count, those outside cold-start
+    steps (PD902; all ``n_collectives`` when no step is cold)."""
 
     wait_us: dict[int, np.ndarray]
     last_arrivals: dict[int, int]
@@ -95,6 +97,7 @@ class CollectiveWait:
     kinds: list[str] | None = None
     wait_by_collective_us: dict[int, np.ndarray] | None = None
     tied_collectives: int = 0
+    n_counted: int | None = None
 
 
 def timeline(rank: Any) -> CollectiveTimeline:
@@ -155,11 +158,15 @@ def copies_end_together(ends_us: np.ndarray, durs_us: np.ndarray) -> bool:
     return bool((np.abs(rel) > tol).any(axis=0).mean() <= 0.1)
 
 
-def compute(timelines: list[CollectiveTimeline], n_ranks: int | None = None) -> tuple[CollectiveWait | None, str]:
+def compute(
+    timelines: list[CollectiveTimeline], n_ranks: int | None = None, cold_steps: set[int] | None = None
+) -> tuple[CollectiveWait | None, str]:
     """Match the ranks' collective kernels; returns (result, "") or (None, why not).
 
     ``timelines``: one per GPU rank of the job (two or more); ``n_ranks``: the ranks given (default: as many as
-    timelines), compared with the job's world size.
+    timelines), compared with the job's world size; ``cold_steps``: step numbers whose collectives the last
+    arrivals do not count (cold starts, :func:`perfdoctor.analysis.warmup.job_cold_steps`: who arrives last
+    there is who did the least first-call work). Every collective is still matched and its wait measured.
     """
     if len(timelines) < 2:
         return None, "single rank"
@@ -190,7 +197,9 @@ def compute(timelines: list[CollectiveTimeline], n_ranks: int | None = None) -> 
         )
     shortest = durs == floor  # (ranks, collectives): the copies as short as the shortest
     alone = shortest.sum(axis=0) == 1  # argmin would name the first rank (rank 0) of a tie
-    last = shortest[:, alone].sum(axis=1)
+    step_of = np.array([[per[r].window_steps[w] for w in per[r].window] for r in order], dtype=np.int64)
+    counted = ~np.isin(step_of, sorted(cold_steps or ())).any(axis=0)
+    last = shortest[:, alone & counted].sum(axis=1)
     waits, by_coll = {}, {}
     for i, r in enumerate(order):
         t = per[r]
@@ -206,5 +215,6 @@ def compute(timelines: list[CollectiveTimeline], n_ranks: int | None = None) -> 
         int(durs.shape[1]),
         kinds=list(per[order[0]].kind),
         wait_by_collective_us=by_coll,
-        tied_collectives=int((~alone).sum()),
+        tied_collectives=int((~alone & counted).sum()),
+        n_counted=int(counted.sum()),
     ), ""

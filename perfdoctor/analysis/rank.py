@@ -194,8 +194,11 @@ def analyze_paths(
     gpu = [r for r in ranks if r.primary.kind == "gpu" and r.primary.steps]
     if len(gpu) > 1:
         from perfdoctor.analysis import collective_wait
+        from perfdoctor.analysis.warmup import job_cold_steps
 
+        steps = {int(r.rank or 0): [int(s.step) for s in r.primary.steps] for r in gpu}
+        cold = job_cold_steps(steps, {int(r.rank or 0): r.steps.cold_steps() for r in gpu})[0]
         analysis.collective_wait, analysis.collective_wait_note = collective_wait.compute(
-            [collective_wait.timeline(r) for r in gpu]
+            [collective_wait.timeline(r) for r in gpu], cold_steps=cold
         )
     return analysis

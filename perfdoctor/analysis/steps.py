@@ -85,6 +85,23 @@ class Steps:
     def host_dur_us(self) -> np.ndarray:
         return np.asarray(self.host_end_us - self.host_start_us)
 
+    def warmup_by_step(self) -> dict[int, float]:
+        """First-call work of each step (µs; :mod:`perfdoctor.analysis.warmup`): the analysed windows' and the
+        left-out leading cold steps' (``cold_dropped``), by step number; {} when it was not measured."""
+        out: dict[int, float] = {}
+        if self.warmup is not None and self.warmup.per_window_us.size == self.numbers.size:
+            out = {int(n): float(w) for n, w in zip(self.numbers.tolist(), self.warmup.per_window_us.tolist())}
+        out.update({int(c[0]): float(c[2]) for c in self.cold_dropped})
+        return out
+
+    def cold_steps(self) -> list[int]:
+        """Step numbers whose window first-call work fills (PD902's cold start: at least
+        :data:`perfdoctor.analysis.warmup.COLD_SHARE` of it), the left-out leading ones included, ascending."""
+        cold = {int(c[0]) for c in self.cold_dropped}
+        if self.warmup is not None and self.warmup.cold.size == self.numbers.size:
+            cold.update(int(n) for n in self.numbers[self.warmup.cold].tolist())
+        return sorted(cold)
+
 
 @dataclass(frozen=True)
 class StepCut:

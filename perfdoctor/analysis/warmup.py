@@ -155,3 +155,23 @@ def _first_launches(tables: TraceTables) -> iv.Intervals:
             keep.append(r)
     rows = np.asarray(keep, dtype=np.int64)
     return iv.union(rt["ts_us"][rows], rt["end_us"][rows])
+
+
+def job_cold_steps(steps_by_rank: dict[int, list[int]], cold_by_rank: dict[int, list[int]]) -> tuple[set[int], str]:
+    """The steps cross-rank statistics leave out, and why they cannot be drawn at all ("" when they can).
+
+    ``steps_by_rank``: each rank's analysed step numbers; ``cold_by_rank``: its cold steps (PD902:
+    :meth:`perfdoctor.analysis.steps.Steps.cold_steps`). A step cold on any rank is left out on every rank: the
+    others wait in their collectives for its first-call work, so their time in it is no steady state either.
+    When that leaves a rank no step, the reason names it ("every analysed step is a cold start (PD902)" when no
+    rank has a warm step); a straggler or a wait cannot be told from first-call work there.
+    """
+    cold = {int(n) for c in cold_by_rank.values() for n in c}
+    bare = sorted(r for r, steps in steps_by_rank.items() if steps and not set(steps) - cold)
+    if not bare:
+        return cold, ""
+    if len(bare) == len([s for s in steps_by_rank.values() if s]):
+        own = all(set(steps_by_rank[r]) <= set(cold_by_rank.get(r, [])) for r in bare)
+        return cold, "every analysed step is a cold start (PD902)" + ("" if own else " on at least one rank")
+    names = ", ".join(str(r) for r in bare)
+    return cold, f"every analysed step of rank(s) {names} is a cold start on some rank (PD902)"

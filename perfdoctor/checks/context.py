@@ -19,6 +19,7 @@ from perfdoctor.analysis import intervals as iv
 from perfdoctor.analysis.breakdown import DeviceBreakdown, StepBreakdown
 from perfdoctor.analysis.kernel_ops import kernel_labels
 from perfdoctor.analysis.steps import gpu_launch_times
+from perfdoctor.analysis.warmup import job_cold_steps
 from perfdoctor.checks.catalogue import RuleSpec
 from perfdoctor.checks.common import step_list_text
 from perfdoctor.findings import REPLAY_METHOD, Hit
@@ -293,10 +294,34 @@ class JobContext:
         self.analysis = analysis
         self.ranks = ranks
         self.spec = spec
+        self.cache: dict[str, Any] = {}
 
     @property
     def th(self) -> dict[str, Any]:
         return self.spec.thresholds if self.spec else {}
+
+    @property
+    def cold(self) -> tuple[set[int], str]:
+        """The steps cross-rank statistics leave out (cold on some rank, PD902) and, when that leaves a rank no
+        step, why none can be drawn ("" otherwise): :func:`perfdoctor.analysis.warmup.job_cold_steps`."""
+        if "cold" not in self.cache:
+            ids = [int(c.rank.rank) if c.rank.rank is not None else i for i, c in enumerate(self.ranks)]
+            steps = {r: c.step_numbers for r, c in zip(ids, self.ranks)}
+            cold = {r: _cold_steps(c.rank) for r, c in zip(ids, self.ranks)}
+            self.cache["cold"] = job_cold_steps(steps, cold)
+        out: tuple[set[int], str] = self.cache["cold"]
+        return out
+
+    def warm_rows(self, c: RankContext) -> list[StepBreakdown]:
+        """``c``'s analysed steps without the job's cold ones (:attr:`cold`)."""
+        cold = self.cold[0]
+        return [s for s in c.step_rows if s.step not in cold]
+
+
+def _cold_steps(rank: Any) -> list[int]:
+    """A rank's cold steps: a :class:`perfdoctor.pipeline.RankAnalysis`'s or a rank summary stand-in's."""
+    fn = getattr(rank.steps, "cold_steps", None)
+    return list(fn()) if fn is not None else []
 
 
 def run_json(analysis: Any) -> dict[str, Any] | None:

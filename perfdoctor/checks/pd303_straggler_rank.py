@@ -6,6 +6,10 @@ compute, host work, its idle gaps). The straggler is the rank with the most.
 A collective finishes only when its last participant arrives, so the others
 wait about the difference inside their collectives; the rule asks for that
 too: the straggler must spend less time in collectives than the others' median.
+
+Steps PD902 calls cold start on any rank are left out on every rank (first-call work is no rank's steady-state
+work, and the others wait for it); when that leaves a rank no step, the rule is skipped with the reason
+(:attr:`perfdoctor.checks.context.JobContext.cold`).
 """
 
 from __future__ import annotations
@@ -48,13 +52,15 @@ def _mean(rows: list[Any], getter: Callable[[Any], float]) -> float:
 
 def check(job: JobContext) -> Outcome:
     ranks = [c.rank.rank for c in job.ranks]
-    comm = np.array([_mean(c.step_rows, lambda s: s.communication["total_us"]) for c in job.ranks])
+    cold, why_not = job.cold
+    if why_not:
+        return skipped(f"{why_not}: a straggler cannot be told from first-call work")
+    rows = [job.warm_rows(c) for c in job.ranks]  # cold-start steps are no rank's steady-state work
+    comm = np.array([_mean(r, lambda s: s.communication["total_us"]) for r in rows])
     if comm.sum() <= 0:
         return skipped("no collective kernels in the traces: the ranks never wait for each other on the device")
-    step = np.array([c.step_us for c in job.ranks])
-    compute = np.array(
-        [_mean(c.step_rows, lambda s: sum(s.categories_us.get(k, 0.0) for k in COMPUTE_CATEGORIES)) for c in job.ranks]
-    )
+    step = np.array([_mean(r, lambda s: s.dur_us) for r in rows])
+    compute = np.array([_mean(r, lambda s: sum(s.categories_us.get(k, 0.0) for k in COMPUTE_CATEGORIES)) for r in rows])
     own = step - comm
     worst = int(np.argmax(own))
     median = float(np.median(np.delete(own, worst)))
@@ -85,8 +91,9 @@ def check(job: JobContext) -> Outcome:
             "others_comm_ms": others_comm / 1000,
             "own_ms_by_rank": {str(r): round(float(v) / 1000, 3) for r, v in zip(ranks, own)},
             "compute_ms_by_rank": {str(r): round(float(v) / 1000, 3) for r, v in zip(ranks, compute)},
+            "cold_steps_left_out": sorted(cold),
         },
-        steps=job.ranks[worst].step_numbers,
+        steps=[s.step for s in rows[worst]],
     )
     method = "slowest rank's time outside collectives per step − median of the other ranks' (their wait in collectives)"
     return Outcome(metrics=metrics, hit=Hit(evidence=ev, estimate=Estimate(saving, method), rank=ranks[worst]))

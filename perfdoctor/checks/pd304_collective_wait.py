@@ -7,7 +7,9 @@ arrived last to the most collectives. Ranks that tie (equal largest waits,
 equal counts of last arrivals) are named together, never the first of them
 alone: on a job where every rank but one waits the same, "rank 0" would be an
 artefact of the order. Skipped when the collectives cannot be matched
-(different counts per rank).
+(different counts per rank). Steps PD902 calls cold start on any rank are left
+out of the wait and of the last arrivals, and the rule is skipped when that
+leaves a rank no step (:attr:`perfdoctor.checks.context.JobContext.cold`).
 """
 
 from __future__ import annotations
@@ -35,25 +37,32 @@ class Thresholds:
 
 
 def check(job: JobContext) -> Outcome:
+    cold, why_not = job.cold
+    if why_not:
+        return skipped(f"{why_not}: a wait for another rank cannot be told from first-call work")
     cw = getattr(job.analysis, "collective_wait", None)
     if cw is None:
         why = getattr(job.analysis, "collective_wait_note", "") or "no matched collectives"
         return skipped(f"collectives not matched across ranks: {why}")
     by_rank = {c.rank.rank: c for c in job.ranks}
-    # only the wait that no compute kernel overlaps costs step time: min(wait, exposed collective time) per step
+    warm = {r: np.array([s.step not in cold for s in by_rank[r].step_rows], dtype=bool) for r in by_rank}
+    # only the wait that no compute kernel overlaps costs step time: min(wait, exposed collective time) per step;
+    # cold-start steps (PD902) left out: first-call work is what the others wait for there
     exposed = {
         r: np.array([s.communication["exposed_us"] for s in by_rank[r].step_rows]) for r in cw.wait_us if r in by_rank
     }
-    mean_wait = {r: float(np.mean(np.minimum(cw.wait_us[r], exposed[r]))) if len(exposed[r]) else 0.0 for r in exposed}
+    mean_wait = {
+        r: float(np.mean(np.minimum(cw.wait_us[r], exposed[r])[warm[r]])) if warm[r].any() else 0.0 for r in exposed
+    }
     wait = max(mean_wait.values())
     tied = sorted(r for r, w in mean_wait.items() if w == wait)
-    steps = [float(by_rank[r].step_us) for r in tied]
+    steps = [float(np.mean([s.dur_us for s in job.warm_rows(by_rank[r])])) for r in tied]
     step_us = float(np.median(steps))  # one rank's own step; the tied ranks' median when several tie
     metrics = {"max_wait_us": wait}
     if pct(wait, step_us) < job.th["min_saving_pct"]:
         return passed(**metrics)
     ctx = by_rank[tied[0]]
-    comm = float(np.median([np.mean([s.communication["total_us"] for s in by_rank[r].step_rows]) for r in tied]))
+    comm = float(np.median([np.mean([s.communication["total_us"] for s in job.warm_rows(by_rank[r])]) for r in tied]))
     most = max(cw.last_arrivals.values(), default=0)
     last = sorted(r for r, n in cw.last_arrivals.items() if n == most) if most > 0 else []
     ev = Evidence(
@@ -65,13 +74,13 @@ def check(job: JobContext) -> Outcome:
             "wait_pct": pct(wait, step_us),
             "last_rank": last[0] if len(last) == 1 else None,
             "last_count": most,
-            "arrival": _arrival(last, most, cw.n_collectives, cw.tied_collectives),
+            "arrival": _arrival(last, most, cw.n_collectives, cw.n_counted),
             "n_collectives": cw.n_collectives,
             "transfer_ms": max(comm - wait, 0.0) / 1000,
             "wait_ms_by_rank": {str(r): round(v / 1000, 3) for r, v in sorted(mean_wait.items())},
             "last_arrivals_by_rank": {str(r): n for r, n in sorted(cw.last_arrivals.items())},
         },
-        steps=ctx.step_numbers,
+        steps=[s.step for s in job.warm_rows(ctx)],
     )
     method = (
         "the rank's mean wait per step inside matched collectives (its duration − the shortest copy's), "
@@ -81,11 +90,14 @@ def check(job: JobContext) -> Outcome:
     return Outcome(metrics=metrics, hit=hit)
 
 
-def _arrival(last: list[int], count: int, n: int, tied: int) -> str:
+def _arrival(last: list[int], count: int, n: int, counted: int | None) -> str:
     """Who arrives last to the most matched collectives, as a clause: one rank, ranks that tie, or none (every
-    collective's shortest copy shared by several ranks)."""
+    collective's shortest copy shared by several ranks). ``counted``: of the ``n``, those outside cold-start steps
+    (None: all)."""
+    cold = counted is not None and counted < n
+    what = f"{counted if cold else n} matched collectives" + (" outside cold-start steps" if cold else "")
     if not last:
-        return f"no rank arrives last to any of the {n} matched collectives alone (their shortest copies tie)"
+        return f"no rank arrives last to any of the {what} alone (their shortest copies tie)"
     if len(last) == 1:
-        return f"rank {last[0]} arrives last to {count} of the {n} matched collectives"
-    return f"ranks {rank_list_text(last)} tie, each arriving last to {count} of the {n} matched collectives"
+        return f"rank {last[0]} arrives last to {count} of the {what}"
+    return f"ranks {rank_list_text(last)} tie, each arriving last to {count} of the {what}"

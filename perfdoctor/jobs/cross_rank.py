@@ -13,6 +13,10 @@ All inputs are the ranks' analysed step rows (µs) and the matched collective wa
   communication, idle causes) differs from the job's median share by at least :data:`SHARE_DIFF` and by a
   robust z of at least :data:`Z_OUTLIER` (e.g. one rank DataLoader-bound).
 - Missing ranks: ``distributedInfo.world_size`` larger than the ranks given.
+- Cold starts: steps PD902 calls cold on any rank (:func:`perfdoctor.analysis.warmup.job_cold_steps`) are left
+  out of the straggler, breakdown-outlier and collective-wait statistics (first-call work is no rank's steady
+  state); when that leaves a rank no step, none of them is drawn and ``cold_note`` says why. The rank × step
+  matrices and ``shares`` still show every analysed step.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from perfdoctor.analysis.warmup import job_cold_steps
 from perfdoctor.vocab import COMPUTE_CATEGORIES
 
 Z_OUTLIER = 3.5  # Iglewicz & Hoaglin's cut-off for the modified z-score
@@ -75,7 +80,8 @@ def job_section(job: Any) -> dict[str, Any]:
     µs, None where a rank lacks the step), ``compute_us`` (same), ``step_median_us`` (per rank), ``shares``
     (per rank: category → share of step time), ``stragglers`` ([{rank, z, compute_us, median_compute_us}]),
     ``breakdown_outliers``, ``collective_wait`` (per-rank mean wait per step, worst collectives matrix),
-    ``outliers`` ({rank: [why, ...]}).
+    ``outliers`` ({rank: [why, ...]}), ``cold_steps`` (steps left out of those statistics as cold starts) and
+    ``cold_note`` (why none is drawn), each only when there is one.
     """
     summaries = job.summaries
     ranks = [int(s.rank) for s in summaries]
@@ -100,11 +106,19 @@ def job_section(job: Any) -> dict[str, Any]:
         "step_median_us": [float(np.median([s.dur_us for s in rows[r]])) if rows[r] else None for r in ranks],
         "shares": [_shares(rows[r]) for r in ranks],
     }
-    medians = [m for m in out["step_median_us"] if m is not None]
+    cold, note = job_cold_steps(
+        {r: [int(s.step) for s in rows[r]] for r in ranks}, {int(s.rank): list(s.cold_steps) for s in summaries}
+    )
+    out.update({"cold_steps": sorted(cold)} if cold else {})
+    out.update({"cold_note": note} if note else {})
+    warm = {r: [s for s in rows[r] if s.step not in cold] for r in ranks}
+    medians = [float(np.median([s.dur_us for s in warm[r]])) for r in ranks if warm[r]]
     job_step = float(np.median(medians)) if medians else None
-    out["stragglers"] = _stragglers(ranks, np.array(out["compute_us"], dtype=np.float64), job_step)
-    out["breakdown_outliers"] = _breakdown_outliers(ranks, out["shares"])
-    out["collective_wait"] = _collective_wait(job.analysis, ranks)
+    compute_warm = np.array(_matrix(ranks, warm, steps, compute), dtype=np.float64)
+    judged = not note
+    out["stragglers"] = _stragglers(ranks, compute_warm, job_step) if judged else []
+    out["breakdown_outliers"] = _breakdown_outliers(ranks, [_shares(warm[r]) for r in ranks]) if judged else []
+    out["collective_wait"] = _collective_wait(job.analysis, ranks, rows, cold)
     why: dict[str, list[str]] = {}
     for s in out["stragglers"]:
         why.setdefault(str(s["rank"]), []).append(
@@ -164,12 +178,13 @@ def _breakdown_outliers(ranks: list[int], shares: list[dict[str, float]]) -> lis
     return sorted(out, key=lambda b: -abs(b["share"] - b["median_share"]))
 
 
-def _collective_wait(analysis: Any, ranks: list[int]) -> dict[str, Any]:
-    """Mean wait per step per rank (µs) and the ranks × worst-collectives wait matrix (µs)."""
+def _collective_wait(analysis: Any, ranks: list[int], rows: dict[int, list[Any]], cold: set[int]) -> dict[str, Any]:
+    """Mean wait per step per rank over its steps outside ``cold`` (µs; 0 without one) and the ranks ×
+    worst-collectives wait matrix (µs, every matched collective)."""
     cw = getattr(analysis, "collective_wait", None)
     if cw is None:
         return {"matched": False, "note": getattr(analysis, "collective_wait_note", "") or ""}
-    per_rank = [float(np.mean(cw.wait_us[r])) if r in cw.wait_us and cw.wait_us[r].size else 0.0 for r in ranks]
+    per_rank = [_warm_mean_wait(cw.wait_us.get(r), rows[r], cold) for r in ranks]
     out: dict[str, Any] = {
         "matched": True,
         "n_collectives": cw.n_collectives,
@@ -185,3 +200,11 @@ def _collective_wait(analysis: Any, ranks: list[int]) -> dict[str, Any]:
         ]
         out["wait_matrix_us"] = m[:, worst].round(3).tolist()
     return out
+
+
+def _warm_mean_wait(wait: np.ndarray | None, rows: list[Any], cold: set[int]) -> float:
+    """Mean wait per step (µs) over the steps of ``rows`` not in ``cold`` (``wait`` follows ``rows``); 0 without."""
+    if wait is None or wait.size != len(rows):
+        return 0.0
+    keep = [w for s, w in zip(rows, wait.tolist()) if s.step not in cold]
+    return float(np.mean(keep)) if keep else 0.0

@@ -50,6 +50,7 @@ def reduce(
     """
     from perfdoctor.analysis import collective_wait
     from perfdoctor.analysis.rank import Analysis, InputFile
+    from perfdoctor.analysis.warmup import job_cold_steps
     from perfdoctor.checks import context as cx
     from perfdoctor.checks import engine
 
@@ -94,8 +95,10 @@ def reduce(
     analysis.no_trace = no_trace
     gpu = [s for s in ok if s.primary_kind == "gpu" and s.step_rows and s.collectives is not None]
     if len(gpu) > 1:
+        steps = {int(s.rank or 0): [int(r.step) for r in s.step_rows] for s in gpu}
+        cold = job_cold_steps(steps, {int(s.rank or 0): s.cold_steps for s in gpu})[0]
         analysis.collective_wait, analysis.collective_wait_note = collective_wait.compute(
-            [s.collectives for s in gpu if s.collectives is not None]
+            [s.collectives for s in gpu if s.collectives is not None], cold_steps=cold
         )
     adjust = _replay_caps(analysis, gpu)
     _cap_sections(ok, getattr(analysis, "replay_floor_us", {}))

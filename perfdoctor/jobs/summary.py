@@ -31,7 +31,7 @@ from perfdoctor.checks.context import Outcome
 from perfdoctor.errors import PerfDoctorError
 from perfdoctor.model.report import RankSection
 
-FORMAT = 5  # bump when RankSummary changes: cached summaries of another format are made again
+FORMAT = 6  # bump when RankSummary changes: cached summaries of another format are made again (6: cold steps)
 CACHE_SUFFIX = ".perfdoctor-summary"
 
 
@@ -81,7 +81,11 @@ class RankSummary(msgspec.Struct):
     ``outcomes``: rank-scope rule outcomes by code; ``requirement_reasons``: why the rank lacks a requirement
     (``perfdoctor.checks.catalogue.REQUIREMENTS``); ``error``: the one-line error of a rank that failed (the
     other fields then empty); ``note``: how the rank was found (e.g. split from a merged file); ``rank_named``,
-    ``devices``, ``world_size``: what tells ranks of one job from separate runs (:func:`perfdoctor.jobs.reduce.reduce`).
+    ``devices``, ``world_size``: what tells ranks of one job from separate runs (:func:`perfdoctor.jobs.reduce.reduce`);
+    ``warmup_us_by_step``: first-call work per step (µs, by step number, left-out leading cold steps included) and
+    ``cold_steps``: the steps it fills (PD902; :meth:`perfdoctor.analysis.steps.Steps.cold_steps`), which
+    cross-rank statistics leave out. Both default empty, so a summary written before them (format 5) decodes as
+    one with no cold step.
     """
 
     index: int
@@ -106,6 +110,8 @@ class RankSummary(msgspec.Struct):
     perfdoctor_version: str = ""
     code_fingerprint: str = ""
     worker: str = ""
+    warmup_us_by_step: dict[int, float] = {}
+    cold_steps: list[int] = []
 
 
 def _enc(obj: Any) -> Any:
@@ -199,6 +205,8 @@ def rank_summary(
         requirement_reasons=engine.requirement_reasons(analysis, ra),
         warnings=list(ra.warnings),
         note=note,
+        warmup_us_by_step=ra.steps.warmup_by_step(),
+        cold_steps=ra.steps.cold_steps(),
     )
 
 
@@ -212,16 +220,21 @@ class SummaryRank:
         self.rank = s.rank
         self.primary = DeviceBreakdown(device=s.primary_device, kind=s.primary_kind, steps=list(s.step_rows))
         marker = s.section.step_marker if s.section is not None else ""
-        self.steps = _Steps(s.steps_source, [int(r.step) for r in s.step_rows], marker)
+        self.steps = _Steps(s.steps_source, [int(r.step) for r in s.step_rows], marker, s.cold_steps)
         self.requirement_reasons = s.requirement_reasons
         self.warnings = s.warnings
 
 
 class _Steps:
-    def __init__(self, source: str, numbers: list[int], marker: str = "") -> None:
+    def __init__(self, source: str, numbers: list[int], marker: str = "", cold: list[int] | None = None) -> None:
         self.source = source
         self.numbers = numbers
         self.marker = marker
+        self.cold = list(cold or [])
+
+    def cold_steps(self) -> list[int]:
+        """As :meth:`perfdoctor.analysis.steps.Steps.cold_steps`, from the summary."""
+        return list(self.cold)
 
     def __len__(self) -> int:
         return len(self.numbers)

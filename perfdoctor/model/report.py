@@ -526,7 +526,9 @@ class JobSection(Section, kw_only=True):
     """The cross-rank view of a multi-rank job (:func:`perfdoctor.jobs.cross_rank.job_section`).
 
     Matrices are rank × step (rows in ``ranks`` order, columns in ``steps`` order, µs, None where a rank lacks
-    the step); ``shares``: per rank, category → share of step time (fraction); ``outliers``: rank → reasons."""
+    the step); ``shares``: per rank, category → share of step time (fraction); ``outliers``: rank → reasons;
+    ``cold_steps``: steps left out of the stragglers, breakdown outliers and collective wait as cold starts
+    (PD902), ``cold_note``: why none of those is drawn (every step a cold start); both absent when not so."""
 
     n_ranks: int
     world_size: int | None
@@ -543,6 +545,8 @@ class JobSection(Section, kw_only=True):
     breakdown_outliers: list[BreakdownOutlier]
     collective_wait: JobCollectiveWait
     outliers: dict[str, list[str]]
+    cold_steps: list[int] | UnsetType = UNSET
+    cold_note: str | UnsetType = UNSET
 
 
 class Report(Section, kw_only=True):

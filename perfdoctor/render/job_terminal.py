@@ -118,6 +118,12 @@ def _shares_table(job: dict[str, Any]) -> Table:
 
 def _outliers(job: dict[str, Any], console: Console) -> None:
     why = job.get("outliers") or {}
+    if job.get("cold_note"):
+        console.print(f"outlier ranks: not judged: {job['cold_note']}; first-call work is no rank's steady state")
+        return
+    cold = job.get("cold_steps") or []
+    if cold:
+        console.print(f"cold-start step(s) {', '.join(str(n) for n in cold)} left out of the cross-rank statistics")
     if not why:
         console.print("outlier ranks: none (no straggler, no rank whose breakdown differs from the job's)")
         return

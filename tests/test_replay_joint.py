@@ -114,3 +114,37 @@ def test_moe_1layer_reordered_all_to_all_against_the_after_trace() -> None:
     assert abs(predicted - measured) <= 0.25 * measured
     # the step itself does not move: the AccumulateGrad add_ after it is launched 10.7 ms later (its first launch)
     assert jr.step_times([w.scenario for w in ws])[0].tolist() == pytest.approx(rrs[0].recorded_step_us.tolist())
+
+
+def _backward_tail(tmp_path: Path) -> tuple:
+    """One rank, one step (host [0, 50), record_shapes): on stream 7 the input-gradient matmul A (8×4 @ 4×16 →
+    (8, 16)) runs 10-110, the weight-gradient matmul B (16×8 @ 8×32 → (16, 32)) 110-210; the all-to-all of A's
+    output (8, 16), launched after B on stream 16, waits for B and runs 210-310; matmul C consumes its output:
+    310-360. The recorded step ends at 360."""
+    tb = TraceBuilder(rank=0, world_size=1)
+    tb.step(1, 0, 50)
+    kernels = [
+        ("aten::mm", [[8, 4], [4, 16]], GEMM, 10, 100, 7),
+        ("aten::mm", [[16, 8], [8, 32]], GEMM, 110, 100, 7),
+        ("record_param_comms", [[8, 16]], NCCL, 210, 100, 16),
+        ("aten::mm", [[8, 16], [16, 4]], GEMM, 310, 50, 7),
+    ]
+    for i, (op, dims, kernel, start, dur, stream) in enumerate(kernels):
+        tb.cpu_op(op, 1 + i, 0.8, input_dims=dims, external_id=11 + i)
+        tb.launch(kernel, 1.1 + i, start, dur, stream=stream, launch_dur=0.5, extra={"External id": 11 + i})
+    t = load_trace(str(tb.write(tmp_path / "tail.json")))
+    return replay_rank(t, find_steps(t)), t
+
+
+def test_issue_collectives_early_moves_the_all_to_all_behind_its_producer(tmp_path: Path) -> None:
+    rr, t = _backward_tail(tmp_path)
+    assert rr.step_times().tolist() == [360.0]
+    # B's output (16, 32) is not the all-to-all's input (8, 16): passed over; A's is: the all-to-all waits for A
+    # only and runs 110-210 beside B (110-210); C, which needs it, runs 210-260: 100 µs (B's time) saved
+    w = issue_collectives_early(rr, t)
+    assert rr.step_times(w.scenario).tolist() == [260.0] and w.assumption.startswith("1 collective(s) issued")
+    # overlap-communication (PD301's what-if) instead lets C run without the all-to-all's output: C 210-260 after
+    # B, the all-to-all still 210-310, so the step ends at 310 (50 µs saved), with C reading data not yet there
+    from perfdoctor.replay.transforms.kernels import overlap_communication
+
+    assert rr.step_times(overlap_communication(rr, t).scenario).tolist() == [310.0]

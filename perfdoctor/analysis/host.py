@@ -12,6 +12,7 @@ import re
 import numpy as np
 
 from perfdoctor.analysis import intervals as iv
+from perfdoctor.trace.join import launched_rows
 from perfdoctor.trace.tables import TraceTables
 
 DATALOADER = r"^enumerate\(DataLoader\)#.*__next__|DataLoader.*__next__|^DataLoader"
@@ -93,9 +94,8 @@ def blocking_memcpy_calls(tables: TraceTables) -> iv.Intervals:
     blocking_ids = {nid for nid in set(mc["name_id"].tolist()) if classify_kernel(names[nid]).pageable}
     if not blocking_ids:
         return iv.EMPTY
-    corr = mc["correlation"][np.isin(mc["name_id"], list(blocking_ids))]
-    m = np.isin(rt["correlation"], corr) & (rt["correlation"] >= 0)
-    return iv.union(rt["ts_us"][m], rt["end_us"][m])
+    rows = launched_rows(tables, "memcpy", np.isin(mc["name_id"], list(blocking_ids)))
+    return iv.union(rt["ts_us"][rows], rt["end_us"][rows])
 
 
 def synchronization(tables: TraceTables) -> iv.Intervals:

@@ -26,6 +26,7 @@ import numpy as np
 from perfdoctor.analysis import host
 from perfdoctor.analysis import intervals as iv
 from perfdoctor.trace.device_side import LAUNCH_CALL
+from perfdoctor.trace.join import has_activity
 from perfdoctor.trace.tables import TraceTables
 
 BUFFER_REQUEST = "Activity Buffer Request"
@@ -93,8 +94,7 @@ def _device_stop_sign(tables: TraceTables) -> str:
         return ""
     dev_end = max(float(tables.tables[t]["end_us"].max()) for t in _DEVICE if len(tables.tables[t]))
     launch = tables.names_matching(LAUNCH_CALL)[rt["name_id"]] & (rt["correlation"] >= 0) & (rt["ts_us"] > dev_end)
-    corr = np.concatenate([tables.tables[t]["correlation"] for t in _DEVICE if len(tables.tables[t])])
-    lost = launch & ~np.isin(rt["correlation"], corr)
+    lost = launch & ~has_activity(tables)
     if int(lost.sum()) < MIN_LOST_LAUNCHES:
         return ""
     host_end = float(rt["end_us"].max())

@@ -28,6 +28,7 @@ import numpy as np
 from perfdoctor.analysis.hardware import DeviceSpec
 from perfdoctor.analysis.kernel_dtype import is_gemm_kernel, kernel_math_dtype
 from perfdoctor.analysis.op_flops import OpCost, Uncosted, cost_op
+from perfdoctor.trace.join import external_id_rows, launch_rows
 
 LATENCY_FRACTION = 0.10  # below this share of the attainable roof an op is latency/launch-bound
 ABOVE_ROOF = "above_roof"  # the bound of a row achieving more than its roof: a count or a roof is wrong for it
@@ -193,25 +194,19 @@ def _device_events(tables: Any, parent: np.ndarray) -> tuple[np.ndarray, np.ndar
     ``correlation`` (on the same thread); without a runtime call, the cpu_op with the
     event's ``external_id`` if it started before the event. External ids alone are not
     trusted: some Kineto versions write the correlation id there, which collides with
-    op ids."""
+    op ids. Both joins are :mod:`perfdoctor.trace.join`'s."""
     ops, rt, names = tables.cpu_ops, tables.runtime, tables.name_array()
     rt_op = _enclosing_op(ops, parent, rt["pid"], rt["tid"], rt["ts_us"]) if len(rt) else np.zeros(0, np.int64)
-    by_corr = dict(zip(rt["correlation"].tolist(), rt_op.tolist())) if len(rt) else {}
-    op_ext = ops["external_id"].astype(np.int64)
-    ext_order = np.argsort(op_ext, kind="stable")
     launch, dur, nm = [], [], []
     for tname in ("kernels", "memcpy", "memset"):
         t = getattr(tables, tname)
         if not len(t):
             continue
-        via_rt = np.fromiter((by_corr.get(c, -2) for c in t["correlation"].tolist()), np.int64, len(t))
-        if len(ext_order):
-            pos = np.clip(np.searchsorted(op_ext[ext_order], t["external_id"]), 0, len(ext_order) - 1)
-            cand = ext_order[pos]
-            ok = (op_ext[cand] == t["external_id"]) & (ops["ts_us"][cand] <= t["ts_us"])
-            via_ext = np.where(ok, cand, -1)
-        else:
-            via_ext = np.full(len(t), -1, np.int64)
+        rows = launch_rows(tables, tname)  # the runtime call (by correlation), -1 without one
+        via_rt = np.where(rows >= 0, rt_op[np.maximum(rows, 0)], -2) if len(rt) else np.full(len(t), -2, np.int64)
+        cand = external_id_rows(tables, t["external_id"])
+        ok = (cand >= 0) & (ops["ts_us"][np.maximum(cand, 0)] <= t["ts_us"]) if len(ops) else cand >= 0
+        via_ext = np.where(ok, cand, -1)
         launch.append(np.where(via_rt != -2, via_rt, via_ext))
         dur.append(t["dur_us"])
         nm.extend(names[t["name_id"]].tolist())

@@ -24,6 +24,7 @@ import numpy as np
 from perfdoctor.analysis import intervals as iv
 from perfdoctor.errors import TraceFormatError
 from perfdoctor.trace.device_side import LAUNCH_CALL
+from perfdoctor.trace.join import has_activity
 from perfdoctor.trace.tables import TraceTables
 
 STUB_FRACTION = 0.10
@@ -37,10 +38,7 @@ def _launches(tables: TraceTables) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     if len(rt) == 0:
         return np.empty(0), np.empty(0, dtype=bool), np.empty(0, dtype=np.int64)
     is_launch = tables.names_matching(LAUNCH_CALL)[rt["name_id"]] & (rt["correlation"] >= 0)
-    corr = rt["correlation"][is_launch]
-    device_corr = [tables.tables[t]["correlation"] for t in ("kernels", "memcpy", "memset") if len(tables.tables[t])]
-    found = np.isin(corr, np.concatenate(device_corr)) if device_corr else np.zeros(corr.size, dtype=bool)
-    return rt["ts_us"][is_launch], found, rt["name_id"][is_launch]
+    return rt["ts_us"][is_launch], has_activity(tables)[is_launch], rt["name_id"][is_launch]
 
 
 def _counted_names(tables: TraceTables, name_ids: np.ndarray) -> str:

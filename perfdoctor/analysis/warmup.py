@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from perfdoctor.analysis import intervals as iv
+from perfdoctor.trace.join import launch_rows
 from perfdoctor.trace.tables import TraceTables
 
 KINDS = ("compile", "first_call", "lazy_init", "allocator_growth")
@@ -135,18 +136,16 @@ def _first_launches(tables: TraceTables) -> iv.Intervals:
     long_rows = np.flatnonzero(tables.names_matching(LAUNCH)[rt["name_id"]] & (rt["dur_us"] >= FIRST_CALL_MIN_US))
     if long_rows.size == 0:
         return iv.EMPTY
-    k_corr, r_corr = kern["correlation"].astype(np.int64), rt["correlation"].astype(np.int64)
-    order = np.argsort(r_corr, kind="stable")
-    pos = np.minimum(np.searchsorted(r_corr[order], k_corr), order.size - 1)
-    joined = (r_corr[order][pos] == k_corr) & (k_corr >= 0)
-    k_launch = np.where(joined, rt["ts_us"][order[pos]], kern["ts_us"])  # each kernel's launch (its start without)
+    rows = launch_rows(tables, "kernels")
+    joined = rows >= 0
+    k_launch = np.where(joined, rt["ts_us"][np.maximum(rows, 0)], kern["ts_us"])  # each kernel's launch (or start)
     first_launch: dict[int, float] = {}
     for nid, t in zip(kern["name_id"].tolist(), k_launch.tolist()):
         first_launch[nid] = min(first_launch.get(nid, np.inf), t)
-    by_corr = dict(zip(k_corr[joined].tolist(), kern["name_id"][joined].tolist()))
+    by_row = dict(zip(rows[joined].tolist(), kern["name_id"][joined].tolist()))  # launch call -> its kernel's name
     keep = []
     for r in long_rows.tolist():
-        nid = by_corr.get(int(r_corr[r]))
+        nid = by_row.get(r)
         t = float(rt["ts_us"][r])
         if nid is None or first_launch[nid] < t:
             continue

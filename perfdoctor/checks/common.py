@@ -10,7 +10,7 @@ import numpy as np
 from perfdoctor.analysis import host
 from perfdoctor.analysis import intervals as iv
 from perfdoctor.analysis.classify import classify_kernel
-from perfdoctor.trace.join import launch_rows
+from perfdoctor.trace.join import launch_rows, launched_rows
 from perfdoctor.trace.tables import TraceTables
 
 COPY_OPS = r"^aten::(copy_|to|_to_copy|_copy_from|_copy_from_and_resize)$"
@@ -86,13 +86,11 @@ def memcpy_mask(tables: TraceTables, device: int, direction: str, pageable: bool
     return np.asarray(np.isin(mc["name_id"], good) & (mc["device"] == device))
 
 
-def runtime_calls_of(tables: TraceTables, correlation: np.ndarray) -> iv.Intervals:
-    """Host intervals of the runtime calls with these correlation ids."""
+def runtime_calls_of(tables: TraceTables, table: str, rows: np.ndarray) -> iv.Intervals:
+    """Host intervals of the runtime calls that launched the selected rows of ``table`` (mask or indices)."""
     rt = tables.runtime
-    if len(rt) == 0 or correlation.size == 0:
-        return iv.EMPTY
-    m = np.isin(rt["correlation"], correlation[correlation >= 0])
-    return iv.union(rt["ts_us"][m], rt["end_us"][m])
+    r = launched_rows(tables, table, rows)
+    return iv.union(rt["ts_us"][r], rt["end_us"][r])
 
 
 def ops_containing(tables: TraceTables, pattern: str, times_us: np.ndarray) -> iv.Intervals:
@@ -118,8 +116,7 @@ def pageable_h2d(tables: TraceTables, device: int, adjacency_us: float) -> tuple
     mask = memcpy_mask(tables, device, "h2d", True)
     if not mask.any():
         return mask, iv.EMPTY
-    corr = tables.memcpy["correlation"][mask]
-    calls = runtime_calls_of(tables, corr)
+    calls = runtime_calls_of(tables, "memcpy", mask)
     windows = iv.union_of(ops_containing(tables, COPY_OPS, calls[0]), iv.union(calls[0], calls[1] + adjacency_us))
     blocked = iv.union_of(calls, iv.intersect(host.synchronization(tables), windows))
     return mask, blocked

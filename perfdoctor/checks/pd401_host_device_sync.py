@@ -77,6 +77,8 @@ def _callers(ctx: RankContext, rows: np.ndarray) -> np.ndarray:
         top[1:] = ts[1:] >= np.maximum.accumulate(end)[:-1]
         ts, end, nid = ts[top], end[top], nid[top]
         sel = np.flatnonzero((rt["pid"][rows] == pid) & (rt["tid"][rows] == tid))
+        if ts.size == 0:  # no op on the call's thread: the call's own name
+            continue
         k = np.searchsorted(ts, cs[sel], side="right") - 1
         inside = (k >= 0) & (end[np.maximum(k, 0)] >= ce[sel])
         op = t.name_array()[nid[np.maximum(k, 0)]]

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from perfdoctor.replay.deps import cross_stream_edges
+from perfdoctor.trace.join import launch_rows
 from perfdoctor.trace.tables import TraceTables
 
 # host calls that block until the device (or a stream/event) catches up: CUDA and HIP spellings
@@ -132,17 +133,13 @@ def _activities(tables: TraceTables) -> dict[str, np.ndarray]:
     return {k: v[order] for k, v in cols.items()}
 
 
-def _join_launch(rt_corr: np.ndarray, act_corr: np.ndarray) -> np.ndarray:
-    """Runtime row of each activity's launching call by correlation id (-1 when the trace has none)."""
-    out = np.full(act_corr.size, -1, dtype=np.int64)
-    valid = np.flatnonzero(rt_corr >= 0)
-    if valid.size == 0 or act_corr.size == 0:
-        return out
-    order = valid[np.argsort(rt_corr[valid], kind="stable")]
-    keys = rt_corr[order]
-    pos = np.minimum(np.searchsorted(keys, act_corr), keys.size - 1)
-    hit = (keys[pos] == act_corr) & (act_corr >= 0)
-    out[hit] = order[pos[hit]]
+def _join_launch(tables: TraceTables, acts: dict[str, np.ndarray]) -> np.ndarray:
+    """Runtime row of each activity's launching call (:func:`perfdoctor.trace.join.launch_rows`; -1 for none)."""
+    out = np.full(acts["ts"].size, -1, dtype=np.int64)
+    for k, tname in enumerate(ACT_TABLES):
+        m = acts["table"] == k
+        if m.any():
+            out[m] = launch_rows(tables, tname)[acts["row"][m]]
     return out
 
 
@@ -373,11 +370,7 @@ def build_graph(tables: TraceTables) -> ReplayGraph:
     notes: list[str] = []
     acts = _activities(tables)
     rt = tables.runtime
-    launch_row = (
-        _join_launch(rt["correlation"].astype(np.int64), acts["corr"])
-        if len(rt)
-        else np.full(acts["ts"].size, -1, dtype=np.int64)
-    )
+    launch_row = _join_launch(tables, acts)
     has_launch = launch_row >= 0
     safe = np.maximum(launch_row, 0)
     launch_ts = np.where(has_launch, rt["ts_us"][safe], acts["ts"]) if len(rt) else acts["ts"].copy()

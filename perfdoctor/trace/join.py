@@ -1,9 +1,11 @@
-"""The correlation join of a trace, computed once: which runtime call launched each GPU activity.
+"""The joins of a trace, each computed once: which runtime call launched each GPU activity (``correlation``),
+and which host op carries an ``external_id``.
 
 Kineto writes a launching runtime call (``cudaLaunchKernel``, ``cudaMemcpyAsync``, ...) and the kernel, memcpy or
 memset it launched with the same ``correlation`` id. :func:`launch_rows` pairs them for one GPU table and keeps
 the result on the :class:`~perfdoctor.trace.tables.TraceTables` it came from, so every analysis and check asks
-once per trace instead of re-sorting the runtime table.
+once per trace instead of re-sorting the runtime table. :func:`external_id_rows` finds the host op (or other row)
+with an ``external_id``, the key Kineto gives an op and the runtime calls and activities it caused.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import numpy as np
 from perfdoctor.trace.tables import TraceTables
 
 _CACHE_KEY = "_launch_rows_cache"
+_EXT_CACHE_KEY = "_external_id_order_cache"
 
 
 def launch_rows(tables: TraceTables, table: str) -> np.ndarray:
@@ -57,3 +60,46 @@ def launched_values(
     ok = r >= 0
     out[ok] = tables.runtime[column][r[ok]]
     return out
+
+
+def external_id_rows(tables: TraceTables, external_id: np.ndarray, table: str = "cpu_ops") -> np.ndarray:
+    """Row of ``tables.tables[table]`` whose ``external_id`` equals each of ``external_id`` (int64, its shape).
+
+    -1 where the id is not positive (absent ids read -1; runtime calls outside any op carry 0) or no row has it;
+    of several rows with one id the first in the table's order (by start time) wins. The sorted ids are cached
+    per (tables, table).
+    """
+    cache = cast(dict[str, np.ndarray], tables.__dict__.setdefault(_EXT_CACHE_KEY, {}))
+    tab = tables.tables[table]
+    if table not in cache:
+        cache[table] = np.argsort(tab["external_id"], kind="stable") if len(tab) else np.empty(0, dtype=np.int64)
+    order = cache[table]
+    ext = np.asarray(external_id, dtype=np.int64)
+    out = np.full(ext.shape, -1, dtype=np.int64)
+    if order.size == 0 or ext.size == 0:
+        return out
+    keys = tab["external_id"][order]
+    pos = np.minimum(np.searchsorted(keys, ext), keys.size - 1)
+    hit = (ext > 0) & (keys[pos] == ext)
+    out[hit] = order[pos[hit]]
+    return out
+
+
+def has_activity(tables: TraceTables) -> np.ndarray:
+    """Whether each row of ``tables.runtime`` has a kernel, memcpy or memset with its ``correlation`` id (bool,
+    shape ``(len(runtime),)``): a launch whose activity made it into the file. Set membership, so every copy of
+    a duplicated call counts."""
+    rt = tables.runtime
+    ids = [tables.tables[t]["correlation"] for t in ("kernels", "memcpy", "memset") if len(tables.tables[t])]
+    if not len(rt) or not ids:
+        return np.zeros(len(rt), dtype=bool)
+    return np.asarray((rt["correlation"] >= 0) & np.isin(rt["correlation"], np.concatenate(ids)))
+
+
+def launched_rows(tables: TraceTables, table: str, rows: np.ndarray | None = None) -> np.ndarray:
+    """Rows of ``tables.runtime`` that launched the selected rows of ``table`` (a boolean mask or index array;
+    default all), those without a launch call left out (int64, sorted, unique)."""
+    r = launch_rows(tables, table)
+    if rows is not None:
+        r = r[rows]
+    return np.unique(r[r >= 0])

@@ -107,3 +107,13 @@ def test_pd401_names_aten_to_on_the_d2h_sync_trace():
     top = f["evidence"]["events"][0]
     assert top["name"] == "aten::to → cudaStreamSynchronize" and top["count"] == outer["aten::to"]
     assert "aten::as_strided" not in json.dumps(f)
+
+
+def test_pd401_names_a_sync_on_a_thread_without_ops_by_its_own_name(tmp_path):
+    # the _sync_trace's sync moved to thread 7, which has no op (the op stays on thread 100): the replay is the
+    # same (host threads of a process share one timeline), 1000 -> 700; the caller join found no op there and
+    # indexed an empty array (IndexError); the call keeps its own name
+    tb = _sync_trace(False)
+    tb.runtime("cudaStreamSynchronize", 20, 490, tid=7)
+    f = run_tb(tb, tmp_path, ["PD401"]).findings["PD401"]
+    assert f["saving_us_per_step"] == 300 and f["evidence"]["events"][0]["name"] == "cudaStreamSynchronize"

@@ -216,20 +216,34 @@ class RankContext:
                 rr = self.cache["replay"] = replay_rank(self.tables, self.rank.steps)
         return rr
 
-    def replayed_saving(self, whatif: Any) -> tuple[float, np.ndarray, str]:
+    def replayed_saving(self, whatif: Any, after: Any = None, after_text: str = "") -> tuple[float, np.ndarray, str]:
         """Saving of a what-if (:class:`~perfdoctor.replay.transforms.WhatIf`): ``(mean µs, per-step µs, method)``.
 
         Per step: recorded step time − the step replayed with the transformation; the mean is over the analysed
-        steps (the report's one denominator is their mean step time). The method names the assumption and its
-        source, and says so when the replay does not reproduce the recording (the saving is then an upper bound).
+        steps (the report's one denominator is their mean step time). With ``after`` (another what-if, described by
+        ``after_text``), the saving is the step replayed with ``after`` − the step replayed with both: what the fix
+        adds once the time ``after`` removes is gone, for a fix that would otherwise hide another cause's time
+        (CUDA graphs free the host to fetch the next batch while the device computes: that time is the
+        DataLoader's). The method names the assumption and its source, and says so when the replay does not
+        reproduce the recording (the saving is then an upper bound).
         """
         rr = self.replay()
-        per = np.asarray(rr.recorded_step_us - rr.step_times(whatif.scenario), dtype=np.float64)
+        base = rr.recorded_step_us
+        what = "recorded − replayed step time"
+        scenario = whatif.scenario
+        if after is not None:
+            from perfdoctor.replay.transforms import combine
+
+            g = rr.graph
+            base = rr.step_times(after.scenario)
+            scenario = combine("after", [after, whatif], g.n_act, g.n_blk, g.act_dur_us).scenario
+            what = f"the step replayed {after_text} − replayed with this fix as well"
+        per = np.asarray(base - rr.step_times(scenario), dtype=np.float64)
         if self.spec is not None:
             rr.whatifs[self.spec.code] = whatif
         method = (
             f"{REPLAY_METHOD} with the fix applied ({whatif.assumption}; source: "
-            f"{whatif.source}): recorded − replayed step time, mean over {per.size} analysed step(s) "
+            f"{whatif.source}): {what}, mean over {per.size} analysed step(s) "
             f"({step_list_text(self.step_numbers)})"
         )
         if rr.fallback:

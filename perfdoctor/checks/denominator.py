@@ -42,15 +42,15 @@ _REGEX_PARTS = re.compile(r"[\^$]|\(.*?\)|\\[dDsSwW][+*]?")  # of a step-marker 
 
 
 def _rank_words(ctx: Any) -> str:
-    """'mean of the 6 analysed steps (ProfilerStep#5–#10)' for one rank's context."""
+    """'mean of 6 analysed steps (ProfilerStep #5–#10)' for one rank's context."""
     numbers = ctx.step_numbers
     if getattr(ctx.rank.steps, "source", "") == "whole-trace":
         return "the whole trace window (no step markers: one step)"
     marker = _REGEX_PARTS.sub("", getattr(ctx.rank.steps, "marker", "") or "").strip("# ") or "step"
     which = f"({marker} {step_list_text(numbers)})"
     if len(numbers) == 1:
-        return f"the one analysed step {which}"
-    return f"mean of the {len(numbers)} analysed steps {which}"
+        return f"one analysed step {which}"
+    return f"mean of {len(numbers)} analysed steps {which}"
 
 
 def step_denominator(analysis: Any, rank_ctx: list[Any]) -> StepDenominator | None:
@@ -71,10 +71,10 @@ def step_denominator(analysis: Any, rank_ctx: list[Any]) -> StepDenominator | No
     rank = slowest.rank.rank
     if len(rank_ctx) < 2:
         who = f", rank {rank}" if rank is not None else ""
-        return StepDenominator(slowest.step_us, _rank_words(slowest) + who, rank)
+        return StepDenominator(slowest.step_us, "the " + _rank_words(slowest) + who, rank)
     return StepDenominator(
         slowest.step_us,
-        f"the job's step, the longest of the {len(rank_ctx)} ranks' steps: rank {rank}, {_rank_words(slowest)} "
-        "(ranks move in lock-step, so the job steps at its longest rank's pace)",
+        f"the job's step: rank {rank}'s {_rank_words(slowest)}, the longest of {len(rank_ctx)} ranks (they move in "
+        "lock-step)",
         rank,
     )

@@ -5,8 +5,10 @@ Rules, first that applies:
 0. A GPU trace without its device activity (it names GPUs, holds no kernel): no verdict, and why.
 1. A cold-start finding (PD902) whose evidence says the analysed steps are warm-up: "cold start: ...".
 2. The top-ranked finding with a saving of at least :data:`MIN_SHARE_PCT` % of the step: its kind (one phrase per
-   rule in :data:`PHRASES`) and the share it names, e.g. "input-bound: up to 33% of each step goes to waiting
-   for the DataLoader (PD101 dataloader-starvation)".
+   rule in :data:`PHRASES`) and what its share is: for a replayed saving, the fix it was replayed with
+   (:data:`REPLAYED_FIXES`), e.g. "input-bound: replaying the step with batches prefetched by DataLoader workers
+   saves about 33% of it (PD101 dataloader-starvation)"; for an upper bound, what the time goes to, e.g.
+   "elementwise-bound: up to 12% of each step goes to unfused elementwise ops (PD202 ...)".
 3. Else the breakdown of the slowest rank's primary device: "busy X% of each step (largest: matmul Y%)" when
    utilization is at least :data:`BUSY_SHARE`, else its largest idle cause.
 
@@ -44,6 +46,21 @@ PHRASES: dict[str, tuple[str, str]] = {
 }
 
 
+# code -> the fix its replayed saving was replayed with, as a phrase after "replaying the step with"
+REPLAYED_FIXES: dict[str, str] = {
+    "PD101": "batches prefetched by DataLoader workers",
+    "PD102": "pinned-memory, non_blocking copies",
+    "PD103": "its launches in CUDA graphs",
+    "PD201": "a larger batch",
+    "PD202": "fused elementwise ops",
+    "PD203": "TF32/bf16 tensor-core GEMMs",
+    "PD205": "a foreach/fused optimizer",
+    "PD301": "communication overlapped with compute",
+    "PD401": "its syncs not blocking",
+    "PD501": "cached allocations",
+}
+
+
 def verdict(ranks: list[RankSection], findings: list[FindingSection], slowest_rank: int | None = None) -> str:
     """The one-line verdict (see the module docstring); "" when the report has no rank."""
     if ranks and all(r.primary.kind != "gpu" and r.device_properties for r in ranks):
@@ -60,8 +77,11 @@ def verdict(ranks: list[RankSection], findings: list[FindingSection], slowest_ra
     top = next((f for f in findings if f.position == 1), None)
     if top is not None and top.saving_pct_of_step >= MIN_SHARE_PCT:
         kind, what = PHRASES.get(top.code, (top.name, "what this finding names"))
-        about = "about" if top.replayed else "up to"
-        return f"{kind}: {about} {top.saving_pct_of_step:.0f}% of each step goes to {what} ({top.code} {top.name})"
+        if top.replayed:  # the share is what the replayed fix removes, not an idle share: say so
+            fix = REPLAYED_FIXES.get(top.code, "its fix")
+            share = f"{top.saving_pct_of_step:.0f}%"
+            return f"{kind}: replaying the step with {fix} saves about {share} of it ({top.code} {top.name})"
+        return f"{kind}: up to {top.saving_pct_of_step:.0f}% of each step goes to {what} ({top.code} {top.name})"
     if not ranks:
         return ""
     rank = next((r for r in ranks if r.rank == slowest_rank), ranks[0])

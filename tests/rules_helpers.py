@@ -5,6 +5,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import numpy as np
+from tracebuilder import TraceBuilder
 
 from perfdoctor import pipeline
 from perfdoctor.checks import engine
@@ -66,3 +67,38 @@ def run_job(d, ss, window=None, **th):
         run=SimpleNamespace(steady_state=ss, run={}, steps={"duration_s": d, "profiler_phase": phase})
     )
     return JobContext(analysis, [], SimpleNamespace(thresholds=th))
+
+
+# -- traces several rule files share ----------------------------------------------------------------------
+
+
+def few_kernels_trace():
+    """16 kernels of 5 µs, one per 50 µs host op: the device waits for every launch."""
+    tb = TraceBuilder()
+    tb.step(1, 0, 1000)
+    for i in range(16):
+        tb.cpu_op("aten::add", 50 * i, 50)
+        tb.launch(ADD, launch_ts=50 * i + 10, start=50 * i + 20, dur=5)
+    return tb
+
+
+def gloo_trace(overlap: bool):
+    """CPU-only, 2 steps of 1000 µs: an mm, then a 600 µs gloo all_reduce of 250,000 floats (1 MB)."""
+    tb = TraceBuilder(device_name=None)
+    for n in range(2):
+        s = 1000 * n
+        tb.step(n + 1, s, 1000)
+        tb.cpu_op("aten::mm", s, 900 if overlap else 300)
+        tb.events.append(
+            {
+                "ph": "X",
+                "cat": "user_annotation",
+                "name": "gloo:all_reduce",
+                "pid": tb.pid,
+                "tid": 200,
+                "ts": s + 300,
+                "dur": 600,
+                "args": {"External id": 900 + n, "Input Dims": [[250000]], "Input type": ["float"]},
+            }
+        )
+    return tb

@@ -1,0 +1,25 @@
+"""PD305 host-collective-time: gloo collectives the host runs itself, exposed or overlapped, by hand (µs).
+
+Moved from tests/test_coverage_rules.py (issue 9: one test file per rule).
+"""
+
+from rules_helpers import gloo_trace, run_tb
+
+
+def test_pd305_fires_on_exposed_host_collectives(tmp_path):
+    r = run_tb(gloo_trace(overlap=False), tmp_path, ["PD305"])
+    f = r.findings["PD305"]
+    assert f["saving_us_per_step"] == 600 and f["saving_pct_of_step"] == 60
+    ev = f["evidence"]
+    assert ev["collectives"] == [
+        {"collective": "all_reduce", "bytes": 1e6, "count": 2.0, "mean_us": 600.0, "algbw_bytes_per_s": 1e6 / 600e-6}
+    ]
+    assert "all_reduce of 1.00 MB ×2 (0.6 ms each, 1.667 GB/s)" in f["message"]
+    assert "messages are small" in ev["advice"] and "overlap them with the backward" in ev["advice"]
+    assert "below 1 GB/s" not in ev["advice"]
+
+
+def test_pd305_silent_when_collectives_overlap_compute(tmp_path):
+    r = run_tb(gloo_trace(overlap=True), tmp_path, ["PD305"])
+    assert "PD305" in r.passed and r.res.metrics["PD305"]["0"]["exposed_us"] == 0
+    assert r.res.metrics["PD305"]["0"]["collective_us"] == 600

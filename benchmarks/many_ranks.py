@@ -13,12 +13,17 @@ traces (V100, NCCL, one ProfilerStep of 14.5 ms, ~0.8 MB of JSON and ~245 kernel
   collective runs 3 ms longer.
 
 Each configuration runs `pipeline.build` in a fresh child process (so peak RSS is the reducer's own; pool and
-Dask workers are separate processes) and prints: wall s, ranks/s, reducer peak RSS, whether the straggler
+Dask workers are separate processes) and prints: wall s, ranks/s, reducer peak RSS (after `pipeline.build`:
+the summaries received, the job analysed, the typed report made), the peak after rendering the HTML report and
+then the JSON report (every rank's section, in full), whether the straggler
 (PD303 naming it, and the job's straggler list) and the slow collective (the job's collective-wait matrix:
 the 6th collective among the worst, its last arrival the late rank) were found, and findings above low
 severity that the single-rank baseline does not have.
 
-Usage: python benchmarks/many_ranks.py [--ranks 256 1024] [--configs pool1 pool2 dask1 dask2]
+`--configs replica4096` measures the reducer alone at 4,096 ranks: 16 ranks of the job are summarised by a
+2-worker pool and replicated to 4,096 (straggler and slow-collective columns do not apply there).
+
+Usage: python benchmarks/many_ranks.py [--ranks 256 1024] [--configs pool1 pool2 dask1 dask2 replica4096]
 """
 
 from __future__ import annotations
@@ -132,6 +137,34 @@ t0 = time.perf_counter()
 cluster = client = None
 if kind == "pool":
     ex = LocalPool(workers) if workers > 1 else InProcess()
+elif kind == "replica":
+    import msgspec, pickle
+    try:
+        from perfdoctor.model.sections import decode_section, encode_section
+    except ImportError:  # the code before the sections were kept encoded
+        decode_section = encode_section = None
+
+    class Replicas:
+        # 16 ranks summarised by a 2-worker pool, replicated to `workers` ranks as if each had arrived from a
+        # worker (a pickle round trip each): the reducer's memory at a size no trace set here reaches
+
+        def summarise(self, files, opts, cat, roofs=None, cache=False):
+            base = LocalPool(2).summarise(files[:16], opts, cat, roofs, cache)
+            out = []
+            for r in range(workers):
+                s = pickle.loads(pickle.dumps(base[r % len(base)]))
+                s.rank = s.index = r
+                s.world_size = workers
+                s.path = s.input["path"] = f"/job/rank{r:05d}.pt.trace.json.gz"
+                encoded = isinstance(s.section, bytes)  # a RankSection before the sections were kept encoded
+                sec = decode_section(s.section) if encoded else s.section
+                sec.rank, sec.path = r, s.path
+                s.section = encode_section(sec) if encoded else sec
+                s.collectives = msgspec.structs.replace(s.collectives, rank=r, world_size=workers)
+                out.append(s)
+            return out
+
+    ex = Replicas()
 else:
     from distributed import Client, LocalCluster
     cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None)
@@ -140,21 +173,27 @@ else:
 t1 = time.perf_counter()
 built = pipeline.build([path], executor=ex)
 wall = time.perf_counter() - t1
+rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # the reducer's peak: summaries in, report out
 if client is not None:
     client.close(); cluster.close()
-rep = built.report
-job = rep.get("job") or {"n_ranks": 1, "stragglers": [], "collective_wait": {}, "ranks": [0]}
-out = {"wall_s": wall, "startup_s": t1 - t0, "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+import msgspec
+from perfdoctor.model import to_builtins
+model = built.model  # read its job and findings only: to_builtins(model) would decode every rank's section
+job = to_builtins(model.job) if model.job else {"n_ranks": 1, "stragglers": [], "collective_wait": {}, "ranks": [0]}
+out = {"wall_s": wall, "startup_s": t1 - t0, "rss_mb": rss,
        "n_ranks": job["n_ranks"], "stragglers": [s["rank"] for s in job["stragglers"]],
        "cw": job["collective_wait"], "ranks": job["ranks"],
        "findings": [{"code": f["code"], "severity": f["severity"], "rank": f["rank"],
                      "ranks": f["evidence"].get("ranks", []), "message": f["message"][:160]}
-                    for f in rep["findings"]],
+                    for f in msgspec.to_builtins(model.findings)],
        "html_bytes": None}
-from perfdoctor.render.html import render_html
+from perfdoctor.render.formats import render_bytes
 t2 = time.perf_counter()
-out["html_bytes"] = len(render_html(built.model).encode())
+out["html_bytes"] = len(render_bytes(model, "html"))
 out["html_s"] = time.perf_counter() - t2
+out["html_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+out["json_bytes"] = len(render_bytes(model, "json"))
+out["json_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 print(json.dumps(out))
 """
 
@@ -199,7 +238,7 @@ def main() -> None:
     print(f"single-rank baseline (the source rank alone): findings above low: {sorted(baseline)}")
     print(
         f"{'ranks':>6} {'config':>7} {'wall s':>8} {'ranks/s':>8} {'reducer RSS MB':>15} {'straggler':>10} "
-        f"{'slow coll.':>10} {'new >low':>10} {'HTML MB':>8}"
+        f"{'slow coll.':>10} {'new >low':>10} {'HTML MB':>8} {'+HTML RSS':>9} {'JSON MB':>8} {'+JSON RSS':>9}"
     )
     for n in args.ranks:
         t0 = time.perf_counter()
@@ -212,10 +251,12 @@ def main() -> None:
             kind, workers = cfg.rstrip("0123456789"), int(cfg[len(cfg.rstrip("0123456789")) :])
             res = run(kind, workers, path)
             v = verdict(res, n, baseline)
+            n_ranks = workers if kind == "replica" else n
             print(
-                f"{n:>6} {cfg:>7} {res['wall_s']:>8.1f} {n / res['wall_s']:>8.2f} {res['rss_mb']:>15.0f} "
+                f"{n_ranks:>6} {cfg:>7} {res['wall_s']:>8.1f} {n_ranks / res['wall_s']:>8.2f} {res['rss_mb']:>15.0f} "
                 f"{str(v['straggler_found']):>10} {str(v['slow_collective_found']):>10} "
-                f"{','.join(v['new_findings_above_low']) or '-':>10} {res['html_bytes'] / 1e6:>8.2f}",
+                f"{','.join(v['new_findings_above_low']) or '-':>10} {res['html_bytes'] / 1e6:>8.2f} "
+                f"{res['html_rss_mb']:>9.0f} {res['json_bytes'] / 1e6:>8.1f} {res['json_rss_mb']:>9.0f}",
                 flush=True,
             )
             if v["other_stragglers"]:

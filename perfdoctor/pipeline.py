@@ -170,8 +170,7 @@ def build(
         from perfdoctor.jobs.cross_rank import job_section
 
         job_sec = job_section(job)
-    sections = [s.section for s in job.summaries if s.section is not None]
-    model = build_model(analysis, section, sections=sections, job=job_sec)
+    model = build_model(analysis, section, sections=job.sections(), job=job_sec)
     return BuiltReport(model, analysis, job.checks, job)
 
 

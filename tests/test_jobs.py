@@ -59,7 +59,7 @@ def test_summaries_reproduce_per_rank_numbers_exactly(which: str, tmp_path: Path
     again = js.decode(js.encode(built.job.summaries))
     job = reduce(again, cat, codes)
     job.analysis.checks = job.checks
-    report = pipeline.report_dict(job.analysis, [s.section for s in job.summaries])
+    report = pipeline.report_dict(job.analysis, job.sections())
     assert _canon(report) == _canon(built.report)
 
 

@@ -19,8 +19,9 @@ from perfdoctor import pipeline
 from perfdoctor.checks import config, engine
 from perfdoctor.jobs.cross_rank import job_section
 from perfdoctor.jobs.reduce import reduce
-from perfdoctor.model import to_builtins
+from perfdoctor.model import Report, to_builtins
 from perfdoctor.model.build import build_report
+from perfdoctor.model.sections import encode_section
 from perfdoctor.render.html import render_html
 from perfdoctor.render.terminal import render_terminal
 
@@ -28,15 +29,21 @@ PLANT_US = 3000.0  # extra matmul per step planted on the copies of source rank 
 
 
 def _job(n: int, world: int | None = None, plant: bool = False) -> dict[str, Any]:
+    return to_builtins(_model(n, world, plant))
+
+
+def _model(n: int, world: int | None = None, plant: bool = False) -> Report:
     built = pipeline.build([str(shared_trace("param__dlrm_8ranks"))])
     base = sorted(built.job.summaries, key=lambda s: s.rank)
     out = []
     for r in range(n):
         s = copy.deepcopy(base[r % 8])
         s.rank, s.index = r, r
-        assert s.section is not None
-        s.section.rank = r
-        s.path = s.input["path"] = s.section.path = f"/job/rank{r:04d}.pt.trace.json.gz"
+        section = s.rank_section()
+        assert section is not None
+        s.path = s.input["path"] = section.path = f"/job/rank{r:04d}.pt.trace.json.gz"
+        section.rank = r
+        s.section = encode_section(section)
         s.warnings = [w.replace(base[r % 8].path, s.path) for w in s.warnings]
         if plant and r % 8 == 5:
             for row in s.step_rows:
@@ -53,10 +60,7 @@ def _job(n: int, world: int | None = None, plant: bool = False) -> dict[str, Any
     cat, codes = engine.prepare(config.resolve())
     job = reduce(out, cat, codes)
     job.analysis.checks = job.checks
-    model = build_report(
-        job.analysis, sections=[s.section for s in job.summaries if s.section is not None], job=job_section(job)
-    )
-    return to_builtins(model)
+    return build_report(job.analysis, sections=job.sections(), job=job_section(job))
 
 
 @pytest.fixture(scope="module")
@@ -80,6 +84,56 @@ def test_terminal_reads_at_1024_ranks(report_1024: dict[str, Any]) -> None:
     per_rank = io.StringIO()
     render_terminal(report_1024, Console(file=per_rank, width=120), per_rank=True)
     assert per_rank.getvalue().count("Where a step's time goes") == 1024
+
+
+def test_sections_not_held_as_objects_at_1024_ranks() -> None:
+    import gc
+
+    from perfdoctor.model.report import RankSection
+    from perfdoctor.model.sections import MEMO, RankSections
+
+    def live() -> int:
+        gc.collect()
+        return sum(isinstance(o, RankSection) for o in gc.get_objects())
+
+    before = live()
+    model = _model(1024, plant=True)
+    assert isinstance(model.ranks, RankSections) and len(model.ranks) == 1024
+    assert live() - before <= MEMO  # building the report decoded what it read, and kept no more than MEMO
+    # the job view and the HTML read the job and the detailed ranks; every rank is still there, in order
+    render_terminal(model, Console(file=io.StringIO(), width=120))
+    html = render_html(model)
+    assert "Job at a glance: 1024 ranks" in html and live() - before <= MEMO
+    assert [r.rank for r in model.ranks] == list(range(1024)) and live() - before <= MEMO
+    assert to_builtins(model)["ranks"][1000]["path"] == "/job/rank1000.pt.trace.json.gz"
+
+
+def test_rank_sections_by_hand() -> None:
+    from perfdoctor.model.report import FixAllSection, RankSection, ReplaySection
+    from perfdoctor.model.sections import RankSections, decode_section
+
+    base = _model(2).ranks[0]
+    assert isinstance(base, RankSection) and base.replay is not None
+    secs = []
+    for r, replayed in ((0, 900.0), (1, 1_500.0)):
+        base.rank = r
+        base.replay = ReplaySection(
+            **{f: getattr(base.replay, f) for f in ReplaySection.__struct_fields__ if f != "fix_all"},
+            fix_all=FixAllSection(codes=["PD101"], recorded_mean_step_us=2_000.0, replayed_mean_step_us=replayed),
+        )
+        secs.append(encode_section(base))
+    # rank 0's fix-all (900 µs) is below its 1,200 µs floor: read as 1,200; rank 1's 1,500 is above its floor
+    ranks = RankSections(secs, {0: 1_200.0, 1: 1_000.0})
+    fixes = [r.replay.fix_all.replayed_mean_step_us for r in ranks if r.replay and r.replay.fix_all]
+    assert fixes == [1_200.0, 1_500.0]
+    assert ranks[0] is ranks[0] and ranks[-1].rank == 1 and [r.rank for r in ranks[0:2]] == [0, 1]
+    capped = decode_section(secs[0])
+    assert capped.replay is not None and capped.replay.fix_all
+    capped.replay.fix_all.replayed_mean_step_us = 1_200.0
+    assert ranks == [capped, decode_section(secs[1])] and ranks != [decode_section(s) for s in secs]
+    assert decode_section(secs[0]).replay.fix_all.replayed_mean_step_us == 900.0  # the bytes stay as sent
+    with pytest.raises(IndexError):
+        ranks[2]
 
 
 def test_no_straggler_on_the_tight_dlrm_job() -> None:

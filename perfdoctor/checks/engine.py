@@ -20,7 +20,6 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
 
-import msgspec
 import numpy as np
 
 from perfdoctor.checks import context as cx
@@ -466,11 +465,9 @@ def _fix_all_note(rank_ctx: list[cx.RankContext], findings: list[Finding], floor
         rr = getattr(ctx.rank, "replay", None)
         if rr is not None and hasattr(rr, "to_dict"):
             rep = rr.to_dict()
-        else:  # a rank summary: its report section holds the replay
-            section = getattr(getattr(ctx.rank, "summary", None), "section", None)
-            rep = section.get("replay") if isinstance(section, dict) else getattr(section, "replay", None)
-            if isinstance(rep, msgspec.Struct):  # the typed section (perfdoctor.model.report.ReplaySection)
-                rep = msgspec.to_builtins(rep)
+        else:  # a rank summary (perfdoctor.jobs.summary.RankSummary): its encoded report section holds the replay
+            summary = getattr(ctx.rank, "summary", None)
+            rep = summary.replay(floors.get(int(ctx.rank.rank or 0))) if summary is not None else None
         if not isinstance(rep, dict):
             continue
         fix = rep.get("fix_all")

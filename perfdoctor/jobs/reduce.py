@@ -11,11 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-import msgspec
-
 from perfdoctor.errors import PerfDoctorError
 from perfdoctor.jobs import fingerprint
 from perfdoctor.jobs.summary import RankSummary, SummaryRank
+from perfdoctor.model.sections import RankSections
 
 
 @dataclass
@@ -27,6 +26,12 @@ class JobAnalysis:
     checks: Any
     summaries: list[RankSummary]
     failed: list[RankSummary] = field(default_factory=list)
+
+    def sections(self) -> RankSections:
+        """The analysed ranks' report sections, still encoded (decoded when read), each rank's own fix-all
+        replay no faster than its floor (``analysis.replay_floor_us``: fixed alone, it still waits)."""
+        blobs = [s.section for s in self.summaries if s.section is not None]
+        return RankSections(blobs, getattr(self.analysis, "replay_floor_us", None))
 
 
 def reduce(
@@ -101,7 +106,6 @@ def reduce(
             [s.collectives for s in gpu if s.collectives is not None], cold_steps=cold
         )
     adjust = _replay_caps(analysis, gpu)
-    _cap_sections(ok, getattr(analysis, "replay_floor_us", {}))
     rank_ctx = [cx.RankContext(analysis, r) for r in ranks]
     results = engine.combine(analysis, rank_ctx, [s.outcomes for s in ok], cat, codes, adjust=adjust)
     return JobAnalysis(analysis=analysis, checks=results, summaries=ok, failed=failed)
@@ -152,18 +156,3 @@ def _replay_caps(analysis: Any, gpu: list[RankSummary]) -> Any:
         return replay_cap.cap_outcome(outcome, floors.get(rank), step_us.get(rank, 0.0))
 
     return adjust if floors else None
-
-
-def _cap_sections(ok: list[RankSummary], floors: dict[int, float]) -> None:
-    """Each rank's own fix-all replay (its section) no faster than its floor: fixed alone, it still waits."""
-    for s in ok:
-        sec = s.section
-        rep = sec.get("replay") if isinstance(sec, dict) else getattr(sec, "replay", None)
-        fix = rep.get("fix_all") if isinstance(rep, dict) else getattr(rep, "fix_all", None)
-        floor = floors.get(int(s.rank or 0))
-        if floor is None or fix is None:
-            continue
-        if isinstance(fix, dict) and fix["replayed_mean_step_us"] < floor:
-            fix["replayed_mean_step_us"] = floor
-        elif isinstance(fix, msgspec.Struct) and getattr(fix, "replayed_mean_step_us", floor) < floor:
-            fix.replayed_mean_step_us = floor  # type: ignore[attr-defined]

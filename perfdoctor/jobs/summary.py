@@ -30,8 +30,9 @@ from perfdoctor.analysis.collective_wait import CollectiveTimeline
 from perfdoctor.checks.context import Outcome
 from perfdoctor.errors import PerfDoctorError
 from perfdoctor.model.report import RankSection
+from perfdoctor.model.sections import cap_fix_all, decode_section, encode_section, replay_of
 
-FORMAT = 6  # bump when RankSummary changes: cached summaries of another format are made again (6: cold steps)
+FORMAT = 7  # bump when RankSummary changes: cached summaries of another format are made again (7: section as bytes)
 CACHE_SUFFIX = ".perfdoctor-summary"
 
 
@@ -75,7 +76,9 @@ class RankSummary(msgspec.Struct):
     """One rank of a job (see the module docstring).
 
     ``index``: position of its file among the inputs (the rank when the trace names none); ``section``: the
-    rank's typed report section (:func:`perfdoctor.model.build.rank_section`; None for a rank that failed);
+    rank's typed report section (:func:`perfdoctor.model.build.rank_section`) as msgpack bytes
+    (:func:`perfdoctor.model.sections.encode_section`: the reducer holds thousands of them, decoded only when
+    read; :meth:`rank_section`); None for a rank that failed;
     ``input``: the report's ``inputs`` entry (path,
     bytes, sha256, events, uncompressed bytes); ``step_rows``: the primary device's analysed steps (µs);
     ``outcomes``: rank-scope rule outcomes by code; ``requirement_reasons``: why the rank lacks a requirement
@@ -92,8 +95,9 @@ class RankSummary(msgspec.Struct):
     path: str
     rank: int | None = None
     input: dict[str, Any] = {}
-    section: RankSection | None = None
+    section: bytes | None = None
     steps_source: str = ""
+    step_marker: str = ""  # the section's step_marker, kept out of the encoded section for the rules
     primary_kind: str = ""
     primary_device: int = -1
     step_rows: list[StepBreakdown] = []
@@ -112,6 +116,17 @@ class RankSummary(msgspec.Struct):
     worker: str = ""
     warmup_us_by_step: dict[int, float] = {}
     cold_steps: list[int] = []
+
+    def rank_section(self) -> RankSection | None:
+        """The rank's report section, decoded from ``section`` (None for a rank that failed)."""
+        return None if self.section is None else decode_section(self.section)
+
+    def replay(self, floor_us: float | None = None) -> dict[str, Any] | None:
+        """The ``replay`` of the rank's report section as plain values, decoded without the rest of the section,
+        its fix-all no faster than ``floor_us`` (:func:`perfdoctor.model.sections.cap_fix_all`); None without
+        one."""
+        rep = cap_fix_all(None if self.section is None else replay_of(self.section), floor_us)
+        return None if rep is None else msgspec.to_builtins(rep)
 
 
 def _enc(obj: Any) -> Any:
@@ -195,8 +210,9 @@ def rank_summary(
         path=ra.tables.path,
         rank=ra.rank,
         input=input_info,
-        section=rank_section(ra),
+        section=encode_section(rank_section(ra)),
         steps_source=ra.steps.source,
+        step_marker=ra.steps.marker,
         primary_kind=prim.kind,
         primary_device=int(prim.device),
         step_rows=list(prim.steps),
@@ -219,8 +235,7 @@ class SummaryRank:
         self.summary = s
         self.rank = s.rank
         self.primary = DeviceBreakdown(device=s.primary_device, kind=s.primary_kind, steps=list(s.step_rows))
-        marker = s.section.step_marker if s.section is not None else ""
-        self.steps = _Steps(s.steps_source, [int(r.step) for r in s.step_rows], marker, s.cold_steps)
+        self.steps = _Steps(s.steps_source, [int(r.step) for r in s.step_rows], s.step_marker, s.cold_steps)
         self.requirement_reasons = s.requirement_reasons
         self.warnings = s.warnings
 

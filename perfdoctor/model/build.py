@@ -22,6 +22,7 @@ from perfdoctor.analysis.memory import memory_summary
 from perfdoctor.analysis.trace_info import profiler_settings
 from perfdoctor.errors import PerfDoctorError
 from perfdoctor.model import report as m
+from perfdoctor.model.sections import RankSections
 
 if TYPE_CHECKING:
     from perfdoctor.analysis.rank import Analysis, RankAnalysis
@@ -111,7 +112,7 @@ def rank_section(r: RankAnalysis) -> m.RankSection:
     )
 
 
-def summary_section(ranks: list[m.RankSection]) -> m.Summary:
+def summary_section(ranks: Sequence[m.RankSection]) -> m.Summary:
     """Spread of the median step time across the ranks (each rank's primary device)."""
     medians = {r.rank: r.primary.step_time_us.median for r in ranks if r.rank is not None}
     s = summary.rank_summary(medians)
@@ -148,11 +149,15 @@ def build_report(
     """The whole typed report of ``analysis`` (its ranks, check results and warnings) and of the run
     directory's ``run`` section (:func:`perfdoctor.capture.run_data.run_section`), if any.
 
-    ``sections``: the ranks' sections when already made (rank summaries made them, maybe in another process,
-    as plain dicts), else :func:`rank_section` of each rank; ``job``: the cross-rank section of a multi-rank
-    job (:func:`perfdoctor.jobs.cross_rank.job_section`)."""
+    ``sections``: the ranks' sections when already made (rank summaries made them, maybe in another process:
+    :class:`~perfdoctor.model.sections.RankSections`, kept encoded, or plain dicts), else :func:`rank_section`
+    of each rank; ``job``: the cross-rank section of a multi-rank job
+    (:func:`perfdoctor.jobs.cross_rank.job_section`)."""
+    ranks: Sequence[m.RankSection]
     if sections is None:
         ranks = [rank_section(r) for r in analysis.ranks]
+    elif isinstance(sections, RankSections):  # kept encoded: thousands of ranks
+        ranks = sections
     else:
         ranks = [s if isinstance(s, m.RankSection) else plain(s, m.RankSection, "rank section") for s in sections]
     checks = check_sections(analysis.checks) if analysis.checks is not None else {}

@@ -29,7 +29,14 @@ class _Header(msgspec.Struct):
 def to_builtins(report: msgspec.Struct) -> dict[str, Any]:
     """The report (or one of its sections) as plain dicts/lists/numbers (the JSON document before encoding;
     int dict keys kept)."""
-    out: dict[str, Any] = msgspec.to_builtins(report)
+    from perfdoctor.model.sections import RankSections, as_builtins
+
+    ranks = getattr(report, "ranks", None)
+    if isinstance(ranks, RankSections):  # one rank's section decoded at a time, never all of them as objects
+        out: dict[str, Any] = msgspec.to_builtins(msgspec.structs.replace(report, ranks=[]))
+        out["ranks"] = [msgspec.to_builtins(s) for s in ranks]
+        return out
+    out = msgspec.to_builtins(report, enc_hook=as_builtins)
     return out
 
 

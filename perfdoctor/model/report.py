@@ -14,6 +14,8 @@ the default :data:`msgspec.UNSET`; a value that is ``null`` in the JSON is ``Non
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import msgspec
 from msgspec import UNSET, UnsetType
 
@@ -557,7 +559,7 @@ class Report(Section, kw_only=True):
     tool: Tool
     inputs: list[InputFile]
     warnings: list[str]
-    ranks: list[RankSection]
+    ranks: Sequence[RankSection]  # a list, or the encoded sections of a many-rank job (model.sections)
     summary: Summary
     findings: list[FindingSection] | UnsetType = UNSET
     skipped_checks: list[SkippedCheck] | UnsetType = UNSET

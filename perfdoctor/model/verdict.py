@@ -18,6 +18,8 @@ step time total.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from perfdoctor.model.report import FindingSection, RankSection
 from perfdoctor.vocab import category_label, idle_label
 
@@ -61,7 +63,7 @@ REPLAYED_FIXES: dict[str, str] = {
 }
 
 
-def verdict(ranks: list[RankSection], findings: list[FindingSection], slowest_rank: int | None = None) -> str:
+def verdict(ranks: Sequence[RankSection], findings: list[FindingSection], slowest_rank: int | None = None) -> str:
     """The one-line verdict (see the module docstring); "" when the report has no rank."""
     if ranks and all(r.primary.kind != "gpu" and r.device_properties for r in ranks):
         return (

@@ -68,7 +68,7 @@ def render_job(report: dict[str, Any], console: Console) -> None:
 def _who(ranks: list[int], values: np.ndarray, target: float) -> str:
     """The rank with ``target`` ("rank 3"), or the ranks that tie at it ("ranks 0–6 (a tie)"; argmax: the first)."""
     tied = [ranks[i] for i in np.flatnonzero(values == target)]
-    return f"rank {tied[0]}" if len(tied) == 1 else f"ranks {rank_list_text(tied)} (a tie)"
+    return f"rank {tied[0]}" if len(tied) == 1 else f"ranks {rank_list_text(tied, limit=4)} (a tie)"
 
 
 def _wait_text(cw: dict[str, Any], ranks: list[int]) -> str:

@@ -96,10 +96,10 @@ def render_terminal(
     if not rep.ranks:
         _print_run_only(rep, console)
     job_view = rep.job is not UNSET and not per_rank
-    if job_view:
+    if job_view and rep.job is not UNSET:
         from perfdoctor.render.job_terminal import render_job
 
-        render_job(to_builtins(rep), console)
+        render_job({"job": to_builtins(rep.job)}, console)  # not the ranks: thousands of them, decoded
     for rank in [] if job_view else rep.ranks:
         dev = rank.primary
         console.print(Group(_rank_header(rank, dev), breakdown_table(rank, dev)))

@@ -1,0 +1,117 @@
+"""The ranks' report sections kept encoded (msgpack bytes), decoded one at a time when read.
+
+A rank's section (its per-step breakdown, top kernels and ops, roofline rows, replay) is about 38 kB as msgpack
+and about 90 kB as Python objects (the 8-rank DLRM job's ranks, measured with tracemalloc). A many-rank report
+reads most of them never (the terminal and HTML show the job and its outlier ranks) or once in passing (the JSON
+report), so :class:`RankSections` holds the bytes the workers sent and decodes a section on each access
+(0.05 ms each), keeping only the last :data:`MEMO` decoded: a small job's sections keep their identity across
+reads, a 4,096-rank job never holds more than :data:`MEMO` of them as objects.
+
+It is a ``Sequence[RankSection]``: ``Report.ranks`` may be one (a report built from rank summaries) or a plain
+list (a report read back from JSON); :func:`perfdoctor.model.codec.to_builtins` writes both alike.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any, overload
+
+import msgspec
+
+from perfdoctor.model.report import FixAllSection, RankSection, ReplaySection
+
+MEMO = 32  # decoded sections kept (most recently read); above 16 ranks the HTML details only the outlier ranks
+
+_ENCODER = msgspec.msgpack.Encoder()
+_DECODER = msgspec.msgpack.Decoder(RankSection)
+
+
+class _ReplayOnly(msgspec.Struct):
+    """The ``replay`` field of an encoded section, decoded without the rest (msgspec skips unknown fields)."""
+
+    replay: ReplaySection | None = None
+
+
+_REPLAY_DECODER = msgspec.msgpack.Decoder(_ReplayOnly)
+
+
+def encode_section(section: RankSection) -> bytes:
+    """msgpack bytes of ``section`` (exact: floats written as IEEE doubles)."""
+    return _ENCODER.encode(section)
+
+
+def decode_section(data: bytes) -> RankSection:
+    """The section :func:`encode_section` wrote. Raises msgspec.DecodeError / ValidationError on other bytes."""
+    return _DECODER.decode(data)
+
+
+def replay_of(data: bytes) -> ReplaySection | None:
+    """The ``replay`` of an encoded section, without decoding the rest."""
+    return _REPLAY_DECODER.decode(data).replay
+
+
+class RankSections(Sequence[RankSection]):
+    """The sections of ranks, from their :func:`encode_section` bytes (see the module docstring).
+
+    ``floors_us``: by trace rank, the shortest mean step (µs) the rank's own fix-all replay may reach, its wait
+    for its peers included (:func:`perfdoctor.analysis.replay_cap.rank_floors`): each decoded section's
+    ``replay.fix_all.replayed_mean_step_us`` is raised to it, as the in-process path caps ``RankReplay``.
+    """
+
+    def __init__(self, blobs: Sequence[bytes], floors_us: Mapping[int, float] | None = None) -> None:
+        self._blobs = list(blobs)
+        self._floors = dict(floors_us or {})
+        self._memo: OrderedDict[int, RankSection] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._blobs)
+
+    @overload
+    def __getitem__(self, i: int) -> RankSection: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[RankSection]: ...
+
+    def __getitem__(self, i: int | slice) -> RankSection | list[RankSection]:
+        if isinstance(i, slice):
+            return [self[k] for k in range(*i.indices(len(self)))]
+        k = range(len(self))[i]  # IndexError past the end; negative indices count from it
+        sec = self._memo.pop(k, None)
+        if sec is None:
+            sec = self._capped(decode_section(self._blobs[k]))
+        self._memo[k] = sec
+        if len(self._memo) > MEMO:
+            self._memo.popitem(last=False)
+        return sec
+
+    def __iter__(self) -> Iterator[RankSection]:
+        return (self[k] for k in range(len(self)))
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Sequence) and list(self) == list(other)
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, compared by value like a list
+
+    def __repr__(self) -> str:
+        return f"RankSections({len(self)} ranks, {sum(len(b) for b in self._blobs):,} bytes)"
+
+    def _capped(self, sec: RankSection) -> RankSection:
+        cap_fix_all(sec.replay, self._floors.get(int(sec.rank or 0)))
+        return sec
+
+
+def cap_fix_all(replay: ReplaySection | None, floor_us: float | None) -> ReplaySection | None:
+    """``replay`` with its fix-all's replayed mean step raised to ``floor_us`` (µs; None: no floor), in place:
+    fixed alone, a rank still waits for its peers in its collectives (:mod:`perfdoctor.analysis.replay_cap`)."""
+    fix = replay.fix_all if replay is not None else None
+    if floor_us is not None and isinstance(fix, FixAllSection) and fix.replayed_mean_step_us < floor_us:
+        fix.replayed_mean_step_us = floor_us
+    return replay
+
+
+def as_builtins(obj: Any) -> Any:
+    """msgspec ``enc_hook``: a :class:`RankSections` as a list of its sections."""
+    if isinstance(obj, RankSections):
+        return list(obj)
+    raise NotImplementedError(f"cannot serialise {type(obj).__name__}")

@@ -88,6 +88,69 @@ class DeviceBreakdown:
         return sum_steps(self.steps)
 
 
+@dataclass
+class StepColumns:
+    """One value per analysed step window (arrays of shape ``(n_steps,)``; µs unless named otherwise) for every
+    field of :class:`StepBreakdown` that is not the window itself; dict fields map a key to such an array.
+    ``communication``: (total, overlapped, exposed)."""
+
+    busy: np.ndarray
+    categories: dict[str, np.ndarray]
+    category_union: dict[str, np.ndarray]
+    idle_causes: dict[str, np.ndarray]
+    communication: tuple[np.ndarray, np.ndarray, np.ndarray]
+    by_collective: dict[str, np.ndarray]
+    memcpy_by_direction: dict[str, np.ndarray]
+    phases_host: dict[str, np.ndarray]
+    phases_device: dict[str, np.ndarray]
+    n_kernels: np.ndarray
+    kernel_sum: np.ndarray
+    triton: np.ndarray
+
+
+def step_rows(steps: Steps, c: StepColumns) -> list[StepBreakdown]:
+    """The :class:`StepBreakdown` of every step window of ``steps`` from its per-window columns (GPU and host
+    breakdowns alike): step time = window end - start, idle = step time - busy."""
+    ws, we = steps.start_us, steps.end_us
+    host_dur = steps.host_dur_us  # once: the property computes the whole array
+    total, overlapped, exposed = c.communication
+
+    def at(cols: dict[str, np.ndarray], i: int) -> dict[str, float]:
+        return {k: float(v[i]) for k, v in cols.items()}
+
+    out = []
+    for i in range(len(steps)):
+        dur = float(we[i] - ws[i])
+        out.append(
+            StepBreakdown(
+                step=int(steps.numbers[i]),
+                name=steps.names[i],
+                host_start_us=float(steps.host_start_us[i]),
+                host_dur_us=float(host_dur[i]),
+                start_us=float(ws[i]),
+                dur_us=dur,
+                busy_us=float(c.busy[i]),
+                idle_us=dur - float(c.busy[i]),
+                categories_us=at(c.categories, i),
+                category_union_us=at(c.category_union, i),
+                idle_causes_us=at(c.idle_causes, i),
+                communication={
+                    "total_us": float(total[i]),
+                    "overlapped_us": float(overlapped[i]),
+                    "exposed_us": float(exposed[i]),
+                },
+                communication_by_collective_us=at(c.by_collective, i),
+                memcpy_by_direction_us=at(c.memcpy_by_direction, i),
+                phases_host_us=at(c.phases_host, i),
+                phases_device_us=at(c.phases_device, i),
+                n_kernels=int(c.n_kernels[i]),
+                kernel_sum_us=float(c.kernel_sum[i]),
+                triton_us=float(c.triton[i]),
+            )
+        )
+    return out
+
+
 def sum_steps(steps: list[StepBreakdown]) -> dict[str, Any]:
     """Add up a list of step breakdowns field by field (µs); ``n_steps`` added."""
     out: dict[str, Any] = {"n_steps": len(steps)}
@@ -255,37 +318,21 @@ def gpu_breakdown(tables: TraceTables, steps: Steps, device: int, attribution: A
     n_k = np.bincount(kidx, minlength=len(steps) + 1)[: len(steps)]
     k_sum = np.bincount(kidx, weights=kdur, minlength=len(steps) + 1)[: len(steps)]
 
-    out = []
-    host_dur = steps.host_dur_us  # once: the property computes the whole array
-    for i in range(len(steps)):
-        dur = float(we[i] - ws[i])
-        out.append(
-            StepBreakdown(
-                step=int(steps.numbers[i]),
-                name=steps.names[i],
-                host_start_us=float(steps.host_start_us[i]),
-                host_dur_us=float(host_dur[i]),
-                start_us=float(ws[i]),
-                dur_us=dur,
-                busy_us=float(busy_w[i]),
-                idle_us=dur - float(busy_w[i]),
-                categories_us={c: float(v[i]) for c, v in cols["excl"].items()},
-                category_union_us={c: float(v[i]) for c, v in cols["union"].items()},
-                idle_causes_us={c: float(v[i]) for c, v in cols["idle"].items()},
-                communication={
-                    "total_us": float(comm_w[i]),
-                    "overlapped_us": float(over_w[i]),
-                    "exposed_us": float(exp_w[i]),
-                },
-                communication_by_collective_us={c: float(v[i]) for c, v in cols["coll"].items()},
-                memcpy_by_direction_us={d: float(v[i]) for d, v in cols["dir"].items()},
-                phases_host_us={p: float(v[i]) for p, v in cols["ph_host"].items()},
-                phases_device_us={p: float(v[i]) for p, v in cols["ph_dev"].items()},
-                n_kernels=int(n_k[i]),
-                kernel_sum_us=float(k_sum[i]),
-                triton_us=float(triton_w[i]),
-            )
-        )
+    cols_w = StepColumns(
+        busy=busy_w,
+        categories=cols["excl"],
+        category_union=cols["union"],
+        idle_causes=cols["idle"],
+        communication=(comm_w, over_w, exp_w),
+        by_collective=cols["coll"],
+        memcpy_by_direction=cols["dir"],
+        phases_host=cols["ph_host"],
+        phases_device=cols["ph_dev"],
+        n_kernels=n_k,
+        kernel_sum=k_sum,
+        triton=triton_w,
+    )
+    out = step_rows(steps, cols_w)
     notes = []
     blocking = _dominant_runtime_call(tables, idle_launch)
     if blocking and iv.total(idle_launch) >= 0.10 * (span_hi - span_lo):

@@ -22,7 +22,7 @@ import numpy as np
 
 from perfdoctor.analysis import host
 from perfdoctor.analysis import intervals as iv
-from perfdoctor.analysis.breakdown import DeviceBreakdown, StepBreakdown
+from perfdoctor.analysis.breakdown import DeviceBreakdown, StepColumns, step_rows
 from perfdoctor.analysis.steps import Steps
 from perfdoctor.trace.tables import TraceTables
 from perfdoctor.vocab import HOST_PRIORITY
@@ -90,37 +90,24 @@ def cpu_breakdown(tables: TraceTables, steps: Steps) -> DeviceBreakdown:
     phases = host.phases(tables, (steps.host_start_us, steps.host_end_us))
     ph_w = {p: iv.per_window(s, ws, we) for p, s in phases.items()}
     n_ops = np.bincount(np.searchsorted(we, ops["ts_us"], side="right"), minlength=len(steps) + 1)[: len(steps)]
-    out = []
-    host_dur = steps.host_dur_us  # once: the property computes the whole array
-    for i in range(len(steps)):
-        dur = float(we[i] - ws[i])
-        busy = float(busy_w[i])
-        out.append(
-            StepBreakdown(
-                step=int(steps.numbers[i]),
-                name=steps.names[i],
-                host_start_us=float(steps.host_start_us[i]),
-                host_dur_us=float(host_dur[i]),
-                start_us=float(ws[i]),
-                dur_us=dur,
-                busy_us=busy,
-                idle_us=dur - busy,
-                categories_us={c: float(v[i]) for c, v in excl_w.items()},
-                category_union_us={c: float(v[i]) for c, v in union_w.items()},
-                idle_causes_us=_idle_causes(dur - busy, sync_w, i),
-                communication={
-                    "total_us": float(comm_w[i]),
-                    "overlapped_us": float(comm_w[i] - exposed_w[i]),
-                    "exposed_us": float(exposed_w[i]),
-                },
-                communication_by_collective_us={c: float(v[i]) for c, v in by_coll.items()},
-                memcpy_by_direction_us={},
-                phases_host_us={p: float(v[i]) for p, v in ph_w.items()},
-                phases_device_us={},
-                n_kernels=int(n_ops[i]),
-                kernel_sum_us=0.0,
-            )
-        )
+    zeros = np.zeros(len(steps))
+    idle_w = (we - ws) - busy_w
+    idle = {"python": idle_w} if sync_w is None else {"python": idle_w - sync_w, "synchronization": sync_w}
+    cols = StepColumns(
+        busy=busy_w,
+        categories=excl_w,
+        category_union=union_w,
+        idle_causes=idle,
+        communication=(comm_w, comm_w - exposed_w, exposed_w),
+        by_collective=by_coll,
+        memcpy_by_direction={},
+        phases_host=ph_w,
+        phases_device={},
+        n_kernels=n_ops,
+        kernel_sum=zeros,
+        triton=zeros,
+    )
+    out = step_rows(steps, cols)
     note = "CPU-only trace: categories are host ops; idle is time outside any op (Python)"
     if sync_w is not None:
         note = (
@@ -147,14 +134,6 @@ def _blocked_outside_ops(
     m = tables.names_matching(re.compile(host.SYNC_RUNTIME))[rt["name_id"]]
     waits = iv.union_of(iv.union(rt["ts_us"][m], rt["end_us"][m]), host.blocking_memcpy_calls(tables))
     return np.asarray(iv.per_window(iv.subtract(waits, ops), ws, we))
-
-
-def _idle_causes(idle_us: float, sync_w: np.ndarray | None, i: int) -> dict[str, float]:
-    """Window ``i``'s time outside any op (µs) split into host synchronization (when the trace has runtime calls)
-    and Python."""
-    if sync_w is None:
-        return {"python": idle_us}
-    return {"python": idle_us - float(sync_w[i]), "synchronization": float(sync_w[i])}
 
 
 def _by_collective(tables: TraceTables, ws: np.ndarray, we: np.ndarray) -> dict[str, np.ndarray]:

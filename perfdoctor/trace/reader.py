@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import gc
 import os
+import queue
 import re
+import threading
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -112,6 +114,63 @@ def _blocks(path: str, on_progress: Callable[[int], None] | None, state: dict[st
             if tail:
                 yield tail
             state["gzip_incomplete"] = int(not inflater.eof)
+
+
+class _Prefetch:
+    """Decompress in a background thread while the caller decodes (zlib and file reads release the GIL, so
+    inflating the next blocks overlaps the msgspec decode of this one on a second core; on one core it costs
+    only the thread switches). At most ``depth`` blocks (of at most MAX_BLOCK_OUT bytes) wait in the queue.
+
+    Progress is counted in the thread and reported on the caller's thread, with the block it came with;
+    an exception in the thread (TraceFormatError, OSError) is raised again in the caller.
+    """
+
+    _END = object()
+
+    def __init__(self, path: str, state: dict[str, int], depth: int = 3) -> None:
+        self._queue: queue.Queue[Any] = queue.Queue(maxsize=depth)
+        self._stop = threading.Event()
+        self._read = 0
+        self._thread = threading.Thread(target=self._run, args=(path, state), name="perfdoctor-inflate", daemon=True)
+        self._thread.start()
+
+    def _count(self, n: int) -> None:
+        self._read += n
+
+    def _put(self, item: Any) -> bool:
+        while not self._stop.is_set():
+            try:
+                self._queue.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def _run(self, path: str, state: dict[str, int]) -> None:
+        try:
+            for block in _blocks(path, self._count, state):
+                read, self._read = self._read, 0
+                if not self._put((block, read)):
+                    return
+            self._put((self._END, self._read))
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread, which raises it
+            self._put((exc, 0))
+
+    def blocks(self, on_progress: Callable[[int], None] | None) -> Any:
+        """Yield the decompressed blocks in order; stops the thread when the caller stops early."""
+        try:
+            while True:
+                block, read = self._queue.get()
+                if on_progress and read:
+                    on_progress(read)
+                if block is self._END:
+                    return
+                if isinstance(block, BaseException):
+                    raise block
+                yield block
+        finally:
+            self._stop.set()
+            self._thread.join()
 
 
 def _text_start(path: str, block: bytes) -> bytes:
@@ -260,7 +319,7 @@ def read_trace_file(
     gc_was_enabled = gc.isenabled()
     gc.disable()  # millions of short-lived tuples; the cyclic GC only slows them down
     try:
-        for block in _blocks(p, on_progress, state):
+        for block in _Prefetch(p, state).blocks(on_progress):
             if total == 0 and block:
                 block = _text_start(p, block)
             if len(first) < 64:

@@ -164,7 +164,7 @@ def _walk(
     a_start, a_end = res.act_start_us.tolist(), res.act_end_us.tolist()
     kindl, prevl, depl = kind.tolist(), g.act_prev.tolist(), bound_dep.tolist()
     launch_t = (res.act_start_us - g.act_lat_us).tolist()
-    a_pid = g.act_pid.tolist()
+    a_pid, launch_l = g.act_pid.tolist(), g.act_launch.tolist()
     b_end, b_dep, b_waited = res.blk_end_us, g.blk_dep.tolist(), waited.tolist()
     by_pid: dict[int, tuple[np.ndarray, np.ndarray]] = {}
     for p in np.unique(g.blk_pid).tolist():
@@ -174,30 +174,43 @@ def _walk(
     ee: list[float] = []
     lab: list[int] = []
     pids: list[int] = []
+    ss_add, ee_add, lab_add, pids_add = ss.append, ee.append, lab.append, pids.append
 
     def seg(a: float, b: float, label: int, pid: int = -1) -> None:
-        a = max(a, lo)
+        a = lo if lo > a else a  # max(a, lo), as max() picks it
         if b > a:
-            ss.append(a)
-            ee.append(b)
-            lab.append(label)
-            pids.append(pid)
+            ss_add(a)
+            ee_add(b)
+            lab_add(label)
+            pids_add(pid)
 
     t = hi
     node = start_act
     pid = host_pid
     while t > lo:
         if node >= 0:
-            s = min(a_start[node], t)
-            seg(s, t, node)
+            s = a_start[node]
+            s = t if t < s else s  # min(a_start, t), as min() picks it
+            a = lo if lo > s else s  # seg(s, t, node), inlined: the walk's one call per activity
+            if t > a:
+                ss_add(a)
+                ee_add(t)
+                lab_add(node)
+                pids_add(-1)
             t = s
             k = kindl[node]
             if k == 1 or k == 2:
                 pred = prevl[node] if k == 1 else depl[node]
-                pe = min(a_end[pred], t)
-                seg(pe, t, node)
+                pe = a_end[pred]
+                pe = t if t < pe else pe
+                a = lo if lo > pe else pe  # seg(pe, t, node), inlined
+                if t > a:
+                    ss_add(a)
+                    ee_add(t)
+                    lab_add(node)
+                    pids_add(-1)
                 t, node = pe, pred
-            elif g.act_launch[node] >= 0:
+            elif launch_l[node] >= 0:
                 lt = min(launch_t[node], t)
                 seg(lt, t, _LAUNCH)
                 t, pid, node = lt, a_pid[node], -1

@@ -50,7 +50,7 @@ def once(path: str) -> tuple[float, float, float, float, int]:
         h.fused_optimizer(rr, tables),
         h.cuda_graphs(rr, tables),
         h.remove_syncs(rr, hh.synchronization(tables)),
-        h.batch_copies(rr, hh.synchronization(tables)),
+        h.batch_copies(rr, tables, hh.synchronization(tables)),
         pinned_copies(rr, tables, __import__("numpy").arange(len(tables.memcpy))),
         k.fused_elementwise(rr, tables),
         k.overlap_communication(rr, tables),

@@ -123,12 +123,16 @@ class LocalPool:
         ctx = multiprocessing.get_context("forkserver")
         ctx.set_forkserver_preload(["perfdoctor.jobs.task", "perfdoctor.pipeline", "perfdoctor.checks.engine"])
         results: dict[int, list[RankSummary]] = {}
-        todo, suspects = list(enumerate(files)), []
+        todo = list(enumerate(files))
+        suspects: list[tuple[int, str]] = []
         while todo:  # each broken pool sets its ranks in flight aside and hands the rest to a fresh one
-            todo, lost = self._run(todo, n, task, ctx, results)
-            suspects += lost
+            done_before = len(results)
+            left, lost = self._run(todo, n, task, ctx, results)
+            if len(left) == len(todo) and not lost and len(results) == done_before:
+                lost, left = left, []  # a pool that broke before running anything: every rank alone
+            todo, suspects = left, suspects + lost
         for i, f in sorted(suspects):
-            if self._run([(i, f)], 1, task, ctx, results)[1]:
+            if any(self._run([(i, f)], 1, task, ctx, results)):  # its worker died again (or never started)
                 self._collect(i, [RankSummary(index=i, path=f, error=died(f))], results)
         return [s for i in sorted(results) for s in results[i]]
 
@@ -141,16 +145,21 @@ class LocalPool:
         with ProcessPoolExecutor(max_workers=n, mp_context=ctx) as pool:
             pending: dict[Future[list[RankSummary]], tuple[int, str]] = {}
             while queue or pending:
-                while queue and len(pending) < 2 * n:  # a bounded queue: results are collected as they come
-                    i, f = queue.pop()
-                    pending[pool.submit(task, f, i)] = (i, f)
+                broken = False
+                try:
+                    while queue and len(pending) < 2 * n:  # a bounded queue: results are collected as they come
+                        i, f = queue[-1]
+                        pending[pool.submit(task, f, i)] = (i, f)
+                        queue.pop()
+                except BrokenProcessPool:  # a worker died since the last wait: submit refuses
+                    broken = True
                 done, _ = wait(pending, return_when=FIRST_COMPLETED)
                 lost = []
                 for fut in done:
                     item = pending.pop(fut)
                     if not self._take(fut, item, results):
                         lost.append(item)
-                if lost:  # the pool is broken: every future still pending fails or has finished
+                if lost or broken:  # the pool is broken: every future still pending fails or has finished
                     wait(pending)
                     lost += [item for fut, item in pending.items() if not self._take(fut, item, results)]
                     return queue[::-1], lost

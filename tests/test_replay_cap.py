@@ -82,3 +82,17 @@ def test_the_job_figure_is_the_slowest_rank() -> None:
     }
     assert replay_cap.job_fix_all(sections) == (["PD101", "PD103"], 1200.0, 900.0, 2)
     assert replay_cap.job_fix_all({0: {"recorded_mean_step_us": 1.0, "fix_all": None}}) is None
+
+
+def test_earliest_ends_take_the_latest_peer_with_a_tie() -> None:
+    # three ranks on one clock (every copy ends at 500), two collectives. Collective 1: arrivals 100, 300, 300
+    # (ranks 1 and 2 tie for the latest), copies 400, 200, 200 → transfer 200. Collective 2 (ends at 900):
+    # arrivals 700, 600, 650, copies 200, 300, 250 → transfer 200; rank 0 alone arrived latest.
+    r0 = _tl(0, [100.0, 700.0], [500.0, 900.0], [0, 1])
+    r1 = _tl(1, [300.0, 600.0], [500.0, 900.0], [0, 1])
+    r2 = _tl(2, [300.0, 650.0], [500.0, 900.0], [0, 1])
+    ends = replay_cap.earliest_ends([r0, r1, r2])
+    # rank 0's peers: latest 300 then 650 → 500, 850; rank 1's: 300 (rank 2) then 700 → 500, 900;
+    # rank 2's: 300 (rank 1) then 700 → 500, 900
+    assert ends[0].tolist() == [500.0, 850.0]
+    assert ends[1].tolist() == [500.0, 900.0] and ends[2].tolist() == [500.0, 900.0]

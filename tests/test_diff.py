@@ -668,9 +668,11 @@ def test_resnet_pair_faster_with_dataloader_prediction(resnet_diff):
     lo, hi = (-x / 100 * d.mean_step_us.before for x in reversed(d.ci95_pct))
     assert pd101.measured_ci95_us == pytest.approx([lo, hi]) and lo < own["saving_us_per_step"] < hi
     assert pd101.within_ci95 is True
-    # PD103 and PD205 persist with smaller savings only because PD101's idle went away: listed, never scored
+    # PD205 persists with a smaller saving only because PD101's idle went away: listed, never scored. PD103 no
+    # longer shrinks (F2): measured on top of prefetched batches it holds no DataLoader time (16.2 ms before), and
+    # the num_workers=4 host launches slower (measured launch idle 16.2 -> 31.4 ms per step)
     by_code = {f["code"]: f for f in before["findings"]}
-    assert {s.code for s in d.shrunk} == {"PD103", "PD205"}
+    assert {s.code for s in d.shrunk} == {"PD205"}
     for s in d.shrunk:
         assert s.saving_before_us == pytest.approx(by_code[s.code]["saving_us_per_step"])
         assert s.shrink_us == pytest.approx(s.saving_before_us - s.saving_after_us) and s.shrink_us > 0

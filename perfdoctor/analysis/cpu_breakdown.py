@@ -61,18 +61,30 @@ def classify_cpu_op(name: str) -> str:
     return "other_ops"
 
 
-def cpu_breakdown(tables: TraceTables, steps: Steps) -> DeviceBreakdown:
-    """Per-step breakdown of host time for a trace without device activity."""
-    ws, we = steps.start_us, steps.end_us
+def host_unions(tables: TraceTables, pid: int) -> dict[str, iv.Intervals]:
+    """Per category of :data:`~perfdoctor.vocab.HOST_PRIORITY`, the union of the host time it covers (µs): the
+    ops of process ``pid`` (every process when ``pid`` < 0) classified by :func:`classify_cpu_op`, DataLoader
+    ``__next__``, host collectives and ``Optimizer.step``. Their union is the step's "busy" time; the rest of a
+    step window is "python" (outside any op)."""
     ops = tables.cpu_ops
-    if steps.pid >= 0 and len(ops):
-        ops = ops.take(ops["pid"] == steps.pid)
+    if pid >= 0 and len(ops):
+        ops = ops.take(ops["pid"] == pid)
     cats = np.array([classify_cpu_op(n) for n in tables.names], dtype=object)
     op_cat = cats[ops["name_id"]] if len(ops) else np.empty(0, dtype=object)
     unions = {c: iv.union(ops["ts_us"][op_cat == c], ops["end_us"][op_cat == c]) for c in HOST_PRIORITY[3:]}
     unions["dataloader"] = host.dataloader(tables)
     unions["host_collective"] = host.named(tables, HOST_COMMUNICATION)
     unions["optimizer"] = host.named(tables, host.OPTIMIZER_STEP)
+    return unions
+
+
+def cpu_breakdown(tables: TraceTables, steps: Steps) -> DeviceBreakdown:
+    """Per-step breakdown of host time for a trace without device activity."""
+    ws, we = steps.start_us, steps.end_us
+    ops = tables.cpu_ops
+    if steps.pid >= 0 and len(ops):
+        ops = ops.take(ops["pid"] == steps.pid)
+    unions = host_unions(tables, steps.pid)
     compute = iv.union_of(*(unions[c] for c in HOST_PRIORITY[2:]))
     coll_exposed = iv.subtract(unions["host_collective"], compute)
     comm_w = iv.per_window(unions["host_collective"], ws, we)

@@ -6,14 +6,19 @@ its run, after the script set its own count) + DataLoader worker processes,
 against the machine's logical CPUs (single-node runs).
 PyTorch sizes each process's intra-op pool to all cores, so N processes on
 one machine oversubscribe it N-fold unless each sets its own thread count.
+On a CPU-only trace the saving is the replay's
+(:func:`perfdoctor.replay.transforms.cpu.fit_threads_to_cores`: op time ÷ the
+busy threads per core), from the first rank with a trace; on a GPU trace, or
+without a trace, it is not estimated.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from perfdoctor.checks.context import JobContext, Outcome, passed, skipped
-from perfdoctor.findings import Evidence, Hit
+from perfdoctor.findings import Estimate, Evidence, Hit
 
 CODE = "PD104"
 METRICS = {"threads_per_core": "busy compute threads ÷ logical CPUs"}
@@ -29,30 +34,41 @@ class Thresholds:
     max_threads_per_core: float
 
 
-def check(job: JobContext) -> Outcome:
-    from perfdoctor.checks.context import run_json
+def thread_counts(run: dict[str, Any]) -> tuple[list[int], int, int] | str:
+    """(intra-op threads of each process, DataLoader workers, logical CPUs) from ``run.json``, or why not.
 
-    run = run_json(job.analysis) or {}
+    Each rank's ``torch_threads`` is ``torch.get_num_threads()`` recorded at the end of its run (after the script
+    set its own count); a single-process run of an older version falls back to the start-up count.
+    """
     env, cpu = run.get("environment") or {}, run.get("cpu") or {}
     cores = cpu.get("logical_cpus")
     ranks = [r for r in run.get("ranks") or [] if isinstance(r, dict)]
     per_rank = [r.get("torch_threads") for r in ranks]
-    thread_counts: list[int]
+    counts: list[int]
     if ranks and all(isinstance(t, int) and t > 0 for t in per_rank):
-        thread_counts = [int(t) for t in per_rank if isinstance(t, int)]  # recorded in each rank at the end of its run
+        counts = [int(t) for t in per_rank if isinstance(t, int)]
     elif (run.get("world_size") or 1) == 1 and env.get("torch_threads"):
-        thread_counts = [int(env["torch_threads"])]
+        counts = [int(env["torch_threads"])]
     else:
-        return skipped(
+        return (
             "the run data lacks each rank's intra-op thread count (recorded by perfdoctor profile from this version on)"
         )
     if not cores:
-        return skipped("the run data lacks the CPU count")
-    local = len(thread_counts)
-    threads = max(thread_counts)
-    workers = int(env.get("dataloader_workers") or 0)
-    busy = sum(thread_counts) + workers
-    ratio = busy / int(cores)
+        return "the run data lacks the CPU count"
+    return counts, int(env.get("dataloader_workers") or 0), int(cores)
+
+
+def check(job: JobContext) -> Outcome:
+    from perfdoctor.checks.context import run_json
+
+    counts = thread_counts(run_json(job.analysis) or {})
+    if isinstance(counts, str):
+        return skipped(counts)
+    per_process, workers, cores = counts
+    local = len(per_process)
+    threads = max(per_process)
+    busy = sum(per_process) + workers
+    ratio = busy / cores
     if ratio <= job.th["max_threads_per_core"]:
         return passed(threads_per_core=ratio)
     ev = Evidence(
@@ -66,4 +82,16 @@ def check(job: JobContext) -> Outcome:
             "suggested_threads": max(1, int(cores) // local),
         }
     )
-    return Outcome(metrics={"threads_per_core": ratio}, hit=Hit(evidence=ev, estimate=None))
+    return Outcome(metrics={"threads_per_core": ratio}, hit=Hit(evidence=ev, estimate=_replayed(job, busy, int(cores))))
+
+
+def _replayed(job: JobContext, busy: int, cores: int) -> Estimate | None:
+    """The replayed saving of one thread per core on the first CPU-only rank with a trace, or None."""
+    from perfdoctor.replay.transforms.cpu import fit_threads_to_cores
+
+    rc = next((r for r in job.ranks if getattr(r.rank, "tables", None) is not None and not r.is_gpu), None)
+    if rc is None or rc.n_steps == 0:
+        return None
+    rc.spec = job.spec  # the what-if is recorded under this rule's code
+    saving, _, method = rc.replayed_saving(fit_threads_to_cores(rc.replay(), rc.tables, busy, cores))
+    return Estimate(max(saving, 0.0), method)

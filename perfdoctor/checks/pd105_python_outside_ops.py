@@ -3,7 +3,9 @@
 From the CPU breakdown (:mod:`perfdoctor.analysis.cpu_breakdown`): per step,
 the time on the training thread's process where no op or annotation is open
 (``idle_causes_us["python"]``). Fires when its mean is at least
-``min_saving_pct`` of the mean step.
+``min_saving_pct`` of the mean step. The saving is the replay's
+(:func:`perfdoctor.replay.transforms.cpu.trim_python_outside_ops`): each gap
+between ops shrinks to the trace's median gap (the per-op dispatch stays).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from dataclasses import dataclass
 from perfdoctor.checks.common import pct, steps_over
 from perfdoctor.checks.context import Outcome, RankContext, passed
 from perfdoctor.findings import Estimate, Evidence, Hit
+from perfdoctor.replay.transforms.cpu import trim_python_outside_ops
 
 CODE = "PD105"
 METRICS = {"outside_us": "mean µs per step outside any op", "outside_pct": "outside_us as % of the mean step"}
@@ -40,5 +43,5 @@ def check(ctx: RankContext) -> Outcome:
         values={"outside_ms": mean / 1000, "outside_pct": share, "ops_pct": pct(ops_us, ctx.step_us)},
         steps=steps_over(outside, ctx.per_step(lambda s: s.dur_us), ctx.th["min_saving_pct"], ctx.step_numbers),
     )
-    method = "mean time per step outside any op on the training process (CPU breakdown 'Python / host outside any op')"
-    return Outcome(metrics=metrics, hit=Hit(evidence=ev, estimate=Estimate(mean, method)))
+    saving, _, method = ctx.replayed_saving(trim_python_outside_ops(ctx.replay(), ctx.tables))
+    return Outcome(metrics=metrics, hit=Hit(evidence=ev, estimate=Estimate(max(saving, 0.0), method)))

@@ -1,0 +1,109 @@
+"""Transformations of CPU-only (host-only) graphs: Python outside ops trimmed, threads fitted to the cores, and the
+statement that removing a sync saves nothing there.
+
+A CPU-only graph has no device activity: a step is its host timeline on the step-owning process, so each fix is a
+host cut (:class:`~perfdoctor.replay.simulate.Scenario` ``host_cut``) that the replay squeezes out of the steps.
+A prefetched DataLoader on CPU is :func:`perfdoctor.replay.transforms.host.prefetch_dataloader`, unchanged.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from perfdoctor.analysis import intervals as iv
+from perfdoctor.replay.rank import RankReplay
+from perfdoctor.replay.simulate import Intervals, Scenario
+from perfdoctor.replay.transforms import WhatIf
+from perfdoctor.trace.tables import TraceTables
+
+
+def step_span(rr: RankReplay) -> Intervals:
+    """The analysed steps' windows on the host as one interval set (µs): on a host-only graph each window runs
+    from the previous window's end (the first from the recorded first start) to its host annotation's end, as
+    :mod:`perfdoctor.analysis.steps` tiles them."""
+    w = rr.windows
+    if w.host_end_us.size == 0:
+        return iv.EMPTY
+    if w.whole_trace:
+        return iv.union(w.host_start_us, w.host_end_us)
+    ends = np.maximum.accumulate(w.host_end_us)
+    return iv.union(np.concatenate([[w.first_start_us], ends[:-1]]), ends)
+
+
+def _busy(tables: TraceTables, pid: int) -> dict[str, Intervals]:
+    from perfdoctor.analysis.cpu_breakdown import host_unions
+
+    return host_unions(tables, pid)
+
+
+def trim_python_outside_ops(rr: RankReplay, tables: TraceTables) -> WhatIf:
+    """Every stretch of a step with no op open on the step's process (PD105's "Python outside any op": the
+    complement of :func:`perfdoctor.analysis.cpu_breakdown.host_unions` in the step windows) shrinks to the
+    median such stretch of the analysed steps, ``residual_us``; shorter ones keep their time.
+
+    Assumption: the per-step bookkeeping (metrics in Python, logging, sleeps, I/O) leaves the loop, while the
+    Python that dispatches each op (the typical gap between two ops, measured here as the median gap) stays.
+    Source: the recorded host timeline (µs); the residual is this trace's median gap between ops.
+    """
+    pid = rr.windows.pid
+    gaps = iv.subtract(step_span(rr), iv.union_of(*_busy(tables, pid).values()))
+    length = gaps[1] - gaps[0]
+    residual = float(np.median(length)) if length.size else 0.0
+    long = length > residual
+    cut = (gaps[0][long] + residual, gaps[1][long])
+    return WhatIf(
+        "trim-python-outside-ops",
+        Scenario("trim-python-outside-ops", host_cut={pid: cut} if long.any() else {}),
+        f"the Python outside ops goes: each of the {int(long.sum())} gap(s) between ops longer than the median "
+        f"gap ({residual:.0f} µs, the per-op dispatch that stays) shrinks to it",
+        "replay of the recorded host timeline (CPU-only trace)",
+    )
+
+
+def fit_threads_to_cores(rr: RankReplay, tables: TraceTables, busy_threads: int, cores: int) -> WhatIf:
+    """Op time on the step's process shrinks by the oversubscription ``r = busy_threads / cores`` (when above 1):
+    every stretch where an op (or ``Optimizer.step``) is open, outside DataLoader fetches and host collectives,
+    keeps ``1/r`` of its recorded time.
+
+    ``busy_threads``: intra-op threads of every process on the machine plus DataLoader workers, as PD104 counts
+    them from ``run.json`` (each rank's ``torch.get_num_threads()``, ``dataloader_workers``); ``cores``: logical
+    CPUs (``os.cpu_count()``). Assumption: with ``r`` threads per core the OS time-slices them and a parallel op
+    waits at its barrier for its last, descheduled thread, so each op runs up to ``r``× its time at one thread per
+    core; the fix gives each process ``cores / processes`` threads. An upper bound: ops below the intra-op grain
+    size run on one thread and gain less, and a fetch (``__getitem__``, sleeps, I/O) or a wait for peers gains
+    nothing. Source: PyTorch CPU threading notes (one intra-op pool per process, sized to all cores); the ops'
+    recorded times.
+    """
+    pid = rr.windows.pid
+    ratio = busy_threads / cores if cores > 0 else 1.0
+    unions = _busy(tables, pid)
+    ops = iv.union_of(*(v for k, v in unions.items() if k not in ("dataloader", "host_collective")))
+    ops = iv.subtract(ops, iv.union_of(unions["dataloader"], unions["host_collective"]))
+    ops = iv.intersect(ops, step_span(rr))
+    keep = 1.0 / ratio if ratio > 1.0 else 1.0
+    s, e = ops
+    cut = iv.union(s + (e - s) * keep, e) if ratio > 1.0 else iv.EMPTY
+    return WhatIf(
+        "fit-threads-to-cores",
+        Scenario("fit-threads-to-cores", host_cut={pid: cut} if cut[0].size else {}),
+        f"{busy_threads} busy threads on {cores} cores ({ratio:.2f} per core) cut to one per core: every op's time "
+        f"÷ {max(ratio, 1.0):.2f} (an upper bound: single-threaded ops gain less)",
+        "PyTorch CPU threading notes; thread and core counts from run.json; op times from the trace",
+    )
+
+
+def cpu_syncs(rr: RankReplay) -> WhatIf:
+    """Removing a host-device sync on a CPU-only graph changes nothing (0 µs).
+
+    Assumption: CPU ops run synchronously on the calling thread, so ``.item()``, ``.cpu()`` and ``.tolist()`` wait
+    for no queued work: there is nothing to stop waiting for. What such a call still costs (its own op, the
+    printing and formatting around it) is op time and Python outside ops (PD105's), not a sync. Source: PyTorch's
+    CPU execution model (eager ops run on the calling thread).
+    """
+    return WhatIf(
+        "remove-sync",
+        Scenario("remove-sync"),
+        f"CPU-only trace ({rr.graph.n_act} device activities): ops run synchronously on the calling thread, so "
+        ".item()/.cpu() wait for nothing and removing them as syncs saves 0 µs",
+        "PyTorch CPU eager execution",
+    )

@@ -1,0 +1,109 @@
+"""CPU-only (host-only) what-ifs on TraceBuilder graphs (issue 10 item 7), savings worked out by hand (µs).
+
+Each trace lists no GPU; a step is its ``ProfilerStep`` annotation on the main thread, so a saving is the host time
+the transformation cuts inside the analysed steps.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+from tracebuilder import TraceBuilder
+
+from perfdoctor.analysis.steps import find_steps
+from perfdoctor.replay.rank import RankReplay, replay_rank
+from perfdoctor.replay.transforms import WhatIf
+from perfdoctor.replay.transforms.cpu import cpu_syncs, fit_threads_to_cores, trim_python_outside_ops
+from perfdoctor.replay.transforms.host import prefetch_dataloader
+from perfdoctor.trace import load_trace
+from perfdoctor.trace.tables import TraceTables
+
+DL = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
+
+
+def _replay(tb: TraceBuilder, tmp_path: Path) -> tuple[RankReplay, TraceTables]:
+    tables = load_trace(str(tb.write(tmp_path / "t.json")))
+    rr = replay_rank(tables, find_steps(tables))
+    assert rr.fallback is None  # a host-only graph replays its recording exactly
+    return rr, tables
+
+
+def _saving(rr: RankReplay, w: WhatIf) -> np.ndarray:
+    return np.asarray(rr.recorded_step_us - rr.step_times(w.scenario))
+
+
+def _two_steps() -> TraceBuilder:
+    """Two 1000 µs steps. Step 1: a DataLoader fetch [0, 200) (a collate op inside), ops [200, 400), [410, 600),
+    [610, 700), then 300 µs of bookkeeping [700, 1000). Step 2 (from 1000): ops [1000, 1400), [1410, 1990),
+    gap [1990, 2000)."""
+    tb = TraceBuilder(device_name=None)
+    tb.step(1, 0, 1000)
+    tb.annotation(DL, 0, 200)
+    tb.cpu_op("aten::stack", 150, 40)
+    tb.cpu_op("aten::addmm", 200, 200)
+    tb.cpu_op("aten::relu", 410, 190)
+    tb.cpu_op("aten::mm", 610, 90)
+    tb.step(2, 1000, 1000)
+    tb.cpu_op("aten::addmm", 1000, 400)
+    tb.cpu_op("aten::add", 1410, 580)
+    return tb
+
+
+def test_trim_python_keeps_the_median_gap(tmp_path: Path) -> None:
+    rr, t = _replay(_two_steps(), tmp_path)
+    w = trim_python_outside_ops(rr, t)
+    # gaps outside any op or fetch: [400, 410), [600, 610), [700, 1000), [1400, 1410), [1990, 2000) =
+    # 10, 10, 300, 10, 10 µs; median 10 µs: the 300 µs gap shrinks to 10 → step 1 saves 290, step 2 nothing
+    assert _saving(rr, w) == pytest.approx([290.0, 0.0])
+    assert "median gap (10 µs" in w.assumption
+
+
+def test_fit_threads_scales_op_time_outside_fetches(tmp_path: Path) -> None:
+    rr, t = _replay(_two_steps(), tmp_path)
+    # 4 busy threads on 2 cores: r = 2, every op stretch keeps half. Op stretches outside the fetch: step 1
+    # [200, 400), [410, 600), [610, 700) = 200 + 190 + 90 = 480 µs → saves 240 (the collate op inside the fetch
+    # [0, 200) is the fetch's and stays); step 2 [1000, 1400), [1410, 1990) = 980 µs → saves 490
+    assert _saving(rr, fit_threads_to_cores(rr, t, 4, 2)) == pytest.approx([240.0, 490.0])
+    # 3 threads on 2 cores: r = 1.5, each op keeps 2/3: saves 480/3 = 160 and 980/3 ≈ 326.67
+    assert _saving(rr, fit_threads_to_cores(rr, t, 3, 2)) == pytest.approx([160.0, 980.0 / 3])
+    # one thread per core or fewer: nothing to fit
+    w = fit_threads_to_cores(rr, t, 2, 2)
+    assert not w.changes_anything and _saving(rr, w) == pytest.approx([0.0, 0.0])
+
+
+def test_prefetch_on_cpu_cuts_the_fetch(tmp_path: Path) -> None:
+    rr, t = _replay(_two_steps(), tmp_path)
+    # the fetch [0, 200) becomes a queue hand-off (0 µs): step 1 saves 200, step 2 has no fetch
+    assert _saving(rr, prefetch_dataloader(rr, t)) == pytest.approx([200.0, 0.0])
+
+
+def test_sync_removal_on_cpu_changes_nothing(tmp_path: Path) -> None:
+    tb = _two_steps()
+    tb.cpu_op("aten::item", 700, 5)
+    tb.cpu_op("aten::_local_scalar_dense", 701, 3)
+    rr, _ = _replay(tb, tmp_path)
+    w = cpu_syncs(rr)
+    # no device work to wait for: nothing changes and the assumption says why
+    assert not w.changes_anything and _saving(rr, w) == pytest.approx([0.0, 0.0])
+    assert "saves 0 µs" in w.assumption and "0 device activities" in w.assumption
+
+
+def test_pd104_replays_the_oversubscription_on_a_cpu_trace(tmp_path: Path) -> None:
+    from perfdoctor import pipeline
+    from perfdoctor.checks import pd104_cpu_thread_oversubscription as pd104
+    from perfdoctor.checks.context import JobContext, RankContext
+
+    analysis = pipeline.analyze_paths([str(_two_steps().write(tmp_path / "t.json"))], hash_inputs=False)
+    run = {"world_size": 1, "cpu": {"logical_cpus": 2}, "ranks": [{"rank": 0, "torch_threads": 4}]}
+    spec = SimpleNamespace(code="PD104", thresholds={"max_threads_per_core": 1.0})
+    job = JobContext(SimpleNamespace(run=run), [RankContext(analysis, analysis.ranks[0])], spec)  # type: ignore[arg-type]
+    out = pd104.check(job)
+    # 4 threads on 2 cores: r = 2; savings 240 and 490 µs (above): mean 365 µs of a 1000 µs step
+    assert out.hit is not None and out.hit.estimate is not None
+    assert out.hit.estimate.saving_us == pytest.approx(365.0)
+    assert "4 busy threads on 2 cores" in out.hit.estimate.method
+    # without a trace the job-level finding carries no estimate
+    assert pd104.check(JobContext(SimpleNamespace(run=run), [], spec)).hit.estimate is None  # type: ignore[union-attr, arg-type]

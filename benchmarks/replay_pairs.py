@@ -7,23 +7,18 @@ the noise is two standard errors of that difference (None for one-step traces: s
 from noise). A prediction is good when within 25% of the measured change or within the noise.
 
 ``--cpu`` also records CPU pairs with ``perfdoctor profile`` on examples/mlp.py (problem flag on / off, same
-settings): there the measured change is the difference of the median unprofiled steady step times, and the
-replayed saving (of the profiled window) is scaled by the run's measured steady/window ratio.
+settings; ``--runs`` runs per side, interleaved): see benchmarks/cpu_pairs.py for how their change, its noise
+(measured between runs) and their verdict are computed.
 
-Usage: python benchmarks/replay_pairs.py [--cpu]
+Usage: python benchmarks/replay_pairs.py [--cpu [--runs N]]
 """
 
 from __future__ import annotations
 
 import argparse
-import os
-import statistics
-import subprocess
 import sys
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -187,75 +182,18 @@ def gpu_pairs() -> list[str]:
     return rows
 
 
-def _profile(out: Path, flags: list[str], steps: int) -> Any:
-    cmd = [
-        sys.executable,
-        "-m",
-        "perfdoctor",
-        "profile",
-        str(REPO / "examples" / "mlp.py"),
-        "--steps",
-        str(steps),
-        "--out",
-        str(out),
-        "--no-report",
-        "--",
-        *flags,
-    ]
-    subprocess.run(cmd, check=True, capture_output=True, timeout=900, env={**os.environ, "OMP_NUM_THREADS": "1"})
-    from perfdoctor.capture.run_data import load_run_dir
-
-    return load_run_dir(out)
-
-
-CPU_PAIRS: list[tuple[str, list[str], list[str], Transform]] = [
-    (
-        "CPU mlp: __getitem__ 2 ms, num_workers 0 -> 2 (PD101)",
-        ["--slow-getitem-ms", "2"],
-        ["--slow-getitem-ms", "2", "--num-workers", "2"],
-        lambda rr, t: prefetch_dataloader(rr, t, workers=2),
-    ),
-    ("CPU mlp: .item() every step -> none (PD401)", ["--item-every-step"], [], _syncs),
-]
-
-
-def cpu_pairs(steps: int = 60) -> list[str]:
-    rows = []
-    with tempfile.TemporaryDirectory() as tmp:
-        for name, bad, good, transform in CPU_PAIRS:
-            rb, ra = _profile(Path(tmp) / "before", bad, steps), _profile(Path(tmp) / "after", good, steps)
-            sb = np.asarray(rb.steps["duration_s"][steps // 3 :], dtype=np.float64) * 1e6
-            sa = np.asarray(ra.steps["duration_s"][steps // 3 :], dtype=np.float64) * 1e6
-            trace = sorted((Path(tmp) / "before").glob("trace.rank*.pt.trace.json.gz"))[0]
-            _, rr, t = _steps_us(trace)
-            w = transform(rr, t)
-            window = float(rr.recorded_step_us.mean())
-            pred_window = float((rr.recorded_step_us - rr.step_times(w.scenario)).mean())
-            ratio = statistics.median(sb.tolist()) / window if window > 0 else 1.0
-            meas = float(np.median(sb) - np.median(sa))
-            rows.append(
-                _row(
-                    name,
-                    pred_window * ratio,
-                    meas,
-                    _noise(sb, sa),
-                    f"window saving {pred_window / 1e3:.2f} ms × steady/window {ratio:.2f}; {w.assumption}",
-                )
-            )
-            for d in ("before", "after"):
-                subprocess.run(["rm", "-rf", str(Path(tmp) / d)], check=False)
-    return rows
-
-
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cpu", action="store_true", help="also record and compare the CPU example pairs")
+    ap.add_argument("--runs", type=int, default=3, help="CPU runs per side, interleaved (default 3)")
     args = ap.parse_args(argv)
     print(f"{'pair':62} {'pred ms':>10} {'meas ms':>10} {'2SE ms':>8} {'verdict':28} detail")
     for r in gpu_pairs() + moe_pairs():
         print(r, flush=True)
     if args.cpu:
-        for r in cpu_pairs():
+        from cpu_pairs import rows  # benchmarks/ is the script's directory
+
+        for r in rows(args.runs):
             print(r, flush=True)
     return 0
 

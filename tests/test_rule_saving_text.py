@@ -22,7 +22,7 @@ def _replaying_checks() -> set[str]:
 
 def test_every_replayed_rule_describes_the_replay():
     codes = _replaying_checks()
-    assert REPLAYED <= codes  # the nine checks the reviewer listed (F19), and the CPU ones (issue 10 item 7), all replay
+    assert REPLAYED <= codes  # F19's nine checks and the CPU ones (issue 10 item 7) all replay
     for code in sorted(codes):
         saving = tomllib.loads((ROOT / "rules" / f"{code}.toml").read_text())["saving"]
         flat = " ".join(saving.split())

@@ -1,0 +1,168 @@
+"""CPU before/after pairs from examples/mlp.py: the replayed saving of each fix vs the change measured over
+several runs per side (``python benchmarks/replay_pairs.py --cpu`` prints them after the GPU pairs).
+
+Each pair is one problem flag on ("before") and off ("after"), same process settings (``OMP_NUM_THREADS=1``, so
+the only threads are the ones a pair asks for). The sides are recorded interleaved, A B A B A B, so a drift of the
+shared machine hits both. Per run, its level is the median of its unprofiled steady steps (steps.csv rows from a
+third of the run on, profiler phase "none"): the median, because other jobs on the machine add bursts of slow
+steps. Measured change = mean before level − mean after level; noise = two standard errors of that difference from
+the between-run spread of each side's levels (Welch: sqrt(s_b²/n_b + s_a²/n_a)), so run-to-run noise is measured,
+not assumed. The prediction is the transformation replayed on each "before" run's trace (mean over the runs):
+savings of host time that the profiler does not inflate (a sleep, Python between ops) are taken as recorded; a
+saving of op time is scaled by that run's steady/window ratio (median unprofiled step ÷ mean profiled step).
+
+Verdict: "cannot separate" when the measured change is within its noise and the prediction is too (the runs
+cannot tell the fix from no change); "MISS" when the prediction lies outside the noise of a change the runs do
+not show; otherwise "within 25%" of a measured change above its noise, "within noise", or "MISS".
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from perfdoctor.analysis.steps import find_steps  # noqa: E402
+from perfdoctor.capture.run_data import RunData, load_run_dir  # noqa: E402
+from perfdoctor.checks.common import unprofiled_step_times  # noqa: E402
+from perfdoctor.checks.pd104_cpu_thread_oversubscription import thread_counts  # noqa: E402
+from perfdoctor.replay.rank import RankReplay, replay_rank  # noqa: E402
+from perfdoctor.replay.transforms import WhatIf  # noqa: E402
+from perfdoctor.replay.transforms.cpu import cpu_syncs, fit_threads_to_cores, trim_python_outside_ops  # noqa: E402
+from perfdoctor.replay.transforms.host import prefetch_dataloader  # noqa: E402
+from perfdoctor.trace import load_trace  # noqa: E402
+from perfdoctor.trace.tables import TraceTables  # noqa: E402
+
+CpuTransform = Callable[[RankReplay, TraceTables, RunData], WhatIf]
+
+
+def _threads(rr: RankReplay, t: TraceTables, run: RunData) -> WhatIf:
+    counts = thread_counts(run.run)
+    if isinstance(counts, str):
+        raise SystemExit(f"PD104 pair: {counts}")
+    per_process, workers, cores = counts
+    return fit_threads_to_cores(rr, t, sum(per_process) + workers, cores)
+
+
+@dataclass(frozen=True)
+class CpuPair:
+    """``scale``: the saving is op time, which the profiler inflates (scaled by the steady/window ratio)."""
+
+    name: str
+    before: list[str]
+    after: list[str]
+    transform: CpuTransform
+    scale: bool
+
+
+CPU_PAIRS = [
+    CpuPair(
+        "CPU mlp: __getitem__ 1 ms, num_workers 0 -> 2 (PD101)",
+        ["--slow-getitem-ms", "1"],
+        ["--slow-getitem-ms", "1", "--num-workers", "2"],
+        lambda rr, t, run: prefetch_dataloader(rr, t, workers=2),  # the "after" side's pool
+        False,
+    ),
+    CpuPair(
+        "CPU mlp: 5 ms Python metrics per step -> none (PD105)",
+        ["--python-metrics-ms", "5"],
+        [],
+        lambda rr, t, run: trim_python_outside_ops(rr, t),
+        False,
+    ),
+    CpuPair(
+        "CPU mlp: 4 intra-op threads -> 2 on 2 cores (PD104)", ["--threads", "4"], ["--threads", "2"], _threads, True
+    ),
+    CpuPair(
+        "CPU mlp: .item() every step -> none (PD401)",
+        ["--item-every-step"],
+        [],
+        lambda rr, t, run: cpu_syncs(rr),
+        False,
+    ),
+]
+
+
+def _profile(out: Path, flags: list[str], steps: int) -> RunData:
+    cmd = [sys.executable, "-m", "perfdoctor", "profile", str(REPO / "examples" / "mlp.py"), "--steps", str(steps)]
+    cmd += ["--out", str(out), "--no-report", "--", *flags]
+    subprocess.run(cmd, check=True, capture_output=True, timeout=900, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    return load_run_dir(out)
+
+
+def _level(run: RunData, steps: int) -> float:
+    """Median unprofiled steady step of a run (µs)."""
+    _, secs = unprofiled_step_times(run, start=steps // 3)
+    return float(np.median(secs)) * 1e6
+
+
+def _predict(run: RunData, pair: CpuPair, steps: int) -> tuple[float, str]:
+    """Replayed saving of the fix on a "before" run, for its unprofiled step (µs), and the assumption."""
+    trace = sorted(run.path.glob("trace.rank*.pt.trace.json.gz"))[0]
+    t = load_trace(str(trace))
+    rr = replay_rank(t, find_steps(t))
+    w = pair.transform(rr, t, run)
+    window = float((rr.recorded_step_us - rr.step_times(w.scenario)).mean())
+    ratio = _level(run, steps) / float(rr.recorded_step_us.mean()) if pair.scale else 1.0
+    return window * ratio, w.assumption
+
+
+def verdict(pred: float, meas: float, noise: float) -> str:
+    """The module docstring's verdict of a prediction against a measured change and its noise (µs)."""
+    if abs(meas) <= noise:
+        return "cannot separate" if abs(pred - meas) <= noise else "MISS (runs show no such change)"
+    if abs(pred - meas) <= 0.25 * abs(meas):
+        return "within 25%"
+    return "within noise" if abs(pred - meas) <= noise else "MISS"
+
+
+def compare(pair: CpuPair, runs: int = 3, steps: int = 60) -> dict[str, Any]:
+    """Record ``runs`` interleaved runs per side; the measured change, its noise and the prediction (µs)."""
+    levels: dict[str, list[float]] = {"before": [], "after": []}
+    preds, assumption = [], ""
+    with tempfile.TemporaryDirectory() as tmp:
+        for i in range(runs):
+            for side, flags in (("before", pair.before), ("after", pair.after)):
+                run = _profile(Path(tmp) / f"{side}{i}", flags, steps)
+                levels[side].append(_level(run, steps))
+                if side == "before":
+                    pred, assumption = _predict(run, pair, steps)
+                    preds.append(pred)
+                shutil.rmtree(run.path, ignore_errors=True)
+    b, a = np.asarray(levels["before"]), np.asarray(levels["after"])
+    noise = 2.0 * float(np.sqrt(b.var(ddof=1) / b.size + a.var(ddof=1) / a.size))
+    return {
+        "pred": float(np.mean(preds)),
+        "preds": preds,
+        "meas": float(b.mean() - a.mean()),
+        "noise": noise,
+        "before": b.tolist(),
+        "after": a.tolist(),
+        "assumption": assumption,
+    }
+
+
+def rows(runs: int = 3, steps: int = 60) -> list[str]:
+    """One table row per CPU pair (ms), in replay_pairs.py's columns."""
+    out = []
+    for pair in CPU_PAIRS:
+        r = compare(pair, runs, steps)
+        lv = "/".join(f"{x / 1e3:.1f}" for x in r["before"]) + " -> " + "/".join(f"{x / 1e3:.1f}" for x in r["after"])
+        pr = "/".join(f"{x / 1e3:.2f}" for x in r["preds"])
+        out.append(
+            f"{pair.name:62} {r['pred'] / 1e3:10.2f} {r['meas'] / 1e3:10.2f} {r['noise'] / 1e3:8.2f} "
+            f"{verdict(r['pred'], r['meas'], r['noise']):28} runs {lv} ms; predicted per run {pr} ms"
+            f"{' (× steady/window)' if pair.scale else ''}; {r['assumption']}"
+        )
+    return out

@@ -59,14 +59,25 @@ def test_copy_loop_keeps_the_loop_and_drops_all_but_one_copy(tmp_path: Path) -> 
 
 
 def test_one_copy_takes_the_loops_bytes_at_the_link_bandwidth(tmp_path: Path) -> None:
-    # as above with 1 MiB per element: the one copy moves 64 MiB = 67,108,864 B ÷ 25e9 B/s = 2,684.35 µs: it runs
-    # [20, 2704.35). Its cudaMemcpyAsync (a pageable D2H copy: the call returns once the copy is done; recorded
-    # [16, 26), 5 µs after the copy's end) returns at 2709.35, 2683.35 µs late; the sync after it keeps its 1 µs
-    # gap and 2 µs (the copy it would wait for is done): everything after moves 2683.35 µs, the step is
-    # 680 + 2683.35 = 3363.35 µs
-    rr, tables = _replay(_copy_loop(64, nbytes=1 << 20), tmp_path)
+    # as above with 16 B per element (complex128, the widest scalar) and a slow link measured in the trace: a pinned
+    # 256 KiB H2D copy after the step takes 262,144 µs, 1e6 B/s. The one copy moves 64 × 16 = 1,024 B ÷ 1e6 B/s
+    # = 1,024 µs: it runs [20, 1044). Its cudaMemcpyAsync (a pageable D2H copy: the call returns once the copy is
+    # done; recorded [16, 26), 5 µs after the copy's end) returns at 1049, 1,023 µs late; the sync after it keeps
+    # its 1 µs gap and 2 µs (the copy it would wait for is done): everything after moves 1,023 µs, the step is
+    # 680 + 1,023 = 1,703 µs
+    tb = _copy_loop(64, nbytes=16)
+    tb.memcpy(3000, 3010, 262_144, kind="HtoD (Pinned -> Device)", nbytes=262_144)
+    rr, tables = _replay(tb, tmp_path)
     w = batch_copies(rr, tables, host.synchronization(tables))
-    assert rr.step_times(w.scenario).tolist() == pytest.approx([3363.35456], abs=1e-3)
+    assert rr.step_times(w.scenario).tolist() == pytest.approx([1703.0], abs=1e-6)
+    assert "measured in this trace: median of 1 pinned copies" in w.source
+
+
+def test_tensor_sized_copies_are_not_a_per_element_loop(tmp_path: Path) -> None:
+    # 64 copies of 17 B (one byte over complex128): each moves more than one element, so it is no per-element loop
+    # (the GPUPuzzlers blocking_streams trace copies 100 results of 4 MiB): nothing changes
+    rr, tables = _replay(_copy_loop(64, nbytes=17), tmp_path)
+    assert not batch_copies(rr, tables, host.synchronization(tables)).changes_anything
 
 
 def test_fewer_copies_than_a_loop_change_nothing(tmp_path: Path) -> None:

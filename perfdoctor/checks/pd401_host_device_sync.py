@@ -32,7 +32,8 @@ from perfdoctor.checks.common import (
 )
 from perfdoctor.checks.context import Outcome, RankContext, passed, skipped
 from perfdoctor.findings import Estimate, Evidence, Hit
-from perfdoctor.replay.transforms.host import remove_syncs
+from perfdoctor.replay.transforms import WhatIf
+from perfdoctor.replay.transforms.host import PER_ELEMENT_COPIES, batch_copies, remove_syncs
 
 CODE = "PD401"
 METRICS = {
@@ -42,7 +43,7 @@ METRICS = {
 }
 
 # what a hit's evidence/fields add to METRICS for the TOML message (its placeholders are checked at load)
-MESSAGE_FIELDS = ("host_wait_ms", "sync_idle_ms", "syncs", "source", "recorded_ms")
+MESSAGE_FIELDS = ("host_wait_ms", "sync_idle_ms", "syncs", "source", "recorded_ms", "replayed_fix")
 
 
 @dataclass(frozen=True)
@@ -102,6 +103,35 @@ def _covered(starts: np.ndarray, ends: np.ndarray, by: iv.Intervals) -> np.ndarr
     return (k >= 0) & (ends <= by[1][np.maximum(k, 0)])
 
 
+# the fix a per-element copy loop gets (batch_copies' transformation): one copy of the tensor, then the loop
+BATCH_FIX = f"""
+The step copies a tensor to the host one element at a time (at least {PER_ELEMENT_COPIES} blocking device-to-host
+copies per step, each `.item()`/`.cpu()` of one element waiting for the device): copy the whole tensor once
+before the loop (`values = t.cpu()` or `t.tolist()`) and index the host copy. Other syncs in the step stay."""
+BATCH_BEFORE = """
+total = 0.0
+for i in range(x.numel()):
+    total += x[i].cpu()          # one blocking copy per element
+"""
+BATCH_AFTER = """
+values = x.cpu()                 # one copy of the tensor
+total = 0.0
+for i in range(values.numel()):
+    total += values[i]
+"""
+
+
+def _whatif(ctx: RankContext, waits: iv.Intervals) -> tuple[WhatIf, str, dict[str, str]]:
+    """The fix replayed: a per-element copy loop done as one copy (:func:`batch_copies`) when the step has one,
+    else the syncs no longer blocking (:func:`remove_syncs`); with the message's phrase and the advice."""
+    rr = ctx.replay()
+    batched = batch_copies(rr, ctx.tables, waits)
+    if batched.changes_anything:
+        advice = {"fix": BATCH_FIX, "example_before": BATCH_BEFORE, "example_after": BATCH_AFTER}
+        return batched, "its per-element copies done as one copy", advice
+    return remove_syncs(rr, waits), "its syncs not blocking", {}
+
+
 def check(ctx: RankContext) -> Outcome:
     if reason := cold_reason(ctx):
         return skipped(reason)
@@ -115,7 +145,8 @@ def check(ctx: RankContext) -> Outcome:
     d2h = iv.subtract(host.blocking_memcpy_calls(t), copy_blocked)
     waits = iv.subtract(iv.union_of(calls, d2h), copy_own)
     ws, we = ctx.windows()
-    saving, idle, method = ctx.replayed_saving(remove_syncs(ctx.replay(), waits))
+    whatif, replayed_fix, advice = _whatif(ctx, waits)
+    saving, idle, method = ctx.replayed_saving(whatif)
     idle = np.maximum(idle, 0.0)
     in_step = ctx.step_of(rt["ts_us"][rows]) if rows.size else np.empty(0, dtype=np.int64)
     n_calls = np.bincount(in_step[in_step >= 0], minlength=ctx.n_steps)
@@ -137,6 +168,7 @@ def check(ctx: RankContext) -> Outcome:
             "syncs_per_step": metrics["syncs_per_step"],
             "host_wait_ms": float(iv.per_window(waits, ws, we).mean()) / 1000,
             "sync_idle_ms": idle_cause_ms(ctx, "synchronization"),
+            "replayed_fix": replayed_fix,
         },
         steps=steps_over(idle, ctx.per_step(lambda s: s.dur_us), ctx.th["min_saving_pct"], ctx.step_numbers),
         events=top_names(_callers(ctx, sel), rt["dur_us"][sel]),
@@ -147,5 +179,6 @@ def check(ctx: RankContext) -> Outcome:
             evidence=ev,
             estimate=Estimate(saving, method),
             fields={"syncs": count_text(metrics["syncs_per_step"]), "source": _source(ev.events), **replay_fields(ctx)},
+            advice=advice,
         ),
     )

@@ -48,7 +48,8 @@ PHRASES: dict[str, tuple[str, str]] = {
 }
 
 
-# code -> the fix its replayed saving was replayed with, as a phrase after "replaying the step with"
+# code -> the fix its replayed saving was replayed with, as a phrase after "replaying the step with"; a finding
+# whose check picks among several fixes names the one it replayed in ``evidence["replayed_fix"]`` (PD401)
 REPLAYED_FIXES: dict[str, str] = {
     "PD101": "batches prefetched by DataLoader workers",
     "PD102": "pinned-memory, non_blocking copies",
@@ -80,7 +81,8 @@ def verdict(ranks: Sequence[RankSection], findings: list[FindingSection], slowes
     if top is not None and top.saving_pct_of_step >= MIN_SHARE_PCT:
         kind, what = PHRASES.get(top.code, (top.name, "what this finding names"))
         if top.replayed:  # the share is what the replayed fix removes, not an idle share: say so
-            fix = REPLAYED_FIXES.get(top.code, "its fix")
+            named = top.evidence.get("replayed_fix")
+            fix = named if isinstance(named, str) else REPLAYED_FIXES.get(top.code, "its fix")
             share = f"{top.saving_pct_of_step:.0f}%"
             return f"{kind}: replaying the step with {fix} saves about {share} of it ({top.code} {top.name})"
         return f"{kind}: up to {top.saving_pct_of_step:.0f}% of each step goes to {what} ({top.code} {top.name})"

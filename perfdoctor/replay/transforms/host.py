@@ -198,10 +198,14 @@ def cuda_graphs(rr: RankReplay, tables: TraceTables) -> WhatIf:
 
 
 PER_ELEMENT_COPIES = 64  # blocking device→host copies per step from which they are read as a per-element loop
+# bytes of one element's copy at most: complex128, torch's widest scalar dtype (torch.finfo/iinfo); a larger copy
+# moves a tensor, not an element (GPUPuzzlers blocking_streams: 100 copies of 4 MiB results, not a loop)
+PER_ELEMENT_BYTES = 16
 
 
 def _d2h_copies(tables: TraceTables, rr: RankReplay) -> np.ndarray:
-    """Graph activity indices of the device→host copies launched by the step's process."""
+    """Graph activity indices of the device→host copies of one element (at most :data:`PER_ELEMENT_BYTES`; a
+    copy whose size the trace lacks is not counted) launched by the step's process."""
     from perfdoctor.analysis.classify import classify_kernel
 
     g = rr.graph
@@ -210,7 +214,9 @@ def _d2h_copies(tables: TraceTables, rr: RankReplay) -> np.ndarray:
         mc = mc[g.act_pid[mc] == rr.windows.pid]
     name_id = tables.memcpy["name_id"][g.act_row[mc]]
     d2h = [i for i in set(name_id.tolist()) if classify_kernel(tables.names[i]).direction == "d2h"]
-    return mc[np.isin(name_id, d2h)]
+    nbytes = tables.memcpy["bytes"][g.act_row[mc]]
+    out: np.ndarray = mc[np.isin(name_id, d2h) & (nbytes >= 0) & (nbytes <= PER_ELEMENT_BYTES)]
+    return out
 
 
 def _issuing_ops(tables: TraceTables, rr: RankReplay, blk: np.ndarray) -> Intervals:
@@ -235,6 +241,8 @@ def _issuing_ops(tables: TraceTables, rr: RankReplay, blk: np.ndarray) -> Interv
         top = np.ones(ts.size, dtype=bool)
         top[1:] = ts[1:] >= np.maximum.accumulate(end)[:-1]
         ts, end = ts[top], end[top]
+        if ts.size == 0:  # no op on the call's thread: the call itself (PD401's sync on a thread without ops)
+            continue
         mine = np.flatnonzero(tids == tid)
         k = np.searchsorted(ts, s[mine], side="right") - 1
         inside = (k >= 0) & (end[np.maximum(k, 0)] >= e[mine])
@@ -250,7 +258,8 @@ def batch_copies(rr: RankReplay, tables: TraceTables, calls: Intervals) -> WhatI
     """A loop of blocking device→host copies (``tensor[i].item()`` / ``.cpu()`` per element) becomes one copy of
     the whole tensor before the loop.
 
-    Per step with at least :data:`PER_ELEMENT_COPIES` device→host copies issued by blocking calls inside
+    Per step with at least :data:`PER_ELEMENT_COPIES` device→host copies of one element each (at most
+    :data:`PER_ELEMENT_BYTES`: a bigger copy moves a tensor and is no loop's element) issued by blocking calls inside
     ``calls``, the op that issued each copy (:func:`_issuing_ops`) is cut with its waits, except the first, which
     stays as the one copy; the copies' device activities go, and the first one's takes ``max(recorded, the loop's
     bytes ÷ bandwidth)`` (:func:`perfdoctor.replay.transforms.copies.pinned_bandwidth`: measured in this trace,

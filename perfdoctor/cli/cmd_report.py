@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from perfdoctor.errors import PerfDoctorError
@@ -139,8 +140,9 @@ def _probe_writable(path: str, parent: str) -> None:
         raise PerfDoctorError(f"{path}: cannot write the report there ({exc.strerror or exc})") from None
 
 
-def _write_report(path: str, data: bytes) -> None:
-    """Write ``data`` to ``path`` through a temporary file, so a failed write leaves no half report.
+def _write_report(path: str, data: bytes | Iterable[bytes]) -> None:
+    """Write ``data`` (bytes, or its pieces in order) to ``path`` through a temporary file, so a failed write
+    leaves no half report.
 
     Raises:
         PerfDoctorError: the file cannot be written (permissions, a full disk, a read-only file system).
@@ -148,14 +150,17 @@ def _write_report(path: str, data: bytes) -> None:
     tmp = path + ".tmp"
     try:
         with open(tmp, "wb") as fh:
-            fh.write(data)
+            for piece in [data] if isinstance(data, bytes) else data:
+                fh.write(piece)
         os.replace(tmp, path)
-    except OSError as exc:
+    except BaseException as exc:  # the pieces are made while writing: whatever fails leaves no half report
         try:
             os.unlink(tmp)
         except OSError:
             pass
-        raise PerfDoctorError(f"{path}: cannot write the report ({exc.strerror or exc})") from None
+        if isinstance(exc, OSError):
+            raise PerfDoctorError(f"{path}: cannot write the report ({exc.strerror or exc})") from None
+        raise
 
 
 PROGRESS_MIN_BYTES = 8 << 20  # inputs smaller than this load too fast for a progress bar
@@ -220,7 +225,7 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from perfdoctor.cli.console import stdout_console
-    from perfdoctor.render.formats import format_for, render_bytes
+    from perfdoctor.render.formats import format_for, render_chunks
     from perfdoctor.render.terminal import render_terminal
 
     if args.jobs is not None and args.jobs < 1:
@@ -236,11 +241,12 @@ def run(args: argparse.Namespace) -> int:
     built = _analyze(args, err, opts)
     report = built.model
     if args.format in ("json", "md"):
-        sys.stdout.buffer.write(render_bytes(report, args.format))
+        for piece in render_chunks(report, args.format):  # a rank at a time: thousands of ranks are ~300 MB
+            sys.stdout.buffer.write(piece)
         sys.stdout.flush()
     else:
         render_terminal(report, stdout_console(args.width), err, per_rank=args.per_rank)
     if args.output and out_format:  # out_format is set whenever args.output is
-        _write_report(args.output, render_bytes(report, out_format))
+        _write_report(args.output, render_chunks(report, out_format))
         err.print(f"report written to {args.output}")
     return engine.exit_code(built.checks, opts.fail_on)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -24,6 +24,22 @@ def format_for(path: str) -> str:
     if fmt is None:
         raise PerfDoctorError(f"{path}: cannot tell the report format from the extension; use .html, .md or .json")
     return fmt
+
+
+def render_chunks(report: Report | Mapping[str, Any], fmt: str) -> Iterator[bytes]:
+    """:func:`render_bytes` in pieces (JSON: a rank at a time, :func:`perfdoctor.model.codec.json_chunks`), for a
+    writer that need not hold the whole report: a 4,096-rank JSON report is ~300 MB.
+
+    Raises:
+        PerfDoctorError: as :func:`render_bytes`.
+    """
+    if fmt == "json":
+        from perfdoctor.model import as_report
+        from perfdoctor.model.codec import json_chunks
+
+        yield from json_chunks(as_report(report))
+    else:
+        yield render_bytes(report, fmt)
 
 
 def render_bytes(report: Report | Mapping[str, Any], fmt: str) -> bytes:

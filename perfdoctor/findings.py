@@ -21,6 +21,10 @@ The report's finding dict (read by every renderer; keep it stable)::
      "saving_pct_of_step": float (saving ÷ the report's one denominator × 100: see
                             perfdoctor.checks.denominator; the engine computes it, a check never does),
      "saving_method": str (how the saving was computed; "" when not estimated),
+     "saving_after_us_per_step": float | None (µs the fix saves once the fixes of the higher-ranked findings
+                                 that fired are in, replayed together; None when not replayed or none fired),
+     "saving_after_pct_of_step": float | None (that as % of the report's one denominator),
+     "saving_after_codes": [codes of those higher-ranked findings, by rank],
      "evidence": {name: number | str | list, ...,  "events": [{"name":..., ...}] (optional),
                   "ranks": [ranks it fired on]},
      "steps": [step numbers it fired on],
@@ -67,10 +71,16 @@ class Estimate:
         saving_us: µs per step the fix saves (mean over the steps analysed): a replay's point estimate or an
             upper bound, as ``method`` says.
         method: one line naming how ``saving_us`` was computed.
+        after_us: µs per step the fix saves once the fixes of the higher-ranked findings ``after_codes`` are in
+            (the step replayed with theirs − replayed with theirs and this one: :mod:`perfdoctor.checks.after`);
+            None when not replayed, or no higher-ranked finding fired.
+        after_codes: the codes of those findings, by rank.
     """
 
     saving_us: float
     method: str
+    after_us: float | None = None
+    after_codes: tuple[str, ...] = ()
 
 
 @dataclass
@@ -99,6 +109,10 @@ class Hit:
     it is listed among the ranks the finding fired on.
     ``advice`` replaces the rule's ``fix`` / ``example_before`` / ``example_after``
     text where the check knows better (e.g. the optimizer class found in the trace).
+    ``min_saving_pct``: the rule's firing threshold, left to the engine: it reports the hit when its saving, alone
+    or once the higher-ranked findings' fixes are in (``estimate.after_us``), is at least this share of the
+    report's one denominator, and demotes it to a pass otherwise (:func:`perfdoctor.checks.after.gate`). None:
+    the check judged its threshold itself.
     """
 
     evidence: Evidence
@@ -106,6 +120,7 @@ class Hit:
     fields: dict[str, Any] = field(default_factory=dict)
     rank: int | None = None
     advice: dict[str, str] = field(default_factory=dict)
+    min_saving_pct: float | None = None
 
 
 @dataclass
@@ -132,6 +147,7 @@ class Finding:
     rank: int | None = None
     position: int | None = None
     saving_pct: float = 0.0
+    saving_after_pct: float | None = None  # estimate.after_us as % of the report's denominator
 
     @property
     def saving_us(self) -> float:
@@ -153,6 +169,11 @@ class Finding:
             "saving_us_per_step": round(self.saving_us, 3),
             "saving_pct_of_step": round(self.saving_pct, 3) if self.estimate else 0.0,
             "saving_method": self.estimate.method if self.estimate else "",
+            "saving_after_us_per_step": (
+                None if self.estimate is None or self.estimate.after_us is None else round(self.estimate.after_us, 3)
+            ),
+            "saving_after_pct_of_step": None if self.saving_after_pct is None else round(self.saving_after_pct, 3),
+            "saving_after_codes": list(self.estimate.after_codes) if self.estimate else [],
             "evidence": evidence,
             "steps": list(self.evidence.steps),
             "fix": self.fix,

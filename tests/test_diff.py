@@ -672,7 +672,8 @@ def test_resnet_pair_faster_with_dataloader_prediction(resnet_diff):
     # longer shrinks (F2): measured on top of prefetched batches it holds no DataLoader time (16.2 ms before), and
     # the num_workers=4 host launches slower (measured launch idle 16.2 -> 31.4 ms per step)
     by_code = {f["code"]: f for f in before["findings"]}
-    assert {s.code for s in d.shrunk} == {"PD205"}
+    # PD203 (F14: reported for its saving after the others) persists, 2.7 -> 1.4 ms alone (the nw4 host hides more)
+    assert {s.code for s in d.shrunk} == {"PD203", "PD205"}
     for s in d.shrunk:
         assert s.saving_before_us == pytest.approx(by_code[s.code]["saving_us_per_step"])
         assert s.shrink_us == pytest.approx(s.saving_before_us - s.saving_after_us) and s.shrink_us > 0

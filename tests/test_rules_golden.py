@@ -69,8 +69,11 @@ def test_validated_facts_on_shared_traces():
     assert "PD101" not in nw4  # tb-profiler: 0.84%
     # V100, FP32 convolutions: tb-profiler advises AMP, but replayed with each costed FP32 conv at its fp16
     # tensor-core floor (19 ms/step less device time) the steps shrink 2.7 / 1.4 ms: the DataLoader (num_workers=0)
-    # and the host (num_workers=4) decide them, as on the issue's T4 AMP pair that gained nothing
-    assert "PD203" not in nw0 and "PD203" not in nw4
+    # and the host (num_workers=4) decide them, as on the issue's T4 AMP pair that gained nothing. Under PD203's
+    # 3% alone, but on top of the higher-ranked replayed fixes over it (F14: tests/test_after_savings.py): reported,
+    # ranked last by the saving alone
+    assert nw0["PD203"]["saving_pct"] < 3 and nw4["PD203"]["saving_pct"] < 3
+    assert nw0["PD203"]["position"] == len(nw0) and nw4["PD203"]["position"] == len(nw4)
     dlrm = g["param__dlrm_8ranks"]
     # all 8 ranks end the step within 0.9 ms; their collective time is waiting for rank 7 (and the other late
     # starters), the transfer itself is 0.22 ms: PD304 says so, PD301 (overlap advice) stays silent

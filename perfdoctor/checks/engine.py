@@ -22,8 +22,8 @@ from typing import Any
 
 import numpy as np
 
+from perfdoctor.checks import after, contract, requirements
 from perfdoctor.checks import context as cx
-from perfdoctor.checks import contract, requirements
 from perfdoctor.checks.catalogue import REQUIREMENTS, Catalogue, RuleSpec
 from perfdoctor.checks.denominator import StepDenominator, step_denominator
 from perfdoctor.errors import PerfDoctorError
@@ -165,13 +165,18 @@ def _finding(
     """The finding of ``hit``; ``rank`` is the trace rank its numbers come from, ``n_ranks`` the job's rank count;
     its saving's share is of ``denom``, the report's one denominator (0% without one)."""
     fields = {**hit.evidence.values, **hit.fields}
-    pct = None
-    if hit.estimate is not None:
-        pct = denom.pct(hit.estimate.saving_us) if denom is not None else 0.0
-        fields.setdefault("saving_ms", hit.estimate.saving_us / 1000.0)
+    pct, pct_after, tail = None, None, ""
+    est = hit.estimate
+    if est is not None:
+        pct = denom.pct(est.saving_us) if denom is not None else 0.0
+        if est.after_us is not None:
+            pct_after = denom.pct(est.after_us) if denom is not None else 0.0
+            if after.after_shown(est.saving_us, est.after_us, est.after_codes):
+                tail = "; " + after.after_text(est.saving_us, est.after_us, est.after_codes, pct_after)
+        fields.setdefault("saving_ms", est.saving_us / 1000.0)
         fields.setdefault("saving_pct", pct)
         if "recorded_ms" in fields:  # after any cap of the saving (a job's replay caps), so the two agree
-            fields.setdefault("replayed_ms", fields["recorded_ms"] - hit.estimate.saving_us / 1000.0)
+            fields.setdefault("replayed_ms", fields["recorded_ms"] - est.saving_us / 1000.0)
     try:
         message = spec.message.format_map(fields)
     except (KeyError, ValueError, IndexError, AttributeError, TypeError) as exc:
@@ -186,7 +191,7 @@ def _finding(
         name=spec.name,
         category=spec.category,
         severity=severity_for(pct, spec.severity, cat.severity_high_pct, cat.severity_medium_pct),
-        message=prefix + message + suffix,
+        message=prefix + message + tail + suffix,
         estimate=hit.estimate,
         evidence=hit.evidence,
         fix=advice.get("fix", spec.fix),
@@ -196,6 +201,7 @@ def _finding(
         ranks=ranks,
         rank=rank,
         saving_pct=pct or 0.0,
+        saving_after_pct=pct_after,
     )
 
 
@@ -300,12 +306,21 @@ def check_order(cat: Catalogue, selected: list[str]) -> list[str]:
 
 
 def rank_outcomes(
-    analysis: Any, ctx: cx.RankContext, cat: Catalogue, order: list[str], modules: dict[str, ModuleType] | None = None
+    analysis: Any,
+    ctx: cx.RankContext,
+    cat: Catalogue,
+    order: list[str],
+    modules: dict[str, ModuleType] | None = None,
+    denominator_us: float | None = None,
 ) -> dict[str, cx.Outcome]:
-    """The outcome of every rank-scope check in ``order`` on one rank (``ctx``), by code.
+    """The outcome of every rank-scope check in ``order`` on one rank (``ctx``), by code, each replayed saving
+    also on top of the higher-ranked fixes (:func:`perfdoctor.checks.after.after_savings`).
 
     Needs only this rank's data, so it runs where the rank is analysed (a pool or Dask worker):
     the ``multi_rank`` and ``run`` requirements are the job's and are judged in :func:`combine`.
+    ``denominator_us``: the report's one denominator, which decides which higher-ranked hits fire; None (a job's
+    worker, which does not know the job's step) uses the rank's own mean step, and :func:`combine` judges the
+    thresholds again on the job's.
     """
     modules = modules if modules is not None else check_modules()
     out: dict[str, cx.Outcome] = {}
@@ -322,13 +337,10 @@ def rank_outcomes(
         if o.skip:
             ctx.cache.setdefault("skipped", []).append((code, o.skip))
         out[code] = o
-    rr = getattr(ctx.rank, "replay", None)
+    rr = getattr(ctx.rank, "replay", None) or ctx.cache.get("replay")
     if rr is not None and hasattr(rr, "fired"):
-        rr.fired = [
-            c
-            for c, o in out.items()
-            if o.hit is not None and o.hit.estimate is not None and o.hit.estimate.saving_us > 0 and c in rr.whatifs
-        ]
+        hits = {c: o.hit for c, o in out.items() if o.hit is not None}
+        rr.fired = after.after_savings(rr, hits, ctx.step_us if denominator_us is None else denominator_us)
     return out
 
 
@@ -355,7 +367,10 @@ def run_checks(analysis: Any, cat: Catalogue, selected: list[str]) -> CheckResul
     modules = check_modules()
     order = check_order(cat, selected)
     rank_ctx = [cx.RankContext(analysis, r) for r in analysis.ranks]
-    per_rank = [rank_outcomes(analysis, ctx, cat, order, modules) for ctx in rank_ctx]
+    denom = step_denominator(analysis, rank_ctx)
+    per_rank = [
+        rank_outcomes(analysis, ctx, cat, order, modules, None if denom is None else denom.value_us) for ctx in rank_ctx
+    ]
     return combine(analysis, rank_ctx, per_rank, cat, selected, modules, adjust=_replay_caps(analysis))
 
 
@@ -432,6 +447,8 @@ def combine(
             ]
             if adjust is not None:
                 outcomes = [(r, adjust(r, o)) for r, o in outcomes]
+        denom_us = res.denominator.value_us if res.denominator is not None else 0.0
+        outcomes = [(r, after.gate(o, denom_us)) for r, o in outcomes]  # thresholds left to the engine
         res.metrics[code] = {str(r): o.metrics for r, o in outcomes if o.metrics}
         if report:
             _merge_rank_outcomes(spec, outcomes, sub, cat)

@@ -136,8 +136,8 @@ def check(ctx: RankContext) -> Outcome:
     replayed = _replayed(ctx, props, cc)
     if replayed is not None:
         saving, method = replayed
-    if share < ctx.th["min_fp32_share_pct"] or pct(saving, ctx.step_us) < ctx.th["min_saving_pct"]:
-        return passed(**metrics)
+    if share < ctx.th["min_fp32_share_pct"] or saving <= 0:
+        return passed(**metrics)  # min_saving_pct is the engine's: alone or after the higher-ranked fixes
     ev = Evidence(
         values={
             "gpu": name or "this GPU",
@@ -161,4 +161,5 @@ def check(ctx: RankContext) -> Outcome:
             f"FP32 GEMM/conv kernel time per step × (1 − 1/{speedup:.1f}), {src}, capped at max_speedup "
             "(an upper bound: no op shapes or no device in the hardware table to replay the fix with)"
         )
-    return Outcome(metrics=metrics, hit=Hit(evidence=ev, estimate=Estimate(saving, method)))
+    hit = Hit(evidence=ev, estimate=Estimate(saving, method), min_saving_pct=ctx.th["min_saving_pct"])
+    return Outcome(metrics=metrics, hit=hit)

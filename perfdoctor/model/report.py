@@ -354,6 +354,11 @@ class FindingSection(Section, kw_only=True):
     saving_us_per_step: float
     saving_pct_of_step: float
     saving_method: str
+    # the saving once the fixes of the higher-ranked findings that fired are in (replayed together: µs, % of the
+    # report's denominator, and their codes); None / [] when not replayed or none fired (perfdoctor.checks.after)
+    saving_after_us_per_step: float | None = None
+    saving_after_pct_of_step: float | None = None
+    saving_after_codes: list[str] = []
     evidence: dict[str, EvidenceValue]
     steps: list[int]
     fix: str

@@ -88,3 +88,26 @@ def test_pd203_on_resnet50_fp32_is_reported_with_its_saving_after_the_host_fixes
     )
     assert "once " + ", ".join(above) + " are fixed" in f["message"]
     assert "(" + ", ".join(above + ["PD203"]) + ")" in report["findings_note"]
+
+
+def test_thresholds_use_the_reports_denominator_on_a_job(tmp_path: Path) -> None:
+    """One denominator for the % shown and the threshold (issue 10): rank 0's sync saves 300 µs of its own 1,000 µs
+    step (30%), but the job steps at its longest rank's 20,000 µs: 300 / 20,000 = 1.5%, under PD401's 2%, so
+    PD401 does not fire (it did when the threshold was judged on rank 0's own step)."""
+    from rules_helpers import SGEMM, run_rules
+
+    def rank(r: int, step_us: float, sync: bool) -> Path:
+        tb = TraceBuilder(rank=r, world_size=2)
+        tb.step(1, 0, step_us)
+        tb.launch(SGEMM, launch_ts=5, start=10, dur=490)  # [10, 500)
+        tb.cpu_op("aten::item", 15, 500)
+        if sync:  # without it 490 µs of host go: the second kernel (200 µs) queues behind the first, [500, 700)
+            tb.runtime("cudaStreamSynchronize", 20, 490)
+        tb.launch(SGEMM, launch_ts=700, start=710, dur=step_us - 800)  # ends 90 µs before the step
+        return tb.write(tmp_path / f"rank{r}.json")
+
+    alone = run_rules([rank(0, 1000, True)], ["PD401"])
+    assert alone.findings["PD401"]["saving_us_per_step"] == 300  # 30% of its own step: fires
+    job = run_rules([rank(0, 1000, True), rank(1, 20_000, False)], ["PD401"])
+    assert job.report["denominator"]["value_us"] == 20_000
+    assert "PD401" not in job.findings and "PD401" in job.passed

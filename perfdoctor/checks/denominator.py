@@ -13,6 +13,11 @@ this one number, so two findings' percentages compare as their µs do (issue 10)
   steady ÷ profiled ratio), which is the same share of that step, so the percentage needs no second rule;
 - a run directory without a trace (nothing analysed): the median of the unprofiled steady-state steps, the only
   step the report has.
+
+Firing thresholds (``min_saving_pct``) compare against the same number: a check hands its threshold to the engine
+(:attr:`perfdoctor.findings.Hit.min_saving_pct`), which judges it here (:func:`perfdoctor.checks.after.gate`). Two
+gates stay the check's own, on the rank's mean step: PD103's measured launch idle and PD105's measured Python
+outside ops (each the problem's size, not its saving, on the rank whose step it is).
 """
 
 from __future__ import annotations

@@ -83,7 +83,7 @@ def check(ctx: RankContext) -> Outcome:
         "idle_us": saving,
         "idle_pct": pct(saving, ctx.step_us),
     }
-    if metrics["idle_pct"] < ctx.th["min_saving_pct"]:
+    if saving <= 0:  # min_saving_pct is the engine's, on the report's denominator (perfdoctor.checks.after)
         return passed(**metrics)
     ev = Evidence(
         values={
@@ -96,6 +96,7 @@ def check(ctx: RankContext) -> Outcome:
         steps=steps_over(idle, ctx.per_step(lambda s: s.dur_us), ctx.th["min_saving_pct"], ctx.step_numbers),
     )
     hit = Hit(
+        min_saving_pct=ctx.th["min_saving_pct"],
         evidence=ev,
         estimate=Estimate(saving, method),
         fields={"size_per_step": size_text(float(nbytes.mean())), **replay_fields(ctx)},

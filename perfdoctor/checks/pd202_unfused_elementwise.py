@@ -100,7 +100,7 @@ def check(ctx: RankContext) -> Outcome:
         "elementwise_per_step": float(count.mean()),
         "compiled": float(compiled),
     }
-    if compiled or share < ctx.th["min_share_pct"] or pct(saving, ctx.step_us) < ctx.th["min_saving_pct"]:
+    if compiled or share < ctx.th["min_share_pct"] or saving <= 0:  # min_saving_pct: the engine's (after.py)
         return passed(**metrics)
     what = "kernels" if ctx.is_gpu else "ops"
     ev = Evidence(
@@ -118,4 +118,7 @@ def check(ctx: RankContext) -> Outcome:
         f"elementwise/normalization {what} time per step × max_fused_fraction "
         f"({ctx.th['max_fused_fraction']}): the share a fused pass removes at most"
     )
-    return Outcome(metrics=metrics, hit=Hit(evidence=ev, estimate=Estimate(saving, method)))
+    return Outcome(
+        metrics=metrics,
+        hit=Hit(evidence=ev, estimate=Estimate(saving, method), min_saving_pct=ctx.th["min_saving_pct"]),
+    )

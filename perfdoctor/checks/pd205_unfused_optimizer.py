@@ -134,7 +134,7 @@ def check(ctx: RankContext) -> Outcome:
     if (
         n_per_step < th["min_kernels_per_step"]
         or share > th["max_multi_tensor_share"]
-        or metrics["optimizer_saving_pct"] < th["min_saving_pct"]
+        or saving <= 0  # min_saving_pct: the engine's, on the report's denominator (perfdoctor.checks.after)
     ):
         return passed(**metrics)
     dur = k.dur_us[inside]
@@ -157,6 +157,7 @@ def check(ctx: RankContext) -> Outcome:
         evidence=ev,
         estimate=Estimate(saving, method),
         advice=fix,
+        min_saving_pct=th["min_saving_pct"],
         fields={"optimizer_step": f"{cls}.step" if cls else "Optimizer.step", "advice": short},
     )
     return Outcome(metrics=metrics, hit=hit)

@@ -78,7 +78,7 @@ def check(job: JobContext) -> Outcome:
     if (
         metrics["excess_pct"] < job.th["min_excess_pct"]
         or comm[worst] >= others_comm
-        or pct(saving, step_us) < job.th["min_saving_pct"]
+        or saving <= 0  # min_saving_pct: the engine's, on the report's denominator (the job's step)
     ):
         return passed(**metrics)
     ev = Evidence(
@@ -96,4 +96,12 @@ def check(job: JobContext) -> Outcome:
         steps=[s.step for s in rows[worst]],
     )
     method = "slowest rank's time outside collectives per step − median of the other ranks' (their wait in collectives)"
-    return Outcome(metrics=metrics, hit=Hit(evidence=ev, estimate=Estimate(saving, method), rank=ranks[worst]))
+    return Outcome(
+        metrics=metrics,
+        hit=Hit(
+            evidence=ev,
+            estimate=Estimate(saving, method),
+            rank=ranks[worst],
+            min_saving_pct=job.th["min_saving_pct"],
+        ),
+    )

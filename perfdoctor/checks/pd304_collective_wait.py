@@ -59,7 +59,7 @@ def check(job: JobContext) -> Outcome:
     steps = [float(np.mean([s.dur_us for s in job.warm_rows(by_rank[r])])) for r in tied]
     step_us = float(np.median(steps))  # one rank's own step; the tied ranks' median when several tie
     metrics = {"max_wait_us": wait}
-    if pct(wait, step_us) < job.th["min_saving_pct"]:
+    if wait <= 0:  # min_saving_pct: the engine's, on the report's denominator (the job's step)
         return passed(**metrics)
     ctx = by_rank[tied[0]]
     comm = float(np.median([np.mean([s.communication["total_us"] for s in job.warm_rows(by_rank[r])]) for r in tied]))
@@ -86,7 +86,12 @@ def check(job: JobContext) -> Outcome:
         "the rank's mean wait per step inside matched collectives (its duration − the shortest copy's), "
         "at most its exposed collective time"
     )
-    hit = Hit(evidence=ev, estimate=Estimate(wait, method), rank=tied[0] if len(tied) == 1 else None)
+    hit = Hit(
+        evidence=ev,
+        estimate=Estimate(wait, method),
+        rank=tied[0] if len(tied) == 1 else None,
+        min_saving_pct=job.th["min_saving_pct"],
+    )
     return Outcome(metrics=metrics, hit=hit)
 
 

@@ -160,7 +160,7 @@ def check(ctx: RankContext) -> Outcome:
         "idle_us": saving,
         "idle_pct": pct(saving, ctx.step_us),
     }
-    if metrics["idle_pct"] < ctx.th["min_saving_pct"]:
+    if saving <= 0:  # min_saving_pct is the engine's, on the report's denominator (perfdoctor.checks.after)
         return passed(**metrics)
     sel = rows[in_step >= 0]
     ev = Evidence(
@@ -176,6 +176,7 @@ def check(ctx: RankContext) -> Outcome:
     return Outcome(
         metrics=metrics,
         hit=Hit(
+            min_saving_pct=ctx.th["min_saving_pct"],
             evidence=ev,
             estimate=Estimate(saving, method),
             fields={"syncs": count_text(metrics["syncs_per_step"]), "source": _source(ev.events), **replay_fields(ctx)},

@@ -72,7 +72,7 @@ def check(ctx: RankContext) -> Outcome:
         metrics["peak_reserved_pct"] = peak
     if (
         metrics["allocator_calls_per_step"] < ctx.th["min_calls_per_step"]
-        or metrics["idle_pct"] < ctx.th["min_saving_pct"]
+        or saving <= 0  # min_saving_pct: the engine's, on the report's denominator (perfdoctor.checks.after)
     ):
         return passed(**metrics)
     names = ctx.tables.name_array()[rt["name_id"][rows]]
@@ -90,4 +90,7 @@ def check(ctx: RankContext) -> Outcome:
     method = (
         "device idle that begins while the host is in cudaMalloc/cudaFree in the steady-state steps, per analysed step"
     )
-    return Outcome(metrics=metrics, hit=Hit(evidence=ev, estimate=Estimate(saving, method)))
+    return Outcome(
+        metrics=metrics,
+        hit=Hit(evidence=ev, estimate=Estimate(saving, method), min_saving_pct=ctx.th["min_saving_pct"]),
+    )

@@ -9,6 +9,7 @@ from perfdoctor.replay.graph import ACT_TABLES
 from perfdoctor.replay.rank import RankReplay
 from perfdoctor.replay.simulate import Scenario
 from perfdoctor.replay.transforms import WhatIf
+from perfdoctor.trace.join import external_id_rows
 from perfdoctor.trace.tables import TraceTables
 
 
@@ -65,21 +66,17 @@ def tensor_cores(rr: RankReplay, tables: TraceTables, spec: object) -> WhatIf:
             "datasheet",
         )
     hbm = float(spec.hbm_bytes_per_s)  # type: ignore[attr-defined]
-    kern = tables.kernels
-    ext = kern["external_id"][g.act_row[sel]]
+    ext = tables.kernels["external_id"][g.act_row[sel]]
     ops = tables.cpu_ops
-    order = np.argsort(ops["external_id"], kind="stable")
-    oe = ops["external_id"][order]
-    pos = np.minimum(np.searchsorted(oe, ext), max(oe.size - 1, 0))
-    found = (oe.size > 0) & (oe[pos] == ext) & (ext > 0) if oe.size else np.zeros(ext.size, bool)
+    op_row = external_id_rows(tables, ext)  # each kernel's op (the first with its external id), -1 none
     idx = np.flatnonzero(sel)
     by_ext: dict[int, list[int]] = {}
     for j, e in enumerate(ext.tolist()):
-        if found[j]:
+        if op_row[j] >= 0:
             by_ext.setdefault(int(e), []).append(j)
     costed = 0
     for js in by_ext.values():
-        row = int(order[pos[js[0]]])
+        row = int(op_row[js[0]])
         c = cost_op(tables.names[int(ops["name_id"][row])], ops["input_dims"][row], ops["input_type"][row])
         if not isinstance(c, OpCost) or c.flops <= 0:
             continue
@@ -131,13 +128,9 @@ def fused_elementwise(rr: RankReplay, tables: TraceTables) -> WhatIf:
         rows = g.act_launch[later]
         s, e, pids = rt["ts_us"][rows].copy(), rt["end_us"][rows].copy(), rt["pid"][rows]
         ops = tables.cpu_ops
-        ext = rt["external_id"][rows]
-        if len(ops):
-            order = np.argsort(ops["external_id"], kind="stable")
-            oe = ops["external_id"][order]
-            pos = np.minimum(np.searchsorted(oe, ext), oe.size - 1)
-            hit = (oe[pos] == ext) & (ext > 0)
-            s[hit], e[hit] = ops["ts_us"][order][pos[hit]], ops["end_us"][order][pos[hit]]
+        op_row = external_id_rows(tables, rt["external_id"][rows])  # the launch's op: its whole span goes
+        hit = op_row >= 0
+        s[hit], e[hit] = ops["ts_us"][op_row[hit]], ops["end_us"][op_row[hit]]
         for pid in np.unique(pids).tolist():
             m = pids == pid
             cut = merge_cuts(cut, {int(pid): (s[m], e[m])})

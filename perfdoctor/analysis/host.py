@@ -81,20 +81,27 @@ def dataloader(tables: TraceTables) -> iv.Intervals:
     return named(tables, DATALOADER)
 
 
-def blocking_memcpy_calls(tables: TraceTables) -> iv.Intervals:
-    """Runtime calls of memcpys that block the host: D2H into pageable memory
-    and any H2D from pageable memory (the driver stages through a bounce buffer)."""
+def blocking_memcpy_rows(tables: TraceTables) -> np.ndarray:
+    """Row indices (into ``tables.runtime``) of the runtime calls of memcpys that block the host: D2H into
+    pageable memory and any H2D from pageable memory (the driver stages through a bounce buffer)."""
     from perfdoctor.analysis.classify import classify_kernel
 
     mc = tables.memcpy
-    rt = tables.runtime
-    if len(mc) == 0 or len(rt) == 0:
-        return iv.EMPTY
+    if len(mc) == 0 or len(tables.runtime) == 0:
+        return np.empty(0, dtype=np.int64)
     names = tables.names
     blocking_ids = {nid for nid in set(mc["name_id"].tolist()) if classify_kernel(names[nid]).pageable}
     if not blocking_ids:
+        return np.empty(0, dtype=np.int64)
+    return np.asarray(launched_rows(tables, "memcpy", np.isin(mc["name_id"], list(blocking_ids))), dtype=np.int64)
+
+
+def blocking_memcpy_calls(tables: TraceTables) -> iv.Intervals:
+    """Host intervals (µs) of :func:`blocking_memcpy_rows`' calls, merged."""
+    rows = blocking_memcpy_rows(tables)
+    if rows.size == 0:
         return iv.EMPTY
-    rows = launched_rows(tables, "memcpy", np.isin(mc["name_id"], list(blocking_ids)))
+    rt = tables.runtime
     return iv.union(rt["ts_us"][rows], rt["end_us"][rows])
 
 

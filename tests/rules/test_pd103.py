@@ -67,3 +67,23 @@ def test_idle_inside_cudafree_is_named_and_not_launch_overhead(tmp_path):
         "calls: a blocking runtime call, not launch overhead"
     ]
     assert "PD103" in run_rules([tmp_path / "hipfree.json"], ["PD103"]).passed
+
+
+def test_pd103_message_says_what_it_subtracts_from_the_breakdown_row(tmp_path):
+    tb = _launch_trace(2)  # 30 kernels of 2 µs at [22 + 30 i, 24 + 30 i): busy 60 µs of the 1000 µs step
+    tb.runtime("cudaFree", 950, 40)
+    f = run_tb(tb, tmp_path, ["PD103"]).findings["PD103"]
+    ev = f["evidence"]
+    # the host is inside aten::add the whole step, so all 1000 - 60 = 940 µs of idle is the breakdown's
+    # "host busy, nothing queued" row; the 40 µs inside cudaFree [950, 990) (the last kernel ended at 894) is
+    # left out of the launch idle: 900 µs, and the message says so
+    assert ev["breakdown_launch_idle_ms"] == 0.94 and ev["launch_idle_ms"] == 0.9
+    assert '"idle: host busy, nothing queued" row, 0.94 ms, less 0.04 ms inside Optimizer.step' in f["message"]
+    assert f["message"].startswith("The device idles 0.90 ms per step")
+
+
+def test_pd103_message_quotes_the_breakdown_row_when_nothing_is_subtracted(tmp_path):
+    f = run_tb(_launch_trace(2), tmp_path, ["PD103"]).findings["PD103"]
+    # no cudaFree, no Optimizer.step: the launch idle is the row, 940 µs
+    assert f["evidence"]["launch_idle_ms"] == f["evidence"]["breakdown_launch_idle_ms"] == 0.94
+    assert 'launch work (measured: the breakdown\'s "idle: host busy, nothing queued" row);' in f["message"]

@@ -112,3 +112,16 @@ def test_every_render_names_the_denominator_once(tmp_path):
     term = console.export_text()
     for out in (md, page, term):
         assert out.count(text) == 1
+
+
+def test_a_trace_without_step_markers_is_the_whole_trace_window_once(tmp_path):
+    # no ProfilerStep: one step, the whole trace window; the definition said "the the whole trace window"
+    from tracebuilder import TraceBuilder
+
+    from perfdoctor import pipeline
+
+    tb = TraceBuilder()
+    tb.cpu_op("aten::mm", 0, 1000)
+    tb.launch("volta_sgemm_128x64_nn", launch_ts=10, start=20, dur=900)
+    built = pipeline.build([str(tb.write(tmp_path / "nosteps.json"))])
+    assert built.report["denominator"]["definition"] == "the whole trace window (no step markers: one step), rank 0"

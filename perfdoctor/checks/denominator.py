@@ -47,10 +47,11 @@ _REGEX_PARTS = re.compile(r"[\^$]|\(.*?\)|\\[dDsSwW][+*]?")  # of a step-marker 
 
 
 def _rank_words(ctx: Any) -> str:
-    """'mean of 6 analysed steps (ProfilerStep #5–#10)' for one rank's context."""
+    """'mean of 6 analysed steps (ProfilerStep #5–#10)' for one rank's context, without an article (the callers
+    write "the …" or "rank 3's …")."""
     numbers = ctx.step_numbers
     if getattr(ctx.rank.steps, "source", "") == "whole-trace":
-        return "the whole trace window (no step markers: one step)"
+        return "whole trace window (no step markers: one step)"
     marker = _REGEX_PARTS.sub("", getattr(ctx.rank.steps, "marker", "") or "").strip("# ") or "step"
     which = f"({marker} {step_list_text(numbers)})"
     if len(numbers) == 1:

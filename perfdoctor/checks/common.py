@@ -35,6 +35,15 @@ def step_list_text(numbers: list[int]) -> str:
     return ", ".join(f"#{n}" for n in numbers)
 
 
+def shown_steps_text(shown: list[int], analysed: list[int]) -> str:
+    """A saving method's note on a finding whose steps (where the problem shows) are fewer than the analysed steps
+    its per-step figures are averaged over: "; the problem shows in 5 of the 6 steps averaged (#6–#10)"; "" when
+    they are the same steps or the finding names none."""
+    if not shown or sorted(shown) == sorted(analysed):
+        return ""
+    return f"; the problem shows in {len(shown)} of the {len(analysed)} steps averaged ({step_list_text(shown)})"
+
+
 def rank_list_text(ranks: list[int], limit: int = 8) -> str:
     """Trace ranks as text, runs of three or more folded: "0–7", "0, 1, 5, 9–12"; past ``limit`` runs, "…" and
     the count."""

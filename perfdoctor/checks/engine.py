@@ -16,7 +16,7 @@ import importlib
 import pkgutil
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import ModuleType
 from typing import Any
 
@@ -25,6 +25,7 @@ import numpy as np
 from perfdoctor.checks import after, contract, requirements
 from perfdoctor.checks import context as cx
 from perfdoctor.checks.catalogue import REQUIREMENTS, Catalogue, RuleSpec
+from perfdoctor.checks.common import shown_steps_text
 from perfdoctor.checks.denominator import StepDenominator, step_denominator
 from perfdoctor.errors import PerfDoctorError
 from perfdoctor.findings import (
@@ -421,6 +422,7 @@ def combine(
     wanted = set(selected)
     user = [cat.rules[c] for c in selected if cat.rules[c].when is not None]
     whole_trace = {c.rank.rank: c.rank.steps.source == "whole-trace" for c in rank_ctx}
+    analysed = {c.rank.rank: c.step_numbers for c in rank_ctx}
     for code in check_order(cat, selected):
         spec = cat.rules[code]
         mod = modules.get(code)
@@ -456,6 +458,7 @@ def combine(
                 src = whole_trace.get(f.rank if f.rank is not None else (f.ranks[0] if f.ranks else None))
                 if src and spec.whole_trace_note:
                     f.message += " (no step markers: 'per step' means over the whole trace window)"
+                _note_shown_steps(f, analysed.get(f.rank))
             res.findings += sub.findings
             res.skipped += sub.skipped
             res.passed += sub.passed
@@ -464,6 +467,16 @@ def combine(
     res.findings = rank_findings(res.findings)
     res.fix_all_note = _fix_all_note(rank_ctx, res.findings, getattr(analysis, "replay_floor_us", None) or {})
     return res
+
+
+def _note_shown_steps(f: Finding, analysed: list[int] | None) -> None:
+    """Say in a rank finding's saving method which of the averaged steps its steps (where the problem shows) are
+    (PD205 on ResNet50 nw0 listed steps #6–#10 beside "mean over 6 analysed steps (#5–#10)")."""
+    if f.estimate is None or not f.estimate.method or analysed is None:
+        return
+    note = shown_steps_text(list(f.evidence.steps), analysed)
+    if note:
+        f.estimate = replace(f.estimate, method=f.estimate.method + note)
 
 
 MAX_RANKS_LISTED = 8  # above this many ranks the findings note names the job's figure only

@@ -87,3 +87,8 @@ def test_pd103_message_quotes_the_breakdown_row_when_nothing_is_subtracted(tmp_p
     # no cudaFree, no Optimizer.step: the launch idle is the row, 940 µs
     assert f["evidence"]["launch_idle_ms"] == f["evidence"]["breakdown_launch_idle_ms"] == 0.94
     assert 'launch work (measured: the breakdown\'s "idle: host busy, nothing queued" row);' in f["message"]
+
+
+def test_pd103_method_adds_no_shown_steps_note_when_every_step_shows_it(tmp_path):
+    f = run_tb(_launch_trace(2), tmp_path, ["PD103"]).findings["PD103"]
+    assert f["steps"] == [1] and "the problem shows in" not in f["saving_method"]

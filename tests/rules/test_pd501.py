@@ -27,6 +27,8 @@ def test_pd501_fires_on_cudafree_in_steady_steps(tmp_path):
     ev = f["evidence"]
     assert ev["allocator_calls_per_step"] == 2 / 3 and ev["allocator_host_ms"] == 0.2 and f["steps"] == [2, 3]
     assert "steady-state steps #2–#3 and divided by the 3 analysed steps" in f["message"]
+    # its steps (#2, #3) are fewer than the 3 averaged: the saving method says which (the engine's note)
+    assert f["saving_method"].endswith("; the problem shows in 2 of the 3 steps averaged (#2–#3)")
 
 
 def test_pd501_silent_when_only_first_step_allocates(tmp_path):

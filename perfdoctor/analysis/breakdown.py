@@ -17,8 +17,8 @@ GPU definitions (µs, per step window from :mod:`perfdoctor.analysis.steps`):
   ``dataloader`` (the host inside DataLoader ``__next__``), ``synchronization`` (the release
   latency of a blocking call that waited for the device, or a sync call's own time: never the
   host work after it returned), ``host_launch_bound`` (the host inside ops / runtime calls, or
-  a launch's latency) and ``other`` (Python outside ops, work queued before the recording,
-  another device's work).
+  a launch's latency), ``python`` (the host outside every op: its own Python, I/O, sleeps) and
+  ``other`` (work queued before the recording, another device's work on the critical path).
 - kernels launched inside ``Optimizer.step`` count as ``optimizer`` unless
   they are GEMMs / convolutions / attention.
 

@@ -130,6 +130,7 @@ def test_cpu_only_trace(tmp_path):
     assert s.categories_us["optimizer"] == 200
     assert s.idle_causes_us == {"python": 310}
     assert s.busy_us + s.idle_us == 1000
+    assert s.n_kernels == 0  # 4 host ops, no kernel: the ops were once counted as kernels
 
 
 def test_old_kineto_generation(tmp_path):

@@ -81,9 +81,6 @@ def host_unions(tables: TraceTables, pid: int) -> dict[str, iv.Intervals]:
 def cpu_breakdown(tables: TraceTables, steps: Steps) -> DeviceBreakdown:
     """Per-step breakdown of host time for a trace without device activity."""
     ws, we = steps.start_us, steps.end_us
-    ops = tables.cpu_ops
-    if steps.pid >= 0 and len(ops):
-        ops = ops.take(ops["pid"] == steps.pid)
     unions = host_unions(tables, steps.pid)
     compute = iv.union_of(*(unions[c] for c in HOST_PRIORITY[2:]))
     coll_exposed = iv.subtract(unions["host_collective"], compute)
@@ -101,7 +98,6 @@ def cpu_breakdown(tables: TraceTables, steps: Steps) -> DeviceBreakdown:
     union_w = {c: iv.per_window(unions[c], ws, we) for c in HOST_PRIORITY}
     phases = host.phases(tables, (steps.host_start_us, steps.host_end_us))
     ph_w = {p: iv.per_window(s, ws, we) for p, s in phases.items()}
-    n_ops = np.bincount(np.searchsorted(we, ops["ts_us"], side="right"), minlength=len(steps) + 1)[: len(steps)]
     zeros = np.zeros(len(steps))
     idle_w = (we - ws) - busy_w
     idle = {"python": idle_w} if sync_w is None else {"python": idle_w - sync_w, "synchronization": sync_w}
@@ -115,7 +111,7 @@ def cpu_breakdown(tables: TraceTables, steps: Steps) -> DeviceBreakdown:
         memcpy_by_direction={},
         phases_host=ph_w,
         phases_device={},
-        n_kernels=n_ops,
+        n_kernels=np.zeros(len(steps), dtype=np.int64),  # no kernels: host ops are not kernels
         kernel_sum=zeros,
         triton=zeros,
     )

@@ -134,3 +134,10 @@ def test_t4_datasheet_figures_and_16bit_dtype():
     assert t4.hbm_bytes_per_s == 320e9 and t4.memory_bytes == 16e9 and "T4" in t4.source_of("fp16")
     assert t4.best_16bit_dtype() == "fp16" and spec_by_name("V100").best_16bit_dtype() == "fp16"
     assert spec_by_name("H100").best_16bit_dtype() == "bf16"
+
+
+def test_v100_dgxs_gets_sxm2_figures_as_a_stated_assumption():
+    # the DGX Station's V100 (ResNet50 nw0/nw4 traces) is given the SXM2 datasheet column, 15.7 FP32 / 125 FP16
+    # tensor TFLOPS; its system datasheet gives whole-system totals only, so the spec says the figures are assumed
+    s = match_device(props("Tesla V100-DGXS-32GB", (7, 0), 80, 34084028416))
+    assert s.key == "v100-sxm2" and "assumed for DGX Station (V100-DGXS)" in s.notes

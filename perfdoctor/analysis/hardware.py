@@ -151,8 +151,8 @@ SPECS: tuple[DeviceSpec, ...] = (
         _V100 + ", V100 SXM2 column",
         80,
         (7, 0),
-        notes="also DGX Station (V100-DGXS) and DGX-2 (V100-SXM3) boards: 125 TFLOPS tensor per GPU, per their "
-        "system datasheets",
+        notes="assumed for DGX Station (V100-DGXS) and DGX-2 (V100-SXM3) boards too: their system datasheets give "
+        "whole-system totals, not per-GPU FP32/tensor peaks, and were not checked against these figures",
         aliases=("V100",),
     ),
     _spec(

@@ -146,9 +146,12 @@ def _no_comm_reason(ctx: RankContext) -> str:
 
 
 def _messages(ctx: RankContext) -> str:
-    """The collectives' messages as record_param_comms records them over the analysed steps ("" if none)."""
+    """The collectives' messages as record_param_comms records them over the analysed steps ("" if none, or when
+    re-run from a rank summary, which keeps no tables)."""
     from perfdoctor.analysis.kernel_ops import collective_messages
 
+    if not hasattr(ctx.rank, "tables"):
+        return ""
     ws, we = ctx.windows()
     rows = collective_messages(ctx.tables, float(ws[0]), float(we[-1]))
     parts = []

@@ -63,3 +63,23 @@ def test_replayed_saving_prints_about_and_bound_prints_up_to(tmp_path):
     assert f"Estimated saving: up to {ms} per step" in render_html(bound)
     term = _terminal(bound)
     assert "≤ " in term and "≈" not in term
+
+
+def test_every_saving_shows_its_method_next_to_it_in_terminal_and_markdown(tmp_path):
+    """The brief: every assumption behind a saving is shown next to it. The terminal's findings row and the
+    Markdown item carry the finding's saving method (PD202's max fused fraction, a replay's fix), not only the
+    JSON and HTML."""
+    rep = _report(tmp_path)
+    estimated = [f for f in rep.findings if f.saving_method]
+    assert {f.code for f in estimated} >= {"PD101", "PD203"}  # a replayed saving and an upper bound
+    buf = io.StringIO()
+    render_terminal(rep, Console(file=buf, width=2000, color_system=None))  # wide: one physical line per cell line
+    lines = buf.getvalue().splitlines()
+    md = render_markdown(rep)
+    for f in estimated:
+        row = next(i for i, line in enumerate(lines) if f.message in line)
+        assert f"saving: {f.saving_method}" in lines[row + 1]  # the line under the message, same table row
+        assert f.code in lines[row]
+        item = next(i for i, line in enumerate(md.splitlines()) if f"**{f.code}**" in line)
+        said = md.splitlines()[item + 1]
+        assert said.startswith("   - saving: ") and said.replace("\\", "").endswith(f.saving_method)

@@ -63,6 +63,8 @@ def _findings(report: Report) -> list[str]:
         said = "(fires on " in f["title"]
         rank = f" (ranks {', '.join(str(r) for r in f['ranks'])})" if len(f["ranks"]) > 1 and not said else ""
         out.append(f"{i}. **{esc(f['code'])}** {esc(f['title'] or f['name'])}{rank} — {saving}")
+        if f["method"]:
+            out.append(f"   - saving: {esc(f['method'])}")
         if f["fix"]:
             out.append(f"   - fix: {esc_prose(f['fix'])}")
     if view.denominator_text(report):

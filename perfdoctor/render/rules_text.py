@@ -61,6 +61,14 @@ def rule_text(spec: Any, metrics: dict[str, str], implemented: bool = True) -> G
 _SEV_STYLE = {"high": "bold red", "medium": "yellow", "low": "cyan"}
 
 
+def _finding_cell(message: str, method: str) -> Text:
+    """A finding's message and, on the next line, how its saving is estimated (the assumption behind the number in
+    the "saves" column: the brief's rule that every saving shows its assumption next to it)."""
+    if not method:
+        return Text(message)
+    return Text.assemble(message, "\n", (f"saving: {method}", "dim"))
+
+
 def findings_renderables(report: Report) -> list[Any]:
     """The findings section of the terminal report: ranked table, fixes, skipped checks, the note."""
     if report.findings is UNSET:
@@ -91,7 +99,7 @@ def findings_renderables(report: Report) -> list[Any]:
                 f"{f.code}\n{f.name}",
                 Text(f.severity, style=_SEV_STYLE.get(f.severity, "")),
                 saving,
-                f.message,
+                _finding_cell(f.message, f.saving_method),
             )
         out.append(t)
         if view.denominator_text(report):

@@ -203,3 +203,46 @@ def test_same_rank_on_different_gpus_reads_as_two_runs(tmp_path):
     r = run("report", a, b)
     assert r.returncode == 2 and "look like separate runs" in r.stderr and "also the rank of" not in r.stderr
     assert f"perfdoctor diff {a} {b}" in r.stderr
+
+
+def closed_pipe_run(*args, cwd=None):
+    """``perfdoctor ARGS | head -0``: stdout is a pipe whose reader is gone before the first write (so the write
+    fails whatever the output's size); returns (exit code, stderr)."""
+    import os
+
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        r = subprocess.run(
+            [sys.executable, "-m", "perfdoctor", *args], stdout=write_end, stderr=subprocess.PIPE, text=True, cwd=cwd
+        )
+    finally:
+        os.close(write_end)
+    return r.returncode, r.stderr
+
+
+def test_closed_pipe_keeps_the_gate_exit_code_and_writes_o_files(tmp_path):
+    """A reader that closes stdout early (`| head -1`) does not turn a failing gate into exit 0, and the -o file
+    is written before anything goes to stdout."""
+    from test_diff import steps_trace
+
+    # the gate's verdict, without a pipe: resnet50 nw0 has a high finding (33% of the step waits on the
+    # DataLoader); AFTER is 10% slower than BEFORE in every step, so --fail-on-regression 5 fires
+    trace = str(shared_trace("kineto__resnet50_num_workers_0__worker0.pt.trace.json.gz"))
+    assert run("report", trace, "--fail-on", "high").returncode == 1
+    b = steps_trace(tmp_path / "b.json", [1000, 1010, 990, 1000, 1005, 995], [("k", 300)])
+    a = steps_trace(tmp_path / "a.json", [1100, 1111, 1089, 1100, 1105, 1095], [("k", 400)])
+    assert run("diff", str(b), str(a), "--fail-on-regression", "5").returncode == 1
+    cases = [
+        (["report", trace, "--fail-on", "high"], 1),
+        (["report", trace, "--fail-on", "high", "--format", "json"], 1),
+        (["diff", str(b), str(a), "--fail-on-regression", "5"], 1),
+        (["diff", str(b), str(a), "--fail-on-regression", "5", "--format", "md"], 1),
+        (["report", trace, "-o", str(tmp_path / "p.md")], 0),
+        (["diff", str(b), str(a), "-o", str(tmp_path / "d.json")], 0),
+    ]
+    for args, want in cases:
+        rc, err = closed_pipe_run(*args)
+        assert rc == want and "Traceback" not in err and "Broken pipe" not in err, (args, rc, err)
+    assert (tmp_path / "p.md").read_text().startswith("# ")
+    assert json.loads((tmp_path / "d.json").read_text())["verdict"] == "slower"

@@ -69,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
 
     from perfdoctor.checks import config, engine
     from perfdoctor.cli.cmd_report import _check_output, _write_report
-    from perfdoctor.cli.console import stdout_console
+    from perfdoctor.cli.console import show_then_exit, stdout_console
     from perfdoctor.diff import stats
     from perfdoctor.diff.compare import compare, regression
     from perfdoctor.diff.sides import load_side
@@ -96,18 +96,21 @@ def run(args: argparse.Namespace) -> int:
         before = load_side(args.before, opts, codes, args.step_marker)
         after = load_side(args.after, opts, codes, args.step_marker)
     diff = compare(before, after, noise)
-    if args.format in ("json", "md"):
-        sys.stdout.buffer.write(_render(diff, args.format))
-        sys.stdout.flush()
-    else:
-        render_diff_terminal(diff, stdout_console(args.width))
-    if args.output and out_format:
+    if args.output and out_format:  # written before stdout, which a reader may close (`| head`)
         _write_report(args.output, _render(diff, out_format))
         err.print(f"diff written to {args.output}")
-    if args.fail_on_regression is not None and regression(diff, args.fail_on_regression):
+
+    def show() -> None:
+        if args.format in ("json", "md"):
+            sys.stdout.buffer.write(_render(diff, args.format))
+        else:
+            render_diff_terminal(diff, stdout_console(args.width))
+
+    failed = args.fail_on_regression is not None and regression(diff, args.fail_on_regression)
+    code = show_then_exit(show, 1 if failed else 0)
+    if failed:
         err.print(
             f"regression: AFTER is {diff.change_pct:+.1f}% slower (95% CI excludes 0), beyond "
             f"--fail-on-regression {args.fail_on_regression:g}%"
         )
-        return 1
-    return 0
+    return code

@@ -224,7 +224,7 @@ def _analyze(args: argparse.Namespace, err: Console, opts: object) -> BuiltRepor
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from perfdoctor.cli.console import stdout_console
+    from perfdoctor.cli.console import show_then_exit, stdout_console
     from perfdoctor.render.formats import format_for, render_chunks
     from perfdoctor.render.terminal import render_terminal
 
@@ -240,13 +240,15 @@ def run(args: argparse.Namespace) -> int:
     err = Console(stderr=True)
     built = _analyze(args, err, opts)
     report = built.model
-    if args.format in ("json", "md"):
-        for piece in render_chunks(report, args.format):  # a rank at a time: thousands of ranks are ~300 MB
-            sys.stdout.buffer.write(piece)
-        sys.stdout.flush()
-    else:
-        render_terminal(report, stdout_console(args.width), err, per_rank=args.per_rank)
-    if args.output and out_format:  # out_format is set whenever args.output is
-        _write_report(args.output, render_chunks(report, out_format))
+    if args.output and out_format:  # out_format is set whenever args.output is; written before stdout, which
+        _write_report(args.output, render_chunks(report, out_format))  # a reader may close (`| head`)
         err.print(f"report written to {args.output}")
-    return engine.exit_code(built.checks, opts.fail_on)
+
+    def show() -> None:
+        if args.format in ("json", "md"):
+            for piece in render_chunks(report, args.format):  # a rank at a time: thousands of ranks are ~300 MB
+                sys.stdout.buffer.write(piece)
+        else:
+            render_terminal(report, stdout_console(args.width), err, per_rank=args.per_rank)
+
+    return show_then_exit(show, engine.exit_code(built.checks, opts.fail_on))

@@ -62,3 +62,24 @@ def test_resnet50_num_workers_0_is_input_bound_not_launch_bound():
     launch_idle_us = sum(s.idle_causes_us.get("host_launch_bound", 0.0) for s in dev.steps) / len(dev.steps)
     assert abs(by["PD103"].saving_us_per_step - launch_idle_us) < 0.05 * launch_idle_us
     assert by["PD103"].evidence["saving_alone_ms"] > by["PD101"].saving_us_per_step / 1000  # graphs alone: 63.8
+
+
+def test_verdict_of_an_upper_bound_says_what_fixing_saves_not_what_the_time_goes_to(tmp_path):
+    """The verdict quotes the saving, never as a share of the step that "goes to" the problem. By hand: an A100
+    step of 1000 µs with a 400 µs FP32 SGEMM (40% of the step, as the finding's message says) and no op shapes
+    to replay with: PD203's bound is 400 × (1 − 1/8) = 350 µs (A100 tensor-core ÷ FP32 peak 8), 35% of the step."""
+    tb = TraceBuilder()
+    for n in range(3):
+        s = 1000 * n
+        tb.step(n + 1, s, 1000)
+        tb.launch(SGEMM, launch_ts=s + 5, start=s + 10, dur=400)
+        tb.launch(
+            "sm80_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x32", launch_ts=s + 20, start=s + 410, dur=585
+        )
+    rep = _report(tb, tmp_path)
+    top = next(f for f in rep.findings if f.position == 1)
+    assert top.code == "PD203" and not top.replayed and "40.0% of the step" in top.message
+    assert rep.verdict == (
+        "FP32 compute: fixing the FP32 GEMMs (tensor cores) saves up to 35% of the step "
+        "(PD203 fp32-matmul-without-tensor-cores)"
+    )

@@ -7,8 +7,10 @@ Rules, first that applies:
 2. The top-ranked finding with a saving of at least :data:`MIN_SHARE_PCT` % of the step: its kind (one phrase per
    rule in :data:`PHRASES`) and what its share is: for a replayed saving, the fix it was replayed with
    (:data:`REPLAYED_FIXES`), e.g. "input-bound: replaying the step with batches prefetched by DataLoader workers
-   saves about 33% of it (PD101 dataloader-starvation)"; for an upper bound, what the time goes to, e.g.
-   "elementwise-bound: up to 12% of each step goes to unfused elementwise ops (PD202 ...)".
+   saves about 33% of it (PD101 dataloader-starvation)"; for an upper bound, what fixing it saves at most, e.g.
+   "elementwise-bound: fixing the unfused elementwise ops saves up to 11% of the step (PD202 ...)". The share is
+   the finding's saving, never the share of the step the problem takes (PD202's elementwise ops take 21% of the
+   tiny_gpt step; fusing saves at most half of that): so never "N% goes to".
 3. Else the breakdown of the slowest rank's primary device: "busy X% of each step (largest: matmul Y%)" when
    utilization is at least :data:`BUSY_SHARE`, else its largest idle cause.
 
@@ -25,26 +27,26 @@ from perfdoctor.vocab import category_label, idle_label
 
 MIN_SHARE_PCT = 5.0
 BUSY_SHARE = 0.8
-# code -> (kind, what the share is of each step)
+# code -> (kind, what its fix removes: "fixing <this> saves up to N% of the step")
 PHRASES: dict[str, tuple[str, str]] = {
-    "PD101": ("input-bound", "waiting for the DataLoader"),
-    "PD102": ("copy-bound", "pageable host-to-device copies"),
-    "PD103": ("host launch-bound", "the device waiting for kernel launches"),
-    "PD104": ("CPU-oversubscribed", "too many threads per core"),
-    "PD105": ("Python-bound", "Python outside any op"),
+    "PD101": ("input-bound", "the wait for the DataLoader"),
+    "PD102": ("copy-bound", "the pageable host-to-device copies"),
+    "PD103": ("host launch-bound", "the device's wait for kernel launches"),
+    "PD104": ("CPU-oversubscribed", "the thread oversubscription"),
+    "PD105": ("Python-bound", "the Python outside any op"),
     "PD106": ("host-bound", "the device idle while the host runs code outside any op"),
-    "PD201": ("small batch", "fixed per-step cost a larger batch would amortise"),
-    "PD202": ("elementwise-bound", "unfused elementwise ops"),
-    "PD203": ("FP32 compute", "FP32 GEMMs that tensor cores would run faster"),
-    "PD204": ("FP32 compute on CPU", "FP32 math that bf16 would speed up"),
-    "PD205": ("optimizer-bound", "an unfused optimizer"),
-    "PD206": ("low MFU", "low model FLOPs utilization"),
-    "PD301": ("communication-bound", "exposed communication"),
-    "PD303": ("straggler", "waiting for the slowest rank"),
-    "PD304": ("communication-bound", "waiting inside collectives for other ranks"),
-    "PD305": ("communication-bound", "waiting for host (gloo) collectives"),
-    "PD401": ("synchronization-bound", "waiting on host-device synchronization"),
-    "PD501": ("allocator-bound", "idle around cudaMalloc/cudaFree"),
+    "PD201": ("small batch", "the fixed per-step cost (a larger batch)"),
+    "PD202": ("elementwise-bound", "the unfused elementwise ops"),
+    "PD203": ("FP32 compute", "the FP32 GEMMs (tensor cores)"),
+    "PD204": ("FP32 compute on CPU", "the FP32 math (bf16)"),
+    "PD205": ("optimizer-bound", "the unfused optimizer"),
+    "PD206": ("low MFU", "the low model FLOPs utilization"),
+    "PD301": ("communication-bound", "the exposed communication"),
+    "PD303": ("straggler", "the wait for the slowest rank"),
+    "PD304": ("communication-bound", "the wait inside collectives for other ranks"),
+    "PD305": ("communication-bound", "the host (gloo) collectives"),
+    "PD401": ("synchronization-bound", "the host-device synchronization"),
+    "PD501": ("allocator-bound", "the idle around cudaMalloc/cudaFree"),
 }
 
 
@@ -79,13 +81,13 @@ def verdict(ranks: Sequence[RankSection], findings: list[FindingSection], slowes
         )
     top = next((f for f in findings if f.position == 1), None)
     if top is not None and top.saving_pct_of_step >= MIN_SHARE_PCT:
-        kind, what = PHRASES.get(top.code, (top.name, "what this finding names"))
+        kind, what = PHRASES.get(top.code, (top.name, f"what {top.code} names"))
         if top.replayed:  # the share is what the replayed fix removes, not an idle share: say so
             named = top.evidence.get("replayed_fix")
             fix = named if isinstance(named, str) else REPLAYED_FIXES.get(top.code, "its fix")
             share = f"{top.saving_pct_of_step:.0f}%"
             return f"{kind}: replaying the step with {fix} saves about {share} of it ({top.code} {top.name})"
-        return f"{kind}: up to {top.saving_pct_of_step:.0f}% of each step goes to {what} ({top.code} {top.name})"
+        return f"{kind}: fixing {what} saves up to {top.saving_pct_of_step:.0f}% of the step ({top.code} {top.name})"
     if not ranks:
         return ""
     rank = next((r for r in ranks if r.rank == slowest_rank), ranks[0])

@@ -25,6 +25,7 @@ The report's finding dict (read by every renderer; keep it stable)::
                                  that fired are in, replayed together; None when not replayed or none fired),
      "saving_after_pct_of_step": float | None (that as % of the report's one denominator),
      "saving_after_codes": [codes of those higher-ranked findings, by rank],
+     "saving_from_us_per_step": float | None (the mean step the saving is taken from, µs; None: the denominator),
      "evidence": {name: number | str | list, ...,  "events": [{"name":..., ...}] (optional),
                   "ranks": [ranks it fired on]},
      "steps": [step numbers it fired on],
@@ -75,12 +76,16 @@ class Estimate:
             (the step replayed with theirs − replayed with theirs and this one: :mod:`perfdoctor.checks.after`);
             None when not replayed, or no higher-ranked finding fired.
         after_codes: the codes of those findings, by rank.
+        from_us: the mean step (µs) the saving is taken from, where the check's message names it ("takes it from
+            A ms to B ms"): the rank's recorded mean analysed step, or the step replayed with another finding's fix
+            the saving is measured on top of (PD103 on PD101's prefetched batches). None: the report's denominator.
     """
 
     saving_us: float
     method: str
     after_us: float | None = None
     after_codes: tuple[str, ...] = ()
+    from_us: float | None = None
 
 
 @dataclass
@@ -174,6 +179,9 @@ class Finding:
             ),
             "saving_after_pct_of_step": None if self.saving_after_pct is None else round(self.saving_after_pct, 3),
             "saving_after_codes": list(self.estimate.after_codes) if self.estimate else [],
+            "saving_from_us_per_step": (
+                None if self.estimate is None or self.estimate.from_us is None else round(self.estimate.from_us, 3)
+            ),
             "evidence": evidence,
             "steps": list(self.evidence.steps),
             "fix": self.fix,

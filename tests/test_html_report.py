@@ -454,3 +454,34 @@ def test_label_columns_do_not_collapse(resnet):
     # (the method names those: "mean over N analysed step(s) (#a–#b)")
     assert "<td>steps it fires on</td>" in page and "<td>steps</td>" not in page
     assert "analysed step(s) (#" in page
+
+
+def _bars(page: str, code: str) -> tuple[str, str]:
+    """The now / fixed labels of ``code``'s before-after bars in an HTML page."""
+    svg_text = re.search(rf'<svg class="chart before-after"[^>]*fix of {code}">(.*?)</svg>', page, re.S)
+    assert svg_text is not None, code
+    now, fixed = re.findall(r'font-size="11">([^<]+ ms)</text>', svg_text.group(1))
+    return now, fixed
+
+
+def test_before_after_bars_show_the_steps_the_message_names():
+    """ResNet50 V100 num_workers=0: PD103's saving is measured on top of PD101's prefetched batches, and its message
+    says "takes it from A ms to B ms" with A the replayed prefetched step, not the recorded 177.6 ms. Its bars show
+    A and B; PD101's "now" bar reads exactly as the denominator sentence does (one formatting, one value: it was
+    177.60 ms beside 177.59 ms, rebuilt from the rounded saving share)."""
+    from perfdoctor import pipeline
+
+    rep = pipeline.build([str(shared_trace("kineto__resnet50_num_workers_0__worker0.pt.trace.json.gz"))]).model
+    page = render_html(rep)
+    by = {f.code: f for f in rep.findings}
+    for code in ("PD101", "PD103"):
+        took = re.search(r"takes it from ([\d.]+) ms to ([\d.]+) ms", by[code].message)
+        assert took is not None
+        now, fixed = _bars(page, code)
+        assert f"{float(now.split()[0].replace(',', '')):.1f}" == took.group(1)
+        assert f"{float(fixed.split()[0].replace(',', '')):.1f}" == took.group(2)
+    # PD103's base is the step with PD101's fix: the recorded step less PD101's saving (its own replay)
+    pd103_from = by["PD103"].saving_from_us_per_step
+    assert pd103_from is not None
+    assert abs(pd103_from - (rep.denominator.value_us - by["PD101"].saving_us_per_step)) < 1.0
+    assert f"Saving percentages are of {_bars(page, 'PD101')[0]} per step" in page

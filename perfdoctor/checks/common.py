@@ -10,6 +10,7 @@ import numpy as np
 from perfdoctor.analysis import host
 from perfdoctor.analysis import intervals as iv
 from perfdoctor.analysis.classify import classify_kernel
+from perfdoctor.findings import Estimate
 from perfdoctor.trace.join import launch_rows, launched_rows
 from perfdoctor.trace.tables import TraceTables
 
@@ -63,6 +64,13 @@ def replay_fields(ctx: Any) -> dict[str, float]:
     """Message fields of a replayed saving: ``recorded_ms``, the rank's recorded mean analysed step (ms; the engine
     adds ``replayed_ms`` = ``recorded_ms`` − the saving, so a message reads "takes it from A ms to B ms")."""
     return {"recorded_ms": ctx.step_us / 1000.0}
+
+
+def replayed_estimate(saving_us: float, method: str, fields: dict[str, Any]) -> Estimate:
+    """The estimate of a replayed saving whose message says "takes it from A ms to B ms": ``from_us`` is A
+    (``fields["recorded_ms"]``, from :func:`replay_fields` or the replayed base the check measured on top of), so a
+    renderer's now/fixed bars show the message's two steps."""
+    return Estimate(saving_us, method, from_us=float(fields["recorded_ms"]) * 1000.0)
 
 
 def idle_cause_ms(ctx: Any, cause: str) -> float:

@@ -13,9 +13,9 @@ import numpy as np
 
 from perfdoctor.analysis import host
 from perfdoctor.analysis import intervals as iv
-from perfdoctor.checks.common import idle_cause_ms, pct, replay_fields, steps_over
+from perfdoctor.checks.common import idle_cause_ms, pct, replay_fields, replayed_estimate, steps_over
 from perfdoctor.checks.context import Outcome, RankContext, passed, skipped
-from perfdoctor.findings import Estimate, Evidence, Hit
+from perfdoctor.findings import Evidence, Hit
 from perfdoctor.replay.transforms.host import prefetch_dataloader
 
 CODE = "PD101"
@@ -75,5 +75,10 @@ def check(ctx: RankContext) -> Outcome:
     fields = {"measured": measured, **replay_fields(ctx)}
     return Outcome(
         metrics=metrics,
-        hit=Hit(evidence=ev, estimate=Estimate(saving, method), fields=fields, min_saving_pct=ctx.th["min_saving_pct"]),
+        hit=Hit(
+            evidence=ev,
+            estimate=replayed_estimate(saving, method, fields),
+            fields=fields,
+            min_saving_pct=ctx.th["min_saving_pct"],
+        ),
     )

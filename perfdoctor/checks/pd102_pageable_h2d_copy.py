@@ -24,11 +24,12 @@ from perfdoctor.checks.common import (
     pageable_h2d,
     pct,
     replay_fields,
+    replayed_estimate,
     size_text,
     steps_over,
 )
 from perfdoctor.checks.context import Outcome, RankContext, passed, skipped
-from perfdoctor.findings import Estimate, Evidence, Hit
+from perfdoctor.findings import Evidence, Hit
 from perfdoctor.replay.transforms.copies import pinned_copies
 
 CODE = "PD102"
@@ -95,10 +96,11 @@ def check(ctx: RankContext) -> Outcome:
         },
         steps=steps_over(idle, ctx.per_step(lambda s: s.dur_us), ctx.th["min_saving_pct"], ctx.step_numbers),
     )
+    fields = {"size_per_step": size_text(float(nbytes.mean())), **replay_fields(ctx)}
     hit = Hit(
         min_saving_pct=ctx.th["min_saving_pct"],
         evidence=ev,
-        estimate=Estimate(saving, method),
-        fields={"size_per_step": size_text(float(nbytes.mean())), **replay_fields(ctx)},
+        estimate=replayed_estimate(saving, method, fields),
+        fields=fields,
     )
     return Outcome(metrics=metrics, hit=hit)

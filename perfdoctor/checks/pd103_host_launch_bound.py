@@ -21,9 +21,9 @@ import numpy as np
 
 from perfdoctor.analysis import host
 from perfdoctor.analysis import intervals as iv
-from perfdoctor.checks.common import cold_reason, pct, replay_fields, steps_over
+from perfdoctor.checks.common import cold_reason, pct, replay_fields, replayed_estimate, steps_over
 from perfdoctor.checks.context import Outcome, RankContext, passed, skipped
-from perfdoctor.findings import Estimate, Evidence, Hit
+from perfdoctor.findings import Evidence, Hit
 from perfdoctor.replay.transforms.host import cuda_graphs, prefetch_dataloader
 from perfdoctor.vocab import IdleCause, idle_label
 
@@ -121,7 +121,9 @@ def check(ctx: RankContext) -> Outcome:
             f"ms; graphs alone would save {base[1] / 1000:.1f} ms, most of it by hiding the DataLoader fetch "
             "behind device work)"
         )
-    return Outcome(metrics=metrics, hit=Hit(evidence=ev, estimate=Estimate(saving, method), fields=fields))
+    return Outcome(
+        metrics=metrics, hit=Hit(evidence=ev, estimate=replayed_estimate(saving, method, fields), fields=fields)
+    )
 
 
 def _source_text(breakdown_us: float, launch_idle_us: float) -> str:

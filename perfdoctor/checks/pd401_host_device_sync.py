@@ -26,12 +26,13 @@ from perfdoctor.checks.common import (
     pageable_h2d,
     pct,
     replay_fields,
+    replayed_estimate,
     steps_over,
     sync_calls_by_name,
     top_names,
 )
 from perfdoctor.checks.context import Outcome, RankContext, passed, skipped
-from perfdoctor.findings import Estimate, Evidence, Hit
+from perfdoctor.findings import Evidence, Hit
 from perfdoctor.replay.transforms import WhatIf
 from perfdoctor.replay.transforms.host import PER_ELEMENT_COPIES, batch_copies, remove_syncs
 
@@ -186,13 +187,14 @@ def check(ctx: RankContext) -> Outcome:
         steps=steps_over(idle, ctx.per_step(lambda s: s.dur_us), ctx.th["min_saving_pct"], ctx.step_numbers),
         events=_wait_events(ctx, rows, waits),
     )
+    fields = {"syncs": count_text(metrics["syncs_per_step"]), "source": _source(ev.events), **replay_fields(ctx)}
     return Outcome(
         metrics=metrics,
         hit=Hit(
             min_saving_pct=ctx.th["min_saving_pct"],
             evidence=ev,
-            estimate=Estimate(saving, method),
-            fields={"syncs": count_text(metrics["syncs_per_step"]), "source": _source(ev.events), **replay_fields(ctx)},
+            estimate=replayed_estimate(saving, method, fields),
+            fields=fields,
             advice=advice,
         ),
     )

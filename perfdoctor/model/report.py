@@ -359,6 +359,10 @@ class FindingSection(Section, kw_only=True):
     saving_after_us_per_step: float | None = None
     saving_after_pct_of_step: float | None = None
     saving_after_codes: list[str] = []
+    # the mean step (µs) the saving is taken from where the message names it ("takes it from A ms to B ms": the
+    # rank's recorded step, or the step replayed with a higher-ranked fix it is measured on top of); None: the
+    # report's denominator (perfdoctor.findings.Estimate.from_us)
+    saving_from_us_per_step: float | None = None
     evidence: dict[str, EvidenceValue]
     steps: list[int]
     fix: str

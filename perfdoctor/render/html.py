@@ -215,12 +215,15 @@ def rank_view(rank: RankSection) -> dict[str, Any]:
 
 
 def before_after(f: Mapping[str, Any]) -> Markup:
-    """A finding's step now and with its fix, as two bars (empty without a saving share)."""
-    saving, frac = f.get("saving_us"), f.get("saving_frac")
-    if not saving or not frac or frac <= 0:
+    """A finding's step now and with its fix, as two bars: the step its saving is taken from (``now_us``, the
+    message's "from A ms", else the report's denominator) and that less the saving, labelled by :func:`view.ms` as
+    everywhere else. Empty without a saving."""
+    saving, now = f.get("saving_us"), f.get("now_us")
+    if not saving or not now or now <= 0:
         return Markup("")
-    step_ms = saving / frac / 1000
-    return Markup(svg.before_after(step_ms, saving / 1000, f"mean step now and with the fix of {f.get('code', '')}"))
+    fixed = max(now - saving, 0.0)
+    title = f"mean step now and with the fix of {f.get('code', '')}"
+    return Markup(svg.before_after(now / 1000, fixed / 1000, (view.ms(now), view.ms(fixed)), title))
 
 
 def render_html(report: Report | Mapping[str, Any], generated_at: str | None = None) -> str:

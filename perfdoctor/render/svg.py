@@ -345,19 +345,20 @@ def roofline(points: list[Point], roofs: list[Roof], title: str, width: int = 86
     return "\n".join(out)
 
 
-def before_after(step_ms: float, saving_ms: float, title: str = "") -> str:
-    """Two horizontal bars: the mean step now and with the fix (``step_ms − saving_ms``), both in ms."""
+def before_after(step_ms: float, after_ms: float, texts: tuple[str, str], title: str = "") -> str:
+    """Two horizontal bars: the mean step now and with the fix, both in ms, labelled with ``texts`` (the caller's
+    formatting, so a bar reads as the same step does elsewhere in the report)."""
     w, bar_h, left, right = 420.0, 16.0, 52.0, 90.0
-    after = max(step_ms - saving_ms, 0.0)
     scale = (w - left - right) / step_ms if step_ms > 0 else 0.0
     rows = []
-    for i, (label, value, fill) in enumerate((("now", step_ms, "#999999"), ("fixed", after, "#59A14F"))):
+    bars = (("now", step_ms, texts[0], "#999999"), ("fixed", after_ms, texts[1], "#59A14F"))
+    for i, (label, value, text, fill) in enumerate(bars):
         y = 4.0 + i * (bar_h + 6.0)
         rows.append(
             f'<text x="{_f(left - 6)}" y="{_f(y + 12)}" text-anchor="end" font-size="11">{label}</text>'
             f'<rect x="{_f(left)}" y="{_f(y)}" width="{_f(value * scale)}" height="{_f(bar_h)}" '
-            f'fill="{fill}"><title>{_t(label)}: {value:.2f} ms</title></rect>'
-            f'<text x="{_f(left + value * scale + 4)}" y="{_f(y + 12)}" font-size="11">{value:.2f} ms</text>'
+            f'fill="{fill}"><title>{_t(label)}: {_t(text)}</title></rect>'
+            f'<text x="{_f(left + value * scale + 4)}" y="{_f(y + 12)}" font-size="11">{_t(text)}</text>'
         )
     h = 4.0 + 2 * (bar_h + 6.0)
     return (

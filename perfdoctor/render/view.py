@@ -258,8 +258,10 @@ def _unitless(name: str) -> str:
     return name
 
 
-def finding(f: FindingSection, order: int = 0) -> dict[str, Any]:
-    """One finding (see perfdoctor/findings.py) prepared for display: texts, saving, evidence, snippets."""
+def finding(f: FindingSection, order: int = 0, denominator_us: float | None = None) -> dict[str, Any]:
+    """One finding (see perfdoctor/findings.py) prepared for display: texts, saving, evidence, snippets.
+    ``now_us`` is the step its saving is taken from: the finding's ``saving_from_us_per_step`` (the message's "from
+    A ms"), else ``denominator_us`` (the report's denominator, µs); None without a saving."""
     pairs = [(_unitless(k), evidence_value(k, v)) for k, v in f.evidence.items() if _shown(k, v, f.message)]
     events = [{_unitless(k): _event_value(k, v) for k, v in e.items()} for e in f.events]
     estimated = bool(f.saving_method) or bool(f.saving_us_per_step)
@@ -281,6 +283,9 @@ def finding(f: FindingSection, order: int = 0) -> dict[str, Any]:
         "after_us": f.saving_after_us_per_step,
         "after_frac": None if f.saving_after_pct_of_step is None else f.saving_after_pct_of_step / 100.0,
         "after_codes": list(f.saving_after_codes),
+        "now_us": (f.saving_from_us_per_step if f.saving_from_us_per_step is not None else denominator_us)
+        if estimated
+        else None,
         "evidence": pairs,
         "events": events,
         "steps": list(f.steps),
@@ -306,8 +311,10 @@ def denominator_text(report: Report | Mapping[str, Any]) -> str:
 
 def findings(report: Report | Mapping[str, Any]) -> list[dict[str, Any]]:
     """All findings, ranked by estimated saving (largest first); unestimated ones last, in engine order."""
-    found = _report(report).findings
-    items = [finding(f, i) for i, f in enumerate(found if found is not UNSET else [])]
+    rep = _report(report)
+    found, d = rep.findings, rep.denominator
+    denominator_us = None if d is UNSET or d is None else d.value_us
+    items = [finding(f, i, denominator_us) for i, f in enumerate(found if found is not UNSET else [])]
     return sorted(items, key=lambda f: (f["saving_us"] is None, -(f["saving_us"] or 0.0), f["order"]))
 
 

@@ -1,8 +1,8 @@
 """`perfdoctor diff` on CPU runs of examples/mlp.py recorded here with `perfdoctor profile` (slow).
 
 Both runs of a pair are recorded at the same time, so a machine that gets busier between two runs (other jobs
-on a shared CI box) loads both sides alike: the interval covers step-to-step noise within each run, not a
-change of the machine between runs (README: keep the baseline machine and load the same).
+on a shared CI box) loads both sides alike. The interval includes the assumed run-to-run noise of CPU runs on
+this shared box (``stats.CPU_RUN_NOISE_PCT``, 14.6%), so assertions stay at that measured noise, never tighter.
 """
 
 from __future__ import annotations

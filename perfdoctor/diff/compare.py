@@ -91,23 +91,49 @@ def _throughput(before: Report, after: Report) -> list[Throughput]:
 
 
 def headline(verdict: str, cmp: stats.Comparison) -> str:
-    """One line: verdict, means, change with its interval, steps per side (and steps still needed)."""
-    ci = f", 95% CI {cmp.ci95_pct[0]:+.1f}% to {cmp.ci95_pct[1]:+.1f}%" if cmp.ci95_pct is not None else ""
+    """One line: verdict, means, change with its interval, steps per side (and what would decide)."""
+    pct = stats.signed_pct
+    ci = f", 95% CI {pct(cmp.ci95_pct[0])} to {pct(cmp.ci95_pct[1])}" if cmp.ci95_pct is not None else ""
     text = (
         f"{VERDICT_WORDS[verdict]}: mean step {cmp.mean_before_us / 1e3:,.2f} → {cmp.mean_after_us / 1e3:,.2f} ms "
-        f"({cmp.change_pct:+.1f}%{ci}; {cmp.n_before} vs {cmp.n_after} steps)"
+        f"({pct(cmp.change_pct)}{ci}; {cmp.n_before} vs {cmp.n_after} steps)"
     )
     if verdict == "inconclusive" and cmp.ci95_pct is None:
         text += "; at least 2 steps per side are needed for an interval"
     elif verdict == "inconclusive" and cmp.more_steps_needed:
-        text += f"; inconclusive: {cmp.more_steps_needed:,} more steps needed per side"
-    elif verdict == "inconclusive" and "run-to-run" in cmp.reason:
-        text += "; within the run-to-run noise of CPU runs: repeat each side's run to decide"
+        text += f"; {cmp.more_steps_needed:,} more steps per side would decide"
+    elif verdict == "inconclusive":
+        text += "; more steps cannot decide: repeat each side's run"
     return text
 
 
-def compare(before: Side, after: Side, noise_pct: float = stats.DEFAULT_NOISE_PCT) -> Diff:
-    """The whole comparison of two loaded sides.
+RUN_NOISE_GIVEN = "given with --run-noise-pct"
+RUN_NOISE_ASSUMED = (
+    "assumed, not measured on this machine: the run-to-run noise of CPU runs measured in this project on a "
+    "shared 2-core machine (16 pairs of identical runs); measure yours from two runs of the same commit and pass "
+    "--run-noise-pct (0 on a dedicated runner)"
+)
+RUN_NOISE_NONE = (
+    "none assumed for GPU runs, so the interval covers step-to-step noise within each run only, not a machine "
+    "that changed between the runs; measure it from two runs of the same commit and pass --run-noise-pct"
+)
+
+
+def run_noise(before: Side, after: Side, given_pct: float | None) -> tuple[float, str]:
+    """(σ_run in %, where it comes from): the user's value, else the assumed CPU figure when both sides ran on
+    the host only, else 0 (no measurement for GPUs)."""
+    if given_pct is not None:
+        return given_pct, RUN_NOISE_GIVEN
+    if steps.is_cpu(before.model) and steps.is_cpu(after.model):
+        return stats.CPU_RUN_NOISE_PCT, RUN_NOISE_ASSUMED
+    return 0.0, RUN_NOISE_NONE
+
+
+def compare(
+    before: Side, after: Side, noise_pct: float = stats.DEFAULT_NOISE_PCT, run_noise_pct: float | None = None
+) -> Diff:
+    """The whole comparison of two loaded sides. ``run_noise_pct``: σ_run of this machine (%), None: the default
+    of :func:`run_noise`.
 
     Raises:
         PerfDoctorError: a side has no steps, or a non-positive mean step time.
@@ -115,13 +141,9 @@ def compare(before: Side, after: Side, noise_pct: float = stats.DEFAULT_NOISE_PC
     sb, sa = steps.pair_series(before.model, after.model, before.path, after.path)
     if float(sb.values_us.mean()) <= 0:
         raise PerfDoctorError(f"{before.path}: mean step time is 0 µs: nothing to compare")
-    run_noise = (
-        stats.CPU_RUN_NOISE_PCT
-        if sb.source.startswith("steady-state") and steps.is_cpu_run(before.model) and steps.is_cpu_run(after.model)
-        else 0.0
-    )
+    sigma_run, sigma_source = run_noise(before, after, run_noise_pct)
     cmp = stats.compare_means(
-        sb.values_us, sa.values_us, noise_pct, (sb.level_shift_pct, sa.level_shift_pct), run_noise
+        sb.values_us, sa.values_us, noise_pct, (sb.level_shift_pct, sa.level_shift_pct), sigma_run
     )
     info_b, info_a = side_info(before), side_info(after)
     measured = cmp.mean_before_us - cmp.mean_after_us
@@ -146,7 +168,7 @@ def compare(before: Side, after: Side, noise_pct: float = stats.DEFAULT_NOISE_PC
         change_pct=cmp.change_pct,
         ci95_pct=list(cmp.ci95_pct) if cmp.ci95_pct is not None else None,
         statistics=Statistics(
-            method=stats.METHOD,
+            method=stats.method_text(sigma_run),
             source=sb.source,
             steps=Pair(cmp.n_before, cmp.n_after),
             effective_steps=Pair(cmp.n_eff_before, cmp.n_eff_after),
@@ -155,6 +177,8 @@ def compare(before: Side, after: Side, noise_pct: float = stats.DEFAULT_NOISE_PC
             noise_threshold_pct=noise_pct,
             more_steps_needed=cmp.more_steps_needed,
             reason=cmp.reason,
+            run_noise_pct=sigma_run,
+            run_noise_source=sigma_source,
         ),
         throughput=_throughput(before.model, after.model),
         categories=cats,

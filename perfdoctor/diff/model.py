@@ -36,7 +36,8 @@ class SideInfo(msgspec.Struct, frozen=True):
 
 class Statistics(msgspec.Struct, frozen=True):
     """How the verdict was reached: ``method`` in words, the step-time source, steps and effective steps per side
-    (autocorrelation-corrected), degrees of freedom, the noise threshold and the steps still needed."""
+    (autocorrelation-corrected), degrees of freedom, the noise threshold, the steps still needed, and the
+    run-to-run noise σ_run (%) the interval includes with where that figure comes from."""
 
     method: str
     source: str
@@ -47,6 +48,8 @@ class Statistics(msgspec.Struct, frozen=True):
     noise_threshold_pct: float
     more_steps_needed: int | None
     reason: str
+    run_noise_pct: float = 0.0
+    run_noise_source: str = ""
 
 
 class Throughput(msgspec.Struct, frozen=True):

@@ -35,9 +35,9 @@ class StepSeries:
     level_shift_pct: float = 0.0
 
 
-def is_cpu_run(model: Report) -> bool:
-    """A ``perfdoctor profile`` run whose ranks were analysed on the host only (no GPU activity)."""
-    if run_of(model) is None or not model.ranks:
+def is_cpu(model: Report) -> bool:
+    """Every rank was analysed on the host only (no GPU activity): a CPU trace, run or report."""
+    if not model.ranks:
         return False
     devices = [primary_device(r) for r in model.ranks]
     return all(d is not None and d.kind == "cpu" for d in devices)

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from perfdoctor.diff.model import Diff, Mover, Pair
+from perfdoctor.diff.stats import signed_pct
 from perfdoctor.render.view import ms, nbytes, pct
 
 
@@ -32,10 +33,6 @@ def signed_ms(us: float | None) -> str:
     return f"{sign}{abs(us) / 1000:,.2f} ms"
 
 
-def signed_pct(x: float | None) -> str:
-    return "–" if x is None else f"{x:+.1f}%".replace("-", "−")
-
-
 def change_pct(p: Pair) -> float | None:
     if p.before is None or p.after is None or not p.before:
         return None
@@ -57,10 +54,11 @@ def verdict_facts(d: Diff) -> list[tuple[str, str]]:
             ),
         ),
         ("why this verdict", s.reason),
+        ("run-to-run noise", _run_noise_text(s.run_noise_pct, s.run_noise_source)),
         ("method", s.method + f"; noise threshold ±{s.noise_threshold_pct:g}%"),
     ]
     if s.more_steps_needed and d.ci95_pct is not None:  # without an interval "why this verdict" says it
-        out.insert(3, ("inconclusive", f"{s.more_steps_needed:,} more steps needed per side"))
+        out.insert(3, ("inconclusive", f"{s.more_steps_needed:,} more steps per side would decide"))
     out += [
         (
             f"{'train-only' if t.key.startswith('train') else 'wall-clock'} throughput",
@@ -69,6 +67,11 @@ def verdict_facts(d: Diff) -> list[tuple[str, str]]:
         for t in d.throughput
     ]
     return out
+
+
+def _run_noise_text(sigma_pct: float, source: str) -> str:
+    value = f"σ_run {sigma_pct:g}% (±{1.96 * sigma_pct:.1f}% at 95%)" if sigma_pct > 0 else "not included"
+    return f"{value}: {source}" if source else value
 
 
 def _rate(v: float | None) -> str:

@@ -62,7 +62,8 @@ def test_pd102_silent_when_tiny_copy_waits_on_queued_kernels(tmp_path):
 
 def test_pd102_message_quotes_the_host_time_blocked_not_only_the_copies_share(tmp_path):
     """The saving (599.96 µs, above) exceeds the 16 µs the 1 KB copy explains (its bound, 1 µs device copy + 20 µs
-    per-copy overhead from the call's start at 100, meets the blocked host time [100, 105) ∪ [110, 121)): the message quotes the host time blocked, 5 + 793 = 798 µs (the copy
+    per-copy overhead from the call's start at 100, meets the blocked host time [100, 105) ∪ [110, 121)): the
+    message quotes the host time blocked, 5 + 793 = 798 µs (the copy
     call and the sync after it), which the saving does not exceed, and names the copies' share of it."""
     f = run_tb(_queued_copy_trace(), tmp_path, ["PD102"]).findings["PD102"]
     assert "block the host 0.80 ms per step in the copy calls and the stream syncs after them" in f["message"]

@@ -71,7 +71,7 @@ def verdict_facts(d: Diff) -> list[tuple[str, str]]:
 
 
 def _run_noise_text(sigma_pct: float, source: str) -> str:
-    value = f"σ_run {sigma_pct:g}% (±{1.96 * sigma_pct:.1f}% at 95%)" if sigma_pct > 0 else "not included"
+    value = f"σ_run {sigma_pct:g}% (±{1.96 * sigma_pct:.1f}% at 95%)" if sigma_pct > 0 else "σ_run 0, none included"
     return f"{value}: {source}" if source else value
 
 

@@ -39,8 +39,9 @@ _CATEGORY_TEXT = (
 DEFINITIONS: list[tuple[str, str]] = [
     (
         "step window",
-        "From one ProfilerStep#N annotation's start to the next; the last GPU work launched inside "
-        "step N (joined by correlation id) extends it. Step windows tile the profiled span exactly.",
+        "From a ProfilerStep#N annotation's start (or the previous window's end, if later) to its end; the last "
+        "GPU work launched inside step N (joined by correlation id) extends it. As the TensorBoard profiler "
+        "plugin cuts steps; windows never overlap.",
     ),
     ("step time", "end − start of the step window, in ms. Median, p10/p90 and min/max are over the analysed steps."),
     (

@@ -276,3 +276,31 @@ def test_o_never_overwrites_a_run_directorys_inputs_nor_takes_an_empty_name_or_a
     # a report next to the run's data is still written, and rewritten with --force
     r = run("report", str(run_dir), "-o", str(run_dir / "report.json"), "--force")
     assert r.returncode == 0 and json.loads((run_dir / "report.json").read_text())["schema"] == "perfdoctor.report"
+
+
+def test_run_dir_with_a_corrupt_trace_is_reported_from_its_run_data(tmp_path):
+    """A run directory whose trace is cut short (a Ctrl-C while `perfdoctor profile` exported it, before
+    exports were atomic) is reported from its run data with one warning naming the file, not exit 2."""
+    import gzip
+    import shutil
+    import zlib
+    from pathlib import Path
+
+    run_dir = tmp_path / "run"
+    shutil.copytree(Path(__file__).parent.parent / "sample_traces" / "tiny_gpt_cpu_run", run_dir)
+    trace = run_dir / "trace.rank0.pt.trace.json.gz"
+    raw = bytearray(trace.read_bytes())
+    raw[-8:-4] = (zlib.crc32(b"not the data") & 0xFFFFFFFF).to_bytes(4, "little")  # a wrong CRC, as observed
+    trace.write_bytes(bytes(raw))
+    try:
+        gzip.decompress(bytes(raw))
+        raise AssertionError("the trace should be corrupt")
+    except gzip.BadGzipFile:
+        pass
+    steps_in_csv = len((run_dir / "steps.csv").read_text().strip().splitlines()) - 1
+    r = run("report", str(run_dir), "--format", "json", "--width", "400")
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["ranks"] == [] and doc["run"]["steps_completed"] == steps_in_csv
+    warnings = [w for w in doc["warnings"] if str(trace) in w]
+    assert len(warnings) == 1 and "trace analysis failed" in warnings[0] and "\n" not in warnings[0]

@@ -221,6 +221,18 @@ def _analyze(args: argparse.Namespace, err: Console, opts: object) -> BuiltRepor
 
         return [str(t) for t in load_run_dir(p).traces]
 
+    def build(**kw: Any) -> BuiltReport:
+        """pipeline.build; a lone run directory whose trace cannot be read (cut short by a Ctrl-C while it
+        was written, corrupt) is reported from its run data, with the reason naming the file as a warning."""
+        try:
+            return pipeline.build(args.paths, step_marker=args.step_marker, **kw, **extra)
+        except TraceFormatError as exc:
+            if not (len(args.paths) == 1 and is_run_dir(args.paths[0])):
+                raise
+            kw.pop("executor", None)
+            why = f"trace analysis failed: {exc.message}"
+            return pipeline.build(args.paths, step_marker=args.step_marker, without_traces=why, **kw, **extra)
+
     flops = model_flops_per_step(args)
     extra: dict[str, Any] = {"model_flops_per_step": flops, "flops_source": "transformer_formula"} if flops else {}
     extra["rule_options"] = opts
@@ -236,16 +248,14 @@ def _analyze(args: argparse.Namespace, err: Console, opts: object) -> BuiltRepor
             link = getattr(executor, "dashboard_link", "")
             if link:
                 err.print(f"Dask dashboard: {link}")
-            return pipeline.build(args.paths, step_marker=args.step_marker, executor=executor, **extra)
+            return build(executor=executor)
     if total < PROGRESS_MIN_BYTES or not err.is_terminal:
         with err.status("reading traces…", spinner="dots"):
-            return pipeline.build(args.paths, step_marker=args.step_marker, **extra)
+            return build()
     columns2 = (TextColumn("reading traces"), BarColumn(), DownloadColumn(), TimeRemainingColumn())
     with Progress(*columns2, console=err, transient=True) as progress:
         task = progress.add_task("read", total=total)
-        return pipeline.build(
-            args.paths, step_marker=args.step_marker, on_progress=lambda n: progress.advance(task, n), **extra
-        )
+        return build(on_progress=lambda n: progress.advance(task, n))
 
 
 def run(args: argparse.Namespace) -> int:

@@ -124,6 +124,7 @@ def build(
     from perfdoctor.checks import config, engine
     from perfdoctor.errors import PerfDoctorError
     from perfdoctor.jobs.executors import InProcess
+    from perfdoctor.jobs.peers import with_peer_arrivals
     from perfdoctor.jobs.reduce import reduce
     from perfdoctor.jobs.summary import SummaryOptions
     from perfdoctor.model.build import build_report as build_model
@@ -157,7 +158,9 @@ def build(
     )
     runner = executor if executor is not None else InProcess(on_progress=on_progress)
     files = [f for p in trace_paths for f in trace_files_in(p)]
-    summaries = runner.summarise(files, summary_opts, catalogue, run_data.measured_cpu_roofs(run), cache=cache)
+    roofs = run_data.measured_cpu_roofs(run)
+    summaries = runner.summarise(files, summary_opts, catalogue, roofs, cache=cache)
+    summaries = with_peer_arrivals(files, summaries, summary_opts, catalogue, roofs, cache)
     job = reduce(summaries, catalogue, codes, run, extra_warnings=notes, no_trace=no_trace)
     analysis = job.analysis
     analysis.checks = job.checks

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from perfdoctor.analysis import replay_cap
 from perfdoctor.analysis.collective_wait import CollectiveTimeline
-from perfdoctor.checks.context import Outcome
-from perfdoctor.findings import Estimate, Evidence, Hit
 
 
 def _tl(rank: int, starts: list[float], ends: list[float], windows: list[int]) -> CollectiveTimeline:
@@ -35,9 +33,12 @@ def test_a_collective_ends_no_earlier_than_the_last_peer_arrives() -> None:
     assert ends[0].tolist() == [300.0, 560.0]
     # rank 1 fixed alone: >= 100 + 50 = 150 and >= 700 + 60 = 760, on its own clock +1000
     assert ends[1].tolist() == [1150.0, 1760.0]
-    # floors: mean over the two steps of (latest earliest end − step start)
-    assert replay_cap.step_floor(r0, [0.0, 400.0], ends[0]) == ((300 - 0) + (560 - 400)) / 2
-    assert replay_cap.step_floor(r1, [1000.0, 1400.0], ends[1]) == ((1150 - 1000) + (1760 - 1400)) / 2
+    # the bounds below the recorded ends (the rank arrived last there): rank 0's collective 2 (760 -> 560, started
+    # at 700), rank 1's collective 1 (1,300 -> 1,150, started at 1,250); margins 200 and 150 > 0.2% of 400
+    bounds = replay_cap.peer_bounds([r0, r1], {0: 400.0, 1: 400.0})
+    assert bounds == {0: ([700.0], [560.0]), 1: ([1250.0], [1150.0])}
+    # a margin within 0.2% of the step leaves the rank to its recorded ends (150 <= 0.002 * 100,000)
+    assert replay_cap.peer_bounds([r0, r1], {0: 400.0, 1: 100_000.0}) == {0: ([700.0], [560.0])}
 
 
 def test_unmatched_timelines_give_no_bound() -> None:
@@ -45,24 +46,6 @@ def test_unmatched_timelines_give_no_bound() -> None:
     r1 = _tl(1, [100.0, 200.0], [300.0, 400.0], [0, 0])
     assert replay_cap.earliest_ends([r0, r1]) == {}
     assert replay_cap.earliest_ends([r0]) == {}
-
-
-def _outcome(saving: float, method: str) -> Outcome:
-    return Outcome(hit=Hit(evidence=Evidence(), estimate=Estimate(saving, method)))
-
-
-def test_a_replayed_saving_is_capped_at_step_minus_floor() -> None:
-    o = replay_cap.cap_outcome(_outcome(250.0, "replay of the step's dependency graph (x)"), 230.0, 400.0)
-    assert o.hit.estimate.saving_us == 170.0  # 400 - 230
-    assert "capped at 0.17 ms" in o.hit.estimate.method
-    # within the bound, or not from the replay, or no bound: unchanged
-    assert replay_cap.cap_outcome(_outcome(100.0, "replay of x"), 230.0, 400.0).hit.estimate.saving_us == 100.0
-    assert replay_cap.cap_outcome(_outcome(250.0, "mean wait per step"), 230.0, 400.0).hit.estimate.saving_us == 250.0
-    assert replay_cap.cap_outcome(_outcome(250.0, "replay of x"), None, 400.0).hit.estimate.saving_us == 250.0
-    larger = (
-        "replay of the step's dependency graph with the fix applied (a 2.0× larger batch, per step of today's batch"
-    )
-    assert replay_cap.cap_outcome(_outcome(250.0, larger), 230.0, 400.0).hit.estimate.saving_us == 250.0
 
 
 def test_the_job_figure_is_the_slowest_rank() -> None:

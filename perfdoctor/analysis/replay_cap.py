@@ -9,25 +9,21 @@ ends no earlier than the latest peer's recorded arrival plus the transfer:
 (``start``: the copy's recorded start on the peer's device, i.e. its arrival; ``offset``: one clock offset per
 rank, the median over matched collectives of ``end[p, k] − end[ref, k]``, as
 :func:`perfdoctor.analysis.collective_wait.compute` aligns them; the shortest copy is the transfer itself.)
-A what-if only removes time, so the rank's step ``w`` starts no later than recorded and lasts at least
-``max over k in w of T[r, k] − recorded start of w``; the mean over the analysed steps is the rank's **floor**.
-A replayed saving above ``recorded mean step − floor`` is capped there (:func:`cap_outcome`).
+The replay applies that bound collective by collective (:mod:`perfdoctor.replay.peers`); :func:`peer_bounds`
+gives each rank the bounds that differ from its recorded ends (it arrived last).
 
 Fixing the findings on every rank moves the peers too; the job then steps at the pace of its slowest rank, so the
 job's "fixing the top N findings" figure is the slowest rank's replayed step (:func:`job_fix_all`), each rank's
-taken with its floor (conservative: the peers' recorded arrivals, which the fixes would also move).
+taken with its peers unchanged (conservative: the fixes would also move them).
 """
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 import numpy as np
 
 from perfdoctor.analysis.collective_wait import CollectiveTimeline
-
-_PER_SAMPLE = "per step of today's batch"  # the larger-batch what-if's wording (replay/transforms/batch.py)
 
 
 def earliest_ends(timelines: list[CollectiveTimeline]) -> dict[int, np.ndarray]:
@@ -59,72 +55,6 @@ def clock_offsets(ends_us: np.ndarray) -> np.ndarray:
     return np.asarray(np.median(ends_us - ends_us[0], axis=1))
 
 
-def step_floor(timeline: CollectiveTimeline, step_starts_us: list[float], ends_us: np.ndarray) -> float:
-    """The rank's floor: mean over its analysed steps of ``max T[r, k] − recorded step start`` over the collectives
-    launched in the step (0 for a step without one), µs. ``step_starts_us``: the analysed steps' recorded starts,
-    in the order of ``timeline.analysed_steps``; ``ends_us``: :func:`earliest_ends` of this rank."""
-    n = len(timeline.analysed_steps)
-    if n == 0 or ends_us.size == 0:
-        return 0.0
-    pos = {s: i for i, s in enumerate(timeline.analysed_steps)}
-    latest = np.full(n, -np.inf)
-    for w, t_end in zip(timeline.window, ends_us.tolist()):
-        i = pos.get(timeline.window_steps[w]) if 0 <= w < len(timeline.window_steps) else None
-        if i is not None:
-            latest[i] = max(latest[i], t_end)
-    per = np.where(np.isfinite(latest), latest - np.asarray(step_starts_us, dtype=np.float64), 0.0)
-    return float(np.maximum(per, 0.0).mean())
-
-
-def cap_outcome(outcome: Any, floor_us: float | None, step_us: float) -> Any:
-    """``outcome`` (:class:`perfdoctor.checks.context.Outcome`) with a replayed saving capped at ``step_us −
-    floor_us`` (``step_us``: the rank's recorded mean analysed step, µs).
-
-    Only savings from the replay are capped (their method says so); the method then states the cap. A larger batch
-    (PD201) is left alone: it changes every rank's collectives and is rescaled per sample ("per step of today's
-    batch"), so the peers' recorded arrivals do not bound it.
-    """
-    hit = getattr(outcome, "hit", None)
-    est = getattr(hit, "estimate", None)
-    if (
-        hit is None
-        or floor_us is None
-        or floor_us <= 0
-        or est is None
-        or not est.method.startswith("replay of")
-        or _PER_SAMPLE in est.method
-    ):
-        return outcome
-    most = max(step_us - floor_us, 0.0)
-    if est.saving_us <= most:
-        return outcome
-    method = (
-        f"{est.method}; capped at {most / 1000:,.2f} ms: fixed on this rank alone, its collectives still "
-        "end no earlier than the last peer's recorded arrival plus the transfer (the shortest copy), so its "
-        f"mean step stays at least {floor_us / 1000:,.2f} ms"
-    )
-    hit.estimate = dataclasses.replace(est, saving_us=most, method=method)
-    return outcome
-
-
-def rank_floors(ranks: list[tuple[int, CollectiveTimeline | None, list[Any]]]) -> dict[int, float]:
-    """{rank: floor µs} for the GPU ranks whose collectives match; {} when they do not. ``ranks``: (rank, its
-    :class:`CollectiveTimeline`, its analysed step rows with ``step`` and ``start_us``) per GPU rank."""
-    tl = [(r, t, rows) for r, t, rows in ranks if t is not None and rows]
-    ends = earliest_ends([t for _, t, _ in tl])
-    out: dict[int, float] = {}
-    for r, t, rows in tl:
-        e = ends.get(int(t.rank))
-        if e is None:
-            continue
-        by_step = {int(row.step): float(row.start_us) for row in rows}
-        starts = [by_step.get(int(n), np.nan) for n in t.analysed_steps]
-        if any(np.isnan(starts)):
-            continue
-        out[int(r)] = step_floor(t, starts, e)
-    return out
-
-
 def job_fix_all(sections: dict[int, Any]) -> tuple[list[str], float, float, int] | None:
     """(codes, recorded, replayed, rank) of the job's "fixing the top N findings" figure: the slowest rank's
     recorded mean step and the slowest rank's replayed step with every rank's fixes applied (µs); None without any
@@ -142,3 +72,33 @@ def job_fix_all(sections: dict[int, Any]) -> tuple[list[str], float, float, int]
     slowest = max(after, key=lambda r: after[r])
     codes = sorted({c for f in fixes.values() for c in f["codes"]})
     return codes, recorded, after[slowest], slowest
+
+
+MARGIN_SHARE = 0.002  # the report shows a saving to 0.1% of the step; a peer bound counts above a fifth of that
+
+
+def peer_bounds(
+    timelines: list[CollectiveTimeline], step_us: dict[int, float]
+) -> dict[int, tuple[list[float], list[float]]]:
+    """{rank: (recorded starts of its collectives, the earliest each may end)} (µs, the rank's clock) for the ranks
+    that arrived last somewhere: ``T[r, k]`` (:func:`earliest_ends`) where it is below the recorded end, for the
+    ranks whose largest margin (recorded end − ``T``) exceeds :data:`MARGIN_SHARE` of their mean step
+    (``step_us``, by rank). Replays are max-plus, so a rank left out understates its savings by at most that
+    margin (:mod:`perfdoctor.replay.peers`). {} when the timelines do not match
+    (:func:`perfdoctor.analysis.collective_wait.compute`)."""
+    from perfdoctor.analysis import collective_wait
+
+    if len(timelines) < 2 or collective_wait.compute(timelines)[0] is None:
+        return {}
+    ends = earliest_ends(timelines)
+    out: dict[int, tuple[list[float], list[float]]] = {}
+    for t in timelines:
+        bound = ends.get(int(t.rank))
+        if bound is None or bound.size == 0:
+            continue
+        margin = np.asarray(t.end_us, dtype=np.float64) - bound
+        if float(margin.max()) <= MARGIN_SHARE * step_us.get(int(t.rank), 0.0):
+            continue
+        k = np.flatnonzero(margin > 0)
+        out[int(t.rank)] = ([t.start_us[i] for i in k.tolist()], bound[k].tolist())
+    return out

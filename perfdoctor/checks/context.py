@@ -246,6 +246,8 @@ class RankContext:
             f"{whatif.source}): {what}, mean over {per.size} analysed step(s) "
             f"({step_list_text(self.step_numbers)})"
         )
+        if rr.peers is not None and not whatif.scenario.peers_move:
+            method += f"; {rr.peers.text()}"
         if rr.fallback:
             method += f"; an upper bound: {rr.fallback}"
         saving = float(per.mean()) if per.size else 0.0

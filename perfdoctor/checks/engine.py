@@ -367,35 +367,31 @@ def run_checks(analysis: Any, cat: Catalogue, selected: list[str]) -> CheckResul
     """
     modules = check_modules()
     order = check_order(cat, selected)
+    _replay_caps(analysis)
     rank_ctx = [cx.RankContext(analysis, r) for r in analysis.ranks]
     denom = step_denominator(analysis, rank_ctx)
     per_rank = [
         rank_outcomes(analysis, ctx, cat, order, modules, None if denom is None else denom.value_us) for ctx in rank_ctx
     ]
-    return combine(analysis, rank_ctx, per_rank, cat, selected, modules, adjust=_replay_caps(analysis))
+    return combine(analysis, rank_ctx, per_rank, cat, selected, modules)
 
 
-def _replay_caps(analysis: Any) -> Callable[[Any, cx.Outcome], cx.Outcome] | None:
-    """In-process ranks whose collectives match: sets ``analysis.replay_floor_us`` and returns the hook capping
-    each rank's replayed savings (:mod:`perfdoctor.analysis.replay_cap`); None otherwise."""
+def _replay_caps(analysis: Any) -> None:
+    """In-process ranks whose collectives match: each rank that arrived last somewhere has its collectives bounded
+    by its peers' arrivals in every what-if (:func:`perfdoctor.analysis.replay_cap.peer_bounds`,
+    :mod:`perfdoctor.replay.peers`), as :mod:`perfdoctor.jobs.peers` does for rank summaries; no step-level cap."""
     from perfdoctor.analysis import collective_wait, replay_cap
+    from perfdoctor.replay.peers import with_peer_ends
 
     ranks = [r for r in getattr(analysis, "ranks", []) if getattr(getattr(r, "primary", None), "kind", "") == "gpu"]
-    floors: dict[int, float] = {}
-    if getattr(analysis, "collective_wait", None) is not None and len(ranks) > 1 and hasattr(ranks[0], "tables"):
-        floors = replay_cap.rank_floors(
-            [(int(r.rank or 0), collective_wait.timeline(r), list(r.primary.steps)) for r in ranks]
-        )
-    analysis.replay_floor_us = floors
-    if not floors:
-        return None
-    for r in ranks:  # each rank's own fix-all in its section: fixed alone, it still waits for its peers
-        if getattr(r, "replay", None) is not None and int(r.rank or 0) in floors:
-            r.replay.floor_us = floors[int(r.rank or 0)]
+    if getattr(analysis, "collective_wait", None) is None or len(ranks) < 2 or not hasattr(ranks[0], "tables"):
+        return
     step_us = {int(r.rank or 0): float(np.mean([s.dur_us for s in r.primary.steps])) for r in ranks if r.primary.steps}
-    return lambda rank, o: replay_cap.cap_outcome(
-        o, floors.get(rank) if isinstance(rank, int) else None, step_us.get(rank, 0.0) if isinstance(rank, int) else 0.0
-    )
+    bounds = replay_cap.peer_bounds([collective_wait.timeline(r) for r in ranks], step_us)
+    for r in ranks:
+        rr, b = getattr(r, "replay", None), bounds.get(int(r.rank or 0))
+        if rr is not None and rr.peers is not None and b:
+            rr.peers = with_peer_ends(rr.peers, rr.graph.act_ts_us, *b)
 
 
 def combine(
@@ -414,8 +410,8 @@ def combine(
     collective wait) are run again here from the rank's step rows once the job has them, so a rank's outcome
     never depends on where it was analysed. ``rank_ctx`` may hold :class:`perfdoctor.jobs.summary`
     stand-ins that carry step rows and requirement reasons but no tables. ``adjust(rank, outcome)``, when given,
-    revises each rank-scope outcome before the ranks are merged (the job's replay caps:
-    :func:`perfdoctor.jobs.replay_cap.cap_outcome`).
+    revises each rank-scope outcome before the ranks are merged (no caller needs it since the replay bounds each
+    collective by the peers' arrivals: :mod:`perfdoctor.replay.peers`).
     """
     modules = modules if modules is not None else check_modules()
     res = CheckResults(denominator=step_denominator(analysis, rank_ctx))

@@ -28,10 +28,8 @@ class JobAnalysis:
     failed: list[RankSummary] = field(default_factory=list)
 
     def sections(self) -> RankSections:
-        """The analysed ranks' report sections, still encoded (decoded when read), each rank's own fix-all
-        replay no faster than its floor (``analysis.replay_floor_us``: fixed alone, it still waits)."""
-        blobs = [s.section for s in self.summaries if s.section is not None]
-        return RankSections(blobs, getattr(self.analysis, "replay_floor_us", None))
+        """The analysed ranks' report sections, still encoded (decoded when read)."""
+        return RankSections([s.section for s in self.summaries if s.section is not None], None)
 
 
 def reduce(
@@ -105,9 +103,10 @@ def reduce(
         analysis.collective_wait, analysis.collective_wait_note = collective_wait.compute(
             [s.collectives for s in gpu if s.collectives is not None], cold_steps=cold
         )
-    adjust = _replay_caps(analysis, gpu)
+    # no step-level cap: each rank's replayed savings (and fix-all) already hold its collectives to its peers'
+    # arrivals (replay/peers.py, jobs/peers.py)
     rank_ctx = [cx.RankContext(analysis, r) for r in ranks]
-    results = engine.combine(analysis, rank_ctx, [s.outcomes for s in ok], cat, codes, adjust=adjust)
+    results = engine.combine(analysis, rank_ctx, [s.outcomes for s in ok], cat, codes)
     return JobAnalysis(analysis=analysis, checks=results, summaries=ok, failed=failed)
 
 
@@ -135,24 +134,3 @@ def _separate_runs(ok: list[RankSummary]) -> str | None:
         f"{a.devices} vs {b.devices}; no rank tells them apart; no collective kernels); to compare two runs, "
         f"`perfdoctor diff {a.path} {b.path}`, or report each file separately"
     )
-
-
-def _replay_caps(analysis: Any, gpu: list[RankSummary]) -> Any:
-    """Sets ``analysis.replay_floor_us`` (:func:`perfdoctor.analysis.replay_cap.rank_floors`, {} unless the ranks'
-    collectives match) and returns the ``adjust`` hook that caps each rank's replayed savings."""
-    from perfdoctor.analysis import replay_cap
-
-    matched = getattr(analysis, "collective_wait", None) is not None
-    floors = (
-        replay_cap.rank_floors([(int(s.rank or 0), s.collectives, list(s.step_rows)) for s in gpu]) if matched else {}
-    )
-    analysis.replay_floor_us = floors
-
-    step_us = {int(s.rank or 0): sum(r.dur_us for r in s.step_rows) / len(s.step_rows) for s in gpu}
-
-    def adjust(rank: Any, outcome: Any) -> Any:
-        if not isinstance(rank, int):
-            return outcome
-        return replay_cap.cap_outcome(outcome, floors.get(rank), step_us.get(rank, 0.0))
-
-    return adjust if floors else None

@@ -49,7 +49,9 @@ class SummaryOptions(msgspec.Struct, frozen=True):
 
     ``codes``: the rules to run (built-in codes, in :func:`perfdoctor.checks.engine.check_order`);
     ``rules_dirs``: user rule directories; ``run_json``: ``run.json`` of a ``perfdoctor profile`` run directory;
-    ``step_time_s_by_rank``: that run's steady-state median step time per rank (s).
+    ``step_time_s_by_rank``: that run's steady-state median step time per rank (s); ``peer_ends``: per rank
+    (its summary's path), the recorded starts of its collectives and the earliest each may end given its peers'
+    arrivals (µs, :mod:`perfdoctor.jobs.peers`).
     """
 
     step_marker: str | None = None
@@ -60,6 +62,7 @@ class SummaryOptions(msgspec.Struct, frozen=True):
     codes: list[str] = []
     rules_dirs: list[str] = []
     hash_inputs: bool = True
+    peer_ends: dict[str, tuple[list[float], list[float]]] = {}
 
     def fingerprint(self, measured_roofs: Any = None) -> str:
         """sha256 of the options, the perfdoctor version, its code fingerprint

@@ -122,6 +122,7 @@ def _summarise(
     from perfdoctor.analysis.mfu import add_efficiency
     from perfdoctor.analysis.rank import Analysis, InputFile, analyze_tables
     from perfdoctor.checks import engine
+    from perfdoctor.replay.peers import with_peer_ends
     from perfdoctor.trace import load_trace
     from perfdoctor.trace.device_side import named_gpus
     from perfdoctor.trace.ranks import split_merged
@@ -144,6 +145,9 @@ def _summarise(
             if tabs.rank is None:
                 tabs.rank = index
             ra = analyze_tables(tabs, opts.step_marker)
+            bounds = opts.peer_ends.get(name)
+            if bounds and ra.replay is not None and ra.replay.peers is not None:
+                ra.replay.peers = with_peer_ends(ra.replay.peers, ra.replay.graph.act_ts_us, *bounds)
             info = InputFile(
                 path=name,
                 bytes=os.path.getsize(local),

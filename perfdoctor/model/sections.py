@@ -55,8 +55,8 @@ class RankSections(Sequence[RankSection]):
     """The sections of ranks, from their :func:`encode_section` bytes (see the module docstring).
 
     ``floors_us``: by trace rank, the shortest mean step (µs) the rank's own fix-all replay may reach, its wait
-    for its peers included (:func:`perfdoctor.analysis.replay_cap.rank_floors`): each decoded section's
-    ``replay.fix_all.replayed_mean_step_us`` is raised to it, as the in-process path caps ``RankReplay``.
+    for its peers included: each decoded section's ``replay.fix_all.replayed_mean_step_us`` is raised to it (no
+    caller passes one since the replay bounds each collective by the peers' arrivals: :mod:`perfdoctor.replay.peers`).
     """
 
     def __init__(self, blobs: Sequence[bytes], floors_us: Mapping[int, float] | None = None) -> None:

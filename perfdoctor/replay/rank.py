@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from perfdoctor.replay.graph import ReplayGraph, build_graph
+from perfdoctor.replay.peers import CollectiveFloor, recorded_floor
 from perfdoctor.replay.simulate import ReplayResult, Scenario, replay
 from perfdoctor.replay.windows import StepWindows, replayed_windows
 from perfdoctor.trace.tables import TraceTables
@@ -44,6 +45,8 @@ class RankReplay:
     fired: list[str] = field(default_factory=list)  # codes of the rules that fired with a positive saving
     # a multi-rank job's bound on this rank's replayed step fixed alone (perfdoctor.analysis.replay_cap), µs
     floor_us: float = 0.0
+    # the other ranks unchanged: the bounds on this rank's collective kernels in every what-if (replay/peers.py)
+    peers: CollectiveFloor | None = None
 
     @property
     def step_errors(self) -> np.ndarray:
@@ -58,7 +61,10 @@ class RankReplay:
         return (rep - rec) / rec if rec > 0 else 0.0
 
     def step_times(self, scenario: Scenario | None = None) -> np.ndarray:
-        """Replayed duration of every analysed step under ``scenario`` (µs, shape ``(n_steps,)``)."""
+        """Replayed duration of every analysed step under ``scenario`` (µs, shape ``(n_steps,)``), the rank's
+        collectives ending no earlier than its peers let them (:attr:`peers`, :mod:`perfdoctor.replay.peers`)."""
+        if scenario is not None and self.peers is not None:
+            scenario = self.peers.apply(scenario, self.graph.n_act)
         res = self.baseline if scenario is None else replay(self.graph, scenario)
         start, end = replayed_windows(res, self.windows)
         return np.asarray(end - start)
@@ -149,6 +155,19 @@ def _windows(steps: Any, tables: TraceTables) -> StepWindows:
     )
 
 
+def _collective_floor(rr: RankReplay, tables: TraceTables) -> CollectiveFloor | None:
+    """The rank's collective kernels bounded by their recorded ends (:func:`perfdoctor.replay.peers.recorded_floor`;
+    the peers' arrivals, when known, replace them later: :mod:`perfdoctor.jobs.peers`)."""
+    from perfdoctor.replay.transforms.kernels import _kernel_classes
+
+    dist = tables.metadata.get("distributedInfo")
+    world = dist.get("world_size") if isinstance(dist, dict) else None
+    cat, _, _ = _kernel_classes(tables, rr)
+    g = rr.graph
+    comm = np.flatnonzero(cat == "communication")
+    return recorded_floor(g.act_end_us, comm, world if isinstance(world, int) else 0)
+
+
 def replay_rank(tables: TraceTables, steps: Any) -> RankReplay:
     """Build and replay one rank; ``steps`` is its :class:`~perfdoctor.analysis.steps.Steps`."""
     graph = build_graph(tables)
@@ -159,6 +178,7 @@ def replay_rank(tables: TraceTables, steps: Any) -> RankReplay:
     rr = RankReplay(
         graph=graph, baseline=base, windows=win, recorded_step_us=rec, replayed_step_us=end - start, fallback=None
     )
+    rr.peers = _collective_floor(rr, tables)
     joined = float((graph.act_launch >= 0).mean()) if graph.n_act else 1.0
     if joined < MIN_LAUNCH_JOIN:
         rr.fallback = (

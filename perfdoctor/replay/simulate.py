@@ -37,7 +37,10 @@ class Scenario:
             dependency ``act_dep``.
         xdep_removed: per further cross-stream edge, True when it is dropped.
         act_end_min_us: per activity (shape ``(n_act,)``), the earliest it may end (-inf: no bound): a collective
-            cannot end before the last rank arrives plus the transfer (:mod:`perfdoctor.replay.joint`).
+            cannot end before the last rank arrives plus the transfer (:mod:`perfdoctor.replay.joint`,
+            :mod:`perfdoctor.replay.peers`).
+        peers_move: the fix is applied on every rank alike, so the peers' arrivals move with this rank's (a larger
+            batch): the per-rank collective bounds of :mod:`perfdoctor.replay.peers` do not apply.
     """
 
     name: str = "recorded"
@@ -49,6 +52,7 @@ class Scenario:
     act_end_min_us: np.ndarray | None = None
     # per edge of ``ReplayGraph.xdep_*``: a new source (an activity earlier on the recorded source's stream), -1 keeps
     xdep_src_moved: np.ndarray | None = None
+    peers_move: bool = False
 
 
 @dataclass

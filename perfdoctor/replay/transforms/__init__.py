@@ -83,5 +83,6 @@ def combine(name: str, parts: list[WhatIf], n_act: int, n_blk: int, act_dur_us: 
         xdep_removed=xdep_removed,
         act_end_min_us=end_min,
         xdep_src_moved=moved,
+        peers_move=all(p.scenario.peers_move for p in parts),
     )
     return WhatIf(name, sc, "; ".join(p.assumption for p in parts), "; ".join(sorted({p.source for p in parts})))

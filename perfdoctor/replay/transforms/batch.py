@@ -50,7 +50,7 @@ def larger_batch(rr: RankReplay, tables: TraceTables, growth: float) -> WhatIf:
     dur = np.where(in_opt | (cat == "optimizer"), g.act_dur_us * keep, g.act_dur_us)
     return WhatIf(
         "larger-batch",
-        Scenario("larger-batch", act_dur_us=dur, host_cut={pid: cut}),
+        Scenario("larger-batch", act_dur_us=dur, host_cut={pid: cut}, peers_move=True),
         f"a {growth:.1f}× larger batch, per step of today's batch: host time outside DataLoader and the "
         "optimizer's kernels are per-step costs (÷ growth); fetches and other kernels are per-sample",
         "replay of the recorded graph (max-plus schedules scale linearly)",

@@ -272,7 +272,7 @@ def remove_collective_wait(rr: RankReplay, start_us: np.ndarray, wait_us: np.nda
     dur[idx] = np.maximum(dur[idx] - wait_us[hit], 0.0)
     return WhatIf(
         "remove-collective-wait",
-        Scenario("remove-collective-wait", act_dur_us=dur),
+        Scenario("remove-collective-wait", act_dur_us=dur, peers_move=True),  # the late ranks move too
         f"{int(hit.sum())} collectives without the wait for the last rank to arrive (ranks in step)",
         "matched collectives across the job's ranks",
     )

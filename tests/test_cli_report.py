@@ -246,3 +246,61 @@ def test_closed_pipe_keeps_the_gate_exit_code_and_writes_o_files(tmp_path):
         assert rc == want and "Traceback" not in err and "Broken pipe" not in err, (args, rc, err)
     assert (tmp_path / "p.md").read_text().startswith("# ")
     assert json.loads((tmp_path / "d.json").read_text())["verdict"] == "slower"
+
+
+def test_o_never_overwrites_a_run_directorys_inputs_nor_takes_an_empty_name_or_a_directory(tmp_path):
+    """-o over a run directory's run.json, steps.csv, rank0.json or trace is refused even with --force (the
+    guard used to protect only the paths given); -o "" is an error (it was silently ignored); -o DIR says it is
+    a directory (it said "cannot tell the report format from the extension")."""
+    import shutil
+    from pathlib import Path
+
+    run_dir = tmp_path / "run"
+    shutil.copytree(Path(__file__).parent.parent / "sample_traces" / "tiny_gpt_cpu_run", run_dir)
+    before = {p.name: p.read_bytes() for p in run_dir.iterdir()}
+    assert sorted(before) == ["rank0.json", "run.json", "steps.csv", "trace.rank0.pt.trace.json.gz"]
+    for name in before:
+        target = str(run_dir / name)
+        for cmd in (["report", str(run_dir)], ["diff", str(run_dir), str(run_dir)]):
+            r = run(*cmd, "-o", target, "--force")
+            assert r.returncode == 2 and "Traceback" not in r.stderr, (cmd, name, r.stderr)
+            assert len(r.stderr.strip().splitlines()) == 1 and "refusing to write" in r.stderr, r.stderr
+    assert {p.name: p.read_bytes() for p in run_dir.iterdir()} == before
+    for cmd in (["report", str(run_dir)], ["diff", str(run_dir), str(run_dir)]):
+        r = run(*cmd, "-o", "")
+        assert r.returncode == 2 and r.stderr.strip() == (
+            "perfdoctor: error: -o: empty file name; give the report file, e.g. -o report.html"
+        )
+        r = run(*cmd, "-o", str(tmp_path))
+        assert r.returncode == 2 and r.stderr.strip().startswith(f"perfdoctor: error: {tmp_path}: is a directory")
+    # a report next to the run's data is still written, and rewritten with --force
+    r = run("report", str(run_dir), "-o", str(run_dir / "report.json"), "--force")
+    assert r.returncode == 0 and json.loads((run_dir / "report.json").read_text())["schema"] == "perfdoctor.report"
+
+
+def test_run_dir_with_a_corrupt_trace_is_reported_from_its_run_data(tmp_path):
+    """A run directory whose trace is cut short (a Ctrl-C while `perfdoctor profile` exported it, before
+    exports were atomic) is reported from its run data with one warning naming the file, not exit 2."""
+    import gzip
+    import shutil
+    import zlib
+    from pathlib import Path
+
+    run_dir = tmp_path / "run"
+    shutil.copytree(Path(__file__).parent.parent / "sample_traces" / "tiny_gpt_cpu_run", run_dir)
+    trace = run_dir / "trace.rank0.pt.trace.json.gz"
+    raw = bytearray(trace.read_bytes())
+    raw[-8:-4] = (zlib.crc32(b"not the data") & 0xFFFFFFFF).to_bytes(4, "little")  # a wrong CRC, as observed
+    trace.write_bytes(bytes(raw))
+    try:
+        gzip.decompress(bytes(raw))
+        raise AssertionError("the trace should be corrupt")
+    except gzip.BadGzipFile:
+        pass
+    steps_in_csv = len((run_dir / "steps.csv").read_text().strip().splitlines()) - 1
+    r = run("report", str(run_dir), "--format", "json", "--width", "400")
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["ranks"] == [] and doc["run"]["steps_completed"] == steps_in_csv
+    warnings = [w for w in doc["warnings"] if str(trace) in w]
+    assert len(warnings) == 1 and "trace analysis failed" in warnings[0] and "\n" not in warnings[0]

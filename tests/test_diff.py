@@ -717,7 +717,8 @@ def test_resnet_pair_faster_with_dataloader_prediction(resnet_diff):
     assert status["PD101"] == "resolved"
     pd101 = d.predicted_vs_measured
     assert pd101 is not None and pd101.codes == ["PD101"] and not pd101.shared
-    assert pd101.measured_us == pytest.approx(177592.17 - 141090.33, abs=1)
+    # the mean steps as the plugin cuts them (test_denominator recomputes both from the raw JSON)
+    assert pd101.measured_us == pytest.approx(177592.17 - 141068.0, abs=1)
     from perfdoctor import pipeline
 
     before = pipeline.build([str(shared_trace(RESNET_0))]).report
@@ -1030,3 +1031,26 @@ def test_gpu_method_text_names_no_cpu_noise(tmp_path):
     assert s.method.endswith("no run-to-run term") and "--run-noise-pct" in s.run_noise_source
     given = compare(load_side(str(b)), load_side(str(a)), 2.0, 1.0).statistics
     assert given.run_noise_pct == 1.0 and "1.96 × 1%" in given.method
+
+
+def test_multi_rank_verdict_and_table_share_the_jobs_step(tmp_path):
+    """The verdict's mean step, the table's step row and the report's denominator are one number: the longest of
+    the ranks' mean steps (ranks move in lock-step)."""
+    bdir, adir = tmp_path / "b", tmp_path / "a"
+    bdir.mkdir(), adir.mkdir()
+    steps_trace(bdir / "r0.json", [1000, 1400], [("k", 300)], rank=0, world=2)
+    steps_trace(bdir / "r1.json", [1300, 1300], [("k", 300)], rank=1, world=2)
+    steps_trace(adir / "r0.json", [1000, 1000], [("k", 300)], rank=0, world=2)
+    steps_trace(adir / "r1.json", [1100, 1100], [("k", 300)], rank=1, world=2)
+    d = _diff(tmp_path, bdir, adir)
+    # by hand: rank means BEFORE 1200 (rank 0) and 1300 (rank 1) → job step 1300 (rank 1; per-step max would give
+    # (1300 + 1400) / 2 = 1350, the mean over ranks 1250); AFTER 1000 / 1100 → 1100 (rank 1)
+    assert (d.mean_step_us.before, d.mean_step_us.after) == pytest.approx((1300, 1100))
+    assert (d.category_step_us.before, d.category_step_us.after) == pytest.approx((1300, 1100))
+    assert (
+        d.category_step_source.startswith("BEFORE rank 1, the job's step") and "AFTER rank 1" in d.category_step_source
+    )
+    assert sum(c.before_us for c in d.categories if c.group in ("busy", "idle")) == pytest.approx(1300)
+    assert d.headline.startswith("faster: mean job step (longest rank's mean) 1.30 → 1.10 ms")
+    report = json.loads(_report_json(bdir))
+    assert report["denominator"]["value_us"] == pytest.approx(1300) and report["denominator"]["rank"] == 1

@@ -77,3 +77,35 @@ def test_killed_worker_reports_its_rank_once(how: str, monkeypatch: pytest.Monke
     assert job["ranks"] == [0, 1, 3, 4]
     # the other ranks' sections are those of a run without the dead worker
     assert got["ranks"] == want["ranks"]
+
+
+def test_ctrl_c_inside_submit_is_interrupted_130(monkeypatch: pytest.MonkeyPatch, capsys: Any) -> None:
+    """Ctrl-C landing inside ``ProcessPoolExecutor.submit`` after the pool made its manager thread but before
+    the thread started (the reviewer's ~1 in 12 traceback: ``RuntimeError: cannot join thread before it is
+    started`` raised over the KeyboardInterrupt, exit 1): the CLI says "interrupted", exit 130, and the
+    workers it had started are gone."""
+    import concurrent.futures.process as cfp
+
+    from perfdoctor.cli import main
+
+    made: list[Any] = []
+
+    def interrupted_start(self: Any) -> None:
+        made.append(self)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cfp._ExecutorManagerThread, "start", interrupted_start)
+    spawned: list[Any] = []
+    real_spawn = cfp.ProcessPoolExecutor._spawn_process
+
+    def spawn(self: Any) -> None:
+        real_spawn(self)
+        spawned.extend(self._processes.values())
+
+    monkeypatch.setattr(cfp.ProcessPoolExecutor, "_spawn_process", spawn)
+    assert main(["report", *_dlrm()[:2], "--jobs", "2"]) == 130
+    err = capsys.readouterr().err
+    assert err.strip() == "perfdoctor: interrupted" and made and spawned
+    for proc in spawned:
+        proc.join(timeout=10)
+        assert not proc.is_alive()

@@ -326,3 +326,29 @@ def test_cpu_info_reads_flags_and_onednn_cap():
     assert capped["onednn_max_cpu_isa"] == "AVX512_CORE" and capped["bf16_matrix_units"] is False
     assert cpu_info(cpuinfo, env={"DNNL_MAX_CPU_ISA": "AVX512_CORE_AMX"})["bf16_matrix_units"] is True
     assert cpu_info("flags : fpu avx2 fma\n", env={})["bf16_matrix_units"] is False
+
+
+def test_trace_export_is_atomic(tmp_path: Path) -> None:
+    """A Ctrl-C while the trace is exported leaves no file under the trace's name (it left a gzip with a bad
+    CRC) and no temporary file; a finished export is the profiler's own trace, gzip'd, under the final name."""
+    import torch
+
+    from perfdoctor.capture.session import export_trace
+
+    final = tmp_path / "trace.rank0.pt.trace.json.gz"
+
+    class InterruptedExport:
+        def export_chrome_trace(self, path: str) -> None:
+            with gzip.open(path, "wt") as fh:  # half written, as torch does before the Ctrl-C lands
+                fh.write('{"traceEvents": [')
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        export_trace(InterruptedExport(), final)  # type: ignore[arg-type]
+    assert list(tmp_path.iterdir()) == []
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        torch.ones(8, 8) @ torch.ones(8, 8)
+    export_trace(prof, final)
+    assert [p.name for p in tmp_path.iterdir()] == [final.name]
+    events = json.loads(gzip.decompress(final.read_bytes()))["traceEvents"]
+    assert any(e.get("name") == "aten::mm" for e in events)

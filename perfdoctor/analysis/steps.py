@@ -7,11 +7,14 @@ Definitions (all µs):
 - the GPU work of step *i*: every kernel / memcpy / memset whose launching
   CUDA/HIP runtime call (joined by correlation id) starts inside the host
   window, even if it runs after the host has moved on.
-- the step window ``[start_i, end_i)`` partitions the timeline: ``start_1`` is
-  the first host step's start, ``start_i = end_{i-1}``, and
-  ``end_i = max(host end_i, end of step i's last GPU activity, end_{i-1})``.
-  Step time = ``end_i - start_i``; the windows add up exactly to the profiled
-  span, so busy + idle of all steps = total time.
+- the step window ``[start_i, end_i)``: ``start_1`` is the first host step's
+  start, ``start_i = max(host start_i, end_{i-1})`` and
+  ``end_i = max(host end_i, end of step i's last GPU activity, end_{i-1})``,
+  as the TensorBoard profiler plugin cuts them (kineto tb_plugin
+  ``event_parser._update_steps_duration``). Step time = ``end_i - start_i``;
+  the windows do not overlap, and busy + idle = step time in each; host time
+  between one step's window end and the next step's annotation (when the
+  device finished first) belongs to no step.
 
 Unlike HolisticTraceAnalysis, which always drops the last ProfilerStep, every
 step is kept unless it is incomplete (a stub the profiler stopped inside, or
@@ -240,7 +243,9 @@ def find_steps(tables: TraceTables, marker: str | None = None) -> Steps:
             dev_end = np.fmax(dev_end, cur)
     end = np.fmax(h_end, dev_end)
     end = np.maximum.accumulate(end)
-    start = np.concatenate([[h_start[0]], end[:-1]])
+    # TensorBoard's plugin (kineto tb_plugin event_parser._update_steps_duration): a step starts at its host start
+    # or where the previous one ended, whichever is later; host time between two steps belongs to neither
+    start = np.maximum(h_start, np.concatenate([[h_start[0]], end[:-1]]))
     first = _after_inherited_work(tables, gpu_tabs, float(h_start[0]), float(h_end[0]))
     if first > start[0] and first < end[0]:
         start = start.copy()

@@ -89,6 +89,13 @@ def is_run_dir(path: str) -> bool:
     return os.path.isdir(path) and os.path.isfile(os.path.join(path, "run.json"))
 
 
+def run_inputs(path: str) -> list[str]:
+    """The files of run directory ``path`` that a report reads (run.json, steps*.csv, rank*.json, the traces,
+    finished or not): what ``-o`` must never overwrite, even with ``--force``."""
+    patterns = ("run.json", "steps*.csv", "rank*.json", "trace.rank*")
+    return sorted({str(f) for pattern in patterns for f in Path(path).glob(pattern) if f.is_file()})
+
+
 _TRACE_NAME = re.compile(r"trace\.rank(\d+)(?:\.w(\d+))?\.pt\.trace")
 
 

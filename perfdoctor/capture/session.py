@@ -184,7 +184,7 @@ class Session:
             )
             return
         path = self.run_dir / trace_name(self.rank, index, self.schedule.repeat)
-        prof.export_chrome_trace(str(path))
+        export_trace(prof, path)
         self.windows.append(
             {"index": index, "first_step": first, "last_step": last, "complete": True, "path": path.name}
         )
@@ -277,3 +277,18 @@ def line_buffer_output() -> None:
             stream.reconfigure(line_buffering=True)  # type: ignore[union-attr]  # a replaced stream may lack it: caught
         except (AttributeError, ValueError):
             pass
+
+
+def export_trace(prof: torch.profiler.profile, path: Path) -> None:
+    """Export ``prof``'s trace to ``path`` through a temporary name beside it (``.incomplete.<name>``: no
+    reader's pattern matches it; it keeps the ``.gz`` that makes torch compress) and an atomic rename, so a
+    Ctrl-C or a crash while exporting leaves no half trace under the final name (it left a gzip with a bad
+    CRC that `perfdoctor report` then refused). The temporary file is removed on any failure.
+    """
+    tmp = path.with_name(".incomplete." + path.name)
+    try:
+        prof.export_chrome_trace(str(tmp))
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise

@@ -44,7 +44,7 @@ METRICS = {
 }
 
 # what a hit's evidence/fields add to METRICS for the TOML message (its placeholders are checked at load)
-MESSAGE_FIELDS = ("copies_per_step", "copy_host_ms", "size_per_step", "recorded_ms")
+MESSAGE_FIELDS = ("copies_per_step", "copy_host_ms", "host_blocked_ms", "size_per_step", "recorded_ms")
 
 
 @dataclass(frozen=True)

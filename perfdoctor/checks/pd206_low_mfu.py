@@ -25,7 +25,7 @@ METRICS = {
 }
 
 # what a hit's evidence/fields add to METRICS for the TOML message (its placeholders are checked at load)
-MESSAGE_FIELDS = ("dtype", "flops_source", "peak_tflops", "reason")
+MESSAGE_FIELDS = ("dtype", "flops_source", "peak_tflops", "reason", "mfu_text", "achieved_text")
 
 
 @dataclass(frozen=True)
@@ -65,6 +65,16 @@ def dominant_reason(ctx: RankContext, dtype: str | None, roofs: dict[str, Any] |
     return label, pct(shares[label], total)
 
 
+def mfu_texts(mfu: float, achieved_flops_per_s: float) -> tuple[str, str]:
+    """MFU (a fraction) and the achieved rate (FLOP/s) as message text with enough digits to say something: "< 0.1%"
+    rather than "0.0%", "12.3 GFLOP/s" rather than "0.01 TFLOP/s"."""
+    share = f"{100 * mfu:.1f}%" if mfu >= 0.0005 or mfu <= 0 else "< 0.1%"
+    for scale, unit in ((1e12, "TFLOP/s"), (1e9, "GFLOP/s"), (1e6, "MFLOP/s")):
+        if achieved_flops_per_s >= scale:
+            return share, f"{achieved_flops_per_s / scale:,.2f} {unit}"
+    return share, f"{achieved_flops_per_s:,.0f} FLOP/s"
+
+
 def check(ctx: RankContext) -> Outcome:
     mfu = ctx.rank.mfu
     if mfu is None:
@@ -94,4 +104,6 @@ def check(ctx: RankContext) -> Outcome:
         },
         steps=ctx.step_numbers,
     )
-    return Outcome(metrics=metrics, hit=Hit(evidence=ev, estimate=None))
+    mfu_text, achieved_text = mfu_texts(mfu.mfu, mfu.achieved_flops_per_s)
+    fields = {"mfu_text": mfu_text, "achieved_text": achieved_text}
+    return Outcome(metrics=metrics, hit=Hit(evidence=ev, estimate=None, fields=fields))

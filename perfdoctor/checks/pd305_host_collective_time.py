@@ -3,7 +3,9 @@
 From the CPU breakdown (:mod:`perfdoctor.analysis.cpu_breakdown`): per step, the union of host collective
 ranges (``gloo:all_reduce``, ``c10d::``, ``record_param_comms``) and its *exposed* part, when no other op of
 the process runs. The evidence lists each collective's message size (from the range's recorded input shape
-and dtype), count, mean duration and algorithm bandwidth (bytes ÷ duration; NCCL-tests' "algbw"). Saving:
+and dtype), count per step, mean duration and algorithm bandwidth (bytes ÷ duration; NCCL-tests' "algbw"): a duration
+includes any wait for other ranks, which one rank's trace cannot separate, so a low algbw alone does not show the
+transport is the limit. Saving:
 the exposed time, an upper bound (overlap could hide it; the transfer itself still takes its time).
 """
 
@@ -39,7 +41,7 @@ class Thresholds:
 
 
 SMALL_BYTES = 1 << 20  # below 1 MiB a collective's fixed latency dominates: bucket or coalesce
-SLOW_BYTES_PER_S = 1e9  # below 1 GB/s of algorithm bandwidth the transport (TCP, one NIC) is the limit
+SLOW_BYTES_PER_S = 1e9  # below 1 GB/s of algorithm bandwidth the transport (TCP, one NIC) may be the limit
 
 
 def _sizes(ctx: RankContext) -> list[dict[str, float | str]]:
@@ -82,10 +84,13 @@ def _advice(rows: list[dict[str, float | str]], exposed_share: float) -> str:
             "(DDP bucket_cap_mb, or coalesce tensors before all_reduce)"
         )
     if rows and min(float(r["algbw_bytes_per_s"]) for r in rows) < SLOW_BYTES_PER_S:
+        # a rank's own trace cannot split a call's duration into the wait for its peers and the transfer, so a low
+        # bytes ÷ duration does not show the transport is the limit
         tips.append(
-            "the transfer runs below 1 GB/s, so the transport is the limit: check the NIC gloo uses "
-            "(GLOO_SOCKET_IFNAME), fewer ranks per host, or halve the bytes with a DDP comm hook "
-            "(bf16_compress_hook)"
+            "bytes ÷ duration is below 1 GB/s, but one rank's trace cannot separate the wait for other ranks from "
+            "the transfer: report on every rank's trace (PD303 names a straggler) before blaming the "
+            "transport; if the transfer itself is slow, check the NIC gloo uses (GLOO_SOCKET_IFNAME), fewer ranks "
+            "per host, or halve the bytes with a DDP comm hook (bf16_compress_hook)"
         )
     if exposed_share > 0.5:
         tips.append(
@@ -111,11 +116,14 @@ def check(ctx: RankContext) -> Outcome:
     rows = _sizes(ctx)
     sizes = (
         ", ".join(
-            f"{r['collective']} of {float(r['bytes']) / 1e6:,.2f} MB ×{int(float(r['count']))} "
+            f"{r['collective']} of {float(r['bytes']) / 1e6:,.2f} MB "
+            f"×{float(r['count']) / max(ctx.n_steps, 1):,.3g} per step "
             f"({float(r['mean_us']) / 1000:,.1f} ms each, {float(r['algbw_bytes_per_s']) / 1e9:.3f} GB/s)"
             for r in rows[:4]
         )
-        or "message sizes not recorded (record_shapes=True)"
+        + " (a duration includes any wait for other ranks)"
+        if rows
+        else "message sizes not recorded (record_shapes=True)"
     )
     ev = Evidence(
         values={

@@ -88,13 +88,13 @@ def run(args: argparse.Namespace) -> int:
     from perfdoctor.render.diff_terminal import render_diff_terminal
 
     out_format = None
-    if args.output:
+    if args.output is not None:
+        _check_output(args.output, [args.before, args.after], args.force)
         out_format = DIFF_FORMATS.get(os.path.splitext(args.output)[1].lower())
         if out_format is None:
             raise PerfDoctorError(
                 f"{args.output}: cannot tell the diff format from the extension; use .html, .md or .json"
             )
-        _check_output(args.output, [args.before, args.after], args.force)
     if args.fail_on_regression is not None and args.fail_on_regression < 0:
         raise PerfDoctorError(f"--fail-on-regression must be ≥ 0 (got {args.fail_on_regression:g})")
     noise = stats.DEFAULT_NOISE_PCT if args.noise_pct is None else args.noise_pct

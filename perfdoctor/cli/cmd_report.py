@@ -8,7 +8,7 @@ import sys
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from perfdoctor.errors import PerfDoctorError
+from perfdoctor.errors import PerfDoctorError, TraceFormatError
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -110,11 +110,38 @@ def model_flops_per_step(args: argparse.Namespace) -> float | None:
     return flops
 
 
+def _input_files(paths: list[str]) -> list[str]:
+    """The files the inputs name: each path itself, a run directory's inputs, a directory's trace files."""
+    from perfdoctor.capture.rundir import is_run_dir, run_inputs
+    from perfdoctor.trace import trace_files_in
+
+    files = list(paths)
+    for p in paths:
+        if is_run_dir(p):
+            files += run_inputs(p)
+        elif os.path.isdir(p):
+            try:
+                files += trace_files_in(p)
+            except TraceFormatError:  # no trace there: the analysis says so
+                pass
+    return files
+
+
 def _check_output(path: str, inputs: list[str], force: bool) -> None:
-    out = os.path.abspath(path)
-    for p in inputs:
-        if os.path.abspath(p) == out:
-            raise PerfDoctorError(f"{path}: refusing to write the report over an input trace")
+    """Refuse an ``-o`` that is empty, a directory, an input (even with ``--force``), an existing file without
+    ``--force``, or in a directory that is missing or takes no new file.
+
+    Raises:
+        PerfDoctorError: one of those, in one line.
+    """
+    if not path:
+        raise PerfDoctorError("-o: empty file name; give the report file, e.g. -o report.html")
+    if os.path.isdir(path):
+        raise PerfDoctorError(f"{path}: is a directory; give the report file, e.g. -o {os.path.join(path, 'r.html')}")
+    out = os.path.realpath(path)
+    for p in _input_files(inputs):
+        if os.path.realpath(p) == out:
+            raise PerfDoctorError(f"{path}: refusing to write the report over an input ({p}), even with --force")
     if os.path.exists(out) and not force:
         raise PerfDoctorError(f"{path}: already exists; use --force to overwrite")
     parent = os.path.dirname(out) or "."
@@ -194,6 +221,18 @@ def _analyze(args: argparse.Namespace, err: Console, opts: object) -> BuiltRepor
 
         return [str(t) for t in load_run_dir(p).traces]
 
+    def build(**kw: Any) -> BuiltReport:
+        """pipeline.build; a lone run directory whose trace cannot be read (cut short by a Ctrl-C while it
+        was written, corrupt) is reported from its run data, with the reason naming the file as a warning."""
+        try:
+            return pipeline.build(args.paths, step_marker=args.step_marker, **kw, **extra)
+        except TraceFormatError as exc:
+            if not (len(args.paths) == 1 and is_run_dir(args.paths[0])):
+                raise
+            kw.pop("executor", None)
+            why = f"trace analysis failed: {exc.message}"
+            return pipeline.build(args.paths, step_marker=args.step_marker, without_traces=why, **kw, **extra)
+
     flops = model_flops_per_step(args)
     extra: dict[str, Any] = {"model_flops_per_step": flops, "flops_source": "transformer_formula"} if flops else {}
     extra["rule_options"] = opts
@@ -209,16 +248,14 @@ def _analyze(args: argparse.Namespace, err: Console, opts: object) -> BuiltRepor
             link = getattr(executor, "dashboard_link", "")
             if link:
                 err.print(f"Dask dashboard: {link}")
-            return pipeline.build(args.paths, step_marker=args.step_marker, executor=executor, **extra)
+            return build(executor=executor)
     if total < PROGRESS_MIN_BYTES or not err.is_terminal:
         with err.status("reading traces…", spinner="dots"):
-            return pipeline.build(args.paths, step_marker=args.step_marker, **extra)
+            return build()
     columns2 = (TextColumn("reading traces"), BarColumn(), DownloadColumn(), TimeRemainingColumn())
     with Progress(*columns2, console=err, transient=True) as progress:
         task = progress.add_task("read", total=total)
-        return pipeline.build(
-            args.paths, step_marker=args.step_marker, on_progress=lambda n: progress.advance(task, n), **extra
-        )
+        return build(on_progress=lambda n: progress.advance(task, n))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -231,9 +268,9 @@ def run(args: argparse.Namespace) -> int:
     if args.jobs is not None and args.jobs < 1:
         raise PerfDoctorError(f"--jobs must be at least 1 (got {args.jobs})")
     out_format = None
-    if args.output:
-        out_format = format_for(args.output)
+    if args.output is not None:
         _check_output(args.output, args.paths, args.force)
+        out_format = format_for(args.output)
     from perfdoctor.checks import config, engine
 
     opts = config.resolve(args.select, args.ignore, args.rules, args.fail_on)

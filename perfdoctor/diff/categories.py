@@ -1,16 +1,17 @@
 """Where the time moved: each category's time per step on both sides (µs).
 
-Per side, a category's time per step is its total over the analysed steps ÷ the number of steps, averaged over
-the ranks (report-schema "category time"). ``busy`` rows (the exclusive categories) and ``idle`` rows (idle by
-cause) add up to the trace's mean step; ``detail`` rows (communication overlapped with compute, copies by
-direction) break a busy row down and are not in that sum. Labels come from the one table in
+Per side, a category's time per step is its total over the analysed steps ÷ the number of steps (report-schema
+"category time") on the rank whose mean step is the job's step (on a multi-rank job the longest of the ranks'
+mean steps, the report's denominator and the verdict's step). ``busy`` rows (the exclusive categories) and
+``idle`` rows (idle by cause) add up to that rank's mean step; ``detail`` rows (communication overlapped with
+compute, copies by direction) break a busy row down and are not in that sum. Labels come from the one table in
 :mod:`perfdoctor.render.view`.
 """
 
 from __future__ import annotations
 
 from perfdoctor.diff.model import CategoryRow
-from perfdoctor.diff.steps import primary_device
+from perfdoctor.diff.steps import job_rank, job_step_words, primary_device
 from perfdoctor.model import Report
 from perfdoctor.vocab import CHART_ORDER
 
@@ -18,21 +19,31 @@ _BUSY_ORDER = CHART_ORDER
 
 
 def _per_step(model: Report) -> dict[tuple[str, str], float]:
-    """(group, key) → mean µs per step over ranks; also ("step", "dur") for the trace's mean step."""
-    sums: dict[tuple[str, str], float] = {}
-    devs = [d for d in (primary_device(r) for r in model.ranks) if d is not None and d.steps]
-    for dev in devs:
-        tot = dev.totals
-        n = float(tot.n_steps or len(dev.steps))
-        rows: list[tuple[tuple[str, str], float]] = [(("step", "dur"), tot.dur_us)]
-        rows += [(("busy", k), v) for k, v in tot.categories_us.items()]
-        rows += [(("idle", k), v) for k, v in tot.idle_causes_us.items()]
-        if tot.communication.overlapped_us:
-            rows.append((("detail", "communication_overlapped"), tot.communication.overlapped_us))
-        rows += [(("detail", f"memcpy_{k}"), v) for k, v in tot.memcpy_by_direction_us.items()]
-        for key, v in rows:
-            sums[key] = sums.get(key, 0.0) + float(v) / n / len(devs)
-    return sums
+    """(group, key) → µs per step of the job's rank (:func:`perfdoctor.diff.steps.job_rank`); also ("step", "dur")
+    for its mean step, the job's step."""
+    rank = job_rank(model)
+    dev = primary_device(rank) if rank is not None else None
+    if dev is None or not dev.steps:
+        return {}
+    tot = dev.totals
+    n = float(tot.n_steps or len(dev.steps))
+    rows: list[tuple[tuple[str, str], float]] = [(("step", "dur"), tot.dur_us)]
+    rows += [(("busy", k), v) for k, v in tot.categories_us.items()]
+    rows += [(("idle", k), v) for k, v in tot.idle_causes_us.items()]
+    if tot.communication.overlapped_us:
+        rows.append((("detail", "communication_overlapped"), tot.communication.overlapped_us))
+    rows += [(("detail", f"memcpy_{k}"), v) for k, v in tot.memcpy_by_direction_us.items()]
+    return {key: float(v) / n for key, v in rows}
+
+
+def step_source(before: Report, after: Report) -> str:
+    """Which rank each side's category rows are of, in words ("" when both sides have one rank)."""
+    if len(before.ranks) < 2 and len(after.ranks) < 2:
+        return ""
+    rb, ra = job_rank(before), job_rank(after)
+    who_b = job_step_words(before, rb) if rb is not None else "–"
+    who_a = job_step_words(after, ra) if ra is not None else "–"
+    return f"BEFORE {who_b}; AFTER {who_a}"
 
 
 def _label(group: str, key: str) -> str:

@@ -90,12 +90,12 @@ def _throughput(before: Report, after: Report) -> list[Throughput]:
     return out
 
 
-def headline(verdict: str, cmp: stats.Comparison) -> str:
+def headline(verdict: str, cmp: stats.Comparison, what: str = "mean step") -> str:
     """One line: verdict, means, change with its interval, steps per side (and what would decide)."""
     pct = stats.signed_pct
     ci = f", 95% CI {pct(cmp.ci95_pct[0])} to {pct(cmp.ci95_pct[1])}" if cmp.ci95_pct is not None else ""
     text = (
-        f"{VERDICT_WORDS[verdict]}: mean step {cmp.mean_before_us / 1e3:,.2f} → {cmp.mean_after_us / 1e3:,.2f} ms "
+        f"{VERDICT_WORDS[verdict]}: {what} {cmp.mean_before_us / 1e3:,.2f} → {cmp.mean_after_us / 1e3:,.2f} ms "
         f"({pct(cmp.change_pct)}{ci}; {cmp.n_before} vs {cmp.n_after} steps)"
     )
     if verdict == "inconclusive" and cmp.ci95_pct is None:
@@ -105,6 +105,11 @@ def headline(verdict: str, cmp: stats.Comparison) -> str:
     elif verdict == "inconclusive":
         text += "; more steps cannot decide: repeat each side's run"
     return text
+
+
+def mean_step_words(source: str) -> str:
+    """What the verdict's mean step is: the job's step on a multi-rank trace series, else the mean step."""
+    return "mean job step (longest rank's mean)" if "the job's step" in source else "mean step"
 
 
 RUN_NOISE_GIVEN = "given with --run-noise-pct"
@@ -163,7 +168,7 @@ def compare(
         before=info_b,
         after=info_a,
         verdict=cmp.verdict,
-        headline=headline(cmp.verdict, cmp),
+        headline=headline(cmp.verdict, cmp, mean_step_words(sb.source)),
         mean_step_us=Pair(cmp.mean_before_us, cmp.mean_after_us),
         change_pct=cmp.change_pct,
         ci95_pct=list(cmp.ci95_pct) if cmp.ci95_pct is not None else None,
@@ -192,6 +197,7 @@ def compare(
         efficiency=efficiency.efficiency_rows(before.model, after.model),
         straggler=efficiency.straggler(before.model, after.model),
         warnings=warnings,
+        category_step_source=categories.step_source(before.model, after.model),
     )
 
 

@@ -196,6 +196,7 @@ class Diff(msgspec.Struct, frozen=True):
     efficiency: list[RankEfficiency]
     straggler: Straggler | None
     warnings: list[str]
+    category_step_source: str = ""
 
     def to_json(self) -> bytes:
         """Stable bytes: sorted keys, 2-space indent, NaN/inf as null, trailing newline."""

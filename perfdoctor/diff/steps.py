@@ -5,8 +5,8 @@
   ``steady_state.steady_start_step`` and outside the profiler's warm-up/active steps: the steps the run's
   throughput is computed from), so hundreds of steps without profiler overhead.
 - A trace: each profiled step's time on the primary device (report-schema "step time"); on a multi-rank job
-  the step's time is the longest over ranks (the job waits for its slowest rank), over step numbers every
-  rank has.
+  those of the rank whose mean step is the job's step (the longest of the ranks' mean steps, the report's
+  denominator: ranks move in lock-step), so the verdict's mean, the category table's step and the report agree.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import numpy as np
 
 from perfdoctor.errors import PerfDoctorError
 from perfdoctor.model import Report
-from perfdoctor.model.report import DeviceSection, RankSection, RunSection
+from perfdoctor.model.report import Denominator, DeviceSection, RankSection, RunSection
 
 
 @dataclass(frozen=True)
@@ -107,36 +107,55 @@ def steady_state_notes(model: Report, path: str, side: str) -> list[str]:
     return out
 
 
+def _mean_step_us(rank: RankSection) -> float:
+    dev = primary_device(rank)
+    if dev is None or not dev.steps:
+        return 0.0
+    return float(dev.totals.dur_us) / float(dev.totals.n_steps or len(dev.steps))
+
+
+def job_rank(model: Report) -> RankSection | None:
+    """The rank whose mean analysed step is the job's step: the report's denominator rank
+    (:mod:`perfdoctor.checks.denominator`: the longest of the ranks' mean steps, ranks moving in lock-step), else
+    the rank with the longest mean step; None when no rank has steps."""
+    ranks = [r for r in model.ranks if _mean_step_us(r) > 0]
+    denom = model.denominator if isinstance(model.denominator, Denominator) else None
+    named = [r for r in ranks if denom is not None and denom.rank is not None and r.rank == denom.rank]
+    if named:
+        return named[0]
+    return max(ranks, key=_mean_step_us, default=None)
+
+
 def trace_step_times(model: Report, path: str) -> StepSeries:
-    """Profiled step times (µs) of the trace(s); see the module docstring for multi-rank jobs.
+    """Profiled step times (µs) of the trace(s): on a multi-rank job, those of the rank whose mean step is the
+    job's step (:func:`job_rank`), so the verdict's mean is the report's denominator.
 
     Raises:
         PerfDoctorError: no rank has training steps (no step markers: the whole trace is one window).
     """
-    per_rank: list[dict[int, float]] = []
-    for r in model.ranks:
-        dev = primary_device(r)
-        if r.steps_source != "whole-trace" and dev is not None and dev.steps:
-            per_rank.append({s.step: s.dur_us for s in dev.steps})
-    if not per_rank:
+    ranks = [r for r in model.ranks if r.steps_source != "whole-trace" and _mean_step_us(r) > 0]
+    if not ranks:
         raise PerfDoctorError(
             f"{path}: no training steps (no ProfilerStep#N annotations, and no run step series): "
             "nothing to compare per step (record with torch.profiler's schedule and "
             "prof.step(), or pass --step-marker)"
         )
-    if len(per_rank) == 1:
-        return StepSeries(np.array([per_rank[0][s] for s in sorted(per_rank[0])]), "profiled steps of the trace")
-    common = sorted(set.intersection(*(set(r) for r in per_rank)))
-    if not common:
-        return StepSeries(
-            np.array([per_rank[0][s] for s in sorted(per_rank[0])]),
-            "profiled steps of the first rank",
-            [f"{path}: the ranks share no step number; the first rank's steps are used"],
-        )
-    return StepSeries(
-        np.array([max(r[s] for r in per_rank) for s in common]),
-        f"profiled steps, the longest rank per step over {len(per_rank)} ranks",
-    )
+    rank = job_rank(model) if len(ranks) > 1 else ranks[0]
+    dev = primary_device(rank) if rank is not None else None
+    if rank is None or dev is None or rank not in ranks:
+        rank, dev = ranks[0], primary_device(ranks[0])
+    assert dev is not None
+    values = np.array([s.dur_us for s in sorted(dev.steps, key=lambda s: s.step)])
+    if len(ranks) == 1:
+        return StepSeries(values, "profiled steps of the trace")
+    return StepSeries(values, f"profiled steps of {job_step_words(model, rank)}")
+
+
+def job_step_words(model: Report, rank: RankSection) -> str:
+    """``rank R, the job's step (the longest of N ranks' mean steps, as the report's denominator)``."""
+    who = rank.rank if rank.rank is not None else model.ranks.index(rank)
+    n = len(model.ranks)
+    return f"rank {who}, the job's step (the longest of {n} ranks' mean steps, as the report's denominator)"
 
 
 def pair_series(before: Report, after: Report, before_path: str, after_path: str) -> tuple[StepSeries, StepSeries]:

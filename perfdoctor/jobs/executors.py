@@ -122,6 +122,7 @@ class LocalPool:
 
         ctx = multiprocessing.get_context("forkserver")
         ctx.set_forkserver_preload(["perfdoctor.jobs.task", "perfdoctor.pipeline", "perfdoctor.checks.engine"])
+        start_forkserver_deaf_to_ctrl_c()
         results: dict[int, list[RankSummary]] = {}
         todo = list(enumerate(files))
         suspects: list[tuple[int, str]] = []
@@ -142,27 +143,39 @@ class LocalPool:
         """Analyse ``items`` ((index, path)) on a pool of ``n`` workers into ``results``; returns the items not
         started and the items in flight when a worker died (both empty when none died)."""
         queue = items[::-1]
-        with ProcessPoolExecutor(max_workers=n, mp_context=ctx) as pool:
-            pending: dict[Future[list[RankSummary]], tuple[int, str]] = {}
-            while queue or pending:
-                broken = False
-                try:
-                    while queue and len(pending) < 2 * n:  # a bounded queue: results are collected as they come
-                        i, f = queue[-1]
-                        pending[pool.submit(task, f, i)] = (i, f)
-                        queue.pop()
-                except BrokenProcessPool:  # a worker died since the last wait: submit refuses
-                    broken = True
-                done, _ = wait(pending, return_when=FIRST_COMPLETED)
-                lost = []
-                for fut in done:
-                    item = pending.pop(fut)
-                    if not self._take(fut, item, results):
-                        lost.append(item)
-                if lost or broken:  # the pool is broken: every future still pending fails or has finished
-                    wait(pending)
-                    lost += [item for fut, item in pending.items() if not self._take(fut, item, results)]
-                    return queue[::-1], lost
+        pool = ProcessPoolExecutor(max_workers=n, mp_context=ctx)
+        try:
+            left = self._drain(pool, queue, n, task, results)
+        except BaseException:  # Ctrl-C (or any error): stop the workers, wait for nothing, let it through
+            abandon(pool)
+            raise
+        pool.shutdown(wait=True)
+        return left
+
+    def _drain(
+        self, pool: ProcessPoolExecutor, queue: list[tuple[int, str]], n: int, task: Any, results: dict[int, Any]
+    ) -> tuple[list[tuple[int, str]], list[tuple[int, str]]]:
+        """:meth:`_run`'s loop on ``pool``: ``queue`` holds the items in reverse order."""
+        pending: dict[Future[list[RankSummary]], tuple[int, str]] = {}
+        while queue or pending:
+            broken = False
+            try:
+                while queue and len(pending) < 2 * n:  # a bounded queue: results are collected as they come
+                    i, f = queue[-1]
+                    pending[pool.submit(task, f, i)] = (i, f)
+                    queue.pop()
+            except BrokenProcessPool:  # a worker died since the last wait: submit refuses
+                broken = True
+            done, _ = wait(pending, return_when=FIRST_COMPLETED)
+            lost = []
+            for fut in done:
+                item = pending.pop(fut)
+                if not self._take(fut, item, results):
+                    lost.append(item)
+            if lost or broken:  # the pool is broken: every future still pending fails or has finished
+                wait(pending)
+                lost += [item for fut, item in pending.items() if not self._take(fut, item, results)]
+                return queue[::-1], lost
         return [], []
 
     def _take(self, fut: Future[list[RankSummary]], item: tuple[int, str], results: dict[int, Any]) -> bool:
@@ -181,6 +194,44 @@ class LocalPool:
         results[i] = part
         if self.on_done:
             self.on_done(part)
+
+
+def start_forkserver_deaf_to_ctrl_c() -> None:
+    """Start the forkserver (when not yet running) with SIGINT ignored, which it and the workers it forks
+    inherit: Ctrl-C reaches the whole process group, and a worker or a forkserver still importing its preload
+    printed its own ``KeyboardInterrupt`` traceback beside "perfdoctor: interrupted". This process alone
+    handles Ctrl-C and stops the workers (:func:`abandon`). Only the main thread may set signal handlers."""
+    import signal
+    import threading
+    from multiprocessing import forkserver
+
+    if threading.current_thread() is not threading.main_thread():
+        forkserver.ensure_running()
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        forkserver.ensure_running()
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def abandon(pool: ProcessPoolExecutor) -> None:
+    """Shut ``pool`` down at once: kill its workers, cancel what is queued, join nothing.
+
+    A Ctrl-C can land inside ``submit`` after the pool made its manager thread but before that thread started;
+    ``shutdown(wait=True)`` (what ``with`` does on the way out) then raises ``RuntimeError: cannot join thread
+    before it is started`` over the ``KeyboardInterrupt``, and the CLI printed a traceback instead of
+    "interrupted". Killing the workers lets a manager thread that did start see a broken pool and end.
+    """
+    for proc in list((getattr(pool, "_processes", None) or {}).values()):
+        try:
+            proc.kill()
+        except (OSError, ValueError, AttributeError):  # already gone, or closed
+            pass
+    try:
+        pool.shutdown(wait=False, cancel_futures=True)
+    except RuntimeError:  # a manager thread half started: nothing to wait for
+        pass
 
 
 def died(path: str) -> str:

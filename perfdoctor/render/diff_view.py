@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from perfdoctor.diff.compare import mean_step_words
 from perfdoctor.diff.model import Diff, Mover, Pair
 from perfdoctor.diff.stats import signed_pct
 from perfdoctor.render.view import ms, nbytes, pct
@@ -44,7 +45,7 @@ def verdict_facts(d: Diff) -> list[tuple[str, str]]:
     s = d.statistics
     ci = f"{signed_pct(d.ci95_pct[0])} to {signed_pct(d.ci95_pct[1])}" if d.ci95_pct else "–"
     out = [
-        ("mean step", f"{ms(d.mean_step_us.before)} → {ms(d.mean_step_us.after)}"),
+        (mean_step_words(s.source), f"{ms(d.mean_step_us.before)} → {ms(d.mean_step_us.after)}"),
         ("change", f"{signed_pct(d.change_pct)} (95% CI {ci})"),
         (
             "steps",
@@ -70,7 +71,7 @@ def verdict_facts(d: Diff) -> list[tuple[str, str]]:
 
 
 def _run_noise_text(sigma_pct: float, source: str) -> str:
-    value = f"σ_run {sigma_pct:g}% (±{1.96 * sigma_pct:.1f}% at 95%)" if sigma_pct > 0 else "not included"
+    value = f"σ_run {sigma_pct:g}% (±{1.96 * sigma_pct:.1f}% at 95%)" if sigma_pct > 0 else "σ_run 0, none included"
     return f"{value}: {source}" if source else value
 
 
@@ -82,7 +83,7 @@ def categories_table(d: Diff) -> TableView:
     rows = [[c.label, ms(c.before_us), ms(c.after_us), signed_ms(c.delta_us)] for c in d.categories]
     rows.append(
         [
-            "step (trace mean)",
+            "job step (longest rank's mean)" if d.category_step_source else "step (trace mean)",
             ms(d.category_step_us.before),
             ms(d.category_step_us.after),
             signed_ms((d.category_step_us.after or 0) - (d.category_step_us.before or 0)),
@@ -94,7 +95,8 @@ def categories_table(d: Diff) -> TableView:
         rows,
         ["l", "r", "r", "r"],
         "Busy categories and idle causes add up to the trace's mean step; (detail) rows are not in "
-        "the sum. The verdict's mean step may come from more steps than the trace's.",
+        "the sum. The verdict's mean step may come from more steps than the trace's."
+        + (f" Rows of one rank per side: {d.category_step_source}." if d.category_step_source else ""),
         [c.group for c in d.categories] + ["total"],
     )
 

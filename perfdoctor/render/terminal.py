@@ -12,7 +12,7 @@ from rich.text import Text
 
 from perfdoctor.model import Report, as_report, to_builtins
 from perfdoctor.model.report import DeviceSection, RankSection
-from perfdoctor.render.view import device_name, ms, pct, step_time_text, summary_facts
+from perfdoctor.render.view import device_name, ms, pct, step_range, step_time_text, summary_facts
 from perfdoctor.vocab import category_label, idle_label
 
 
@@ -44,8 +44,7 @@ def _rank_header(rank: RankSection, dev: DeviceSection) -> Text:
     if rank.steps_source == "whole-trace":
         lines.append("steps: none found — whole trace analysed as one window")
     else:
-        nums = [s.step for s in dev.steps]
-        lines.append(f"steps analysed: {len(nums)} ({rank.steps_source} #{nums[0]}–#{nums[-1]})")
+        lines.append(f"steps analysed: {len(dev.steps)} ({rank.steps_source} {step_range(dev)})")
     lines.append(f"step time: {step_time_text(st)}")
     if dev.kind == "gpu":
         lines.append(f"device utilization (busy ÷ step time, all steps): {pct(dev.utilization)}")

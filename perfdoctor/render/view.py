@@ -39,8 +39,9 @@ _CATEGORY_TEXT = (
 DEFINITIONS: list[tuple[str, str]] = [
     (
         "step window",
-        "From one ProfilerStep#N annotation's start to the next; the last GPU work launched inside "
-        "step N (joined by correlation id) extends it. Step windows tile the profiled span exactly.",
+        "From a ProfilerStep#N annotation's start (or the previous window's end, if later) to its end; the last "
+        "GPU work launched inside step N (joined by correlation id) extends it. As the TensorBoard profiler "
+        "plugin cuts steps; windows never overlap.",
     ),
     ("step time", "end − start of the step window, in ms. Median, p10/p90 and min/max are over the analysed steps."),
     (
@@ -143,8 +144,13 @@ def dur(us: float | None) -> str:
 
 
 def pct(x: float | None, digits: int = 1) -> str:
-    """fraction → "12.3%"."""
-    return "–" if x is None else f"{100 * x:.{digits}f}%"
+    """fraction → "12.3%"; a positive share too small for ``digits`` decimals reads "< 0.1%", not "0.0%"."""
+    if x is None:
+        return "–"
+    floor = 10.0**-digits
+    if 0 < 100 * x < floor / 2:
+        return f"< {floor:.{digits}f}%"
+    return f"{100 * x:.{digits}f}%"
 
 
 def nbytes(n: float | None) -> str:
@@ -232,7 +238,8 @@ def evidence_value(name: str, value: EvidenceValue) -> str:
     if name.endswith("_bytes"):
         return nbytes(value)
     if isinstance(value, float):
-        return f"{value:,.4g}"
+        # 4 significant digits, never in e-notation: 19,270,000 not 1.927e+07
+        return f"{value:,.0f}" if abs(value) >= 1e4 else f"{value:,.4g}"
     return f"{value:,}"
 
 

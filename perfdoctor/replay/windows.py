@@ -1,7 +1,8 @@
 """Step windows of a replayed graph, cut the way :mod:`perfdoctor.analysis.steps` cuts the recorded ones (µs).
 
 A step's work is its host annotation ``[host_start, host_end)`` and every device activity launched inside it;
-``end_i = max(replayed host end_i, replayed end of its last activity, end_{i-1})`` and ``start_i = end_{i-1}``;
+``end_i = max(replayed host end_i, replayed end of its last activity, end_{i-1})`` and
+``start_i = max(replayed host start_i, end_{i-1})``;
 the first step starts at the replayed time of the recorded first window start (``end_{-1}``), so no window is
 shorter than 0.
 """
@@ -71,7 +72,10 @@ def _cut(
         # the recording stopped inside the last step: its window ends where the recording's last event ends
         cap = float(res.host_time(w.pid, np.array([w.last_end_cap_us]))[0])
         end[-1] = max(min(end[-1], cap), end[-2] if n > 1 else first)
-    start = np.concatenate([[first], end[:-1]])
+    # a step starts at its host start or where the previous one ended, whichever is later (TensorBoard's plugin)
+    start = np.maximum(
+        np.concatenate([[first], end[:-1]]), np.concatenate([[first], res.host_time(w.pid, host_start)[1:]])
+    )
     return start, end
 
 

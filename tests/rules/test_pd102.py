@@ -31,7 +31,7 @@ def test_pd102_fires_on_pageable_copy(tmp_path):
 def test_pd102_message_gives_size_in_fitting_units(tmp_path):
     f = run_tb(_copy_trace("HtoD (Pageable -> Device)"), tmp_path, ["PD102"]).findings["PD102"]
     # 8 MiB = 8,388,608 B; held [10, 310): 300 µs ≤ 8.4 MB at 2 GB/s + 20 µs
-    assert "(1 per step, 8.4 MB)" in f["message"] and "hold the host up to 0.30 ms" in f["message"]
+    assert "(1 per step, 8.4 MB)" in f["message"] and "block the host 0.30 ms per step" in f["message"]
     assert f["evidence"]["bytes_per_step"] == 8 << 20
 
 
@@ -58,6 +58,17 @@ def test_pd102_silent_when_tiny_copy_waits_on_queued_kernels(tmp_path):
     assert r.findings["PD401"]["saving_us_per_step"] == pytest.approx(599)
     assert r.findings["PD102"]["saving_us_per_step"] == pytest.approx(599.96)
     assert r.findings["PD401"]["evidence"]["syncs_per_step"] == 1
+
+
+def test_pd102_message_quotes_the_host_time_blocked_not_only_the_copies_share(tmp_path):
+    """The saving (599.96 µs, above) exceeds the 16 µs the 1 KB copy explains (its bound, 1 µs device copy + 20 µs
+    per-copy overhead from the call's start at 100, meets the blocked host time [100, 105) ∪ [110, 121)): the
+    message quotes the host time blocked, 5 + 793 = 798 µs (the copy
+    call and the sync after it), which the saving does not exceed, and names the copies' share of it."""
+    f = run_tb(_queued_copy_trace(), tmp_path, ["PD102"]).findings["PD102"]
+    assert "block the host 0.80 ms per step in the copy calls and the stream syncs after them" in f["message"]
+    assert "the copies themselves explain 0.02 ms of it" in f["message"]
+    assert "up to 0.02 ms" not in f["message"] and f["saving_us_per_step"] <= 798
 
 
 def test_pd102_silent_on_pinned_copy(tmp_path):

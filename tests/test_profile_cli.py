@@ -372,3 +372,22 @@ def test_repeat_windows_report_the_last_one(tmp_path):
     steps = [s["step"] for s in doc["ranks"][0]["devices"][0]["steps"]]
     assert steps == list(range(windows[1]["first_step"], windows[1]["last_step"] + 1))
     assert any("2 profiled windows per rank" in w for w in doc["warnings"])
+
+
+def test_a_script_that_raises_or_exits_is_told_so_not_to_change_the_window(tmp_path):
+    """A script that raises inside the profiled window is told so (it was advised "fewer --steps or a smaller
+    --wait"); one that exits in argparse before its first step is told its exit status (it was told "no
+    training step was seen ... must call perfdoctor.step()")."""
+    out = tmp_path / "raise"
+    window = ["--steps", "20", "--wait", "5", "--warmup", "1", "--active", "10"]  # window at steps 6-15
+    r = perfdoctor("profile", MLP, *window, "--out", str(out), "--", *SMALL_MLP, "--raise-at", "8", cwd=tmp_path)
+    assert r.returncode == 1 and "RuntimeError: deliberate failure at step 8" in r.stderr
+    want = "the script raised after 8 training steps, inside its profiled window (profiled window at steps 6–15)"
+    assert want in r.stderr and "traceback" in r.stderr and "smaller --wait" not in r.stderr
+    rep = perfdoctor("report", str(out), "--format", "json", cwd=tmp_path)
+    assert rep.returncode == 0 and want in json.loads(rep.stdout)["no_trace"]
+    out = tmp_path / "usage"
+    r = perfdoctor("profile", MLP, *window, "--out", str(out), "--", "--no-such-flag", cwd=tmp_path)
+    assert r.returncode == 2 and "unrecognized arguments: --no-such-flag" in r.stderr
+    assert "the script exited with status 2 before its first training step" in r.stderr
+    assert "no training step was seen" not in r.stderr and "perfdoctor.step()" not in r.stderr

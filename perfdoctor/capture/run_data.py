@@ -364,8 +364,19 @@ def measured_cpu_roofs(run: RunData | None) -> Roofs | None:
 
 
 def no_trace_reason(path: str, run: RunData) -> str:
-    """Why the run directory ``path`` has no trace, and what the report then covers."""
-    done = run.facts.steps_completed
+    """Why the run directory ``path`` has no trace, and what the report then covers: the script raised or
+    exited (``run.json``'s ``exit_code`` and ``stop_reason``) before or inside its profiled window, or it ran
+    no training step at all, or the run stopped before the window."""
+    done = run.facts.steps_completed or 0
+    code, reason = run.facts.exit_code, run.facts.stop_reason or ""
+    raised = code == 1 and reason.startswith("script raised ")
+    exited = code not in (None, 0) and reason.startswith("script exited ")
+    if not done and (raised or exited):
+        what = f"raised {reason[len('script raised ') :]}" if raised else f"exited with status {code}"
+        return (
+            f"{path}: the script {what} before its first training step, so there is no trace and no step "
+            "series (its traceback or usage message is above, and the traceback in run.json's script_traceback)"
+        )
     if not done:
         return (
             f"{path}: no training step was seen, so there is no trace and no step series: perfdoctor counts "
@@ -374,6 +385,16 @@ def no_trace_reason(path: str, run: RunData) -> str:
         )
     windows = [w for r in run.facts.ranks or [] for w in r.windows]
     where = f" (profiled window at steps {windows[0].first_step}–{windows[0].last_step})" if windows else ""
+    first, last = (windows[0].first_step, windows[0].last_step) if windows else (None, None)
+    inside = first is not None and last is not None and first <= done <= last
+    if raised or exited:
+        what = "raised" if raised else f"exited with status {code}"
+        at = "inside its profiled window" if inside else "before its profiled window completed"
+        return (
+            f"{path}: the script {what} after {done} training steps, {at}{where}, so there is "
+            f"no trace ({reason}; see the script's traceback, also in run.json's script_traceback): this report "
+            "covers the run's step series and throughput only"
+        )
     return (
         f"{path}: the run stopped after {done} steps, before its profiled window completed{where}: there is no "
         "trace, so this report covers the run's step series and throughput only (profile again with fewer "

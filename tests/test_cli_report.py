@@ -304,3 +304,25 @@ def test_run_dir_with_a_corrupt_trace_is_reported_from_its_run_data(tmp_path):
     assert doc["ranks"] == [] and doc["run"]["steps_completed"] == steps_in_csv
     warnings = [w for w in doc["warnings"] if str(trace) in w]
     assert len(warnings) == 1 and "trace analysis failed" in warnings[0] and "\n" not in warnings[0]
+
+
+def test_the_same_file_twice_is_said_so_and_one_rank_is_singular(tmp_path):
+    """`report X X` says the same file was given twice (it suggested `perfdoctor diff X X`); a job of one
+    analysed rank and one failed trace reads "1 rank analysed" (it read "1 ranks analysed")."""
+    t = small_trace(tmp_path)
+    for args in ([t, t], [t, str(tmp_path / "." / "t.json")]):
+        r = run("report", *args)
+        assert r.returncode == 2 and "Traceback" not in r.stderr and "perfdoctor diff" not in r.stderr
+        assert r.stderr.strip() == (
+            f"perfdoctor: error: {args[1]}: the same file was given twice ({t} and {args[1]}); give each trace or "
+            "directory once"
+        )
+    import shutil
+
+    job = tmp_path / "job"
+    job.mkdir()
+    shutil.copy(shared_trace("hta__trace_filter__sampled_rank-0.json.gz"), job)
+    (job / "rank1.json").write_text("{not json")
+    r = run("report", str(job), "--jobs", "1", "--width", "200")
+    assert r.returncode == 0, r.stderr
+    assert "Job: 1 rank analysed;" in r.stdout and "1 ranks" not in r.stdout

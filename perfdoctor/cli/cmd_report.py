@@ -127,6 +127,22 @@ def _input_files(paths: list[str]) -> list[str]:
     return files
 
 
+def _refuse_repeated(paths: list[str]) -> None:
+    """Refuse a path given twice (``report X X`` read as two ranks of one job, then suggested ``diff X X``).
+
+    Raises:
+        PerfDoctorError: two of ``paths`` name the same file or directory.
+    """
+    seen: dict[str, str] = {}
+    for p in paths:
+        key = os.path.realpath(p)
+        if key in seen:
+            raise PerfDoctorError(
+                f"{p}: the same file was given twice ({seen[key]} and {p}); give each trace or directory once"
+            )
+        seen[key] = p
+
+
 def _check_output(path: str, inputs: list[str], force: bool) -> None:
     """Refuse an ``-o`` that is empty, a directory, an input (even with ``--force``), an existing file without
     ``--force``, or in a directory that is missing or takes no new file.
@@ -267,6 +283,7 @@ def run(args: argparse.Namespace) -> int:
 
     if args.jobs is not None and args.jobs < 1:
         raise PerfDoctorError(f"--jobs must be at least 1 (got {args.jobs})")
+    _refuse_repeated(args.paths)
     out_format = None
     if args.output is not None:
         _check_output(args.output, args.paths, args.force)

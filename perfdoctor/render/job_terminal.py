@@ -31,7 +31,8 @@ def render_job(report: dict[str, Any], console: Console) -> None:
     """Print the job summary of ``report`` (which has a ``job`` section) to ``console``."""
     job = report["job"]
     ranks = job["ranks"]
-    head = [f"Job: {job['n_ranks']} ranks analysed"]
+    n = job["n_ranks"]
+    head = [f"Job: {n} rank{'' if n == 1 else 's'} analysed"]
     if job.get("world_size"):
         head.append(f"world size {job['world_size']}")
     if job.get("missing_ranks"):

@@ -326,3 +326,27 @@ def test_the_same_file_twice_is_said_so_and_one_rank_is_singular(tmp_path):
     r = run("report", str(job), "--jobs", "1", "--width", "200")
     assert r.returncode == 0, r.stderr
     assert "Job: 1 rank analysed;" in r.stdout and "1 ranks" not in r.stdout
+
+
+def test_own_report_and_diff_json_in_a_trace_directory_are_left_out_with_a_note(tmp_path):
+    """A perfdoctor report (or diff) JSON beside the traces of a directory is recognised by its schema and left
+    out with a note; it used to be analysed as a trace ("1 trace(s) could not be analysed")."""
+    import shutil
+
+    job = tmp_path / "job"
+    job.mkdir()
+    trace = job / "hta__trace_filter__sampled_rank-0.json.gz"
+    shutil.copy(shared_trace(trace.name), trace)
+    alone = run("report", str(trace), "--format", "json")
+    assert alone.returncode == 0, alone.stderr
+    (job / "rep.json").write_text(alone.stdout)  # what `perfdoctor report T --format json > rep.json` writes
+    d = run("diff", str(trace), str(trace), "-o", str(job / "d.json"))
+    assert d.returncode == 0, d.stderr
+    r = run("report", str(job), "--format", "json")
+    assert r.returncode == 0, r.stderr
+    err = " ".join(r.stderr.split())  # the notes as printed, unwrapped
+    for name in ("d.json", "rep.json"):
+        assert f"note: {job / name}: a perfdoctor report, not a trace; left out" in err
+    assert err.count("note: ") == 2 and "could not be analysed" not in err
+    doc = json.loads(r.stdout)
+    assert not doc.get("job") and doc["ranks"] == json.loads(alone.stdout)["ranks"]

@@ -127,6 +127,54 @@ def _input_files(paths: list[str]) -> list[str]:
     return files
 
 
+OWN_SCHEMAS = ("perfdoctor.report", "perfdoctor.diff")  # the top-level "schema" of our report and diff JSON
+
+
+def _is_own_report(path: str) -> bool:
+    """Whether ``path`` is a report or diff JSON that perfdoctor wrote (its top-level ``schema``), not a trace.
+    The bytes are scanned for the schema name (fast) before the file is parsed to confirm."""
+    import mmap
+
+    import orjson
+
+    if not path.endswith(".json"):
+        return False  # we write reports as plain .json
+    try:
+        with open(path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as buf:
+            if not any(buf.find(f'"{name}"'.encode()) >= 0 for name in OWN_SCHEMAS):
+                return False
+            doc = orjson.loads(buf[:])
+    except (OSError, ValueError):  # empty, unreadable or not JSON: the analysis says what is wrong
+        return False
+    return isinstance(doc, dict) and doc.get("schema") in OWN_SCHEMAS
+
+
+def _without_own_reports(paths: list[str]) -> tuple[list[str], list[str]]:
+    """``paths`` with each trace directory that holds perfdoctor report or diff JSON files replaced by its
+    other files, and a note naming each file left out."""
+    from perfdoctor.capture.rundir import is_run_dir
+    from perfdoctor.trace import trace_files_in
+
+    kept: list[str] = []
+    notes: list[str] = []
+    for p in paths:
+        if is_run_dir(p) or not os.path.isdir(p):
+            kept.append(p)
+            continue
+        try:
+            files = trace_files_in(p)
+        except TraceFormatError:  # the analysis raises it again, in its place
+            kept.append(p)
+            continue
+        ours = [f for f in files if _is_own_report(f)]
+        notes += [f"{f}: a perfdoctor report, not a trace; left out" for f in ours]
+        rest = [f for f in files if f not in ours]
+        if ours and not rest:
+            raise PerfDoctorError(f"{p}: holds only perfdoctor reports ({ours[0]}), no trace")
+        kept += rest if ours else [p]
+    return kept, notes
+
+
 def _refuse_repeated(paths: list[str]) -> None:
     """Refuse a path given twice (``report X X`` read as two ranks of one job, then suggested ``diff X X``).
 
@@ -292,6 +340,9 @@ def run(args: argparse.Namespace) -> int:
 
     opts = config.resolve(args.select, args.ignore, args.rules, args.fail_on)
     err = Console(stderr=True)
+    args.paths, notes = _without_own_reports(args.paths)
+    for note in notes:
+        err.print(f"note: {note}", markup=False, highlight=False)
     built = _analyze(args, err, opts)
     report = built.model
     if args.output and out_format:  # out_format is set whenever args.output is; written before stdout, which

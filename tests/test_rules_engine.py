@@ -234,3 +234,19 @@ def test_rules_listing_reads_on_a_narrow_terminal(capsys):
     assert main(["rules", "--width", "150"]) == 0
     wide = capsys.readouterr().out
     assert "category" in wide and "PD101" in wide
+
+
+def test_skip_reasons_of_several_ranks_are_folded_by_wording() -> None:
+    """Issue 12: an 8-rank job printed PD206's long skip reason 8 times (it differs only in a number); from 3 ranks
+    on, one line per wording names how many ranks share it, and distinct wordings stay apart."""
+    from perfdoctor.checks.engine import FOLD_SKIPS_ABOVE, _folded
+
+    assert FOLD_SKIPS_ABOVE == 2
+    skips = [(r, f"ops that could not be costed take {28 + r}% of op time") for r in range(8)]
+    skips.append((8, "no memory events"))
+    text = _folded(skips)
+    assert text == (
+        "on 8 ranks, e.g. rank 0: ops that could not be costed take 28% of op time; "
+        "on 1 rank, e.g. rank 8: no memory events"
+    )
+    assert text.count("could not be costed") == 1

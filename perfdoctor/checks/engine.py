@@ -211,7 +211,7 @@ def _as_rank(key: Any) -> int | None:
     return None if key is None or key == "None" else int(key)
 
 
-FOLD_SKIPS_ABOVE = 8  # ranks; more skip reasons than this are folded by their wording
+FOLD_SKIPS_ABOVE = 2  # ranks; more skip reasons than this are folded by their wording (8 ranks printed 8 copies)
 _NUMBER = re.compile(r"\d+(\.\d+)?")
 
 

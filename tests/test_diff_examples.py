@@ -110,7 +110,9 @@ def test_same_settings_twice_never_fires_the_gate(root, capsys):
         assert code == 0
         assert d["verdict"] in ("no-change", "inconclusive") or not timing_verdicts_meaningful(capsys)
         assert d["statistics"]["source"].startswith("steady-state train-only step times of the whole run")
-        assert d["statistics"]["steps"]["before"] > 100  # the whole run, not the profiled window
+        # the whole run's steady state, not the 10-step profiled window (default --active 10); the steady state
+        # can be shorter than 100 steps when the run changed level under load (CI once kept 45 of 250)
+        assert d["statistics"]["steps"]["before"] > 10 and d["statistics"]["steps"]["after"] > 10
 
 
 def test_problem_flag_on_is_a_regression(root, capsys):

@@ -253,6 +253,10 @@ def test_cli_module_mode_via_console_script(tmp_path):
     assert n_rows(tmp_path / "r" / "steps.csv") == 10
 
 
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.mark.slow
 def test_ctrl_c_mid_run_exits_130_with_partial_outputs(tmp_path):
     out = tmp_path / "run"
@@ -285,7 +289,13 @@ def test_ctrl_c_mid_run_exits_130_with_partial_outputs(tmp_path):
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        # a child inherits an ignored SIGINT across exec (POSIX) and Python then installs no KeyboardInterrupt
+        # handler: a suite started as a background job of a non-interactive shell (`.ci/run &`) ignores SIGINT,
+        # and the run trained on through two SIGINTs; the child starts with the disposition a user's shell gives
+        preexec_fn=_default_sigint,
     )
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        warnings.warn("this test process ignores SIGINT (started as a background job?)", stacklevel=1)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         if (out / "steps.csv").exists() and n_rows(out / "steps.csv") >= 20:
@@ -293,14 +303,7 @@ def test_ctrl_c_mid_run_exits_130_with_partial_outputs(tmp_path):
         time.sleep(0.2)
     proc.send_signal(signal.SIGINT)
     try:
-        try:
-            proc.communicate(timeout=60)
-        except subprocess.TimeoutExpired:
-            # seen once in CI under load: the first Ctrl-C was not honoured (open defect, issue notes); a user
-            # presses it again, so the second must stop the run with its partial outputs
-            warnings.warn("the first SIGINT did not stop `perfdoctor profile`; a second one was sent", stacklevel=1)
-            proc.send_signal(signal.SIGINT)
-            proc.communicate(timeout=60)
+        proc.communicate(timeout=120)
     finally:
         if proc.poll() is None:  # never leave a 100,000-step run behind to load the rest of the suite
             proc.kill()

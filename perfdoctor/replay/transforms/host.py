@@ -191,8 +191,9 @@ def cuda_graphs(rr: RankReplay, tables: TraceTables) -> WhatIf:
     return WhatIf(
         "cuda-graphs",
         Scenario("cuda-graphs", host_cut={pid: cut} if cut[0].size else {}),
-        f"the step's launches replayed as one CUDA graph ({GRAPH_LAUNCH_US:.0f} µs); DataLoader and "
-        "synchronizing calls stay",
+        f"the step's launches replayed as one CUDA graph ({GRAPH_LAUNCH_US:.0f} µs): the host time from its first "
+        "to its last launch goes, launch calls, op dispatch and the Python between them (a captured graph runs "
+        "none of it); DataLoader and synchronizing calls stay",
         "CUDA Graphs; graph launch cost from luatil trace_05 (RTX 3060)",
     )
 

@@ -19,14 +19,7 @@ from perfdoctor.render.html import CSP, base_env
 
 def render_diff_html(diff: Diff, generated_at: str | None = None) -> str:
     """The diff as one HTML page (str); ``generated_at`` stamps the footer (None keeps output byte-stable)."""
-    tables = [
-        diff_view.categories_table(diff),
-        diff_view.movers_table(diff, "kernels", 25, 160),
-        diff_view.movers_table(diff, "cpu_ops", 25, 160),
-        diff_view.findings_table(diff),
-        diff_view.predictions_table(diff),
-        diff_view.efficiency_table(diff),
-    ]
+    tables = diff_view.tables(diff, 25, 160)
     context = {
         "diff": diff,
         "csp": CSP,

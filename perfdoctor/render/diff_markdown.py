@@ -51,17 +51,7 @@ def render_diff_markdown(diff: Diff) -> str:
     head += [f"- **{esc(label)}**: {esc(value)}" for label, value in diff_view.verdict_facts(diff)]
     head += [f"- ⚠️ {esc(w)}" for w in diff.warnings]
     head.append("")
-    sections = [
-        _table(v)
-        for v in (
-            diff_view.categories_table(diff),
-            diff_view.movers_table(diff, "kernels", MAX_ROWS, NAME_WIDTH),
-            diff_view.movers_table(diff, "cpu_ops", MAX_ROWS, NAME_WIDTH),
-            diff_view.findings_table(diff),
-            diff_view.predictions_table(diff),
-            diff_view.efficiency_table(diff),
-        )
-    ]
+    sections = [_table(v) for v in diff_view.tables(diff, MAX_ROWS, NAME_WIDTH)]
     text = "\n".join(head)
     for sec in sections:
         block = "\n".join(sec)

@@ -38,14 +38,7 @@ def render_diff_terminal(diff: Diff, console: Console) -> None:
         console.print(Text.assemble((f"{label}: ", "bold"), value))
     for w in diff.warnings:
         console.print(Text(f"warning: {w}", style="yellow"))
-    views = [
-        diff_view.categories_table(diff),
-        diff_view.movers_table(diff, "kernels", 10, 70),
-        diff_view.movers_table(diff, "cpu_ops", 10, 70),
-        diff_view.findings_table(diff),
-        diff_view.predictions_table(diff),
-        diff_view.efficiency_table(diff),
-    ]
+    views = diff_view.tables(diff, 10, 70)
     for view in views:
         if view.rows:
             console.print(_table(view))

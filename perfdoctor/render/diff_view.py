@@ -241,3 +241,16 @@ def efficiency_table(d: Diff) -> TableView:
 
 def _pct_num(x: float | None) -> str:
     return "–" if x is None else f"{x:.1f}%"
+
+
+def tables(d: Diff, movers_limit: int, name_width: int) -> list[TableView]:
+    """The diff's tables in the order every renderer shows them: categories, kernel and CPU-op movers (the top
+    ``movers_limit`` each, names cut to ``name_width`` characters), findings, predicted vs measured, efficiency."""
+    return [
+        categories_table(d),
+        movers_table(d, "kernels", movers_limit, name_width),
+        movers_table(d, "cpu_ops", movers_limit, name_width),
+        findings_table(d),
+        predictions_table(d),
+        efficiency_table(d),
+    ]

@@ -236,3 +236,35 @@ def test_step_annotation_running_past_the_recording_is_cut(tmp_path):
         tb.cpu_op("aten::add", 1000 * i, 400)
     a = pipeline.analyze_tables(load_trace(str(tb.write(tmp_path / "py.json"))))
     assert [s.dur_us for s in a.primary.steps] == [1000, 1000, 1000] and not a.warnings
+
+
+def test_kernels_outside_every_window_count_in_none(tmp_path):
+    # step 1 [1000, 2000), step 2 [2500, 3500): a kernel at 100 (set-up, before the first step) and one at 2100
+    # (the host gap between the windows) start in no window; n_kernels counts kernels *starting* in [start, end)
+    tb = TraceBuilder()
+    tb.step(1, 1000, 1000)
+    tb.step(2, 2500, 1000)
+    tb.launch(SGEMM, launch_ts=50, start=100, dur=50, stream=7)
+    tb.launch(SGEMM, launch_ts=1100, start=1200, dur=300, stream=7)
+    tb.launch(SGEMM, launch_ts=2050, start=2100, dur=70, stream=7)
+    tb.launch(SGEMM, launch_ts=2600, start=2700, dur=200, stream=7)
+    s = analyse(tb, tmp_path).primary.steps
+    assert [x.n_kernels for x in s] == [1, 1]
+    assert [x.kernel_sum_us for x in s] == [300, 200]
+
+
+def test_first_step_kernel_count_matches_the_raw_trace():
+    # HTA's step_based_trace (GP100, steps derived from Optimizer.step): the previous, unanalysed iteration's 26
+    # kernels were once added to step 0 (52). Counted here from the raw JSON: cat "kernel", ts in [start, end).
+    import gzip
+    import json
+    from pathlib import Path
+
+    path = Path(__file__).parent / "data" / "hta__with_gpu_user_annotation__step_based_trace.json.gz"
+    steps = pipeline.analyze_tables(load_trace(str(path))).primary.steps
+    events = json.loads(gzip.open(path).read())["traceEvents"]
+    kts = [e["ts"] for e in events if e.get("cat") == "kernel" and e.get("ph") == "X"]
+    for s in steps:
+        raw = sum(1 for t in kts if s.start_us <= t < s.start_us + s.dur_us)
+        assert s.n_kernels == raw
+    assert steps[0].n_kernels == 26

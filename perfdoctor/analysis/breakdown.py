@@ -314,9 +314,13 @@ def gpu_breakdown(tables: TraceTables, steps: Steps, device: int, attribution: A
     kernel_mask = ev.is_kernel
     kstart = ev.ts[kernel_mask]
     kdur = (ev.end - ev.ts)[kernel_mask]
+    # a kernel belongs to the window it starts in, [start, end): kernels before the first window or in the host
+    # gap between two windows belong to none (searchsorted on the ends alone charged them to the next step)
     kidx = np.searchsorted(we, kstart, side="right")
-    n_k = np.bincount(kidx, minlength=len(steps) + 1)[: len(steps)]
-    k_sum = np.bincount(kidx, weights=kdur, minlength=len(steps) + 1)[: len(steps)]
+    inside = kidx < len(steps)
+    inside[inside] = kstart[inside] >= ws[kidx[inside]]
+    n_k = np.bincount(kidx[inside], minlength=len(steps))[: len(steps)]
+    k_sum = np.bincount(kidx[inside], weights=kdur[inside], minlength=len(steps))[: len(steps)]
 
     cols_w = StepColumns(
         busy=busy_w,

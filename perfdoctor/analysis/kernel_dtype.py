@@ -14,6 +14,10 @@ from __future__ import annotations
 
 import functools
 import re
+from collections import defaultdict
+from collections.abc import Sequence
+
+import numpy as np
 
 _GEMM_RE = re.compile(
     r"(?<!fb)gemm|Cijk_|xmma|wgmma|tensorop|implicit_gemm|conv|cutlass|matmul|sm\d\d_|[sh]cudnn|winograd", re.I
@@ -45,3 +49,38 @@ def kernel_math_dtype(name: str) -> str | None:
         if rx.search(name):
             return dtype
     return None
+
+
+# GEMM/conv-category kernels that are layout, normalisation or split-K helpers, not the GEMM itself
+NOT_GEMM = re.compile(r"bn_|batch_?norm|nchwToNhwc|nhwcToNchw|transpose|im2col|col2im|splitKreduce|reduce_", re.I)
+
+
+def gemm_mask(names: Sequence[str], name_id: np.ndarray, category: np.ndarray) -> np.ndarray:
+    """Which kernels are GEMMs/convolutions (bool, shape of ``name_id``): the breakdown's ``matmul`` and ``conv``
+    categories, plus the batched GEMMs of unfused attention (category ``attention`` with a GEMM library name),
+    less layout/normalisation/split-K helpers (:data:`NOT_GEMM`). ``names``: the trace's name table;
+    ``category``: each kernel's breakdown category (:func:`perfdoctor.analysis.kernel_ops.kernel_labels`).
+    The one definition of "GEMM kernel time" behind the report's GEMM dtype and PD203."""
+    if name_id.size == 0:
+        return np.zeros(0, dtype=bool)
+    uniq = np.unique(name_id).tolist()
+    gemm_names = [i for i in uniq if not NOT_GEMM.search(names[i])]
+    attn_names = [i for i in gemm_names if is_gemm_kernel(names[i])]
+    cat_ok = np.isin(category, ["matmul", "conv"]) | ((category == "attention") & np.isin(name_id, attn_names))
+    mask: np.ndarray = cat_ok & np.isin(name_id, gemm_names)
+    return mask
+
+
+def gemm_time_by_dtype(names: Sequence[str], name_id: np.ndarray, dur_us: np.ndarray) -> dict[str, float]:
+    """GEMM kernel time (µs) by math dtype (:func:`kernel_math_dtype`) of the given GEMM kernels; kernels whose
+    name does not say are left out. One regex test per distinct name."""
+    out: dict[str, float] = defaultdict(float)
+    if name_id.size == 0:
+        return {}
+    uniq, inv = np.unique(name_id, return_inverse=True)
+    per_name = np.bincount(inv, weights=dur_us)
+    for nid, dur in zip(uniq.tolist(), per_name.tolist()):
+        d = kernel_math_dtype(names[nid])
+        if d:
+            out[d] += dur
+    return dict(out)

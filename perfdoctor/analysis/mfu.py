@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
-from perfdoctor.analysis.kernel_dtype import is_gemm_kernel, kernel_math_dtype
 from perfdoctor.analysis.missing import MissingReason
 from perfdoctor.analysis.roofline import RooflineResult, Roofs
 
@@ -115,25 +114,27 @@ def bandwidth_check(
     return BandwidthCheck(total, rate, frac, comps)
 
 
-def gemm_dtype(tables: Any) -> tuple[str | None, dict[str, float]]:
+def gemm_dtype(tables: Any, steps: Any = None) -> tuple[str | None, dict[str, float]]:
     """The dtype the GEMMs ran in, weighted by GEMM kernel time.
 
-    Returns ``(dominant dtype or None, {dtype: µs})``. From GEMM kernel names on GPU
-    (see :mod:`perfdoctor.analysis.kernel_dtype`); in a CPU-only trace from the
-    ``Input type`` of matmul-family cpu_ops (weighted by their duration).
+    Returns ``(dominant dtype or None, {dtype: µs})``. On GPU: the GEMM/conv kernels of
+    :func:`perfdoctor.analysis.kernel_dtype.gemm_mask` (the same set PD203 judges) by the dtype their names
+    say (:mod:`perfdoctor.analysis.kernel_dtype`), only those of the analysed steps when ``steps``
+    (:class:`perfdoctor.analysis.steps.Steps`, kernels by :meth:`~perfdoctor.analysis.steps.Steps.activity_step`)
+    is given, else the whole trace. In a CPU-only trace from the ``Input type`` of matmul-family cpu_ops
+    (weighted by their duration).
     """
+    from perfdoctor.analysis.kernel_dtype import gemm_mask, gemm_time_by_dtype
+    from perfdoctor.analysis.kernel_ops import kernel_labels
+
     shares: dict[str, float] = defaultdict(float)
     names = tables.name_array()
     k = tables.kernels
     if len(k):
-        uniq, inv = np.unique(k["name_id"], return_inverse=True)
-        time_per_name = np.bincount(inv, weights=k["dur_us"])
-        for nid, dur in zip(uniq.tolist(), time_per_name.tolist()):  # one regex test per distinct name
-            name = names[nid]
-            if is_gemm_kernel(name):
-                d = kernel_math_dtype(name)
-                if d:
-                    shares[d] += dur
+        sel = gemm_mask(names, k["name_id"], kernel_labels(tables).category)
+        if steps is not None:
+            sel &= steps.activity_step(tables, "kernels") >= 0
+        shares.update(gemm_time_by_dtype(names, k["name_id"][sel], k["dur_us"][sel]))
     else:
         from perfdoctor.analysis.op_args import OpCost
         from perfdoctor.analysis.op_flops import cost_op
@@ -420,7 +421,7 @@ def add_efficiency(
         ops = r.tables.cpu_ops
         has_shapes = bool(len(ops)) and bool((ops["input_dims"] != None).any())  # noqa: E711 - object array
         r.roofline = roofline_table(r.tables, roofs) if has_shapes else None
-        r.gemm_dtype = GemmDtype(*gemm_dtype(r.tables))
+        r.gemm_dtype = GemmDtype(*gemm_dtype(r.tables, None if r.steps.source == "whole-trace" else r.steps))
         if r.steps.source == "whole-trace" or not r.primary.steps:
             _missing(r, MissingReason(code="no_steps", message="no training steps in the trace"))
             continue

@@ -88,6 +88,32 @@ class Steps:
     def host_dur_us(self) -> np.ndarray:
         return np.asarray(self.host_end_us - self.host_start_us)
 
+    def step_of(self, ts_us: np.ndarray) -> np.ndarray:
+        """Index of the step window holding each time (µs, any shape; -1 outside every window). Host times between
+        the first step's host start and its device-timeline start (which waits for inherited device work) are
+        step 0's: the first step's own launches happen there."""
+        ws, we = self.start_us, self.end_us
+        if ws.size and self.host_start_us.size and self.host_start_us[0] < ws[0]:
+            ws = ws.copy()
+            ws[0] = self.host_start_us[0]
+        step: np.ndarray = iv.containing(ts_us, (ws, we))
+        return step
+
+    def activity_step(self, tables: TraceTables, table: str) -> np.ndarray:
+        """Step index of each row of a GPU table (``kernels``, ``memcpy``, ``memset``; int64, -1 in none): by the
+        host time of its launch call (:meth:`step_of`), so the work a step launches is the step's even when it
+        runs past the window; a row with no launch call in the trace (queued before the recording) by its own
+        device start in the unextended windows, so work inherited from before the first step is in none."""
+        gpu = tables.tables[table]
+        if len(gpu) == 0:
+            return np.empty(0, dtype=np.int64)
+        rows = launch_rows(tables, table)
+        hit = rows >= 0
+        step = np.asarray(iv.containing(gpu["ts_us"], (self.start_us, self.end_us)), dtype=np.int64)
+        if hit.any():
+            step[hit] = self.step_of(tables.runtime["ts_us"][rows[hit]])
+        return step
+
     def warmup_by_step(self) -> dict[int, float]:
         """First-call work of each step (µs; :mod:`perfdoctor.analysis.warmup`): the analysed windows' and the
         left-out leading cold steps' (``cold_dropped``), by step number; {} when it was not measured."""

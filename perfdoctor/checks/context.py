@@ -128,14 +128,9 @@ class RankContext:
         return start_us, end_us
 
     def step_of(self, ts_us: np.ndarray) -> np.ndarray:
-        """Index of the step window holding each time (-1 outside all windows); host times between the first
-        step's host start and its device-timeline start (which waits for inherited device work) are step 0's."""
-        ws, we = self.windows()
-        h0 = self.rank.steps.host_start_us[:1]
-        if ws.size and h0.size and h0[0] < ws[0]:
-            ws = ws.copy()
-            ws[0] = h0[0]
-        step: np.ndarray = iv.containing(ts_us, (ws, we))
+        """Index of the step window holding each time (-1 outside all windows;
+        :meth:`perfdoctor.analysis.steps.Steps.step_of`)."""
+        step: np.ndarray = self.rank.steps.step_of(ts_us)
         return step
 
     # -- derived, cached ---------------------------------------------------------
@@ -160,7 +155,7 @@ class RankContext:
             dur_us=tab["dur_us"][m] if len(tab) else np.empty(0),
             launch_us=launch,
             launch_dur_us=launch_dur,
-            step=self.step_of(launch) if ts.size else np.empty(0, dtype=np.int64),
+            step=self.rank.steps.activity_step(self.tables, "kernels")[m] if ts.size else np.empty(0, dtype=np.int64),
             category=cat,
             triton=tri,
             launch_gap_us=_next_launch_gaps(np.where(np.isnan(launch_dur), np.nan, launch)),

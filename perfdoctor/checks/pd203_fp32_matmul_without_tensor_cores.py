@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from perfdoctor.analysis.kernel_dtype import is_gemm_kernel, kernel_math_dtype
+from perfdoctor.analysis.kernel_dtype import gemm_mask, kernel_math_dtype
 from perfdoctor.checks.common import pct, top_names
 from perfdoctor.checks.context import Outcome, RankContext, passed, skipped
 from perfdoctor.findings import Estimate, Evidence, Hit
@@ -41,7 +41,6 @@ class Thresholds:
     default_speedup: float
 
 
-NOT_GEMM = re.compile(r"bn_|batch_?norm|nchwToNhwc|nhwcToNchw|transpose|im2col|col2im|splitKreduce|reduce_", re.I)
 AMD = re.compile(r"AMD|Radeon|Instinct|MI\d{3}", re.I)
 
 
@@ -60,12 +59,19 @@ def _device(ctx: RankContext) -> tuple[dict[str, Any] | None, tuple[int, int] | 
     return None, None
 
 
-def _advice(cc: tuple[int, int]) -> str:
+def _advice(cc: tuple[int, int], props: dict[str, Any] | None, name: str) -> str:
+    """The fix for this GPU. TF32 is offered only where its tensor rate beats the FP32 CUDA-core rate: on GeForce
+    Ampere/Ada cards the TF32 tensor peak equals the FP32 peak (GA102 whitepaper v2.0 and Ada whitepaper v1.1,
+    Appendix A: RTX 3090 35.6 vs 35.6, RTX 4090 82.6 vs 82.6 TFLOP/s), so only bf16/fp16 gain there."""
     if cc >= (8, 0):
-        return (
-            'bf16 autocast (torch.autocast("cuda", dtype=torch.bfloat16)), or TF32 for the FP32 matmuls '
-            '(torch.set_float32_matmul_precision("high"))'
-        )
+        from perfdoctor.analysis.hardware import match_device
+
+        spec = (props["guess"].spec if "guess" in props else match_device(props)) if props else None
+        tf32, fp32 = (spec.peak("tf32"), spec.peak("fp32")) if spec is not None else (None, None)
+        bf16 = 'bf16 autocast (torch.autocast("cuda", dtype=torch.bfloat16))'
+        if (tf32 and fp32 and tf32 <= fp32) or (spec is None and "geforce" in name.lower()):
+            return f"{bf16}; TF32 gives nothing on this GPU (its TF32 tensor rate equals its FP32 rate)"
+        return f'{bf16}, or TF32 for the FP32 matmuls (torch.set_float32_matmul_precision("high"))'
     return (
         'fp16 mixed precision (torch.autocast("cuda", dtype=torch.float16) with torch.amp.GradScaler); '
         "this GPU has no bf16 or TF32 tensor cores"
@@ -115,16 +121,10 @@ def check(ctx: RankContext) -> Outcome:
         )
     k = ctx.kernels()
     names = ctx.tables.name_array()
-    # the batched GEMMs of unfused attention count as attention in the breakdown; they are GEMMs all the same
-    attn_gemm = np.isin(
-        k.name_id, [i for i in np.unique(k.name_id[k.category == "attention"]).tolist() if is_gemm_kernel(names[i])]
-    )
-    gemm = (np.isin(k.category, ["matmul", "conv"]) | ((k.category == "attention") & attn_gemm)) & (k.step >= 0)
-    ids = np.unique(k.name_id[gemm]).tolist()
-    fp32_ids = [i for i in ids if not NOT_GEMM.search(names[i]) and kernel_math_dtype(names[i]) == "fp32"]
-    gemm_ids = [i for i in ids if not NOT_GEMM.search(names[i])]
+    gemm = gemm_mask(names, k.name_id, k.category) & (k.step >= 0)
+    fp32_ids = [i for i in np.unique(k.name_id[gemm]).tolist() if kernel_math_dtype(names[i]) == "fp32"]
     is32 = gemm & np.isin(k.name_id, fp32_ids)
-    all_gemm_us = float(k.dur_us[gemm & np.isin(k.name_id, gemm_ids)].sum())
+    all_gemm_us = float(k.dur_us[gemm].sum())
     fp32_us = float(k.dur_us[is32].sum()) / max(ctx.n_steps, 1)
     share = pct(fp32_us * max(ctx.n_steps, 1), all_gemm_us)
     metrics = {"fp32_gemm_us": fp32_us, "fp32_gemm_share_pct": share, "compute_capability": cc[0] + cc[1] / 10}
@@ -146,7 +146,7 @@ def check(ctx: RankContext) -> Outcome:
             "fp32_gemm_pct_of_step": pct(fp32_us, ctx.step_us),
             "fp32_share_of_gemm_pct": share,
             "assumed_speedup": speedup,
-            "advice": _advice(cc),
+            "advice": _advice(cc, props, name),
         },
         steps=ctx.step_numbers,
         events=top_names(names[k.name_id[is32]], k.dur_us[is32]),

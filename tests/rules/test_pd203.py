@@ -49,3 +49,41 @@ def test_pd203_silent_without_tensor_cores(tmp_path):
 def test_pd203_skipped_on_amd(tmp_path):
     r = run_tb(_gemm_trace("Cijk_Alik_Bljk_SB_MT64x16x32", "AMD Instinct MI300X", (9, 4)), tmp_path, ["PD203"])
     assert "AMD" in r.skipped["PD203"]
+
+
+def test_pd203_advice_on_geforce_ampere_leaves_tf32_out(tmp_path):
+    # GA102 whitepaper, Appendix A: the RTX 3090's TF32 tensor peak equals its FP32 peak (35.6 TFLOP/s)
+    tb = _gemm_trace("ampere_sgemm_128x64_tn", "NVIDIA GeForce RTX 3090", (8, 6), sms=82, memory=25_769_803_776)
+    f = run_tb(tb, tmp_path, ["PD203"]).findings["PD203"]
+    assert "bfloat16" in f["message"] and "set_float32_matmul_precision" not in f["message"]
+    assert "TF32 gives nothing" in f["message"]
+
+
+def test_pd203_leaves_out_gemms_inherited_from_before_the_first_step(tmp_path):
+    # a 400 µs SGEMM with no launch call in the trace (queued before the recording) ends at 500, before step 1's
+    # own first kernel at 600; the step's host annotation starts at 0. Only the step's own 300 µs SGEMM counts.
+    tb = TraceBuilder(device_name="Tesla V100-SXM2-32GB", compute_capability=(7, 0), total_memory=34_089_730_048)
+    tb.meta["deviceProperties"][0]["numSms"] = 80
+    tb.step(1, 0, 1000)
+    tb.kernel(SGEMM, start=100, dur=400)
+    tb.launch(SGEMM, launch_ts=50, start=600, dur=300)
+    r = run_tb(tb, tmp_path, ["PD203"])
+    assert r.metrics("PD203")["fp32_gemm_us"] == 300
+
+
+def test_pd203_fp32_time_on_rtx3060_is_the_analysed_windows():
+    # luatil trace_04 (RTX 3060, not in the hardware table): 83,468.3 µs of FP32 GEMM kernels in the file, of which
+    # 7,971.1 µs were queued before the first analysed window; 75,497.1 µs over its 5 analysed steps, summed from
+    # the raw JSON by the numbers review (/tmp/numcheck, independent of perfdoctor) = 15,099.4 µs per step
+    from conftest import shared_trace
+    from rules_helpers import run_rules
+
+    from perfdoctor import pipeline
+
+    path = shared_trace("luatil__rtx3060_compile_default__trace_04.json")
+    analysis = pipeline.analyze_paths([str(path)], hash_inputs=False)
+    assert analysis.ranks[0].gemm_dtype.time_us["fp32"] == pytest.approx(75_497.1, abs=0.1)
+    r = run_rules([path], ["PD203"])
+    f = r.findings["PD203"]
+    assert r.metrics("PD203")["fp32_gemm_us"] == pytest.approx(15_099.4, abs=0.1)
+    assert "TF32 gives nothing" in f["message"]

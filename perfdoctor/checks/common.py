@@ -234,12 +234,13 @@ def unprofiled_step_times(run: Any, start: int = 0) -> tuple[np.ndarray, np.ndar
 
 
 def cold_reason(ctx: Any) -> str:
-    """Why a launch-bound or synchronization verdict is not drawn ("" when the analysed steps are warm)."""
+    """Why a verdict about the training loop (launch-bound, synchronization, Python between ops, batch size, MFU) is
+    not drawn ("" when the analysed steps are warm): every analysed step is first-call work (PD902)."""
     warm = ctx.rank.steps.warmup
     if warm is None or not warm.cold.size or not warm.cold.all():
         return ""
     share = pct(float(warm.per_window_us.mean()), ctx.step_us)
     return (
-        f"the analysed step(s) are first-call work ({share:.0f}% compilation, first op calls, lazy init: "
-        "PD902): a verdict on them would describe the warm-up, not the training loop"
+        f"the analysed step(s) are a cold start ({share:.0f}% of the step is first-call work: compilation, first "
+        "op calls, lazy init; PD902): a verdict on them would describe the warm-up, not the training loop"
     )

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from perfdoctor.checks.common import pct, peak_reserved_pct
+from perfdoctor.checks.common import cold_reason, pct, peak_reserved_pct
 from perfdoctor.checks.context import Outcome, RankContext, passed, skipped
 from perfdoctor.findings import Estimate, Evidence, Hit
 
@@ -72,6 +72,8 @@ def _m_values(ctx: RankContext) -> tuple[np.ndarray, str]:
 
 
 def check(ctx: RankContext) -> Outcome:
+    if reason := cold_reason(ctx):  # a cold step's fixed cost and FLOP rate are the warm-up's
+        return skipped(reason)
     ms, op = _m_values(ctx)
     if ms.size == 0:
         return skipped("no forward GEMM ops (aten::linear / addmm / mm) with recorded shapes in the steps")

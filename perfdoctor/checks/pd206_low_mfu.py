@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from perfdoctor.checks.common import pct
+from perfdoctor.checks.common import cold_reason, pct
 from perfdoctor.checks.context import Outcome, RankContext, passed, skipped
 from perfdoctor.findings import Evidence, Hit
 from perfdoctor.vocab import IdleCause
@@ -76,6 +76,8 @@ def mfu_texts(mfu: float, achieved_flops_per_s: float) -> tuple[str, str]:
 
 
 def check(ctx: RankContext) -> Outcome:
+    if reason := cold_reason(ctx):  # a cold step's fixed cost and FLOP rate are the warm-up's
+        return skipped(reason)
     mfu = ctx.rank.mfu
     if mfu is None:
         missing = ctx.rank.mfu_missing

@@ -2,7 +2,8 @@
 
 Reads :attr:`perfdoctor.analysis.steps.Steps.warmup` (:mod:`perfdoctor.analysis.warmup`): leading steps
 dominated by it were left out of the analysis (``cold_dropped``); when every analysed step is cold, the
-report describes the warm-up and the launch-bound (PD103) and synchronization (PD401) verdicts are skipped.
+report describes the warm-up and the verdicts about the training loop (PD103, PD106, PD201, PD206, PD401) are
+skipped.
 No saving: the fix is to profile steady-state steps.
 """
 
@@ -62,8 +63,8 @@ def check(ctx: RankContext) -> Outcome:
     if all_cold:
         where = (
             f"the analysed step(s) hold {mean_us / 1000:,.1f} ms of it per step ({metrics['warmup_pct']:.0f}%): "
-            "this trace shows the warm-up, not the training loop, and no launch-bound or synchronization "
-            "verdict is drawn from it"
+            "this trace shows the warm-up, not the training loop, and no launch-bound, synchronization, "
+            "batch-size or MFU verdict is drawn from it"
         )
     else:
         dropped_ms = sum(c[2] for c in steps.cold_dropped) / 1000

@@ -39,3 +39,41 @@ def test_pd601_silent_inside_the_runs_own_noise():
     )
     out = pd601.check(JobContext(analysis, [], SimpleNamespace(thresholds={"max_deviation": 0.10})))
     assert out.hit is None
+
+
+def _unstable_run(window_s, neighbours_s=None):
+    """400 steps drawn evenly from 8-27 ms (p90/p10 ≈ 2.5: no single level, PD603); steps 200-207 profiled at
+    ``window_s``; the 16 steps on each side (the neighbours steady_state compares: 2 × the window) at
+    ``neighbours_s`` when given (the new-user review's num_workers=2 run: steady 8-27 ms, profiled 1.7-5.2 ms)."""
+    rng = np.random.default_rng(7)
+    d = rng.uniform(0.008, 0.027, 400)
+    window = np.zeros(d.size, bool)
+    window[200:208] = True
+    d[window] = window_s
+    if neighbours_s is not None:
+        d[184:200] = neighbours_s
+        d[208:224] = neighbours_s
+    return analyze(d, exclude=window, window=window)
+
+
+def test_pd601_fires_on_an_unstable_run_when_the_window_lies_outside_its_p10_p90_band():
+    ss = _unstable_run(0.0023)
+    assert ss.unstable and ss.window_median_s == pytest.approx(0.0023)
+    out = pd601.check(job(ss, max_deviation=0.10))
+    # the profiled steps (2.3 ms, with the profiler's overhead) are faster than 90% of the unprofiled steps
+    assert out.hit is not None and 0.0023 < ss.p10_s
+    v = out.hit.evidence.values
+    assert v["window_ms"] == pytest.approx(2.3) and v["direction"] == "faster"
+    assert v["deviation_pct"] == pytest.approx(100 * abs(0.0023 / ss.median_s - 1))
+    assert "below the steady state's p10-p90 band" in v["basis"]
+    # slow unprofiled neighbours (60 ms, above p90) are a transient too, whatever the profiled steps did
+    ss = _unstable_run(0.012, neighbours_s=0.060)
+    assert ss.unstable and ss.p90_s < 0.060
+    out = pd601.check(job(ss, max_deviation=0.10))
+    assert out.hit is not None and out.hit.evidence.values["window_ms"] == pytest.approx(60.0)
+    assert out.hit.evidence.values["direction"] == "slower"
+
+
+def test_pd601_skips_an_unstable_run_whose_window_is_inside_its_band():
+    out = pd601.check(job(_unstable_run(0.015, neighbours_s=0.016), max_deviation=0.10))
+    assert out.hit is None and out.skip and "inside their p10-p90 band" in out.skip

@@ -96,6 +96,21 @@ def test_mlp_flops_and_parameter_count_are_exact(tmp_path):
     assert run["samples_per_step"] == 16 and run["tokens_per_step"] is None
 
 
+def test_dataloader_workers_are_recorded_for_pd104(tmp_path):
+    # examples/mlp.py iterates one DataLoader with --num-workers; PD104 counts its workers among the busy threads
+    import torch.utils.data
+
+    original = torch.utils.data.DataLoader.__iter__
+    for workers in (0, 2):
+        run_dir = profile_script(
+            MLP, [*SMALL_MLP, "--num-workers", str(workers)], steps=8, out=tmp_path / f"w{workers}"
+        )
+        run = json.loads((run_dir / "run.json").read_text())
+        assert run["ranks"][0]["dataloader_workers"] == workers
+        assert run["environment"]["dataloader_workers"] == workers
+    assert torch.utils.data.DataLoader.__iter__ is original  # the session's wrapper is gone after the run
+
+
 def test_grad_accum_counts_optimizer_steps_and_autocast_is_seen(tmp_path):
     run_dir = profile_script(MLP, [*SMALL_MLP, "--grad-accum", "3", "--bf16-autocast"], steps=20, out=tmp_path / "run")
     steps = rows(run_dir / "steps.csv")

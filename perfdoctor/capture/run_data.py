@@ -63,6 +63,7 @@ class RankFacts(msgspec.Struct, kw_only=True):
     rank: int | None = None
     missing: bool = False
     torch_threads: int | None = None
+    dataloader_workers: int | None = None
     windows: list[ProfiledWindow] = []
 
 

@@ -259,6 +259,9 @@ def _write_final_run_json(
         "missing_ranks": result.missing_ranks,
         "ranks": rank_data,
     }
+    workers = [d.get("dataloader_workers") for d in rank_data if isinstance(d.get("dataloader_workers"), int)]
+    if workers:  # PD104 counts them among the busy threads: the most any rank's DataLoader used
+        data["environment"] = {**(facts.get("environment") or {}), "dataloader_workers": max(workers)}
     write_json(run_dir / "run.json", data)
     steps_completed: int = data["steps_completed"]
     return steps_completed

@@ -24,6 +24,7 @@ import torch
 from perfdoctor.capture import hooks
 from perfdoctor.capture.batch_probe import BatchProbe
 from perfdoctor.capture.flops import FlopMeter
+from perfdoctor.capture.loaders import LoaderWatch
 from perfdoctor.capture.non_training import NonTrainingClock
 from perfdoctor.capture.rundir import rank_json_name, steps_csv_name, trace_name, write_json
 from perfdoctor.capture.schedule import ProfileConfig, Schedule
@@ -77,6 +78,7 @@ class Session:
         self.t0_s = time.perf_counter()
         self.timer = StepTimer(self.t0_s, self.log)
         self.non_training = NonTrainingClock()
+        self.loaders = LoaderWatch()
         self.flops_step = 1 if cfg.measure_flops and self.schedule.phase(1) == "none" else None
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -94,6 +96,7 @@ class Session:
         hooks.install(counter)
         self.probe.attach()
         self.non_training.install()
+        self.loaders.install()
         if self.cfg.trace:
             self._restore_guard = _guard_other_profilers()
             if self._window_starts(0):
@@ -206,6 +209,7 @@ class Session:
         hooks.uninstall()
         self.probe.detach()
         self.non_training.uninstall()
+        self.loaders.uninstall()
         self.timer.finish()
         self.log.close()
         records = self.log.records
@@ -232,6 +236,8 @@ class Session:
             "checkpoint_s": sum(r.checkpoint_s for r in records),
             # the intra-op pool as the script left it (it may call torch.set_num_threads after start-up)
             "torch_threads": torch.get_num_threads(),
+            # the most worker processes of a DataLoader the script iterated (None: none iterated)
+            "dataloader_workers": self.loaders.max_workers,
             "wall_s": time.perf_counter() - self.t0_s,
             "cuda_timed": self.timer.cuda,
             "tensorboard": None if tb_error else f"tensorboard/rank{self.rank}",

@@ -35,7 +35,8 @@ class Thresholds:
 
 
 def thread_counts(run: dict[str, Any]) -> tuple[list[int], int, int] | str:
-    """(intra-op threads of each process, DataLoader workers, logical CPUs) from ``run.json``, or why not.
+    """(intra-op threads of each process, DataLoader worker processes of all ranks, logical CPUs) from
+    ``run.json``, or why not.
 
     Each rank's ``torch_threads`` is ``torch.get_num_threads()`` recorded at the end of its run (after the script
     set its own count); a single-process run of an older version falls back to the start-up count.
@@ -55,7 +56,13 @@ def thread_counts(run: dict[str, Any]) -> tuple[list[int], int, int] | str:
         )
     if not cores:
         return "the run data lacks the CPU count"
-    return counts, int(env.get("dataloader_workers") or 0), int(cores)
+    # each rank's DataLoader workers (recorded per rank from this version on), else the run's single count
+    rank_workers = [r.get("dataloader_workers") for r in ranks]
+    if any(isinstance(w, int) for w in rank_workers):
+        workers = sum(w for w in rank_workers if isinstance(w, int))
+    else:
+        workers = int(env.get("dataloader_workers") or 0)
+    return counts, workers, int(cores)
 
 
 def check(job: JobContext) -> Outcome:

@@ -44,3 +44,20 @@ def test_pd104_silent_at_one_thread_per_core():
     )
     assert out.hit is None and not out.skip
     assert out.metrics["threads_per_core"] == 1.0
+
+
+def test_pd104_counts_each_ranks_dataloader_workers():
+    # 2 ranks x 1 thread + 2 ranks x 2 DataLoader workers = 6 busy threads on 4 logical CPUs: 1.5 per core
+    run = {
+        "world_size": 2,
+        "environment": {"torch_threads": 1, "dataloader_workers": 2},
+        "cpu": {"logical_cpus": 4},
+        "ranks": [
+            {"rank": 0, "torch_threads": 1, "dataloader_workers": 2},
+            {"rank": 1, "torch_threads": 1, "dataloader_workers": 2},
+        ],
+    }
+    th = SimpleNamespace(thresholds={"max_threads_per_core": 1.0})
+    out = pd104.check(JobContext(SimpleNamespace(run=run), [], th))
+    assert out.hit is not None and out.hit.evidence.values["busy_threads"] == 6
+    assert out.metrics["threads_per_core"] == 1.5

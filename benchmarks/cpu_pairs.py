@@ -7,9 +7,10 @@ shared machine hits both. Per run, its level is the median of its unprofiled ste
 third of the run on, profiler phase "none"): the median, because other jobs on the machine add bursts of slow
 steps. Measured change = mean before level − mean after level; noise = two standard errors of that difference from
 the between-run spread of each side's levels (Welch: sqrt(s_b²/n_b + s_a²/n_a)), so run-to-run noise is measured,
-not assumed. The prediction is the transformation replayed on each "before" run's trace (mean over the runs):
-savings of host time that the profiler does not inflate (a sleep, Python between ops) are taken as recorded; a
-saving of op time is scaled by that run's steady/window ratio (median unprofiled step ÷ mean profiled step).
+not assumed. The prediction is what the report says for the run directory (mean over the "before" runs): the
+transformation replayed on the run's unprofiled step, with the profiler's per-event overhead measured on that run
+removed in the replay (:mod:`perfdoctor.replay.unprofiled`; the scaled fallback where it cannot be estimated),
+saving = that step − that step with the fix. The "window" column is the saving on the profiled window, unchanged.
 
 Verdict: "cannot separate" when the measured change is within its noise and the prediction is too (the runs
 cannot tell the fix from no change); "MISS" when the prediction lies outside the noise of a change the runs do
@@ -34,13 +35,14 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from perfdoctor.analysis.steps import find_steps  # noqa: E402
-from perfdoctor.capture.run_data import RunData, load_run_dir  # noqa: E402
+from perfdoctor.capture.run_data import RunData, load_run_dir, steady_step_times  # noqa: E402
 from perfdoctor.checks.common import unprofiled_step_times  # noqa: E402
 from perfdoctor.checks.pd104_cpu_thread_oversubscription import thread_counts  # noqa: E402
 from perfdoctor.replay.rank import RankReplay, replay_rank  # noqa: E402
 from perfdoctor.replay.transforms import WhatIf  # noqa: E402
 from perfdoctor.replay.transforms.cpu import cpu_syncs, fit_threads_to_cores, trim_python_outside_ops  # noqa: E402
 from perfdoctor.replay.transforms.host import prefetch_dataloader  # noqa: E402
+from perfdoctor.replay.unprofiled import unprofiled  # noqa: E402
 from perfdoctor.trace import load_trace  # noqa: E402
 from perfdoctor.trace.tables import TraceTables  # noqa: E402
 
@@ -57,13 +59,10 @@ def _threads(rr: RankReplay, t: TraceTables, run: RunData) -> WhatIf:
 
 @dataclass(frozen=True)
 class CpuPair:
-    """``scale``: the saving is op time, which the profiler inflates (scaled by the steady/window ratio)."""
-
     name: str
     before: list[str]
     after: list[str]
     transform: CpuTransform
-    scale: bool
 
 
 CPU_PAIRS = [
@@ -72,24 +71,19 @@ CPU_PAIRS = [
         ["--slow-getitem-ms", "1"],
         ["--slow-getitem-ms", "1", "--num-workers", "2"],
         lambda rr, t, run: prefetch_dataloader(rr, t, workers=2),  # the "after" side's pool
-        False,
     ),
     CpuPair(
         "CPU mlp: 5 ms Python metrics per step -> none (PD105)",
         ["--python-metrics-ms", "5"],
         [],
         lambda rr, t, run: trim_python_outside_ops(rr, t),
-        False,
     ),
-    CpuPair(
-        "CPU mlp: 4 intra-op threads -> 2 on 2 cores (PD104)", ["--threads", "4"], ["--threads", "2"], _threads, True
-    ),
+    CpuPair("CPU mlp: 4 intra-op threads -> 2 on 2 cores (PD104)", ["--threads", "4"], ["--threads", "2"], _threads),
     CpuPair(
         "CPU mlp: .item() every step -> none (PD401)",
         ["--item-every-step"],
         [],
         lambda rr, t, run: cpu_syncs(rr),
-        False,
     ),
 ]
 
@@ -107,15 +101,20 @@ def _level(run: RunData, steps: int) -> float:
     return float(np.median(secs)) * 1e6
 
 
-def _predict(run: RunData, pair: CpuPair, steps: int) -> tuple[float, str]:
-    """Replayed saving of the fix on a "before" run, for its unprofiled step (µs), and the assumption."""
+def _predict(run: RunData, pair: CpuPair) -> tuple[float, float, str, str]:
+    """(saving for the unprofiled step as the report states it, saving on the profiled window, the assumption,
+    the unprofiled step's method) of the fix on a "before" run (µs)."""
     trace = sorted(run.path.glob("trace.rank*.pt.trace.json.gz"))[0]
     t = load_trace(str(trace))
     rr = replay_rank(t, find_steps(t))
     w = pair.transform(rr, t, run)
     window = float((rr.recorded_step_us - rr.step_times(w.scenario)).mean())
-    ratio = _level(run, steps) / float(rr.recorded_step_us.mean()) if pair.scale else 1.0
-    return window * ratio, w.assumption
+    steady_s = steady_step_times(run).get(0)
+    rr.unprofiled = unprofiled(rr, t, steady_s * 1e6) if steady_s else None
+    saving = float((rr.fixed_step_times([]) - rr.fixed_step_times([w])).mean())
+    u = rr.unprofiled
+    how = "window (no steady level)" if u is None else f"{u.method} {u.per_event_us:.2f} µs/event"
+    return saving, window, w.assumption, how
 
 
 def verdict(pred: float, meas: float, noise: float) -> str:
@@ -130,21 +129,25 @@ def verdict(pred: float, meas: float, noise: float) -> str:
 def compare(pair: CpuPair, runs: int = 3, steps: int = 60) -> dict[str, Any]:
     """Record ``runs`` interleaved runs per side; the measured change, its noise and the prediction (µs)."""
     levels: dict[str, list[float]] = {"before": [], "after": []}
-    preds, assumption = [], ""
+    preds, windows, hows, assumption = [], [], [], ""
     with tempfile.TemporaryDirectory() as tmp:
         for i in range(runs):
             for side, flags in (("before", pair.before), ("after", pair.after)):
                 run = _profile(Path(tmp) / f"{side}{i}", flags, steps)
                 levels[side].append(_level(run, steps))
                 if side == "before":
-                    pred, assumption = _predict(run, pair, steps)
+                    pred, window, assumption, how = _predict(run, pair)
                     preds.append(pred)
+                    windows.append(window)
+                    hows.append(how)
                 shutil.rmtree(run.path, ignore_errors=True)
     b, a = np.asarray(levels["before"]), np.asarray(levels["after"])
     noise = 2.0 * float(np.sqrt(b.var(ddof=1) / b.size + a.var(ddof=1) / a.size))
     return {
         "pred": float(np.mean(preds)),
         "preds": preds,
+        "window": float(np.mean(windows)),
+        "hows": hows,
         "meas": float(b.mean() - a.mean()),
         "noise": noise,
         "before": b.tolist(),
@@ -162,7 +165,7 @@ def rows(runs: int = 3, steps: int = 60) -> list[str]:
         pr = "/".join(f"{x / 1e3:.2f}" for x in r["preds"])
         out.append(
             f"{pair.name:62} {r['pred'] / 1e3:10.2f} {r['meas'] / 1e3:10.2f} {r['noise'] / 1e3:8.2f} "
-            f"{verdict(r['pred'], r['meas'], r['noise']):28} runs {lv} ms; predicted per run {pr} ms"
-            f"{' (× steady/window)' if pair.scale else ''}; {r['assumption']}"
+            f"{verdict(r['pred'], r['meas'], r['noise']):28} runs {lv} ms; predicted per run {pr} ms "
+            f"({', '.join(r['hows'])}; on the profiled window {r['window'] / 1e3:.2f} ms); {r['assumption']}"
         )
     return out

@@ -79,6 +79,10 @@ class Estimate:
         from_us: the mean step (µs) the saving is taken from, where the check's message names it ("takes it from
             A ms to B ms"): the rank's recorded mean analysed step, or the step replayed with another finding's fix
             the saving is measured on top of (PD103 on PD101's prefetched batches). None: the report's denominator.
+        step_us / step_words: the step (µs) ``saving_us`` was measured as a part of, and what it is ("the run's
+            unprofiled steady steps' median"), when that is another kind of step than the report's denominator (a
+            profile run's unprofiled step vs its profiled window); the engine restates the saving as the same
+            share of the report's step (:func:`perfdoctor.checks.restate.restated`). None: measured on that step.
     """
 
     saving_us: float
@@ -86,6 +90,8 @@ class Estimate:
     after_us: float | None = None
     after_codes: tuple[str, ...] = ()
     from_us: float | None = None
+    step_us: float | None = None
+    step_words: str = ""
 
 
 @dataclass

@@ -143,3 +143,39 @@ def test_step_windows_start_where_tensorboard_starts_them():
     got = {s["step"]: s["dur_us"] for s in dev["steps"]}
     assert got == pytest.approx({n: times[n] for n in got}, abs=1e-6)
     assert sum(got.values()) / len(got) == pytest.approx(141_068.0, abs=0.05)
+
+
+def test_a_profile_run_shares_are_of_its_unprofiled_step():
+    """A ``perfdoctor profile`` run: the per-event overhead is (W − S) / N from the raw trace and steps.csv, and
+    every share is of the unprofiled step the savings are taken from, which lands on S (issue 10 item 5)."""
+    import csv
+    import gzip as gz
+    import statistics
+
+    from perfdoctor import pipeline
+
+    run = Path(__file__).resolve().parents[1] / "sample_traces" / "tiny_gpt_cpu_run"
+    report = pipeline.build([str(run)]).report
+    trace = run / "trace.rank0.pt.trace.json.gz"
+    times = _step_times_us(trace)
+    steps = _analysed(report, 0)
+    window_us = sum(times[n] for n in steps) / len(steps)
+    first = report["run"]["steady_state"]["steady_start_step"]
+    with open(run / "steps.csv", newline="") as fh:
+        rows = [r for r in csv.DictReader(fh) if r["profiler_phase"] == "none" and int(r["step"]) >= first]
+    steady_us = 1e6 * statistics.median(
+        float(r["duration_s"]) - float(r.get("eval_s") or 0) - float(r.get("checkpoint_s") or 0) for r in rows
+    )
+    with gz.open(trace, "rt") as fh:
+        events = json.load(fh)["traceEvents"]
+    marks = sorted((e["ts"], e["ts"] + e["dur"]) for e in events if str(e.get("name", "")).startswith("ProfilerStep#"))
+    lo, hi = marks[steps[0] - min(times)][0], marks[steps[-1] - min(times)][1]
+    n = sum(1 for e in events if e.get("cat") in ("cpu_op", "user_annotation") and lo <= e["ts"] < hi)
+    u = report["ranks"][0]["replay"]["unprofiled"]
+    assert u["method"] == "overhead"
+    assert u["steady_step_us"] == pytest.approx(steady_us)
+    assert u["per_event_us"] == pytest.approx((window_us - steady_us) / (n / len(steps)), rel=1e-6)
+    assert report["denominator"]["value_us"] == pytest.approx(u["step_us"])
+    assert u["step_us"] == pytest.approx(steady_us, rel=0.02)  # the overhead-free replay lands on the run's step
+    assert report["denominator"]["definition"].startswith("the unprofiled step: ")
+    _assert_every_pct_is_of(report, u["step_us"])

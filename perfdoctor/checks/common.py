@@ -61,9 +61,10 @@ def rank_list_text(ranks: list[int], limit: int = 8) -> str:
 
 
 def replay_fields(ctx: Any) -> dict[str, float]:
-    """Message fields of a replayed saving: ``recorded_ms``, the rank's recorded mean analysed step (ms; the engine
-    adds ``replayed_ms`` = ``recorded_ms`` − the saving, so a message reads "takes it from A ms to B ms")."""
-    return {"recorded_ms": ctx.step_us / 1000.0}
+    """Message fields of a replayed saving: ``recorded_ms``, the mean step the rank's savings are taken from (ms:
+    its recorded mean analysed step, or a profile run's unprofiled step, :attr:`RankContext.base_step_us`; the
+    engine adds ``replayed_ms`` = ``recorded_ms`` − the saving, so a message reads "takes it from A ms to B ms")."""
+    return {"recorded_ms": ctx.base_step_us / 1000.0}
 
 
 def replayed_estimate(saving_us: float, method: str, fields: dict[str, Any]) -> Estimate:

@@ -214,26 +214,23 @@ class RankContext:
     def replayed_saving(self, whatif: Any, after: Any = None, after_text: str = "") -> tuple[float, np.ndarray, str]:
         """Saving of a what-if (:class:`~perfdoctor.replay.transforms.WhatIf`): ``(mean µs, per-step µs, method)``.
 
-        Per step: recorded step time − the step replayed with the transformation; the mean is over the analysed
-        steps (the report's one denominator is their mean step time). With ``after`` (another what-if, described by
-        ``after_text``), the saving is the step replayed with ``after`` − the step replayed with both: what the fix
-        adds once the time ``after`` removes is gone, for a fix that would otherwise hide another cause's time
-        (CUDA graphs free the host to fetch the next batch while the device computes: that time is the
-        DataLoader's). The method names the assumption and its source, and says so when the replay does not
-        reproduce the recording (the saving is then an upper bound).
+        Per step: the step savings are taken from (:meth:`perfdoctor.replay.rank.RankReplay.fixed_step_times`: the
+        recording, or a ``perfdoctor profile`` run's unprofiled step) − that step replayed with the transformation;
+        the mean is over the analysed steps (the report's one denominator is their mean: :attr:`base_step_us`). With
+        ``after`` (another what-if, described by ``after_text``), the saving is the step replayed with ``after`` −
+        the step replayed with both: what the fix adds once the time ``after`` removes is gone, for a fix that would
+        otherwise hide another cause's time (CUDA graphs free the host to fetch the next batch while the device
+        computes: that time is the DataLoader's). The method names the assumption and its source, the unprofiled
+        step's method and the profiler's overhead per event where there is one, and says so when the replay does
+        not reproduce the recording (the saving is then an upper bound).
         """
         rr = self.replay()
-        base = rr.recorded_step_us
-        what = "recorded − replayed step time"
-        scenario = whatif.scenario
+        u = rr.unprofiled
+        what = "recorded − replayed step time" if u is None else "replayed step time without − with the fix"
+        first = [] if after is None else [after]
         if after is not None:
-            from perfdoctor.replay.transforms import combine
-
-            g = rr.graph
-            base = rr.step_times(after.scenario)
-            scenario = combine("after", [after, whatif], g.n_act, g.n_blk, g.act_dur_us).scenario
             what = f"the step replayed {after_text} − replayed with this fix as well"
-        per = np.asarray(base - rr.step_times(scenario), dtype=np.float64)
+        per = np.asarray(rr.fixed_step_times(first) - rr.fixed_step_times([*first, whatif]), dtype=np.float64)
         if self.spec is not None:
             rr.whatifs[self.spec.code] = whatif
         method = (
@@ -241,33 +238,31 @@ class RankContext:
             f"{whatif.source}): {what}, mean over {per.size} analysed step(s) "
             f"({step_list_text(self.step_numbers)})"
         )
+        if u is not None:
+            method += "; " + u.text(rr.base_step_us)
         if rr.peers is not None and not whatif.scenario.peers_move:
             method += f"; {rr.peers.text()}"
         if rr.fallback:
             method += f"; an upper bound: {rr.fallback}"
         saving = float(per.mean()) if per.size else 0.0
-        steady = self._steady_ratio()
-        if steady is not None and saving > 0:
-            method += (
-                f"; for the unprofiled steady step ({steady[1] / 1000:.2f} ms median, vs {self.step_us / 1000:.2f} "
-                f"ms in the profiled window) that is about {saving * steady[0] / 1000:.2f} ms, scaled by the "
-                "measured steady/window ratio"
-            )
         return saving, per, method
 
-    def _steady_ratio(self) -> tuple[float, float] | None:
-        """(median unprofiled step ÷ mean profiled step, median unprofiled step µs) of a ``perfdoctor profile`` run,
-        or None without one."""
-        from perfdoctor.checks.common import unprofiled_step_times
+    @property
+    def unprofiled(self) -> dict[str, Any] | None:
+        """A ``perfdoctor profile`` run's unprofiled step the rank's savings are stated for (the report's
+        ``replay.unprofiled``: :meth:`perfdoctor.replay.rank.RankReplay.unprofiled_dict`), or None."""
+        rr = getattr(self.rank, "replay", None) or self.cache.get("replay")
+        if rr is not None and hasattr(rr, "unprofiled_dict"):
+            out: dict[str, Any] | None = rr.unprofiled_dict()
+            return out
+        return getattr(self.rank, "unprofiled", None)  # a rank summary's stand-in
 
-        run = getattr(self.analysis, "run", None)
-        if run is None or isinstance(run, dict) or self.step_us <= 0:
-            return None
-        _, secs = unprofiled_step_times(run)
-        if secs.size == 0:
-            return None
-        med = float(np.median(secs)) * 1e6
-        return med / self.step_us, med
+    @property
+    def base_step_us(self) -> float:
+        """Mean step (µs) this rank's savings are taken from: the mean of the analysed steps, or for a
+        ``perfdoctor profile`` run its unprofiled step (:attr:`unprofiled`, :mod:`perfdoctor.replay.unprofiled`)."""
+        u = self.unprofiled
+        return float(u["step_us"]) if u else self.step_us
 
     def idle_after(self, calls: iv.Intervals) -> np.ndarray:
         """Per step: device idle time (µs) the replay's critical path spends inside ``calls`` on the host.

@@ -8,9 +8,10 @@ this one number, so two findings' percentages compare as their µs do (issue 10)
 - several ranks of one job: the job's step, the longest of the ranks' mean analysed steps. Ranks of a data-parallel job
   move in lock-step (each step ends in collectives that wait for every rank), so the job steps at the pace of
   its longest rank step; a rank's saving is then a share of the job's step, never of its own;
-- a ``perfdoctor profile`` run directory: the same mean of the analysed (profiled) steps. A replayed saving is
-  measured on those steps; its method adds what it is for the unprofiled steady step (scaled by the measured
-  steady ÷ profiled ratio), which is the same share of that step, so the percentage needs no second rule;
+- a ``perfdoctor profile`` run directory: the unprofiled step, the step the user runs and every replayed saving is
+  taken from (:mod:`perfdoctor.replay.unprofiled`): the analysed steps replayed without the profiler's measured
+  per-event overhead, or, where that cannot be estimated, scaled by the run's median unprofiled steady step ÷ their
+  recorded mean. Without an unprofiled steady level (an unstable series), the mean of the analysed steps;
 - a run directory without a trace (nothing analysed): the median of the unprofiled steady-state steps, the only
   step the report has.
 
@@ -73,14 +74,33 @@ def step_denominator(analysis: Any, rank_ctx: list[Any]) -> StepDenominator | No
             float(med) * 1e6,
             f"median of the {getattr(ss, 'n_steps', 0)} unprofiled steady-state steps (no trace analysed)",
         )
-    slowest = max(timed, key=lambda c: c.step_us)
+    slowest = max(timed, key=lambda c: c.base_step_us)
     rank = slowest.rank.rank
+    words = _unprofiled_words(slowest.unprofiled, _rank_words(slowest))
     if len(rank_ctx) < 2:
         who = f", rank {rank}" if rank is not None else ""
-        return StepDenominator(slowest.step_us, "the " + _rank_words(slowest) + who, rank)
+        return StepDenominator(slowest.base_step_us, "the " + words + who, rank)
     return StepDenominator(
-        slowest.step_us,
-        f"the job's step: rank {rank}'s {_rank_words(slowest)}, the longest of {len(rank_ctx)} ranks (they move in "
-        "lock-step)",
+        slowest.base_step_us,
+        f"the job's step: rank {rank}'s {words}, the longest of {len(rank_ctx)} ranks (they move in lock-step)",
         rank,
+    )
+
+
+def _unprofiled_words(u: dict[str, Any] | None, steps: str) -> str:
+    """``steps`` (:func:`_rank_words`), or for a profile run's unprofiled step (the report's ``replay.unprofiled``)
+    what it is: "unprofiled step: the mean of 10 analysed steps (…) replayed without the profiler's 0.92 µs per
+    recorded host event (…)"."""
+    if not u:
+        return steps
+    w, s = float(u["window_step_us"]) / 1000, float(u["steady_step_us"]) / 1000
+    if u["method"] == "overhead":
+        return (
+            f"unprofiled step: the {steps} replayed without the profiler's {float(u['per_event_us']):.2f} µs per "
+            f"recorded host event ({w:.2f} ms profiled mean step − {s:.2f} ms median unprofiled steady step, over "
+            f"{float(u['events_per_step']):,.0f} events per step)"
+        )
+    return (
+        f"unprofiled step: the {steps} scaled by the run's median unprofiled steady step ÷ their mean "
+        f"({s:.2f} ÷ {w:.2f} ms)"
     )

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from perfdoctor.checks import after, contract, requirements
+from perfdoctor.checks import after, contract, requirements, restate
 from perfdoctor.checks import context as cx
 from perfdoctor.checks.catalogue import REQUIREMENTS, Catalogue, RuleSpec
 from perfdoctor.checks.common import shown_steps_text
@@ -320,8 +320,8 @@ def rank_outcomes(
     Needs only this rank's data, so it runs where the rank is analysed (a pool or Dask worker):
     the ``multi_rank`` and ``run`` requirements are the job's and are judged in :func:`combine`.
     ``denominator_us``: the report's one denominator, which decides which higher-ranked hits fire; None (a job's
-    worker, which does not know the job's step) uses the rank's own mean step, and :func:`combine` judges the
-    thresholds again on the job's.
+    worker, which does not know the job's step) uses the rank's own step (its unprofiled one in a profile run),
+    and :func:`combine` judges the thresholds again on the job's.
     """
     modules = modules if modules is not None else check_modules()
     out: dict[str, cx.Outcome] = {}
@@ -341,7 +341,7 @@ def rank_outcomes(
     rr = getattr(ctx.rank, "replay", None) or ctx.cache.get("replay")
     if rr is not None and hasattr(rr, "fired"):
         hits = {c: o.hit for c, o in out.items() if o.hit is not None}
-        rr.fired = after.after_savings(rr, hits, ctx.step_us if denominator_us is None else denominator_us)
+        rr.fired = after.after_savings(rr, hits, ctx.base_step_us if denominator_us is None else denominator_us)
     return out
 
 
@@ -439,13 +439,14 @@ def combine(
         if spec.scope == "job":
             outcomes = [(None, _run_job(mod, spec, analysis, rank_ctx))]
         else:
-            outcomes = [
-                (ctx.rank.rank, _rerun_cross_rank(mod, spec, analysis, ctx, per[code]))
+            outcomes = [  # a saving measured on the profiled window, stated for a profile run's unprofiled step
+                (ctx.rank.rank, restate.on_unprofiled_step(_rerun_cross_rank(mod, spec, analysis, ctx, per[code]), ctx))
                 for ctx, per in zip(rank_ctx, per_rank)
             ]
             if adjust is not None:
                 outcomes = [(r, adjust(r, o)) for r, o in outcomes]
         denom_us = res.denominator.value_us if res.denominator is not None else 0.0
+        outcomes = [(r, restate.on_denominator(o, denom_us)) for r, o in outcomes]
         outcomes = [(r, after.gate(o, denom_us)) for r, o in outcomes]  # thresholds left to the engine
         res.metrics[code] = {str(r): o.metrics for r, o in outcomes if o.metrics}
         if report:

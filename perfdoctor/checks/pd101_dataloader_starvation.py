@@ -47,7 +47,7 @@ def check(ctx: RankContext) -> Outcome:
     saving, wait, method = ctx.replayed_saving(prefetch_dataloader(ctx.replay(), ctx.tables))
     wait = np.maximum(wait, 0.0)
     step_us = ctx.per_step(lambda s: s.dur_us)
-    share = pct(saving, ctx.step_us)
+    share = pct(saving, ctx.base_step_us)
     metrics = {"dataloader_wait_us": saving, "dataloader_wait_pct": share, "dataloader_host_us": float(host_us.mean())}
     if saving <= 0:  # min_saving_pct is the engine's, on the report's denominator (perfdoctor.checks.after)
         return passed(**metrics)

@@ -82,7 +82,7 @@ def check(ctx: RankContext) -> Outcome:
         "host_blocked_us": float(host_us.mean()),
         "copy_host_us": float(copy_us.mean()),
         "idle_us": saving,
-        "idle_pct": pct(saving, ctx.step_us),
+        "idle_pct": pct(saving, ctx.base_step_us),
     }
     if saving <= 0:  # min_saving_pct is the engine's, on the report's denominator (perfdoctor.checks.after)
         return passed(**metrics)

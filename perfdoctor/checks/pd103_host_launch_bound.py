@@ -84,7 +84,7 @@ def check(ctx: RankContext) -> Outcome:
         "launch_idle_us": launch_idle_us,
         "launch_idle_pct": pct(launch_idle_us, ctx.step_us),
         "saving_us": saving,
-        "saving_pct": pct(saving, ctx.step_us),
+        "saving_pct": pct(saving, ctx.base_step_us),
         "short_kernel_share": share,
         "kernels_per_step": float((k.step >= 0).sum() / max(ctx.n_steps, 1)),
     }
@@ -154,9 +154,9 @@ def _graphs_saving(ctx: RankContext) -> tuple[float, np.ndarray, str, tuple[floa
     if not dl.changes_anything:
         saving, per, method = ctx.replayed_saving(graphs)
         return saving, per, method, None
-    alone = float(np.mean(rr.recorded_step_us - rr.step_times(graphs.scenario)))
+    alone = float(np.mean(rr.fixed_step_times([]) - rr.fixed_step_times([graphs])))
     saving, per, method = ctx.replayed_saving(graphs, after=dl, after_text="with prefetched DataLoader batches")
-    return saving, per, method, (float(np.mean(rr.step_times(dl.scenario))), alone)
+    return saving, per, method, (float(np.mean(rr.fixed_step_times([dl]))), alone)
 
 
 def _in_stream_share(ctx: RankContext, k: object) -> float:

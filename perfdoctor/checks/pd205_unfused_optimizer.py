@@ -128,7 +128,7 @@ def check(ctx: RankContext) -> Outcome:
         "optimizer_host_us": float(host_us.mean()),
         "optimizer_kernel_us": float(kern_us.mean()),
         "optimizer_saving_us": saving,
-        "optimizer_saving_pct": pct(saving, ctx.step_us),
+        "optimizer_saving_pct": pct(saving, ctx.base_step_us),
     }
     th = ctx.th
     if (

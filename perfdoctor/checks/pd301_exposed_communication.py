@@ -70,7 +70,7 @@ def check(ctx: RankContext) -> Outcome:
         "exposed_us": float(exposed.mean()),
         "exposed_pct": pct(float(exposed.mean()), ctx.step_us),
         "saving_us": saving,
-        "saving_pct": pct(saving, ctx.step_us),
+        "saving_pct": pct(saving, ctx.base_step_us),
         "replayed_us": replayed,
         "overlap_pct": pct(float(overlapped.sum()), float(total.sum())),
         "wait_us": float(wait.mean()),

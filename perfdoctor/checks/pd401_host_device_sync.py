@@ -173,7 +173,7 @@ def check(ctx: RankContext) -> Outcome:
     metrics = {
         "syncs_per_step": float((n_calls + n_d2h).mean()),
         "idle_us": saving,
-        "idle_pct": pct(saving, ctx.step_us),
+        "idle_pct": pct(saving, ctx.base_step_us),
     }
     if saving <= 0:  # min_saving_pct is the engine's, on the report's denominator (perfdoctor.checks.after)
         return passed(**metrics)

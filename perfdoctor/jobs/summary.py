@@ -232,7 +232,8 @@ def rank_summary(
 class SummaryRank:
     """A summary standing in for :class:`perfdoctor.pipeline.RankAnalysis` where rules read only step rows
     (job-scope rules, and rank rules re-run with cross-rank results): ``rank``, ``primary`` (its analysed steps),
-    ``steps.source``, ``requirement_reasons``; no tables."""
+    ``steps.source``, ``requirement_reasons``, ``unprofiled`` (its replay's ``unprofiled`` dict, or None); no
+    tables."""
 
     def __init__(self, s: RankSummary) -> None:
         self.summary = s
@@ -241,6 +242,9 @@ class SummaryRank:
         self.steps = _Steps(s.steps_source, [int(r.step) for r in s.step_rows], s.step_marker, s.cold_steps)
         self.requirement_reasons = s.requirement_reasons
         self.warnings = s.warnings
+        rep = s.replay()
+        # a profile run's unprofiled step (replay.unprofiled): the step the rank's savings are taken from
+        self.unprofiled = rep.get("unprofiled") if rep is not None else None
 
 
 class _Steps:

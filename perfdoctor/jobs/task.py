@@ -123,6 +123,7 @@ def _summarise(
     from perfdoctor.analysis.rank import Analysis, InputFile, analyze_tables
     from perfdoctor.checks import engine
     from perfdoctor.replay.peers import with_peer_ends
+    from perfdoctor.replay.unprofiled import unprofiled
     from perfdoctor.trace import load_trace
     from perfdoctor.trace.device_side import named_gpus
     from perfdoctor.trace.ranks import split_merged
@@ -145,6 +146,9 @@ def _summarise(
             if tabs.rank is None:
                 tabs.rank = index
             ra = analyze_tables(tabs, opts.step_marker)
+            steady_s = opts.step_time_s_by_rank.get(int(tabs.rank))
+            if opts.run_json is not None and steady_s and ra.replay is not None:
+                ra.replay.unprofiled = unprofiled(ra.replay, tabs, steady_s * 1e6)  # the step the user runs
             bounds = opts.peer_ends.get(name)
             if bounds and ra.replay is not None and ra.replay.peers is not None:
                 ra.replay.peers = with_peer_ends(ra.replay.peers, ra.replay.graph.act_ts_us, *bounds)

@@ -275,11 +275,29 @@ class MfuSection(Section, kw_only=True):
 
 
 class FixAllSection(Section, kw_only=True):
-    """The rank's findings' what-ifs replayed together: the mean step before and after (µs)."""
+    """The rank's findings' what-ifs replayed together: the mean step before and after (µs). Before is the step the
+    savings are taken from: the recorded mean of the analysed steps, or, with ``replay.unprofiled``, the unprofiled
+    step of a ``perfdoctor profile`` run (:class:`UnprofiledSection`)."""
 
     codes: list[str]
     recorded_mean_step_us: float
     replayed_mean_step_us: float
+
+
+class UnprofiledSection(Section, kw_only=True):
+    """A ``perfdoctor profile`` run's savings stated for its unprofiled step (:mod:`perfdoctor.replay.unprofiled`):
+    ``method`` ``"overhead"`` (the profiler's ``per_event_us`` removed at each of ``events_per_step`` recorded host
+    events per step, ``per_event_us = (window_step_us − steady_step_us) / events_per_step``) or ``"scaled"``
+    (replayed steps × ``steady_step_us / window_step_us``); ``step_us``: the unprofiled mean step the savings are
+    taken from; ``text``: the sentence the report shows."""
+
+    method: str
+    per_event_us: float
+    events_per_step: float
+    window_step_us: float
+    steady_step_us: float
+    step_us: float
+    text: str
 
 
 class ReplaySection(Section, kw_only=True):
@@ -295,6 +313,7 @@ class ReplaySection(Section, kw_only=True):
     assumptions: list[str]
     fallback: str | None
     fix_all: FixAllSection | None | UnsetType = UNSET
+    unprofiled: UnprofiledSection | None | UnsetType = UNSET
 
 
 class GemmDtype(Section, kw_only=True):

@@ -47,6 +47,8 @@ class RankReplay:
     floor_us: float = 0.0
     # the other ranks unchanged: the bounds on this rank's collective kernels in every what-if (replay/peers.py)
     peers: CollectiveFloor | None = None
+    # a ``perfdoctor profile`` run's unprofiled step (perfdoctor.replay.unprofiled.Unprofiled): savings are its
+    unprofiled: Any = None
 
     @property
     def step_errors(self) -> np.ndarray:
@@ -69,16 +71,38 @@ class RankReplay:
         start, end = replayed_windows(res, self.windows)
         return np.asarray(end - start)
 
-    def fix_all(self, codes: list[str]) -> tuple[float, float] | None:
-        """(recorded mean step, replayed mean step) with the what-ifs of ``codes`` applied together (µs), or
-        None when none of them was replayed."""
+    def fixed_step_times(self, parts: list[Any]) -> np.ndarray:
+        """Per analysed step (µs, shape ``(n_steps,)``): the step savings are taken from, replayed with the
+        what-ifs ``parts`` (:class:`~perfdoctor.replay.transforms.WhatIf`) applied together.
+
+        That step is the recording, or for a ``perfdoctor profile`` run (:attr:`unprofiled`) its unprofiled step:
+        the profiler's per-event overhead removed in the replay, or the replayed steps scaled by steady ÷ window
+        (:mod:`perfdoctor.replay.unprofiled`). Without ``parts`` and without :attr:`unprofiled`: the recorded steps.
+        """
         from perfdoctor.replay.transforms import combine
 
+        u = self.unprofiled
+        if u is not None and u.whatif is not None:
+            parts = [u.whatif, *parts]
+        scale = u.ratio if u is not None and u.whatif is None else 1.0
+        if not parts:
+            return np.asarray(self.recorded_step_us * scale, dtype=np.float64)
+        g = self.graph
+        both = parts[0] if len(parts) == 1 else combine("fix-all", parts, g.n_act, g.n_blk, g.act_dur_us)
+        return np.asarray(self.step_times(both.scenario) * scale, dtype=np.float64)
+
+    @property
+    def base_step_us(self) -> float:
+        """Mean of :meth:`fixed_step_times` without a fix (µs): the step every saving of this rank is taken from."""
+        return float(self.fixed_step_times([]).mean()) if self.recorded_step_us.size else 0.0
+
+    def fix_all(self, codes: list[str]) -> tuple[float, float] | None:
+        """(mean step the savings are taken from, replayed mean step with the what-ifs of ``codes`` applied
+        together) in µs (:meth:`fixed_step_times`), or None when none of them was replayed."""
         parts = [self.whatifs[c] for c in codes if c in self.whatifs]
         if not parts or self.recorded_step_us.size == 0:
             return None
-        both = combine("fix-all", parts, self.graph.n_act, self.graph.n_blk, self.graph.act_dur_us)
-        return float(self.recorded_step_us.mean()), float(self.step_times(both.scenario).mean())
+        return self.base_step_us, float(self.fixed_step_times(parts).mean())
 
     def to_dict(self) -> dict[str, Any]:
         errs = self.step_errors
@@ -93,7 +117,7 @@ class RankReplay:
                 "replayed_mean_step_us": max(both[1], self.floor_us),
             }
         )
-        return {
+        out = {
             "fix_all": fix_all,
             "recorded_mean_step_us": float(self.recorded_step_us.mean()) if errs.size else 0.0,
             "replayed_mean_step_us": float(self.replayed_step_us.mean()) if errs.size else 0.0,
@@ -103,6 +127,25 @@ class RankReplay:
             "n_blocking_calls": self.graph.n_blk,
             "assumptions": list(self.graph.assumptions),
             "fallback": self.fallback,
+        }
+        if self.unprofiled is not None:  # absent from a trace's report (no run directory)
+            out["unprofiled"] = self.unprofiled_dict()
+        return out
+
+    def unprofiled_dict(self) -> dict[str, Any] | None:
+        """The report's ``replay.unprofiled`` (:class:`perfdoctor.model.report.UnprofiledSection`), or None."""
+        u = self.unprofiled
+        if u is None:
+            return None
+        step = self.base_step_us
+        return {
+            "method": u.method,
+            "per_event_us": u.per_event_us,
+            "events_per_step": u.events_per_step,
+            "window_step_us": u.window_step_us,
+            "steady_step_us": u.steady_step_us,
+            "step_us": step,
+            "text": u.text(step),
         }
 
 

@@ -1,0 +1,72 @@
+"""A saving measured on another kind of step than the report's denominator, restated as the same share of it.
+
+A ``perfdoctor profile`` run has two kinds of step: the profiled window the trace records, and the unprofiled
+step the user runs (``steps.csv``). The report's denominator for such a run is the unprofiled step
+(:mod:`perfdoctor.checks.denominator`), and every replayed saving is taken from it
+(:mod:`perfdoctor.replay.unprofiled`). Two kinds of saving are measured on the other step and say so in their
+:class:`~perfdoctor.findings.Estimate` (``step_us``, ``step_words``):
+
+- a rank rule's saving that is not replayed (an upper bound from interval rules, e.g. PD202 on CPU) is time of the
+  profiled window: :func:`on_unprofiled_step` marks it as part of the rank's recorded mean step;
+- PD602's saving is time of the run's unprofiled steady steps, while a report whose ranks state no unprofiled step
+  (an unstable series) has the profiled window as its denominator.
+
+:func:`restated` states such a saving as the same share of the report's step: ``saving × target ÷ step``, with both
+figures in its method, so its µs and its percentage describe one step.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from perfdoctor.findings import REPLAY_METHOD, Estimate
+
+
+def restated(est: Estimate, target_us: float, target_words: str) -> Estimate:
+    """``est`` as the same share of ``target_us`` (µs; described by ``target_words``, e.g. "the unprofiled step")
+    when it was measured on another step (``est.step_us``); ``est`` itself otherwise. Its after-fixes saving and
+    its base step (``after_us``, ``from_us``) scale alike."""
+    if est.step_us is None or not est.step_us > 0 or not target_us > 0:
+        return est
+    r = target_us / est.step_us
+    share = 100.0 * est.saving_us / est.step_us
+    note = (
+        f"; measured as {est.saving_us / 1000:,.2f} ms of {est.step_words or 'another step'} "
+        f"({est.step_us / 1000:,.2f} ms), stated as the same share ({share:.1f}%) of {target_words} "
+        f"({target_us / 1000:,.2f} ms)"
+    )
+    return dataclasses.replace(
+        est,
+        saving_us=est.saving_us * r,
+        method=est.method + (note if abs(r - 1.0) > 1e-9 else ""),
+        after_us=None if est.after_us is None else est.after_us * r,
+        from_us=None if est.from_us is None else est.from_us * r,
+        step_us=None,
+        step_words="",
+    )
+
+
+def on_unprofiled_step(outcome: Any, ctx: Any) -> Any:
+    """A rank rule's ``outcome`` (:class:`perfdoctor.checks.context.Outcome`) on ``ctx``
+    (:class:`perfdoctor.checks.context.RankContext`), its saving restated for the rank's unprofiled step when the
+    rank has one (``ctx.unprofiled``) and the saving is not replayed (a replayed saving is taken from the
+    unprofiled step already)."""
+    hit = outcome.hit
+    est = None if hit is None else hit.estimate
+    if est is None or not ctx.unprofiled or est.method.startswith(REPLAY_METHOD) or not ctx.step_us > 0:
+        return outcome
+    marked = dataclasses.replace(est, step_us=ctx.step_us, step_words="the profiled window's mean step")
+    new_hit = dataclasses.replace(hit, estimate=restated(marked, ctx.base_step_us, "the unprofiled step"))
+    return dataclasses.replace(outcome, hit=new_hit)
+
+
+def on_denominator(outcome: Any, denominator_us: float) -> Any:
+    """``outcome`` with a saving measured on another step (``estimate.step_us``: PD602's unprofiled steady steps)
+    restated as the same share of the report's denominator (``denominator_us``, µs)."""
+    hit = outcome.hit
+    est = None if hit is None else hit.estimate
+    if est is None or est.step_us is None:
+        return outcome
+    new_hit = dataclasses.replace(hit, estimate=restated(est, denominator_us, "the report's step"))
+    return dataclasses.replace(outcome, hit=new_hit)

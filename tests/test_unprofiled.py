@@ -1,0 +1,99 @@
+"""A profile run's savings for its unprofiled step (issue 10 item 5): the profiler's per-event overhead estimated
+from the run and removed in the replay, or the scaled fallback; every number worked out by hand (µs)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from tracebuilder import TraceBuilder
+
+from perfdoctor.analysis.steps import find_steps
+from perfdoctor.replay.rank import RankReplay, replay_rank
+from perfdoctor.replay.transforms.cpu import trim_python_outside_ops
+from perfdoctor.replay.unprofiled import overhead_cut, unprofiled
+from perfdoctor.trace import load_trace
+from perfdoctor.trace.tables import TraceTables
+
+DL = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
+
+
+def _two_steps(tmp_path: Path) -> tuple[RankReplay, TraceTables]:
+    """Two recorded 1000 µs steps. Step 1: ProfilerStep#1 and a DataLoader fetch at 0, ops at 150 (inside the fetch),
+    200, 410, 610, then 300 µs of Python [700, 1000): 6 recorded host events. Step 2: ProfilerStep#2 and an op at
+    1000, an op at 1410: 3 events."""
+    tb = TraceBuilder(device_name=None)
+    tb.step(1, 0, 1000)
+    tb.annotation(DL, 0, 200)
+    tb.cpu_op("aten::stack", 150, 40)
+    tb.cpu_op("aten::addmm", 200, 200)
+    tb.cpu_op("aten::relu", 410, 190)
+    tb.cpu_op("aten::mm", 610, 90)
+    tb.step(2, 1000, 1000)
+    tb.cpu_op("aten::addmm", 1000, 400)
+    tb.cpu_op("aten::add", 1410, 580)
+    tables = load_trace(str(tb.write(tmp_path / "t.json")))
+    return replay_rank(tables, find_steps(tables)), tables
+
+
+def test_overhead_cut_packs_events_closer_than_the_overhead() -> None:
+    # 2 µs per event at 0, 1 and 10: the second event's cut starts where the first's ends → [0, 4) and [10, 12)
+    s, e = overhead_cut(np.array([0.0, 1.0, 10.0]), 2.0)
+    assert s.tolist() == [0.0, 10.0] and e.tolist() == [4.0, 12.0]
+    assert overhead_cut(np.array([5.0]), 0.0)[0].size == 0
+
+
+def test_overhead_removed_gives_the_unprofiled_step(tmp_path: Path) -> None:
+    rr, t = _two_steps(tmp_path)
+    # W = 1000 µs; S = 910 µs; 9 events over 2 steps = 4.5 per step → o = (1000 − 910) / 4.5 = 20 µs per event
+    u = unprofiled(rr, t, 910.0)
+    assert u is not None and u.method == "overhead"
+    assert u.window_step_us == pytest.approx(1000.0)
+    assert u.events_per_step == pytest.approx(4.5)
+    assert u.per_event_us == pytest.approx(20.0)
+    rr.unprofiled = u
+    # step 1 loses 6 × 20 = 120 µs → 880; step 2 loses 3 × 20 = 60 → 940; mean 910 = S
+    assert rr.fixed_step_times([]) == pytest.approx([880.0, 940.0])
+    assert rr.base_step_us == pytest.approx(910.0)
+    assert "20.00 µs per recorded host event" in u.text(rr.base_step_us)
+
+
+def test_python_time_keeps_its_length_on_the_unprofiled_step(tmp_path: Path) -> None:
+    rr, t = _two_steps(tmp_path)
+    rr.unprofiled = unprofiled(rr, t, 910.0)
+    w = trim_python_outside_ops(rr, t)
+    # the 300 µs of Python [700, 1000) shrinks to the 10 µs median gap: the profiler does not inflate Python, so
+    # the unprofiled step saves the same 290 µs (880 → 590); step 2 has no long gap. Scaling the window's saving by
+    # S / W would have said 145 × 0.91 = 131.95 µs
+    per = rr.fixed_step_times([]) - rr.fixed_step_times([w])
+    assert per == pytest.approx([290.0, 0.0])
+    assert rr.fix_all([]) is None
+    rr.whatifs["PD105"] = w
+    assert rr.fix_all(["PD105"]) == pytest.approx((910.0, 910.0 - 145.0))
+
+
+def test_scaled_when_the_window_is_not_slower(tmp_path: Path) -> None:
+    rr, t = _two_steps(tmp_path)
+    # S = 1100 µs > W = 1000: no overhead to estimate; every replayed step × 1.1 (stated)
+    u = unprofiled(rr, t, 1100.0)
+    assert u is not None and u.method == "scaled" and u.per_event_us == 0.0 and u.whatif is None
+    rr.unprofiled = u
+    assert rr.base_step_us == pytest.approx(1100.0)
+    w = trim_python_outside_ops(rr, t)
+    assert rr.fixed_step_times([]) - rr.fixed_step_times([w]) == pytest.approx([319.0, 0.0])  # 290 × 1.1
+    assert "could not be estimated" in u.text(rr.base_step_us)
+    assert unprofiled(rr, t, 0.0) is None
+
+
+def test_a_window_saving_is_restated_as_the_same_share_of_the_unprofiled_step() -> None:
+    from perfdoctor.checks.restate import restated
+    from perfdoctor.findings import Estimate
+
+    # 8.86 ms of an 83.06 ms window (10.67%) is 10.67% of a 62.82 ms unprofiled step: 8.86 × 62.82 / 83.06 ms
+    est = Estimate(8860.0, "heuristic", after_us=4000.0, step_us=83060.0, step_words="the profiled window")
+    out = restated(est, 62820.0, "the unprofiled step")
+    assert out.saving_us == pytest.approx(8860.0 * 62820.0 / 83060.0)
+    assert out.after_us == pytest.approx(4000.0 * 62820.0 / 83060.0)
+    assert out.step_us is None and "same share (10.7%) of the unprofiled step (62.82 ms)" in out.method
+    assert restated(Estimate(5.0, "m"), 100.0, "x") == Estimate(5.0, "m")  # measured on the report's step: kept

@@ -159,10 +159,19 @@ class Finding:
     position: int | None = None
     saving_pct: float = 0.0
     saving_after_pct: float | None = None  # estimate.after_us as % of the report's denominator
+    # the saving alone (µs) of a finding stated with its saving after the higher-ranked fixes
+    # (:func:`perfdoctor.checks.after.stated_after`): it orders the finding among the others; None: ``saving_us``
+    alone_us: float | None = None
 
     @property
     def saving_us(self) -> float:
+        """The finding's stated saving (µs per step): its headline, share and severity."""
         return self.estimate.saving_us if self.estimate else 0.0
+
+    @property
+    def rank_us(self) -> float:
+        """The saving that orders it (µs): alone, as the higher-ranked fixes its after-saving builds on are ordered."""
+        return self.alone_us if self.alone_us is not None else self.saving_us
 
     def to_dict(self) -> dict[str, Any]:
         evidence: dict[str, Any] = dict(self.evidence.values)
@@ -211,13 +220,14 @@ def severity_for(pct: float | None, cap: str, high_pct: float, medium_pct: float
 
 
 def rank_findings(findings: list[Finding]) -> list[Finding]:
-    """Sort by estimated saving (µs/step, descending), then severity, then code; number them 1..n.
+    """Sort by estimated saving alone (µs/step, descending: :attr:`Finding.rank_us`), then severity, then code;
+    number them 1..n.
 
     Findings without an estimate go last and get ``position = None``.
     """
 
     def key(f: Finding) -> tuple[bool, float, int, str]:
-        return (f.estimate is None, -f.saving_us, -severity_level(f.severity), f.code)
+        return (f.estimate is None, -f.rank_us, -severity_level(f.severity), f.code)
 
     out = sorted(findings, key=key)
     n = 0

@@ -71,8 +71,10 @@ def test_validated_facts_on_shared_traces():
     # tensor-core floor (19 ms/step less device time) the steps shrink 2.7 / 1.4 ms: the DataLoader (num_workers=0)
     # and the host (num_workers=4) decide them, as on the issue's T4 AMP pair that gained nothing. Under PD203's
     # 3% alone, but on top of the higher-ranked replayed fixes over it (F14: tests/test_after_savings.py): reported,
-    # ranked last by the saving alone
-    assert nw0["PD203"]["saving_pct"] < 3 and nw4["PD203"]["saving_pct"] < 3
+    # ranked last by the saving alone, and stated (share, severity) with the saving after those fixes, the one that
+    # fires it: above 10% (high) once the host no longer hides the ~19 ms of device time the GEMM fix removes
+    assert nw0["PD203"]["saving_pct"] >= 10 and nw4["PD203"]["saving_pct"] >= 10
+    assert nw0["PD203"]["severity"] == nw4["PD203"]["severity"] == "high"
     assert nw0["PD203"]["position"] == len(nw0) and nw4["PD203"]["position"] == len(nw4)
     dlrm = g["param__dlrm_8ranks"]
     # all 8 ranks end the step within 0.9 ms; their collective time is waiting for rank 7 (and the other late

@@ -166,7 +166,7 @@ def _finding(
     """The finding of ``hit``; ``rank`` is the trace rank its numbers come from, ``n_ranks`` the job's rank count;
     its saving's share is of ``denom``, the report's one denominator (0% without one)."""
     fields = {**hit.evidence.values, **hit.fields}
-    pct, pct_after, tail = None, None, ""
+    pct, pct_after, tail, alone_us = None, None, "", None
     est = hit.estimate
     if est is not None:
         pct = denom.pct(est.saving_us) if denom is not None else 0.0
@@ -176,6 +176,11 @@ def _finding(
                 tail = "; " + after.after_text(est.saving_us, est.after_us, est.after_codes, pct_after)
         fields.setdefault("saving_ms", est.saving_us / 1000.0)
         fields.setdefault("saving_pct", pct)
+        if after.stated_after(hit, pct) and est.after_us is not None:
+            # it fires on its saving after the higher-ranked fixes only: that is its number (headline, share and
+            # severity), its saving alone stays in the message and orders it among the others
+            alone_us, pct = est.saving_us, pct_after
+            est = replace(est, saving_us=est.after_us)
         if "recorded_ms" in fields:  # after any cap of the saving (a job's replay caps), so the two agree
             fields.setdefault("replayed_ms", fields["recorded_ms"] - est.saving_us / 1000.0)
     try:
@@ -193,7 +198,7 @@ def _finding(
         category=spec.category,
         severity=severity_for(pct, spec.severity, cat.severity_high_pct, cat.severity_medium_pct),
         message=prefix + message + tail + suffix,
-        estimate=hit.estimate,
+        estimate=est,
         evidence=hit.evidence,
         fix=advice.get("fix", spec.fix),
         example_before=advice.get("example_before", spec.example_before),
@@ -203,6 +208,7 @@ def _finding(
         rank=rank,
         saving_pct=pct or 0.0,
         saving_after_pct=pct_after,
+        alone_us=alone_us,
     )
 
 

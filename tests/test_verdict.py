@@ -4,6 +4,8 @@ from rules_helpers import DL, SGEMM
 from tracebuilder import TraceBuilder
 
 from perfdoctor import pipeline
+from perfdoctor.model.report import FindingSection
+from perfdoctor.model.verdict import verdict
 
 
 def _report(tb, tmp_path):
@@ -83,3 +85,44 @@ def test_verdict_of_an_upper_bound_says_what_fixing_saves_not_what_the_time_goes
         "FP32 compute: fixing the FP32 GEMMs (tensor cores) saves up to 35% of the step "
         "(PD203 fp32-matmul-without-tensor-cores)"
     )
+
+
+# -- the measurement's caveats (PD601, PD603) -------------------------------------------------------------------
+
+
+def _finding(code: str, position: int | None, pct: float, name: str = "rule") -> FindingSection:
+    return FindingSection(
+        code=code,
+        name=name,
+        category="c",
+        severity="high" if position else "medium",
+        position=position,
+        rank=None,
+        message="m",
+        saving_us_per_step=10 * pct,
+        saving_pct_of_step=pct,
+        saving_method="per-step fixed cost (an upper bound)",
+        evidence={},
+        steps=[],
+        fix="",
+        example_before="",
+        example_after="",
+        references=[],
+    )
+
+
+def test_verdict_names_the_top_finding_and_says_when_the_measurement_is_in_doubt():
+    top = _finding("PD202", 1, 11.0, "unfused-elementwise")
+    base = verdict([], [top])
+    assert (
+        base == "elementwise-bound: fixing the unfused elementwise ops saves up to 11% of the step "
+        "(PD202 unfused-elementwise)"
+    )
+    # new-user review F6: a 406 ms step on a machine at load 9 was called "small batch ... saves 82%" while PD603
+    # said the step times had no single level: the verdict now carries that doubt
+    unstable = verdict([], [top, _finding("PD603", None, 0.0)])
+    assert (
+        unstable == base + "; but the run's step times have no single level (PD603): the shares are of an unstable mean"
+    )
+    both = verdict([], [top, _finding("PD601", None, 0.0), _finding("PD603", None, 0.0)])
+    assert both.startswith(base + "; but the profiled window is a transient, not the steady state (PD601) and ")

@@ -217,6 +217,9 @@ def _run_facts(
         "samples_per_step_flag": cfg.samples_per_step,
         "environment": environment.device_info(),
         "cpu": environment.cpu_info(),
+        # 1/5/15-minute load averages (os.getloadavg) at the start and, in the final run.json, at the end: other
+        # processes competing for the cores make step times unstable (PD603 names it)
+        "load_avg": {"start": _load_avg()},
         "git": environment.git_commit(git_dir),
     }
 
@@ -259,12 +262,21 @@ def _write_final_run_json(
         "missing_ranks": result.missing_ranks,
         "ranks": rank_data,
     }
+    data["load_avg"] = {**(facts.get("load_avg") or {}), "end": _load_avg()}
     workers = [d.get("dataloader_workers") for d in rank_data if isinstance(d.get("dataloader_workers"), int)]
     if workers:  # PD104 counts them among the busy threads: the most any rank's DataLoader used
         data["environment"] = {**(facts.get("environment") or {}), "dataloader_workers": max(workers)}
     write_json(run_dir / "run.json", data)
     steps_completed: int = data["steps_completed"]
     return steps_completed
+
+
+def _load_avg() -> list[float] | None:
+    """The 1, 5 and 15-minute load averages (os.getloadavg), or None where the platform has none."""
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except (OSError, AttributeError):
+        return None
 
 
 def _install_sigterm() -> Callable[[], None]:

@@ -23,7 +23,7 @@ CODE = "PD603"
 METRICS = {"spread": "p90 ÷ p10 of the steady-state step times"}
 
 # what a hit's evidence/fields add to METRICS for the TOML message (its placeholders are checked at load)
-MESSAGE_FIELDS = ("p10_ms", "p90_ms", "slow_pct", "cv_pct")
+MESSAGE_FIELDS = ("p10_ms", "p90_ms", "slow_pct", "cv_pct", "machine_load")
 
 
 @dataclass(frozen=True)
@@ -57,7 +57,25 @@ def check(job: JobContext) -> Outcome:
             "slow_pct": 100 * float(slow.mean()),
             "cv_pct": 100 * float(np.std(x) / np.mean(x)),  # population SD ÷ mean of the steady steps
             "steady_steps": int(x.size),
+            "machine_load": _machine_load(job),
         },
         steps=[int(s) for s in idx[slow][:20]],
     )
     return Outcome(metrics={"spread": spread}, hit=Hit(evidence=ev, estimate=None))
+
+
+def _machine_load(job: JobContext) -> str:
+    """ "; the machine's load average was L on C logical CPUs ..." when the run recorded a 1-minute load average
+    (start or end of the run, the higher) above its logical CPU count, else "". The load counts runnable
+    processes, this run's own threads included, so only a load above the cores says others competed for them."""
+    from perfdoctor.checks.context import run_json
+
+    run = run_json(job.analysis) or {}
+    cores = (run.get("cpu") or {}).get("logical_cpus")
+    loads = [v[0] for v in (run.get("load_avg") or {}).values() if isinstance(v, list) and v]
+    if not cores or not loads or max(loads) <= cores:
+        return ""
+    return (
+        f"; the machine's load average was {max(loads):.1f} on {int(cores)} logical CPUs during the run: "
+        "processes competed for the cores"
+    )

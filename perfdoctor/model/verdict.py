@@ -67,7 +67,23 @@ REPLAYED_FIXES: dict[str, str] = {
 
 
 def verdict(ranks: Sequence[RankSection], findings: list[FindingSection], slowest_rank: int | None = None) -> str:
-    """The one-line verdict (see the module docstring); "" when the report has no rank."""
+    """The one-line verdict (see the module docstring); "" when the report has no rank. When the run data says the
+    measurement itself is in doubt (PD601: the profiled window is a transient; PD603: the steady-state step
+    times have no single level), the line says so after the verdict: every share is of that window's mean."""
+    line = _verdict(ranks, findings, slowest_rank)
+    codes = {f.code for f in findings}
+    caveats = [text for code, text in MEASUREMENT_CAVEATS.items() if code in codes]
+    return f"{line}; but {' and '.join(caveats)}" if line and caveats else line
+
+
+# code -> what it puts in doubt, after "but" (run-data rules: the profiled steps may not be the run's)
+MEASUREMENT_CAVEATS: dict[str, str] = {
+    "PD601": "the profiled window is a transient, not the steady state (PD601)",
+    "PD603": "the run's step times have no single level (PD603): the shares are of an unstable mean",
+}
+
+
+def _verdict(ranks: Sequence[RankSection], findings: list[FindingSection], slowest_rank: int | None) -> str:
     if ranks and all(r.primary.kind != "gpu" and r.device_properties for r in ranks):
         return (
             "no verdict: the trace names GPUs but holds no GPU activity (lost or not recorded, see the "

@@ -52,3 +52,21 @@ def test_pd603_silent_on_an_even_series():
     ss = analyze(even)
     out = pd603.check(run_job(even, ss, max_spread=2.0, min_steps=20, min_spread_ms=1.0))
     assert out.hit is None and ss.spread == pytest.approx(1.14, abs=0.05)
+
+
+def test_pd603_names_a_machine_load_above_the_cores():
+    # the same interfered series; run.json recorded load averages 3.1 at the start and 9.3 at the end of the run
+    # on 2 logical CPUs (new-user review F6: the cause sat only in the fix text)
+    from perfdoctor.checks import pd603_step_time_instability as pd603
+
+    rng = np.random.default_rng(5)
+    d = np.where(rng.random(300) < 0.5, 0.08, 1.7) * (1 + 0.05 * rng.standard_normal(300))
+    ss = analyze(d)
+    job = run_job(d, ss, max_spread=2.0, min_steps=20, min_spread_ms=1.0)
+    job.analysis.run.run = {"cpu": {"logical_cpus": 2}, "load_avg": {"start": [3.1, 2.0, 1.0], "end": [9.3, 8.8, 7.0]}}
+    v = pd603.check(job).hit.evidence.values
+    assert v["machine_load"] == (
+        "; the machine's load average was 9.3 on 2 logical CPUs during the run: processes competed for the cores"
+    )
+    job.analysis.run.run["load_avg"] = {"start": [1.2, 1.0, 1.0], "end": [1.9, 1.0, 1.0]}  # under the cores: silent
+    assert pd603.check(job).hit.evidence.values["machine_load"] == ""

@@ -160,3 +160,12 @@ def test_model_flops_that_cannot_fit_the_trace_give_no_mfu():
     # above a datasheet peak: the FLOP count is blamed, not the datasheet
     r = compute_mfu(2e15, 1.0, roofs, "bf16", "transformer_formula", True)
     assert r.mfu is None and "FLOP count (transformer_formula) is too high" in r.note and "calibrate" not in r.note
+
+
+def test_cpu_mfu_without_a_measured_peak_says_how_to_get_one():
+    # new-user review F3: a CPU run with a known FLOP count read "no model FLOP count or no device peak"
+    from perfdoctor.analysis.mfu import compute_mfu
+
+    m = compute_mfu(7_650_410_496, 0.06219, None, "fp32", "flop_counter", False, None)
+    assert m.mfu is None and m.achieved_flops_per_s == 7_650_410_496 / 0.06219
+    assert "no measured CPU peak: run `perfdoctor calibrate`" in m.note

@@ -216,6 +216,13 @@ def compute_mfu(
         note = f"no {dtype or 'GEMM dtype'} peak for {roofs.device}"
     if not on_gpu and roofs is not None and roofs.kind != "measured":
         peak, note = None, "CPU trace: only a measured peak (perfdoctor calibrate) is meaningful"
+    if roofs is None:
+        note = (
+            "no measured CPU peak: run `perfdoctor calibrate` on the machine that recorded the trace (a GPU "
+            "datasheet peak means nothing for a CPU run)"
+            if not on_gpu
+            else "the device is not in the hardware table and no measured peak was given (perfdoctor calibrate)"
+        )
     hfu = None
     if hardware_flops is not None and peak:
         hfu = achieved_flops_per_s(hardware_flops, step_time_s) / peak

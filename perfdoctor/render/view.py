@@ -387,7 +387,13 @@ def _mfu_text(rank: RankSection) -> tuple[str, str] | None:
     if m is None:
         return None
     if m.mfu is None or m.peak_flops_per_s is None:
-        return ("not computed", m.note or "no model FLOP count or no device peak")
+        achieved = (
+            f"achieved {flops(m.model_flops_per_step, 'FLOP')} per step ({m.flops_source}) ÷ "
+            f"{m.step_time_s * 1e3:,.2f} ms median step = {flops(m.achieved_flops_per_s, 'FLOP/s')}; "
+            if m.model_flops_per_step and m.step_time_s and m.achieved_flops_per_s
+            else ""
+        )
+        return ("not computed", achieved + (m.note or "no model FLOP count or no device peak"))
     num = (
         f"numerator: {flops(m.model_flops_per_step, 'FLOP')} per step ({m.flops_source}) ÷ "
         f"{m.step_time_s * 1e3:,.2f} ms median step = {flops(m.achieved_flops_per_s, 'FLOP/s')}"

@@ -7,6 +7,12 @@ is not a phase change; a series without one level (``SteadyState.unstable``) is
 left to PD603.
 The saving bound is what the slowest state costs over the fastest: last phase
 median − fastest phase median for phases, the fitted rise over the run for a trend.
+
+One definition for its µs and its share: both come from the run's unprofiled steps, so the share is of the run's
+median unprofiled steady step (the later state's), said in the message (``cost``); the estimate carries that step
+(``Estimate.step_us``) and the engine states the same share of the report's denominator
+(:func:`perfdoctor.checks.restate.on_denominator`): the same number where the denominator is that step (a run
+without a trace, or a profile run's unprofiled step), restated with both figures in its method otherwise.
 """
 
 from __future__ import annotations
@@ -26,7 +32,19 @@ METRICS = {
 }
 
 # what a hit's evidence/fields add to METRICS for the TOML message (its placeholders are checked at load)
-MESSAGE_FIELDS = ("change_pct", "what")
+MESSAGE_FIELDS = ("change_pct", "what", "cost")
+STEP_WORDS = "the run's median unprofiled steady step"
+
+
+def _estimate(saving_us: float, method: str, steady_s: float) -> tuple[Estimate | None, str]:
+    """The estimate of a saving of ``saving_us`` (µs, from the unprofiled steps) as part of the run's median
+    unprofiled steady step ``steady_s`` (s), and the message's ``cost`` clause saying what its share is of."""
+    if saving_us <= 0 or not steady_s > 0:
+        return None, ""
+    est = Estimate(saving_us, method, step_us=steady_s * 1e6, step_words=STEP_WORDS)
+    share = 100.0 * saving_us / (steady_s * 1e6)
+    cost = f"; it costs {saving_us / 1000:,.1f} ms per step, {share:.1f}% of {STEP_WORDS} ({steady_s * 1e3:,.1f} ms)"
+    return est, cost
 
 
 @dataclass(frozen=True)
@@ -76,8 +94,8 @@ def check(job: JobContext) -> Outcome:
             steps=[p.start_step for p in ss.phases[1:]],
         )
         saving = max(last.median_s - best.median_s, 0.0) * 1e6
-        est = Estimate(saving, "last phase median − fastest phase median (per step)")
-        return Outcome(metrics=metrics, hit=Hit(evidence=ev, estimate=est if saving > 0 else None))
+        est, cost = _estimate(saving, "last phase median − fastest phase median (per step)", ss.median_s)
+        return Outcome(metrics=metrics, hit=Hit(evidence=ev, estimate=est, fields={"cost": cost}))
     if ss.trend_detected and ss.trend_us_per_step > 0:
         jump = _level_change(run)
         if jump is not None:  # one jump explains the series better than a slope: report it as a level change
@@ -95,8 +113,8 @@ def check(job: JobContext) -> Outcome:
                 steps=[step],
             )
             saving = max(after_s - before_s, 0.0) * 1e6
-            est = Estimate(saving, "median after the change − median before (per step)")
-            return Outcome(metrics=metrics, hit=Hit(evidence=ev, estimate=est if saving > 0 else None))
+            est, cost = _estimate(saving, "median after the change − median before (per step)", ss.median_s)
+            return Outcome(metrics=metrics, hit=Hit(evidence=ev, estimate=est, fields={"cost": cost}))
         rise_us = ss.trend_rise_ratio * ss.median_s * 1e6
         ev = Evidence(
             values={
@@ -111,8 +129,8 @@ def check(job: JobContext) -> Outcome:
                 "n_phases": 1,
             }
         )
-        est = Estimate(rise_us, "fitted rise of step time over the steady span (Theil-Sen)")
-        return Outcome(metrics=metrics, hit=Hit(evidence=ev, estimate=est))
+        est, cost = _estimate(rise_us, "fitted rise of step time over the steady span (Theil-Sen)", ss.median_s)
+        return Outcome(metrics=metrics, hit=Hit(evidence=ev, estimate=est, fields={"cost": cost}))
     return passed(**metrics)
 
 

@@ -121,3 +121,25 @@ def test_pd602_silent_when_the_run_recovers_from_a_slow_stretch():
     assert ss.phases[-1].median_s / ss.phases[0].median_s - 1 == pytest.approx(-0.055, abs=0.01)
     out = pd602.check(run_job(d, ss, min_shift=0.10, min_steps=50))
     assert out.hit is None and not out.skip
+
+
+def test_pd602_share_is_of_the_steps_its_us_come_from():
+    """µs and share from one set of steps (issue 10): 2.34 s -> 2.94 s costs 600 ms of the 2.94 s steady step
+    (20.4%); on a report whose denominator is another step (a 3.5 s profiled window) the saving is the same
+    20.4% of it, 714.3 ms, with both figures in its method; on the steady step itself it is unchanged."""
+    from perfdoctor.checks.restate import on_denominator
+
+    ss = analyze(series([(280, 2.34), (220, 2.94)], noise=0.0))
+    out = pd602.check(job(ss, min_shift=0.10))
+    assert out.hit is not None and out.hit.estimate is not None
+    est = out.hit.estimate
+    assert ss.median_s == pytest.approx(2.94) and est.step_us == pytest.approx(2.94e6)
+    assert out.hit.fields["cost"] == (
+        "; it costs 600.0 ms per step, 20.4% of the run's median unprofiled steady step (2,940.0 ms)"
+    )
+    same = on_denominator(out, 2.94e6).hit.estimate
+    assert same.saving_us == pytest.approx(600e3) and same.method == est.method
+    other = on_denominator(out, 3.5e6).hit.estimate
+    assert other.saving_us == pytest.approx(600e3 * 3.5 / 2.94)
+    assert "measured as 600.00 ms of the run's median unprofiled steady step (2,940.00 ms)" in other.method
+    assert "same share (20.4%) of the report's step (3,500.00 ms)" in other.method

@@ -23,7 +23,18 @@ severity that the single-rank baseline does not have.
 `--configs replica4096` measures the reducer alone at 4,096 ranks: 16 ranks of the job are summarised by a
 2-worker pool and replicated to 4,096 (straggler and slow-collective columns do not apply there).
 
+Wall time runs from before the executor is made (a DaskCluster on a given client, a LocalPool) to the end of
+`pipeline.build`; a LocalCluster's own start is not counted. `daskN` starts a fresh LocalCluster of N one-thread
+worker processes (each worker imports perfdoctor on its first task, ~1 s on a loaded machine); `daskwarmN` first
+runs an 8-rank job on it, as a cluster that has served a job before, then times the job. "cpu s" is this
+(reducing) process's CPU during the timed part: the reducer's own work, and for a LocalCluster also its
+scheduler, which runs in this process. `--repeat R` runs the configurations R times, interleaved, and prints
+the 1 → 2 worker speed-up of each kind per repetition (neighbouring runs see about the same load), its median
+and range; the 1-minute load average is printed before and after each run (the machine is shared).
+`--repo PATH` times the perfdoctor checkout at PATH (e.g. main before a change) with this script.
+
 Usage: python benchmarks/many_ranks.py [--ranks 256 1024] [--configs pool1 pool2 dask1 dask2 replica4096]
+       [--repeat R] [--repo PATH]
 """
 
 from __future__ import annotations
@@ -31,7 +42,9 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
+import os
 import random
+import statistics
 import subprocess
 import sys
 import time
@@ -135,8 +148,9 @@ from perfdoctor.jobs.executors import DaskCluster, InProcess, LocalPool
 kind, workers, path = sys.argv[2], int(sys.argv[3]), sys.argv[4]
 t0 = time.perf_counter()
 cluster = client = None
+make = None
 if kind == "pool":
-    ex = LocalPool(workers) if workers > 1 else InProcess()
+    make = lambda: LocalPool(workers) if workers > 1 else InProcess()
 elif kind == "replica":
     import msgspec, pickle
     try:
@@ -146,9 +160,12 @@ elif kind == "replica":
 
     class Replicas:
         # 16 ranks summarised by a 2-worker pool, replicated to `workers` ranks as if each had arrived from a
-        # worker (a pickle round trip each): the reducer's memory at a size no trace set here reaches
+        # worker (a pickle round trip each): the reducer's memory at a size no trace set here reaches; no second
+        # round (the peers' re-analysis: the replicas' collective timelines are copies)
 
-        def summarise(self, files, opts, cat, roofs=None, cache=False):
+        def summarise(self, files, opts, cat, roofs=None, cache=False, indices=None, quiet=False):
+            if quiet:
+                return []
             base = LocalPool(2).summarise(files[:16], opts, cat, roofs, cache)
             out = []
             for r in range(workers):
@@ -164,15 +181,22 @@ elif kind == "replica":
                 out.append(s)
             return out
 
-    ex = Replicas()
+    make = Replicas
 else:
     from distributed import Client, LocalCluster
     cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None)
     client = Client(cluster)
-    ex = DaskCluster(client)
+    client.wait_for_workers(workers)
+    if kind == "daskwarm":  # a cluster that has served a job: its workers imported perfdoctor then
+        import glob
+        warm = sorted(glob.glob(sys.argv[5] + "/*.json.gz"))[:8]
+        pipeline.build(warm, executor=DaskCluster(client))
+    make = lambda: DaskCluster(client)
 t1 = time.perf_counter()
-built = pipeline.build([path], executor=ex)
+c1 = time.process_time()
+built = pipeline.build([path], executor=make())
 wall = time.perf_counter() - t1
+cpu = time.process_time() - c1
 rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # the reducer's peak: summaries in, report out
 if client is not None:
     client.close(); cluster.close()
@@ -180,7 +204,7 @@ import msgspec
 from perfdoctor.model import to_builtins
 model = built.model  # read its job and findings only: to_builtins(model) would decode every rank's section
 job = to_builtins(model.job) if model.job else {"n_ranks": 1, "stragglers": [], "collective_wait": {}, "ranks": [0]}
-out = {"wall_s": wall, "startup_s": t1 - t0, "rss_mb": rss,
+out = {"wall_s": wall, "cpu_s": cpu, "startup_s": t1 - t0, "rss_mb": rss,
        "n_ranks": job["n_ranks"], "stragglers": [s["rank"] for s in job["stragglers"]],
        "cw": job["collective_wait"], "ranks": job["ranks"],
        "findings": [{"code": f["code"], "severity": f["severity"], "rank": f["rank"],
@@ -201,16 +225,19 @@ print(json.dumps(out))
 """
 
 
-def run(kind: str, workers: int, path: Path) -> dict[str, Any]:
+def run(kind: str, workers: int, path: Path, repo: Path = REPO) -> dict[str, Any]:
+    load0 = os.getloadavg()[0]
     r = subprocess.run(
-        [sys.executable, "-c", CHILD, str(REPO), kind, str(workers), str(path)],
+        [sys.executable, "-c", CHILD, str(repo), kind, str(workers), str(path), str(SOURCE.parent)],
         capture_output=True,
         text=True,
         check=False,
     )
     if r.returncode != 0:
         raise SystemExit(r.stderr[-3000:])
-    return json.loads(r.stdout.strip().splitlines()[-1])
+    out: dict[str, Any] = json.loads(r.stdout.strip().splitlines()[-1])
+    out["load"] = (load0, os.getloadavg()[0])
+    return out
 
 
 def verdict(res: dict[str, Any], n: int, baseline: set[str]) -> dict[str, Any]:
@@ -235,13 +262,16 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--ranks", type=int, nargs="+", default=[256, 1024])
     ap.add_argument("--configs", nargs="+", default=["pool1", "pool2", "dask1", "dask2"])
+    ap.add_argument("--repeat", type=int, default=1)
+    ap.add_argument("--repo", type=Path, default=REPO)
     args = ap.parse_args()
-    base = run("pool", 1, SOURCE)
+    base = run("pool", 1, SOURCE, args.repo)
     baseline = {f["code"] for f in base["findings"] if f["severity"] != "low"}
-    print(f"single-rank baseline (the source rank alone): findings above low: {sorted(baseline)}")
+    print(f"perfdoctor at {args.repo}; the source rank alone: findings above low: {sorted(baseline)}")
     print(
-        f"{'ranks':>6} {'config':>7} {'wall s':>8} {'ranks/s':>8} {'reducer RSS MB':>15} {'straggler':>10} "
-        f"{'slow coll.':>10} {'new >low':>10} {'HTML MB':>8} {'+HTML RSS':>9} {'JSON MB':>8} {'+JSON RSS':>9}"
+        f"{'ranks':>6} {'config':>9} {'wall s':>8} {'ranks/s':>8} {'cpu s':>6} {'load':>9} {'reducer RSS MB':>15} "
+        f"{'straggler':>10} {'slow coll.':>10} {'new >low':>10} {'HTML MB':>8} {'+HTML RSS':>9} {'JSON MB':>8} "
+        f"{'+JSON RSS':>9}"
     )
     for n in args.ranks:
         t0 = time.perf_counter()
@@ -250,20 +280,34 @@ def main() -> None:
             f"  (job of {n} ranks ready in {time.perf_counter() - t0:.1f} s: "
             f"{sum(f.stat().st_size for f in path.glob('*.gz')) / 1e6:.0f} MB gzip'd)"
         )
-        for cfg in args.configs:
-            kind, workers = cfg.rstrip("0123456789"), int(cfg[len(cfg.rstrip("0123456789")) :])
-            res = run(kind, workers, path)
-            v = verdict(res, n, baseline)
-            n_ranks = workers if kind == "replica" else n
-            print(
-                f"{n_ranks:>6} {cfg:>7} {res['wall_s']:>8.1f} {n_ranks / res['wall_s']:>8.2f} {res['rss_mb']:>15.0f} "
-                f"{str(v['straggler_found']):>10} {str(v['slow_collective_found']):>10} "
-                f"{','.join(v['new_findings_above_low']) or '-':>10} {res['html_bytes'] / 1e6:>8.2f} "
-                f"{res['html_rss_mb']:>9.0f} {res['json_bytes'] / 1e6:>8.1f} {res['json_rss_mb']:>9.0f}",
-                flush=True,
-            )
-            if v["other_stragglers"]:
-                print(f"         other ranks flagged as stragglers: {v['other_stragglers'][:10]}")
+        walls: dict[str, list[float]] = {}
+        for _ in range(args.repeat):
+            for cfg in args.configs:
+                kind, workers = cfg.rstrip("0123456789"), int(cfg[len(cfg.rstrip("0123456789")) :])
+                res = run(kind, workers, path, args.repo)
+                walls.setdefault(cfg, []).append(res["wall_s"])
+                v = verdict(res, n, baseline)
+                n_ranks = workers if kind == "replica" else n
+                load = f"{res['load'][0]:.1f}-{res['load'][1]:.1f}"
+                print(
+                    f"{n_ranks:>6} {cfg:>9} {res['wall_s']:>8.1f} {n_ranks / res['wall_s']:>8.2f} {res['cpu_s']:>6.2f} "
+                    f"{load:>9} {res['rss_mb']:>15.0f} {str(v['straggler_found']):>10} "
+                    f"{str(v['slow_collective_found']):>10} {','.join(v['new_findings_above_low']) or '-':>10} "
+                    f"{res['html_bytes'] / 1e6:>8.2f} {res['html_rss_mb']:>9.0f} {res['json_bytes'] / 1e6:>8.1f} "
+                    f"{res['json_rss_mb']:>9.0f}",
+                    flush=True,
+                )
+                if v["other_stragglers"]:
+                    print(f"         other ranks flagged as stragglers: {v['other_stragglers'][:10]}")
+        for kind in sorted({c.rstrip("0123456789") for c in walls}):
+            one, two = walls.get(f"{kind}1"), walls.get(f"{kind}2")
+            if one and two:
+                ratios = [a / b for a, b in zip(one, two)]
+                print(
+                    f"  {n} ranks, {kind} 1 -> 2 workers: speed-up {', '.join(f'{r:.2f}' for r in ratios)} "
+                    f"(median {statistics.median(ratios):.2f}, range {min(ratios):.2f}-{max(ratios):.2f})",
+                    flush=True,
+                )
 
 
 if __name__ == "__main__":

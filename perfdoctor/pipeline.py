@@ -160,7 +160,7 @@ def build(
     files = [f for p in trace_paths for f in trace_files_in(p)]
     roofs = run_data.measured_cpu_roofs(run)
     summaries = runner.summarise(files, summary_opts, catalogue, roofs, cache=cache)
-    summaries = with_peer_arrivals(files, summaries, summary_opts, catalogue, roofs, cache)
+    summaries = with_peer_arrivals(files, summaries, summary_opts, catalogue, roofs, cache, runner)
     job = reduce(summaries, catalogue, codes, run, extra_warnings=notes, no_trace=no_trace)
     analysis = job.analysis
     analysis.checks = job.checks

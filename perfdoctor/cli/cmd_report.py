@@ -13,6 +13,7 @@ from perfdoctor.errors import PerfDoctorError, TraceFormatError
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from perfdoctor.jobs.executors import DaskCluster, LocalPool, OnDone
     from perfdoctor.pipeline import BuiltReport
 
 NAME = "report"
@@ -257,18 +258,18 @@ def _write_report(path: str, data: bytes | Iterable[bytes]) -> None:
 PROGRESS_MIN_BYTES = 8 << 20  # inputs smaller than this load too fast for a progress bar
 
 
-def _executor(args: argparse.Namespace, n_files: int, on_done: object) -> object | None:
+def _executor(args: argparse.Namespace, n_files: int, on_done: OnDone) -> DaskCluster | LocalPool | None:
     """The executor for ``--dask`` / ``--jobs`` (None: this process, one file after another)."""
     from perfdoctor.jobs.executors import DaskCluster, LocalPool
 
     if args.jobs is not None and args.jobs < 1:
         raise PerfDoctorError(f"--jobs must be at least 1 (got {args.jobs})")
     if args.dask:
-        return DaskCluster(args.dask, on_done=on_done)  # type: ignore[arg-type]
+        return DaskCluster(args.dask, on_done=on_done)
     jobs = args.jobs if args.jobs is not None else (os.cpu_count() or 1)
     if n_files < 2 or jobs < 2:
         return None
-    return LocalPool(jobs, on_done=on_done)  # type: ignore[arg-type]
+    return LocalPool(jobs, on_done=on_done)
 
 
 def _analyze(args: argparse.Namespace, err: Console, opts: object) -> BuiltReport:
@@ -312,7 +313,11 @@ def _analyze(args: argparse.Namespace, err: Console, opts: object) -> BuiltRepor
             link = getattr(executor, "dashboard_link", "")
             if link:
                 err.print(f"Dask dashboard: {link}")
-            return build(executor=executor)
+            try:
+                return build(executor=executor)
+            finally:
+                if executor is not None:
+                    executor.close()
     if total < PROGRESS_MIN_BYTES or not err.is_terminal:
         with err.status("reading traces…", spinner="dots"):
             return build()

@@ -1,8 +1,11 @@
 """Where the per-rank tasks run: this process, a local process pool, or an existing Dask cluster.
 
-Every executor has ``summarise(files, opts, cat, measured_roofs, cache) -> list[RankSummary]`` and calls
-``on_done(summaries_of_one_file)`` as each file finishes (for a progress bar). Only the summaries travel back:
-workers read the trace paths themselves (a shared file system, or fsspec URLs on a cluster).
+Every executor has ``summarise(files, opts, cat, measured_roofs, cache, indices=None, quiet=False) ->
+list[RankSummary]`` and calls ``on_done(summaries_of_one_file)`` as each file finishes (for a progress bar), and
+``close()``. ``indices``: each file's index among the job's inputs (default: its position in ``files``);
+``quiet``: no progress and no exception for a lone file, for the second round that re-analyses the ranks that
+arrived last with their peers' arrivals (:mod:`perfdoctor.jobs.peers`), on the same workers. Only the summaries
+travel back: workers read the trace paths themselves (a shared file system, or fsspec URLs on a cluster).
 
 Memory guard (:func:`memory_limited_jobs`): a rank's analysis holds its decoded event columns, about
 ``MEMORY_PER_JSON_BYTE`` bytes per byte of trace JSON at the peak, so no more ranks run at once than the
@@ -20,7 +23,7 @@ from typing import Any
 
 from perfdoctor.errors import PerfDoctorError
 from perfdoctor.jobs.summary import RankSummary, SummaryOptions
-from perfdoctor.jobs.task import summarise_file
+from perfdoctor.jobs.task import summarise_file, summarise_files
 
 # peak resident bytes of one rank's analysis per byte of trace JSON: benchmarks/trace_load.py measures 0.97× for
 # load + breakdown (README, "Measured"); replay, roofline and the rules add to it, unmeasured: 3× leaves headroom
@@ -30,6 +33,32 @@ MEMORY_PER_JSON_BYTE = 3.0
 GZIP_RATIO = 12.0
 
 OnDone = Callable[[list[RankSummary]], None]
+
+# what a pool worker imports before its first rank: the forkserver imports them once and every worker it forks
+# inherits them (the modules a rank's analysis imports lazily are listed too: they cost a worker ~50 ms of CPU
+# on its first rank otherwise, also in the second round's fresh pool)
+PRELOAD = [
+    "perfdoctor.jobs.task",
+    "perfdoctor.pipeline",
+    "perfdoctor.checks.engine",
+    "perfdoctor.analysis.mfu",
+    "perfdoctor.analysis.memory",
+    "perfdoctor.analysis.summary",
+    "perfdoctor.analysis.trace_info",
+    "perfdoctor.model.build",
+    "perfdoctor.replay.transforms.batch",
+    "perfdoctor.replay.transforms.kernels",
+    "perfdoctor.trace.ranks",
+]
+
+
+def _indices(files: list[str], indices: list[int] | None) -> list[int]:
+    """Each file's index among the job's inputs: ``indices``, or the positions of ``files``."""
+    if indices is None:
+        return list(range(len(files)))
+    if len(indices) != len(files):
+        raise ValueError(f"{len(indices)} indices for {len(files)} files")
+    return list(indices)
 
 
 def json_bytes(path: str) -> int:
@@ -80,17 +109,29 @@ class InProcess:
         self.on_done = on_done
 
     def summarise(
-        self, files: list[str], opts: SummaryOptions, cat: Any, measured_roofs: Any = None, cache: bool = False
+        self,
+        files: list[str],
+        opts: SummaryOptions,
+        cat: Any,
+        measured_roofs: Any = None,
+        cache: bool = False,
+        indices: list[int] | None = None,
+        quiet: bool = False,
     ) -> list[RankSummary]:
+        """The summaries of ``files`` (the module docstring says what each argument is)."""
         out: list[RankSummary] = []
-        for i, f in enumerate(files):
+        lone = len(files) == 1 and not quiet
+        for i, f in zip(_indices(files, indices), files):
             part = summarise_file(
-                f, i, opts, cat, measured_roofs, cache, self.on_progress, raise_errors=len(files) == 1
+                f, i, opts, cat, measured_roofs, cache, None if quiet else self.on_progress, raise_errors=lone
             )
             out += part
-            if self.on_done:
+            if self.on_done and not quiet:
                 self.on_done(part)
         return out
+
+    def close(self) -> None:
+        """Nothing to release."""
 
 
 class LocalPool:
@@ -109,22 +150,34 @@ class LocalPool:
         self.jobs = jobs or os.cpu_count() or 1
         self.on_done = on_done
         self.workers_used = 0
+        self._report: OnDone | None = on_done
 
     def summarise(
-        self, files: list[str], opts: SummaryOptions, cat: Any, measured_roofs: Any = None, cache: bool = False
+        self,
+        files: list[str],
+        opts: SummaryOptions,
+        cat: Any,
+        measured_roofs: Any = None,
+        cache: bool = False,
+        indices: list[int] | None = None,
+        quiet: bool = False,
     ) -> list[RankSummary]:
+        """The summaries of ``files`` (the module docstring says what each argument is), in index order."""
         n = min(memory_limited_jobs(self.jobs, files), len(files))
-        self.workers_used = n
+        if not quiet:
+            self.workers_used = n
+        self._report = None if quiet else self.on_done
         if n <= 1:
-            return InProcess(on_done=self.on_done).summarise(files, opts, cat, measured_roofs, cache)
+            one = InProcess(on_done=self._report)
+            return one.summarise(files, opts, cat, measured_roofs, cache, indices, quiet)
         task = partial(summarise_file, opts=opts, cat=cat, measured_roofs=measured_roofs, cache=cache)
         import multiprocessing
 
         ctx = multiprocessing.get_context("forkserver")
-        ctx.set_forkserver_preload(["perfdoctor.jobs.task", "perfdoctor.pipeline", "perfdoctor.checks.engine"])
+        ctx.set_forkserver_preload(PRELOAD)
         start_forkserver_deaf_to_ctrl_c()
         results: dict[int, list[RankSummary]] = {}
-        todo = list(enumerate(files))
+        todo = list(zip(_indices(files, indices), files))
         suspects: list[tuple[int, str]] = []
         while todo:  # each broken pool sets its ranks in flight aside and hands the rest to a fresh one
             done_before = len(results)
@@ -192,8 +245,11 @@ class LocalPool:
 
     def _collect(self, i: int, part: list[RankSummary], results: dict[int, list[RankSummary]]) -> None:
         results[i] = part
-        if self.on_done:
-            self.on_done(part)
+        if self._report:
+            self._report(part)
+
+    def close(self) -> None:
+        """Nothing to release: each :meth:`summarise` shuts its pool down."""
 
 
 def start_forkserver_deaf_to_ctrl_c() -> None:
@@ -245,8 +301,9 @@ def died(path: str) -> str:
 class DaskCluster:
     """An existing Dask distributed cluster (``address`` ``tcp://host:8786``) or a ``distributed.Client``.
 
-    Each task reads its trace where it runs; only the summaries come back. ``dashboard_link`` is the
-    cluster's dashboard URL (for the progress line).
+    Each task reads its traces where it runs; only the summaries come back. Small traces go several to a task
+    (:func:`dask_batches`). ``dashboard_link`` is the cluster's dashboard URL (for the progress line).
+    :meth:`close` closes the client this object opened (not one it was given).
 
     Raises:
         PerfDoctorError: Dask distributed is not installed (``pip install perfdoctor[dask]``) or the
@@ -267,29 +324,77 @@ class DaskCluster:
                 raise PerfDoctorError(f"--dask {address}: cannot reach the Dask scheduler ({exc})") from None
         self.on_done = on_done
         self.dashboard_link: str = str(getattr(self.client, "dashboard_link", "") or "")
+        self.tasks_sent: list[int] = []  # tasks submitted by each summarise (each holds one or more files)
 
     def summarise(
-        self, files: list[str], opts: SummaryOptions, cat: Any, measured_roofs: Any = None, cache: bool = False
+        self,
+        files: list[str],
+        opts: SummaryOptions,
+        cat: Any,
+        measured_roofs: Any = None,
+        cache: bool = False,
+        indices: list[int] | None = None,
+        quiet: bool = False,
     ) -> list[RankSummary]:
+        """The summaries of ``files`` (the module docstring says what each argument is), in index order.
+
+        A task that fails as a whole (its worker died more often than the cluster allows: ``KilledWorker``)
+        gives each of its files that one-line error; the other tasks' ranks are analysed.
+        """
+        import uuid
+
         from distributed import as_completed
 
         # the rule catalogue (~50 kB pickled) and the options go to every worker once, not with every task
         shared = self.client.scatter([opts, cat, measured_roofs], broadcast=True, hash=False)  # type: ignore[no-untyped-call]
-        futures = [
+        threads = sum(self.client.nthreads().values()) or 1  # type: ignore[no-untyped-call]
+        batches = dask_batches(list(zip(_indices(files, indices), files)), threads)
+        token = uuid.uuid4().hex[:8]  # a second round's keys must differ from the first's
+        futures = {
             self.client.submit(
-                summarise_file, f, i, *shared, cache, pure=False, key=f"perfdoctor-rank-{i}-{os.getpid()}-{id(self)}"
-            )
-            for i, f in enumerate(files)
-        ]
-        out: list[RankSummary] = []
-        try:
-            for fut in as_completed(futures):  # type: ignore[no-untyped-call]
-                part = fut.result()
-                out += part
-                fut.release()
-                if self.on_done:
+                summarise_files, batch, *shared, cache, pure=False, key=f"perfdoctor-ranks-{batch[0][0]}-{token}"
+            ): batch
+            for batch in batches
+        }
+        self.tasks_sent.append(len(futures))
+        results: dict[int, list[RankSummary]] = {}
+        # results are gathered by the client's event loop as the tasks finish (no round trip per result here)
+        for fut, value in as_completed(futures, with_results=True, raise_errors=False):  # type: ignore[no-untyped-call]
+            batch = futures[fut]
+            if fut.status == "error":
+                exc = value[1]
+                parts = [
+                    [RankSummary(index=i, path=f, error=f"{f}: could not be analysed ({type(exc).__name__}: {exc})")]
+                    for i, f in batch
+                ]
+            else:
+                parts = value
+            fut.release()
+            for (i, _), part in zip(batch, parts):
+                results[i] = part
+                if self.on_done and not quiet:
                     self.on_done(part)
-        finally:
-            if self._own:
-                self.client.close()  # type: ignore[no-untyped-call]
-        return out
+        return [s for i in sorted(results) for s in results[i]]
+
+    def close(self) -> None:
+        """Close the client when this object opened it."""
+        if self._own:
+            self.client.close()  # type: ignore[no-untyped-call]
+
+
+# a Dask task costs about 3 ms of scheduler and worker time (the worker's gap between tasks, the scheduler's
+# CPU per task: benchmarks/many_ranks.py at 256 ranks, 2 workers); a rank of the 0.8 MB DLRM traces ~65 ms of CPU
+BATCH_JSON_BYTES = 4 << 20  # a task holds files of up to ~4 MB of trace JSON together (~0.3 s of analysis)
+MIN_TASKS_PER_THREAD = 16  # ... and every worker thread still gets at least 16 tasks (the last one idles the rest)
+
+
+def dask_batches(items: list[tuple[int, str]], threads: int) -> list[list[tuple[int, str]]]:
+    """``items`` ((index, path), in order) cut into consecutive tasks of ``k`` files: ``k`` = the files that fit
+    :data:`BATCH_JSON_BYTES` at their mean JSON size (:func:`json_bytes`), at most ``len(items) // (threads ×``
+    :data:`MIN_TASKS_PER_THREAD` ``)``, at least 1; 1 when a file's size is unknown (a URL)."""
+    sizes = [json_bytes(f) for _, f in items]
+    k = 1
+    if items and min(sizes) > 0:
+        by_bytes = int(BATCH_JSON_BYTES // (sum(sizes) / len(sizes)))
+        k = max(1, min(by_bytes, len(items) // (max(threads, 1) * MIN_TASKS_PER_THREAD)))
+    return [items[j : j + k] for j in range(0, len(items), k)]

@@ -40,20 +40,21 @@ def with_peer_arrivals(
     cat: Any,
     measured_roofs: Any = None,
     cache: bool = False,
+    executor: Any = None,
 ) -> list[RankSummary]:
     """``summaries`` (of ``files``, by their ``index``) with the ranks :func:`peer_ends` names analysed again
     with their peers' bounds (each a summary of the same file; a rank that fails the second time keeps its
-    first summary)."""
-    from perfdoctor.jobs.task import summarise_file
+    first summary). ``executor`` (:mod:`perfdoctor.jobs.executors`; default this process) runs the second
+    round, quietly (no progress): on a pool or a cluster those ranks are analysed side by side, not one after
+    another here (a rank of a 1 GB trace takes a worker tens of seconds)."""
+    from perfdoctor.jobs.executors import InProcess
 
     plan = peer_ends(summaries)
     if not plan:
         return summaries
     again = sorted({s.index for s in summaries if s.path in plan})
     opts2 = msgspec.structs.replace(opts, peer_ends=plan)
-    redone: dict[str, RankSummary] = {}
-    for i in again:
-        for s in summarise_file(files[i], i, opts2, cat, measured_roofs, cache):
-            if not s.error:
-                redone[s.path] = s
+    runner = executor if executor is not None else InProcess()
+    second = runner.summarise([files[i] for i in again], opts2, cat, measured_roofs, cache, indices=again, quiet=True)
+    redone = {s.path: s for s in second if not s.error}
     return [redone.get(s.path, s) for s in summaries]

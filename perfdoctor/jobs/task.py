@@ -64,6 +64,18 @@ def summarise_file(
     return out
 
 
+def summarise_files(
+    items: list[tuple[int, str]],
+    opts: SummaryOptions,
+    cat: Any,
+    measured_roofs: Any = None,
+    cache: bool = False,
+) -> list[list[RankSummary]]:
+    """:func:`summarise_file` of each (index, path) of ``items``, in order: one list of summaries per file (one
+    task of several small files, :func:`perfdoctor.jobs.executors.dask_batches`)."""
+    return [summarise_file(path, index, opts, cat, measured_roofs, cache) for index, path in items]
+
+
 def _summarise_file(
     path: str,
     index: int,

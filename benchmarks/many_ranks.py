@@ -232,6 +232,7 @@ def run(kind: str, workers: int, path: Path, repo: Path = REPO) -> dict[str, Any
         capture_output=True,
         text=True,
         check=False,
+        cwd=repo,  # a forkserver imports its preload with the working directory first on sys.path
     )
     if r.returncode != 0:
         raise SystemExit(r.stderr[-3000:])

@@ -125,7 +125,7 @@ def build(
     from perfdoctor.errors import PerfDoctorError
     from perfdoctor.jobs.executors import InProcess
     from perfdoctor.jobs.peers import with_peer_arrivals
-    from perfdoctor.jobs.reduce import reduce
+    from perfdoctor.jobs.reduce import gc_paused, reduce
     from perfdoctor.jobs.summary import SummaryOptions
     from perfdoctor.model.build import build_report as build_model
     from perfdoctor.trace import trace_files_in
@@ -161,19 +161,20 @@ def build(
     roofs = run_data.measured_cpu_roofs(run)
     summaries = runner.summarise(files, summary_opts, catalogue, roofs, cache=cache)
     summaries = with_peer_arrivals(files, summaries, summary_opts, catalogue, roofs, cache, runner)
-    job = reduce(summaries, catalogue, codes, run, extra_warnings=notes, no_trace=no_trace)
-    analysis = job.analysis
-    analysis.checks = job.checks
-    section = None
-    if run is not None:
-        section = run_data.run_section(run)
-        analysis.warnings += run_data.profiled_non_training(run)
-    job_sec = None
-    if len(job.summaries) + len(job.failed) > 1:
-        from perfdoctor.jobs.cross_rank import job_section
+    with gc_paused():  # the reducer: thousands of summaries held, little cyclic garbage made
+        job = reduce(summaries, catalogue, codes, run, extra_warnings=notes, no_trace=no_trace)
+        analysis = job.analysis
+        analysis.checks = job.checks
+        section = None
+        if run is not None:
+            section = run_data.run_section(run)
+            analysis.warnings += run_data.profiled_non_training(run)
+        job_sec = None
+        if len(job.summaries) + len(job.failed) > 1:
+            from perfdoctor.jobs.cross_rank import job_section
 
-        job_sec = job_section(job)
-    model = build_model(analysis, section, sections=job.sections(), job=job_sec)
+            job_sec = job_section(job)
+        model = build_model(analysis, section, sections=job.sections(), job=job_sec)
     return BuiltReport(model, analysis, job.checks, job)
 
 

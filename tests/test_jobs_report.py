@@ -145,6 +145,12 @@ def test_rank_sections_by_hand() -> None:
     assert decode_section(secs[0]).replay.fix_all.replayed_mean_step_us == 900.0  # the bytes stay as sent
     with pytest.raises(IndexError):
         ranks[2]
+    # the ranks and their median step read without decoding a section: one step each, so the median is the
+    # step's own time
+    fresh = RankSections(secs)
+    assert fresh.ranks() == [0, 1] and len(base.primary.steps) == 1
+    assert fresh.median_steps_us() == {0: base.primary.steps[0].dur_us, 1: base.primary.steps[0].dur_us}
+    assert fresh._memo == {}  # noqa: SLF001  # nothing decoded
 
 
 def test_no_straggler_on_the_tight_dlrm_job() -> None:

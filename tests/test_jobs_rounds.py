@@ -125,3 +125,63 @@ def test_dask_task_that_fails_costs_its_files_only(monkeypatch: pytest.MonkeyPat
         {"path": victim, "error": f"{victim}: could not be analysed (RuntimeError: test: the task failed)"}
     ]
     assert job["ranks"] == [0, 1, 3]
+
+
+def test_outcomes_travel_encoded_and_decode_to_the_ranks_own(in_process: pipeline.BuiltReport) -> None:
+    """A rank's rule outcomes reach the reducer as bytes (a few kB, not ~35 kB of objects) and decode to what the
+    rules returned on the rank's full tables (engine.rank_outcomes, in this process)."""
+    import msgspec
+
+    from perfdoctor.analysis.rank import Analysis, InputFile
+    from perfdoctor.checks import config, engine
+    from perfdoctor.checks import context as cx
+    from perfdoctor.jobs.summary import Outcomes
+
+    paths = _dlrm()
+    s = next(s for s in in_process.job.summaries if s.rank == 0)
+    assert s.outcomes and all(isinstance(b, bytes) for b in s.outcomes.values())
+    assert sum(len(b) for b in s.outcomes.values()) < 20_000
+    analysis = pipeline.analyze_paths([paths[0]])  # rank 0 alone, its full tables
+    ra = analysis.ranks[0]
+    assert isinstance(analysis.inputs[0], InputFile) and isinstance(analysis, Analysis)
+    cat, _ = engine.prepare(config.resolve())
+    order = engine.check_order(cat, list(cat.rules))
+    direct = engine.rank_outcomes(analysis, cx.RankContext(analysis, ra), cat, order)
+    decoded = Outcomes(s.outcomes)
+    assert sorted(decoded) == sorted(direct) and len(decoded) == len(direct)
+    for code, o in direct.items():
+        assert msgspec.to_builtins(decoded[code]) == msgspec.to_builtins(o, enc_hook=_plain), code
+    assert decoded["PD102"] is not decoded["PD102"]  # decoded afresh on each read, nothing kept
+
+
+def _plain(obj: Any) -> Any:
+    import numpy as np
+
+    if isinstance(obj, np.generic):
+        return obj.item()
+    if isinstance(obj, np.ndarray):
+        return obj.tolist()
+    if isinstance(obj, (set, frozenset)):
+        return sorted(obj)
+    raise NotImplementedError(type(obj).__name__)
+
+
+def test_gc_paused_restores_the_collector() -> None:
+    import gc
+
+    from perfdoctor.jobs.reduce import gc_paused
+
+    assert gc.isenabled()
+    with gc_paused():
+        assert not gc.isenabled()
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with gc_paused():
+            pass
+        assert not gc.isenabled()  # off before: left off
+    finally:
+        gc.enable()
+    with pytest.raises(ValueError), gc_paused():
+        raise ValueError("on the way out the collector is back on")
+    assert gc.isenabled()

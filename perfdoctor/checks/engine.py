@@ -15,7 +15,7 @@ from __future__ import annotations
 import importlib
 import pkgutil
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from types import ModuleType
 from typing import Any
@@ -403,7 +403,7 @@ def _replay_caps(analysis: Any) -> None:
 def combine(
     analysis: Any,
     rank_ctx: list[cx.RankContext],
-    per_rank: list[dict[str, cx.Outcome]],
+    per_rank: Sequence[Mapping[str, cx.Outcome]],
     cat: Catalogue,
     selected: list[str],
     modules: dict[str, ModuleType] | None = None,

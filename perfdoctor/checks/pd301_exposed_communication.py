@@ -54,6 +54,8 @@ def check(ctx: RankContext) -> Outcome:
     wait = cw.wait_us.get(ctx.rank.rank) if cw is not None else None
     wait = np.zeros_like(exposed_all) if wait is None or wait.size != exposed_all.size else wait
     exposed = np.maximum(exposed_all - np.minimum(wait, exposed_all), 0.0)
+    # each mean once: re-run for every rank of a job (4,096 ranks: 24,576 means of one-step arrays took 0.4 s)
+    exposed_us, total_us, wait_us = float(exposed.mean()), float(total.mean()), float(wait.mean())
     from perfdoctor.replay.transforms.kernels import overlap_communication
 
     # the saving is the replay's with compute no longer waiting for collectives, at most the exposed time
@@ -62,18 +64,18 @@ def check(ctx: RankContext) -> Outcome:
     if hasattr(ctx.rank, "tables"):
         replayed, _, replay_method = ctx.replayed_saving(overlap_communication(ctx.replay(), ctx.tables))
     else:  # re-run from a rank summary with the job's collective wait: the replay ran where the rank was analysed
-        replayed = float(ctx.cache.get("previous_metrics", {}).get("replayed_us", exposed.mean()))
+        replayed = float(ctx.cache.get("previous_metrics", {}).get("replayed_us", exposed_us))
         replay_method = method_text + " (replayed where the rank was analysed)"
-    saving = float(np.clip(replayed, 0.0, float(exposed.mean())))
+    saving = min(max(replayed, 0.0), exposed_us)  # np.clip's value for a scalar
     metrics = {
-        "comm_us": float(total.mean()),
-        "exposed_us": float(exposed.mean()),
-        "exposed_pct": pct(float(exposed.mean()), ctx.step_us),
+        "comm_us": total_us,
+        "exposed_us": exposed_us,
+        "exposed_pct": pct(exposed_us, ctx.step_us),
         "saving_us": saving,
         "saving_pct": pct(saving, ctx.base_step_us),
         "replayed_us": replayed,
         "overlap_pct": pct(float(overlapped.sum()), float(total.sum())),
-        "wait_us": float(wait.mean()),
+        "wait_us": wait_us,
     }
     if saving <= 0:  # min_saving_pct: the engine's, on the report's denominator (perfdoctor.checks.after)
         return passed(**metrics)
@@ -83,7 +85,7 @@ def check(ctx: RankContext) -> Outcome:
         for c, v in s.communication_by_collective_us.items():
             by_coll[c] = by_coll.get(c, 0.0) + v / n_steps
     wait_note = (
-        f" ({float(exposed_all.mean()) / 1000:.1f} ms exposed in all, less {float(wait.mean()) / 1000:.1f} ms of "
+        f" ({float(exposed_all.mean()) / 1000:.1f} ms exposed in all, less {wait_us / 1000:.1f} ms of "
         "waiting for other ranks to arrive, which no overlap can hide: PD304)"
         if wait.any()
         else ""
@@ -95,7 +97,7 @@ def check(ctx: RankContext) -> Outcome:
             "exposed_pct": metrics["exposed_pct"],
             "overlap_pct": metrics["overlap_pct"],
             "wait_note": wait_note,
-            "wait_ms": float(wait.mean()) / 1000,
+            "wait_ms": wait_us / 1000,
             "by_collective_ms": {c: v / 1000 for c, v in sorted(by_coll.items())},
             "messages": (msgs := _messages(ctx)),
             "messages_note": f"; messages (record_param_comms): {msgs}" if msgs else "",

@@ -113,8 +113,13 @@ def rank_section(r: RankAnalysis) -> m.RankSection:
 
 
 def summary_section(ranks: Sequence[m.RankSection]) -> m.Summary:
-    """Spread of the median step time across the ranks (each rank's primary device)."""
-    medians = {r.rank: r.primary.step_time_us.median for r in ranks if r.rank is not None}
+    """Spread of the median step time across the ranks (each rank's primary device; from a
+    :class:`~perfdoctor.model.sections.RankSections` without decoding its sections)."""
+    medians = (
+        ranks.median_steps_us()
+        if isinstance(ranks, RankSections)
+        else {r.rank: r.primary.step_time_us.median for r in ranks if r.rank is not None}
+    )
     s = summary.rank_summary(medians)
     if not medians:
         return m.Summary(n_ranks=0)

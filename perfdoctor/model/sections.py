@@ -36,6 +36,30 @@ class _ReplayOnly(msgspec.Struct):
 _REPLAY_DECODER = msgspec.msgpack.Decoder(_ReplayOnly)
 
 
+class _Median(msgspec.Struct):
+    median: float
+
+
+class _DeviceHead(msgspec.Struct):
+    device: int
+    step_time_us: _Median
+
+
+class _Head(msgspec.Struct):
+    """The rank and its devices' median step times of an encoded section, without the rest."""
+
+    rank: int | None = None
+    primary_device: int = -1
+    devices: list[_DeviceHead] = []
+
+    def median_step_us(self) -> float | None:
+        """The primary device's median step time (µs), as ``RankSection.primary.step_time_us.median``."""
+        return next((d.step_time_us.median for d in self.devices if d.device == self.primary_device), None)
+
+
+_HEAD_DECODER = msgspec.msgpack.Decoder(_Head)
+
+
 def encode_section(section: RankSection) -> bytes:
     """msgpack bytes of ``section`` (exact: floats written as IEEE doubles)."""
     return _ENCODER.encode(section)
@@ -63,6 +87,21 @@ class RankSections(Sequence[RankSection]):
         self._blobs = list(blobs)
         self._floors = dict(floors_us or {})
         self._memo: OrderedDict[int, RankSection] = OrderedDict()
+        self._heads: list[_Head] | None = None
+
+    def _head(self) -> list[_Head]:
+        if self._heads is None:  # ~3 µs a section, against ~0.1 ms to decode one whole
+            self._heads = [_HEAD_DECODER.decode(b) for b in self._blobs]
+        return self._heads
+
+    def ranks(self) -> list[int | None]:
+        """Each section's ``rank``, in order, without decoding the sections."""
+        return [h.rank for h in self._head()]
+
+    def median_steps_us(self) -> dict[int, float]:
+        """``{rank: primary.step_time_us.median}`` (µs) of the sections that name a rank, without decoding them."""
+        heads = [(h.rank, h.median_step_us()) for h in self._head()]
+        return {r: m for r, m in heads if r is not None and m is not None}
 
     def __len__(self) -> int:
         return len(self._blobs)

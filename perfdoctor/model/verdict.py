@@ -106,7 +106,7 @@ def _verdict(ranks: Sequence[RankSection], findings: list[FindingSection], slowe
         return f"{kind}: fixing {what} saves up to {top.saving_pct_of_step:.0f}% of the step ({top.code} {top.name})"
     if not ranks:
         return ""
-    rank = next((r for r in ranks if r.rank == slowest_rank), ranks[0])
+    rank = ranks[_position(ranks, slowest_rank)]
     dev = rank.primary
     t = dev.totals
     if not t.dur_us:
@@ -121,3 +121,12 @@ def _verdict(ranks: Sequence[RankSection], findings: list[FindingSection], slowe
         f"no finding saves 5% or more; {where} is busy {dev.utilization or 0.0:.0%} of each step, the largest "
         f"idle is '{idle_label(idle[0][0])}' at {idle[0][1] / t.dur_us:.0%}"
     )
+
+
+def _position(ranks: Sequence[RankSection], rank: int | None) -> int:
+    """The position of the section of ``rank`` in ``ranks`` (0 when none is): from a
+    :class:`~perfdoctor.model.sections.RankSections` without decoding the sections before it."""
+    from perfdoctor.model.sections import RankSections
+
+    names = ranks.ranks() if isinstance(ranks, RankSections) else [r.rank for r in ranks]
+    return next((i for i, r in enumerate(names) if r == rank), 0)

@@ -1,5 +1,5 @@
 """``perfdoctor diff BEFORE AFTER``: did the change make training faster, by how much, why, and did the fix save
-what was predicted."""
+what was predicted. Several runs a side: ``perfdoctor diff B1 B2 B3 --vs A1 A2 A3``, or two directories of runs."""
 
 from __future__ import annotations
 
@@ -8,16 +8,40 @@ import sys
 
 NAME = "diff"
 HELP = (
-    "Compare two runs (traces, per-rank directories, run directories or report JSON files): verdict with a 95% "
-    "interval, where the time moved, top movers, findings resolved/new, predicted vs measured savings."
+    "Compare two runs (traces, per-rank directories, run directories or report JSON files), or several runs per "
+    "side (B1 B2 B3 --vs A1 A2 A3, or two directories of run directories: the run-to-run noise is then measured): "
+    "verdict with a 95% interval, where the time moved, top movers, findings resolved/new, predicted vs measured "
+    "savings."
+)
+USAGE = (
+    "perfdoctor diff [options] BEFORE AFTER\n"
+    "       perfdoctor diff [options] BEFORE [BEFORE ...] --vs AFTER [AFTER ...]"
 )
 
 DIFF_FORMATS = {".html": "html", ".htm": "html", ".md": "md", ".markdown": "md", ".json": "json"}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("before", metavar="BEFORE", help="trace, directory of per-rank traces, run dir, or report JSON")
-    p.add_argument("after", metavar="AFTER", help="the same kinds of input as BEFORE")
+    p.usage = USAGE
+    p.add_argument(
+        "paths",
+        nargs="+",
+        metavar="BEFORE",
+        help=(
+            "a trace, directory of per-rank traces, run dir, report JSON, or a directory of run dirs (its runs); "
+            "without --vs exactly two: BEFORE AFTER"
+        ),
+    )
+    p.add_argument(
+        "--vs",
+        nargs="+",
+        metavar="AFTER",
+        default=None,
+        help=(
+            "the AFTER side's runs (every path up to the next option); the paths before --vs are BEFORE's runs. "
+            "With 2 or more runs on a side the run-to-run noise is measured from them"
+        ),
+    )
     p.add_argument("-o", "--output", metavar="FILE", help="write the diff: .html, .md or .json (from the extension)")
     p.add_argument(
         "--format",
@@ -82,14 +106,16 @@ def run(args: argparse.Namespace) -> int:
     from perfdoctor.cli.console import show_then_exit, stdout_console
     from perfdoctor.diff import stats
     from perfdoctor.diff.compare import compare, regression
-    from perfdoctor.diff.sides import load_side
+    from perfdoctor.diff.sides import expand, load_side
     from perfdoctor.diff.stats import signed_pct
     from perfdoctor.errors import PerfDoctorError
     from perfdoctor.render.diff_terminal import render_diff_terminal
 
+    before_paths, after_paths = _sides(args.paths, args.vs)
+    before_runs, after_runs = expand(before_paths, "BEFORE"), expand(after_paths, "AFTER")
     out_format = None
     if args.output is not None:
-        _check_output(args.output, [args.before, args.after], args.force)
+        _check_output(args.output, [*before_runs, *after_runs], args.force)
         out_format = DIFF_FORMATS.get(os.path.splitext(args.output)[1].lower())
         if out_format is None:
             raise PerfDoctorError(
@@ -106,8 +132,8 @@ def run(args: argparse.Namespace) -> int:
     _, codes = engine.prepare(opts)
     err = Console(stderr=True)
     with err.status("reading both sides…", spinner="dots"):
-        before = load_side(args.before, opts, codes, args.step_marker)
-        after = load_side(args.after, opts, codes, args.step_marker)
+        before = [load_side(p, opts, codes, args.step_marker) for p in before_runs]
+        after = [load_side(p, opts, codes, args.step_marker) for p in after_runs]
     diff = compare(before, after, noise, args.run_noise_pct)
     if args.output and out_format:  # written before stdout, which a reader may close (`| head`)
         _write_report(args.output, _render(diff, out_format))
@@ -122,8 +148,34 @@ def run(args: argparse.Namespace) -> int:
     failed = args.fail_on_regression is not None and regression(diff, args.fail_on_regression)
     code = show_then_exit(show, 1 if failed else 0)
     if failed:
+        st = diff.statistics
+        basis = (
+            f"; run-to-run noise measured from {int(st.runs.before or 0)} + {int(st.runs.after or 0)} runs: "
+            f"{st.run_noise_pct:.1f}%"
+            if st.run_noise_measured
+            else ""
+        )
         err.print(
-            f"regression: AFTER is {signed_pct(diff.change_pct)} slower (95% CI excludes 0), beyond "
-            f"--fail-on-regression {args.fail_on_regression:g}%"
+            f"regression: AFTER is {signed_pct(diff.change_pct)} slower (95% CI excludes 0{basis}), beyond "
+            f"--fail-on-regression {args.fail_on_regression:g}%",
+            highlight=False,
         )
     return code
+
+
+def _sides(paths: list[str], vs: list[str] | None) -> tuple[list[str], list[str]]:
+    """(BEFORE's paths, AFTER's paths): ``BEFORE AFTER``, or every path before ``--vs`` against those after it.
+
+    Raises:
+        PerfDoctorError: without ``--vs``, other than two paths.
+    """
+    from perfdoctor.errors import PerfDoctorError
+
+    if vs is not None:
+        return paths, vs
+    if len(paths) != 2:
+        raise PerfDoctorError(
+            f"diff takes BEFORE AFTER, or several runs a side as BEFORE1 BEFORE2 ... --vs AFTER1 AFTER2 ... "
+            f"(got {len(paths)} paths and no --vs)"
+        )
+    return paths[:1], paths[1:]

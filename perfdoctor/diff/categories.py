@@ -4,13 +4,15 @@ Per side, a category's time per step is its total over the analysed steps ÷ the
 "category time") on the rank whose mean step is the job's step (on a multi-rank job the longest of the ranks'
 mean steps, the report's denominator and the verdict's step). ``busy`` rows (the exclusive categories) and
 ``idle`` rows (idle by cause) add up to that rank's mean step; ``detail`` rows (communication overlapped with
-compute, copies by direction) break a busy row down and are not in that sum. Labels come from the one table in
-:mod:`perfdoctor.render.view`.
+compute, copies by direction) break a busy row down and are not in that sum. A side of several runs: the mean over
+its runs (:mod:`perfdoctor.diff.pool`), so the rows still add up to its mean step. Labels come from the one table
+in :mod:`perfdoctor.render.view`.
 """
 
 from __future__ import annotations
 
 from perfdoctor.diff.model import CategoryRow
+from perfdoctor.diff.pool import mean_of
 from perfdoctor.diff.steps import job_rank, job_step_words, primary_device
 from perfdoctor.model import Report
 from perfdoctor.vocab import CHART_ORDER
@@ -36,14 +38,16 @@ def _per_step(model: Report) -> dict[tuple[str, str], float]:
     return {key: float(v) / n for key, v in rows}
 
 
-def step_source(before: Report, after: Report) -> str:
-    """Which rank each side's category rows are of, in words ("" when both sides have one rank)."""
-    if len(before.ranks) < 2 and len(after.ranks) < 2:
+def step_source(before: list[Report], after: list[Report]) -> str:
+    """Which rank each side's category rows are of, in words ("" when every run has one rank); several runs on a
+    side: its first run's."""
+    if all(len(m.ranks) < 2 for m in (*before, *after)):
         return ""
-    rb, ra = job_rank(before), job_rank(after)
-    who_b = job_step_words(before, rb) if rb is not None else "–"
-    who_a = job_step_words(after, ra) if ra is not None else "–"
-    return f"BEFORE {who_b}; AFTER {who_a}"
+    rb, ra = job_rank(before[0]), job_rank(after[0])
+    who_b = job_step_words(before[0], rb) if rb is not None else "–"
+    who_a = job_step_words(after[0], ra) if ra is not None else "–"
+    first = " (first run)" if len(before) > 1 or len(after) > 1 else ""
+    return f"BEFORE{first} {who_b}; AFTER{first} {who_a}"
 
 
 def _label(group: str, key: str) -> str:
@@ -64,9 +68,10 @@ def _order(item: tuple[str, str]) -> tuple[int, int, str]:
     return (g, _BUSY_ORDER.index(key) if group == "busy" and key in _BUSY_ORDER else 99, key)
 
 
-def category_rows(before: Report, after: Report) -> tuple[list[CategoryRow], float, float]:
-    """Rows for every category either side has time in, and each side's mean trace step (µs)."""
-    b, a = _per_step(before), _per_step(after)
+def category_rows(before: list[Report], after: list[Report]) -> tuple[list[CategoryRow], float, float]:
+    """Rows for every category either side has time in, and each side's mean trace step (µs); a side's runs
+    pooled by their mean (:func:`perfdoctor.diff.pool.mean_of`)."""
+    b, a = mean_of([_per_step(m) for m in before]), mean_of([_per_step(m) for m in after])
     keys = sorted({k for k in (*b, *a) if k[0] != "step" and (b.get(k, 0.0) or a.get(k, 0.0))}, key=_order)
     rows = [
         CategoryRow(

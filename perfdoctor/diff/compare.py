@@ -1,18 +1,23 @@
-"""Sequence the diff stages: two loaded sides → :class:`perfdoctor.diff.model.Diff`. Holds no policy."""
+"""Sequence the diff stages: two loaded sides (one or more runs each) → :class:`perfdoctor.diff.model.Diff`."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from perfdoctor import __version__
 from perfdoctor.diff import categories, efficiency, findings, movers, stats, steps
+from perfdoctor.diff import runs as runs_mod
 from perfdoctor.diff.model import (
     SCHEMA,
     SCHEMA_VERSION,
     Diff,
     Pair,
+    RunInfo,
     SideInfo,
     Statistics,
     Throughput,
 )
+from perfdoctor.diff.pool import mean_present
 from perfdoctor.diff.sides import Side
 from perfdoctor.errors import PerfDoctorError
 from perfdoctor.model import Report
@@ -26,8 +31,8 @@ VERDICT_WORDS = {
 }
 
 
-def side_info(side: Side) -> SideInfo:
-    """Path, kind, rank count, primary device name and parameter count of one side."""
+def _run_facts(side: Side) -> tuple[int, str, int | None]:
+    """(ranks, primary device name, parameter count) of one run."""
     ranks = side.model.ranks
     device = "–"
     if ranks:
@@ -42,17 +47,48 @@ def side_info(side: Side) -> SideInfo:
                 str(props[0].name) if props and props[0].name else UNKNOWN_GPU,
             )
     run = steps.run_of(side.model)
+    return len(ranks), device, run.parameter_count if run is not None else None
+
+
+def side_info(runs: Sequence[Side], series: Sequence[steps.StepSeries]) -> SideInfo:
+    """Path(s), kind, rank count, primary device name and parameter count of a side (its first run's), and one
+    :class:`RunInfo` per run with the steps compared from it."""
+    n_ranks, device, params = _run_facts(runs[0])
+    kinds = {r.kind for r in runs}
     return SideInfo(
-        path=side.path,
-        kind=side.kind,
-        n_ranks=len(ranks),
+        path=", ".join(r.path for r in runs),
+        kind=kinds.pop() if len(kinds) == 1 else "mixed",
+        n_ranks=n_ranks,
         device=device,
-        parameter_count=run.parameter_count if run is not None else None,
+        parameter_count=params,
+        runs=[
+            RunInfo(r.path, r.kind, int(x.values_us.size), float(x.values_us.mean()), x.steady_start_step)
+            for r, x in zip(runs, series)
+        ],
     )
 
 
-def _warnings(b: SideInfo, a: SideInfo, before: Side, after: Side) -> list[str]:
-    """What makes the two sides less comparable ("compare what can be compared")."""
+def _within_side(side: str, runs: Sequence[Side], series: Sequence[steps.StepSeries]) -> list[str]:
+    """What makes the runs of one side less alike: different rank counts, devices, models; equal means."""
+    if len(runs) < 2:
+        return []
+    out = []
+    facts = [_run_facts(r) for r in runs]
+    for i, what in ((0, "rank counts"), (1, "devices"), (2, "parameter counts")):
+        values = sorted({str(f[i]) for f in facts if f[i] is not None})
+        if len(values) > 1:
+            out.append(f"{side}'s runs differ in {what} ({', '.join(values)}): they may not be runs of one setup")
+    means = [float(x.values_us.mean()) for x in series]
+    if len(set(means)) < len(means):
+        out.append(
+            f"{side} has runs with the same mean step to the last digit: the same run given twice? Its run-to-run "
+            "noise is then understated"
+        )
+    return out
+
+
+def _warnings(b: SideInfo, a: SideInfo, before: Sequence[Side], after: Sequence[Side]) -> list[str]:
+    """What makes the two sides less comparable ("compare what can be compared"), on their first runs."""
     out = []
     if b.n_ranks != a.n_ranks:
         out.append(
@@ -63,8 +99,8 @@ def _warnings(b: SideInfo, a: SideInfo, before: Side, after: Side) -> list[str]:
         out.append(f"different devices: BEFORE ran on {b.device}, AFTER on {a.device}")
     if b.parameter_count and a.parameter_count and b.parameter_count != a.parameter_count:
         out.append(f"different models: BEFORE has {b.parameter_count:,} parameters, AFTER {a.parameter_count:,}")
-    ops_b = {k[0] for k in movers.per_step(before, "cpu_ops")[0]}
-    ops_a = {k[0] for k in movers.per_step(after, "cpu_ops")[0]}
+    ops_b = {k[0] for k in movers.per_step(before[:1], "cpu_ops")[0]}
+    ops_a = {k[0] for k in movers.per_step(after[:1], "cpu_ops")[0]}
     if ops_b and ops_a:
         top = min(len(ops_b), len(ops_a), 20)
         common = len(ops_b & ops_a) / max(len(ops_b | ops_a), 1)
@@ -76,34 +112,53 @@ def _warnings(b: SideInfo, a: SideInfo, before: Side, after: Side) -> list[str]:
     return out
 
 
-def _throughput(before: Report, after: Report) -> list[Throughput]:
-    rb, ra = steps.run_of(before), steps.run_of(after)
-    tb = rb.throughput if rb is not None else {}
-    ta = ra.throughput if ra is not None else {}
+def _throughput(before: list[Report], after: list[Report]) -> list[Throughput]:
+    """Each rate of the runs' ``run.throughput``, the mean over a side's runs that have it."""
+
+    def rates(models: list[Report]) -> dict[str, tuple[str, float | None]]:
+        per_run = [r.throughput for m in models if (r := steps.run_of(m)) is not None]
+        keys = sorted({k for t in per_run for k in t})
+        return {
+            k: (next(t[k].unit for t in per_run if k in t), mean_present([t[k].value for t in per_run if k in t]))
+            for k in keys
+        }
+
+    tb, ta = rates(before), rates(after)
     out = []
     for key in sorted(set(tb) | set(ta)):
-        vb = tb[key].value if key in tb else None
-        va = ta[key].value if key in ta else None
-        unit = (tb.get(key) or ta[key]).unit
+        vb = tb[key][1] if key in tb else None
+        va = ta[key][1] if key in ta else None
+        unit = (tb.get(key) or ta[key])[0]
         change = 100.0 * (va / vb - 1.0) if vb and va is not None else None
         out.append(Throughput(key=key, unit=unit, before=vb, after=va, change_pct=change))
     return out
 
 
 def headline(verdict: str, cmp: stats.Comparison, what: str = "mean step") -> str:
-    """One line: verdict, means, change with its interval, steps per side (and what would decide)."""
+    """One line: verdict, means, change with its interval, runs and steps per side (and what would decide)."""
     pct = stats.signed_pct
     ci = f", 95% CI {pct(cmp.ci95_pct[0])} to {pct(cmp.ci95_pct[1])}" if cmp.ci95_pct is not None else ""
+    several = max(cmp.runs) > 1
+    runs = f"{cmp.runs[0]} vs {cmp.runs[1]} runs, " if several else ""
     text = (
         f"{VERDICT_WORDS[verdict]}: {what} {cmp.mean_before_us / 1e3:,.2f} → {cmp.mean_after_us / 1e3:,.2f} ms "
-        f"({pct(cmp.change_pct)}{ci}; {cmp.n_before} vs {cmp.n_after} steps)"
+        f"({pct(cmp.change_pct)}{ci}; {runs}{cmp.n_before} vs {cmp.n_after} steps)"
     )
-    if verdict == "inconclusive" and cmp.ci95_pct is None:
+    if several:
+        text += f"; run-to-run noise measured from {runs_mod.measured_runs(cmp.runs)} runs: "
+        text += f"{cmp.measured_run_noise_pct or 0.0:.1f}%"
+        if verdict == "inconclusive":
+            text += (
+                f"; {cmp.runs_needed} runs per side would decide"
+                if cmp.runs_needed is not None
+                else "; no practical number of runs decides"
+            )
+    elif verdict == "inconclusive" and cmp.ci95_pct is None:
         text += "; at least 2 steps per side are needed for an interval"
     elif verdict == "inconclusive" and cmp.more_steps_needed:
         text += f"; {cmp.more_steps_needed:,} more steps per side would decide"
     elif verdict == "inconclusive":
-        text += "; more steps cannot decide: repeat each side's run"
+        text += "; more steps cannot decide: repeat each side's run (perfdoctor diff B1 B2 B3 --vs A1 A2 A3)"
     return text
 
 
@@ -115,18 +170,19 @@ def mean_step_words(source: str) -> str:
 RUN_NOISE_GIVEN = "given with --run-noise-pct"
 RUN_NOISE_ASSUMED = (
     "assumed, not measured on this machine: the run-to-run noise of CPU runs measured in this project on a "
-    "shared 2-core machine (16 pairs of identical runs); measure yours from two runs of the same commit and pass "
-    "--run-noise-pct (0 on a dedicated runner)"
+    "shared 2-core machine (16 pairs of identical runs); give several runs per side (perfdoctor diff B1 B2 B3 "
+    "--vs A1 A2 A3) to measure it, or pass --run-noise-pct (0 on a dedicated runner)"
 )
 RUN_NOISE_NONE = (
     "none assumed for GPU runs, so the interval covers step-to-step noise within each run only, not a machine "
-    "that changed between the runs; measure it from two runs of the same commit and pass --run-noise-pct"
+    "that changed between the runs; give several runs per side (perfdoctor diff B1 B2 B3 --vs A1 A2 A3) to "
+    "measure it, or pass --run-noise-pct"
 )
 
 
 def run_noise(before: Side, after: Side, given_pct: float | None) -> tuple[float, str]:
-    """(σ_run in %, where it comes from): the user's value, else the assumed CPU figure when both sides ran on
-    the host only, else 0 (no measurement for GPUs)."""
+    """(σ_run in %, where it comes from) for one run per side: the user's value, else the assumed CPU figure when
+    both sides ran on the host only, else 0 (no measurement for GPUs)."""
     if given_pct is not None:
         return given_pct, RUN_NOISE_GIVEN
     if steps.is_cpu(before.model) and steps.is_cpu(after.model):
@@ -134,33 +190,74 @@ def run_noise(before: Side, after: Side, given_pct: float | None) -> tuple[float
     return 0.0, RUN_NOISE_NONE
 
 
+def _as_runs(side: Side | Sequence[Side]) -> list[Side]:
+    return [side] if isinstance(side, Side) else list(side)
+
+
+def _interval(
+    sb: list[steps.StepSeries],
+    sa: list[steps.StepSeries],
+    before: list[Side],
+    after: list[Side],
+    noise_pct: float,
+    run_noise_pct: float | None,
+) -> tuple[stats.Comparison, str, float, str, list[str]]:
+    """(comparison, method text, σ_run (%), where σ_run comes from, warnings): one run per side with the assumed
+    or given σ_run (:mod:`perfdoctor.diff.stats`), several runs on a side with the one measured from them
+    (:mod:`perfdoctor.diff.runs`)."""
+    if len(sb) == 1 and len(sa) == 1:
+        sigma_run, sigma_source = run_noise(before[0], after[0], run_noise_pct)
+        cmp = stats.compare_means(
+            sb[0].values_us, sa[0].values_us, noise_pct, (sb[0].level_shift_pct, sa[0].level_shift_pct), sigma_run
+        )
+        return cmp, stats.method_text(sigma_run), sigma_run, sigma_source, []
+    cmp = runs_mod.compare_runs([x.values_us for x in sb], [x.values_us for x in sa], noise_pct)
+    unused = (
+        [f"--run-noise-pct {run_noise_pct:g} not used: the run-to-run noise is measured from the runs"]
+        if run_noise_pct is not None
+        else []
+    )
+    sigma = cmp.measured_run_noise_pct or 0.0
+    source = runs_mod.noise_source(cmp.runs, cmp.run_cv_pct, sigma)
+    return cmp, runs_mod.method_text(cmp.runs), sigma, source, unused
+
+
 def compare(
-    before: Side, after: Side, noise_pct: float = stats.DEFAULT_NOISE_PCT, run_noise_pct: float | None = None
+    before: Side | Sequence[Side],
+    after: Side | Sequence[Side],
+    noise_pct: float = stats.DEFAULT_NOISE_PCT,
+    run_noise_pct: float | None = None,
 ) -> Diff:
-    """The whole comparison of two loaded sides. ``run_noise_pct``: σ_run of this machine (%), None: the default
-    of :func:`run_noise`.
+    """The whole comparison of two loaded sides, each one run or several runs of the same code (the verdict then
+    uses the run-to-run noise measured from them, :mod:`perfdoctor.diff.runs`; the tables pool the runs,
+    :mod:`perfdoctor.diff.pool`). ``run_noise_pct``: σ_run of this machine (%) for one run per side, None: the
+    default of :func:`run_noise`.
 
     Raises:
-        PerfDoctorError: a side has no steps, or a non-positive mean step time.
+        PerfDoctorError: a side has no runs, a run has no steps, or a non-positive mean step time.
     """
-    sb, sa = steps.pair_series(before.model, after.model, before.path, after.path)
-    if float(sb.values_us.mean()) <= 0:
-        raise PerfDoctorError(f"{before.path}: mean step time is 0 µs: nothing to compare")
-    sigma_run, sigma_source = run_noise(before, after, run_noise_pct)
-    cmp = stats.compare_means(
-        sb.values_us, sa.values_us, noise_pct, (sb.level_shift_pct, sa.level_shift_pct), sigma_run
-    )
-    info_b, info_a = side_info(before), side_info(after)
+    b_runs, a_runs = _as_runs(before), _as_runs(after)
+    if not b_runs or not a_runs:
+        raise PerfDoctorError("each side needs at least one run")
+    sb, sa = steps.side_series([(s.model, s.path) for s in b_runs], [(s.model, s.path) for s in a_runs])
+    for side, series in zip((*b_runs, *a_runs), (*sb, *sa)):
+        if float(series.values_us.mean()) <= 0:
+            raise PerfDoctorError(f"{side.path}: mean step time is 0 µs: nothing to compare")
+    cmp, method, sigma_run, sigma_source, unused = _interval(sb, sa, b_runs, a_runs, noise_pct, run_noise_pct)
+    info_b, info_a = side_info(b_runs, sb), side_info(a_runs, sa)
     measured = cmp.mean_before_us - cmp.mean_after_us
     ci_us = (
         [-cmp.ci95_pct[1] / 100 * cmp.mean_before_us, -cmp.ci95_pct[0] / 100 * cmp.mean_before_us]
         if cmp.ci95_pct is not None
         else None
     )
-    rows = findings.compare_findings(before.model, after.model)
-    pred, note = findings.predictions(before.model, rows, measured, ci_us)
-    cats, step_b, step_a = categories.category_rows(before.model, after.model)
-    warnings = list(dict.fromkeys([*sb.notes, *sa.notes, *_warnings(info_b, info_a, before, after)]))
+    mb, ma = [s.model for s in b_runs], [s.model for s in a_runs]
+    rows = findings.compare_findings(mb, ma)
+    pred, note = findings.predictions(mb, rows, measured, ci_us)
+    cats, step_b, step_a = categories.category_rows(mb, ma)
+    notes = [n for x in (*sb, *sa) for n in x.notes]
+    side_warnings = [*_within_side("BEFORE", b_runs, sb), *_within_side("AFTER", a_runs, sa)]
+    warnings = list(dict.fromkeys([*notes, *_warnings(info_b, info_a, b_runs, a_runs), *side_warnings, *unused]))
     return Diff(
         schema=SCHEMA,
         schema_version=SCHEMA_VERSION,
@@ -168,13 +265,13 @@ def compare(
         before=info_b,
         after=info_a,
         verdict=cmp.verdict,
-        headline=headline(cmp.verdict, cmp, mean_step_words(sb.source)),
+        headline=headline(cmp.verdict, cmp, mean_step_words(sb[0].source)),
         mean_step_us=Pair(cmp.mean_before_us, cmp.mean_after_us),
         change_pct=cmp.change_pct,
         ci95_pct=list(cmp.ci95_pct) if cmp.ci95_pct is not None else None,
         statistics=Statistics(
-            method=stats.method_text(sigma_run),
-            source=sb.source,
+            method=method,
+            source=sb[0].source,
             steps=Pair(cmp.n_before, cmp.n_after),
             effective_steps=Pair(cmp.n_eff_before, cmp.n_eff_after),
             std_us=Pair(cmp.std_before_us, cmp.std_after_us),
@@ -184,25 +281,30 @@ def compare(
             reason=cmp.reason,
             run_noise_pct=sigma_run,
             run_noise_source=sigma_source,
+            runs=Pair(*cmp.runs),
+            run_cv_pct=Pair(*cmp.run_cv_pct),
+            run_noise_measured=cmp.measured_run_noise_pct is not None,
+            runs_needed=cmp.runs_needed,
         ),
-        throughput=_throughput(before.model, after.model),
+        throughput=_throughput(mb, ma),
         categories=cats,
         category_step_us=Pair(step_b, step_a),
-        kernels=movers.top_movers(before, after, "kernels"),
-        cpu_ops=movers.top_movers(before, after, "cpu_ops"),
+        kernels=movers.top_movers(b_runs, a_runs, "kernels"),
+        cpu_ops=movers.top_movers(b_runs, a_runs, "cpu_ops"),
         findings=rows,
         predicted_vs_measured=pred,
         shrunk=findings.shrunk(rows),
         predicted_note=note,
-        efficiency=efficiency.efficiency_rows(before.model, after.model),
-        straggler=efficiency.straggler(before.model, after.model),
+        efficiency=efficiency.efficiency_rows(mb, ma),
+        straggler=efficiency.straggler(mb, ma),
         warnings=warnings,
-        category_step_source=categories.step_source(before.model, after.model),
+        category_step_source=categories.step_source(mb, ma),
     )
 
 
 def regression(diff: Diff, fail_pct: float) -> bool:
-    """The CI gate: AFTER slower by more than ``fail_pct`` % and the 95% interval excludes zero change."""
+    """The CI gate: AFTER slower by more than ``fail_pct`` % and the 95% interval excludes zero change (the
+    interval of one run per side, or of several runs with their measured run-to-run noise)."""
     return (
         diff.change_pct is not None
         and diff.ci95_pct is not None

@@ -16,7 +16,9 @@ with the fix applied (its ``saving_method`` starts with "replay",
 
 from __future__ import annotations
 
-from perfdoctor.diff.model import FindingDelta, PredictedPart, Prediction, Shrunk
+from dataclasses import dataclass
+
+from perfdoctor.diff.model import FindingDelta, Pair, PredictedPart, Prediction, Shrunk
 from perfdoctor.diff.sides import findings_of, passed_of, skipped_of
 from perfdoctor.model import Report
 from perfdoctor.model.report import FindingSection, FixAllSection
@@ -55,24 +57,60 @@ def _by_code(model: Report) -> dict[str, FindingSection]:
     return out
 
 
-def _saving(f: FindingSection) -> tuple[float, str]:
-    """(µs per step, "replayed" | "upper-bound")."""
-    return float(f.saving_us_per_step), "replayed" if f.saving_method.startswith(REPLAYED_PREFIX) else "upper-bound"
+@dataclass(frozen=True)
+class Pooled:
+    """A rule's finding over one side's runs: ``top`` the run's finding with the largest saving (name, severity),
+    ``saving_us`` the mean saving per step over the runs that ran the rule (0 where it passed), ``kind``
+    ``replayed`` when every run's saving was replayed, ``fired`` / ``runs`` the runs it fired in / all runs."""
+
+    top: FindingSection
+    saving_us: float
+    kind: str
+    fired: int
+    runs: int
 
 
-def _absent(code: str, model: Report, side: str, status: str) -> tuple[str, str]:
-    """``status`` when the rule ran on ``side`` and found nothing, else ``not-checked`` with the reason."""
-    skipped = {s.code: s.reason for s in skipped_of(model)}
-    if code in skipped:
-        return "not-checked", f"{side} skipped the check: {skipped[code]}"
-    if code not in (passed_of(model) or []):
+def _kind(f: FindingSection) -> str:
+    return "replayed" if f.saving_method.startswith(REPLAYED_PREFIX) else "upper-bound"
+
+
+def pooled(models: list[Report]) -> dict[str, Pooled]:
+    """Each code that fired in any of a side's runs, pooled over the runs (one run: its finding as reported)."""
+    per_run = [_by_code(m) for m in models]
+    out = {}
+    for code in sorted({c for found in per_run for c in found}):
+        hits = [found[code] for found in per_run if code in found]
+        passed = sum(code not in found and code in (passed_of(m) or []) for m, found in zip(models, per_run))
+        saving = sum(float(h.saving_us_per_step) for h in hits) / (len(hits) + passed)
+        kind = "replayed" if all(_kind(h) == "replayed" for h in hits) else "upper-bound"
+        top = max(hits, key=lambda h: h.saving_us_per_step)
+        out[code] = Pooled(top, saving, kind, len(hits), len(models))
+    return out
+
+
+def _absent(code: str, models: list[Report], side: str, status: str) -> tuple[str, str]:
+    """``status`` when the rule ran on ``side`` (in at least one of its runs) and never fired, else
+    ``not-checked`` with the reason."""
+    checked = sum(code in (passed_of(m) or []) for m in models)
+    skipped = [s.reason for m in models for s in skipped_of(m) if s.code == code]
+    if checked == 0:
+        if skipped:
+            many = f" in {len(skipped)} of its {len(models)} runs" if len(models) > 1 else ""
+            return "not-checked", f"{side} skipped the check{many}: {skipped[0]}"
         return "not-checked", f"{side} did not run the check"
+    if checked < len(models):
+        return status, f"checked in {checked} of {len(models)} {side} runs"
     return status, ""
 
 
-def compare_findings(before: Report, after: Report) -> list[FindingDelta]:
-    """One row per code that fired on either side: persisting first, then resolved, new, not-checked."""
-    fb, fa = _by_code(before), _by_code(after)
+def _fired_note(p: Pooled | None, side: str) -> str:
+    return f"fired in {p.fired} of {p.runs} {side} runs" if p is not None and 1 < p.runs != p.fired else ""
+
+
+def compare_findings(before: list[Report], after: list[Report]) -> list[FindingDelta]:
+    """One row per code that fired on either side (in any of its runs): persisting first, then resolved, new,
+    not-checked. Savings are pooled over each side's runs (:func:`pooled`)."""
+    fb, fa = pooled(before), pooled(after)
     rows = []
     for code in sorted(set(fb) | set(fa)):
         b, a = fb.get(code), fa.get(code)
@@ -84,16 +122,18 @@ def compare_findings(before: Report, after: Report) -> list[FindingDelta]:
             status, note = _absent(code, before, "BEFORE", "new")
         f = b or a
         assert f is not None
+        notes = [n for n in (_fired_note(b, "BEFORE"), _fired_note(a, "AFTER"), note) if n]
         rows.append(
             FindingDelta(
                 code=code,
-                name=f.name,
+                name=f.top.name,
                 status=status,
-                saving_before_us=_saving(b)[0] if b else None,
-                saving_after_us=_saving(a)[0] if a else None,
-                severity_before=b.severity if b else None,
-                severity_after=a.severity if a else None,
-                note=note,
+                saving_before_us=b.saving_us if b else None,
+                saving_after_us=a.saving_us if a else None,
+                severity_before=b.top.severity if b else None,
+                severity_after=a.top.severity if a else None,
+                note="; ".join(notes),
+                runs_fired=Pair(b.fired if b else 0, a.fired if a else 0),
             )
         )
     order = {"persisting": 0, "resolved": 1, "new": 2, "not-checked": 3}
@@ -120,34 +160,37 @@ def shrunk(rows: list[FindingDelta]) -> list[Shrunk]:
     return sorted(out, key=lambda x: (-x.shrink_us, x.code))
 
 
-def _fix_all_us(before: Report, codes: list[str]) -> float | None:
-    """BEFORE's replayed saving (µs/step) of exactly ``codes`` fixed together, from a one-rank report's
-    ``replay.fix_all`` (recorded − replayed mean step); None when the report has no such replay (several ranks,
-    no replay, or its fix-all covers other findings too)."""
-    if len(before.ranks) != 1:
-        return None
-    replay = before.ranks[0].replay
-    fix = None if replay is None else replay.fix_all
-    if not isinstance(fix, FixAllSection) or sorted(fix.codes) != sorted(codes):
-        return None
-    return float(fix.recorded_mean_step_us - fix.replayed_mean_step_us)
+def _fix_all_us(before: list[Report], codes: list[str]) -> float | None:
+    """BEFORE's replayed saving (µs/step) of exactly ``codes`` fixed together: each run's one-rank
+    ``replay.fix_all`` (recorded − replayed mean step), averaged over the runs; None when a run has no such
+    replay (several ranks, no replay, or its fix-all covers other findings, or fewer, too)."""
+    savings = []
+    for model in before:
+        if len(model.ranks) != 1:
+            return None
+        replay = model.ranks[0].replay
+        fix = None if replay is None else replay.fix_all
+        if not isinstance(fix, FixAllSection) or sorted(fix.codes) != sorted(codes):
+            return None
+        savings.append(float(fix.recorded_mean_step_us - fix.replayed_mean_step_us))
+    return sum(savings) / len(savings) if savings else None
 
 
 def predictions(
-    before: Report, rows: list[FindingDelta], measured_us: float, measured_ci_us: list[float] | None
+    before: list[Report], rows: list[FindingDelta], measured_us: float, measured_ci_us: list[float] | None
 ) -> tuple[Prediction | None, str]:
     """The resolved BEFORE findings' predicted saving, together, against the measured change (None when no
-    finding with a positive saving was resolved), and the note on how to read it.
+    finding with a positive saving was resolved), and the note on how to read it. Several BEFORE runs: each
+    finding's saving pooled over them (:func:`pooled`), a replay of the fixes together averaged over them.
 
     ``measured_us``: mean step before − after (µs, positive = faster); ``measured_ci_us``: its 95% interval.
     """
-    fb = _by_code(before)
+    fb = pooled(before)
     parts = []
     for r in rows:
-        if r.status == "resolved" and r.code in fb:
-            saving, kind = _saving(fb[r.code])
-            if saving > 0:
-                parts.append(PredictedPart(code=r.code, name=r.name, predicted_us=saving, predicted_kind=kind))
+        if r.status == "resolved" and r.code in fb and fb[r.code].saving_us > 0:
+            p = fb[r.code]
+            parts.append(PredictedPart(code=r.code, name=r.name, predicted_us=p.saving_us, predicted_kind=p.kind))
     tail = [SHRUNK_NOTE] if shrunk(rows) else []
     if not parts:
         return None, " ".join([NONE_NOTE, *tail])

@@ -12,7 +12,7 @@ import msgspec
 from perfdoctor.errors import PerfDoctorError
 
 SCHEMA = "perfdoctor.diff"
-SCHEMA_VERSION = 2  # v2: predicted_vs_measured became one combined row or null, + shrunk
+SCHEMA_VERSION = 3  # v3: several runs per side (runs, run_cv_pct, measured run-to-run noise); v2: one prediction row
 VERDICTS = ("faster", "slower", "no-change", "inconclusive")
 
 
@@ -23,21 +23,40 @@ class Pair(msgspec.Struct, frozen=True):
     after: float | None
 
 
+class RunInfo(msgspec.Struct, frozen=True):
+    """One run of a side: its path and kind, the steps compared from it and their mean (µs); ``steady_start_step``
+    the first step of its steady state when its steps are a run's step series (None for trace steps)."""
+
+    path: str
+    kind: str
+    steps: int
+    mean_step_us: float
+    steady_start_step: int | None = None
+
+
 class SideInfo(msgspec.Struct, frozen=True):
-    """What one side was: ``kind`` is ``"trace"``, ``"run"`` (perfdoctor profile run dir) or ``"report"`` (a
-    report JSON); ``device``: the primary device name (``"CPU"`` for host-only traces)."""
+    """What one side was: ``kind`` is ``"trace"``, ``"run"`` (perfdoctor profile run dir), ``"report"`` (a
+    report JSON) or ``"mixed"`` (runs of several kinds); ``device``: the primary device name (``"CPU"`` for
+    host-only traces); ``path``: the path(s) as given; ``runs``: one row per run (one for a single run). Ranks,
+    device and parameter count are the first run's."""
 
     path: str
     kind: str
     n_ranks: int
     device: str
     parameter_count: int | None = None
+    runs: list[RunInfo] = msgspec.field(default_factory=list)
 
 
 class Statistics(msgspec.Struct, frozen=True):
     """How the verdict was reached: ``method`` in words, the step-time source, steps and effective steps per side
     (autocorrelation-corrected), degrees of freedom, the noise threshold, the steps still needed, and the
-    run-to-run noise σ_run (%) the interval includes with where that figure comes from."""
+    run-to-run noise σ_run (%) the interval includes with where that figure comes from.
+
+    Several runs on a side (schema v3): ``runs`` per side, ``run_cv_pct`` the spread of each side's run means
+    (standard deviation ÷ mean × 100; None with one run), ``run_noise_measured`` True when the interval comes
+    from the runs' means (σ_run then is √(cv_before² + cv_after²), measured, not assumed), ``runs_needed`` the
+    runs per side that would decide an inconclusive verdict (None when decided or when no count can)."""
 
     method: str
     source: str
@@ -50,6 +69,10 @@ class Statistics(msgspec.Struct, frozen=True):
     reason: str
     run_noise_pct: float = 0.0
     run_noise_source: str = ""
+    runs: Pair = Pair(1, 1)
+    run_cv_pct: Pair = Pair(None, None)
+    run_noise_measured: bool = False
+    runs_needed: int | None = None
 
 
 class Throughput(msgspec.Struct, frozen=True):
@@ -93,7 +116,10 @@ class Mover(msgspec.Struct, frozen=True):
 
 class FindingDelta(msgspec.Struct, frozen=True):
     """A rule's finding on both sides. ``status``: ``resolved``, ``new``, ``persisting`` or ``not-checked``
-    (it fired on one side and the other side skipped the check, ``note`` says why)."""
+    (it fired on one side and the other side skipped the check, ``note`` says why). Several runs on a side: the
+    finding is on a side when it fired in any of its runs, its saving is the mean over the runs that ran the rule
+    (0 in a run where it passed), ``runs_fired`` counts the runs it fired in
+    (:mod:`perfdoctor.diff.findings`)."""
 
     code: str
     name: str
@@ -103,6 +129,7 @@ class FindingDelta(msgspec.Struct, frozen=True):
     severity_before: str | None
     severity_after: str | None
     note: str = ""
+    runs_fired: Pair = Pair(None, None)
 
 
 class PredictedPart(msgspec.Struct, frozen=True):
@@ -171,7 +198,7 @@ class Straggler(msgspec.Struct, frozen=True):
 
 
 class Diff(msgspec.Struct, frozen=True):
-    """The whole comparison (schema ``perfdoctor.diff`` v2)."""
+    """The whole comparison (schema ``perfdoctor.diff`` v3)."""
 
     schema: str
     schema_version: int

@@ -9,12 +9,18 @@ ranks (kernels: report-schema ``top_kernels``; CPU ops: ``top_cpu_ops``, inclusi
 3. what is left ``appeared`` (AFTER only) or ``disappeared`` (BEFORE only) when the other side's list holds every
    name; when it is full (a report keeps each rank's top 20) the name may sit below it there: ``unlisted``, with
    that list's smallest row as the bound of the unknown time (``delta_us`` None).
+
+A side of several runs: each name's time per step is the mean over its runs, as over the ranks of one run (a
+name missing from one run's list counts 0 there); the bound is the largest of the runs' list floors.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from perfdoctor.diff.model import Mover
 from perfdoctor.diff.names import how_matched, normalise
+from perfdoctor.diff.pool import mean_of
 from perfdoctor.diff.sides import TOP_LIST_LIMIT, Side
 from perfdoctor.diff.steps import primary_device
 from perfdoctor.model.report import TopCpuOp, TopKernel
@@ -22,9 +28,16 @@ from perfdoctor.model.report import TopCpuOp, TopKernel
 _Key = tuple[str, str]
 
 
-def per_step(side: Side, which: str) -> tuple[dict[_Key, float], float | None]:
-    """(name, category) → µs per step (mean over ranks); and the smallest listed µs per step when a rank's list
-    is full (TOP_LIST_LIMIT rows: names below it are left out), else None."""
+def per_step(runs: Sequence[Side], which: str) -> tuple[dict[_Key, float], float | None]:
+    """(name, category) → µs per step (the mean over the runs of the mean over ranks); and the smallest listed µs
+    per step when a rank's list is full (TOP_LIST_LIMIT rows: names below it are left out; the largest such over
+    the runs), else None."""
+    one = [_per_step_of_run(side, which) for side in runs]
+    floors = [f for _, f in one if f is not None]
+    return mean_of([d for d, _ in one]), max(floors) if floors else None
+
+
+def _per_step_of_run(side: Side, which: str) -> tuple[dict[_Key, float], float | None]:
     out: dict[_Key, float] = {}
     floor: float | None = None
     ranks = [(i, r, d) for i, r in enumerate(side.model.ranks) if (d := primary_device(r)) is not None and d.steps]
@@ -119,9 +132,10 @@ def match(
     return out
 
 
-def top_movers(before: Side, after: Side, which: str, limit: int = 15) -> list[Mover]:
-    """The ``limit`` movers with the largest |Δ µs per step| (``which``: ``"kernels"`` or ``"cpu_ops"``);
-    ``unlisted`` ones, whose change is unknown, are ranked by their known side's time."""
+def top_movers(before: Sequence[Side], after: Sequence[Side], which: str, limit: int = 15) -> list[Mover]:
+    """The ``limit`` movers with the largest |Δ µs per step| (``which``: ``"kernels"`` or ``"cpu_ops"``) between
+    two sides of one or more runs; ``unlisted`` ones, whose change is unknown, are ranked by their known side's
+    time."""
     b, fb = per_step(before, which)
     a, fa = per_step(after, which)
     movers = match(b, a, fb, fa)

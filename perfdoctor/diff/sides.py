@@ -92,6 +92,55 @@ def load_side(
     return Side(path, "run" if pipeline.is_run_dir(path) else "trace", built.model)
 
 
+def runs_in(path: str) -> list[str] | None:
+    """The run directories a directory of runs holds (its subdirectories with a ``run.json``, sorted by name), or
+    None when ``path`` is not such a directory (a trace, a run directory, a directory of per-rank traces).
+
+    A directory of runs was refused as input before (a directory that holds a run directory is not a directory
+    of per-rank traces: :func:`perfdoctor.trace.trace_files_in`), so reading it as several runs is unambiguous.
+
+    Raises:
+        PerfDoctorError: the directory holds run directories and also trace files outside them.
+    """
+    from perfdoctor.capture.rundir import is_run_dir
+
+    if not os.path.isdir(path) or is_run_dir(path):
+        return None
+    children = sorted(os.path.join(path, c) for c in os.listdir(path))
+    runs = [c for c in children if is_run_dir(c)]
+    if not runs:
+        return None
+    for c in children:
+        if c in runs:
+            continue
+        files = [c] if os.path.isfile(c) else [os.path.join(r, f) for r, _, names in os.walk(c) for f in names]
+        stray = [f for f in files if f.endswith((".json", ".json.gz")) and os.path.basename(f) != "run.json"]
+        if stray:
+            raise PerfDoctorError(
+                f"{path}: holds {len(runs)} run directories and also {stray[0]}, which is not in one: name the "
+                "runs themselves (perfdoctor diff B1 B2 --vs A1 A2)"
+            )
+    return runs
+
+
+def expand(paths: list[str], side: str) -> list[str]:
+    """A side's runs: each path as given, a directory of runs as its run directories (:func:`runs_in`).
+
+    Raises:
+        PerfDoctorError: a path named twice on the side, or a directory of runs holding other traces.
+    """
+    out: list[str] = []
+    for p in paths:
+        out += runs_in(p) or [p]
+    seen: set[str] = set()
+    for p in out:
+        key = os.path.realpath(p)
+        if key in seen:
+            raise PerfDoctorError(f"{p}: given twice on the {side} side: each run counts once")
+        seen.add(key)
+    return out
+
+
 def findings_of(model: Report) -> list[FindingSection]:
     return model.findings if isinstance(model.findings, list) else []
 

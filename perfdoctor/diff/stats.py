@@ -89,6 +89,12 @@ class Comparison:
     verdict: str
     more_steps_needed: int | None
     reason: str
+    # several runs on a side (perfdoctor.diff.runs): runs per side, each side's spread of run means (SD ÷ mean
+    # × 100, None with one run), σ_run measured from them (%) and the runs per side that would decide
+    runs: tuple[int, int] = (1, 1)
+    run_cv_pct: tuple[float | None, float | None] = (None, None)
+    measured_run_noise_pct: float | None = None
+    runs_needed: int | None = None
 
 
 def mean_variance(x: np.ndarray) -> tuple[float, float]:

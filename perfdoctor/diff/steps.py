@@ -33,6 +33,7 @@ class StepSeries:
     source: str
     notes: list[str] = field(default_factory=list)
     level_shift_pct: float = 0.0
+    steady_start_step: int | None = None  # a run series' first steady step (None: trace steps)
 
 
 def is_cpu(model: Report) -> bool:
@@ -83,9 +84,11 @@ def run_step_times(model: Report) -> np.ndarray | None:
 UNSTABLE_SPREAD = 2.0  # p90 ÷ p10 of the steady steps above this: no single level (analysis.steady_state's bar)
 
 
-def steady_state_notes(model: Report, path: str, side: str) -> list[str]:
+def steady_state_notes(model: Report, side: str, path: str, widened: bool = True) -> list[str]:
     """Warnings on a run's steady state: a level change during the run (the steady state is then its last phase,
-    so the two sides may compare different stretches of time) and steps without one level (p90 ÷ p10 > 2)."""
+    so the two sides may compare different stretches of time) and steps without one level (p90 ÷ p10 > 2).
+    ``widened``: the interval adds the level shift (one run per side); else the spread of several runs' means
+    covers it."""
     run = run_of(model)
     ss = run.steady_state if run is not None else None
     if ss is None:
@@ -96,8 +99,12 @@ def steady_state_notes(model: Report, path: str, side: str) -> list[str]:
         out.append(
             f"{side} ({path}): the step time changed level during the run (at step {starts}); its steady "
             f"state is the last phase from step {ss.steady_start_step}: a machine that got busier or quieter "
-            "mid-run makes the two sides compare different stretches of time, so the interval is widened by the "
-            f"level shift ({level_shift_pct(model):.1f}%)"
+            "mid-run makes the two sides compare different stretches of time, "
+            + (
+                f"so the interval is widened by the level shift ({level_shift_pct(model):.1f}%)"
+                if widened
+                else f"a level shift ({level_shift_pct(model):.1f}%) the spread of the run means measures"
+            )
         )
     if ss.p10_s > 0 and ss.p90_s / ss.p10_s > UNSTABLE_SPREAD:
         out.append(
@@ -158,30 +165,68 @@ def job_step_words(model: Report, rank: RankSection) -> str:
     return f"rank {who}, the job's step (the longest of {n} ranks' mean steps, as the report's denominator)"
 
 
-def pair_series(before: Report, after: Report, before_path: str, after_path: str) -> tuple[StepSeries, StepSeries]:
-    """Both sides' step times from the same kind of source (run series only when both sides have one).
+RUN_SOURCE = "steady-state train-only step times of the whole run (rank 0, profiled and warm-up steps left out)"
+
+
+def _side_words(side: str, path: str, index: int, several: bool) -> tuple[str, str]:
+    """(label, path) naming one run in a remark: ``BEFORE`` or, with several runs, ``BEFORE run 2``."""
+    return (f"{side} run {index + 1}" if several else side), path
+
+
+def side_series(
+    before: list[tuple[Report, str]], after: list[tuple[Report, str]]
+) -> tuple[list[StepSeries], list[StepSeries]]:
+    """Every run's step times from the same kind of source: each run's whole-run series when every run of both
+    sides has one (a run directory or its report JSON), else each run's profiled trace steps (like with like).
+    ``before``/``after``: (report, path) per run, one or more a side.
 
     Raises:
-        PerfDoctorError: a side has no steps at all.
+        PerfDoctorError: a run has no steps at all.
     """
-    rb, ra = run_step_times(before), run_step_times(after)
-    if rb is not None and ra is not None and rb.size >= 2 and ra.size >= 2:
-        src = "steady-state train-only step times of the whole run (rank 0, profiled and warm-up steps left out)"
-        return (
-            StepSeries(rb, src, steady_state_notes(before, before_path, "BEFORE"), level_shift_pct(before)),
-            StepSeries(ra, src, steady_state_notes(after, after_path, "AFTER"), level_shift_pct(after)),
-        )
+    several = len(before) > 1 or len(after) > 1
+    sides = (("BEFORE", before), ("AFTER", after))
+    series = {side: [run_step_times(m) for m, _ in runs] for side, runs in sides}
+    if all(x is not None and x.size >= 2 for xs in series.values() for x in xs):
+        out = {
+            side: [
+                StepSeries(
+                    x,
+                    RUN_SOURCE,
+                    steady_state_notes(m, *_side_words(side, p, i, several), widened=not several),
+                    level_shift_pct(m),
+                    steady_start_step(m),
+                )
+                for i, ((m, p), x) in enumerate(zip(runs, series[side]))
+                if x is not None
+            ]
+            for side, runs in sides
+        }
+        return out["BEFORE"], out["AFTER"]
     notes = []
-    if (rb is not None) != (ra is not None):
+    have = [x is not None for xs in series.values() for x in xs]
+    if any(have) and not all(have):
         notes.append(
-            "only one side is a perfdoctor profile run: both sides are compared on their profiled "
+            "not every run is a perfdoctor profile run: every run is compared on its profiled trace steps "
+            "(like with like)"
+            if several
+            else "only one side is a perfdoctor profile run: both sides are compared on their profiled "
             "trace steps (like with like)"
         )
-    for model, path, series in ((before, before_path, rb), (after, after_path, ra)):
-        if not model.ranks and series is not None and series.size < 2:
-            raise PerfDoctorError(
-                f"{path}: fewer than 2 steady-state steps in the run and no trace: nothing to compare"
-            )
-    b = trace_step_times(before, before_path)
-    a = trace_step_times(after, after_path)
-    return StepSeries(b.values_us, b.source, notes + b.notes), StepSeries(a.values_us, a.source, a.notes)
+    for side, runs in sides:
+        for (model, path), x in zip(runs, series[side]):
+            if not model.ranks and x is not None and x.size < 2:
+                raise PerfDoctorError(
+                    f"{path}: fewer than 2 steady-state steps in the run and no trace: nothing to compare"
+                )
+    b = [trace_step_times(m, p) for m, p in before]
+    a = [trace_step_times(m, p) for m, p in after]
+    b[0] = StepSeries(b[0].values_us, b[0].source, notes + b[0].notes)
+    return b, a
+
+
+def steady_start_step(model: Report) -> int | None:
+    """The first step of a run's steady state (0-based), None without a run section."""
+    run = run_of(model)
+    if run is None:
+        return None
+    return run.steady_state.steady_start_step if run.steady_state is not None else 0

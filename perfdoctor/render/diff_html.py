@@ -25,6 +25,7 @@ def render_diff_html(diff: Diff, generated_at: str | None = None) -> str:
         "csp": CSP,
         "generated_at": generated_at,
         "facts": diff_view.verdict_facts(diff),
+        "sides": [diff_view.side_line("BEFORE", diff.before), diff_view.side_line("AFTER", diff.after)],
         "tables": [t for t in tables if t.rows],
         "waterfall": Markup(waterfall(diff)),
         "data": msgspec.to_builtins(diff),

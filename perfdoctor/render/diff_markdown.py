@@ -7,7 +7,7 @@ link, an image, raw HTML or break a table row. Tables are cut to :data:`MAX_ROWS
 
 from __future__ import annotations
 
-from perfdoctor.diff.model import Diff
+from perfdoctor.diff.model import Diff, SideInfo
 from perfdoctor.render import diff_view
 from perfdoctor.render.markdown import esc
 
@@ -34,19 +34,19 @@ def _table(view: diff_view.TableView) -> list[str]:
     return out + [""]
 
 
+def _side(label: str, info: SideInfo) -> str:
+    """``- **BEFORE**: path (kind, ranks, device)``, the side line of :func:`diff_view.side_line` with its label in
+    bold."""
+    return f"- **{label}**: " + esc(diff_view.side_line(label, info).removeprefix(f"{label}: "))
+
+
 def render_diff_markdown(diff: Diff) -> str:
     """The diff as Markdown (str), at most :data:`MAX_CHARS` characters."""
     head = [
         f"## perfdoctor diff: {_ICON.get(diff.verdict, '')} {esc(diff.headline)}",
         "",
-        (
-            f"- **BEFORE**: {esc(diff.before.path)} ({diff.before.kind}, {diff.before.n_ranks} rank(s), "
-            f"{esc(diff.before.device)})"
-        ),
-        (
-            f"- **AFTER**: {esc(diff.after.path)} ({diff.after.kind}, {diff.after.n_ranks} rank(s), "
-            f"{esc(diff.after.device)})"
-        ),
+        _side("BEFORE", diff.before),
+        _side("AFTER", diff.after),
     ]
     head += [f"- **{esc(label)}**: {esc(value)}" for label, value in diff_view.verdict_facts(diff)]
     head += [f"- ⚠️ {esc(w)}" for w in diff.warnings]

@@ -24,16 +24,8 @@ def _table(view: diff_view.TableView) -> Table:
 def render_diff_terminal(diff: Diff, console: Console) -> None:
     """Print the verdict, the facts behind it, and each table that has rows."""
     console.print(Text(diff.headline, style=_STYLE.get(diff.verdict, "bold")))
-    console.print(
-        f"BEFORE: {diff.before.path} ({diff.before.kind}, {diff.before.n_ranks} rank(s), {diff.before.device})",
-        highlight=False,
-        markup=False,
-    )
-    console.print(
-        f"AFTER:  {diff.after.path} ({diff.after.kind}, {diff.after.n_ranks} rank(s), {diff.after.device})",
-        highlight=False,
-        markup=False,
-    )
+    console.print(diff_view.side_line("BEFORE", diff.before), highlight=False, markup=False)
+    console.print(diff_view.side_line("AFTER ", diff.after), highlight=False, markup=False)
     for label, value in diff_view.verdict_facts(diff):
         console.print(Text.assemble((f"{label}: ", "bold"), value))
     for w in diff.warnings:

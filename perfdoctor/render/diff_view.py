@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from perfdoctor.diff.compare import mean_step_words
-from perfdoctor.diff.model import Diff, Mover, Pair
+from perfdoctor.diff.model import Diff, Mover, Pair, SideInfo
 from perfdoctor.diff.stats import signed_pct
 from perfdoctor.render.view import ms, nbytes, pct
 
@@ -24,6 +24,7 @@ class TableView:
     align: list[str]
     note: str = ""
     classes: list[str] = field(default_factory=list)  # one CSS class per row (HTML)
+    waterfall: bool = False  # the HTML draws the waterfall chart above this table
 
 
 def signed_ms(us: float | None) -> str:
@@ -38,6 +39,16 @@ def change_pct(p: Pair) -> float | None:
     if p.before is None or p.after is None or not p.before:
         return None
     return 100.0 * (p.after / p.before - 1.0)
+
+
+def side_line(label: str, info: SideInfo) -> str:
+    """``BEFORE: path (run, 1 rank(s), CPU)``; several runs: ``BEFORE: 3 runs: a, b, c (run, ...)``."""
+    runs = f"{len(info.runs)} runs: " if len(info.runs) > 1 else ""
+    return f"{label}: {runs}{info.path} ({info.kind}, {info.n_ranks} rank(s), {info.device})"
+
+
+def several_runs(d: Diff) -> bool:
+    return max(len(d.before.runs), len(d.after.runs)) > 1
 
 
 def verdict_facts(d: Diff) -> list[tuple[str, str]]:
@@ -58,6 +69,10 @@ def verdict_facts(d: Diff) -> list[tuple[str, str]]:
         ("run-to-run noise", _run_noise_text(s.run_noise_pct, s.run_noise_source)),
         ("method", s.method + f"; noise threshold ±{s.noise_threshold_pct:g}%"),
     ]
+    if several_runs(d):
+        out[2] = ("steps", out[2][1].replace(" (effective", " over all runs (effective", 1))
+        out.insert(2, ("runs", _runs_text(d)))
+        out[5] = ("run-to-run noise", s.run_noise_source)
     if s.more_steps_needed and d.ci95_pct is not None:  # without an interval "why this verdict" says it
         out.insert(3, ("inconclusive", f"{s.more_steps_needed:,} more steps per side would decide"))
     out += [
@@ -68,6 +83,15 @@ def verdict_facts(d: Diff) -> list[tuple[str, str]]:
         for t in d.throughput
     ]
     return out
+
+
+def _runs_text(d: Diff) -> str:
+    s = d.statistics
+    dof = f", {s.dof:.1f} degrees of freedom (Welch–Satterthwaite over the runs)" if s.dof is not None else ""
+    return (
+        f"{len(d.before.runs)} before, {len(d.after.runs)} after; each side's mean step is the mean of its runs' "
+        f"means (each run weighs equally; the Runs table lists them){dof}"
+    )
 
 
 def _run_noise_text(sigma_pct: float, source: str) -> str:
@@ -96,8 +120,34 @@ def categories_table(d: Diff) -> TableView:
         ["l", "r", "r", "r"],
         "Busy categories and idle causes add up to the trace's mean step; (detail) rows are not in "
         "the sum. The verdict's mean step may come from more steps than the trace's."
+        + (" Several runs a side: the mean over its runs' traces." if several_runs(d) else "")
         + (f" Rows of one rank per side: {d.category_step_source}." if d.category_step_source else ""),
         [c.group for c in d.categories] + ["total"],
+        waterfall=True,
+    )
+
+
+def runs_table(d: Diff) -> TableView:
+    """One row per run when a side has several: its steps and mean step against its side's mean (no rows with
+    one run per side)."""
+    if not several_runs(d):
+        return TableView("Runs", [], [], [])
+    rows = []
+    for label, info, mean in (("BEFORE", d.before, d.mean_step_us.before), ("AFTER", d.after, d.mean_step_us.after)):
+        for r in info.runs:
+            vs = signed_pct(100.0 * (r.mean_step_us / mean - 1.0)) if mean else "–"
+            rows.append([label, r.path, r.kind, f"{r.steps:,}", ms(r.mean_step_us), vs])
+    s = d.statistics
+    cv = [f"{side} {c:.1f}%" for side, c in (("before", s.run_cv_pct.before), ("after", s.run_cv_pct.after)) if c]
+    note = "Each side's mean step is the mean of its runs' means."
+    if cv:
+        note += f" Run means vary by {', '.join(cv)} (standard deviation ÷ mean): the measured run-to-run noise."
+    return TableView(
+        "Runs (mean step of each)",
+        ["side", "run", "kind", "steps", "mean step", "vs side mean"],
+        rows,
+        ["l", "l", "l", "r", "r", "r"],
+        note,
     )
 
 
@@ -244,9 +294,11 @@ def _pct_num(x: float | None) -> str:
 
 
 def tables(d: Diff, movers_limit: int, name_width: int) -> list[TableView]:
-    """The diff's tables in the order every renderer shows them: categories, kernel and CPU-op movers (the top
-    ``movers_limit`` each, names cut to ``name_width`` characters), findings, predicted vs measured, efficiency."""
+    """The diff's tables in the order every renderer shows them: the runs (several a side only), categories, kernel
+    and CPU-op movers (the top ``movers_limit`` each, names cut to ``name_width`` characters), findings, predicted
+    vs measured, efficiency."""
     return [
+        runs_table(d),
         categories_table(d),
         movers_table(d, "kernels", movers_limit, name_width),
         movers_table(d, "cpu_ops", movers_limit, name_width),

@@ -7,8 +7,11 @@ this shared box (``stats.CPU_RUN_NOISE_PCT``, 14.6%), so assertions stay at that
 
 from __future__ import annotations
 
+import csv
 import json
+import math
 import os
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -16,6 +19,8 @@ from pathlib import Path
 import pytest
 
 from perfdoctor.cli import main
+from perfdoctor.diff.compare import compare, regression
+from perfdoctor.diff.sides import load_side
 
 REPO = Path(__file__).resolve().parents[1]
 pytestmark = [pytest.mark.slow]
@@ -24,8 +29,9 @@ STEPS = 250
 _RUNS: dict[str, Path] = {}
 
 
-def record(root: Path, runs: dict[str, list[str]]) -> dict[str, Path]:
-    """Record several `perfdoctor profile examples/mlp.py` runs at once; name → run directory (cached)."""
+def record(root: Path, runs: dict[str, list[str]], steps: int = STEPS) -> dict[str, Path]:
+    """Record several `perfdoctor profile examples/mlp.py` runs at once (``steps`` each); name → run directory
+    (cached by name)."""
     todo = {name: flags for name, flags in runs.items() if name not in _RUNS}
     procs = []
     for name, flags in todo.items():
@@ -37,7 +43,7 @@ def record(root: Path, runs: dict[str, list[str]]) -> dict[str, Path]:
             "profile",
             str(REPO / "examples" / "mlp.py"),
             "--steps",
-            str(STEPS),
+            str(steps),
             "--out",
             str(out),
             "--no-report",
@@ -74,6 +80,13 @@ def show(capsys, text: str) -> None:
 def diff_json(capsys, before: Path, after: Path, *extra: str) -> tuple[int, dict]:
     capsys.readouterr()
     code = main(["diff", str(before), str(after), "--format", "json", *extra])
+    return code, json.loads(capsys.readouterr().out)
+
+
+def diff_runs_json(capsys, before: list[Path], after: list[Path], *extra: str) -> tuple[int, dict]:
+    """`perfdoctor diff B1 B2 ... --vs A1 A2 ... --format json`."""
+    capsys.readouterr()
+    code = main(["diff", *map(str, before), "--vs", *map(str, after), "--format", "json", *extra])
     return code, json.loads(capsys.readouterr().out)
 
 
@@ -120,13 +133,21 @@ def test_problem_flag_on_is_a_regression(root, capsys):
     runs = record(root, {"clean": SMALL, "pymetrics": [*SMALL, "--python-metrics-ms", "40"]})
     code, d = diff_json(capsys, runs["clean"], runs["pymetrics"], "--fail-on-regression", "5")
     show(capsys, f"PD105 flag on: {d['headline']}")
-    assert {f["code"]: f["status"] for f in d["findings"]}.get("PD105") == "new"
+    pd105 = {f["code"]: f for f in d["findings"]}["PD105"]
+    # new; on a machine with 5 runnable per core the clean run's Python time fired PD105 too (persisting, with a
+    # far smaller saving: seen at load 10-11 on 2 cores)
+    assert pd105["status"] == "new" or (
+        not timing_verdicts_meaningful(capsys) and pd105["saving_after_us"] > 2 * pd105["saving_before_us"]
+    )
     # the gate fires even on a loaded machine: 40 ms of Python per step is several times the noise (measured at
     # load 12 on 2 cores: +49.7%, 95% CI +30.9% to +68.5%)
     assert code == 1 and d["verdict"] == "slower" and d["ci95_pct"][0] > 0
     # the reverse direction is the fix: PD105 resolved with its predicted-vs-measured row
     rcode, r = diff_json(capsys, runs["pymetrics"], runs["clean"], "--fail-on-regression", "5")
     assert rcode == 0
+    if pd105["status"] == "persisting":  # the loaded-machine case above: PD105 shrank, no prediction scored
+        assert "PD105" in {s["code"] for s in r["shrunk"]}
+        return
     row = r["predicted_vs_measured"]
     assert "PD105" in row["codes"]
     assert row["predicted_kind"] in ("upper-bound", "replayed", "replayed-together", "sum")
@@ -170,3 +191,110 @@ def test_fix_that_does_not_help(root, capsys):
         # −13.4%, CI −29.8% to +3.1% one time, so the narrower verdict is not asserted)
         lo, hi = d["ci95_pct"]
         assert lo <= 0 <= hi
+
+
+# -- several runs per side: the run-to-run noise measured, not assumed ------------------------------------------
+
+MULTI_STEPS = 80  # the extra runs of the several-runs tests: short (a run's mean is what they compare)
+PYMETRICS = [*SMALL, "--python-metrics-ms", "40"]
+
+
+def run_means_from_csv(d: dict, side: str) -> list[float]:
+    """Each run's mean step (µs) recomputed from its steps.csv: train-only time (duration − eval − checkpoint) of
+    the steps from the run's steady-state start (as the diff reports it) outside the profiler's steps."""
+    means = []
+    for run in d[side]["runs"]:
+        with open(Path(run["path"]) / "steps.csv", newline="") as fh:
+            rows = list(csv.DictReader(fh))
+
+        def num(row: dict, key: str) -> float:
+            v = row.get(key) or ""
+            return float(v) if v and v.lower() != "nan" else 0.0
+
+        start = run["steady_start_step"]
+        assert 0 <= start < len(rows)
+        kept = [
+            max(num(r, "duration_s") - num(r, "eval_s") - num(r, "checkpoint_s"), 0.0)
+            for i, r in enumerate(rows)
+            if i >= start and r["profiler_phase"] == "none" and r["duration_s"]
+        ]
+        assert len(kept) == run["steps"]
+        means.append(1e6 * sum(kept) / len(kept))
+    return means
+
+
+def welch_over_runs(before: list[float], after: list[float]) -> tuple[float, float, float, tuple[float, float]]:
+    """(change %, σ_run %, dof, 95% interval %) of two sides' run means, worked here with scipy's t: the log ratio
+    of the means of the run means, its standard error by the delta method from the run means' variances ÷ k,
+    Welch–Satterthwaite degrees of freedom."""
+    from scipy.stats import t as student_t
+
+    mb, ma = statistics.fmean(before), statistics.fmean(after)
+    cv_b, cv_a = statistics.stdev(before) / mb, statistics.stdev(after) / ma
+    c_b, c_a = cv_b**2 / len(before), cv_a**2 / len(after)
+    dof = (c_a + c_b) ** 2 / (c_a**2 / (len(after) - 1) + c_b**2 / (len(before) - 1))
+    h = student_t.ppf(0.975, dof) * math.sqrt(c_a + c_b)
+    ratio = ma / mb
+    ci = (100 * (ratio * math.exp(-h) - 1), 100 * (ratio * math.exp(h) - 1))
+    return 100 * (ratio - 1), 100 * math.hypot(cv_b, cv_a), dof, ci
+
+
+def test_three_runs_a_side_flag_on_is_slower_from_the_measured_noise(root, capsys):
+    """3 runs with 40 ms of Python bookkeeping per step (PD105) against 3 without, each pair recorded at once:
+    the verdict and the gate from the spread of the runs' means, recomputed here from their steps.csv."""
+    record(root, {"clean": SMALL, "pymetrics": PYMETRICS})
+    for i in (2, 3):
+        record(root, {f"clean_{i}": SMALL, f"pymetrics_{i}": PYMETRICS}, steps=MULTI_STEPS)
+    before = [_RUNS[n] for n in ("clean", "clean_2", "clean_3")]
+    after = [_RUNS[n] for n in ("pymetrics", "pymetrics_2", "pymetrics_3")]
+    sides_b, sides_a = [load_side(str(p)) for p in before], [load_side(str(p)) for p in after]
+    diff = compare(sides_b, sides_a)  # each run loaded once for both directions (the CLI: tests/test_diff_runs.py)
+    d = json.loads(diff.to_json())
+    show(capsys, f"3 vs 3 runs, PD105 flag on: {d['headline']}")
+    st = d["statistics"]
+    assert st["runs"] == {"before": 3, "after": 3} and st["run_noise_measured"] is True
+    mb, ma = run_means_from_csv(d, "before"), run_means_from_csv(d, "after")
+    assert [r["mean_step_us"] for r in d["before"]["runs"]] == pytest.approx(mb, rel=1e-9)
+    change, sigma, dof, ci = welch_over_runs(mb, ma)
+    assert d["change_pct"] == pytest.approx(change) and st["dof"] == pytest.approx(dof)
+    assert d["ci95_pct"] == pytest.approx(list(ci)) and st["run_noise_pct"] == pytest.approx(sigma)
+    assert f"run-to-run noise measured from 6 runs: {sigma:.1f}%" in d["headline"]
+    # 40 ms of Python on a ~7 ms step: several times the run-to-run noise of a machine that runs little else
+    # (measured at load 8-9 on 2 cores: +75.4%, 95% CI +41.4% to +117.6%, σ_run 12.1%; at load 10-11 the runs
+    # spread more, +80.6%, CI +3.2% to +216.2%, σ_run 26.1%, so the verdict is asserted below 3 runnable per core)
+    assert d["change_pct"] > 20
+    if timing_verdicts_meaningful(capsys):
+        assert d["verdict"] == "slower" and d["ci95_pct"][0] > 0 and regression(diff, 5.0)
+    pd105 = {f["code"]: f for f in d["findings"]}["PD105"]
+    # on every flagged run; on a clean run only when other work inflated its Python time (seen once at load 7.7)
+    assert pd105["runs_fired"]["after"] == 3 and pd105["saving_after_us"] > (pd105["saving_before_us"] or 0.0)
+    # the reverse is the fix, scored with PD105's saving pooled over the 3 runs against the measured change
+    r = json.loads(compare(sides_a, sides_b).to_json())
+    pd105 = {f["code"]: f for f in r["findings"]}["PD105"]
+    assert pd105["status"] in ("resolved", "persisting") and pd105["runs_fired"]["before"] == 3
+    if pd105["status"] == "resolved":
+        row = r["predicted_vs_measured"]
+        assert "PD105" in row["codes"]
+        assert row["measured_us"] == pytest.approx(statistics.fmean(ma) - statistics.fmean(mb))
+    else:
+        assert "PD105" in {s["code"] for s in r["shrunk"]}
+
+
+def test_three_runs_a_side_same_settings_interval_contains_zero(root, capsys):
+    """6 runs with the same settings, split 3 against 3 (each BEFORE run recorded at once with an AFTER run, so a
+    machine that changed between recordings loads both sides alike): the interval from the measured noise
+    includes 0 and the gate stays quiet. A 95% interval misses a true 0 in 1 of 20 splits of independent runs;
+    recording the sides in pairs makes the between-run spread include what the pairs share, so fewer."""
+    pairs = (("same_a", "same_b"), ("same_c", "same_d"), ("same_e", "same_f"))
+    for b, a in pairs[:2]:
+        record(root, {b: SMALL, a: SMALL})
+    record(root, {"same_e": SMALL, "same_f": SMALL}, steps=MULTI_STEPS)
+    before = [_RUNS[b] for b, _ in pairs]
+    after = [_RUNS[a] for _, a in pairs]
+    code, d = diff_runs_json(capsys, before, after, "--fail-on-regression", "5")
+    show(capsys, f"3 vs 3 runs, same settings: {d['headline']}")
+    change, sigma, dof, ci = welch_over_runs(run_means_from_csv(d, "before"), run_means_from_csv(d, "after"))
+    assert d["ci95_pct"] == pytest.approx(list(ci)) and d["statistics"]["dof"] == pytest.approx(dof)
+    lo, hi = d["ci95_pct"]
+    if timing_verdicts_meaningful(capsys):
+        assert lo <= 0 <= hi and code == 0 and d["verdict"] in ("no-change", "inconclusive")

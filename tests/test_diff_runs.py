@@ -18,6 +18,9 @@ import pytest
 from scipy.stats import t as student_t
 
 from perfdoctor.cli import main
+from perfdoctor.diff.model import Diff
+from perfdoctor.render.diff_html import render_diff_html
+from perfdoctor.render.diff_markdown import render_diff_markdown
 
 REPO = Path(__file__).resolve().parents[1]
 RUN_DIR = REPO / "sample_traces" / "tiny_gpt_cpu_run"
@@ -209,7 +212,14 @@ def test_directories_of_runs_and_every_render(tmp_path, capsys):
         _run_dir(before, f"run{i}", f)
     for i, f in enumerate([1.50, 1.56]):
         _run_dir(after, f"run{i}", f)
-    code, d = _diff(capsys, str(before), str(after), "--fail-on-regression", "5")
+    # one call writes the JSON and prints the terminal render; the Markdown and HTML are rendered from that JSON
+    out = tmp_path / "d.json"
+    capsys.readouterr()
+    code = main(["diff", str(before), str(after), "--fail-on-regression", "5", "-o", str(out), "--width", "200"])
+    term = capsys.readouterr().out
+    d = json.loads(out.read_text())
+    diff = Diff.from_json(out.read_bytes())
+    md, html = render_diff_markdown(diff), render_diff_html(diff)
     assert [r["path"] for r in d["before"]["runs"]] == [str(before / "run0"), str(before / "run1")]
     assert d["before"]["kind"] == "run" and d["statistics"]["runs"] == {"before": 2, "after": 2}
     # by hand: M_b = 1.02 m, M_a = 1.53 m (+50%); cv = sd ÷ mean: 0.028284 ÷ 1.02 and 0.042426 ÷ 1.53, both
@@ -222,13 +232,6 @@ def test_directories_of_runs_and_every_render(tmp_path, capsys):
     assert d["verdict"] == "slower" and code == 1
     assert "run-to-run noise measured from 4 runs: 3.9%" in d["headline"]  # 100 √2 cv = 3.92
     # the runs and the measured noise in every render
-    out = tmp_path / "d"
-    assert main(["diff", str(before), str(after), "-o", f"{out}.html"]) == 0
-    assert main(["diff", str(before), str(after), "-o", f"{out}.md"]) == 0
-    capsys.readouterr()
-    assert main(["diff", str(before), str(after), "--width", "200"]) == 0
-    term = capsys.readouterr().out
-    html, md = Path(f"{out}.html").read_text(), Path(f"{out}.md").read_text()
     for text in (term, html, md):
         assert "Runs (mean step of each)" in text and "run-to-run noise measured from 4 runs: 3.9%" in text
         assert "2 runs: " in text and "2 before, 2 after" in text

@@ -14,7 +14,8 @@ Analysis*, §9.5.3; batch size ⌊√n⌋ as in Flegal & Jones, Ann. Statist. 38
 as independent (``s² ÷ n``, ``n − 1`` degrees of freedom). ``effective_steps`` reports ``s² ÷ var(mean)``: the
 number of independent steps with the same information.
 
-Two terms do not shrink with more steps (``fixed``), because one run per side cannot see them:
+Two terms do not shrink with more steps (``fixed``), because one run per side cannot see them (several runs per
+side measure them instead: :mod:`perfdoctor.diff.runs`):
 
 - run-to-run noise ``σ_run`` (the standard deviation of ``L`` between two runs of the same code on the same
   machine, ×100): ``1.96 σ_run`` joins the within-run half-width in quadrature. It is a property of the machine,

@@ -7,6 +7,9 @@
 - A trace: each profiled step's time on the primary device (report-schema "step time"); on a multi-rank job
   those of the rank whose mean step is the job's step (the longest of the ranks' mean steps, the report's
   denominator: ranks move in lock-step), so the verdict's mean, the category table's step and the report agree.
+
+A side of several runs gives one series per run, every run of both sides from the same kind of source
+(:func:`side_series`); :mod:`perfdoctor.diff.runs` compares their means.
 """
 
 from __future__ import annotations

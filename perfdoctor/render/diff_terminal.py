@@ -24,8 +24,8 @@ def _table(view: diff_view.TableView) -> Table:
 def render_diff_terminal(diff: Diff, console: Console) -> None:
     """Print the verdict, the facts behind it, and each table that has rows."""
     console.print(Text(diff.headline, style=_STYLE.get(diff.verdict, "bold")))
-    console.print(diff_view.side_line("BEFORE", diff.before), highlight=False, markup=False)
-    console.print(diff_view.side_line("AFTER ", diff.after), highlight=False, markup=False)
+    console.print(diff_view.side_line("BEFORE", diff.before, 7), highlight=False, markup=False)
+    console.print(diff_view.side_line("AFTER", diff.after, 7), highlight=False, markup=False)
     for label, value in diff_view.verdict_facts(diff):
         console.print(Text.assemble((f"{label}: ", "bold"), value))
     for w in diff.warnings:

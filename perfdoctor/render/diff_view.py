@@ -41,10 +41,11 @@ def change_pct(p: Pair) -> float | None:
     return 100.0 * (p.after / p.before - 1.0)
 
 
-def side_line(label: str, info: SideInfo) -> str:
-    """``BEFORE: path (run, 1 rank(s), CPU)``; several runs: ``BEFORE: 3 runs: a, b, c (run, ...)``."""
+def side_line(label: str, info: SideInfo, width: int = 0) -> str:
+    """``BEFORE: path (run, 1 rank(s), CPU)``; several runs: ``BEFORE: 3 runs: a, b, c (run, ...)``; ``width``
+    pads ``label:`` (the terminal aligns BEFORE and AFTER)."""
     runs = f"{len(info.runs)} runs: " if len(info.runs) > 1 else ""
-    return f"{label}: {runs}{info.path} ({info.kind}, {info.n_ranks} rank(s), {info.device})"
+    return f"{label + ':':<{width}} {runs}{info.path} ({info.kind}, {info.n_ranks} rank(s), {info.device})"
 
 
 def several_runs(d: Diff) -> bool:

@@ -23,6 +23,7 @@ from perfdoctor.analysis.warmup import job_cold_steps
 from perfdoctor.checks.catalogue import RuleSpec
 from perfdoctor.checks.common import step_list_text
 from perfdoctor.findings import REPLAY_METHOD, Hit
+from perfdoctor.replay.peers import peers_text
 from perfdoctor.trace.join import launched_values
 
 
@@ -244,8 +245,8 @@ class RankContext:
         )
         if u is not None:
             method += "; " + u.text(rr.base_step_us)
-        if rr.peers is not None and not whatif.scenario.peers_move:
-            method += f"; {rr.peers.text()}"
+        if rr.peers is not None:
+            method += f"; {peers_text(rr.peers, rr.fixed_whatif([*first, whatif]).scenario)}"
         if rr.fallback:
             method += f"; an upper bound: {rr.fallback}"
         saving = float(per.mean()) if per.size else 0.0

@@ -62,12 +62,20 @@ class RankReplay:
         rep = float(self.replayed_step_us.mean()) if self.replayed_step_us.size else 0.0
         return (rep - rec) / rec if rec > 0 else 0.0
 
+    def replayed(self, scenario: Scenario) -> ReplayResult:
+        """The replay under ``scenario``, the rank's collectives ending no earlier than its peers let them
+        (:attr:`peers`, :mod:`perfdoctor.replay.peers`; moved by the program-wide part of a combination)."""
+        if self.peers is not None:
+            moved = None
+            if not scenario.peers_move and scenario.peers_with is not None:
+                moved = self.baseline.act_end_us - replay(self.graph, scenario.peers_with).act_end_us
+            scenario = self.peers.apply(scenario, self.graph.n_act, moved)
+        return replay(self.graph, scenario)
+
     def step_times(self, scenario: Scenario | None = None) -> np.ndarray:
-        """Replayed duration of every analysed step under ``scenario`` (µs, shape ``(n_steps,)``), the rank's
-        collectives ending no earlier than its peers let them (:attr:`peers`, :mod:`perfdoctor.replay.peers`)."""
-        if scenario is not None and self.peers is not None:
-            scenario = self.peers.apply(scenario, self.graph.n_act)
-        res = self.baseline if scenario is None else replay(self.graph, scenario)
+        """Replayed duration of every analysed step under ``scenario`` (µs, shape ``(n_steps,)``; None: the
+        recording's replay), as :meth:`replayed` replays it."""
+        res = self.baseline if scenario is None else self.replayed(scenario)
         start, end = replayed_windows(res, self.windows)
         return np.asarray(end - start)
 
@@ -79,17 +87,25 @@ class RankReplay:
         the profiler's per-event overhead removed in the replay, or the replayed steps scaled by steady ÷ window
         (:mod:`perfdoctor.replay.unprofiled`). Without ``parts`` and without :attr:`unprofiled`: the recorded steps.
         """
+        u = self.unprofiled
+        scale = u.ratio if u is not None and u.whatif is None else 1.0
+        both = self.fixed_whatif(parts)
+        if both is None:
+            return np.asarray(self.recorded_step_us * scale, dtype=np.float64)
+        return np.asarray(self.step_times(both.scenario) * scale, dtype=np.float64)
+
+    def fixed_whatif(self, parts: list[Any]) -> Any:
+        """The what-ifs ``parts`` together, with the unprofiled step's own what-if first where there is one (the
+        one :meth:`fixed_step_times` replays), or None when that leaves nothing to replay."""
         from perfdoctor.replay.transforms import combine
 
         u = self.unprofiled
         if u is not None and u.whatif is not None:
             parts = [u.whatif, *parts]
-        scale = u.ratio if u is not None and u.whatif is None else 1.0
         if not parts:
-            return np.asarray(self.recorded_step_us * scale, dtype=np.float64)
+            return None
         g = self.graph
-        both = parts[0] if len(parts) == 1 else combine("fix-all", parts, g.n_act, g.n_blk, g.act_dur_us)
-        return np.asarray(self.step_times(both.scenario) * scale, dtype=np.float64)
+        return parts[0] if len(parts) == 1 else combine("fix-all", parts, g.n_act, g.n_blk, g.act_dur_us)
 
     @property
     def base_step_us(self) -> float:
@@ -198,9 +214,11 @@ def _windows(steps: Any, tables: TraceTables) -> StepWindows:
     )
 
 
-def _collective_floor(rr: RankReplay, tables: TraceTables) -> CollectiveFloor | None:
+def _collective_floor(rr: RankReplay, tables: TraceTables, steps: Any) -> CollectiveFloor | None:
     """The rank's collective kernels bounded by their recorded ends (:func:`perfdoctor.replay.peers.recorded_floor`;
-    the peers' arrivals, when known, replace them later: :mod:`perfdoctor.jobs.peers`)."""
+    the peers' arrivals, when known, replace them later: :mod:`perfdoctor.jobs.peers`), with their transfer/wait
+    split keyed by kernel name, ``In msg nelems`` and ``dtype``, over the analysed steps (``steps``)."""
+    from perfdoctor.replay.graph import ACT_TABLES
     from perfdoctor.replay.transforms.kernels import _kernel_classes
 
     dist = tables.metadata.get("distributedInfo")
@@ -208,7 +226,21 @@ def _collective_floor(rr: RankReplay, tables: TraceTables) -> CollectiveFloor | 
     cat, _, _ = _kernel_classes(tables, rr)
     g = rr.graph
     comm = np.flatnonzero(cat == "communication")
-    return recorded_floor(g.act_end_us, comm, world if isinstance(world, int) else 0)
+    tab = tables.tables[ACT_TABLES[0]]
+    rows = g.act_row[comm]
+    kern = g.act_table[comm] == 0
+    cols = [tab[c] if c in tab else None for c in ("name_id", "in_nelems", "dtype")]
+    key = [
+        tuple(col[r] if (col is not None and k) else None for col in cols) + (int(g.act_table[a]),)
+        for a, r, k in zip(comm.tolist(), rows.tolist(), kern.tolist())
+    ]
+    ws = np.asarray(steps.start_us, dtype=np.float64) if len(steps) else np.empty(0)
+    we = np.asarray(steps.end_us, dtype=np.float64) if len(steps) else np.empty(0)
+    k = np.searchsorted(ws, g.act_ts_us[comm], side="right") - 1
+    inside = (k >= 0) & (g.act_ts_us[comm] < we[np.maximum(k, 0)]) if ws.size else np.zeros(comm.size, bool)
+    return recorded_floor(
+        g.act_end_us, comm, world if isinstance(world, int) else 0, g.act_dur_us, key, (int(ws.size), inside)
+    )
 
 
 def replay_rank(tables: TraceTables, steps: Any) -> RankReplay:
@@ -221,7 +253,7 @@ def replay_rank(tables: TraceTables, steps: Any) -> RankReplay:
     rr = RankReplay(
         graph=graph, baseline=base, windows=win, recorded_step_us=rec, replayed_step_us=end - start, fallback=None
     )
-    rr.peers = _collective_floor(rr, tables)
+    rr.peers = _collective_floor(rr, tables, steps)
     joined = float((graph.act_launch >= 0).mean()) if graph.n_act else 1.0
     if joined < MIN_LAUNCH_JOIN:
         rr.fallback = (

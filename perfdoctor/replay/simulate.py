@@ -39,8 +39,11 @@ class Scenario:
         act_end_min_us: per activity (shape ``(n_act,)``), the earliest it may end (-inf: no bound): a collective
             cannot end before the last rank arrives plus the transfer (:mod:`perfdoctor.replay.joint`,
             :mod:`perfdoctor.replay.peers`).
-        peers_move: the fix is applied on every rank alike, so the peers' arrivals move with this rank's (a larger
-            batch): the per-rank collective bounds of :mod:`perfdoctor.replay.peers` do not apply.
+        peers_move: the fix is applied on every rank alike, so the peers' arrivals move with this rank's (CUDA
+            graphs, a larger batch...): the per-rank collective bounds of :mod:`perfdoctor.replay.peers` do not apply.
+        peers_with: for a combination of fixes some of which every rank gets and some only this rank (``peers_move``
+            False), the scenario of the former alone: the peers get those, so each collective bound moves earlier by
+            as much as they alone move the collective's end (:meth:`perfdoctor.replay.peers.CollectiveFloor.apply`).
     """
 
     name: str = "recorded"
@@ -53,6 +56,7 @@ class Scenario:
     # per edge of ``ReplayGraph.xdep_*``: a new source (an activity earlier on the recorded source's stream), -1 keeps
     xdep_src_moved: np.ndarray | None = None
     peers_move: bool = False
+    peers_with: Scenario | None = None
 
 
 @dataclass

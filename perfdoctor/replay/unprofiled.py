@@ -115,7 +115,7 @@ def remove_overhead(pid: int, starts_us: np.ndarray, per_event_us: float) -> Wha
     cut = overhead_cut(starts_us, per_event_us)
     return WhatIf(
         "remove-profiler-overhead",
-        Scenario("remove-profiler-overhead", host_cut={pid: cut} if cut[0].size else {}),
+        Scenario("remove-profiler-overhead", host_cut={pid: cut} if cut[0].size else {}, peers_move=True),
         f"the profiler's {per_event_us:.2f} µs per recorded host event removed",
         "the run's profiled window vs its unprofiled steady steps",
     )

@@ -51,7 +51,8 @@ def merge_cuts(*cuts: dict[int, Intervals]) -> dict[int, Intervals]:
 
 def combine(name: str, parts: list[WhatIf], n_act: int, n_blk: int, act_dur_us: np.ndarray) -> WhatIf:
     """All transformations at once: the shortest duration any of them gives an activity, every host cut, every
-    removed wait (``act_dur_us``: the recorded durations)."""
+    removed wait (``act_dur_us``: the recorded durations). The peers move when every part moves them; when only
+    some do, ``peers_with`` holds those parts combined (the peers get them, not the rank-specific rest)."""
     dur = act_dur_us.copy()
     removed = np.zeros(n_blk, dtype=bool)
     dep_removed = np.zeros(n_act, dtype=bool)
@@ -85,4 +86,7 @@ def combine(name: str, parts: list[WhatIf], n_act: int, n_blk: int, act_dur_us: 
         xdep_src_moved=moved,
         peers_move=all(p.scenario.peers_move for p in parts),
     )
+    moving = [p for p in parts if p.scenario.peers_move]
+    if moving and not sc.peers_move:
+        sc.peers_with = combine(" + ".join(p.name for p in moving), moving, n_act, n_blk, act_dur_us).scenario
     return WhatIf(name, sc, "; ".join(p.assumption for p in parts), "; ".join(sorted({p.source for p in parts})))

@@ -88,7 +88,7 @@ def pinned_copies(
         cut = merge_cuts(cut, {pid: (s, g.blk_end_us[m])})
     return WhatIf(
         "pinned-copies",
-        Scenario("pinned-copies", act_dur_us=dur, host_cut=cut, blk_removed=blk),
+        Scenario("pinned-copies", act_dur_us=dur, host_cut=cut, blk_removed=blk, peers_move=True),
         f"{int(sel.sum())} pageable copies pinned and non_blocking: bytes ÷ {bw / GB:.1f} GB/s, the host is not held",
         source,
     )

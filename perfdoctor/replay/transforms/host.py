@@ -57,7 +57,7 @@ def remove_syncs(rr: RankReplay, calls: Intervals) -> WhatIf:
         cut = merge_cuts(cut, {pid: (g.blk_ts_us[m], g.blk_end_us[m])})
     return WhatIf(
         "remove-sync",
-        Scenario("remove-sync", host_cut=cut, blk_removed=hit),
+        Scenario("remove-sync", host_cut=cut, blk_removed=hit, peers_move=True),
         f"the {int(hit.sum())} synchronizing call(s) no longer block: the host runs on without the value",
         "replay of the recorded graph",
     )
@@ -160,7 +160,7 @@ def fused_optimizer(rr: RankReplay, tables: TraceTables) -> WhatIf:
     cut = {pid: (s2[e > s2], e[e > s2])} if s.size else {}
     return WhatIf(
         "fused-optimizer",
-        Scenario("fused-optimizer", host_cut=cut),
+        Scenario("fused-optimizer", host_cut=cut, peers_move=True),
         f"a foreach/fused optimizer: Optimizer.step host time becomes {FUSED_OPTIMIZER_LAUNCHES} launches "
         f"× {per_launch:.1f} µs (median launch call here); its device kernels keep their time",
         "torch.optim foreach/fused implementations; launch cost measured in this trace",
@@ -190,7 +190,7 @@ def cuda_graphs(rr: RankReplay, tables: TraceTables) -> WhatIf:
     cut = iv.subtract(cut, keep)
     return WhatIf(
         "cuda-graphs",
-        Scenario("cuda-graphs", host_cut={pid: cut} if cut[0].size else {}),
+        Scenario("cuda-graphs", host_cut={pid: cut} if cut[0].size else {}, peers_move=True),
         f"the step's launches replayed as one CUDA graph ({GRAPH_LAUNCH_US:.0f} µs): the host time from its first "
         "to its last launch goes, launch calls, op dispatch and the Python between them (a captured graph runs "
         "none of it); DataLoader and synchronizing calls stay",
@@ -306,6 +306,7 @@ def batch_copies(rr: RankReplay, tables: TraceTables, calls: Intervals) -> WhatI
             act_dur_us=dur if n_loops else None,
             host_cut={target: cut} if cut[0].size else {},
             blk_removed=in_cut,
+            peers_move=True,
         ),
         f"per-element device→host copies in {n_loops} step(s) done as one copy of the tensor: {n_cut} copy ops "
         f"and their waits go, the loop's other host work stays; the one copy takes the loop's bytes ÷ "

@@ -61,7 +61,7 @@ def tensor_cores(rr: RankReplay, tables: TraceTables, spec: object) -> WhatIf:
     if not sel.any() or not peak:
         return WhatIf(
             "tensor-cores",
-            Scenario("tensor-cores", act_dur_us=dur),
+            Scenario("tensor-cores", act_dur_us=dur, peers_move=True),
             "no FP32 GEMM/convolution kernel, or no tensor-core peak for this device",
             "datasheet",
         )
@@ -87,7 +87,7 @@ def tensor_cores(rr: RankReplay, tables: TraceTables, spec: object) -> WhatIf:
         costed += len(js)
     return WhatIf(
         "tensor-cores",
-        Scenario("tensor-cores", act_dur_us=dur),
+        Scenario("tensor-cores", act_dur_us=dur, peers_move=True),
         f"{costed} of {int(sel.sum())} FP32 GEMM/conv kernels at their roofline floor at the {target} "
         f"tensor-core peak ({peak / 1e12:.0f} TFLOP/s; FLOPs from recorded shapes; the rest keep their time)",
         f"{getattr(spec, 'name', 'device')} datasheet peaks",
@@ -137,7 +137,7 @@ def fused_elementwise(rr: RankReplay, tables: TraceTables) -> WhatIf:
     n_chains = int((np.bincount(chain[members], minlength=g.n_act) > 1).sum()) if members.any() else 0
     return WhatIf(
         "fused-elementwise",
-        Scenario("fused-elementwise", act_dur_us=dur, host_cut=cut),
+        Scenario("fused-elementwise", act_dur_us=dur, host_cut=cut, peers_move=True),
         f"{n_chains} chains of back-to-back elementwise/norm kernels fused: each takes its longest kernel's "
         "time, and its other launch calls go",
         "operator fusion (torch.compile / Inductor)",
@@ -159,7 +159,7 @@ def overlap_communication(rr: RankReplay, tables: TraceTables) -> WhatIf:
     xdrop = comm[g.xdep_src] & ~comm[g.xdep_dst]
     return WhatIf(
         "overlap-communication",
-        Scenario("overlap-communication", act_dep_removed=drop, xdep_removed=xdrop),
+        Scenario("overlap-communication", act_dep_removed=drop, xdep_removed=xdrop, peers_move=True),
         f"{int(drop.sum() + xdrop.sum())} waits of compute on a collective dropped: communication overlaps the compute "
         "after it",
         "DDP bucketing / collective reordering",
@@ -246,7 +246,7 @@ def issue_collectives_early(rr: RankReplay, tables: TraceTables) -> WhatIf:
     moved = int(np.unique(g.xdep_dst[new_src >= 0]).size)
     return WhatIf(
         "issue-collectives-early",
-        Scenario("issue-collectives-early", xdep_src_moved=new_src, act_dep_removed=dep_removed),
+        Scenario("issue-collectives-early", xdep_src_moved=new_src, act_dep_removed=dep_removed, peers_move=True),
         f"{moved} collective(s) issued right after the op producing their input (matched by shape): the "
         "matmuls/sums of other shapes launched between them overlap the transfer (assumed not to feed it); "
         "host launch times unchanged",

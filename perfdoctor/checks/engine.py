@@ -15,7 +15,7 @@ from __future__ import annotations
 import importlib
 import pkgutil
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from types import ModuleType
 from typing import Any
@@ -407,7 +407,6 @@ def combine(
     cat: Catalogue,
     selected: list[str],
     modules: dict[str, ModuleType] | None = None,
-    adjust: Callable[[Any, cx.Outcome], cx.Outcome] | None = None,
 ) -> CheckResults:
     """Merge the ranks' outcomes (:func:`rank_outcomes`, one dict per entry of ``rank_ctx``) and run the
     job-scope checks: the findings, skips and metrics of the report.
@@ -415,9 +414,9 @@ def combine(
     Rank checks that read cross-rank results (``CROSS_RANK = True`` in their module: PD301 reads the
     collective wait) are run again here from the rank's step rows once the job has them, so a rank's outcome
     never depends on where it was analysed. ``rank_ctx`` may hold :class:`perfdoctor.jobs.summary`
-    stand-ins that carry step rows and requirement reasons but no tables. ``adjust(rank, outcome)``, when given,
-    revises each rank-scope outcome before the ranks are merged (no caller needs it since the replay bounds each
-    collective by the peers' arrivals: :mod:`perfdoctor.replay.peers`).
+    stand-ins that carry step rows and requirement reasons but no tables. A rank saving measured on the
+    profiled window is restated for a profile run's unprofiled step, and one measured on the run's unprofiled
+    steps for the report's denominator (:mod:`perfdoctor.checks.restate`).
     """
     modules = modules if modules is not None else check_modules()
     res = CheckResults(denominator=step_denominator(analysis, rank_ctx))
@@ -449,8 +448,6 @@ def combine(
                 (ctx.rank.rank, restate.on_unprofiled_step(_rerun_cross_rank(mod, spec, analysis, ctx, per[code]), ctx))
                 for ctx, per in zip(rank_ctx, per_rank)
             ]
-            if adjust is not None:
-                outcomes = [(r, adjust(r, o)) for r, o in outcomes]
         denom_us = res.denominator.value_us if res.denominator is not None else 0.0
         outcomes = [(r, restate.on_denominator(o, denom_us)) for r, o in outcomes]
         outcomes = [(r, after.gate(o, denom_us)) for r, o in outcomes]  # thresholds left to the engine
@@ -468,7 +465,7 @@ def combine(
     for spec in user:
         _metric_rule(spec, res, modules, cat)
     res.findings = rank_findings(res.findings)
-    res.fix_all_note = _fix_all_note(rank_ctx, res.findings, getattr(analysis, "replay_floor_us", None) or {})
+    res.fix_all_note = _fix_all_note(rank_ctx, res.findings)
     return res
 
 
@@ -485,9 +482,9 @@ def _note_shown_steps(f: Finding, analysed: list[int] | None) -> None:
 MAX_RANKS_LISTED = 8  # above this many ranks the findings note names the job's figure only
 
 
-def _fix_all_note(rank_ctx: list[cx.RankContext], findings: list[Finding], floors: dict[int, float]) -> str:
+def _fix_all_note(rank_ctx: list[cx.RankContext], findings: list[Finding]) -> str:
     """ "Fixing the N findings with a replayed saving together would take the mean step from A to B ms", per rank
-    (each no faster than its ``floors`` entry: fixed alone, its collectives still wait for the peers); for a job,
+    (fixed alone, its collectives still wait for the unchanged peers: :mod:`perfdoctor.replay.peers`); for a job,
     first the job's figure: its slowest rank (:func:`perfdoctor.analysis.replay_cap.job_fix_all`)."""
     from perfdoctor.analysis.replay_cap import job_fix_all
 
@@ -500,7 +497,7 @@ def _fix_all_note(rank_ctx: list[cx.RankContext], findings: list[Finding], floor
             rep = rr.to_dict()
         else:  # a rank summary (perfdoctor.jobs.summary.RankSummary): its encoded report section holds the replay
             summary = getattr(ctx.rank, "summary", None)
-            rep = summary.replay(floors.get(int(ctx.rank.rank or 0))) if summary is not None else None
+            rep = summary.replay() if summary is not None else None
         if not isinstance(rep, dict):
             continue
         fix = rep.get("fix_all")
@@ -508,7 +505,7 @@ def _fix_all_note(rank_ctx: list[cx.RankContext], findings: list[Finding], floor
             reps[int(ctx.rank.rank or 0)] = {**rep, "fix_all": None}
             continue
         reps[int(ctx.rank.rank or 0)] = rep
-        after = max(float(fix["replayed_mean_step_us"]), floors.get(int(ctx.rank.rank or 0), 0.0))
+        after = float(fix["replayed_mean_step_us"])
         who = f"rank {ctx.rank.rank}: " if len(rank_ctx) > 1 else ""
         parts.append(
             f"{who}fixing the {len(fix['codes'])} finding(s) with a replayed saving together "

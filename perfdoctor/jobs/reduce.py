@@ -32,7 +32,7 @@ class JobAnalysis:
 
     def sections(self) -> RankSections:
         """The analysed ranks' report sections, still encoded (decoded when read)."""
-        return RankSections([s.section for s in self.summaries if s.section is not None], None)
+        return RankSections([s.section for s in self.summaries if s.section is not None])
 
 
 def reduce(

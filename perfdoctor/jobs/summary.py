@@ -30,7 +30,7 @@ from perfdoctor.analysis.collective_wait import CollectiveTimeline
 from perfdoctor.checks.context import Outcome
 from perfdoctor.errors import PerfDoctorError
 from perfdoctor.model.report import RankSection
-from perfdoctor.model.sections import cap_fix_all, decode_section, encode_section, replay_of
+from perfdoctor.model.sections import decode_section, encode_section, replay_of
 
 FORMAT = 8  # bump when RankSummary changes: cached summaries of another format are made again (8: outcomes as bytes)
 CACHE_SUFFIX = ".perfdoctor-summary"
@@ -126,11 +126,10 @@ class RankSummary(msgspec.Struct):
         """The rank's report section, decoded from ``section`` (None for a rank that failed)."""
         return None if self.section is None else decode_section(self.section)
 
-    def replay(self, floor_us: float | None = None) -> dict[str, Any] | None:
-        """The ``replay`` of the rank's report section as plain values, decoded without the rest of the section,
-        its fix-all no faster than ``floor_us`` (:func:`perfdoctor.model.sections.cap_fix_all`); None without
-        one."""
-        rep = cap_fix_all(None if self.section is None else replay_of(self.section), floor_us)
+    def replay(self) -> dict[str, Any] | None:
+        """The ``replay`` of the rank's report section as plain values, decoded without the rest of the section;
+        None without one."""
+        rep = None if self.section is None else replay_of(self.section)
         return None if rep is None else msgspec.to_builtins(rep)
 
 

@@ -14,12 +14,12 @@ list (a report read back from JSON); :func:`perfdoctor.model.codec.to_builtins` 
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any, overload
 
 import msgspec
 
-from perfdoctor.model.report import FixAllSection, RankSection, ReplaySection
+from perfdoctor.model.report import RankSection, ReplaySection
 
 MEMO = 32  # decoded sections kept (most recently read); above 16 ranks the HTML details only the outlier ranks
 
@@ -76,16 +76,10 @@ def replay_of(data: bytes) -> ReplaySection | None:
 
 
 class RankSections(Sequence[RankSection]):
-    """The sections of ranks, from their :func:`encode_section` bytes (see the module docstring).
+    """The sections of ranks, from their :func:`encode_section` bytes (see the module docstring)."""
 
-    ``floors_us``: by trace rank, the shortest mean step (µs) the rank's own fix-all replay may reach, its wait
-    for its peers included: each decoded section's ``replay.fix_all.replayed_mean_step_us`` is raised to it (no
-    caller passes one since the replay bounds each collective by the peers' arrivals: :mod:`perfdoctor.replay.peers`).
-    """
-
-    def __init__(self, blobs: Sequence[bytes], floors_us: Mapping[int, float] | None = None) -> None:
+    def __init__(self, blobs: Sequence[bytes]) -> None:
         self._blobs = list(blobs)
-        self._floors = dict(floors_us or {})
         self._memo: OrderedDict[int, RankSection] = OrderedDict()
         self._heads: list[_Head] | None = None
 
@@ -118,7 +112,7 @@ class RankSections(Sequence[RankSection]):
         k = range(len(self))[i]  # IndexError past the end; negative indices count from it
         sec = self._memo.pop(k, None)
         if sec is None:
-            sec = self._capped(decode_section(self._blobs[k]))
+            sec = decode_section(self._blobs[k])
         self._memo[k] = sec
         if len(self._memo) > MEMO:
             self._memo.popitem(last=False)
@@ -134,19 +128,6 @@ class RankSections(Sequence[RankSection]):
 
     def __repr__(self) -> str:
         return f"RankSections({len(self)} ranks, {sum(len(b) for b in self._blobs):,} bytes)"
-
-    def _capped(self, sec: RankSection) -> RankSection:
-        cap_fix_all(sec.replay, self._floors.get(int(sec.rank or 0)))
-        return sec
-
-
-def cap_fix_all(replay: ReplaySection | None, floor_us: float | None) -> ReplaySection | None:
-    """``replay`` with its fix-all's replayed mean step raised to ``floor_us`` (µs; None: no floor), in place:
-    fixed alone, a rank still waits for its peers in its collectives (:mod:`perfdoctor.analysis.replay_cap`)."""
-    fix = replay.fix_all if replay is not None else None
-    if floor_us is not None and isinstance(fix, FixAllSection) and fix.replayed_mean_step_us < floor_us:
-        fix.replayed_mean_step_us = floor_us
-    return replay
 
 
 def as_builtins(obj: Any) -> Any:

@@ -43,8 +43,6 @@ class RankReplay:
     fallback: str | None
     whatifs: dict[str, Any] = field(default_factory=dict)  # rule code -> the WhatIf its saving was replayed with
     fired: list[str] = field(default_factory=list)  # codes of the rules that fired with a positive saving
-    # a multi-rank job's bound on this rank's replayed step fixed alone (perfdoctor.analysis.replay_cap), µs
-    floor_us: float = 0.0
     # the other ranks unchanged: the bounds on this rank's collective kernels in every what-if (replay/peers.py)
     peers: CollectiveFloor | None = None
     # a ``perfdoctor profile`` run's unprofiled step (perfdoctor.replay.unprofiled.Unprofiled): savings are its
@@ -130,7 +128,7 @@ class RankReplay:
             else {
                 "codes": codes,
                 "recorded_mean_step_us": both[0],
-                "replayed_mean_step_us": max(both[1], self.floor_us),
+                "replayed_mean_step_us": both[1],
             }
         )
         out = {

@@ -734,8 +734,9 @@ def test_resnet_pair_faster_with_dataloader_prediction(resnet_diff):
     # longer shrinks (F2): measured on top of prefetched batches it holds no DataLoader time (16.2 ms before), and
     # the num_workers=4 host launches slower (measured launch idle 16.2 -> 31.4 ms per step)
     by_code = {f["code"]: f for f in before["findings"]}
-    # PD203 (F14: reported for its saving after the others) persists, 2.7 -> 1.4 ms alone (the nw4 host hides more)
-    assert {s.code for s in d.shrunk} == {"PD203", "PD205"}
+    # PD203 is reported for its saving after the higher-ranked fixes (one number: headline, share and severity):
+    # 19.02 -> 19.25 ms after them, so it did not shrink; PD205 did (15.86 -> 3.09 ms)
+    assert {s.code for s in d.shrunk} == {"PD205"}
     for s in d.shrunk:
         assert s.saving_before_us == pytest.approx(by_code[s.code]["saving_us_per_step"])
         assert s.shrink_us == pytest.approx(s.saving_before_us - s.saving_after_us) and s.shrink_us > 0
@@ -905,13 +906,12 @@ def test_one_step_a_side_is_inconclusive_on_real_traces(capsys):
     assert d["verdict"] == "inconclusive" and d["ci95_pct"] is None
     assert (d["statistics"]["steps"]["before"], d["statistics"]["steps"]["after"]) == (1, 1)
     assert [r["rank"] for r in d["efficiency"]] == [None, 0, 1] and d["straggler"] is not None
-    # the change reordered all_to_all (an FX pass); PD201's fix (a bigger batch) was not applied: it is listed as
-    # shrunk, never scored against the step's change, and with nothing resolved there is no prediction to check
+    # the change reordered all_to_all (an FX pass); both sides' steps are cold starts (PD902: lazy CUDA module
+    # loading), so no loop verdict is drawn on either side (PD201 and the launch/sync rules are skipped): nothing
+    # resolved, nothing shrunk, no prediction to check
     statuses = {f["code"]: f["status"] for f in d["findings"]}
-    assert "resolved" not in statuses.values() and d["predicted_vs_measured"] is None
-    pd201 = next(f for f in d["findings"] if f["code"] == "PD201")
-    assert statuses["PD201"] == "persisting" and pd201["saving_after_us"] < pd201["saving_before_us"]
-    assert [s["code"] for s in d["shrunk"]] == ["PD201"] and "error_us" not in d["shrunk"][0]
+    assert statuses == {"PD901": "persisting", "PD902": "persisting"}
+    assert d["predicted_vs_measured"] is None and d["shrunk"] == []
 
 
 def test_select_and_ignore_apply_to_both_sides(tmp_path, capsys):

@@ -216,6 +216,26 @@ class RankContext:
                 rr = self.cache["replay"] = replay_rank(self.tables, self.rank.steps)
         return rr
 
+    def saving_parts(self, whatif: Any, after: Any = None) -> Any:
+        """Where the saving :meth:`replayed_saving` gives ``whatif`` (on top of ``after``) comes from: the
+        attributions of the two replays it is the difference of, subtracted
+        (:class:`perfdoctor.replay.decompose.SavingParts`, µs per step; scaled as the saving is for a ``perfdoctor
+        profile`` run's unprofiled step). The parts add up to the saving."""
+        from perfdoctor.replay.decompose import saving_parts
+
+        rr = self.replay()
+        first = [] if after is None else [after]
+        base = rr.fixed_whatif(first)
+        parts = saving_parts(
+            self.tables,
+            rr,
+            rr.fixed_whatif([*first, whatif]).scenario,
+            int(self.device.device),
+            None if base is None else base.scenario,
+        )
+        u = rr.unprofiled
+        return parts.scaled(u.ratio) if u is not None and u.whatif is None else parts
+
     def replayed_saving(self, whatif: Any, after: Any = None, after_text: str = "") -> tuple[float, np.ndarray, str]:
         """Saving of a what-if (:class:`~perfdoctor.replay.transforms.WhatIf`): ``(mean µs, per-step µs, method)``.
 

@@ -44,7 +44,7 @@ METRICS = {
 }
 
 # what a hit's evidence/fields add to METRICS for the TOML message (its placeholders are checked at load)
-MESSAGE_FIELDS = ("host_wait_ms", "sync_idle_ms", "syncs", "source", "recorded_ms", "replayed_fix")
+MESSAGE_FIELDS = ("host_wait_ms", "sync_idle_ms", "syncs", "source", "recorded_ms", "replayed_fix", "saving_parts")
 
 
 @dataclass(frozen=True)
@@ -187,7 +187,15 @@ def check(ctx: RankContext) -> Outcome:
         steps=steps_over(idle, ctx.per_step(lambda s: s.dur_us), ctx.th["min_saving_pct"], ctx.step_numbers),
         events=_wait_events(ctx, rows, waits),
     )
-    fields = {"syncs": count_text(metrics["syncs_per_step"]), "source": _source(ev.events), **replay_fields(ctx)}
+    # where the saving comes from, read off the replays it is the difference of (it can exceed the sync idle named
+    # above: copies on other streams overlap compute once the host no longer blocks between them)
+    parts = ctx.saving_parts(whatif).text(("synchronization",))
+    fields = {
+        "syncs": count_text(metrics["syncs_per_step"]),
+        "source": _source(ev.events),
+        "saving_parts": parts,
+        **replay_fields(ctx),
+    }
     return Outcome(
         metrics=metrics,
         hit=Hit(

@@ -30,6 +30,7 @@ import numpy as np
 
 from perfdoctor.replay.graph import ACT_TABLES
 from perfdoctor.replay.rank import RankReplay
+from perfdoctor.replay.simulate import ReplayResult
 from perfdoctor.trace.tables import TraceTables
 
 Intervals = tuple[np.ndarray, np.ndarray]
@@ -131,19 +132,23 @@ def _named(tables: TraceTables, rx: re.Pattern[str], pid: int | None = None) -> 
     return iv.union(np.concatenate(starts), np.concatenate(ends))
 
 
-def _binding(rr: RankReplay) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _binding(rr: RankReplay, res: ReplayResult) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(kind per activity: 0 launch / no predecessor, 1 stream, 2 cross-stream dep; waited per blocking call;
-    the cross-stream dependency that binds each activity, -1 none)."""
-    g, res = rr.graph, rr.baseline
+    the cross-stream dependency that binds each activity, -1 none), for the replay ``res`` (the edges its
+    scenario drops or moves are left out or moved, as in :func:`perfdoctor.replay.simulate.replay`)."""
+    g, sc = rr.graph, res.scenario
     st = res.act_start_us
     prev_t = np.where(g.act_prev >= 0, res.act_end_us[np.maximum(g.act_prev, 0)] + g.act_gap_us, -np.inf)
-    dep_t = np.where(g.act_dep >= 0, res.act_end_us[np.maximum(g.act_dep, 0)] + g.act_dep_gap_us, -np.inf)
-    dep = g.act_dep.copy()
-    if g.xdep_dst.size:  # further edges (recorded event waits, collective order): the latest-ending one binds
-        xt = res.act_end_us[g.xdep_src] + g.xdep_gap_us
-        order = np.lexsort((xt, g.xdep_dst))
-        last = np.r_[g.xdep_dst[order][1:] != g.xdep_dst[order][:-1], True]
-        d, s, t = g.xdep_dst[order][last], g.xdep_src[order][last], xt[order][last]
+    dep = g.act_dep.copy() if sc.act_dep_removed is None else np.where(sc.act_dep_removed, -1, g.act_dep)
+    dep_t = np.where(dep >= 0, res.act_end_us[np.maximum(dep, 0)] + g.act_dep_gap_us, -np.inf)
+    keep = np.ones(g.xdep_dst.size, dtype=bool) if sc.xdep_removed is None else ~np.asarray(sc.xdep_removed, bool)
+    xsrc = g.xdep_src if sc.xdep_src_moved is None else np.where(sc.xdep_src_moved >= 0, sc.xdep_src_moved, g.xdep_src)
+    xdst, xsrc, xgap = g.xdep_dst[keep], xsrc[keep], g.xdep_gap_us[keep]
+    if xdst.size:  # further edges (recorded event waits, collective order): the latest-ending one binds
+        xt = res.act_end_us[xsrc] + xgap
+        order = np.lexsort((xt, xdst))
+        last = np.r_[xdst[order][1:] != xdst[order][:-1], True]
+        d, s, t = xdst[order][last], xsrc[order][last], xt[order][last]
         later = t > dep_t[d]
         dep[d[later]], dep_t[d[later]] = s[later], t[later]
     kind = np.zeros(g.n_act, dtype=np.int64)
@@ -151,16 +156,18 @@ def _binding(rr: RankReplay) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     kind[(dep_t >= st - _TIE_US) & (dep_t >= prev_t)] = 2
     dep_end = np.where(g.blk_dep >= 0, res.act_end_us[np.maximum(g.blk_dep, 0)] + g.blk_lat_us, -np.inf)
     waited = (g.blk_dep >= 0) & (dep_end >= res.blk_end_us - _TIE_US) & g.blk_waited
+    if sc.blk_removed is not None:
+        waited &= ~np.asarray(sc.blk_removed, dtype=bool)
     return kind, waited, dep
 
 
 def _walk(
-    rr: RankReplay, lo: float, hi: float, start_act: int, host_pid: int
+    rr: RankReplay, res: ReplayResult, lo: float, hi: float, start_act: int, host_pid: int
 ) -> tuple[list[float], list[float], list[int], list[int]]:
-    """Backward walk; returns segment starts, ends, labels (>= 0: activity index; < 0: internal labels) and, for
-    host segments, the process id (else -1)."""
-    g, res = rr.graph, rr.baseline
-    kind, waited, bound_dep = _binding(rr)
+    """Backward walk through the replay ``res``; returns segment starts, ends, labels (>= 0: activity index; < 0:
+    internal labels) and, for host segments, the process id (else -1)."""
+    g = rr.graph
+    kind, waited, bound_dep = _binding(rr, res)
     a_start, a_end = res.act_start_us.tolist(), res.act_end_us.tolist()
     kindl, prevl, depl = kind.tolist(), g.act_prev.tolist(), bound_dep.tolist()
     launch_t = (res.act_start_us - g.act_lat_us).tolist()
@@ -234,39 +241,54 @@ def _walk(
     return ss, ee, lab, pids
 
 
-def _host_split(tables: TraceTables, rr: RankReplay, hs: np.ndarray, he: np.ndarray, pid: int) -> list[Intervals]:
-    """Host segments of one process split into :data:`HOST_CAUSES` (priority in that order)."""
+def _host_split(
+    tables: TraceTables, rr: RankReplay, hs: np.ndarray, he: np.ndarray, pid: int, res: ReplayResult | None = None
+) -> list[Intervals]:
+    """Host segments of one process split into :data:`HOST_CAUSES` (priority in that order). With a what-if's
+    replay ``res``, the recorded host intervals (fetches, blocking calls, ops) are first moved to their replayed
+    times (:meth:`perfdoctor.replay.simulate.ReplayResult.host_time`: host time the what-if cut collapses away)."""
     from perfdoctor.analysis import intervals as iv
 
+    def at(s: Intervals) -> Intervals:
+        if res is None or s[0].size == 0:
+            return s
+        return iv.union(res.host_time(pid, s[0]), res.host_time(pid, s[1]))
+
     seg = iv.union(hs, he)
-    dl = iv.intersect(seg, _named(tables, DATALOADER, pid if pid >= 0 else None))
+    dl = iv.intersect(seg, at(_named(tables, DATALOADER, pid if pid >= 0 else None)))
     rest = iv.subtract(seg, dl)
     g = rr.graph
     mb = g.blk_pid == pid
-    sync = iv.intersect(rest, iv.union(g.blk_ts_us[mb], g.blk_end_us[mb]))
+    calls = iv.union(g.blk_ts_us[mb], g.blk_end_us[mb])
+    if res is not None and calls[0].size:
+        calls = iv.union(res.host_time(pid, g.blk_ts_us[mb]), res.blk_end_us[mb])
+    sync = iv.intersect(rest, calls)
     rest = iv.subtract(rest, sync)
     busy_parts = []
     for tname in ("cpu_ops", "runtime"):
         tab = tables.tables[tname]
         if len(tab):
             m = tab["pid"] == pid if pid >= 0 else np.ones(len(tab), bool)
-            busy_parts.append(iv.union(tab["ts_us"][m], tab["end_us"][m]))
+            busy_parts.append(at(iv.union(tab["ts_us"][m], tab["end_us"][m])))
     busy = iv.intersect(rest, iv.union_of(*busy_parts)) if busy_parts else iv.EMPTY
     # the host process is outside every op and runtime call: the script's own Python (preprocessing, logging),
     # or I/O and sleeps with no op around them (issue 11 item 9: its own cause, PD106)
     return [dl, sync, busy, iv.subtract(rest, busy), iv.EMPTY]
 
 
-def critical_path(tables: TraceTables, rr: RankReplay) -> Attribution:
-    """The labelled critical path of the analysed steps (see the module docstring)."""
+def critical_path(tables: TraceTables, rr: RankReplay, res: ReplayResult | None = None) -> Attribution:
+    """The labelled critical path of the analysed steps (see the module docstring) of the recording's replay, or of
+    a what-if's replay ``res`` (its host times moved as :func:`_host_split` says)."""
     from perfdoctor.replay.windows import replayed_windows
 
-    ws, we = replayed_windows(rr.baseline, rr.windows)
+    mapped = res
+    res = rr.baseline if res is None else res
+    ws, we = replayed_windows(res, rr.windows)
     empty = Attribution(np.empty(0), np.empty(0), np.empty(0, dtype=object))
     if ws.size == 0:
         return empty
     lo, hi = float(ws[0]), float(we[-1])
-    g, res = rr.graph, rr.baseline
+    g = rr.graph
     start_act = -1
     if g.n_act:
         ends = np.where(res.act_end_us <= hi + _TIE_US, res.act_end_us, -np.inf)
@@ -274,7 +296,7 @@ def critical_path(tables: TraceTables, rr: RankReplay) -> Attribution:
         host_end = float(res.host_time(rr.windows.pid, rr.windows.host_end_us[-1:])[0])
         if ends[cand] > -np.inf and ends[cand] >= min(host_end, hi) - _TIE_US:
             start_act = cand
-    ss, ee, lab, pids = _walk(rr, lo, hi, start_act, rr.windows.pid)
+    ss, ee, lab, pids = _walk(rr, res, lo, hi, start_act, rr.windows.pid)
     s, e, lb, pp = np.asarray(ss), np.asarray(ee), np.asarray(lab, dtype=np.int64), np.asarray(pids, dtype=np.int64)
     cats = _categories(tables, rr)
     labels = np.empty(s.size, dtype=object)
@@ -287,7 +309,7 @@ def critical_path(tables: TraceTables, rr: RankReplay) -> Attribution:
     host = lb == _HOST
     for p in np.unique(pp[host]).tolist():
         m = host & (pp == p)
-        for cause, (cs, ce) in zip(HOST_CAUSES, _host_split(tables, rr, s[m], e[m], p), strict=True):
+        for cause, (cs, ce) in zip(HOST_CAUSES, _host_split(tables, rr, s[m], e[m], p, mapped), strict=True):
             parts_s.append(cs)
             parts_e.append(ce)
             parts_l.append(np.full(cs.size, cause, dtype=object))

@@ -1,0 +1,142 @@
+"""Where a replayed saving comes from: the attributions before and after the what-if, subtracted (all µs).
+
+A step window is the device's busy time in it plus its idle time, and the idle time is split by cause by the
+critical path (:func:`perfdoctor.replay.attribution.critical_path`: host launch overhead, Python outside ops,
+synchronization, DataLoader, other). So the replayed step's change is, exactly,
+
+    Σ_cause (idle_before[cause] − idle_after[cause]) + (busy_before − busy_after)
+
+means over the analysed steps, where the busy term is device work that now overlaps other device work (copies or
+collectives on other streams running alongside compute once the host stops holding them back) or is shorter.
+"Before" is the recording's replay (or the replay of the base a saving is measured on top of); a saving measured
+against the recording also holds the replay's own error, recorded − replayed mean step, stated apart. Nothing here
+is a second formula for a saving: the parts are read off the two replays the saving itself is the difference of.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from perfdoctor.analysis import intervals as iv
+from perfdoctor.replay.attribution import HOST_CAUSES, _categories, critical_path
+from perfdoctor.replay.rank import RankReplay
+from perfdoctor.replay.simulate import ReplayResult, Scenario
+from perfdoctor.replay.windows import replayed_windows
+from perfdoctor.trace.tables import TraceTables
+
+# how a part is named in a message (cause keys of perfdoctor.vocab.IdleCause)
+IDLE_WORDS = {
+    "host_launch_bound": "launch idle",
+    "python": "Python idle (host outside ops)",
+    "synchronization": "sync idle",
+    "dataloader": "DataLoader idle",
+    "other": "other idle",
+}
+WORK_WORDS = {"memcpy": "copies", "communication": "collectives", "memset": "memsets"}
+SHOWN_US = 5.0  # parts under 0.005 ms are not written (the messages' precision)
+
+
+@dataclass
+class SavingParts:
+    """A replayed saving split into what it removes, means per analysed step (µs).
+
+    Attributes:
+        idle_us: per idle cause (:data:`perfdoctor.replay.attribution.HOST_CAUSES`), device idle of that cause
+            before − after.
+        busy_us: device busy time before − after (device work overlapping more, or shorter).
+        error_us: recorded − replayed mean step (the replay's own error; 0 for a saving on top of a base).
+        overlapping: categories whose time alone on the device (no other category running) fell, most first.
+    """
+
+    idle_us: dict[str, float]
+    busy_us: float
+    error_us: float = 0.0
+    overlapping: list[str] = field(default_factory=list)
+
+    def scaled(self, ratio: float) -> SavingParts:
+        """Every part × ``ratio`` (a saving scaled to the unprofiled step, :mod:`perfdoctor.replay.unprofiled`)."""
+        return SavingParts(
+            idle_us={c: v * ratio for c, v in self.idle_us.items()},
+            busy_us=self.busy_us * ratio,
+            error_us=self.error_us * ratio,
+            overlapping=list(self.overlapping),
+        )
+
+    @property
+    def total_us(self) -> float:
+        """The saving the parts add up to."""
+        return float(sum(self.idle_us.values())) + self.busy_us + self.error_us
+
+    def text(self, lead: tuple[str, ...] = ()) -> str:
+        """The parts as a sum in ms, the causes in ``lead`` first and then by size: "11.41 ms launch idle (…) +
+        4.35 ms Python idle (…)"; a negative part reads "− x ms …", the replay's error "± replay error"."""
+        items = [(c, v) for c, v in self.idle_us.items() if abs(v) >= SHOWN_US]
+        items.sort(key=lambda cv: (cv[0] not in lead, lead.index(cv[0]) if cv[0] in lead else 0, -abs(cv[1])))
+        words = [(v, IDLE_WORDS.get(c, f"{c} idle")) for c, v in items]
+        if abs(self.busy_us) >= SHOWN_US:
+            who = " and ".join(WORK_WORDS.get(c, f"{c} kernels") for c in self.overlapping[:1])
+            what = (
+                f"from {who or 'device work'} overlapping other device work"
+                if self.busy_us > 0
+                else "of device busy time added"
+            )
+            words.append((self.busy_us, what))
+        if abs(self.error_us) >= SHOWN_US:
+            words.append((self.error_us, "the replay's own error (recorded − replayed step)"))
+        out = ""
+        for i, (v, w) in enumerate(words):
+            sign = ("− " if v < 0 else "") if i == 0 else (" − " if v < 0 else " + ")
+            out += f"{sign}{abs(v) / 1000:,.2f} ms {w}"
+        return out or "0.00 ms"
+
+
+def _state(
+    tables: TraceTables, rr: RankReplay, res: ReplayResult, device: int, mapped: bool
+) -> tuple[np.ndarray, dict[str, np.ndarray], dict[str, float]]:
+    """(busy µs per step, idle µs per step by cause, µs of each category alone on the device over the steps)."""
+    g = rr.graph
+    ws, we = replayed_windows(res, rr.windows)
+    on = g.act_device == device
+    busy_set = iv.union(res.act_start_us[on], res.act_end_us[on])
+    span = iv.union(ws, we)
+    busy = iv.per_window(busy_set, ws, we)
+    gaps = iv.complement(busy_set, float(ws[0]), float(we[-1])) if ws.size else iv.EMPTY
+    att = critical_path(tables, rr, res if mapped else None)
+    idle = att.idle_causes(gaps, ws, we)
+    cats = _categories(tables, rr)
+    unions = {
+        c: iv.intersect(iv.union(res.act_start_us[on & (cats == c)], res.act_end_us[on & (cats == c)]), span)
+        for c in sorted({str(x) for x in cats[on].tolist()})
+    }
+    alone = {}
+    for c, u in unions.items():
+        others = iv.union_of(*(v for k, v in unions.items() if k != c)) if len(unions) > 1 else iv.EMPTY
+        alone[c] = iv.total(iv.subtract(u, others))
+    return busy, idle, alone
+
+
+def saving_parts(
+    tables: TraceTables, rr: RankReplay, scenario: Scenario, device: int, base: Scenario | None = None
+) -> SavingParts:
+    """The parts of the saving of ``scenario`` on ``device`` (the rank's primary device id), against the recording
+    (``base`` None: the saving recorded − replayed, the replay's error a part of its own) or against ``base`` (the
+    scenario a saving on top of another fix is measured from). Both replays hold the collectives as
+    :meth:`perfdoctor.replay.rank.RankReplay.step_times` does."""
+    before = rr.baseline if base is None else rr.replayed(base)
+    after = rr.replayed(scenario)
+    b_busy, b_idle, b_alone = _state(tables, rr, before, device, base is not None)
+    a_busy, a_idle, a_alone = _state(tables, rr, after, device, True)
+    n = max(b_busy.size, 1)
+    idle_us = {c: float((b_idle[c] - a_idle[c]).sum()) / n for c in HOST_CAUSES}
+    busy_us = float((b_busy - a_busy).sum()) / n
+    error = 0.0
+    if base is None and rr.recorded_step_us.size:
+        ws, we = replayed_windows(before, rr.windows)
+        error = float(rr.recorded_step_us.mean() - (we - ws).mean())
+    fell = {c: (b_alone.get(c, 0.0) - a_alone.get(c, 0.0)) / n for c in b_alone}
+    # copies and collectives first: once they overlap compute, compute's time alone falls by as much
+    order = sorted(fell.items(), key=lambda cv: (cv[0] not in WORK_WORDS, -cv[1]))
+    overlapping = [c for c, v in order if v > max(SHOWN_US, 0.1 * busy_us)]
+    return SavingParts(idle_us=idle_us, busy_us=busy_us, error_us=error, overlapping=overlapping)

@@ -6,7 +6,7 @@ import numpy as np
 from tracebuilder import TraceBuilder
 
 from perfdoctor.trace import load_trace
-from perfdoctor.trace.join import external_id_rows, has_activity, launch_rows, launched_rows
+from perfdoctor.trace.join import external_id_ranges, external_id_rows, has_activity, launch_rows, launched_rows
 
 
 def test_joins_by_correlation_and_external_id(tmp_path):
@@ -24,6 +24,9 @@ def test_joins_by_correlation_and_external_id(tmp_path):
     t = load_trace(str(tb.write(tmp_path / "t.json")))
     # ext 7: the first op in start order (row 0); 9: row 1; 8 none; 0 and -1 are "no id", never joined
     assert external_id_rows(t, np.array([7, 9, 8, 0, -1])).tolist() == [0, 1, -1, -1, -1]
+    # every op with each id, in start order: ext 7 -> rows 0 and 2 (aten::mm, then aten::mul); 9 -> row 1; none else
+    order, lo, hi = external_id_ranges(t, np.array([7, 9, 8, 0, -1]))
+    assert [order[a:b].tolist() for a, b in zip(lo, hi)] == [[0, 2], [1], [], [], []]
     assert launch_rows(t, "kernels").tolist() == [0, -1]  # k1 <- runtime row 0; k0 has no call
     assert launched_rows(t, "memcpy").tolist() == [2] and launched_rows(t, "kernels", np.array([1])).tolist() == []
     assert has_activity(t).tolist() == [True, False, True]

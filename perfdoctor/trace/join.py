@@ -62,27 +62,35 @@ def launched_values(
     return out
 
 
-def external_id_rows(tables: TraceTables, external_id: np.ndarray, table: str = "cpu_ops") -> np.ndarray:
-    """Row of ``tables.tables[table]`` whose ``external_id`` equals each of ``external_id`` (int64, its shape).
-
-    -1 where the id is not positive (absent ids read -1; runtime calls outside any op carry 0) or no row has it;
-    of several rows with one id the first in the table's order (by start time) wins. The sorted ids are cached
-    per (tables, table).
-    """
+def external_id_ranges(
+    tables: TraceTables, external_id: np.ndarray, table: str = "cpu_ops"
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Every row of ``tables.tables[table]`` with each of ``external_id``: ``(order, lo, hi)``, the rows with
+    ``external_id[i]`` being ``order[lo[i]:hi[i]]`` in the table's order (by start time); ``lo == hi`` where the
+    id is not positive (absent ids read -1; runtime calls outside any op carry 0) or no row has it. ``order`` (the
+    rows sorted by id, stable) is cached per (tables, table): the tables must not change after the first call.
+    For a caller that tries each row with an id until one answers (an op whose recorded arguments parse)."""
     cache = cast(dict[str, np.ndarray], tables.__dict__.setdefault(_EXT_CACHE_KEY, {}))
     tab = tables.tables[table]
     if table not in cache:
         cache[table] = np.argsort(tab["external_id"], kind="stable") if len(tab) else np.empty(0, dtype=np.int64)
     order = cache[table]
     ext = np.asarray(external_id, dtype=np.int64)
-    out = np.full(ext.shape, -1, dtype=np.int64)
-    if order.size == 0 or ext.size == 0:
-        return out
+    if order.size == 0:
+        return order, np.zeros(ext.shape, dtype=np.int64), np.zeros(ext.shape, dtype=np.int64)
     keys = tab["external_id"][order]
-    pos = np.minimum(np.searchsorted(keys, ext), keys.size - 1)
-    hit = (ext > 0) & (keys[pos] == ext)
-    out[hit] = order[pos[hit]]
-    return out
+    lo = np.searchsorted(keys, ext, side="left")
+    hi = np.where(ext > 0, np.searchsorted(keys, ext, side="right"), lo)
+    return order, lo, hi
+
+
+def external_id_rows(tables: TraceTables, external_id: np.ndarray, table: str = "cpu_ops") -> np.ndarray:
+    """Row of ``tables.tables[table]`` whose ``external_id`` equals each of ``external_id`` (int64, its shape):
+    the first in the table's order (by start time) of :func:`external_id_ranges`; -1 where none."""
+    order, lo, hi = external_id_ranges(tables, external_id, table)
+    if order.size == 0:
+        return np.full(np.shape(external_id), -1, dtype=np.int64)
+    return np.where(hi > lo, order[np.minimum(lo, order.size - 1)], -1).astype(np.int64)
 
 
 def has_activity(tables: TraceTables) -> np.ndarray:

@@ -9,7 +9,7 @@ from perfdoctor.replay.graph import ACT_TABLES
 from perfdoctor.replay.rank import RankReplay
 from perfdoctor.replay.simulate import Scenario
 from perfdoctor.replay.transforms import WhatIf
-from perfdoctor.trace.join import external_id_rows
+from perfdoctor.trace.join import external_id_ranges, external_id_rows
 from perfdoctor.trace.tables import TraceTables
 
 
@@ -188,7 +188,8 @@ def _output_shape(name: str, args: object) -> tuple[int, ...] | None:
 
 
 def _kernel_op_shapes(tables: TraceTables, rr: RankReplay) -> list[tuple[int, ...] | None]:
-    """Output shape (:func:`_output_shape`) of the CPU op of every activity, joined by external id (None unknown);
+    """Output shape (:func:`_output_shape`) of the CPU op of every activity, joined by external id (None unknown):
+    the first op with the kernel's id whose shape the trace says (:func:`perfdoctor.trace.join.external_id_ranges`);
     for a collective kernel, the shape of its op's first tensor (``record_param_comms``: what it sends)."""
     from perfdoctor.analysis.op_args import parse_args
 
@@ -197,12 +198,10 @@ def _kernel_op_shapes(tables: TraceTables, rr: RankReplay) -> list[tuple[int, ..
     if len(ops) == 0 or len(kern) == 0:
         return out
     cat, _, _ = _kernel_classes(tables, rr)
-    by_ext: dict[int, list[int]] = {}
-    for i, e in enumerate(ops["external_id"].tolist()):
-        if e > 0:
-            by_ext.setdefault(int(e), []).append(i)
-    for a in np.flatnonzero(g.act_table == 0).tolist():
-        for row in by_ext.get(int(kern["external_id"][g.act_row[a]]), []):
+    acts = np.flatnonzero(g.act_table == 0)
+    order, lo, hi = external_id_ranges(tables, kern["external_id"][g.act_row[acts]])  # every op with its id
+    for a, first, end in zip(acts.tolist(), lo.tolist(), hi.tolist()):
+        for row in order[first:end].tolist():
             args = parse_args(ops["input_dims"][row], ops["input_type"][row], ops["concrete_inputs"][row])
             if args is None:
                 continue

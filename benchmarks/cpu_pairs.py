@@ -113,7 +113,12 @@ def _predict(run: RunData, pair: CpuPair) -> tuple[float, float, str, str]:
     rr.unprofiled = unprofiled(rr, t, steady_s * 1e6) if steady_s else None
     saving = float((rr.fixed_step_times([]) - rr.fixed_step_times([w])).mean())
     u = rr.unprofiled
-    how = "window (no steady level)" if u is None else f"{u.method} {u.per_event_us:.2f} µs/event"
+    if u is None:
+        how = "window: no steady level"
+    elif u.whatif is None:
+        how = f"scaled x{u.ratio:.2f}"
+    else:
+        how = f"overhead {u.per_event_us:.2f} µs/event"
     return saving, window, w.assumption, how
 
 

@@ -17,7 +17,8 @@ The report's finding dict (read by every renderer; keep it stable)::
              or None for a job-level finding (one computed across ranks),
      "message": str (the rule's template filled from the evidence; on a multi-rank job prefixed
                 "rank R: " and followed by "(fires on ranks ... of N)"),
-     "saving_us_per_step": float (µs, upper bound; 0.0 when not estimated),
+     "saving_us_per_step": float (µs, upper bound; 0.0 when not estimated; for a finding that fires on its saving
+                           after the higher-ranked fixes only, that saving: perfdoctor.checks.after.stated_after),
      "saving_pct_of_step": float (saving ÷ the report's one denominator × 100: see
                             perfdoctor.checks.denominator; the engine computes it, a check never does),
      "saving_method": str (how the saving was computed; "" when not estimated),

@@ -19,6 +19,7 @@ from perfdoctor.diff import names, stats
 from perfdoctor.diff.compare import compare, regression
 from perfdoctor.diff.model import Diff
 from perfdoctor.diff.sides import load_side
+from perfdoctor.render.diff_view import tables
 
 RESNET_0 = "kineto__resnet50_num_workers_0__worker0.pt.trace.json.gz"
 RESNET_4 = "kineto__resnet50_num_workers_4__worker0.pt.trace.json.gz"
@@ -1033,24 +1034,28 @@ def test_gpu_method_text_names_no_cpu_noise(tmp_path):
     assert given.run_noise_pct == 1.0 and "1.96 × 1%" in given.method
 
 
-def test_multi_rank_verdict_and_table_share_the_jobs_step(tmp_path):
-    """The verdict's mean step, the table's step row and the report's denominator are one number: the longest of
-    the ranks' mean steps (ranks move in lock-step)."""
+def test_multi_rank_verdict_is_the_jobs_step_and_tables_every_ranks_mean(tmp_path):
+    """The verdict's mean step is the report's denominator, the longest of the ranks' mean steps (ranks move in
+    lock-step); the category table compares like with like, every rank's mean on both sides, even when the longest
+    rank switched between the sides (one rank a side compared BEFORE's rank 1 with AFTER's rank 0: F19)."""
     bdir, adir = tmp_path / "b", tmp_path / "a"
     bdir.mkdir(), adir.mkdir()
     steps_trace(bdir / "r0.json", [1000, 1400], [("k", 300)], rank=0, world=2)
     steps_trace(bdir / "r1.json", [1300, 1300], [("k", 300)], rank=1, world=2)
-    steps_trace(adir / "r0.json", [1000, 1000], [("k", 300)], rank=0, world=2)
-    steps_trace(adir / "r1.json", [1100, 1100], [("k", 300)], rank=1, world=2)
+    steps_trace(adir / "r0.json", [1150, 1150], [("k", 300)], rank=0, world=2)
+    steps_trace(adir / "r1.json", [900, 900], [("k", 300)], rank=1, world=2)
     d = _diff(tmp_path, bdir, adir)
     # by hand: rank means BEFORE 1200 (rank 0) and 1300 (rank 1) → job step 1300 (rank 1; per-step max would give
-    # (1300 + 1400) / 2 = 1350, the mean over ranks 1250); AFTER 1000 / 1100 → 1100 (rank 1)
-    assert (d.mean_step_us.before, d.mean_step_us.after) == pytest.approx((1300, 1100))
-    assert (d.category_step_us.before, d.category_step_us.after) == pytest.approx((1300, 1100))
-    assert (
-        d.category_step_source.startswith("BEFORE rank 1, the job's step") and "AFTER rank 1" in d.category_step_source
-    )
-    assert sum(c.before_us for c in d.categories if c.group in ("busy", "idle")) == pytest.approx(1300)
-    assert d.headline.startswith("faster: mean job step (longest rank's mean) 1.30 → 1.10 ms")
+    # (1300 + 1400) / 2 = 1350); AFTER 1150 (rank 0) / 900 (rank 1) → 1150, rank 0: the longest rank switched
+    assert (d.mean_step_us.before, d.mean_step_us.after) == pytest.approx((1300, 1150))
+    assert d.headline.startswith("faster: mean job step (longest rank's mean) 1.30 → 1.15 ms")
+    # the table: every rank's mean, (1200 + 1300) / 2 = 1250 and (1150 + 900) / 2 = 1025
+    assert (d.category_step_us.before, d.category_step_us.after) == pytest.approx((1250, 1025))
+    assert d.category_step_source.startswith("every rank's mean on both sides (BEFORE 2 ranks, AFTER 2)")
+    assert sum(c.before_us for c in d.categories if c.group in ("busy", "idle")) == pytest.approx(1250)
+    assert sum(c.after_us for c in d.categories if c.group in ("busy", "idle")) == pytest.approx(1025)
+    view = "\n".join(t.title for t in tables(d, 15, 90))
+    assert "Where the time moved (per step, every rank's mean)" in view
+    assert "Top movers: kernels (per step, every rank's mean)" in view
     report = json.loads(_report_json(bdir))
     assert report["denominator"]["value_us"] == pytest.approx(1300) and report["denominator"]["rank"] == 1

@@ -1,10 +1,14 @@
 """Where the time moved: each category's time per step on both sides (µs).
 
 Per side, a category's time per step is its total over the analysed steps ÷ the number of steps (report-schema
-"category time") on the rank whose mean step is the job's step (on a multi-rank job the longest of the ranks'
-mean steps, the report's denominator and the verdict's step). ``busy`` rows (the exclusive categories) and
-``idle`` rows (idle by cause) add up to that rank's mean step; ``detail`` rows (communication overlapped with
-compute, copies by direction) break a busy row down and are not in that sum. A side of several runs: the mean over
+"category time"), averaged over the ranks that have steps: every rank weighs equally on both sides, so a
+multi-rank job compares like with like (one rank per side, each side's longest, compared rank 1 with rank 0 when
+the longest rank switched: its rows were rank differences, not the change), and the rows agree with the top
+movers, which average over the ranks too (:mod:`perfdoctor.diff.movers`). ``busy`` rows (the exclusive
+categories) and ``idle`` rows (idle by cause) add up to that mean of the ranks' mean steps, which on a multi-rank
+job is not the verdict's step (the job's step, the longest of the ranks' mean steps:
+:func:`perfdoctor.diff.steps.trace_step_times`); ``detail`` rows (communication overlapped with compute, copies by
+direction) break a busy row down and are not in that sum. A side of several runs: the mean over
 its runs (:mod:`perfdoctor.diff.pool`), so the rows still add up to its mean step. Labels come from the one table
 in :mod:`perfdoctor.render.view`.
 """
@@ -13,18 +17,17 @@ from __future__ import annotations
 
 from perfdoctor.diff.model import CategoryRow
 from perfdoctor.diff.pool import mean_of
-from perfdoctor.diff.steps import job_rank, job_step_words, primary_device
+from perfdoctor.diff.steps import primary_device
 from perfdoctor.model import Report
+from perfdoctor.model.report import RankSection
 from perfdoctor.vocab import CHART_ORDER
 
 _BUSY_ORDER = CHART_ORDER
 
 
-def _per_step(model: Report) -> dict[tuple[str, str], float]:
-    """(group, key) → µs per step of the job's rank (:func:`perfdoctor.diff.steps.job_rank`); also ("step", "dur")
-    for its mean step, the job's step."""
-    rank = job_rank(model)
-    dev = primary_device(rank) if rank is not None else None
+def _per_step_of_rank(rank: RankSection) -> dict[tuple[str, str], float]:
+    """(group, key) → µs per step of one rank; also ("step", "dur") for its mean step ({} without steps)."""
+    dev = primary_device(rank)
     if dev is None or not dev.steps:
         return {}
     tot = dev.totals
@@ -38,16 +41,25 @@ def _per_step(model: Report) -> dict[tuple[str, str], float]:
     return {key: float(v) / n for key, v in rows}
 
 
+def _per_step(model: Report) -> dict[tuple[str, str], float]:
+    """(group, key) → µs per step, the mean over the ranks that have steps (a key a rank lacks counts 0 there);
+    also ("step", "dur"), the mean of the ranks' mean steps ({} when no rank has steps)."""
+    return mean_of([d for d in (_per_step_of_rank(r) for r in model.ranks) if d])
+
+
 def step_source(before: list[Report], after: list[Report]) -> str:
-    """Which rank each side's category rows are of, in words ("" when every run has one rank); several runs on a
-    side: its first run's."""
+    """What each side's category rows are on a multi-rank input, in words ("" when every run has one rank)."""
     if all(len(m.ranks) < 2 for m in (*before, *after)):
         return ""
-    rb, ra = job_rank(before[0]), job_rank(after[0])
-    who_b = job_step_words(before[0], rb) if rb is not None else "–"
-    who_a = job_step_words(after[0], ra) if ra is not None else "–"
-    first = " (first run)" if len(before) > 1 or len(after) > 1 else ""
-    return f"BEFORE{first} {who_b}; AFTER{first} {who_a}"
+
+    def count(models: list[Report]) -> str:
+        return " or ".join(str(k) for k in sorted({sum(1 for r in m.ranks if _per_step_of_rank(r)) for m in models}))
+
+    return (
+        f"every rank's mean on both sides (BEFORE {count(before)} ranks, AFTER {count(after)}), each rank "
+        "weighing equally, like the top movers; the verdict's step is the job's, the longest of the ranks' mean "
+        "steps"
+    )
 
 
 def _label(group: str, key: str) -> str:
@@ -69,8 +81,8 @@ def _order(item: tuple[str, str]) -> tuple[int, int, str]:
 
 
 def category_rows(before: list[Report], after: list[Report]) -> tuple[list[CategoryRow], float, float]:
-    """Rows for every category either side has time in, and each side's mean trace step (µs); a side's runs
-    pooled by their mean (:func:`perfdoctor.diff.pool.mean_of`)."""
+    """Rows for every category either side has time in, and each side's mean trace step (µs), both the mean over
+    a run's ranks (:func:`_per_step`); a side's runs pooled by their mean (:func:`perfdoctor.diff.pool.mean_of`)."""
     b, a = mean_of([_per_step(m) for m in before]), mean_of([_per_step(m) for m in after])
     keys = sorted({k for k in (*b, *a) if k[0] != "step" and (b.get(k, 0.0) or a.get(k, 0.0))}, key=_order)
     rows = [

@@ -108,21 +108,23 @@ def categories_table(d: Diff) -> TableView:
     rows = [[c.label, ms(c.before_us), ms(c.after_us), signed_ms(c.delta_us)] for c in d.categories]
     rows.append(
         [
-            "job step (longest rank's mean)" if d.category_step_source else "step (trace mean)",
+            "step (mean over ranks)" if d.category_step_source else "step (trace mean)",
             ms(d.category_step_us.before),
             ms(d.category_step_us.after),
             signed_ms((d.category_step_us.after or 0) - (d.category_step_us.before or 0)),
         ]
     )
     return TableView(
-        "Where the time moved (per step)",
+        "Where the time moved (per step, every rank's mean)"
+        if d.category_step_source
+        else "Where the time moved (per step)",
         ["category", "before", "after", "Δ"],
         rows,
         ["l", "r", "r", "r"],
         "Busy categories and idle causes add up to the trace's mean step; (detail) rows are not in "
         "the sum. The verdict's mean step may come from more steps than the trace's."
         + (" Several runs a side: the mean over its runs' traces." if several_runs(d) else "")
-        + (f" Rows of one rank per side: {d.category_step_source}." if d.category_step_source else ""),
+        + (f" Rows: {d.category_step_source}." if d.category_step_source else ""),
         [c.group for c in d.categories] + ["total"],
         waterfall=True,
     )
@@ -181,7 +183,8 @@ def movers_table(d: Diff, which: str, limit: int = 15, width: int = 90) -> Table
         ]
         for m in movers[:limit]
     ]
-    title = "Top movers: kernels (per step)" if which == "kernels" else "Top movers: CPU ops (per step, inclusive)"
+    title = "Top movers: kernels (per step" if which == "kernels" else "Top movers: CPU ops (per step, inclusive"
+    title += ", every rank's mean)" if d.category_step_source else ")"
     return TableView(
         title, ["name", "category", "before", "after", "Δ", "matched"], rows, ["l", "l", "r", "r", "r", "l"]
     )

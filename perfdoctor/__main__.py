@@ -2,6 +2,10 @@
 
 import sys
 
-from perfdoctor.cli import main
+try:
+    from perfdoctor.cli import main
+except KeyboardInterrupt:  # Ctrl-C while the command-line modules load: an interruption like any other
+    print("perfdoctor: interrupted", file=sys.stderr)
+    sys.exit(130)
 
 sys.exit(main())

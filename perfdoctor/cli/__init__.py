@@ -50,12 +50,12 @@ def main(argv: list[str] | None = None) -> int:
     Exit codes: 0 success, 1 a finding at or above ``--fail-on``, 2 bad input
     or usage (one clear line on stderr, never a traceback), 130 interrupted.
     """
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if not getattr(args, "_run", None):
-        parser.print_help(sys.stderr)
-        return 2
     try:
+        parser = build_parser()  # imports every subcommand: a Ctrl-C this early is an interruption too
+        args = parser.parse_args(argv)
+        if not getattr(args, "_run", None):
+            parser.print_help(sys.stderr)
+            return 2
         return int(args._run(args) or 0)
     except PerfDoctorError as exc:
         print(f"perfdoctor: error: {exc.message}", file=sys.stderr)

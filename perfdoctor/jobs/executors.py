@@ -14,8 +14,9 @@ available memory holds for the largest of them.
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from functools import partial
@@ -215,7 +216,9 @@ class LocalPool:
             try:
                 while queue and len(pending) < 2 * n:  # a bounded queue: results are collected as they come
                     i, f = queue[-1]
-                    pending[pool.submit(task, f, i)] = (i, f)
+                    with ctrl_c_deferred():  # submit may be starting a worker: see ctrl_c_deferred
+                        fut = pool.submit(task, f, i)
+                    pending[fut] = (i, f)
                     queue.pop()
             except BrokenProcessPool:  # a worker died since the last wait: submit refuses
                 broken = True
@@ -269,6 +272,37 @@ def start_forkserver_deaf_to_ctrl_c() -> None:
         forkserver.ensure_running()
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+@contextlib.contextmanager
+def ctrl_c_deferred() -> Iterator[None]:
+    """A Ctrl-C (SIGINT) inside is acted on when the block ends, as the handler that was in place would have.
+
+    ``ProcessPoolExecutor.submit`` starts the pool's workers: it sends the forkserver the worker's pickled
+    process object, whose call queue holds a named POSIX semaphore, and waits for the new pid. A Ctrl-C in that
+    wait (seconds while the forkserver still imports its preload on a loaded machine) left a worker this process
+    did not know of, so :func:`abandon` could not kill it; this process then exited, unlinking the semaphore,
+    and the worker printed ``FileNotFoundError`` from ``SemLock._rebuild`` beside "perfdoctor: interrupted"
+    (19 of 20 Ctrl-Cs sent to the process group just after the forkserver appeared; 0 of 20 with the
+    Ctrl-C deferred). Deferred to the end of ``submit``, the worker is in the pool's process table and is
+    killed. Only the main thread may set signal handlers: elsewhere the block runs as is.
+    """
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list[Any] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: caught.append(frame))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        if caught and callable(previous):  # the default handler raises KeyboardInterrupt here
+            previous(signal.SIGINT, caught[0])
+        elif caught and previous == signal.SIG_DFL:
+            signal.raise_signal(signal.SIGINT)
 
 
 def abandon(pool: ProcessPoolExecutor) -> None:

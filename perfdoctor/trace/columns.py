@@ -81,6 +81,8 @@ COMMON = ("name_id", "ts_us", "dur_us", "pid", "tid")
 _NARROW_COMMON = {"name_id", "cat_id", "pid", "tid"}
 _KIND_TABLE = {k: t for t, kinds in TABLE_KINDS.items() for k in kinds}
 _INT_TEXT = re.compile(r"-?[0-9]{1,19}")  # an integer id written as text ("7"); int64 has 19 digits
+STRING_ID_BASE = -1_000_000  # a string pid/tid/id that is no integer is stored as STRING_ID_BASE - its code
+_ID_COLUMNS = ("pid", "tid", "flow_id")  # the columns of the ``id`` fields (see perfdoctor.trace.fields)
 
 
 def table_fields(fields: tuple[TraceField, ...]) -> dict[str, tuple[TraceField, ...]]:
@@ -162,6 +164,9 @@ class TableColumns:
     meta: list[tuple[str, int, int, str]] = field(default_factory=list)  # (name, pid, tid, label)
     n_events: int = 0
     ignored: dict[str, int] = field(default_factory=dict)  # column -> values not of the field's type, set absent
+    # the largest integer id at or below STRING_ID_BASE read (INT64_MIN: none; a wrapped pthread id is often
+    # negative): one within the string ids' codes could not be told from a string's code after the fact
+    low_int_max: int = INT64_MIN
 
     def __post_init__(self) -> None:
         self._by_table = table_fields(self.fields)
@@ -169,6 +174,8 @@ class TableColumns:
 
     def _id(self, v: int | str) -> int:
         if type(v) is int:
+            if v <= STRING_ID_BASE and v > self.low_int_max:
+                self.low_int_max = v
             return v
         text = str(v).strip()
         if _INT_TEXT.fullmatch(text) and INT64_MIN <= int(text) <= INT64_MAX:
@@ -177,15 +184,19 @@ class TableColumns:
             tail = text[7:].split(" ", 1)[0]
             if _INT_TEXT.fullmatch(tail) and 0 <= int(tail) <= INT64_MAX:
                 return int(tail)
-        return -1_000_000 - self.ids.ids.setdefault(text, len(self.ids.ids))
+        return STRING_ID_BASE - self.ids.ids.setdefault(text, len(self.ids.ids))
 
     def _ints(self, values: list[Any]) -> np.ndarray:
         """int64 column; string ids ("stream 7", "Traces") go through _id, once per distinct value."""
         try:
-            return np.array(values, dtype=np.int64)
+            arr = np.array(values, dtype=np.int64)
+            low = arr[arr <= STRING_ID_BASE]
+            if low.size:
+                self.low_int_max = max(self.low_int_max, int(low.max()))
+            return arr
         except (TypeError, ValueError, OverflowError):
             # few distinct pids/tids: each mapped once (an int and its text stay distinct keys, as in _id)
-            as_id = {v: v if type(v) is int else self._id(v) for v in dict.fromkeys(values)}
+            as_id = {v: self._id(v) for v in dict.fromkeys(values)}
             return np.fromiter(map(as_id.__getitem__, values), dtype=np.int64, count=len(values))
 
     def _json_list(self, col: str, raw: bytes) -> bytes | None:
@@ -308,6 +319,47 @@ class TableColumns:
         for i in [i for i, v in enumerate(values) if v]:
             objs[i] = self._json_list(f.col, bytes(values[i]))
         return objs
+
+    def ambiguous_ids(self) -> bool:
+        """An integer id was read among the codes this table gave its string ids (``STRING_ID_BASE - code``)."""
+        return self.low_int_max > STRING_ID_BASE - len(self.ids.ids)
+
+    def absorb(self, part: TableColumns) -> None:
+        """Append the columns of ``part``, decoded on its own (in a worker process) from the events that follow
+        this one's, as if they had been added here: its name, category and string-id codes become this table's
+        (new strings get the next codes, in ``part``'s order of first appearance, as :meth:`add` gives them).
+
+        Raises:
+            ValueError: ``part`` read an integer id among the codes of its string ids (see :meth:`ambiguous_ids`);
+                read its events here instead.
+        """
+        if part.ambiguous_ids():
+            raise ValueError("integer ids in the range of string-id codes")
+        names = self.names.codes(part.names.strings())
+        cats = self.cats.codes(part.cats.strings())
+        ids = np.array([self._id(s) for s in part.ids.strings()], dtype=np.int64)  # STRING_ID_BASE - code
+        for table, chunks in part.chunks.items():
+            for cols in chunks:
+                cols["name_id"] = names[cols["name_id"]]
+                if "cat_id" in cols:
+                    cols["cat_id"] = cats[cols["cat_id"]]
+                for col in _ID_COLUMNS if ids.size else ():
+                    if col in cols:
+                        low = (cols[col] <= STRING_ID_BASE) & (cols[col] > STRING_ID_BASE - ids.size)
+                        if low.any():
+                            cols[col] = cols[col].copy()
+                            cols[col][low] = ids[STRING_ID_BASE - cols[col][low]]
+                self.chunks[table].append(cols)
+        for name, pid, tid, label in part.meta:
+            if STRING_ID_BASE - ids.size < pid <= STRING_ID_BASE:
+                pid = int(ids[STRING_ID_BASE - pid])
+            if STRING_ID_BASE - ids.size < tid <= STRING_ID_BASE:
+                tid = int(ids[STRING_ID_BASE - tid])
+            self.meta.append((name, pid, tid, label))
+        self.n_events += part.n_events
+        self.low_int_max = max(self.low_int_max, part.low_int_max)
+        for col, n in part.ignored.items():
+            self.ignored[col] = self.ignored.get(col, 0) + n
 
     def concat(self) -> dict[str, dict[str, np.ndarray]]:
         """Per-table columns as single arrays; chunk lists are freed as they go."""

@@ -13,6 +13,7 @@ trace raises :class:`~perfdoctor.errors.TraceFormatError` naming the file.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
 import queue
@@ -27,7 +28,7 @@ from typing import Any
 import msgspec
 
 from perfdoctor.errors import TraceFormatError
-from perfdoctor.trace import schema
+from perfdoctor.trace import parallel, schema
 from perfdoctor.trace.columns import TableColumns
 from perfdoctor.trace.fields import MAX_NESTING
 from perfdoctor.trace.metadata import sanitize_metadata
@@ -205,13 +206,7 @@ class _Decoder:
 
     def piece(self, piece: bytes | memoryview) -> bool:
         """Decode ``[{ev},...]``; False (and nothing added) when it is not valid."""
-        try:
-            events = self.schema.events_decoder.decode(piece)
-        except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
-            return False
-        self.columns.add(events)
-        del events
-        return True
+        return _decode_piece(piece, self.columns, self.schema)
 
     def each(self, pieces: list[bytes]) -> None:
         events = []
@@ -226,6 +221,17 @@ class _Decoder:
             else:
                 events.append(ev)
         self.columns.add(events)
+
+
+def _decode_piece(piece: bytes | memoryview, columns: TableColumns, kinds: schema.Schema = schema.DEFAULT) -> bool:
+    """Decode ``[{ev},...]`` into ``columns``; False (and nothing added) when it is not valid."""
+    try:
+        events = kinds.events_decoder.decode(piece)
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+        return False
+    columns.add(events)
+    del events
+    return True
 
 
 def _decode_event(raw: bytes, kinds: schema.Schema) -> Any:
@@ -310,23 +316,52 @@ def read_trace_file(
     file_bytes = os.path.getsize(p)
     if file_bytes == 0:
         raise TraceFormatError(f"{p}: empty file, not a trace")
+    try:
+        workers = parallel.worker_count(p, file_bytes) if kinds is schema.DEFAULT else 0
+    except OSError as exc:
+        raise TraceFormatError(f"{p}: cannot read ({exc.strerror or exc})") from None
+    if workers:
+        try:
+            return _read(p, file_bytes, on_progress, kinds, workers)
+        except parallel.Fallback:
+            on_progress = None  # the bytes read were reported once
+    return _read(p, file_bytes, on_progress, kinds, 0)
+
+
+def _read(
+    p: str, file_bytes: int, on_progress: Callable[[int], None] | None, kinds: schema.Schema, workers: int
+) -> RawTrace:
+    """:func:`read_trace_file` with the events decoded in this process (``workers`` 0) or in ``workers`` forked
+    processes (raises :class:`~perfdoctor.trace.parallel.Fallback` when they cannot)."""
     columns = TableColumns(kinds.event_fields + kinds.arg_fields)
     decoder = _Decoder(columns, kinds)
-    splitter = EventSplitter(decoder.piece, decoder.each)
     total = 0
     first = b""
     state: dict[str, int] = {"gzip_incomplete": 0, "junk_bytes": 0}
     gc_was_enabled = gc.isenabled()
     gc.disable()  # millions of short-lived tuples; the cyclic GC only slows them down
     try:
-        for block in _Prefetch(p, state).blocks(on_progress):
-            if total == 0 and block:
-                block = _text_start(p, block)
-            if len(first) < 64:
-                first += block[:64]
-            total += len(block)
-            splitter.feed(block)
-        result = splitter.finish()
+        with contextlib.ExitStack() as stack:
+            if workers:  # the workers fork before the inflating thread starts
+                pool = stack.enter_context(parallel.ParallelDecoder(columns, workers, _decode_piece))
+
+                def each(pieces: list[bytes]) -> None:
+                    pool.drain()  # the pieces sent come first
+                    decoder.each(pieces)
+
+                splitter = EventSplitter(pool.piece, each)
+            else:
+                splitter = EventSplitter(decoder.piece, decoder.each)
+            for block in _Prefetch(p, state).blocks(on_progress):
+                if total == 0 and block:
+                    block = _text_start(p, block)
+                if len(first) < 64:
+                    first += block[:64]
+                total += len(block)
+                splitter.feed(block)
+            result = splitter.finish()
+            if workers:
+                pool.drain()
     except OSError as exc:
         raise TraceFormatError(f"{p}: cannot read ({exc.strerror or exc})") from None
     finally:

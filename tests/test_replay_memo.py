@@ -1,0 +1,52 @@
+"""RankReplay.step_times replays each distinct scenario once: the same edits give the same steps without a second
+replay, and any edit a replay reads gives a new one (the answer then equals a fresh replay of that scenario)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import shared_trace
+
+from perfdoctor.analysis.steps import find_steps
+from perfdoctor.replay import rank as replay_rank_mod
+from perfdoctor.replay.rank import replay_rank
+from perfdoctor.replay.simulate import Scenario, replay
+from perfdoctor.replay.windows import replayed_windows
+from perfdoctor.trace import load_trace
+
+
+@pytest.fixture(scope="module")
+def rr():
+    t = load_trace(str(shared_trace("kineto__resnet50_num_workers_0__worker0.pt.trace.json.gz")))
+    return replay_rank(t, find_steps(t))
+
+
+def test_same_edits_replay_once_and_new_edits_replay_again(rr, monkeypatch):
+    calls = []
+
+    def counted(g, sc=None):
+        calls.append(sc.name if sc else None)
+        return replay(g, sc)
+
+    monkeypatch.setattr(replay_rank_mod, "replay", counted)
+    g = rr.graph
+    slower = Scenario("a", act_dur_us=g.act_dur_us * 2)
+    first = rr.step_times(slower)
+    again = rr.step_times(Scenario("another name", act_dur_us=g.act_dur_us * 2))  # equal content, new arrays
+    assert calls == ["a"] and np.array_equal(first, again)
+    again[:] = 0  # the caller's copy: the remembered steps stay
+    assert np.array_equal(rr.step_times(slower), first)
+    dur = g.act_dur_us * 2
+    dur[0] += 1.0  # one activity differs: replayed anew
+    changed = rr.step_times(Scenario("b", act_dur_us=dur))
+    removed = rr.step_times(Scenario("c", act_dur_us=g.act_dur_us * 2, blk_removed=np.ones(g.n_blk, bool)))
+    assert calls == ["a", "b", "c"]
+    # each answer is the replay of its own scenario (the windows cut from a fresh replay)
+    for sc, got in (
+        (Scenario("b", act_dur_us=dur), changed),
+        (Scenario("c", act_dur_us=g.act_dur_us * 2, blk_removed=np.ones(g.n_blk, bool)), removed),
+    ):
+        start, end = replayed_windows(replay(g, sc), rr.windows)
+        assert np.array_equal(got, end - start)
+    # twice the device time makes the steps longer than recorded (a check that the scenario was applied)
+    assert first.mean() > rr.recorded_step_us.mean()

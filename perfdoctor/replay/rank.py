@@ -96,11 +96,6 @@ class RankReplay:
         """
         u = self.unprofiled
         scale = u.ratio if u is not None and u.whatif is None else 1.0
-        if not parts and u is not None and u.whatif is not None:  # the unprofiled baseline, replayed once
-            memo = self.__dict__.get("_unprofiled_steps")
-            if memo is None or memo[0] is not u:
-                memo = self.__dict__["_unprofiled_steps"] = (u, np.asarray(self.step_times(u.whatif.scenario)))
-            return np.asarray(memo[1], dtype=np.float64).copy()
         both = self.fixed_whatif(parts)
         if both is None:
             return np.asarray(self.recorded_step_us * scale, dtype=np.float64)

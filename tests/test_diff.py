@@ -388,7 +388,8 @@ def _report_pair(
 
 
 def test_findings_and_prediction_from_report_json(tmp_path):
-    """One finding resolves (its fix applied), another shrinks as a side effect: only the resolved one is scored."""
+    """One finding resolves (its fix applied), another persists with a smaller saving: only the resolved one is
+    scored, and the shrunk one is not said to be unfixed or a side effect (a partial fix shrinks it too: F8)."""
     rb, ra, _ = _report_pair(
         tmp_path,
         [1000, 1000, 1000, 1000],
@@ -409,18 +410,21 @@ def test_findings_and_prediction_from_report_json(tmp_path):
     assert p.predicted_kind == "upper-bound"  # saving_method "m": not a replay
     # constant steps on both sides: the interval is the point −10% → [100, 100] µs; 150 lies outside it
     assert p.measured_ci95_us == pytest.approx([100, 100]) and p.within_ci95 is False
-    # PD103 shrank 80 → 30 without its fix: listed, no error scored against the step's change
+    # PD103 shrank 80 → 30: listed, no error scored against the step's change
     assert [(s.code, s.saving_before_us, s.saving_after_us, s.shrink_us) for s in d.shrunk] == [
         ("PD103", 80.0, 30.0, 50.0)
     ]
-    assert "side effect" in d.predicted_note
+    assert "'persisting, smaller'" in d.predicted_note and "cannot tell whether its fix was applied in part" in (
+        d.predicted_note
+    )
+    assert "side effect" not in d.predicted_note and "not (fully) applied" not in d.predicted_note
     from perfdoctor.render.diff_view import predictions_table
 
     rows = predictions_table(d).rows
     assert rows[0][:2] == ["PD101 rule-PD101", "resolved"] and rows[0][5:] == ["−0.05 ms", "−33.3%"]
     assert rows[1] == [
         "PD103 rule-PD103",
-        "shrank (side effect of other changes)",
+        "persisting, smaller",
         "saving 0.08 ms → 0.03 ms",
         "–",
         "–",
@@ -467,7 +471,7 @@ def test_resolved_together_is_one_row_summed_or_replayed_together(tmp_path):
         ["PD101 + PD205", "resolved together (2), measured change shared"],
         ["  PD101 rule-PD101", "resolved (part of the row above)"],
         ["  PD205 rule-PD205", "resolved (part of the row above)"],
-        ["PD103 rule-PD103", "shrank (side effect of other changes)"],
+        ["PD103 rule-PD103", "persisting, smaller"],
     ]
     assert view.rows[0][2:] == [
         "0.25 ms (sum of the parts)",

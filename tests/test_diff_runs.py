@@ -289,3 +289,71 @@ def test_interval_covers_no_change_95_percent_of_simulated_runs(k_before, k_afte
         lo, hi = compare_runs(before, after, 2.0).ci95_pct or (0.0, 0.0)
         covered += lo <= 0 <= hi
     assert low <= covered / draws <= high
+
+
+def _window_us() -> float:
+    """The bundled run's profiled window mean step (µs) from its report JSON: the trace's step total ÷ steps."""
+    totals = json.loads(RUN_REPORT.read_text())["ranks"][0]["devices"][0]["totals"]
+    return totals["dur_us"] / totals["n_steps"]
+
+
+def _steady(tmp_path: Path, name: str, **fields: float) -> Path:
+    """The bundled run's report JSON with ``run.steady_state`` fields replaced (seconds)."""
+    doc = json.loads(RUN_REPORT.read_text())
+    doc["run"]["steady_state"].update(fields)
+    out = tmp_path / f"{name}.json"
+    out.write_text(json.dumps(doc))
+    return out
+
+
+def _window_warnings(d: dict) -> list[str]:
+    return [w for w in d["warnings"] if "profiled window's mean step" in w]
+
+
+def test_window_that_disagrees_with_its_run_is_warned_in_every_output(tmp_path, capsys):
+    """F8: the category and mover tables are the profiled window's; a run whose window ran at another speed than its
+    steady state gets a warning saying the tables describe that window (checked against the raw JSON's numbers)."""
+    w = _window_us()
+    assert w == pytest.approx(83059.4, abs=0.1)  # 830,593.99 µs over 10 profiled steps
+    base = str(RUN_REPORT)
+    # the bundled run as it is: window 83.06 ms, 1.34x the steady median 62.19 ms and above p90 78.73 ms, but the
+    # unprofiled steps next to it (67.24 ms) are inside the band: the profiler's overhead, no warning
+    _, d = _diff(capsys, base, base)
+    assert _window_warnings(d) == []
+    # AFTER's window faster than its run: median 3w, band 2w-4w → 0.33x, a transient
+    fast = _steady(tmp_path, "fast", median_s=3 * w / 1e6, p10_s=2 * w / 1e6, p90_s=4 * w / 1e6)
+    _, d = _diff(capsys, base, str(fast))
+    (warn,) = _window_warnings(d)
+    assert warn.startswith(f"AFTER ({fast}): its profiled window's mean step, 83.06 ms")
+    assert "is 0.33× its run's steady-state median (249.18 ms)" in warn and "(166.12–332.24 ms)" in warn
+    assert "describe AFTER's profiled window, a transient, not the run the verdict measures" in warn
+    assert d["warnings"][0] == warn  # first, before the other warnings
+    for fmt in ("md", "terminal"):
+        capsys.readouterr()
+        main(["diff", base, str(fast), "--format", fmt, "--width", "400"])
+        assert "0.33× its run's steady-state median" in capsys.readouterr().out
+    diff = Diff.from_json(json.dumps(d).encode())
+    assert "0.33× its run" in render_diff_html(diff) and "0.33× its run" in render_diff_markdown(diff)
+    # faster but within 10% of the median (0.95x), though below p10: the run's own noise, no warning
+    near = _steady(tmp_path, "near", median_s=w / 0.95 / 1e6, p10_s=1.02 * w / 1e6, p90_s=1.3 * w / 1e6)
+    assert _window_warnings(_diff(capsys, base, str(near))[1]) == []
+    # slower (1.34x) with the unprofiled neighbours outside the band too (100 ms > p90 78.73 ms): a transient
+    slow = _steady(tmp_path, "slow", window_neighbor_median_s=0.1)
+    (warn,) = _window_warnings(_diff(capsys, str(slow), base)[1])
+    assert warn.startswith(f"BEFORE ({slow}):") and "is 1.34× its run's steady-state median (62.19 ms)" in warn
+    assert "a transient (the unprofiled steps next to it are outside the band too)" in warn
+    # slower by 2.5x with neighbours at the median: the profiler's overhead more than doubled the step
+    big = _steady(
+        tmp_path,
+        "big",
+        median_s=w / 2.5 / 1e6,
+        p10_s=0.9 * w / 2.5 / 1e6,
+        p90_s=1.1 * w / 2.5 / 1e6,
+        window_neighbor_median_s=w / 2.5 / 1e6,
+    )
+    (warn,) = _window_warnings(_diff(capsys, base, str(big))[1])
+    assert "is 2.50× its run's" in warn and "a step the profiler's own overhead at least doubled" in warn
+    # several runs a side: the run is named
+    _, d = _diff(capsys, base, str(near), "--vs", str(fast), base)
+    (warn,) = _window_warnings(d)
+    assert warn.startswith(f"AFTER run 1 ({fast}):")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from perfdoctor import __version__
-from perfdoctor.diff import categories, efficiency, findings, movers, stats, steps
+from perfdoctor.diff import categories, efficiency, findings, movers, stats, steps, window
 from perfdoctor.diff import runs as runs_mod
 from perfdoctor.diff.model import (
     SCHEMA,
@@ -84,6 +84,18 @@ def _within_side(side: str, runs: Sequence[Side], series: Sequence[steps.StepSer
             f"{side} has runs with the same mean step to the last digit: the same run given twice? Its run-to-run "
             "noise is then understated"
         )
+    return out
+
+
+def _window_notes(before: Sequence[Side], after: Sequence[Side]) -> list[str]:
+    """Each run whose profiled window disagrees with its run (:func:`perfdoctor.diff.window.window_note`)."""
+    several = len(before) > 1 or len(after) > 1
+    out = []
+    for side, runs in (("BEFORE", before), ("AFTER", after)):
+        for i, run in enumerate(runs):
+            note = window.window_note(run.model, f"{side} run {i + 1}" if several else side, run.path)
+            if note is not None:
+                out.append(note)
     return out
 
 
@@ -257,7 +269,17 @@ def compare(
     cats, step_b, step_a = categories.category_rows(mb, ma)
     notes = [n for x in (*sb, *sa) for n in x.notes]
     side_warnings = [*_within_side("BEFORE", b_runs, sb), *_within_side("AFTER", a_runs, sa)]
-    warnings = list(dict.fromkeys([*notes, *_warnings(info_b, info_a, b_runs, a_runs), *side_warnings, *unused]))
+    warnings = list(
+        dict.fromkeys(
+            [
+                *_window_notes(b_runs, a_runs),
+                *notes,
+                *_warnings(info_b, info_a, b_runs, a_runs),
+                *side_warnings,
+                *unused,
+            ]
+        )
+    )
     return Diff(
         schema=SCHEMA,
         schema_version=SCHEMA_VERSION,

@@ -7,11 +7,13 @@ rule AFTER skipped (it lacked the data) is ``not-checked``, never resolved.
 Predicted vs measured: the measured change is the verdict's mean step before − after (µs, positive = faster), the
 whole step's, so it checks only the fixes that were applied, i.e. the BEFORE findings resolved in AFTER. They are
 scored together, as one prediction (one finding: its own saving; several: BEFORE's replay of exactly those fixes
-together when the report carries it, else the sum of their savings). A persisting finding whose saving shrank did
-not have its fix applied (e.g. host overhead once hidden behind a DataLoader wait that went away): it is listed as
-shrunk, with no error. A saving is ``replayed`` when its rule computed it by replaying the step's dependency graph
-with the fix applied (its ``saving_method`` starts with "replay",
-:meth:`perfdoctor.checks.context.RankContext.replayed_saving`), else ``upper-bound`` (an interval rule's estimate).
+together when the report carries it, else the sum of their savings). A persisting finding whose saving shrank is
+listed as shrunk ("persisting, smaller"), with no error: the finding is still there, and the diff cannot tell
+whether its fix was applied in part (num_workers 0 → 2 with the loader still behind) or other changes shrank it
+(host overhead once hidden behind a DataLoader wait that went away), so no change is attributed to it. A saving
+is ``replayed`` when its rule computed it by replaying the step's dependency graph with the fix applied (its
+``saving_method`` starts with "replay", :meth:`perfdoctor.checks.context.RankContext.replayed_saving`), else
+``upper-bound`` (an interval rule's estimate).
 """
 
 from __future__ import annotations
@@ -37,9 +39,9 @@ HOW = {
     "sum": "the sum of their savings, which counts time that two fixes both remove twice",
 }
 SHRUNK_NOTE = (
-    "Findings that persist with a smaller saving are listed without an error: the finding is still "
-    "there, so its fix was not (fully) applied, and the shrink is a side effect of other changes (or of "
-    "a partial fix); the step's change cannot be attributed to it."
+    "Findings that persist with a smaller saving ('persisting, smaller') are listed without an error: the "
+    "finding is still there, and the diff cannot tell whether its fix was applied in part or other changes "
+    "shrank it, so the step's change is not attributed to it."
 )
 NONE_NOTE = "No BEFORE finding was resolved in AFTER: no applied fix to check a prediction against."
 KIND_NOTE = {

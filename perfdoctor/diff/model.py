@@ -169,8 +169,9 @@ class Prediction(msgspec.Struct, frozen=True):
 
 
 class Shrunk(msgspec.Struct, frozen=True):
-    """A finding on both sides whose saving shrank (µs/step) without its own fix: a side effect of other changes
-    (e.g. host overhead hidden behind a DataLoader wait that went away). No error is scored against it."""
+    """A finding on both sides whose saving shrank (µs/step): "persisting, smaller". Its fix may have been applied
+    in part, or other changes shrank it (e.g. host overhead hidden behind a DataLoader wait that went away); the
+    diff cannot tell which, so no error is scored against it."""
 
     code: str
     name: str

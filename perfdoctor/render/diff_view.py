@@ -215,7 +215,7 @@ def _in_ci(within: bool | None) -> str:
 
 def predictions_table(d: Diff) -> TableView:
     """The resolved findings' prediction (one row; several findings: one combined row, then its parts) against the
-    measured change with its 95% interval, then the findings that shrank as a side effect (no error)."""
+    measured change with its 95% interval, then the persisting findings whose saving shrank (no error)."""
     header = ["finding(s)", "status", "predicted saving", "measured (95% CI)", "prediction in CI", "error", "error %"]
     rows: list[list[str]] = []
     classes: list[str] = []
@@ -254,7 +254,7 @@ def predictions_table(d: Diff) -> TableView:
         rows.append(
             [
                 f"{s.code} {s.name}",
-                "shrank (side effect of other changes)",
+                "persisting, smaller",
                 f"saving {ms(s.saving_before_us)} → {ms(s.saving_after_us)}",
                 "–",
                 "–",

@@ -141,3 +141,56 @@ def test_v100_dgxs_gets_sxm2_figures_as_a_stated_assumption():
     # tensor TFLOPS; its system datasheet gives whole-system totals only, so the spec says the figures are assumed
     s = match_device(props("Tesla V100-DGXS-32GB", (7, 0), 80, 34084028416))
     assert s.key == "v100-sxm2" and "assumed for DGX Station (V100-DGXS)" in s.notes
+
+
+def test_generic_amd_name_shows_the_identified_product_on_the_real_mi250_trace():
+    """The shared MI250 trace (ROCm 6.2) names its GPUs 'AMD Radeon Graphics'. Its deviceProperties (read raw from
+    the JSON here) say compute capability 9.0 and 104 compute units: gfx90a (CDNA2) with 104 CUs per device is an
+    MI250 GCD or an MI210 (AMD's datasheets: 208 CUs per MI250 package of two GCDs, 104 per MI210; an MI250X GCD
+    has 110). The report shows that product with the basis, not the generic name."""
+    import gzip
+    import json
+
+    from perfdoctor import pipeline
+    from perfdoctor.render.view import device_name
+
+    path = shared_trace("hta__amd_trace__mi250_minitoy_train_ROCm6_2_kineto.json.gz")
+    raw = json.loads(gzip.decompress(path.read_bytes()))["deviceProperties"]
+    assert {(p["name"], p["computeMajor"], p["computeMinor"], p["numSms"]) for p in raw} == {
+        ("AMD Radeon Graphics", 9, 0, 104)
+    }
+    report = pipeline.build([str(path)]).model
+    rank = report.ranks[0]
+    want = (
+        "AMD Instinct MI250 / MI210 (one GCD), gfx90a (identified from compute capability 9.0 and 104 CUs; "
+        "the trace names it 'AMD Radeon Graphics')"
+    )
+    assert [p.identified for p in rank.device_properties] == [want] * len(raw)
+    assert [p.name for p in rank.device_properties] == ["AMD Radeon Graphics"] * len(raw)  # the trace's, kept
+    assert device_name(rank, rank.primary_device) == f"GPU {rank.primary_device}: {want}"
+
+
+@pytest.mark.parametrize(
+    "p,shown",
+    [
+        # 110 CUs, gfx90a from gcnArchName: an MI250X GCD
+        (
+            props("AMD Radeon Graphics", (9, 0), 110, 68702699520, gcnArchName="gfx90a:sramecc+:xnack-"),
+            "AMD Instinct MI250X (one GCD), gfx90a (identified from compute capability 9.0 and 110 CUs; "
+            "the trace names it 'AMD Radeon Graphics')",
+        ),
+        # no name at all, gfx942 with 304 CUs and 192 GiB (206,141,652,992 bytes ÷ 2**30 = 191.98): an MI300X
+        (
+            props("", (9, 4), 304, 206141652992, warpSize=64),  # a warp of 64: AMD
+            "AMD Instinct MI300X, gfx942 (identified from compute capability 9.4 and 304 CUs and 192 GiB of memory; "
+            "the trace names none)",
+        ),
+        (props("AMD Instinct MI300X", (9, 4), 304, 206141652992), None),  # a specific name stays
+        (props("AMD Radeon Graphics", (9, 0), 60, 17e9), None),  # gfx90a with 60 CUs: no product known
+        (props("", (8, 0), 108, 42.5e9), None),  # NVIDIA without a name: not guessed
+    ],
+)
+def test_identified_name_by_hand(p, shown):
+    from perfdoctor.analysis.hardware import identified_name
+
+    assert identified_name(p) == shown

@@ -549,6 +549,36 @@ def match_device(device_properties: dict[str, Any] | None) -> DeviceSpec | None:
     return spec
 
 
+# names that say nothing of the product: ROCm reports "AMD Radeon Graphics" for gfx9 Instinct parts when its
+# device table lacks a product string (the shared MI250 trace, ROCm 6.2), and some writers leave the name empty
+_GENERIC_NAME = re.compile(r"^\s*(AMD Radeon Graphics\s*)?$", re.I)
+_AMD_ARCH = {(9, 0): "gfx90a", (9, 4): "gfx942"}
+
+
+def identified_name(device_properties: dict[str, Any] | None) -> str | None:
+    """What to call a device whose ``deviceProperties`` name is generic ("AMD Radeon Graphics", or empty): the
+    product :func:`match_device` identifies, its architecture and the basis, e.g. ``"AMD Instinct MI250 / MI210
+    (one GCD), gfx90a (identified from compute capability 9.0 and 104 CUs; the trace names it 'AMD Radeon
+    Graphics')"``. None when the name is specific or the device is not identified.
+    """
+    if not isinstance(device_properties, dict):
+        return None
+    name = str(device_properties.get("name") or "")
+    spec = match_device(device_properties) if _GENERIC_NAME.match(name) else None
+    if spec is None:
+        return None
+    cc = (_int(device_properties.get("computeMajor")), _int(device_properties.get("computeMinor")))
+    arch = str(device_properties.get("gcnArchName") or "").split(":")[0] or _AMD_ARCH.get((cc[0] or 0, cc[1] or 0))
+    parts = [f"compute capability {cc[0]}.{cc[1]}" if None not in cc else (arch or "")]
+    cus = _int(device_properties.get("numSms"))
+    parts.append(f"{cus} CUs" if cus else "")
+    if spec.key == "mi300x":  # told from a 256 GB MI325X by its memory
+        parts.append(f"{(_int(device_properties.get('totalGlobalMem')) or 0) / 2**30:.0f} GiB of memory")
+    said = f"the trace names it '{name.strip()}'" if name.strip() else "the trace names none"
+    basis = " and ".join(p for p in parts if p)
+    return f"{spec.name}{f', {arch}' if arch else ''} (identified from {basis}; {said})"
+
+
 def device_for_trace(device_properties: list[dict[str, Any]], device_id: int | None = None) -> DeviceSpec | None:
     """Spec for the trace's device ``device_id`` (default: the first listed), or None."""
     if not device_properties:

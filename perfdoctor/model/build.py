@@ -18,6 +18,7 @@ from msgspec import UNSET
 from perfdoctor import __version__
 from perfdoctor.analysis import summary
 from perfdoctor.analysis.breakdown import DeviceBreakdown, sum_steps
+from perfdoctor.analysis.hardware import identified_name
 from perfdoctor.analysis.memory import memory_summary
 from perfdoctor.analysis.trace_info import profiler_settings
 from perfdoctor.errors import PerfDoctorError
@@ -66,6 +67,7 @@ def device_properties(tables: TraceTables) -> list[m.DeviceProperties]:
                 memory_bytes=_int_or_none(p.get("totalGlobalMem")),
                 compute_capability=cc,
                 sm_count=_int_or_none(p.get("numSms")),
+                identified=identified_name(p) or UNSET,
             )
         )
     return out

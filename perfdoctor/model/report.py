@@ -54,13 +54,17 @@ class InputFile(Section, kw_only=True):
 
 
 class DeviceProperties(Section, kw_only=True):
-    """One entry of the trace's ``deviceProperties`` (every GPU of the node, used or not)."""
+    """One entry of the trace's ``deviceProperties`` (every GPU of the node, used or not); ``identified``: what a
+    generic ``name`` stands for, identified from the architecture and CU count, with the basis."""
 
     id: int | None
     name: str | None
     memory_bytes: int | None
     compute_capability: str | None
     sm_count: int | None
+    # the product a generic name ("AMD Radeon Graphics") stands for, with the basis
+    # (:func:`perfdoctor.analysis.hardware.identified_name`); absent when the name is specific
+    identified: str | UnsetType = UNSET
 
 
 class Distribution(Section, kw_only=True):

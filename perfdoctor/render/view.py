@@ -176,7 +176,8 @@ def device_name(rank: RankSection, device: int) -> str:
             return "host ops only (the trace lists GPUs but holds no GPU activity)"
         return "CPU (host ops)"
     for p in rank.device_properties:
-        name = (p.name or "").strip()
+        # a generic name ("AMD Radeon Graphics") gives the product identified from the architecture, with the basis
+        name = p.identified if isinstance(p.identified, str) else (p.name or "").strip()
         if p.id == device and name:  # an empty name gives "GPU 2", not "GPU 2: "
             return f"GPU {device}: {name}"
     return f"GPU {device}"

@@ -183,7 +183,8 @@ class _GpuEvents:
 
 
 def _gpu_events(tables: TraceTables, device: int, optimizer: iv.Intervals) -> _GpuEvents:
-    parts: list[tuple[np.ndarray, np.ndarray, np.ndarray, list[KernelClass], bool]] = []
+    # (ts, end, launch, category, collective, direction, triton, is_kernel) per table; names classified once each
+    parts: list[tuple[np.ndarray, ...]] = []
     cache: dict[int, KernelClass] = {}
     for tname in ("kernels", "memcpy", "memset"):
         tab = tables.tables[tname]
@@ -193,36 +194,33 @@ def _gpu_events(tables: TraceTables, device: int, optimizer: iv.Intervals) -> _G
         m = tab["device"] == device
         if not m.any():
             continue
-        ids = tab["name_id"][m]
+        uniq, inv = np.unique(tab["name_id"][m], return_inverse=True)
         classes: list[KernelClass] = []
-        for nid in ids.tolist():
+        for nid in uniq.tolist():
             c = cache.get(nid)
             if c is None:
                 c = cache[nid] = classify_kernel(tables.names[nid])
             classes.append(c)
+        category = np.array([c.category for c in classes], dtype=object)[inv]
+        collective = np.array([c.collective for c in classes], dtype=object)[inv]
+        direction = np.array([c.direction for c in classes], dtype=object)[inv]
+        triton = np.array([c.triton for c in classes], dtype=bool)[inv]
         if tname == "kernels":  # categories that need the launching op (unfused attention, c10d-named comm)
             lab = kernel_labels(tables)
-            classes = [
-                c if not r else KernelClass(cat, collective=coll, triton=c.triton)
-                for c, r, cat, coll in zip(
-                    classes, lab.relabelled[m].tolist(), lab.category[m].tolist(), lab.collective[m].tolist()
-                )
-            ]
-        parts.append((tab["ts_us"][m], tab["end_us"][m], launch[m], classes, tname == "kernels"))
+            moved = lab.relabelled[m]
+            category = np.where(moved, lab.category[m], category)
+            collective = np.where(moved, lab.collective[m], collective)
+            direction = np.where(moved, "", direction).astype(object)  # a kernel relabelled has no direction
+        kernel = np.full(category.size, tname == "kernels")
+        parts.append((tab["ts_us"][m], tab["end_us"][m], launch[m], category, collective, direction, triton, kernel))
     if not parts:
         e = np.empty(0)
         return _GpuEvents(
             e, e, e, np.empty(0, object), np.empty(0, object), np.empty(0, object), np.empty(0, bool), np.empty(0, bool)
         )
-    ts = np.concatenate([p[0] for p in parts])
-    end = np.concatenate([p[1] for p in parts])
-    launch = np.concatenate([p[2] for p in parts])
-    classes = [c for p in parts for c in p[3]]
-    is_kernel = np.concatenate([np.full(p[0].size, p[4]) for p in parts])
-    category = np.array([c.category for c in classes], dtype=object)
-    collective = np.array([c.collective for c in classes], dtype=object)
-    direction = np.array([c.direction for c in classes], dtype=object)
-    triton = np.array([c.triton for c in classes], dtype=bool)
+    ts, end, launch, category, collective, direction, triton, is_kernel = (
+        np.concatenate([p[i] for p in parts]) for i in range(8)
+    )
     if optimizer[0].size and category.size:
         in_opt = iv.containing(launch, optimizer) >= 0
         overridable = np.isin(category, list(_OVERRIDABLE))

@@ -144,7 +144,7 @@ def build(
             raise PerfDoctorError(f"{p}: only one run directory per report")
         run, chosen, window_note, no_trace = _read_run_dir(p, without_traces)
         trace_paths.extend(chosen)
-        notes += [n for n in (window_note, no_trace) if n]
+        notes += run.warnings + [n for n in (window_note, no_trace) if n]
     if run is not None and model_flops_per_step is None and run.facts.flops_per_step:
         model_flops_per_step, flops_source = float(run.facts.flops_per_step), "flop_counter"
     summary_opts = SummaryOptions(

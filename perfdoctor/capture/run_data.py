@@ -113,6 +113,7 @@ class RunData:
     ``steady_state``: :func:`perfdoctor.analysis.steady_state.analyze` of rank 0's
     train-only step times with profiler/FLOPs steps excluded (None without steps).
     ``run``: ``run.json`` as parsed (the checks read it); ``facts``: the same, typed.
+    ``warnings``: one line per ``steps.csv`` row left out (:func:`read_steps_csv`).
     """
 
     path: Path
@@ -122,6 +123,7 @@ class RunData:
     rank_steps: dict[int, dict[str, np.ndarray]] = field(default_factory=dict)
     traces: list[Path] = field(default_factory=list)
     steady_state: SteadyState | None = None
+    warnings: list[str] = field(default_factory=list)  # steps.csv rows left out, one line each
 
     @property
     def partial(self) -> bool:
@@ -138,13 +140,36 @@ class RunData:
         return throughput(self.steps, self.steady_state, self.facts.wall_s)
 
 
-def read_steps_csv(path: Path) -> dict[str, np.ndarray]:
-    """``steps.csv`` as column arrays (see :class:`RunData`). Raises PerfDoctorError if unreadable."""
+def read_steps_csv(path: Path, warnings: list[str] | None = None) -> dict[str, np.ndarray]:
+    """``steps.csv`` as column arrays (see :class:`RunData`).
+
+    Rows that cannot be read are left out, each with a one-line warning appended to ``warnings`` naming the
+    file and line: a row with fewer fields than the header (what a run killed while writing it leaves, e.g.
+    by SIGKILL or the out-of-memory killer), more fields, or a field that is not a number. A file with no
+    step row warns that the step series is empty.
+
+    Raises:
+        PerfDoctorError: the file cannot be read.
+    """
+    warn = warnings if warnings is not None else []
     try:
         with open(path, newline="") as f:
-            rows = list(csv.DictReader(f))
-    except OSError as exc:
-        raise PerfDoctorError(f"{path}: cannot read ({exc.strerror})") from None
+            reader = csv.reader(f)
+            header = next(reader, None) or []
+            rows: list[dict[str, str]] = []
+            for row in reader:
+                if not row:
+                    continue
+                problem = _row_problem(header, row)
+                if problem:
+                    warn.append(f"{path}: line {reader.line_num}: {problem}; that row is left out")
+                    continue
+                rows.append(dict(zip(header, row, strict=True)))
+    except (OSError, csv.Error, UnicodeDecodeError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) else str(exc)
+        raise PerfDoctorError(f"{path}: cannot read ({why})") from None
+    if not rows:
+        warn.append(f"{path}: no step rows, so the run has no step series (no steady state, no throughput)")
     cols: dict[str, np.ndarray] = {}
     for name in STEP_FIELDS:
         values = [r.get(name) or "" for r in rows]
@@ -153,6 +178,32 @@ def read_steps_csv(path: Path) -> dict[str, np.ndarray]:
         else:
             cols[name] = np.array([float(v) if v != "" else np.nan for v in values], dtype=float)
     return with_train_time(cols)
+
+
+_REQUIRED = ("step", "start_s", "duration_s")
+
+
+def _row_problem(header: list[str], row: list[str]) -> str | None:
+    """Why one ``steps.csv`` row cannot be read (None: it can): a numeric field is not a number, a required
+    field (step, start, duration) is empty, or its field count differs from the header's."""
+    for name, value in zip(header, row, strict=False):
+        if name == "profiler_phase" or name not in STEP_FIELDS:
+            continue
+        if value == "":
+            if name in _REQUIRED:
+                return f"no {name}"
+            continue
+        try:
+            x = float(value)
+        except ValueError:
+            return f"{name} is not a number ({value[:40]!r})"
+        if name in _REQUIRED and x != x:
+            return f"{name} is not a number ({value[:40]!r})"
+    if len(row) < len(header):
+        return f"incomplete row ({len(row)} of {len(header)} fields; the run stopped while writing it?)"
+    if len(row) > len(header):
+        return f"{len(row)} fields where the header has {len(header)}"
+    return None
 
 
 def with_train_time(cols: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -180,14 +231,15 @@ def load_run_dir(path: str | Path) -> RunData:
     except ValueError as exc:
         raise PerfDoctorError(f"{path / 'run.json'}: not valid JSON ({exc})") from None
     rank_steps = {}
+    warnings: list[str] = []
     for f in sorted(path.glob("steps*.csv")):
-        rank_steps[steps_csv_rank(f.name)] = read_steps_csv(f)
+        rank_steps[steps_csv_rank(f.name)] = read_steps_csv(f, warnings)
     steps = rank_steps.get(0) or (rank_steps[min(rank_steps)] if rank_steps else read_empty())
     traces = sorted(path.glob("trace.rank*.pt.trace.json*"))
     if not isinstance(run, dict):
         raise PerfDoctorError(f"{path / 'run.json'}: not a JSON object")
     facts = run_facts(run, str(path / "run.json"))
-    return RunData(path, run, facts, steps, rank_steps, traces, steady_state_of(steps))
+    return RunData(path, run, facts, steps, rank_steps, traces, steady_state_of(steps), warnings)
 
 
 def read_empty() -> dict[str, np.ndarray]:
@@ -364,12 +416,61 @@ def measured_cpu_roofs(run: RunData | None) -> Roofs | None:
         return None
 
 
+def _window_of(run: RunData) -> tuple[int, int] | None:
+    """(first, last) active step of the run's first profiled window: as recorded in ``run.json``'s ranks, else
+    from its ``profiler`` settings (``wait + warmup`` … ``+ active − 1``, :meth:`Schedule.window_steps`)."""
+    windows = [w for r in run.facts.ranks or [] for w in r.windows]
+    if windows and windows[0].first_step is not None and windows[0].last_step is not None:
+        return windows[0].first_step, windows[0].last_step
+    prof = run.run.get("profiler")
+    if not isinstance(prof, dict):
+        return None
+    try:
+        first = int(prof["wait"]) + int(prof["warmup"])
+        return first, first + int(prof["active"]) - 1
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def missing_traces(path: str | Path, run: RunData) -> list[str]:
+    """The trace files ``run.json`` lists for completed windows that are not in the run directory (one
+    ``DIR/FILE`` each)."""
+    out = []
+    for r in run.facts.ranks or []:
+        for w in r.windows:
+            if w.complete and w.path and not (Path(path) / w.path).exists():
+                out.append(str(Path(path) / w.path))
+    return out
+
+
 def no_trace_reason(path: str, run: RunData) -> str:
-    """Why the run directory ``path`` has no trace, and what the report then covers: the script raised or
-    exited (``run.json``'s ``exit_code`` and ``stop_reason``) before or inside its profiled window, or it ran
-    no training step at all, or the run stopped before the window."""
-    done = run.facts.steps_completed or 0
+    """Why the run directory ``path`` has no trace, and what the report then covers, from ``run.json`` and
+    ``steps.csv``: the run was killed (``status`` still ``running``: SIGKILL, the out-of-memory killer) before
+    or inside its profiled window; the script raised or exited, or perfdoctor stopped it (``error``), before
+    or inside the window; the trace files ``run.json`` lists are missing; the script finished without a
+    training step; or the run stopped before the window."""
+    only = "this report covers the run's step series and throughput only"
     code, reason = run.facts.exit_code, run.facts.stop_reason or ""
+    error = run.run.get("error") if isinstance(run.run.get("error"), str) else None
+    window = _window_of(run)
+    steps = f" (steps {window[0]}–{window[1]})" if window else ""
+    where = f" (profiled window at steps {window[0]}–{window[1]})" if window else ""
+    seen = run.steps["step"][~np.isnan(run.steps["step"])] if run.steps["step"].size else run.steps["step"]
+    if run.facts.status == "running":
+        if not seen.size:
+            return (
+                f"{path}: run.json still says the run is running and steps.csv has no step: the run was killed "
+                "(SIGKILL, e.g. the out-of-memory killer) before its first training step, or is still running, "
+                "so there is no trace and no step series"
+            )
+        last = int(seen.max())
+        at = "inside" if window and window[0] <= last <= window[1] else "before"
+        return (
+            f"{path}: run.json still says the run is running and steps.csv stops at step {last} "
+            f"({seen.size} steps): the run was killed (SIGKILL, e.g. the out-of-memory killer) {at} its "
+            f"profiled window{steps}, or is still running, so there is no trace: {only}"
+        )
+    done = run.facts.steps_completed or 0
     raised = code == 1 and reason.startswith("script raised ")
     exited = code not in (None, 0) and reason.startswith("script exited ")
     if not done and (raised or exited):
@@ -378,26 +479,31 @@ def no_trace_reason(path: str, run: RunData) -> str:
             f"{path}: the script {what} before its first training step, so there is no trace and no step "
             "series (its traceback or usage message is above, and the traceback in run.json's script_traceback)"
         )
+    if not done and (error or (code not in (None, 0) and reason)):
+        return (
+            f"{path}: the run stopped before its first training step ({error or reason}), so there is no trace "
+            "and no step series"
+        )
     if not done:
         return (
-            f"{path}: no training step was seen, so there is no trace and no step series: perfdoctor counts "
-            "optimizer.step() calls of torch.optim optimizers; a loop without one must call perfdoctor.step() "
-            "once per step (import perfdoctor)"
+            f"{path}: the script finished and no training step was seen, so there is no trace and no step series: "
+            "perfdoctor counts optimizer.step() calls of torch.optim optimizers; a loop without one must call "
+            "perfdoctor.step() once per step (import perfdoctor)"
         )
-    windows = [w for r in run.facts.ranks or [] for w in r.windows]
-    where = f" (profiled window at steps {windows[0].first_step}–{windows[0].last_step})" if windows else ""
-    first, last = (windows[0].first_step, windows[0].last_step) if windows else (None, None)
-    inside = first is not None and last is not None and first <= done <= last
-    if raised or exited:
-        what = "raised" if raised else f"exited with status {code}"
+    inside = window is not None and window[0] <= done <= window[1]
+    if raised or exited or error:
+        what = "raised" if raised else f"exited with status {code}" if exited else "was stopped"
         at = "inside its profiled window" if inside else "before its profiled window completed"
+        tb = "see the script's traceback, also in run.json's script_traceback"
+        why = f"{reason}; {tb}" if raised else error or reason
         return (
-            f"{path}: the script {what} after {done} training steps, {at}{where}, so there is "
-            f"no trace ({reason}; see the script's traceback, also in run.json's script_traceback): this report "
-            "covers the run's step series and throughput only"
+            f"{path}: the script {what} after {done} training steps, {at}{where}, so there is no trace ({why}): {only}"
         )
+    gone = missing_traces(path, run)
+    if gone:
+        more = f" and {len(gone) - 1} more" if len(gone) > 1 else ""
+        return f"{gone[0]}{more}: listed in run.json but missing (moved or deleted?): {only}"
     return (
         f"{path}: the run stopped after {done} steps, before its profiled window completed{where}: there is no "
-        "trace, so this report covers the run's step series and throughput only (profile again with fewer "
-        "--steps or a smaller --wait to get a trace)"
+        f"trace, so {only} (profile again with fewer --steps or a smaller --wait to get a trace)"
     )

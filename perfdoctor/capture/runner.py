@@ -107,6 +107,9 @@ def run_profile(
         f"profiling {target} for {cfg.steps} steps; profiler window at steps "
         f"{schedule.window_steps(0)[0]}-{schedule.window_steps(0)[1]}; run directory {run_dir}"
     )
+    cold = schedule.cold_window_warning() if cfg.trace else None
+    if cold and coordinator:
+        progress(f"warning: {cold}")
 
     session = Session(cfg, run_dir, info.rank, progress)
     spawn_state, restore_spawn = spawn.patch(run_dir, cfg)

@@ -32,6 +32,10 @@ class ProfileConfig:
     probe_steps: int = 20  # batch probe removed after this many identical batches
 
 
+FIRST_WARM_STEP = 5  # a window starting earlier is warned about (Schedule.cold_window_warning)
+MIN_WARM_STEPS = 10  # the smallest default --steps whose window starts at FIRST_WARM_STEP
+
+
 @dataclass
 class Schedule:
     wait: int
@@ -80,6 +84,23 @@ class Schedule:
         if mod < self.wait:
             return "none"
         return "warmup" if mod < self.wait + self.warmup else "active"
+
+    def cold_window_warning(self) -> str | None:
+        """A warning when the first profiled window starts before step :data:`FIRST_WARM_STEP` (None
+        otherwise): a run's first steps hold first-call work (op and kernel selection, allocator growth, lazy
+        initialisation, the DataLoader's iterator and shuffle), so a window there describes the start-up, not
+        the training loop. The smallest default ``--steps`` whose window starts at that step is
+        :data:`MIN_WARM_STEPS` (with ``--steps 10``: wait 4, warm-up 1, active steps 5–6)."""
+        first = self.window_steps(0)[0]
+        if first >= FIRST_WARM_STEP:
+            return None
+        return (
+            f"the profiled window starts at step {first} (wait {self.wait}, warm-up {self.warmup}): the first "
+            "steps of a run hold first-call work (op selection, allocator growth, lazy initialisation, the "
+            "DataLoader's first iterator), so the trace describes the start-up, not the training loop; use "
+            f"--steps {MIN_WARM_STEPS} or more (or --wait/--warmup so the window starts at step "
+            f"{FIRST_WARM_STEP} or later)"
+        )
 
     def window_steps(self, index: int) -> tuple[int, int]:
         """(first, last) active step of window ``index`` (0-based, inclusive)."""

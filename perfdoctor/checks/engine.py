@@ -438,7 +438,7 @@ def combine(
         needs_trace = spec.scope != "job" or any(q != "run" for q in spec.requires)
         if needs_trace and not rank_ctx:
             if report:
-                reason = analysis.no_trace and "no trace: the run stopped before its profiled window"
+                reason = analysis.no_trace and "no trace in the run directory (why: the warning above)"
                 res.skipped.append({"code": code, "name": spec.name, "reason": reason or "no trace to analyse"})
             continue
         if spec.scope == "job":

@@ -93,7 +93,7 @@ def test_multi_rank_every_share_is_of_the_slowest_ranks_mean_step():
     # every finding, whichever rank speaks for it, is a share of the job's step, not of its own rank's
     assert report["denominator"]["rank"] == slowest
     assert report["denominator"]["definition"].startswith(f"the job's step: rank {slowest}'s ")
-    assert "the longest of 8 ranks" in report["denominator"]["definition"]
+    assert "the longest mean step of 8 ranks" in report["denominator"]["definition"]
 
 
 def test_every_render_names_the_denominator_once(tmp_path):
@@ -179,3 +179,27 @@ def test_a_profile_run_shares_are_of_its_unprofiled_step():
     assert u["step_us"] == pytest.approx(steady_us, rel=0.02)  # the overhead-free replay lands on the run's step
     assert report["denominator"]["definition"].startswith("the unprofiled step: ")
     _assert_every_pct_is_of(report, u["step_us"])
+
+
+def test_job_denominator_says_mean_and_names_the_longest_median_rank(tmp_path):
+    """New-user review F12: the header's longest rank (median) and the footer's (mean) differed, unlabelled. By
+    hand: rank 0's steps 1000, 1000, 4000 µs (mean 2000, median 1000), rank 1's 1500 × 3 (mean 1500, median
+    1500): the denominator is rank 0's 2000 µs mean, "the longest mean step", and rank 1 is named as the
+    longest median."""
+    from tracebuilder import TraceBuilder
+
+    from perfdoctor import pipeline
+
+    for rank, durs in ((0, [1000, 1000, 4000]), (1, [1500, 1500, 1500])):
+        tb = TraceBuilder(device_name=None, rank=rank, world_size=2)
+        t = 0
+        for i, d in enumerate(durs):
+            tb.step(i + 1, t, d)
+            tb.cpu_op("aten::mm", t, d - 100)
+            t += d
+        tb.write(tmp_path / f"rank{rank}.json")
+    den = pipeline.build([str(tmp_path)]).report["denominator"]
+    assert den["value_us"] == 2000.0 and den["rank"] == 0
+    assert "rank 0's mean of 3 analysed steps" in den["definition"]
+    assert "the longest mean step of 2 ranks" in den["definition"]
+    assert den["definition"].endswith("; rank 1 has the longest median step (the rank spread's statistic)")

@@ -194,3 +194,20 @@ def test_html_renders_fast_in_chromium(report_1024: dict[str, Any], browser: Any
     page = browser.open_page(path)
     assert page.errors == [] and page.requests == []
     assert "Job at a glance" in page.text
+
+
+def test_cpu_job_shares_count_gloo_time_once(tmp_path: Path) -> None:
+    """New-user review F11: a CPU (gloo) job's table added "communication (exposed)" (a subset of the host
+    collectives' time) to "host collectives", so its rows summed to 111%. By hand, each rank's 2 steps of
+    1000 µs (tests/rules_helpers.gloo_trace, no overlap): mm [0, 300) = matmul 300 µs, gloo:all_reduce
+    [300, 900) = host collectives 600 µs, nothing in [900, 1000) = Python 100 µs: shares 0.3 + 0.6 + 0.1 = 1."""
+    from rules_helpers import gloo_trace
+
+    for rank in range(2):
+        tb = gloo_trace(overlap=False)
+        tb.meta["distributedInfo"] = {"backend": "gloo", "rank": rank, "world_size": 2}
+        tb.write(tmp_path / f"rank{rank}.json")
+    job = to_builtins(pipeline.build([str(tmp_path)]).model)["job"]
+    for shares in job["shares"]:
+        nonzero = {k: round(v, 9) for k, v in shares.items() if v}
+        assert nonzero == {"matmul": 0.3, "host_collective": 0.6, "idle: python": 0.1}

@@ -5,9 +5,10 @@ this one number, so two findings' percentages compare as their µs do (issue 10)
 
 - one trace: the mean step time of its analysed steps (the primary device's step windows), which is also the
   recorded mean step a replayed saving is taken from (recorded mean − replayed mean with the fix);
-- several ranks of one job: the job's step, the longest of the ranks' mean analysed steps. Ranks of a data-parallel job
-  move in lock-step (each step ends in collectives that wait for every rank), so the job steps at the pace of
-  its longest rank step; a rank's saving is then a share of the job's step, never of its own;
+- several ranks of one job: the job's step, the longest of the ranks' mean analysed steps (said "longest mean step";
+  the rank spread compares medians, and a rank with the longest median but not the longest mean is named). Ranks of
+  a data-parallel job move in lock-step (each step ends in collectives that wait for every rank), so the job steps
+  at the pace of its longest rank step; a rank's saving is then a share of the job's step, never of its own;
 - a ``perfdoctor profile`` run directory: the unprofiled step, the step the user runs and every replayed saving is
   taken from (:mod:`perfdoctor.replay.unprofiled`): the analysed steps replayed without the profiler's measured
   per-event overhead, or, where that cannot be estimated, scaled by the run's median unprofiled steady step ÷ their
@@ -26,6 +27,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from typing import Any
+
+import numpy as np
 
 from perfdoctor.checks.common import step_list_text
 
@@ -80,11 +83,20 @@ def step_denominator(analysis: Any, rank_ctx: list[Any]) -> StepDenominator | No
     if len(rank_ctx) < 2:
         who = f", rank {rank}" if rank is not None else ""
         return StepDenominator(slowest.base_step_us, "the " + words + who, rank)
+    by_median = max(timed, key=_median_step_us).rank.rank
+    other = f"; rank {by_median} has the longest median step (the rank spread's statistic)" if by_median != rank else ""
     return StepDenominator(
         slowest.base_step_us,
-        f"the job's step: rank {rank}'s {words}, the longest of {len(rank_ctx)} ranks (they move in lock-step)",
+        f"the job's step: rank {rank}'s {words}, the longest mean step of {len(rank_ctx)} ranks (they move in "
+        f"lock-step){other}",
         rank,
     )
+
+
+def _median_step_us(ctx: Any) -> float:
+    """Median analysed step time (µs) of one rank's context: the statistic of the report's rank spread (longest /
+    shortest rank), which can name another rank than the denominator's longest mean (new-user review F12)."""
+    return float(np.median([float(s.dur_us) for s in ctx.step_rows]))
 
 
 def _unprofiled_words(u: dict[str, Any] | None, steps: str) -> str:

@@ -48,17 +48,23 @@ def robust_z(x: np.ndarray) -> np.ndarray:
     return (x - med) / (1.253314 * mean_ad) if mean_ad > 0 else np.zeros_like(x)
 
 
-def _shares(rows: list[Any]) -> dict[str, float]:
-    """Share of step time per category / exposed communication / idle cause, summed over steps."""
+def _shares(rows: list[Any], cpu: bool = False) -> dict[str, float]:
+    """Share of step time per category / exposed communication / idle cause, summed over steps: each µs once.
+
+    A GPU rank's device categories, exposed communication (for its ``communication`` category) and idle causes
+    partition the step. A CPU-only rank (``cpu``) has no separate exposed share: its host collectives are a
+    category of the host partition (``host_collective``, :mod:`perfdoctor.analysis.cpu_breakdown`) and their
+    exposed part is a subset of it (new-user review F11: gloo counted twice, rows summing to 111%)."""
     total = sum(s.dur_us for s in rows) or 1.0
     out: dict[str, float] = {}
     for s in rows:
         for k, v in s.categories_us.items():
             if k != "communication":
                 out[k] = out.get(k, 0.0) + v / total
-        out["communication (exposed)"] = (
-            out.get("communication (exposed)", 0.0) + s.communication.get("exposed_us", 0.0) / total
-        )
+        if not cpu:
+            out["communication (exposed)"] = (
+                out.get("communication (exposed)", 0.0) + s.communication.get("exposed_us", 0.0) / total
+            )
         for k, v in s.idle_causes_us.items():
             out[f"idle: {k}"] = out.get(f"idle: {k}", 0.0) + v / total
     return out
@@ -86,6 +92,7 @@ def job_section(job: Any) -> dict[str, Any]:
     summaries = job.summaries
     ranks = [int(s.rank) for s in summaries]
     rows = {int(s.rank): list(s.step_rows) for s in summaries}
+    cpu = {int(s.rank): s.primary_kind == "cpu" for s in summaries}
     steps = sorted({int(s.step) for r in rows.values() for s in r})
     world = max((s.collectives.world_size for s in summaries if s.collectives is not None), default=0)
     missing = sorted(set(range(world)) - set(ranks)) if world > len(ranks) else []
@@ -104,7 +111,7 @@ def job_section(job: Any) -> dict[str, Any]:
         "exposed_comm_us": _matrix(ranks, rows, steps, lambda s: s.communication.get("exposed_us", 0.0)),
         "compute_us": _matrix(ranks, rows, steps, compute),
         "step_median_us": [float(np.median([s.dur_us for s in rows[r]])) if rows[r] else None for r in ranks],
-        "shares": [_shares(rows[r]) for r in ranks],
+        "shares": [_shares(rows[r], cpu[r]) for r in ranks],
     }
     cold, note = job_cold_steps(
         {r: [int(s.step) for s in rows[r]] for r in ranks}, {int(s.rank): list(s.cold_steps) for s in summaries}
@@ -117,7 +124,7 @@ def job_section(job: Any) -> dict[str, Any]:
     compute_warm = np.array(_matrix(ranks, warm, steps, compute), dtype=np.float64)
     judged = not note
     out["stragglers"] = _stragglers(ranks, compute_warm, job_step) if judged else []
-    out["breakdown_outliers"] = _breakdown_outliers(ranks, [_shares(warm[r]) for r in ranks]) if judged else []
+    out["breakdown_outliers"] = _breakdown_outliers(ranks, [_shares(warm[r], cpu[r]) for r in ranks]) if judged else []
     out["collective_wait"] = _collective_wait(job.analysis, ranks, rows, cold)
     why: dict[str, list[str]] = {}
     for s in out["stragglers"]:

@@ -7,7 +7,10 @@ themselves carry the profiler's own overhead, so their neighbours are the
 fair witness; when no neighbour exists, the window's own median is used and
 the evidence says so. Fires when the ratio is off by more than ``max_deviation``
 and by more than 3 robust standard deviations (IQR ÷ 1.349) of the unprofiled
-steady-state steps (a window inside the run's normal noise is not a transient).
+steady-state steps (a window inside the run's normal noise is not a transient),
+or by more than ``max_deviation`` when the window lies in an earlier phase than
+the last (a phase change: the levels were already found distinct, so the last
+phase's noise does not excuse it).
 """
 
 from __future__ import annotations
@@ -44,6 +47,10 @@ def check(job: JobContext) -> Outcome:
         ratio, basis, median_s = ss.window_ratio, "the profiled steps (profiler overhead included)", ss.window_median_s
     if ratio is None or median_s is None:
         return skipped("the run has no profiled window inside its step series")
+    if (earlier := _phase_left(run, ss)) is not None and abs(ratio - 1.0) > job.th["max_deviation"]:
+        # the window lies in a phase the run left: the phase detection already found the levels distinct, so the
+        # noise of the last phase (wide when that phase is slow and noisy) does not excuse it (new-user review F15)
+        return _hit(ss, ratio, abs(ratio - 1.0) * 100, median_s, f"{basis}, in {earlier},")
     if ss.unstable:
         # no single level, but a window outside the run's whole p10-p90 band is a transient all the same: the
         # profiled steps faster than 90% of the unprofiled steady steps (despite the profiler's overhead), or
@@ -66,6 +73,30 @@ def check(job: JobContext) -> Outcome:
     if dev <= 100 * job.th["max_deviation"] or within_noise:
         return passed(window_deviation_pct=dev)
     return _hit(ss, ratio, dev, median_s, basis)
+
+
+def _phase_left(run: Any, ss: Any) -> str | None:
+    """Words for the earlier phase the profiled window lies in ("the phase of steps 0–201 (median 24.8 ms) that the
+    run left at step 202"), or None: no phase change, or the window (steps.csv rows whose profiler phase is
+    "active"; phases are positions in that series) reaches the last phase."""
+    import numpy as np
+
+    if not ss.phase_change:
+        return None
+    steps = getattr(run, "steps", None)
+    if steps is None or "profiler_phase" not in steps:
+        return None
+    active = np.flatnonzero(np.asarray(steps["profiler_phase"]) == "active")
+    if not active.size or int(active.max()) >= ss.steady_start_step:
+        return None
+    first = int(active.min())
+    for ph in ss.phases[:-1]:
+        if ph.start_step <= first < ph.end_step:
+            return (
+                f"the phase of steps {ph.start_step}–{ph.end_step - 1} (median {ph.median_s * 1e3:,.1f} ms) that "
+                f"the run left at step {ss.steady_start_step}"
+            )
+    return None
 
 
 def _outside_band(ss: Any, neighbours_s: float | None, window_s: float | None) -> tuple[float, str] | None:

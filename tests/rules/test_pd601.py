@@ -77,3 +77,32 @@ def test_pd601_fires_on_an_unstable_run_when_the_window_lies_outside_its_p10_p90
 def test_pd601_skips_an_unstable_run_whose_window_is_inside_its_band():
     out = pd601.check(job(_unstable_run(0.015, neighbours_s=0.016), max_deviation=0.10))
     assert out.hit is None and out.skip and "inside their p10-p90 band" in out.skip
+
+
+def test_pd601_fires_when_the_window_lies_in_a_phase_the_run_left():
+    """New-user review F15: examples/mlp.py --slowdown-at 200 --slowdown-factor 3 profiled steps 125-134 (31.8 ms)
+    while the run settled at 59.2 ms from step 202; PD601 passed because the slow phase's noise (3 robust sigmas
+    39 ms, on a loaded machine) covered the 31 ms gap. Here: 200 steps at 25 ms (1% noise), 100 at 60 ms with
+    30% noise, steps 125-134 profiled. The neighbours' median is ~25 ms: 58% faster than the last phase's ~60 ms,
+    a gap inside that phase's 3 sigma, yet the window is in the phase the run left at step 200."""
+    from rules_helpers import run_job
+
+    rng = np.random.default_rng(11)
+    d = np.concatenate([0.025 * (1 + 0.01 * rng.standard_normal(200)), 0.060 * (1 + 0.30 * rng.standard_normal(100))])
+    window = np.zeros(d.size, bool)
+    window[125:135] = True
+    ss = analyze(d, exclude=window, window=window)
+    assert ss.phase_change and ss.steady_start_step == 200  # the input is what the test says
+    q75, q25 = np.percentile(d[200:], [75, 25])
+    assert abs(ss.window_neighbor_median_s - ss.median_s) <= 3 * (q75 - q25) / 1.349  # the old noise gate excused it
+    out = pd601.check(run_job(d, ss, window, max_deviation=0.10))
+    assert out.hit is not None
+    v = out.hit.evidence.values
+    neighbours = np.median(np.concatenate([d[105:125], d[135:155]]))  # 2 × the window's 10 steps on each side
+    assert v["window_ms"] == pytest.approx(neighbours * 1e3, rel=0.02) and v["direction"] == "faster"
+    assert v["steady_ms"] == pytest.approx(np.median(d[200:]) * 1e3, rel=1e-9)
+    assert "in the phase of steps 0–199 (median 25.0 ms) that the run left at step 200" in v["basis"]
+    # the same window in the last phase is judged by the noise gate as before
+    window2 = np.zeros(d.size, bool)
+    window2[250:260] = True
+    assert pd601._phase_left(SimpleNamespace(steps={"profiler_phase": np.where(window2, "active", "none")}), ss) is None

@@ -2,7 +2,9 @@
 several runs per side (``python benchmarks/replay_pairs.py --cpu`` prints them after the GPU pairs).
 
 Each pair is one problem flag on ("before") and off ("after"), same process settings (``OMP_NUM_THREADS=1``, so
-the only threads are the ones a pair asks for). The sides are recorded interleaved, A B A B A B, so a drift of the
+the only threads are the ones a pair asks for). A larger-batch pair's "after" level is per step of the "before"
+side's batch (÷ how many of its batches one "after" step holds), as PD201 states its saving. The sides are
+recorded interleaved, A B A B A B, so a drift of the
 shared machine hits both. Per run, its level is the median of its unprofiled steady steps (steps.csv rows from a
 third of the run on, profiler phase "none"): the median, because other jobs on the machine add bursts of slow
 steps. Measured change = mean before level − mean after level; noise = two standard errors of that difference from
@@ -40,6 +42,7 @@ from perfdoctor.checks.common import unprofiled_step_times  # noqa: E402
 from perfdoctor.checks.pd104_cpu_thread_oversubscription import thread_counts  # noqa: E402
 from perfdoctor.replay.rank import RankReplay, replay_rank  # noqa: E402
 from perfdoctor.replay.transforms import WhatIf  # noqa: E402
+from perfdoctor.replay.transforms.batch import larger_batch  # noqa: E402
 from perfdoctor.replay.transforms.cpu import cpu_syncs, fit_threads_to_cores, trim_python_outside_ops  # noqa: E402
 from perfdoctor.replay.transforms.host import prefetch_dataloader  # noqa: E402
 from perfdoctor.replay.unprofiled import unprofiled  # noqa: E402
@@ -59,11 +62,18 @@ def _threads(rr: RankReplay, t: TraceTables, run: RunData) -> WhatIf:
 
 @dataclass(frozen=True)
 class CpuPair:
+    """``after_batches``: how many of the "before" side's batches one "after" step holds (a larger-batch pair:
+    its level is ÷ that, per step of the before side's batch, as PD201 states its saving)."""
+
     name: str
     before: list[str]
     after: list[str]
     transform: CpuTransform
+    after_batches: float = 1.0
 
+
+# new-user review F10's shape (4 x Linear(1024, 1024) + ReLU, 1 thread, no DataLoader workers)
+_WIDE = ["--dim", "1024", "--hidden", "1024", "--depth", "4", "--num-workers", "0"]
 
 CPU_PAIRS = [
     CpuPair(
@@ -79,6 +89,13 @@ CPU_PAIRS = [
         lambda rr, t, run: trim_python_outside_ops(rr, t),
     ),
     CpuPair("CPU mlp: 4 intra-op threads -> 2 on 2 cores (PD104)", ["--threads", "4"], ["--threads", "2"], _threads),
+    CpuPair(
+        "CPU mlp 1024x4: batch 8 -> 64, per 8 samples (PD201)",
+        [*_WIDE, "--batch-size", "8"],
+        [*_WIDE, "--batch-size", "64"],
+        lambda rr, t, run: larger_batch(rr, t, 8.0),
+        after_batches=8.0,
+    ),
     CpuPair(
         "CPU mlp: .item() every step -> none (PD401)",
         ["--item-every-step"],
@@ -139,7 +156,7 @@ def compare(pair: CpuPair, runs: int = 3, steps: int = 60) -> dict[str, Any]:
         for i in range(runs):
             for side, flags in (("before", pair.before), ("after", pair.after)):
                 run = _profile(Path(tmp) / f"{side}{i}", flags, steps)
-                levels[side].append(_level(run, steps))
+                levels[side].append(_level(run, steps) / (pair.after_batches if side == "after" else 1.0))
                 if side == "before":
                     pred, window, assumption, how = _predict(run, pair)
                     preds.append(pred)
@@ -161,10 +178,12 @@ def compare(pair: CpuPair, runs: int = 3, steps: int = 60) -> dict[str, Any]:
     }
 
 
-def rows(runs: int = 3, steps: int = 60) -> list[str]:
-    """One table row per CPU pair (ms), in replay_pairs.py's columns."""
+def rows(runs: int = 3, steps: int = 60, only: str | None = None) -> list[str]:
+    """One table row per CPU pair (ms), in replay_pairs.py's columns; ``only``: the pairs whose name holds it."""
     out = []
     for pair in CPU_PAIRS:
+        if only and only not in pair.name:
+            continue
         r = compare(pair, runs, steps)
         lv = "/".join(f"{x / 1e3:.1f}" for x in r["before"]) + " -> " + "/".join(f"{x / 1e3:.1f}" for x in r["after"])
         pr = "/".join(f"{x / 1e3:.2f}" for x in r["preds"])

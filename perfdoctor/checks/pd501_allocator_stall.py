@@ -33,7 +33,20 @@ METRICS = {
 }
 
 # what a hit's evidence/fields add to METRICS for the TOML message (its placeholders are checked at load)
-MESSAGE_FIELDS = ("allocator_host_ms", "idle_ms", "steady_steps", "n_steps")
+MESSAGE_FIELDS = ("allocator_host_ms", "idle_ms", "steady_steps", "n_steps", "alloc_api")
+
+
+def _rocm_words(text: str) -> str:
+    """``text`` (the rule's fix or example) as it reads on ROCm, whose trace holds hipMalloc/hipFree and whose
+    allocator reads ``PYTORCH_HIP_ALLOC_CONF`` (PyTorch's HIP caching allocator; the CUDA name is the
+    fallback, new-user review: PD501 told an MI300X run to set the CUDA variable)."""
+    for cuda, hip in (
+        ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_HIP_ALLOC_CONF"),
+        ("cudaMalloc", "hipMalloc"),
+        ("cudaFree", "hipFree"),
+    ):
+        text = text.replace(cuda, hip)
+    return text
 
 
 @dataclass(frozen=True)
@@ -81,6 +94,8 @@ def check(ctx: RankContext) -> Outcome:
     ):
         return passed(**metrics)
     names = ctx.tables.name_array()[rt["name_id"][rows]]
+    hip = bool(np.char.startswith(names.astype(str), "hip").mean() > 0.5) if names.size else False
+    api = "hipMalloc/hipFree" if hip else "cudaMalloc/cudaFree"
     ev = Evidence(
         values={
             "allocator_calls_per_step": metrics["allocator_calls_per_step"],
@@ -94,16 +109,23 @@ def check(ctx: RankContext) -> Outcome:
     )
     steady_text = step_list_text(ctx.step_numbers[first:])
     method = (
-        f"device idle that begins while the host is in cudaMalloc/cudaFree in the steady-state steps ({steady_text}), "
+        f"device idle that begins while the host is in {api} in the steady-state steps ({steady_text}), "
         f"summed and divided by the {ctx.n_steps} analysed steps"
     )
-    fields = {"steady_steps": steady_text, "n_steps": str(ctx.n_steps)}
+    fields = {"steady_steps": steady_text, "n_steps": str(ctx.n_steps), "alloc_api": api}
+    spec = ctx.spec
+    advice = (
+        {k: _rocm_words(getattr(spec, k)) for k in ("fix", "example_before", "example_after")}
+        if hip and spec is not None
+        else {}
+    )
     return Outcome(
         metrics=metrics,
         hit=Hit(
             evidence=ev,
             estimate=Estimate(saving, method),
             fields=fields,
+            advice=advice,
             min_saving_pct=ctx.th["min_saving_pct"],
         ),
     )

@@ -19,8 +19,37 @@ def test_pd305_fires_on_exposed_host_collectives(tmp_path):
         "all_reduce of 1.00 MB ×1 per step (0.6 ms each, 1.667 GB/s) (a duration includes any wait for other ranks)"
         in (f["message"])
     )
-    assert "messages are small" in ev["advice"] and "overlap them with the backward" in ev["advice"]
+    # one call per step: nothing to coalesce (new-user review F23), so no "fewer, larger collectives"
+    assert "messages are small" not in ev["advice"] and "overlap them with the backward" in ev["advice"]
     assert "below 1 GB/s" not in ev["advice"]
+
+
+def test_pd305_small_collectives_several_per_step_are_told_to_coalesce(tmp_path):
+    """3 all_reduces of 40,000 floats (0.16 MB) per step, 200 µs each (latency-sized, under 1 ms): coalescing
+    applies. The same 3 calls at 1,500 µs each are waiting for peers, not paying gloo's latency: no coalescing."""
+    from tracebuilder import TraceBuilder
+
+    def trace(dur):
+        tb = TraceBuilder(device_name=None)
+        span = 1000 if dur < 1000 else 6000
+        for n in range(2):
+            s = span * n
+            tb.step(n + 1, s, span)
+            for k in range(3):
+                tb.annotation("gloo:all_reduce", s + k * (dur + 10), dur)
+                tb.events[-1]["args"] = {
+                    "External id": 900 + 3 * n + k,
+                    "Input Dims": [[40000]],
+                    "Input type": ["float"],
+                }
+        return tb
+
+    ev = run_tb(trace(200), tmp_path, ["PD305"]).findings["PD305"]["evidence"]
+    assert [(r["count"], r["mean_us"]) for r in ev["collectives"]] == [(6.0, 200.0)]  # 3 per step
+    assert "fewer, larger collectives" in ev["advice"]
+    (tmp_path / "slow").mkdir()
+    slow = run_tb(trace(1500), tmp_path / "slow", ["PD305"]).findings["PD305"]["evidence"]
+    assert "fewer, larger collectives" not in slow["advice"]
 
 
 def test_pd305_silent_when_collectives_overlap_compute(tmp_path):

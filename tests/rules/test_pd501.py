@@ -71,3 +71,15 @@ def test_pd501_per_step_figures_share_the_analysed_steps_on_the_mi300x_trace():
     assert abs(ev["allocator_host_ms"] - host_us / 4 / 1000) < 1e-6
     assert ev["allocator_host_ms"] < sum(steps_us) / 4 / 1000  # 784.21 ms < 818.70 ms
     assert ev["idle_ms"] <= ev["allocator_host_ms"]
+
+
+def test_pd501_on_rocm_names_hip_calls_and_the_hip_variable(tmp_path):
+    """New-user review: on an MI300X trace (hipMalloc/hipFree) PD501 said "cudaMalloc/cudaFree" and advised
+    PYTORCH_CUDA_ALLOC_CONF; ROCm's allocator reads PYTORCH_HIP_ALLOC_CONF."""
+    f = run_tb(_alloc_trace("hipFree", {1, 2}), tmp_path, ["PD501"]).findings["PD501"]
+    assert "hipMalloc/hipFree calls per step" in f["message"] and "cudaMalloc" not in f["message"]
+    assert "PYTORCH_HIP_ALLOC_CONF=expandable_segments:True" in f["fix"] and "PYTORCH_CUDA" not in f["fix"]
+    assert "PYTORCH_HIP_ALLOC_CONF" in f["example_after"] and "hipMalloc/hipFree" in f["saving_method"]
+    (tmp_path / "cuda").mkdir()
+    g = run_tb(_alloc_trace("cudaFree", {1, 2}), tmp_path / "cuda", ["PD501"]).findings["PD501"]
+    assert "cudaMalloc/cudaFree calls per step" in g["message"] and "PYTORCH_CUDA_ALLOC_CONF" in g["fix"]

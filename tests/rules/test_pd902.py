@@ -111,3 +111,19 @@ def test_all_cold_steps_draw_no_batch_size_or_mfu_verdict():
     assert "PD902" in r.findings
     for code in ("PD201", "PD206"):
         assert code not in r.findings and "are a cold start" in r.skipped[code]
+
+
+def test_pd902_says_its_kinds_overlap_and_gives_their_union(tmp_path):
+    """New-user review: switchtransformers' parts (440.6 + 143.7 + 34.1 ms) exceeded the 496.7 ms held per step
+    unexplained. By hand, one 10,000 µs step: the first aten::linear call [0, 4000) holds a 3,000 µs
+    cuModuleLoadData [100, 3100) (lazy init); its second call takes 100 µs, so the first is a first call (≥ 3x and
+    ≥ 1 ms longer). First calls 4.0 ms + lazy init 3.0 ms = 7.0 ms, their union 4.0 ms (40% of the step: cold)."""
+    tb = TraceBuilder()
+    tb.step(1, 0, 10_000)
+    tb.cpu_op("aten::linear", 0, 4000)
+    tb.runtime("cuModuleLoadData", 100, 3000)
+    tb.cpu_op("aten::linear", 5000, 100)
+    f = run_tb(tb, tmp_path, ["PD902"]).findings["PD902"]
+    assert f["evidence"]["warmup_ms"] == 4.0
+    assert "first calls of ops 4.0 ms;" in f["message"] and " 3.0 ms; these overlap" in f["message"]
+    assert "their union is 4.0 ms)" in f["message"] and "hold 4.0 ms of it per step" in f["message"]

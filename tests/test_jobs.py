@@ -297,6 +297,10 @@ def test_unreachable_dask_scheduler_is_one_line() -> None:
 
     with pytest.raises(PerfDoctorError, match=r"--dask tcp://127.0.0.1:9: cannot reach the Dask scheduler"):
         DaskCluster("tcp://127.0.0.1:9", timeout_s=1.0)
+    # an in-process address of another process (a LocalCluster(processes=False) elsewhere): distributed raises
+    # ValueError, which printed a traceback
+    with pytest.raises(PerfDoctorError, match=r"--dask inproc://10.0.0.1/1/1: cannot reach the Dask scheduler"):
+        DaskCluster("inproc://10.0.0.1/1/1", timeout_s=1.0)
 
 
 def test_collective_timeline_kind_and_bytes_from_the_trace() -> None:

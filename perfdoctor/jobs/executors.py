@@ -354,7 +354,7 @@ class DaskCluster:
         else:
             try:
                 self.client, self._own = Client(address, timeout=timeout_s), True  # type: ignore[no-untyped-call]
-            except (OSError, TimeoutError) as exc:
+            except (OSError, TimeoutError, ValueError) as exc:  # ValueError: an address of another process (inproc:)
                 raise PerfDoctorError(f"--dask {address}: cannot reach the Dask scheduler ({exc})") from None
         self.on_done = on_done
         self.dashboard_link: str = str(getattr(self.client, "dashboard_link", "") or "")

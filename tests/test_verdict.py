@@ -126,3 +126,29 @@ def test_verdict_names_the_top_finding_and_says_when_the_measurement_is_in_doubt
     )
     both = verdict([], [top, _finding("PD601", None, 0.0), _finding("PD603", None, 0.0)])
     assert both.startswith(base + "; but the profiled window is a transient, not the steady state (PD601) and ")
+
+
+def test_verdict_says_when_its_only_step_is_a_fragment_cut_where_the_recording_stops():
+    """New-user review F25: HTA's Triton example records 1.5 ms of a 13,336 ms ProfilerStep#1 (the profiler's own
+    'PyTorch Profiler (0)' span ends inside the step), and the verdict read 'saves up to 100% of the step' of that
+    fragment. From the raw JSON: the step's end − the last end of any other event = the cut the warning names."""
+    import gzip
+    import json
+
+    from conftest import shared_trace
+
+    path = shared_trace("hta__triton_example__triton_example.json.gz")
+    events = json.loads(gzip.decompress(path.read_bytes()))["traceEvents"]
+    step = next(e for e in events if e.get("name") == "ProfilerStep#1")
+    last = max(
+        e["ts"] + e.get("dur", 0) for e in events if e is not step and e.get("ph") == "X" and e.get("cat") != "Trace"
+    )
+    span = next(e for e in events if e.get("cat") == "Trace")
+    assert span["ts"] + span["dur"] < step["ts"] + step["dur"]  # the profiler's span ends inside the step
+    report = pipeline.build([str(path)]).report
+    cut_ms = (step["ts"] + step["dur"] - last) / 1000
+    assert any(f"runs {cut_ms:,.1f} ms past the last recorded event" in w for w in report["warnings"]), cut_ms
+    assert report["verdict"].endswith(
+        "; but the only analysed step is the recorded start of a longer step (the profiler stopped recording inside "
+        "it, see the warning): the shares are of that fragment"
+    )

@@ -39,6 +39,9 @@ from perfdoctor.trace.tables import TraceTables
 PROFILER_STEP = r"^ProfilerStep#(\d+)$"
 
 
+STOPPED_INSIDE = "the profiler stopped recording inside it"  # a step cut at the recording's end (the verdict reads it)
+
+
 @dataclass
 class Steps:
     """Step windows of one trace (arrays of equal length, µs).
@@ -285,7 +288,7 @@ def find_steps(tables: TraceTables, marker: str | None = None) -> Steps:
         # unrecorded rest is not idle time; the window ends at the last event
         warnings.append(
             f"{tables.path}: step {numbers[-1]}'s annotation runs {(end[-1] - horizon) / 1000:,.1f} ms past "
-            "the last recorded event (the profiler stopped recording inside it); its window is cut there"
+            f"the last recorded event ({STOPPED_INSIDE}); its window is cut there"
         )
         end = end.copy()
         end[-1] = max(horizon, start[-1])

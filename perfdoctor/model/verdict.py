@@ -73,7 +73,24 @@ def verdict(ranks: Sequence[RankSection], findings: list[FindingSection], slowes
     line = _verdict(ranks, findings, slowest_rank)
     codes = {f.code for f in findings}
     caveats = [text for code, text in MEASUREMENT_CAVEATS.items() if code in codes]
+    if ranks and all(_only_step_cut(r) for r in ranks):
+        caveats.append(FRAGMENT_CAVEAT)
     return f"{line}; but {' and '.join(caveats)}" if line and caveats else line
+
+
+FRAGMENT_CAVEAT = (
+    "the only analysed step is the recorded start of a longer step (the profiler stopped recording inside it, see "
+    "the warning): the shares are of that fragment"
+)
+
+
+def _only_step_cut(rank: RankSection) -> bool:
+    """Whether the rank's one analysed step was cut where the recording stops (:func:`perfdoctor.analysis.steps.
+    find_steps` warns so): its breakdown is of the recorded start only (new-user review F25: HTA's Triton trace, a
+    13,336 ms ProfilerStep#1 of which 1.5 ms were recorded, read 'saves up to 100% of the step')."""
+    from perfdoctor.analysis.steps import STOPPED_INSIDE
+
+    return len(rank.primary.steps) == 1 and any(STOPPED_INSIDE in w for w in rank.warnings)
 
 
 # code -> what it puts in doubt, after "but" (run-data rules: the profiled steps may not be the run's)

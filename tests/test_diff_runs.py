@@ -357,3 +357,58 @@ def test_window_that_disagrees_with_its_run_is_warned_in_every_output(tmp_path, 
     _, d = _diff(capsys, base, str(near), "--vs", str(fast), base)
     (warn,) = _window_warnings(d)
     assert warn.startswith(f"AFTER run 1 ({fast}):")
+
+
+PARTIAL = REPO / "tests" / "partial_runs"
+
+
+def _steady_mean_us(run: Path, start: int) -> float:
+    """Mean train-only step (µs) of a run's steps.csv rows from ``start`` outside the profiler's phases."""
+    with open(run / "steps.csv", newline="") as fh:
+        rows = [r for r in csv.DictReader(fh) if int(r["step"]) >= start and r["profiler_phase"] == "none"]
+    times = [float(r["duration_s"]) - float(r["eval_s"]) - float(r["checkpoint_s"]) for r in rows]
+    return 1e6 * sum(times) / len(times)
+
+
+@pytest.mark.parametrize(
+    "name, reason, completed",
+    [
+        ("crashed", "script raised RuntimeError: boom at step 30", 31),
+        ("interrupted", "interrupted (Ctrl-C)", 355),
+    ],
+)
+def test_run_without_a_trace_keeps_its_cpu_and_is_said_partial(tmp_path, capsys, name, reason, completed):
+    """F22: a run that crashed / was interrupted before its window has no trace; its device comes from run.json
+    (cuda_available false: CPU), so the CPU run-to-run noise applies; every output says it is partial; and
+    --fail-on-regression cannot pass on it, though AFTER is not slower."""
+    run = PARTIAL / name
+    env = json.loads((run / "run.json").read_text())["environment"]
+    assert env["cuda_available"] is False and json.loads((run / "run.json").read_text())["partial"] is True
+    code, d = _diff(capsys, str(RUN_DIR), str(run))
+    assert code == 0
+    assert d["after"]["device"] == "CPU" and d["before"]["device"] == "CPU"
+    assert (
+        d["statistics"]["run_noise_pct"] == 14.6
+        and "none assumed for GPU runs" not in d["statistics"]["run_noise_source"]
+    )
+    assert not any(w.startswith("different devices") or w.startswith("different rank counts") for w in d["warnings"])
+    (r,) = d["after"]["runs"]
+    assert (r["partial"], r["steps_completed"]) == (reason, completed)
+    assert d["before"]["runs"][0]["partial"] is None
+    assert r["mean_step_us"] == pytest.approx(_steady_mean_us(run, r["steady_start_step"]))
+    warn = f"AFTER ({run}) is partial: {reason} (after {completed} training steps)"
+    assert d["warnings"][0].startswith(warn)
+    diff = Diff.from_json(json.dumps(d).encode())
+    tail = f"is partial: {reason} (after {completed} training steps)"
+    assert tail in render_diff_markdown(diff) and tail in render_diff_html(diff).replace("&#39;", "'")
+    capsys.readouterr()
+    assert main(["diff", str(RUN_DIR), str(run), "--fail-on-regression", "5"]) == 1
+    err = capsys.readouterr().err
+    assert "regression gate not passed: AFTER" in err and f"is a partial run ({reason})" in " ".join(err.split())
+    # a report JSON of the partial run keeps its device (report-schema run.device) and its stop reason
+    report = tmp_path / "r.json"
+    assert main(["report", str(run), "-o", str(report)]) == 0
+    assert json.loads(report.read_text())["run"]["device"] == "CPU"
+    code, d = _diff(capsys, str(RUN_DIR), str(report), "--fail-on-regression", "50")
+    assert code == 1 and d["after"]["device"] == "CPU" and d["statistics"]["run_noise_pct"] == 14.6
+    assert d["after"]["runs"][0]["partial"] == reason

@@ -32,6 +32,7 @@ class RunEnvironment(msgspec.Struct, kw_only=True):
 
     hostname: str | None = None
     cuda_available: bool | None = None
+    device_name: str | None = None
     torch_threads: int | None = None
     dataloader_workers: int | None = None
 
@@ -290,6 +291,16 @@ def throughput(steps: dict[str, np.ndarray], ss: SteadyState | None, wall_s: flo
     return out
 
 
+def run_device(env: RunEnvironment | None) -> str | None:
+    """The device the run ran on, from ``run.json``'s environment: ``"CPU"`` when CUDA was not available, the
+    first device's name when it was (``"GPU"`` without a name), None when run.json does not say."""
+    if env is None or env.cuda_available is None:
+        return None
+    if not env.cuda_available:
+        return "CPU"
+    return env.device_name or "GPU"
+
+
 _SERIES = ("step", "duration_s", "train_s", "eval_s", "checkpoint_s", "tokens", "samples", "profiler_phase")
 
 
@@ -319,6 +330,7 @@ def run_section(run: RunData) -> RunSection:
         "parameter_count": run.facts.parameter_count,
         "tokens_per_step": run.facts.tokens_per_step,
         "samples_per_step": run.facts.samples_per_step,
+        "device": run_device(run.facts.environment),
         "steps": steps,
         "steady_state": None
         if ss is None

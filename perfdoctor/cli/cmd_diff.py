@@ -54,7 +54,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         type=float,
         metavar="PCT",
         default=None,
-        help="exit 1 when AFTER is slower by more than PCT %% and the 95%% interval excludes 0 (for CI)",
+        help=(
+            "exit 1 when AFTER is slower by more than PCT %% and the 95%% interval excludes 0, or when a side is a "
+            "partial run (it crashed or was interrupted) (for CI)"
+        ),
     )
     p.add_argument(
         "--noise-pct",
@@ -105,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
     from perfdoctor.cli.cmd_report import _check_output, _write_report
     from perfdoctor.cli.console import show_then_exit, stdout_console
     from perfdoctor.diff import stats
-    from perfdoctor.diff.compare import compare, regression
+    from perfdoctor.diff.compare import compare, partial_gate, regression
     from perfdoctor.diff.sides import expand, load_side
     from perfdoctor.diff.stats import signed_pct
     from perfdoctor.errors import PerfDoctorError
@@ -145,8 +148,12 @@ def run(args: argparse.Namespace) -> int:
         else:
             render_diff_terminal(diff, stdout_console(args.width))
 
-    failed = args.fail_on_regression is not None and regression(diff, args.fail_on_regression)
-    code = show_then_exit(show, 1 if failed else 0)
+    gated = args.fail_on_regression is not None
+    failed = gated and regression(diff, args.fail_on_regression)
+    refused = partial_gate(diff) if gated else None
+    code = show_then_exit(show, 1 if failed or refused else 0)
+    if refused and not failed:
+        err.print(f"regression gate not passed: {refused}", highlight=False)
     if failed:
         st = diff.statistics
         basis = (

@@ -34,7 +34,8 @@ VERDICT_WORDS = {
 def _run_facts(side: Side) -> tuple[int, str, int | None]:
     """(ranks, primary device name, parameter count) of one run."""
     ranks = side.model.ranks
-    device = "–"
+    run = steps.run_of(side.model)
+    device = (run.device if run is not None else None) or "–"  # a run without a trace: run.json's device
     if ranks:
         dev = steps.primary_device(ranks[0])
         props = ranks[0].device_properties
@@ -46,7 +47,6 @@ def _run_facts(side: Side) -> tuple[int, str, int | None]:
                 (str(p.name) for p in props if p.id == want and p.name),
                 str(props[0].name) if props and props[0].name else UNKNOWN_GPU,
             )
-    run = steps.run_of(side.model)
     return len(ranks), device, run.parameter_count if run is not None else None
 
 
@@ -62,7 +62,15 @@ def side_info(runs: Sequence[Side], series: Sequence[steps.StepSeries]) -> SideI
         device=device,
         parameter_count=params,
         runs=[
-            RunInfo(r.path, r.kind, int(x.values_us.size), float(x.values_us.mean()), x.steady_start_step)
+            RunInfo(
+                r.path,
+                r.kind,
+                int(x.values_us.size),
+                float(x.values_us.mean()),
+                x.steady_start_step,
+                _partial(r),
+                run.steps_completed if (run := steps.run_of(r.model)) is not None else None,
+            )
             for r, x in zip(runs, series)
         ],
     )
@@ -87,6 +95,41 @@ def _within_side(side: str, runs: Sequence[Side], series: Sequence[steps.StepSer
     return out
 
 
+def _partial(side: Side) -> str | None:
+    """Why a run that did not complete stopped (run.json's ``stop_reason``), None for a complete run or a trace."""
+    run = steps.run_of(side.model)
+    if run is None or not run.partial:
+        return None
+    return run.stop_reason or "the run did not complete"
+
+
+def _partial_notes(b: SideInfo, a: SideInfo) -> list[str]:
+    """A warning per run that did not complete: its steps are those before it stopped."""
+    out = []
+    several = len(b.runs) > 1 or len(a.runs) > 1
+    for side, info in (("BEFORE", b), ("AFTER", a)):
+        for i, r in enumerate(info.runs):
+            if r.partial is None:
+                continue
+            label = f"{side} run {i + 1}" if several else side
+            done = f" (after {r.steps_completed} training steps)" if r.steps_completed is not None else ""
+            out.append(
+                f"{label} ({r.path}) is partial: {r.partial}{done}; it is compared on the steps it ran before it "
+                f"stopped, which may not be the steady state of a complete run"
+            )
+    return out
+
+
+def partial_gate(diff: Diff) -> str | None:
+    """Why ``--fail-on-regression`` cannot pass this diff: a side holds a run that did not complete (a crashed or
+    interrupted run is no evidence that the change is not a regression); None when every run completed."""
+    for side, info in (("BEFORE", diff.before), ("AFTER", diff.after)):
+        for r in info.runs:
+            if r.partial is not None:
+                return f"{side} ({r.path}) is a partial run ({r.partial}): the regression gate cannot pass on it"
+    return None
+
+
 def _window_notes(before: Sequence[Side], after: Sequence[Side]) -> list[str]:
     """Each run whose profiled window disagrees with its run (:func:`perfdoctor.diff.window.window_note`)."""
     several = len(before) > 1 or len(after) > 1
@@ -102,7 +145,7 @@ def _window_notes(before: Sequence[Side], after: Sequence[Side]) -> list[str]:
 def _warnings(b: SideInfo, a: SideInfo, before: Sequence[Side], after: Sequence[Side]) -> list[str]:
     """What makes the two sides less comparable ("compare what can be compared"), on their first runs."""
     out = []
-    if b.n_ranks != a.n_ranks:
+    if b.n_ranks != a.n_ranks and b.n_ranks and a.n_ranks:  # 0 ranks: a run without a trace, no rank count
         out.append(
             f"different rank counts: BEFORE has {b.n_ranks}, AFTER {a.n_ranks}; the step time is the job's "
             "(longest rank per step), per-rank rows cover the ranks both sides have"
@@ -272,6 +315,7 @@ def compare(
     warnings = list(
         dict.fromkeys(
             [
+                *_partial_notes(info_b, info_a),
                 *_window_notes(b_runs, a_runs),
                 *notes,
                 *_warnings(info_b, info_a, b_runs, a_runs),

@@ -25,13 +25,18 @@ class Pair(msgspec.Struct, frozen=True):
 
 class RunInfo(msgspec.Struct, frozen=True):
     """One run of a side: its path and kind, the steps compared from it and their mean (µs); ``steady_start_step``
-    the first step of its steady state when its steps are a run's step series (None for trace steps)."""
+    the first step of its steady state when its steps are a run's step series (None for trace steps);
+    ``partial``: why a run that did not complete stopped (run.json's ``stop_reason``, e.g. "script raised
+    RuntimeError: boom at step 30", "interrupted (Ctrl-C)"), None for a complete run or a trace;
+    ``steps_completed``: the training steps it ran (run.json)."""
 
     path: str
     kind: str
     steps: int
     mean_step_us: float
     steady_start_step: int | None = None
+    partial: str | None = None
+    steps_completed: int | None = None
 
 
 class SideInfo(msgspec.Struct, frozen=True):

@@ -40,9 +40,11 @@ class StepSeries:
 
 
 def is_cpu(model: Report) -> bool:
-    """Every rank was analysed on the host only (no GPU activity): a CPU trace, run or report."""
+    """Every rank was analysed on the host only (no GPU activity): a CPU trace, run or report; a run without a
+    trace (it crashed or was interrupted before its profiled window): run.json says CUDA was not available."""
     if not model.ranks:
-        return False
+        run = run_of(model)
+        return run is not None and run.device == "CPU"
     devices = [primary_device(r) for r in model.ranks]
     return all(d is not None and d.kind == "cpu" for d in devices)
 

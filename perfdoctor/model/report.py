@@ -507,6 +507,7 @@ class RunSection(Section, kw_only=True):
     steady_state: SteadyStateSection | None
     throughput: dict[str, Throughput]
     non_training: NonTraining
+    device: str | None = None  # run.json environment: "CPU", the GPU's name, "GPU"; None when it does not say
 
 
 class FailedRank(Section, kw_only=True):

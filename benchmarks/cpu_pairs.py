@@ -3,20 +3,29 @@ several runs per side (``python benchmarks/replay_pairs.py --cpu`` prints them a
 
 Each pair is one problem flag on ("before") and off ("after"), same process settings (``OMP_NUM_THREADS=1``, so
 the only threads are the ones a pair asks for). A larger-batch pair's "after" level is per step of the "before"
-side's batch (÷ how many of its batches one "after" step holds), as PD201 states its saving. The sides are
-recorded interleaved, A B A B A B, so a drift of the
-shared machine hits both. Per run, its level is the median of its unprofiled steady steps (steps.csv rows from a
-third of the run on, profiler phase "none"): the median, because other jobs on the machine add bursts of slow
-steps. Measured change = mean before level − mean after level; noise = two standard errors of that difference from
-the between-run spread of each side's levels (Welch: sqrt(s_b²/n_b + s_a²/n_a)), so run-to-run noise is measured,
-not assumed. The prediction is what the report says for the run directory (mean over the "before" runs): the
-transformation replayed on the run's unprofiled step, with the profiler's per-event overhead measured on that run
-removed in the replay (:mod:`perfdoctor.replay.unprofiled`; the scaled fallback where it cannot be estimated),
-saving = that step − that step with the fix. The "window" column is the saving on the profiled window, unchanged.
+side's batch (÷ how many of its batches one "after" step holds), as PD201 states its saving. Runs come in blocks of two, the sides alternating in order
+(A B, B A, A B, ...: a counterbalanced design), so a drift of the shared machine hits both sides and a steady
+drift cancels over two blocks. Per run, its level is the median of its unprofiled steady steps (steps.csv rows
+from a third of the run on, profiler phase "none"): the median, because other jobs on the machine add bursts of
+slow steps. Per block, the difference before − after; measured change = the mean of the block differences; noise
+= two standard errors of that mean (2 × sd / √blocks, between blocks), so run-to-run noise is measured, not
+assumed, and the load the two runs of a block share cancels in their difference.
 
-Verdict: "cannot separate" when the measured change is within its noise and the prediction is too (the runs
-cannot tell the fix from no change); "MISS" when the prediction lies outside the noise of a change the runs do
-not show; otherwise "within 25%" of a measured change above its noise, "within noise", or "MISS".
+Blocks are added until the pair is decided or a bound is reached (``max_blocks``, ``budget_s`` per pair; at least
+``min_blocks``): decided when the change exceeds its noise, when the prediction lies outside the noise of a
+change the runs do not show, or when the noise is under :data:`RESOLUTION` of the before level (then "no change":
+smaller than most rules would report). Stopping once decided makes the 2 SE band an
+approximate one (sequential testing), which the verdict names.
+
+The prediction is what the report says for the run directory (mean over the "before" runs): the transformation
+replayed on the run's unprofiled step, with the profiler's per-event overhead measured on that run removed in the
+replay (:mod:`perfdoctor.replay.unprofiled`; the scaled fallback where it cannot be estimated), saving = that step −
+that step with the fix. The "window" column is the saving on the profiled window, unchanged.
+
+Verdict, per the module of replay_pairs.py: "within 25%" of a measured change above its noise, "within noise", or
+"MISS"; for a change within its noise: "MISS (runs show no such change)" when the prediction lies outside it, "no
+change (< 3% of step), as predicted" when the noise is under :data:`RESOLUTION` of the step, else "cannot
+separate".
 """
 
 from __future__ import annotations
@@ -26,7 +35,8 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -50,6 +60,10 @@ from perfdoctor.trace import load_trace  # noqa: E402
 from perfdoctor.trace.tables import TraceTables  # noqa: E402
 
 CpuTransform = Callable[[RankReplay, TraceTables, RunData], WhatIf]
+# the smallest change (fraction of the before level) the runs must be able to resolve for "no change" to be a
+# verdict: 3% of the step, the median of the rules' thresholds for a saving worth a finding (rules/*.toml
+# min_saving_pct: 1-15%, median 3%)
+RESOLUTION = 0.03
 
 
 def _threads(rr: RankReplay, t: TraceTables, run: RunData) -> WhatIf:
@@ -139,22 +153,37 @@ def _predict(run: RunData, pair: CpuPair) -> tuple[float, float, str, str]:
     return saving, window, w.assumption, how
 
 
-def verdict(pred: float, meas: float, noise: float) -> str:
-    """The module docstring's verdict of a prediction against a measured change and its noise (µs)."""
+def verdict(pred: float, meas: float, noise: float, level: float = float("inf")) -> str:
+    """The module docstring's verdict of a prediction against a measured change and its noise (µs), with the
+    before level (µs) that sets the resolution of a "no change" result."""
     if abs(meas) <= noise:
-        return "cannot separate" if abs(pred - meas) <= noise else "MISS (runs show no such change)"
+        if abs(pred - meas) > noise:
+            return "MISS (runs show no such change)"
+        if noise <= RESOLUTION * level:
+            return f"no change (< {RESOLUTION:.0%} of step), as predicted"
+        return "cannot separate"
     if abs(pred - meas) <= 0.25 * abs(meas):
         return "within 25%"
     return "within noise" if abs(pred - meas) <= noise else "MISS"
 
 
-def compare(pair: CpuPair, runs: int = 3, steps: int = 60) -> dict[str, Any]:
-    """Record ``runs`` interleaved runs per side; the measured change, its noise and the prediction (µs)."""
+def _decided(pred: float, meas: float, noise: float, level: float) -> bool:
+    return verdict(pred, meas, noise, level) != "cannot separate"
+
+
+def compare(
+    pair: CpuPair, min_blocks: int = 3, steps: int = 60, max_blocks: int = 8, budget_s: float = 420.0
+) -> dict[str, Any]:
+    """Record blocks of one run per side (order alternating) until the pair is decided or a bound is reached; the
+    measured change, its noise and the prediction (µs)."""
     levels: dict[str, list[float]] = {"before": [], "after": []}
     preds, windows, hows, assumption = [], [], [], ""
+    t0 = time.monotonic()
     with tempfile.TemporaryDirectory() as tmp:
-        for i in range(runs):
-            for side, flags in (("before", pair.before), ("after", pair.after)):
+        i = 0
+        while True:
+            order = (("before", pair.before), ("after", pair.after))
+            for side, flags in order if i % 2 == 0 else order[::-1]:
                 run = _profile(Path(tmp) / f"{side}{i}", flags, steps)
                 levels[side].append(_level(run, steps) / (pair.after_batches if side == "after" else 1.0))
                 if side == "before":
@@ -163,33 +192,47 @@ def compare(pair: CpuPair, runs: int = 3, steps: int = 60) -> dict[str, Any]:
                     windows.append(window)
                     hows.append(how)
                 shutil.rmtree(run.path, ignore_errors=True)
+            i += 1
+            if i < max(min_blocks, 2):
+                continue
+            d = np.asarray(levels["before"]) - np.asarray(levels["after"])
+            noise = 2.0 * float(d.std(ddof=1)) / np.sqrt(d.size)
+            level = float(np.mean(levels["before"]))
+            if _decided(float(np.mean(preds)), float(d.mean()), noise, level) or i >= max_blocks:
+                break
+            if time.monotonic() - t0 > budget_s:
+                break
     b, a = np.asarray(levels["before"]), np.asarray(levels["after"])
-    noise = 2.0 * float(np.sqrt(b.var(ddof=1) / b.size + a.var(ddof=1) / a.size))
     return {
         "pred": float(np.mean(preds)),
         "preds": preds,
         "window": float(np.mean(windows)),
         "hows": hows,
-        "meas": float(b.mean() - a.mean()),
+        "meas": float(d.mean()),
         "noise": noise,
+        "level": level,
         "before": b.tolist(),
         "after": a.tolist(),
+        "seconds": time.monotonic() - t0,
         "assumption": assumption,
     }
 
 
-def rows(runs: int = 3, steps: int = 60, only: str | None = None) -> list[str]:
-    """One table row per CPU pair (ms), in replay_pairs.py's columns; ``only``: the pairs whose name holds it."""
-    out = []
+def rows(
+    runs: int = 3, steps: int = 60, max_blocks: int = 8, budget_s: float = 420.0, only: str | None = None
+) -> Iterator[str]:
+    """One table row per CPU pair (ms), in replay_pairs.py's columns (``runs``: blocks at least), each as soon as
+    its pair is done; ``only``: the pairs whose name holds it."""
     for pair in CPU_PAIRS:
         if only and only not in pair.name:
             continue
-        r = compare(pair, runs, steps)
+        r = compare(pair, runs, steps, max_blocks, budget_s)
         lv = "/".join(f"{x / 1e3:.1f}" for x in r["before"]) + " -> " + "/".join(f"{x / 1e3:.1f}" for x in r["after"])
         pr = "/".join(f"{x / 1e3:.2f}" for x in r["preds"])
-        out.append(
+        v = verdict(r["pred"], r["meas"], r["noise"], r["level"])
+        yield (
             f"{pair.name:62} {r['pred'] / 1e3:10.2f} {r['meas'] / 1e3:10.2f} {r['noise'] / 1e3:8.2f} "
-            f"{verdict(r['pred'], r['meas'], r['noise']):28} runs {lv} ms; predicted per run {pr} ms "
-            f"({', '.join(r['hows'])}; on the profiled window {r['window'] / 1e3:.2f} ms); {r['assumption']}"
+            f"{v:28} {len(r['before'])} blocks in {r['seconds']:.0f} s (sequential: 2 SE approximate); runs "
+            f"{lv} ms; predicted per run {pr} ms ({', '.join(r['hows'])}; on the profiled window "
+            f"{r['window'] / 1e3:.2f} ms); {r['assumption']}"
         )
-    return out

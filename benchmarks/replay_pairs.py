@@ -7,10 +7,16 @@ the noise is two standard errors of that difference (None for one-step traces: s
 from noise). A prediction is good when within 25% of the measured change or within the noise.
 
 ``--cpu`` also records CPU pairs with ``perfdoctor profile`` on examples/mlp.py (problem flag on / off, same
-settings; ``--runs`` runs per side, interleaved): see benchmarks/cpu_pairs.py for how their change, its noise
-(measured between runs) and their verdict are computed.
+settings; blocks of one run per side, at least ``--runs`` and at most ``--max-blocks``, added until the pair is
+decided or ``--budget-s`` per pair is spent): see benchmarks/cpu_pairs.py for how their change, its noise
+(measured between blocks) and their verdict are computed.
 
-Usage: python benchmarks/replay_pairs.py [--cpu [--runs N]]
+``--steps`` prints, per step of the ResNet50 pair, what the prefetch what-if models and what it cannot see: the
+predicted step beside the "after" trace's, the after side's hand-off (DataLoader ``__next__`` start to the batch's
+host→device copy call), that copy's host call and device time, and how much slower the after side's host ops ran
+than the same ops in the before trace (median over ops of the ratio to that op name's median before).
+
+Usage: python benchmarks/replay_pairs.py [--cpu [--runs N] [--max-blocks N] [--budget-s S]] [--steps]
 """
 
 from __future__ import annotations
@@ -97,7 +103,7 @@ def _verdict(pred: float, meas: float, noise: float | None, confound: str = "") 
 
 
 def _row(name: str, pred: float, meas: float, noise: float | None, extra: str = "", confound: str = "") -> str:
-    nz = f"{noise / 1e3:8.2f}" if noise is not None else "     n/a"
+    nz = f"{noise / 1e3:8.2f}" if noise is not None else "  1 step"
     verdict = _verdict(pred, meas, noise, confound)
     return f"{name:62} {pred / 1e3:10.2f} {meas / 1e3:10.2f} {nz} {verdict:28} {extra}"
 
@@ -182,18 +188,102 @@ def gpu_pairs() -> list[str]:
     return rows
 
 
+def _h2d_batch_copies(t: TraceTables, fetch_end: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per fetch, the largest host→device copy launched after it (within 20 ms): its runtime call's start and
+    duration and the copy's device duration (µs; nan where none)."""
+    from perfdoctor.analysis.classify import classify_kernel
+
+    mc, rt = t.memcpy, t.runtime
+    h2d = np.array([classify_kernel(t.names[i]).direction == "h2d" for i in mc["name_id"].tolist()], dtype=bool)
+    by_corr = {int(c): i for i, c in enumerate(rt["correlation"].tolist())}
+    out = np.full((3, fetch_end.size), np.nan)
+    for k, fe in enumerate(fetch_end.tolist()):
+        best = -1.0
+        for i in np.flatnonzero(h2d).tolist():
+            r = by_corr.get(int(mc["correlation"][i]), -1)
+            if r < 0 or not fe <= rt["ts_us"][r] < fe + 20_000 or mc["bytes"][i] <= best:
+                continue
+            best = float(mc["bytes"][i])
+            out[:, k] = (rt["ts_us"][r], rt["dur_us"][r], mc["dur_us"][i])
+    return out[0], out[1], out[2]
+
+
+def _host_op_ratio(t: TraceTables, ref: dict[int, float], names: list[str], a: float, b: float, pid: int) -> float:
+    """Median over the step's host ops (``[a, b)`` µs, process ``pid``) of duration ÷ the before trace's median
+    duration of the same op name (``ref``: name → µs)."""
+    ops = t.cpu_ops
+    m = (ops["ts_us"] >= a) & (ops["ts_us"] < b) & (ops["pid"] == pid)
+    r = [
+        float(d) / ref[names[int(n)]]
+        for n, d in zip(ops["name_id"][m].tolist(), ops["dur_us"][m].tolist(), strict=True)
+        if names[int(n)] in ref
+    ]
+    return float(np.median(r)) if r else float("nan")
+
+
+def resnet_steps() -> list[str]:
+    """Per step of the ResNet50 V100 pair: predicted vs after, and what the after side spent that the prediction
+    does not see (see the module docstring)."""
+    pb, pa = SHARED / PAIRS[0][1], SHARED / PAIRS[0][2]
+    if not (pb.exists() and pa.exists()):
+        return ["ResNet50 V100 pair: traces absent"]
+    b_us, rr, tb = _steps_us(pb)
+    a_us, rra, ta = _steps_us(pa)
+    pred = rr.step_times(PAIRS[0][3](rr, tb).scenario)
+    nb = tb.names
+    ops = tb.cpu_ops
+    durs: dict[str, list[float]] = {}
+    for n, d in zip(ops["name_id"].tolist(), ops["dur_us"].tolist(), strict=True):
+        durs.setdefault(nb[int(n)], []).append(float(d))
+    ref = {k: float(np.median(v)) for k, v in durs.items() if len(v) >= 30 and np.median(v) > 0}
+    rows = [
+        "ResNet50 V100 num_workers 0 -> 4, per step (ms; host-op ratio: after ÷ before, median over ops)",
+        f"{'step':>4} {'before':>8} {'pred':>8} {'after':>8} {'after-pred':>10} {'handoff':>8} {'copy call':>9} "
+        f"{'copy dev':>8} {'host ops':>8}",
+    ]
+    out = []
+    for side, t, r in (("before", tb, rr), ("after", ta, rra)):
+        fs, fe = host.ranges_named(t, host.DATALOADER)
+        pid = r.windows.pid
+        own = (fs >= r.windows.host_start_us[0]) & (fs < r.windows.host_end_us[-1])
+        fs, fe = fs[own], fe[own]
+        call, call_dur, dev = _h2d_batch_copies(t, fe)
+        ratio = [
+            _host_op_ratio(t, ref, t.names, a, b, pid)
+            for a, b in zip(r.windows.host_start_us.tolist(), r.windows.host_end_us.tolist(), strict=True)
+        ]
+        out.append((side, (call - fs) / 1e3, call_dur / 1e3, dev / 1e3, np.asarray(ratio)))
+    _, hb, cb, db, rb = out[0]
+    _, ha, ca, da, ra = out[1]
+    for k in range(a_us.size):
+        rows.append(
+            f"{k:>4} {b_us[k] / 1e3:8.2f} {pred[k] / 1e3:8.2f} {a_us[k] / 1e3:8.2f} {(a_us[k] - pred[k]) / 1e3:10.2f} "
+            f"{ha[k]:8.2f} {ca[k]:9.2f} {da[k]:8.2f} {ra[k]:8.2f}"
+        )
+    rows.append(
+        f"before, median of steps: fetch->copy call {np.median(hb):.2f} ms (the fetch itself), copy call "
+        f"{np.median(cb):.2f} ms, copy on device {np.median(db):.2f} ms, host-op ratio {np.median(rb):.2f}"
+    )
+    return rows
+
+
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cpu", action="store_true", help="also record and compare the CPU example pairs")
-    ap.add_argument("--runs", type=int, default=3, help="CPU runs per side, interleaved (default 3)")
+    ap.add_argument("--runs", type=int, default=3, help="CPU blocks (one run per side) at least (default 3)")
+    ap.add_argument("--max-blocks", type=int, default=8, help="CPU blocks at most (default 8)")
+    ap.add_argument("--budget-s", type=float, default=420.0, help="seconds per CPU pair before it stops adding blocks")
+    ap.add_argument("--steps", action="store_true", help="also print the ResNet50 pair step by step")
     args = ap.parse_args(argv)
     print(f"{'pair':62} {'pred ms':>10} {'meas ms':>10} {'2SE ms':>8} {'verdict':28} detail")
     for r in gpu_pairs() + moe_pairs():
         print(r, flush=True)
+    if args.steps:
+        print("\n".join(resnet_steps()), flush=True)
     if args.cpu:
         from cpu_pairs import rows  # benchmarks/ is the script's directory
 
-        for r in rows(args.runs):
+        for r in rows(args.runs, max_blocks=args.max_blocks, budget_s=args.budget_s):
             print(r, flush=True)
     return 0
 

@@ -65,7 +65,10 @@ def test_validated_facts_on_shared_traces():
     codes = {n: {f["code"]: f for f in v["findings"]} for n, v in g.items() if "findings" in v}
     nw0 = codes["kineto__resnet50_num_workers_0__worker0.pt.trace.json.gz"]
     nw4 = codes["kineto__resnet50_num_workers_4__worker0.pt.trace.json.gz"]
-    assert nw0["PD101"]["saving_pct"] == pytest.approx(33.4, abs=0.5)  # tb-profiler: DataLoader 33.4% of step
+    # tb-profiler: DataLoader 33.4% of the step. Prefetching saves that share at most, less the hand-off of a
+    # 19,267,584 B batch from a worker: at most (0.25 + 0.074 ns/B, the HANDOFF_*_NS_PER_BYTE) × 19.27 MB = 6.24 ms
+    # per step, 3.5% of the 177.6 ms step (tb-profiler's mean), when no device work hides any of it
+    assert 33.4 - 3.5 - 0.5 <= nw0["PD101"]["saving_pct"] <= 33.4 + 0.5
     assert "PD101" not in nw4  # tb-profiler: 0.84%
     # V100, FP32 convolutions: tb-profiler advises AMP, but replayed with each costed FP32 conv at its fp16
     # tensor-core floor (19 ms/step less device time) the steps shrink 2.7 / 1.4 ms: the DataLoader (num_workers=0)

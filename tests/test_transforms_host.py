@@ -18,7 +18,13 @@ from tracebuilder import TraceBuilder
 from perfdoctor.analysis import host
 from perfdoctor.analysis.steps import find_steps
 from perfdoctor.replay.rank import replay_rank
-from perfdoctor.replay.transforms.host import batch_copies, prefetch_dataloader
+from perfdoctor.replay.transforms.host import (
+    HANDOFF_FREE_NS_PER_BYTE,
+    HANDOFF_READ_NS_PER_BYTE,
+    batch_copies,
+    fetched_batches,
+    prefetch_dataloader,
+)
 from perfdoctor.trace import load_trace
 
 NEXT = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
@@ -134,3 +140,87 @@ def test_d2h_pair_predicted_within_a_quarter_of_the_measured_change() -> None:
     w = batch_copies(rr, tables, host.synchronization(tables))
     predicted = float((rr.recorded_step_us - rr.step_times(w.scenario)).mean())
     assert abs(predicted - measured) <= 0.25 * measured, (predicted, measured)
+
+
+def _fetch_then_copy(fetch: str) -> TraceBuilder:
+    """Step [0, 3000): ``fetch`` [0, 1000); the batch's pageable H2D copy of 1,000,000 B, its call [1010, 1510)
+    and the copy [1020, 1500) on the device; a kernel launched at 1600 runs [1610, 2610), a device sync
+    [1610, 2615) waits for it; host work [2620, 3000)."""
+    tb = TraceBuilder()
+    tb.step(1, 0, 3000)
+    tb.annotation(fetch, 0, 1000)
+    tb.memcpy(1010, 1020, 480, kind="HtoD (Pageable -> Device)", nbytes=1_000_000, launch_dur=500)
+    tb.launch("k", 1600, 1610, 1000)
+    tb.runtime("cudaDeviceSynchronize", 1610, 1005)
+    tb.cpu_op("aten::mul", 2620, 380)
+    return tb
+
+
+def test_prefetch_hand_off_frees_and_faults_in_the_batch_it_copies(tmp_path: Path) -> None:
+    # _fetch_then_copy: the hand-off keeps HANDOFF_FREE_NS_PER_BYTE × 1e6 B of the fetch (freeing the previous
+    # batch's shared memory) and the copy takes HANDOFF_READ_NS_PER_BYTE × 1e6 B longer (the fresh mapping's page
+    # faults): every later event moves by −(1000 − free) + read
+    rr, tables = _replay(_fetch_then_copy(NEXT), tmp_path)
+    assert rr.replayed_step_us.tolist() == [3000.0]
+    free_us, read_us = HANDOFF_FREE_NS_PER_BYTE * 1e6 / 1e3, HANDOFF_READ_NS_PER_BYTE * 1e6 / 1e3
+    w = prefetch_dataloader(rr, tables)
+    assert rr.step_times(w.scenario).tolist() == pytest.approx([3000.0 - (1000.0 - free_us) + read_us])
+    assert "a 1.0 MB batch" in w.assumption
+    # a hand-off given as a number keeps that much of each fetch and leaves the copy alone: 3000 − 1000
+    assert rr.step_times(prefetch_dataloader(rr, tables, residual_us=0.0).scenario).tolist() == [2000.0]
+
+
+def test_a_fetch_from_workers_already_holds_its_hand_off(tmp_path: Path) -> None:
+    # the same step fetched by _MultiProcessingDataLoaderIter: the batch came from a worker, its hand-off is in the
+    # recording; the fetch goes (3000 − 1000) and the copy keeps its time
+    rr, tables = _replay(_fetch_then_copy("enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__"), tmp_path)
+    assert rr.step_times(prefetch_dataloader(rr, tables).scenario).tolist() == [2000.0]
+
+
+def test_fetched_batches_are_the_copies_between_the_fetch_and_the_next_kernel() -> None:
+    # ResNet50 V100, num_workers=0: after each DataLoader __next__ the loop copies the images and the labels to the
+    # device before the first conv. From the raw JSON: per analysed step, the Memcpy HtoD bytes whose
+    # cudaMemcpyAsync (matched by correlation id) starts after the step's __next__ ends and before its first
+    # cudaLaunchKernel
+    name = "kineto__resnet50_num_workers_0__worker0.pt.trace.json.gz"
+    with gzip.open(shared_trace(name), "rt") as fh:
+        ev = [e for e in json.load(fh)["traceEvents"] if e.get("ph") == "X"]
+    call = {e["args"]["correlation"]: e["ts"] for e in ev if e.get("cat") == "Runtime"}
+    expected = []
+    for s in (e for e in ev if e["name"].startswith("ProfilerStep#")):
+        fetch = next(e for e in ev if e["name"].startswith("enumerate(DataLoader)") and e["ts"] >= s["ts"])
+        end = fetch["ts"] + fetch["dur"]
+        first_launch = min(e["ts"] for e in ev if e["name"] == "cudaLaunchKernel" and e["ts"] >= end)
+        expected.append(
+            sum(
+                e["args"]["bytes"]
+                for e in ev
+                if e["name"].startswith("Memcpy HtoD") and end <= call[e["args"]["correlation"]] < first_launch
+            )
+        )
+    assert expected == [19_267_584 + 256] * 6  # 32×3×224×224 fp32 images and 32 int64 labels
+    tables = load_trace(str(shared_trace(name)))
+    rr = replay_rank(tables, find_steps(tables))
+    s, e = host.ranges_named(tables, host.DATALOADER)
+    nbytes, copies = fetched_batches(rr, tables, e)
+    assert nbytes.tolist() == expected and copies.size == 12
+
+
+def test_combined_fixes_keep_a_stretched_copy() -> None:
+    # recorded durations [100, 100, 100] µs. A stretches activity 0 to 150 (the hand-off's slower batch copy), B
+    # shortens activity 1 to 50 and leaves 0 alone, C shortens activity 0 to 80: together A and B give [150, 50,
+    # 100] (B's recorded 100 for activity 0 is no change, so A's 150 stands); all three [80, 50, 100] (two fixes
+    # change activity 0: the shorter)
+    import numpy as np
+
+    from perfdoctor.replay.simulate import Scenario
+    from perfdoctor.replay.transforms import WhatIf, combine
+
+    rec = np.array([100.0, 100.0, 100.0])
+
+    def w(name: str, dur: list[float]) -> WhatIf:
+        return WhatIf(name, Scenario(name, act_dur_us=np.array(dur)), name, "test")
+
+    a, b, c = w("A", [150, 100, 100]), w("B", [100, 50, 100]), w("C", [80, 100, 100])
+    assert combine("AB", [a, b], 3, 0, rec).scenario.act_dur_us.tolist() == [150.0, 50.0, 100.0]  # type: ignore[union-attr]
+    assert combine("ABC", [a, b, c], 3, 0, rec).scenario.act_dur_us.tolist() == [80.0, 50.0, 100.0]  # type: ignore[union-attr]

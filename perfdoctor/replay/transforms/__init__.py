@@ -50,10 +50,12 @@ def merge_cuts(*cuts: dict[int, Intervals]) -> dict[int, Intervals]:
 
 
 def combine(name: str, parts: list[WhatIf], n_act: int, n_blk: int, act_dur_us: np.ndarray) -> WhatIf:
-    """All transformations at once: the shortest duration any of them gives an activity, every host cut, every
-    removed wait (``act_dur_us``: the recorded durations). The peers move when every part moves them; when only
-    some do, ``peers_with`` holds those parts combined (the peers get them, not the rank-specific rest)."""
+    """All transformations at once: the duration a transformation gives an activity (the shortest where several
+    change it: a stretched copy stays stretched beside a fix that leaves it alone), every host cut, every removed
+    wait (``act_dur_us``: the recorded durations). The peers move when every part moves them; when only some do,
+    ``peers_with`` holds those parts combined (the peers get them, not the rank-specific rest)."""
     dur = act_dur_us.copy()
+    changed = np.zeros(act_dur_us.size, dtype=bool)
     removed = np.zeros(n_blk, dtype=bool)
     dep_removed = np.zeros(n_act, dtype=bool)
     xdep_removed: np.ndarray | None = None
@@ -72,7 +74,10 @@ def combine(name: str, parts: list[WhatIf], n_act: int, n_blk: int, act_dur_us: 
         if p.scenario.act_dep_removed is not None:
             dep_removed |= p.scenario.act_dep_removed
         if p.scenario.act_dur_us is not None:
-            dur = np.minimum(dur, p.scenario.act_dur_us)
+            d = np.asarray(p.scenario.act_dur_us, dtype=np.float64)
+            ch = d != act_dur_us
+            dur = np.where(ch & changed, np.minimum(dur, d), np.where(ch, d, dur))
+            changed |= ch
         if p.scenario.blk_removed is not None:
             removed |= p.scenario.blk_removed
     sc = Scenario(

@@ -14,6 +14,9 @@ from perfdoctor.replay.transforms import WhatIf, merge_cuts
 from perfdoctor.trace.tables import TraceTables
 
 DATALOADER = re.compile(r"^enumerate\(DataLoader\)#.*__next__|DataLoader.*__next__|^DataLoader")
+# a fetch from worker processes (torch's _MultiProcessingDataLoaderIter): its batch already arrives through shared
+# memory, so the recording holds the hand-off's costs
+WORKER_FETCH = re.compile(r"MultiProcessingDataLoaderIter")
 OPTIMIZER_STEP = re.compile(r"^Optimizer\.step#")
 # launches a fused (``fused=True``) or foreach optimizer step issues per parameter group and dtype: torch's
 # _fused_adam/_foreach_* kernels are launched per tensor-list chunk; 10 per step is a generous allowance
@@ -64,6 +67,31 @@ def remove_syncs(rr: RankReplay, calls: Intervals) -> WhatIf:
 
 
 POOL_PASSES = 4  # replays that add back a worker pool's throughput deficit (a host-bound step converges in one)
+# What the training process pays to receive one batch from a DataLoader worker through shared memory, beyond what
+# it pays with num_workers=0: benchmarks/dataloader_handoff.py, with a real DataLoader on this project's 2-core
+# build machine (torch 2.13 CPU; minimum over 20 batches of 2, 8 and 16 MiB, a line through them, median of 3
+# repeats: 0.217-0.254 and 0.059-0.083 ns/byte): constants of that machine, not of the trace's. Per byte of the
+# batch: releasing the previous batch's shared-memory segment (munmap, where num_workers=0 frees a heap block),
+# host time at the fetch; and the page faults of the first read of the fresh mapping, which the pageable
+# ``.to(device)`` copy takes in the CUDA driver's staging memcpy: it stretches that copy (the ResNet50 V100
+# num_workers=4 trace shows both: 2.6 ms between __next__ and the copy, where num_workers=0 has 0.06 ms, and the
+# 19.3 MB copy at 6.5 GB/s where it ran at 9.9 GB/s). HANDOFF_US, the rest of a batch's hand-off (the __next__ of
+# a batch already waiting: queue get, unpickle, map; and the lines' intercepts), is stated, not modelled: about a
+# millisecond there, 0.08 ms in that trace's __next__, under a millisecond of a fetch that a prefetch is worth
+# modelling for.
+HANDOFF_US = 1300.0
+HANDOFF_FREE_NS_PER_BYTE = 0.25
+HANDOFF_READ_NS_PER_BYTE = 0.074
+# what the trace of a num_workers=0 run cannot show, said with every prefetch saving (benchmarks/replay_pairs.py
+# --steps: the ResNet50 V100 pair's per-step evidence)
+CONTENTION = (
+    "not modelled, as the trace records neither the machine's cores nor the workers: their competition with the "
+    "training process for cores, memory bandwidth and clock, which slows its host work (ResNet50 V100, 4 workers: "
+    "host ops 4-11% slower in typical steps, 21-32% in two, one batch copy stalled 37 ms), so the step can come out "
+    "longer than replayed"
+)
+HANDOFF_FREE_NS_PER_BYTE = 0.3
+HANDOFF_READ_NS_PER_BYTE = 0.08
 
 
 def _per_window(ts_us: np.ndarray, rr: RankReplay) -> np.ndarray:
@@ -73,12 +101,48 @@ def _per_window(ts_us: np.ndarray, rr: RankReplay) -> np.ndarray:
     return np.where((k >= 0) & (ts_us < w.host_end_us[np.maximum(k, 0)]), k, -1)
 
 
+def fetched_batches(rr: RankReplay, tables: TraceTables, fetch_end_us: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The batch of each fetch as far as the trace shows it: the host→device copies the step's process launches
+    after the fetch ends and before its next kernel launch (the batch's ``.to(device)``; ResNet50 V100: 19,267,584
+    + 256 bytes, the 32×3×224×224 fp32 images and the labels).
+
+    Returns:
+        (bytes per fetch, shape of ``fetch_end_us``: 0 where no such copy follows, a CPU-only trace or a batch the
+        host consumes, whose size the trace does not show; graph activity indices of those copies)
+    """
+    from perfdoctor.analysis.classify import classify_kernel
+
+    g = rr.graph
+    out = np.zeros(fetch_end_us.size)
+    mine = (g.act_launch >= 0) & ((g.act_pid == rr.windows.pid) if rr.windows.pid >= 0 else True)
+    kl = np.sort(g.act_launch_ts_us[mine & (g.act_table == ACT_TABLES.index("kernels"))])
+    mc = np.flatnonzero(mine & (g.act_table == ACT_TABLES.index("memcpy")))
+    if mc.size == 0 or fetch_end_us.size == 0:
+        return out, np.empty(0, dtype=np.int64)
+    name_id = tables.memcpy["name_id"][g.act_row[mc]]
+    h2d = [i for i in set(name_id.tolist()) if classify_kernel(tables.names[i]).direction == "h2d"]
+    mc = mc[np.isin(name_id, h2d)]
+    lt, nb = g.act_launch_ts_us[mc], tables.memcpy["bytes"][g.act_row[mc]].clip(0).astype(np.float64)
+    nxt = np.searchsorted(kl, fetch_end_us, side="left")
+    until = np.where(nxt < kl.size, kl[np.minimum(nxt, kl.size - 1)], np.inf)
+    picked = []
+    for i, (a, b) in enumerate(zip(fetch_end_us.tolist(), until.tolist(), strict=True)):
+        m = (lt >= a) & (lt < b)
+        out[i] = float(nb[m].sum())
+        picked.append(mc[m])
+    return out, np.concatenate(picked) if picked else np.empty(0, dtype=np.int64)
+
+
 def prefetch_dataloader(
-    rr: RankReplay, tables: TraceTables, residual_us: float = 0.0, workers: int | None = None
+    rr: RankReplay, tables: TraceTables, residual_us: float | None = None, workers: int | None = None
 ) -> WhatIf:
-    """Every DataLoader ``__next__`` on the step's process becomes a queue hand-off of ``residual_us``, as long as
+    """Every DataLoader ``__next__`` on the step's process becomes a hand-off of a batch from a worker, as long as
     a pool of ``workers`` processes keeps up.
 
+    The hand-off keeps ``residual_us`` of each fetch; by default (None)
+    :data:`HANDOFF_FREE_NS_PER_BYTE` × the batch's bytes (:func:`fetched_batches`), at most the recorded fetch, and
+    the batch's host→device copies take :data:`HANDOFF_READ_NS_PER_BYTE` × their bytes longer; nothing for a fetch
+    that already came from workers (:data:`WORKER_FETCH`: the recording holds its hand-off).
     Each worker loads a whole batch (``__getitem__`` per sample and the collate) in the time the main process
     took for it here, the fetch's recorded duration ``L``; ``W`` workers deliver at most one batch per ``L / W``,
     so a step that fetches ``n`` batches lasts at least ``n × L / W`` (mean ``L`` of the analysed steps: the
@@ -87,34 +151,59 @@ def prefetch_dataloader(
     queued device work). ``workers=None``: enough workers that the bound never binds; the assumption then names
     the fewest that suffice, ``⌈L / replayed step⌉``.
 
-    Not modelled, as the trace cannot show them: the workers' competition with the main process for CPU cores
-    (the trace does not record how many the machine has; assumed at least ``W + 1`` free) and the main
-    process's hand-off cost beyond ``residual_us`` (receiving the batch's shared-memory tensors).
+    Not modelled, as the trace cannot show them: the workers' competition with the main process for CPU cores and
+    memory bandwidth (the trace does not record how many cores the machine has; assumed at least ``W + 1`` free;
+    on the ResNet50 V100 pair the "after" trace's host ops ran 10-30% slower than the "before" trace's in its
+    typical steps and up to 90% slower in one, and one copy stalled 37 ms), and a batch size the trace does not
+    show (no host→device copy after the fetch: the per-byte hand-off is not counted).
     Source: PyTorch DataLoader docs, multi-process data loading (``num_workers`` worker processes, each building
-    whole batches, ``prefetch_factor`` batches ahead per worker).
+    whole batches, ``prefetch_factor`` batches ahead per worker); the hand-off cost from
+    benchmarks/dataloader_handoff.py.
     """
     pid = rr.windows.pid
     s, e = _named(tables, DATALOADER, pid)
     step = _per_window(s, rr)
     n_steps = rr.windows.host_start_us.size
 
+    dur: np.ndarray | None = None
+    inside = step >= 0
+    if residual_us is None:
+        pooled = _overlaps(s, e, _named(tables, WORKER_FETCH, pid))
+        nbytes = np.zeros(s.size)  # a worker's fetch: its hand-off is in the recording already
+        nbytes[~pooled], copies = fetched_batches(rr, tables, e[~pooled])
+        keep = HANDOFF_FREE_NS_PER_BYTE * nbytes / 1e3
+        if copies.size:
+            dur = rr.graph.act_dur_us.copy()
+            nb = tables.memcpy["bytes"][rr.graph.act_row[copies]].clip(0)
+            dur[copies] += HANDOFF_READ_NS_PER_BYTE * nb / 1e3
+        mb = float(nbytes[inside].mean()) / 1e6 if inside.any() else 0.0
+        handoff = (
+            f"each __next__ keeps {HANDOFF_FREE_NS_PER_BYTE} ns per byte of the batch (freeing the previous "
+            f"batch's shared memory) and the batch's copy to the device takes {HANDOFF_READ_NS_PER_BYTE} ns/byte "
+            "longer (page faults of the fresh mapping), "
+            + (f"a {mb:.1f} MB batch (its host→device copy)" if mb > 0 else "0 bytes (no batch size in the trace)")
+            + f", both measured with a real DataLoader on another machine; the __next__ of a ready batch itself "
+            f"(about {HANDOFF_US:.0f} µs there) is not counted"
+        )
+    else:
+        keep = np.full(s.size, float(residual_us))
+        handoff = f"each __next__ keeps {residual_us:.0f} µs"
+
     def scenario(keep_us: np.ndarray) -> Scenario:
         s2 = np.minimum(s + keep_us, e)
         cut = {pid: (s2[e > s2], e[e > s2])} if s.size else {}
-        return Scenario("prefetch-dataloader", host_cut=cut)
+        return Scenario("prefetch-dataloader", act_dur_us=dur, host_cut=cut)
 
-    keep = np.full(s.size, float(residual_us))
     sc = scenario(keep)
-    inside = step >= 0
     n_fetch = np.bincount(step[inside], minlength=n_steps).astype(np.float64)
     load_us = float((e - s)[inside].mean()) if inside.any() else 0.0
     replayed = rr.step_times(sc)
     if workers is None:
         need = int(np.ceil(load_us / float(replayed.mean()))) if load_us > 0 and replayed.mean() > 0 else 0
         text = (
-            f"batches prefetched by DataLoader workers: each __next__ takes {residual_us:.0f} µs, which needs at "
-            f"least {max(need, 1)} worker(s) (recorded fetch {load_us / 1e3:.1f} ms ÷ replayed step "
-            f"{float(replayed.mean()) / 1e3:.1f} ms) and as many free cores (not in the trace)"
+            f"batches prefetched by DataLoader workers: {handoff}; this needs at least {max(need, 1)} worker(s) "
+            f"(recorded fetch {load_us / 1e3:.1f} ms ÷ replayed step {float(replayed.mean()) / 1e3:.1f} ms) and as "
+            f"many free cores; {CONTENTION}"
         )
         return WhatIf("prefetch-dataloader", sc, text, "PyTorch DataLoader multi-process loading (num_workers > 0)")
     bound = n_fetch * load_us / max(workers, 1)
@@ -128,9 +217,7 @@ def prefetch_dataloader(
         replayed = rr.step_times(sc)
     text = (
         f"{workers} DataLoader worker(s), each loading a batch in the recorded fetch time ({load_us / 1e3:.1f} ms): "
-        f"a step lasts at least {load_us / max(workers, 1) / 1e3:.1f} ms per batch, and each __next__ takes "
-        f"{residual_us:.0f} µs beyond that wait; the workers' competition for CPU cores is not modelled (the core "
-        "count is not in the trace)"
+        f"a step lasts at least {load_us / max(workers, 1) / 1e3:.1f} ms per batch; {handoff}; {CONTENTION}"
     )
     return WhatIf("prefetch-dataloader", sc, text, "PyTorch DataLoader multi-process loading (num_workers > 0)")
 

@@ -1,21 +1,21 @@
 """CPU before/after pairs from examples/mlp.py: the replayed saving of each fix vs the change measured over
 several runs per side (``python benchmarks/replay_pairs.py --cpu`` prints them after the GPU pairs).
 
-Each pair is one problem flag on ("before") and off ("after"), same process settings (``OMP_NUM_THREADS=1``, so
-the only threads are the ones a pair asks for). A larger-batch pair's "after" level is per step of the "before"
-side's batch (÷ how many of its batches one "after" step holds), as PD201 states its saving. Runs come in blocks of two, the sides alternating in order
-(A B, B A, A B, ...: a counterbalanced design), so a drift of the shared machine hits both sides and a steady
-drift cancels over two blocks. Per run, its level is the median of its unprofiled steady steps (steps.csv rows
-from a third of the run on, profiler phase "none"): the median, because other jobs on the machine add bursts of
-slow steps. Per block, the difference before − after; measured change = the mean of the block differences; noise
-= two standard errors of that mean (2 × sd / √blocks, between blocks), so run-to-run noise is measured, not
-assumed, and the load the two runs of a block share cancels in their difference.
+Each pair is one problem flag on ("before") and off ("after"), same process settings (``OMP_NUM_THREADS=1``, so the
+only threads are the ones a pair asks for). A larger-batch pair's "after" level is per step of the "before" side's
+batch (÷ how many of its batches one "after" step holds), as PD201 states its saving. Runs come in blocks of two,
+the sides alternating in order (A B, B A, A B, ...: a counterbalanced design), so a drift of the shared machine hits
+both sides and a steady drift cancels over two blocks. Per run, its level is the median of its unprofiled steady
+steps (steps.csv rows from a third of the run on, profiler phase "none"): the median, because other jobs on the
+machine add bursts of slow steps. Per block, the difference before − after; measured change = the mean of the block
+differences; noise = two standard errors of that mean (2 × sd / √blocks, between blocks), so run-to-run noise is
+measured, not assumed, and the load the two runs of a block share cancels in their difference.
 
 Blocks are added until the pair is decided or a bound is reached (``max_blocks``, ``budget_s`` per pair; at least
-``min_blocks``): decided when the change exceeds its noise, when the prediction lies outside the noise of a
-change the runs do not show, or when the noise is under :data:`RESOLUTION` of the before level (then "no change":
-smaller than most rules would report). Stopping once decided makes the 2 SE band an
-approximate one (sequential testing), which the verdict names.
+``min_blocks``): decided when the change exceeds its noise, when the prediction lies outside the noise of a change
+the runs do not show, or when the noise is under :data:`RESOLUTION` of the before level (then "no change": smaller
+than most rules would report). Stopping once decided makes the 2 SE band an approximate one (sequential testing),
+which each row names.
 
 The prediction is what the report says for the run directory (mean over the "before" runs): the transformation
 replayed on the run's unprofiled step, with the profiler's per-event overhead measured on that run removed in the

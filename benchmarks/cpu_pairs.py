@@ -15,7 +15,8 @@ Blocks are added until the pair is decided or a bound is reached (``max_blocks``
 ``min_blocks``): decided when the change exceeds its noise, when the prediction lies outside the noise of a change
 the runs do not show, or when the noise is under :data:`RESOLUTION` of the before level (then "no change": smaller
 than most rules would report). Stopping once decided makes the 2 SE band an approximate one (sequential testing),
-which each row names.
+which each row names. A pair recorded while the load average exceeded :data:`OVERLOAD` per logical CPU is marked
+UNRELIABLE: its runs measure the other jobs more than the fix.
 
 The prediction is what the report says for the run directory (mean over the "before" runs): the transformation
 replayed on the run's unprofiled step, with the profiler's per-event overhead measured on that run removed in the
@@ -64,6 +65,9 @@ CpuTransform = Callable[[RankReplay, TraceTables, RunData], WhatIf]
 # verdict: 3% of the step, the median of the rules' thresholds for a saving worth a finding (rules/*.toml
 # min_saving_pct: 1-15%, median 3%)
 RESOLUTION = 0.03
+# load average per logical CPU above which a pair's step times say more about the other jobs than about the fix
+# (the suite's own skip threshold, tests/examples_runs.py): its verdict is marked UNRELIABLE
+OVERLOAD = 3.0
 
 
 def _threads(rr: RankReplay, t: TraceTables, run: RunData) -> WhatIf:
@@ -179,6 +183,7 @@ def compare(
     levels: dict[str, list[float]] = {"before": [], "after": []}
     preds, windows, hows, assumption = [], [], [], ""
     t0 = time.monotonic()
+    loads = [os.getloadavg()[0]]
     with tempfile.TemporaryDirectory() as tmp:
         i = 0
         while True:
@@ -192,6 +197,7 @@ def compare(
                     windows.append(window)
                     hows.append(how)
                 shutil.rmtree(run.path, ignore_errors=True)
+            loads.append(os.getloadavg()[0])
             i += 1
             if i < max(min_blocks, 2):
                 continue
@@ -214,6 +220,7 @@ def compare(
         "before": b.tolist(),
         "after": a.tolist(),
         "seconds": time.monotonic() - t0,
+        "load": max(loads),
         "assumption": assumption,
     }
 
@@ -230,9 +237,12 @@ def rows(
         lv = "/".join(f"{x / 1e3:.1f}" for x in r["before"]) + " -> " + "/".join(f"{x / 1e3:.1f}" for x in r["after"])
         pr = "/".join(f"{x / 1e3:.2f}" for x in r["preds"])
         v = verdict(r["pred"], r["meas"], r["noise"], r["level"])
+        if r["load"] > OVERLOAD * (os.cpu_count() or 1):
+            v = f"UNRELIABLE (load {r['load']:.0f}): {v}"
         yield (
             f"{pair.name:62} {r['pred'] / 1e3:10.2f} {r['meas'] / 1e3:10.2f} {r['noise'] / 1e3:8.2f} "
-            f"{v:28} {len(r['before'])} blocks in {r['seconds']:.0f} s (sequential: 2 SE approximate); runs "
+            f"{v:28} {len(r['before'])} blocks in {r['seconds']:.0f} s (sequential: 2 SE approximate), load "
+            f"average up to {r['load']:.1f} on {os.cpu_count()} cores; runs "
             f"{lv} ms; predicted per run {pr} ms ({', '.join(r['hows'])}; on the profiled window "
             f"{r['window'] / 1e3:.2f} ms); {r['assumption']}"
         )

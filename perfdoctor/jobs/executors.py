@@ -416,8 +416,10 @@ class DaskCluster:
             self.client.close()  # type: ignore[no-untyped-call]
 
 
-# a Dask task costs about 3 ms of scheduler and worker time (the worker's gap between tasks, the scheduler's
-# CPU per task: benchmarks/many_ranks.py at 256 ranks, 2 workers); a rank of the 0.8 MB DLRM traces ~65 ms of CPU
+# a Dask task costs about 3 ms of worker time (median gap between a worker's tasks 3.4-3.7 ms, from the task
+# stream of a 2-worker LocalCluster on the 256-rank job of benchmarks/many_ranks.py, load 6) and about 3 ms of
+# the scheduler's CPU (its process's CPU beyond its idle ~48 ms per second); a rank of the 0.8 MB DLRM traces
+# ~65 ms of CPU; at 4,096 ranks on 64 workers, one rank a task would need ~12 s of scheduler CPU
 BATCH_JSON_BYTES = 4 << 20  # a task holds files of up to ~4 MB of trace JSON together (~0.3 s of analysis)
 MIN_TASKS_PER_THREAD = 16  # ... and every worker thread still gets at least 16 tasks (the last one idles the rest)
 

@@ -12,9 +12,10 @@ rank, the median over matched collectives of ``end[p, k] − end[ref, k]``, as
 The replay applies that bound collective by collective (:mod:`perfdoctor.replay.peers`); :func:`peer_bounds`
 gives each rank the bounds that differ from its recorded ends (it arrived last).
 
-Fixing the findings on every rank moves the peers too; the job then steps at the pace of its slowest rank, so the
-job's "fixing the top N findings" figure is the slowest rank's replayed step (:func:`job_fix_all`), each rank's
-taken with its peers unchanged (conservative: the fixes would also move them).
+Fixing the findings on every rank moves the peers too: the job's "fixing the top N findings" figure replays the
+ranks jointly (:func:`perfdoctor.replay.joint.job_fix_all`). Where they cannot be (collectives that do not match),
+it is the slowest rank's replayed step (:func:`job_fix_all` here), each rank's taken with its peers unchanged
+(conservative: the fixes would also move them).
 """
 
 from __future__ import annotations

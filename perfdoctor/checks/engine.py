@@ -485,7 +485,10 @@ MAX_RANKS_LISTED = 8  # above this many ranks the findings note names the job's 
 def _fix_all_note(rank_ctx: list[cx.RankContext], findings: list[Finding]) -> str:
     """ "Fixing the N findings with a replayed saving together would take the mean step from A to B ms", per rank
     (fixed alone, its collectives still wait for the unchanged peers: :mod:`perfdoctor.replay.peers`); for a job,
-    first the job's figure: its slowest rank (:func:`perfdoctor.analysis.replay_cap.job_fix_all`)."""
+    the job's figure first: every rank with its own fixes replayed jointly (:func:`perfdoctor.replay.joint.job_fix_all`
+    on the ranks' :class:`JointInputs`), its step the longest rank's; where the ranks cannot be replayed jointly, the
+    slowest rank each fixed alone with its peers unchanged (:func:`perfdoctor.analysis.replay_cap.job_fix_all`), and
+    the note says why."""
     from perfdoctor.analysis.replay_cap import job_fix_all
 
     parts = []
@@ -515,17 +518,66 @@ def _fix_all_note(rank_ctx: list[cx.RankContext], findings: list[Finding]) -> st
         )
     if len(parts) > 4:  # many ranks: a few sentences, not one per rank (1024 ranks printed 1,469 lines)
         parts = parts[:3] + [f"… and {len(parts) - 3} more ranks (ranks[].replay.fix_all in the JSON report)"]
-    job = job_fix_all(reps) if len(rank_ctx) > 1 else None
-    if job is None or not parts:
+    if len(rank_ctx) < 2 or not parts:
         return ("; ".join(parts) + ".") if parts else ""
+    joint, why = _joint_fix_all(rank_ctx, reported)
+    if joint is not None:
+        return _joint_note(joint)
+    job = job_fix_all(reps)
+    if job is None:
+        return "; ".join(parts) + "."
     codes, recorded, replayed, slowest = job
     if len(parts) > MAX_RANKS_LISTED:
         parts = [f"{len(parts)} ranks, listed in the JSON report (ranks[].replay.fix_all)"]
     return (
         f"fixing the {len(codes)} finding(s) with a replayed saving ({', '.join(codes)}) on every rank would take "
         f"the job's mean step, set by its longest rank step, from {recorded / 1000:,.2f} ms to "
-        f"{replayed / 1000:,.2f} ms (replayed; rank {slowest} is then the longest). Per rank, each fixed alone "
-        "(its collectives still wait for the unchanged peers): " + "; ".join(parts) + "."
+        f"{replayed / 1000:,.2f} ms (rank {slowest} is then the longest; replayed with each rank fixed alone, its "
+        f"collectives waiting for the unchanged peers, as the ranks cannot be replayed jointly: {why}). "
+        "Per rank: " + "; ".join(parts) + "."
+    )
+
+
+def _joint_fix_all(rank_ctx: list[cx.RankContext], reported: set[str]) -> tuple[Any, str]:
+    """The ranks with their fixes replayed jointly (:func:`perfdoctor.replay.joint.job_fix_all`), a rank's fixes
+    applied when every code of them is ``reported``; (None, why not) otherwise. A rank summary carries its
+    :class:`perfdoctor.replay.joint.JointInputs`; an in-process rank's are made here from its replay."""
+    from perfdoctor.replay.joint import job_fix_all, rank_inputs
+
+    inputs, fixed = {}, {}
+    for ctx in rank_ctx:
+        summary = getattr(ctx.rank, "summary", None)
+        if summary is not None:
+            ji = summary.joint
+        else:
+            rr, tables = getattr(ctx.rank, "replay", None), getattr(ctx.rank, "tables", None)
+            ji = rank_inputs(rr, tables) if rr is not None and tables is not None else None
+        if ji is None:
+            return None, f"rank {ctx.rank.rank} has no collective kernels or no replay"
+        inputs[int(ctx.rank.rank or 0)] = ji
+        fixed[int(ctx.rank.rank or 0)] = bool(ji.codes) and set(ji.codes) <= reported
+    return job_fix_all(inputs, fixed)
+
+
+def _joint_note(joint: Any) -> str:
+    """The findings note's job figure from a :class:`perfdoctor.replay.joint.JobFixAll`."""
+    (_, before), (last, after) = joint.before, joint.after
+    per = [
+        f"rank {r} {joint.recorded_us[r] / 1000:,.2f} → {joint.replayed_us[r] / 1000:,.2f} ms"
+        for r in sorted(joint.recorded_us)
+    ]
+    listed = (
+        " Per rank, replayed jointly: " + "; ".join(per) + " (each rank fixed alone, its peers unchanged: "
+        "ranks[].replay.fix_all in the JSON report)."
+        if len(per) <= MAX_RANKS_LISTED
+        else ""
+    )
+    return (
+        f"fixing the {len(joint.codes)} finding(s) with a replayed saving ({', '.join(joint.codes)}) on every rank "
+        f"would take the job's mean step, set by its longest rank step, from {before / 1000:,.2f} ms to "
+        f"{after / 1000:,.2f} ms (rank {last} is then the longest; replayed jointly: every rank's dependency graph "
+        "with its own fixes at once, each collective ending when the last rank has arrived plus the transfer, the "
+        "shortest recorded copy)." + listed
     )
 
 

@@ -31,8 +31,9 @@ from perfdoctor.checks.context import Outcome
 from perfdoctor.errors import PerfDoctorError
 from perfdoctor.model.report import RankSection
 from perfdoctor.model.sections import decode_section, encode_section, replay_of
+from perfdoctor.replay.joint import JointInputs, rank_inputs
 
-FORMAT = 8  # bump when RankSummary changes: cached summaries of another format are made again (8: outcomes as bytes)
+FORMAT = 9  # bump when RankSummary changes: cached summaries of another format are made again (9: joint)
 CACHE_SUFFIX = ".perfdoctor-summary"
 
 
@@ -93,7 +94,9 @@ class RankSummary(msgspec.Struct):
     ``warmup_us_by_step``: first-call work per step (µs, by step number, left-out leading cold steps included) and
     ``cold_steps``: the steps it fills (PD902; :meth:`perfdoctor.analysis.steps.Steps.cold_steps`), which
     cross-rank statistics leave out. Both default empty, so a summary written before them (format 5) decodes as
-    one with no cold step.
+    one with no cold step. ``joint``: what the reducer replays the job's ranks jointly from (their fixes together
+    and the recording: :class:`perfdoctor.replay.joint.JointInputs`, a few numbers per collective and per step);
+    None for a rank without collective kernels or replay.
     """
 
     index: int
@@ -121,6 +124,7 @@ class RankSummary(msgspec.Struct):
     worker: str = ""
     warmup_us_by_step: dict[int, float] = {}
     cold_steps: list[int] = []
+    joint: JointInputs | None = None
 
     def rank_section(self) -> RankSection | None:
         """The rank's report section, decoded from ``section`` (None for a rank that failed)."""
@@ -256,6 +260,7 @@ def rank_summary(
         note=note,
         warmup_us_by_step=ra.steps.warmup_by_step(),
         cold_steps=ra.steps.cold_steps(),
+        joint=rank_inputs(ra.replay, ra.tables) if ra.replay is not None else None,
     )
 
 

@@ -17,6 +17,19 @@ delays collectives, and each settles at least the earliest unsettled one, so it 
 k-th copies do not end together (:func:`perfdoctor.analysis.collective_wait.copies_end_together`), or when the
 joint replay of the recording misses a rank's recorded steps by more than
 :data:`perfdoctor.replay.rank.MAX_MEAN_ERROR`; each rank is then replayed alone.
+
+**A job's ranks from their summaries.** A job's reducer holds rank summaries, not graphs, so each worker sends
+the little a joint replay needs (:func:`joint_inputs`, a :class:`JointInputs`): its collectives' recorded starts and
+ends, and per scenario (the recording, and the rank's fixes together) a :class:`Response`: for each collective's
+start and each analysed step's window start and end, its time with every collective taking no time and waiting
+for no one (``free``), the latest collective whose end it waits for (``up``, -1 none) and the replay's longest path
+from that end to it (``d``). A replay is max-plus in the collective ends ``e_j``, so every such time is
+``max(c, max_j (e_j + D_j))``; :func:`solve` takes ``max(free, e_up + d)``: exact when the latest collective
+upstream dominates the earlier ones (the collectives of one stream run in order), a lower bound otherwise. Walking
+the collectives in order, ``T_k`` (above) follows from the ranks' starts, each rank's collective ``k`` ends at
+``T_k + offset[r]``, and the step windows follow from those ends. ``up`` and ``d`` come from one replay with the
+collective ends pinned ``M`` apart (``e_j = lo + M (j + 1)``, ``M`` four times the free replay's span): the latest
+upstream collective then dominates every time downstream, which reads ``lo + M (up + 1) + d``.
 """
 
 from __future__ import annotations
@@ -24,6 +37,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+import msgspec
 import numpy as np
 
 from perfdoctor.replay.rank import MAX_MEAN_ERROR, RankReplay
@@ -115,3 +129,221 @@ def match(ranks: list[RankReplay], tables: list[TraceTables]) -> tuple[JointRepl
         if abs(off) > MAX_MEAN_ERROR:
             return None, f"the joint replay of the recording misses a rank's mean step by {100 * off:+.1f}%"
     return jr, ""
+
+
+class Response(msgspec.Struct, frozen=True):
+    """One rank under one scenario, for :func:`solve` (see the module docstring; µs on the rank's clock).
+
+    ``coll_*``: per collective (shape ``(n,)``, start order); ``start_*`` / ``end_*``: per analysed step's window
+    (shape ``(n_steps,)``). ``*_free_us``: the time with every collective instantaneous and unbounded; ``*_up``:
+    the latest collective whose end it waits for (-1: none); ``*_d_us``: the longest path from that end to it.
+    """
+
+    coll_free_us: list[float]
+    coll_up: list[int]
+    coll_d_us: list[float]
+    start_free_us: list[float]
+    start_up: list[int]
+    start_d_us: list[float]
+    end_free_us: list[float]
+    end_up: list[int]
+    end_d_us: list[float]
+
+
+class JointInputs(msgspec.Struct):
+    """What a rank's summary carries for a joint replay of its job: its collective kernels' recorded starts and ends
+    (µs, shape ``(n,)``, :func:`_collectives`' order), its analysed steps' recorded durations (µs), the
+    :class:`Response` of the recording and, when the rank has replayed fixes, the codes and the :class:`Response` of
+    those fixes together. A ``perfdoctor profile`` run's savings are of its unprofiled step
+    (:meth:`perfdoctor.replay.rank.RankReplay.fixed_step_times`): ``base`` is then the :class:`Response` of that
+    step's scenario (the profiler's per-event overhead removed; None: the recording), and ``scale`` the factor
+    replayed steps are scaled by (steady ÷ window; 1 otherwise)."""
+
+    coll_start_us: list[float]
+    coll_end_us: list[float]
+    recorded_step_us: list[float]
+    recorded: Response
+    codes: list[str] = []
+    fixed: Response | None = None
+    base: Response | None = None
+    scale: float = 1.0
+
+
+def _decode(x: np.ndarray, lo: float, m: float) -> tuple[np.ndarray, np.ndarray]:
+    """(up, d) of times ``x`` of the pinned replay: ``x = lo + m (up + 1) + d``, ``|d| < m / 2`` (up -1: none)."""
+    k = np.rint((x - lo) / m).astype(np.int64)
+    return k - 1, np.where(k > 0, x - lo - m * k, 0.0)
+
+
+def response(rr: RankReplay, coll: np.ndarray, scenario: Scenario | None = None) -> Response:
+    """``rr``'s :class:`Response` under ``scenario`` (None: the recording) for its collectives ``coll`` (activity
+    indices in start order): two replays, one free and one with the collective ends pinned (module docstring).
+    Any end bound ``scenario`` puts on a collective is dropped: the joint replay sets them."""
+    g = rr.graph
+    sc = scenario if scenario is not None else Scenario()
+    dur = (g.act_dur_us if sc.act_dur_us is None else np.asarray(sc.act_dur_us, dtype=np.float64)).copy()
+    dur[coll] = 0.0
+    em = np.full(g.n_act, -np.inf) if sc.act_end_min_us is None else np.array(sc.act_end_min_us, dtype=np.float64)
+    em[coll] = -np.inf
+    free = replay(g, dataclasses.replace(sc, act_dur_us=dur, act_end_min_us=em))
+    fs, fe = replayed_windows(free, rr.windows)
+    times = [free.act_start_us, free.act_end_us, free.blk_end_us, fs, fe]
+    lo = min(float(t.min()) for t in times if t.size)
+    hi = max(float(t.max()) for t in times if t.size)
+    m = 4.0 * (hi - lo + 1.0)
+    em[coll] = lo + m * (np.arange(coll.size) + 1.0)
+    pinned = replay(g, dataclasses.replace(sc, act_dur_us=dur, act_end_min_us=em))
+    ps, pe = replayed_windows(pinned, rr.windows)
+    cu, cd = _decode(pinned.act_start_us[coll], lo, m)
+    su, sd = _decode(ps, lo, m)
+    eu, ed = _decode(pe, lo, m)
+    return Response(
+        coll_free_us=free.act_start_us[coll].tolist(),
+        coll_up=cu.tolist(),
+        coll_d_us=cd.tolist(),
+        start_free_us=np.asarray(fs, dtype=np.float64).tolist(),
+        start_up=su.tolist(),
+        start_d_us=sd.tolist(),
+        end_free_us=np.asarray(fe, dtype=np.float64).tolist(),
+        end_up=eu.tolist(),
+        end_d_us=ed.tolist(),
+    )
+
+
+def joint_inputs(
+    rr: RankReplay, tables: TraceTables, fixed: Scenario | None = None, codes: list[str] | None = None
+) -> JointInputs | None:
+    """The rank's :class:`JointInputs`, with the :class:`Response` of ``fixed`` (the rank's fixes together, named
+    by ``codes``) when given; None when the rank has no collective kernel or no analysed step."""
+    coll = _collectives(rr, tables)
+    if coll.size == 0 or rr.recorded_step_us.size == 0:
+        return None
+    g = rr.graph
+    base = rr.base_scenario()
+    return JointInputs(
+        coll_start_us=g.act_ts_us[coll].tolist(),
+        coll_end_us=(g.act_ts_us[coll] + g.act_dur_us[coll]).tolist(),
+        recorded_step_us=rr.recorded_step_us.tolist(),
+        recorded=response(rr, coll),
+        codes=list(codes or []) if fixed is not None else [],
+        fixed=response(rr, coll, fixed) if fixed is not None else None,
+        base=response(rr, coll, base) if base is not None else None,
+        scale=rr.step_scale,
+    )
+
+
+def rank_inputs(rr: RankReplay, tables: TraceTables) -> JointInputs | None:
+    """:func:`joint_inputs` with the rank's fixes: the what-ifs of the rules that fired on it with a replayed
+    saving (``rr.fired``, set by :func:`perfdoctor.checks.engine.rank_outcomes`), together."""
+    codes = [c for c in rr.fired if c in rr.whatifs]
+    return joint_inputs(rr, tables, rr.fix_all_scenario(codes) if codes else None, codes)
+
+
+def solve(inputs: list[JointInputs], fixed: list[bool], base: bool = False) -> tuple[list[np.ndarray] | None, str]:
+    """Every rank's analysed steps replayed jointly from the ranks' :class:`JointInputs` (µs, shape
+    ``(n_steps,)`` per rank, unscaled), each rank under its fixes where ``fixed[r]`` (and it has them), else the
+    recording (``base``: the step savings are taken from, where a rank has one); or (None, why not): fewer than two
+    ranks, different numbers of collectives, copies that do not end together, or a rank's collective start waiting
+    on a later collective (the recording is then not in start order)."""
+    from perfdoctor.analysis.collective_wait import copies_end_together
+    from perfdoctor.analysis.replay_cap import clock_offsets
+
+    if len(inputs) < 2:
+        return None, "single rank"
+    counts = {len(i.coll_start_us) for i in inputs}
+    if len(counts) != 1 or 0 in counts:
+        return None, (
+            "the ranks ran different numbers of collective kernels "
+            f"({', '.join(str(len(i.coll_start_us)) for i in inputs)})"
+        )
+    starts = np.array([i.coll_start_us for i in inputs], dtype=np.float64)
+    ends = np.array([i.coll_end_us for i in inputs], dtype=np.float64)
+    durs = ends - starts
+    if not copies_end_together(ends, durs):
+        return None, "the k-th collective kernels of the ranks do not end together (not the same collectives)"
+    off, transfer = clock_offsets(ends), durs.min(axis=0)
+    resp = [
+        i.fixed if f and i.fixed is not None else (i.base if base and i.base is not None else i.recorded)
+        for i, f in zip(inputs, fixed)
+    ]
+    n = transfer.size
+    free = np.array([r.coll_free_us for r in resp], dtype=np.float64)
+    up = np.array([r.coll_up for r in resp], dtype=np.int64)
+    d = np.array([r.coll_d_us for r in resp], dtype=np.float64)
+    if (up >= np.arange(n)).any():
+        return None, "a rank's collective waits for a later one (collectives not in start order)"
+    rows = np.arange(len(resp))
+    end = np.zeros((len(resp), n))  # each rank's collective ends, on its own clock
+    for k in range(n):
+        u = up[:, k]
+        x = np.where(u >= 0, np.maximum(free[:, k], end[rows, np.maximum(u, 0)] + d[:, k]), free[:, k])
+        end[:, k] = float((x - off).max()) + transfer[k] + off
+    out = []
+    for r, rs in enumerate(resp):
+        w = []
+        for f_, u_, d_ in ((rs.start_free_us, rs.start_up, rs.start_d_us), (rs.end_free_us, rs.end_up, rs.end_d_us)):
+            fa, ua, da = np.asarray(f_, np.float64), np.asarray(u_, np.int64), np.asarray(d_, np.float64)
+            w.append(np.where(ua >= 0, np.maximum(fa, end[r, np.clip(ua, 0, n - 1)] + da), fa))
+        out.append(np.asarray(w[1] - w[0]))
+    return out, ""
+
+
+@dataclass
+class JobFixAll:
+    """The job's fixes replayed jointly: ``codes`` (every rank's, sorted), per rank the recorded and the jointly
+    replayed mean step (µs, by trace rank), and the job's step before and after: its longest rank's (µs)."""
+
+    codes: list[str]
+    recorded_us: dict[int, float]
+    replayed_us: dict[int, float]
+
+    @property
+    def before(self) -> tuple[int, float]:
+        """(rank, µs): the longest recorded mean step."""
+        r = max(self.recorded_us, key=lambda k: self.recorded_us[k])
+        return r, self.recorded_us[r]
+
+    @property
+    def after(self) -> tuple[int, float]:
+        """(rank, µs): the longest jointly replayed mean step with the fixes."""
+        r = max(self.replayed_us, key=lambda k: self.replayed_us[k])
+        return r, self.replayed_us[r]
+
+
+def job_fix_all(inputs: dict[int, JointInputs], fixed: dict[int, bool]) -> tuple[JobFixAll | None, str]:
+    """Every rank with its fixes (where ``fixed[rank]``) replayed jointly (:func:`solve`), from the step savings
+    are taken from (the recording; a ``perfdoctor profile`` run's unprofiled step), or (None, why not):
+    no rank has a fix, the ranks do not match, or the joint replay of the recording misses a rank's recorded mean
+    step by more than :data:`perfdoctor.replay.rank.MAX_MEAN_ERROR` (``inputs``: by trace rank)."""
+    ranks = sorted(inputs)
+    ins = [inputs[r] for r in ranks]
+    on = [bool(fixed.get(r)) and inputs[r].fixed is not None for r in ranks]
+    if not any(on):
+        return None, "no rank has a replayed fix"
+    base, why = solve(ins, [False] * len(ins))
+    if base is None:
+        return None, why
+    for r, i, rep in zip(ranks, ins, base):
+        rec = float(np.mean(i.recorded_step_us))
+        off = float(rep.mean()) / rec - 1 if rec > 0 else 0.0
+        if abs(off) > MAX_MEAN_ERROR:
+            return None, f"the joint replay of the recording misses rank {r}'s mean step by {100 * off:+.1f}%"
+    after, why = solve(ins, on, base=True)
+    if after is None:
+        return None, why
+    if any(i.base is not None for i in ins):  # a profile run: before is its unprofiled step, replayed jointly
+        before, why = solve(ins, [False] * len(ins), base=True)
+        if before is None:
+            return None, why
+        before_us = [float(b.mean()) * i.scale for b, i in zip(before, ins)]
+    else:
+        before_us = [float(np.mean(i.recorded_step_us)) * i.scale for i in ins]
+    codes = sorted({c for i, o in zip(ins, on) if o for c in i.codes})
+    return (
+        JobFixAll(
+            codes,
+            dict(zip(ranks, before_us)),
+            {r: float(a.mean()) * i.scale for r, a, i in zip(ranks, after, ins)},
+        ),
+        "",
+    )

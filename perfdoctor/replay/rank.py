@@ -123,9 +123,36 @@ class RankReplay:
         """(mean step the savings are taken from, replayed mean step with the what-ifs of ``codes`` applied
         together) in µs (:meth:`fixed_step_times`), or None when none of them was replayed."""
         parts = [self.whatifs[c] for c in codes if c in self.whatifs]
-        if not parts or self.recorded_step_us.size == 0:
+        if not parts:
             return None
         return self.base_step_us, float(self.fixed_step_times(parts).mean())
+
+    def fix_all_scenario(self, codes: list[str]) -> Scenario | None:
+        """The what-ifs of ``codes`` together, as :meth:`fixed_step_times` replays them (a ``perfdoctor profile``
+        run's unprofiled what-if included), without the peers' bounds; None when none of them was replayed."""
+        from perfdoctor.replay.transforms import combine
+
+        parts = [self.whatifs[c] for c in codes if c in self.whatifs]
+        if not parts:
+            return None
+        u = self.unprofiled
+        if u is not None and u.whatif is not None:
+            parts = [u.whatif, *parts]
+        g = self.graph
+        return combine("fix-all", parts, g.n_act, g.n_blk, g.act_dur_us).scenario
+
+    def base_scenario(self) -> Scenario | None:
+        """The scenario of the step savings are taken from (:meth:`fixed_step_times` without a fix): a
+        ``perfdoctor profile`` run's unprofiled what-if, else None (the recording)."""
+        u = self.unprofiled
+        return u.whatif.scenario if u is not None and u.whatif is not None else None
+
+    @property
+    def step_scale(self) -> float:
+        """The factor :meth:`fixed_step_times` scales replayed steps by (steady ÷ window of a ``perfdoctor profile``
+        run without a per-event overhead what-if; else 1)."""
+        u = self.unprofiled
+        return float(u.ratio) if u is not None and u.whatif is None else 1.0
 
     def to_dict(self) -> dict[str, Any]:
         errs = self.step_errors

@@ -232,6 +232,7 @@ class RankContext:
             rr.fixed_whatif([*first, whatif]).scenario,
             int(self.device.device),
             None if base is None else base.scenario,
+            self.attribution() if base is None else None,
         )
         u = rr.unprofiled
         return parts.scaled(u.ratio) if u is not None and u.whatif is None else parts

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from perfdoctor.analysis import intervals as iv
-from perfdoctor.replay.attribution import HOST_CAUSES, _categories, critical_path
+from perfdoctor.replay.attribution import HOST_CAUSES, Attribution, _categories, critical_path
 from perfdoctor.replay.rank import RankReplay
 from perfdoctor.replay.simulate import ReplayResult, Scenario
 from perfdoctor.replay.windows import replayed_windows
@@ -93,9 +93,10 @@ class SavingParts:
 
 
 def _state(
-    tables: TraceTables, rr: RankReplay, res: ReplayResult, device: int, mapped: bool
+    tables: TraceTables, rr: RankReplay, res: ReplayResult, device: int, cats: np.ndarray, att: Attribution | None
 ) -> tuple[np.ndarray, dict[str, np.ndarray], dict[str, float]]:
-    """(busy µs per step, idle µs per step by cause, µs of each category alone on the device over the steps)."""
+    """(busy µs per step, idle µs per step by cause, µs of each category alone on the device over the steps) of
+    the replay ``res``; ``att``: its attribution when already built (else built here, host times moved)."""
     g = rr.graph
     ws, we = replayed_windows(res, rr.windows)
     on = g.act_device == device
@@ -103,9 +104,8 @@ def _state(
     span = iv.union(ws, we)
     busy = iv.per_window(busy_set, ws, we)
     gaps = iv.complement(busy_set, float(ws[0]), float(we[-1])) if ws.size else iv.EMPTY
-    att = critical_path(tables, rr, res if mapped else None)
+    att = critical_path(tables, rr, res) if att is None else att
     idle = att.idle_causes(gaps, ws, we)
-    cats = _categories(tables, rr)
     unions = {
         c: iv.intersect(iv.union(res.act_start_us[on & (cats == c)], res.act_end_us[on & (cats == c)]), span)
         for c in sorted({str(x) for x in cats[on].tolist()})
@@ -118,16 +118,25 @@ def _state(
 
 
 def saving_parts(
-    tables: TraceTables, rr: RankReplay, scenario: Scenario, device: int, base: Scenario | None = None
+    tables: TraceTables,
+    rr: RankReplay,
+    scenario: Scenario,
+    device: int,
+    base: Scenario | None = None,
+    recorded: Attribution | None = None,
 ) -> SavingParts:
     """The parts of the saving of ``scenario`` on ``device`` (the rank's primary device id), against the recording
     (``base`` None: the saving recorded − replayed, the replay's error a part of its own) or against ``base`` (the
     scenario a saving on top of another fix is measured from). Both replays hold the collectives as
-    :meth:`perfdoctor.replay.rank.RankReplay.step_times` does."""
+    :meth:`perfdoctor.replay.rank.RankReplay.step_times` does. ``recorded``: the recording's attribution
+    (:func:`perfdoctor.replay.attribution.critical_path` of ``rr``) when the caller has it."""
     before = rr.baseline if base is None else rr.replayed(base)
     after = rr.replayed(scenario)
-    b_busy, b_idle, b_alone = _state(tables, rr, before, device, base is not None)
-    a_busy, a_idle, a_alone = _state(tables, rr, after, device, True)
+    cats = _categories(tables, rr)
+    if base is None and recorded is None:
+        recorded = critical_path(tables, rr)
+    b_busy, b_idle, b_alone = _state(tables, rr, before, device, cats, recorded if base is None else None)
+    a_busy, a_idle, a_alone = _state(tables, rr, after, device, cats, None)
     n = max(b_busy.size, 1)
     idle_us = {c: float((b_idle[c] - a_idle[c]).sum()) / n for c in HOST_CAUSES}
     busy_us = float((b_busy - a_busy).sum()) / n

@@ -257,7 +257,8 @@ def test_moe_3layer_before_job_draws_no_straggler_from_its_cold_start() -> None:
     assert _skipped(job, "PD303") == f"{ALL_COLD}: a straggler cannot be told from first-call work"
     assert _skipped(job, "PD304").startswith(ALL_COLD)
     assert job_section(job)["cold_note"] == ALL_COLD
-    # what PD303 read before: rank 0's own work over rank 1's, first-call work counted as its steady state
+    # what PD303 read before: rank 0's own work over rank 1's, first-call work counted as its steady state (own
+    # work leaves out device idle of no known cause, so at most the raw excess of step − collectives)
     old = _finding(reduce(_uncold(summaries), cat, codes), "PD303")
     excess = (raw[0]["step_us"] - raw[0]["comm_us"]) - (raw[1]["step_us"] - raw[1]["comm_us"])
-    assert old is not None and abs(old.saving_us - excess) < 0.01 and abs(excess - 7_155.955) < 0.01
+    assert old is not None and 0 < old.saving_us <= excess + 0.01 and abs(excess - 7_155.955) < 0.01

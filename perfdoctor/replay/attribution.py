@@ -8,7 +8,9 @@ the constraint that bound each node in the replay (:mod:`perfdoctor.replay.simul
   it: the previous activity on its stream, the activity of another stream it waited for (the gap between the two
   is charged to the activity's category: device-side overhead), or its launch;
 - a launch charges the time from the host's launch call to the activity's start to ``host_launch_bound`` (launch
-  latency) and the path moves to the host;
+  latency) and the path moves to the host; the part of it the graph calls a stall (``act_stall_us``: the activity
+  started more than :data:`perfdoctor.replay.graph.SLACK_US` later than its launch and stream allow, with no other
+  stream's activity to wait for) is ``other``: its work was queued, the host was not what the device waited for;
 - host time is charged, µs by µs, to ``dataloader`` (inside a DataLoader ``__next__``), ``synchronization`` (inside a
   blocking call's own time), ``host_launch_bound`` (inside any CPU op or runtime call: the framework and launch
   overhead of queuing work) or ``python`` (the process outside every op: its own Python, I/O, sleeps), back to
@@ -40,7 +42,7 @@ OPTIMIZER_STEP = re.compile(r"^Optimizer\.step#")
 _OVERRIDABLE = {"elementwise", "reduction_norm", "other", "optimizer"}
 _TIE_US = 1e-6
 # internal labels of the walk (host segments are split by cause after it)
-_HOST, _LAUNCH, _SYNC, _INHERITED = -1, -2, -3, -4
+_HOST, _LAUNCH, _SYNC, _INHERITED, _STALL = -1, -2, -3, -4, -5
 
 
 @dataclass
@@ -172,6 +174,7 @@ def _walk(
     kindl, prevl, depl = kind.tolist(), g.act_prev.tolist(), bound_dep.tolist()
     launch_t = (res.act_start_us - g.act_lat_us).tolist()
     a_pid, launch_l = g.act_pid.tolist(), g.act_launch.tolist()
+    stall_l = g.act_stall_us.tolist() if g.act_stall_us.size == g.n_act else [0.0] * g.n_act
     b_end, b_dep, b_waited = res.blk_end_us, g.blk_dep.tolist(), waited.tolist()
     by_pid: dict[int, tuple[np.ndarray, np.ndarray]] = {}
     for p in np.unique(g.blk_pid).tolist():
@@ -219,7 +222,9 @@ def _walk(
                 t, node = pe, pred
             elif launch_l[node] >= 0:
                 lt = min(launch_t[node], t)
-                seg(lt, t, _LAUNCH)
+                mid = max(min(t - stall_l[node], t), lt)
+                seg(mid, t, _STALL)
+                seg(lt, mid, _LAUNCH)
                 t, pid, node = lt, a_pid[node], -1
             else:
                 seg(lo, t, _INHERITED)
@@ -304,7 +309,7 @@ def critical_path(tables: TraceTables, rr: RankReplay, res: ReplayResult | None 
     labels[dev] = cats[lb[dev]]
     labels[lb == _LAUNCH] = "host_launch_bound"
     labels[lb == _SYNC] = "synchronization"
-    labels[lb == _INHERITED] = "other"
+    labels[(lb == _INHERITED) | (lb == _STALL)] = "other"
     parts_s, parts_e, parts_l = [s[lb != _HOST]], [e[lb != _HOST]], [labels[lb != _HOST]]
     host = lb == _HOST
     for p in np.unique(pp[host]).tolist():

@@ -98,6 +98,10 @@ class ReplayGraph:
     xdep_src: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))
     xdep_dst: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))
     xdep_gap_us: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.float64))
+    # per activity (shape ``(n_act,)``, or empty: none), the part of ``act_lat_us`` beyond what its launch and
+    # stream explain: it started more than SLACK_US late with its work queued and no other stream's activity to
+    # wait for (a device stall the trace does not explain; the attribution charges it to ``other``, not the host)
+    act_stall_us: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.float64))
 
     @property
     def n_act(self) -> int:
@@ -256,6 +260,9 @@ def _bind_constraints(
     gap = np.where(prev >= 0, ts - prev_end, 0.0)
     gap = np.where(stream_bound, gap, np.minimum(gap, 0.0))
     dep_gap = np.where(has_dep, ts - dep_end, 0.0)
+    # beyond the typical launch latency (the one ``lat`` keeps for queued activities) and the stream's constraint
+    stall_from = np.maximum(np.where(has_launch, launch_ts + small_lat, -np.inf), prev_end)
+    stall = np.where(unexplained & ~has_dep, np.maximum(ts - stall_from, 0.0), 0.0)
     n_unexplained = int((unexplained & ~has_dep).sum())
     if has_dep.any():
         notes.append(
@@ -269,7 +276,7 @@ def _bind_constraints(
             "stream allowed, with no other stream's activity to explain it: the delay is kept as fixed "
             "launch latency"
         )
-    return {"lat": lat, "gap": gap, "dep": dep, "dep_gap": dep_gap}
+    return {"lat": lat, "gap": gap, "dep": dep, "dep_gap": dep_gap, "stall": stall}
 
 
 def _blocking_calls(
@@ -428,4 +435,5 @@ def build_graph(tables: TraceTables) -> ReplayGraph:
         xdep_src=xsrc,
         xdep_dst=xdst,
         xdep_gap_us=xgap,
+        act_stall_us=bind["stall"],
     )

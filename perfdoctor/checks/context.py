@@ -237,7 +237,9 @@ class RankContext:
         u = rr.unprofiled
         return parts.scaled(u.ratio) if u is not None and u.whatif is None else parts
 
-    def replayed_saving(self, whatif: Any, after: Any = None, after_text: str = "") -> tuple[float, np.ndarray, str]:
+    def replayed_saving(
+        self, whatif: Any, after: Any = None, after_text: str = "", record: bool = True
+    ) -> tuple[float, np.ndarray, str]:
         """Saving of a what-if (:class:`~perfdoctor.replay.transforms.WhatIf`): ``(mean µs, per-step µs, method)``.
 
         Per step: the step savings are taken from (:meth:`perfdoctor.replay.rank.RankReplay.fixed_step_times`: the
@@ -248,7 +250,8 @@ class RankContext:
         otherwise hide another cause's time (CUDA graphs free the host to fetch the next batch while the device
         computes: that time is the DataLoader's). The method names the assumption and its source, the unprofiled
         step's method and the profiler's overhead per event where there is one, and says so when the replay does
-        not reproduce the recording (the saving is then an upper bound).
+        not reproduce the recording (the saving is then an upper bound). ``record`` False: an alternative fix, not
+        the rule's (the fix-all replay keeps the rule's what-if).
         """
         rr = self.replay()
         u = rr.unprofiled
@@ -257,7 +260,7 @@ class RankContext:
         if after is not None:
             what = f"the step replayed {after_text} − replayed with this fix as well"
         per = np.asarray(rr.fixed_step_times(first) - rr.fixed_step_times([*first, whatif]), dtype=np.float64)
-        if self.spec is not None:
+        if self.spec is not None and record:
             rr.whatifs[self.spec.code] = whatif
         method = (
             f"{REPLAY_METHOD} with the fix applied ({whatif.assumption}; source: "

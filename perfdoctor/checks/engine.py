@@ -589,6 +589,7 @@ def _rerun_cross_rank(
         return outcome
     ctx.spec = spec
     ctx.cache["previous_metrics"] = dict(outcome.metrics)  # what the rank's own run measured (its replay)
+    ctx.cache["previous_evidence"] = dict(outcome.hit.evidence.values) if outcome.hit is not None else {}
     o: cx.Outcome = mod.check(ctx)
     if not o.skip:
         o.metrics.setdefault("step_us", ctx.step_us)

@@ -55,8 +55,13 @@ class Scenario:
     act_end_min_us: np.ndarray | None = None
     # per edge of ``ReplayGraph.xdep_*``: a new source (an activity earlier on the recorded source's stream), -1 keeps
     xdep_src_moved: np.ndarray | None = None
+    # per edge of ``ReplayGraph.xdep_*``: a new gap (µs) after its source's end (NaN: as recorded)
+    xdep_gap_us: np.ndarray | None = None
     peers_move: bool = False
     peers_with: Scenario | None = None
+    # per activity (shape ``(n_act,)``): the recorded-clock host time its launch call is issued at instead (NaN:
+    # as recorded); the last blocking call before its recorded launch still shifts it
+    act_launch_ts_us: np.ndarray | None = None
 
 
 @dataclass
@@ -143,8 +148,11 @@ def _extra_deps(g: ReplayGraph, sc: Scenario) -> dict[int, list[tuple[int, float
     if sc.xdep_removed is not None:
         keep &= ~np.asarray(sc.xdep_removed, dtype=bool)
     src = g.xdep_src if sc.xdep_src_moved is None else np.where(sc.xdep_src_moved >= 0, sc.xdep_src_moved, g.xdep_src)
+    gaps = g.xdep_gap_us
+    if sc.xdep_gap_us is not None:
+        gaps = np.where(np.isnan(sc.xdep_gap_us), g.xdep_gap_us, sc.xdep_gap_us)
     out: dict[int, list[tuple[int, float]]] = {}
-    for s, d, gap in zip(src[keep].tolist(), g.xdep_dst[keep].tolist(), g.xdep_gap_us[keep].tolist()):
+    for s, d, gap in zip(src[keep].tolist(), g.xdep_dst[keep].tolist(), gaps[keep].tolist()):
         out.setdefault(d, []).append((s, gap))
     return out
 
@@ -164,10 +172,13 @@ def replay(g: ReplayGraph, scenario: Scenario | None = None) -> ReplayResult:
     if dur.shape != (g.n_act,) or removed.shape != (g.n_blk,):
         raise PerfDoctorError(f"replay: scenario {sc.name!r} does not fit the graph ({dur.shape}, {removed.shape})")
     h_launch = g.act_launch_ts_us.copy()
+    if sc.act_launch_ts_us is not None:
+        moved = ~np.isnan(np.asarray(sc.act_launch_ts_us, dtype=np.float64))
+        h_launch[moved] = np.asarray(sc.act_launch_ts_us, dtype=np.float64)[moved]
     h_bs, h_be = g.blk_ts_us.copy(), g.blk_end_us.copy()
     for pid, cut in sc.host_cut.items():
         m = g.act_pid == pid
-        h_launch[m] = collapse(g.act_launch_ts_us[m], cut)
+        h_launch[m] = collapse(h_launch[m], cut)
         mb = g.blk_pid == pid
         h_bs[mb], h_be[mb] = collapse(g.blk_ts_us[mb], cut), collapse(g.blk_end_us[mb], cut)
     # a call that no longer waits takes what is left of its host time (a cut may keep part of it: a launch)

@@ -35,6 +35,7 @@ class WhatIf:
             or (sc.xdep_removed is not None and sc.xdep_removed.any())
             or (sc.act_end_min_us is not None and bool(np.isfinite(sc.act_end_min_us).any()))
             or (sc.xdep_src_moved is not None and bool((sc.xdep_src_moved >= 0).any()))
+            or (sc.act_launch_ts_us is not None and not bool(np.isnan(sc.act_launch_ts_us).all()))
         )
 
 
@@ -52,8 +53,9 @@ def merge_cuts(*cuts: dict[int, Intervals]) -> dict[int, Intervals]:
 def combine(name: str, parts: list[WhatIf], n_act: int, n_blk: int, act_dur_us: np.ndarray) -> WhatIf:
     """All transformations at once: the duration a transformation gives an activity (the shortest where several
     change it: a stretched copy stays stretched beside a fix that leaves it alone), every host cut, every removed
-    wait (``act_dur_us``: the recorded durations). The peers move when every part moves them; when only some do,
-    ``peers_with`` holds those parts combined (the peers get them, not the rank-specific rest)."""
+    wait, the earliest launch any of them issues an activity at (``act_dur_us``: the recorded durations). The
+    peers move when every part moves them; when only some do, ``peers_with`` holds those parts combined (the peers
+    get them, not the rank-specific rest)."""
     dur = act_dur_us.copy()
     changed = np.zeros(act_dur_us.size, dtype=bool)
     removed = np.zeros(n_blk, dtype=bool)
@@ -61,7 +63,15 @@ def combine(name: str, parts: list[WhatIf], n_act: int, n_blk: int, act_dur_us: 
     xdep_removed: np.ndarray | None = None
     end_min: np.ndarray | None = None
     moved: np.ndarray | None = None
+    launch: np.ndarray | None = None
+    gaps: np.ndarray | None = None
     for p in parts:
+        if p.scenario.xdep_gap_us is not None:
+            gp = np.asarray(p.scenario.xdep_gap_us, dtype=np.float64)
+            gaps = gp.copy() if gaps is None else np.where(np.isnan(gaps), gp, gaps)
+        if p.scenario.act_launch_ts_us is not None:
+            lt = np.asarray(p.scenario.act_launch_ts_us, dtype=np.float64)
+            launch = lt.copy() if launch is None else np.fmin(launch, lt)
         if p.scenario.xdep_src_moved is not None:
             mv = np.asarray(p.scenario.xdep_src_moved, dtype=np.int64)
             moved = mv.copy() if moved is None else np.where(moved >= 0, moved, mv)
@@ -90,6 +100,8 @@ def combine(name: str, parts: list[WhatIf], n_act: int, n_blk: int, act_dur_us: 
         act_end_min_us=end_min,
         xdep_src_moved=moved,
         peers_move=all(p.scenario.peers_move for p in parts),
+        act_launch_ts_us=launch,
+        xdep_gap_us=gaps,
     )
     moving = [p for p in parts if p.scenario.peers_move]
     if moving and not sc.peers_move:

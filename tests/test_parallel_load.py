@@ -157,6 +157,7 @@ def test_a_worker_that_dies_does_not_hang_the_reader(monkeypatch, spy):
 
 def test_small_files_are_decoded_in_process(tmp_path, monkeypatch):
     monkeypatch.delenv(parallel.WORKERS_ENV, raising=False)
+    monkeypatch.setattr(parallel, "DEFAULT_ON", True)
     path = shared_trace("hta__nccl_parser_config__nccl_data.json.gz")
     assert parallel.worker_count(str(path), path.stat().st_size) == 0
     monkeypatch.setenv(parallel.WORKERS_ENV, "3")

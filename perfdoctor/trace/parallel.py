@@ -12,11 +12,13 @@ is sent before it is decoded. Whenever a worker cannot take a piece exactly (it 
 string ids with integer ids in their code range), or a worker dies, :class:`Fallback` is raised and the reader
 reads the whole file again in this process: damaged files are small and rare, and are read as before.
 
-Workers are used for files of at least :data:`MIN_PARALLEL_BYTES` of JSON (below, forking and moving the
-columns cost more than they save), on machines with more than one usable core, from a process that is not
-itself a worker of a pool (a job's ranks are already spread over the cores); :data:`WORKERS_ENV` sets the
-count whatever the file's size (0: none, the events are decoded in this process; 1: one worker, which decodes while
-this process inflates and cuts).
+Workers are used only when :data:`DEFAULT_ON` is True or :data:`WORKERS_ENV` asks for them: on the 2-core
+benchmark machine under other load they gave no speed-up on the 446 MB V100 trace (best of 3: 18.2 s with 2
+workers, 17.2 s without) and raised the peak RSS from 1.29x to 1.65x the JSON (pieces in flight), over the 1.5x
+target. When on, for files of at least :data:`MIN_PARALLEL_BYTES` of JSON, on machines with more than one usable
+core, from a process that is not itself a worker of a pool (a job's ranks are already spread over the cores).
+:data:`WORKERS_ENV` sets the count whatever the file's size (0: none, the events are decoded in this process;
+1: one worker, which decodes while this process inflates and cuts).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from perfdoctor.trace.columns import TableColumns
 
 WORKERS_ENV = "PERFDOCTOR_LOAD_WORKERS"
+DEFAULT_ON = False
 MIN_PARALLEL_BYTES = 64 << 20  # JSON bytes (uncompressed) from which workers pay: see benchmarks/trace_load.py
 MAX_WORKERS = 8
 _IN_FLIGHT_PER_WORKER = 2  # pieces sent and not yet absorbed, per worker (bounds the memory they hold)
@@ -67,7 +70,7 @@ def worker_count(path: str, file_bytes: int) -> int:
         except ValueError:
             n = -1
         return min(max(n, 0), 64)
-    if multiprocessing.parent_process() is not None:
+    if not DEFAULT_ON or multiprocessing.parent_process() is not None:
         return 0
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     if cores < 2 or uncompressed_estimate(path, file_bytes) < MIN_PARALLEL_BYTES:

@@ -81,8 +81,10 @@ def test_empty_device_name_prints_no_colon():
 
     from perfdoctor.render.view import device_name
 
-    assert device_name(NS(device_properties=[NS(id=2, name="")]), 2) == "GPU 2"  # type: ignore[arg-type]
-    assert device_name(NS(device_properties=[NS(id=2, name="NVIDIA A10")]), 2) == "GPU 2: NVIDIA A10"  # type: ignore[arg-type]
+    # DeviceProps always carries ``identified`` (None: the trace's own name stands)
+    assert device_name(NS(device_properties=[NS(id=2, name="", identified=None)]), 2) == "GPU 2"  # type: ignore[arg-type]
+    ok = NS(device_properties=[NS(id=2, name="NVIDIA A10", identified=None)])
+    assert device_name(ok, 2) == "GPU 2: NVIDIA A10"  # type: ignore[arg-type]
 
 
 def test_savings_and_single_step_text():

@@ -139,9 +139,15 @@ def test_problem_flag_on_is_a_regression(root, capsys):
     assert pd105["status"] == "new" or (
         not timing_verdicts_meaningful(capsys) and pd105["saving_after_us"] > 2 * pd105["saving_before_us"]
     )
-    # the gate fires even on a loaded machine: 40 ms of Python per step is several times the noise (measured at
-    # load 12 on 2 cores: +49.7%, 95% CI +30.9% to +68.5%)
-    assert code == 1 and d["verdict"] == "slower" and d["ci95_pct"][0] > 0
+    # the gate fires: 40 ms of Python per step is several times the noise of one run a side (measured at load 12
+    # on 2 cores: +49.7%, 95% CI +30.9% to +68.5%); asserted below 3 runnable per core only: at load 5 on 2 cores
+    # with other suites running the clean run's step doubled to 41 ms and one run a side read +24.0% (CI -34% to +135%)
+    # the gate and the verdict always agree; the verdict itself is asserted when the clean run's step shows the
+    # machine ran it at its own speed (~7 ms; under 20 ms) as well as below 3 runnable per core
+    ci = d["ci95_pct"]
+    assert code == (1 if ci is not None and d["change_pct"] > 5 and ci[0] > 0 else 0)
+    if timing_verdicts_meaningful(capsys) and d["mean_step_us"]["before"] < 20_000:
+        assert code == 1 and d["verdict"] == "slower" and d["ci95_pct"][0] > 0
     # the reverse direction is the fix: PD105 resolved with its predicted-vs-measured row
     rcode, r = diff_json(capsys, runs["pymetrics"], runs["clean"], "--fail-on-regression", "5")
     assert rcode == 0

@@ -269,7 +269,10 @@ def test_three_runs_a_side_flag_on_is_slower_from_the_measured_noise(root, capsy
     # (measured at load 8-9 on 2 cores: +75.4%, 95% CI +41.4% to +117.6%, σ_run 12.1%; at load 10-11 the runs
     # spread more, +80.6%, CI +3.2% to +216.2%, σ_run 26.1%, so the verdict is asserted below 3 runnable per core)
     assert d["change_pct"] > 20
-    if timing_verdicts_meaningful(capsys):
+    # the verdict needs runs that ran at the machine's own speed (clean step ~7 ms; under 20 ms): in the stop's CI
+    # run at load ~5 with other suites running the clean runs averaged 28.67 ms, the runs' means spread 52.1%, and
+    # 3 vs 3 read +100.9% (CI -25.3% to +440.6%): inconclusive, rightly
+    if timing_verdicts_meaningful(capsys) and d["mean_step_us"]["before"] < 20_000:
         assert d["verdict"] == "slower" and d["ci95_pct"][0] > 0 and regression(diff, 5.0)
     pd105 = {f["code"]: f for f in d["findings"]}["PD105"]
     # on every flagged run; on a clean run only when other work inflated its Python time (seen once at load 7.7)

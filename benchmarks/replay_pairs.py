@@ -123,17 +123,20 @@ def _confound(before: Path, after: Path, meas: float) -> str:
     return f"cold start: before {wb / 1e3:.1f} ms, after {wa / 1e3:.1f} ms first-call work per step"
 
 
+def _moe_paths(layers: str) -> dict[tuple[str, int], Path]:
+    """The MoE pair's four rank traces, by (side, rank)."""
+    return {
+        (side, r): SHARED / MOE.format(layers=layers, side=side, rank=r) for side in ("before", "after") for r in (0, 1)
+    }
+
+
 def moe_pairs() -> list[str]:
     """The MoE all-to-all pairs: both ranks of the before side replayed jointly with the fix on every rank
     (perfdoctor.replay.joint; each rank alone when the collectives do not match), against each rank's measured
     change."""
     rows = []
     for layers in ("3layer", "1layer"):
-        paths = {
-            (side, r): SHARED / MOE.format(layers=layers, side=side, rank=r)
-            for side in ("before", "after")
-            for r in (0, 1)
-        }
+        paths = _moe_paths(layers)
         if not all(p.exists() for p in paths.values()):
             rows.append(f"2x A100 MoE {layers} (traces absent)")
             continue
@@ -208,11 +211,7 @@ def moe_segments() -> list[str]:
 
     rows = []
     for layers in ("3layer", "1layer"):
-        paths = {
-            (side, r): SHARED / MOE.format(layers=layers, side=side, rank=r)
-            for side in ("before", "after")
-            for r in (0, 1)
-        }
+        paths = _moe_paths(layers)
         if not all(p.exists() for p in paths.values()):
             continue
         before = [_steps_us(paths["before", r]) for r in (0, 1)]

@@ -17,6 +17,7 @@ from perfdoctor.jobs import executors
 from perfdoctor.jobs.executors import DaskCluster, LocalPool, dask_batches
 from perfdoctor.jobs.fingerprint import worker_name
 from perfdoctor.jobs.peers import peer_ends
+from perfdoctor.jobs.summary import _enc  # the summaries' own encode hook: the test compares what they store
 
 
 def _canon(report: dict[str, Any]) -> str:
@@ -150,20 +151,8 @@ def test_outcomes_travel_encoded_and_decode_to_the_ranks_own(in_process: pipelin
     decoded = Outcomes(s.outcomes)
     assert sorted(decoded) == sorted(direct) and len(decoded) == len(direct)
     for code, o in direct.items():
-        assert msgspec.to_builtins(decoded[code]) == msgspec.to_builtins(o, enc_hook=_plain), code
+        assert msgspec.to_builtins(decoded[code]) == msgspec.to_builtins(o, enc_hook=_enc), code
     assert decoded["PD102"] is not decoded["PD102"]  # decoded afresh on each read, nothing kept
-
-
-def _plain(obj: Any) -> Any:
-    import numpy as np
-
-    if isinstance(obj, np.generic):
-        return obj.item()
-    if isinstance(obj, np.ndarray):
-        return obj.tolist()
-    if isinstance(obj, (set, frozenset)):
-        return sorted(obj)
-    raise NotImplementedError(type(obj).__name__)
 
 
 def test_gc_paused_restores_the_collector() -> None:

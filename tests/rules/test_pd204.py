@@ -18,8 +18,10 @@ def test_pd204_fires_on_bf16_autocast_without_bf16_units():
         "ONEDNN_MAX_CPU_ISA=AVX512_CORE" in slow[0]["PD204"]["message"]
         or "no bf16 matrix instructions" in slow[0]["PD204"]["message"]
     )
-    # emulated bf16 GEMMs: measured 2.4x the fp32 step on an AMX Xeon capped at AVX512_CORE
-    faster(slow, fixed, "PD204 bf16 autocast, no bf16 units", min_gain=0.25)
+    # emulated bf16 GEMMs: how much slower depends on the CPU: 2.2-2.4x the fp32 step on the AMX Xeon of the
+    # development machines capped at AVX512_CORE (12.6 vs 5.9 ms), only 1.09x on a CI runner (8.43 vs 7.70 ms);
+    # the step-to-step noise of these medians is ~2%, so 5% still tells a slower bf16 step from noise
+    faster(slow, fixed, "PD204 bf16 autocast, no bf16 units", min_gain=0.05)
 
 
 @example

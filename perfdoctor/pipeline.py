@@ -147,6 +147,7 @@ def build(
         notes += run.warnings + [n for n in (window_note, no_trace) if n]
     if run is not None and model_flops_per_step is None and run.facts.flops_per_step:
         model_flops_per_step, flops_source = float(run.facts.flops_per_step), "flop_counter"
+    files = [f for p in trace_paths for f in trace_files_in(p)]
     summary_opts = SummaryOptions(
         step_marker=step_marker,
         model_flops_per_step=model_flops_per_step,
@@ -155,9 +156,9 @@ def build(
         run_json=run.run if run is not None else None,
         codes=list(codes),
         rules_dirs=[str(d) for d in opts.rules_dirs or []],
+        joint=len(files) > 1,
     )
     runner = executor if executor is not None else InProcess(on_progress=on_progress)
-    files = [f for p in trace_paths for f in trace_files_in(p)]
     roofs = run_data.measured_cpu_roofs(run)
     summaries = runner.summarise(files, summary_opts, catalogue, roofs, cache=cache)
     summaries = with_peer_arrivals(files, summaries, summary_opts, catalogue, roofs, cache, runner)

@@ -64,6 +64,9 @@ class SummaryOptions(msgspec.Struct, frozen=True):
     rules_dirs: list[str] = []
     hash_inputs: bool = True
     peer_ends: dict[str, tuple[list[float], list[float]]] = {}
+    # the job has several trace files, so its ranks may be replayed jointly: each summary carries its JointInputs
+    # (four replays of the rank); a one-file report makes them only for the ranks of a merged multi-rank file
+    joint: bool = True
 
     def fingerprint(self, measured_roofs: Any = None) -> str:
         """sha256 of the options, the perfdoctor version, its code fingerprint
@@ -230,10 +233,18 @@ def local_copy(path: str) -> Iterator[str]:
 
 
 def rank_summary(
-    analysis: Any, ra: Any, index: int, input_info: dict[str, Any], cat: Any, order: list[str], note: str | None = None
+    analysis: Any,
+    ra: Any,
+    index: int,
+    input_info: dict[str, Any],
+    cat: Any,
+    order: list[str],
+    note: str | None = None,
+    joint: bool = True,
 ) -> RankSummary:
     """The summary of ``ra`` (a :class:`perfdoctor.pipeline.RankAnalysis` inside the one-rank ``analysis``,
-    efficiency already added): its rule outcomes, then its report section (rules may add warnings)."""
+    efficiency already added): its rule outcomes, then its report section (rules may add warnings); ``joint``:
+    with its :class:`~perfdoctor.replay.joint.JointInputs` (only a job of several ranks reads them)."""
     from perfdoctor.analysis import collective_wait
     from perfdoctor.checks import context as cx
     from perfdoctor.checks import engine
@@ -260,7 +271,7 @@ def rank_summary(
         note=note,
         warmup_us_by_step=ra.steps.warmup_by_step(),
         cold_steps=ra.steps.cold_steps(),
-        joint=rank_inputs(ra.replay, ra.tables) if ra.replay is not None else None,
+        joint=rank_inputs(ra.replay, ra.tables) if joint and ra.replay is not None else None,
     )
 
 

@@ -182,7 +182,8 @@ def _summarise(
             )
             if note:
                 ra.warnings.append(note)
-            summary = rank_summary(analysis, ra, index, dataclasses.asdict(info), cat, order, note)
+            joint = opts.joint or len(sources) > 1
+            summary = rank_summary(analysis, ra, index, dataclasses.asdict(info), cat, order, note, joint)
             dist = tabs.metadata.get("distributedInfo")
             ws = dist.get("world_size") if isinstance(dist, dict) else None
             summary.rank_named, summary.devices = named, named_gpus(tabs)

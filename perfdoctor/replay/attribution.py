@@ -68,13 +68,11 @@ class Attribution:
         """µs of each label inside each window ``[ws[i], we[i])`` (optionally only inside ``within``)."""
         from perfdoctor.analysis import intervals as iv
 
-        out = {}
-        for lab in self.labels():
-            s = self.intervals(lab)
-            if within is not None:
-                s = iv.intersect(s, within)
-            out[lab] = iv.per_window(s, ws, we)
-        return out
+        s, e, label = self.start_us, self.end_us, self.label
+        if within is not None:  # the segments cut by ``within`` once, each piece keeping its segment's label
+            s, e, seg = _clip_to(s, e, within)
+            label = label[seg]
+        return {lab: iv.per_window((s[m], e[m]), ws, we) for lab in self.labels() for m in [label == lab]}
 
     def idle_causes(self, gaps: Intervals, ws: np.ndarray, we: np.ndarray) -> dict[str, np.ndarray]:
         """Per step, a device's idle gaps split by the critical path's cause at that time (adds up to the gaps);
@@ -86,8 +84,30 @@ class Attribution:
         return out
 
 
+def _clip_to(s: np.ndarray, e: np.ndarray, within: Intervals) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The parts of the sorted disjoint segments ``[s, e)`` inside the interval set ``within``: (starts, ends,
+    index of the segment each part comes from), sorted; O(n + m + parts)."""
+    ws_, we_ = within
+    lo = np.searchsorted(we_, s, side="right")  # first interval of ``within`` ending after the segment's start
+    hi = np.searchsorted(ws_, e, side="left")  # past the last one starting before its end
+    cnt = np.maximum(hi - lo, 0)
+    seg = np.repeat(np.arange(s.size), cnt)
+    j = np.repeat(lo, cnt) + np.arange(int(cnt.sum())) - np.repeat(np.cumsum(cnt) - cnt, cnt)
+    ps, pe = np.maximum(s[seg], ws_[j]), np.minimum(e[seg], we_[j])
+    keep = pe > ps
+    return ps[keep], pe[keep], seg[keep]
+
+
 def _categories(tables: TraceTables, rr: RankReplay) -> np.ndarray:
-    """Category of every activity of the graph, with the breakdown's optimizer override (object array)."""
+    """Category of every activity of the graph, with the breakdown's optimizer override (object array; made once
+    per graph, as the tables are one per graph: read it, do not edit it)."""
+    cached = rr.graph.__dict__.get("_categories")
+    if cached is None:
+        cached = rr.graph.__dict__["_categories"] = _compute_categories(tables, rr)
+    return cached
+
+
+def _compute_categories(tables: TraceTables, rr: RankReplay) -> np.ndarray:
     from perfdoctor.analysis.classify import classify_kernel
 
     g = rr.graph

@@ -106,15 +106,38 @@ def _state(
     gaps = iv.complement(busy_set, float(ws[0]), float(we[-1])) if ws.size else iv.EMPTY
     att = critical_path(tables, rr, res) if att is None else att
     idle = att.idle_causes(gaps, ws, we)
-    unions = {
-        c: iv.intersect(iv.union(res.act_start_us[on & (cats == c)], res.act_end_us[on & (cats == c)]), span)
-        for c in sorted({str(x) for x in cats[on].tolist()})
-    }
-    alone = {}
-    for c, u in unions.items():
-        others = iv.union_of(*(v for k, v in unions.items() if k != c)) if len(unions) > 1 else iv.EMPTY
-        alone[c] = iv.total(iv.subtract(u, others))
-    return busy, idle, alone
+    return busy, idle, _alone(res.act_start_us[on], res.act_end_us[on], cats[on], span)
+
+
+def _alone(start_us: np.ndarray, end_us: np.ndarray, cats: np.ndarray, span: iv.Intervals) -> dict[str, float]:
+    """µs inside ``span`` during which exactly one category of activities runs, per category (activities
+    ``start_us``/``end_us``/``cats``, shape ``(n,)``). One sweep over every category's union: where the running
+    count of categories is 1, the running sum of their codes names the one."""
+    names, code = _codes(cats)
+    pts, dn, dc = [], [], []
+    for k in range(names.size):
+        m = code == k
+        s, e = iv.intersect(iv.union(start_us[m], end_us[m]), span)
+        pts += [s, e]
+        dn += [np.ones(s.size), -np.ones(e.size)]
+        dc += [np.full(s.size, float(k)), np.full(e.size, -float(k))]
+    if not pts or sum(p.size for p in pts) == 0:
+        return {str(c): 0.0 for c in names.tolist()}
+    t, n_on, c_on = np.concatenate(pts), np.concatenate(dn), np.concatenate(dc)
+    order = np.argsort(t, kind="stable")
+    t, count, which = t[order], np.cumsum(n_on[order]), np.cumsum(c_on[order])
+    seg = np.diff(t)
+    one = (count[:-1] == 1) & (seg > 0)  # a segment's coverage is the count after all points at its start
+    per = np.bincount(np.rint(which[:-1][one]).astype(np.int64), weights=seg[one], minlength=names.size)
+    return {str(c): float(v) for c, v in zip(names.tolist(), per.tolist(), strict=True)}
+
+
+def _codes(cats: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(sorted distinct category names, each activity's index into them) of an object array of names."""
+    first: dict[str, int] = dict.fromkeys(cats.tolist(), 0)
+    names = np.array(sorted(first), dtype=object)
+    index = {c: i for i, c in enumerate(names.tolist())}
+    return names, np.fromiter(map(index.__getitem__, cats.tolist()), dtype=np.int64, count=cats.size)
 
 
 def saving_parts(

@@ -78,11 +78,15 @@ def _wait_edges(
         if a_idx.size
         else np.empty((0, 2), np.int64)
     )
-    for key in {(int(p), int(t)) for p, t in pid_tid.tolist()}:
-        m = (pid_tid[:, 0] == key[0]) & (pid_tid[:, 1] == key[1])
-        sel = a_idx[m]
-        o = np.argsort(launch_key[sel], kind="stable")
-        by_thread[key] = (launch_key[sel][o], sel[o])
+    if a_idx.size:
+        keys, inv = np.unique(pid_tid, axis=0, return_inverse=True)
+        inv = inv.reshape(-1)
+        grouped = np.argsort(inv, kind="stable")
+        bounds = np.searchsorted(inv[grouped], np.arange(len(keys) + 1))
+        for j, (p, t) in enumerate(keys.tolist()):
+            sel = a_idx[grouped[bounds[j] : bounds[j + 1]]]
+            o = np.argsort(launch_key[sel], kind="stable")
+            by_thread[(int(p), int(t))] = (launch_key[sel][o], sel[o])
     end = acts["ts"] + acts["dur"]
     src: list[int] = []
     dst: list[int] = []

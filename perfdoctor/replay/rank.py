@@ -52,6 +52,9 @@ class RankReplay:
     # replayed step times per scenario already replayed (key: _scenario_key; with the peers they were bounded by):
     # several rules ask for the same one
     _replayed: dict[bytes, tuple[Any, np.ndarray]] = field(default_factory=dict, repr=False, compare=False)
+    # the last scenario replayed in full (key, peers, result): a rule asks for a what-if's step times and then for
+    # the parts of its saving, two reads of one replay (one entry: a 232,023-node replay holds ~7 MB of arrays)
+    _last: tuple[bytes, Any, ReplayResult] | None = field(default=None, repr=False, compare=False)
 
     @property
     def step_errors(self) -> np.ndarray:
@@ -67,7 +70,17 @@ class RankReplay:
 
     def replayed(self, scenario: Scenario) -> ReplayResult:
         """The replay under ``scenario``, the rank's collectives ending no earlier than its peers let them
-        (:attr:`peers`, :mod:`perfdoctor.replay.peers`; moved by the program-wide part of a combination)."""
+        (:attr:`peers`, :mod:`perfdoctor.replay.peers`; moved by the program-wide part of a combination).
+        The result is shared with later calls for the same scenario: read it, do not edit it."""
+        key = _scenario_key(scenario)
+        last = self._last
+        if last is not None and last[0] == key and last[1] is self.peers:
+            return last[2]
+        res = self._replay_bounded(scenario)
+        self._last = (key, self.peers, res)
+        return res
+
+    def _replay_bounded(self, scenario: Scenario) -> ReplayResult:
         if self.peers is not None:
             moved = None
             if not scenario.peers_move and scenario.peers_with is not None:

@@ -266,13 +266,15 @@ def cuda_graphs(rr: RankReplay, tables: TraceTables) -> WhatIf:
     pid = rr.windows.pid
     ls, le = _launch_calls(tables, pid)
     w = rr.windows
-    spans_s, spans_e = [], []
-    for a, b in zip(w.host_start_us.tolist(), w.host_end_us.tolist(), strict=True):
-        m = (ls >= a) & (ls < b)
-        if m.sum() > 1:
-            spans_s.append(float(ls[m].min()) + GRAPH_LAUNCH_US)
-            spans_e.append(float(le[m].max()))
-    cut = iv.union(np.asarray(spans_s), np.asarray(spans_e))
+    o = np.argsort(ls, kind="stable")
+    ls, le = ls[o], le[o]
+    # each step's launches: those starting in [host start, host end), a slice of the sorted calls
+    lo = np.searchsorted(ls, w.host_start_us, side="left")
+    hi = np.searchsorted(ls, w.host_end_us, side="left")
+    many = hi - lo > 1
+    spans_s = ls[lo[many]] + GRAPH_LAUNCH_US if many.any() else np.empty(0)
+    spans_e = np.array([le[a:b].max() for a, b in zip(lo[many].tolist(), hi[many].tolist())], dtype=np.float64)
+    cut = iv.union(np.asarray(spans_s, dtype=np.float64), spans_e)
     keep = iv.union_of(_named(tables, DATALOADER, pid), iv.union(rr.graph.blk_ts_us, rr.graph.blk_end_us))
     cut = iv.subtract(cut, keep)
     return WhatIf(
@@ -368,7 +370,10 @@ def batch_copies(rr: RankReplay, tables: TraceTables, calls: Intervals) -> WhatI
     bw, bw_source = pinned_bandwidth(tables)
     cut_s, cut_e, n_loops, n_cut = [], [], 0, 0
     for a, b in zip(rr.windows.host_start_us.tolist(), rr.windows.host_end_us.tolist(), strict=True):
-        s, e = _issuing_ops(tables, rr, np.flatnonzero(hit & (g.blk_ts_us >= a) & (g.blk_ts_us < b)))
+        blk = np.flatnonzero(hit & (g.blk_ts_us >= a) & (g.blk_ts_us < b))
+        if min(blk.size, d2h.size) < PER_ELEMENT_COPIES:
+            continue  # each element's span holds one of these calls and launches one of these copies: no loop
+        s, e = _issuing_ops(tables, rr, blk)
         lt = g.act_launch_ts_us[d2h]
         k = np.searchsorted(s, lt, side="right") - 1
         ok = (k >= 0) & (lt < e[np.maximum(k, 0)])

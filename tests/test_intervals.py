@@ -67,3 +67,54 @@ def test_launch_rows_join_kernels_to_their_runtime_call_once_per_trace(tmp_path)
     durs = dict(zip([names[n] for n in t.kernels["name_id"].tolist()], launched_values(t, "kernels", "dur_us")))
     assert durs["k_a"] == 7 and durs["k_b"] == 3 and np.isnan(durs["k_orphan"])
     assert launch_rows(t, "kernels") is rows  # computed once per trace
+
+
+def _cells(s, e, n=120):
+    """Coverage of each unit cell [k, k+1) by integer intervals [s, e): the brute-force reference."""
+    out = np.zeros(n, bool)
+    for a, b in zip(np.asarray(s, int).tolist(), np.asarray(e, int).tolist()):
+        out[a:b] = True
+    return out
+
+
+def test_time_each_category_runs_alone_against_a_cell_count():
+    """decompose._alone: per category, the time inside the span when it is the only category running, checked
+    against counting unit cells of random integer activities."""
+    from perfdoctor.replay.decompose import _alone
+
+    rng = np.random.default_rng(7)
+    for _ in range(200):
+        n = int(rng.integers(0, 40))
+        s = rng.integers(0, 90, n).astype(float)
+        e = s + rng.integers(0, 25, n)
+        cats = rng.choice(np.array(["matmul", "memcpy", "communication"], dtype=object), n)
+        span_s, span_e = np.array([0.0, 50.0]), np.array([40.0, 110.0])
+        span = iv.union(span_s, span_e)
+        in_span = _cells(span_s, span_e)
+        cover = {c: _cells(s[cats == c], e[cats == c]) & in_span for c in set(cats.tolist())}
+        running = sum((v.astype(int) for v in cover.values()), np.zeros(120, int))
+        got = _alone(s, e, cats, span)
+        assert set(got) == set(cover)
+        for c, v in cover.items():
+            assert got[c] == float((v & (running == 1)).sum())
+
+
+def test_attribution_per_window_inside_gaps_against_a_cell_count():
+    """Attribution.per_window(within=gaps): each label's µs inside the gaps, per window, against unit cells."""
+    from perfdoctor.replay.attribution import Attribution
+
+    rng = np.random.default_rng(11)
+    for _ in range(200):
+        bounds = np.unique(rng.integers(0, 100, 2 * int(rng.integers(0, 20))))
+        bounds = bounds[: bounds.size // 2 * 2].astype(float)
+        s, e = bounds[0::2], bounds[1::2]
+        labels = rng.choice(np.array(["python", "matmul", "other"], dtype=object), s.size)
+        gs = rng.integers(0, 100, 12).astype(float)
+        gaps = iv.union(gs, gs + rng.integers(0, 12, 12))
+        ws, we = np.array([0.0, 30.0, 70.0]), np.array([30.0, 70.0, 100.0])
+        got = Attribution(s, e, labels).per_window(ws, we, within=gaps)
+        in_gaps = _cells(*gaps)
+        for lab in set(labels.tolist()):
+            cells = _cells(s[labels == lab], e[labels == lab]) & in_gaps
+            want = [float(cells[int(a) : int(b)].sum()) for a, b in zip(ws, we)]
+            assert got[lab].tolist() == want

@@ -105,3 +105,25 @@ def test_dlrm_job_figure_matches_the_joint_replay_of_the_full_graphs() -> None:
     # the reproduction the joint replay is trusted on: the recording replayed jointly, every rank within 2 µs
     for rr, rec in zip(rrs, jr.step_times()):
         assert np.abs(rec - rr.recorded_step_us).max() <= 2.0
+
+
+def test_joint_inputs_are_made_for_a_job_of_several_files_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A one-file report never replays ranks jointly, so its summary carries no JointInputs (four replays of the
+    rank saved); two files of one job do, one per rank."""
+    if not DLRM.is_dir():
+        pytest.skip(f"needs {DLRM} (../shared/traces)")
+    from perfdoctor.jobs import summary as js
+
+    made: list[int] = []
+    real = js.rank_inputs
+
+    def counted(rr, tables):  # type: ignore[no-untyped-def]
+        made.append(1)
+        return real(rr, tables)
+
+    monkeypatch.setattr(js, "rank_inputs", counted)
+    files = sorted(str(p) for p in DLRM.glob("*.json*"))[:2]
+    pipeline.build(files[:1], rule_options=config.resolve())
+    assert made == []
+    pipeline.build(files, rule_options=config.resolve())
+    assert made == [1, 1]

@@ -50,3 +50,36 @@ def test_same_edits_replay_once_and_new_edits_replay_again(rr, monkeypatch):
         assert np.array_equal(got, end - start)
     # twice the device time makes the steps longer than recorded (a check that the scenario was applied)
     assert first.mean() > rr.recorded_step_us.mean()
+
+
+def test_a_scenario_that_edits_nothing_is_the_recordings_replay(rr, monkeypatch):
+    """No edit (or durations equal to the recorded ones) and no peer bound to add: no replay, the recording's own
+    result; one edit anywhere replays, and the full result is kept for the next read of the same scenario."""
+    calls = []
+
+    def counted(g, sc=None):
+        calls.append(sc.name if sc else None)
+        return replay(g, sc)
+
+    monkeypatch.setattr(replay_rank_mod, "replay", counted)
+    g = rr.graph
+    assert rr.peers is None  # one rank, no collectives: nothing bounds a what-if
+    for sc in (
+        Scenario("nothing"),
+        Scenario("same durations", act_dur_us=g.act_dur_us.copy()),
+        Scenario("no call removed", blk_removed=np.zeros(g.n_blk, bool)),
+        Scenario("no bound", act_end_min_us=np.full(g.n_act, -np.inf)),
+        Scenario("no launch moved", act_launch_ts_us=np.full(g.n_act, np.nan)),
+    ):
+        assert not sc.edits_graph or sc.act_dur_us is not None
+        assert rr.replayed(sc) is rr.baseline
+    assert calls == []
+    one = g.act_dur_us.copy()
+    one[0] += 1.0
+    edited = Scenario("one longer", act_dur_us=one)
+    assert edited.edits_graph
+    res = rr.replayed(edited)
+    assert calls == ["one longer"] and res is not rr.baseline
+    assert rr.replayed(Scenario("same edit", act_dur_us=one.copy())) is res and calls == ["one longer"]
+    fresh = replay(g, edited)
+    assert np.array_equal(res.act_end_us, fresh.act_end_us) and np.array_equal(res.blk_end_us, fresh.blk_end_us)

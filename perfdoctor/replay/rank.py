@@ -72,6 +72,10 @@ class RankReplay:
         """The replay under ``scenario``, the rank's collectives ending no earlier than its peers let them
         (:attr:`peers`, :mod:`perfdoctor.replay.peers`; moved by the program-wide part of a combination).
         The result is shared with later calls for the same scenario: read it, do not edit it."""
+        if scenario.act_dur_us is not None and np.array_equal(scenario.act_dur_us, self.graph.act_dur_us):
+            scenario = dataclasses.replace(scenario, act_dur_us=None)  # the recorded durations (a what-if found none)
+        if not scenario.edits_graph and (self.peers is None or scenario.peers_move or self.peers.act.size == 0):
+            return self.baseline  # nothing to replay (no edit, no peer bound added): the recording's own
         key = _scenario_key(scenario)
         last = self._last
         if last is not None and last[0] == key and last[1] is self.peers:

@@ -64,6 +64,22 @@ class Scenario:
     # as recorded); the last blocking call before its recorded launch still shifts it
     act_launch_ts_us: np.ndarray | None = None
 
+    @property
+    def edits_graph(self) -> bool:
+        """False when no field edits the recorded graph, so its replay is the recording's (the bounds of
+        ``RankReplay.peers`` aside); ``act_dur_us`` edits it when given, whatever its values."""
+        return bool(
+            self.act_dur_us is not None
+            or any(c[0].size for c in self.host_cut.values())
+            or (self.blk_removed is not None and self.blk_removed.any())
+            or (self.act_dep_removed is not None and self.act_dep_removed.any())
+            or (self.xdep_removed is not None and self.xdep_removed.any())
+            or (self.act_end_min_us is not None and not bool((self.act_end_min_us == -np.inf).all()))
+            or (self.xdep_src_moved is not None and bool((self.xdep_src_moved >= 0).any()))
+            or (self.xdep_gap_us is not None and not bool(np.isnan(self.xdep_gap_us).all()))
+            or (self.act_launch_ts_us is not None and not bool(np.isnan(self.act_launch_ts_us).all()))
+        )
+
 
 @dataclass
 class ReplayResult:
@@ -102,18 +118,21 @@ def collapse(t_us: np.ndarray, cut: Intervals | None) -> np.ndarray:
     return t - np.where(k >= 0, before[kk], 0.0) - partial
 
 
-def _visit_order(g: ReplayGraph) -> tuple[list[int], list[int]]:
-    """(kind, index) pairs in an order every edge respects: kind 0 = activity, 1 = blocking call (computed once
-    per graph: a scenario changes durations and drops edges, never adds one, so the order stays valid)."""
+def _visit_order(g: ReplayGraph) -> list[int]:
+    """The nodes in an order every edge respects, as one list: an activity as its index ``i``, a blocking call as
+    ``~i`` (negative); computed once per graph: a scenario changes durations and drops edges, never adds one, so
+    the order stays valid."""
     cached = g.__dict__.get("_visit_order")
     if cached is not None:
         return cached  # type: ignore[no-any-return]
-    order = _compute_visit_order(g)
+    kinds, idx = _compute_visit_order(g)
+    order = np.where(np.asarray(kinds) == 0, np.asarray(idx), ~np.asarray(idx)).tolist() if kinds else []
     g.__dict__["_visit_order"] = order
     return order
 
 
 def _compute_visit_order(g: ReplayGraph) -> tuple[list[int], list[int]]:
+    """(kind, index) pairs in an order every edge respects: kind 0 = activity, 1 = blocking call."""
     key_a = np.maximum(g.act_ts_us, np.where(g.act_launch >= 0, g.act_launch_ts_us, -np.inf))
     key_b = g.blk_end_us.copy()
     prev, dep, ab, bd, bb = g.act_prev, g.act_dep, g.act_blk_before, g.blk_dep, g.blk_blk_before
@@ -209,7 +228,7 @@ def replay(g: ReplayGraph, scenario: Scenario | None = None) -> ReplayResult:
     bdep = np.where(removed, -1, g.blk_dep)
     anchored = g.act_launch < 0
     base = np.where(anchored, g.act_ts_us, h_launch + g.act_lat_us).tolist()
-    kinds, idx = _visit_order(g)
+    order = _visit_order(g)
     fixed = _graph_lists(g)
     prev, gap, dgap, ab, bb, blat = (fixed[k] for k in ("prev", "gap", "dgap", "ab", "bb", "blat"))
     dep = fixed["dep"] if sc.act_dep_removed is None else np.where(sc.act_dep_removed, -1, g.act_dep).tolist()
@@ -217,36 +236,44 @@ def replay(g: ReplayGraph, scenario: Scenario | None = None) -> ReplayResult:
     bdl = fixed["bdep"] if sc.blk_removed is None else bdep.tolist()
     ownl, hbs, hbe = own.tolist(), h_bs.tolist(), h_be.tolist()
     xd = _extra_deps(g, sc)
-    end_min = [-np.inf] * g.n_act if sc.act_end_min_us is None else np.asarray(sc.act_end_min_us, float).tolist()
+    end_min = None if sc.act_end_min_us is None else np.asarray(sc.act_end_min_us, float).tolist()
+    if end_min is None and np.isnan(dur).any():  # a NaN end takes the -inf bound, as a bound's test reads it
+        end_min = [-np.inf] * g.n_act
+    # index -1 (no predecessor, no blocking call before) reads a sentinel at the end of each list: an end of -inf
+    # binds nothing, a shift of 0 moves nothing; the same arithmetic as testing for -1 first, without the branch
     start = [0.0] * g.n_act
-    end = [0.0] * g.n_act
+    end = [0.0] * g.n_act + [-np.inf]
     bend = [0.0] * g.n_blk
-    shift = [0.0] * g.n_blk
-    for kind, i in zip(kinds, idx):
-        if kind == 0:
-            b = ab[i]
-            st = base[i] + (shift[b] if b >= 0 else 0.0)
-            p = prev[i]
-            if p >= 0 and end[p] + gap[i] > st:
-                st = end[p] + gap[i]
-            d = dep[i]
-            if d >= 0 and end[d] + dgap[i] > st:
-                st = end[d] + dgap[i]
-            x = xd.get(i)
-            if x is not None:
-                for s_, g_ in x:
-                    if end[s_] + g_ > st:
-                        st = end[s_] + g_
+    shift = [0.0] * (g.n_blk + 1)
+    for i in order:
+        if i >= 0:
+            st = base[i] + shift[ab[i]]
+            t = end[prev[i]] + gap[i]
+            if t > st:
+                st = t
+            t = end[dep[i]] + dgap[i]
+            if t > st:
+                st = t
+            if xd:
+                x = xd.get(i)
+                if x is not None:
+                    for s_, g_ in x:
+                        if end[s_] + g_ > st:
+                            st = end[s_] + g_
             start[i] = st
-            end[i] = st + durl[i] if st + durl[i] >= end_min[i] else end_min[i]
+            t = st + durl[i]
+            if end_min is not None and not t >= end_min[i]:
+                t = end_min[i]
+            end[i] = t
         else:
-            b = bb[i]
-            e = hbs[i] + (shift[b] if b >= 0 else 0.0) + ownl[i]
-            d = bdl[i]
-            if d >= 0 and end[d] + blat[i] > e:
-                e = end[d] + blat[i]
+            i = ~i
+            e = hbs[i] + shift[bb[i]] + ownl[i]
+            t = end[bdl[i]] + blat[i]
+            if t > e:
+                e = t
             bend[i] = e
             shift[i] = e - hbe[i]
+    del end[-1], shift[-1]
     return ReplayResult(
         graph=g,
         scenario=sc,

@@ -26,17 +26,7 @@ class WhatIf:
 
     @property
     def changes_anything(self) -> bool:
-        sc = self.scenario
-        return bool(
-            sc.act_dur_us is not None
-            or any(c[0].size for c in sc.host_cut.values())
-            or (sc.blk_removed is not None and sc.blk_removed.any())
-            or (sc.act_dep_removed is not None and sc.act_dep_removed.any())
-            or (sc.xdep_removed is not None and sc.xdep_removed.any())
-            or (sc.act_end_min_us is not None and bool(np.isfinite(sc.act_end_min_us).any()))
-            or (sc.xdep_src_moved is not None and bool((sc.xdep_src_moved >= 0).any()))
-            or (sc.act_launch_ts_us is not None and not bool(np.isnan(sc.act_launch_ts_us).all()))
-        )
+        return self.scenario.edits_graph
 
 
 def merge_cuts(*cuts: dict[int, Intervals]) -> dict[int, Intervals]:

@@ -300,3 +300,38 @@ def test_truncated_trace_without_steps_warns_that_idle_is_an_upper_bound(tmp_pat
         [str(shared_trace("gpupuzzlers__launch_queue_N1600.trace.json.gz"))], hash_inputs=False
     )
     assert not any("upper bound" in w for w in whole.warnings)
+
+
+class _CountingPattern:
+    """A regular expression that counts its searches (names_matching takes a compiled pattern)."""
+
+    def __init__(self, rx: str) -> None:
+        import re
+
+        self._rx = re.compile(rx)
+        self.pattern, self.flags = f"counted:{rx}", 0
+        self.searched: list[str] = []
+
+    def search(self, name: str):  # type: ignore[no-untyped-def]
+        self.searched.append(name)
+        return self._rx.search(name)
+
+
+def test_names_matching_searches_each_name_once_across_traces(tmp_path):
+    """Two ranks' tables share names: the second searches only the names the first did not have, and each mask is
+    the one a plain search of its own names gives."""
+    import re
+
+    paths = []
+    for rank, kernels in enumerate((["sgemm_a", "elementwise_b"], ["sgemm_a", "sgemm_c", "reduce_d"])):
+        tb = TraceBuilder()
+        tb.step(1, 0, 100)
+        for i, k in enumerate(kernels):
+            tb.launch(k, launch_ts=10 * i, start=10 * i + 2, dur=5)
+        paths.append(tb.write(tmp_path / f"rank{rank}.json"))
+    first, second = (load_trace(str(p)) for p in paths)
+    rx = _CountingPattern(r"^sgemm_")
+    masks = [t.names_matching(rx) for t in (first, second)]
+    for t, m in zip((first, second), masks):
+        assert m.tolist() == [re.search(r"^sgemm_", n) is not None for n in t.names]
+    assert sorted(rx.searched) == sorted(set(first.names) | set(second.names))  # each distinct name once

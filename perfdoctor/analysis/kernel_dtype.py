@@ -55,6 +55,11 @@ def kernel_math_dtype(name: str) -> str | None:
 NOT_GEMM = re.compile(r"bn_|batch_?norm|nchwToNhwc|nhwcToNchw|transpose|im2col|col2im|splitKreduce|reduce_", re.I)
 
 
+@functools.lru_cache(maxsize=1 << 16)
+def _is_helper(name: str) -> bool:
+    return NOT_GEMM.search(name) is not None
+
+
 def gemm_mask(names: Sequence[str], name_id: np.ndarray, category: np.ndarray) -> np.ndarray:
     """Which kernels are GEMMs/convolutions (bool, shape of ``name_id``): the breakdown's ``matmul`` and ``conv``
     categories, plus the batched GEMMs of unfused attention (category ``attention`` with a GEMM library name),
@@ -64,7 +69,7 @@ def gemm_mask(names: Sequence[str], name_id: np.ndarray, category: np.ndarray) -
     if name_id.size == 0:
         return np.zeros(0, dtype=bool)
     uniq = np.unique(name_id).tolist()
-    gemm_names = [i for i in uniq if not NOT_GEMM.search(names[i])]
+    gemm_names = [i for i in uniq if not _is_helper(names[i])]
     attn_names = [i for i in gemm_names if is_gemm_kernel(names[i])]
     cat_ok = np.isin(category, ["matmul", "conv"]) | ((category == "attention") & np.isin(name_id, attn_names))
     mask: np.ndarray = cat_ok & np.isin(name_id, gemm_names)

@@ -21,14 +21,20 @@ def rr():
     return replay_rank(t, find_steps(t))
 
 
-def test_same_edits_replay_once_and_new_edits_replay_again(rr, monkeypatch):
-    calls = []
+@pytest.fixture
+def calls(monkeypatch):
+    """The names of the scenarios RankReplay replays during the test, in order (None: the recording)."""
+    seen: list[str | None] = []
 
     def counted(g, sc=None):
-        calls.append(sc.name if sc else None)
+        seen.append(sc.name if sc else None)
         return replay(g, sc)
 
     monkeypatch.setattr(replay_rank_mod, "replay", counted)
+    return seen
+
+
+def test_same_edits_replay_once_and_new_edits_replay_again(rr, calls):
     g = rr.graph
     slower = Scenario("a", act_dur_us=g.act_dur_us * 2)
     first = rr.step_times(slower)
@@ -52,16 +58,9 @@ def test_same_edits_replay_once_and_new_edits_replay_again(rr, monkeypatch):
     assert first.mean() > rr.recorded_step_us.mean()
 
 
-def test_a_scenario_that_edits_nothing_is_the_recordings_replay(rr, monkeypatch):
+def test_a_scenario_that_edits_nothing_is_the_recordings_replay(rr, calls):
     """No edit (or durations equal to the recorded ones) and no peer bound to add: no replay, the recording's own
     result; one edit anywhere replays, and the full result is kept for the next read of the same scenario."""
-    calls = []
-
-    def counted(g, sc=None):
-        calls.append(sc.name if sc else None)
-        return replay(g, sc)
-
-    monkeypatch.setattr(replay_rank_mod, "replay", counted)
     g = rr.graph
     assert rr.peers is None  # one rank, no collectives: nothing bounds a what-if
     for sc in (

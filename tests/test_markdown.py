@@ -63,12 +63,12 @@ def test_markdown_of_resnet_names_the_fix_and_the_breakdown(tmp_path):
     md = out["md"].read_text()
     assert md.startswith("# perfdoctor report\n")
     assert "| median step time | **177.44 ms** |" in md
-    # the replayed saving of prefetched batches (56.5 ms: the 59.0 ms of the fetches as 0 µs hand-offs, less the
-    # hand-off: the 19.3 MB batch copy 1.54 ms longer in each step and, in the first, freeing the previous batch
-    # with no device work to hide it); CUDA graphs' replayed saving ranks above it
+    # the replayed saving of prefetched batches (56.8 ms: the 59.0 ms of the fetches as 0 µs hand-offs, less the
+    # hand-off: the 19.3 MB batch copy 1.43 ms longer in each step (0.074 ns/B) and, in the first, freeing the
+    # previous batch (0.25 ns/B, 4.8 ms) with no device work to hide it); CUDA graphs' replayed saving ranks above it
     assert (
         "**PD101** The device idles 59.3 ms per step waiting for the DataLoader (measured" in md
-        and "saves about 56.48" in md
+        and "saves about 56.76" in md
     )  # a replayed point estimate (F16), not a bound
     assert "| idle: waiting for DataLoader | 59.26" in md and "| 33.4% |" in md
     assert "| **step (total)** | **177.59 ms** | **100.0%** |" in md

@@ -90,8 +90,6 @@ CONTENTION = (
     "host ops 4-11% slower in typical steps, 21-32% in two, one batch copy stalled 37 ms), so the step can come out "
     "longer than replayed"
 )
-HANDOFF_FREE_NS_PER_BYTE = 0.3
-HANDOFF_READ_NS_PER_BYTE = 0.08
 
 
 def _per_window(ts_us: np.ndarray, rr: RankReplay) -> np.ndarray:

@@ -77,6 +77,8 @@ class Estimate:
             (the step replayed with theirs − replayed with theirs and this one: :mod:`perfdoctor.checks.after`);
             None when not replayed, or no higher-ranked finding fired.
         after_codes: the codes of those findings, by rank.
+        after_from_us: the mean step (µs) ``after_us`` is taken from: the step replayed with the fixes of
+            ``after_codes`` together (None with ``after_us``).
         from_us: the mean step (µs) the saving is taken from, where the check's message names it ("takes it from
             A ms to B ms"): the rank's recorded mean analysed step, or the step replayed with another finding's fix
             the saving is measured on top of (PD103 on PD101's prefetched batches). None: the report's denominator.
@@ -91,6 +93,7 @@ class Estimate:
     after_us: float | None = None
     after_codes: tuple[str, ...] = ()
     from_us: float | None = None
+    after_from_us: float | None = None
     step_us: float | None = None
     step_words: str = ""
 

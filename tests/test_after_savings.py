@@ -96,6 +96,43 @@ def test_pd203_on_resnet50_fp32_is_reported_with_its_saving_after_the_host_fixes
     assert f["position"] == max(g["position"] for g in report["findings"] if g["position"] is not None)
     assert "once " + ", ".join(above) + " are fixed" in f["message"]
     assert "(" + ", ".join(above + ["PD203"]) + ")" in report["findings_note"]
+    # its number is taken from the step replayed with the fixes above it: the recorded step less each of their
+    # savings as stated (each on top of those above it; PD205 saves nothing once PD101 and PD103 are fixed)
+    base = report["denominator"]["value_us"] - sum(
+        g["saving_after_us_per_step"] if g["saving_after_us_per_step"] is not None else g["saving_us_per_step"]
+        for g in report["findings"]
+        if g["code"] in above
+    )
+    assert f["saving_from_us_per_step"] == pytest.approx(base, abs=1.0)
+
+
+def test_a_finding_stated_after_the_others_keeps_its_message_about_its_saving_alone() -> None:
+    """A hit that fires on its saving after the higher-ranked fixes only (PD401: 0.16 ms alone, 0.99 ms once PD103
+    is fixed, of a 19.9 ms step; 3% threshold): the message's "takes it from A ms to B ms (saves C ms: parts)" is
+    the replay alone, A − B = C; its headline is the after-saving, taken from the step replayed with PD103's fix
+    (numbers review on the DLRM job: it read "from 17.98 ms to 16.98 ms (saves 0.16 ms ...)", the after-saving's B
+    with the alone saving's A)."""
+    from perfdoctor.checks.catalogue import load_catalogue
+    from perfdoctor.checks.denominator import StepDenominator
+    from perfdoctor.checks.engine import _finding
+
+    cat = load_catalogue()
+    est = Estimate(160.0, "replay", after_us=990.0, after_codes=("PD103",), from_us=17980.0, after_from_us=15330.0)
+    fields = {
+        "syncs": "5",
+        "source": "most from aten::index",
+        "host_wait_ms": 4.82,
+        "sync_idle_ms": 0.06,
+        "replayed_fix": "its syncs not blocking",
+        "recorded_ms": 17.98,
+        "saving_parts": "0.10 ms sync idle + 0.06 ms launch idle",
+    }
+    hit = Hit(evidence=Evidence(), estimate=est, fields=fields, min_saving_pct=3.0)
+    f = _finding(cat.rules["PD401"], hit, [4], cat, StepDenominator(19900.0, "the longest rank's mean step"), 4, 8)
+    assert "takes it from 17.98 ms to 17.82 ms (saves 0.16 ms: 0.10 ms sync idle + 0.06 ms launch idle)" in f.message
+    assert "saves 0.16 ms now; 0.99 ms (5.0%) once PD103 is fixed" in f.message
+    assert f.saving_us == 990.0 and f.rank_us == 160.0 and f.saving_pct == pytest.approx(100 * 990 / 19900)
+    assert f.to_dict()["saving_from_us_per_step"] == 15330.0  # the HTML's now/fixed bars: 15.33 -> 14.34 ms
 
 
 def test_thresholds_use_the_reports_denominator_on_a_job(tmp_path: Path) -> None:

@@ -79,7 +79,9 @@ def after_savings(rr: Any, hits: dict[str, Hit], denominator_us: float) -> list[
         if fired and base_us is not None:
             both = rr.fix_all([*fired, code])
             if both is not None:
-                est = dataclasses.replace(est, after_us=max(base_us - both[1], 0.0), after_codes=tuple(fired))
+                est = dataclasses.replace(
+                    est, after_us=max(base_us - both[1], 0.0), after_codes=tuple(fired), after_from_us=base_us
+                )
                 hit.estimate = est
         if passes(hit, denominator_us) and max(est.saving_us, est.after_us or 0.0) > 0:
             fired.append(code)

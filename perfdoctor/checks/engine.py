@@ -176,13 +176,14 @@ def _finding(
                 tail = "; " + after.after_text(est.saving_us, est.after_us, est.after_codes, pct_after)
         fields.setdefault("saving_ms", est.saving_us / 1000.0)
         fields.setdefault("saving_pct", pct)
+        if "recorded_ms" in fields:  # the message's "from A to B" is the saving alone its parts add up to
+            fields.setdefault("replayed_ms", fields["recorded_ms"] - est.saving_us / 1000.0)
         if after.stated_after(hit, pct) and est.after_us is not None:
             # it fires on its saving after the higher-ranked fixes only: that is its number (headline, share and
-            # severity), its saving alone stays in the message and orders it among the others
+            # severity), taken from the step replayed with those fixes; its saving alone stays in the message
+            # (with the step it is taken from) and orders it among the others
             alone_us, pct = est.saving_us, pct_after
-            est = replace(est, saving_us=est.after_us)
-        if "recorded_ms" in fields:  # after any cap of the saving (a job's replay caps), so the two agree
-            fields.setdefault("replayed_ms", fields["recorded_ms"] - est.saving_us / 1000.0)
+            est = replace(est, saving_us=est.after_us, from_us=est.after_from_us)
     try:
         message = spec.message.format_map(fields)
     except (KeyError, ValueError, IndexError, AttributeError, TypeError) as exc:

@@ -26,7 +26,7 @@ from perfdoctor.findings import REPLAY_METHOD, Estimate
 def restated(est: Estimate, target_us: float, target_words: str) -> Estimate:
     """``est`` as the same share of ``target_us`` (µs; described by ``target_words``, e.g. "the unprofiled step")
     when it was measured on another step (``est.step_us``); ``est`` itself otherwise. Its after-fixes saving and
-    its base step (``after_us``, ``from_us``) scale alike."""
+    its base steps (``after_us``, ``from_us``, ``after_from_us``) scale alike."""
     if est.step_us is None or not est.step_us > 0 or not target_us > 0:
         return est
     r = target_us / est.step_us
@@ -42,6 +42,7 @@ def restated(est: Estimate, target_us: float, target_words: str) -> Estimate:
         method=est.method + (note if abs(r - 1.0) > 1e-9 else ""),
         after_us=None if est.after_us is None else est.after_us * r,
         from_us=None if est.from_us is None else est.from_us * r,
+        after_from_us=None if est.after_from_us is None else est.after_from_us * r,
         step_us=None,
         step_words="",
     )

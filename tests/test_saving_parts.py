@@ -94,20 +94,33 @@ def test_pd401_message_splits_its_saving(tmp_path: Path) -> None:
 
 def test_the_fix_all_replays_the_base_pd103_is_measured_on(tmp_path: Path) -> None:
     """Step 0-240: a DataLoader fetch 0-100, then two aten::mm (100-120, 200-220) each launching a 10 µs SGEMM at
-    +10 (runs at +20), Python between them. PD103 is measured on top of prefetched batches (the base); the
-    fix-all, and so the job's "fixing the findings together" figure, replays that base too (numbers review s.10)."""
+    +10 (runs at +20), Python between them. With PD101 a finding, PD103 is measured on top of its prefetched
+    batches (the base) and the fix-all of both replays the base once (numbers review s.10). Without PD101 (not
+    selected) PD103 is the graphs alone, and no fix-all replays a prefetch no finding recommends (new-user review:
+    `--ignore PD101` still took its 56.5 ms off the ResNet50 fix-all)."""
     tb = TraceBuilder()
     tb.step(1, 0, 240)
     tb.annotation("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", 0, 100)
     for t in (100, 200):
         tb.cpu_op("aten::mm", t, 20)
         tb.launch(SGEMM, launch_ts=t + 10, start=t + 20, dur=10)
-    built = pipeline.build([str(tb.write(tmp_path / "t.json"))], rule_options=config.resolve(select="PD103"))
-    (f,) = [f for f in built.model.findings if f.code == "PD103"]
+    path = str(tb.write(tmp_path / "t.json"))
+    built = pipeline.build([path], rule_options=config.resolve(select="PD101,PD103"))
+    found = {f.code: f for f in built.model.findings}
+    assert set(found) == {"PD101", "PD103"}
+    f = found["PD103"]
     # prefetched (the 100 µs fetch cut): SGEMMs 20-30 and 120-130, host ends 140: the base step is 140.
     # With graphs too (cut 120-215 more, 95 µs): SGEMMs 20-30 and 30-40, host ends 45: 45. PD103 saves 140 - 45.
     assert f.saving_us_per_step == 95.0 and f.saving_from_us_per_step == 140.0
     fix = built.model.ranks[0].replay.fix_all
-    # the fix-all: 240 -> 45 = the base's 100 + PD103's 95 (graphs alone, without the base, would end at 145)
-    assert fix.codes == ["PD103"]
+    # the fix-all: 240 -> 45 = PD101's 100 + PD103's 95
+    assert fix.codes == ["PD101", "PD103"]
     assert (fix.recorded_mean_step_us, fix.replayed_mean_step_us) == (240.0, 45.0)
+    alone = pipeline.build([path], rule_options=config.resolve(select="PD103"))
+    (g,) = [f for f in alone.model.findings if f.code == "PD103"]
+    # graphs alone: the host's launches 110-210 collapse to 10 µs; the fetch stays: SGEMMs 120-130, 130-140, the
+    # host ends at 240 - 95 = 145
+    assert g.saving_us_per_step == 95.0 and g.saving_from_us_per_step == 240.0
+    assert "DataLoader" not in g.message
+    fix = alone.model.ranks[0].replay.fix_all
+    assert fix.codes == ["PD103"] and (fix.recorded_mean_step_us, fix.replayed_mean_step_us) == (240.0, 145.0)

@@ -344,6 +344,8 @@ def rank_outcomes(
             o.metrics.setdefault("step_us", ctx.step_us)
         if o.skip:
             ctx.cache.setdefault("skipped", []).append((code, o.skip))
+        if o.hit is not None:  # a later check may build on an earlier one's fix (PD103 on PD101's prefetch)
+            ctx.cache.setdefault("hits", {})[code] = o.hit
         out[code] = o
     rr = getattr(ctx.rank, "replay", None) or ctx.cache.get("replay")
     if rr is not None and hasattr(rr, "fired"):

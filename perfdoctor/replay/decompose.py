@@ -46,6 +46,8 @@ class SavingParts:
         idle_us: per idle cause (:data:`perfdoctor.replay.attribution.HOST_CAUSES`), device idle of that cause
             before − after.
         busy_us: device busy time before − after (device work overlapping more, or shorter).
+        work_us: of ``busy_us``, the device work itself before − after (the activities' summed time in the steps:
+            fewer or shorter activities); the rest, ``busy_us − work_us``, is device work overlapping more.
         error_us: recorded − replayed mean step (the replay's own error; 0 for a saving on top of a base).
         overlapping: categories whose time alone on the device (no other category running) fell, most first.
     """
@@ -54,6 +56,7 @@ class SavingParts:
     busy_us: float
     error_us: float = 0.0
     overlapping: list[str] = field(default_factory=list)
+    work_us: float = 0.0
 
     def scaled(self, ratio: float) -> SavingParts:
         """Every part × ``ratio`` (a saving scaled to the unprofiled step, :mod:`perfdoctor.replay.unprofiled`)."""
@@ -62,6 +65,7 @@ class SavingParts:
             busy_us=self.busy_us * ratio,
             error_us=self.error_us * ratio,
             overlapping=list(self.overlapping),
+            work_us=self.work_us * ratio,
         )
 
     @property
@@ -75,14 +79,17 @@ class SavingParts:
         items = [(c, v) for c, v in self.idle_us.items() if abs(v) >= SHOWN_US]
         items.sort(key=lambda cv: (cv[0] not in lead, lead.index(cv[0]) if cv[0] in lead else 0, -abs(cv[1])))
         words = [(v, IDLE_WORDS.get(c, f"{c} idle")) for c, v in items]
-        if abs(self.busy_us) >= SHOWN_US:
+        if abs(self.work_us) >= SHOWN_US:
+            words.append((self.work_us, "of device work gone (fewer or shorter activities)"))
+        overlap_us = self.busy_us - self.work_us
+        if abs(overlap_us) >= SHOWN_US:
             who = " and ".join(WORK_WORDS.get(c, f"{c} kernels") for c in self.overlapping[:1])
             what = (
                 f"from {who or 'device work'} overlapping other device work"
-                if self.busy_us > 0
-                else "of device busy time added"
+                if overlap_us > 0
+                else "of device work overlapping less"
             )
-            words.append((self.busy_us, what))
+            words.append((overlap_us, what))
         if abs(self.error_us) >= SHOWN_US:
             words.append((self.error_us, "the replay's own error (recorded − replayed step)"))
         out = ""
@@ -94,19 +101,41 @@ class SavingParts:
 
 def _state(
     tables: TraceTables, rr: RankReplay, res: ReplayResult, device: int, cats: np.ndarray, att: Attribution | None
-) -> tuple[np.ndarray, dict[str, np.ndarray], dict[str, float]]:
-    """(busy µs per step, idle µs per step by cause, µs of each category alone on the device over the steps) of
-    the replay ``res``; ``att``: its attribution when already built (else built here, host times moved)."""
+) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray], dict[str, float]]:
+    """(busy µs per step, device work µs per step (activities summed), idle µs per step by cause, µs of each
+    category alone on the device over the steps) of the replay ``res``; ``att``: its attribution when already
+    built (else built here, host times moved)."""
     g = rr.graph
     ws, we = replayed_windows(res, rr.windows)
     on = g.act_device == device
     busy_set = iv.union(res.act_start_us[on], res.act_end_us[on])
     span = iv.union(ws, we)
     busy = iv.per_window(busy_set, ws, we)
+    work = _work_per_window(res.act_start_us[on], res.act_end_us[on], ws, we)
     gaps = iv.complement(busy_set, float(ws[0]), float(we[-1])) if ws.size else iv.EMPTY
     att = critical_path(tables, rr, res) if att is None else att
     idle = att.idle_causes(gaps, ws, we)
-    return busy, idle, _alone(res.act_start_us[on], res.act_end_us[on], cats[on], span)
+    return busy, work, idle, _alone(res.act_start_us[on], res.act_end_us[on], cats[on], span)
+
+
+def _work_per_window(start_us: np.ndarray, end_us: np.ndarray, ws: np.ndarray, we: np.ndarray) -> np.ndarray:
+    """Summed time (µs) of the activities ``[start_us, end_us)`` inside each window ``[ws, we)`` (sorted,
+    disjoint), overlapping activities counted as often as they run. Each activity is clipped to the windows it
+    spans, one window a pass (passes = the most windows one activity spans, usually 1)."""
+    out = np.zeros(ws.size)
+    if ws.size == 0 or start_us.size == 0:
+        return out
+    k = np.searchsorted(we, start_us, side="right")  # the first window ending after the activity starts
+    idx = np.arange(start_us.size)
+    while True:
+        live = k < ws.size
+        idx, k = idx[live], k[live]
+        if idx.size == 0:
+            return out
+        part = np.minimum(end_us[idx], we[k]) - np.maximum(start_us[idx], ws[k])
+        out += np.bincount(k, weights=np.maximum(part, 0.0), minlength=ws.size)
+        more = end_us[idx] > we[k]  # runs on past this window's end: the next window may hold more of it
+        idx, k = idx[more], k[more] + 1
 
 
 def _alone(start_us: np.ndarray, end_us: np.ndarray, cats: np.ndarray, span: iv.Intervals) -> dict[str, float]:
@@ -158,11 +187,12 @@ def saving_parts(
     cats = _categories(tables, rr)
     if base is None and recorded is None:
         recorded = critical_path(tables, rr)
-    b_busy, b_idle, b_alone = _state(tables, rr, before, device, cats, recorded if base is None else None)
-    a_busy, a_idle, a_alone = _state(tables, rr, after, device, cats, None)
+    b_busy, b_work, b_idle, b_alone = _state(tables, rr, before, device, cats, recorded if base is None else None)
+    a_busy, a_work, a_idle, a_alone = _state(tables, rr, after, device, cats, None)
     n = max(b_busy.size, 1)
     idle_us = {c: float((b_idle[c] - a_idle[c]).sum()) / n for c in HOST_CAUSES}
     busy_us = float((b_busy - a_busy).sum()) / n
+    work_us = float((b_work - a_work).sum()) / n
     error = 0.0
     if base is None and rr.recorded_step_us.size:
         ws, we = replayed_windows(before, rr.windows)
@@ -171,4 +201,4 @@ def saving_parts(
     # copies and collectives first: once they overlap compute, compute's time alone falls by as much
     order = sorted(fell.items(), key=lambda cv: (cv[0] not in WORK_WORDS, -cv[1]))
     overlapping = [c for c, v in order if v > max(SHOWN_US, 0.1 * busy_us)]
-    return SavingParts(idle_us=idle_us, busy_us=busy_us, error_us=error, overlapping=overlapping)
+    return SavingParts(idle_us=idle_us, busy_us=busy_us, error_us=error, overlapping=overlapping, work_us=work_us)

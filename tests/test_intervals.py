@@ -118,3 +118,21 @@ def test_attribution_per_window_inside_gaps_against_a_cell_count():
             cells = _cells(s[labels == lab], e[labels == lab]) & in_gaps
             want = [float(cells[int(a) : int(b)].sum()) for a, b in zip(ws, we)]
             assert got[lab].tolist() == want
+
+
+def test_device_work_per_window_against_a_cell_count():
+    """decompose._work_per_window: the activities' summed time inside each window, overlaps counted as often as
+    they run (the 'device work gone' part of a saving), against unit cells counted per activity."""
+    from perfdoctor.replay.decompose import _work_per_window
+
+    rng = np.random.default_rng(5)
+    for _ in range(200):
+        n = int(rng.integers(0, 30))
+        s = rng.integers(0, 100, n).astype(float)
+        e = s + rng.integers(0, 40, n)
+        bounds = np.unique(rng.integers(0, 120, 2 * int(rng.integers(1, 5))))
+        bounds = bounds[: bounds.size // 2 * 2].astype(float)
+        ws, we = bounds[0::2], bounds[1::2]
+        cells = sum((_cells([a], [b], 140).astype(int) for a, b in zip(s, e)), np.zeros(140, int))
+        want = [float(cells[int(a) : int(b)].sum()) for a, b in zip(ws, we)]
+        assert _work_per_window(s, e, ws, we).tolist() == want

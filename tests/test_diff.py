@@ -1063,3 +1063,26 @@ def test_multi_rank_verdict_is_the_jobs_step_and_tables_every_ranks_mean(tmp_pat
     assert "Top movers: kernels (per step, every rank's mean)" in view
     report = json.loads(_report_json(bdir))
     assert report["denominator"]["value_us"] == pytest.approx(1300) and report["denominator"]["rank"] == 1
+
+
+@pytest.mark.parametrize("flag", ["--fail-on-regression", "--noise-pct", "--run-noise-pct"])
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf"])
+def test_a_threshold_that_is_not_a_finite_number_is_exit_2(tmp_path, capsys, flag, value):
+    """NaN passed every range check (it is neither below nor above a bound): --fail-on-regression nan turned the
+    gate off, exit 0 on a slower AFTER (new-user review)."""
+    b = steps_trace(tmp_path / "b.json", [1000, 1010, 990, 1000], [("k", 300)])
+    a = steps_trace(tmp_path / "a.json", [1100, 1111, 1089, 1100], [("k", 400)])
+    assert main(["diff", str(b), str(a), f"{flag}={value}"]) == 2
+    err = capsys.readouterr().err
+    assert err == f"perfdoctor: error: {flag}: must be a finite number, got {float(value)}\n"
+
+
+def test_cold_start_sides_are_warned(tmp_path, capsys):
+    """The MoE 1-layer pair: both sides' one step is a process's first (PD902 on both ranks of both sides: lazy
+    module loading), so the -72% measures first-call work as much as the reorder: every output says so."""
+    from conftest import shared_trace
+
+    before, after = (shared_trace(f"ykcai__a100x2_moe_1layer_{s}") for s in ("before", "after"))
+    assert main(["diff", str(before), str(after), "--format", "json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert any(w.startswith("the analysed steps of BEFORE and AFTER are cold starts (PD902") for w in out["warnings"])

@@ -89,3 +89,24 @@ def test_markdown_without_findings_says_the_engine_did_not_run():
 
     md = render_markdown(_tiny_report())
     assert "_The rule engine did not run on this report: no findings are available._" in md
+
+
+def test_every_format_lists_the_findings_in_the_engines_order(tmp_path):
+    """ResNet50 FP32 V100 nw0: the JSON positions are the fix order (by saving alone, each after the fixes its
+    stated saving builds on: PD203's 19.02 ms is on top of PD101, PD103 and PD205). Markdown and HTML re-sorted
+    by the stated saving and put PD203 second (new-user review); every format now keeps the positions, and a
+    saving on top of other fixes says which."""
+    from html import unescape
+
+    out = write_reports([str(shared_trace("kineto__resnet50_num_workers_0__worker0.pt.trace.json.gz"))], tmp_path)
+    ranked = sorted((f for f in out["report"]["findings"] if f["position"]), key=lambda f: f["position"])
+    codes = [f["code"] for f in ranked]
+    assert codes == ["PD101", "PD103", "PD205", "PD203"]
+    md = out["md"].read_text()
+    html = unescape(out["html"].read_text())
+    for text in (md, html):
+        at = [text.index(f"{c}</span>" if text is html else f"**{c}**") for c in codes]
+        assert at == sorted(at), codes
+    assert "saves about 19.02 ms/step (10.7%) once PD101, PD103, PD205 are fixed" in md
+    assert "saves about 16.25 ms/step (9.2%) once PD101 is fixed" in md
+    assert "per step (10.7%) once PD101, PD103, PD205 are fixed" in html

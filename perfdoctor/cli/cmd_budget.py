@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 from typing import Any
 
+from perfdoctor.cli.numbers import check_finite, flag
 from perfdoctor.errors import PerfDoctorError
 
 NAME = "budget"
@@ -75,24 +75,12 @@ NUMERIC = ("params", "gpus", "mfu", "tokens_per_param", "seq_len", "micro_batch"
 SHAPE = ("seq_len", "micro_batch", "d_model", "layers")
 
 
-def _flag(name: str) -> str:
-    return "--" + name.replace("_", "-")
-
-
-def _check_finite(args: argparse.Namespace) -> None:
-    """Raise PerfDoctorError for a NaN or infinite numeric flag (argparse's float() accepts "nan" and "inf")."""
-    for name in NUMERIC:
-        value = getattr(args, name, None)
-        if value is not None and not math.isfinite(value):
-            raise PerfDoctorError(f"{_flag(name)}: must be a finite number, got {value}")
-
-
 def _check_inputs(args: argparse.Namespace) -> None:
     """Raise PerfDoctorError naming the flag for any input a plan cannot use: non-finite or
     non-positive numbers, fewer than 1 GPU, MFU outside (0, 1], heads not dividing d-model, or
     only part of the activation shape (activations need all of --seq-len --micro-batch
     --d-model --layers; --heads only adds to them)."""
-    _check_finite(args)
+    check_finite(args, NUMERIC)
     if args.params <= 0:
         raise PerfDoctorError(f"--params: must be a positive parameter count (e.g. 1.3e9), got {args.params:g}")
     if args.gpus < 1:
@@ -104,7 +92,7 @@ def _check_inputs(args: argparse.Namespace) -> None:
     for name in (*SHAPE, "heads"):
         value = getattr(args, name)
         if value is not None and value < 1:
-            raise PerfDoctorError(f"{_flag(name)}: must be at least 1, got {value}")
+            raise PerfDoctorError(f"{flag(name)}: must be at least 1, got {value}")
     if args.heads is not None and args.d_model is not None and args.d_model % args.heads:
         raise PerfDoctorError(
             f"--heads: {args.heads} heads do not divide --d-model {args.d_model} "
@@ -112,10 +100,10 @@ def _check_inputs(args: argparse.Namespace) -> None:
             "not a whole head size)"
         )
     given = [n for n in (*SHAPE, "heads") if getattr(args, n) is not None]
-    missing = [_flag(n) for n in SHAPE if getattr(args, n) is None]
+    missing = [flag(n) for n in SHAPE if getattr(args, n) is None]
     if given and missing:
         raise PerfDoctorError(
-            f"{', '.join(map(_flag, given))} given without {', '.join(missing)}: activation "
+            f"{', '.join(map(flag, given))} given without {', '.join(missing)}: activation "
             "memory needs --seq-len, --micro-batch, --d-model and --layers together"
         )
 

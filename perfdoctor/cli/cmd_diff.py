@@ -107,6 +107,7 @@ def run(args: argparse.Namespace) -> int:
     from perfdoctor.checks import config, engine
     from perfdoctor.cli.cmd_report import _check_output, _write_report
     from perfdoctor.cli.console import show_then_exit, stdout_console
+    from perfdoctor.cli.numbers import check_finite
     from perfdoctor.diff import stats
     from perfdoctor.diff.compare import compare, partial_gate, regression
     from perfdoctor.diff.sides import expand, load_side
@@ -124,6 +125,7 @@ def run(args: argparse.Namespace) -> int:
             raise PerfDoctorError(
                 f"{args.output}: cannot tell the diff format from the extension; use .html, .md or .json"
             )
+    check_finite(args, ("fail_on_regression", "noise_pct", "run_noise_pct"))
     if args.fail_on_regression is not None and args.fail_on_regression < 0:
         raise PerfDoctorError(f"--fail-on-regression must be ≥ 0 (got {args.fail_on_regression:g})")
     noise = stats.DEFAULT_NOISE_PCT if args.noise_pct is None else args.noise_pct

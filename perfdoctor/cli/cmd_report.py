@@ -93,10 +93,13 @@ def model_flops_per_step(args: argparse.Namespace) -> float | None:
         PerfDoctorError: only some of the flags were given, or a size is not positive, or --d-model is not
             divisible by --heads.
     """
+    from perfdoctor.cli.numbers import check_finite, flag
+
     given = {f: getattr(args, f, None) for f in _MODEL_FLAGS}
     if all(v is None for v in given.values()):
         return None
-    missing = [f"--{f.replace('_', '-')}" for f, v in given.items() if v is None]
+    check_finite(args, ("params", "tokens_per_step"))
+    missing = [flag(f) for f, v in given.items() if v is None]
     if missing:
         raise PerfDoctorError(f"the transformer FLOPs estimate also needs {', '.join(missing)}")
     from perfdoctor.analysis.mfu import transformer_flops_per_token

@@ -154,6 +154,13 @@ def _warnings(b: SideInfo, a: SideInfo, before: Sequence[Side], after: Sequence[
         out.append(f"different devices: BEFORE ran on {b.device}, AFTER on {a.device}")
     if b.parameter_count and a.parameter_count and b.parameter_count != a.parameter_count:
         out.append(f"different models: BEFORE has {b.parameter_count:,} parameters, AFTER {a.parameter_count:,}")
+    cold = [label for label, sides in (("BEFORE", before), ("AFTER", after)) if any(_cold(x.model) for x in sides)]
+    if cold:
+        out.append(
+            f"the analysed steps of {' and '.join(cold)} are cold starts (PD902: first-call work such as lazy CUDA "
+            "module loading or compilation fills them): the change measures that work as much as the fix; compare "
+            "steady-state steps (profile after a few warm-up steps)"
+        )
     ops_b = {k[0] for k in movers.per_step(before[:1], "cpu_ops")[0]}
     ops_a = {k[0] for k in movers.per_step(after[:1], "cpu_ops")[0]}
     if ops_b and ops_a:
@@ -165,6 +172,12 @@ def _warnings(b: SideInfo, a: SideInfo, before: Sequence[Side], after: Sequence[
                 "or programs; the step-time verdict still holds, the movers compare unlike work"
             )
     return out
+
+
+def _cold(model: Report) -> bool:
+    """Whether a side's report holds the cold-start finding (PD902)."""
+    found = model.findings
+    return isinstance(found, list) and any(f.code == "PD902" for f in found)
 
 
 def _throughput(before: list[Report], after: list[Report]) -> list[Throughput]:

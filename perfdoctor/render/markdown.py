@@ -59,6 +59,8 @@ def _findings(report: Report) -> list[str]:
             saving = f"saves {f['about']} {view.saving_ms(f['saving_us'])}/step"
             if f["saving_frac"] is not None:
                 saving += f" ({view.pct(f['saving_frac'])})"
+            if f["once"]:
+                saving += f" {f['once']}"
         # the engine's message already names the ranks on a multi-rank job; older reports' messages do not
         said = "(fires on " in f["title"]
         rank = f" (ranks {', '.join(str(r) for r in f['ranks'])})" if len(f["ranks"]) > 1 and not said else ""

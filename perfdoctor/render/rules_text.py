@@ -94,6 +94,8 @@ def findings_renderables(report: Report) -> list[Any]:
                 if f.saving_method
                 else "-"
             )
+            if f.saving_method and view.saving_once(f):
+                saving += "\n" + view.saving_once(f)
             t.add_row(
                 "-" if f.position is None else str(f.position),
                 f"{f.code}\n{f.name}",

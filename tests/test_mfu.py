@@ -169,3 +169,16 @@ def test_cpu_mfu_without_a_measured_peak_says_how_to_get_one():
     m = compute_mfu(7_650_410_496, 0.06219, None, "fp32", "flop_counter", False, None)
     assert m.mfu is None and m.achieved_flops_per_s == 7_650_410_496 / 0.06219
     assert "no measured CPU peak: run `perfdoctor calibrate`" in m.note
+
+
+def test_memory_efficient_attention_kernels_name_their_dtype_as_a_token():
+    """fmha_cutlass kernels (xFormers / PyTorch memory-efficient attention) carry their dtype as a name token; the
+    backward has no '<float' template argument, so the luatil RTX 3060 trace's FP32 attention backward (2.50 ms per
+    step) counted as no dtype and PD203 saved 1.25 ms too little (numbers review). A token inside a word is not one."""
+    from perfdoctor.analysis.kernel_dtype import kernel_math_dtype
+
+    assert kernel_math_dtype("fmha_cutlassB_f32_aligned_64x64_k65536_dropout_sm80") == "fp32"
+    assert kernel_math_dtype("fmha_cutlassF_f16_aligned_64x64_rf_sm80") == "fp16"
+    assert kernel_math_dtype("fmha_cutlassB_bf16_aligned_64x64_k65536_sm80") == "bf16"
+    assert kernel_math_dtype("ampere_tf32_s1688gemm_128x128") == "tf32"
+    assert kernel_math_dtype("elementwise_f32x4") is None

@@ -27,11 +27,18 @@ _GEMM_RE = re.compile(
 _RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("fp8", re.compile(r"e4m3|e5m2|fp8|f8f8", re.I)),
     ("bf16", re.compile(r"bf16|bfloat16|_BBS_|_BSS_|_BB_", re.I)),
-    ("fp16", re.compile(r"fp16|f16f16|__half|c10::Half|h884|h1688|h16816|hgemm|_HHS_|_HSS_|_HH_|\bhalf\b", re.I)),
+    (
+        "fp16",
+        re.compile(
+            r"fp16|f16f16|__half|c10::Half|h884|h1688|h16816|hgemm|_HHS_|_HSS_|_HH_|\bhalf\b|(?:^|_)f16(?:_|$)", re.I
+        ),
+    ),
     ("tf32", re.compile(r"tf32|xf32|s1688gemm|s16816gemm|_4x4x4x4_XF", re.I)),
     ("fp64", re.compile(r"dgemm|fp64|f64f64|d884|double|_DB_|_DD_", re.I)),
     # cuDNN's "scudnn" kernels (volta_scudnn_128x64_relu_*) are single-precision SIMT, like "sgemm"
-    ("fp32", re.compile(r"sgemm|scudnn|f32f32_f32f32|_SB_|_SS_|<float|fp32", re.I)),
+    # xFormers / PyTorch memory-efficient attention names its dtype as a token (fmha_cutlassF_f16_aligned_*,
+    # fmha_cutlassB_f32_aligned_*: the backward carries no "<float" template argument; numbers review, RTX 3060)
+    ("fp32", re.compile(r"sgemm|scudnn|f32f32_f32f32|_SB_|_SS_|<float|fp32|(?:^|_)f32(?:_|$)", re.I)),
 )
 
 

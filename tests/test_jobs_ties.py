@@ -89,7 +89,9 @@ def test_ranks_that_wait_equally_long_are_named_together() -> None:
     # 10% of the 10,000 µs step, all of it exposed
     finding, section, view = _job([[1_400.0]] * 7 + [[400.0]])
     assert finding is not None
-    assert finding.message.startswith("Ranks 0–6 tie: each waits 1.00 ms per step (10.0%) inside collectives")
+    assert finding.message.startswith(
+        "Ranks 0–6 tie: each waits 1.00 ms per step inside collectives for other ranks to arrive, 1.00 ms (10.0%)"
+    )
     assert "rank 7 arrives last to 1 of the 1 matched collectives" in finding.message
     assert finding.evidence.values["rank"] is None and finding.evidence.values["tied_ranks"] == [0, 1, 2, 3, 4, 5, 6]
     assert finding.saving_us == 1_000.0 and finding.ranks == [] and "Rank 0 " not in finding.message
@@ -106,7 +108,9 @@ def test_a_lone_waiter_and_a_tie_for_last_arrival() -> None:
     # rank 3: 0 + 500 = 500. Rank 2 waits longest, alone (15% of the step).
     finding, section, view = _job([[300.0, 700.0], [900.0, 200.0], [1_300.0, 700.0], [300.0, 700.0]])
     assert finding is not None
-    assert finding.message.startswith("Rank 2 waits 1.50 ms per step (15.0%)")
+    assert finding.message.startswith(
+        "Rank 2 waits 1.50 ms per step inside collectives for other ranks to arrive, 1.50 ms (15.0%)"
+    )
     assert finding.evidence.values["rank"] == 2 and finding.ranks == [2]
     # last arrivals: collective 1 tied (ranks 0 and 3), collective 2 rank 1 alone
     assert section["collective_wait"]["last_arrivals"] == [0, 1, 0, 0]
@@ -120,7 +124,9 @@ def test_last_arrivals_tied_between_two_ranks() -> None:
     # rank 1: 1,000; rank 3: 500. Ranks 1 and 3 each arrived last once: a tie.
     finding, section, view = _job([[1_300.0, 700.0], [1_300.0, 200.0], [1_300.0, 700.0], [300.0, 700.0]])
     assert finding is not None
-    assert finding.message.startswith("Ranks 0, 2 tie: each waits 1.50 ms per step (15.0%)")
+    assert finding.message.startswith(
+        "Ranks 0, 2 tie: each waits 1.50 ms per step inside collectives for other ranks to arrive, 1.50 ms (15.0%)"
+    )
     assert "ranks 1, 3 tie, each arriving last to 1 of the 2 matched collectives" in finding.message
     assert finding.evidence.values["last_rank"] is None
     assert "arrived last most often: ranks 1, 3 (a tie) (1 of 2)" in view

@@ -26,7 +26,7 @@ CODE = "PD304"
 METRICS = {"max_wait_us": "largest mean wait per step inside collectives over the ranks, µs"}
 
 # what a hit's evidence/fields add to METRICS for the TOML message (its placeholders are checked at load)
-MESSAGE_FIELDS = ("arrival", "n_collectives", "transfer_ms", "wait_ms", "wait_pct", "waiting")
+MESSAGE_FIELDS = ("all_wait_ms", "arrival", "n_collectives", "transfer_ms", "wait_ms", "wait_pct", "waiting")
 
 
 @dataclass(frozen=True)
@@ -54,6 +54,8 @@ def check(job: JobContext) -> Outcome:
     mean_wait = {
         r: float(np.mean(np.minimum(cw.wait_us[r], exposed[r])[warm[r]])) if warm[r].any() else 0.0 for r in exposed
     }
+    # all of it, hidden or not: the job summary's "longest wait inside collectives"
+    all_wait = {r: float(np.mean(np.asarray(cw.wait_us[r])[warm[r]])) if warm[r].any() else 0.0 for r in exposed}
     wait = max(mean_wait.values())
     tied = sorted(r for r, w in mean_wait.items() if w == wait)
     steps = [float(np.mean([s.dur_us for s in job.warm_rows(by_rank[r])])) for r in tied]
@@ -72,11 +74,14 @@ def check(job: JobContext) -> Outcome:
             "waiting": f"Rank {tied[0]} waits" if len(tied) == 1 else f"Ranks {rank_list_text(tied)} tie: each waits",
             "wait_ms": wait / 1000,
             "wait_pct": pct(wait, step_us),
+            "all_wait_ms": float(np.median([all_wait[r] for r in tied])) / 1000,
             "last_rank": last[0] if len(last) == 1 else None,
             "last_count": most,
             "arrival": _arrival(last, most, cw.n_collectives, cw.n_counted),
             "n_collectives": cw.n_collectives,
-            "transfer_ms": max(comm - wait, 0.0) / 1000,
+            # the collectives' time less all their waiting: each one's shortest copy (the job summary's figure;
+            # less the exposed wait only, it held the hidden wait too: 0.28 vs 0.22 ms on DLRM rank 1)
+            "transfer_ms": max(comm - float(np.median([all_wait[r] for r in tied])), 0.0) / 1000,
             "wait_ms_by_rank": {str(r): round(v / 1000, 3) for r, v in sorted(mean_wait.items())},
             "last_arrivals_by_rank": {str(r): n for r, n in sorted(cw.last_arrivals.items())},
         },

@@ -1086,3 +1086,27 @@ def test_cold_start_sides_are_warned(tmp_path, capsys):
     assert main(["diff", str(before), str(after), "--format", "json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert any(w.startswith("the analysed steps of BEFORE and AFTER are cold starts (PD902") for w in out["warnings"])
+
+
+def test_an_interval_wider_than_the_step_tests_no_prediction(tmp_path):
+    """AFTER's steps swing from 100 to 1,900 µs around a 1,000 µs BEFORE step: the 95% interval of the change is
+    wider than the step itself, so it would hold any prediction; the row says it cannot tell (new-user review: two
+    noisy runs a side read 'prediction in CI: yes' for an interval of −73,668 to +178 ms on a 180 ms step)."""
+    rb, ra, _ = _report_pair(
+        tmp_path,
+        [1000, 1000, 1000, 1000],
+        [100, 1900, 150, 1850],
+        [_finding("PD101", 150.0)],
+        [],
+        [],
+        ["PD101"],
+    )
+    d = _diff(tmp_path, rb, ra)
+    p = d.predicted_vs_measured
+    assert p is not None and p.measured_ci95_us is not None
+    lo, hi = p.measured_ci95_us
+    assert hi - lo > d.mean_step_us.before and lo <= 150.0 <= hi  # it holds the prediction, and anything else
+    assert p.within_ci95 is None
+    from perfdoctor.render.diff_view import predictions_table
+
+    assert predictions_table(d).rows[0][4] == "cannot tell: interval wider than the step"

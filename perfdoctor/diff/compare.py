@@ -321,7 +321,7 @@ def compare(
     )
     mb, ma = [s.model for s in b_runs], [s.model for s in a_runs]
     rows = findings.compare_findings(mb, ma)
-    pred, note = findings.predictions(mb, rows, measured, ci_us)
+    pred, note = findings.predictions(mb, rows, measured, ci_us, cmp.mean_before_us)
     cats, step_b, step_a = categories.category_rows(mb, ma)
     notes = [n for x in (*sb, *sa) for n in x.notes]
     side_warnings = [*_within_side("BEFORE", b_runs, sb), *_within_side("AFTER", a_runs, sa)]

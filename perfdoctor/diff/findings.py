@@ -179,13 +179,19 @@ def _fix_all_us(before: list[Report], codes: list[str]) -> float | None:
 
 
 def predictions(
-    before: list[Report], rows: list[FindingDelta], measured_us: float, measured_ci_us: list[float] | None
+    before: list[Report],
+    rows: list[FindingDelta],
+    measured_us: float,
+    measured_ci_us: list[float] | None,
+    step_us: float | None = None,
 ) -> tuple[Prediction | None, str]:
     """The resolved BEFORE findings' predicted saving, together, against the measured change (None when no
     finding with a positive saving was resolved), and the note on how to read it. Several BEFORE runs: each
     finding's saving pooled over them (:func:`pooled`), a replay of the fixes together averaged over them.
 
-    ``measured_us``: mean step before − after (µs, positive = faster); ``measured_ci_us``: its 95% interval.
+    ``measured_us``: mean step before − after (µs, positive = faster); ``measured_ci_us``: its 95% interval;
+    ``step_us``: BEFORE's mean step: an interval wider than it tests no prediction (``within_ci95`` None; two
+    noisy runs a side gave −73,668 to +178 ms on a 180 ms step, and "yes").
     """
     fb = pooled(before)
     parts = []
@@ -205,7 +211,8 @@ def predictions(
         predicted, kind = together, "replayed-together"
     else:
         predicted, kind = sum(p.predicted_us for p in parts), "sum"
-    within = (measured_ci_us[0] <= predicted <= measured_ci_us[1]) if measured_ci_us is not None else None
+    testable = measured_ci_us is not None and (step_us is None or measured_ci_us[1] - measured_ci_us[0] <= step_us)
+    within = (measured_ci_us[0] <= predicted <= measured_ci_us[1]) if testable and measured_ci_us else None
     error = measured_us - predicted
     pred = Prediction(
         codes=codes,

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from perfdoctor.diff.compare import mean_step_words
-from perfdoctor.diff.model import Diff, Mover, Pair, SideInfo
+from perfdoctor.diff.model import Diff, Mover, Pair, Prediction, SideInfo
 from perfdoctor.diff.stats import signed_pct
 from perfdoctor.render.view import ms, nbytes, pct
 
@@ -209,8 +209,10 @@ KIND_WORDS = {
 }
 
 
-def _in_ci(within: bool | None) -> str:
-    return "–" if within is None else "yes" if within else "no"
+def _in_ci(p: Prediction) -> str:
+    if p.within_ci95 is None:
+        return "cannot tell: interval wider than the step" if p.measured_ci95_us else "–"
+    return "yes" if p.within_ci95 else "no"
 
 
 def predictions_table(d: Diff) -> TableView:
@@ -230,7 +232,7 @@ def predictions_table(d: Diff) -> TableView:
                 status,
                 f"{ms(p.predicted_us)} ({KIND_WORDS.get(p.predicted_kind, p.predicted_kind)})",
                 ms(p.measured_us) + ci,
-                _in_ci(p.within_ci95),
+                _in_ci(p),
                 signed_ms(p.error_us),
                 signed_pct(p.error_pct),
             ]

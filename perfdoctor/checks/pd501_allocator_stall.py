@@ -109,8 +109,8 @@ def check(ctx: RankContext) -> Outcome:
     )
     steady_text = step_list_text(ctx.step_numbers[first:])
     method = (
-        f"device idle that begins while the host is in {api} in the steady-state steps ({steady_text}), "
-        f"summed and divided by the {ctx.n_steps} analysed steps"
+        f"device idle while the step's critical path is on the host inside {api} in the steady-state steps "
+        f"({steady_text}), summed and divided by the {ctx.n_steps} analysed steps"
     )
     fields = {"steady_steps": steady_text, "n_steps": str(ctx.n_steps), "alloc_api": api}
     spec = ctx.spec

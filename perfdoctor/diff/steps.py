@@ -142,10 +142,26 @@ def trace_step_times(model: Report, path: str) -> StepSeries:
     """Profiled step times (µs) of the trace(s): on a multi-rank job, those of the rank whose mean step is the
     job's step (:func:`job_rank`), so the verdict's mean is the report's denominator.
 
+    A trace without step markers (the report's one whole-trace window) is one step: such a pair is compared
+    window against window (the GPU puzzles' per-element copies and their fix), one step a side, so the verdict is
+    inconclusive and the prediction is set against the measured change without an interval; a note says so.
+
     Raises:
-        PerfDoctorError: no rank has training steps (no step markers: the whole trace is one window).
+        PerfDoctorError: no rank has a step or a whole-trace window with device or host time.
     """
     ranks = [r for r in model.ranks if r.steps_source != "whole-trace" and _mean_step_us(r) > 0]
+    whole = [r for r in model.ranks if r.steps_source == "whole-trace" and _mean_step_us(r) > 0]
+    if not ranks and whole:
+        dev = primary_device(whole[0])
+        assert dev is not None
+        return StepSeries(
+            np.array([float(dev.totals.dur_us)]),
+            "the whole trace as one window (no step markers)",
+            [
+                f"{path}: no step markers: the whole trace is one window, compared as one step; the change means "
+                "something only if both sides recorded the same work"
+            ],
+        )
     if not ranks:
         raise PerfDoctorError(
             f"{path}: no training steps (no ProfilerStep#N annotations, and no run step series): "

@@ -151,8 +151,8 @@ def trace_step_times(model: Report, path: str) -> StepSeries:
     """
     ranks = [r for r in model.ranks if r.steps_source != "whole-trace" and _mean_step_us(r) > 0]
     whole = [r for r in model.ranks if r.steps_source == "whole-trace" and _mean_step_us(r) > 0]
-    if not ranks and whole:
-        dev = primary_device(whole[0])
+    if not ranks and whole:  # the longest window, as job_rank takes the longest mean step
+        dev = primary_device(max(whole, key=_mean_step_us))
         assert dev is not None
         return StepSeries(
             np.array([float(dev.totals.dur_us)]),

@@ -72,11 +72,21 @@ class RankReplay:
         """The replay under ``scenario``, the rank's collectives ending no earlier than its peers let them
         (:attr:`peers`, :mod:`perfdoctor.replay.peers`; moved by the program-wide part of a combination).
         The result is shared with later calls for the same scenario: read it, do not edit it."""
+        sc, key = self._keyed(scenario)
+        return self._replayed_keyed(sc, key)
+
+    def _keyed(self, scenario: Scenario) -> tuple[Scenario, bytes]:
+        """``scenario`` with recorded durations given as such (None), and its digest (b"": the recording's own
+        replay, nothing edited and no peer bound added); one digest of its arrays per request."""
         if scenario.act_dur_us is not None and np.array_equal(scenario.act_dur_us, self.graph.act_dur_us):
             scenario = dataclasses.replace(scenario, act_dur_us=None)  # the recorded durations (a what-if found none)
         if not scenario.edits_graph and (self.peers is None or scenario.peers_move or self.peers.act.size == 0):
-            return self.baseline  # nothing to replay (no edit, no peer bound added): the recording's own
-        key = _scenario_key(scenario)
+            return scenario, b""
+        return scenario, _scenario_key(scenario)
+
+    def _replayed_keyed(self, scenario: Scenario, key: bytes) -> ReplayResult:
+        if key == b"":
+            return self.baseline
         last = self._last
         if last is not None and last[0] == key and last[1] is self.peers:
             return last[2]
@@ -95,10 +105,10 @@ class RankReplay:
     def step_times(self, scenario: Scenario | None = None) -> np.ndarray:
         """Replayed duration of every analysed step under ``scenario`` (µs, shape ``(n_steps,)``; None: the
         recording's replay), as :meth:`replayed` replays it; each distinct scenario is replayed once."""
-        key = b"" if scenario is None else _scenario_key(scenario)
+        sc, key = (None, b"") if scenario is None else self._keyed(scenario)
         known = self._replayed.get(key)
         if known is None or known[0] is not self.peers:
-            res = self.baseline if scenario is None else self.replayed(scenario)
+            res = self.baseline if sc is None else self._replayed_keyed(sc, key)
             start, end = replayed_windows(res, self.windows)
             known = self._replayed[key] = (self.peers, np.asarray(end - start))
         return np.array(known[1], copy=True)

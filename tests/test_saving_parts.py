@@ -124,3 +124,30 @@ def test_the_fix_all_replays_the_base_pd103_is_measured_on(tmp_path: Path) -> No
     assert "DataLoader" not in g.message
     fix = alone.model.ranks[0].replay.fix_all
     assert fix.codes == ["PD103"] and (fix.recorded_mean_step_us, fix.replayed_mean_step_us) == (240.0, 145.0)
+
+
+def test_device_work_gone_is_the_removed_copies_time_from_the_raw_json() -> None:
+    """GPUPuzzlers first_sum: 4,096 one-element D2H copies (11,519 µs in the raw JSON, the first 2 µs, 16,384 B in
+    all); done as one copy, the first takes max(2 µs, 16,384 B ÷ 12 GB/s = 1.4 µs) and the rest go: 11,517 µs of
+    device work gone, stated as such (it read "from copies overlapping other device work" on a trace with no
+    kernels)."""
+    import gzip
+    import json
+    import re
+
+    from conftest import shared_trace
+
+    path = shared_trace("gpupuzzlers__d2h_sync_first_sum.json.gz")
+    with gzip.open(path) as fh:
+        events = json.load(fh)["traceEvents"]
+    copies = sorted(
+        (e for e in events if e.get("ph") == "X" and e.get("cat") == "gpu_memcpy" and "DtoH" in e["name"]),
+        key=lambda e: e["ts"],
+    )
+    nbytes = sum(e["args"]["bytes"] for e in copies)
+    gone_us = sum(e["dur"] for e in copies) - max(copies[0]["dur"], nbytes / 12.0e9 * 1e6)
+    report = pipeline.build([str(path)]).report
+    (f,) = [f for f in report["findings"] if f["code"] == "PD401"]
+    m = re.search(r"([\d.]+) ms of device work gone", f["message"])
+    assert m is not None and float(m[1]) == round(gone_us / 1000, 2) == 11.52
+    assert "overlapping other device work" not in f["message"]

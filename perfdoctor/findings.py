@@ -86,6 +86,11 @@ class Estimate:
             unprofiled steady steps' median"), when that is another kind of step than the report's denominator (a
             profile run's unprofiled step vs its profiled window); the engine restates the saving as the same
             share of the report's step (:func:`perfdoctor.checks.restate.restated`). None: measured on that step.
+        step_after_us: the mean step (µs) predicted once this fix and every fix above it in the rank's fix plan are
+            in, replayed together (:func:`perfdoctor.checks.after.plan`); None when the fix is not in the plan.
+        plan_position: 1-based place in the rank's fix plan (the greedy order of marginal savings); None when the
+            fix is not in the plan (its saving falls under its threshold once the plan's fixes are in, or it was
+            not replayed). In the plan, ``after_us`` is the marginal saving and ``after_codes`` the fixes above it.
     """
 
     saving_us: float
@@ -96,6 +101,8 @@ class Estimate:
     after_from_us: float | None = None
     step_us: float | None = None
     step_words: str = ""
+    step_after_us: float | None = None
+    plan_position: int | None = None
 
 
 @dataclass
@@ -128,6 +135,8 @@ class Hit:
     or once the higher-ranked findings' fixes are in (``estimate.after_us``), is at least this share of the
     report's one denominator, and demotes it to a pass otherwise (:func:`perfdoctor.checks.after.gate`). None:
     the check judged its threshold itself.
+    ``builds_on``: codes of findings whose fix this hit's saving is measured on top of (PD103's CUDA graphs on
+    PD101's prefetched batches): in the fix plan it is a candidate only once those fixes are in.
     """
 
     evidence: Evidence
@@ -136,6 +145,7 @@ class Hit:
     rank: int | None = None
     advice: dict[str, str] = field(default_factory=dict)
     min_saving_pct: float | None = None
+    builds_on: tuple[str, ...] = ()
 
 
 @dataclass
@@ -163,9 +173,12 @@ class Finding:
     position: int | None = None
     saving_pct: float = 0.0
     saving_after_pct: float | None = None  # estimate.after_us as % of the report's denominator
-    # the saving alone (µs) of a finding stated with its saving after the higher-ranked fixes
-    # (:func:`perfdoctor.checks.after.stated_after`): it orders the finding among the others; None: ``saving_us``
+    # the saving alone (µs) of a finding stated by its marginal saving (on top of the fixes above it in the fix
+    # plan, or of the whole plan: perfdoctor.checks.after.plan); None: ``saving_us`` is the saving alone
     alone_us: float | None = None
+    # why a finding with a replayed saving is not in the fix plan ("no further saving once PD101, PD103 are fixed",
+    # "rank 0 does not set the job's step"); "" in the plan or without a replayed saving
+    plan_note: str = ""
 
     @property
     def saving_us(self) -> float:
@@ -174,8 +187,18 @@ class Finding:
 
     @property
     def rank_us(self) -> float:
-        """The saving that orders it (µs): alone, as the higher-ranked fixes its after-saving builds on are ordered."""
+        """The saving alone (µs): it orders the findings off the plan."""
         return self.alone_us if self.alone_us is not None else self.saving_us
+
+    @property
+    def plan_position(self) -> int | None:
+        """1-based place in the fix plan, or None (off the plan, or no replayed saving)."""
+        return None if self.estimate is None else self.estimate.plan_position
+
+    @property
+    def replayed(self) -> bool:
+        """Whether the saving is the replay's point estimate (not an upper bound, not absent)."""
+        return self.estimate is not None and is_replayed(self.estimate.method)
 
     def to_dict(self) -> dict[str, Any]:
         evidence: dict[str, Any] = dict(self.evidence.values)
@@ -201,6 +224,15 @@ class Finding:
             "saving_from_us_per_step": (
                 None if self.estimate is None or self.estimate.from_us is None else round(self.estimate.from_us, 3)
             ),
+            "saving_alone_us_per_step": None if self.alone_us is None else round(self.alone_us, 3),
+            "plan_position": self.plan_position,
+            "step_after_us": (
+                None
+                if self.estimate is None or self.estimate.step_after_us is None
+                else round(self.estimate.step_after_us, 3)
+            ),
+            "plan_note": self.plan_note,
+            "method": self.estimate.method if self.estimate else "",
             "evidence": evidence,
             "steps": list(self.evidence.steps),
             "fix": self.fix,
@@ -224,14 +256,17 @@ def severity_for(pct: float | None, cap: str, high_pct: float, medium_pct: float
 
 
 def rank_findings(findings: list[Finding]) -> list[Finding]:
-    """Sort by estimated saving alone (µs/step, descending: :attr:`Finding.rank_us`), then severity, then code;
-    number them 1..n.
-
-    Findings without an estimate go last and get ``position = None``.
+    """The report's order: the fix plan (by plan position), then the other replayed savings (by saving alone), then
+    savings that are upper bounds (by saving), then findings without an estimate; severity, then code, break ties.
+    Numbers the estimated ones 1..n in that order (``position``: a plan entry's equals its plan position when the
+    plan's entries all fired); findings without an estimate get ``position = None``.
     """
 
-    def key(f: Finding) -> tuple[bool, float, int, str]:
-        return (f.estimate is None, -f.rank_us, -severity_level(f.severity), f.code)
+    def key(f: Finding) -> tuple[int, float, int, str]:
+        if f.plan_position is not None:
+            return (0, float(f.plan_position), 0, f.code)
+        group = 1 if f.replayed else 2 if f.estimate is not None else 3
+        return (group, -f.rank_us, -severity_level(f.severity), f.code)
 
     out = sorted(findings, key=key)
     n = 0

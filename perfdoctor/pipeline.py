@@ -164,6 +164,8 @@ def build(
     summaries = with_peer_arrivals(files, summaries, summary_opts, catalogue, roofs, cache, runner)
     with gc_paused():  # the reducer: thousands of summaries held, little cyclic garbage made
         job = reduce(summaries, catalogue, codes, run, extra_warnings=notes, no_trace=no_trace)
+        # --select shows a subset of the findings every rule gave (same numbers, same firing decisions)
+        job.checks = job.checks.shown(engine.shown_codes(catalogue, opts), engine.ignored_note(catalogue, opts))
         analysis = job.analysis
         analysis.checks = job.checks
         section = None

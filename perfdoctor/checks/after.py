@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from perfdoctor.findings import Hit
+from perfdoctor.findings import MIN_MEDIUM_PCT, Hit
 
 # a finding states its saving after the others when it differs from its saving alone by at least this share of the
 # larger of the two and :data:`AFTER_SHOWN_MIN_US` (smaller differences are within the replay's own error)
@@ -58,36 +58,83 @@ def gate(outcome: Any, denominator_us: float) -> Any:
     return dataclasses.replace(outcome, hit=None)
 
 
-def after_savings(rr: Any, hits: dict[str, Hit], denominator_us: float) -> list[str]:
-    """Fill ``estimate.after_us`` / ``after_codes`` of the replayed hits in ``hits`` (code -> hit, in place) and
-    return the codes that fire (:func:`passes`) with a positive saving, by rank.
+# a hit that judged its own threshold (``min_saving_pct`` None) stays in the fix plan while its marginal saving is at
+# least this share of the denominator: the share under which no finding is medium (perfdoctor.findings)
+PLAN_MIN_PCT = MIN_MEDIUM_PCT
 
-    ``rr``: the rank's :class:`perfdoctor.replay.rank.RankReplay`, whose ``whatifs`` hold the transformation each
-    check replayed its saving with; ``denominator_us``: the report's one denominator (µs). Ranked by saving alone
-    (descending, then code, as :func:`perfdoctor.findings.rank_findings`); a hit's after-saving is on top of the
-    hits above it that fire, replayed together (:meth:`perfdoctor.replay.rank.RankReplay.fix_all`), never below 0.
+
+def marginal_passes(hit: Hit, marginal_us: float, denominator_us: float) -> bool:
+    """Whether a fix saving ``marginal_us`` (µs per step) on top of the fixes above it keeps its place in the fix
+    plan: at least its ``min_saving_pct`` (else :data:`PLAN_MIN_PCT`) of ``denominator_us``, and positive."""
+    if not marginal_us > 0 or not denominator_us > 0:
+        return False
+    floor = hit.min_saving_pct if hit.min_saving_pct is not None else PLAN_MIN_PCT
+    return 100.0 * marginal_us / denominator_us >= floor
+
+
+def plan(rr: Any, hits: dict[str, Hit], denominator_us: float) -> list[str]:
+    """The rank's fix plan: the codes of the replayed hits in the order to fix them, chosen greedily.
+
+    First the fix that saves most alone, then, each time, the fix that saves most on top of the fixes already
+    chosen (the step replayed with them − replayed with them and the candidate, means over the analysed steps;
+    :meth:`perfdoctor.replay.rank.RankReplay.fix_all`, memoised), while that marginal saving passes the hit's
+    threshold (:func:`marginal_passes`); a hit whose saving is measured on top of another's fix
+    (:attr:`Hit.builds_on`) is a candidate once that fix is chosen. Fills, in place, each plan entry's
+    ``estimate.plan_position``, ``after_us`` (marginal µs), ``after_codes`` (the fixes above it), ``after_from_us``
+    (the step replayed with those, µs) and ``step_after_us`` (the step replayed with them and this one, µs: the
+    last entry's is the plan's fix-all); every other replayed hit gets its saving on top of the whole plan
+    (``after_us``, ``after_codes`` = the plan, ``plan_position`` None).
+
+    ``rr``: the rank's :class:`perfdoctor.replay.rank.RankReplay` (its ``whatifs`` hold each check's
+    transformation); ``denominator_us``: the report's one denominator (µs). Greedy is the exact order for
+    savings that add up and a defensible one where fixes overlap (a fix that saves nothing once the fixes above
+    it are in leaves the plan); the number of replays is n(n+1)/2 for n candidates.
     """
-    ranked = sorted(
-        ((c, h) for c, h in hits.items() if h.estimate is not None and c in rr.whatifs),
-        key=lambda ch: (-ch[1].estimate.saving_us if ch[1].estimate else 0.0, ch[0]),
-    )
-    fired: list[str] = []
-    base_us: float | None = None  # mean replayed step with the fired fixes together
-    for code, hit in ranked:
-        est = hit.estimate
+    cands = {c: h for c, h in hits.items() if h.estimate is not None and c in rr.whatifs}
+    chosen: list[str] = []
+    prev_us = float(rr.base_step_us)
+    while True:
+        best: tuple[str, float, float] | None = None
+        for code in sorted(cands):
+            hit = cands[code]
+            if code in chosen or any(b in cands and b not in chosen for b in hit.builds_on):
+                continue
+            both = rr.fix_all([*chosen, code])
+            if both is None:
+                continue
+            marginal = max(prev_us - both[1], 0.0)
+            if marginal_passes(hit, marginal, denominator_us) and (best is None or marginal > best[1]):
+                best = (code, marginal, both[1])
+        if best is None:
+            break
+        code, marginal, step_after = best
+        est = cands[code].estimate
         assert est is not None
-        if fired and base_us is not None:
-            both = rr.fix_all([*fired, code])
-            if both is not None:
-                est = dataclasses.replace(
-                    est, after_us=max(base_us - both[1], 0.0), after_codes=tuple(fired), after_from_us=base_us
-                )
-                hit.estimate = est
-        if passes(hit, denominator_us) and max(est.saving_us, est.after_us or 0.0) > 0:
-            fired.append(code)
-            both = rr.fix_all(fired)
-            base_us = None if both is None else both[1]
-    return fired
+        cands[code].estimate = dataclasses.replace(
+            est,
+            after_us=marginal,
+            after_codes=tuple(chosen),
+            after_from_us=prev_us,
+            step_after_us=step_after,
+            plan_position=len(chosen) + 1,
+        )
+        chosen.append(code)
+        prev_us = step_after
+    for code, hit in cands.items():
+        est = hit.estimate
+        if code in chosen or est is None or not chosen:
+            continue
+        both = rr.fix_all([*chosen, code])
+        if both is not None:
+            hit.estimate = dataclasses.replace(
+                est,
+                after_us=max(prev_us - both[1], 0.0),
+                after_codes=tuple(chosen),
+                after_from_us=prev_us,
+                step_after_us=None,
+                plan_position=None,
+            )
+    return chosen
 
 
 def after_shown(saving_us: float, after_us: float | None, after_codes: tuple[str, ...] | list[str]) -> bool:
@@ -100,10 +147,9 @@ def after_shown(saving_us: float, after_us: float | None, after_codes: tuple[str
 
 
 def after_text(saving_us: float, after_us: float, after_codes: tuple[str, ...] | list[str], pct: float) -> str:
-    """ "saves 2.70 ms now; 19.00 ms (10.7%) once PD101, PD103, PD205 are fixed (replayed together)"."""
+    """ "saves 2.70 ms alone; 19.00 ms (10.7%) once PD101, PD103, PD205 are fixed (replayed together)", or "saves
+    15.90 ms alone; no further saving once PD101, PD103 are fixed (replayed together)" under 0.005 ms."""
     codes = list(after_codes)
     which = ", ".join(codes) + (" is" if len(codes) == 1 else " are")
-    return (
-        f"saves {saving_us / 1000:,.2f} ms now; {after_us / 1000:,.2f} ms ({pct:.1f}%) once {which} fixed "
-        "(replayed together)"
-    )
+    then = f"{after_us / 1000:,.2f} ms ({pct:.1f}%)" if after_us >= 5.0 else "no further saving"
+    return f"saves {saving_us / 1000:,.2f} ms alone; {then} once {which} fixed (replayed together)"

@@ -12,6 +12,7 @@ test) is *skipped with the reason*; it never passes silently.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import pkgutil
 import re
@@ -118,6 +119,18 @@ class CheckResults:
     fix_all_note: str = ""  # what the findings' fixes together do to the mean step, replayed
     denominator: StepDenominator | None = None  # the step every saving is a share of (None: no step)
 
+    def shown(self, codes: list[str], note: str = "") -> CheckResults:
+        """These results with only the findings, skips and passes of ``codes`` (``--select``): the same numbers and
+        firing decisions as the full results; ``note`` (:func:`ignored_note`) is added to the findings note."""
+        keep = set(codes)
+        return dataclasses.replace(
+            self,
+            findings=[f for f in self.findings if f.code in keep],
+            skipped=[s for s in self.skipped if s["code"] in keep],
+            passed=[c for c in self.passed if c in keep],
+            fix_all_note=(self.fix_all_note + (" " + note if note else "")).strip(),
+        )
+
     def to_report(self) -> dict[str, Any]:
         """The report keys: ``findings`` (ranked dicts), ``skipped_checks``, ``passed_checks``, ``findings_note``,
         ``denominator`` (``{value_us, definition, rank}``, or None)."""
@@ -170,18 +183,16 @@ def _finding(
     est = hit.estimate
     if est is not None:
         pct = denom.pct(est.saving_us) if denom is not None else 0.0
-        if est.after_us is not None:
-            pct_after = denom.pct(est.after_us) if denom is not None else 0.0
-            if after.after_shown(est.saving_us, est.after_us, est.after_codes):
-                tail = "; " + after.after_text(est.saving_us, est.after_us, est.after_codes, pct_after)
         fields.setdefault("saving_ms", est.saving_us / 1000.0)
         fields.setdefault("saving_pct", pct)
         if "recorded_ms" in fields:  # the message's "from A to B" is the saving alone its parts add up to
             fields.setdefault("replayed_ms", fields["recorded_ms"] - est.saving_us / 1000.0)
-        if after.stated_after(hit, pct) and est.after_us is not None:
-            # it fires on its saving after the higher-ranked fixes only: that is its number (headline, share and
-            # severity), taken from the step replayed with those fixes; its saving alone stays in the message
-            # (with the step it is taken from) and orders it among the others
+        if est.after_us is not None and (est.plan_position is not None or est.after_codes):
+            # its number (headline, share, severity) is its marginal saving: on top of the fixes above it in the fix
+            # plan, or, off the plan, on top of the whole plan; its saving alone stays in the message
+            pct_after = denom.pct(est.after_us) if denom is not None else 0.0
+            if est.after_codes:
+                tail = "; " + after.after_text(est.saving_us, est.after_us, est.after_codes, pct_after)
             alone_us, pct = est.saving_us, pct_after
             est = replace(est, saving_us=est.after_us, from_us=est.after_from_us)
     try:
@@ -210,7 +221,19 @@ def _finding(
         saving_pct=pct or 0.0,
         saving_after_pct=pct_after,
         alone_us=alone_us,
+        plan_note=_plan_note(est),
     )
+
+
+def _plan_note(est: Estimate | None) -> str:
+    """Why a replayed saving is off the fix plan: "no further saving once PD101, PD103 are fixed" ("" in the plan,
+    or without a replayed saving)."""
+    if est is None or est.plan_position is not None or not est.after_codes:
+        return ""
+    codes = list(est.after_codes)
+    which = ", ".join(codes) + (" is" if len(codes) == 1 else " are")
+    more = "no further saving" if est.saving_us < 5.0 else f"only {est.saving_us / 1000:,.2f} ms more"
+    return f"{more} once {which} fixed"
 
 
 def _as_rank(key: Any) -> int | None:
@@ -243,12 +266,22 @@ def _merge_rank_outcomes(
     hits = [(r, o.hit) for r, o in outcomes if o.hit is not None]
     if hits:
         best_rank, best = max(hits, key=lambda rh: rh[1].estimate.saving_us if rh[1].estimate else 0.0)
+        pace = None if res.denominator is None else res.denominator.rank
+        on_pace = [(r, h) for r, h in hits if pace is not None and _as_rank(r) == pace]
+        if len(outcomes) > 1 and on_pace:  # the job's step is its slowest rank's: that rank's plan speaks
+            best_rank, best = on_pace[0]
         if len(outcomes) > 1 and any(h.estimate for _, h in hits):
             best.evidence.values["saving_us_by_rank"] = {
                 str(r): round(h.estimate.saving_us, 3) for r, h in hits if h.estimate
             }
         fired = sorted(r for r in {h.rank if h.rank is not None else _as_rank(r) for r, h in hits} if r is not None)
-        res.findings.append(_finding(spec, best, fired, cat, res.denominator, _as_rank(best_rank), len(outcomes)))
+        off_pace = len(outcomes) > 1 and pace is not None and not on_pace and best.estimate is not None
+        if off_pace:
+            best = _off_pace(best, pace, _as_rank(best_rank))
+        f = _finding(spec, best, fired, cat, res.denominator, _as_rank(best_rank), len(outcomes))
+        if off_pace:
+            f.plan_note = f"saves the job nothing: rank {pace} sets the job's step and this does not fire there"
+        res.findings.append(f)
         return
     skips = [(r, o.skip) for r, o in outcomes if o.skip]
     if skips and len(skips) == len(outcomes):
@@ -261,6 +294,26 @@ def _merge_rank_outcomes(
         res.skipped.append({"code": spec.code, "name": spec.name, "reason": reason})
     else:
         res.passed.append(spec.code)
+
+
+def _off_pace(hit: Hit, pace: int | None, rank: int | None) -> Hit:
+    """A rank-scope ``hit`` that fires only on ranks other than ``pace`` (the rank whose mean step is the job's),
+    stated for the job: the job's step is its longest rank's, so a fix on other ranks alone saves it nothing (the
+    ranks move in lock-step; a faster rank waits longer in its collectives). Its saving on its own rank stays in
+    the message and the method."""
+    est = hit.estimate
+    assert est is not None
+    own = est.after_us if est.after_us is not None and est.plan_position is not None else est.saving_us
+    method = (
+        f"{est.method}; on rank {rank} it saves {own / 1000:,.2f} ms of that rank's step, but the job's step is "
+        f"rank {pace}'s (its longest mean step), where it does not fire: the job's saving is 0 (assumed: the ranks "
+        "move in lock-step, so the job's step is its longest rank's)"
+    )
+    fields = {**hit.fields, "saving_ms": own / 1000.0}
+    job_est = dataclasses.replace(
+        est, saving_us=0.0, method=method, after_us=None, after_codes=(), step_after_us=None, plan_position=None
+    )
+    return dataclasses.replace(hit, estimate=job_est, fields=fields)
 
 
 def _metric_rule(spec: RuleSpec, res: CheckResults, modules: dict[str, ModuleType], cat: Catalogue) -> None:
@@ -350,7 +403,7 @@ def rank_outcomes(
     rr = getattr(ctx.rank, "replay", None) or ctx.cache.get("replay")
     if rr is not None and hasattr(rr, "fired"):
         hits = {c: o.hit for c, o in out.items() if o.hit is not None}
-        rr.fired = after.after_savings(rr, hits, ctx.base_step_us if denominator_us is None else denominator_us)
+        rr.fired = after.plan(rr, hits, ctx.base_step_us if denominator_us is None else denominator_us)
     return out
 
 
@@ -600,7 +653,10 @@ def _rerun_cross_rank(
 
 
 def prepare(opts: Any) -> tuple[Catalogue, list[str]]:
-    """Load the catalogue (with ``opts.rules_dirs``) and select codes by ``opts`` (a config.RuleOptions).
+    """Load the catalogue (with ``opts.rules_dirs``) and the codes to *run*: every rule but those ``opts.ignore``
+    names (an ignored fix is one the user will not make: the plan is computed without it). ``--select`` does not
+    change what runs, only what is shown (:func:`shown_codes`): a finding that fires on top of other fixes fires
+    with or without them selected, with the same numbers.
 
     Raises PerfDoctorError for a bad rule file or selector, before any trace is read.
     """
@@ -608,10 +664,36 @@ def prepare(opts: Any) -> tuple[Catalogue, list[str]]:
 
     cat = load_catalogue(opts.rules_dirs)
     contract.validate(cat, check_modules())
+    shown_codes(cat, opts)  # a bad --select fails here, before any trace is read
     codes = select_codes(
-        cat, opts.select, opts.ignore, opts.source.get("select", "--select"), opts.source.get("ignore", "--ignore")
+        cat, None, opts.ignore, opts.source.get("select", "--select"), opts.source.get("ignore", "--ignore")
     )
     return cat, codes
+
+
+def shown_codes(cat: Catalogue, opts: Any) -> list[str]:
+    """The codes whose findings, skips and passes the report shows: ``opts.select`` less ``opts.ignore``.
+
+    Raises PerfDoctorError for a selector that matches no rule, or a selection that ignores everything.
+    """
+    return select_codes(
+        cat, opts.select, opts.ignore, opts.source.get("select", "--select"), opts.source.get("ignore", "--ignore")
+    )
+
+
+def ignored_note(cat: Catalogue, opts: Any) -> str:
+    """The one sentence saying which fixes the plan assumes unfixed (``--ignore``), or ""."""
+    if not opts.ignore:
+        return ""
+    run = set(select_codes(cat, None, opts.ignore))
+    gone = sorted(set(cat.rules) - run)
+    if not gone:
+        return ""
+    which = ", ".join(gone) + (" is" if len(gone) == 1 else " are")
+    return (
+        f"{which} assumed unfixed ({opts.source.get('ignore', '--ignore')}): not checked, and the fix plan is "
+        "computed without {0}.".format("its fix" if len(gone) == 1 else "their fixes")
+    )
 
 
 def diagnose(analysis: Any, opts: Any) -> CheckResults:

@@ -127,9 +127,13 @@ def check(ctx: RankContext) -> Outcome:
             f"ms; graphs alone would save {base[1] / 1000:.1f} ms, most of it by hiding the DataLoader fetch "
             "behind device work)"
         )
-    return Outcome(
-        metrics=metrics, hit=Hit(evidence=ev, estimate=replayed_estimate(saving, method, fields), fields=fields)
+    hit = Hit(
+        evidence=ev,
+        estimate=replayed_estimate(saving, method, fields),
+        fields=fields,
+        builds_on=("PD101",) if base is not None else (),
     )
+    return Outcome(metrics=metrics, hit=hit)
 
 
 def _source_text(breakdown_us: float, launch_idle_us: float) -> str:

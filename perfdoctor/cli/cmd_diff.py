@@ -106,7 +106,7 @@ def run(args: argparse.Namespace) -> int:
 
     from perfdoctor.checks import config, engine
     from perfdoctor.cli.cmd_report import _check_output, _write_report
-    from perfdoctor.cli.console import show_then_exit, stdout_console
+    from perfdoctor.cli.console import output_width, show_then_exit, stdout_console
     from perfdoctor.cli.numbers import check_finite
     from perfdoctor.diff import stats
     from perfdoctor.diff.compare import compare, partial_gate, regression
@@ -135,7 +135,7 @@ def run(args: argparse.Namespace) -> int:
         raise PerfDoctorError(f"--run-noise-pct must be in [0, 100) (got {args.run_noise_pct:g})")
     opts = config.resolve(args.select, args.ignore, args.rules)
     _, codes = engine.prepare(opts)
-    err = Console(stderr=True)
+    err = Console(stderr=True, width=output_width(None, sys.stderr))
     with err.status("reading both sides…", spinner="dots"):
         before = [load_side(p, opts, codes, args.step_marker) for p in before_runs]
         after = [load_side(p, opts, codes, args.step_marker) for p in after_runs]

@@ -80,6 +80,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="print every rank's breakdown table (default on a multi-rank job: the job summary)",
     )
+    p.add_argument(
+        "--details",
+        action="store_true",
+        help="print each finding's evidence, message and method, and each skipped check's reason",
+    )
     p.add_argument("--width", type=int, default=None, help=argparse.SUPPRESS)
 
 
@@ -333,7 +338,7 @@ def _analyze(args: argparse.Namespace, err: Console, opts: object) -> BuiltRepor
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from perfdoctor.cli.console import show_then_exit, stdout_console
+    from perfdoctor.cli.console import output_width, show_then_exit, stdout_console
     from perfdoctor.render.formats import format_for, render_chunks
     from perfdoctor.render.terminal import render_terminal
 
@@ -347,7 +352,7 @@ def run(args: argparse.Namespace) -> int:
     from perfdoctor.checks import config, engine
 
     opts = config.resolve(args.select, args.ignore, args.rules, args.fail_on)
-    err = Console(stderr=True)
+    err = Console(stderr=True, width=output_width(None, sys.stderr))
     args.paths, notes = _without_own_reports(args.paths)
     for note in notes:
         err.print(f"note: {note}", markup=False, highlight=False)
@@ -362,6 +367,6 @@ def run(args: argparse.Namespace) -> int:
             for piece in render_chunks(report, args.format):  # a rank at a time: thousands of ranks are ~300 MB
                 sys.stdout.buffer.write(piece)
         else:
-            render_terminal(report, stdout_console(args.width), err, per_rank=args.per_rank)
+            render_terminal(report, stdout_console(args.width), err, per_rank=args.per_rank, details=args.details)
 
     return show_then_exit(show, engine.exit_code(built.checks, opts.fail_on))

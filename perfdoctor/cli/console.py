@@ -31,11 +31,29 @@ def show_then_exit(show: Callable[[], None], exit_code: int) -> int:
     return exit_code
 
 
+PIPE_WIDTH = 120  # columns of output that is not a terminal (a file, a CI log) without $COLUMNS
+
+
+def output_width(width: int | None = None, stream: object = None) -> int | None:
+    """Columns to print to: ``width`` when given; for a stream that is not a terminal, ``$COLUMNS`` when it is a
+    positive number, else :data:`PIPE_WIDTH` (rich would take 80 and wrap a table to a few words a line); None for
+    a terminal (rich asks it)."""
+    if width:
+        return width
+    out = stream if stream is not None else sys.stdout
+    isatty = getattr(out, "isatty", None)
+    if callable(isatty) and isatty():
+        return None
+    cols = os.environ.get("COLUMNS", "")
+    return int(cols) if cols.isdigit() and int(cols) > 0 else PIPE_WIDTH
+
+
 def stdout_console(width: int | None = None) -> Console:
-    """A Console on stdout whose broken pipe raises ``BrokenPipeError`` (:func:`show_then_exit` keeps the
-    decided exit code; the CLI's ``main`` makes any other a quiet exit 0) instead of rich's default
-    ``SystemExit(1)``, which would read as "a finding at or above --fail-on"."""
-    console = Console(width=width) if width else Console()
+    """A Console on stdout, :func:`output_width` columns wide, whose broken pipe raises ``BrokenPipeError``
+    (:func:`show_then_exit` keeps the decided exit code; the CLI's ``main`` makes any other a quiet exit 0) instead
+    of rich's default ``SystemExit(1)``, which would read as "a finding at or above --fail-on"."""
+    cols = output_width(width)
+    console = Console(width=cols) if cols else Console()
 
     def on_broken_pipe() -> None:
         silence_stdout()

@@ -134,13 +134,31 @@ def summary_section(ranks: Sequence[m.RankSection]) -> m.Summary:
     )
 
 
+def plan_entries(findings: list[m.FindingSection]) -> list[m.PlanEntry]:
+    """The fix plan's entries, in plan order, from the findings that hold a plan position."""
+    return [
+        m.PlanEntry(
+            code=f.code,
+            headline=f.headline,
+            saving_us_per_step=f.saving_us_per_step,
+            saving_pct_of_step=f.saving_pct_of_step,
+            step_after_us=f.step_after_us,
+            n_ranks=max(len(f.ranks), 1),
+        )
+        for f in sorted(findings, key=lambda f: f.plan_position or 0)
+        if f.plan_position is not None and f.step_after_us is not None
+    ]
+
+
 def check_sections(results: CheckResults) -> dict[str, Any]:
     """``findings``, ``skipped_checks``, ``passed_checks``, ``findings_note`` and ``denominator`` of the Report."""
     rep = results.to_report()
     denom = rep["denominator"]
+    findings = plain(rep["findings"], list[m.FindingSection], "findings")
     return {
         "denominator": None if denom is None else plain(denom, m.Denominator, "denominator"),
-        "findings": plain(rep["findings"], list[m.FindingSection], "findings"),
+        "findings": findings,
+        "plan": plan_entries(findings),
         "skipped_checks": plain(rep["skipped_checks"], list[m.SkippedCheck], "skipped_checks"),
         "passed_checks": list(rep["passed_checks"]),
         "findings_note": rep["findings_note"],

@@ -75,10 +75,14 @@ def dumps_plain(doc: Mapping[str, Any]) -> bytes:
     return orjson.dumps(doc, option=_OPTS) + b"\n"
 
 
+# version 1 lacks the fix plan's fields, which then read as their defaults (no plan): a kept baseline still diffs
+READABLE_VERSIONS = (1, SCHEMA_VERSION)
+
+
 def _check_header(header: _Header, source: str) -> None:
     if header.schema != SCHEMA:
         raise PerfDoctorError(f"{source}: not a perfdoctor report (schema {header.schema!r}, expected {SCHEMA!r})")
-    if header.schema_version != SCHEMA_VERSION:
+    if header.schema_version not in READABLE_VERSIONS:
         raise PerfDoctorError(
             f"{source}: report schema version {header.schema_version!r} is not supported "
             f"(this perfdoctor reads version {SCHEMA_VERSION}); re-run `perfdoctor report` on the "

@@ -22,7 +22,7 @@ from msgspec import UNSET, UnsetType
 from perfdoctor.analysis.missing import MissingReason
 
 SCHEMA = "perfdoctor.report"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # v2: the fix plan (``plan``; each finding's headline, method, plan_position, step_after_us)
 
 # Evidence of a finding: named numbers (units in the names), short lists and small maps. Typed as the JSON
 # values a check may write; msgspec unions allow one list and one dict type per union, hence the nesting.
@@ -386,6 +386,19 @@ class FindingSection(Section, kw_only=True):
     # rank's recorded step, or the step replayed with a higher-ranked fix it is measured on top of); None: the
     # report's denominator (perfdoctor.findings.Estimate.from_us)
     saving_from_us_per_step: float | None = None
+    # the saving alone (µs) of a finding stated by its marginal saving (in the fix plan, or on top of it); None:
+    # the stated saving is the saving alone
+    saving_alone_us_per_step: float | None = None
+    # 1-based place in the fix plan (perfdoctor.checks.after.plan); None off the plan
+    plan_position: int | None = None
+    # the mean step (µs) predicted once this fix and every fix above it in the plan are in; None off the plan
+    step_after_us: float | None = None
+    # why a finding with a replayed saving is off the plan ("no further saving once PD101, PD103 are fixed")
+    plan_note: str = ""
+    # the finding's three layers: headline (one sentence, ≤ 120 characters: the claim with its key number),
+    # evidence (below: measured values), method (how the saving was computed, its assumptions and sources)
+    headline: str = ""
+    method: str = ""
     evidence: dict[str, EvidenceValue]
     steps: list[int]
     fix: str
@@ -412,6 +425,20 @@ class FindingSection(Section, kw_only=True):
         """The top events involved (``evidence["events"]``), each ``{name, ...numbers}``."""
         events = self.evidence.get("events")
         return [e for e in events if isinstance(e, dict)] if isinstance(events, list) else []
+
+
+class PlanEntry(Section, kw_only=True):
+    """One step of the fix plan: fix ``code``; it saves ``saving_us_per_step`` (µs, marginal: on top of the entries
+    above it, replayed together; ``saving_pct_of_step`` % of the report's denominator) and leaves a predicted mean
+    step of ``step_after_us`` (µs: the last entry's is every plan fix replayed together). ``n_ranks``: the ranks the
+    finding fires on (a job's plan is its slowest rank's)."""
+
+    code: str
+    headline: str
+    saving_us_per_step: float
+    saving_pct_of_step: float
+    step_after_us: float
+    n_ranks: int
 
 
 class Denominator(Section, kw_only=True):
@@ -595,6 +622,7 @@ class Report(Section, kw_only=True):
     ranks: Sequence[RankSection]  # a list, or the encoded sections of a many-rank job (model.sections)
     summary: Summary
     findings: list[FindingSection] | UnsetType = UNSET
+    plan: list[PlanEntry] | UnsetType = UNSET
     skipped_checks: list[SkippedCheck] | UnsetType = UNSET
     passed_checks: list[str] | UnsetType = UNSET
     findings_note: str | UnsetType = UNSET

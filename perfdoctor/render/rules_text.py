@@ -11,7 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from perfdoctor.model import Report
-from perfdoctor.model.report import SkippedCheck
+from perfdoctor.model.report import FindingSection, SkippedCheck
 from perfdoctor.render import view
 
 
@@ -61,57 +61,111 @@ def rule_text(spec: Any, metrics: dict[str, str], implemented: bool = True) -> G
 _SEV_STYLE = {"high": "bold red", "medium": "yellow", "low": "cyan"}
 
 
-def _finding_cell(message: str, method: str) -> Text:
-    """A finding's message and, on the next line, how its saving is estimated (the assumption behind the number in
-    the "saves" column: the brief's rule that every saving shows its assumption next to it)."""
-    if not method:
-        return Text(message)
-    return Text.assemble(message, "\n", (f"saving: {method}", "dim"))
+def _saves(f: FindingSection) -> str:
+    """The "saves" cell: "≈ 56.8 ms (32.0%)", "≤ …" for an upper bound, "-" without an estimate."""
+    if not f.saving_method:
+        return "-"
+    return f"{'≈' if f.replayed else '≤'} {view.saving_ms(f.saving_us_per_step, 1)} ({f.saving_pct_of_step:.1f}%)"
 
 
-def findings_renderables(report: Report) -> list[Any]:
-    """The findings section of the terminal report: ranked table, fixes, skipped checks, the note."""
+def _plan_table(report: Report, plan: list[FindingSection]) -> Table:
+    """The fix plan as a table of headlines: #, code, headline, saves (marginal), predicted step after."""
+    job = len(report.ranks) > 1 or (report.summary.n_ranks > 1)
+    t = Table(title="Fix plan: each fix's saving on top of the fixes above it (replayed)", title_justify="left")
+    columns: tuple[tuple[str, JustifyMethod], ...] = (
+        ("#", "right"),
+        ("code", "left"),
+        ("finding", "left"),
+        ("saves", "right"),
+        ("step after", "right"),
+    )
+    for col, just in columns:
+        t.add_column(col, justify=just, no_wrap=col != "finding")
+    for f in plan:
+        head = view.headline(f)
+        if job and f.ranks:
+            head += f" [{len(f.ranks)} of {report.summary.n_ranks} ranks]"
+        t.add_row(
+            str(f.plan_position),
+            Text(f.code, style=_SEV_STYLE.get(f.severity, "")),
+            head,
+            _saves(f),
+            view.ms(f.step_after_us, 1),
+        )
+    return t
+
+
+def _others(title: str, findings: list[FindingSection], note: bool) -> list[Any]:
+    """Findings off the plan, a line each: code, headline, and why (``note``) or their saving."""
+    if not findings:
+        return []
+    out: list[Any] = [Text(title, style="bold")]
+    for f in findings:
+        tail = f"{f.plan_note}; {view.saving_ms(f.saving_alone_us_per_step or 0.0, 1)} alone" if note else _saves(f)
+        out.append(
+            Text.assemble("  ", (f.code, _SEV_STYLE.get(f.severity, "")), f" {view.headline(f)} ", (f"({tail})", "dim"))
+        )
+    return out
+
+
+def _details(f: FindingSection) -> list[Any]:
+    """A finding's evidence (key/value table) and method, for ``--details``."""
+    view_f = view.finding(f)
+    t = Table(title=f"{f.code} {f.name}: evidence", title_justify="left", show_header=False)
+    t.add_column("measured")
+    t.add_column("value", overflow="fold")
+    for k, v in view_f["evidence"]:
+        t.add_row(k, v)
+    out: list[Any] = [t, Text(f.message)]
+    if f.saving_method:
+        out.append(Text.assemble(("method: ", "bold"), (f.saving_method, "dim")))
+    out.append(Text.assemble((f"{f.code} fix: ", "bold"), f.fix.strip()))
+    return out
+
+
+def findings_renderables(report: Report, details: bool = False) -> list[Any]:
+    """The findings section of the terminal report: the fix plan as a table of headlines, each plan entry's fix in
+    one or two lines, the findings off the plan a line each, skipped checks; ``details`` adds every finding's
+    evidence, message and method, and every skip's reason."""
     if report.findings is UNSET:
         return []
     findings = report.findings
     out: list[Any] = []
+    plan = [f for f in findings if f.plan_position is not None]
+    off = [f for f in findings if f.plan_position is None and f.plan_note]
+    rest = [f for f in findings if f.plan_position is None and not f.plan_note]
     if not findings:
         out.append(Text("Findings: none", style="bold green"))
     else:
-        t = Table(title="Findings, ranked by estimated saving per step", title_justify="left", show_lines=False)
-        columns: tuple[tuple[str, JustifyMethod], ...] = (
-            ("#", "right"),
-            ("code", "left"),
-            ("severity", "left"),
-            ("saves", "right"),
-            ("finding", "left"),
+        if plan:
+            out.append(_plan_table(report, plan))
+        out += _others("Off the plan (replayed):", off, note=True)
+        out += _others(
+            "Findings without a replayed saving (≤: an upper bound, -: not estimated):" if plan or off else "Findings:",
+            rest,
+            note=False,
         )
-        for col, just in columns:
-            t.add_column(col, justify=just, overflow="fold")
-        for f in findings:
-            saving = (
-                f"{'≈' if f.replayed else '≤'} {view.saving_ms(f.saving_us_per_step, 1)} ({f.saving_pct_of_step:.1f}%)"
-                if f.saving_method
-                else "-"
-            )
-            if f.saving_method and view.saving_once(f):
-                saving += "\n" + view.saving_once(f)
-            t.add_row(
-                "-" if f.position is None else str(f.position),
-                f"{f.code}\n{f.name}",
-                Text(f.severity, style=_SEV_STYLE.get(f.severity, "")),
-                saving,
-                _finding_cell(f.message, f.saving_method),
-            )
-        out.append(t)
         if view.denominator_text(report):
             out.append(Text(view.denominator_text(report), style="dim"))
-        for f in findings:
-            out.append(Text.assemble((f"{f.code} fix: ", "bold"), f.fix))
-        out.append(Text(report.findings_note if report.findings_note is not UNSET else "", style="dim"))
-        out.append(Text("`perfdoctor rule CODE` shows the before/after example.", style="dim"))
+        for f in plan + ([] if details else rest[:1] if not plan else []):
+            out.append(Text.assemble((f"{f.code} fix: ", "bold"), view.short_fix(f.fix)))
+        if details:
+            for f in findings:
+                out += _details(f)
+        note = report.findings_note if report.findings_note is not UNSET else ""
+        out.append(Text(note if details else view.first_sentence(note), style="dim"))
+        out.append(
+            Text(
+                "--details: each finding's evidence and method; `perfdoctor rule CODE`: the before/after example.",
+                style="dim",
+            )
+        )
     skipped = report.skipped_checks if report.skipped_checks is not UNSET else []
-    if skipped:
+    if skipped and not details:
+        out.append(
+            Text(f"Skipped checks ({len(skipped)}): {', '.join(s.code for s in skipped)} (--details: why)", style="dim")
+        )
+    elif skipped:
         out.append(Text(f"Skipped checks ({len(skipped)}):", style="bold"))
         by_reason: dict[str, list[SkippedCheck]] = {}
         for s in skipped:

@@ -70,11 +70,16 @@ def _print_run_only(report: Report, console: Console) -> None:
 
 
 def render_terminal(
-    report: Report | Mapping[str, Any], console: Console, err_console: Console | None = None, per_rank: bool = False
+    report: Report | Mapping[str, Any],
+    console: Console,
+    err_console: Console | None = None,
+    per_rank: bool = False,
+    details: bool = False,
 ) -> None:
     """Print the human summary of a report to ``console``; warnings about the input go to
     ``err_console`` (stderr in the CLI) when given. A multi-rank job (a ``job`` section) prints the job summary
-    (:mod:`perfdoctor.render.job_terminal`) instead of one table per rank unless ``per_rank``.
+    (:mod:`perfdoctor.render.job_terminal`) instead of one table per rank unless ``per_rank``; ``details`` adds each
+    finding's evidence, message and method, and each skipped check's reason.
 
     Raises:
         PerfDoctorError: a mapping that is not a perfdoctor report of this schema version.
@@ -121,5 +126,5 @@ def render_terminal(
         (err_console or console).print(Text(f"warning: {w}", style="yellow"))
     from perfdoctor.render.rules_text import findings_renderables
 
-    for part in findings_renderables(rep):
+    for part in findings_renderables(rep, details):
         console.print(part)

@@ -305,6 +305,38 @@ def finding(f: FindingSection, order: int = 0, denominator_us: float | None = No
     }
 
 
+HEADLINE_MAX = 120  # characters: a finding's headline is one sentence with its key number
+
+
+def first_sentence(text: str) -> str:
+    """The text up to its first sentence end (". " or ": " followed by a capital or backquote), whole otherwise."""
+    for i, ch in enumerate(text):
+        if ch == "." and text[i + 1 : i + 2] == " " and text[i + 2 : i + 3][:1].isupper():
+            return text[: i + 1]
+    return text
+
+
+def clip_words(text: str, limit: int) -> str:
+    """``text`` cut at a word boundary to at most ``limit`` characters, "…" marking the cut."""
+    if len(text) <= limit:
+        return text
+    cut = text[: limit - 1].rsplit(" ", 1)[0].rstrip(",;:(")
+    return cut + "…"
+
+
+def headline(f: FindingSection) -> str:
+    """A finding's headline (its rule's ``headline`` template); for a report without one, its message's first
+    clause, cut at a word to :data:`HEADLINE_MAX` characters."""
+    if f.headline:
+        return f.headline
+    return clip_words(f.message.split("; ")[0].split(" (")[0], HEADLINE_MAX)
+
+
+def short_fix(fix: str, limit: int = 200) -> str:
+    """A fix text's first sentence, cut at a word to ``limit`` characters (the whole text is one flag away)."""
+    return clip_words(first_sentence(" ".join(fix.split())), limit)
+
+
 def saving_once(f: FindingSection) -> str:
     """ "once PD101, PD103 are fixed" when the finding's stated saving is the one on top of the higher-ranked
     fixes (its ``saving_after_us_per_step``: PD203 on ResNet50 FP32, PD103 on PD101's prefetched batches), so that

@@ -4,8 +4,8 @@ A check (``perfdoctor/checks/pdNNN_*.py``) returns a :class:`Hit` (evidence and
 an :class:`Estimate`); the engine joins it with the rule's TOML half into a
 :class:`Finding` and ranks the findings by estimated saving per step.
 
-Savings are *upper bounds* (what the step would lose if the cause vanished
-entirely) and are *not additive*: two findings may count the same idle gap.
+Replayed savings form the *fix plan* (:func:`perfdoctor.checks.after.plan`): each plan entry's saving is on top of
+the entries above it, so the plan's savings add up to its fix-all; other savings are upper bounds.
 :data:`FINDINGS_NOTE` says so in every report.
 
 The report's finding dict (read by every renderer; keep it stable)::
@@ -40,10 +40,10 @@ from typing import Any
 
 SEVERITIES = ("low", "medium", "high")
 FINDINGS_NOTE = (
-    "Savings are per step; a replayed saving is the "
-    "recorded mean step minus the mean step of the step's dependency graph replayed with the fix (its assumption "
-    "is stated with it); others are upper bounds. Savings are not additive: several findings can remove the same "
-    "time."
+    "Savings are per step. The fix plan's savings add up: each is the step replayed with the fixes above it minus "
+    "the step replayed with them and this one (the step's dependency graph replayed with the fixes; each fix's "
+    "assumption is stated with it); a saving off the plan is on top of the whole plan, with its saving alone beside "
+    "it; '≤' marks an upper bound."
 )
 # how a replayed saving's method begins (perfdoctor.checks.context.RankContext.replayed_saving)
 REPLAY_METHOD = "replay of the step's dependency graph"

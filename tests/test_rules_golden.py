@@ -73,12 +73,14 @@ def test_validated_facts_on_shared_traces():
     # V100, FP32 convolutions: tb-profiler advises AMP, but replayed with each costed FP32 conv at its fp16
     # tensor-core floor (19 ms/step less device time) the steps shrink 2.7 / 1.4 ms: the DataLoader (num_workers=0)
     # and the host (num_workers=4) decide them, as on the issue's T4 AMP pair that gained nothing. Under PD203's
-    # 3% alone, but on top of the higher-ranked replayed fixes over it (F14: tests/test_after_savings.py): reported,
-    # ranked last by the saving alone, and stated (share, severity) with the saving after those fixes, the one that
-    # fires it: above 10% (high) once the host no longer hides the ~19 ms of device time the GEMM fix removes
+    # 3% alone, but on top of the fixes above it in the plan (tests/test_after_savings.py): reported and stated
+    # (share, severity) with its saving after those fixes, the one that fires it: above 10% (high) once the host no longer hides the ~19 ms of device time the GEMM fix removes
     assert nw0["PD203"]["saving_pct"] >= 10 and nw4["PD203"]["saving_pct"] >= 10
     assert nw0["PD203"]["severity"] == nw4["PD203"]["severity"] == "high"
-    assert nw0["PD203"]["position"] == len(nw0) and nw4["PD203"]["position"] == len(nw4)
+    # in the fix plan: third on nw0 (after PD101 and PD103, whose host-side fixes it needs; PD205 then saves
+    # nothing and follows it, off the plan), second on nw4
+    assert nw0["PD203"]["position"] == 3 and nw0["PD205"]["position"] == 4
+    assert nw4["PD203"]["position"] == 2  # on top of PD103's CUDA graphs
     dlrm = g["param__dlrm_8ranks"]
     # all 8 ranks end the step within 0.9 ms; their collective time is waiting for rank 7 (and the other late
     # starters), the transfer itself is 0.22 ms: PD304 says so, PD301 (overlap advice) stays silent

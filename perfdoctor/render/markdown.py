@@ -46,13 +46,30 @@ def _table(header: list[str], rows: list[list[str]], right: set[int] | None = No
 
 def _findings(report: Report) -> list[str]:
     items = view.findings(report)
-    out = ["## Top fixes", ""]
+    out = ["## Fix plan", ""]
     if not items:
         if report.findings is not UNSET:
             out.append("No check found a problem.")
         else:
             out.append("_The rule engine did not run on this report: no findings are available._")
         return out + [""]
+    plan = [f for f in items if f["plan_position"] is not None]
+    if plan:
+        out += _table(
+            ["#", "code", "finding", "saves", "step after"],
+            [
+                [
+                    str(f["plan_position"]),
+                    f"**{esc(f['code'])}**",
+                    esc(f["headline"]),
+                    f"{f['about']} {view.saving_ms(f['saving_us'])} ({view.pct(f['saving_frac'])})",
+                    view.ms(f["step_after_us"]),
+                ]
+                for f in plan
+            ],
+            {0, 3, 4},
+        )
+        out.append("")
     for i, f in enumerate(items[:MAX_FINDINGS], 1):
         saving = "saving not estimated"
         if f["saving_us"] is not None:
@@ -61,14 +78,16 @@ def _findings(report: Report) -> list[str]:
                 saving += f" ({view.pct(f['saving_frac'])})"
             if f["once"]:
                 saving += f" {f['once']}"
-        # the engine's message already names the ranks on a multi-rank job; older reports' messages do not
-        said = "(fires on " in f["title"]
-        rank = f" (ranks {', '.join(str(r) for r in f['ranks'])})" if len(f["ranks"]) > 1 and not said else ""
-        out.append(f"{i}. **{esc(f['code'])}** {esc(f['title'] or f['name'])}{rank} — {saving}")
-        if f["method"]:
-            out.append(f"   - saving: {esc(f['method'])}")
+            if f["plan_note"]:
+                saving = f"off the plan: {f['plan_note']} ({view.saving_ms(f['alone_us'] or 0.0)} alone)"
+        ranks = f" ({len(f['ranks'])} ranks)" if len(f["ranks"]) > 1 else ""
+        out.append(f"{i}. **{esc(f['code'])}** {esc(f['headline'])}{ranks} — {saving}")
+        if f["evidence"]:
+            out.append("   - evidence: " + "; ".join(f"{esc(k)} {esc(v)}" for k, v in f["evidence"]))
         if f["fix"]:
-            out.append(f"   - fix: {esc_prose(f['fix'])}")
+            out.append(f"   - fix: {esc_prose(view.short_fix(f['fix']))}")
+        if f["method"]:
+            out += ["   <details><summary>method</summary>", "", f"   {esc(f['method'])}", "   </details>"]
     if view.denominator_text(report):
         out += ["", f"_{esc(view.denominator_text(report))}_"]
     if report.findings_note:

@@ -277,6 +277,11 @@ def finding(f: FindingSection, order: int = 0, denominator_us: float | None = No
         "code": f.code,
         "name": f.name,
         "title": f.message,
+        "headline": headline(f),
+        "plan_position": f.plan_position,
+        "step_after_us": f.step_after_us,
+        "plan_note": f.plan_note,
+        "alone_us": f.saving_alone_us_per_step,
         "severity": f.severity,
         "category": f.category,
         "priority": f.position,
@@ -338,11 +343,16 @@ def short_fix(fix: str, limit: int = 200) -> str:
 
 
 def saving_once(f: FindingSection) -> str:
-    """ "once PD101, PD103 are fixed" when the finding's stated saving is the one on top of the higher-ranked
-    fixes (its ``saving_after_us_per_step``: PD203 on ResNet50 FP32, PD103 on PD101's prefetched batches), so that
-    a saving read beside the others says what it builds on; "" otherwise."""
+    """ "once PD101, PD103 are fixed" when the finding's stated saving is the one on top of other fixes (a plan
+    entry's marginal saving on top of the entries above it), so that a saving read beside the others says what it
+    builds on; "" otherwise (and off the plan, where :attr:`FindingSection.plan_note` says it)."""
     codes = list(f.saving_after_codes)
-    if not codes or f.saving_after_us_per_step is None or f.saving_after_us_per_step != f.saving_us_per_step:
+    if (
+        not codes
+        or f.plan_note
+        or f.saving_after_us_per_step is None
+        or f.saving_after_us_per_step != f.saving_us_per_step
+    ):
         return ""
     return f"once {', '.join(codes)} {'is' if len(codes) == 1 else 'are'} fixed"
 

@@ -74,7 +74,8 @@ def test_validated_facts_on_shared_traces():
     # tensor-core floor (19 ms/step less device time) the steps shrink 2.7 / 1.4 ms: the DataLoader (num_workers=0)
     # and the host (num_workers=4) decide them, as on the issue's T4 AMP pair that gained nothing. Under PD203's
     # 3% alone, but on top of the fixes above it in the plan (tests/test_after_savings.py): reported and stated
-    # (share, severity) with its saving after those fixes, the one that fires it: above 10% (high) once the host no longer hides the ~19 ms of device time the GEMM fix removes
+    # (share, severity) with its saving after those fixes, the one that fires it: above 10% (high) once the host
+    # no longer hides the ~19 ms of device time the GEMM fix removes
     assert nw0["PD203"]["saving_pct"] >= 10 and nw4["PD203"]["saving_pct"] >= 10
     assert nw0["PD203"]["severity"] == nw4["PD203"]["severity"] == "high"
     # in the fix plan: third on nw0 (after PD101 and PD103, whose host-side fixes it needs; PD205 then saves

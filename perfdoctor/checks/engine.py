@@ -279,8 +279,9 @@ def _merge_rank_outcomes(
         if off_pace:
             best = _off_pace(best, pace, _as_rank(best_rank))
         f = _finding(spec, best, fired, cat, res.denominator, _as_rank(best_rank), len(outcomes))
-        if off_pace:
+        if off_pace:  # its saving on its own rank stands beside the job's nothing
             f.plan_note = f"saves the job nothing: rank {pace} sets the job's step and this does not fire there"
+            f.alone_us = float(best.fields["saving_ms"]) * 1000.0
         res.findings.append(f)
         return
     skips = [(r, o.skip) for r, o in outcomes if o.skip]
@@ -303,7 +304,7 @@ def _off_pace(hit: Hit, pace: int | None, rank: int | None) -> Hit:
     the message and the method."""
     est = hit.estimate
     assert est is not None
-    own = est.after_us if est.after_us is not None and est.plan_position is not None else est.saving_us
+    own = est.saving_us  # alone on its rank
     method = (
         f"{est.method}; on rank {rank} it saves {own / 1000:,.2f} ms of that rank's step, but the job's step is "
         f"rank {pace}'s (its longest mean step), where it does not fire: the job's saving is 0 (assumed: the ranks "

@@ -101,7 +101,8 @@ def _others(title: str, findings: list[FindingSection], note: bool) -> list[Any]
         return []
     out: list[Any] = [Text(title, style="bold")]
     for f in findings:
-        tail = f"{f.plan_note}; {view.saving_ms(f.saving_alone_us_per_step or 0.0, 1)} alone" if note else _saves(f)
+        alone = f.saving_alone_us_per_step
+        tail = f.plan_note + (f"; {view.saving_ms(alone, 1)} alone" if alone is not None else "") if note else _saves(f)
         out.append(
             Text.assemble("  ", (f.code, _SEV_STYLE.get(f.severity, "")), f" {view.headline(f)} ", (f"({tail})", "dim"))
         )

@@ -8,8 +8,7 @@ import numpy as np
 from tracebuilder import TraceBuilder
 
 from perfdoctor import pipeline
-from perfdoctor.checks import engine
-from perfdoctor.checks.catalogue import load_catalogue
+from perfdoctor.checks.config import RuleOptions
 from perfdoctor.checks.context import JobContext
 
 SGEMM = "volta_sgemm_128x64_nn"
@@ -34,10 +33,11 @@ class Result:
 
 
 def run_rules(paths, codes, rules_dirs=()):
-    """Run the rules ``codes`` on trace files ``paths``; returns a :class:`Result`."""
-    analysis = pipeline.analyze_paths([str(p) for p in paths], hash_inputs=False)
-    cat = load_catalogue(list(rules_dirs))
-    return Result(engine.run_checks(analysis, cat, engine.select_codes(cat, codes, None)))
+    """The findings of the rules ``codes`` on trace files ``paths`` as ``perfdoctor report PATHS --select CODES``
+    makes them (the production path: every rule runs, the selection is shown); returns a :class:`Result`."""
+    opts = RuleOptions(select=list(codes), rules_dirs=[str(d) for d in rules_dirs])
+    built = pipeline.build([str(p) for p in paths], rule_options=opts)
+    return Result(built.checks)
 
 
 def run_tb(tb, tmp_path, codes, name="t.json", rules_dirs=()):

@@ -54,8 +54,11 @@ def test_pd102_silent_when_tiny_copy_waits_on_queued_kernels(tmp_path):
     # either fix removes the sync [110, 903) that waits for the queued kernel (a pinned non_blocking copy is not
     # followed by one): the host runs on 793 µs earlier, the second kernel launches at 607 and queues behind the
     # copy, running [901, 1401) (PD102: the 1 KB copy at 25 GB/s takes 0.04 µs, [900, 900.04): [900.04, 1400.04));
-    # the annotation ends at 1207: the step ends with the kernel. Each finding claims it; they are not additive
-    assert r.findings["PD401"]["saving_us_per_step"] == pytest.approx(599)
+    # the annotation ends at 1207: the step ends with the kernel. Each finding claims it alone; in the fix plan
+    # PD102 (599.96) comes first and PD401 then saves nothing: off the plan, its 599 µs alone beside it
+    assert r.findings["PD401"]["saving_alone_us_per_step"] == pytest.approx(599)
+    assert r.findings["PD401"]["saving_us_per_step"] == 0.0
+    assert r.findings["PD401"]["plan_note"] == "no further saving once PD102 is fixed"
     assert r.findings["PD102"]["saving_us_per_step"] == pytest.approx(599.96)
     assert r.findings["PD401"]["evidence"]["syncs_per_step"] == 1
 

@@ -103,9 +103,7 @@ def test_flags_override_the_trace_and_the_gate_reads_per_step_then(capsys):
     from conftest import shared_trace
 
     before, after = shared_trace(LUATIL_05), shared_trace(LUATIL_06)
-    code, d = _diff_json(
-        capsys, str(before), str(after), "--tokens-per-step", "1024,1024", "--fail-on-regression", "5"
-    )
+    code, d = _diff_json(capsys, str(before), str(after), "--tokens-per-step", "1024,1024", "--fail-on-regression", "5")
     assert code == 1 and d["work"]["basis"] == "per-step" and d["verdict"] == "slower"
     assert d["work"]["after"]["origin"] == "flag"
     assert any("AFTER: --tokens-per-step 1,024 used; the trace says 8,192 tokens per step" in x for x in d["warnings"])

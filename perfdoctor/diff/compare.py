@@ -350,6 +350,16 @@ def _work(
     return wc, u.verdict, u.reason, nb + na
 
 
+def _per_unit_prediction_note(wc: WorkComparison, pred: object) -> list[str]:
+    """A warning when a prediction per step is set against a step that changed its work."""
+    if pred is None or wc.basis == "per-step":
+        return []
+    return [
+        "the work per step differs between the sides: predicted vs measured sets a fix's saving per step against a "
+        "step change that includes the change of work"
+    ]
+
+
 def compare(
     before: Side | Sequence[Side],
     after: Side | Sequence[Side],
@@ -402,6 +412,7 @@ def compare(
                 *side_warnings,
                 *unused,
                 *work_notes,
+                *_per_unit_prediction_note(wc, pred),
             ]
         )
     )

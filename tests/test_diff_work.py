@@ -217,14 +217,15 @@ def test_identical_work_per_step_keeps_the_per_step_verdict(tmp_path, capsys):
 
 
 def _run_copy(tmp_path: Path, name: str, factor: float, tokens: int | None, samples: int | None) -> Path:
-    """A copy of the bundled CPU run with every steps.csv duration × ``factor`` and run.json's tokens and samples
-    per step set by hand (None: removed)."""
+    """A copy of the bundled CPU run with every steps.csv duration × ``factor`` and the tokens and samples per step
+    of run.json and of every steps.csv row set by hand (None: removed, as a script the batch probe cannot read)."""
     out = tmp_path / name
     shutil.copytree(RUN_DIR, out)
     with open(out / "steps.csv", newline="") as fh:
         rows = list(csv.DictReader(fh))
     for r in rows:
         r["duration_s"] = repr(float(r["duration_s"]) * factor)
+        r["tokens"], r["samples"] = ("" if v is None else str(v) for v in (tokens, samples))
     with open(out / "steps.csv", "w", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=list(rows[0]))
         w.writeheader()
@@ -248,6 +249,9 @@ def test_run_dirs_with_a_larger_batch_in_run_json_compare_per_token(tmp_path, ca
     assert (w["basis"], d["verdict"]) == ("per-token", "faster")
     assert w["change_pct"] == pytest.approx(-25.0) and w["throughput_change_pct"] == pytest.approx(100 / 3)
     assert w["after"]["origin"] == "run.json" and "run.json" in w["after"]["source"]
+    # the run's own train-only tokens/s (steps.csv's tokens ÷ train time) moves as the per-token verdict does
+    rate = next(t for t in d["throughput"] if t["key"] == "train_tokens_per_s")
+    assert rate["change_pct"] == pytest.approx(100 / 3)
     # AFTER = 1.5 × BEFORE step for step: the per-token log interval is centred on ln 0.75
     lo, hi = w["ci95_pct"]
     assert (1 + lo / 100) * (1 + hi / 100) == pytest.approx(0.75**2)
@@ -300,3 +304,44 @@ def test_every_format_shows_the_per_token_verdict_and_the_throughput(tmp_path):
         assert "Throughput (work per step ÷ step time)" in text
         assert "time per sample" in text and "per step: change" in text
     assert '"basis":"per-sample"' in html.replace(" ", "")
+
+
+def _rank_dir(root: Path, batch: int, step_us: list[float]) -> Path:
+    """Two ranks of one job, each an aten::linear of float [batch, 64] per step; rank 1's steps 10% longer."""
+    root.mkdir()
+    for rank, scale in ((0, 1.0), (1, 1.1)):
+        tb = TraceBuilder(rank=rank, world_size=2)
+        t0 = 0.0
+        for i, dur in enumerate(step_us, start=1):
+            tb.step(i, t0, dur * scale)
+            tb.cpu_op("aten::linear", t0 + 2, 5, input_dims=[[batch, 64], [64, 64], [64]])
+            tb.launch("k", launch_ts=t0 + 8, start=t0 + 10, dur=100, launch_dur=1)
+            t0 += dur * scale
+        tb.write(root / f"rank{rank}.json")
+    return root
+
+
+def test_two_ranks_a_side_sum_their_batches_and_rate_each_rank(tmp_path, capsys):
+    """Each rank reads 16 (then 64) samples from its own trace: the job's work per step is their sum, 32 → 128;
+    each rank's samples/s is its batch ÷ its own mean step (rank 1's steps are 1.1× rank 0's)."""
+    b = _rank_dir(tmp_path / "b", 16, BEFORE_US)
+    a = _rank_dir(tmp_path / "a", 64, AFTER_US)
+    code, d = _diff_json(capsys, str(b), str(a))
+    w = d["work"]
+    assert (w["before"]["ranks"], w["before"]["job_samples"], w["after"]["job_samples"]) == (2, 32, 128)
+    assert "the sum over its 2 ranks" in w["before"]["source"] and w["basis"] == "per-sample"
+    rows = {(r["rank"], r["unit"]): r for r in w["rates"]}
+    mean_b = sum(BEFORE_US) / len(BEFORE_US) / 1e6
+    assert rows[(0, "samples/s")]["before"] == pytest.approx(16 / mean_b)
+    assert rows[(1, "samples/s")]["before"] == pytest.approx(16 / (1.1 * mean_b))
+    assert rows[(1, "samples/s")]["after"] == pytest.approx(64 / (1.1 * sum(AFTER_US) / 6 / 1e6))
+    job = rows[(None, "samples/s")]
+    assert job["before"] == pytest.approx(32 / (d["mean_step_us"]["before"] / 1e6))
+
+
+def test_a_report_json_side_says_it_keeps_no_shapes(tmp_path, capsys):
+    b = _steps(tmp_path / "b.json", BEFORE_US, [[8, 64], [64, 64]])
+    assert main(["report", str(b), "-o", str(tmp_path / "b.report.json")]) == 0
+    capsys.readouterr()
+    _, d = _diff_json(capsys, str(tmp_path / "b.report.json"), str(b))
+    assert d["work"]["basis"] == "per-step" and "a report JSON keeps no input shapes" in d["work"]["reason"]

@@ -141,6 +141,15 @@ def shapes_differ(before: Side, after: Side) -> list[str]:
     return out[:MAX_SHAPE_ROWS]
 
 
+def no_shapes_reason(before: Side, after: Side) -> str | None:
+    """Why the two sides' steps cannot be compared by shape, None when both have input shapes."""
+    if before.input_shapes and after.input_shapes:
+        return None
+    if any(s.kind == "report" and not s.input_shapes for s in (before, after)):
+        return "a report JSON keeps no input shapes; pass --samples-per-step A,B or --tokens-per-step A,B"
+    return "record with record_shapes=True, or pass --samples-per-step A,B or --tokens-per-step A,B"
+
+
 def _cut(dims: str, width: int = 60) -> str:
     return dims if len(dims) <= width else dims[: width - 1] + "…"
 
@@ -149,9 +158,9 @@ def _job(ws: WorkSide, unit: str) -> float | None:
     return ws.job_tokens if unit == "token" else ws.job_samples
 
 
-def choose_basis(b: WorkSide, a: WorkSide, differ: list[str], compared: bool) -> tuple[str, str | None, str]:
-    """(basis, unit, reason): see the module docstring. ``differ``: :func:`shapes_differ`; ``compared``: both
-    sides' traces recorded input shapes, so their steps could be compared by shape."""
+def choose_basis(b: WorkSide, a: WorkSide, differ: list[str], no_shapes: str | None) -> tuple[str, str | None, str]:
+    """(basis, unit, reason): see the module docstring. ``differ``: :func:`shapes_differ`; ``no_shapes``: why the
+    steps could not be compared by shape (None: both sides' traces recorded input shapes)."""
     for unit in UNITS:
         jb, ja = _job(b, unit), _job(a, unit)
         if jb is None or ja is None:
@@ -173,12 +182,12 @@ def choose_basis(b: WorkSide, a: WorkSide, differ: list[str], compared: bool) ->
             + (f"; {len(differ) - 1} more op(s)" if len(differ) > 1 else "")
             + "): cannot tell per step from per sample; pass --samples-per-step A,B or --tokens-per-step A,B",
         )
-    if not compared:
+    if no_shapes is not None:
         return (
             "per-step",
             None,
-            f"the work per step is unknown on {unknown} and no input shapes to compare (record with "
-            "record_shapes=True): compared per step, as if both did the same work",
+            f"the work per step is unknown on {unknown} and no input shapes to compare ({no_shapes}): compared per "
+            "step, as if both did the same work",
         )
     return (
         "per-step",

@@ -345,3 +345,31 @@ def test_a_report_json_side_says_it_keeps_no_shapes(tmp_path, capsys):
     capsys.readouterr()
     _, d = _diff_json(capsys, str(tmp_path / "b.report.json"), str(b))
     assert d["work"]["basis"] == "per-step" and "a report JSON keeps no input shapes" in d["work"]["reason"]
+
+
+def test_batch_read_skips_position_indices_and_floating_compiled_inputs(tmp_path):
+    """In each step: an aten::embedding of positions (long int [128], one dimension: tells nothing), then one of
+    the token ids (long int [8, 128]): 8 samples, 1,024 tokens. A CompiledFunction whose first input is float
+    [512, 64] (a parameter, perhaps) is not read; without an embedding the aten::linear input float [8, 64] is."""
+    from perfdoctor import pipeline
+
+    def build(name: str, embedding: bool) -> Path:
+        tb = TraceBuilder()
+        for i in range(3):
+            t0 = 1000.0 * i
+            tb.step(i + 1, t0, 1000)
+            tb.cpu_op("CompiledFunction", t0 + 1, 3, input_dims=[[512, 64], [8, 64]])
+            if embedding:
+                tb.cpu_op("aten::embedding", t0 + 5, 2, input_dims=[[50, 64], [128]], input_type=["float", "long int"])
+                tb.cpu_op(
+                    "aten::embedding", t0 + 8, 2, input_dims=[[50, 64], [8, 128]], input_type=["float", "long int"]
+                )
+            tb.cpu_op("aten::linear", t0 + 12, 5, input_dims=[[8, 64], [64, 64], [64]])
+            tb.launch("k", launch_ts=t0 + 20, start=t0 + 30, dur=100, launch_dur=1)
+        return tb.write(tmp_path / name)
+
+    with_emb = pipeline.build([str(build("emb.json", True))]).job.summaries[0].batch
+    assert with_emb is not None and (with_emb.samples, with_emb.tokens) == (8, 1024)
+    assert (with_emb.op, with_emb.arg, with_emb.shape, with_emb.steps) == ("aten::embedding", 1, [8, 128], 3)
+    plain = pipeline.build([str(build("lin.json", False))]).job.summaries[0].batch
+    assert plain is not None and (plain.op, plain.samples, plain.tokens) == ("aten::linear", 8, None)

@@ -25,6 +25,7 @@ read.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from typing import Any
 
@@ -46,6 +47,7 @@ WHY = {
     "CompiledFunction": "the first input of the step's CompiledFunction (torch.compile's forward of the model)",
 }
 MAX_SHAPE_NAMES = 64  # op names kept by input_shapes: enough to compare two traces, small in a summary
+MAX_SHAPE_CHARS = 160  # a longer Input Dims (a compiled graph's every parameter) is kept cut, with its digest
 
 
 class BatchShape(msgspec.Struct, frozen=True):
@@ -134,9 +136,19 @@ def _summarise(per_step: list[Any], arg: int) -> BatchShape:
     return BatchShape(samples, tokens, op, arg, list(dims), dtype, why, len(per_step), varies)
 
 
+def _compact(text: str) -> str:
+    """``text`` itself, or cut to :data:`MAX_SHAPE_CHARS` with a digest of the whole (so two long shapes that
+    differ anywhere still differ): a summary of thousands of ranks keeps each one small."""
+    if len(text) <= MAX_SHAPE_CHARS:
+        return text
+    digest = hashlib.blake2b(text.encode(), digest_size=6).hexdigest()
+    return f"{text[: MAX_SHAPE_CHARS - 16]}…#{digest}"
+
+
 def input_shapes(tables: Any, steps: Any) -> dict[str, str]:
     """For each op name (the first :data:`MAX_SHAPE_NAMES` called), the ``Input Dims`` (compact JSON) of its first
-    call in the first analysed step that has shapes; empty without recorded shapes."""
+    call in the first analysed step that has shapes (longer than :data:`MAX_SHAPE_CHARS`: cut, with a digest of
+    the whole); empty without recorded shapes."""
     rows, step = _rows_by_step(tables, steps)
     if rows.size == 0:
         return {}
@@ -154,7 +166,7 @@ def input_shapes(tables: Any, steps: Any) -> dict[str, str]:
             continue
         if not any(isinstance(d, list) and d for d in dims) if isinstance(dims, list) else True:
             continue  # scalars only: nothing that sizes the work
-        out[name] = json.dumps(dims, separators=(",", ":"))
+        out[name] = _compact(json.dumps(dims, separators=(",", ":")))
         if len(out) >= MAX_SHAPE_NAMES:
             break
     return out

@@ -432,7 +432,7 @@ def test_findings_and_prediction_from_report_json(tmp_path):
         "–",
     ]
     doc = json.loads(d.to_json())
-    assert doc["schema_version"] == 3 and "error_us" not in doc["shrunk"][0]
+    assert doc["schema_version"] == 4 and "error_us" not in doc["shrunk"][0]
 
 
 def test_resolved_together_is_one_row_summed_or_replayed_together(tmp_path):
@@ -621,7 +621,7 @@ def test_diff_json_round_trip(tmp_path):
     raw = d.to_json()
     assert Diff.from_json(raw) == d
     doc = json.loads(raw)
-    assert doc["schema"] == "perfdoctor.diff" and doc["schema_version"] == 3
+    assert doc["schema"] == "perfdoctor.diff" and doc["schema_version"] == 4
     assert set(doc["mean_step_us"]) == {"before", "after"} and len(doc["ci95_pct"]) == 2
     assert raw == _diff(tmp_path, b, a).to_json()  # byte-stable
 

@@ -55,8 +55,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="PCT",
         default=None,
         help=(
-            "exit 1 when AFTER is slower by more than PCT %% and the 95%% interval excludes 0, or when a side is a "
-            "partial run (it crashed or was interrupted) (for CI)"
+            "exit 1 when AFTER is slower by more than PCT %% and the 95%% interval excludes 0 (per token or sample "
+            "when the work per step differs), or when a side is a partial run (it crashed or was interrupted) (for CI)"
         ),
     )
     p.add_argument(
@@ -74,6 +74,24 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help=(
             "this machine's run-to-run noise: the standard deviation (%%) of the change between two runs of the "
             "same code (default: 14.6 for CPU runs, measured on a shared 2-core machine; 0 for GPU runs)"
+        ),
+    )
+    p.add_argument(
+        "--samples-per-step",
+        metavar="A,B",
+        default=None,
+        help=(
+            "samples per step of one rank, BEFORE,AFTER (default: run.json's, else the trace's input shape); when "
+            "the work per step differs, the verdict is per sample"
+        ),
+    )
+    p.add_argument(
+        "--tokens-per-step",
+        metavar="A,B",
+        default=None,
+        help=(
+            "tokens per step of one rank, BEFORE,AFTER (default: run.json's, else the trace's input shape); when "
+            "the work per step differs, the verdict is per token"
         ),
     )
     p.add_argument("--select", metavar="CODES", help="rules to run on both sides (codes, prefixes or names)")
@@ -112,6 +130,7 @@ def run(args: argparse.Namespace) -> int:
     from perfdoctor.diff.compare import compare, partial_gate, regression
     from perfdoctor.diff.sides import expand, load_side
     from perfdoctor.diff.stats import signed_pct
+    from perfdoctor.diff.work import parse_pair
     from perfdoctor.errors import PerfDoctorError
     from perfdoctor.render.diff_terminal import render_diff_terminal
 
@@ -133,13 +152,15 @@ def run(args: argparse.Namespace) -> int:
         raise PerfDoctorError(f"--noise-pct must be ≥ 0 (got {noise:g})")
     if args.run_noise_pct is not None and not 0 <= args.run_noise_pct < 100:
         raise PerfDoctorError(f"--run-noise-pct must be in [0, 100) (got {args.run_noise_pct:g})")
+    samples = parse_pair(args.samples_per_step, "--samples-per-step")
+    tokens = parse_pair(args.tokens_per_step, "--tokens-per-step")
     opts = config.resolve(args.select, args.ignore, args.rules)
     _, codes = engine.prepare(opts)
     err = Console(stderr=True, width=output_width(None, sys.stderr))
     with err.status("reading both sides…", spinner="dots"):
         before = [load_side(p, opts, codes, args.step_marker) for p in before_runs]
         after = [load_side(p, opts, codes, args.step_marker) for p in after_runs]
-    diff = compare(before, after, noise, args.run_noise_pct)
+    diff = compare(before, after, noise, args.run_noise_pct, samples, tokens)
     if args.output and out_format:  # written before stdout, which a reader may close (`| head`)
         _write_report(args.output, _render(diff, out_format))
         err.print(f"diff written to {args.output}")
@@ -156,7 +177,17 @@ def run(args: argparse.Namespace) -> int:
     code = show_then_exit(show, 1 if failed or refused else 0)
     if refused and not failed:
         err.print(f"regression gate not passed: {refused}", highlight=False)
-    if failed:
+    if gated and diff.work.basis == "cannot-tell":
+        err.print(f"regression gate could not judge: {diff.work.reason}", highlight=False)
+    if failed and diff.work.unit is not None:
+        w = diff.work
+        err.print(
+            f"regression: AFTER is {signed_pct(w.change_pct)} slower per {w.unit} ({w.unit}s/s "
+            f"{signed_pct(w.throughput_change_pct)}; 95% CI of the time per {w.unit} excludes 0), beyond "
+            f"--fail-on-regression {args.fail_on_regression:g}%",
+            highlight=False,
+        )
+    elif failed:
         st = diff.statistics
         basis = (
             f"; run-to-run noise measured from {int(st.runs.before or 0)} + {int(st.runs.after or 0)} runs: "

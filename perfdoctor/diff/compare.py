@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 
+import msgspec
+
 from perfdoctor import __version__
-from perfdoctor.diff import categories, efficiency, findings, movers, stats, steps, window
+from perfdoctor.diff import categories, efficiency, findings, movers, stats, steps, window, work
 from perfdoctor.diff import runs as runs_mod
 from perfdoctor.diff.model import (
     SCHEMA,
@@ -16,6 +19,7 @@ from perfdoctor.diff.model import (
     SideInfo,
     Statistics,
     Throughput,
+    WorkComparison,
 )
 from perfdoctor.diff.pool import mean_present
 from perfdoctor.diff.sides import Side
@@ -290,16 +294,85 @@ def _interval(
     return cmp, runs_mod.method_text(cmp.runs), sigma, source, unused
 
 
+def unit_headline(verdict: str, wc: WorkComparison, step: str) -> str:
+    """``faster per token: +1.2% tokens/s (95% CI …); time per token … µs; per step: <the step headline>``, or
+    the cannot-tell line."""
+    if wc.basis == "cannot-tell":
+        return f"cannot tell per step from per sample ({wc.reason}); per step: {step}"
+    pct = stats.signed_pct
+    ci = wc.throughput_ci95_pct
+    ci_text = f", 95% CI {pct(ci[0])} to {pct(ci[1])}" if ci is not None else ""
+    per = wc.mean_us_per_unit
+    return (
+        f"{VERDICT_WORDS[verdict]} per {wc.unit}: {pct(wc.throughput_change_pct)} {wc.unit}s/s{ci_text} (time per "
+        f"{wc.unit} {per.before or 0:,.4g} → {per.after or 0:,.4g} µs); per step: {step}"
+    )
+
+
+def _work(
+    runs: tuple[list[Side], list[Side]],
+    series: tuple[list[steps.StepSeries], list[steps.StepSeries]],
+    cmp: stats.Comparison,
+    noise: tuple[float, float | None],
+    flags: dict[str, tuple[float, float] | None],
+) -> tuple[WorkComparison, str, str | None, list[str]]:
+    """(the work comparison, the verdict, its reason when not the step's, notes): the step comparison of ``cmp``
+    kept per step, or made again on each step time ÷ its side's job work per step (:mod:`perfdoctor.diff.work`)."""
+    (b_runs, a_runs), (sb, sa) = runs, series
+    wb, nb = work.side_work(b_runs[0], {u: f[0] if f else None for u, f in flags.items()}, "BEFORE")
+    wa, na = work.side_work(a_runs[0], {u: f[1] if f else None for u, f in flags.items()}, "AFTER")
+    differ = work.shapes_differ(b_runs[0], a_runs[0])
+    basis, unit, reason = work.choose_basis(wb, wa, differ, work.no_shapes_reason(b_runs[0], a_runs[0]))
+    mean = Pair(cmp.mean_before_us, cmp.mean_after_us)
+    base = WorkComparison(basis, reason, wb, wa, cmp.verdict, rates=work.rates(wb, wa, mean, b_runs[0], a_runs[0]))
+    base = msgspec.structs.replace(base, shapes_differ=differ)
+    if basis == "cannot-tell":
+        return base, "inconclusive", reason, nb + na
+    if unit is None:
+        return base, cmp.verdict, None, nb + na
+    jb, ja = (w.job_tokens if unit == "token" else w.job_samples for w in (wb, wa))
+    assert jb and ja
+    per_b = [dataclasses.replace(x, values_us=x.values_us / jb) for x in sb]
+    per_a = [dataclasses.replace(x, values_us=x.values_us / ja) for x in sa]
+    u, *_ = _interval(per_b, per_a, b_runs, a_runs, *noise)
+    ci = list(u.ci95_pct) if u.ci95_pct is not None else None
+    wc = msgspec.structs.replace(
+        base,
+        unit=unit,
+        mean_us_per_unit=Pair(u.mean_before_us, u.mean_after_us),
+        change_pct=u.change_pct,
+        ci95_pct=ci,
+        throughput_change_pct=work.throughput_pct(u.change_pct),
+        throughput_ci95_pct=[work.throughput_pct(ci[1]), work.throughput_pct(ci[0])] if ci else None,
+        verdict_reason=u.reason,
+    )
+    return wc, u.verdict, u.reason, nb + na
+
+
+def _per_unit_prediction_note(wc: WorkComparison, pred: object) -> list[str]:
+    """A warning when a prediction per step is set against a step that changed its work."""
+    if pred is None or wc.basis == "per-step":
+        return []
+    return [
+        "the work per step differs between the sides: predicted vs measured sets a fix's saving per step against a "
+        "step change that includes the change of work"
+    ]
+
+
 def compare(
     before: Side | Sequence[Side],
     after: Side | Sequence[Side],
     noise_pct: float = stats.DEFAULT_NOISE_PCT,
     run_noise_pct: float | None = None,
+    samples_per_step: tuple[float, float] | None = None,
+    tokens_per_step: tuple[float, float] | None = None,
 ) -> Diff:
     """The whole comparison of two loaded sides, each one run or several runs of the same code (the verdict then
     uses the run-to-run noise measured from them, :mod:`perfdoctor.diff.runs`; the tables pool the runs,
     :mod:`perfdoctor.diff.pool`). ``run_noise_pct``: σ_run of this machine (%) for one run per side, None: the
-    default of :func:`run_noise`.
+    default of :func:`run_noise`. ``samples_per_step`` / ``tokens_per_step``: (BEFORE, AFTER) work per step of
+    one rank, overriding run.json and the traces (:mod:`perfdoctor.diff.work`); when the work per step differs,
+    the verdict is per sample or per token.
 
     Raises:
         PerfDoctorError: a side has no runs, a run has no steps, or a non-positive mean step time.
@@ -312,6 +385,9 @@ def compare(
         if float(series.values_us.mean()) <= 0:
             raise PerfDoctorError(f"{side.path}: mean step time is 0 µs: nothing to compare")
     cmp, method, sigma_run, sigma_source, unused = _interval(sb, sa, b_runs, a_runs, noise_pct, run_noise_pct)
+    flags = {"token": tokens_per_step, "sample": samples_per_step}
+    wc, verdict, _, work_notes = _work((b_runs, a_runs), (sb, sa), cmp, (noise_pct, run_noise_pct), flags)
+    step_line = headline(cmp.verdict, cmp, mean_step_words(sb[0].source))
     info_b, info_a = side_info(b_runs, sb), side_info(a_runs, sa)
     measured = cmp.mean_before_us - cmp.mean_after_us
     ci_us = (
@@ -334,6 +410,8 @@ def compare(
                 *_warnings(info_b, info_a, b_runs, a_runs),
                 *side_warnings,
                 *unused,
+                *work_notes,
+                *_per_unit_prediction_note(wc, pred),
             ]
         )
     )
@@ -343,8 +421,8 @@ def compare(
         tool={"name": "perfdoctor", "version": __version__},
         before=info_b,
         after=info_a,
-        verdict=cmp.verdict,
-        headline=headline(cmp.verdict, cmp, mean_step_words(sb[0].source)),
+        verdict=verdict,
+        headline=step_line if wc.basis == "per-step" else unit_headline(verdict, wc, step_line),
         mean_step_us=Pair(cmp.mean_before_us, cmp.mean_after_us),
         change_pct=cmp.change_pct,
         ci95_pct=list(cmp.ci95_pct) if cmp.ci95_pct is not None else None,
@@ -378,15 +456,17 @@ def compare(
         straggler=efficiency.straggler(mb, ma),
         warnings=warnings,
         category_step_source=categories.step_source(mb, ma),
+        work=wc,
     )
 
 
 def regression(diff: Diff, fail_pct: float) -> bool:
     """The CI gate: AFTER slower by more than ``fail_pct`` % and the 95% interval excludes zero change (the
-    interval of one run per side, or of several runs with their measured run-to-run noise)."""
-    return (
-        diff.change_pct is not None
-        and diff.ci95_pct is not None
-        and diff.change_pct > fail_pct
-        and diff.ci95_pct[0] > 0
-    )
+    interval of one run per side, or of several runs with their measured run-to-run noise). Slower per step, or
+    per token / sample when the work per step differs (``work.basis``: the time per unit, i.e. the throughput);
+    never when the diff cannot tell per step from per sample."""
+    basis = diff.work.basis
+    if basis == "cannot-tell":
+        return False
+    change, ci = (diff.change_pct, diff.ci95_pct) if basis == "per-step" else (diff.work.change_pct, diff.work.ci95_pct)
+    return change is not None and ci is not None and change > fail_pct and ci[0] > 0

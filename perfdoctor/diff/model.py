@@ -12,7 +12,8 @@ import msgspec
 from perfdoctor.errors import PerfDoctorError
 
 SCHEMA = "perfdoctor.diff"
-SCHEMA_VERSION = 3  # v3: several runs per side (runs, run_cv_pct, measured run-to-run noise); v2: one prediction row
+SCHEMA_VERSION = 4  # v4: the verdict per sample / per token when the work per step differs (work); v3: several
+# runs per side (runs, run_cv_pct, measured run-to-run noise); v2: one prediction row
 VERDICTS = ("faster", "slower", "no-change", "inconclusive")
 
 
@@ -88,6 +89,64 @@ class Throughput(msgspec.Struct, frozen=True):
     before: float | None
     after: float | None
     change_pct: float | None
+
+
+class WorkSide(msgspec.Struct, frozen=True):
+    """The work one step of a side does: ``samples`` and ``tokens`` per step of one rank (None: unknown), the
+    ranks doing it (``ranks``; the job's work per step is their sum, ``job_samples`` / ``job_tokens``), ``origin``
+    (``run.json``, ``trace``, ``flag`` or ``unknown``) and ``source``: where the figures come from, in words."""
+
+    samples: float | None
+    tokens: float | None
+    ranks: int
+    job_samples: float | None
+    job_tokens: float | None
+    origin: str
+    source: str
+
+
+class RateRow(msgspec.Struct, frozen=True):
+    """A throughput (``unit`` ``samples/s`` or ``tokens/s``) before and after: ``rank`` None for the job (its work
+    per step ÷ the verdict's mean step), else one rank's work per step ÷ its mean profiled step; ``change_pct``
+    after ÷ before − 1 (×100, positive = more work per second)."""
+
+    rank: int | None
+    unit: str
+    before: float | None
+    after: float | None
+    change_pct: float | None
+
+
+class WorkComparison(msgspec.Struct, frozen=True):
+    """Per step or per unit of work (schema v4; :mod:`perfdoctor.diff.work`).
+
+    ``basis``: ``per-step`` (the work per step is the same on both sides, or unknown and the steps alike: the
+    verdict is the step time's), ``per-token`` / ``per-sample`` (the job's work per step differs: the verdict is
+    the time per token / sample, i.e. the throughput's) or ``cannot-tell`` (the work per step is unknown on a side
+    and the two sides' ops were called with different input shapes: the verdict is ``inconclusive``);
+    ``reason``: why, in words. ``unit``: ``token`` / ``sample`` (None per step). ``mean_us_per_unit``: the
+    verdict's mean step ÷ the job's work per step (µs per token or sample); ``change_pct`` / ``ci95_pct``: its
+    change and 95% interval (the step interval's log half-width, centred on the per-unit log ratio: the work per
+    step is a count, exact); ``throughput_change_pct`` / ``throughput_ci95_pct``: the same as throughput
+    (``100 (1 ÷ (1 + c) − 1)``, positive = faster); ``step_verdict``: the per-step verdict, shown beside;
+    ``rates``: samples/s and tokens/s of the job and of each rank both sides have; ``shapes_differ``: op names
+    whose first call's ``Input Dims`` differ between the sides' first traces (at most 5, with both shapes);
+    ``verdict_reason``: why the per-unit verdict (empty per step: ``statistics.reason`` says it)."""
+
+    basis: str
+    reason: str
+    before: WorkSide
+    after: WorkSide
+    step_verdict: str
+    unit: str | None = None
+    mean_us_per_unit: Pair = Pair(None, None)
+    change_pct: float | None = None
+    ci95_pct: list[float] | None = None
+    throughput_change_pct: float | None = None
+    throughput_ci95_pct: list[float] | None = None
+    rates: list[RateRow] = msgspec.field(default_factory=list)
+    shapes_differ: list[str] = msgspec.field(default_factory=list)
+    verdict_reason: str = ""
 
 
 class CategoryRow(msgspec.Struct, frozen=True):
@@ -204,7 +263,8 @@ class Straggler(msgspec.Struct, frozen=True):
 
 
 class Diff(msgspec.Struct, frozen=True):
-    """The whole comparison (schema ``perfdoctor.diff`` v3)."""
+    """The whole comparison (schema ``perfdoctor.diff`` v4). ``verdict``/``headline`` are per step or per unit of
+    work (``work.basis``); ``mean_step_us``, ``change_pct``, ``ci95_pct`` and ``statistics`` are the step's."""
 
     schema: str
     schema_version: int
@@ -229,6 +289,7 @@ class Diff(msgspec.Struct, frozen=True):
     efficiency: list[RankEfficiency]
     straggler: Straggler | None
     warnings: list[str]
+    work: WorkComparison
     category_step_source: str = ""
 
     def to_json(self) -> bytes:

@@ -10,11 +10,12 @@ holds each rank's top 20 kernels and CPU ops, so a name missing from one side ma
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
 
+from perfdoctor.analysis.batch_shape import BatchShape
 from perfdoctor.errors import PerfDoctorError
 from perfdoctor.model import Report, from_json
 from perfdoctor.model.report import FindingSection, RankSection, SkippedCheck
@@ -29,11 +30,16 @@ class _Header(msgspec.Struct):
 
 @dataclass
 class Side:
-    """A loaded side: ``kind`` is ``trace``, ``run`` or ``report``; ``model`` its typed report."""
+    """A loaded side: ``kind`` is ``trace``, ``run`` or ``report``; ``model`` its typed report. Read from its traces
+    (none for a report JSON, which does not keep them): ``batches``, each rank's input batch by rank number
+    (:func:`perfdoctor.analysis.batch_shape.batch_shape`), and ``input_shapes``, its first rank's first ``Input
+    Dims`` per op name (:func:`perfdoctor.analysis.batch_shape.input_shapes`)."""
 
     path: str
     kind: str
     model: Report
+    batches: dict[int, BatchShape] = field(default_factory=dict)
+    input_shapes: dict[str, str] = field(default_factory=dict)
 
 
 def read_report_json(path: str) -> Report | None:
@@ -89,7 +95,10 @@ def load_side(
     if model is not None:
         return Side(path, "report", _filter_findings(model, codes))
     built = pipeline.build([path], step_marker=step_marker, rule_options=rule_options)
-    return Side(path, "run" if pipeline.is_run_dir(path) else "trace", built.model)
+    summaries = built.job.summaries if built.job is not None else []
+    batches = {(s.rank if s.rank is not None else s.index): s.batch for s in summaries if s.batch is not None}
+    shapes = next((s.input_shapes for s in summaries if s.input_shapes), {})
+    return Side(path, "run" if pipeline.is_run_dir(path) else "trace", built.model, batches, dict(shapes))
 
 
 def runs_in(path: str) -> list[str] | None:

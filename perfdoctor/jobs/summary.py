@@ -25,6 +25,7 @@ import msgspec
 import numpy as np
 
 from perfdoctor import __version__
+from perfdoctor.analysis.batch_shape import BatchShape, batch_shape, input_shapes
 from perfdoctor.analysis.breakdown import DeviceBreakdown, StepBreakdown
 from perfdoctor.analysis.collective_wait import CollectiveTimeline
 from perfdoctor.checks.context import Outcome
@@ -33,7 +34,7 @@ from perfdoctor.model.report import RankSection
 from perfdoctor.model.sections import decode_section, encode_section, replay_of
 from perfdoctor.replay.joint import JointInputs, rank_inputs
 
-FORMAT = 9  # bump when RankSummary changes: cached summaries of another format are made again (9: joint)
+FORMAT = 10  # bump when RankSummary changes: cached summaries of another format are made again (10: batch)
 CACHE_SUFFIX = ".perfdoctor-summary"
 
 
@@ -99,7 +100,10 @@ class RankSummary(msgspec.Struct):
     cross-rank statistics leave out. Both default empty, so a summary written before them (format 5) decodes as
     one with no cold step. ``joint``: what the reducer replays the job's ranks jointly from (their fixes together
     and the recording: :class:`perfdoctor.replay.joint.JointInputs`, a few numbers per collective and per step);
-    None for a rank without collective kernels or replay.
+    None for a rank without collective kernels or replay. ``batch``: the input batch of its steps read from the
+    recorded shapes (:func:`perfdoctor.analysis.batch_shape.batch_shape`; None when none tells), ``input_shapes``:
+    each op's first ``Input Dims`` in its first analysed step (:func:`perfdoctor.analysis.batch_shape.input_shapes`),
+    which ``perfdoctor diff`` reads to compare work per step.
     """
 
     index: int
@@ -128,6 +132,8 @@ class RankSummary(msgspec.Struct):
     warmup_us_by_step: dict[int, float] = {}
     cold_steps: list[int] = []
     joint: JointInputs | None = None
+    batch: BatchShape | None = None
+    input_shapes: dict[str, str] = {}
 
     def rank_section(self) -> RankSection | None:
         """The rank's report section, decoded from ``section`` (None for a rank that failed)."""
@@ -272,6 +278,8 @@ def rank_summary(
         warmup_us_by_step=ra.steps.warmup_by_step(),
         cold_steps=ra.steps.cold_steps(),
         joint=rank_inputs(ra.replay, ra.tables) if joint and ra.replay is not None else None,
+        batch=batch_shape(ra.tables, ra.steps),
+        input_shapes=input_shapes(ra.tables, ra.steps),
     )
 
 

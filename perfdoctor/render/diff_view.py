@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from perfdoctor.diff.compare import mean_step_words
-from perfdoctor.diff.model import Diff, Mover, Pair, Prediction, SideInfo
+from perfdoctor.diff.model import Diff, Mover, Pair, Prediction, SideInfo, WorkComparison, WorkSide
 from perfdoctor.diff.stats import signed_pct
 from perfdoctor.render.view import ms, nbytes, pct
 
@@ -76,6 +76,10 @@ def verdict_facts(d: Diff) -> list[tuple[str, str]]:
         out[5] = ("run-to-run noise", s.run_noise_source)
     if s.more_steps_needed and d.ci95_pct is not None:  # without an interval "why this verdict" says it
         out.insert(3, ("inconclusive", f"{s.more_steps_needed:,} more steps per side would decide"))
+    out = work_facts(d.work) + out
+    if d.work.basis != "per-step":  # the step's own verdict, shown beside the one per unit of work
+        out = [(f"per step: {k}" if k in ("change", "why this verdict") else k, v) for k, v in out]
+        out.insert(0, ("why this verdict", d.work.verdict_reason or d.work.reason))
     out += [
         (
             f"{'train-only' if t.key.startswith('train') else 'wall-clock'} throughput",
@@ -84,6 +88,64 @@ def verdict_facts(d: Diff) -> list[tuple[str, str]]:
         for t in d.throughput
     ]
     return out
+
+
+def work_words(w: WorkSide) -> str:
+    """``4 samples, 1,024 tokens per step (job)`` or ``unknown``."""
+    parts = [f"{v:,.10g} {unit}" for v, unit in ((w.job_samples, "samples"), (w.job_tokens, "tokens")) if v is not None]
+    if not parts:
+        return "unknown"
+    ranks = f" (job of {w.ranks} ranks)" if w.ranks > 1 else ""
+    return ", ".join(parts) + f" per step{ranks}"
+
+
+def work_facts(w: WorkComparison) -> list[tuple[str, str]]:
+    """(label, value) lines on the work per step and, per unit, the change of the time per unit and the
+    throughput; nothing more than the basis when the work is unknown on both sides and the steps are alike."""
+    out = [("compared", w.reason)]
+    if w.before.origin == "unknown" and w.after.origin == "unknown" and w.basis == "per-step":
+        return out
+    out += [
+        ("work before", f"{work_words(w.before)}; {w.before.source}"),
+        ("work after", f"{work_words(w.after)}; {w.after.source}"),
+    ]
+    if w.unit is not None:
+        ci = f" (95% CI {signed_pct(w.ci95_pct[0])} to {signed_pct(w.ci95_pct[1])})" if w.ci95_pct else ""
+        tci = w.throughput_ci95_pct
+        t_ci = f" (95% CI {signed_pct(tci[0])} to {signed_pct(tci[1])})" if tci else ""
+        per = w.mean_us_per_unit
+        out += [
+            (
+                f"time per {w.unit}",
+                f"{per.before or 0:,.4g} → {per.after or 0:,.4g} µs: {signed_pct(w.change_pct)}{ci}",
+            ),
+            (f"{w.unit}s/s", f"{signed_pct(w.throughput_change_pct)}{t_ci}; per-step verdict: {w.step_verdict}"),
+        ]
+    if w.shapes_differ and w.basis == "cannot-tell":
+        out.append(("input shapes that differ", "; ".join(w.shapes_differ)))
+    return out
+
+
+def throughput_table(d: Diff) -> TableView:
+    """samples/s and tokens/s of the job and of each rank (:attr:`WorkComparison.rates`)."""
+    rows = [
+        [
+            "job" if r.rank is None else f"rank {r.rank}",
+            r.unit,
+            _rate(r.before),
+            _rate(r.after),
+            signed_pct(r.change_pct),
+        ]
+        for r in d.work.rates
+    ]
+    return TableView(
+        "Throughput (work per step ÷ step time)",
+        ["", "unit", "before", "after", "change"],
+        rows,
+        ["l", "l", "r", "r", "r"],
+        "The job: its work per step ÷ the verdict's mean step; a rank: its work per step ÷ its mean profiled step. "
+        "Positive = more work per second.",
+    )
 
 
 def _runs_text(d: Diff) -> str:
@@ -300,11 +362,13 @@ def _pct_num(x: float | None) -> str:
 
 
 def tables(d: Diff, movers_limit: int, name_width: int) -> list[TableView]:
-    """The diff's tables in the order every renderer shows them: the runs (several a side only), categories, kernel
+    """The diff's tables in the order every renderer shows them: the runs (several a side only), throughput (when a
+    side's work per step is known), categories, kernel
     and CPU-op movers (the top ``movers_limit`` each, names cut to ``name_width`` characters), findings, predicted
     vs measured, efficiency."""
     return [
         runs_table(d),
+        throughput_table(d),
         categories_table(d),
         movers_table(d, "kernels", movers_limit, name_width),
         movers_table(d, "cpu_ops", movers_limit, name_width),

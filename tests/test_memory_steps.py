@@ -226,3 +226,43 @@ def test_report_carries_memory_over_step_through_json(tmp_path):
     (dev,) = again.ranks[0].memory.over_step
     assert dev.peak_step == 2 and dev.steps[0].contributors[1].op == "aten::mm"
     assert dev.chart.allocated_bytes == [1000 * MiB, 1500 * MiB, 1000 * MiB]
+
+
+def test_every_format_shows_the_peak_and_its_contributors(tmp_path):
+    """HTML: the chart (inline SVG, the peak marked, phase bands) and the contributors, a hostile op name escaped;
+    terminal: the peak line and the contributors in at most 4 lines at 120 columns; Markdown: the same line."""
+    import io
+
+    from rich.console import Console
+
+    from perfdoctor import pipeline
+    from perfdoctor.render.html import render_html
+    from perfdoctor.render.markdown import render_markdown
+    from perfdoctor.render.terminal import memory_lines
+
+    path = _two_steps(tmp_path)
+    doc = json.loads(path.read_text())
+    for e in doc["traceEvents"]:
+        if e.get("name") == "aten::matmul":
+            e["name"] = "</script><b>matmul"
+    path.write_text(json.dumps(doc))
+    report = pipeline.build([str(path)]).model
+    html = render_html(report)
+    section = html[html.index("Memory over the step — rank 0, GPU 0") :]
+    assert "<svg" in section and "Memory over step 2 — rank 0, GPU 0" in section
+    assert "<title>peak 1.46 GiB at 0.15 ms in &lt;/script&gt;&lt;b&gt;matmul</title>" in section
+    assert "<title>backward</title>" in section and "<title>forward</title>" in section
+    assert "</script><b>" not in html and "&lt;/script&gt;&lt;b&gt;matmul" in section
+    lines = memory_lines(report.ranks[0])
+    assert lines[0] == (
+        "memory (GPU 0): peak 1.46 GiB of 80.00 GiB in step 2 (forward, </script><b>matmul, at 0.15 ms into it); "
+        "reserved 2.00 GiB (548.00 MiB cached, unused); 475.00 MiB allocated per step"  # (450 + 500) / 2 MiB
+    )
+    assert lines[1] == (
+        "live at the peak: (allocated before the trace) 1,000.00 MiB, </script><b>matmul 500.00 MiB (1 allocation)"
+    )
+    out = io.StringIO()
+    Console(file=out, width=120, color_system=None).print("\n".join(lines))
+    assert len(out.getvalue().splitlines()) <= 4
+    md = render_markdown(report)
+    assert "## Memory over the step — rank 0" in md and "| 500.00 MiB | 1 |" in md

@@ -37,20 +37,22 @@ def _peak(dev: MemoryOverStep) -> MemoryStepPeak:
 def peak_line(dev: MemoryOverStep) -> str:
     """One sentence: the high-water mark, of what capacity, in which step, phase and op, reserved and churn."""
     p = _peak(dev)
+    whole = len(dev.steps) == 1 and p.name == "whole trace"
     cap = f" of {nbytes(dev.capacity_bytes)}" if dev.capacity_bytes else ""
-    where = f"{p.phase}" + (f", in {p.op}" if p.op else "") + f", {ms(p.peak_offset_us)} into the step"
-    step = "the trace" if len(dev.steps) == 1 and p.name == "whole trace" else f"step {p.step}"
-    text = f"memory ({dev.label}): peak {nbytes(p.peak_allocated_bytes)} allocated{cap} in {step} ({where})"
+    where = p.phase + (f", {p.op}" if p.op else "") + f", at {ms(p.peak_offset_us)}"
+    text = f"memory ({dev.label}): peak {nbytes(p.peak_allocated_bytes)}{cap} in "
+    text += f"the trace ({where})" if whole else f"step {p.step} ({where} into it)"
     if p.reserved_unallocated_bytes is not None:
-        text += f"; reserved {nbytes(p.reserved_bytes)}, {nbytes(p.reserved_unallocated_bytes)} of it cached, unused"
+        text += f"; reserved {nbytes(p.reserved_bytes)} ({nbytes(p.reserved_unallocated_bytes)} cached, unused)"
     churn = sum(s.allocated_in_step_bytes for s in dev.steps) / len(dev.steps)
-    return text + f"; {nbytes(churn)} allocated per step"
+    return text + f"; {nbytes(churn)} allocated " + ("in the trace" if whole else "per step")
 
 
 def contributors_line(dev: MemoryOverStep, n: int = 3) -> str:
     """The ``n`` largest contributors to the peak (bytes live at it by the op that allocated them)."""
     parts = [
-        f"{c.op} {nbytes(c.bytes)}" + (f" ({c.n_allocations:,} allocations)" if c.n_allocations else "")
+        f"{c.op} {nbytes(c.bytes)}"
+        + (f" ({c.n_allocations:,} allocation{'s' if c.n_allocations != 1 else ''})" if c.n_allocations else "")
         for c in _peak(dev).contributors[:n]
     ]
     return "live at the peak: " + ", ".join(parts) if parts else ""

@@ -101,10 +101,10 @@ def _phase_spans(phases: dict[str, iv.Intervals], lo: float, hi: float) -> list[
     """(phase, start, end) µs: the span of each phase's host intervals inside [lo, hi)."""
     spans = []
     for name in ("forward", "backward", "optimizer"):
-        s, e = phases.get(name, iv.EMPTY)
-        m = (s < hi) & (e > lo)
-        if m.any():
-            spans.append((name, max(float(s[m].min()), lo), min(float(e[m].max()), hi)))
+        s, e = phases.get(name, iv.EMPTY)  # sorted, disjoint (a union)
+        first, last = int(np.searchsorted(e, lo, side="right")), int(np.searchsorted(s, hi, side="left")) - 1
+        if first <= last:
+            spans.append((name, max(float(s[first]), lo), min(float(e[last]), hi)))
     return spans
 
 
@@ -274,12 +274,14 @@ def _device_timeline(
     peaks = [_step_peak(dev, a, b) for _, a, b in windows]
     js = np.array([p["j"] for p in peaks], dtype=np.int64)
     order = np.argsort(js, kind="stable")
+    column = np.empty_like(order)
+    column[order] = np.arange(order.size)  # step i's peak is column[i] of the contributions
     ops, nb, nc = _contributions(dev, js[order], names)
     reports_reserved = bool(dev.reserved.max() > 0)
     inference = phases["backward"][0].size == 0 and phases["optimizer"][0].size == 0
     out_steps = []
     for i, ((k, a, b), p) in enumerate(zip(windows, peaks)):
-        col = int(np.flatnonzero(order == i)[0])
+        col = int(column[i])
         t0 = float(steps.host_start_us[k]) if steps.source != "whole-trace" else float(dev.ts[0])
         j = p.pop("j")
         carried = p.pop("carried")

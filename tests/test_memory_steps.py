@@ -110,6 +110,13 @@ def test_no_memory_events_gives_nothing(tmp_path):
     assert _over(tb.write(tmp_path / "n.json")) == []
 
 
+def test_events_outside_every_step_give_nothing(tmp_path):
+    tb = TraceBuilder()
+    tb.step(1, 0, 1000).step(2, 1000, 1000).cpu_op("aten::mm", 10, 10)
+    tb.memory(2500, 64, 64, 1024, addr=1)  # after the last step
+    assert _over(tb.write(tmp_path / "after.json")) == []
+
+
 def test_innermost_ops_equal_starts_and_ends():
     """Parent [0, 10) and child [0, 4) start together (the child listed first), a sibling [4, 10) ends with the
     parent; a point at 10 is outside all (ends are exclusive)."""

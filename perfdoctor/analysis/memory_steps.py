@@ -254,15 +254,16 @@ def memory_over_steps(tables: TraceTables, steps: Steps) -> list[dict[str, Any]]
         return []
     op_name = _allocating_ops(tables)
     phases = host.phases(tables, (steps.host_start_us, steps.host_end_us))
-    return [
+    timelines = (
         _device_timeline(tables, steps, dt, d, _load_device(tables, rows, op_name), phases)
         for dt, d, rows in _device_rows(tables)
-    ]
+    )
+    return [t for t in timelines if t is not None]
 
 
 def _device_timeline(
     tables: TraceTables, steps: Steps, dtype: int, device: int, dev: _Device, phases: dict[str, iv.Intervals]
-) -> dict[str, Any]:
+) -> dict[str, Any] | None:
     names = tables.names
     n = dev.ts.size
     if steps.source == "whole-trace":
@@ -271,6 +272,8 @@ def _device_timeline(
         lo = np.searchsorted(dev.ts, steps.host_start_us, side="left")
         hi = np.searchsorted(dev.ts, steps.host_end_us, side="left")
         windows = [(k, int(a), int(b)) for k, (a, b) in enumerate(zip(lo, hi)) if b > a]
+    if not windows:  # every event outside the analysed steps
+        return None
     peaks = [_step_peak(dev, a, b) for _, a, b in windows]
     js = np.array([p["j"] for p in peaks], dtype=np.int64)
     order = np.argsort(js, kind="stable")

@@ -25,6 +25,8 @@ SECTIONS: list[tuple[str, type[msgspec.Struct], str]] = [
     ("### Step breakdown", m.StepBreakdown, ""),
     ("### memory", m.MemorySection, ""),
     ("### memory", m.MemoryDevice, "devices[]."),
+    ("### Memory over the step", m.MemoryOverStep, ""),
+    ("### Memory over the step", m.MemoryStepPeak, "steps[]."),
     ("## summary", m.Summary, ""),
     ("## findings", m.FindingSection, ""),
     ("## job", m.JobSection, ""),

@@ -183,6 +183,19 @@ def test_end_times_stay_finite(tmp_path):
 
 
 # -- the declarative field table -------------------------------------------------------------------------------
+def test_memory_addr_read_absent_and_out_of_range(tmp_path):
+    """``Addr`` of a [memory] event: read as int64, -1 when absent, beyond int64 the event is dropped."""
+
+    def mem(ts, **args):
+        a = {"Device Type": 1, "Device Id": 0, "Bytes": 512, "Total Allocated": 512, "Total Reserved": 2048}
+        return {"ph": "i", "s": "t", "name": "[memory]", "pid": 1, "tid": 1, "ts": ts, "args": {**a, **args}}
+
+    events = [op(), mem(EPOCH_US + 20, Addr=140098913959936), mem(EPOCH_US + 21), mem(EPOCH_US + 22, Addr=2**64)]
+    tables = load_trace(write(tmp_path, {"traceEvents": events}))
+    assert tables.tables["memory"]["addr"].tolist() == [140098913959936, -1]
+    assert "'Addr' out of range (1)" in tables.warnings[0]
+
+
 def test_generated_tables_have_the_documented_columns():
     from perfdoctor.trace.columns import TABLES
 
@@ -206,7 +219,7 @@ def test_generated_tables_have_the_documented_columns():
         "runtime": ("correlation", "external_id", "is_driver"),
         "syncs": ("device", "stream", "correlation", "external_id"),
         "flows": ("flow_id", "cat_id", "is_start"),
-        "memory": ("mem_bytes", "total_allocated", "total_reserved", "device_id", "device_type"),
+        "memory": ("mem_bytes", "total_allocated", "total_reserved", "device_id", "device_type", "addr"),
         "profiler": ("is_span",),
     }
 

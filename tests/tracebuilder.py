@@ -125,8 +125,17 @@ class TraceBuilder:
         return corr
 
     def memory(
-        self, ts: float, nbytes: int, total_allocated: int, total_reserved: int, device: int = 0
+        self,
+        ts: float,
+        nbytes: int,
+        total_allocated: int,
+        total_reserved: int,
+        device: int = 0,
+        addr: int | None = None,
+        device_type: int = 1,
     ) -> TraceBuilder:
+        """A ``[memory]`` instant (an allocation when ``nbytes`` > 0, a free when < 0) of the block at ``addr``."""
+        args: dict[str, Any] = {"Addr": addr} if addr is not None else {}
         self.events.append(
             {
                 "ph": "i",
@@ -136,11 +145,12 @@ class TraceBuilder:
                 "tid": self.tid,
                 "ts": ts,
                 "args": {
-                    "Device Type": 1,
+                    "Device Type": device_type,
                     "Device Id": device,
                     "Bytes": nbytes,
                     "Total Allocated": total_allocated,
                     "Total Reserved": total_reserved,
+                    **args,
                 },
             }
         )

@@ -24,7 +24,8 @@ ALLOCATOR_CALL = re.compile(
 DEVICE_TYPES = {0: "CPU", 1: "GPU"}
 
 
-def _capacity(tables: TraceTables, device: int) -> int | None:
+def device_capacity(tables: TraceTables, device: int) -> int | None:
+    """Bytes of device ``device`` (``deviceProperties[].totalGlobalMem``), None when the trace does not say."""
     for p in tables.device_properties:
         if isinstance(p, dict) and p.get("id") == device and isinstance(p.get("totalGlobalMem"), int):
             return int(p["totalGlobalMem"])
@@ -69,7 +70,7 @@ def memory_summary(tables: TraceTables) -> dict[str, Any]:
         for dtype, dev in keys:
             m = have & (mem["device_type"] == dtype) & (mem["device_id"] == dev)
             kind = DEVICE_TYPES.get(dtype, f"device type {dtype}")
-            cap = _capacity(tables, dev) if dtype == 1 else None
+            cap = device_capacity(tables, dev) if dtype == 1 else None
             reserved = int(mem["total_reserved"][m].max())
             devices.append(
                 {

@@ -20,6 +20,7 @@ from perfdoctor.analysis import summary
 from perfdoctor.analysis.breakdown import DeviceBreakdown, sum_steps
 from perfdoctor.analysis.hardware import identified_name
 from perfdoctor.analysis.memory import memory_summary
+from perfdoctor.analysis.memory_steps import memory_over_steps
 from perfdoctor.analysis.trace_info import profiler_settings
 from perfdoctor.errors import PerfDoctorError
 from perfdoctor.model import report as m
@@ -90,6 +91,16 @@ def device_section(dev: DeviceBreakdown) -> m.DeviceSection:
     )
 
 
+def memory_section(r: RankAnalysis) -> m.MemorySection:
+    """Peaks per device and allocator calls (:func:`memory_summary`), and memory over the steps
+    (:func:`memory_over_steps`) when the ``[memory]`` events carry allocator totals."""
+    section = memory_summary(r.tables)
+    over = memory_over_steps(r.tables, r.steps)
+    if over:
+        section["over_step"] = over
+    return plain(section, m.MemorySection, "memory")
+
+
 def rank_section(r: RankAnalysis) -> m.RankSection:
     """The report section of one rank (see docs/report-schema.md "ranks")."""
     window = (float(r.steps.start_us[0]), float(r.steps.end_us[-1])) if len(r.steps) else (-np.inf, np.inf)
@@ -103,7 +114,7 @@ def rank_section(r: RankAnalysis) -> m.RankSection:
         devices=[device_section(d) for d in r.devices],
         top_kernels=plain(summary.top_kernels(r.tables, window), list[m.TopKernel], "top_kernels"),
         top_cpu_ops=plain(summary.top_cpu_ops(r.tables, window, r.steps.pid), list[m.TopCpuOp], "top_cpu_ops"),
-        memory=plain(memory_summary(r.tables), m.MemorySection, "memory"),
+        memory=memory_section(r),
         profiler=profiler_settings(r.tables.metadata),
         roofline=None if r.roofline is None else plain(r.roofline, m.RooflineSection, "roofline"),
         mfu=None if r.mfu is None else plain(r.mfu, m.MfuSection, "mfu"),

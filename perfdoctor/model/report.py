@@ -181,12 +181,77 @@ class MemoryDevice(Section, kw_only=True):
     n_events: int
 
 
+class MemoryContributor(Section, kw_only=True):
+    """Allocations live at a step's high-water mark, grouped by the innermost ``cpu_op`` enclosing each when it was
+    made (bytes; ``n_allocations`` of them). ``op`` "(allocated before the trace)": bytes live at the peak that no
+    recorded allocation explains (0 allocations); "(outside any op)": allocations made outside every op."""
+
+    op: str
+    bytes: int
+    n_allocations: int
+
+
+class MemoryStepPeak(Section, kw_only=True):
+    """One step's high-water mark on one device (bytes, µs); see docs/report-schema.md "Memory over the step"."""
+
+    step: int
+    name: str
+    peak_allocated_bytes: int
+    peak_event_bytes: int
+    reserved_bytes: int
+    start_allocated_bytes: int
+    allocated_in_step_bytes: int
+    freed_in_step_bytes: int
+    n_allocations: int
+    peak_ts_us: float
+    peak_offset_us: float
+    phase: str
+    op: str | None
+    reserved_unallocated_bytes: int | None
+    contributors: list[MemoryContributor]
+
+
+class MemoryPhaseSpan(Section, kw_only=True):
+    """A phase's span inside the charted step (µs from the step's host start)."""
+
+    phase: str
+    start_us: float
+    end_us: float
+
+
+class MemoryChart(Section, kw_only=True):
+    """Allocated and reserved bytes over the step with the highest high-water mark (``step``, ``dur_us`` long):
+    one point per ``[memory]`` event (the totals after it; the first point is the step's start), binned by time
+    to at most 401 points, each bin holding its largest totals."""
+
+    step: int
+    dur_us: float
+    offsets_us: list[float]
+    allocated_bytes: list[int]
+    reserved_bytes: list[int]
+    phases: list[MemoryPhaseSpan]
+
+
+class MemoryOverStep(Section, kw_only=True):
+    """One device's memory over the analysed steps (:mod:`perfdoctor.analysis.memory_steps`)."""
+
+    device_type: str
+    device: int
+    label: str
+    capacity_bytes: int | None
+    peak_step: int
+    steps: list[MemoryStepPeak]
+    chart: MemoryChart
+
+
 class MemorySection(Section, kw_only=True):
-    """Memory peaks per device, allocator runtime calls by name, and why ``devices`` is empty (``note``)."""
+    """Memory peaks per device, allocator runtime calls by name, and why ``devices`` is empty (``note``);
+    ``over_step``: each device's memory over the steps, absent without ``[memory]`` events carrying totals."""
 
     devices: list[MemoryDevice]
     allocator_calls: dict[str, int]
     note: str
+    over_step: list[MemoryOverStep] | UnsetType = UNSET
 
 
 class RoofsSection(Section, kw_only=True):

@@ -21,7 +21,7 @@ from msgspec import UNSET
 
 from perfdoctor.model import Report, as_report, to_builtins
 from perfdoctor.model.report import DeviceSection, RankSection, RunSection
-from perfdoctor.render import svg, view
+from perfdoctor.render import memory_view, svg, view
 from perfdoctor.vocab import CHART_ORDER, category_label, idle_label
 
 _BREAKDOWN_ORDER = CHART_ORDER
@@ -211,7 +211,21 @@ def rank_view(rank: RankSection) -> dict[str, Any]:
         "timeline_chart": _timeline_chart(rank, dev),
         "roofline_chart": _roofline_chart(rank),
         "others": [(view.device_name(rank, d.device), d) for d in rank.devices if d is not dev],
+        "memory_over_step": _memory_over_step(rank),
     }
+
+
+def _memory_over_step(rank: RankSection) -> list[dict[str, Any]]:
+    """Per device with memory over the step: its peak line, contributors, chart (SVG) and per-step rows."""
+    return [
+        {
+            "dev": d,
+            "line": memory_view.peak_line(d),
+            "chart": Markup(memory_view.memory_chart(d, rank.rank)),
+            "peak": next(s for s in d.steps if s.step == d.peak_step),
+        }
+        for d in memory_view.over_step(rank)
+    ]
 
 
 def before_after(f: Mapping[str, Any]) -> Markup:

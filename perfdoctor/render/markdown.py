@@ -15,7 +15,7 @@ from msgspec import UNSET
 
 from perfdoctor.model import Report, as_report
 from perfdoctor.model.report import RankSection
-from perfdoctor.render import view
+from perfdoctor.render import memory_view, view
 
 MAX_FINDINGS = 10
 _MD_SPECIAL = re.compile(r"([\\`*_\[\]|<>~])")
@@ -126,6 +126,22 @@ def _breakdown(rank: RankSection) -> list[str]:
     return out + [""]
 
 
+def _memory(rank: RankSection) -> list[str]:
+    """The peak line and the contributors live at it, on the rank's main device (none without memory events)."""
+    dev = memory_view.main_device(rank)
+    if dev is None:
+        return []
+    peak = next(s for s in dev.steps if s.step == dev.peak_step)
+    rows = [
+        [esc(c.op), view.nbytes(c.bytes), f"{c.n_allocations:,}" if c.n_allocations else "–"] for c in peak.contributors
+    ]
+    return (
+        [f"## Memory over the step — rank {esc(rank.rank)}", "", esc(memory_view.peak_line(dev)), ""]
+        + _table(["live at the peak, by the op that allocated it", "bytes", "allocations"], rows, {1, 2})
+        + [""]
+    )
+
+
 def _ranks(report: Report) -> list[str]:
     rows = []
     for r in report.ranks:
@@ -162,6 +178,7 @@ def render_markdown(report: Report | Mapping[str, Any]) -> str:
     main = view.summary_rank(rep)
     no_trace = rep.no_trace if rep.no_trace is not UNSET else ""
     out += _breakdown(main) if main else ["## Where the time goes", "", esc(no_trace or "no trace"), ""]
+    out += _memory(main) if main else []
     if len(rep.ranks) > 1:
         out += _ranks(rep)
     if rep.warnings:

@@ -12,6 +12,7 @@ from rich.text import Text
 
 from perfdoctor.model import Report, as_report, to_builtins
 from perfdoctor.model.report import DeviceSection, RankSection
+from perfdoctor.render import memory_view
 from perfdoctor.render.view import device_name, ms, pct, step_range, step_time_text, summary_facts
 from perfdoctor.vocab import category_label, idle_label
 
@@ -58,6 +59,15 @@ def _rank_header(rank: RankSection, dev: DeviceSection) -> Text:
     else:
         lines.append(f"host busy in ops (busy ÷ step time): {pct(dev.utilization)}")
     return Text("\n".join(lines))
+
+
+def memory_lines(rank: RankSection) -> list[str]:
+    """At most two lines on the rank's main device: the peak and what is live at it
+    (:mod:`perfdoctor.render.memory_view`)."""
+    dev = memory_view.main_device(rank)
+    if dev is None:
+        return []
+    return [line for line in (memory_view.peak_line(dev), memory_view.contributors_line(dev)) if line]
 
 
 def _print_run_only(report: Report, console: Console) -> None:
@@ -108,6 +118,10 @@ def render_terminal(
         dev = rank.primary
         console.print(Group(_rank_header(rank, dev), breakdown_table(rank, dev)))
         console.print()
+        memory = memory_lines(rank)
+        if memory:
+            console.print(Text("\n".join(memory)))
+            console.print()
     summ = rep.summary
     if summ.n_ranks > 1 and summ.median_step_us is not UNSET:
         med = summ.median_step_us

@@ -117,6 +117,7 @@ ARG_FIELDS: tuple[TraceField, ...] = (
     TraceField("total_reserved", "Total Reserved", "int", None, *_I64, ("memory",)),
     TraceField("device_id", "Device Id", "int", None, *_I64, ("memory",), narrow=True),
     TraceField("device_type", "Device Type", "int", None, *_I64, ("memory",), narrow=True),
+    TraceField("addr", "Addr", "int", None, *_I64, ("memory",)),
     # metadata events (process_name / thread_name)
     TraceField("name", "name", "str", None),
     TraceField("labels", "labels", "str", None),

@@ -20,7 +20,7 @@ Columns common to all tables: ``name_id`` (index into ``TraceTables.names``),
 - syncs (``cuda_sync``: Event Sync, Context Sync, Stream Wait Event): ``device``, ``stream``, ``correlation``
 - flows (``ac2g``, ``async``, ``fwdbwd`` ...): ``flow_id``, ``is_start``, ``cat_id``
 - memory (``[memory]`` instants): ``mem_bytes``, ``total_allocated``,
-  ``total_reserved``, ``device_id``, ``device_type``
+  ``total_reserved``, ``device_id``, ``device_type``, ``addr`` (the block's address; -1 when absent)
 - profiler (the profiler's own records: its ``Trace`` span, e.g. "PyTorch Profiler (0)", and Kineto's ``overhead``
   events such as CUPTI's "Activity Buffer Request"): ``is_span``
 """

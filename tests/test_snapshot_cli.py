@@ -108,3 +108,23 @@ def test_diff_refuses_other_shapes(tmp_path: Path, capsys) -> None:
     assert main(["diff", str(a), str(a)]) == 2
     err = capsys.readouterr().err
     assert "exactly BEFORE.pickle AFTER.pickle" in err and "the same file was given twice" in err
+
+
+def test_snapshot_report_and_diff_need_no_torch(tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    repo = Path(__file__).resolve().parents[1]
+    a = write(tmp_path / "a.pickle", hand_snapshot())
+    b = write(tmp_path / "b.pickle", _grown())
+    code = f"""
+import sys
+sys.modules["torch"] = None  # `import torch` raises ImportError
+from perfdoctor.cli import main
+codes = [main(["report", {str(a)!r}, "-o", "r.html"]), main(["diff", {str(a)!r}, {str(b)!r}, "--format", "md"])]
+print(codes, sorted(m for m in ("torch", "scipy") if sys.modules.get(m)), file=sys.stderr)
+"""
+    env = {**os.environ, "PYTHONPATH": str(repo)}
+    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert proc.stderr.strip().splitlines()[-1] == "[0, 0] []", proc.stderr

@@ -152,3 +152,14 @@ def test_real_figures() -> None:
     # are live at the training peak with equal bytes
     sites = {c.site.rsplit("/", 2)[-1]: c.bytes for c in training.call_sites}
     assert sites["optimizer.py:73:step"] == sites["optimizer.py:74:step"] > 1e9
+
+
+def test_real_pair_diff_gates_on_the_peak(tmp_path, capsys) -> None:
+    from perfdoctor.cli import main
+
+    before, after = (str(shared_trace(n)) for n in NAMES)
+    assert main(["diff", before, after, "--fail-on-regression", "537"]) == 1  # (12,426,629,128 / 1,949,343,744 - 1)
+    assert "+537.5%" in capsys.readouterr().err  # = +537.47%
+    assert main(["diff", before, after, "--fail-on-regression", "538"]) == 0
+    assert main(["report", after, "-o", str(tmp_path / "r.html")]) == 0
+    assert "12,426,629,128 B (11.57 GiB)" in (tmp_path / "r.html").read_text()

@@ -126,6 +126,7 @@ def run(args: argparse.Namespace) -> int:
     from perfdoctor.cli.cmd_report import _check_output, _write_report
     from perfdoctor.cli.console import output_width, show_then_exit, stdout_console
     from perfdoctor.cli.numbers import check_finite
+    from perfdoctor.cli.snapshot_cmds import diff_snapshots, snapshot_inputs
     from perfdoctor.diff import stats
     from perfdoctor.diff.compare import compare, partial_gate, regression
     from perfdoctor.diff.sides import expand, load_side
@@ -134,6 +135,8 @@ def run(args: argparse.Namespace) -> int:
     from perfdoctor.errors import PerfDoctorError
     from perfdoctor.render.diff_terminal import render_diff_terminal
 
+    if snapshot_inputs(args.paths + (args.vs or [])):  # two memory snapshots: peaks and call sites compared
+        return diff_snapshots(args)
     before_paths, after_paths = _sides(args.paths, args.vs)
     before_runs, after_runs = expand(before_paths, "BEFORE"), expand(after_paths, "AFTER")
     out_format = None

@@ -345,6 +345,10 @@ def run(args: argparse.Namespace) -> int:
     if args.jobs is not None and args.jobs < 1:
         raise PerfDoctorError(f"--jobs must be at least 1 (got {args.jobs})")
     _refuse_repeated(args.paths)
+    from perfdoctor.cli.snapshot_cmds import report_snapshot, snapshot_inputs
+
+    if snapshot_inputs(args.paths):  # torch.cuda.memory._dump_snapshot pickles: their own report
+        return report_snapshot(args)
     out_format = None
     if args.output is not None:
         _check_output(args.output, args.paths, args.force)

@@ -1,4 +1,4 @@
-"""The saving of ranks arriving together, for PD303 and PD304: the job replayed jointly (all µs).
+"""The saving of ranks arriving together, for PD304: the job replayed jointly (all µs).
 
 A collective ends when its last rank has arrived and the data has moved, so the job steps at the pace of its
 latest arrivals. The fix both rules point at (balance the work before the collectives) is replayed as: the ranks
@@ -60,8 +60,9 @@ def replayed_saving(job: JobContext, pulled: set[int] | None, who: str) -> tuple
     method = (
         f"{REPLAY_METHOD} of every rank at once, with {who} arriving at each collective no later than the median "
         "rank (the median of the ranks' arrivals, the mean of the middle two for an even count; clocks aligned by "
-        "the collectives' ends; the work before it assumed balanced away), each collective ending at the latest "
-        "arrival plus its transfer, the shortest recorded copy: the job's step (its longest rank's mean step) "
+        "the collectives' ends), each collective ending at the latest arrival plus its transfer, the shortest "
+        "recorded copy, and on each rank no earlier than the rank itself arrives (a late rank's own work stays; its "
+        "peers stop waiting for it): the job's step (its longest rank's mean step) "
         f"replayed as recorded, rank {r0} {before / 1000:,.2f} ms, − replayed with the fix, rank {r1} "
         f"{after / 1000:,.2f} ms, mean over {n_steps} analysed step(s)"
     )

@@ -25,7 +25,6 @@ from typing import Any
 
 import numpy as np
 
-from perfdoctor.checks.arrival import replayed_saving
 from perfdoctor.checks.common import pct
 from perfdoctor.checks.context import JobContext, Outcome, passed, skipped
 from perfdoctor.findings import Estimate, Evidence, Hit
@@ -102,18 +101,10 @@ def check(job: JobContext) -> Outcome:
         },
         steps=[s.step for s in rows[worst]],
     )
-    replayed = replayed_saving(job, {ranks[worst]}, f"rank {ranks[worst]} (the straggler)")
-    if replayed is not None:
-        saving, method, values = replayed
-        ev.values.update(values)
-        if saving <= 0:
-            return passed(**metrics)
-    else:  # the ranks cannot be replayed jointly: the others' wait for it, which its balanced work cannot exceed
-        method = (
-            "slowest rank's time outside collectives per step (less device idle of no known cause) − median of the "
-            "other ranks' (their wait in collectives); an upper bound: the ranks cannot be replayed jointly ("
-            f"{job.cache.get('arrival_why', '')})"
-        )
+    method = (
+        "slowest rank's time outside collectives per step (less device idle of no known cause) − median of the "
+        "other ranks' (their wait in collectives)"
+    )
     return Outcome(
         metrics=metrics,
         hit=Hit(

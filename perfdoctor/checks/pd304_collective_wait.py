@@ -18,12 +18,17 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from perfdoctor.checks.arrival import replayed_saving
 from perfdoctor.checks.common import pct, rank_list_text
 from perfdoctor.checks.context import JobContext, Outcome, passed, skipped
 from perfdoctor.findings import Estimate, Evidence, Hit
 
 CODE = "PD304"
-METRICS = {"max_wait_us": "largest mean wait per step inside collectives over the ranks, µs"}
+METRICS = {
+    "max_wait_us": "largest mean wait per step inside collectives over the ranks, µs",
+    "saving_us": "the job's step replayed jointly as recorded − with every rank arriving with the median rank, µs "
+    "(the largest wait where the ranks cannot be replayed jointly)",
+}
 
 # what a hit's evidence/fields add to METRICS for the TOML message (its placeholders are checked at load)
 MESSAGE_FIELDS = ("all_wait_ms", "arrival", "n_collectives", "transfer_ms", "wait_ms", "wait_pct", "waiting")
@@ -60,7 +65,7 @@ def check(job: JobContext) -> Outcome:
     tied = sorted(r for r, w in mean_wait.items() if w == wait)
     steps = [float(np.mean([s.dur_us for s in job.warm_rows(by_rank[r])])) for r in tied]
     step_us = float(np.median(steps))  # one rank's own step; the tied ranks' median when several tie
-    metrics = {"max_wait_us": wait}
+    metrics = {"max_wait_us": wait, "saving_us": 0.0}
     if wait <= 0:  # min_saving_pct: the engine's, on the report's denominator (the job's step)
         return passed(**metrics)
     ctx = by_rank[tied[0]]
@@ -87,13 +92,23 @@ def check(job: JobContext) -> Outcome:
         },
         steps=[s.step for s in job.warm_rows(ctx)],
     )
-    method = (
-        "the rank's mean wait per step inside matched collectives (its duration − the shortest copy's), "
-        "at most its exposed collective time"
-    )
+    replayed = replayed_saving(job, None, "every rank")
+    if replayed is not None:
+        saving, method, values = replayed
+        ev.values.update(values)
+    else:  # the ranks cannot be replayed jointly: the measured wait, which no arrival order can exceed
+        saving = wait
+        method = (
+            "the rank's mean wait per step inside matched collectives (its duration − the shortest copy's), "
+            "at most its exposed collective time; an upper bound: the ranks cannot be replayed jointly ("
+            f"{job.cache.get('arrival_why', '')})"
+        )
+    metrics["saving_us"] = saving
+    if saving <= 0:
+        return passed(**metrics)
     hit = Hit(
         evidence=ev,
-        estimate=Estimate(wait, method),
+        estimate=Estimate(saving, method),
         rank=tied[0] if len(tied) == 1 else None,
         min_saving_pct=job.th["min_saving_pct"],
     )

@@ -148,6 +148,14 @@ class Response(msgspec.Struct, frozen=True):
     end_free_us: list[float]
     end_up: list[int]
     end_d_us: list[float]
+    # every term, where the rank is small enough (:data:`EXACT_BUDGET`): per time, the collectives it waits for
+    # (``*_dep``) and the longest path from each one's end (``*_dep_d_us``); None: the latest one alone (above)
+    coll_dep: list[list[int]] | None = None
+    coll_dep_d_us: list[list[float]] | None = None
+    start_dep: list[list[int]] | None = None
+    start_dep_d_us: list[list[float]] | None = None
+    end_dep: list[list[int]] | None = None
+    end_dep_d_us: list[list[float]] | None = None
 
 
 class JointInputs(msgspec.Struct):
@@ -175,6 +183,40 @@ def _decode(x: np.ndarray, lo: float, m: float) -> tuple[np.ndarray, np.ndarray]
     return k - 1, np.where(k > 0, x - lo - m * k, 0.0)
 
 
+# a rank's Response holds every term (one replay per collective) when collectives × activities stay under this:
+# ~1 µs a node and replay, about 2 s at most per scenario; above it, the latest collective alone (module docstring)
+EXACT_BUDGET = 2_000_000
+
+
+def _terms(x: np.ndarray, lo: float, m: float) -> np.ndarray:
+    """The longest path from the one pinned collective's end (pinned at ``lo + m``) to each time ``x`` of a replay
+    (µs), NaN where ``x`` does not wait for it (``x`` below ``lo + m / 2``: its free time, at most ``lo + m / 4``)."""
+    return np.where(x > lo + m / 2, x - lo - m, np.nan)
+
+
+def _pin_each(
+    rr: RankReplay, coll: np.ndarray, sc: Scenario, em: np.ndarray, lo: float, m: float
+) -> dict[str, tuple[list[list[int]], list[list[float]]]]:
+    """Every term ``D_j`` of each time (the collectives' starts, the windows' starts and ends): one replay per
+    collective ``j`` with its end alone pinned at ``lo + m`` (the others take no time and wait for no one), which
+    reads ``lo + m + D_j`` where the time waits for it."""
+    cols: dict[str, list[np.ndarray]] = {"coll": [], "start": [], "end": []}
+    for j in range(coll.size):
+        pin = em.copy()
+        pin[coll[j]] = lo + m
+        res = replay(rr.graph, dataclasses.replace(sc, act_end_min_us=pin))
+        ws, we = replayed_windows(res, rr.windows)
+        cols["coll"].append(_terms(res.act_start_us[coll], lo, m))
+        cols["start"].append(_terms(np.asarray(ws, dtype=np.float64), lo, m))
+        cols["end"].append(_terms(np.asarray(we, dtype=np.float64), lo, m))
+    out = {}
+    for key, per_j in cols.items():
+        mat = np.array(per_j).T  # (times, collectives)
+        deps = [np.flatnonzero(~np.isnan(row)) for row in mat]
+        out[key] = ([d.tolist() for d in deps], [row[d].tolist() for row, d in zip(mat, deps)])
+    return out
+
+
 def response(rr: RankReplay, coll: np.ndarray, scenario: Scenario | None = None) -> Response:
     """``rr``'s :class:`Response` under ``scenario`` (None: the recording) for its collectives ``coll`` (activity
     indices in start order): two replays, one free and one with the collective ends pinned (module docstring).
@@ -197,6 +239,12 @@ def response(rr: RankReplay, coll: np.ndarray, scenario: Scenario | None = None)
     cu, cd = _decode(pinned.act_start_us[coll], lo, m)
     su, sd = _decode(ps, lo, m)
     eu, ed = _decode(pe, lo, m)
+    em[coll] = -np.inf
+    exact = (
+        _pin_each(rr, coll, dataclasses.replace(sc, act_dur_us=dur), em, lo, m)
+        if (coll.size * max(g.n_act, 1) <= EXACT_BUDGET)
+        else {}
+    )
     return Response(
         coll_free_us=free.act_start_us[coll].tolist(),
         coll_up=cu.tolist(),
@@ -207,6 +255,12 @@ def response(rr: RankReplay, coll: np.ndarray, scenario: Scenario | None = None)
         end_free_us=np.asarray(fe, dtype=np.float64).tolist(),
         end_up=eu.tolist(),
         end_d_us=ed.tolist(),
+        coll_dep=exact["coll"][0] if exact else None,
+        coll_dep_d_us=exact["coll"][1] if exact else None,
+        start_dep=exact["start"][0] if exact else None,
+        start_dep_d_us=exact["start"][1] if exact else None,
+        end_dep=exact["end"][0] if exact else None,
+        end_dep_d_us=exact["end"][1] if exact else None,
     )
 
 
@@ -239,12 +293,31 @@ def rank_inputs(rr: RankReplay, tables: TraceTables) -> JointInputs | None:
     return joint_inputs(rr, tables, rr.fix_all_scenario(codes) if codes else None, codes)
 
 
-def solve(inputs: list[JointInputs], fixed: list[bool], base: bool = False) -> tuple[list[np.ndarray] | None, str]:
+def _deps(rs: Response, kind: str) -> tuple[list[list[int]], list[list[float]]]:
+    """The terms of a :class:`Response` holding them all: ``kind`` "coll", "start" or "end"."""
+    return getattr(rs, f"{kind}_dep") or [], getattr(rs, f"{kind}_dep_d_us") or []
+
+
+def _time(free_us: float, dep: list[int], dep_d_us: list[float], end_us: np.ndarray) -> float:
+    """``max(free, max over the collectives j it waits for of (end_j + D_j))`` (µs)."""
+    if not dep:
+        return free_us
+    return max(free_us, float((end_us[dep] + np.asarray(dep_d_us)).max()))
+
+
+def solve(
+    inputs: list[JointInputs], fixed: list[bool], base: bool = False, pulled: list[bool] | None = None
+) -> tuple[list[np.ndarray] | None, str]:
     """Every rank's analysed steps replayed jointly from the ranks' :class:`JointInputs` (µs, shape
     ``(n_steps,)`` per rank, unscaled), each rank under its fixes where ``fixed[r]`` (and it has them), else the
     recording (``base``: the step savings are taken from, where a rank has one); or (None, why not): fewer than two
     ranks, different numbers of collectives, copies that do not end together, or a rank's collective start waiting
-    on a later collective (the recording is then not in start order)."""
+    on a later collective (the recording is then not in start order).
+
+    ``pulled[r]``: rank r arrives at each collective no later than the median rank (:func:`median_arrival`), its
+    work before the collective shortened to that; collective ``k`` then ends at ``max over ranks of (arrival,
+    capped at the median where pulled) + transfer_k``: the median arrival plus the transfer when every rank is
+    pulled."""
     from perfdoctor.analysis.collective_wait import copies_end_together
     from perfdoctor.analysis.replay_cap import clock_offsets
 
@@ -270,20 +343,36 @@ def solve(inputs: list[JointInputs], fixed: list[bool], base: bool = False) -> t
     free = np.array([r.coll_free_us for r in resp], dtype=np.float64)
     up = np.array([r.coll_up for r in resp], dtype=np.int64)
     d = np.array([r.coll_d_us for r in resp], dtype=np.float64)
-    if (up >= np.arange(n)).any():
+    exact = [r for r, rs in enumerate(resp) if rs.coll_dep is not None]
+    if (up >= np.arange(n)).any() or any(
+        max(dep, default=-1) >= k for r in exact for k, dep in enumerate(_deps(resp[r], "coll")[0])
+    ):
         return None, "a rank's collective waits for a later one (collectives not in start order)"
     rows = np.arange(len(resp))
     end = np.zeros((len(resp), n))  # each rank's collective ends, on its own clock
     for k in range(n):
         u = up[:, k]
         x = np.where(u >= 0, np.maximum(free[:, k], end[rows, np.maximum(u, 0)] + d[:, k]), free[:, k])
-        end[:, k] = float((x - off).max()) + transfer[k] + off
+        for r in exact:
+            deps, dds = _deps(resp[r], "coll")
+            x[r] = _time(float(free[r, k]), deps[k], dds[k], end[r])
+        arrival = x - off
+        if pulled is not None:
+            arrival = np.where(pulled, np.minimum(arrival, float(np.median(arrival))), arrival)
+        end[:, k] = float(arrival.max()) + transfer[k] + off
     out = []
     for r, rs in enumerate(resp):
         w = []
-        for f_, u_, d_ in ((rs.start_free_us, rs.start_up, rs.start_d_us), (rs.end_free_us, rs.end_up, rs.end_d_us)):
+        for kind, f_, u_, d_ in (
+            ("start", rs.start_free_us, rs.start_up, rs.start_d_us),
+            ("end", rs.end_free_us, rs.end_up, rs.end_d_us),
+        ):
             fa, ua, da = np.asarray(f_, np.float64), np.asarray(u_, np.int64), np.asarray(d_, np.float64)
-            w.append(np.where(ua >= 0, np.maximum(fa, end[r, np.clip(ua, 0, n - 1)] + da), fa))
+            if rs.coll_dep is not None:
+                deps, dds = _deps(rs, kind)
+                w.append(np.array([_time(f, dep, dd, end[r]) for f, dep, dd in zip(fa.tolist(), deps, dds)]))
+            else:
+                w.append(np.where(ua >= 0, np.maximum(fa, end[r, np.clip(ua, 0, n - 1)] + da), fa))
         out.append(np.asarray(w[1] - w[0]))
     return out, ""
 
@@ -343,6 +432,38 @@ def job_fix_all(inputs: dict[int, JointInputs], fixed: dict[int, bool]) -> tuple
         JobFixAll(
             codes,
             dict(zip(ranks, before_us)),
+            {r: float(a.mean()) * i.scale for r, a, i in zip(ranks, after, ins)},
+        ),
+        "",
+    )
+
+
+def median_arrival(inputs: dict[int, JointInputs], pulled: set[int] | None = None) -> tuple[JobFixAll | None, str]:
+    """The job replayed jointly (:func:`solve`) with the ranks ``pulled`` (None: every rank) arriving at each
+    collective no later than the median rank: per rank, its mean step replayed jointly as recorded (``recorded_us``;
+    a ``perfdoctor profile`` run's unprofiled step) and with the ranks pulled in (``replayed_us``), both scaled as
+    :func:`job_fix_all` scales them (µs, by trace rank). The saving is the difference of two replays of one model,
+    so its error does not hold the replay's error on the recording. (None, why not): the ranks do not match, or the
+    joint replay of the recording misses a rank's recorded mean step by more than
+    :data:`perfdoctor.replay.rank.MAX_MEAN_ERROR`."""
+    ranks = sorted(inputs)
+    ins = [inputs[r] for r in ranks]
+    rec, why = solve(ins, [False] * len(ins))
+    if rec is None:
+        return None, why
+    for r, i, rep in zip(ranks, ins, rec):
+        mean = float(np.mean(i.recorded_step_us))
+        off = float(rep.mean()) / mean - 1 if mean > 0 else 0.0
+        if abs(off) > MAX_MEAN_ERROR:
+            return None, f"the joint replay of the recording misses rank {r}'s mean step by {100 * off:+.1f}%"
+    before, why = solve(ins, [False] * len(ins), base=True)
+    after, why_after = solve(ins, [False] * len(ins), base=True, pulled=[pulled is None or r in pulled for r in ranks])
+    if before is None or after is None:
+        return None, why or why_after
+    return (
+        JobFixAll(
+            [],
+            {r: float(b.mean()) * i.scale for r, b, i in zip(ranks, before, ins)},
             {r: float(a.mean()) * i.scale for r, a, i in zip(ranks, after, ins)},
         ),
         "",

@@ -142,7 +142,7 @@ def findings_renderables(report: Report, details: bool = False) -> list[Any]:
             out.append(_plan_table(report, plan))
         out += _others("Off the plan (replayed):", off, note=True)
         out += _others(
-            "Findings without a replayed saving (≤: an upper bound, -: not estimated):" if plan or off else "Findings:",
+            "Other findings (each saving alone; ≤: an upper bound, -: not estimated):" if plan or off else "Findings:",
             rest,
             note=False,
         )

@@ -68,22 +68,32 @@ def report_1024() -> dict[str, Any]:
     return _job(1024, plant=True)
 
 
+def test_terminal_reads_at_64_ranks() -> None:
+    """A 64-rank job piped to a CI log: at most 80 lines of 120 columns (57 today)."""
+    buf = io.StringIO()
+    render_terminal(_job(64, plant=True), Console(file=buf, width=120, force_terminal=False))
+    lines = buf.getvalue().splitlines()
+    assert "Job: 64 ranks analysed; world size 64" in buf.getvalue()
+    assert len(lines) <= 80 and max(len(line) for line in lines) <= 120
+
+
 def test_terminal_reads_at_1024_ranks(report_1024: dict[str, Any]) -> None:
     buf = io.StringIO()
     render_terminal(report_1024, Console(file=buf, width=120, force_terminal=False))
     text = buf.getvalue()
     assert "Job: 1024 ranks analysed; world size 1024" in text
     assert "Rank 5\ntrace:" not in text  # no table per rank
-    # 160: the findings now state the measured idle and the replayed step before/after (F3), a few rows longer;
-    # 220: each finding's row also says how its saving is estimated (the assumption next to the number), 41 lines
-    # 250: PD103 now fires on the planted job (a fix every rank gets moves the peers alike) and its message splits
-    # the saving into the launch idle and the rest (b81df0b), 14 lines more; still one job view, no per-rank tables
-    assert len(text.splitlines()) < 250
-    # the 128 copies of source rank 5 compute 3 ms more per step (planted): stragglers, listed 20 at a time;
+    # the job view, the fix plan as a table of headlines, findings off the plan a line each, outlier ranks with
+    # the same reasons in one row: at most 100 lines at 120 columns (56 today)
+    lines = text.splitlines()
+    assert len(lines) <= 100 and max(len(line) for line in lines) <= 120
+    # the 128 copies of source rank 5 compute 3 ms more per step (planted): stragglers, in one row (same reasons);
     # the sources' own compute differs by at most 0.19 ms in a ~19 ms step (under 5% of it): no straggler
-    assert "Outlier ranks (128)" in text and "… and 108 more outlier ranks" in text
+    assert "Outlier ranks (128)" in text and "5, 13, 21, 29, … (124 more)" in text
     assert {s["rank"] % 8 for s in report_1024["job"]["stragglers"]} == {5}
-    assert "on 1024 ranks, e.g. rank 0: ops that could not be costed" in text  # PD206's skip, folded
+    detailed = io.StringIO()
+    render_terminal(report_1024, Console(file=detailed, width=120, force_terminal=False), details=True)
+    assert "on 1024 ranks, e.g. rank 0: ops that could not be costed" in detailed.getvalue()  # PD206's skip, folded
     per_rank = io.StringIO()
     render_terminal(report_1024, Console(file=per_rank, width=120), per_rank=True)
     assert per_rank.getvalue().count("Where a step's time goes") == 1024

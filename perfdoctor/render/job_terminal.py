@@ -17,7 +17,7 @@ from rich.text import Text
 from perfdoctor.checks.common import rank_list_text
 from perfdoctor.render.view import CAT_LABELS, IDLE_LABELS, ms
 
-MAX_OUTLIERS = 20  # outlier ranks listed; the rest are counted
+MAX_OUTLIERS = 8  # rows of outlier ranks (ranks with the same reasons share one); the rest are counted
 _NUM = re.compile(r"\d+(\.\d+)?")
 
 
@@ -131,13 +131,19 @@ def _outliers(job: dict[str, Any], console: Console) -> None:
     table = Table(title=f"Outlier ranks ({len(why)})", title_justify="left")
     table.add_column("rank", justify="right")
     table.add_column("why")
-    # numeric rank order (the JSON keys are strings: "1005" would sort before "101")
+    # numeric rank order (the JSON keys are strings: "1005" would sort before "101"); ranks with the same reasons
+    # share a row (a 1,024-rank job's 128 copies of one straggler are one row, not 128)
     ordered = sorted(why.items(), key=lambda kv: int(kv[0]) if kv[0].lstrip("-").isdigit() else 0)
-    for r, reasons in ordered[:MAX_OUTLIERS]:
-        table.add_row(r, "; ".join(reasons))
+    groups: dict[str, list[str]] = {}
+    for r, reasons in ordered:
+        groups.setdefault("; ".join(reasons), []).append(r)
+    rows = list(groups.items())
+    for text, ranks in rows[:MAX_OUTLIERS]:
+        table.add_row(_ids([int(r) for r in ranks if r.lstrip("-").isdigit()], 4) if len(ranks) > 1 else ranks[0], text)
     console.print(table)
-    if len(why) > MAX_OUTLIERS:
-        console.print(f"… and {len(why) - MAX_OUTLIERS} more outlier ranks (the JSON/HTML report lists them)")
+    if len(rows) > MAX_OUTLIERS:
+        more = sum(len(r) for _, r in rows[MAX_OUTLIERS:])
+        console.print(f"… and {more} more outlier ranks (the JSON/HTML report lists them)")
 
 
 def grouped_warnings(warnings: list[str], paths: list[str]) -> list[str]:

@@ -251,3 +251,20 @@ def colour(key: str) -> str | None:
         return Category(key).colour
     except ValueError:
         return None
+
+
+# an idle cause -> the rules whose findings explain it, the first that fired names it beside the breakdown's row
+# (the breakdown's largest idle row is the first thing a reader asks about)
+EXPLAINED_BY: dict[str, tuple[str, ...]] = {
+    IdleCause.DATALOADER.value: ("PD101",),
+    IdleCause.SYNCHRONIZATION.value: ("PD401", "PD501", "PD102"),
+    IdleCause.HOST_LAUNCH_BOUND.value: ("PD103", "PD205", "PD501"),
+    IdleCause.PYTHON.value: ("PD106", "PD105"),
+}
+
+
+def explaining_code(cause: str, codes: list[str]) -> str | None:
+    """The first of the rules explaining idle ``cause`` (:data:`EXPLAINED_BY`) among the report's finding
+    ``codes`` (in report order), or None."""
+    wanted = EXPLAINED_BY.get(cause, ())
+    return next((c for c in codes if c in wanted), None)

@@ -85,6 +85,7 @@ def check(ctx: RankContext) -> Outcome:
             "warmup_ms": mean_us / 1000,
             "warmup_pct": metrics["warmup_pct"],
             "n_cold_dropped": len(steps.cold_dropped),
+            "all_analysed_steps_cold": bool(all_cold),
         },
         steps=[c[0] for c in steps.cold_dropped] or ctx.step_numbers,
     )

@@ -3,7 +3,8 @@
 Rules, first that applies:
 
 0. A GPU trace without its device activity (it names GPUs, holds no kernel): no verdict, and why.
-1. A cold-start finding (PD902) whose evidence says the analysed steps are warm-up: "cold start: ...".
+1. A cold-start finding (PD902) whose evidence says every analysed step is warm-up (``all_analysed_steps_cold``):
+   "cold start: ...".
 2. The top-ranked finding with a saving of at least :data:`MIN_SHARE_PCT` % of the step: its kind (one phrase per
    rule in :data:`PHRASES`) and what its share is: for a replayed saving, the fix it was replayed with
    (:data:`REPLAYED_FIXES`), e.g. "input-bound: replaying the step with batches prefetched by DataLoader workers
@@ -106,7 +107,7 @@ def _verdict(ranks: Sequence[RankSection], findings: list[FindingSection], slowe
             "no verdict: the trace names GPUs but holds no GPU activity (lost or not recorded, see the "
             "warnings); only host ops were analysed"
         )
-    cold = next((f for f in findings if f.code == "PD902" and "warm-up, not the training loop" in f.message), None)
+    cold = next((f for f in findings if f.code == "PD902" and f.evidence.get("all_analysed_steps_cold") is True), None)
     if cold is not None:
         return (
             "cold start: the analysed steps are first-call work (compilation, algorithm search, lazy init), "

@@ -263,6 +263,7 @@ def render_html(report: Report | Mapping[str, Any], generated_at: str | None = N
         "generated_at": generated_at,
         "facts": view.summary_facts(rep),
         "findings": view.findings(rep),
+        "codes": view.finding_codes(rep),
         "skipped": view.skipped(rep),
         "findings_note": rep.findings_note if rep.findings_note is not UNSET else None,
         "denominator": view.denominator_text(rep),

@@ -100,17 +100,19 @@ def _findings(report: Report) -> list[str]:
     return out + [""]
 
 
-def _breakdown(rank: RankSection) -> list[str]:
+def _breakdown(rank: RankSection, codes: list[str]) -> list[str]:
     dev = rank.primary
     t = dev.totals
     out = [f"## Where the time goes — rank {esc(rank.rank)}, {esc(view.device_name(rank, dev.device))}", ""]
     rows = [
         [
-            ("_" + esc(r["label"]) + "_") if r["kind"] == "subtotal" else esc(r["label"]),
+            ("_" + esc(r["label"]) + "_")
+            if r["kind"] == "subtotal"
+            else esc(r["label"]) + (f" → **{r['finding']}**" if r["finding"] else ""),
             view.ms(r["per_step_us"]),
             view.pct(r["share"]),
         ]
-        for r in view.breakdown_rows(dev)
+        for r in view.breakdown_rows(dev, codes)
     ]
     rows.append(["**step (total)**", f"**{view.ms(t.dur_us / view.n_steps(dev))}**", "**100.0%**"])
     out += _table(["category", "per step", "share of step time"], rows, {1, 2})
@@ -177,7 +179,11 @@ def render_markdown(report: Report | Mapping[str, Any]) -> str:
     out += _findings(rep)
     main = view.summary_rank(rep)
     no_trace = rep.no_trace if rep.no_trace is not UNSET else ""
-    out += _breakdown(main) if main else ["## Where the time goes", "", esc(no_trace or "no trace"), ""]
+    out += (
+        _breakdown(main, view.finding_codes(rep))
+        if main
+        else ["## Where the time goes", "", esc(no_trace or "no trace"), ""]
+    )
     out += _memory(main) if main else []
     if len(rep.ranks) > 1:
         out += _ranks(rep)

@@ -23,9 +23,13 @@ def over_step(rank: RankSection) -> list[MemoryOverStep]:
     return [] if over is UNSET else list(over)
 
 
+MIN_SHOWN_BYTES = 1024**2  # a high-water mark under this (a few stray CPU allocations) is not worth a line
+
+
 def main_device(rank: RankSection) -> MemoryOverStep | None:
-    """The device the summary speaks of: the GPU with the highest high-water mark, else the CPU."""
-    devs = over_step(rank)
+    """The device the summary speaks of: the GPU with the highest high-water mark, else the CPU; None when no
+    device's high-water mark reaches :data:`MIN_SHOWN_BYTES` (an MI300X trace's 8 B on the CPU)."""
+    devs = [d for d in over_step(rank) if _peak(d).peak_allocated_bytes >= MIN_SHOWN_BYTES]
     gpus = [d for d in devs if d.device_type != "CPU"] or devs
     return max(gpus, key=lambda d: _peak(d).peak_allocated_bytes) if gpus else None
 

@@ -13,12 +13,13 @@ from rich.text import Text
 from perfdoctor.model import Report, as_report, to_builtins
 from perfdoctor.model.report import DeviceSection, RankSection
 from perfdoctor.render import memory_view
-from perfdoctor.render.view import device_name, ms, pct, step_range, step_time_text, summary_facts
-from perfdoctor.vocab import category_label, idle_label
+from perfdoctor.render.view import device_name, finding_codes, ms, pct, step_range, step_time_text, summary_facts
+from perfdoctor.vocab import category_label, explaining_code, idle_label
 
 
-def breakdown_table(rank: RankSection, dev: DeviceSection) -> Table:
-    """Mean time per step by category and idle cause, with shares of step time."""
+def breakdown_table(rank: RankSection, dev: DeviceSection, codes: list[str] | None = None) -> Table:
+    """Mean time per step by category and idle cause, with shares of step time; an idle cause that a finding among
+    ``codes`` explains names it (:func:`perfdoctor.vocab.explaining_code`)."""
     totals = dev.totals
     n = max(totals.n_steps, 1)
     step_total = totals.dur_us or 1.0
@@ -33,7 +34,8 @@ def breakdown_table(rank: RankSection, dev: DeviceSection) -> Table:
     for cause, us in totals.idle_causes_us.items():
         if us <= 0:
             continue
-        table.add_row(idle_label(cause), ms(us / n), pct(us / step_total))
+        code = explaining_code(cause, codes or [])
+        table.add_row(idle_label(cause) + (f" → {code}" if code else ""), ms(us / n), pct(us / step_total))
     table.add_row(Text("step (total)", style="bold"), ms(step_total / n), "100.0%")
     return table
 
@@ -116,7 +118,7 @@ def render_terminal(
         render_job({"job": to_builtins(rep.job)}, console)  # not the ranks: thousands of them, decoded
     for rank in [] if job_view else rep.ranks:
         dev = rank.primary
-        console.print(Group(_rank_header(rank, dev), breakdown_table(rank, dev)))
+        console.print(Group(_rank_header(rank, dev), breakdown_table(rank, dev, finding_codes(rep))))
         console.print()
         memory = memory_lines(rank)
         if memory:

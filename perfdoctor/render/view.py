@@ -16,7 +16,15 @@ from msgspec import UNSET
 from perfdoctor.findings import FINDINGS_NOTE
 from perfdoctor.model import Report, as_report
 from perfdoctor.model.report import DeviceSection, EventValue, EvidenceValue, FindingSection, RankSection, RunSection
-from perfdoctor.vocab import GPU_IDLE_CAUSES, GPU_PRIORITY, Category, IdleCause, category_label, idle_label
+from perfdoctor.vocab import (
+    GPU_IDLE_CAUSES,
+    GPU_PRIORITY,
+    Category,
+    IdleCause,
+    category_label,
+    explaining_code,
+    idle_label,
+)
 
 CAT_LABELS = {c.value: c.label for c in Category}
 IDLE_LABELS = {c.value: c.label for c in IdleCause}
@@ -187,10 +195,12 @@ def n_steps(dev: DeviceSection) -> int:
     return max(dev.totals.n_steps, 1)
 
 
-def breakdown_rows(dev: DeviceSection) -> list[dict[str, Any]]:
-    """Rows ``{key, label, per_step_us, total_us, share, kind}`` of the step-time table: categories (largest
-    first), the busy subtotal, idle causes (largest first), the idle subtotal. ``key`` is ``idle:<cause>`` for
-    idle causes; ``kind`` is "row" or "subtotal". Categories / causes with zero time are dropped."""
+def breakdown_rows(dev: DeviceSection, codes: list[str] | None = None) -> list[dict[str, Any]]:
+    """Rows ``{key, label, per_step_us, total_us, share, kind, finding}`` of the step-time table: categories
+    (largest first), the busy subtotal, idle causes (largest first), the idle subtotal. ``key`` is ``idle:<cause>``
+    for idle causes; ``kind`` is "row" or "subtotal"; ``finding`` the code of the report's finding (among
+    ``codes``, in report order) that explains an idle row (:func:`perfdoctor.vocab.explaining_code`), else None.
+    Categories / causes with zero time are dropped."""
     t = dev.totals
     n, dur = n_steps(dev), t.dur_us
 
@@ -202,6 +212,7 @@ def breakdown_rows(dev: DeviceSection) -> list[dict[str, Any]]:
             "per_step_us": us / n,
             "share": us / dur if dur else None,
             "kind": kind,
+            "finding": explaining_code(key[5:], codes or []) if key.startswith("idle:") else None,
         }
 
     cats = sorted(((us, c) for c, us in t.categories_us.items() if us > 0), key=lambda x: (-x[0], x[1]))
@@ -368,6 +379,12 @@ def denominator_text(report: Report | Mapping[str, Any]) -> str:
     if d is UNSET or d is None:
         return ""
     return f"Saving percentages are of {ms(d.value_us)} per step: {d.definition}."
+
+
+def finding_codes(report: Report | Mapping[str, Any]) -> list[str]:
+    """The report's finding codes in report order ([] without findings)."""
+    found = _report(report).findings
+    return [] if found is UNSET else [f.code for f in found]
 
 
 def findings(report: Report | Mapping[str, Any]) -> list[dict[str, Any]]:

@@ -17,6 +17,8 @@ The report's finding dict (read by every renderer; keep it stable)::
              or None for a job-level finding (one computed across ranks),
      "message": str (the rule's template filled from the evidence; on a multi-rank job prefixed
                 "rank R: " and followed by "(fires on ranks ... of N)"),
+     "headline": str (the rule's headline template filled from the same fields: one sentence, the claim with its key
+                 number, at most 120 characters; "rank R: " before it on a multi-rank job),
      "saving_us_per_step": float (µs, upper bound; 0.0 when not estimated; for a finding that fires on its saving
                            after the higher-ranked fixes only, that saving: perfdoctor.checks.after.stated_after),
      "saving_pct_of_step": float (saving ÷ the report's one denominator × 100: see
@@ -144,7 +146,8 @@ class Finding:
 
     ``ranks``: trace ranks the rule fired on; ``rank``: the trace rank the numbers
     come from (None for job-level findings); ``position``: 1..n in the ranking;
-    ``saving_pct``: the saving as % of the report's one denominator (set by the engine).
+    ``saving_pct``: the saving as % of the report's one denominator (set by the engine); ``headline``: the claim
+    with its key number in one sentence (the rule's ``headline`` template), ``message`` the full text.
     """
 
     code: str
@@ -166,6 +169,7 @@ class Finding:
     # the saving alone (µs) of a finding stated with its saving after the higher-ranked fixes
     # (:func:`perfdoctor.checks.after.stated_after`): it orders the finding among the others; None: ``saving_us``
     alone_us: float | None = None
+    headline: str = ""
 
     @property
     def saving_us(self) -> float:
@@ -190,6 +194,7 @@ class Finding:
             "position": self.position,
             "rank": self.rank,
             "message": self.message,
+            "headline": self.headline,
             "saving_us_per_step": round(self.saving_us, 3),
             "saving_pct_of_step": round(self.saving_pct, 3) if self.estimate else 0.0,
             "saving_method": self.estimate.method if self.estimate else "",

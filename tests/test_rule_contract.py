@@ -47,6 +47,10 @@ def _builtin_copy(tmp_path: Path) -> Path:
         (("min_saving_pct = 5.0", ""), "PD101 lacks threshold(s) min_saving_pct"),
         (("{recorded_ms:.1f}", "{dataloader_wait_msec:.1f}"), "uses {dataloader_wait_msec}, which its check"),
         (("{recorded_ms:.1f}", "{recorded_ms:.1f"), "is not a valid template"),
+        # the headline is held to the same fields as the message, and every built-in rule has one
+        (("stalls {stalled}", "stalls {stalld}"), "headline of PD101 uses {stalld}, which its check does not provide"),
+        (("stalls {stalled}", "stalls {}"), "headline of PD101 has a positional placeholder"),
+        (('\nheadline = "', '\n# headline = "'), "missing key(s) ['headline']"),
     ],
 )
 def test_a_builtin_toml_that_does_not_fit_its_check_fails_at_load(tmp_path, edit, error):
@@ -85,7 +89,7 @@ def test_user_override_with_a_bad_placeholder_stops_report_before_any_trace_is_r
     assert proc.stderr.splitlines() == [
         f"perfdoctor: error: {bad}: message of PD101 uses {{dataloader_wait_msec}}, which its check does not provide "
         "(fields: dataloader_host_us, dataloader_wait_pct, dataloader_wait_us, measured, recorded_ms, replayed_ms, "
-        "saving_ms, saving_pct)"
+        "saving_ms, saving_pct, stall_ms, stall_pct, stalled)"
     ]
 
 

@@ -374,6 +374,8 @@ class FindingSection(Section, kw_only=True):
     position: int | None
     rank: int | None
     message: str
+    # the claim with its key number, one sentence of at most 120 characters (the rule's headline template)
+    headline: str = ""
     saving_us_per_step: float
     saving_pct_of_step: float
     saving_method: str

@@ -46,8 +46,11 @@ PHRASES: dict[str, tuple[str, str]] = {
     "PD304": ("communication-bound", "the wait inside collectives for other ranks"),
     "PD305": ("communication-bound", "the host (gloo) collectives"),
     "PD401": ("synchronization-bound", "the host-device synchronization"),
-    "PD501": ("allocator-bound", "the idle around cudaMalloc/cudaFree"),
+    "PD501": ("allocator-bound", "the idle around {alloc_api}"),
 }
+# a phrase's {word} is the finding's evidence value of that name, the trace's own word (hipMalloc/hipFree on ROCm);
+# these stand in where the evidence has none (a report written before the evidence named it)
+EVIDENCE_WORDS = {"alloc_api": "cudaMalloc/cudaFree"}
 
 
 # code -> the fix its replayed saving was replayed with, as a phrase after "replaying the step with"; a finding
@@ -115,6 +118,7 @@ def _verdict(ranks: Sequence[RankSection], findings: list[FindingSection], slowe
     top = next((f for f in findings if f.position == 1), None)
     if top is not None and top.saving_pct_of_step >= MIN_SHARE_PCT:
         kind, what = PHRASES.get(top.code, (top.name, f"what {top.code} names"))
+        what = what.format_map({**EVIDENCE_WORDS, **{k: v for k, v in top.evidence.items() if isinstance(v, str)}})
         if top.replayed:  # the share is what the replayed fix removes, not an idle share: say so
             named = top.evidence.get("replayed_fix")
             fix = named if isinstance(named, str) else REPLAYED_FIXES.get(top.code, "its fix")

@@ -270,6 +270,12 @@ def fused_optimizer(rr: RankReplay, tables: TraceTables) -> WhatIf:
     )
 
 
+def graph_api(tables: TraceTables) -> str:
+    """ "HIP" on a ROCm trace (its runtime calls are hip*), else "CUDA": whose graphs capture the step
+    (``torch.cuda.graphs`` and ``torch.compile(mode="reduce-overhead")`` drive HIP graphs on ROCm)."""
+    return "HIP" if tables.names_matching(r"^hip").any() else "CUDA"
+
+
 def cuda_graphs(rr: RankReplay, tables: TraceTables) -> WhatIf:
     """Each step's host time between its first and last kernel launch collapses to one ``cudaGraphLaunch``
     (:data:`GRAPH_LAUNCH_US`), except DataLoader fetches and blocking calls, which a graph cannot capture.
@@ -293,10 +299,11 @@ def cuda_graphs(rr: RankReplay, tables: TraceTables) -> WhatIf:
     cut = iv.union(np.asarray(spans_s, dtype=np.float64), spans_e)
     keep = iv.union_of(_named(tables, DATALOADER, pid), iv.union(rr.graph.blk_ts_us, rr.graph.blk_end_us))
     cut = iv.subtract(cut, keep)
+    api = graph_api(tables)
     return WhatIf(
         "cuda-graphs",
         Scenario("cuda-graphs", host_cut={pid: cut} if cut[0].size else {}, peers_move=True),
-        f"the step's launches replayed as one CUDA graph ({GRAPH_LAUNCH_US:.0f} µs): the host time from its first "
+        f"the step's launches replayed as one {api} graph ({GRAPH_LAUNCH_US:.0f} µs): the host time from its first "
         "to its last launch goes, launch calls, op dispatch and the Python between them (a captured graph runs "
         "none of it); DataLoader and synchronizing calls stay",
         "CUDA Graphs; graph launch cost from luatil trace_05 (RTX 3060)",

@@ -17,6 +17,8 @@ The report's finding dict (read by every renderer; keep it stable)::
              or None for a job-level finding (one computed across ranks),
      "message": str (the rule's template filled from the evidence; on a multi-rank job prefixed
                 "rank R: " and followed by "(fires on ranks ... of N)"),
+     "headline": str (the rule's headline template filled from the same fields: one sentence, the claim with its key
+                 number, at most 120 characters; "rank R: " before it on a multi-rank job),
      "saving_us_per_step": float (µs, upper bound; 0.0 when not estimated; for a finding that fires on its saving
                            after the higher-ranked fixes only, that saving: perfdoctor.checks.after.stated_after),
      "saving_pct_of_step": float (saving ÷ the report's one denominator × 100: see
@@ -154,7 +156,8 @@ class Finding:
 
     ``ranks``: trace ranks the rule fired on; ``rank``: the trace rank the numbers
     come from (None for job-level findings); ``position``: 1..n in the ranking;
-    ``saving_pct``: the saving as % of the report's one denominator (set by the engine).
+    ``saving_pct``: the saving as % of the report's one denominator (set by the engine); ``headline``: the claim
+    with its key number in one sentence (the rule's ``headline`` template), ``message`` the full text.
     """
 
     code: str
@@ -179,6 +182,7 @@ class Finding:
     # why a finding with a replayed saving is not in the fix plan ("no further saving once PD101, PD103 are fixed",
     # "rank 0 does not set the job's step"); "" in the plan or without a replayed saving
     plan_note: str = ""
+    headline: str = ""
 
     @property
     def saving_us(self) -> float:
@@ -213,6 +217,7 @@ class Finding:
             "position": self.position,
             "rank": self.rank,
             "message": self.message,
+            "headline": self.headline,
             "saving_us_per_step": round(self.saving_us, 3),
             "saving_pct_of_step": round(self.saving_pct, 3) if self.estimate else 0.0,
             "saving_method": self.estimate.method if self.estimate else "",

@@ -45,3 +45,26 @@ def real_trace_names(pattern: str = "*.json*") -> list[str]:
 @pytest.fixture
 def shared() -> type[Path]:
     return shared_trace
+
+
+@pytest.fixture(scope="session")
+def corpus_report():
+    """``get(path)``: the rule engine's report dict of a real trace (a file, or a folder of a job's per-rank traces)
+    with every rule, computed once per test session and shared by the tests that walk the corpus (the golden of
+    every rule on every shared trace, the headlines); a trace refused in one line gives its PerfDoctorError instead.
+    """
+    from rules_helpers import run_rules
+
+    from perfdoctor.errors import PerfDoctorError
+
+    done: dict[Path, dict | PerfDoctorError] = {}
+
+    def get(path: Path) -> dict | PerfDoctorError:
+        if path not in done:
+            try:
+                done[path] = run_rules(sorted(path.glob("*.json*")) if path.is_dir() else [path], None).report
+            except PerfDoctorError as exc:
+                done[path] = exc
+        return done[path]
+
+    return get

@@ -68,7 +68,7 @@ def test_markdown_of_resnet_names_the_fix_and_the_breakdown(tmp_path):
     # previous batch (0.25 ns/B, 4.8 ms) with no device work to hide it); CUDA graphs' replayed saving ranks above it
     assert "**PD101** " in md and "saves about 56.76" in md  # a replayed point estimate, not a bound
     assert "| 1 | **PD101** |" in md and "| about 56.76 ms (32.0%) | 120.84 ms |" in md  # the plan's first row
-    assert "| idle: waiting for DataLoader | 59.26" in md and "| 33.4% |" in md
+    assert "| idle: waiting for DataLoader → **PD101** | 59.26" in md and "| 33.4% |" in md
     assert "| **step (total)** | **177.59 ms** | **100.0%** |" in md
     assert len(md) < 10_000  # fits a PR comment
 

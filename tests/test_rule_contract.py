@@ -47,6 +47,10 @@ def _builtin_copy(tmp_path: Path) -> Path:
         (("min_saving_pct = 5.0", ""), "PD101 lacks threshold(s) min_saving_pct"),
         (("{recorded_ms:.1f}", "{dataloader_wait_msec:.1f}"), "uses {dataloader_wait_msec}, which its check"),
         (("{recorded_ms:.1f}", "{recorded_ms:.1f"), "is not a valid template"),
+        # the headline is held to the same fields as the message, and every built-in rule has one
+        (("stalls {stalled}", "stalls {stalld}"), "headline of PD101 uses {stalld}, which its check does not provide"),
+        (("stalls {stalled}", "stalls {}"), "headline of PD101 has a positional placeholder"),
+        (('\nheadline = "', '\n# headline = "'), "missing key(s) ['headline']"),
     ],
 )
 def test_a_builtin_toml_that_does_not_fit_its_check_fails_at_load(tmp_path, edit, error):
@@ -85,7 +89,7 @@ def test_user_override_with_a_bad_placeholder_stops_report_before_any_trace_is_r
     assert proc.stderr.splitlines() == [
         f"perfdoctor: error: {bad}: message of PD101 uses {{dataloader_wait_msec}}, which its check does not provide "
         "(fields: dataloader_host_us, dataloader_wait_pct, dataloader_wait_us, measured, recorded_ms, replayed_ms, "
-        "saving_ms, saving_pct)"
+        "saving_ms, saving_pct, stall_ms, stall_pct, stalled)"
     ]
 
 
@@ -132,3 +136,31 @@ def test_run_order_is_declared_in_the_toml(tmp_path):
     (rules / "PD101.toml").write_text('code = "PD101"\nruns_after_others = "yes"\n')
     with pytest.raises(PerfDoctorError, match="runs_after_others must be true or false"):
         load_catalogue([str(rules)])
+
+
+def test_advice_variants_fit_the_situations_their_check_tells_apart(tmp_path):
+    # PD203 gives advice for three GPU situations; each needs its fix_<situation>, and a variant no situation
+    # names (a misspelt key) is refused rather than never shown
+    assert engine.check_modules()["PD203"].ADVICE == ("fp16", "bf16", "tf32")
+    spec = load_catalogue().rules["PD203"]
+    assert spec.advice("bf16")["fix"] == spec.variants["fix_bf16"] and "example_before" not in spec.advice("bf16")
+    d = _builtin_copy(tmp_path)
+    toml = d / "PD203.toml"
+    text = toml.read_text()
+    toml.write_text(text.replace("\nfix_bf16 = ", "\nfix_bf6 = ", 1))
+    with pytest.raises(PerfDoctorError, match=r"PD203.toml: PD203 lacks fix_bf16 \(its check gives advice for it\)"):
+        contract.validate(load_catalogue(builtin_dir=d), engine.check_modules())
+    toml.write_text(text.replace("\nfix_fp16 = ", '\nfix_amd = "x"\nfix_fp16 = ', 1))
+    with pytest.raises(PerfDoctorError, match=r"fix_amd of PD203 is for a situation its check does not tell apart"):
+        contract.validate(load_catalogue(builtin_dir=d), engine.check_modules())
+
+
+def test_a_user_override_of_an_advice_variant_replaces_that_text_only(tmp_path):
+    rules = tmp_path / "r"
+    rules.mkdir()
+    (rules / "PD501.toml").write_text('code = "PD501"\nfix_rocm = """\nOur ROCm cluster: see the wiki."""\n')
+    cat = load_catalogue([str(rules)])
+    contract.validate(cat, engine.check_modules())
+    base = load_catalogue().rules["PD501"]
+    assert cat.rules["PD501"].advice("rocm") == {**base.advice("rocm"), "fix": "Our ROCm cluster: see the wiki."}
+    assert cat.rules["PD501"].fix == base.fix

@@ -131,6 +131,7 @@ def test_user_metric_rule(tmp_path):
     r = run_tb(tb, tmp_path, ["X101"], rules_dirs=[rules])
     f = r.findings["X101"]
     assert f["message"] == "PD101.dataloader_wait_pct is 40" and f["saving_us_per_step"] == 400
+    assert f["headline"] == f["message"]  # a metric rule without a headline: its one-line message stands for it
     assert f["severity"] == "low" and "PD101" not in r.findings  # PD101 ran for its metric, not reported
 
 

@@ -24,13 +24,10 @@ INPUTS = (
 )
 
 
-def summarize(name: str) -> dict:
-    p = SHARED_TRACES / name
-    paths = sorted(p.glob("*.json*")) if p.is_dir() else [p]
-    try:
-        r = run_rules(paths, None)
-    except PerfDoctorError as exc:  # a bad input must fail with one clear line: the line is the golden answer
-        return {"error": str(exc).replace(str(SHARED_TRACES), "../shared/traces")}
+def summarize(report: dict | PerfDoctorError) -> dict:
+    """The golden's entry of one trace from its report (``conftest.corpus_report``)."""
+    if isinstance(report, PerfDoctorError):  # a bad input must fail with one clear line: the line is the answer
+        return {"error": str(report).replace(str(SHARED_TRACES), "../shared/traces")}
     return {
         "findings": [
             {
@@ -42,16 +39,16 @@ def summarize(name: str) -> dict:
                 "saving_pct": round(f["saving_pct_of_step"], 1),
                 "ranks": f["evidence"]["ranks"],
             }
-            for f in r.report["findings"]
+            for f in report["findings"]
         ],
-        "skipped": {c: reason for c, reason in sorted(r.skipped.items())},
-        "passed": sorted(r.passed),
+        "skipped": {s["code"]: s["reason"] for s in sorted(report["skipped_checks"], key=lambda s: s["code"])},
+        "passed": sorted(report["passed_checks"]),
     }
 
 
 @pytest.mark.skipif(not INPUTS, reason="the golden covers every trace in ../shared/traces, which is absent")
-def test_rules_on_shared_traces_match_golden():
-    got = {name: summarize(name) for name in INPUTS}
+def test_rules_on_shared_traces_match_golden(corpus_report):
+    got = {name: summarize(corpus_report(SHARED_TRACES / name)) for name in INPUTS}
     if os.environ.get("PERFDOCTOR_UPDATE_GOLDEN") == "1":
         GOLDEN.parent.mkdir(exist_ok=True)
         GOLDEN.write_text(json.dumps(got, indent=1, sort_keys=True) + "\n")

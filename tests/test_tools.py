@@ -47,6 +47,7 @@ def test_scaffold_writes_a_rule_that_loads_fits_its_contract_and_runs(tmp_path, 
     cat = load_catalogue(builtin_dir=root / "rules")
     spec = cat.rules["PD123"]
     assert (spec.name, spec.category, spec.requires) == ("some-name", "input-pipeline", ("steps",))
+    assert spec.headline == "TODO the claim: {example_ms:.1f} ms per step of TODO"  # checked against the fields
     mod = _import(module, monkeypatch)
     contract.validate_rule(spec, mod)
     compile(test.read_text(), str(test), "exec")

@@ -9,10 +9,14 @@ by the code)::
     severity = "high"                   # the most severe level it reports (low|medium|high);
                                         #   the saving share picks lower levels (engine.toml)
     message = "... {dataloader_idle_ms:.1f} ms ..."   # str.format over the evidence values
+    headline = "DataLoader stalls the GPU {dataloader_idle_ms:.1f} ms per step"   # the claim and its key number:
+                                        #   one sentence, at most 120 characters filled; the same fields as message
     summary = "what it detects"
     why = "why it costs time"
     saving = "how the saving is estimated"
     fix = "what to change"
+    fix_rocm = "what to change on ROCm"   # optional variants of fix / example_before / example_after, one per
+                                        #   situation a check tells apart (its ADVICE names them; it picks one)
     example_before = '''code'''
     example_after = '''code'''
     references = ["https://..."]
@@ -82,6 +86,7 @@ _TEXT_KEYS = (
     "category",
     "severity",
     "message",
+    "headline",
     "summary",
     "why",
     "saving",
@@ -91,6 +96,8 @@ _TEXT_KEYS = (
 )
 _BOOL_KEYS = ("runs_after_others", "whole_trace_note")
 _ALL_KEYS = set(_TEXT_KEYS) | set(_BOOL_KEYS) | {"code", "references", "requires", "scope", "thresholds", "when"}
+# a variant of an advice text, for one situation the check tells apart: fix_rocm, example_after_fsdp, ...
+VARIANT_RX = re.compile(r"^(fix|example_before|example_after)_([a-z0-9]+(?:_[a-z0-9]+)*)$")
 _CODE_RX = re.compile(r"^[A-Z]{1,4}\d{3}$")
 _NAME_RX = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
 _BUILTIN_FILE_RX = re.compile(r"^[A-Z]{1,4}\d{3}\.toml$")
@@ -105,6 +112,7 @@ class RuleSpec:
     category: str
     severity: str
     message: str
+    headline: str
     summary: str
     why: str
     saving: str
@@ -120,6 +128,22 @@ class RuleSpec:
     whole_trace_note: bool = True
     path: str = ""
     builtin: bool = True
+    # alternative advice texts by TOML key (``fix_rocm``, ``example_after_fsdp``, ...): see :meth:`advice`
+    variants: dict[str, str] = field(default_factory=dict)
+
+    def advice(self, variant: str) -> dict[str, str]:
+        """The rule's advice for one situation, as ``Hit.advice``: ``fix_<variant>`` as the fix, and
+        ``example_before_<variant>`` / ``example_after_<variant>`` where the TOML has them (else the rule's own
+        examples stay).
+
+        Raises:
+            KeyError: the TOML has no ``fix_<variant>`` (the contract check refuses such a catalogue at load).
+        """
+        out = {"fix": self.variants[f"fix_{variant}"]}
+        for key in ("example_before", "example_after"):
+            if f"{key}_{variant}" in self.variants:
+                out[key] = self.variants[f"{key}_{variant}"]
+        return out
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -128,6 +152,7 @@ class RuleSpec:
             "category": self.category,
             "severity": self.severity,
             "message": self.message,
+            "headline": self.headline,
             "summary": self.summary,
             "why": self.why,
             "saving": self.saving,
@@ -141,6 +166,7 @@ class RuleSpec:
             "when": self.when,
             "path": self.path,
             "builtin": self.builtin,
+            "variants": dict(self.variants),
         }
 
 
@@ -196,7 +222,7 @@ def _check_value(path: Path, key: str, value: Any) -> None:
     def bad(what: str) -> PerfDoctorError:
         return PerfDoctorError(f"{path}: {key} {what}")
 
-    if key in _TEXT_KEYS and not isinstance(value, str):
+    if (key in _TEXT_KEYS or VARIANT_RX.match(key)) and not isinstance(value, str):
         raise bad("must be a string")
     if key in _BOOL_KEYS and not isinstance(value, bool):
         raise bad("must be true or false")
@@ -244,14 +270,16 @@ def _check_when(path: Path, when: Any) -> None:
 
 
 def _validate(path: Path, data: dict[str, Any], full: bool) -> None:
-    unknown = set(data) - _ALL_KEYS
+    unknown = {k for k in data if k not in _ALL_KEYS and not VARIANT_RX.match(k)}
     if unknown:
         raise PerfDoctorError(f"{path}: unknown key(s) {sorted(unknown)}")
     if "code" not in data:
         raise PerfDoctorError(f"{path}: missing key 'code'")
     _check_value(path, "code", data["code"])
     if full:
-        missing = [k for k in (*_TEXT_KEYS, "references") if k not in data]
+        # a user's metric rule may leave out its headline: its message stands for it
+        needed = [k for k in (*_TEXT_KEYS, "references") if k != "headline" or "when" not in data]
+        missing = [k for k in needed if k not in data]
         if missing:
             raise PerfDoctorError(f"{path}: missing key(s) {missing}")
     for k, v in data.items():
@@ -267,14 +295,20 @@ def prose(text: str) -> str:
 _PROSE = ("summary", "why", "saving", "fix")
 
 
+def _is_prose(key: str) -> bool:
+    """Prose is re-flowed (:func:`prose`); a template or code example is kept as written."""
+    return key in _PROSE or key.startswith("fix_")
+
+
 def _spec(path: Path, data: dict[str, Any], builtin: bool) -> RuleSpec:
-    data = {k: (prose(v) if k in _PROSE else v) for k, v in data.items()}
+    data = {k: (prose(v) if _is_prose(k) else v) for k, v in data.items()}
     return RuleSpec(
         code=data["code"],
         name=data["name"],
         category=data["category"],
         severity=data["severity"],
         message=data["message"],
+        headline=data.get("headline", data["message"]),
         summary=data["summary"],
         why=data["why"],
         saving=data["saving"],
@@ -290,6 +324,7 @@ def _spec(path: Path, data: dict[str, Any], builtin: bool) -> RuleSpec:
         whole_trace_note=data.get("whole_trace_note", True),
         path=str(path),
         builtin=builtin,
+        variants={k: v for k, v in data.items() if VARIANT_RX.match(k)},
     )
 
 
@@ -302,7 +337,10 @@ def _override(base: RuleSpec, path: Path, data: dict[str, Any]) -> RuleSpec:
             f"{path}: {base.code} has no threshold(s) {sorted(unknown)}; "
             f"known: {', '.join(sorted(base.thresholds)) or 'none'}"
         )
-    changes: dict[str, Any] = {k: (prose(v) if k in _PROSE else v) for k, v in data.items() if k in _TEXT_KEYS}
+    changes: dict[str, Any] = {k: (prose(v) if _is_prose(k) else v) for k, v in data.items() if k in _TEXT_KEYS}
+    variants = {k: (prose(v) if _is_prose(k) else v) for k, v in data.items() if VARIANT_RX.match(k)}
+    if variants:
+        changes["variants"] = {**base.variants, **variants}
     changes.update({k: data[k] for k in _BOOL_KEYS if k in data})
     if "references" in data:
         changes["references"] = tuple(data["references"])

@@ -85,6 +85,11 @@ class RankContext:
         """The rule's thresholds (``[thresholds]`` of its TOML, user overrides applied)."""
         return self.spec.thresholds if self.spec else {}
 
+    def advice(self, situation: str) -> dict[str, str]:
+        """The rule's advice for ``situation`` as ``Hit.advice`` (its TOML's ``fix_<situation>`` and examples:
+        :meth:`perfdoctor.checks.catalogue.RuleSpec.advice`); {} without a rule (the rule's own text stays)."""
+        return self.spec.advice(situation) if self.spec is not None else {}
+
     # -- steps -------------------------------------------------------------------
     @property
     def tables(self) -> Any:

@@ -4,8 +4,10 @@ A check module declares what its TOML may say:
 
 - ``Thresholds``: a frozen dataclass whose fields are the ``[thresholds]`` keys with their types
   (``float`` takes an integer too; ``int`` takes integers only; booleans are never numbers).
-- ``METRICS`` and ``MESSAGE_FIELDS``: the names a hit provides, which the ``message`` template may use
-  (plus ``saving_ms`` and ``saving_pct``, which the engine adds from the estimate).
+- ``METRICS`` and ``MESSAGE_FIELDS``: the names a hit provides, which the ``message`` and ``headline`` templates
+  may use (plus ``saving_ms`` and ``saving_pct``, which the engine adds from the estimate).
+- ``ADVICE`` (optional): the situations the check tells apart for its advice (``"rocm"``, ``"fsdp"``...); the TOML
+  must hold a ``fix_<situation>`` for each (:meth:`perfdoctor.checks.catalogue.RuleSpec.advice`).
 
 :func:`validate` compares every rule of the catalogue (built-in files and user overrides alike) with its module,
 so a mistyped key, a wrong type or a misspelt ``{placeholder}`` stops ``perfdoctor`` at start with one line naming
@@ -20,7 +22,7 @@ import typing
 from types import ModuleType
 from typing import Any
 
-from perfdoctor.checks.catalogue import Catalogue, RuleSpec
+from perfdoctor.checks.catalogue import VARIANT_RX, Catalogue, RuleSpec
 from perfdoctor.errors import PerfDoctorError
 
 # filled in by the engine from the hit's estimate; ``replayed_ms`` = the hit's ``recorded_ms`` − ``saving_ms`` (the
@@ -60,16 +62,20 @@ def thresholds_of(spec: RuleSpec, cls: type) -> Any:
     return cls(**spec.thresholds)
 
 
-def placeholders(spec: RuleSpec) -> list[str]:
-    """The field names (before any ``.attr`` or ``[index]``) the message template uses, in order.
+TEMPLATES = ("message", "headline")  # the RuleSpec fields filled from a hit's fields
+
+
+def placeholders(spec: RuleSpec, template: str = "message") -> list[str]:
+    """The field names (before any ``.attr`` or ``[index]``) the ``template`` (one of :data:`TEMPLATES`) uses, in
+    order.
 
     Raises:
         PerfDoctorError: the template is not a valid ``str.format`` template.
     """
     try:
-        parsed = list(string.Formatter().parse(spec.message))
+        parsed = list(string.Formatter().parse(getattr(spec, template)))
     except ValueError as exc:
-        raise PerfDoctorError(f"{spec.path}: message of {spec.code} is not a valid template ({exc})") from None
+        raise PerfDoctorError(f"{spec.path}: {template} of {spec.code} is not a valid template ({exc})") from None
     out: list[str] = []
     for _, field_name, _, _ in parsed:
         if field_name is None:
@@ -77,7 +83,7 @@ def placeholders(spec: RuleSpec) -> list[str]:
         root = field_name.split(".")[0].split("[")[0]
         if not root or root.isdigit():
             raise PerfDoctorError(
-                f"{spec.path}: message of {spec.code} has a positional placeholder "
+                f"{spec.path}: {template} of {spec.code} has a positional placeholder "
                 f"{{{field_name}}}; name a field instead"
             )
         if root not in out:
@@ -86,7 +92,7 @@ def placeholders(spec: RuleSpec) -> list[str]:
 
 
 def message_fields(spec: RuleSpec, module: ModuleType | None) -> set[str]:
-    """The names ``spec``'s message may use: its module's ``METRICS`` and ``MESSAGE_FIELDS`` (built-in
+    """The names ``spec``'s message and headline may use: its module's ``METRICS`` and ``MESSAGE_FIELDS`` (built-in
     rules) or a metric rule's evidence, plus :data:`ENGINE_FIELDS`."""
     if spec.when is not None or module is None:
         return {*USER_RULE_FIELDS, *ENGINE_FIELDS}
@@ -97,23 +103,40 @@ def validate_rule(spec: RuleSpec, module: ModuleType | None) -> None:
     """Check one rule against its module (``None``: a user metric rule, or a rule without a check yet).
 
     Raises:
-        PerfDoctorError: see :func:`thresholds_of` and :func:`placeholders`; or a placeholder the check
-            never provides.
+        PerfDoctorError: see :func:`thresholds_of` and :func:`placeholders`; a placeholder the check
+            never provides; or a situation of the check's ``ADVICE`` without its ``fix_<situation>``.
     """
     cls = getattr(module, "Thresholds", None) if module is not None else None
     if cls is not None:
         thresholds_of(spec, cls)
+    _check_advice(spec, tuple(getattr(module, "ADVICE", ())))
     if spec.when is None and (module is None or not hasattr(module, "MESSAGE_FIELDS")):
         # not implemented yet (reported as skipped, its message never filled), or a module that has not declared
         # its fields: tests/test_rule_contract.py fails on that one rather than every run of perfdoctor
         return
     allowed = message_fields(spec, module)
-    unknown = [p for p in placeholders(spec) if p not in allowed]
-    if unknown:
-        raise PerfDoctorError(
-            f"{spec.path}: message of {spec.code} uses {{{unknown[0]}}}, which its check does not "
-            f"provide (fields: {', '.join(sorted(allowed))})"
-        )
+    for template in TEMPLATES:
+        unknown = [p for p in placeholders(spec, template) if p not in allowed]
+        if unknown:
+            raise PerfDoctorError(
+                f"{spec.path}: {template} of {spec.code} uses {{{unknown[0]}}}, which its check does not "
+                f"provide (fields: {', '.join(sorted(allowed))})"
+            )
+
+
+def _check_advice(spec: RuleSpec, situations: tuple[str, ...]) -> None:
+    """Each situation the check gives advice for has its ``fix_<situation>``; each variant text is for one of them
+    (a variant no check picks is a misspelt key, never shown)."""
+    lacking = [v for v in situations if f"fix_{v}" not in spec.variants]
+    if lacking:
+        raise PerfDoctorError(f"{spec.path}: {spec.code} lacks fix_{lacking[0]} (its check gives advice for it)")
+    for key in sorted(spec.variants):
+        m = VARIANT_RX.match(key)
+        if m is not None and m.group(2) not in situations:
+            raise PerfDoctorError(
+                f"{spec.path}: {key} of {spec.code} is for a situation its check does not tell apart "
+                f"(it gives advice for: {', '.join(situations) or 'none'})"
+            )
 
 
 def validate(cat: Catalogue, modules: dict[str, ModuleType]) -> None:

@@ -196,10 +196,10 @@ def _finding(
             alone_us, pct = est.saving_us, pct_after
             est = replace(est, saving_us=est.after_us, from_us=est.after_from_us)
     try:
-        message = spec.message.format_map(fields)
+        message, headline = spec.message.format_map(fields), spec.headline.format_map(fields)
     except (KeyError, ValueError, IndexError, AttributeError, TypeError) as exc:
         raise PerfDoctorError(
-            f"{spec.path}: message template of {spec.code} cannot be filled "
+            f"{spec.path}: message or headline template of {spec.code} cannot be filled "
             f"({type(exc).__name__}: {exc}); fields available: {', '.join(sorted(fields))}"
         ) from None
     prefix, suffix = _where(rank, ranks, n_ranks)
@@ -210,6 +210,7 @@ def _finding(
         category=spec.category,
         severity=severity_for(pct, spec.severity, cat.severity_high_pct, cat.severity_medium_pct),
         message=prefix + message + tail + suffix,
+        headline=prefix + headline,
         estimate=est,
         evidence=hit.evidence,
         fix=advice.get("fix", spec.fix),

@@ -26,7 +26,9 @@ METRICS = {
 }
 
 # what a hit's evidence/fields add to METRICS for the TOML message (its placeholders are checked at load)
-MESSAGE_FIELDS = ("measured", "recorded_ms")
+MESSAGE_FIELDS = ("measured", "recorded_ms", "stalled", "stall_ms", "stall_pct")
+# the advice for a CPU-only run (fix_cpu of its TOML: no pinned memory, no copy to the device, cores for workers)
+ADVICE = ("cpu",)
 
 
 @dataclass(frozen=True)
@@ -72,13 +74,22 @@ def check(ctx: RankContext) -> Outcome:
         )
     else:
         measured = f"The training loop spends {host_ms:.1f} ms per step inside DataLoader __next__ (measured)"
-    fields = {"measured": measured, **replay_fields(ctx)}
+    # the headline's claim, measured: the device's idle on the DataLoader (GPU), the loop's time in it (CPU-only)
+    stall_ms = ev.values["dataloader_idle_ms"] if ctx.is_gpu else host_ms
+    fields = {
+        "measured": measured,
+        "stalled": "the GPU" if ctx.is_gpu else "the training loop",
+        "stall_ms": stall_ms,
+        "stall_pct": pct(stall_ms * 1000, ctx.step_us),
+        **replay_fields(ctx),
+    }
     return Outcome(
         metrics=metrics,
         hit=Hit(
             evidence=ev,
             estimate=replayed_estimate(saving, method, fields),
             fields=fields,
+            advice={} if ctx.is_gpu else ctx.advice("cpu"),
             min_saving_pct=ctx.th["min_saving_pct"],
         ),
     )

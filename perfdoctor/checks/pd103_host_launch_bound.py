@@ -26,7 +26,7 @@ from perfdoctor.checks.common import cold_reason, pct, replay_fields, replayed_e
 from perfdoctor.checks.context import Outcome, RankContext, passed, skipped
 from perfdoctor.findings import Evidence, Hit
 from perfdoctor.replay.transforms import WhatIf, combine
-from perfdoctor.replay.transforms.host import cuda_graphs, prefetch_dataloader
+from perfdoctor.replay.transforms.host import cuda_graphs, graph_api, prefetch_dataloader
 from perfdoctor.vocab import IdleCause, idle_label
 
 CODE = "PD103"
@@ -42,8 +42,12 @@ METRICS = {
     "launch and its last kernel's end",
 }
 
+# the words of a ROCm trace (HIP graphs) in its fix: fix_rocm of the TOML
+ADVICE = ("rocm",)
+
 # what a hit's evidence/fields add to METRICS for the TOML message (its placeholders are checked at load)
 MESSAGE_FIELDS = (
+    "graph_api",
     "launch_idle_ms",
     "launch_idle_source",
     "median_kernel_us",
@@ -112,6 +116,7 @@ def check(ctx: RankContext) -> Outcome:
             "median_launch_us": float(np.median(k.launch_dur_us[known])),
             "breakdown_launch_idle_ms": float(launch_idle.mean()) / 1000,
             "launch_idle_source": _source_text(float(launch_idle.mean()), launch_idle_us),
+            "graph_api": graph_api(ctx.tables),
         },
         steps=steps_over(idle, ctx.per_step(lambda s: s.dur_us), ctx.th["min_saving_pct"], ctx.step_numbers),
     )
@@ -127,10 +132,12 @@ def check(ctx: RankContext) -> Outcome:
             f"ms; graphs alone would save {base[1] / 1000:.1f} ms, most of it by hiding the DataLoader fetch "
             "behind device work)"
         )
+    advice = ctx.advice("rocm") if ev.values["graph_api"] == "HIP" else {}
     hit = Hit(
         evidence=ev,
         estimate=replayed_estimate(saving, method, fields),
         fields=fields,
+        advice=advice,
         builds_on=("PD101",) if base is not None else (),
     )
     return Outcome(metrics=metrics, hit=hit)

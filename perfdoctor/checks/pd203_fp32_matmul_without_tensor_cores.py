@@ -29,6 +29,9 @@ METRICS = {
 
 # what a hit's evidence/fields add to METRICS for the TOML message (its placeholders are checked at load)
 MESSAGE_FIELDS = ("advice", "fp32_gemm_ms", "fp32_gemm_pct_of_step", "gpu")
+# the GPU's situations, each with its fix_<situation> in the TOML: fp16 only (compute capability 7.x), bf16 only
+# (TF32 no faster than FP32: GeForce Ampere/Ada), bf16 or TF32 (datacenter Ampere and later)
+ADVICE = ("fp16", "bf16", "tf32")
 
 
 @dataclass(frozen=True)
@@ -59,23 +62,30 @@ def _device(ctx: RankContext) -> tuple[dict[str, Any] | None, tuple[int, int] | 
     return None, None
 
 
-def _advice(cc: tuple[int, int], props: dict[str, Any] | None, name: str) -> str:
-    """The fix for this GPU. TF32 is offered only where its tensor rate beats the FP32 CUDA-core rate: on GeForce
-    Ampere/Ada cards the TF32 tensor peak equals the FP32 peak (GA102 whitepaper v2.0 and Ada whitepaper v1.1,
-    Appendix A: RTX 3090 35.6 vs 35.6, RTX 4090 82.6 vs 82.6 TFLOP/s), so only bf16/fp16 gain there."""
-    if cc >= (8, 0):
-        from perfdoctor.analysis.hardware import match_device
+def _situation(cc: tuple[int, int], props: dict[str, Any] | None, name: str) -> str:
+    """Which of :data:`ADVICE` fits this GPU. TF32 is offered only where its tensor rate beats the FP32 CUDA-core
+    rate: on GeForce Ampere/Ada cards the TF32 tensor peak equals the FP32 peak (GA102 whitepaper v2.0 and Ada
+    whitepaper v1.1, Appendix A: RTX 3090 35.6 vs 35.6, RTX 4090 82.6 vs 82.6 TFLOP/s), so only bf16/fp16 gain
+    there. Below compute capability 8.0 there is neither bf16 nor TF32: fp16 with a loss scaler."""
+    if cc < (8, 0):
+        return "fp16"
+    from perfdoctor.analysis.hardware import match_device
 
-        spec = (props["guess"].spec if "guess" in props else match_device(props)) if props else None
-        tf32, fp32 = (spec.peak("tf32"), spec.peak("fp32")) if spec is not None else (None, None)
-        bf16 = 'bf16 autocast (torch.autocast("cuda", dtype=torch.bfloat16))'
-        if (tf32 and fp32 and tf32 <= fp32) or (spec is None and "geforce" in name.lower()):
-            return f"{bf16}; TF32 gives nothing on this GPU (its TF32 tensor rate equals its FP32 rate)"
-        return f'{bf16}, or TF32 for the FP32 matmuls (torch.set_float32_matmul_precision("high"))'
-    return (
-        'fp16 mixed precision (torch.autocast("cuda", dtype=torch.float16) with torch.amp.GradScaler); '
-        "this GPU has no bf16 or TF32 tensor cores"
-    )
+    spec = (props["guess"].spec if "guess" in props else match_device(props)) if props else None
+    tf32, fp32 = (spec.peak("tf32"), spec.peak("fp32")) if spec is not None else (None, None)
+    if (tf32 and fp32 and tf32 <= fp32) or (spec is None and "geforce" in name.lower()):
+        return "bf16"
+    return "tf32"
+
+
+# the message's one-line advice for each situation (the finding's fix is the TOML's fix_<situation>)
+_BF16 = 'bf16 autocast (torch.autocast("cuda", dtype=torch.bfloat16))'
+_SHORT = {
+    "fp16": 'fp16 mixed precision (torch.autocast("cuda", dtype=torch.float16) with torch.amp.GradScaler); '
+    "this GPU has no bf16 or TF32 tensor cores",
+    "bf16": f"{_BF16}; TF32 gives nothing on this GPU (its TF32 tensor rate equals its FP32 rate)",
+    "tf32": f'{_BF16}, or TF32 for the FP32 matmuls (torch.set_float32_matmul_precision("high"))',
+}
 
 
 def _peak_ratio(props: dict[str, Any] | None, cc: tuple[int, int]) -> float | None:
@@ -138,6 +148,7 @@ def check(ctx: RankContext) -> Outcome:
         saving, method = replayed
     if share < ctx.th["min_fp32_share_pct"] or saving <= 0:
         return passed(**metrics)  # min_saving_pct is the engine's: alone or after the higher-ranked fixes
+    situation = _situation(cc, props, name)
     ev = Evidence(
         values={
             "gpu": name or "this GPU",
@@ -146,7 +157,7 @@ def check(ctx: RankContext) -> Outcome:
             "fp32_gemm_pct_of_step": pct(fp32_us, ctx.step_us),
             "fp32_share_of_gemm_pct": share,
             "assumed_speedup": speedup,
-            "advice": _advice(cc, props, name),
+            "advice": _SHORT[situation],
         },
         steps=ctx.step_numbers,
         events=top_names(names[k.name_id[is32]], k.dur_us[is32]),
@@ -161,5 +172,10 @@ def check(ctx: RankContext) -> Outcome:
             f"FP32 GEMM/conv kernel time per step × (1 − 1/{speedup:.1f}), {src}, capped at max_speedup "
             "(an upper bound: no op shapes or no device in the hardware table to replay the fix with)"
         )
-    hit = Hit(evidence=ev, estimate=Estimate(saving, method), min_saving_pct=ctx.th["min_saving_pct"])
+    hit = Hit(
+        evidence=ev,
+        estimate=Estimate(saving, method),
+        advice=ctx.advice(situation),
+        min_saving_pct=ctx.th["min_saving_pct"],
+    )
     return Outcome(metrics=metrics, hit=hit)

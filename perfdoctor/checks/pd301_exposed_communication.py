@@ -17,6 +17,7 @@ its input is ready", replayed alone (an alternative to overlapping: the findings
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -42,6 +43,8 @@ METRICS = {
 
 # what a hit's evidence/fields add to METRICS for the TOML message (its placeholders are checked at load)
 MESSAGE_FIELDS = ("comm_ms", "exposed_ms", "messages_note", "wait_note", "reorder_note")
+# the parallelism the collectives show, each with its fix_<situation> in the TOML (:func:`_situation`)
+ADVICE = ("ddp", "fsdp", "alltoall", "pipeline")
 
 
 @dataclass(frozen=True)
@@ -101,8 +104,11 @@ def check(ctx: RankContext) -> Outcome:
         if wait.any()
         else ""
     )
+    msgs, recorded = _messages(ctx)
+    situation = _situation(ctx, by_coll, recorded)
     ev = Evidence(
         values={
+            "parallelism": _PARALLELISM.get(situation or "", "not told apart"),
             "comm_ms": metrics["comm_us"] / 1000,
             "exposed_ms": metrics["exposed_us"] / 1000,
             "exposed_pct": metrics["exposed_pct"],
@@ -110,7 +116,7 @@ def check(ctx: RankContext) -> Outcome:
             "wait_note": wait_note,
             "wait_ms": wait_us / 1000,
             "by_collective_ms": {c: v / 1000 for c, v in sorted(by_coll.items())},
-            "messages": (msgs := _messages(ctx)),
+            "messages": msgs,
             "messages_note": f"; messages (record_param_comms): {msgs}" if msgs else "",
             "reorder_saving_ms": reorder[0] / 1000,
             "reorder_note": reorder[1],
@@ -124,8 +130,48 @@ def check(ctx: RankContext) -> Outcome:
     )
     return Outcome(
         metrics=metrics,
-        hit=Hit(evidence=ev, estimate=Estimate(saving, method), min_saving_pct=ctx.th["min_saving_pct"]),
+        hit=Hit(
+            evidence=ev,
+            estimate=Estimate(saving, method),
+            advice=ctx.advice(situation) if situation else {},
+            min_saving_pct=ctx.th["min_saving_pct"],
+        ),
     )
+
+
+# the evidence's words for each situation of ADVICE
+_PARALLELISM = {
+    "ddp": "data parallel (all-reduce)",
+    "fsdp": "sharded data parallel (all-gather / reduce-scatter)",
+    "alltoall": "all-to-all (expert or embedding parallel)",
+    "pipeline": "pipeline (send/recv between stages)",
+}
+
+
+def _situation(ctx: RankContext, by_coll: dict[str, float], recorded: set[str]) -> str | None:
+    """Which fix of :data:`ADVICE` the collectives call for, from the one with the most time per step (the kernels'
+    names) and what record_param_comms says the collectives were (``recorded``, as :func:`_kind_text` writes them:
+    an all_to_allv runs as NCCL send/recv kernels);
+    FSDP's own annotations decide for it. None when nothing tells (the rule's generic fix). Re-run from a rank
+    summary (no tables), the situation found where the rank was analysed."""
+    if not hasattr(ctx.rank, "tables"):
+        said = ctx.cache.get("previous_evidence", {}).get("parallelism")
+        return next((k for k, v in _PARALLELISM.items() if v == said), None)
+    if ctx.tables.names_matching(r"FullyShardedDataParallel|^FSDP::").any():
+        return "fsdp"
+    if not by_coll:
+        return None
+    kern = ctx.tables.kernels
+    if "collective" in kern:  # Kineto's "Collective name" of a collective kernel: what was called, as recorded
+        recorded = recorded | {_kind_text(str(c)) for c in set(kern["collective"].tolist()) if c}
+    top = _kind_text(max(by_coll, key=lambda c: by_coll[c]))
+    if recorded and top not in recorded:  # the kernel runs what was called (send/recv kernels for an all_to_allv)
+        top = "all-to-all" if "all-to-all" in recorded else min(recorded) if len(recorded) == 1 else top
+    if top == "all-to-all":
+        return "alltoall"
+    if re.search(r"send|recv", top):
+        return "pipeline"
+    return {"all-reduce": "ddp", "all-gather": "fsdp", "reduce-scatter": "fsdp"}.get(top)
 
 
 _KINDS = (
@@ -210,13 +256,13 @@ def _no_comm_reason(ctx: RankContext) -> str:
     )
 
 
-def _messages(ctx: RankContext) -> str:
+def _messages(ctx: RankContext) -> tuple[str, set[str]]:
     """The collectives' messages as record_param_comms records them over the analysed steps ("" if none, or when
-    re-run from a rank summary, which keeps no tables)."""
+    re-run from a rank summary, which keeps no tables), and the collectives named there (:func:`_kind_text`)."""
     from perfdoctor.analysis.kernel_ops import collective_messages
 
     if not hasattr(ctx.rank, "tables"):
-        return ""
+        return "", set()
     ws, we = ctx.windows()
     rows = collective_messages(ctx.tables, float(ws[0]), float(we[-1]))
     parts = []
@@ -224,4 +270,4 @@ def _messages(ctx: RankContext) -> str:
         size = f"{int(str(r['bytes_per_call'])) / 1e6:,.3f} MB" if r["bytes_per_call"] is not None else "size unknown"
         per_step = int(str(r["calls"])) / max(ctx.n_steps, 1)
         parts.append(f"{r['collective']} {per_step:g}×/step of {size} in a group of {r['group_size']}")
-    return "; ".join(parts)
+    return "; ".join(parts), {_kind_text(str(r["collective"])) for r in rows}

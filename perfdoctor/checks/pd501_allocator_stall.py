@@ -34,19 +34,9 @@ METRICS = {
 
 # what a hit's evidence/fields add to METRICS for the TOML message (its placeholders are checked at load)
 MESSAGE_FIELDS = ("allocator_host_ms", "idle_ms", "steady_steps", "n_steps", "alloc_api")
-
-
-def _rocm_words(text: str) -> str:
-    """``text`` (the rule's fix or example) as it reads on ROCm, whose trace holds hipMalloc/hipFree and whose
-    allocator reads ``PYTORCH_HIP_ALLOC_CONF`` (PyTorch's HIP caching allocator; the CUDA name is the
-    fallback, new-user review: PD501 told an MI300X run to set the CUDA variable)."""
-    for cuda, hip in (
-        ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_HIP_ALLOC_CONF"),
-        ("cudaMalloc", "hipMalloc"),
-        ("cudaFree", "hipFree"),
-    ):
-        text = text.replace(cuda, hip)
-    return text
+# a ROCm trace (hipMalloc/hipFree) gets fix_rocm: PyTorch's HIP caching allocator reads PYTORCH_HIP_ALLOC_CONF (the
+# CUDA name is its fallback; an MI300X run was told to set the CUDA variable)
+ADVICE = ("rocm",)
 
 
 @dataclass(frozen=True)
@@ -102,6 +92,7 @@ def check(ctx: RankContext) -> Outcome:
             "allocator_host_ms": host_us / 1000,
             "idle_ms": saving / 1000,
             "idle_pct": metrics["idle_pct"],
+            "alloc_api": api,
             "peak_reserved_pct": peak if peak is not None else "unknown (profile_memory=False)",
         },
         steps=sorted({int(ctx.step_numbers[i]) for i in step[steady].tolist()}),
@@ -112,13 +103,8 @@ def check(ctx: RankContext) -> Outcome:
         f"device idle while the step's critical path is on the host inside {api} in the steady-state steps "
         f"({steady_text}), summed and divided by the {ctx.n_steps} analysed steps"
     )
-    fields = {"steady_steps": steady_text, "n_steps": str(ctx.n_steps), "alloc_api": api}
-    spec = ctx.spec
-    advice = (
-        {k: _rocm_words(getattr(spec, k)) for k in ("fix", "example_before", "example_after")}
-        if hip and spec is not None
-        else {}
-    )
+    fields = {"steady_steps": steady_text, "n_steps": str(ctx.n_steps)}
+    advice = ctx.advice("rocm") if hip else {}
     return Outcome(
         metrics=metrics,
         hit=Hit(

@@ -32,7 +32,7 @@ METRICS = {
 }
 
 # what a hit's evidence/fields add to METRICS for the TOML message (its placeholders are checked at load)
-MESSAGE_FIELDS = ("change_pct", "what", "cost")
+MESSAGE_FIELDS = ("change_pct", "change_step", "cost", "first_ms", "last_ms", "what")
 STEP_WORDS = "the run's median unprofiled steady step"
 
 

@@ -24,7 +24,7 @@ METRICS = {
 }
 
 # what a hit's evidence/fields add to METRICS for the TOML message (its placeholders are checked at load)
-MESSAGE_FIELDS = ("first_call_ops", "kinds", "where")
+MESSAGE_FIELDS = ("cold_claim", "first_call_ops", "kinds", "where")
 
 
 @dataclass(frozen=True)
@@ -66,6 +66,10 @@ def check(ctx: RankContext) -> Outcome:
         # 440.6 + 143.7 + 34.1 ms read as exceeding the 496.7 ms held)
         kinds[-1] += f"; these overlap (one first call can also initialise), their union is {union_us / 1000:,.1f} ms"
     if all_cold:
+        claim = (
+            f"The analysed steps are warm-up: first-call work holds {mean_us / 1000:,.1f} ms per step "
+            f"({metrics['warmup_pct']:.0f}%)"
+        )
         where = (
             f"the analysed step(s) hold {mean_us / 1000:,.1f} ms of it per step ({metrics['warmup_pct']:.0f}%): "
             "this trace shows the warm-up, not the training loop, and no launch-bound, synchronization, "
@@ -73,6 +77,10 @@ def check(ctx: RankContext) -> Outcome:
         )
     else:
         dropped_ms = sum(c[2] for c in steps.cold_dropped) / 1000
+        n = len(steps.cold_dropped)
+        claim = (
+            f"First-call work filled {n} step{'s' if n > 1 else ''} ({dropped_ms:,.1f} ms), left out of the analysis"
+        )
         where = (
             f"step(s) {', '.join(str(c[0]) for c in steps.cold_dropped)} held {dropped_ms:,.1f} ms of it and "
             "were left out; the other steps are analysed"
@@ -89,4 +97,4 @@ def check(ctx: RankContext) -> Outcome:
         },
         steps=[c[0] for c in steps.cold_dropped] or ctx.step_numbers,
     )
-    return Outcome(metrics=metrics, hit=Hit(evidence=ev, estimate=None))
+    return Outcome(metrics=metrics, hit=Hit(evidence=ev, estimate=None, fields={"cold_claim": claim}))

@@ -460,8 +460,9 @@ class FindingSection(Section, kw_only=True):
     step_after_us: float | None = None
     # why a finding with a replayed saving is off the plan ("no further saving once PD101, PD103 are fixed")
     plan_note: str = ""
-    # the finding's three layers: headline (one sentence, ≤ 120 characters: the claim with its key number),
-    # evidence (below: measured values), method (how the saving was computed, its assumptions and sources)
+    # the finding's three layers: headline (one sentence, ≤ 120 characters: the claim with its key number, the
+    # rule's headline template), evidence (below: measured values), method (how the saving was computed, its
+    # assumptions and sources)
     headline: str = ""
     method: str = ""
     evidence: dict[str, EvidenceValue]

@@ -47,8 +47,12 @@ PHRASES: dict[str, tuple[str, str]] = {
     "PD304": ("communication-bound", "the wait inside collectives for other ranks"),
     "PD305": ("communication-bound", "the host (gloo) collectives"),
     "PD401": ("synchronization-bound", "the host-device synchronization"),
-    "PD501": ("allocator-bound", "the idle around cudaMalloc/cudaFree"),
+    "PD501": ("allocator-bound", "the idle around {alloc_api}"),
 }
+# a phrase's {word} (here and in REPLAYED_FIXES) is the finding's evidence value of that name, the trace's own word
+# (hipMalloc/hipFree, HIP graphs on ROCm);
+# these stand in where the evidence has none (a report written before the evidence named it)
+EVIDENCE_WORDS = {"alloc_api": "cudaMalloc/cudaFree", "graph_api": "CUDA"}
 
 
 # code -> the fix its replayed saving was replayed with, as a phrase after "replaying the step with"; a finding
@@ -56,7 +60,7 @@ PHRASES: dict[str, tuple[str, str]] = {
 REPLAYED_FIXES: dict[str, str] = {
     "PD101": "batches prefetched by DataLoader workers",
     "PD102": "pinned-memory, non_blocking copies",
-    "PD103": "its launches in CUDA graphs",
+    "PD103": "its launches in {graph_api} graphs",
     "PD201": "a larger batch",
     "PD202": "fused elementwise ops",
     "PD203": "TF32/bf16 tensor-core GEMMs",
@@ -116,9 +120,11 @@ def _verdict(ranks: Sequence[RankSection], findings: list[FindingSection], slowe
     top = next((f for f in findings if f.position == 1), None)
     if top is not None and top.saving_pct_of_step >= MIN_SHARE_PCT:
         kind, what = PHRASES.get(top.code, (top.name, f"what {top.code} names"))
+        words = {**EVIDENCE_WORDS, **{k: v for k, v in top.evidence.items() if isinstance(v, str)}}
+        what = what.format_map(words)
         if top.replayed:  # the share is what the replayed fix removes, not an idle share: say so
             named = top.evidence.get("replayed_fix")
-            fix = named if isinstance(named, str) else REPLAYED_FIXES.get(top.code, "its fix")
+            fix = named if isinstance(named, str) else REPLAYED_FIXES.get(top.code, "its fix").format_map(words)
             share = f"{top.saving_pct_of_step:.0f}%"
             return f"{kind}: replaying the step with {fix} saves about {share} of it ({top.code} {top.name})"
         return f"{kind}: fixing {what} saves up to {top.saving_pct_of_step:.0f}% of the step ({top.code} {top.name})"

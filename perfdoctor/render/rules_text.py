@@ -32,6 +32,8 @@ def rule_text(spec: Any, metrics: dict[str, str], implemented: bool = True) -> G
         ("Why it costs time", spec.why),
         ("How the saving is estimated", spec.saving),
         ("Fix", spec.fix),
+        # the fixes a check picks by what the trace shows (fix_<situation> of the TOML)
+        *((f"Fix ({k[4:]})", v) for k, v in sorted(spec.variants.items()) if k.startswith("fix_")),
     ):
         parts += [Text(""), Text(title, style="bold underline"), Text(body)]
     for title, code in (("Before", spec.example_before), ("After", spec.example_after)):

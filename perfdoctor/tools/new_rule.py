@@ -2,7 +2,7 @@
 
 Writes the three files a rule is made of (see CONTRIBUTING.md), each a skeleton to fill in:
 
-- ``rules/PD123.toml``: the rule's text, requirements, message template and ``[thresholds]``;
+- ``rules/PD123.toml``: the rule's text, requirements, message and headline templates and ``[thresholds]``;
 - ``perfdoctor/checks/pd123_some_name.py``: the check (``CODE``, ``METRICS``, ``MESSAGE_FIELDS``, the
   ``Thresholds`` dataclass, ``check(ctx)``), already ruff- and ``mypy --strict``-clean;
 - ``tests/rules/test_pd123.py``: a firing and a silent case on a TraceBuilder trace. The firing case fails until
@@ -39,6 +39,8 @@ category = "{category}"
 severity = "medium"
 requires = ["steps"]
 message = "TODO what was seen: {{example_ms:.1f}} ms per step ({{saving_pct:.1f}}% of the step) could be saved"
+# one sentence of at most 120 characters once filled: what is wrong and how big (not the saving, not the method)
+headline = "TODO the claim: {{example_ms:.1f}} ms per step of TODO"
 summary = """
 TODO: what the rule detects, in one or two sentences a performance engineer can check in the trace."""
 why = """
@@ -78,7 +80,7 @@ METRICS = {{
     "example_us": "TODO mean µs per step of what the rule measures",
     "example_pct": "example_us as % of the mean step time",
 }}
-# what a hit's evidence/fields add to METRICS for the TOML message (its placeholders are checked at load)
+# what a hit's evidence/fields add to METRICS for the TOML message and headline (placeholders checked at load)
 MESSAGE_FIELDS = ("example_ms",)
 
 

@@ -49,3 +49,20 @@ def test_pd101_skipped_without_profiler_steps(tmp_path):
     tb.launch(SGEMM, launch_ts=410, start=420, dur=480)
     r = run_tb(tb, tmp_path, ["PD101"])
     assert "ProfilerStep" in r.skipped["PD101"]
+
+
+def test_pd101_on_a_cpu_only_run_speaks_of_the_training_loop_not_a_device(tmp_path):
+    # three 1,000 µs CPU-only steps: __next__ 0-400, then one addmm 410-910. The loop spends 400 µs per step in
+    # the DataLoader, 40% of the step; prefetched, the addmm starts at 10: 1,000 -> 600 µs (nothing to copy)
+    tb = TraceBuilder(device_name=None)
+    for n in range(3):
+        tb.step(n + 1, 1000 * n, 1000)
+        tb.annotation(DL, 1000 * n, 400)
+        tb.cpu_op("aten::addmm", 1000 * n + 410, 500)
+    f = run_tb(tb, tmp_path, ["PD101"]).findings["PD101"]
+    assert f["saving_us_per_step"] == 400
+    assert f["headline"] == "DataLoader stalls the training loop 0.4 ms per step (40% of the step)"
+    text = " ".join(f[k] for k in ("message", "saving_method", "fix", "example_before", "example_after"))
+    for gpu_word in ("device", "GPU", "V100", "pin_memory", ".cuda(", "non_blocking"):
+        assert gpu_word not in text, gpu_word
+    assert "num_workers" in f["fix"] and "set_num_threads" in f["example_after"]

@@ -95,3 +95,23 @@ def test_pd103_message_quotes_the_breakdown_row_when_nothing_is_subtracted(tmp_p
 def test_pd103_method_adds_no_shown_steps_note_when_every_step_shows_it(tmp_path):
     f = run_tb(_launch_trace(2), tmp_path, ["PD103"]).findings["PD103"]
     assert f["steps"] == [1] and "the problem shows in" not in f["saving_method"]
+
+
+def test_pd103_on_rocm_speaks_of_hip_graphs_in_every_line(tmp_path):
+    # the tiny-kernel trace above, launched with hipLaunchKernel on an MI300X: the same 870 µs replayed saving,
+    # and the words of the trace's own runtime (HIP graphs, which torch.cuda.graphs drives on ROCm)
+    from perfdoctor import pipeline
+
+    tb = TraceBuilder(device_name="AMD Instinct MI300X")
+    tb.step(1, 0, 1000)
+    tb.cpu_op("aten::add", 0, 1000)
+    for i in range(30):
+        tb.launch(ADD, launch_ts=10 + 30 * i, start=22 + 30 * i, dur=2, launch_dur=10, runtime_name="hipLaunchKernel")
+    f = run_tb(tb, tmp_path, ["PD103"]).findings["PD103"]
+    assert f["saving_us_per_step"] == 870 and f["evidence"]["graph_api"] == "HIP"
+    assert "in one HIP graph" in f["message"] and "one HIP graph" in f["saving_method"]
+    assert "HIP graphs" in f["fix"]
+    rep = pipeline.build_report([str(tmp_path / "t.json")])
+    assert rep.verdict.startswith("host launch-bound: replaying the step with its launches in HIP graphs saves about")
+    text = rep.verdict + f["message"] + f["saving_method"] + f["fix"] + f["headline"]
+    assert "CUDA graph" not in text

@@ -28,12 +28,17 @@ def test_pd203_fires_on_v100_with_fp16_advice(tmp_path):
     assert "float16" in f["message"] and "GradScaler" in f["message"]
     assert "set_float32_matmul_precision" not in f["message"] and "bfloat16" not in f["message"]
     assert f["evidence"]["events"][0]["name"] == SGEMM
+    # the fix below the finding says the same: fp16 with a scaler, neither bf16 nor TF32 (compute capability 7.0)
+    assert "GradScaler" in f["fix"] and "bfloat16" not in f["fix"] and "set_float32_matmul_precision" not in f["fix"]
+    assert "torch.float16" in f["example_after"] and "bfloat16" not in f["example_after"]
 
 
 def test_pd203_advice_on_a100_is_bf16_or_tf32(tmp_path):
     tb = _gemm_trace("ampere_sgemm_128x64_tn", "NVIDIA A100-SXM4-80GB", (8, 0), sms=108, memory=85_899_345_920)
     f = run_tb(tb, tmp_path, ["PD203"]).findings["PD203"]
     assert "bfloat16" in f["message"] and "set_float32_matmul_precision" in f["message"]
+    assert "bfloat16" in f["fix"] and 'set_float32_matmul_precision("high")' in f["fix"]
+    assert 'set_float32_matmul_precision("high")' in f["example_after"]
 
 
 def test_pd203_silent_on_tensor_core_kernels(tmp_path):
@@ -57,6 +62,20 @@ def test_pd203_advice_on_geforce_ampere_leaves_tf32_out(tmp_path):
     f = run_tb(tb, tmp_path, ["PD203"]).findings["PD203"]
     assert "bfloat16" in f["message"] and "set_float32_matmul_precision" not in f["message"]
     assert "TF32 gives nothing" in f["message"]
+    # and its fix does not recommend what the message rules out
+    assert "bfloat16" in f["fix"] and "set_float32_matmul_precision" not in f["fix"] and "allow_tf32" not in f["fix"]
+    assert "bfloat16" in f["example_after"] and "float32_matmul" not in f["example_after"]
+
+
+def test_pd203_fix_on_the_rtx3060_leaves_tf32_out_as_its_message_does(shared):
+    """RTX 3060 (GA106, compute capability 8.6, not in the hardware table: a GeForce card): the message says TF32
+    gives nothing; the fix and the example after it must not turn around and recommend TF32."""
+    from rules_helpers import run_rules
+
+    f = run_rules([shared("luatil__rtx3060_compile_default__trace_04.json")], ["PD203"]).findings["PD203"]
+    assert "GeForce RTX 3060" in f["message"] and "TF32 gives nothing on this GPU" in f["message"]
+    assert "bfloat16" in f["fix"] and "set_float32_matmul_precision" not in f["fix"] and "allow_tf32" not in f["fix"]
+    assert "float32_matmul" not in f["example_after"]
 
 
 def test_pd203_leaves_out_gemms_inherited_from_before_the_first_step(tmp_path):
@@ -90,3 +109,6 @@ def test_pd203_fp32_time_on_rtx3060_is_the_analysed_windows():
     f = r.findings["PD203"]
     assert r.metrics("PD203")["fp32_gemm_us"] == pytest.approx((75_497.1 + 12_502.2) / 5, abs=0.1)
     assert "TF32 gives nothing" in f["message"]
+    # and its fix does not recommend what the message rules out
+    assert "bfloat16" in f["fix"] and "set_float32_matmul_precision" not in f["fix"] and "allow_tf32" not in f["fix"]
+    assert "bfloat16" in f["example_after"] and "float32_matmul" not in f["example_after"]

@@ -25,6 +25,9 @@ def test_pd301_fires_on_exposed_all_reduce(tmp_path):
     # from the all-reduce's), [101, 401); the all-reduce still ends at 500: 800 -> 500
     assert f["saving_us_per_step"] == 300 and f["evidence"]["overlap_pct"] == 0
     assert f["evidence"]["exposed_ms"] == 0.4 and f["evidence"]["by_collective_ms"] == {"all_reduce": 0.4}
+    # an all-reduce only: data parallel, so the DDP advice and not FSDP's or the all-to-all's
+    assert f["evidence"]["parallelism"] == "data parallel (all-reduce)"
+    assert "bucket_cap_mb" in f["fix"] and "FSDP" not in f["fix"] and "DDP(" in f["example_after"]
 
 
 def test_pd301_silent_when_the_host_decides_the_step(tmp_path):
@@ -71,3 +74,23 @@ def test_pd301_second_fix_issues_the_all_to_all_when_its_input_is_ready(tmp_path
     assert "second fix: issue the all-to-all as soon as its input is ready: saves 0.10 ms per step" in f["message"]
     assert "1 collective(s) issued right after the op producing their input" in f["message"]
     assert "source: torch.compile/FX reordering of collectives" in f["message"]
+    # record_param_comms names it an all_to_allv: the all-to-all's advice, not DDP's buckets or FSDP's prefetch
+    assert f["evidence"]["parallelism"] == "all-to-all (expert or embedding parallel)"
+    assert "async_op=True" in f["fix"] and "bucket_cap_mb" not in f["fix"] and "FSDP" not in f["fix"]
+    assert "DDP" not in f["example_after"]
+
+
+def test_pd301_advice_on_the_moe_all_to_all_job_is_not_ddp_or_fsdp(shared):
+    """ykcai's 2×A100 MoE (3 layers, before): its collectives are all_to_allv (record_param_comms), run as NCCL
+    send/recv kernels, and the job has no DistributedDataParallel annotation (PD302: "not a DDP run")."""
+    from rules_helpers import run_rules
+
+    path = shared("ykcai__a100x2_moe_3layer_before")
+    r = run_rules(sorted(path.glob("*.json*")), ["PD301", "PD302"])
+    f = r.findings["PD301"]
+    assert "not a DDP run" in r.skipped["PD302"]
+    assert "all_to_allv" in f["evidence"]["messages"] and set(f["evidence"]["by_collective_ms"]) == {"send_recv"}
+    assert f["evidence"]["parallelism"] == "all-to-all (expert or embedding parallel)"
+    text = f["fix"] + f["example_before"] + f["example_after"]
+    assert "bucket_cap_mb" not in text and "FSDP" not in text and "DDP" not in text
+    assert "all_to_all_single" in f["example_after"]

@@ -65,8 +65,13 @@ def test_pd501_per_step_figures_share_the_analysed_steps_on_the_mi300x_trace():
             host_us += max(t - max(s, end), 0.0)
             end = max(end, t)
     steps_us = [b - a for a, b in zip(opt, opt[1:])]
-    f = next(f for f in pipeline.build([str(path)]).report["findings"] if f["code"] == "PD501")
+    report = pipeline.build([str(path)]).report
+    f = next(f for f in report["findings"] if f["code"] == "PD501")
     ev = f["evidence"]
+    # ROCm's words in every line that names the calls: the verdict, the headline, the fix
+    assert ev["alloc_api"] == "hipMalloc/hipFree" and "around hipMalloc/hipFree" in report["verdict"]
+    assert "cuda" not in (report["verdict"] + f["headline"] + f["message"]).lower()
+    assert "PYTORCH_HIP_ALLOC_CONF" in f["fix"] and "PYTORCH_CUDA_ALLOC_CONF" not in f["fix"] + f["example_after"]
     assert ev["allocator_calls_per_step"] == n_calls / 4 == 423.0
     assert abs(ev["allocator_host_ms"] - host_us / 4 / 1000) < 1e-6
     assert ev["allocator_host_ms"] < sum(steps_us) / 4 / 1000  # 784.21 ms < 818.70 ms

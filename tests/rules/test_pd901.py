@@ -109,3 +109,21 @@ def test_pd901_silent_about_lost_activity_on_a_complete_export_with_a_buffer_req
     from perfdoctor.trace import load_trace
 
     assert lost_activity(load_trace(str(shared("wings236__rtx4090_compiled_resnet18.json")))) is None
+
+
+def test_pd901_counts_only_the_checks_its_missing_data_skipped(tmp_path):
+    # three steps with shapes and a device (deviceProperties of an A100), no memory events: of the checks run,
+    # PD502 needs memory events (skipped for them); PD101 (no DataLoader), PD204 (a GPU trace: the rule is about
+    # CPU-only training) and PD303 (one rank) are skipped for other reasons and are not the trace's fault
+    tb = TraceBuilder()
+    for n in range(3):
+        tb.step(n + 1, 1000 * n, 1000)
+        tb.cpu_op("aten::mm", 1000 * n + 1, 50, input_dims=[[64, 64], [64, 64]])
+        tb.launch(SGEMM, launch_ts=1000 * n + 5, start=1000 * n + 10, dur=400)
+    r = run_tb(tb, tmp_path, ["PD101", "PD204", "PD303", "PD502", "PD901"])
+    assert {"PD101", "PD204", "PD303", "PD502"} <= set(r.skipped)
+    f = r.findings["PD901"]
+    assert f["evidence"]["lacks"] == ["memory events (profile_memory=True)"]
+    assert f["evidence"]["disabled_checks"] == {"PD502": r.skipped["PD502"]}
+    assert f["headline"] == "The trace lacks memory events: 1 check(s) skipped"
+    assert f["message"].endswith("; 1 check(s) need what it lacks and were skipped")

@@ -90,6 +90,13 @@ CONTENTION = (
     "host ops 4-11% slower in typical steps, 21-32% in two, one batch copy stalled 37 ms), so the step can come out "
     "longer than replayed"
 )
+# the same on a CPU-only trace, where the workers compete with the training's own compute threads (the GPU pair's
+# figures are of host ops beside a GPU, not of a CPU-only run's math, so they are not quoted)
+CONTENTION_CPU = (
+    "not modelled, as the trace records neither the machine's cores nor the workers: their competition with the "
+    "training's own compute threads for the same cores and memory bandwidth, which slows its ops, so the step can "
+    "come out longer than replayed"
+)
 
 
 def _per_window(ts_us: np.ndarray, rr: RankReplay) -> np.ndarray:
@@ -175,14 +182,7 @@ def prefetch_dataloader(
             nb = tables.memcpy["bytes"][rr.graph.act_row[copies]].clip(0)
             dur[copies] += HANDOFF_READ_NS_PER_BYTE * nb / 1e3
         mb = float(nbytes[inside].mean()) / 1e6 if inside.any() else 0.0
-        handoff = (
-            f"each __next__ keeps {HANDOFF_FREE_NS_PER_BYTE} ns per byte of the batch (freeing the previous "
-            f"batch's shared memory) and the batch's copy to the device takes {HANDOFF_READ_NS_PER_BYTE} ns/byte "
-            "longer (page faults of the fresh mapping), "
-            + (f"a {mb:.1f} MB batch (its host→device copy)" if mb > 0 else "0 bytes (no batch size in the trace)")
-            + f", both measured with a real DataLoader on another machine; the __next__ of a ready batch itself "
-            f"(about {HANDOFF_US:.0f} µs there) is not counted"
-        )
+        handoff = _handoff_text(mb, tables.has_device_activity)
     else:
         keep = np.full(s.size, float(residual_us))
         handoff = f"each __next__ keeps {residual_us:.0f} µs"
@@ -192,6 +192,7 @@ def prefetch_dataloader(
         cut = {pid: (s2[e > s2], e[e > s2])} if s.size else {}
         return Scenario("prefetch-dataloader", act_dur_us=dur, host_cut=cut)
 
+    contention = CONTENTION if tables.has_device_activity else CONTENTION_CPU
     sc = scenario(keep)
     n_fetch = np.bincount(step[inside], minlength=n_steps).astype(np.float64)
     load_us = float((e - s)[inside].mean()) if inside.any() else 0.0
@@ -201,7 +202,7 @@ def prefetch_dataloader(
         text = (
             f"batches prefetched by DataLoader workers: {handoff}; this needs at least {max(need, 1)} worker(s) "
             f"(recorded fetch {load_us / 1e3:.1f} ms ÷ replayed step {float(replayed.mean()) / 1e3:.1f} ms) and as "
-            f"many free cores; {CONTENTION}"
+            f"many free cores; {contention}"
         )
         return WhatIf("prefetch-dataloader", sc, text, "PyTorch DataLoader multi-process loading (num_workers > 0)")
     bound = n_fetch * load_us / max(workers, 1)
@@ -215,9 +216,26 @@ def prefetch_dataloader(
         replayed = rr.step_times(sc)
     text = (
         f"{workers} DataLoader worker(s), each loading a batch in the recorded fetch time ({load_us / 1e3:.1f} ms): "
-        f"a step lasts at least {load_us / max(workers, 1) / 1e3:.1f} ms per batch; {handoff}; {CONTENTION}"
+        f"a step lasts at least {load_us / max(workers, 1) / 1e3:.1f} ms per batch; {handoff}; {contention}"
     )
     return WhatIf("prefetch-dataloader", sc, text, "PyTorch DataLoader multi-process loading (num_workers > 0)")
+
+
+def _handoff_text(mb: float, device: bool) -> str:
+    """The hand-off's assumption for a batch of ``mb`` MB (0: the trace shows no batch size); ``device``: a GPU
+    trace, whose batch is copied to the device (a CPU-only run reads it in place: no copy to stretch)."""
+    copy = (
+        f" and the batch's copy to the device takes {HANDOFF_READ_NS_PER_BYTE} ns/byte longer (page faults of the "
+        "fresh mapping)"
+        if device
+        else ""
+    )
+    size = f"a {mb:.1f} MB batch (its host→device copy)" if mb > 0 else "0 bytes (no batch size in the trace)"
+    return (
+        f"each __next__ keeps {HANDOFF_FREE_NS_PER_BYTE} ns per byte of the batch (freeing the previous batch's "
+        f"shared memory){copy}, {size}, {'both ' if device else ''}measured with a real DataLoader on another machine; "
+        f"the __next__ of a ready batch itself (about {HANDOFF_US:.0f} µs there) is not counted"
+    )
 
 
 def _launch_calls(tables: TraceTables, pid: int) -> tuple[np.ndarray, np.ndarray]:
@@ -252,6 +270,12 @@ def fused_optimizer(rr: RankReplay, tables: TraceTables) -> WhatIf:
     )
 
 
+def graph_api(tables: TraceTables) -> str:
+    """ "HIP" on a ROCm trace (its runtime calls are hip*), else "CUDA": whose graphs capture the step
+    (``torch.cuda.graphs`` and ``torch.compile(mode="reduce-overhead")`` drive HIP graphs on ROCm)."""
+    return "HIP" if tables.names_matching(r"^hip").any() else "CUDA"
+
+
 def cuda_graphs(rr: RankReplay, tables: TraceTables) -> WhatIf:
     """Each step's host time between its first and last kernel launch collapses to one ``cudaGraphLaunch``
     (:data:`GRAPH_LAUNCH_US`), except DataLoader fetches and blocking calls, which a graph cannot capture.
@@ -275,10 +299,11 @@ def cuda_graphs(rr: RankReplay, tables: TraceTables) -> WhatIf:
     cut = iv.union(np.asarray(spans_s, dtype=np.float64), spans_e)
     keep = iv.union_of(_named(tables, DATALOADER, pid), iv.union(rr.graph.blk_ts_us, rr.graph.blk_end_us))
     cut = iv.subtract(cut, keep)
+    api = graph_api(tables)
     return WhatIf(
         "cuda-graphs",
         Scenario("cuda-graphs", host_cut={pid: cut} if cut[0].size else {}, peers_move=True),
-        f"the step's launches replayed as one CUDA graph ({GRAPH_LAUNCH_US:.0f} µs): the host time from its first "
+        f"the step's launches replayed as one {api} graph ({GRAPH_LAUNCH_US:.0f} µs): the host time from its first "
         "to its last launch goes, launch calls, op dispatch and the Python between them (a captured graph runs "
         "none of it); DataLoader and synchronizing calls stay",
         "CUDA Graphs; graph launch cost from luatil trace_05 (RTX 3060)",

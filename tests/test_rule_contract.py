@@ -132,3 +132,20 @@ def test_run_order_is_declared_in_the_toml(tmp_path):
     (rules / "PD101.toml").write_text('code = "PD101"\nruns_after_others = "yes"\n')
     with pytest.raises(PerfDoctorError, match="runs_after_others must be true or false"):
         load_catalogue([str(rules)])
+
+
+def test_advice_tables_are_checked_and_a_user_override_replaces_one_case(tmp_path):
+    """``[advice.CAUSE]`` (PD501's per-cause fixes): strings under known keys only, one line naming the file
+    otherwise; a user's table replaces that case and keeps the others."""
+    d = _builtin_copy(tmp_path)
+    toml = d / "PD501.toml"
+    toml.write_text(toml.read_text().replace("[advice.retry]\n", "[advice.retry]\nremedy = 'x'\n", 1))
+    with pytest.raises(PerfDoctorError) as exc:
+        load_catalogue(builtin_dir=d)
+    assert "advice must hold tables [advice.NAME] of strings" in exc.value.message and str(toml) in exc.value.message
+    rules = tmp_path / "mine"
+    rules.mkdir()
+    (rules / "PD501.toml").write_text('code = "PD501"\n[advice.retry]\ncause = "our retry"\nfix = "our fix"\n')
+    advice = load_catalogue([str(rules)]).rules["PD501"].advice
+    assert advice["retry"] == {"cause": "our retry", "fix": "our fix"}
+    assert "Remove `torch.cuda.empty_cache()`" in advice["empty_cache"]["fix"]

@@ -90,7 +90,11 @@ _TEXT_KEYS = (
     "example_after",
 )
 _BOOL_KEYS = ("runs_after_others", "whole_trace_note")
-_ALL_KEYS = set(_TEXT_KEYS) | set(_BOOL_KEYS) | {"code", "references", "requires", "scope", "thresholds", "when"}
+_ALL_KEYS = (
+    set(_TEXT_KEYS) | set(_BOOL_KEYS) | {"code", "references", "requires", "scope", "thresholds", "when", "advice"}
+)
+# what one ``[advice.NAME]`` table may hold: the fix text of one case the check tells apart, and its phrase
+ADVICE_KEYS = ("cause", "fix", "example_before", "example_after")
 _CODE_RX = re.compile(r"^[A-Z]{1,4}\d{3}$")
 _NAME_RX = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
 _BUILTIN_FILE_RX = re.compile(r"^[A-Z]{1,4}\d{3}\.toml$")
@@ -116,6 +120,9 @@ class RuleSpec:
     scope: str = "rank"
     thresholds: dict[str, Any] = field(default_factory=dict)
     when: dict[str, Any] | None = None
+    # ``[advice.NAME]``: per case the check tells apart (PD501's causes), text that replaces the rule's fix and
+    # examples when the check names that case (:data:`ADVICE_KEYS`; ``cause``: a phrase for the message)
+    advice: dict[str, dict[str, str]] = field(default_factory=dict)
     runs_after_others: bool = False
     whole_trace_note: bool = True
     path: str = ""
@@ -225,6 +232,13 @@ def _check_value(path: Path, key: str, value: Any) -> None:
                 raise PerfDoctorError(f"{path}: thresholds.{k} must be a number, string or list")
     if key == "when":
         _check_when(path, value)
+    if key == "advice":
+        ok = isinstance(value, dict) and all(
+            isinstance(v, dict) and all(k in ADVICE_KEYS and isinstance(t, str) for k, t in v.items())
+            for v in value.values()
+        )
+        if not ok:
+            raise bad(f"must hold tables [advice.NAME] of strings with keys among {', '.join(ADVICE_KEYS)}")
 
 
 def _check_when(path: Path, when: Any) -> None:
@@ -286,6 +300,9 @@ def _spec(path: Path, data: dict[str, Any], builtin: bool) -> RuleSpec:
         scope=data.get("scope", "rank"),
         thresholds=dict(data.get("thresholds", {})),
         when=data.get("when"),
+        advice={
+            k: {f: (prose(t) if f == "fix" else t) for f, t in v.items()} for k, v in data.get("advice", {}).items()
+        },
         runs_after_others=data.get("runs_after_others", False),
         whole_trace_note=data.get("whole_trace_note", True),
         path=str(path),
@@ -310,6 +327,11 @@ def _override(base: RuleSpec, path: Path, data: dict[str, Any]) -> RuleSpec:
         changes["requires"] = tuple(data["requires"])
     if "thresholds" in data:
         changes["thresholds"] = {**base.thresholds, **data["thresholds"]}
+    if "advice" in data:
+        changes["advice"] = {
+            **base.advice,
+            **{k: {f: (prose(t) if f == "fix" else t) for f, t in v.items()} for k, v in data["advice"].items()},
+        }
     return replace(base, path=str(path), **changes)
 
 

@@ -273,3 +273,20 @@ def test_every_format_shows_the_peak_and_its_contributors(tmp_path):
     assert len(out.getvalue().splitlines()) <= 4
     md = render_markdown(report)
     assert "## Memory over the step — rank 0" in md and "| 500.00 MiB | 1 |" in md
+
+
+def test_memory_events_in_a_trace_without_ops_are_made_outside_any_op(tmp_path):
+    """A kernel-only recording with [memory] events (no cpu_op): the step's peak has no op (was an IndexError)."""
+    from tracebuilder import TraceBuilder
+
+    from perfdoctor.analysis.memory_steps import memory_over_steps
+    from perfdoctor.analysis.steps import find_steps
+    from perfdoctor.trace import load_trace
+
+    tb = TraceBuilder()
+    tb.step(1, 0, 1000)
+    tb.launch("volta_sgemm_128x64_nn", launch_ts=5, start=10, dur=400)
+    tb.memory(100, 1 << 20, 3 << 20, 4 << 20)
+    t = load_trace(str(tb.write(tmp_path / "t.json")))
+    (gpu,) = memory_over_steps(t, find_steps(t))
+    assert gpu["steps"][0]["peak_allocated_bytes"] == 3 << 20 and gpu["steps"][0]["op"] is None

@@ -179,6 +179,8 @@ def _allocating_ops(tables: TraceTables) -> np.ndarray:
     looking through the allocation factories (``aten::empty`` and kin, :data:`FACTORY_OPS`) to the op that called
     them; a factory called outside any other op is the answer itself."""
     mem, ops = tables.tables["memory"], tables.tables["cpu_ops"]
+    if len(ops) == 0:  # a trace without ops (a kernel-only recording): no event is made in one
+        return np.full(len(mem), -1, dtype=np.int64)
     op_thread, at_thread = _thread_keys(ops["pid"], ops["tid"]), _thread_keys(mem["pid"], mem["tid"])
     factory = tables.names_matching(FACTORY_OPS)[ops["name_id"]] if len(ops) else np.zeros(0, dtype=bool)
     keep = np.flatnonzero(~factory)

@@ -96,8 +96,9 @@ _TEXT_KEYS = (
 )
 _BOOL_KEYS = ("runs_after_others", "whole_trace_note")
 _ALL_KEYS = set(_TEXT_KEYS) | set(_BOOL_KEYS) | {"code", "references", "requires", "scope", "thresholds", "when"}
-# a variant of an advice text, for one situation the check tells apart: fix_rocm, example_after_fsdp, ...
-VARIANT_RX = re.compile(r"^(fix|example_before|example_after)_([a-z0-9]+(?:_[a-z0-9]+)*)$")
+# a variant of an advice text, for one situation the check tells apart: fix_rocm, example_after_fsdp, ...; cause_X is
+# the phrase a check that names causes puts in its message for situation X (PD501's allocator causes)
+VARIANT_RX = re.compile(r"^(fix|example_before|example_after|cause)_([a-z0-9]+(?:_[a-z0-9]+)*)$")
 _CODE_RX = re.compile(r"^[A-Z]{1,4}\d{3}$")
 _NAME_RX = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
 _BUILTIN_FILE_RX = re.compile(r"^[A-Z]{1,4}\d{3}\.toml$")

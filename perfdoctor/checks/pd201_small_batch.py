@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from perfdoctor.analysis.headroom import Headroom, headroom
 from perfdoctor.checks.common import cold_reason, pct, peak_reserved_pct
 from perfdoctor.checks.context import Outcome, RankContext, passed, skipped
 from perfdoctor.findings import Estimate, Evidence, Hit
@@ -35,7 +36,7 @@ METRICS = {
 }
 
 # what a hit's evidence/fields add to METRICS for the TOML message (its placeholders are checked at load)
-MESSAGE_FIELDS = ("fixed_ms", "fixed_what", "gemm_op", "growth")
+MESSAGE_FIELDS = ("fixed_ms", "fixed_what", "gemm_op", "growth", "headroom_text")
 
 
 @dataclass(frozen=True)
@@ -48,6 +49,7 @@ class Thresholds:
     min_saving_pct: float
     max_device_util_pct: float
     max_memory_used_pct: float
+    max_fill_pct: float
 
 
 _FORWARD = (("aten::linear", 0, "lead"), ("aten::addmm", 1, "rows"), ("aten::mm", 0, "rows"), ("aten::bmm", 0, "rows"))
@@ -82,6 +84,11 @@ def check(ctx: RankContext) -> Outcome:
     m_med = float(np.median(ms))
     th = ctx.th
     growth = float(min(max(th["target_m"] / max(m_med, 1.0), 1.0), th["max_batch_growth"]))
+    has_trace = hasattr(ctx.rank, "tables") and hasattr(ctx.rank, "steps")
+    hr = headroom(ctx.tables, ctx.rank.steps, int(ctx.device.device)) if ctx.is_gpu and has_trace else None
+    fits = hr.batch_factor(th["max_fill_pct"] / 100.0) if hr is not None else None
+    if fits is not None:  # the what-if never assumes a batch that does not fit
+        growth = float(max(min(growth, fits), 1.0))
     if ctx.is_gpu:
         fixed, fixed_what = float(ctx.per_step(lambda s: s.idle_us).mean()), "device idle"
         util = pct(float(ctx.per_step(lambda s: s.busy_us).mean()), ctx.step_us)
@@ -129,6 +136,7 @@ def check(ctx: RankContext) -> Outcome:
             "saving_ms": saving / 1000,
             "device_util_pct": util if util is not None else "n/a (CPU)",
             "memory_used_pct": mem_pct if mem_pct is not None else "n/a",
+            **_headroom_values(hr, fits),
         },
         steps=ctx.step_numbers,
     )
@@ -137,9 +145,45 @@ def check(ctx: RankContext) -> Outcome:
         f" × (1 − 1/{growth:.1f}): spread over a {growth:.1f}× larger batch, per step of "
         "today's batch (an upper bound)"
     )
+    if hr is not None:
+        method += "; " + _headroom_method(th["max_fill_pct"])
     return Outcome(
         metrics=metrics,
-        hit=Hit(evidence=ev, estimate=Estimate(saving, method), min_saving_pct=ctx.th["min_saving_pct"]),
+        hit=Hit(
+            evidence=ev,
+            estimate=Estimate(saving, method),
+            fields={"headroom_text": _headroom_text(hr, fits)},
+            min_saving_pct=ctx.th["min_saving_pct"],
+        ),
+    )
+
+
+def _headroom_values(hr: Headroom | None, fits: float | None) -> dict[str, Any]:
+    """The evidence of the headroom (GiB), none without it."""
+    if hr is None:
+        return {}
+    return {
+        "peak_allocated_gib": hr.peak_allocated_bytes / 2**30,
+        "capacity_gib": hr.capacity_bytes / 2**30,
+        "step_start_allocated_gib": hr.fixed_bytes / 2**30,
+        "activation_gib": hr.activation_bytes / 2**30,
+        "batch_that_fits_x": fits if fits is not None else "unknown (nothing in the peak grows with the batch)",
+    }
+
+
+def _headroom_text(hr: Headroom | None, fits: float | None) -> str:
+    """The message's headroom clause: "; peak 21.5 of 79.2 GiB: a batch of ~3.6× fits" ("" without memory)."""
+    if hr is None:
+        return ""
+    text = f"; peak {hr.peak_allocated_bytes / 2**30:.1f} of {hr.capacity_bytes / 2**30:.1f} GiB"
+    return text + (f": a batch of ~{fits:.1f}× fits" if fits is not None else "")
+
+
+def _headroom_method(fill_pct: float) -> str:
+    return (
+        "the batch that fits: the peak step's allocated level at its start (parameters, optimizer state: fixed) "
+        "plus k × what the step allocated up to its peak (activations: grows with the batch) under "
+        f"{fill_pct:.0f}% of the device's memory (perfdoctor.analysis.headroom); the growth replayed is at most that"
     )
 
 

@@ -1,42 +1,73 @@
-"""PD501 allocator-stall: ``cudaMalloc`` / ``cudaFree`` inside steady-state steps.
+"""PD501 allocator-stall: ``cudaMalloc`` / ``cudaFree`` inside steady-state steps, the cause, and the replayed fix.
 
-PyTorch's caching allocator serves steady-state allocations from its cache;
-a ``cudaMalloc`` after the first step means a cache miss (new shapes,
-fragmentation, ``torch.cuda.empty_cache()``), and ``cudaFree`` synchronizes
-the device (it is also what an allocator retry does: free the cache, then
-malloc again). The first ``skip_first_steps`` steps are left out: they fill the cache. Every per-step figure
-(calls, host time, idle) is per analysed step, the report's one denominator: the calls of the steady-state steps
-summed and divided by all analysed steps (the steps left out count none), so the host time in the calls can never
-exceed the mean step it is compared with.
+PyTorch's caching allocator serves steady-state allocations from its cache; a driver call after the first steps is
+a cache miss, and ``cudaFree`` synchronizes the device. :func:`perfdoctor.analysis.allocator.allocator_calls`
+tells the cause from where the frees fall (caching off, allocator retries, ``empty_cache()`` in the loop, or new
+shapes); the rule's ``[advice.CAUSE]`` text gives that cause's fix. The saving is the step replayed with those
+calls served from the cache (:func:`perfdoctor.replay.transforms.memory.serve_from_cache`). The first
+``skip_first_steps`` steps are left out: they fill the cache. Every per-step figure is per analysed step, the
+report's one denominator: the calls of the steady-state steps summed and divided by all analysed steps.
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 import numpy as np
 
 from perfdoctor.analysis import intervals as iv
-from perfdoctor.checks.common import pct, peak_reserved_pct, step_list_text, top_names
+from perfdoctor.analysis.allocator import CAUSES, allocator_calls
+from perfdoctor.checks.common import (
+    pct,
+    peak_reserved_pct,
+    replay_fields,
+    replayed_estimate,
+    step_list_text,
+    top_names,
+)
 from perfdoctor.checks.context import Outcome, RankContext, passed, skipped
-from perfdoctor.findings import Estimate, Evidence, Hit
+from perfdoctor.findings import Evidence, Hit
+from perfdoctor.replay.transforms.memory import serve_from_cache
 
 CODE = "PD501"
 METRICS = {
     "allocator_calls_per_step": "cudaMalloc/cudaFree (hipMalloc/hipFree) calls in the steady-state steps, per "
     "analysed step",
     "allocator_host_us": "µs the host spends in them in the steady-state steps, per analysed step",
-    "idle_us": "µs of device idle that begins during them in the steady-state steps, per analysed step",
+    "idle_us": "mean µs per step the replayed step gets shorter with those calls served from the cache (the saving)",
     "idle_pct": "idle_us as % of the mean step time",
     "peak_reserved_pct": "peak reserved memory ÷ device memory, % (when memory was profiled)",
 }
 
 # what a hit's evidence/fields add to METRICS for the TOML message (its placeholders are checked at load)
-MESSAGE_FIELDS = ("allocator_host_ms", "idle_ms", "steady_steps", "n_steps", "alloc_api")
-# a ROCm trace (hipMalloc/hipFree) gets fix_rocm: PyTorch's HIP caching allocator reads PYTORCH_HIP_ALLOC_CONF (the
-# CUDA name is its fallback; an MI300X run was told to set the CUDA variable)
-ADVICE = ("rocm",)
+MESSAGE_FIELDS = (
+    "allocator_host_ms",
+    "idle_ms",
+    "steady_steps",
+    "n_steps",
+    "alloc_api",
+    "cause_text",
+    "recorded_ms",
+    "n_frees",
+    "n_mallocs",
+)
+
+
+# the causes the check tells apart, each with its phrase and advice in the TOML
+ADVICE = CAUSES
+
+
+def _rocm_words(text: str) -> str:
+    """``text`` (the rule's fix or example) as it reads on ROCm, whose trace holds hipMalloc/hipFree and whose
+    allocator reads ``PYTORCH_HIP_ALLOC_CONF`` (PyTorch's HIP caching allocator; the CUDA name is the
+    fallback, new-user review: PD501 told an MI300X run to set the CUDA variable)."""
+    for cuda, hip in (
+        ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_HIP_ALLOC_CONF"),
+        ("cudaMalloc", "hipMalloc"),
+        ("cudaFree", "hipFree"),
+    ):
+        text = text.replace(cuda, hip)
+    return text
 
 
 @dataclass(frozen=True)
@@ -48,44 +79,49 @@ class Thresholds:
     min_saving_pct: float
 
 
-ALLOC = re.compile(r"^(cuda|hip)(Malloc|Free|MallocAsync|FreeAsync|MallocManaged)$|^cuMem(Alloc|Free|Create|Release)")
+def _advice(ctx: RankContext, cause: str, hip: bool) -> tuple[str, dict[str, str]]:
+    """The cause's phrase and fix (``cause_<cause>``, ``fix_<cause>`` and its examples in rules/PD501.toml), in
+    ROCm's words on a HIP trace."""
+    spec = ctx.spec
+    phrase = spec.variants.get(f"cause_{cause}", cause.replace("_", " ")) if spec is not None else cause
+    words = ctx.advice(cause)
+    if hip:
+        phrase, words = _rocm_words(phrase), {k: _rocm_words(v) for k, v in words.items()}
+    return phrase, words
 
 
 def check(ctx: RankContext) -> Outcome:
     first = int(ctx.th["skip_first_steps"])
     if ctx.n_steps <= first:
         return skipped(f"only {ctx.n_steps} step(s): the first {first} fill the allocator's cache")
+    calls_of = allocator_calls(ctx.tables, ctx.rank.steps, first)
     rt = ctx.tables.runtime
-    m = ctx.tables.names_matching(ALLOC)[rt["name_id"]] if len(rt) else np.zeros(0, bool)
-    step = ctx.step_of(rt["ts_us"][m]) if m.any() else np.empty(0, dtype=np.int64)
-    steady = step >= first
-    rows = np.flatnonzero(m)[steady]
+    rows, step = calls_of.rows, calls_of.step
     calls = iv.union(rt["ts_us"][rows], rt["end_us"][rows])
     ws, we = ctx.windows()
-    idle = ctx.idle_after(calls)[first:]
-    # all three per analysed step, like every saving (the steps left out count nothing): a mean over the steady
-    # steps beside the mean of all steps said the host spent 1,045.6 ms per step in hipFree/hipMalloc in an
-    # 818.7 ms step (MI300X ResNet18: 3 steady of 4 analysed steps)
-    saving = float(idle.sum()) / ctx.n_steps
     host_us = float(iv.per_window(calls, ws, we)[first:].sum()) / ctx.n_steps
     peak = peak_reserved_pct(ctx)
     metrics = {
         "allocator_calls_per_step": rows.size / ctx.n_steps,
         "allocator_host_us": host_us,
-        "idle_us": saving,
-        "idle_pct": pct(saving, ctx.step_us),
+        "idle_us": 0.0,
+        "idle_pct": 0.0,
     }
     if peak is not None:
         metrics["peak_reserved_pct"] = peak
     # the detection asks how often a warm cache misses: calls per steady-state step (the first steps fill it)
-    if (
-        rows.size / (ctx.n_steps - first) < ctx.th["min_calls_per_step"]
-        or saving <= 0  # min_saving_pct: the engine's, on the report's denominator (perfdoctor.checks.after)
-    ):
+    if rows.size / (ctx.n_steps - first) < ctx.th["min_calls_per_step"]:
+        return passed(**metrics)
+    whatif = serve_from_cache(ctx.replay(), ctx.tables, rows)
+    saving, per_step, method = ctx.replayed_saving(whatif)
+    metrics["idle_us"], metrics["idle_pct"] = saving, pct(saving, ctx.base_step_us)
+    if saving <= 0:  # min_saving_pct: the engine's, on the report's denominator (perfdoctor.checks.after)
         return passed(**metrics)
     names = ctx.tables.name_array()[rt["name_id"][rows]]
     hip = bool(np.char.startswith(names.astype(str), "hip").mean() > 0.5) if names.size else False
     api = "hipMalloc/hipFree" if hip else "cudaMalloc/cudaFree"
+    phrase, advice = _advice(ctx, calls_of.cause, hip)
+    n_frees = int(calls_of.is_free.sum())
     ev = Evidence(
         values={
             "allocator_calls_per_step": metrics["allocator_calls_per_step"],
@@ -93,23 +129,28 @@ def check(ctx: RankContext) -> Outcome:
             "idle_ms": saving / 1000,
             "idle_pct": metrics["idle_pct"],
             "alloc_api": api,
+            "cause": calls_of.cause,
+            **{f"frees_{c}": calls_of.count(c) for c in CAUSES[:3]},
+            "calls_in_first_steps": calls_of.n_calls_first,
             "peak_reserved_pct": peak if peak is not None else "unknown (profile_memory=False)",
         },
-        steps=sorted({int(ctx.step_numbers[i]) for i in step[steady].tolist()}),
+        steps=sorted({int(ctx.step_numbers[i]) for i in step[per_step[step] > 0].tolist()}),
         events=top_names(names, rt["dur_us"][rows]),
     )
-    steady_text = step_list_text(ctx.step_numbers[first:])
-    method = (
-        f"device idle while the step's critical path is on the host inside {api} in the steady-state steps "
-        f"({steady_text}), summed and divided by the {ctx.n_steps} analysed steps"
-    )
-    fields = {"steady_steps": steady_text, "n_steps": str(ctx.n_steps)}
-    advice = ctx.advice("rocm") if hip else {}
+    fields = {
+        "steady_steps": step_list_text(ctx.step_numbers[first:]),
+        "n_steps": str(ctx.n_steps),
+        "alloc_api": api,
+        "cause_text": phrase,
+        "n_frees": str(n_frees),
+        "n_mallocs": str(rows.size - n_frees),
+        **replay_fields(ctx),
+    }
     return Outcome(
         metrics=metrics,
         hit=Hit(
             evidence=ev,
-            estimate=Estimate(saving, method),
+            estimate=replayed_estimate(saving, method, fields),
             fields=fields,
             advice=advice,
             min_saving_pct=ctx.th["min_saving_pct"],

@@ -37,7 +37,7 @@ def _named(tables: TraceTables, rx: re.Pattern[str], pid: int) -> Intervals:
     return iv.union_of(*parts) if parts else iv.EMPTY
 
 
-def _overlaps(s: np.ndarray, e: np.ndarray, by: Intervals) -> np.ndarray:
+def overlaps(s: np.ndarray, e: np.ndarray, by: Intervals) -> np.ndarray:
     """Whether each ``[s, e)`` overlaps the sorted disjoint intervals ``by``."""
     if by[0].size == 0:
         return np.zeros(s.size, dtype=bool)
@@ -53,7 +53,7 @@ def remove_syncs(rr: RankReplay, calls: Intervals) -> WhatIf:
     non-blocking copy later), so the host runs on. Source: the recorded graph; nothing else changes.
     """
     g = rr.graph
-    hit = _overlaps(g.blk_ts_us, g.blk_end_us, calls)
+    hit = overlaps(g.blk_ts_us, g.blk_end_us, calls)
     cut: dict[int, Intervals] = {}
     for pid in np.unique(g.blk_pid[hit]).tolist():
         m = hit & (g.blk_pid == pid)
@@ -173,7 +173,7 @@ def prefetch_dataloader(
     dur: np.ndarray | None = None
     inside = step >= 0
     if residual_us is None:
-        pooled = _overlaps(s, e, _named(tables, WORKER_FETCH, pid))
+        pooled = overlaps(s, e, _named(tables, WORKER_FETCH, pid))
         nbytes = np.zeros(s.size)  # a worker's fetch: its hand-off is in the recording already
         nbytes[~pooled], copies = fetched_batches(rr, tables, e[~pooled])
         keep = HANDOFF_FREE_NS_PER_BYTE * nbytes / 1e3
@@ -387,7 +387,7 @@ def batch_copies(rr: RankReplay, tables: TraceTables, calls: Intervals) -> WhatI
 
     g = rr.graph
     pid = rr.windows.pid
-    hit = _overlaps(g.blk_ts_us, g.blk_end_us, calls) & ((g.blk_pid == pid) if pid >= 0 else True)
+    hit = overlaps(g.blk_ts_us, g.blk_end_us, calls) & ((g.blk_pid == pid) if pid >= 0 else True)
     dur = g.act_dur_us.copy()
     d2h = _d2h_copies(tables, rr)
     bw, bw_source = pinned_bandwidth(tables)
@@ -412,7 +412,7 @@ def batch_copies(rr: RankReplay, tables: TraceTables, calls: Intervals) -> WhatI
         cut_e.append(e[copies[1:]])
         n_loops, n_cut = n_loops + 1, n_cut + copies.size - 1
     cut = iv.union(np.concatenate(cut_s), np.concatenate(cut_e)) if cut_s else iv.EMPTY
-    in_cut = _overlaps(g.blk_ts_us, g.blk_end_us, cut) & hit
+    in_cut = overlaps(g.blk_ts_us, g.blk_end_us, cut) & hit
     target = pid if pid >= 0 else (int(g.blk_pid[hit][0]) if hit.any() else -1)
     return WhatIf(
         "batch-copies",

@@ -20,6 +20,8 @@ import pytest
 from perfdoctor.cli import main
 
 FUZZ = Path(__file__).resolve().parent / "data" / "fuzz"
+# the team's shared folder the reproducers are copied from (absent in a fresh clone)
+SHARED_FUZZ = Path(__file__).resolve().parents[2] / "shared" / "fuzz"
 
 # reproducer -> (exit code 2 for a refusal / None for a report, text the error or a report warning must hold)
 EXPECTED: dict[str, tuple[int | None, str]] = {
@@ -46,6 +48,7 @@ EXPECTED: dict[str, tuple[int | None, str]] = {
         None,
         "1 trace metadata value(s) of the wrong type or out of range",
     ),
+    "crash21_IndexError_host_py_125.json.gz": (None, "246 event(s) with invalid fields dropped: 'dur' out of range"),
     "hang01_case5841.json.gz": (None, ""),
     "absurd01_idle_pct_111_zero_length_steps.json.gz": (None, "step(s) 1 left out"),
 }
@@ -67,6 +70,18 @@ def run_inprocess(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[
 
 def test_every_reproducer_is_listed():
     assert sorted(p.name for p in FUZZ.iterdir() if p.name.startswith(("crash", "hang", "absurd"))) == sorted(EXPECTED)
+
+
+def test_every_shared_reproducer_is_copied_here():
+    """A reproducer added to ../shared/fuzz is a regression test only once it is copied into tests/data/fuzz."""
+    if not SHARED_FUZZ.is_dir():
+        pytest.skip(f"no shared fuzz folder at {SHARED_FUZZ}: the copies in tests/data/fuzz are tested alone")
+    for p in sorted(SHARED_FUZZ.iterdir()):
+        if p.name.startswith(("crash", "hang", "absurd")):
+            mine = FUZZ / p.name
+            assert mine.exists(), f"{p.name} is in {SHARED_FUZZ} but not in tests/data/fuzz"
+            pairs = [(f, mine / f.name) for f in sorted(p.iterdir())] if p.is_dir() else [(p, mine)]
+            assert all(a.read_bytes() == b.read_bytes() for a, b in pairs), f"{p.name} differs from its copy"
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))

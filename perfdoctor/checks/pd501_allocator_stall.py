@@ -102,7 +102,9 @@ def check(ctx: RankContext) -> Outcome:
             "allocator_host_ms": host_us / 1000,
             "idle_ms": saving / 1000,
             "idle_pct": metrics["idle_pct"],
-            "peak_reserved_pct": peak if peak is not None else "unknown (profile_memory=False)",
+            "peak_reserved_pct": peak
+            if peak is not None
+            else "unknown (" + ("no device capacity" if len(ctx.tables.memory) else "profile_memory=False") + ")",
         },
         steps=sorted({int(ctx.step_numbers[i]) for i in step[steady].tolist()}),
         events=top_names(names, rt["dur_us"][rows]),

@@ -199,6 +199,33 @@ def _drop_outliers(cols_by_table: dict[str, dict[str, Any]], path: str, warnings
         )
 
 
+def _drop_capacity_below_reserved(
+    metadata: dict[str, Any], memory: dict[str, Any], path: str, warnings: list[str]
+) -> None:
+    """Remove a GPU's ``totalGlobalMem`` that is below the peak ``Total Reserved`` its ``[memory]`` events record.
+
+    The caching allocator cannot reserve more than the device holds, so one of the two numbers is wrong (a
+    mutated value, the properties of another device); the capacity is the one removed, so that no share of it
+    (PD502's peak reserved ÷ capacity above 100%) is computed from it, and one warning names the device and both
+    numbers."""
+    props = metadata.get("deviceProperties")
+    if not isinstance(props, list) or not memory["ts_us"].size:
+        return
+    gpu = (memory["device_type"] == 1) & (memory["total_reserved"] >= 0)
+    for p in props:
+        cap = p.get("totalGlobalMem") if isinstance(p, dict) else None
+        if not isinstance(cap, int) or "id" not in p:
+            continue
+        mine = gpu & (memory["device_id"] == p["id"])
+        peak = int(memory["total_reserved"][mine].max()) if mine.any() else 0
+        if peak > cap:
+            del p["totalGlobalMem"]
+            warnings.append(
+                f"{path}: device {p['id']}'s totalGlobalMem ({cap:,} B) is below the {peak:,} B its [memory] events "
+                "record as reserved: one of the two is wrong, so the device's capacity is treated as unknown"
+            )
+
+
 def build_tables(raw: RawTrace) -> TraceTables:
     """Sort each table by ts and add ``end_us``.
 
@@ -221,6 +248,7 @@ def build_tables(raw: RawTrace) -> TraceTables:
     tables: dict[str, Table] = {}
     warnings = list(raw.warnings)
     _drop_outliers(cols_by_table, raw.path, warnings)
+    _drop_capacity_below_reserved(raw.metadata, cols_by_table["memory"], raw.path, warnings)
     if not any(c["ts_us"].size for c in cols_by_table.values()):
         raise TraceFormatError(
             f"{raw.path}: none of its {raw.n_events} event(s) is a timed operator, kernel, "

@@ -16,6 +16,7 @@ import warnings
 from pathlib import Path
 
 import pytest
+from tracebuilder import TraceBuilder
 
 from perfdoctor.cli import main
 
@@ -192,3 +193,27 @@ def test_zero_length_steps_after_a_left_out_step_keep_every_share_of_the_step(ca
     assert replay["recorded_mean_step_us"] == pytest.approx((end2 - start2) / 1001, rel=1e-9)
     assert all(0 <= p <= 100 + 1e-9 for p in _percentages(report)), sorted(_percentages(report))[-3:]  # float sums
     assert "PD401" not in [f["code"] for f in report["findings"]]
+
+
+def test_a_thousand_zero_length_steps_give_no_share_above_the_whole(tmp_path, capsys):
+    """Hand-built: ProfilerStep#1 [0, 1000) with a GEMM and a synchronizing D2H copy, 1,000 zero-length
+    ProfilerStep markers at 500 inside it, #2 [1000, 2000) and #3 [2000, 3000) with a GEMM each. The windows
+    tile [0, 2320) (#3 is cut at the last recorded event, its GEMM's end at 2020 + 300), over 1,003 steps: a mean
+    of 2320 / 1003 µs. Every share of a step in the report stays within 0-100%."""
+    tb = TraceBuilder()
+    tb.step(1, 0, 1000)
+    tb.launch("volta_sgemm_128x64_nn", 10, 20, 300)
+    tb.memcpy(400, 410, 5, kind="DtoH (Device -> Pageable)", nbytes=4)
+    tb.runtime("cudaStreamSynchronize", 406, 20)
+    for k in range(1000):
+        tb.step(100 + k, 500, 0)
+    for n in (2, 3):
+        tb.step(n, 1000 * (n - 1), 1000)
+        tb.launch("volta_sgemm_128x64_nn", 1000 * (n - 1) + 10, 1000 * (n - 1) + 20, 300)
+    path = tb.write(tmp_path / "zero.json")
+    got, out, err, runtime_warnings = run_inprocess(["report", str(path), "--format", "json"], capsys)
+    assert got in (0, 1) and runtime_warnings == [], err
+    report = json.loads(out)
+    assert report["ranks"][0]["replay"]["recorded_mean_step_us"] == pytest.approx(2320 / 1003, rel=1e-9)
+    shares = _percentages(report)
+    assert shares and all(0 <= p <= 100 + 1e-9 for p in shares), sorted(shares)[-3:]

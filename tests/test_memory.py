@@ -72,7 +72,7 @@ def test_capacity_below_the_reserved_peak_is_unknown_not_a_share_above_100(tmp_p
     tables = load_trace(str(path))
     warning = (
         f"{path}: device 0's totalGlobalMem (6,442,450,944 B) is below the 8,589,934,592 B its [memory] events "
-        "record as reserved: one of the two is wrong, so the device's capacity is treated as unknown"
+        "record as reserved or allocated: one of the two is wrong, so its capacity is treated as unknown"
     )
     assert warning in tables.warnings
     devices = {d["device"]: d for d in memory_summary(tables)["devices"]}

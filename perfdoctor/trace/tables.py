@@ -202,27 +202,28 @@ def _drop_outliers(cols_by_table: dict[str, dict[str, Any]], path: str, warnings
 def _drop_capacity_below_reserved(
     metadata: dict[str, Any], memory: dict[str, Any], path: str, warnings: list[str]
 ) -> None:
-    """Remove a GPU's ``totalGlobalMem`` that is below the peak ``Total Reserved`` its ``[memory]`` events record.
+    """Remove a GPU's ``totalGlobalMem`` that is below the peak ``Total Reserved`` (or ``Total Allocated``) its
+    ``[memory]`` events record.
 
-    The caching allocator cannot reserve more than the device holds, so one of the two numbers is wrong (a
-    mutated value, the properties of another device); the capacity is the one removed, so that no share of it
-    (PD502's peak reserved ÷ capacity above 100%) is computed from it, and one warning names the device and both
-    numbers."""
+    The caching allocator cannot reserve more than the device holds, nor allocate more than it reserved, so one
+    of the numbers is wrong (a mutated value, the properties of another device); the capacity is the one removed,
+    so that no share of it (PD502's peak reserved ÷ capacity above 100%) is computed from it, and one warning
+    names the device and both numbers."""
     props = metadata.get("deviceProperties")
     if not isinstance(props, list) or not memory["ts_us"].size:
         return
-    gpu = (memory["device_type"] == 1) & (memory["total_reserved"] >= 0)
+    held = np.maximum(memory["total_reserved"], memory["total_allocated"])
     for p in props:
         cap = p.get("totalGlobalMem") if isinstance(p, dict) else None
         if not isinstance(cap, int) or "id" not in p:
             continue
-        mine = gpu & (memory["device_id"] == p["id"])
-        peak = int(memory["total_reserved"][mine].max()) if mine.any() else 0
+        mine = (memory["device_type"] == 1) & (memory["device_id"] == p["id"])
+        peak = int(held[mine].max()) if mine.any() else 0
         if peak > cap:
             del p["totalGlobalMem"]
             warnings.append(
                 f"{path}: device {p['id']}'s totalGlobalMem ({cap:,} B) is below the {peak:,} B its [memory] events "
-                "record as reserved: one of the two is wrong, so the device's capacity is treated as unknown"
+                "record as reserved or allocated: one of the two is wrong, so its capacity is treated as unknown"
             )
 
 

@@ -55,3 +55,24 @@ def test_a_crash_is_counted_with_its_place(tmp_path, monkeypatch):
     # the last perfdoctor frame (the planted function lives in this test file)
     assert outcome == "traceback" and detail.startswith("ZeroDivisionError at trace/__init__.py:")
     assert detail.endswith("(load_trace)")
+
+
+def test_impossible_shares_are_counted_and_relative_changes_are_not():
+    """The harness itself: a share outside 0-100 (or a fraction outside 0-1) anywhere in a report is named; a
+    change against a baseline (a straggler 250% above the median) is not a share."""
+    report = {
+        "ranks": [
+            {
+                "roofline": {"ops": [{"pct_of_attainable": 137.7, "note": "above its roof"}]},
+                "devices": [{"idle_pct": 100.0, "utilization": 1.2}],
+                "memory": {"devices": [{"peak_reserved_fraction": 0.5}]},
+            }
+        ],
+        "findings": [{"saving_pct_of_step": -3.0, "evidence": {"excess_pct": 250.0, "peak_reserved_pct": 133.3}}],
+    }
+    assert fuzz.impossible_shares(report) == [
+        "pct_of_attainable = 137.7",
+        "peak_reserved_pct = 133.3",
+        "saving_pct_of_step = -3",
+        "utilization = 1.2",
+    ]

@@ -16,10 +16,13 @@ import warnings
 from pathlib import Path
 
 import pytest
+from tracebuilder import TraceBuilder
 
 from perfdoctor.cli import main
 
 FUZZ = Path(__file__).resolve().parent / "data" / "fuzz"
+# the team's shared folder the reproducers are copied from (absent in a fresh clone)
+SHARED_FUZZ = Path(__file__).resolve().parents[2] / "shared" / "fuzz"
 
 # reproducer -> (exit code 2 for a refusal / None for a report, text the error or a report warning must hold)
 EXPECTED: dict[str, tuple[int | None, str]] = {
@@ -46,6 +49,7 @@ EXPECTED: dict[str, tuple[int | None, str]] = {
         None,
         "1 trace metadata value(s) of the wrong type or out of range",
     ),
+    "crash21_IndexError_host_py_125.json.gz": (None, "246 event(s) with invalid fields dropped: 'dur' out of range"),
     "hang01_case5841.json.gz": (None, ""),
     "absurd01_idle_pct_111_zero_length_steps.json.gz": (None, "step(s) 1 left out"),
 }
@@ -67,6 +71,18 @@ def run_inprocess(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[
 
 def test_every_reproducer_is_listed():
     assert sorted(p.name for p in FUZZ.iterdir() if p.name.startswith(("crash", "hang", "absurd"))) == sorted(EXPECTED)
+
+
+def test_every_shared_reproducer_is_copied_here():
+    """A reproducer added to ../shared/fuzz is a regression test only once it is copied into tests/data/fuzz."""
+    if not SHARED_FUZZ.is_dir():
+        pytest.skip(f"no shared fuzz folder at {SHARED_FUZZ}: the copies in tests/data/fuzz are tested alone")
+    for p in sorted(SHARED_FUZZ.iterdir()):
+        if p.name.startswith(("crash", "hang", "absurd")):
+            mine = FUZZ / p.name
+            assert mine.exists(), f"{p.name} is in {SHARED_FUZZ} but not in tests/data/fuzz"
+            pairs = [(f, mine / f.name) for f in sorted(p.iterdir())] if p.is_dir() else [(p, mine)]
+            assert all(a.read_bytes() == b.read_bytes() for a, b in pairs), f"{p.name} differs from its copy"
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
@@ -177,3 +193,27 @@ def test_zero_length_steps_after_a_left_out_step_keep_every_share_of_the_step(ca
     assert replay["recorded_mean_step_us"] == pytest.approx((end2 - start2) / 1001, rel=1e-9)
     assert all(0 <= p <= 100 + 1e-9 for p in _percentages(report)), sorted(_percentages(report))[-3:]  # float sums
     assert "PD401" not in [f["code"] for f in report["findings"]]
+
+
+def test_a_thousand_zero_length_steps_give_no_share_above_the_whole(tmp_path, capsys):
+    """Hand-built: ProfilerStep#1 [0, 1000) with a GEMM and a synchronizing D2H copy, 1,000 zero-length
+    ProfilerStep markers at 500 inside it, #2 [1000, 2000) and #3 [2000, 3000) with a GEMM each. The windows
+    tile [0, 2320) (#3 is cut at the last recorded event, its GEMM's end at 2020 + 300), over 1,003 steps: a mean
+    of 2320 / 1003 µs. Every share of a step in the report stays within 0-100%."""
+    tb = TraceBuilder()
+    tb.step(1, 0, 1000)
+    tb.launch("volta_sgemm_128x64_nn", 10, 20, 300)
+    tb.memcpy(400, 410, 5, kind="DtoH (Device -> Pageable)", nbytes=4)
+    tb.runtime("cudaStreamSynchronize", 406, 20)
+    for k in range(1000):
+        tb.step(100 + k, 500, 0)
+    for n in (2, 3):
+        tb.step(n, 1000 * (n - 1), 1000)
+        tb.launch("volta_sgemm_128x64_nn", 1000 * (n - 1) + 10, 1000 * (n - 1) + 20, 300)
+    path = tb.write(tmp_path / "zero.json")
+    got, out, err, runtime_warnings = run_inprocess(["report", str(path), "--format", "json"], capsys)
+    assert got in (0, 1) and runtime_warnings == [], err
+    report = json.loads(out)
+    assert report["ranks"][0]["replay"]["recorded_mean_step_us"] == pytest.approx(2320 / 1003, rel=1e-9)
+    shares = _percentages(report)
+    assert shares and all(0 <= p <= 100 + 1e-9 for p in shares), sorted(shares)[-3:]

@@ -393,3 +393,36 @@ def test_dask_workers_running_different_code_are_refused() -> None:
         s.code_fingerprint = "0123456789abcdef"
     warnings = reduce(summaries, cat, codes).analysis.warnings
     assert any(w.startswith("the workers ran perfdoctor") and "0123456789abcdef" in w for w in warnings)
+
+
+def _report_here(argv: list[str]) -> tuple[int, str, str, bool]:
+    """``perfdoctor`` in this process: (exit code, stdout, stderr, whether this process is daemonic)."""
+    import contextlib
+    import io
+    import multiprocessing
+
+    from perfdoctor.cli import main
+
+    out, err = io.TextIOWrapper(io.BytesIO(), encoding="utf-8"), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(argv)
+        out.flush()
+    return code, out.buffer.getvalue().decode(), err.getvalue(), multiprocessing.current_process().daemon  # type: ignore[attr-defined]
+
+
+def test_ranks_analysed_from_a_daemonic_worker_fall_back_to_this_process(tmp_path: Path) -> None:
+    # found by the fuzzer: a directory of ranks reported through perfdoctor.cli.main from a multiprocessing.Pool
+    # worker (daemonic: it may not start processes) raised "daemonic processes are not allowed to have children"
+    # from the job's pool. The same report as from a process that may, with a note and no traceback
+    import multiprocessing
+
+    for f in _dlrm()[:3]:  # a directory of three ranks
+        shutil.copy(f, tmp_path / Path(f).name)
+    argv = ["report", str(tmp_path), "--format", "json", "--jobs", "2"]
+    code, normal, err, daemonic = _report_here(argv)
+    assert code in (0, 1) and not daemonic and "daemonic" not in err, err
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        got_code, got, got_err, in_daemon = pool.apply(_report_here, (argv,))
+    assert in_daemon and got_code == code and "Traceback" not in got_err
+    assert json.loads(got) == json.loads(normal) and json.loads(got)["job"]["n_ranks"] == 3
+    assert "daemonic multiprocessing worker" in got_err and "the 3 ranks were analysed in this process" in got_err

@@ -50,3 +50,37 @@ def test_no_memory_events_says_why(tmp_path):
     assert "profile_memory=True" in mem["note"]
     settings = profiler_settings(tables.metadata)
     assert settings["distributed rank"] == "3" and settings["distributed world_size"] == "8"
+
+
+def test_capacity_below_the_reserved_peak_is_unknown_not_a_share_above_100(tmp_path, capsys):
+    """Found by the fuzzer: a ``totalGlobalMem`` below what the [memory] events reserve gave PD502 a peak reserved
+    of more than 100% of the device. The allocator cannot reserve more than the device holds, so one number is
+    wrong: the capacity is dropped at the trace boundary with a warning naming both, and no share is computed.
+    Here 8 GiB reserved on a device said to hold 6 GiB (8,589,934,592 B > 6,442,450,944 B); device 1's 80 GiB,
+    with nothing reserved above it, is kept."""
+    import json
+
+    from perfdoctor.cli import main
+
+    tb = TraceBuilder(total_memory=6 * GiB)
+    tb.meta["deviceProperties"].append({**tb.meta["deviceProperties"][0], "id": 1, "totalGlobalMem": 80 * GiB})
+    tb.step(1, 0, 1000)
+    tb.launch("k", 10, 20, 500)
+    tb.memory(10, GiB, total_allocated=7 * GiB, total_reserved=8 * GiB)
+    tb.memory(20, GiB, total_allocated=2 * GiB, total_reserved=4 * GiB, device=1)
+    path = tb.write(tmp_path / "m.json")
+    tables = load_trace(str(path))
+    warning = (
+        f"{path}: device 0's totalGlobalMem (6,442,450,944 B) is below the 8,589,934,592 B its [memory] events "
+        "record as reserved or allocated: one of the two is wrong, so its capacity is treated as unknown"
+    )
+    assert warning in tables.warnings
+    devices = {d["device"]: d for d in memory_summary(tables)["devices"]}
+    assert devices[0]["capacity_bytes"] is None and devices[0]["peak_reserved_fraction"] is None
+    assert devices[1]["capacity_bytes"] == 80 * GiB and devices[1]["peak_reserved_fraction"] == 4 / 80
+    assert main(["report", str(path), "--format", "json"]) in (0, 1)
+    report = json.loads(capsys.readouterr().out)
+    assert warning in report["warnings"]
+    pd502 = [c for c in report["skipped_checks"] if c["code"] == "PD502"]
+    assert pd502 and "totalGlobalMem" in pd502[0]["reason"]
+    assert report["ranks"][0]["memory"]["devices"][0]["peak_reserved_fraction"] is None

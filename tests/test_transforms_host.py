@@ -170,6 +170,27 @@ def test_prefetch_hand_off_frees_and_faults_in_the_batch_it_copies(tmp_path: Pat
     assert rr.step_times(prefetch_dataloader(rr, tables, residual_us=0.0).scenario).tolist() == [2000.0]
 
 
+def test_a_fetch_in_a_trace_without_kernels_takes_the_copies_after_it(tmp_path: Path) -> None:
+    # found by the fuzzer: every kernel of a DLRM rank dropped at the boundary (``dur`` of -1e308), its batch
+    # copies kept; the next kernel launch after the fetch was looked up in an empty array (IndexError). Step
+    # [0, 3000): the fetch [0, 1000), the batch's pageable H2D copy of 1,000,000 B (call [1010, 1510), copy
+    # [1020, 1500)), host work [2620, 3000), no kernel: with no launch to end the batch, the copy after the fetch
+    # is its batch. The hand-off: the fetch keeps HANDOFF_FREE_NS_PER_BYTE x 1e6 B, the copy (and the pageable
+    # call that returns when it ends) HANDOFF_READ_NS_PER_BYTE x 1e6 B longer: 3000 - (1000 - free) + read
+    tb = TraceBuilder()
+    tb.step(1, 0, 3000)
+    tb.annotation(NEXT, 0, 1000)
+    tb.memcpy(1010, 1020, 480, kind="HtoD (Pageable -> Device)", nbytes=1_000_000, launch_dur=500)
+    tb.cpu_op("aten::mul", 2620, 380)
+    rr, tables = _replay(tb, tmp_path)
+    s, e = host.ranges_named(tables, host.DATALOADER)
+    nbytes, copies = fetched_batches(rr, tables, e)
+    assert len(tables.kernels) == 0 and nbytes.tolist() == [1_000_000.0] and copies.size == 1
+    free_us, read_us = HANDOFF_FREE_NS_PER_BYTE * 1e6 / 1e3, HANDOFF_READ_NS_PER_BYTE * 1e6 / 1e3
+    w = prefetch_dataloader(rr, tables)
+    assert rr.step_times(w.scenario).tolist() == pytest.approx([3000.0 - (1000.0 - free_us) + read_us])
+
+
 def test_a_fetch_from_workers_already_holds_its_hand_off(tmp_path: Path) -> None:
     # the same step fetched by _MultiProcessingDataLoaderIter: the batch came from a worker, its hand-off is in the
     # recording; the fetch goes (3000 − 1000) and the copy keeps its time

@@ -67,7 +67,9 @@ def roofs_from_spec(spec: DeviceSpec) -> Roofs:
 @dataclass
 class RooflineRow:
     """One (op name, input shapes, dtype) group. Times µs, flops FLOP, bytes B,
-    arithmetic_intensity FLOP/B, *_flops_per_s FLOP/s, pct_of_attainable 0-100."""
+    arithmetic_intensity FLOP/B, *_flops_per_s FLOP/s, pct_of_attainable 0-100 (None without roofs, and for a
+    row above its roof: an achieved rate over the hardware's means a count or a roof is wrong for it, so no share
+    of it is true; ``bound`` is then ``above_roof`` and ``note`` names the broken assumption with both numbers)."""
 
     name: str
     shapes: str
@@ -306,6 +308,8 @@ def _row(key: tuple[Any, ...], g: dict[str, Any], roofs: Roofs | None, latency_f
     elif flops == 0 and bw and achieved_bw is not None:
         pct = 100.0 * achieved_bw / bw  # pure data movement: judged against the bandwidth roof
     note = _above_roof(cost, math, achieved, achieved_bw, peak, bw) if pct is not None and pct > 100 else ""
+    if note:
+        pct = None  # no share of a roof the row breaks: the note says which count or roof is wrong
     return RooflineRow(
         name,
         shapes,

@@ -132,7 +132,9 @@ def check(ctx: RankContext) -> Outcome:
             "cause": calls_of.cause,
             **{f"frees_{c}": calls_of.count(c) for c in CAUSES[:3]},
             "calls_in_first_steps": calls_of.n_calls_first,
-            "peak_reserved_pct": peak if peak is not None else "unknown (profile_memory=False)",
+            "peak_reserved_pct": peak
+            if peak is not None
+            else "unknown (" + ("no device capacity" if len(ctx.tables.memory) else "profile_memory=False") + ")",
         },
         steps=sorted({int(ctx.step_numbers[i]) for i in step[per_step[step] > 0].tolist()}),
         events=top_names(names, rt["dur_us"][rows]),

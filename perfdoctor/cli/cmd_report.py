@@ -322,10 +322,14 @@ def _analyze(args: argparse.Namespace, err: Console, opts: object) -> BuiltRepor
             if link:
                 err.print(f"Dask dashboard: {link}")
             try:
-                return build(executor=executor)
+                built = build(executor=executor)
             finally:
                 if executor is not None:
                     executor.close()
+            fallback = getattr(executor, "fallback_note", None)
+            if fallback:
+                err.print(f"note: {fallback}", markup=False, highlight=False)
+            return built
     if total < PROGRESS_MIN_BYTES or not err.is_terminal:
         with err.status("reading traces…", spinner="dots"):
             return build()

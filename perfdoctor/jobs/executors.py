@@ -144,7 +144,9 @@ class LocalPool:
     rank is then analysed alone, one at a time, in its own one-worker pool (alone, a rank killed for memory has
     the machine's memory to itself): a rank whose worker dies again is the culprit and gets that rank's one-line
     error; the others are analysed as usual. An exception a task raises (it catches the analysis errors itself,
-    so this is e.g. a MemoryError while its result is sent back) is that rank's one-line error too.
+    so this is e.g. a MemoryError while its result is sent back) is that rank's one-line error too. In a process
+    that may not start one (:func:`pool_unavailable`: a daemonic ``multiprocessing`` worker) the ranks are
+    analysed in this process, and :attr:`fallback_note` says so.
     """
 
     def __init__(self, jobs: int | None = None, on_done: OnDone | None = None) -> None:
@@ -152,6 +154,8 @@ class LocalPool:
         self.on_done = on_done
         self.workers_used = 0
         self._report: OnDone | None = on_done
+        #: why the ranks were analysed in this process instead (None: the pool ran, or one worker sufficed)
+        self.fallback_note: str | None = None
 
     def summarise(
         self,
@@ -168,7 +172,12 @@ class LocalPool:
         if not quiet:
             self.workers_used = n
         self._report = None if quiet else self.on_done
-        if n <= 1:
+        no_pool = pool_unavailable() if n > 1 else None
+        if no_pool and not quiet:
+            self.fallback_note = f"{no_pool}: the {len(files)} ranks were analysed in this process, one after another"
+        if n <= 1 or no_pool:
+            if not quiet:
+                self.workers_used = 1
             one = InProcess(on_done=self._report)
             return one.summarise(files, opts, cat, measured_roofs, cache, indices, quiet)
         task = partial(summarise_file, opts=opts, cat=cat, measured_roofs=measured_roofs, cache=cache)
@@ -253,6 +262,21 @@ class LocalPool:
 
     def close(self) -> None:
         """Nothing to release: each :meth:`summarise` shuts its pool down."""
+
+
+def pool_unavailable() -> str | None:
+    """Why this process cannot start a process pool, or None when it can.
+
+    A daemonic ``multiprocessing`` process (a ``multiprocessing.Pool`` worker, a ``Process(daemon=True)``) may
+    not have children: ``multiprocessing`` refuses to start one (``AssertionError: daemonic processes are not
+    allowed to have children``, ``multiprocessing/process.py``), so its caller's ranks run in process instead.
+    """
+    import multiprocessing
+
+    me = multiprocessing.current_process()
+    if me.daemon:
+        return f"this process ({me.name}) is a daemonic multiprocessing worker, which may not start a process pool"
+    return None
 
 
 def start_forkserver_deaf_to_ctrl_c() -> None:

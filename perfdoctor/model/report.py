@@ -265,7 +265,8 @@ class RoofsSection(Section, kw_only=True):
 
 
 class RooflineRow(Section, kw_only=True):
-    """One (op, shapes, dtype) group; FLOP, bytes, FLOP/B, FLOP/s, ``pct_of_attainable`` 0–100."""
+    """One (op, shapes, dtype) group; FLOP, bytes, FLOP/B, FLOP/s, ``pct_of_attainable`` 0–100 (None for a row
+    ``above_roof``: ``note`` says which count or roof is wrong for it)."""
 
     name: str
     shapes: str

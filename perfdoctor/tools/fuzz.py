@@ -12,8 +12,9 @@ process. Outcomes:
 - ``traceback``: an exception escaped the CLI (a bug: the place is recorded);
 - ``slow``: the case ran past ``--timeout`` seconds (stopped with SIGALRM);
 - ``runtime_warning``: numpy printed a RuntimeWarning (counted besides the outcome);
-- ``absurd``: a report with a step longer than a day or a percentage outside 0–100 without a note
-  (counted besides the outcome).
+- ``absurd``: a report with a step longer than a day (counted besides the outcome);
+- ``impossible_share``: a report with a percentage outside 0–100 or a fraction outside 0–1
+  (:func:`impossible_shares`; counted besides the outcome).
 
 The same seed gives the same cases. ``--save DIR`` keeps every failing case. The test suite runs a few
 dozen cases (``tests/test_fuzz.py``; ``PERFDOCTOR_FUZZ_CASES=10000`` for a long run).
@@ -85,6 +86,7 @@ ARG_KEYS = (
 )
 TOP_KEYS = ("deviceProperties", "distributedInfo", "baseTimeNanoseconds", "schemaVersion")
 OUTCOMES = ("report", "clean_error", "bad_error", "traceback", "slow")
+FLAGS = ("runtime_warning", "absurd", "impossible_share")  # counted besides the outcome, listed even when 0
 
 
 class _Timeout(BaseException):
@@ -320,34 +322,45 @@ def _crash_site(exc: BaseException) -> str:
     return f"{type(exc).__name__} at {short}:{where.lineno} ({where.name})"
 
 
-def _absurd(report: dict[str, Any]) -> list[str]:
-    """Values no real run has: a step over a day, a percentage outside 0–100 (roofline rows with a note aside)."""
+# percentages that are changes against a baseline, not shares of a whole: a straggler 3x the median is 200%
+# above it, a phase that got faster changes by a negative percentage
+RELATIVE_PCT = frozenset(
+    ("excess_pct", "spread_pct", "trend_rise_pct", "change_pct", "cv_pct", "deviation_pct", "window_deviation_pct")
+)
+# fractions of a whole (0-1): a kernel's share of device time, device utilization, MFU, memory reserved
+FRACTION_KEYS = frozenset(("share", "utilization", "mfu"))
+
+
+def impossible_shares(report: dict[str, Any]) -> list[str]:
+    """Every share in a JSON report outside what a share can be: a number under a key with a ``pct`` part
+    (``idle_pct``, ``pct_of_attainable``, ``saving_pct_of_step``) outside 0-100, or a fraction (``share``,
+    ``utilization``, ``mfu``, ``*_fraction``) outside 0-1; relative changes (:data:`RELATIVE_PCT`) aside.
+    1e-6 of slack: a share summed from float parts may round to 100.00000000001. Returns ``"key = value"``."""
     found = []
-    for rank in report.get("ranks", []):
-        for dev in rank.get("devices", []):
-            if any(s.get("dur_us", 0) > 86_400e6 for s in dev.get("steps", [])):
-                found.append("step longer than a day")
     stack: list[Any] = [report]
     while stack:
         node = stack.pop()
         if isinstance(node, dict):
             for k, v in node.items():
-                # 1e-6 of slack: a share summed from float parts may round to 100.00000000001
-                if (
-                    isinstance(v, (int, float))
-                    and k.endswith("pct")
-                    and not -1e-6 <= v <= 100 + 1e-6
-                    and not node.get("note")
-                    and k != "saving_pct_of_step"
-                ):
-                    found.append(f"{k} = {v:.4g}")
+                if isinstance(v, (int, float)) and not isinstance(v, bool) and isinstance(k, str):
+                    top = 100.0 if "pct" in k.split("_") and k not in RELATIVE_PCT else None
+                    if k in FRACTION_KEYS or k.endswith("_fraction"):
+                        top = 1.0
+                    if top is not None and not -1e-6 <= v <= top * (1 + 1e-8) + 1e-6:
+                        found.append(f"{k} = {v:.4g}")
                 stack.append(v)
         elif isinstance(node, list):
             stack.extend(node)
-    if any(
-        f.get("saving_pct_of_step", 0) > 100 or f.get("saving_pct_of_step", 0) < 0 for f in report.get("findings", [])
-    ):
-        found.append("saving_pct_of_step outside 0–100")
+    return sorted(set(found))
+
+
+def _absurd(report: dict[str, Any]) -> list[str]:
+    """Values no real run has: a step over a day."""
+    found = []
+    for rank in report.get("ranks", []):
+        for dev in rank.get("devices", []):
+            if any(s.get("dur_us", 0) > 86_400e6 for s in dev.get("steps", [])):
+                found.append("step longer than a day")
     return sorted(set(found))
 
 
@@ -395,6 +408,7 @@ def run_case(case: Case, workdir: Path, timeout_s: float) -> tuple[str, str, lis
     except ValueError:
         return "bad_error", f"exit {code} without a JSON report", flags
     flags.extend(f"absurd: {a}" for a in _absurd(report))
+    flags.extend(f"impossible_share: {a}" for a in impossible_shares(report))
     return "report", "", flags
 
 
@@ -438,7 +452,7 @@ def campaign(
 def _summary(tally: Tally, n: int, seconds: float) -> str:
     lines = [f"{n} cases in {seconds:.0f} s"]
     lines += [f"  {k:<16}{tally.outcomes.get(k, 0):>7}" for k in OUTCOMES]
-    lines += [f"  {k:<16}{v:>7}" for k, v in sorted(tally.flags.items())]
+    lines += [f"  {k:<16}{tally.flags.get(k, 0):>7}" for k in sorted(set(FLAGS) | set(tally.flags))]
     if tally.sites:
         lines.append("distinct problems:")
         lines += [f"  {v:>5}  {k}" for k, v in tally.sites.most_common()]
@@ -446,7 +460,8 @@ def _summary(tally: Tally, n: int, seconds: float) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Command line; exit 1 when any case ended in a traceback, a bad error or ran too long."""
+    """Command line; exit 1 when any case ended in a traceback, a bad error or ran too long, or a report held an
+    impossible share."""
     repo = Path(__file__).resolve().parents[2]
     ap = argparse.ArgumentParser(prog="python -m perfdoctor.tools.fuzz", description=__doc__.split("\n")[0])
     ap.add_argument("--cases", type=int, default=200)
@@ -476,7 +491,7 @@ def main(argv: list[str] | None = None) -> int:
             (args.save / f"{i:04d}_{outcome}_{case.name}").write_bytes(case.data)
             with open(args.save / "index.txt", "a") as fh:
                 fh.write(f"{i:04d} {outcome}: {detail} <- {' '.join(case.mutations)}\n")
-    bad = sum(tally.outcomes.get(k, 0) for k in ("traceback", "bad_error", "slow"))
+    bad = sum(tally.outcomes.get(k, 0) for k in ("traceback", "bad_error", "slow")) + tally.flags["impossible_share"]
     return 1 if bad else 0
 
 

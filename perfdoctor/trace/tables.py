@@ -199,6 +199,34 @@ def _drop_outliers(cols_by_table: dict[str, dict[str, Any]], path: str, warnings
         )
 
 
+def _drop_capacity_below_reserved(
+    metadata: dict[str, Any], memory: dict[str, Any], path: str, warnings: list[str]
+) -> None:
+    """Remove a GPU's ``totalGlobalMem`` that is below the peak ``Total Reserved`` (or ``Total Allocated``) its
+    ``[memory]`` events record.
+
+    The caching allocator cannot reserve more than the device holds, nor allocate more than it reserved, so one
+    of the numbers is wrong (a mutated value, the properties of another device); the capacity is the one removed,
+    so that no share of it (PD502's peak reserved ÷ capacity above 100%) is computed from it, and one warning
+    names the device and both numbers."""
+    props = metadata.get("deviceProperties")
+    if not isinstance(props, list) or not memory["ts_us"].size:
+        return
+    held = np.maximum(memory["total_reserved"], memory["total_allocated"])
+    for p in props:
+        cap = p.get("totalGlobalMem") if isinstance(p, dict) else None
+        if not isinstance(cap, int) or "id" not in p:
+            continue
+        mine = (memory["device_type"] == 1) & (memory["device_id"] == p["id"])
+        peak = int(held[mine].max()) if mine.any() else 0
+        if peak > cap:
+            del p["totalGlobalMem"]
+            warnings.append(
+                f"{path}: device {p['id']}'s totalGlobalMem ({cap:,} B) is below the {peak:,} B its [memory] events "
+                "record as reserved or allocated: one of the two is wrong, so its capacity is treated as unknown"
+            )
+
+
 def build_tables(raw: RawTrace) -> TraceTables:
     """Sort each table by ts and add ``end_us``.
 
@@ -221,6 +249,7 @@ def build_tables(raw: RawTrace) -> TraceTables:
     tables: dict[str, Table] = {}
     warnings = list(raw.warnings)
     _drop_outliers(cols_by_table, raw.path, warnings)
+    _drop_capacity_below_reserved(raw.metadata, cols_by_table["memory"], raw.path, warnings)
     if not any(c["ts_us"].size for c in cols_by_table.values()):
         raise TraceFormatError(
             f"{raw.path}: none of its {raw.n_events} event(s) is a timed operator, kernel, "

@@ -128,8 +128,9 @@ def fetched_batches(rr: RankReplay, tables: TraceTables, fetch_end_us: np.ndarra
     h2d = [i for i in set(name_id.tolist()) if classify_kernel(tables.names[i]).direction == "h2d"]
     mc = mc[np.isin(name_id, h2d)]
     lt, nb = g.act_launch_ts_us[mc], tables.memcpy["bytes"][g.act_row[mc]].clip(0).astype(np.float64)
-    nxt = np.searchsorted(kl, fetch_end_us, side="left")
-    until = np.where(nxt < kl.size, kl[np.minimum(nxt, kl.size - 1)], np.inf)
+    # no kernel launch after a fetch (or none at all: a trace whose kernels were all dropped at the boundary):
+    # every later copy of the process counts
+    until = np.append(kl, np.inf)[np.searchsorted(kl, fetch_end_us, side="left")]
     picked = []
     for i, (a, b) in enumerate(zip(fetch_end_us.tolist(), until.tolist(), strict=True)):
         m = (lt >= a) & (lt < b)

@@ -32,8 +32,9 @@ from perfdoctor.errors import PerfDoctorError
 from perfdoctor.model.report import RankSection
 from perfdoctor.model.sections import decode_section, encode_section, replay_of
 from perfdoctor.replay.joint import JointInputs, rank_inputs
+from perfdoctor.timeline.tracks import RankTimeline
 
-FORMAT = 9  # bump when RankSummary changes: cached summaries of another format are made again (9: joint)
+FORMAT = 10  # bump when RankSummary changes: cached summaries of another format are made again (10: timeline)
 CACHE_SUFFIX = ".perfdoctor-summary"
 
 
@@ -67,6 +68,9 @@ class SummaryOptions(msgspec.Struct, frozen=True):
     # the job has several trace files, so its ranks may be replayed jointly: each summary carries its JointInputs
     # (four replays of the rank); a one-file report makes them only for the ranks of a merged multi-rank file
     joint: bool = True
+    # make each rank's annotated timeline (perfdoctor.timeline.tracks) of these step numbers ([]: the median and
+    # the slowest step); None: no timeline
+    timeline_steps: list[int] | None = None
 
     def fingerprint(self, measured_roofs: Any = None) -> str:
         """sha256 of the options, the perfdoctor version, its code fingerprint
@@ -99,7 +103,8 @@ class RankSummary(msgspec.Struct):
     cross-rank statistics leave out. Both default empty, so a summary written before them (format 5) decodes as
     one with no cold step. ``joint``: what the reducer replays the job's ranks jointly from (their fixes together
     and the recording: :class:`perfdoctor.replay.joint.JointInputs`, a few numbers per collective and per step);
-    None for a rank without collective kernels or replay.
+    None for a rank without collective kernels or replay. ``timeline``: the rank's annotated timeline
+    (:class:`perfdoctor.timeline.tracks.RankTimeline`), made only when the options ask for it.
     """
 
     index: int
@@ -128,6 +133,7 @@ class RankSummary(msgspec.Struct):
     warmup_us_by_step: dict[int, float] = {}
     cold_steps: list[int] = []
     joint: JointInputs | None = None
+    timeline: RankTimeline | None = None  # the rank's annotated timeline, when SummaryOptions.timeline_steps asks
 
     def rank_section(self) -> RankSection | None:
         """The rank's report section, decoded from ``section`` (None for a rank that failed)."""

@@ -123,7 +123,7 @@ def rank_timeline(ra: Any, asked: list[int]) -> RankTimeline:
     out.steps = [StepSpan(int(steps.numbers[i]), why, float(ws[i]), float(we[i])) for i, why in chosen]
     missing = sorted(set(asked) - {s.step for s in out.steps})
     if missing:
-        out.notes.append(f"steps {', '.join(map(str, missing))} are not among this rank's analysed steps")
+        out.notes.append(f"not among this rank's analysed steps: {', '.join(map(str, missing))}")
     if not out.steps:
         return out
     idx = [i for i, _ in chosen]

@@ -14,6 +14,7 @@ step (the plan's rank first) while they fit; the top-level ``perfdoctor`` object
 from __future__ import annotations
 
 import gzip
+import json
 import os
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -106,6 +107,15 @@ class _Ids:
             }
             self.meta.append(sort)
         return self._tids[k]
+
+
+def _dump(event: dict[str, Any]) -> bytes:
+    """One event as JSON; a name orjson refuses (a lone surrogate from a ``\\ud800`` escape in the trace) is
+    written with ASCII escapes instead."""
+    try:
+        return orjson.dumps(event)
+    except orjson.JSONEncodeError:
+        return json.dumps(event, ensure_ascii=True).encode()
 
 
 def _x(name: str, cat: str, ts: float, dur: float, pid: int, tid: int, args: dict[str, Any]) -> dict[str, Any]:
@@ -232,15 +242,15 @@ def timeline_chunks(report: Report, timelines: Sequence[RankTimeline], max_bytes
         raise PerfDoctorError(f"--timeline: nothing to show ({'; '.join(notes)})")
     ids = _Ids()
     own = [e for pos, (tl, _) in enumerate(shown) for e in _own_rows(tl, pos, ids, report)]
-    pieces = [orjson.dumps(e) for e in own]
+    pieces = [_dump(e) for e in own]
     used = sum(len(p) + 1 for p in pieces) + 4096
     left_out: list[str] = []
     for pos, (tl, _) in enumerate(shown):
         for step, events in _by_step(tl):
             rows = _recorded_rows(tl, pos, ids, events)
-            part = [orjson.dumps(e) for e in rows]
+            part = [_dump(e) for e in rows]
             size = sum(len(p) + 1 for p in part)
-            if used + size + sum(len(orjson.dumps(m)) + 1 for m in ids.meta) > max_bytes:
+            if used + size + sum(len(_dump(m)) + 1 for m in ids.meta) > max_bytes:
                 left_out.append(
                     f"rank {tl.rank} step {step}: its {len(rows):,} recorded events ({size / 1e6:,.1f} MB of JSON); "
                     f"the file would pass {max_bytes / 1e6:,.0f} MB"
@@ -260,8 +270,8 @@ def timeline_chunks(report: Report, timelines: Sequence[RankTimeline], max_bytes
         "max_bytes": max_bytes,
     }
     other = {"perfdoctor": "annotated timeline", "left_out": "; ".join(left_out) or "nothing"}
-    head = b'{"displayTimeUnit":"ms","otherData":' + orjson.dumps(other) + b',"perfdoctor":' + orjson.dumps(meta)
-    body = [orjson.dumps(m) for m in ids.meta] + pieces
+    head = b'{"displayTimeUnit":"ms","otherData":' + _dump(other) + b',"perfdoctor":' + _dump(meta)
+    body = [_dump(m) for m in ids.meta] + pieces
     return [head, b',"traceEvents":[', b",".join(body), b"]}\n"]
 
 

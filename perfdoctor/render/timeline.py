@@ -125,12 +125,19 @@ def _x(name: str, cat: str, ts: float, dur: float, pid: int, tid: int, args: dic
 def _own_rows(tl: RankTimeline, pos: int, ids: _Ids, report: Report) -> list[dict[str, Any]]:
     """The rank's perfdoctor rows: its slices, then one row per finding."""
     pid = ids.pid(pos, "perfdoctor", f"rank {tl.rank} · perfdoctor")
+    shown = [f for f in _findings(report) if _on_rank(f, tl.rank)]
+    # rows top to bottom: idle, critical path, the findings, the step after the plan, then its device activities
+    rows = list(dict.fromkeys(s.row for s in tl.slices)) + [f"finding {f.code}" for f in shown]
+
+    def place(row: str) -> int:
+        return 0 if "idle" in row else 1 if row == "critical path" else 2 if row.startswith("finding") else 3
+
+    for row in sorted(rows, key=place):  # stable: each group keeps its order
+        ids.tid(pid, row, row)
     out = []
     for s in tl.slices:
         out.append(_x(s.name, "perfdoctor", s.ts_us, s.dur_us, pid, ids.tid(pid, s.row, s.row), dict(s.args)))
-    for f in _findings(report):
-        if not _on_rank(f, tl.rank):
-            continue
+    for f in shown:
         row = f"finding {f.code}"
         tid = ids.tid(pid, row, row)
         for step in tl.steps:

@@ -277,9 +277,10 @@ def timeline_chunks(report: Report, timelines: Sequence[RankTimeline], max_bytes
         "max_bytes": max_bytes,
     }
     other = {"perfdoctor": "annotated timeline", "left_out": "; ".join(left_out) or "nothing"}
-    head = b'{"displayTimeUnit":"ms","otherData":' + _dump(other) + b',"perfdoctor":' + _dump(meta)
+    tail = b'],"displayTimeUnit":"ms","otherData":' + _dump(other) + b',"perfdoctor":' + _dump(meta) + b"}\n"
     body = [_dump(m) for m in ids.meta] + pieces
-    return [head, b',"traceEvents":[', b",".join(body), b"]}\n"]
+    # traceEvents first: streaming readers (Perfetto's JSON tokenizer) meet the events before the metadata
+    return [b'{"traceEvents":[', b",".join(body), tail]
 
 
 def write_timeline(path: str, report: Report, timelines: Sequence[RankTimeline], force: bool = False) -> None:

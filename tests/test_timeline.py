@@ -241,3 +241,38 @@ def test_html_finding_says_where_to_look(nw0: tuple[dict[str, Any], dict[str, An
         line = f"Where to look: step {n} (the slowest step it fires on): ts {s['start_us']:.0f} to "
         assert line + f"{s['start_us'] + s['dur_us']:.0f} µs" in html
     assert html.count("Where to look:") == len(report["findings"])
+
+
+def test_choose_steps_median_and_slowest_by_hand() -> None:
+    import numpy as np
+
+    from perfdoctor.timeline.tracks import choose_steps
+
+    numbers = np.array([5, 6, 7, 8])
+    # lengths 10, 30, 20, 25 µs: sorted 10 (#5), 20 (#7), 25 (#8), 30 (#6); lower median = 2nd = #7; slowest #6
+    assert choose_steps(numbers, np.array([10.0, 30.0, 20.0, 25.0]), []) == [(1, "slowest"), (2, "median")]
+    assert choose_steps(numbers, np.array([10.0, 30.0, 20.0, 25.0]), [8, 99, 5]) == [(3, "asked"), (0, "asked")]
+    assert choose_steps(np.array([3]), np.array([7.0]), []) == [(0, "median")]  # one step: median is slowest
+
+
+def test_finding_span_by_hand() -> None:
+    from perfdoctor.model.report import FindingSection
+    from perfdoctor.render.timeline import finding_span
+    from perfdoctor.timeline.tracks import Event
+
+    def f(events: list[dict[str, Any]]) -> FindingSection:
+        return FindingSection(
+            code="PD203", name="n", category="c", severity="high", position=1, rank=0, message="m",
+            saving_us_per_step=1.0, saving_pct_of_step=1.0, saving_method="", evidence={"events": events},
+            steps=[1], fix="", example_before="", example_after="", references=[],
+        )  # fmt: skip
+
+    ev = [
+        Event("gemm", "kernel", 50.0, 20.0, 0, 7),  # before the step [100, 1000): not counted
+        Event("gemm", "kernel", 200.0, 30.0, 0, 7),
+        Event("relu", "kernel", 300.0, 5.0, 0, 7),
+        Event("gemm", "kernel", 980.0, 40.0, 0, 7),  # runs past the step's end: the slice stops at 1000
+    ]
+    assert finding_span(f([{"name": "gemm"}]), ev, 100.0, 1000.0) == (200.0, 800.0, 2)
+    assert finding_span(f([{"name": "relu"}]), ev, 100.0, 1000.0) == (300.0, 5.0, 1)
+    assert finding_span(f([]), ev, 100.0, 1000.0) == (100.0, 900.0, 0)  # cites nothing: the whole step

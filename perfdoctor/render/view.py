@@ -392,10 +392,13 @@ def where_to_look(report: Report, found: list[FindingSection]) -> list[str]:
     "" where the report has no step rows for that rank."""
     ranks = {f.rank if f.rank is not None else (f.ranks[0] if f.ranks else None) for f in found}
     rows: dict[int | None, list[Any]] = {}
-    for r in report.ranks:
+    for r in report.ranks:  # a many-rank job's sections decode as read: stop once every rank needed is found
         if (r.rank in ranks or None in ranks) and r.rank not in rows:
-            rows[r.rank] = list(r.primary.steps)
+            dev = [d for d in r.devices if d.device == r.primary_device]
+            rows[r.rank] = list(dev[0].steps) if dev else []
             rows.setdefault(None, rows[r.rank])
+        if all(k in rows for k in ranks):
+            break
     out = []
     for f in found:
         rank = f.rank if f.rank is not None else (f.ranks[0] if f.ranks else None)

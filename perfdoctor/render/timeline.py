@@ -1,10 +1,10 @@
 """The annotated timeline: a Chrome-trace JSON file (ui.perfetto.dev, chrome://tracing) of the chosen steps.
 
 Per rank shown (one rank: it; a job: the median rank, the job's outlier ranks and the rank its fix plan speaks for),
-the recorded events of its chosen steps (:mod:`perfdoctor.timeline.tracks`), each trace process as its own process
-row named "rank R · …", and one "rank R · perfdoctor" process with rows for the primary device's idle by cause, the
-replay's critical path, one row per finding (a slice per chosen step over the events it cites, named by its
-headline, its saving in ``args``) and the step replayed after the fix plan. Chrome's Trace Event Format: ``X``
+one process "rank R": first perfdoctor's rows (the primary device's idle by cause, the replay's critical path, one
+row per finding: a slice per chosen step over the events it cites, named by its headline, its saving in ``args``;
+the step replayed after the fix plan and its device activities), then the recorded events of its chosen steps
+(:mod:`perfdoctor.timeline.tracks`), one row per trace thread. Chrome's Trace Event Format: ``X``
 complete events (``ts``, ``dur`` in µs), ``M`` metadata events naming processes and threads.
 
 The file stays under :data:`MAX_BYTES` of JSON: perfdoctor's rows always go in, then the recorded events step by
@@ -124,7 +124,7 @@ def _x(name: str, cat: str, ts: float, dur: float, pid: int, tid: int, args: dic
 
 def _own_rows(tl: RankTimeline, pos: int, ids: _Ids, report: Report) -> list[dict[str, Any]]:
     """The rank's perfdoctor rows: its slices, then one row per finding."""
-    pid = ids.pid(pos, "perfdoctor", f"rank {tl.rank} · perfdoctor")
+    pid = ids.pid(pos, "rank", f"rank {tl.rank}")
     shown = [f for f in _findings(report) if _on_rank(f, tl.rank)]
     # rows top to bottom: idle, critical path, the findings, the step after the plan, then its device activities
     rows = list(dict.fromkeys(s.row for s in tl.slices)) + [f"finding {f.code}" for f in shown]
@@ -190,13 +190,19 @@ def _finding_args(f: FindingSection, step: int, n: int) -> dict[str, Any]:
 
 
 def _recorded_rows(tl: RankTimeline, pos: int, ids: _Ids, events: Iterable[Event]) -> list[dict[str, Any]]:
+    """The recorded events as rows of the rank's process, one per trace thread: "<process> · <thread>" by the
+    trace's own names, "GPU D · stream S" for device activities (Kineto's ``tid`` is the stream)."""
+    pid = ids.pid(pos, "rank", f"rank {tl.rank}")
     out = []
     for e in events:
-        pname = tl.process_names.get(e.pid, f"pid {e.pid}")
-        pid = ids.pid(pos, e.pid, f"rank {tl.rank} · {pname}")
-        unnamed = f"stream {e.tid}" if e.cat in DEVICE_CATS else f"thread {e.tid}"
-        tname = tl.thread_names.get(f"{e.pid}/{e.tid}", unnamed)
-        out.append(_x(e.name, e.cat, e.ts_us, e.dur_us, pid, ids.tid(pid, e.tid, tname), dict(e.args)))
+        key = ("trace", e.pid, e.tid)
+        if e.cat in DEVICE_CATS:
+            where = f"GPU {e.args.get('device', e.pid)}"
+            thread = tl.thread_names.get(f"{e.pid}/{e.tid}", f"stream {e.tid}")
+        else:
+            where = tl.process_names.get(e.pid, f"pid {e.pid}")
+            thread = tl.thread_names.get(f"{e.pid}/{e.tid}", f"thread {e.tid}")
+        out.append(_x(e.name, e.cat, e.ts_us, e.dur_us, pid, ids.tid(pid, key, f"{where} · {thread}"), dict(e.args)))
     return out
 
 

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from perfdoctor.checks.config import RuleOptions
     from perfdoctor.checks.engine import CheckResults
     from perfdoctor.jobs.reduce import JobAnalysis
+    from perfdoctor.timeline.tracks import RankTimeline
 
 __all__ = [
     "SCHEMA",
@@ -47,6 +48,11 @@ class BuiltReport:
     analysis: Analysis
     checks: CheckResults
     job: JobAnalysis | None = None  # the rank summaries behind the report
+
+    def timelines(self) -> list[RankTimeline]:
+        """The ranks' annotated timelines (made when :func:`build` was given ``timeline_steps``), by rank."""
+        summaries = self.job.summaries if self.job is not None else []
+        return [s.timeline for s in summaries if s.timeline is not None]
 
     @property
     def report(self) -> dict[str, Any]:
@@ -105,6 +111,7 @@ def build(
     without_traces: str | None = None,
     executor: Any = None,
     cache: bool = False,
+    timeline_steps: list[int] | None = None,
 ) -> BuiltReport:
     """The whole chain: paths → per-rank summaries → job analysis and findings → typed report.
 
@@ -115,7 +122,9 @@ def build(
     profiled window), or with ``without_traces`` set (why its traces are not read, e.g. they failed to
     load), gives a run-only report: no ranks, the trace checks skipped, the run's series and checks kept.
     ``executor`` (:mod:`perfdoctor.jobs.executors`; default: this process) makes each rank's summary,
-    ``cache`` reuses summaries stored under :func:`perfdoctor.jobs.summary.cache_dir`.
+    ``cache`` reuses summaries stored under :func:`perfdoctor.jobs.summary.cache_dir`. ``timeline_steps``: make each
+    rank's annotated timeline of these steps (``[]``: its median and slowest; None: none), kept in the job's
+    summaries for :func:`perfdoctor.timeline.chrome.write_timeline`.
 
     Raises:
         PerfDoctorError: bad input file, run directory or rule selection.
@@ -157,6 +166,7 @@ def build(
         codes=list(codes),
         rules_dirs=[str(d) for d in opts.rules_dirs or []],
         joint=len(files) > 1,
+        timeline_steps=timeline_steps,
     )
     runner = executor if executor is not None else InProcess(on_progress=on_progress)
     roofs = run_data.measured_cpu_roofs(run)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import gzip
 import json
 import os
 import signal
@@ -56,6 +57,15 @@ def test_cli_run_prints_script_output_progress_and_report_path(tmp_path):
     assert run["command"][:3] == ["perfdoctor", "profile", MLP]
     assert run["script_args"] == SMALL_MLP and run["report"]["path"] in ("report.html", "report.json")
     assert (out / run["report"]["path"]).exists()
+    # the annotated timeline beside the report: a Chrome trace whose chosen steps are the raw trace's ProfilerSteps
+    with gzip.open(out / "timeline.json.gz", "rb") as fh:
+        timeline = json.load(fh)
+    assert all({"ph", "ts", "pid", "tid", "name"} <= e.keys() for e in timeline["traceEvents"])
+    with gzip.open(next(out.glob("trace.rank0*.pt.trace.json.gz")), "rb") as fh:
+        raw = json.load(fh)["traceEvents"]
+    marks = {e["name"]: e["ts"] for e in raw if e.get("name", "").startswith("ProfilerStep#")}
+    chosen = timeline["perfdoctor"]["ranks"][0]["steps"]
+    assert chosen and all(s["start_us"] <= marks[f"ProfilerStep#{s['step']}"] < s["end_us"] for s in chosen)
 
 
 def test_cli_bad_input_is_one_line(tmp_path):

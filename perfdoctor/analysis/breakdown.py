@@ -262,16 +262,12 @@ def gpu_breakdown(tables: TraceTables, steps: Steps, device: int, attribution: A
     comm_exposed = iv.subtract(comm, compute)
 
     span_lo, span_hi = float(ws[0]), float(we[-1])
-    gaps = iv.complement(busy, span_lo, span_hi)
     if attribution is None:
         from perfdoctor.replay.attribution import critical_path
         from perfdoctor.replay.rank import replay_rank
 
         attribution = critical_path(tables, replay_rank(tables, steps))
-    # one attribution: each idle µs goes to what the replay's critical path was doing at that time
-    idle_sets = {c: iv.intersect(gaps, attribution.intervals(c)) for c in IDLE_CAUSES}
-    on_other = iv.subtract(gaps, iv.union_of(*idle_sets.values()))
-    idle_sets["other"] = iv.union_of(idle_sets["other"], on_other)
+    idle_sets = idle_by_cause(busy, span_lo, span_hi, attribution)
     idle_launch = idle_sets["host_launch_bound"]
 
     coll_names = sorted({c for c in ev.collective[ev.category == "communication"].tolist()})
@@ -345,6 +341,26 @@ def gpu_breakdown(tables: TraceTables, steps: Steps, device: int, attribution: A
             "launch overhead"
         )
     return DeviceBreakdown(device=device, kind="gpu", steps=out, notes=notes)
+
+
+def idle_by_cause(busy: iv.Intervals, lo_us: float, hi_us: float, attribution: Any) -> dict[str, iv.Intervals]:
+    """A device's idle gaps in ``[lo_us, hi_us)`` (the complement of its ``busy`` intervals, µs) split by cause:
+    each idle µs goes to what the replay's critical path (``attribution``,
+    :class:`~perfdoctor.replay.attribution.Attribution`) was doing at that time, and idle while it was on no cause
+    of :data:`IDLE_CAUSES` (another device's work) to ``other``. Disjoint sets that add up to the gaps."""
+    gaps = iv.complement(busy, lo_us, hi_us)
+    idle_sets = {c: iv.intersect(gaps, attribution.intervals(c)) for c in IDLE_CAUSES}
+    on_other = iv.subtract(gaps, iv.union_of(*idle_sets.values()))
+    idle_sets["other"] = iv.union_of(idle_sets["other"], on_other)
+    return idle_sets
+
+
+def device_busy(tables: TraceTables, device: int) -> iv.Intervals:
+    """The union of the kernels, memcpys and memsets of ``device`` (µs): its busy time, as :func:`gpu_breakdown`
+    counts it."""
+    ev = _gpu_events(tables, device, iv.EMPTY)
+    m = np.isin(ev.category, list(PRIORITY))  # the union of the categories' unions, as busy is there
+    return iv.union(ev.ts[m], ev.end[m])
 
 
 def _dominant_runtime_call(tables: TraceTables, idle: iv.Intervals) -> tuple[str, float] | None:

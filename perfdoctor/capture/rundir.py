@@ -8,6 +8,7 @@ Layout of a run directory (rank ``R``; rank 0 is also the coordinator)::
     rank<R>.json                      what rank R recorded; its presence = rank R is done
     tensorboard/rank<R>/              per-step scalars as TensorBoard events
     report.html / report.json         the report (coordinator only)
+    timeline.json.gz                  the annotated timeline of the median and slowest step (coordinator only)
 """
 
 from __future__ import annotations

@@ -142,19 +142,36 @@ def make_report(run_dir: Path) -> dict[str, Any]:
     from perfdoctor.render.formats import render_bytes
 
     data = load_run_dir(run_dir)
+    built = None
     try:
-        report = pipeline.build_report([], run_dir=str(run_dir), partial=data.partial)
+        built = pipeline.build([str(run_dir)], timeline_steps=[])
+        if data.partial:
+            built.model.partial = True
+        report = built.model
     except PerfDoctorError as exc:  # e.g. a trace the reader rejects: keep the run data's report
         report = pipeline.build_report(
             [], run_dir=str(run_dir), partial=data.partial, without_traces=f"trace analysis failed: {exc.message}"
         )
     path = run_dir / "report.html"
     path.write_bytes(render_bytes(report, "html"))
+    if built is not None and built.timelines():
+        _write_run_timeline(run_dir, built)
     kind = "html" if report.ranks else "html-run-only"
     why = report.no_trace if isinstance(report.no_trace, str) else None
     _note_report(run_dir, {"kind": kind, "path": path.name, **({"why": why} if why is not None else {})})
     findings = to_builtins(report).get("findings", [])
     return {"path": path, "findings": findings, "kind": kind, "why": why}
+
+
+def _write_run_timeline(run_dir: Path, built: Any) -> None:
+    """``timeline.json.gz`` beside the report (the annotated timeline of the median and slowest step); a timeline
+    that cannot be made is said in one line, the report stands."""
+    from perfdoctor.render.timeline import write_timeline
+
+    try:
+        write_timeline(str(run_dir / "timeline.json.gz"), built.model, built.timelines())
+    except PerfDoctorError as exc:
+        print(f"perfdoctor: no timeline: {exc.message}", file=sys.stderr)
 
 
 def _note_report(run_dir: Path, info: dict[str, Any]) -> None:

@@ -85,6 +85,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="print each finding's evidence, message and method, and each skipped check's reason",
     )
+    p.add_argument(
+        "--timeline",
+        metavar="FILE",
+        help="write the annotated timeline (Chrome-trace JSON for ui.perfetto.dev; gzip when FILE ends .gz)",
+    )
+    p.add_argument(
+        "--timeline-steps",
+        metavar="STEPS",
+        help="steps the timeline shows, comma-separated step numbers (default: each rank's median and slowest)",
+    )
     p.add_argument("--width", type=int, default=None, help=argparse.SUPPRESS)
 
 
@@ -280,6 +290,22 @@ def _executor(args: argparse.Namespace, n_files: int, on_done: OnDone) -> DaskCl
     return LocalPool(jobs, on_done=on_done)
 
 
+def timeline_steps(text: str | None) -> list[int]:
+    """The step numbers of ``--timeline-steps`` ("5,7"); [] when not given (each rank's median and slowest).
+
+    Raises:
+        PerfDoctorError: an entry that is not a step number.
+    """
+    if not text:
+        return []
+    out = []
+    for part in text.split(","):
+        if not part.strip().isdigit():
+            raise PerfDoctorError(f"--timeline-steps: {part.strip()!r} is not a step number (e.g. 5,7)")
+        out.append(int(part))
+    return out
+
+
 def _analyze(args: argparse.Namespace, err: Console, opts: object) -> BuiltReport:
     """Load and analyse the inputs, with a progress bar over the input size (one file after another) or over
     the ranks (in parallel) when the inputs are large or many."""
@@ -310,6 +336,8 @@ def _analyze(args: argparse.Namespace, err: Console, opts: object) -> BuiltRepor
     extra: dict[str, Any] = {"model_flops_per_step": flops, "flops_source": "transformer_formula"} if flops else {}
     extra["rule_options"] = opts
     extra["cache"] = bool(getattr(args, "cache", False))
+    if getattr(args, "timeline", None):
+        extra["timeline_steps"] = timeline_steps(getattr(args, "timeline_steps", None))
     files = [f for p in args.paths for f in (run_traces(p) if is_run_dir(p) else trace_files_in(p))]
     total = sum(os.path.getsize(f) for f in files if os.path.isfile(f))
     parallel = len(files) > 1 and (args.dask or (args.jobs or os.cpu_count() or 1) > 1)
@@ -357,6 +385,11 @@ def run(args: argparse.Namespace) -> int:
     if args.output is not None:
         _check_output(args.output, args.paths, args.force)
         out_format = format_for(args.output)
+    if args.timeline is not None:
+        _check_output(args.timeline, args.paths, args.force)
+        timeline_steps(args.timeline_steps)
+    elif args.timeline_steps:
+        raise PerfDoctorError("--timeline-steps: give --timeline FILE too")
     from perfdoctor.checks import config, engine
 
     opts = config.resolve(args.select, args.ignore, args.rules, args.fail_on)
@@ -369,6 +402,11 @@ def run(args: argparse.Namespace) -> int:
     if args.output and out_format:  # out_format is set whenever args.output is; written before stdout, which
         _write_report(args.output, render_chunks(report, out_format))  # a reader may close (`| head`)
         err.print(f"report written to {args.output}")
+    if args.timeline:
+        from perfdoctor.render.timeline import write_timeline
+
+        write_timeline(args.timeline, report, built.timelines(), force=args.force)
+        err.print(f"timeline written to {args.timeline}")
 
     def show() -> None:
         if args.format in ("json", "md"):

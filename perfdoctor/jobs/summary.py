@@ -33,8 +33,11 @@ from perfdoctor.errors import PerfDoctorError
 from perfdoctor.model.report import RankSection
 from perfdoctor.model.sections import decode_section, encode_section, replay_of
 from perfdoctor.replay.joint import JointInputs, rank_inputs
+from perfdoctor.timeline.tracks import RankTimeline
 
-FORMAT = 10  # bump when RankSummary changes: cached summaries of another format are made again (10: batch)
+FORMAT = (
+    11  # bump when RankSummary changes: cached summaries of another format are made again (10: batch, 11: timeline)
+)
 CACHE_SUFFIX = ".perfdoctor-summary"
 
 
@@ -68,6 +71,9 @@ class SummaryOptions(msgspec.Struct, frozen=True):
     # the job has several trace files, so its ranks may be replayed jointly: each summary carries its JointInputs
     # (four replays of the rank); a one-file report makes them only for the ranks of a merged multi-rank file
     joint: bool = True
+    # make each rank's annotated timeline (perfdoctor.timeline.tracks) of these step numbers ([]: the median and
+    # the slowest step); None: no timeline
+    timeline_steps: list[int] | None = None
 
     def fingerprint(self, measured_roofs: Any = None) -> str:
         """sha256 of the options, the perfdoctor version, its code fingerprint
@@ -103,7 +109,8 @@ class RankSummary(msgspec.Struct):
     None for a rank without collective kernels or replay. ``batch``: the input batch of its steps read from the
     recorded shapes (:func:`perfdoctor.analysis.batch_shape.batch_shape`; None when none tells), ``input_shapes``:
     each op's first ``Input Dims`` in its first analysed step (:func:`perfdoctor.analysis.batch_shape.input_shapes`),
-    which ``perfdoctor diff`` reads to compare work per step.
+    which ``perfdoctor diff`` reads to compare work per step. ``timeline``: the rank's annotated timeline
+    (:class:`perfdoctor.timeline.tracks.RankTimeline`), made only when the options ask for it.
     """
 
     index: int
@@ -134,6 +141,7 @@ class RankSummary(msgspec.Struct):
     joint: JointInputs | None = None
     batch: BatchShape | None = None
     input_shapes: dict[str, str] = {}
+    timeline: RankTimeline | None = None  # the rank's annotated timeline, when SummaryOptions.timeline_steps asks
 
     def rank_section(self) -> RankSection | None:
         """The rank's report section, decoded from ``section`` (None for a rank that failed)."""

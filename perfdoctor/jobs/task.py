@@ -184,6 +184,10 @@ def _summarise(
                 ra.warnings.append(note)
             joint = opts.joint or len(sources) > 1
             summary = rank_summary(analysis, ra, index, dataclasses.asdict(info), cat, order, note, joint)
+            if opts.timeline_steps is not None:  # after the checks: the replay's fix plan is known
+                from perfdoctor.timeline.tracks import rank_timeline
+
+                summary.timeline = rank_timeline(ra, opts.timeline_steps)
             dist = tabs.metadata.get("distributedInfo")
             ws = dist.get("world_size") if isinstance(dist, dict) else None
             summary.rank_named, summary.devices = named, named_gpus(tabs)

@@ -393,10 +393,44 @@ def findings(report: Report | Mapping[str, Any]) -> list[dict[str, Any]]:
     found, d = rep.findings, rep.denominator
     denominator_us = None if d is UNSET or d is None else d.value_us
     items = [finding(f, i, denominator_us) for i, f in enumerate(found if found is not UNSET else [])]
+    looks = where_to_look(rep, found if found is not UNSET else [])
+    for item, look in zip(items, looks, strict=True):
+        item["look"] = look
     # the engine's order (``position``): by saving alone, each finding after the fixes its stated saving builds on;
     # re-sorting by the stated saving put PD203's 19.0 ms after-the-others figure above the fixes it needs first in
     # the Markdown and HTML, and below them in the terminal and JSON (new-user review)
     return sorted(items, key=lambda f: (f["priority"] is None, f["priority"] or 0, f["order"]))
+
+
+def where_to_look(report: Report, found: list[FindingSection]) -> list[str]:
+    """Per finding, the step and time range to open in a trace viewer: on its rank (the one its numbers come
+    from, else the first it fired on, else the report's first), the slowest of the steps it fires on (else of the
+    rank's analysed steps), with the step's window in the trace's own clock (µs, the primary device's step row);
+    "" where the report has no step rows for that rank."""
+    ranks = {f.rank if f.rank is not None else (f.ranks[0] if f.ranks else None) for f in found}
+    rows: dict[int | None, list[Any]] = {}
+    for r in report.ranks:  # a many-rank job's sections decode as read: stop once every rank needed is found
+        if (r.rank in ranks or None in ranks) and r.rank not in rows:
+            dev = [d for d in r.devices if d.device == r.primary_device]
+            rows[r.rank] = list(dev[0].steps) if dev else []
+            rows.setdefault(None, rows[r.rank])
+        if all(k in rows for k in ranks):
+            break
+    out = []
+    for f in found:
+        rank = f.rank if f.rank is not None else (f.ranks[0] if f.ranks else None)
+        steps = rows.get(rank, [])
+        fired = [s for s in steps if s.step in set(f.steps)]
+        if not steps:
+            out.append("")
+            continue
+        s = max(fired or steps, key=lambda x: x.dur_us)
+        on = f" on rank {rank}" if rank is not None and len(report.ranks) > 1 else ""
+        which = "the slowest step it fires on" if fired else "the slowest analysed step"
+        out.append(
+            f"step {s.step}{on} ({which}): ts {s.start_us:.0f} to {s.start_us + s.dur_us:.0f} µs ({ms(s.dur_us)})"
+        )
+    return out
 
 
 def skipped(report: Report | Mapping[str, Any]) -> list[tuple[str, str]]:

@@ -31,7 +31,7 @@ def test_report_opens_cleanly_and_shows_every_finding(case, browser, tmp_path): 
     assert page.dialogs == []
     assert page.title.startswith("perfdoctor report")
     assert page.scroll_width <= 1200, "the page overflows horizontally"  # open_page's viewport width
-    for heading in ("1. Summary", "2. Prioritized fixes", "3. Where the time goes"):
+    for heading in ("1. Summary", "2. Fix plan", "3. Where the time goes"):
         assert heading in page.text
     # sections are numbered without gaps when one is absent (issue 11: a CPU trace has no roofline section)
     numbers = [int(n) for n in re.findall(r"^(\d+)\. [A-Z]", page.text, flags=re.M)]

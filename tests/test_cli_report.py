@@ -23,7 +23,7 @@ def test_json_to_stdout_has_versioned_schema(tmp_path):
     r = run("report", small_trace(tmp_path), "--format", "json")
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
-    assert doc["schema"] == "perfdoctor.report" and doc["schema_version"] == 1
+    assert doc["schema"] == "perfdoctor.report" and doc["schema_version"] == 2
     step = doc["ranks"][0]["devices"][0]["steps"][0]
     assert step["dur_us"] == 1000 and step["busy_us"] == 300 and step["categories_us"]["matmul"] == 300
 
@@ -35,7 +35,7 @@ def test_output_file_never_overwritten_without_force(tmp_path):
     r = run("report", trace, "-o", str(out))
     assert r.returncode == 2 and "already exists" in r.stderr and out.read_text() == "precious"
     r = run("report", trace, "-o", str(out), "--force")
-    assert r.returncode == 0 and json.loads(out.read_text())["schema_version"] == 1
+    assert r.returncode == 0 and json.loads(out.read_text())["schema_version"] == 2
 
 
 def test_refuses_to_write_over_input(tmp_path):

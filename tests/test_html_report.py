@@ -111,7 +111,7 @@ def test_resnet_report_is_self_contained_and_complete(resnet):
     assert embedded_json(html) == report  # every number on the page is in the embedded data
     for heading in (
         "1. Summary",
-        "2. Prioritized fixes",
+        "2. Fix plan",
         "3. Where the time goes",
         "4. Step timeline",
         "6. Top kernels, CPU ops, communication and memory",

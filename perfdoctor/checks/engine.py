@@ -447,6 +447,7 @@ def combine(
     user = [cat.rules[c] for c in selected if cat.rules[c].when is not None]
     whole_trace = {c.rank.rank: c.rank.steps.source == "whole-trace" for c in rank_ctx}
     analysed = {c.rank.rank: c.step_numbers for c in rank_ctx}
+    rank_hits: dict[int, dict[str, Hit]] = {}  # each rank's replayed hits that fire, for the job's plan
     for code in check_order(cat, selected):
         spec = cat.rules[code]
         mod = modules.get(code)
@@ -475,6 +476,9 @@ def combine(
         outcomes = [(r, restate.on_denominator(o, denom_us)) for r, o in outcomes]
         outcomes = [(r, after.gate(o, denom_us)) for r, o in outcomes]  # thresholds left to the engine
         res.metrics[code] = {str(r): o.metrics for r, o in outcomes if o.metrics}
+        for r, o in outcomes:
+            if r is not None and o.hit is not None and o.hit.estimate is not None:
+                rank_hits.setdefault(int(r), {})[code] = o.hit
         if report:
             _merge_rank_outcomes(spec, outcomes, sub, cat)
             for f in sub.findings:  # a trace without step markers is one window: say what "per step" means
@@ -487,9 +491,104 @@ def combine(
             res.passed += sub.passed
     for spec in user:
         _metric_rule(spec, res, modules, cat)
+    if len(rank_ctx) > 1:
+        _job_plan(res, rank_ctx, rank_hits, cat)
     res.findings = rank_findings(res.findings)
     res.fix_all_note = _fix_all_note(rank_ctx, res.findings)
     return res
+
+
+JOB_PLAN_METHOD = (
+    "; for the job: its step is its longest rank's, each rank's step replayed with the fixes above and this one "
+    "that fire on it (its own plan's savings), its collectives waiting for its peers as recorded"
+)
+
+
+def _job_plan(
+    res: CheckResults, rank_ctx: list[cx.RankContext], rank_hits: dict[int, dict[str, Hit]], cat: Catalogue
+) -> None:
+    """Restate a job's fix plan for the job's step: entry k takes the job from the longest rank step with entries
+    1..k-1 in to the longest with entries 1..k in, where a rank's step with a set of fixes is its mean step less
+    the marginal savings of those fixes in its own plan (:func:`perfdoctor.checks.after.plan`; a fix that does not
+    fire on a rank leaves it as it is). A fix that then saves the job nothing leaves the plan and says why. In
+    place on ``res.findings``."""
+    plan = sorted((f for f in res.findings if f.plan_position is not None), key=lambda f: (f.plan_position, f.code))
+    if not plan or res.denominator is None:
+        return
+    base = {int(c.rank.rank or 0): float(c.base_step_us) for c in rank_ctx if c.n_steps and c.step_us > 0}
+    if not base:
+        return
+
+    def step_with(codes: set[str]) -> float:
+        out = 0.0
+        for r, b in base.items():
+            hits = rank_hits.get(r, {})
+            gone = sum(
+                h.estimate.after_us or 0.0
+                for c, h in hits.items()
+                if c in codes and h.estimate is not None and h.estimate.plan_position is not None
+            )
+            out = max(out, b - gone)
+        return out
+
+    prev, n = max(base.values()), 0
+    chosen: list[str] = []
+    for f in plan:
+        est = f.estimate
+        assert est is not None
+        after_us = step_with({*chosen, f.code})
+        saving = max(prev - after_us, 0.0)
+        if saving < 5.0:
+            f.estimate = dataclasses.replace(
+                est, saving_us=0.0, after_us=0.0, step_after_us=None, plan_position=None, after_codes=tuple(chosen)
+            )
+            f.saving_pct, f.saving_after_pct, f.severity = 0.0, 0.0, "low"
+            f.plan_note = "saves the job nothing: a rank it does not speed up still sets the job's step"
+            continue
+        n += 1
+        f.estimate = dataclasses.replace(
+            est,
+            saving_us=saving,
+            after_us=saving,
+            from_us=prev,
+            after_from_us=prev,
+            step_after_us=after_us,
+            plan_position=n,
+            after_codes=tuple(chosen),
+            method=est.method + JOB_PLAN_METHOD,
+        )
+        pct = res.denominator.pct(saving)
+        f.saving_pct = f.saving_after_pct = pct
+        f.severity = severity_for(pct, cat.rules[f.code].severity, cat.severity_high_pct, cat.severity_medium_pct)
+        chosen.append(f.code)
+        prev = after_us
+    _joint_last_entry(res, rank_ctx, chosen)
+
+
+def _joint_last_entry(res: CheckResults, rank_ctx: list[cx.RankContext], chosen: list[str]) -> None:
+    """The job plan's last entry taken to the step of every rank replayed jointly with its fixes
+    (:func:`_joint_fix_all`: each collective ends when its last rank arrives, so peers that are fixed too stop
+    making a rank wait) when that replay's fixes are exactly the plan's: the whole plan's prediction is then the
+    findings note's job figure, the entries above it each rank with its peers as recorded."""
+    joint, _ = _joint_fix_all(rank_ctx, set(chosen))
+    if joint is None or set(joint.codes) != set(chosen) or res.denominator is None:
+        return
+    last = next(f for f in res.findings if f.plan_position == len(chosen))
+    est = last.estimate
+    assert est is not None and est.from_us is not None
+    after_us = joint.after[1]
+    saving = max(est.from_us - after_us, 0.0)
+    last.estimate = dataclasses.replace(
+        est,
+        saving_us=saving,
+        after_us=saving,
+        step_after_us=after_us,
+        method=est.method.replace(JOB_PLAN_METHOD, "")
+        + "; for the job, with the fixes above it: every rank's dependency graph replayed jointly with its own fixes, "
+        "each collective ending when the last rank has arrived plus the transfer (the job's step is its longest "
+        "rank's)",
+    )
+    last.saving_pct = last.saving_after_pct = res.denominator.pct(saving)
 
 
 def _pace_ranks(rank_ctx: list[cx.RankContext]) -> set[int]:

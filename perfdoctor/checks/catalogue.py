@@ -90,7 +90,10 @@ _TEXT_KEYS = (
     "example_after",
 )
 _BOOL_KEYS = ("runs_after_others", "whole_trace_note")
+# "headline": the finding's one-sentence claim (a str.format template over the message's fields), read by the renderers
+# that show it; accepted here so a rule may carry it
 _ALL_KEYS = set(_TEXT_KEYS) | set(_BOOL_KEYS) | {"code", "references", "requires", "scope", "thresholds", "when"}
+_ALL_KEYS.add("headline")
 _CODE_RX = re.compile(r"^[A-Z]{1,4}\d{3}$")
 _NAME_RX = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
 _BUILTIN_FILE_RX = re.compile(r"^[A-Z]{1,4}\d{3}\.toml$")

@@ -38,6 +38,12 @@ GRAPH_CALL = re.compile(r"^CompiledFunction$|^## Call CompiledFxGraph")
 # ``entire_frame_compile`` > ``_compile.compile_inner (dynamo_timed)``, and the lazily compiled backward's
 # ``entire_backward_compile`` inside ``CompiledFunctionBackward``
 COMPILE_SPAN = re.compile(COMPILE.pattern + r"|^dynamo$|^entire_(frame|backward)_compile$", re.IGNORECASE)
+# CUDA-graph recording: torch.compile(mode="reduce-overhead")'s cudagraph trees time it as a ``(dynamo_timed)``
+# range (torch/_inductor/cudagraph_trees.py), a manual ``torch.cuda.graph`` capture shows as the capture calls
+CUDAGRAPH_RECORD = re.compile(r"^CUDAGraphNode\.record \(dynamo_timed\)$")
+CAPTURE_BEGIN = re.compile(r"^(cuda|hip)StreamBeginCapture")
+CAPTURE_END = re.compile(r"^(cuda|hip)StreamEndCapture")
+GRAPH_INSTANTIATE = re.compile(r"^(cuda|hip)GraphInstantiate|^cuGraphInstantiate")
 WRAPPER = re.compile(r"^(Pregraph bytecode|AOTDispatcher Runtime Wrapper (Prologue|Epilogue))$")
 NAMES_SHOWN = 4  # eager op names listed
 LOOKUP_GAP_US = 50.0  # a cache lookup ending at most this long before a region is that region's (wings236: 1-2 µs)
@@ -229,7 +235,8 @@ def recompiles(tables: TraceTables, start_us: np.ndarray, end_us: np.ndarray) ->
         tab, rows = tables.tables[tname], _rows(tables, COMPILE_SPAN, tname)
         if rows.size:
             spans.append(iv.union(tab["ts_us"][rows], tab["end_us"][rows]))
-    comp = iv.union_of(*spans)
+    # a CUDA graph's recording is timed as a "(dynamo_timed)" range too: PD109's, not a compilation
+    comp = iv.subtract(iv.union_of(*spans), graph_recording(tables, start_us, end_us).cut)
     ops = tables.cpu_ops
     look = _rows(tables, CACHE_LOOKUP)
     if look.size and comp[0].size:  # a lookup that ran a compile: its whole span is the recompilation's
@@ -290,3 +297,59 @@ def _dims_text(raw: object) -> str:
         if isinstance(d, list) and d and all(isinstance(x, int) for x in d):
             return "[" + ", ".join(str(x) for x in d) + "]"
     return ""
+
+
+@dataclass
+class GraphRecording:
+    """CUDA-graph recording inside analysed steps (µs, host timeline).
+
+    Attributes:
+        record_us: per step, the union of cudagraph trees' ``CUDAGraphNode.record`` ranges, of each stream capture
+            (from a ``cudaStreamBeginCapture`` to the next ``cudaStreamEndCapture`` of its thread) and of the
+            ``cudaGraphInstantiate`` calls.
+        recordings: per step, the recordings started in it (record ranges, else captures).
+        cut: the recording intervals over all steps (sorted, disjoint), the fix's cut.
+        api: the runtime's word for a CUDA graph in the trace ("CUDA graph", or "HIP graph" on ROCm).
+    """
+
+    record_us: np.ndarray
+    recordings: np.ndarray
+    cut: iv.Intervals
+    api: str
+
+
+def graph_recording(tables: TraceTables, start_us: np.ndarray, end_us: np.ndarray) -> GraphRecording:
+    """CUDA-graph recordings in each host window ``[start_us[k], end_us[k])`` (µs)."""
+    parts, starts = [], []
+    ann = tables.annotations
+    rows = _rows(tables, CUDAGRAPH_RECORD, "annotations")
+    if rows.size:
+        parts.append(iv.union(ann["ts_us"][rows], ann["end_us"][rows]))
+        starts.append(ann["ts_us"][rows])
+    rt = tables.runtime
+    hip = False
+    if len(rt):
+        names = tables.name_array()
+        begin, end = _rows(tables, CAPTURE_BEGIN, "runtime"), _rows(tables, CAPTURE_END, "runtime")
+        inst = _rows(tables, GRAPH_INSTANTIATE, "runtime")
+        hip = any(str(names[rt["name_id"][r]]).startswith("hip") for r in np.concatenate([begin, inst]).tolist())
+        for tid in np.unique(rt["tid"][begin]).tolist():
+            b = begin[rt["tid"][begin] == tid]
+            e = end[rt["tid"][end] == tid]
+            bs, es = rt["ts_us"][b], np.sort(rt["end_us"][e])
+            k = np.searchsorted(es, bs, side="left")
+            ok = k < es.size
+            parts.append(iv.union(bs[ok], es[np.minimum(k, max(es.size - 1, 0))][ok] if es.size else bs[ok]))
+            if not rows.size:
+                starts.append(bs[ok])
+        if inst.size:
+            parts.append(iv.union(rt["ts_us"][inst], rt["end_us"][inst]))
+    cut = iv.intersect(iv.union_of(*parts), iv.union(start_us, end_us))
+    first = np.concatenate(starts) if starts else np.empty(0)
+    k = _window(first, start_us, end_us)
+    return GraphRecording(
+        record_us=iv.per_window(cut, start_us, end_us),
+        recordings=np.bincount(k[k >= 0], minlength=start_us.size)[: start_us.size].astype(np.float64),
+        cut=cut,
+        api="HIP graph" if hip else "CUDA graph",
+    )

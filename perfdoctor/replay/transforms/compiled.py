@@ -59,3 +59,23 @@ def no_recompiles(rr: RankReplay, compile_cut: iv.Intervals, pid: int) -> WhatIf
         "the trace's Dynamo/Inductor compile spans ((dynamo_timed) annotations, compile ops, the cache lookups "
         "that ran them)",
     )
+
+
+def no_rerecording(rr: RankReplay, record_cut: iv.Intervals, api: str) -> WhatIf:
+    """The CUDA-graph recordings inside the analysed steps go (``record_cut``, µs intervals on the step's process:
+    :attr:`perfdoctor.analysis.compiled.GraphRecording.cut`): cudagraph trees' ``CUDAGraphNode.record`` ranges,
+    stream captures and ``cudaGraphInstantiate`` calls.
+
+    Assumption: the graph recorded once is replayed (its inputs keep their shapes and addresses), at the cost of
+    the step's other graph launches, already in the recording. The kernels launched while capturing did not run
+    (a capture only records them), so no device work is removed. Source: the trace's recording spans; CUDA
+    Graphs (stream capture, instantiate, launch).
+    """
+    pid = rr.windows.pid
+    return WhatIf(
+        "no-rerecording",
+        Scenario("no-rerecording", host_cut={pid: record_cut} if record_cut[0].size and pid >= 0 else {}),
+        f"no {api} recorded in the steady state: the recordings inside the analysed steps leave them, the graph "
+        "recorded before is replayed instead",
+        "the trace's CUDAGraphNode.record ranges, stream captures and graph instantiations",
+    )

@@ -99,3 +99,15 @@ def test_clean_compile_gives_neither():
     assert set(_regions_per_step("compile-clean")) == {(1, 1)}
     assert "PD107" not in findings and "PD107" not in skipped
     assert "PD108" not in findings and "PD108" not in skipped
+
+
+@example
+def test_batch_probe_leaves_no_recompilation_in_the_window():
+    # 30 steps: the window is steps 15-20, and the batch probe has seen 20 identical batches after step 19; removing
+    # its global module hooks then would fail the compiled code's guards and recompile it in step 20 (frame 1/1)
+    findings, skipped, _, _ = profile("compile-clean-30", [], steps=30, env={"OMP_NUM_THREADS": "1"}, script=SCRIPT)
+    assert "PD108" not in findings and "PD108" not in skipped
+    path = next((runs_root() / "compile-clean-30").glob("trace.rank0*.pt.trace.json.gz"))
+    with gzip.open(path, "rt") as fh:
+        names = {e["name"] for e in json.load(fh)["traceEvents"] if e.get("name", "").startswith("Torch-Compiled")}
+    assert names == {"Torch-Compiled Region: 1/0"}

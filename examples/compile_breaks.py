@@ -80,8 +80,8 @@ def build(args):
 
 def main() -> None:
     p = base_parser(__doc__.splitlines()[0], batch_size=64)
-    p.add_argument("--dim", type=int, default=128)
-    p.add_argument("--hidden", type=int, default=256)
+    p.add_argument("--dim", type=int, default=64)
+    p.add_argument("--hidden", type=int, default=64)
     p.add_argument("--classes", type=int, default=10)
     p.add_argument("--samples", type=int, default=20_000)
     p.add_argument("--graph-break", choices=("none", "item", "print"), default="none")

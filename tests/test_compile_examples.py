@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 import sys
 
 import pytest
@@ -58,7 +59,7 @@ def _dynamo_breaks(graph_break: str) -> tuple[int, int]:
     finally:
         sys.path.pop(0)
     torch._dynamo.reset()
-    explained = torch._dynamo.explain(BlockMLP(128, 256, 10, graph_break))(torch.randn(64, 128))
+    explained = torch._dynamo.explain(BlockMLP(64, 64, 10, graph_break))(torch.randn(64, 64))
     return explained.graph_count, explained.graph_break_count
 
 
@@ -85,8 +86,9 @@ def test_shape_change_gives_pd108_in_the_recompiling_step():
     findings, skipped, _, _ = _run("compile-shape", ["--shape-every", "6"])
     f = findings["PD108"]
     # the batch is 64 - step // 6 samples: 62 in steps 12-17, 63 before; step 12 compiles the new shape
-    assert "compiles inside 1 of 4 analysed steps" in f["message"]
-    assert "changing input shapes (step #12: [63, 128] → [62, 128])" in f["message"]
+    # 1 of the 4 recorded steps (#10 may be left out as first-call work on a loaded machine: PD902)
+    assert re.search(r"compiles inside 1 of [34] analysed steps \(recompiled frames: 1/\d\)", f["message"])
+    assert "changing input shapes (step #12: [63, 64] → [62, 64])" in f["message"]
     assert "mark_dynamic" in f["fix"]
     assert f["saving_us_per_step"] > 0
     assert "PD107" not in findings

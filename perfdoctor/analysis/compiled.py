@@ -121,7 +121,8 @@ def compiled_steps(tables: TraceTables, start_us: np.ndarray, end_us: np.ndarray
     out.frames = list(dict.fromkeys(str(names[i]).split(": ", 1)[1] for i in ops["name_id"][reg[in_step >= 0]]))
     eager_cut: list[iv.Intervals] = []
     over_cut: list[iv.Intervals] = []
-    eager_names: dict[str, float] = {}
+    eager_names: dict[str, float] = {}  # µs in the steps, per name
+    eager_calls: dict[str, int] = {}  # calls in the steps, per name
     for pid, tid in sorted({(int(p), int(t)) for p, t in zip(ops["pid"][reg], ops["tid"][reg], strict=True)}):
         mine = reg[(ops["pid"][reg] == pid) & (ops["tid"][reg] == tid)]
         mine = mine[np.lexsort((-ops["end_us"][mine], ops["ts_us"][mine]))]
@@ -138,9 +139,11 @@ def compiled_steps(tables: TraceTables, start_us: np.ndarray, end_us: np.ndarray
         not_eager = iv.union_of(graphs, look, _spans(tables, COMPILE_SPAN, pid, tid))
         eager, eager_rows = _eager_ops(tables, pid, tid, regions, not_eager)
         eager_cut.append(eager)
-        for r in eager_rows.tolist():
+        in_steps = eager_rows[_window(ops["ts_us"][eager_rows], start_us, end_us) >= 0]
+        for r in in_steps.tolist():
             name = str(names[ops["name_id"][r]])
             eager_names[name] = eager_names.get(name, 0.0) + float(ops["dur_us"][r])
+            eager_calls[name] = eager_calls.get(name, 0) + 1
         # per break: its cache lookup (the op that ends where the nested region starts, or just before it) and the
         # nested region's time outside its graphs, its own nested regions and the eager ops
         li = np.searchsorted(look[1], s[nested], side="right") - 1
@@ -156,9 +159,8 @@ def compiled_steps(tables: TraceTables, start_us: np.ndarray, end_us: np.ndarray
     out.overhead_cut = iv.union_of(*over_cut)
     out.eager_us = iv.per_window(eager_all, start_us, end_us)
     out.overhead_us = iv.per_window(out.overhead_cut, start_us, end_us)
-    counts = _counts_per_step(tables, eager_names, eager_all, start_us, end_us)
     top = sorted(eager_names.items(), key=lambda kv: -kv[1])[:NAMES_SHOWN]
-    out.eager_ops = [(name, counts.get(name, 0.0)) for name, _ in top]
+    out.eager_ops = [(name, eager_calls[name] / max(n, 1)) for name, _ in top]
     return out
 
 
@@ -191,21 +193,6 @@ def _eager_ops(
     top = np.ones(s.size, dtype=bool)
     top[1:] = s[1:] >= np.maximum.accumulate(e)[:-1]
     return iv.union(s[top], e[top]), rows[top]
-
-
-def _counts_per_step(
-    tables: TraceTables, names: dict[str, float], eager: iv.Intervals, start_us: np.ndarray, end_us: np.ndarray
-) -> dict[str, float]:
-    """Mean calls per step of each eager op name (outermost ops inside ``eager``)."""
-    ops, out = tables.cpu_ops, {}
-    n = max(start_us.size, 1)
-    for name in names:
-        m = tables.name_array()[ops["name_id"]] == name
-        s = ops["ts_us"][m]
-        k = iv.containing(s, eager)
-        hit = (k >= 0) & (_window(s, start_us, end_us) >= 0)
-        out[name] = float(np.count_nonzero(hit & (s == eager[0][np.maximum(k, 0)]))) / n
-    return out
 
 
 @dataclass

@@ -39,8 +39,8 @@ def runs_root() -> Path:
     return _ROOT[0]
 
 
-def profile(name: str, flags: list[str], steps: int = 30, env: dict | None = None):
-    """Run examples/mlp.py under `perfdoctor profile` (``env``: extra environment variables); returns
+def profile(name: str, flags: list[str], steps: int = 30, env: dict | None = None, script: str = "mlp.py"):
+    """Run examples/``script`` under `perfdoctor profile` (``env``: extra environment variables); returns
     (findings by code, skipped, median step s, samples/step)."""
     if name in _CACHE:
         return _CACHE[name]
@@ -51,7 +51,7 @@ def profile(name: str, flags: list[str], steps: int = 30, env: dict | None = Non
         "-m",
         "perfdoctor",
         "profile",
-        str(REPO / "examples" / "mlp.py"),
+        str(REPO / "examples" / script),
         "--steps",
         str(steps),
         "--out",

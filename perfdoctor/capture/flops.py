@@ -23,6 +23,12 @@ class FlopMeter:
         self.error: str | None = None
 
     def start(self) -> None:
+        """Open the counter, unless torch.compile has compiled a graph in this process: FlopCounterMode over a
+        compiled model leaves it running eagerly for the rest of the run (torch 2.13, CPU: no
+        ``Torch-Compiled Region`` in any later step), so the profiled steps would not be the script's."""
+        if compiled_graphs() > 0:
+            self.error = "not measured: torch.compile is in use, and FlopCounterMode would leave it running eagerly"
+            return
         try:
             from torch.utils.flop_counter import FlopCounterMode
 
@@ -46,3 +52,17 @@ class FlopMeter:
         except Exception as exc:  # noqa: BLE001
             self.error = f"{type(exc).__name__}: {exc}"
         return self.flops
+
+
+def compiled_graphs() -> int:
+    """Graphs torch.compile (Dynamo) has compiled in this process so far (0 when Dynamo was never imported)."""
+    import sys
+
+    if "torch._dynamo" not in sys.modules:
+        return 0
+    try:
+        from torch._dynamo.utils import counters
+
+        return int(counters["stats"]["unique_graphs"])
+    except Exception:  # noqa: BLE001 - a torch without these counters: assume none
+        return 0

@@ -171,7 +171,10 @@ class Session:
             observed = self.probe.take_step()
             self._batch_history.append(observed)
             recent = self._batch_history[-self.cfg.probe_steps :]
-            if len(recent) == self.cfg.probe_steps and len(set(recent)) == 1:
+            # removing global module hooks fails torch.compile's guards (the next call recompiles): never just
+            # before a recorded step, where that recompilation would be profiled as the script's
+            next_recorded = self.schedule.phase(len(self._batch_history)) == "active"
+            if len(recent) == self.cfg.probe_steps and len(set(recent)) == 1 and not next_recorded:
                 self.probe.detach()  # constant batch: stop paying for global module hooks
                 self._frozen_batch = observed
         tokens = self.cfg.tokens_per_step if self.cfg.tokens_per_step is not None else observed[0]

@@ -144,6 +144,7 @@ class PythonStacks:
         self.parent = np.where(found, by_id[pos], -1)
         self.is_user_name, self.parsed = _classify(tables.names, self.name_id)
         self.user = self.is_user_name[self.name_id]
+        self.is_module = tables.names_matching(r"^nn\.Module: ")[self.name_id]
 
     def __bool__(self) -> bool:
         return self.n > 0
@@ -235,19 +236,45 @@ class PythonStacks:
             below, row = row, int(self.parent[row])
         return out
 
+    def modules(self, rows: np.ndarray) -> np.ndarray:
+        """Row of the innermost ``nn.Module:`` record at or above each row (-1: none)."""
+        cur = rows.copy()
+        for _ in range(_MAX_DEPTH):
+            climb = (cur >= 0) & ~self.is_module[np.maximum(cur, 0)]
+            if not climb.any():
+                break
+            cur[climb] = self.parent[cur[climb]]
+        return cur
+
     def locate(
-        self, pid: np.ndarray, tid: np.ndarray, ts_us: np.ndarray, weight: np.ndarray | None = None
+        self,
+        pid: np.ndarray,
+        tid: np.ndarray,
+        ts_us: np.ndarray,
+        weight: np.ndarray | None = None,
+        by_module: bool = False,
     ) -> SourceLine | None:
         """The user line where most of the weight starts: each moment ``ts_us`` on thread (pid, tid) is placed
         at its line (the innermost ``python_function`` around it, walked up past library frames), the weights
         (µs, default 1 per moment) are summed per line, and the heaviest line is returned with its share.
-        None when no moment falls inside a user frame."""
+        ``by_module``: the moments of the heaviest ``nn.Module`` (by its recorded name) first, then its heaviest
+        line; ``share_pct`` is then the module's share. None when no moment falls inside a user frame."""
         if not self.n or np.size(ts_us) == 0:
             return None
         rows = self.innermost(pid, tid, ts_us)
         user, below, skipped = self.anchor(rows)
         w = np.ones(rows.size) if weight is None else np.asarray(weight, dtype=np.float64)
         ok = user >= 0
+        module_share = None
+        if by_module and ok.any():
+            mod = self.modules(rows)
+            has = ok & (mod >= 0)
+            if has.any():
+                mod_names = self.name_id[np.maximum(mod, 0)]
+                per_module = np.bincount(mod_names[has], weights=w[has])
+                top = int(np.argmax(per_module))
+                module_share = float(100.0 * per_module[top] / w[ok].sum())
+                ok = has & (mod_names == top)
         if not ok.any() or w[ok].sum() <= 0:
             return None
         # one key per line: the recorded call line where there is one, else the user frame's own name
@@ -272,7 +299,7 @@ class PythonStacks:
             calls=self._calls(int(below[pick])),
             frames=self.stack(int(user[pick]), int(below[pick])),
             skipped=int(skipped[pick]),
-            share_pct=float(100.0 * totals[best] / totals.sum()),
+            share_pct=float(100.0 * totals[best] / totals.sum()) if module_share is None else module_share,
             module=self._module(int(rows[pick])),
         )
 

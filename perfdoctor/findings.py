@@ -31,6 +31,9 @@ The report's finding dict (read by every renderer; keep it stable)::
      "saving_from_us_per_step": float | None (the mean step the saving is taken from, µs; None: the denominator),
      "evidence": {name: number | str | list, ...,  "events": [{"name":..., ...}] (optional),
                   "ranks": [ranks it fired on]},
+     "source": {"location": "train.py:42", "function", "exact", "calls", "frames", "skipped", "share_pct",
+                "module"} | None (the user's line the time starts at: perfdoctor.analysis.source_lines.SourceLine),
+     "source_hint": str (without Python stacks, what would name that line; "" otherwise),
      "steps": [step numbers it fired on],
      "fix": str, "example_before": str, "example_after": str, "references": [str, ...]}
 """
@@ -39,6 +42,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
+
+from perfdoctor.analysis.source_lines import SourceLine
 
 SEVERITIES = ("low", "medium", "high")
 FINDINGS_NOTE = (
@@ -115,11 +120,16 @@ class Evidence:
         values: named numbers (units in the names: ``_us``, ``_pct``, ``_bytes``, ``n_``).
         steps: the step numbers (``ProfilerStep#N``) the problem shows in.
         events: the top events / kernels / ops involved (dicts with ``name`` and numbers).
+        source: the line of the user's code where the finding's time starts, read from the trace's Python stacks
+            (:mod:`perfdoctor.analysis.source_lines`); None without stacks, or for a rule that names no line.
+        source_hint: what would name that line when the trace has no Python stacks ("" otherwise).
     """
 
     values: dict[str, Any] = field(default_factory=dict)
     steps: list[int] = field(default_factory=list)
     events: list[dict[str, Any]] = field(default_factory=list)
+    source: SourceLine | None = None
+    source_hint: str = ""
 
 
 @dataclass
@@ -239,6 +249,8 @@ class Finding:
             "plan_note": self.plan_note,
             "method": self.estimate.method if self.estimate else "",
             "evidence": evidence,
+            "source": None if self.evidence.source is None else self.evidence.source.to_dict(),
+            "source_hint": self.evidence.source_hint,
             "steps": list(self.evidence.steps),
             "fix": self.fix,
             "example_before": self.example_before,

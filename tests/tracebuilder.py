@@ -76,6 +76,29 @@ class TraceBuilder:
         )
         return self
 
+    def python_function(
+        self, name: str, ts: float, dur: float, parent: int | None = None, caller: str | None = None
+    ) -> int:
+        """A ``python_function`` event (``with_stack=True``) on the main thread; returns its ``Python id``
+        (``parent``: the caller's id; ``caller``: the call's line as ``perfdoctor profile --with-stack`` adds it)."""
+        pid_ = 1 + sum(1 for e in self.events if e["cat"] == "python_function")
+        args: dict[str, Any] = {"Python id": pid_, "Python parent id": parent, "Python thread": 0}
+        if caller is not None:
+            args["Python caller"] = caller
+        self.events.append(
+            {
+                "ph": "X",
+                "cat": "python_function",
+                "name": name,
+                "pid": self.pid,
+                "tid": self.tid,
+                "ts": ts,
+                "dur": dur,
+                "args": args,
+            }
+        )
+        return pid_
+
     def step(self, n: int, ts: float, dur: float) -> TraceBuilder:
         """A ``ProfilerStep#n`` annotation on the main thread."""
         return self.annotation(f"ProfilerStep#{n}", ts, dur)

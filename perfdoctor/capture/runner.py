@@ -212,7 +212,7 @@ def _run_facts(
             "active": schedule.active,
             "repeat": schedule.repeat,
             "record_shapes": cfg.record_shapes,
-            "with_stack": False,
+            "with_stack": cfg.with_stack,
             "profile_memory": bool(torch.cuda.is_available()),
             "trace": cfg.trace,
         },

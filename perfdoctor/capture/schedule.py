@@ -29,6 +29,7 @@ class ProfileConfig:
     measure_flops: bool = True
     trace: bool = True  # False: time the steps only (no torch.profiler)
     record_shapes: bool = True
+    with_stack: bool = False  # Python stacks in the window, each call's line added (perfdoctor.capture.stacks)
     probe_steps: int = 20  # batch probe removed after this many identical batches
 
 

@@ -28,6 +28,7 @@ from perfdoctor.capture.loaders import LoaderWatch
 from perfdoctor.capture.non_training import NonTrainingClock
 from perfdoctor.capture.rundir import rank_json_name, steps_csv_name, trace_name, write_json
 from perfdoctor.capture.schedule import ProfileConfig, Schedule
+from perfdoctor.capture.stacks import add_callers
 from perfdoctor.capture.step_log import StepLog, write_tensorboard
 from perfdoctor.capture.step_timer import StepTimer
 
@@ -123,7 +124,7 @@ class Session:
             on_trace_ready=self._on_trace_ready,
             record_shapes=self.cfg.record_shapes,
             profile_memory=cuda,
-            with_stack=False,
+            with_stack=self.cfg.with_stack,
         )
         prof._perfdoctor = True  # type: ignore[attr-defined]  # a marker: the guard lets our own profilers start
         prof.step_num = step
@@ -190,7 +191,7 @@ class Session:
             )
             return
         path = self.run_dir / trace_name(self.rank, index, self.schedule.repeat)
-        export_trace(prof, path)
+        export_trace(prof, path, with_callers=self.cfg.with_stack)
         self.windows.append(
             {"index": index, "first_step": first, "last_step": last, "complete": True, "path": path.name}
         )
@@ -288,15 +289,18 @@ def line_buffer_output() -> None:
             pass
 
 
-def export_trace(prof: torch.profiler.profile, path: Path) -> None:
+def export_trace(prof: torch.profiler.profile, path: Path, with_callers: bool = False) -> None:
     """Export ``prof``'s trace to ``path`` through a temporary name beside it (``.incomplete.<name>``: no
     reader's pattern matches it; it keeps the ``.gz`` that makes torch compress) and an atomic rename, so a
     Ctrl-C or a crash while exporting leaves no half trace under the final name (it left a gzip with a bad
-    CRC that `perfdoctor report` then refused). The temporary file is removed on any failure.
+    CRC that `perfdoctor report` then refused). The temporary file is removed on any failure. ``with_callers``:
+    each ``python_function`` event gets the line its call was made from (:func:`perfdoctor.capture.stacks.add_callers`).
     """
     tmp = path.with_name(".incomplete." + path.name)
     try:
         prof.export_chrome_trace(str(tmp))
+        if with_callers:
+            add_callers(prof, tmp)
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)

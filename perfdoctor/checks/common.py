@@ -10,7 +10,8 @@ import numpy as np
 from perfdoctor.analysis import host
 from perfdoctor.analysis import intervals as iv
 from perfdoctor.analysis.classify import classify_kernel
-from perfdoctor.findings import Estimate
+from perfdoctor.analysis.source_lines import stacks_of
+from perfdoctor.findings import Estimate, Evidence
 from perfdoctor.trace.join import launch_rows, launched_rows
 from perfdoctor.trace.tables import TraceTables
 
@@ -245,3 +246,47 @@ def cold_reason(ctx: Any) -> str:
         f"the analysed step(s) are a cold start ({share:.0f}% of the step is first-call work: compilation, first "
         "op calls, lazy init; PD902): a verdict on them would describe the warm-up, not the training loop"
     )
+
+
+# a finding's source clause on a trace without Python stacks (one short clause, never in the headline)
+WITH_STACK_HINT = "`perfdoctor profile --with-stack` would name the line"
+
+
+def name_line(
+    ev: Evidence,
+    tables: TraceTables,
+    table: str,
+    rows: np.ndarray,
+    weight: np.ndarray | None = None,
+    by_module: bool = False,
+) -> None:
+    """Set ``ev.source`` to the user's line where most of ``weight`` (µs, or 1 per event) of the events
+    ``tables.<table>[rows]`` starts (:meth:`perfdoctor.analysis.source_lines.PythonStacks.locate`, on each event's
+    own thread and start), or ``ev.source_hint`` when the trace holds no Python stacks."""
+    stacks = stacks_of(tables)
+    if not stacks:
+        ev.source_hint = WITH_STACK_HINT
+        return
+    tab = tables.tables[table]
+    if rows.size == 0 or len(tab) == 0:
+        return
+    ev.source = stacks.locate(tab["pid"][rows], tab["tid"][rows], tab["ts_us"][rows], weight, by_module=by_module)
+
+
+def name_line_of(ev: Evidence, tables: TraceTables, pattern: str) -> None:
+    """:func:`name_line` for the host events named by ``pattern`` (annotations and CPU ops, as
+    :func:`perfdoctor.analysis.host.ranges_named` finds them), each weighted by its duration (µs)."""
+    best: tuple[float, str, np.ndarray] | None = None
+    for table in ("annotations", "cpu_ops"):
+        tab = tables.tables[table]
+        if len(tab) == 0:
+            continue
+        rows = np.flatnonzero(tables.names_matching(pattern)[tab["name_id"]])
+        total = float(tab["dur_us"][rows].sum())
+        if rows.size and (best is None or total > best[0]):
+            best = (total, table, rows)
+    if best is None:
+        name_line(ev, tables, "annotations", np.empty(0, dtype=np.int64))
+        return
+    _, table, rows = best
+    name_line(ev, tables, table, rows, tables.tables[table]["dur_us"][rows])

@@ -13,7 +13,7 @@ import numpy as np
 
 from perfdoctor.analysis import host
 from perfdoctor.analysis import intervals as iv
-from perfdoctor.checks.common import idle_cause_ms, pct, replay_fields, replayed_estimate, steps_over
+from perfdoctor.checks.common import idle_cause_ms, name_line_of, pct, replay_fields, replayed_estimate, steps_over
 from perfdoctor.checks.context import Outcome, RankContext, passed, skipped
 from perfdoctor.findings import Evidence, Hit
 from perfdoctor.replay.transforms.host import prefetch_dataloader
@@ -65,6 +65,7 @@ def check(ctx: RankContext) -> Outcome:
         },
         steps=steps_over(wait, step_us, ctx.th["min_saving_pct"], ctx.step_numbers),
     )
+    name_line_of(ev, ctx.tables, host.DATALOADER)  # the loop line that fetches the batch
     host_ms = float(host_us.mean()) / 1000
     if ctx.is_gpu:  # the breakdown's idle cause: measured, and a different quantity from the replayed saving
         ev.values["dataloader_idle_ms"] = idle_cause_ms(ctx, "dataloader")

@@ -22,11 +22,12 @@ import numpy as np
 from perfdoctor.analysis import host
 from perfdoctor.analysis import intervals as iv
 from perfdoctor.checks.after import passes
-from perfdoctor.checks.common import cold_reason, pct, replay_fields, replayed_estimate, steps_over
+from perfdoctor.checks.common import cold_reason, name_line, pct, replay_fields, replayed_estimate, steps_over
 from perfdoctor.checks.context import Outcome, RankContext, passed, skipped
 from perfdoctor.findings import Evidence, Hit
 from perfdoctor.replay.transforms import WhatIf, combine
 from perfdoctor.replay.transforms.host import cuda_graphs, graph_api, prefetch_dataloader
+from perfdoctor.trace.join import launch_rows
 from perfdoctor.vocab import IdleCause, idle_label
 
 CODE = "PD103"
@@ -120,6 +121,11 @@ def check(ctx: RankContext) -> Outcome:
         },
         steps=steps_over(idle, ctx.per_step(lambda s: s.dur_us), ctx.th["min_saving_pct"], ctx.step_numbers),
     )
+    # the module whose forward launches the most short kernels, and the line of it
+    tab = ctx.tables.kernels
+    launches = launch_rows(ctx.tables, "kernels")[tab["device"] == ctx.device.device] if len(tab) else np.empty(0)
+    short_launch = launches[short] if launches.size == short.size else np.empty(0, dtype=np.int64)
+    name_line(ev, ctx.tables, "runtime", short_launch[short_launch >= 0], by_module=True)
     # where the saving comes from, read off the replays it is the difference of (it can exceed the launch idle
     # named above: a captured graph also runs none of the Python between launches, PD106's idle)
     parts = ctx.saving_parts(*whatifs)

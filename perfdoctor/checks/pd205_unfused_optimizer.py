@@ -20,7 +20,7 @@ import numpy as np
 
 from perfdoctor.analysis import host
 from perfdoctor.analysis import intervals as iv
-from perfdoctor.checks.common import pct, steps_over
+from perfdoctor.checks.common import name_line_of, pct, steps_over
 from perfdoctor.checks.context import Outcome, RankContext, passed, skipped
 from perfdoctor.findings import Estimate, Evidence, Hit
 from perfdoctor.replay.transforms.host import fused_optimizer
@@ -153,6 +153,7 @@ def check(ctx: RankContext) -> Outcome:
     cls = optimizer_class(ctx, k.launch_us[inside])
     short, fix = advice(cls)
     ev.values["optimizer"] = cls or "unknown"
+    name_line_of(ev, ctx.tables, host.OPTIMIZER_STEP)  # the optimizer call
     hit = Hit(
         evidence=ev,
         estimate=Estimate(saving, method),

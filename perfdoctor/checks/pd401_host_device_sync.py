@@ -23,6 +23,7 @@ from perfdoctor.checks.common import (
     copy_explained,
     count_text,
     idle_cause_ms,
+    name_line,
     pageable_h2d,
     pct,
     replay_fields,
@@ -187,6 +188,10 @@ def check(ctx: RankContext) -> Outcome:
         steps=steps_over(idle, ctx.per_step(lambda s: s.dur_us), ctx.th["min_saving_pct"], ctx.step_numbers),
         events=_wait_events(ctx, rows, waits),
     )
+    # the .item() / .cpu() line: the runtime calls that start each wait (syncs and blocking copies)
+    starts = rt["ts_us"]
+    in_wait = (iv.containing(starts, waits) >= 0) if waits[0].size else np.zeros(len(rt), dtype=bool)
+    name_line(ev, t, "runtime", np.flatnonzero(in_wait), rt["dur_us"][in_wait])
     # where the saving comes from, read off the replays it is the difference of (it can exceed the sync idle named
     # above: copies on other streams overlap compute once the host no longer blocks between them)
     parts = ctx.saving_parts(whatif).text(("synchronization",))

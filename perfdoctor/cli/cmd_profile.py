@@ -50,6 +50,12 @@ def _add_options(parser: argparse.ArgumentParser, default: str | None = None) ->
         "--no-flops", action="store_true", default=d(False), help="skip the FlopCounterMode measurement"
     )
     parser.add_argument("--no-report", action="store_true", default=d(False), help="write the run directory only")
+    parser.add_argument(
+        "--with-stack",
+        action="store_true",
+        default=d(False),
+        help="record Python stacks in the profiled window: findings name the line of your code their time starts at",
+    )
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -106,6 +112,7 @@ def run(args: argparse.Namespace) -> int:
         tokens_per_step=args.tokens_per_step,
         samples_per_step=args.samples_per_step,
         measure_flops=not args.no_flops,
+        with_stack=args.with_stack,
     )
     result = run_profile(target, script_args, cfg, module=module, out=args.out, command=["perfdoctor", *sys.argv[1:]])
     if result.traceback:

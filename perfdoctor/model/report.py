@@ -430,6 +430,21 @@ class Summary(Section, kw_only=True):
     spread_pct: float | UnsetType = UNSET
 
 
+class SourceSection(Section, kw_only=True):
+    """The line of the user's code a finding's time starts at (:class:`perfdoctor.analysis.source_lines.SourceLine`:
+    ``location`` "file:line", ``exact`` False when it is the function's first line, the user's ``frames`` outwards,
+    the library frames ``skipped``, the ``share_pct`` of the finding's time starting there, the ``nn.Module``)."""
+
+    location: str
+    function: str
+    exact: bool
+    calls: str = ""
+    frames: list[str] = []
+    skipped: int = 0
+    share_pct: float = 100.0
+    module: str = ""
+
+
 class FindingSection(Section, kw_only=True):
     """One ranked finding (shape owned by :mod:`perfdoctor.findings`): saving µs per step and % of step."""
 
@@ -467,6 +482,10 @@ class FindingSection(Section, kw_only=True):
     headline: str = ""
     method: str = ""
     evidence: dict[str, EvidenceValue]
+    # the user's line where the time starts (read from the trace's Python stacks), or without stacks, what would
+    # name it (perfdoctor.findings.Evidence.source / source_hint)
+    source: SourceSection | None = None
+    source_hint: str = ""
     steps: list[int]
     fix: str
     example_before: str

@@ -86,6 +86,8 @@ def _findings(report: Report) -> list[str]:
             out.append("   - evidence: " + "; ".join(f"{esc(k)} {esc(v)}" for k, v in f["evidence"]))
         if f["fix"]:
             out.append(f"   - fix: {esc_prose(view.short_fix(f['fix']))}")
+        if f["source"]:
+            out.append(f"   - source: {esc_prose(f['source'])}")
         if f["method"]:
             out += ["   <details><summary>method</summary>", "", f"   {esc(f['method'])}", "   </details>"]
     if view.denominator_text(report):

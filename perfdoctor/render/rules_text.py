@@ -122,6 +122,8 @@ def _details(f: FindingSection) -> list[Any]:
     if f.saving_method:
         out.append(Text.assemble(("method: ", "bold"), (f.saving_method, "dim")))
     out.append(Text.assemble((f"{f.code} fix: ", "bold"), f.fix.strip()))
+    if f.source is not None and f.source.frames:
+        out.append(Text.assemble(("source: ", "bold"), " ← ".join(f.source.frames)))
     return out
 
 
@@ -150,7 +152,9 @@ def findings_renderables(report: Report, details: bool = False) -> list[Any]:
         if view.denominator_text(report):
             out.append(Text(view.denominator_text(report), style="dim"))
         for f in [] if details else plan or rest[:1]:  # --details prints every finding's whole fix below
-            out.append(Text.assemble((f"{f.code} fix: ", "bold"), view.short_fix(f.fix)))
+            where = view.source_text(f)
+            fix = view.short_fix(f.fix)
+            out.append(Text.assemble((f"{f.code} fix: ", "bold"), fix, (f" [{where}]" if where else "", "dim")))
         if details:
             for f in findings:
                 out += _details(f)

@@ -315,10 +315,34 @@ def finding(f: FindingSection, order: int = 0, denominator_us: float | None = No
         "events": events,
         "steps": list(f.steps),
         "fix": f.fix.strip(),
+        "source": source_text(f),
+        "frames": list(f.source.frames) if f.source is not None else [],
         "before": f.example_before.strip("\n"),
         "after": f.example_after.strip("\n"),
         "references": list(f.references),
     }
+
+
+def source_text(f: FindingSection) -> str:
+    """Where in the user's code the finding's time starts, in one clause: "at train.py:42 in step → Tensor.item"
+    (the line of the call), "in step (train.py:30, the function's first line)" (a trace without each call's line),
+    the module first for a module's finding, the share when other lines have some of the time; without Python stacks
+    the hint that would name it; "" when neither."""
+    src = f.source
+    if src is None:
+        return f.source_hint
+    where = (
+        f"at {src.location} in {src.function}"
+        if src.exact
+        else f"in {src.function} ({src.location}, the function's first line)"
+    )
+    if src.calls:
+        where += f" → {src.calls}"
+    if src.module:
+        where = f"module {src.module}, {where}"
+    if src.share_pct < 99.95:
+        where += f" ({src.share_pct:.0f}% of it)"
+    return where
 
 
 HEADLINE_MAX = 120  # characters: a finding's headline is one sentence with its key number

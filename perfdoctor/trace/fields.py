@@ -118,6 +118,12 @@ ARG_FIELDS: tuple[TraceField, ...] = (
     TraceField("device_id", "Device Id", "int", None, *_I64, ("memory",), narrow=True),
     TraceField("device_type", "Device Type", "int", None, *_I64, ("memory",), narrow=True),
     TraceField("addr", "Addr", "int", None, *_I64, ("memory",)),
+    # python_function events (``with_stack=True``): the frame's id and its caller's (null at a thread's root), and
+    # the line the call was made from as ``perfdoctor profile --with-stack`` records it ("train.py(42): step"; Kineto
+    # names a frame by its function's first line only)
+    TraceField("python_id", "Python id", "int", -1, *_I64, ("python_functions",)),
+    TraceField("python_parent_id", "Python parent id", "int", None, *_I64, ("python_functions",)),
+    TraceField("python_caller", "Python caller", "str", None, tables=("python_functions",)),
     # metadata events (process_name / thread_name)
     TraceField("name", "name", "str", None),
     TraceField("labels", "labels", "str", None),

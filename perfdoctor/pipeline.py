@@ -1,21 +1,21 @@
 """trace files -> tables -> analyses -> findings -> the typed report. No printing, no exiting.
 
-This module only sequences the stages: :mod:`perfdoctor.analysis.rank` loads and analyses the traces (MFU in
-:mod:`perfdoctor.analysis.mfu`), :mod:`perfdoctor.capture.run_data` reads a ``perfdoctor profile`` run
+This module only sequences the stages: :mod:`perfdoctor.jobs.task` loads and analyses each rank's trace (its per-rank
+stage, :func:`perfdoctor.jobs.task.analyse_rank`), :mod:`perfdoctor.capture.run_data` reads a ``perfdoctor profile`` run
 directory, :mod:`perfdoctor.checks.engine` runs the rules and :mod:`perfdoctor.model.build` writes the
 :class:`~perfdoctor.model.report.Report` (schema in ``docs/report-schema.md``) every renderer reads.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from perfdoctor.analysis.rank import Analysis, RankAnalysis, analyze_paths, analyze_tables
+from perfdoctor.analysis.rank import Analysis, RankAnalysis, analyze_tables
 from perfdoctor.capture.rundir import is_run_dir
 from perfdoctor.model import Report, to_builtins
-from perfdoctor.model.report import SCHEMA, SCHEMA_VERSION, RankSection
+from perfdoctor.model.report import SCHEMA, SCHEMA_VERSION
 
 if TYPE_CHECKING:
     from perfdoctor.capture.run_data import RunData
@@ -30,13 +30,11 @@ __all__ = [
     "Analysis",
     "BuiltReport",
     "RankAnalysis",
-    "analyze_paths",
     "analyze_tables",
     "build",
     "build_report",
     "is_run_dir",
     "rank_dict",
-    "report_dict",
 ]
 
 
@@ -65,17 +63,6 @@ def rank_dict(r: RankAnalysis) -> dict[str, Any]:
     from perfdoctor.model.build import rank_section
 
     return to_builtins(rank_section(r))
-
-
-def report_dict(
-    analysis: Analysis, sections: Sequence[RankSection | Mapping[str, Any] | None] | None = None
-) -> dict[str, Any]:
-    """The report of ``analysis`` as plain dicts (its checks, if ``analysis.checks`` is set; no run section);
-    ``sections``: the ranks' sections when already made (from rank summaries)."""
-    from perfdoctor.model.build import build_report as build_model
-
-    given = None if sections is None else [s for s in sections if s is not None]
-    return to_builtins(build_model(analysis, sections=given))
 
 
 def _read_run_dir(path: str, without_traces: str | None) -> tuple[RunData, list[str], str | None, str | None]:

@@ -21,8 +21,6 @@ from typing import Any
 import pytest
 
 from perfdoctor import pipeline
-from perfdoctor.checks import engine
-from perfdoctor.checks.catalogue import load_catalogue
 
 REPO = Path(__file__).resolve().parents[1]
 HAVE_PROFILE = importlib.util.find_spec("perfdoctor.capture.runner") is not None
@@ -69,12 +67,7 @@ def profile(name: str, flags: list[str], steps: int = 30, env: dict | None = Non
     from perfdoctor.capture.run_data import load_run_dir
 
     run = load_run_dir(out)
-    analysis = pipeline.analyze_paths(
-        [str(p) for p in sorted(out.glob("trace.rank*.pt.trace.json.gz"))], hash_inputs=False
-    )
-    analysis.run = run
-    cat = load_catalogue()
-    res = engine.run_checks(analysis, cat, engine.select_codes(cat, None, None)).to_report()
+    res = pipeline.build([str(out)]).report
     durations = run.steps["duration_s"][steps // 3 :]
     samples = float(statistics.median(run.steps["samples"][steps // 3 :]))
     result = (

@@ -147,7 +147,7 @@ def test_multi_rank_summary(tmp_path):
         tb.step(1, 0, dur)
         tb.launch(SGEMM, launch_ts=10, start=20, dur=100)
         tb.write(tmp_path / f"rank{rank}.json")
-    report = pipeline.report_dict(pipeline.analyze_paths([str(tmp_path)]))
+    report = pipeline.build([str(tmp_path)]).report
     assert [r["rank"] for r in report["ranks"]] == [0, 1]
     assert report["summary"]["slowest_rank"] == 1
     assert report["summary"]["spread_pct"] == pytest.approx(50.0)

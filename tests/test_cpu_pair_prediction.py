@@ -22,8 +22,6 @@ from pathlib import Path
 import pytest
 
 from perfdoctor import pipeline
-from perfdoctor.checks import engine
-from perfdoctor.checks.catalogue import load_catalogue
 
 REPO = Path(__file__).resolve().parents[1]
 STEPS = 30
@@ -49,11 +47,10 @@ def _level_s(out: Path) -> float:
 
 
 def _pd105_saving_s(out: Path) -> float:
-    analysis = pipeline.analyze_paths(
-        [str(p) for p in sorted(out.glob("trace.rank*.pt.trace.json.gz"))], hash_inputs=False
-    )
-    cat = load_catalogue()
-    report = engine.run_checks(analysis, cat, engine.select_codes(cat, ["PD105"], None)).to_report()
+    from perfdoctor.checks.config import RuleOptions
+
+    traces = [str(p) for p in sorted(out.glob("trace.rank*.pt.trace.json.gz"))]
+    report = pipeline.build(traces, rule_options=RuleOptions(select=["PD105"])).report
     found = {f["code"]: f for f in report["findings"]}
     assert "PD105" in found, report["passed_checks"]
     return float(found["PD105"]["saving_us_per_step"]) / 1e6

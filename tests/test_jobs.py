@@ -19,14 +19,17 @@ from perfdoctor.jobs import summary as js
 from perfdoctor.jobs.cross_rank import robust_z
 from perfdoctor.jobs.executors import DaskCluster, InProcess, LocalPool, memory_limited_jobs
 from perfdoctor.jobs.reduce import reduce
+from perfdoctor.model import to_builtins
+from perfdoctor.model.build import build_report
 
 
 def _today(paths: list[str]) -> dict[str, Any]:
-    """The report as the in-process path computes it from full tables (analyze_paths + run_checks)."""
-    analysis = pipeline.analyze_paths(paths)
-    results = engine.diagnose(analysis, config.resolve())
-    analysis.checks = results
-    return pipeline.report_dict(analysis)
+    """The report as a pool of two worker processes makes it (each rank's summary made in another process)."""
+    pool = LocalPool(2)
+    try:
+        return pipeline.build(paths, executor=pool).report
+    finally:
+        pool.close()
 
 
 def _canon(report: dict[str, Any]) -> str:
@@ -59,7 +62,7 @@ def test_summaries_reproduce_per_rank_numbers_exactly(which: str, tmp_path: Path
     again = js.decode(js.encode(built.job.summaries))
     job = reduce(again, cat, codes)
     job.analysis.checks = job.checks
-    report = pipeline.report_dict(job.analysis, job.sections())
+    report = to_builtins(build_report(job.analysis, sections=job.sections()))
     assert _canon(report) == _canon(built.report)
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from types import SimpleNamespace
 
 import msgspec
 import numpy as np
@@ -76,18 +77,23 @@ def test_the_job_figure_is_the_joint_replay(tmp_path: Path) -> None:
 
 @pytest.mark.skipif(not DLRM.is_dir(), reason="needs ../shared/traces/param__dlrm_8ranks (see its README)")
 def test_dlrm_job_figure_matches_the_joint_replay_of_the_full_graphs() -> None:
-    from perfdoctor.analysis.rank import analyze_paths
-    from perfdoctor.checks import engine
-    from perfdoctor.checks.catalogue import load_catalogue
+    from analysed import rank_analyses
+
+    from perfdoctor.checks import config, engine
+    from perfdoctor.checks.context import RankContext
 
     files = [str(f) for f in sorted(DLRM.glob("worker*.json.gz"))]
     built = pipeline.build(files)
     before, after = _note_ms(built.checks.fix_all_note)
     # the reference: every rank's whole graph, replayed jointly to a fixed point, each with the fixes its summary
     # names (the rules' what-ifs together), against the figure the reducer made from the summaries
-    a = analyze_paths(files)
-    cat = load_catalogue()
-    engine.run_checks(a, cat, engine.select_codes(cat, None, None))
+    analyses = rank_analyses(files)
+    cat, codes = engine.prepare(config.resolve())
+    order = engine.check_order(cat, codes)
+    for one in analyses:  # each rank's fix plan, as its worker makes it (RankReplay.fired)
+        engine.rank_outcomes(one, RankContext(one, one.ranks[0]), cat, order)
+    ranks = sorted((one.ranks[0] for one in analyses), key=lambda r: int(r.rank or 0))
+    a = SimpleNamespace(ranks=ranks)
     rrs = [r.replay for r in a.ranks]
     jr, why = match(rrs, [r.tables for r in a.ranks])
     assert jr is not None, why

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from analysed import rank_analysis
 from conftest import shared_trace
 
 from perfdoctor import pipeline
@@ -142,7 +143,7 @@ def test_outcomes_travel_encoded_and_decode_to_the_ranks_own(in_process: pipelin
     s = next(s for s in in_process.job.summaries if s.rank == 0)
     assert s.outcomes and all(isinstance(b, bytes) for b in s.outcomes.values())
     assert sum(len(b) for b in s.outcomes.values()) < 20_000
-    analysis = pipeline.analyze_paths([paths[0]])  # rank 0 alone, its full tables
+    analysis = rank_analysis(paths[0])  # rank 0 alone, its full tables (the per-rank stage)
     ra = analysis.ranks[0]
     assert isinstance(analysis.inputs[0], InputFile) and isinstance(analysis, Analysis)
     cat, _ = engine.prepare(config.resolve())

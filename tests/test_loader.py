@@ -288,18 +288,17 @@ def test_complete_cpu_only_trace_has_no_gpu_warning(tmp_path):
 
 
 def test_truncated_trace_without_steps_warns_that_idle_is_an_upper_bound(tmp_path):
-    from perfdoctor import pipeline
 
     raw = gzip.open(shared_trace("gpupuzzlers__launch_queue_N1600.trace.json.gz")).read()
     cut = tmp_path / "cut.json"
     cut.write_bytes(raw[: int(len(raw) * 0.9)])
-    a = pipeline.analyze_paths([str(cut)], hash_inputs=False)
+    from analysed import rank_analysis
+
+    a = rank_analysis(cut)
     assert a.ranks[0].steps.source == "whole-trace" and a.ranks[0].tables.truncated
-    assert any("idle is an upper bound and busy a lower bound" in w for w in a.warnings)
-    whole = pipeline.analyze_paths(
-        [str(shared_trace("gpupuzzlers__launch_queue_N1600.trace.json.gz"))], hash_inputs=False
-    )
-    assert not any("upper bound" in w for w in whole.warnings)
+    assert any("idle is an upper bound and busy a lower bound" in w for w in a.ranks[0].warnings)
+    whole = rank_analysis(shared_trace("gpupuzzlers__launch_queue_N1600.trace.json.gz"))
+    assert not any("upper bound" in w for w in whole.ranks[0].warnings)
 
 
 class _CountingPattern:

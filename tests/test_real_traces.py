@@ -60,7 +60,7 @@ def test_breakdown_invariants_on_every_shared_trace(name):
 
 def test_eight_rank_dlrm_directory():
     d = shared_trace("param__dlrm_8ranks")
-    report = pipeline.report_dict(pipeline.analyze_paths([str(d)]))
+    report = pipeline.build([str(d)]).report
     assert [r["rank"] for r in report["ranks"]] == list(range(8))
     medians = report["summary"]["median_step_us"]
     assert report["summary"]["slowest_rank"] == max(medians, key=medians.get)

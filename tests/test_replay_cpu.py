@@ -92,11 +92,12 @@ def test_sync_removal_on_cpu_changes_nothing(tmp_path: Path) -> None:
 
 
 def test_pd104_replays_the_oversubscription_on_a_cpu_trace(tmp_path: Path) -> None:
-    from perfdoctor import pipeline
+    from analysed import rank_analysis
+
     from perfdoctor.checks import pd104_cpu_thread_oversubscription as pd104
     from perfdoctor.checks.context import JobContext, RankContext
 
-    analysis = pipeline.analyze_paths([str(_two_steps().write(tmp_path / "t.json"))], hash_inputs=False)
+    analysis = rank_analysis(_two_steps().write(tmp_path / "t.json"))
     run = {"world_size": 1, "cpu": {"logical_cpus": 2}, "ranks": [{"rank": 0, "torch_threads": 4}]}
     spec = SimpleNamespace(code="PD104", thresholds={"max_threads_per_core": 1.0})
     job = JobContext(SimpleNamespace(run=run), [RankContext(analysis, analysis.ranks[0])], spec)  # type: ignore[arg-type]

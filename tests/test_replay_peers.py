@@ -10,10 +10,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from analysed import rank_analysis
 from tracebuilder import TraceBuilder
 
 from perfdoctor import pipeline
-from perfdoctor.analysis.rank import analyze_paths
 from perfdoctor.checks import config
 
 NCCL = "ncclDevKernel_SendRecv(ncclDevComm*, unsigned long, ncclWork*)"
@@ -141,7 +141,7 @@ def test_hta_nccl_cuda_graphs_move_the_peers_alike_and_keep_the_device_work() ->
     total_ms = sum(e["dur"] for e in inside) / len(steps) / 1000  # 15.63 ms per step
     transfer_ms = sum(shortest[key(e)] for e in inside) / len(steps) / 1000  # 11.20 ms
 
-    a = analyze_paths([str(NCCL_DATA)])
+    a = rank_analysis(NCCL_DATA)
     r = a.ranks[0]
     assert r.replay is not None
     whatif = cuda_graphs(r.replay, r.tables)
@@ -164,7 +164,7 @@ def _mixed(tmp_path: Path) -> tuple:
     tb = TraceBuilder(rank=0, world_size=2)
     tb.step(1, 0, 500)
     tb.launch(NCCL, launch_ts=310, start=320, dur=480)
-    a = analyze_paths([str(tb.write(tmp_path / "t.json"))])
+    a = rank_analysis(tb.write(tmp_path / "t.json"))
     return a.ranks[0].replay
 
 

@@ -71,13 +71,13 @@ def test_a_wrong_field_type_names_its_path():
 
 def test_mfu_missing_carries_a_typed_reason(tmp_path):
     """No shapes recorded: code no_shapes; no step markers: code no_steps; PD206 skips with the message."""
-    from perfdoctor.checks import engine
-    from perfdoctor.checks.catalogue import load_catalogue
 
     tb = TraceBuilder()
     tb.step(1, 0, 1000)
     tb.launch("volta_sgemm_128x64_nn", launch_ts=10, start=100, dur=300)
-    a = pipeline.analyze_paths([str(tb.write(tmp_path / "noshape.json"))], hash_inputs=False)
+    from analysed import rank_analysis
+
+    a = rank_analysis(tb.write(tmp_path / "noshape.json"))
     why = a.ranks[0].mfu_missing
     assert a.ranks[0].mfu is None and isinstance(why, MissingReason) and why.code == "no_shapes"
     assert why.message.startswith("no input shapes recorded (profile with record_shapes=True)")
@@ -86,18 +86,20 @@ def test_mfu_missing_carries_a_typed_reason(tmp_path):
     shaped.step(1, 0, 1000)
     shaped.cpu_op("my_lib::custom_op", 10, 50, input_dims=[[4, 4]], input_type=["float"])
     shaped.launch("my_custom_kernel", launch_ts=20, start=100, dur=800)
-    c = pipeline.analyze_paths([str(shaped.write(tmp_path / "custom.json"))], hash_inputs=False)
+    custom = shaped.write(tmp_path / "custom.json")
+    c = rank_analysis(custom)
     assert c.ranks[0].mfu_missing == MissingReason(
         code="no_costed_op", message="no op could be costed from the recorded shapes"
     )
-    res = engine.run_checks(c, load_catalogue(), ["PD206"])
-    assert [s["reason"] for s in res.skipped if s["code"] == "PD206"] == [c.ranks[0].mfu_missing.message]
+    skipped = pipeline.build([str(custom)]).report["skipped_checks"]
+    assert [s["reason"] for s in skipped if s["code"] == "PD206"] == [c.ranks[0].mfu_missing.message]
 
     nostep = TraceBuilder()
     nostep.launch("volta_sgemm_128x64_nn", launch_ts=10, start=100, dur=300)
-    b = pipeline.analyze_paths([str(nostep.write(tmp_path / "nostep.json"))], hash_inputs=False)
+    nostep_path = nostep.write(tmp_path / "nostep.json")
+    b = rank_analysis(nostep_path)
     assert b.ranks[0].mfu_missing == MissingReason(code="no_steps", message="no training steps in the trace")
-    report = pipeline.report_dict(b)
+    report = pipeline.build([str(nostep_path)]).report
     assert report["ranks"][0]["mfu"] is None
     assert report["ranks"][0]["mfu_missing"] == {"code": "no_steps", "message": "no training steps in the trace"}
 

@@ -157,7 +157,7 @@ def test_fail_on_exit_codes(tmp_path, capsys):
     trace = str(_dl_trace(tmp_path))
     assert main(["report", trace, "--select", "PD101", "--fail-on", "low", "--format", "json"]) == 1
     report = json.loads(capsys.readouterr().out)
-    assert [f["code"] for f in report["findings"]] == ["PD101"] and "upper bounds" in report["findings_note"]
+    assert [f["code"] for f in report["findings"]] == ["PD101"] and "upper bound" in report["findings_note"]
     assert main(["report", trace, "--select", "PD103", "--fail-on", "low", "--format", "json"]) == 0
     assert main(["report", trace, "--select", "PD999"]) == 2
 
@@ -176,29 +176,28 @@ def test_pyproject_keys(tmp_path):
 
 def test_terminal_findings_section(tmp_path):
     from perfdoctor import pipeline
+    from perfdoctor.checks.config import RuleOptions
     from perfdoctor.render.terminal import render_terminal
 
-    analysis = pipeline.analyze_paths([str(_dl_trace(tmp_path))], hash_inputs=False)
-    cat = load_catalogue()
-    analysis.checks = engine.run_checks(analysis, cat, ["PD101", "PD301"])
+    built = pipeline.build([str(_dl_trace(tmp_path))], rule_options=RuleOptions(select=["PD101", "PD301"]))
     console = Console(width=100, record=True)
-    render_terminal(pipeline.report_dict(analysis), console)
+    render_terminal(built.report, console, details=True)
     text = console.export_text()
-    assert "PD101" in text and "0.40 ms (40.0%)" in text and "not additive" in text
+    assert "PD101" in text and "≈ 0.40 ms (40.0%)" in text and "savings add up" in text
     assert "PD301 exposed-communication: no collective" in text
 
 
 def test_terminal_findings_name_the_rank_on_multi_rank_jobs(tmp_path):
     from perfdoctor import pipeline
+    from perfdoctor.checks.config import RuleOptions
     from perfdoctor.render.terminal import render_terminal
 
-    analysis = pipeline.analyze_paths([str(p) for p in _ranked_dl_traces(tmp_path, {0: 80, 1: 400})], hash_inputs=False)
-    analysis.checks = engine.run_checks(analysis, load_catalogue(), ["PD101"])
+    paths = [str(p) for p in _ranked_dl_traces(tmp_path, {0: 80, 1: 400})]
+    built = pipeline.build(paths, rule_options=RuleOptions(select=["PD101"]))
     console = Console(width=640, record=True)  # wide enough that the finding fits on its row
-    render_terminal(pipeline.report_dict(analysis), console)
+    render_terminal(built.report, console)
     row = next(line for line in console.export_text().splitlines() if "│ 1 │ PD101" in line)
-    assert "│ rank 1: The device idles 0.4 ms per step waiting for the DataLoader (measured" in row
-    assert row.rstrip(" │").endswith("(fires on all 2 ranks)")
+    assert "│ rank 1: DataLoader stalls the GPU 0.4 ms per step (40% of the step) [2 of 2 ranks] │" in row
 
 
 def test_rules_and_rule_commands(capsys):

@@ -6,10 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+from analysed import rank_analysis
 from tracebuilder import TraceBuilder
 
 from perfdoctor import pipeline
-from perfdoctor.analysis.rank import analyze_paths
 from perfdoctor.checks import config
 from perfdoctor.replay.decompose import saving_parts
 from perfdoctor.replay.transforms.host import cuda_graphs, remove_syncs
@@ -29,7 +29,7 @@ def _sync_then_copy(tmp_path: Path) -> Path:
 
 
 def test_a_removed_sync_saves_its_idle_plus_the_copy_now_overlapping_compute(tmp_path: Path) -> None:
-    r = analyze_paths([str(_sync_then_copy(tmp_path))]).ranks[0]
+    r = rank_analysis(_sync_then_copy(tmp_path)).ranks[0]
     rr = r.replay
     assert rr is not None
     whatif = remove_syncs(rr, (np.array([20.0]), np.array([115.0])))
@@ -67,7 +67,7 @@ def _python_between_launches(tmp_path: Path) -> Path:
 
 def test_cuda_graphs_save_the_launch_idle_and_the_python_between_launches(tmp_path: Path) -> None:
     path = _python_between_launches(tmp_path)
-    r = analyze_paths([str(path)]).ranks[0]
+    r = rank_analysis(path).ranks[0]
     rr = r.replay
     assert rr is not None
     whatif = cuda_graphs(rr, r.tables)
@@ -95,9 +95,9 @@ def test_pd401_message_splits_its_saving(tmp_path: Path) -> None:
 def test_the_fix_all_replays_the_base_pd103_is_measured_on(tmp_path: Path) -> None:
     """Step 0-240: a DataLoader fetch 0-100, then two aten::mm (100-120, 200-220) each launching a 10 µs SGEMM at
     +10 (runs at +20), Python between them. With PD101 a finding, PD103 is measured on top of its prefetched
-    batches (the base) and the fix-all of both replays the base once (numbers review s.10). Without PD101 (not
-    selected) PD103 is the graphs alone, and no fix-all replays a prefetch no finding recommends (new-user review:
-    `--ignore PD101` still took its 56.5 ms off the ResNet50 fix-all)."""
+    batches (the base) and the fix-all of both replays the base once. With PD101 ignored (a fix that will not be
+    made) PD103 is the graphs alone, and no fix-all replays a prefetch no finding recommends (`--ignore PD101` once
+    still took its 56.5 ms off the ResNet50 fix-all)."""
     tb = TraceBuilder()
     tb.step(1, 0, 240)
     tb.annotation("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", 0, 100)
@@ -116,7 +116,7 @@ def test_the_fix_all_replays_the_base_pd103_is_measured_on(tmp_path: Path) -> No
     # the fix-all: 240 -> 45 = PD101's 100 + PD103's 95
     assert fix.codes == ["PD101", "PD103"]
     assert (fix.recorded_mean_step_us, fix.replayed_mean_step_us) == (240.0, 45.0)
-    alone = pipeline.build([path], rule_options=config.resolve(select="PD103"))
+    alone = pipeline.build([path], rule_options=config.resolve(ignore="PD101"))
     (g,) = [f for f in alone.model.findings if f.code == "PD103"]
     # graphs alone: the host's launches 110-210 collapse to 10 µs; the fetch stays: SGEMMs 120-130, 130-140, the
     # host ends at 240 - 95 = 145

@@ -12,7 +12,6 @@ import pytest
 from rules_helpers import SGEMM
 from tracebuilder import TraceBuilder
 
-from perfdoctor import pipeline
 from perfdoctor.checks import context as cx
 from perfdoctor.checks import contract, engine
 from perfdoctor.checks.catalogue import builtin_rules_dir, load_catalogue
@@ -55,7 +54,9 @@ def test_scaffold_writes_a_rule_that_loads_fits_its_contract_and_runs(tmp_path, 
     tb = TraceBuilder()
     tb.step(1, 0, 1000)
     tb.launch(SGEMM, launch_ts=10, start=20, dur=900)
-    analysis = pipeline.analyze_paths([str(tb.write(tmp_path / "t.json"))], hash_inputs=False)
+    from analysed import rank_analysis
+
+    analysis = rank_analysis(tb.write(tmp_path / "t.json"))
     ctx = [cx.RankContext(analysis, r) for r in analysis.ranks]
     modules = {**engine.check_modules(), "PD123": mod}
     per_rank = [engine.rank_outcomes(analysis, c, cat, ["PD123"], modules) for c in ctx]

@@ -1,14 +1,13 @@
 """Load trace files and run the per-rank analyses: steps, device breakdowns, roofline and MFU.
 
-:func:`analyze_paths` is the analysis stage of ``perfdoctor report``: one :class:`RankAnalysis` per trace
-file (rank), gathered in an :class:`Analysis` that the checks read and the report model is built from.
+:func:`analyze_tables` is the analysis of one rank's trace (:func:`perfdoctor.jobs.task.analyse_rank`, the per-rank
+stage of ``perfdoctor report``, runs it): a :class:`RankAnalysis`, held in an :class:`Analysis` that the checks read
+and the report model is built from.
 """
 
 from __future__ import annotations
 
-import hashlib
-import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -16,16 +15,14 @@ from perfdoctor.analysis.breakdown import DeviceBreakdown, device_ids, gpu_break
 from perfdoctor.analysis.cpu_breakdown import cpu_breakdown
 from perfdoctor.analysis.missing import MissingReason
 from perfdoctor.analysis.steps import Steps, find_steps
-from perfdoctor.errors import PerfDoctorError
 from perfdoctor.replay.attribution import Attribution, critical_path
 from perfdoctor.replay.rank import RankReplay, replay_rank
-from perfdoctor.trace import load_trace, trace_files_in
 from perfdoctor.trace.tables import TraceTables
 
 if TYPE_CHECKING:
     from perfdoctor.analysis.collective_wait import CollectiveWait
     from perfdoctor.analysis.mfu import MfuResult
-    from perfdoctor.analysis.roofline import RooflineResult, Roofs
+    from perfdoctor.analysis.roofline import RooflineResult
     from perfdoctor.capture.run_data import RunData
     from perfdoctor.checks.engine import CheckResults
 
@@ -134,71 +131,3 @@ def analyze_tables(tables: TraceTables, step_marker: str | None = None) -> RankA
     return RankAnalysis(
         tables=tables, steps=steps, devices=devs, warnings=warnings, replay=replayed, attribution=attribution
     )
-
-
-def _sha256(path: str) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
-def analyze_paths(
-    paths: list[str],
-    step_marker: str | None = None,
-    on_progress: Callable[[int], None] | None = None,
-    hash_inputs: bool = True,
-    model_flops_per_step: float | None = None,
-    flops_source: str = "flop_counter",
-    measured_roofs: Roofs | None = None,
-    step_time_s_by_rank: dict[int, float] | None = None,
-) -> Analysis:
-    """Load and analyse trace files and directories (one trace per rank).
-
-    Runs steps, breakdowns and :func:`perfdoctor.analysis.mfu.add_efficiency` (roofline, MFU); see there for
-    ``model_flops_per_step`` / ``measured_roofs`` / ``step_time_s_by_rank``.
-
-    Raises:
-        TraceFormatError: a path is missing or not a trace.
-        PerfDoctorError: two traces of the same rank (two runs mixed in one report).
-    """
-    from perfdoctor.analysis.mfu import add_efficiency
-
-    files: list[str] = []
-    for p in paths:
-        files.extend(trace_files_in(p))
-    ranks: list[RankAnalysis] = []
-    inputs: list[InputFile] = []
-    seen: dict[int, str] = {}
-    for i, f in enumerate(files):
-        tables = load_trace(f, on_progress)
-        if tables.rank is None:
-            tables.rank = i
-        if tables.rank in seen:
-            raise PerfDoctorError(
-                f"{f}: rank {tables.rank} is also the rank of {seen[tables.rank]}: one report covers one job, one "
-                "trace per rank; to compare two runs, report each file separately"
-            )
-        seen[tables.rank] = f
-        ranks.append(analyze_tables(tables, step_marker))
-        inputs.append(
-            InputFile(
-                f, os.path.getsize(f), _sha256(f) if hash_inputs else None, tables.n_events, tables.uncompressed_bytes
-            )
-        )
-    ranks.sort(key=lambda r: r.rank if r.rank is not None else 0)
-    analysis = Analysis(ranks=ranks, inputs=inputs)
-    add_efficiency(ranks, model_flops_per_step, flops_source, measured_roofs, step_time_s_by_rank=step_time_s_by_rank)
-    analysis.warnings = [w for r in ranks for w in r.warnings]
-    gpu = [r for r in ranks if r.primary.kind == "gpu" and r.primary.steps]
-    if len(gpu) > 1:
-        from perfdoctor.analysis import collective_wait
-        from perfdoctor.analysis.warmup import job_cold_steps
-
-        steps = {int(r.rank or 0): [int(s.step) for s in r.primary.steps] for r in gpu}
-        cold = job_cold_steps(steps, {int(r.rank or 0): r.steps.cold_steps() for r in gpu})[0]
-        analysis.collective_wait, analysis.collective_wait_note = collective_wait.compute(
-            [collective_wait.timeline(r) for r in gpu], cold_steps=cold
-        )
-    return analysis

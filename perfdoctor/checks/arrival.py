@@ -17,10 +17,8 @@ from perfdoctor.findings import REPLAY_METHOD
 
 
 def joint_inputs(job: JobContext) -> tuple[dict[int, Any] | None, str]:
-    """Each rank's :class:`perfdoctor.replay.joint.JointInputs` by trace rank: a rank summary's own, or made from an
-    in-process rank's replay; (None, why not) when a rank has none (no collective kernel, no replay)."""
-    from perfdoctor.replay.joint import joint_inputs as make
-
+    """Each rank's :class:`perfdoctor.replay.joint.JointInputs` by trace rank, from its rank summary; (None, why
+    not) when a rank has none (no collective kernel, no replay)."""
     if "joint_inputs" in job.cache:
         cached: tuple[dict[int, Any] | None, str] = job.cache["joint_inputs"]
         return cached
@@ -28,11 +26,7 @@ def joint_inputs(job: JobContext) -> tuple[dict[int, Any] | None, str]:
     why = ""
     for c in job.ranks:
         summary = getattr(c.rank, "summary", None)
-        if summary is not None:
-            ji = summary.joint
-        else:
-            rr, tables = getattr(c.rank, "replay", None), getattr(c.rank, "tables", None)
-            ji = make(rr, tables) if rr is not None and tables is not None else None
+        ji = summary.joint if summary is not None else None
         if ji is None:
             why = f"rank {c.rank.rank} has no collective kernels or no replay"
             break

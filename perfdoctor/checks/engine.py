@@ -2,7 +2,8 @@
 
 Flow: :func:`load_catalogue` (TOML halves) + :func:`check_modules` (code
 halves, ``perfdoctor/checks/pdNNN_*.py``) -> :func:`select_codes` (``--select``
-/ ``--ignore``, ruff's longest-prefix rule) -> :func:`run_checks` -> a
+/ ``--ignore``, ruff's longest-prefix rule) -> :func:`rank_outcomes` per rank (where the rank is analysed) and
+:func:`combine` for the job -> a
 :class:`CheckResults` whose :meth:`CheckResults.to_report` is merged into the
 report dict (``findings``, ``skipped_checks``, ``findings_note``).
 
@@ -20,8 +21,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from types import ModuleType
 from typing import Any
-
-import numpy as np
 
 from perfdoctor.checks import after, contract, requirements, restate
 from perfdoctor.checks import context as cx
@@ -118,6 +117,7 @@ class CheckResults:
     metrics: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)  # code -> rank -> metrics
     fix_all_note: str = ""  # what the findings' fixes together do to the mean step, replayed
     denominator: StepDenominator | None = None  # the step every saving is a share of (None: no step)
+    pace_ranks: set[int] = field(default_factory=set)  # the ranks whose mean step is the job's (tied for longest)
 
     def shown(self, codes: list[str], note: str = "") -> CheckResults:
         """These results with only the findings, skips and passes of ``codes`` (``--select``): the same numbers and
@@ -268,9 +268,10 @@ def _merge_rank_outcomes(
     if hits:
         best_rank, best = max(hits, key=lambda rh: rh[1].estimate.saving_us if rh[1].estimate else 0.0)
         pace = None if res.denominator is None else res.denominator.rank
-        on_pace = [(r, h) for r, h in hits if pace is not None and _as_rank(r) == pace]
-        if len(outcomes) > 1 and on_pace:  # the job's step is its slowest rank's: that rank's plan speaks
-            best_rank, best = on_pace[0]
+        on_pace = [(r, h) for r, h in hits if pace is not None and _as_rank(r) in (res.pace_ranks or {pace})]
+        if len(outcomes) > 1 and on_pace:  # the job's step is its slowest rank's: that rank's plan speaks (of ranks
+            # tied for the longest step, the one its fix saves most on)
+            best_rank, best = max(on_pace, key=lambda rh: rh[1].estimate.saving_us if rh[1].estimate else 0.0)
         if len(outcomes) > 1 and any(h.estimate for _, h in hits):
             best.evidence.values["saving_us_by_rank"] = {
                 str(r): round(h.estimate.saving_us, 3) for r, h in hits if h.estimate
@@ -422,42 +423,6 @@ def requirement_reasons(analysis: Any, rank: Any) -> dict[str, str]:
     return out
 
 
-def run_checks(analysis: Any, cat: Catalogue, selected: list[str]) -> CheckResults:
-    """Run the selected rules over an Analysis (``perfdoctor.pipeline.Analysis``).
-
-    Built-in checks needed by selected user metric rules run too (their own
-    findings are reported only when selected). Raises PerfDoctorError for a
-    user rule or template that cannot be evaluated (naming the file).
-    """
-    modules = check_modules()
-    order = check_order(cat, selected)
-    _replay_caps(analysis)
-    rank_ctx = [cx.RankContext(analysis, r) for r in analysis.ranks]
-    denom = step_denominator(analysis, rank_ctx)
-    per_rank = [
-        rank_outcomes(analysis, ctx, cat, order, modules, None if denom is None else denom.value_us) for ctx in rank_ctx
-    ]
-    return combine(analysis, rank_ctx, per_rank, cat, selected, modules)
-
-
-def _replay_caps(analysis: Any) -> None:
-    """In-process ranks whose collectives match: each rank that arrived last somewhere has its collectives bounded
-    by its peers' arrivals in every what-if (:func:`perfdoctor.analysis.replay_cap.peer_bounds`,
-    :mod:`perfdoctor.replay.peers`), as :mod:`perfdoctor.jobs.peers` does for rank summaries; no step-level cap."""
-    from perfdoctor.analysis import collective_wait, replay_cap
-    from perfdoctor.replay.peers import with_peer_ends
-
-    ranks = [r for r in getattr(analysis, "ranks", []) if getattr(getattr(r, "primary", None), "kind", "") == "gpu"]
-    if getattr(analysis, "collective_wait", None) is None or len(ranks) < 2 or not hasattr(ranks[0], "tables"):
-        return
-    step_us = {int(r.rank or 0): float(np.mean([s.dur_us for s in r.primary.steps])) for r in ranks if r.primary.steps}
-    bounds = replay_cap.peer_bounds([collective_wait.timeline(r) for r in ranks], step_us)
-    for r in ranks:
-        rr, b = getattr(r, "replay", None), bounds.get(int(r.rank or 0))
-        if rr is not None and rr.peers is not None and b:
-            rr.peers = with_peer_ends(rr.peers, rr.graph.act_ts_us, *b)
-
-
 def combine(
     analysis: Any,
     rank_ctx: list[cx.RankContext],
@@ -477,7 +442,7 @@ def combine(
     steps for the report's denominator (:mod:`perfdoctor.checks.restate`).
     """
     modules = modules if modules is not None else check_modules()
-    res = CheckResults(denominator=step_denominator(analysis, rank_ctx))
+    res = CheckResults(denominator=step_denominator(analysis, rank_ctx), pace_ranks=_pace_ranks(rank_ctx))
     wanted = set(selected)
     user = [cat.rules[c] for c in selected if cat.rules[c].when is not None]
     whole_trace = {c.rank.rank: c.rank.steps.source == "whole-trace" for c in rank_ctx}
@@ -492,7 +457,7 @@ def combine(
                     {"code": code, "name": spec.name, "reason": "no check is implemented for this rule yet"}
                 )
             continue
-        sub = CheckResults(denominator=res.denominator)
+        sub = CheckResults(denominator=res.denominator, pace_ranks=res.pace_ranks)
         needs_trace = spec.scope != "job" or any(q != "run" for q in spec.requires)
         if needs_trace and not rank_ctx:
             if report:
@@ -527,6 +492,16 @@ def combine(
     return res
 
 
+def _pace_ranks(rank_ctx: list[cx.RankContext]) -> set[int]:
+    """The trace ranks whose mean step (:attr:`~perfdoctor.checks.context.RankContext.base_step_us`) is the
+    longest: the job's step (the ranks move in lock-step); several when they tie."""
+    timed = [(c.base_step_us, c.rank.rank) for c in rank_ctx if c.n_steps and c.step_us > 0 and c.rank.rank is not None]
+    if not timed:
+        return set()
+    longest = max(t for t, _ in timed)
+    return {int(r) for t, r in timed if t >= longest}
+
+
 def _note_shown_steps(f: Finding, analysed: list[int] | None) -> None:
     """Say in a rank finding's saving method which of the averaged steps its steps (where the problem shows) are
     (PD205 on ResNet50 nw0 listed steps #6–#10 beside "mean over 6 analysed steps (#5–#10)")."""
@@ -552,13 +527,9 @@ def _fix_all_note(rank_ctx: list[cx.RankContext], findings: list[Finding]) -> st
     parts = []
     reported = {f.code for f in findings}
     reps: dict[int, dict[str, Any]] = {}
-    for ctx in rank_ctx:
-        rr = getattr(ctx.rank, "replay", None)
-        if rr is not None and hasattr(rr, "to_dict"):
-            rep = rr.to_dict()
-        else:  # a rank summary (perfdoctor.jobs.summary.RankSummary): its encoded report section holds the replay
-            summary = getattr(ctx.rank, "summary", None)
-            rep = summary.replay() if summary is not None else None
+    for ctx in rank_ctx:  # each a rank summary's stand-in: its encoded report section holds the replay
+        summary = getattr(ctx.rank, "summary", None)
+        rep = summary.replay() if summary is not None else None
         if not isinstance(rep, dict):
             continue
         fix = rep.get("fix_all")
@@ -598,18 +569,14 @@ def _fix_all_note(rank_ctx: list[cx.RankContext], findings: list[Finding]) -> st
 
 def _joint_fix_all(rank_ctx: list[cx.RankContext], reported: set[str]) -> tuple[Any, str]:
     """The ranks with their fixes replayed jointly (:func:`perfdoctor.replay.joint.job_fix_all`), a rank's fixes
-    applied when every code of them is ``reported``; (None, why not) otherwise. A rank summary carries its
-    :class:`perfdoctor.replay.joint.JointInputs`; an in-process rank's are made here from its replay."""
-    from perfdoctor.replay.joint import job_fix_all, rank_inputs
+    applied when every code of them is ``reported``; (None, why not) otherwise. Each rank summary carries its
+    :class:`perfdoctor.replay.joint.JointInputs`."""
+    from perfdoctor.replay.joint import job_fix_all
 
     inputs, fixed = {}, {}
     for ctx in rank_ctx:
         summary = getattr(ctx.rank, "summary", None)
-        if summary is not None:
-            ji = summary.joint
-        else:
-            rr, tables = getattr(ctx.rank, "replay", None), getattr(ctx.rank, "tables", None)
-            ji = rank_inputs(rr, tables) if rr is not None and tables is not None else None
+        ji = summary.joint if summary is not None else None
         if ji is None:
             return None, f"rank {ctx.rank.rank} has no collective kernels or no replay"
         inputs[int(ctx.rank.rank or 0)] = ji
@@ -696,12 +663,6 @@ def ignored_note(cat: Catalogue, opts: Any) -> str:
         f"{which} assumed unfixed ({opts.source.get('ignore', '--ignore')}): not checked, and the fix plan is "
         "computed without {0}.".format("its fix" if len(gone) == 1 else "their fixes")
     )
-
-
-def diagnose(analysis: Any, opts: Any) -> CheckResults:
-    """:func:`prepare` then :func:`run_checks`."""
-    cat, codes = prepare(opts)
-    return run_checks(analysis, cat, codes)
 
 
 def exit_code(results: CheckResults, fail_on: str | None) -> int:

@@ -2,8 +2,7 @@
 
 :func:`reduce` checks the summaries belong to one job (one trace per rank), matches the ranks' collectives
 (:func:`perfdoctor.analysis.collective_wait.compute` on their timelines), and merges the rank-scope rule
-outcomes with the job-scope rules (:func:`perfdoctor.checks.engine.combine`), as the in-process
-:func:`perfdoctor.checks.engine.run_checks` does with full tables.
+outcomes with the job-scope rules (:func:`perfdoctor.checks.engine.combine`).
 """
 
 from __future__ import annotations

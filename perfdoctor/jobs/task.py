@@ -121,6 +121,41 @@ def _summarise_file(
         ]
 
 
+def analyse_rank(
+    tables: Any, info: Any, opts: SummaryOptions, measured_roofs: Any = None, note: str | None = None
+) -> Any:
+    """The per-rank stage of ``perfdoctor report``: one rank's loaded trace ``tables`` (its ``rank`` set) ->
+    its :class:`perfdoctor.analysis.rank.Analysis` of one :class:`~perfdoctor.analysis.rank.RankAnalysis` (steps,
+    breakdown, replay with a profile run's unprofiled step and the peers' bounds of ``opts``, roofline and MFU).
+    ``info``: the trace's :class:`~perfdoctor.analysis.rank.InputFile`; ``note``: a warning the rank carries (a
+    split merged file). The rank's checks and summary are made from it (:func:`perfdoctor.jobs.summary.rank_summary`).
+    """
+    from perfdoctor.analysis.mfu import add_efficiency
+    from perfdoctor.analysis.rank import Analysis, analyze_tables
+    from perfdoctor.replay.peers import with_peer_ends
+    from perfdoctor.replay.unprofiled import unprofiled
+
+    ra = analyze_tables(tables, opts.step_marker)
+    steady_s = opts.step_time_s_by_rank.get(int(tables.rank))
+    if opts.run_json is not None and steady_s and ra.replay is not None:
+        ra.replay.unprofiled = unprofiled(ra.replay, tables, steady_s * 1e6)  # the step the user runs
+    bounds = opts.peer_ends.get(info.path)
+    if bounds and ra.replay is not None and ra.replay.peers is not None:
+        ra.replay.peers = with_peer_ends(ra.replay.peers, ra.replay.graph.act_ts_us, *bounds)
+    analysis = Analysis(ranks=[ra], inputs=[info])
+    analysis.run = opts.run_json
+    add_efficiency(
+        analysis.ranks,
+        opts.model_flops_per_step,
+        opts.flops_source,
+        measured_roofs,
+        step_time_s_by_rank=opts.step_time_s_by_rank,
+    )
+    if note:
+        ra.warnings.append(note)
+    return analysis
+
+
 def _summarise(
     local: str,
     path: str,
@@ -131,11 +166,8 @@ def _summarise(
     sha: str | None,
     on_progress: Callable[[int], None] | None,
 ) -> list[RankSummary]:
-    from perfdoctor.analysis.mfu import add_efficiency
-    from perfdoctor.analysis.rank import Analysis, InputFile, analyze_tables
+    from perfdoctor.analysis.rank import InputFile
     from perfdoctor.checks import engine
-    from perfdoctor.replay.peers import with_peer_ends
-    from perfdoctor.replay.unprofiled import unprofiled
     from perfdoctor.trace import load_trace
     from perfdoctor.trace.device_side import named_gpus
     from perfdoctor.trace.ranks import split_merged
@@ -157,13 +189,6 @@ def _summarise(
             named = tabs.rank is not None
             if tabs.rank is None:
                 tabs.rank = index
-            ra = analyze_tables(tabs, opts.step_marker)
-            steady_s = opts.step_time_s_by_rank.get(int(tabs.rank))
-            if opts.run_json is not None and steady_s and ra.replay is not None:
-                ra.replay.unprofiled = unprofiled(ra.replay, tabs, steady_s * 1e6)  # the step the user runs
-            bounds = opts.peer_ends.get(name)
-            if bounds and ra.replay is not None and ra.replay.peers is not None:
-                ra.replay.peers = with_peer_ends(ra.replay.peers, ra.replay.graph.act_ts_us, *bounds)
             info = InputFile(
                 path=name,
                 bytes=os.path.getsize(local),
@@ -171,17 +196,8 @@ def _summarise(
                 events=tabs.n_events,
                 uncompressed_bytes=tabs.uncompressed_bytes,
             )
-            analysis = Analysis(ranks=[ra], inputs=[info])
-            analysis.run = opts.run_json
-            add_efficiency(
-                analysis.ranks,
-                opts.model_flops_per_step,
-                opts.flops_source,
-                measured_roofs,
-                step_time_s_by_rank=opts.step_time_s_by_rank,
-            )
-            if note:
-                ra.warnings.append(note)
+            analysis = analyse_rank(tabs, info, opts, measured_roofs, note)
+            ra = analysis.ranks[0]
             joint = opts.joint or len(sources) > 1
             summary = rank_summary(analysis, ra, index, dataclasses.asdict(info), cat, order, note, joint)
             if opts.timeline_steps is not None:  # after the checks: the replay's fix plan is known

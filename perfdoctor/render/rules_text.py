@@ -105,9 +105,8 @@ def _others(title: str, findings: list[FindingSection], note: bool) -> list[Any]
     for f in findings:
         alone = f.saving_alone_us_per_step
         tail = f.plan_note + (f"; {view.saving_ms(alone, 1)} alone" if alone is not None else "") if note else _saves(f)
-        out.append(
-            Text.assemble("  ", (f.code, _SEV_STYLE.get(f.severity, "")), f" {view.headline(f)} ", (f"({tail})", "dim"))
-        )
+        out.append(Text.assemble("  ", (f.code, _SEV_STYLE.get(f.severity, "")), f" {view.headline(f)}"))
+        out.append(Text(f"        {tail}", style="dim"))
     return out
 
 
@@ -150,7 +149,7 @@ def findings_renderables(report: Report, details: bool = False) -> list[Any]:
         )
         if view.denominator_text(report):
             out.append(Text(view.denominator_text(report), style="dim"))
-        for f in plan + ([] if details else rest[:1] if not plan else []):
+        for f in [] if details else plan or rest[:1]:  # --details prints every finding's whole fix below
             out.append(Text.assemble((f"{f.code} fix: ", "bold"), view.short_fix(f.fix)))
         if details:
             for f in findings:

@@ -62,9 +62,9 @@ def test_idle_inside_cudafree_is_named_and_not_launch_overhead(tmp_path):
     big.cpu_op("aten::empty", 0, 1000)
     big.launch(ADD, launch_ts=10, start=20, dur=100)
     big.runtime("hipFree", 130, 800)  # 800 of the 900 µs 'host busy' idle (0–20, 120–1000) inside hipFree
-    from perfdoctor import pipeline
+    from analysed import rank_analysis
 
-    dev = pipeline.analyze_paths([str(big.write(tmp_path / "hipfree.json"))]).ranks[0].primary
+    dev = rank_analysis(big.write(tmp_path / "hipfree.json")).ranks[0].primary
     assert dev.notes == [
         "89% of the idle charged to 'host busy, nothing queued' (0.8 ms) is spent inside hipFree "
         "calls: a blocking runtime call, not launch overhead"

@@ -100,10 +100,10 @@ def test_pd203_fp32_time_on_rtx3060_is_the_analysed_windows():
     from conftest import shared_trace
     from rules_helpers import run_rules
 
-    from perfdoctor import pipeline
-
     path = shared_trace("luatil__rtx3060_compile_default__trace_04.json")
-    analysis = pipeline.analyze_paths([str(path)], hash_inputs=False)
+    from analysed import rank_analysis
+
+    analysis = rank_analysis(path)
     assert analysis.ranks[0].gemm_dtype.time_us["fp32"] == pytest.approx(75_497.1 + 12_502.2, abs=0.1)
     r = run_rules([path], ["PD203"])
     f = r.findings["PD203"]

@@ -6,9 +6,9 @@ Moved from tests/test_rules_run_and_mfu.py (issue 9: one test file per rule).
 from types import SimpleNamespace
 
 import pytest
+from analysed import rank_analysis
 from tracebuilder import TraceBuilder
 
-from perfdoctor import pipeline
 from perfdoctor.checks import pd206_low_mfu as pd206
 from perfdoctor.checks.context import RankContext
 
@@ -23,7 +23,7 @@ def mm_trace(tmp_path, n: int, name="t.json"):
 
 
 def rank_ctx(path, thresholds):
-    a = pipeline.analyze_paths([path])
+    a = rank_analysis(path)
     return RankContext(a, a.ranks[0], SimpleNamespace(thresholds=thresholds))
 
 

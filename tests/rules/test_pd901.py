@@ -30,9 +30,9 @@ def test_pd901_silent_on_complete_trace(tmp_path):
 
 
 def _steps(path):  # type: ignore[no-untyped-def]
-    from perfdoctor import pipeline
+    from analysed import rank_analysis
 
-    return pipeline.analyze_paths([str(path)], hash_inputs=False).ranks[0].primary.steps
+    return rank_analysis(path).ranks[0].primary.steps
 
 
 BUFFER_REQUEST = {"ph": "X", "cat": "overhead", "name": "Activity Buffer Request", "pid": -1, "tid": 0}

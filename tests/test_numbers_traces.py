@@ -134,9 +134,10 @@ def test_pd101_stall_is_device_idle_while_the_host_is_inside_dataloader_next() -
 
 def test_mi300x_allocator_calls_per_window_between_optimizer_steps() -> None:
     """ROCm MI300X DDP ResNet18: no ProfilerStep, five `Optimizer.step#SGD.step` annotations, so four steps
-    between them. Counted in the raw trace, each of the four holds 292 hipMalloc + 272 hipFree = 564 calls (and
-    292 + 272 more come before the first). PD501 leaves the first step out (it fills the cache): the calls of
-    the three others are 3 × 564 = 1,692 (876 hipMalloc, 816 hipFree), and its host time is their union ÷ 4."""
+        between them. Counted in the raw trace, each of the four holds 292 hipMalloc + 272 hipFree = 564 calls (and
+        292 + 272 more come before the first). PD501 leaves the first step out (it fills the cache): the calls of
+        the three others are 3 × 564 = 1,692 (876 hipMalloc, 816 hipFree): 564 per steady-state step, and its host
+    time is their union ÷ 3 (1,045.6 ms per steady-state step)."""
     path = shared_trace("tracelens__mi300__ddp_resnet18.json.gz")
     events = _events(path)
     bounds = sorted(
@@ -148,7 +149,7 @@ def test_mi300x_allocator_calls_per_window_between_optimizer_steps() -> None:
     per_window = [[e for e in calls if bounds[i] <= float(e["ts"]) < bounds[i + 1]] for i in range(len(bounds) - 1)]
     assert [len(w) for w in per_window] == [564] * 4
     steady = [e for w in per_window[1:] for e in w]
-    host_us = sum(e - s for s, e in _union([_span(e) for e in steady])) / len(per_window)
+    host_us = sum(e - s for s, e in _union([_span(e) for e in steady])) / len(per_window[1:])
 
     report = _report([path])
     (f,) = [f for f in report["findings"] if f["code"] == "PD501"]
@@ -159,6 +160,9 @@ def test_mi300x_allocator_calls_per_window_between_optimizer_steps() -> None:
         "hipFree": sum(e["name"] == "hipFree" for e in steady),
     }
     assert ev["allocator_host_ms"] == pytest.approx(host_us / 1000, rel=1e-6)
+    # per steady-state step: the count of a window, not 1,692 / 4 = 423
+    assert ev["allocator_calls_per_step"] == len(steady) / len(per_window[1:]) == 564
+    assert f"{len(steady) / 3:.1f} hipMalloc/hipFree calls per steady-state step" in f["headline"]
 
 
 def test_dlrm_collective_wait_is_each_kernel_less_the_shortest_rank() -> None:

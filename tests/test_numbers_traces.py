@@ -196,3 +196,36 @@ def test_dlrm_collective_wait_is_each_kernel_less_the_shortest_rank() -> None:
     (f,) = [f for f in report["findings"] if f["code"] == "PD304"]
     assert f["evidence"]["all_wait_ms"] == pytest.approx(wait.max() / 1000)
     assert f["evidence"]["rank"] == int(np.argmax(wait))
+
+
+@pytest.mark.parametrize(
+    ("name", "waits"),
+    [("gpupuzzlers__d2h_sync_first_sum.json.gz", 4097), ("gpupuzzlers__blocking_streams.json.gz", 102)],
+)
+def test_pd401_counts_each_host_wait_once(name: str, waits: int) -> None:
+    """GPUPuzzlers, no step markers (one window). A pageable D2H cudaMemcpyAsync returns once its copy is done; the
+    cudaStreamSynchronize right after it (the previous runtime call, nothing queued between) returns in 1-8 µs
+    having waited for nothing. The waits, from the raw JSON: the pageable D2H copy calls, plus the synchronize
+    calls less those (stream syncs right after such a copy or another sync, under 10 µs) and less the syncs right
+    after a pageable H2D copy (that copy's own: PD102's). first_sum: 4,096 copies + 1 cudaDeviceSynchronize
+    (8,193 counted each element twice); blocking_streams: 100 D2H copies + the cudaDeviceSynchronize + one 29 µs
+    stream sync that did wait (201 before)."""
+    events = _events(shared_trace(name))
+    kind = {e["args"]["correlation"]: e["name"] for e in events if e.get("cat") == "gpu_memcpy"}
+    runtime = sorted((e for e in events if e.get("cat") in RUNTIME_CATS), key=lambda e: float(e["ts"]))
+    n = 0
+    for prev, e in zip([None, *runtime], runtime):
+        prev_kind = kind.get((prev or {"args": {}})["args"].get("correlation"), "")
+        if kind.get(e["args"].get("correlation"), "") == "Memcpy DtoH (Device -> Pageable)":
+            n += 1
+        elif e["name"].endswith("Synchronize"):
+            returned_done = prev_kind == "Memcpy DtoH (Device -> Pageable)" or str((prev or {}).get("name")).endswith(
+                "Synchronize"
+            )
+            waitless = e["name"] == "cudaStreamSynchronize" and returned_done and float(e["dur"]) < 10
+            n += not waitless and prev_kind != "Memcpy HtoD (Pageable -> Device)"
+    assert n == waits
+
+    (f,) = [f for f in _report([shared_trace(name)])["findings"] if f["code"] == "PD401"]
+    assert f["evidence"]["syncs_per_step"] == waits
+    assert f["headline"].startswith(f"{waits:,} host waits on the device per step")

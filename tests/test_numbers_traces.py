@@ -193,6 +193,11 @@ def test_dlrm_collective_wait_is_each_kernel_less_the_shortest_rank() -> None:
     assert cw["matched"] and cw["n_collectives"] == 8
     assert cw["wait_us_per_step"] == wait.tolist()
     assert cw["last_arrivals"] == last.tolist()
+    # the matrix's columns follow worst_collectives (largest wait on any rank first); its index is the time order
+    per_collective = dur - dur.min(axis=0)
+    worst = sorted(range(dur.shape[1]), key=lambda k: -per_collective[:, k].max())
+    assert [c["index"] for c in cw["worst_collectives"]] == worst
+    assert cw["wait_matrix_us"] == per_collective[:, worst].tolist()
     (f,) = [f for f in report["findings"] if f["code"] == "PD304"]
     assert f["evidence"]["all_wait_ms"] == pytest.approx(wait.max() / 1000)
     assert f["evidence"]["rank"] == int(np.argmax(wait))

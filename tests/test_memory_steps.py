@@ -133,6 +133,23 @@ def test_innermost_ops_equal_starts_and_ends():
 # --- independent reading of the raw JSON --------------------------------------------------------------------
 
 
+TRACE_CATS = {
+    "cpu_op",
+    "Operator",
+    "user_annotation",
+    "kernel",
+    "Kernel",
+    "gpu_memcpy",
+    "Memcpy",
+    "gpu_memset",
+    "Memset",
+    "cuda_runtime",
+    "cuda_driver",
+    "Runtime",
+    "python_function",
+}
+
+
 def _raw_events(path: Path) -> list[dict[str, Any]]:
     with gzip.open(path, "rt") if path.suffix == ".gz" else open(path) as fh:
         doc = json.load(fh)
@@ -187,15 +204,23 @@ def _independent(path: Path, device_type: int, device_id: int) -> dict[str, Any]
     before = totals[j] - sum(b for _, b, _ in rows)
     if before > 0:
         rows.append(("(allocated before the trace)", before, 0))
-    rows.sort(key=lambda r: (-r[1], r[0]))
+    rows.sort(key=lambda r: (-r[1], -r[2], r[0]))  # bytes, then allocations (more first), then name
+    shown = [r for r in rows if r[1] >= rows[min(4, len(rows) - 1)][1]]  # the first 5 and any tie at the 5th
     peak = mem[j]
+    # one whole-trace window: it starts at the trace's first event (an op, annotation, runtime call, device
+    # activity, Python function or [memory] event)
+    start = min(
+        [float(e["ts"]) for e in events if e.get("ph") == "X" and e.get("cat") in TRACE_CATS]
+        + [float(e["ts"]) for e in mem]
+    )
     return {
         "peak_allocated_bytes": totals[j],
         "peak_ts_us": float(peak["ts"]),
         "op": _op_at(ops, peak),
         "reserved_bytes": peak["args"]["Total Reserved"],
         "allocated_in_step_bytes": sum(e["args"]["Bytes"] for e in mem if e["args"]["Bytes"] > 0),
-        "contributors": [{"op": o, "bytes": b, "n_allocations": n} for o, b, n in rows[:5]],
+        "peak_offset_us": float(peak["ts"]) - start,
+        "contributors": [{"op": o, "bytes": b, "n_allocations": n} for o, b, n in shown],
     }
 
 
@@ -214,6 +239,13 @@ def test_switchtransformers_a100_peak_against_raw_events(shared):
     # what the loop above found, as a reader would quote it
     assert s["peak_allocated_bytes"] == 23_111_038_976 and s["op"] == "aten::addmm"
     assert s["contributors"][0] == {"op": "aten::addmm", "bytes": 8_656_125_952, "n_allocations": 43}
+    # aten::clone (40 allocations) and aten::cat (10) tie at the fifth place with 1,342,177,280 B: both are shown
+    assert s["contributors"][4:] == [
+        {"op": "aten::clone", "bytes": 1_342_177_280, "n_allocations": 40},
+        {"op": "aten::cat", "bytes": 1_342_177_280, "n_allocations": 10},
+    ]
+    # from the trace's start (its first event), not from the first [memory] event (925,485 µs)
+    assert s["peak_offset_us"] == 926_928
     assert s["reserved_unallocated_bytes"] == 23_616_028_672 - 23_111_038_976
 
 
@@ -290,3 +322,24 @@ def test_memory_events_in_a_trace_without_ops_are_made_outside_any_op(tmp_path):
     t = load_trace(str(tb.write(tmp_path / "t.json")))
     (gpu,) = memory_over_steps(t, find_steps(t))
     assert gpu["steps"][0]["peak_allocated_bytes"] == 3 << 20 and gpu["steps"][0]["op"] is None
+
+
+def test_contributors_keep_a_tie_at_the_cut():
+    """Seven ops hold the 900 B live at a peak: a 300, b 200, c 150, d 100, then e 50 (2 allocations), f 50 (5)
+    and g 50 (5) tie for the fifth place. Bytes first, then allocations (more first), then the name: f, g, e; all
+    three shown. With 960 B at the peak, 60 B predate the trace: that group is fifth, and the tie is cut after it."""
+    from perfdoctor.analysis.memory_steps import _top
+
+    names = ["a", "b", "c", "d", "e", "f", "g"]
+    nb = np.array([300, 200, 150, 100, 50, 50, 50])
+    nc = np.array([1, 1, 1, 1, 2, 5, 5])
+    first = [("a", 300, 1), ("b", 200, 1), ("c", 150, 1), ("d", 100, 1)]
+    got = _top(np.arange(7), nb, nc, names, 900)
+    assert [(r["op"], r["bytes"], r["n_allocations"]) for r in got] == [
+        *first,
+        ("f", 50, 5),
+        ("g", 50, 5),
+        ("e", 50, 2),
+    ]
+    got = _top(np.arange(7), nb, nc, names, 960)
+    assert [(r["op"], r["bytes"], r["n_allocations"]) for r in got] == [*first, ("(allocated before the trace)", 60, 0)]

@@ -105,6 +105,59 @@ def blocking_memcpy_calls(tables: TraceTables) -> iv.Intervals:
     return iv.union(rt["ts_us"][rows], rt["end_us"][rows])
 
 
+# runtime calls that queue device work: after one, a synchronize call may have something to wait for
+QUEUE_CALLS = r"Launch|Memcpy|Memset"
+# synchronize calls that wait for one stream or event: one that drained it leaves them nothing to wait for (a
+# device-wide synchronize also waits for every other stream, which that call did not drain)
+STREAM_SYNC = r"^(cuda|hip)(Stream|Event)Synchronize$|^cu(Stream|Event)Synchronize"
+
+
+def _returns_after_its_copy(tables: TraceTables) -> np.ndarray:
+    """Runtime rows of the copies that return only once their copy is done: device-to-host into pageable memory
+    (the driver copies through a staging buffer and the call returns after the copy; a pageable host-to-device
+    copy returns once its data is staged, before the copy ends)."""
+    from perfdoctor.analysis.classify import classify_kernel
+
+    mc = tables.memcpy
+    if len(mc) == 0:
+        return np.empty(0, dtype=np.int64)
+    names = tables.names
+    ids = [n for n in set(mc["name_id"].tolist()) if (k := classify_kernel(names[n])).pageable and k.direction == "d2h"]
+    return launched_rows(tables, "memcpy", np.isin(mc["name_id"], ids)) if ids else np.empty(0, dtype=np.int64)
+
+
+def waitless_syncs(tables: TraceTables, rows: np.ndarray, max_us: float) -> np.ndarray:
+    """Which synchronize calls (``rows`` of ``tables.runtime``) wait for nothing: a stream or event synchronize
+    (:data:`STREAM_SYNC`) that follows, on its thread, a call that returned only once the device had caught up
+    (another synchronize call, or a device-to-host copy into pageable memory), with no call queuing device work
+    in between (:data:`QUEUE_CALLS`, on any thread), and that lasts under ``max_us`` µs (it returned at once; the
+    guard keeps a call that waited on another stream's work).
+
+    GPUPuzzlers d2h_sync first_sum: each element's `.cpu()` is a pageable D2H ``cudaMemcpyAsync`` that returns
+    after the copy, then a 1–6 µs ``cudaStreamSynchronize`` on the drained stream; the host waits once per
+    element, not twice. Returns a boolean mask over ``rows``.
+    """
+    rt = tables.runtime
+    out = np.zeros(rows.size, dtype=bool)
+    if rows.size == 0:
+        return out
+    ts, end = rt["ts_us"], rt["end_us"]
+    done = np.union1d(rows, _returns_after_its_copy(tables))
+    queued = np.sort(ts[tables.names_matching(QUEUE_CALLS)[rt["name_id"]]])
+    short = ((end[rows] - ts[rows]) < max_us) & tables.names_matching(STREAM_SYNC)[rt["name_id"][rows]]
+    for pid, tid in {(int(p), int(q)) for p, q in zip(rt["pid"][rows], rt["tid"][rows], strict=True)}:
+        sel = np.flatnonzero(short & (rt["pid"][rows] == pid) & (rt["tid"][rows] == tid))
+        same = done[(rt["pid"][done] == pid) & (rt["tid"][done] == tid)]
+        ends = np.sort(end[same])
+        if sel.size == 0 or ends.size == 0:
+            continue
+        k = np.searchsorted(ends, ts[rows[sel]], side="right") - 1  # the last such call ended by the sync's start
+        last = ends[np.maximum(k, 0)]
+        between = np.searchsorted(queued, ts[rows[sel]], side="left") - np.searchsorted(queued, last, side="left")
+        out[sel] = (k >= 0) & (between == 0)
+    return out
+
+
 def synchronization(tables: TraceTables) -> iv.Intervals:
     """Host time blocked on the device: synchronize calls and blocking copies."""
     sync_calls = named(tables, SYNC_RUNTIME, ("runtime",))

@@ -148,13 +148,17 @@ def _contributions(dev: _Device, peaks: np.ndarray, names: list[str]) -> tuple[n
 
 
 def _top(ops: np.ndarray, nb: np.ndarray, nc: np.ndarray, names: list[str], total: int) -> list[dict[str, Any]]:
-    """The largest contributors at one peak, by op name; bytes no allocation explains predate the trace."""
+    """The largest contributors at one peak, by op name; bytes no allocation explains predate the trace. The
+    first :data:`TOP_CONTRIBUTORS` by bytes, then allocations (more first), then name, and every other group holding
+    as many bytes as the last of them: a tie at the cut is shown, not cut by its name."""
     rows = [(names[o] if o >= 0 else NO_OP, int(b), int(c)) for o, b, c in zip(ops.tolist(), nb, nc) if c > 0]
     before = total - sum(b for _, b, _ in rows)
     if before > 0:
         rows.append((BEFORE_TRACE, before, 0))
-    rows.sort(key=lambda r: (-r[1], r[0]))
-    return [{"op": o, "bytes": b, "n_allocations": c} for o, b, c in rows[:TOP_CONTRIBUTORS]]
+    rows.sort(key=lambda r: (-r[1], -r[2], r[0]))
+    cut = rows[TOP_CONTRIBUTORS - 1][1] if len(rows) >= TOP_CONTRIBUTORS else 0
+    keep = rows[:TOP_CONTRIBUTORS] + [r for r in rows[TOP_CONTRIBUTORS:] if r[1] == cut]
+    return [{"op": o, "bytes": b, "n_allocations": c} for o, b, c in keep]
 
 
 def _chart(dev: _Device, lo: int, hi: int, t0: float, carried: tuple[int, int]) -> dict[str, Any]:
@@ -287,7 +291,9 @@ def _device_timeline(
     out_steps = []
     for i, ((k, a, b), p) in enumerate(zip(windows, peaks)):
         col = int(column[i])
-        t0 = float(steps.host_start_us[k]) if steps.source != "whole-trace" else float(dev.ts[0])
+        t0 = float(steps.host_start_us[k])
+        if steps.source == "whole-trace":  # the trace's start: its first op, call or activity, or memory event
+            t0 = min(t0, float(dev.ts[0]))
         j = p.pop("j")
         carried = p.pop("carried")
         spans = _phase_spans(phases, t0, float(steps.host_end_us[k]) if steps.source != "whole-trace" else np.inf)

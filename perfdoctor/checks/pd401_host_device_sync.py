@@ -39,7 +39,8 @@ from perfdoctor.replay.transforms.host import PER_ELEMENT_COPIES, batch_copies, 
 
 CODE = "PD401"
 METRICS = {
-    "syncs_per_step": "synchronize calls and blocking D2H copies per step",
+    "syncs_per_step": "synchronize calls and blocking D2H copies per step, less the synchronize calls that wait for "
+    "nothing (right after a blocking call, no device work queued since: perfdoctor.analysis.host.waitless_syncs)",
     "idle_us": "mean µs per step the replayed step gets shorter when they no longer block (the saving)",
     "idle_pct": "idle_us as % of the mean step time",
 }
@@ -56,6 +57,7 @@ class Thresholds:
     sync_adjacency_us: float
     staging_gb_per_s: float
     per_copy_overhead_us: float
+    waitless_sync_max_us: float
 
 
 def _callers(ctx: RankContext, rows: np.ndarray) -> np.ndarray:
@@ -157,11 +159,16 @@ def check(ctx: RankContext) -> Outcome:
     rows, _ = sync_calls_by_name(t, iv.EMPTY)
     rt = t.runtime
     rows = rows[~_covered(rt["ts_us"][rows], rt["end_us"][rows], copy_own)]  # wholly the copy's own: PD102's
+    # a sync right after a call that returned once the device caught up waits for nothing: no wait to count, but
+    # the fix removes its call with the rest (the replay cuts it)
+    waitless = host.waitless_syncs(t, rows, ctx.th["waitless_sync_max_us"])
+    idle_calls = iv.union(rt["ts_us"][rows[waitless]], rt["end_us"][rows[waitless]]) if waitless.any() else iv.EMPTY
+    rows = rows[~waitless]
     calls = iv.union(rt["ts_us"][rows], rt["end_us"][rows]) if rows.size else iv.EMPTY
     d2h = iv.subtract(host.blocking_memcpy_calls(t), copy_blocked)
     waits = iv.subtract(iv.union_of(calls, d2h), copy_own)
     ws, we = ctx.windows()
-    whatif, replayed_fix, advice = _whatif(ctx, waits)
+    whatif, replayed_fix, advice = _whatif(ctx, iv.union_of(waits, idle_calls))
     saving, idle, method = ctx.replayed_saving(whatif)
     idle = np.maximum(idle, 0.0)
     in_step = ctx.step_of(rt["ts_us"][rows]) if rows.size else np.empty(0, dtype=np.int64)

@@ -5,8 +5,9 @@ a cache miss, and ``cudaFree`` synchronizes the device. :func:`perfdoctor.analys
 tells the cause from where the frees fall (caching off, allocator retries, ``empty_cache()`` in the loop, or new
 shapes); the rule's ``[advice.CAUSE]`` text gives that cause's fix. The saving is the step replayed with those
 calls served from the cache (:func:`perfdoctor.replay.transforms.memory.serve_from_cache`). The first
-``skip_first_steps`` steps are left out: they fill the cache. Every per-step figure is per analysed step, the
-report's one denominator: the calls of the steady-state steps summed and divided by all analysed steps.
+``skip_first_steps`` steps are left out: they fill the cache. The calls and their host time are per steady-state
+step (the steps after those: a count divided by the steps it was counted in); the saving is per analysed step, the
+report's one denominator (the replay's gain summed over the steady-state steps, divided by all analysed steps).
 """
 
 from __future__ import annotations
@@ -31,9 +32,9 @@ from perfdoctor.replay.transforms.memory import serve_from_cache
 
 CODE = "PD501"
 METRICS = {
-    "allocator_calls_per_step": "cudaMalloc/cudaFree (hipMalloc/hipFree) calls in the steady-state steps, per "
-    "analysed step",
-    "allocator_host_us": "µs the host spends in them in the steady-state steps, per analysed step",
+    "allocator_calls_per_step": "cudaMalloc/cudaFree (hipMalloc/hipFree) calls per steady-state step (the steps "
+    "after the first skip_first_steps)",
+    "allocator_host_us": "µs the host spends in them per steady-state step (the union of the calls)",
     "idle_us": "mean µs per step the replayed step gets shorter with those calls served from the cache (the saving)",
     "idle_pct": "idle_us as % of the mean step time",
     "peak_reserved_pct": "peak reserved memory ÷ device memory, % (when memory was profiled)",
@@ -45,6 +46,7 @@ MESSAGE_FIELDS = (
     "idle_ms",
     "steady_steps",
     "n_steps",
+    "n_steady",
     "alloc_api",
     "cause_text",
     "recorded_ms",
@@ -99,10 +101,13 @@ def check(ctx: RankContext) -> Outcome:
     rows, step = calls_of.rows, calls_of.step
     calls = iv.union(rt["ts_us"][rows], rt["end_us"][rows])
     ws, we = ctx.windows()
-    host_us = float(iv.per_window(calls, ws, we)[first:].sum()) / ctx.n_steps
+    n_steady = ctx.n_steps - first
+    # a count is divided by the steps it was counted in: the steady-state steps (the saving below is per analysed
+    # step, the report's denominator, and says so)
+    host_us = float(iv.per_window(calls, ws, we)[first:].sum()) / n_steady
     peak = peak_reserved_pct(ctx)
     metrics = {
-        "allocator_calls_per_step": rows.size / ctx.n_steps,
+        "allocator_calls_per_step": rows.size / n_steady,
         "allocator_host_us": host_us,
         "idle_us": 0.0,
         "idle_pct": 0.0,
@@ -110,7 +115,7 @@ def check(ctx: RankContext) -> Outcome:
     if peak is not None:
         metrics["peak_reserved_pct"] = peak
     # the detection asks how often a warm cache misses: calls per steady-state step (the first steps fill it)
-    if rows.size / (ctx.n_steps - first) < ctx.th["min_calls_per_step"]:
+    if metrics["allocator_calls_per_step"] < ctx.th["min_calls_per_step"]:
         return passed(**metrics)
     whatif = serve_from_cache(ctx.replay(), ctx.tables, rows)
     saving, per_step, method = ctx.replayed_saving(whatif)
@@ -142,6 +147,7 @@ def check(ctx: RankContext) -> Outcome:
     fields = {
         "steady_steps": step_list_text(ctx.step_numbers[first:]),
         "n_steps": str(ctx.n_steps),
+        "n_steady": str(n_steady),
         "alloc_api": api,
         "cause_text": phrase,
         "n_frees": str(n_frees),

@@ -81,9 +81,10 @@ def test_pd401_names_the_enclosing_op_not_a_stale_external_id(tmp_path):
 
 
 def test_pd401_names_aten_to_on_the_d2h_sync_trace():
-    """The GPUPuzzlers d2h_sync trace: each of its 4,096 cudaStreamSynchronize calls runs inside aten::to (checked
-    in the raw JSON: the outermost cpu_op of the same thread containing the call), while its external id names the
-    aten::as_strided before it."""
+    """The GPUPuzzlers d2h_sync trace: each of its 4,096 blocking cudaMemcpyAsync calls runs inside aten::to
+    (checked in the raw JSON: the outermost cpu_op of the same thread containing the call), and so does the
+    cudaStreamSynchronize after each, whose external id names the aten::as_strided before it. Those syncs wait for
+    nothing (the copy returned once done), so the waits listed are the copies."""
     import gzip
     import json
 
@@ -96,7 +97,7 @@ def test_pd401_names_aten_to_on_the_d2h_sync_trace():
         events = json.load(fh)["traceEvents"]
     ops = [e for e in events if e.get("cat") == "cpu_op"]
     outer = {}
-    for s in (e for e in events if e.get("name") == "cudaStreamSynchronize"):
+    for s in (e for e in events if e.get("name") == "cudaMemcpyAsync"):
         around = [
             o for o in ops if o["tid"] == s["tid"] and o["ts"] <= s["ts"] and o["ts"] + o["dur"] >= s["ts"] + s["dur"]
         ]
@@ -104,8 +105,8 @@ def test_pd401_names_aten_to_on_the_d2h_sync_trace():
         outer[name] = outer.get(name, 0) + 1
     report = pipeline.build([str(path)]).report
     f = next(f for f in report["findings"] if f["code"] == "PD401")
-    syncs = next(e for e in f["evidence"]["events"] if e["name"].endswith("cudaStreamSynchronize"))
-    assert syncs["name"] == "aten::to → cudaStreamSynchronize" and syncs["count"] == outer["aten::to"]
+    copies = next(e for e in f["evidence"]["events"] if e["name"].endswith("cudaMemcpyAsync"))
+    assert copies["name"] == "aten::to → cudaMemcpyAsync" and copies["count"] == outer["aten::to"] == 4096
     assert "aten::as_strided" not in json.dumps(f)
 
 
@@ -185,9 +186,10 @@ def test_pd401_saving_on_the_d2h_pair_is_the_validated_one():
 
 def test_pd401_events_add_up_to_the_host_wait_on_the_d2h_sync_trace():
     """GPUPuzzlers d2h_sync first_sum (one step): the host wait is the 4,096 cudaMemcpyAsync calls whose memcpy
-    (same correlation id, read from the raw JSON) is a pageable D2H copy, plus every synchronize call; the events
-    list names all of them, and its totals add up to the headline (a list of the syncs alone held 4.14 ms of the
-    60.76 ms)."""
+    (same correlation id, read from the raw JSON) is a pageable D2H copy, plus every synchronize call that waits
+    for something: not a cudaStreamSynchronize right after such a copy (which returned once its copy was done)
+    with no call queuing work in between, returning within 10 µs. The events list names all of them, and its
+    totals add up to the headline."""
     import gzip
     import json
 
@@ -204,12 +206,38 @@ def test_pd401_events_add_up_to_the_host_wait_on_the_d2h_sync_trace():
         if e.get("cat") == "gpu_memcpy" and e["name"] == "Memcpy DtoH (Device -> Pageable)"
     }
     want: dict[str, float] = {}
-    for e in events:
-        if e.get("cat") != "cuda_runtime":
-            continue
-        if e["name"].endswith("Synchronize") or e["args"].get("correlation") in pageable_d2h:
+    runtime = sorted((e for e in events if e.get("cat") == "cuda_runtime"), key=lambda e: e["ts"])
+    for prev, e in zip([None, *runtime], runtime):
+        after_copy = prev is not None and prev["args"].get("correlation") in pageable_d2h
+        waitless = e["name"] == "cudaStreamSynchronize" and after_copy and e["dur"] < 10
+        if (e["name"].endswith("Synchronize") and not waitless) or e["args"].get("correlation") in pageable_d2h:
             want[e["name"]] = want.get(e["name"], 0.0) + e["dur"]
     f = next(f for f in pipeline.build([str(path)]).report["findings"] if f["code"] == "PD401")
     got = {e["name"].split(" → ")[-1]: e["total_us"] for e in f["evidence"]["events"]}
-    assert got == want  # cudaMemcpyAsync 56,618 µs, cudaStreamSynchronize 4,133 µs, cudaDeviceSynchronize 6 µs
+    assert got == want == {"cudaMemcpyAsync": 56618.0, "cudaDeviceSynchronize": 6.0}
     assert abs(sum(got.values()) / 1000 - f["evidence"]["host_wait_ms"]) < 1e-9
+
+
+def test_pd401_counts_no_wait_for_a_sync_right_after_a_blocking_copy(tmp_path):
+    """Each iteration of _copy_loop is a pageable D2H cudaMemcpyAsync (it returns once its copy is done), then a
+    2 µs cudaStreamSynchronize with nothing queued since: one wait per element, 63, not 126. The fix still removes
+    both calls (756 µs, test_pd401_removes_syncs_below_a_loop)."""
+    r = run_tb(_copy_loop(63), tmp_path, ["PD401"])
+    f = r.findings["PD401"]
+    assert f["evidence"]["syncs_per_step"] == 63 and f["saving_us_per_step"] == 756
+    # the host wait is the copies' calls alone: 63 × 10 µs
+    assert f["evidence"]["host_wait_ms"] == 0.63
+    assert [e["name"] for e in f["evidence"]["events"]] == ["aten::to → cudaMemcpyAsync"]
+
+
+def test_pd401_counts_a_sync_with_work_queued_after_the_copy(tmp_path):
+    """The same loop with a kernel launched between each copy and its sync (cudaLaunchKernel [t0+16.5, t0+17)):
+    the sync has work to wait for, so each element waits twice: 126; a device-wide cudaDeviceSynchronize after the
+    last sync waits for every stream, and counts too: 127."""
+    tb = _copy_loop(63)
+    for i in range(63):
+        t0 = 10 + 30 * i
+        tb.launch(SGEMM, launch_ts=t0 + 16.5, start=t0 + 17, dur=1, launch_dur=0.5)
+    tb.runtime("cudaDeviceSynchronize", 30 * 63 + 12, 2)
+    f = run_tb(tb, tmp_path, ["PD401"]).findings["PD401"]
+    assert f["evidence"]["syncs_per_step"] == 127

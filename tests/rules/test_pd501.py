@@ -23,11 +23,18 @@ def test_pd501_fires_on_cudafree_in_steady_steps(tmp_path):
     f = run_tb(_alloc_trace("cudaFree", {1, 2}), tmp_path, ["PD501"]).findings["PD501"]
     # the 300 µs free of steps 2 and 3, outside every op, is cut from the host timeline: the second launch and
     # the step's end (host time) move 300 µs earlier, the device waits on the host there; none in step 1:
-    # (0 + 300 + 300) / 3 per analysed step; calls and their host time over the same 3 steps: 2 / 3, 0.2 ms
+    # (0 + 300 + 300) / 3 per analysed step (the report's denominator). The calls and their host time are counted
+    # in the steady-state steps #2 and #3 and divided by those 2 (a per-step count divided by steps it was not
+    # counted in would understate it): 2 / 2 = 1 call and 600 / 2 = 300 µs per steady-state step
     assert f["saving_us_per_step"] == 200
     ev = f["evidence"]
-    assert ev["allocator_calls_per_step"] == 2 / 3 and ev["allocator_host_ms"] == 0.2 and f["steps"] == [2, 3]
-    assert "steady-state steps #2–#3 and divided by the 3 analysed steps" in f["message"]
+    assert ev["allocator_calls_per_step"] == 1.0 and ev["allocator_host_ms"] == 0.3 and f["steps"] == [2, 3]
+    assert (
+        "calls per steady-state step (0.30 ms of host time), the mean of the 2 steady-state steps #2–#3"
+        in (f["message"])
+    )
+    assert "takes the mean of the 3 analysed steps from 1.00 ms to 0.80 ms" in f["message"]
+    assert "per steady-state step" in f["headline"] and "0.20 ms per analysed step" in f["headline"]
     assert f["saving_method"].startswith("replay of the step's dependency graph with the fix applied")
     # its steps (#2, #3) are fewer than the 3 averaged: the saving method says which (the engine's note)
     assert f["saving_method"].endswith("; the problem shows in 2 of the 3 steps averaged (#2–#3)")
@@ -74,7 +81,7 @@ def test_pd501_names_an_allocator_retry_and_its_fix(tmp_path):
     # the 310 µs of calls in each of steps 2 and 3 leave the host timeline, and the step's end with them:
     # (0 + 310 + 310) / 3 = 206.67 µs per analysed step
     assert abs(f["saving_us_per_step"] - 620 / 3) < 1e-3
-    assert ev["allocator_calls_per_step"] == 8 / 3
+    assert ev["allocator_calls_per_step"] == 8 / 2  # 4 calls in each of the 2 steady-state steps
 
 
 def test_pd501_names_empty_cache_in_the_loop_and_its_fix(tmp_path):
@@ -106,7 +113,8 @@ def test_pd501_silent_when_only_first_step_allocates(tmp_path):
 def test_pd501_per_step_figures_share_the_analysed_steps_on_the_mi300x_trace():
     """MI300X ResNet18 (TraceLens): 4 steps from 5 Optimizer.step#SGD.step annotations (a step from one's end to
     the next's), the first left out. From the raw JSON: hipMalloc/hipFree calls and the union of their host time
-    in steps 1-3, divided by the 4 analysed steps like the saving; the host time can then not exceed the step."""
+    in steps 1-3, divided by those 3 steady-state steps (564 calls in each); the saving is per analysed step (÷ 4),
+    so it cannot exceed the host time in the calls, and that cannot exceed the steady-state step."""
     import gzip
     import json
 
@@ -143,9 +151,10 @@ def test_pd501_per_step_figures_share_the_analysed_steps_on_the_mi300x_trace():
     assert (
         "PYTORCH_NO_HIP_MEMORY_CACHING" in f["fix"] and "PYTORCH_CUDA_ALLOC_CONF" not in f["fix"] + f["example_after"]
     )
-    assert ev["allocator_calls_per_step"] == n_calls / 4 == 423.0
-    assert abs(ev["allocator_host_ms"] - host_us / 4 / 1000) < 1e-6
-    assert ev["allocator_host_ms"] < sum(steps_us) / 4 / 1000  # 784.21 ms < 818.70 ms
+    assert ev["allocator_calls_per_step"] == n_calls / 3 == 564.0
+    assert abs(ev["allocator_host_ms"] - host_us / 3 / 1000) < 1e-6  # 1,045.6 ms
+    assert ev["allocator_host_ms"] < sum(steps_us[1:]) / 3 / 1000  # the mean steady-state step
+    assert "564.0 hipMalloc/hipFree calls per steady-state step" in f["headline"]
     assert ev["idle_ms"] <= ev["allocator_host_ms"]
 
 
@@ -153,12 +162,12 @@ def test_pd501_on_rocm_names_hip_calls_and_the_hip_variable(tmp_path):
     """New-user review: on an MI300X trace (hipMalloc/hipFree) PD501 said "cudaMalloc/cudaFree" and advised
     PYTORCH_CUDA_ALLOC_CONF; ROCm's allocator reads PYTORCH_HIP_ALLOC_CONF."""
     f = run_tb(_cause_trace("retry", api="hip"), tmp_path, ["PD501"]).findings["PD501"]
-    assert "hipMalloc/hipFree calls per step" in f["message"] and "cudaMalloc" not in f["message"]
+    assert "hipMalloc/hipFree calls per steady-state step" in f["message"] and "cudaMalloc" not in f["message"]
     assert "PYTORCH_HIP_ALLOC_CONF=expandable_segments:True" in f["fix"] and "PYTORCH_CUDA" not in f["fix"]
     assert "PYTORCH_HIP_ALLOC_CONF" in f["example_after"]
     (tmp_path / "cuda").mkdir()
     g = run_tb(_cause_trace("retry"), tmp_path / "cuda", ["PD501"]).findings["PD501"]
-    assert "cudaMalloc/cudaFree calls per step" in g["message"] and "PYTORCH_CUDA_ALLOC_CONF" in g["fix"]
+    assert "cudaMalloc/cudaFree calls per steady-state step" in g["message"] and "PYTORCH_CUDA_ALLOC_CONF" in g["fix"]
 
 
 def test_pd501_on_the_mi300x_trace_names_the_allocator_off_and_replays_the_fix():

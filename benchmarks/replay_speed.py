@@ -78,8 +78,8 @@ def _plan_seconds(path: str, tables: object) -> tuple[float, list[str]]:
     from perfdoctor.analysis.rank import InputFile
     from perfdoctor.checks import after, config, engine
     from perfdoctor.checks import context as cx
+    from perfdoctor.jobs.rank_stage import analyse_rank
     from perfdoctor.jobs.summary import SummaryOptions
-    from perfdoctor.jobs.task import analyse_rank
 
     tables.rank = 0  # type: ignore[attr-defined]
     info = InputFile(path, os.path.getsize(path), None, tables.n_events, tables.uncompressed_bytes)  # type: ignore[attr-defined]

@@ -65,8 +65,8 @@ def main() -> None:
     if a.workers is not None:
         os.environ["PERFDOCTOR_LOAD_WORKERS"] = a.workers
     t0, w0 = time.process_time(), time.perf_counter()
-    import perfdoctor.analysis.rank as rank
     import perfdoctor.checks.engine as engine
+    import perfdoctor.jobs.rank_stage as rank
     import perfdoctor.replay.rank as replay_rank
     import perfdoctor.trace as trace
     from perfdoctor.cli import main as cli_main

@@ -12,8 +12,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from perfdoctor.analysis.rank import Analysis, RankAnalysis, analyze_tables
+from perfdoctor.analysis.rank import Analysis, RankAnalysis
 from perfdoctor.capture.rundir import is_run_dir
+from perfdoctor.jobs.rank_stage import analyze_tables
 from perfdoctor.model import Report, to_builtins
 from perfdoctor.model.report import SCHEMA, SCHEMA_VERSION
 
@@ -124,6 +125,8 @@ def build(
     from perfdoctor.jobs.reduce import gc_paused, reduce
     from perfdoctor.jobs.summary import SummaryOptions
     from perfdoctor.model.build import build_report as build_model
+    from perfdoctor.model.build import plain
+    from perfdoctor.model.report import RunSection
     from perfdoctor.trace import trace_files_in
 
     opts = rule_options if rule_options is not None else config.resolve()
@@ -167,7 +170,7 @@ def build(
         analysis.checks = job.checks
         section = None
         if run is not None:
-            section = run_data.run_section(run)
+            section = plain(run_data.run_section(run), RunSection, f"{run.path}: run section")
             analysis.warnings += run_data.profiled_non_training(run)
         job_sec = None
         if len(job.summaries) + len(job.failed) > 1:

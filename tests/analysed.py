@@ -1,6 +1,6 @@
 """The production path's stages, for tests that look inside them.
 
-``perfdoctor report`` analyses each rank with :func:`perfdoctor.jobs.task.analyse_rank` (steps, breakdown,
+``perfdoctor report`` analyses each rank with :func:`perfdoctor.jobs.rank_stage.analyse_rank` (steps, breakdown,
 replay, roofline, MFU) and builds the report with :func:`perfdoctor.pipeline.build`; tests that need a rank's
 tables, replay or breakdown run that same per-rank stage here, never a test-only path.
 """
@@ -13,8 +13,8 @@ from typing import Any
 
 from perfdoctor import pipeline
 from perfdoctor.analysis.rank import Analysis, InputFile
+from perfdoctor.jobs.rank_stage import analyse_rank
 from perfdoctor.jobs.summary import SummaryOptions
-from perfdoctor.jobs.task import analyse_rank
 from perfdoctor.trace import load_trace, trace_files_in
 
 

@@ -27,10 +27,11 @@ import numpy as np
 import pytest
 from conftest import REAL_TRACES
 
-from perfdoctor.analysis.rank import Analysis, analyze_tables
+from perfdoctor.analysis.rank import Analysis
 from perfdoctor.checks import context as cx
 from perfdoctor.checks import engine
 from perfdoctor.checks.catalogue import load_catalogue
+from perfdoctor.jobs.rank_stage import analyze_tables
 from perfdoctor.replay.simulate import replay
 from perfdoctor.replay.transforms import combine
 from perfdoctor.replay.windows import replayed_windows

@@ -238,9 +238,10 @@ def device_ids(tables: TraceTables) -> list[int]:
     return sorted(found)
 
 
-def gpu_breakdown(tables: TraceTables, steps: Steps, device: int, attribution: Any = None) -> DeviceBreakdown:
+def gpu_breakdown(tables: TraceTables, steps: Steps, device: int, attribution: Any) -> DeviceBreakdown:
     """Per-step breakdown of one GPU (see the module docstring for definitions); ``attribution`` is the rank's
-    :class:`~perfdoctor.replay.attribution.Attribution` (built from the trace when None)."""
+    :class:`~perfdoctor.replay.attribution.Attribution` (:func:`perfdoctor.jobs.rank_stage.analyze_tables` makes
+    it from the replay)."""
     ws, we = steps.start_us, steps.end_us
     opt = host.named(tables, host.OPTIMIZER_STEP)
     ev = _gpu_events(tables, device, opt)
@@ -262,11 +263,6 @@ def gpu_breakdown(tables: TraceTables, steps: Steps, device: int, attribution: A
     comm_exposed = iv.subtract(comm, compute)
 
     span_lo, span_hi = float(ws[0]), float(we[-1])
-    if attribution is None:
-        from perfdoctor.replay.attribution import critical_path
-        from perfdoctor.replay.rank import replay_rank
-
-        attribution = critical_path(tables, replay_rank(tables, steps))
     idle_sets = idle_by_cause(busy, span_lo, span_hi, attribution)
     idle_launch = idle_sets["host_launch_bound"]
 

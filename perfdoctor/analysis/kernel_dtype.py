@@ -16,8 +16,19 @@ import functools
 import re
 from collections import defaultdict
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 import numpy as np
+
+
+@dataclass
+class GemmDtype:
+    """The math dtype of the GEMM/conv kernels weighted by their time: ``time_us`` µs per dtype
+    (:func:`perfdoctor.analysis.mfu.gemm_dtype` fills it per rank)."""
+
+    dominant: str | None = None
+    time_us: dict[str, float] = field(default_factory=dict)
+
 
 _GEMM_RE = re.compile(
     r"(?<!fb)gemm|Cijk_|xmma|wgmma|tensorop|implicit_gemm|conv|cutlass|matmul|sm\d\d_|[sh]cudnn|winograd", re.I

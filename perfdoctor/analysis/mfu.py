@@ -20,13 +20,10 @@ from collections import defaultdict
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-import numpy as np
-
 from perfdoctor.analysis.missing import MissingReason
 from perfdoctor.analysis.roofline import RooflineResult, Roofs
 
 if TYPE_CHECKING:
-    from perfdoctor.analysis.rank import RankAnalysis
     from perfdoctor.trace.tables import TraceTables
 
 
@@ -400,67 +397,3 @@ def trace_mfu(
     if unusable is not None or op_sum is None:
         return unusable or MissingReason(code="no_shapes", message="no op-level FLOPs")
     return compute_mfu(op_sum, step_time_s, roofs, dtype, "op_sum", on_gpu, op_sum)
-
-
-def add_efficiency(
-    ranks: list[RankAnalysis],
-    model_flops_per_step: float | None = None,
-    flops_source: str = "flop_counter",
-    measured_roofs: Roofs | None = None,
-    prefer: str = "spec",
-    step_time_s_by_rank: dict[int, float] | None = None,
-) -> None:
-    """Per-rank roofline, GEMM dtype and MFU (``rank.roofline``, ``.gemm_dtype``, ``.mfu`` or ``.mfu_missing``).
-
-    Roofs are the matched GPU's datasheet figures (``prefer="spec"``) or ``measured_roofs`` (``perfdoctor
-    calibrate``); a CPU-only trace only ever gets measured roofs, and only when they were measured on the
-    machine that recorded it (the caller decides). MFU = model FLOP per step ÷ median step time of the
-    rank's primary device ÷ the peak at the GEMMs' dtype (:func:`trace_mfu`). ``step_time_s_by_rank`` (from
-    a run directory: the median of each rank's steady-state steps outside the profiled window, so without
-    profiler overhead) replaces the trace's median step time. A rank without MFU gets a warning
-    ``"<path>: MFU not computed: <reason>"`` and the typed reason in ``mfu_missing``.
-    """
-    from perfdoctor.analysis.rank import GemmDtype
-    from perfdoctor.analysis.roofline import roofline_table
-
-    for r in ranks:
-        roofs = roofs_for_trace(r.tables, measured_roofs, prefer)
-        ops = r.tables.cpu_ops
-        has_shapes = bool(len(ops)) and bool((ops["input_dims"] != None).any())  # noqa: E711 - object array
-        r.roofline = roofline_table(r.tables, roofs) if has_shapes else None
-        r.gemm_dtype = GemmDtype(*gemm_dtype(r.tables, None if r.steps.source == "whole-trace" else r.steps))
-        if r.steps.source == "whole-trace" or not r.primary.steps:
-            _missing(r, MissingReason(code="no_steps", message="no training steps in the trace"))
-            continue
-        step_s = float(np.median([s.dur_us for s in r.primary.steps])) / 1e6
-        run_step_s = (step_time_s_by_rank or {}).get(r.rank) if r.rank is not None else None
-        if run_step_s:
-            step_s = run_step_s
-        if step_s <= 0:  # step markers without duration (hostile input): no rate can be computed
-            _missing(r, MissingReason(code="zero_step_time", message="the median step time is 0 µs"))
-            continue
-        busy = min(float(np.mean([s.busy_us for s in r.primary.steps])) / 1e6 / step_s, 1.0)
-        out = trace_mfu(
-            r.tables,
-            roofs,
-            step_s,
-            len(r.steps),
-            model_flops_per_step,
-            flops_source,
-            roofline=r.roofline,
-            busy_fraction=busy,
-        )
-        if isinstance(out, MissingReason):
-            _missing(r, out)
-            continue
-        if run_step_s:
-            out.note = (
-                "step time = median of the run's steady-state steps outside the profiled window "
-                "(no profiler overhead); " + out.note
-            ).rstrip("; ")
-        r.mfu = out
-
-
-def _missing(r: RankAnalysis, why: MissingReason) -> None:
-    r.mfu_missing = why
-    r.warnings.append(f"{r.tables.path}: MFU not computed: {why.message}")

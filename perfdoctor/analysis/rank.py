@@ -1,8 +1,8 @@
 """Load trace files and run the per-rank analyses: steps, device breakdowns, roofline and MFU.
 
-:func:`analyze_tables` is the analysis of one rank's trace (:func:`perfdoctor.jobs.task.analyse_rank`, the per-rank
-stage of ``perfdoctor report``, runs it): a :class:`RankAnalysis`, held in an :class:`Analysis` that the checks read
-and the report model is built from.
+The types of one rank's analysis (:class:`RankAnalysis`, held in an :class:`Analysis` that the checks read and the
+report model is built from) and its efficiency figures (:func:`add_efficiency`: roofline, GEMM dtype, MFU). The
+per-rank stage that makes them, replay included, is :mod:`perfdoctor.jobs.rank_stage`.
 """
 
 from __future__ import annotations
@@ -11,28 +11,22 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from perfdoctor.analysis.breakdown import DeviceBreakdown, device_ids, gpu_breakdown
-from perfdoctor.analysis.cpu_breakdown import cpu_breakdown
+import numpy as np
+
+from perfdoctor.analysis.breakdown import DeviceBreakdown
+from perfdoctor.analysis.kernel_dtype import GemmDtype
 from perfdoctor.analysis.missing import MissingReason
-from perfdoctor.analysis.steps import Steps, find_steps
-from perfdoctor.replay.attribution import Attribution, critical_path
-from perfdoctor.replay.rank import RankReplay, replay_rank
+from perfdoctor.analysis.steps import Steps
 from perfdoctor.trace.tables import TraceTables
 
 if TYPE_CHECKING:
     from perfdoctor.analysis.collective_wait import CollectiveWait
     from perfdoctor.analysis.mfu import MfuResult
-    from perfdoctor.analysis.roofline import RooflineResult
+    from perfdoctor.analysis.roofline import RooflineResult, Roofs
     from perfdoctor.capture.run_data import RunData
     from perfdoctor.checks.engine import CheckResults
-
-
-@dataclass
-class GemmDtype:
-    """The math dtype of the GEMM/conv kernels weighted by their time: ``time_us`` µs per dtype."""
-
-    dominant: str | None = None
-    time_us: dict[str, float] = field(default_factory=dict)
+    from perfdoctor.replay.attribution import Attribution
+    from perfdoctor.replay.rank import RankReplay
 
 
 @dataclass
@@ -52,7 +46,7 @@ class RankAnalysis:
 
     ``primary`` is the device breakdown the summary uses: the GPU with the most
     busy time, or the host breakdown for a CPU-only trace. ``mfu_missing`` says
-    why ``mfu`` is None (set by :func:`perfdoctor.analysis.mfu.add_efficiency`).
+    why ``mfu`` is None (set by :func:`perfdoctor.analysis.rank.add_efficiency`).
     """
 
     tables: TraceTables
@@ -92,42 +86,66 @@ class Analysis:
     collective_wait_note: str = ""
 
 
-def analyze_tables(tables: TraceTables, step_marker: str | None = None) -> RankAnalysis:
-    """Steps and per-device breakdowns of one loaded trace."""
-    steps = find_steps(tables, step_marker)
-    replayed = replay_rank(tables, steps)
-    attribution = critical_path(tables, replayed)
-    devs = [gpu_breakdown(tables, steps, d, attribution) for d in device_ids(tables)]
-    if not devs:
-        devs = [cpu_breakdown(tables, steps)]
-    warnings = list(tables.warnings) + list(steps.warnings)
-    from perfdoctor.analysis.device_kinds import unread_device_categories
+def add_efficiency(
+    ranks: list[RankAnalysis],
+    model_flops_per_step: float | None = None,
+    flops_source: str = "flop_counter",
+    measured_roofs: Roofs | None = None,
+    prefer: str = "spec",
+    step_time_s_by_rank: dict[int, float] | None = None,
+) -> None:
+    """Per-rank roofline, GEMM dtype and MFU (``rank.roofline``, ``.gemm_dtype``, ``.mfu`` or ``.mfu_missing``).
 
-    unread = unread_device_categories(tables)
-    if unread:  # an accelerator perfdoctor does not read: said by name, never analysed silently as CPU training
-        warnings.append(
-            f"{tables.path}: events in categories perfdoctor does not read: {', '.join(unread)} (device "
-            "activity of an accelerator it does not analyse?); the breakdown and findings cover only the "
-            + ("device activity it reads" if tables.has_device_activity else "host side, not a CPU-only run")
-        )
-    if devs and devs[0].kind == "gpu" and not tables.device_properties:
-        from perfdoctor.analysis.arch import infer_from_tables
+    Roofs are the matched GPU's datasheet figures (``prefer="spec"``) or ``measured_roofs`` (``perfdoctor
+    calibrate``); a CPU-only trace only ever gets measured roofs, and only when they were measured on the
+    machine that recorded it (the caller decides). MFU = model FLOP per step ÷ median step time of the
+    rank's primary device ÷ the peak at the GEMMs' dtype (:func:`perfdoctor.analysis.mfu.trace_mfu`).
+    ``step_time_s_by_rank`` (from
+    a run directory: the median of each rank's steady-state steps outside the profiled window, so without
+    profiler overhead) replaces the trace's median step time. A rank without MFU gets a warning
+    ``"<path>: MFU not computed: <reason>"`` and the typed reason in ``mfu_missing``.
+    """
+    from perfdoctor.analysis.mfu import gemm_dtype, roofs_for_trace, trace_mfu
+    from perfdoctor.analysis.roofline import roofline_table
 
-        guess = infer_from_tables(tables)
-        if guess is not None:
-            warnings.append(
-                f"{tables.path}: no deviceProperties; GPU architecture inferred from kernel names: "
-                f"{guess.family} (compute capability {guess.compute_capability[0]}."
-                f"{guess.compute_capability[1]}, from {guess.evidence!r}); {guess.assumption}"
-            )
-    if replayed.fallback:
-        warnings.append(f"{tables.path}: replay: {replayed.fallback}; savings are upper bounds from interval rules")
-    if tables.truncated and steps.source == "whole-trace" and tables.has_device_activity:
-        # no step windows to drop: device activity the cut lost cannot be told from idle time
-        warnings.append(
-            f"{tables.path}: truncated and without step markers: GPU activity written after the cut "
-            "is missing and counts as idle, so idle is an upper bound and busy a lower bound"
+    for r in ranks:
+        roofs = roofs_for_trace(r.tables, measured_roofs, prefer)
+        ops = r.tables.cpu_ops
+        has_shapes = bool(len(ops)) and bool((ops["input_dims"] != None).any())  # noqa: E711 - object array
+        r.roofline = roofline_table(r.tables, roofs) if has_shapes else None
+        r.gemm_dtype = GemmDtype(*gemm_dtype(r.tables, None if r.steps.source == "whole-trace" else r.steps))
+        if r.steps.source == "whole-trace" or not r.primary.steps:
+            _missing(r, MissingReason(code="no_steps", message="no training steps in the trace"))
+            continue
+        step_s = float(np.median([s.dur_us for s in r.primary.steps])) / 1e6
+        run_step_s = (step_time_s_by_rank or {}).get(r.rank) if r.rank is not None else None
+        if run_step_s:
+            step_s = run_step_s
+        if step_s <= 0:  # step markers without duration (hostile input): no rate can be computed
+            _missing(r, MissingReason(code="zero_step_time", message="the median step time is 0 µs"))
+            continue
+        busy = min(float(np.mean([s.busy_us for s in r.primary.steps])) / 1e6 / step_s, 1.0)
+        out = trace_mfu(
+            r.tables,
+            roofs,
+            step_s,
+            len(r.steps),
+            model_flops_per_step,
+            flops_source,
+            roofline=r.roofline,
+            busy_fraction=busy,
         )
-    return RankAnalysis(
-        tables=tables, steps=steps, devices=devs, warnings=warnings, replay=replayed, attribution=attribution
-    )
+        if isinstance(out, MissingReason):
+            _missing(r, out)
+            continue
+        if run_step_s:
+            out.note = (
+                "step time = median of the run's steady-state steps outside the profiled window "
+                "(no profiler overhead); " + out.note
+            ).rstrip("; ")
+        r.mfu = out
+
+
+def _missing(r: RankAnalysis, why: MissingReason) -> None:
+    r.mfu_missing = why
+    r.warnings.append(f"{r.tables.path}: MFU not computed: {why.message}")

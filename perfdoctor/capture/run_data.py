@@ -23,7 +23,6 @@ from perfdoctor.errors import PerfDoctorError
 
 if TYPE_CHECKING:
     from perfdoctor.analysis.roofline import Roofs
-    from perfdoctor.model.report import RunSection
 
 
 class RunEnvironment(msgspec.Struct, kw_only=True):
@@ -304,16 +303,14 @@ def run_device(env: RunEnvironment | None) -> str | None:
 _SERIES = ("step", "duration_s", "train_s", "eval_s", "checkpoint_s", "tokens", "samples", "profiler_phase")
 
 
-def run_section(run: RunData) -> RunSection:
-    """The report's ``run`` section of a ``perfdoctor profile`` run directory.
+def run_section(run: RunData) -> dict[str, Any]:
+    """The report's ``run`` section of a ``perfdoctor profile`` run directory, as the JSON document's plain values
+    (:func:`perfdoctor.model.build.run_section_of` makes the typed section).
 
     ``steps``: the whole run's series (``step``, ``duration_s`` in s, NaN → None); ``steady_state``: warm-up,
     phases and trend (:mod:`perfdoctor.analysis.steady_state`); ``throughput``: train-only and wall rates,
     each with its numerator and denominator in words; ``non_training``: :func:`non_training`.
     """
-    from perfdoctor.model.build import plain
-    from perfdoctor.model.report import RunSection
-
     ss = run.steady_state
     steps = {
         k: [None if (isinstance(x, float) and x != x) else x for x in v.tolist()]
@@ -338,7 +335,7 @@ def run_section(run: RunData) -> RunSection:
         "throughput": _throughput_words(run.throughput()),
         "non_training": non_training(run.steps),
     }
-    return plain(section, RunSection, f"{run.path}: run section")
+    return section
 
 
 def _throughput_words(rates: dict[str, Any]) -> dict[str, dict[str, Any]]:

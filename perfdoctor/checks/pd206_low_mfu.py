@@ -1,6 +1,6 @@
 """PD206 low-mfu: model FLOP/s far below the device's peak at the GEMMs' dtype (GPU only).
 
-MFU comes from :func:`perfdoctor.analysis.mfu.add_efficiency` (model FLOPs per
+MFU comes from :func:`perfdoctor.analysis.rank.add_efficiency` (model FLOPs per
 step ÷ median step time ÷ dense datasheet peak at the dtype the GEMM kernels
 ran in). The dominant reason is the largest non-GEMM share of the step in the
 breakdown (idle by cause, exposed communication, memory-bound elementwise /

@@ -123,9 +123,9 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from perfdoctor.checks import config, engine
-    from perfdoctor.cli.cmd_report import _check_output, _write_report
     from perfdoctor.cli.console import output_width, show_then_exit, stdout_console
     from perfdoctor.cli.numbers import check_finite
+    from perfdoctor.cli.output import check_output, write_report
     from perfdoctor.cli.snapshot_cmds import diff_snapshots, snapshot_inputs
     from perfdoctor.diff import stats
     from perfdoctor.diff.compare import compare, partial_gate, regression
@@ -141,7 +141,7 @@ def run(args: argparse.Namespace) -> int:
     before_runs, after_runs = expand(before_paths, "BEFORE"), expand(after_paths, "AFTER")
     out_format = None
     if args.output is not None:
-        _check_output(args.output, [*before_runs, *after_runs], args.force)
+        check_output(args.output, [*before_runs, *after_runs], args.force)
         out_format = DIFF_FORMATS.get(os.path.splitext(args.output)[1].lower())
         if out_format is None:
             raise PerfDoctorError(
@@ -165,7 +165,7 @@ def run(args: argparse.Namespace) -> int:
         after = [load_side(p, opts, codes, args.step_marker) for p in after_runs]
     diff = compare(before, after, noise, args.run_noise_pct, samples, tokens)
     if args.output and out_format:  # written before stdout, which a reader may close (`| head`)
-        _write_report(args.output, _render(diff, out_format))
+        write_report(args.output, _render(diff, out_format))
         err.print(f"diff written to {args.output}")
 
     def show() -> None:

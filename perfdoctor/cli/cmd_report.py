@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+from perfdoctor.cli.output import check_output, write_report
 from perfdoctor.errors import PerfDoctorError, TraceFormatError
 
 if TYPE_CHECKING:
@@ -18,6 +18,10 @@ if TYPE_CHECKING:
 
 NAME = "report"
 HELP = "Diagnose Kineto / torch.profiler traces (files, directories of per-rank traces, or a perfdoctor run directory)."
+
+
+OWN_SCHEMAS = ("perfdoctor.report", "perfdoctor.diff")  # the top-level "schema" of our report and diff JSON
+PROGRESS_MIN_BYTES = 8 << 20  # inputs smaller than this load too fast for a progress bar
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -129,26 +133,6 @@ def model_flops_per_step(args: argparse.Namespace) -> float | None:
     return flops
 
 
-def _input_files(paths: list[str]) -> list[str]:
-    """The files the inputs name: each path itself, a run directory's inputs, a directory's trace files."""
-    from perfdoctor.capture.rundir import is_run_dir, run_inputs
-    from perfdoctor.trace import trace_files_in
-
-    files = list(paths)
-    for p in paths:
-        if is_run_dir(p):
-            files += run_inputs(p)
-        elif os.path.isdir(p):
-            try:
-                files += trace_files_in(p)
-            except TraceFormatError:  # no trace there: the analysis says so
-                pass
-    return files
-
-
-OWN_SCHEMAS = ("perfdoctor.report", "perfdoctor.diff")  # the top-level "schema" of our report and diff JSON
-
-
 def _is_own_report(path: str) -> bool:
     """Whether ``path`` is a report or diff JSON that perfdoctor wrote (its top-level ``schema``), not a trace.
     The bytes are scanned for the schema name (fast) before the file is parsed to confirm."""
@@ -208,72 +192,6 @@ def _refuse_repeated(paths: list[str]) -> None:
                 f"{p}: the same file was given twice ({seen[key]} and {p}); give each trace or directory once"
             )
         seen[key] = p
-
-
-def _check_output(path: str, inputs: list[str], force: bool) -> None:
-    """Refuse an ``-o`` that is empty, a directory, an input (even with ``--force``), an existing file without
-    ``--force``, or in a directory that is missing or takes no new file.
-
-    Raises:
-        PerfDoctorError: one of those, in one line.
-    """
-    if not path:
-        raise PerfDoctorError("-o: empty file name; give the report file, e.g. -o report.html")
-    if os.path.isdir(path):
-        raise PerfDoctorError(f"{path}: is a directory; give the report file, e.g. -o {os.path.join(path, 'r.html')}")
-    out = os.path.realpath(path)
-    for p in _input_files(inputs):
-        if os.path.realpath(p) == out:
-            raise PerfDoctorError(f"{path}: refusing to write the report over an input ({p}), even with --force")
-    if os.path.exists(out) and not force:
-        raise PerfDoctorError(f"{path}: already exists; use --force to overwrite")
-    parent = os.path.dirname(out) or "."
-    if not os.path.isdir(parent):
-        raise PerfDoctorError(f"{path}: directory {parent} does not exist")
-    _probe_writable(path, parent)
-
-
-def _probe_writable(path: str, parent: str) -> None:
-    """Create and remove an empty file in ``parent`` (the report is written through a temporary file there), so
-    an unwritable ``-o`` fails before minutes of analysis; ``os.access`` is not enough (root passes it on a
-    read-only /sys).
-
-    Raises:
-        PerfDoctorError: ``parent`` does not accept new files (permissions, read-only file system).
-    """
-    import tempfile
-
-    try:
-        with tempfile.NamedTemporaryFile(dir=parent, prefix=".perfdoctor-probe-"):
-            pass
-    except OSError as exc:
-        raise PerfDoctorError(f"{path}: cannot write the report there ({exc.strerror or exc})") from None
-
-
-def _write_report(path: str, data: bytes | Iterable[bytes]) -> None:
-    """Write ``data`` (bytes, or its pieces in order) to ``path`` through a temporary file, so a failed write
-    leaves no half report.
-
-    Raises:
-        PerfDoctorError: the file cannot be written (permissions, a full disk, a read-only file system).
-    """
-    tmp = path + ".tmp"
-    try:
-        with open(tmp, "wb") as fh:
-            for piece in [data] if isinstance(data, bytes) else data:
-                fh.write(piece)
-        os.replace(tmp, path)
-    except BaseException as exc:  # the pieces are made while writing: whatever fails leaves no half report
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        if isinstance(exc, OSError):
-            raise PerfDoctorError(f"{path}: cannot write the report ({exc.strerror or exc})") from None
-        raise
-
-
-PROGRESS_MIN_BYTES = 8 << 20  # inputs smaller than this load too fast for a progress bar
 
 
 def _executor(args: argparse.Namespace, n_files: int, on_done: OnDone) -> DaskCluster | LocalPool | None:
@@ -383,10 +301,10 @@ def run(args: argparse.Namespace) -> int:
         return report_snapshot(args)
     out_format = None
     if args.output is not None:
-        _check_output(args.output, args.paths, args.force)
+        check_output(args.output, args.paths, args.force)
         out_format = format_for(args.output)
     if args.timeline is not None:
-        _check_output(args.timeline, args.paths, args.force)
+        check_output(args.timeline, args.paths, args.force)
         timeline_steps(args.timeline_steps)
     elif args.timeline_steps:
         raise PerfDoctorError("--timeline-steps: give --timeline FILE too")
@@ -400,7 +318,7 @@ def run(args: argparse.Namespace) -> int:
     built = _analyze(args, err, opts)
     report = built.model
     if args.output and out_format:  # out_format is set whenever args.output is; written before stdout, which
-        _write_report(args.output, render_chunks(report, out_format))  # a reader may close (`| head`)
+        write_report(args.output, render_chunks(report, out_format))  # a reader may close (`| head`)
         err.print(f"report written to {args.output}")
     if args.timeline:
         from perfdoctor.render.timeline import write_timeline

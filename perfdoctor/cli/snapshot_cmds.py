@@ -40,16 +40,16 @@ def _emit(doc: object, args: argparse.Namespace, inputs: list[str], exit_code: i
     """Write ``-o`` (format from its extension), then stdout in ``--format``; return ``exit_code``."""
     from rich.console import Console
 
-    from perfdoctor.cli.cmd_report import _check_output, _write_report
     from perfdoctor.cli.console import show_then_exit, stdout_console
+    from perfdoctor.cli.output import check_output, write_report
     from perfdoctor.render import snapshot as render
     from perfdoctor.render.formats import format_for
     from perfdoctor.snapshot.report import SnapshotDiff, SnapshotReport
 
     assert isinstance(doc, SnapshotReport | SnapshotDiff)
     if args.output is not None:
-        _check_output(args.output, inputs, args.force)
-        _write_report(args.output, render.render_bytes(doc, format_for(args.output)))
+        check_output(args.output, inputs, args.force)
+        write_report(args.output, render.render_bytes(doc, format_for(args.output)))
         Console(stderr=True).print(f"report written to {args.output}", highlight=False)
 
     def show() -> None:
@@ -73,9 +73,9 @@ def report_snapshot(args: argparse.Namespace) -> int:
             f"`perfdoctor diff {args.paths[0]} {args.paths[1]}`"
         )
     if args.output is not None:  # refused before the reading, as for traces
-        from perfdoctor.cli.cmd_report import _check_output
+        from perfdoctor.cli.output import check_output
 
-        _check_output(args.output, args.paths, args.force)
+        check_output(args.output, args.paths, args.force)
         args.force = True  # the file was checked now; the probe left nothing behind
     return _emit(_load(args.paths[0]), args, args.paths, 0)
 
@@ -100,9 +100,9 @@ def diff_snapshots(args: argparse.Namespace) -> int:
     if pct is not None and not pct >= 0:
         raise PerfDoctorError(f"--fail-on-regression must be ≥ 0 (got {pct:g})")
     if args.output is not None:
-        from perfdoctor.cli.cmd_report import _check_output
+        from perfdoctor.cli.output import check_output
 
-        _check_output(args.output, paths, args.force)
+        check_output(args.output, paths, args.force)
         args.force = True
     before, after = _load(paths[0]), _load(paths[1])
     diff = compare(before, after)  # type: ignore[arg-type]

@@ -20,7 +20,7 @@ from perfdoctor.diff.pool import mean_of
 from perfdoctor.diff.steps import primary_device
 from perfdoctor.model import Report
 from perfdoctor.model.report import RankSection
-from perfdoctor.vocab import CHART_ORDER
+from perfdoctor.vocab import CHART_ORDER, category_label, idle_label
 
 _BUSY_ORDER = CHART_ORDER
 
@@ -63,12 +63,11 @@ def step_source(before: list[Report], after: list[Report]) -> str:
 
 
 def _label(group: str, key: str) -> str:
-    from perfdoctor.render.view import CAT_LABELS, IDLE_LABELS
-
     if group == "busy":
-        return CAT_LABELS.get(key, key)
+        return category_label(key)
     if group == "idle":
-        return IDLE_LABELS.get(key, f"idle: {key}")
+        label = idle_label(key)
+        return label if label != key else f"idle: {key}"
     if key == "communication_overlapped":
         return "communication overlapped with compute (detail)"
     return f"memcpy {key.removeprefix('memcpy_')} (detail)"

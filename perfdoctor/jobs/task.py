@@ -121,41 +121,6 @@ def _summarise_file(
         ]
 
 
-def analyse_rank(
-    tables: Any, info: Any, opts: SummaryOptions, measured_roofs: Any = None, note: str | None = None
-) -> Any:
-    """The per-rank stage of ``perfdoctor report``: one rank's loaded trace ``tables`` (its ``rank`` set) ->
-    its :class:`perfdoctor.analysis.rank.Analysis` of one :class:`~perfdoctor.analysis.rank.RankAnalysis` (steps,
-    breakdown, replay with a profile run's unprofiled step and the peers' bounds of ``opts``, roofline and MFU).
-    ``info``: the trace's :class:`~perfdoctor.analysis.rank.InputFile`; ``note``: a warning the rank carries (a
-    split merged file). The rank's checks and summary are made from it (:func:`perfdoctor.jobs.summary.rank_summary`).
-    """
-    from perfdoctor.analysis.mfu import add_efficiency
-    from perfdoctor.analysis.rank import Analysis, analyze_tables
-    from perfdoctor.replay.peers import with_peer_ends
-    from perfdoctor.replay.unprofiled import unprofiled
-
-    ra = analyze_tables(tables, opts.step_marker)
-    steady_s = opts.step_time_s_by_rank.get(int(tables.rank))
-    if opts.run_json is not None and steady_s and ra.replay is not None:
-        ra.replay.unprofiled = unprofiled(ra.replay, tables, steady_s * 1e6)  # the step the user runs
-    bounds = opts.peer_ends.get(info.path)
-    if bounds and ra.replay is not None and ra.replay.peers is not None:
-        ra.replay.peers = with_peer_ends(ra.replay.peers, ra.replay.graph.act_ts_us, *bounds)
-    analysis = Analysis(ranks=[ra], inputs=[info])
-    analysis.run = opts.run_json
-    add_efficiency(
-        analysis.ranks,
-        opts.model_flops_per_step,
-        opts.flops_source,
-        measured_roofs,
-        step_time_s_by_rank=opts.step_time_s_by_rank,
-    )
-    if note:
-        ra.warnings.append(note)
-    return analysis
-
-
 def _summarise(
     local: str,
     path: str,
@@ -168,6 +133,7 @@ def _summarise(
 ) -> list[RankSummary]:
     from perfdoctor.analysis.rank import InputFile
     from perfdoctor.checks import engine
+    from perfdoctor.jobs.rank_stage import analyse_rank
     from perfdoctor.trace import load_trace
     from perfdoctor.trace.device_side import named_gpus
     from perfdoctor.trace.ranks import split_merged

@@ -102,6 +102,8 @@ class ReplayGraph:
     # stream explain: it started more than SLACK_US late with its work queued and no other stream's activity to
     # wait for (a device stall the trace does not explain; the attribution charges it to ``other``, not the host)
     act_stall_us: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.float64))
+    # (category, math dtype or "", name) of every activity, object arrays: perfdoctor.replay.kernel_classes, made once
+    kernel_classes: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
 
     @property
     def n_act(self) -> int:

@@ -94,10 +94,10 @@ class JointReplay:
 
 def _collectives(rr: RankReplay, tables: TraceTables) -> np.ndarray:
     """Activity indices of the rank's collective kernels on its busiest device, in start order."""
-    from perfdoctor.replay.transforms.kernels import _kernel_classes
+    from perfdoctor.replay.kernel_classes import kernel_classes
 
     g = rr.graph
-    cat, _, _ = _kernel_classes(tables, rr)
+    cat, _, _ = kernel_classes(tables, rr.graph)
     comm = np.flatnonzero(cat == "communication")
     if comm.size == 0:
         return comm

@@ -311,11 +311,11 @@ def _collective_floor(rr: RankReplay, tables: TraceTables, steps: Any) -> Collec
     the peers' arrivals, when known, replace them later: :mod:`perfdoctor.jobs.peers`), with their transfer/wait
     split keyed by kernel name, ``In msg nelems`` and ``dtype``, over the analysed steps (``steps``)."""
     from perfdoctor.replay.graph import ACT_TABLES
-    from perfdoctor.replay.transforms.kernels import _kernel_classes
+    from perfdoctor.replay.kernel_classes import kernel_classes
 
     dist = tables.metadata.get("distributedInfo")
     world = dist.get("world_size") if isinstance(dist, dict) else None
-    cat, _, _ = _kernel_classes(tables, rr)
+    cat, _, _ = kernel_classes(tables, rr.graph)
     g = rr.graph
     comm = np.flatnonzero(cat == "communication")
     tab = tables.tables[ACT_TABLES[0]]

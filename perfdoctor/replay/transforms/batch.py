@@ -30,7 +30,7 @@ def larger_batch(rr: RankReplay, tables: TraceTables, growth: float, cpu_ops_per
     28.3 ms per 8 samples, between this model's 7.0 ms and the upper bound's 31.5 ms).
     """
     from perfdoctor.analysis import intervals as iv
-    from perfdoctor.replay.transforms.kernels import _kernel_classes
+    from perfdoctor.replay.kernel_classes import kernel_classes
 
     g = rr.graph
     keep = 1.0 / max(growth, 1.0)
@@ -52,7 +52,7 @@ def larger_batch(rr: RankReplay, tables: TraceTables, growth: float, cpu_ops_per
     cut = iv.subtract(cut, iv.union_of(fetch, per_sample_ops))
     inside = iv.union(rr.windows.host_start_us, rr.windows.host_end_us)
     cut = iv.intersect(cut, inside)
-    cat, _, _ = _kernel_classes(tables, rr)
+    cat, _, _ = kernel_classes(tables, rr.graph)
     lt = g.act_launch_ts_us
     j = np.searchsorted(opt[0], lt, side="right") - 1 if opt[0].size else np.full(g.n_act, -1)
     in_opt = (j >= 0) & (lt < opt[1][np.maximum(j, 0)]) if opt[0].size else np.zeros(g.n_act, bool)

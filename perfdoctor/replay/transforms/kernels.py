@@ -5,38 +5,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from perfdoctor.replay.graph import ACT_TABLES
+from perfdoctor.replay.kernel_classes import kernel_classes
 from perfdoctor.replay.rank import RankReplay
 from perfdoctor.replay.simulate import Scenario
 from perfdoctor.replay.transforms import WhatIf
 from perfdoctor.trace.join import external_id_ranges, external_id_rows
 from perfdoctor.trace.tables import TraceTables
-
-
-def _kernel_classes(tables: TraceTables, rr: RankReplay) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(category, math dtype or "", name) of every activity of the graph (object arrays)."""
-    from perfdoctor.analysis.classify import classify_kernel
-    from perfdoctor.analysis.kernel_dtype import kernel_math_dtype
-
-    g = rr.graph
-    cached = g.__dict__.get("_kernel_classes")
-    if cached is not None:
-        return cached  # type: ignore[no-any-return]
-    cat = np.full(g.n_act, "", dtype=object)
-    dt = np.full(g.n_act, "", dtype=object)
-    name = np.full(g.n_act, "", dtype=object)
-    for k, tname in enumerate(ACT_TABLES):
-        m = g.act_table == k
-        if not m.any():
-            continue
-        ids = tables.tables[tname]["name_id"][g.act_row[m]]
-        uniq, inv = np.unique(ids, return_inverse=True)
-        names = [tables.names[i] for i in uniq.tolist()]
-        cat[m] = np.array([classify_kernel(n).category for n in names], dtype=object)[inv]
-        dt[m] = np.array([kernel_math_dtype(n) or "" for n in names], dtype=object)[inv]
-        name[m] = np.array(names, dtype=object)[inv]
-    g.__dict__["_kernel_classes"] = (cat, dt, name)
-    return cat, dt, name
 
 
 def tensor_cores(rr: RankReplay, tables: TraceTables, spec: object) -> WhatIf:
@@ -53,7 +27,7 @@ def tensor_cores(rr: RankReplay, tables: TraceTables, spec: object) -> WhatIf:
     from perfdoctor.analysis.op_flops import cost_op
 
     g = rr.graph
-    cat, dt, _ = _kernel_classes(tables, rr)
+    cat, dt, _ = kernel_classes(tables, rr.graph)
     target = ("tf32" if getattr(spec, "has_tf32", False) else spec.best_16bit_dtype()) if spec else None  # type: ignore[attr-defined]
     peak = spec.peak(target) if spec and target else None  # type: ignore[attr-defined]
     dur = g.act_dur_us.copy()
@@ -104,7 +78,7 @@ def fused_elementwise(rr: RankReplay, tables: TraceTables) -> WhatIf:
     from perfdoctor.replay.transforms import merge_cuts
 
     g = rr.graph
-    cat, _, _ = _kernel_classes(tables, rr)
+    cat, _, _ = kernel_classes(tables, rr.graph)
     ew = np.isin(cat, ["elementwise", "reduction_norm"])
     dur = g.act_dur_us.copy()
     prev = g.act_prev
@@ -153,7 +127,7 @@ def overlap_communication(rr: RankReplay, tables: TraceTables) -> WhatIf:
     torch.compile/FX reordering of collectives.
     """
     g = rr.graph
-    cat, _, _ = _kernel_classes(tables, rr)
+    cat, _, _ = kernel_classes(tables, rr.graph)
     comm = cat == "communication"
     drop = (g.act_dep >= 0) & comm[np.maximum(g.act_dep, 0)] & ~comm
     xdrop = comm[g.xdep_src] & ~comm[g.xdep_dst]
@@ -197,7 +171,7 @@ def _kernel_op_shapes(tables: TraceTables, rr: RankReplay) -> list[tuple[int, ..
     out: list[tuple[int, ...] | None] = [None] * g.n_act
     if len(ops) == 0 or len(kern) == 0:
         return out
-    cat, _, _ = _kernel_classes(tables, rr)
+    cat, _, _ = kernel_classes(tables, rr.graph)
     acts = np.flatnonzero(g.act_table == 0)
     order, lo, hi = external_id_ranges(tables, kern["external_id"][g.act_row[acts]])  # every op with its id
     for a, first, end in zip(acts.tolist(), lo.tolist(), hi.tolist()):
@@ -228,7 +202,7 @@ def issue_collectives_early(rr: RankReplay, tables: TraceTables) -> WhatIf:
     matmul and bias sum that followed its input-gradient matmul).
     """
     g = rr.graph
-    cat, _, _ = _kernel_classes(tables, rr)
+    cat, _, _ = kernel_classes(tables, rr.graph)
     comm = cat == "communication"
     new_src = np.full(g.xdep_src.size, -1, dtype=np.int64)
     edges = np.flatnonzero(comm[g.xdep_dst] & ~comm[g.xdep_src])

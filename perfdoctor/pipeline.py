@@ -171,7 +171,7 @@ def build(
         section = None
         if run is not None:
             section = run_data.run_section(run)
-            analysis.warnings += run_data.profiled_non_training(run)
+            analysis.warnings += run_data.profiled_non_training(run) + run.snapshot_reports[1]
         job_sec = None
         if len(job.summaries) + len(job.failed) > 1:
             from perfdoctor.jobs.cross_rank import job_section

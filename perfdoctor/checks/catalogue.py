@@ -90,7 +90,13 @@ _TEXT_KEYS = (
     "example_after",
 )
 _BOOL_KEYS = ("runs_after_others", "whole_trace_note")
-_ALL_KEYS = set(_TEXT_KEYS) | set(_BOOL_KEYS) | {"code", "references", "requires", "scope", "thresholds", "when"}
+_OPTIONAL_TEXT_KEYS = ("headline",)  # a str.format template: one sentence, ≤ 120 characters, the claim and its number
+_ALL_KEYS = (
+    set(_TEXT_KEYS)
+    | set(_OPTIONAL_TEXT_KEYS)
+    | set(_BOOL_KEYS)
+    | {"code", "references", "requires", "scope", "thresholds", "when"}
+)
 _CODE_RX = re.compile(r"^[A-Z]{1,4}\d{3}$")
 _NAME_RX = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
 _BUILTIN_FILE_RX = re.compile(r"^[A-Z]{1,4}\d{3}\.toml$")
@@ -118,6 +124,7 @@ class RuleSpec:
     when: dict[str, Any] | None = None
     runs_after_others: bool = False
     whole_trace_note: bool = True
+    headline: str = ""
     path: str = ""
     builtin: bool = True
 
@@ -196,7 +203,7 @@ def _check_value(path: Path, key: str, value: Any) -> None:
     def bad(what: str) -> PerfDoctorError:
         return PerfDoctorError(f"{path}: {key} {what}")
 
-    if key in _TEXT_KEYS and not isinstance(value, str):
+    if (key in _TEXT_KEYS or key in _OPTIONAL_TEXT_KEYS) and not isinstance(value, str):
         raise bad("must be a string")
     if key in _BOOL_KEYS and not isinstance(value, bool):
         raise bad("must be true or false")
@@ -288,6 +295,7 @@ def _spec(path: Path, data: dict[str, Any], builtin: bool) -> RuleSpec:
         when=data.get("when"),
         runs_after_others=data.get("runs_after_others", False),
         whole_trace_note=data.get("whole_trace_note", True),
+        headline=data.get("headline", ""),
         path=str(path),
         builtin=builtin,
     )

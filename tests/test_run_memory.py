@@ -96,3 +96,31 @@ def test_theil_sen_and_longest_run_by_hand():
     assert slope == 3 and intercept == 1
     assert longest_run(np.array([1, 1, 0, 1, 1, 1, 0, 1, 1, 1], bool)).tolist() == [7, 8, 9]  # the later on a tie
     assert longest_run(np.zeros(3, bool)).size == 0
+
+
+def test_pd501_evidence_counts_the_whole_run(tmp_path):
+    # a profile run directory: the trace's steps 1–3 call cudaFree in steps 2 and 3 (PD501 fires on the window);
+    # steps.csv says, over the whole run, 3 cudaMalloc per steady step and retries at steps 35 and 40
+    from rules_helpers import SGEMM, run_rules
+    from tracebuilder import TraceBuilder
+
+    tb = TraceBuilder()
+    for n in range(3):
+        s = 1000 * n
+        tb.step(n + 1, s, 1000)
+        tb.launch(SGEMM, launch_ts=s + 5, start=s + 10, dur=400)
+        if n:
+            tb.runtime("cudaFree", s + 420, 300)
+        tb.launch(SGEMM, launch_ts=s + 730, start=s + 740, dur=200)
+    run = write_run(
+        tmp_path / "run",
+        60,
+        {"cuda_malloc_count": lambda i: 10 + 3 * i, "cuda_alloc_retries": lambda i: (i >= 35) + (i >= 40)},
+        window=range(20, 30),
+        run_json=CUDA,
+    )
+    tb.write(run / "trace.rank0.pt.trace.json")
+    ev = run_rules([run], ["PD501"]).findings["PD501"]["evidence"]
+    # as in test_cuda_growth_peak_and_steps_to_capacity: 49 steady unprofiled steps (1–19, 30–59)
+    assert (ev["run_mallocs_per_step"], ev["run_steady_steps"], ev["run_retry_steps"]) == (3.0, 49, [35, 40])
+    assert ev["run_retries_per_step"] == pytest.approx(2 / 49)

@@ -10,7 +10,7 @@ import hashlib
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from perfdoctor.analysis.breakdown import DeviceBreakdown, device_ids, gpu_breakdown
 from perfdoctor.analysis.cpu_breakdown import cpu_breakdown
@@ -93,6 +93,9 @@ class Analysis:
     partial: bool = False
     collective_wait: CollectiveWait | None = None
     collective_wait_note: str = ""
+    # a profile run's allocator counts over the whole run, as evidence values (a rank summary's worker gets them
+    # from SummaryOptions.run_allocator_by_rank: perfdoctor.analysis.run_memory.run_allocator_values)
+    run_allocator: dict[str, Any] | None = None
 
 
 def analyze_tables(tables: TraceTables, step_marker: str | None = None) -> RankAnalysis:

@@ -225,6 +225,15 @@ def run_memory(steps: dict[str, np.ndarray], steady_start: int, memory: dict[str
     return RunMemory(series=series, allocator=counts)
 
 
+def run_allocator_evidence(analysis: Any) -> dict[str, Any]:
+    """:func:`run_allocator_values` of an analysis: the values its rank summary's worker was given
+    (``analysis.run_allocator``), else those of its run data (``analysis.run.memory``, rank 0's); {} without."""
+    given = getattr(analysis, "run_allocator", None)
+    if given is not None:
+        return dict(given)
+    return run_allocator_values(getattr(getattr(analysis, "run", None), "memory", None))
+
+
 def run_allocator_values(memory: RunMemory | None) -> dict[str, Any]:
     """The allocator's counts over the whole run as evidence values (PD501's, beside the profiled window's
     calls): ``run_mallocs_per_step`` (cudaMalloc calls) and ``run_retries_per_step`` (allocator retries) per

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from perfdoctor.analysis import intervals as iv
-from perfdoctor.analysis.run_memory import run_allocator_values
+from perfdoctor.analysis.run_memory import run_allocator_evidence
 from perfdoctor.checks.common import pct, peak_reserved_pct, step_list_text, top_names
 from perfdoctor.checks.context import Outcome, RankContext, passed, skipped
 from perfdoctor.findings import Estimate, Evidence, Hit
@@ -104,7 +104,7 @@ def check(ctx: RankContext) -> Outcome:
             "idle_ms": saving / 1000,
             "idle_pct": metrics["idle_pct"],
             "peak_reserved_pct": peak if peak is not None else "unknown (profile_memory=False)",
-            **run_allocator_values(getattr(getattr(ctx.analysis, "run", None), "memory", None)),
+            **run_allocator_evidence(ctx.analysis),
         },
         steps=sorted({int(ctx.step_numbers[i]) for i in step[steady].tolist()}),
         events=top_names(names, rt["dur_us"][rows]),

@@ -173,6 +173,7 @@ def _summarise(
             )
             analysis = Analysis(ranks=[ra], inputs=[info])
             analysis.run = opts.run_json
+            analysis.run_allocator = opts.run_allocator_by_rank.get(int(tabs.rank))
             add_efficiency(
                 analysis.ranks,
                 opts.model_flops_per_step,

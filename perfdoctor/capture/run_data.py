@@ -484,6 +484,23 @@ def steady_step_times(run: RunData | None) -> dict[int, float]:
     return out
 
 
+def allocator_values_by_rank(run: RunData | None) -> dict[int, dict[str, Any]]:
+    """Each rank's CUDA allocator counts per steady-state unprofiled step over the whole run, as evidence values
+    (:func:`perfdoctor.analysis.run_memory.run_allocator_values`); ranks without CUDA counters are left out."""
+    from perfdoctor.analysis.run_memory import run_allocator_values
+
+    if run is None:
+        return {}
+    out = {}
+    mem = msgspec.to_builtins(run.facts.memory) if run.facts.memory is not None else None
+    for rank, steps in run.rank_steps.items():
+        ss = steady_state_of(steps)
+        values = run_allocator_values(run_memory(steps, ss.steady_start_step if ss is not None else 0, mem))
+        if values:
+            out[int(rank)] = values
+    return out
+
+
 def measured_cpu_roofs(run: RunData | None) -> Roofs | None:
     """This machine's CPU calibration, if the run was recorded on this machine; else None.
 

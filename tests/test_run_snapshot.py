@@ -142,3 +142,38 @@ def test_memory_snapshot_on_cpu_stops_before_the_script(tmp_path):
         "are recorded"
     ]
     assert not (tmp_path / "ran").exists() and not (tmp_path / "o").exists()
+
+
+def test_profile_writes_the_snapshot_of_its_active_window(tmp_path, monkeypatch):
+    # a CPU machine standing in for CUDA: torch.cuda.is_available() says True (never initialised, so steps are
+    # timed on the host) and torch.cuda.memory's history calls are recorded; no trace (the profiler would ask the
+    # CUDA runtime). 8 steps: wait 3, warm-up 1, active step 4: recording starts after step 3, stops after step 4
+    import torch
+
+    from perfdoctor.capture.run_data import load_run_dir
+    from perfdoctor.capture.runner import profile_script
+
+    mem = FakeCudaMemory()
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda.memory, "_record_memory_history", mem._record_memory_history)
+    monkeypatch.setattr(torch.cuda.memory, "_dump_snapshot", mem._dump_snapshot)
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import torch\n"
+        "w = torch.nn.Parameter(torch.ones(4))\n"
+        "opt = torch.optim.SGD([w], lr=0.1)\n"
+        "for _ in range(20):\n"
+        "    (w * 2).sum().backward()\n"
+        "    opt.step()\n"
+        "    opt.zero_grad()\n"
+    )
+    run_dir = profile_script(str(script), steps=8, out=tmp_path / "run", trace=False, memory_snapshot=True)
+    assert mem.calls == [("record", MAX_ENTRIES), ("dump", "memory_snapshot.rank0.pickle"), ("record", None)]
+    run = load_run_dir(run_dir)
+    assert run.run["profiler"]["memory_snapshot"] is True
+    assert run.run["ranks"][0]["memory_snapshots"] == [
+        {"index": 0, "first_step": 4, "last_step": 4, "complete": True, "path": "memory_snapshot.rank0.pickle"}
+    ]
+    assert [p.name for p in run.snapshots] == ["memory_snapshot.rank0.pickle"]
+    (snap,) = pipeline.build([str(run_dir)]).model.run.memory.snapshots
+    assert (snap.peak_allocated_bytes, snap.peak_reserved_bytes) == (3_800_000, 6 * MiB)

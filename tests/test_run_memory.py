@@ -124,3 +124,25 @@ def test_pd501_evidence_counts_the_whole_run(tmp_path):
     # as in test_cuda_growth_peak_and_steps_to_capacity: 49 steady unprofiled steps (1–19, 30–59)
     assert (ev["run_mallocs_per_step"], ev["run_steady_steps"], ev["run_retry_steps"]) == (3.0, 49, [35, 40])
     assert ev["run_retries_per_step"] == pytest.approx(2 / 49)
+
+
+def test_memory_info_reads_meminfo_and_a_cgroup_limit(tmp_path):
+    from perfdoctor.capture.environment import memory_info
+
+    meminfo = "MemTotal:       24684092 kB\nMemFree:         1000 kB\nMemAvailable:   20906356 kB\n"
+    cg = tmp_path / "cg"
+    cg.mkdir()
+    (cg / "memory.max").write_text("max\n")
+    info = memory_info(meminfo, cg)
+    # 24,684,092 kB and 20,906,356 kB × 1,024; no cgroup limit ("max")
+    assert (info["host_total_bytes"], info["host_available_bytes"], info["host_limit"]) == (
+        24_684_092 * 1024,
+        20_906_356 * 1024,
+        "host",
+    )
+    # a container limited to 4 GiB with 3 GiB in use leaves 1 GiB, less than the host's 19.9 GiB available
+    (cg / "memory.max").write_text(f"{4 * GiB}\n")
+    (cg / "memory.current").write_text(f"{3 * GiB}\n")
+    info = memory_info(meminfo, cg)
+    assert (info["host_available_bytes"], info["host_limit"]) == (GiB, "cgroup")
+    assert info["rss_bytes"] > 0  # this test process

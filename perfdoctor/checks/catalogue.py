@@ -310,7 +310,9 @@ def _override(base: RuleSpec, path: Path, data: dict[str, Any]) -> RuleSpec:
             f"{path}: {base.code} has no threshold(s) {sorted(unknown)}; "
             f"known: {', '.join(sorted(base.thresholds)) or 'none'}"
         )
-    changes: dict[str, Any] = {k: (prose(v) if k in _PROSE else v) for k, v in data.items() if k in _TEXT_KEYS}
+    changes: dict[str, Any] = {
+        k: (prose(v) if k in _PROSE else v) for k, v in data.items() if k in _TEXT_KEYS or k in _OPTIONAL_TEXT_KEYS
+    }
     changes.update({k: data[k] for k in _BOOL_KEYS if k in data})
     if "references" in data:
         changes["references"] = tuple(data["references"])

@@ -76,3 +76,17 @@ def test_pd503_skipped_without_memory_columns_or_enough_steps(tmp_path):
     assert "no memory series" in r.skipped["PD503"]
     r = run_rules([str(write_run(tmp_path / "b", 15, {"rss_bytes": lambda i: MiB * i}))], ["PD503"])
     assert r.skipped["PD503"] == "only 15 steady-state unprofiled steps in one stretch (needs 20)"
+
+
+def test_headline_key_is_checked_and_can_be_overridden(tmp_path):
+    from perfdoctor.checks.catalogue import load_catalogue
+    from perfdoctor.errors import PerfDoctorError
+
+    bad, good = tmp_path / "bad", tmp_path / "good"
+    bad.mkdir()
+    good.mkdir()
+    (bad / "PD503.toml").write_text('code = "PD503"\nheadline = 5\n')
+    with pytest.raises(PerfDoctorError, match=r"PD503.toml: headline must be a string"):
+        load_catalogue([str(bad)])
+    (good / "PD503.toml").write_text('code = "PD503"\nheadline = "{series_cap} grows"\n')
+    assert load_catalogue([str(good)]).rules["PD503"].headline == "{series_cap} grows"

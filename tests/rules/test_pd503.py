@@ -90,3 +90,30 @@ def test_headline_key_is_checked_and_can_be_overridden(tmp_path):
         load_catalogue([str(bad)])
     (good / "PD503.toml").write_text('code = "PD503"\nheadline = "{series_cap} grows"\n')
     assert load_catalogue([str(good)]).rules["PD503"].headline == "{series_cap} grows"
+
+
+def test_pd503_reads_the_profiled_window_memory_events(tmp_path):
+    # a CUDA run directory whose trace (steps 1–3) holds [memory] events: each step allocates 2 MiB it keeps and
+    # 1 MiB it frees, so 3 MiB allocated − 1 MiB freed = 2 MiB per step outlives its step, in all 3 steps
+    from rules_helpers import SGEMM
+    from tracebuilder import TraceBuilder
+
+    tb = TraceBuilder()
+    total = 100 * MiB
+    for n in range(3):
+        s = 1000 * n
+        tb.step(n + 1, s, 1000)
+        tb.cpu_op("aten::linear", s + 100, 10)
+        tb.memory(s + 105, 2 * MiB, total + 2 * MiB, 2 * GiB, addr=0x1000 + n)
+        tb.cpu_op("aten::linear", s + 200, 10)
+        tb.memory(s + 205, MiB, total + 3 * MiB, 2 * GiB, addr=0x9000)
+        tb.launch(SGEMM, launch_ts=s + 300, start=s + 310, dur=500)
+        tb.memory(s + 900, -MiB, total + 2 * MiB, 2 * GiB, addr=0x9000)
+        total += 2 * MiB
+    run = _cuda_run(tmp_path, lambda i: 2 * GiB + 64 * MiB * i)
+    tb.write(run / "trace.rank0.pt.trace.json")
+    msg = run_rules([str(run)], ["PD503"]).findings["PD503"]["message"]
+    assert "; the trace's [memory] events agree: in the profiled steps 1–3 on GPU" in msg
+    assert msg.endswith(
+        "2.00 MiB per step is allocated and not freed (mean of allocated − freed over 3 steps; 3 of them hold more)"
+    )

@@ -15,6 +15,8 @@ rules can be proved to fire with it and stay silent without it:
     --slowdown-at S --slowdown-factor F   steps >= S take F times as long
     --raise-at S           raise RuntimeError at the start of step S
     --python-metrics-ms MS per step, MS ms of pure-Python metric bookkeeping (no torch op)
+    --leak                 keep each step's loss with its graph in a list (backward with retain_graph=True):
+                           every step's saved activations stay alive, memory grows step after step
 """
 
 from __future__ import annotations
@@ -68,6 +70,11 @@ def base_parser(description: str, **defaults) -> argparse.ArgumentParser:
         help="per step, this many ms of pure-Python metric bookkeeping outside any torch op",
     )
     p.add_argument("--raise-at", type=int, default=-1)
+    p.add_argument(
+        "--leak",
+        action="store_true",
+        help="keep each step's loss with its graph (retain_graph=True) in a list: a memory leak",
+    )
     p.add_argument("--eval-batches", type=int, default=4, help="batches in the final evaluation")
     p.add_argument("--ckpt", default=None, help="save a checkpoint here after training")
     p.add_argument("--threads", type=int, default=0, help="torch.set_num_threads (0: leave)")
@@ -154,6 +161,7 @@ def train(rank: int, world_size: int, args, build) -> None:
     batches = _batches(loader)
     autocast = (lambda: torch.autocast("cpu", dtype=torch.bfloat16)) if args.bf16_autocast else contextlib.nullcontext
     t_start = time.perf_counter()
+    kept = []  # --leak: every step's loss, each holding its graph and saved activations
     for step in range(args.steps):
         if step == args.raise_at:
             raise RuntimeError(f"deliberate failure at step {step} (--raise-at)")
@@ -163,7 +171,9 @@ def train(rank: int, world_size: int, args, build) -> None:
             skip_sync = world_size > 1 and args.no_sync and micro < args.grad_accum - 1
             with model.no_sync() if skip_sync else contextlib.nullcontext(), autocast():
                 loss = loss_fn(model, batch) / args.grad_accum
-            loss.backward()
+            loss.backward(retain_graph=args.leak)
+            if args.leak:
+                kept.append(loss)
         opt.step()
         opt.zero_grad(set_to_none=True)
         if args.slowdown_at >= 0 and step >= args.slowdown_at and args.slowdown_factor > 1:

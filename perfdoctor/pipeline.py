@@ -152,6 +152,7 @@ def build(
         model_flops_per_step=model_flops_per_step,
         flops_source=flops_source,
         step_time_s_by_rank=run_data.steady_step_times(run),
+        run_allocator_by_rank=run_data.allocator_values_by_rank(run),
         run_json=run.run if run is not None else None,
         codes=list(codes),
         rules_dirs=[str(d) for d in opts.rules_dirs or []],
@@ -171,7 +172,7 @@ def build(
         section = None
         if run is not None:
             section = plain(run_data.run_section(run), RunSection, f"{run.path}: run section")
-            analysis.warnings += run_data.profiled_non_training(run)
+            analysis.warnings += run_data.profiled_non_training(run) + run.snapshot_reports[1]
         job_sec = None
         if len(job.summaries) + len(job.failed) > 1:
             from perfdoctor.jobs.cross_rank import job_section

@@ -68,9 +68,13 @@ def test_tiny_gpt_run_directory(tmp_path):
         "repeat": 1,
         "record_shapes": True,
         "with_stack": False,
-        "profile_memory": False,
+        "profile_memory": True,  # [memory] events on CPU too (docs/profile.md "Memory": what they cost)
+        "memory_snapshot": False,
         "trace": True,
     }
+    # the limits PD503 projects a growing series against, read at the start
+    mem = run["memory"]
+    assert mem["host_available_bytes"] > 0 and mem["rss_bytes"] > 0
     assert run["environment"]["torch"].startswith("2.")
     assert run["world_size"] == 1 and run["launcher"] == "single"
     assert run["param_dtypes"] == ["float32"] and run["autocast"] == []

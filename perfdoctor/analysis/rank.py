@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -84,6 +84,9 @@ class Analysis:
     partial: bool = False
     collective_wait: CollectiveWait | None = None
     collective_wait_note: str = ""
+    # a profile run's allocator counts over the whole run, as evidence values (a rank summary's worker gets them
+    # from SummaryOptions.run_allocator_by_rank: perfdoctor.analysis.run_memory.run_allocator_values)
+    run_allocator: dict[str, Any] | None = None
 
 
 def add_efficiency(

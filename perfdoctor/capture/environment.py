@@ -120,3 +120,56 @@ def device_info() -> dict[str, Any]:
         except Exception:  # noqa: BLE001 - facts are best effort
             pass
     return info
+
+
+def _meminfo_bytes(text: str, key: str) -> int | None:
+    for line in text.splitlines():
+        name, _, value = line.partition(":")
+        if name.strip() == key:
+            parts = value.split()
+            if parts and parts[0].isdigit():
+                return int(parts[0]) * (1024 if parts[1:] == ["kB"] else 1)
+    return None
+
+
+def _cgroup_left(root: Path) -> int | None:
+    """Bytes the process's cgroup (v2) may still use: ``memory.max`` − ``memory.current``; None without a limit."""
+    try:
+        limit = (root / "memory.max").read_text().strip()
+        if limit == "max":
+            return None
+        return max(int(limit) - int((root / "memory.current").read_text().strip()), 0)
+    except (OSError, ValueError):
+        return None
+
+
+def memory_info(meminfo: str | None = None, cgroup: Path | None = None) -> dict[str, Any]:
+    """Memory limits at the run's start, for the projected steps until a growing series runs out (bytes).
+
+    ``host_total_bytes`` / ``host_available_bytes``: ``MemTotal`` / ``MemAvailable`` of ``/proc/meminfo``;
+    available is lowered to what the cgroup v2 limit leaves (``/sys/fs/cgroup/memory.max`` −
+    ``memory.current``) when that is less, and ``host_limit`` then says "cgroup"; ``rss_bytes`` this process's
+    resident set; ``device_total_bytes`` the first CUDA device's ``total_memory`` (None on CPU).
+    """
+    from perfdoctor.capture.step_timer import rss_bytes
+
+    if meminfo is None:
+        try:
+            meminfo = Path("/proc/meminfo").read_text()
+        except OSError:
+            meminfo = ""
+    avail = _meminfo_bytes(meminfo, "MemAvailable")
+    left = _cgroup_left(cgroup if cgroup is not None else Path("/sys/fs/cgroup"))
+    info: dict[str, Any] = {
+        "host_total_bytes": _meminfo_bytes(meminfo, "MemTotal"),
+        "host_available_bytes": avail if left is None or (avail is not None and avail <= left) else left,
+        "host_limit": "cgroup" if left is not None and (avail is None or left < avail) else "host",
+        "rss_bytes": rss_bytes(),
+        "device_total_bytes": None,
+    }
+    if torch.cuda.is_available():
+        try:
+            info["device_total_bytes"] = int(torch.cuda.get_device_properties(0).total_memory)
+        except Exception:  # noqa: BLE001 - facts are best effort
+            pass
+    return info

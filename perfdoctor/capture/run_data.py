@@ -10,19 +10,22 @@ from __future__ import annotations
 import csv
 import json
 from dataclasses import asdict, dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import msgspec
 import numpy as np
 
+from perfdoctor.analysis.run_memory import RunMemory, run_memory
 from perfdoctor.analysis.steady_state import SteadyState, analyze
-from perfdoctor.capture.rundir import steps_csv_rank
+from perfdoctor.capture.rundir import SNAPSHOT_STEM, steps_csv_rank
 from perfdoctor.capture.step_record import STEP_FIELDS
 from perfdoctor.errors import PerfDoctorError
 
 if TYPE_CHECKING:
     from perfdoctor.analysis.roofline import Roofs
+    from perfdoctor.snapshot.report import SnapshotReport
 
 
 class RunEnvironment(msgspec.Struct, kw_only=True):
@@ -57,6 +60,18 @@ class ProfiledWindow(msgspec.Struct, kw_only=True):
     path: str | None = None
 
 
+class RunMemoryFacts(msgspec.Struct, kw_only=True):
+    """``run.json["memory"]`` (:func:`perfdoctor.capture.environment.memory_info`), read at the run's start (bytes):
+    the host's total and available memory (``/proc/meminfo``; ``host_limit`` "cgroup" when the container's memory
+    limit left less), the process's RSS, and the first CUDA device's ``total_memory`` (None on CPU)."""
+
+    host_total_bytes: int | None = None
+    host_available_bytes: int | None = None
+    host_limit: str | None = None
+    rss_bytes: int | None = None
+    device_total_bytes: int | None = None
+
+
 class RankFacts(msgspec.Struct, kw_only=True):
     """``run.json["ranks"][i]``: what one rank recorded (``missing``: it wrote nothing)."""
 
@@ -86,6 +101,7 @@ class RunFacts(msgspec.Struct, kw_only=True):
     samples_per_step: int | float | None = None
     environment: RunEnvironment | None = None
     cpu: RunCpu | None = None
+    memory: RunMemoryFacts | None = None
     ranks: list[RankFacts] | None = None
 
 
@@ -114,6 +130,7 @@ class RunData:
     train-only step times with profiler/FLOPs steps excluded (None without steps).
     ``run``: ``run.json`` as parsed (the checks read it); ``facts``: the same, typed.
     ``warnings``: one line per ``steps.csv`` row left out (:func:`read_steps_csv`).
+    ``snapshots``: the memory snapshots ``perfdoctor profile --memory-snapshot`` wrote (``memory_snapshot*.pickle``).
     """
 
     path: Path
@@ -124,10 +141,34 @@ class RunData:
     traces: list[Path] = field(default_factory=list)
     steady_state: SteadyState | None = None
     warnings: list[str] = field(default_factory=list)  # steps.csv rows left out, one line each
+    snapshots: list[Path] = field(default_factory=list)
 
     @property
     def partial(self) -> bool:
         return self.facts.partial
+
+    @cached_property
+    def memory(self) -> RunMemory | None:
+        """Rank 0's memory over the run (:func:`perfdoctor.analysis.run_memory.run_memory`): each recorded
+        series' growth and peak, the allocator's counts per steady-state step; None when none was measured."""
+        start = self.steady_state.steady_start_step if self.steady_state is not None else 0
+        mem = self.facts.memory
+        return run_memory(self.steps, start, msgspec.to_builtins(mem) if mem is not None else None)
+
+    @cached_property
+    def snapshot_reports(self) -> tuple[list[tuple[str, SnapshotReport]], list[str]]:
+        """Each readable memory snapshot of the run directory (its name, its :mod:`perfdoctor.snapshot` report),
+        and one warning line per snapshot that cannot be read (the rest of the report stands)."""
+        from perfdoctor.snapshot.analysis import analyse
+        from perfdoctor.snapshot.reader import read_snapshot
+
+        out, warnings = [], []
+        for p in self.snapshots:
+            try:
+                out.append((p.name, analyse(read_snapshot(str(p)))))
+            except PerfDoctorError as exc:
+                warnings.append(f"{exc.message}; the memory snapshot is left out of the report")
+        return out, warnings
 
     def throughput(self) -> dict[str, dict[str, Any]]:
         """Train-only and wall rates, each with numerator and denominator.
@@ -239,7 +280,8 @@ def load_run_dir(path: str | Path) -> RunData:
     if not isinstance(run, dict):
         raise PerfDoctorError(f"{path / 'run.json'}: not a JSON object")
     facts = run_facts(run, str(path / "run.json"))
-    return RunData(path, run, facts, steps, rank_steps, traces, steady_state_of(steps), warnings)
+    snapshots = sorted(path.glob(f"{SNAPSHOT_STEM}*.pickle"))
+    return RunData(path, run, facts, steps, rank_steps, traces, steady_state_of(steps), warnings, snapshots)
 
 
 def read_empty() -> dict[str, np.ndarray]:
@@ -334,8 +376,46 @@ def run_section(run: RunData) -> dict[str, Any]:
         else {**asdict(ss), "phase_change": ss.phase_change, "steady_start_step": ss.steady_start_step},
         "throughput": _throughput_words(run.throughput()),
         "non_training": non_training(run.steps),
+        "memory": memory_section(run),
     }
     return section
+
+
+def memory_section(run: RunData) -> dict[str, Any] | None:
+    """The ``run.memory`` section: :attr:`RunData.memory` (series growth and peaks, allocator counts per steady
+    step) and one row per device of each readable snapshot (:attr:`RunData.snapshot_reports`); None when the run
+    measured no memory column and holds no snapshot."""
+    mem = run.memory
+    snaps = [
+        {
+            "path": name,
+            "device": d.device,
+            "peak_allocated_bytes": d.peak_allocated_bytes,
+            "peak_reserved_bytes": d.peak_reserved_bytes,
+            "reserved_at_snapshot_bytes": d.reserved_at_snapshot_bytes,
+            "fragmentation": d.fragmentation,
+            "cuda_malloc_calls": d.cuda_malloc_calls,
+            "cache_flushes_then_malloc": d.cache_flushes_then_malloc,
+            "ooms": len(d.ooms),
+            "top_site": d.call_sites[0].site if d.call_sites else "",
+            "top_site_bytes": d.call_sites[0].bytes if d.call_sites else 0,
+        }
+        for name, rep in run.snapshot_reports[0]
+        for d in rep.devices
+    ]
+    if mem is None and not snaps:
+        return None
+    series = [
+        {
+            **{k: v for k, v in asdict(g).items() if k not in ("slope_low", "slope_high")},
+            "words": g.words,
+            "slope_low_bytes_per_step": g.slope_low,
+            "slope_high_bytes_per_step": g.slope_high,
+        }
+        for g in (mem.series if mem is not None else [])
+    ]
+    alloc = asdict(mem.allocator) if mem is not None and mem.allocator is not None else None
+    return {"series": series, "allocator": alloc, "snapshots": snaps}
 
 
 def _throughput_words(rates: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -398,6 +478,23 @@ def steady_step_times(run: RunData | None) -> dict[int, float]:
         ss = steady_state_of(steps)
         if ss is not None and ss.median_s > 0 and not ss.unstable:
             out[int(rank)] = float(ss.median_s)
+    return out
+
+
+def allocator_values_by_rank(run: RunData | None) -> dict[int, dict[str, Any]]:
+    """Each rank's CUDA allocator counts per steady-state unprofiled step over the whole run, as evidence values
+    (:func:`perfdoctor.analysis.run_memory.run_allocator_values`); ranks without CUDA counters are left out."""
+    from perfdoctor.analysis.run_memory import run_allocator_values
+
+    if run is None:
+        return {}
+    out = {}
+    mem = msgspec.to_builtins(run.facts.memory) if run.facts.memory is not None else None
+    for rank, steps in run.rank_steps.items():
+        ss = steady_state_of(steps)
+        values = run_allocator_values(run_memory(steps, ss.steady_start_step if ss is not None else 0, mem))
+        if values:
+            out[int(rank)] = values
     return out
 
 

@@ -5,6 +5,7 @@ Layout of a run directory (rank ``R``; rank 0 is also the coordinator)::
     run.json                          run facts; written at start, final at the end
     steps.csv                         rank 0's steps (other ranks: steps.rank<R>.csv)
     trace.rank<R>.pt.trace.json.gz    the profiled window (``--repeat``: .w<K> before .pt)
+    memory_snapshot.rank<R>.pickle    allocator history of the profiled window (``--memory-snapshot``, CUDA)
     rank<R>.json                      what rank R recorded; its presence = rank R is done
     tensorboard/rank<R>/              per-step scalars as TensorBoard events
     report.html / report.json         the report (coordinator only)
@@ -72,6 +73,14 @@ def steps_csv_name(rank: int) -> str:
 def trace_name(rank: int, window: int, repeat: int) -> str:
     """``trace.rank<R>.pt.trace.json.gz``; with several windows ``trace.rank<R>.w<K>.pt.trace.json.gz``."""
     return f"trace.rank{rank}.pt.trace.json.gz" if repeat == 1 else f"trace.rank{rank}.w{window}.pt.trace.json.gz"
+
+
+SNAPSHOT_STEM = "memory_snapshot"
+
+
+def snapshot_name(rank: int, window: int, repeat: int) -> str:
+    """``memory_snapshot.rank<R>.pickle``; with several windows ``memory_snapshot.rank<R>.w<K>.pickle``."""
+    return f"{SNAPSHOT_STEM}.rank{rank}.pickle" if repeat == 1 else f"{SNAPSHOT_STEM}.rank{rank}.w{window}.pickle"
 
 
 def rank_json_name(rank: int) -> str:

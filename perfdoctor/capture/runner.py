@@ -26,8 +26,6 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, NoReturn
 
-import torch
-
 from perfdoctor import __version__
 from perfdoctor.capture import distributed, environment, spawn
 from perfdoctor.capture.rundir import rank_json_name, write_json
@@ -213,13 +211,15 @@ def _run_facts(
             "repeat": schedule.repeat,
             "record_shapes": cfg.record_shapes,
             "with_stack": cfg.with_stack,
-            "profile_memory": bool(torch.cuda.is_available()),
+            "profile_memory": cfg.profile_memory,
+            "memory_snapshot": cfg.memory_snapshot,
             "trace": cfg.trace,
         },
         "tokens_per_step_flag": cfg.tokens_per_step,
         "samples_per_step_flag": cfg.samples_per_step,
         "environment": environment.device_info(),
         "cpu": environment.cpu_info(),
+        "memory": environment.memory_info(),
         # 1/5/15-minute load averages (os.getloadavg) at the start and, in the final run.json, at the end: other
         # processes competing for the cores make step times unstable (PD603 names it)
         "load_avg": {"start": _load_avg()},

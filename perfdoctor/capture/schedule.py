@@ -31,6 +31,8 @@ class ProfileConfig:
     record_shapes: bool = True
     with_stack: bool = False  # Python stacks in the window, each call's line added (perfdoctor.capture.stacks)
     probe_steps: int = 20  # batch probe removed after this many identical batches
+    profile_memory: bool = True  # torch.profiler's [memory] events (CPU and CUDA)
+    memory_snapshot: bool = False  # record the allocator's history over each active window (CUDA only)
 
 
 FIRST_WARM_STEP = 5  # a window starting earlier is warned about (Schedule.cold_window_warning)

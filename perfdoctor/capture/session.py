@@ -25,6 +25,7 @@ from perfdoctor.capture import hooks
 from perfdoctor.capture.batch_probe import BatchProbe
 from perfdoctor.capture.flops import FlopMeter
 from perfdoctor.capture.loaders import LoaderWatch
+from perfdoctor.capture.memory_history import MemoryHistory
 from perfdoctor.capture.non_training import NonTrainingClock
 from perfdoctor.capture.rundir import rank_json_name, steps_csv_name, trace_name, write_json
 from perfdoctor.capture.schedule import ProfileConfig, Schedule
@@ -81,6 +82,11 @@ class Session:
         self.non_training = NonTrainingClock()
         self.loaders = LoaderWatch()
         self.flops_step = 1 if cfg.measure_flops and self.schedule.phase(1) == "none" else None
+        self.history = (
+            MemoryHistory(self.schedule, self.run_dir, rank, torch.cuda.memory, self.progress)
+            if cfg.memory_snapshot and torch.cuda.is_available()
+            else None
+        )
 
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self) -> None:
@@ -102,6 +108,8 @@ class Session:
             self._restore_guard = _guard_other_profilers()
             if self._window_starts(0):
                 self._start_window(0)
+        if self.history is not None:
+            self.history.start_if_due(0)
 
     def _start_window(self, step: int) -> None:
         """Start a torch.profiler for the window whose warm-up (or active) steps begin at ``step``.
@@ -123,7 +131,7 @@ class Session:
             schedule=lambda n: base(max(0, n - step)),
             on_trace_ready=self._on_trace_ready,
             record_shapes=self.cfg.record_shapes,
-            profile_memory=cuda,
+            profile_memory=self.cfg.profile_memory,
             with_stack=self.cfg.with_stack,
         )
         prof._perfdoctor = True  # type: ignore[attr-defined]  # a marker: the guard lets our own profilers start
@@ -160,6 +168,8 @@ class Session:
             self.meter.stop()
         if self.cfg.trace:
             self._advance_profiler(k)
+        if self.history is not None:
+            self.history.after_step(k)
         self.timer.exclude_until_now()
         if count >= self.cfg.steps:
             self.stop_reason = f"stopped after {count} steps (--steps {self.cfg.steps})"
@@ -205,6 +215,8 @@ class Session:
                 self.prof.stop()
             except Exception as exc:  # noqa: BLE001 - never lose the step data over the trace
                 self.progress(f"profiler stop failed: {exc}")
+        if self.history is not None:
+            self.history.dump(complete=False)
         if self._restore_guard:
             self._restore_guard()
         if self.meter.running:
@@ -227,6 +239,7 @@ class Session:
             "stop_reason": reason or self.stop_reason,
             "steps_csv": self.log.path.name if records else None,
             "windows": self.windows,
+            "memory_snapshots": self.history.written if self.history is not None else [],
             "flops_per_step": self.meter.flops,
             "flops_step": self.flops_step,
             "flops_error": self.meter.error,

@@ -18,6 +18,7 @@ import numpy as np
 
 from perfdoctor.analysis import intervals as iv
 from perfdoctor.analysis.allocator import CAUSES, allocator_calls
+from perfdoctor.analysis.run_memory import run_allocator_evidence
 from perfdoctor.checks.common import (
     pct,
     peak_reserved_pct,
@@ -140,6 +141,7 @@ def check(ctx: RankContext) -> Outcome:
             "peak_reserved_pct": peak
             if peak is not None
             else "unknown (" + ("no device capacity" if len(ctx.tables.memory) else "profile_memory=False") + ")",
+            **run_allocator_evidence(ctx.analysis),
         },
         steps=sorted({int(ctx.step_numbers[i]) for i in step[per_step[step] > 0].tolist()}),
         events=top_names(names, rt["dur_us"][rows]),

@@ -56,6 +56,14 @@ def _add_options(parser: argparse.ArgumentParser, default: str | None = None) ->
         default=d(False),
         help="record Python stacks in the profiled window: findings name the line of your code their time starts at",
     )
+    parser.add_argument(
+        "--memory-snapshot",
+        action="store_true",
+        default=d(False),
+        help="CUDA only: record the allocator's history over the profiled window and write it to the run directory "
+        "(memory_snapshot.rank<R>.pickle; `perfdoctor report RUN_DIR` reads it); on a machine without CUDA it "
+        "stops before the script runs (exit 2)",
+    )
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -103,6 +111,8 @@ def run(args: argparse.Namespace) -> int:
         value = getattr(args, flag, None)
         if value is not None and value <= 0:
             raise PerfDoctorError(f"profile: --{flag.replace('_', '-')} must be positive (got {value})")
+    if args.memory_snapshot:
+        _require_cuda_for_snapshot()
     cfg = ProfileConfig(
         steps=args.steps,
         wait=args.wait,
@@ -113,6 +123,7 @@ def run(args: argparse.Namespace) -> int:
         samples_per_step=args.samples_per_step,
         measure_flops=not args.no_flops,
         with_stack=args.with_stack,
+        memory_snapshot=args.memory_snapshot,
     )
     result = run_profile(target, script_args, cfg, module=module, out=args.out, command=["perfdoctor", *sys.argv[1:]])
     if result.traceback:
@@ -133,6 +144,22 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(f"perfdoctor: run directory {result.run_dir}", file=sys.stderr)
     return result.exit_code
+
+
+def _require_cuda_for_snapshot() -> None:
+    """Stop before the script runs when ``--memory-snapshot`` cannot be honoured: the snapshot is the CUDA caching
+    allocator's history, and a run without it would silently lack what was asked for.
+
+    Raises:
+        PerfDoctorError: torch sees no CUDA device (exit 2).
+    """
+    import torch
+
+    if not torch.cuda.is_available():
+        raise PerfDoctorError(
+            "profile: --memory-snapshot needs CUDA (it records the CUDA caching allocator's history) and torch sees "
+            "no CUDA device here; run without it: on CPU the run's RSS and the trace's [memory] events are recorded"
+        )
 
 
 def make_report(run_dir: Path) -> dict[str, Any]:

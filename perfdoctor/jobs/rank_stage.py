@@ -80,6 +80,7 @@ def analyse_rank(
         ra.replay.peers = with_peer_ends(ra.replay.peers, ra.replay.graph.act_ts_us, *bounds)
     analysis = Analysis(ranks=[ra], inputs=[info])
     analysis.run = opts.run_json
+    analysis.run_allocator = opts.run_allocator_by_rank.get(int(tables.rank or 0))
     add_efficiency(
         analysis.ranks,
         opts.model_flops_per_step,

@@ -54,7 +54,9 @@ class SummaryOptions(msgspec.Struct, frozen=True):
 
     ``codes``: the rules to run (built-in codes, in :func:`perfdoctor.checks.engine.check_order`);
     ``rules_dirs``: user rule directories; ``run_json``: ``run.json`` of a ``perfdoctor profile`` run directory;
-    ``step_time_s_by_rank``: that run's steady-state median step time per rank (s); ``peer_ends``: per rank
+    ``step_time_s_by_rank``: that run's steady-state median step time per rank (s); ``run_allocator_by_rank``: its
+    CUDA allocator counts per steady step over the whole run, per rank, as evidence values
+    (:func:`perfdoctor.analysis.run_memory.run_allocator_values`); ``peer_ends``: per rank
     (its summary's path), the recorded starts of its collectives and the earliest each may end given its peers'
     arrivals (µs, :mod:`perfdoctor.jobs.peers`).
     """
@@ -63,6 +65,7 @@ class SummaryOptions(msgspec.Struct, frozen=True):
     model_flops_per_step: float | None = None
     flops_source: str = "flop_counter"
     step_time_s_by_rank: dict[int, float] = {}
+    run_allocator_by_rank: dict[int, dict[str, Any]] = {}
     run_json: dict[str, Any] | None = None
     codes: list[str] = []
     rules_dirs: list[str] = []

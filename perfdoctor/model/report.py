@@ -604,6 +604,66 @@ class NonTraining(Section, kw_only=True):
     checkpoint_steps: int
 
 
+class RunMemoryGrowth(Section, kw_only=True):
+    """One memory series over the run (``series``: ``cuda_reserved_bytes``, ``cuda_allocated_bytes`` or
+    ``rss_bytes``; bytes, per step): :class:`perfdoctor.analysis.run_memory.Growth`."""
+
+    series: str
+    words: str
+    first_step: int
+    last_step: int
+    n_steps: int
+    start_bytes: float
+    end_bytes: float
+    slope_bytes_per_step: float
+    slope_low_bytes_per_step: float
+    slope_high_bytes_per_step: float
+    growth_bytes: float
+    peak_bytes: float
+    peak_step: int
+    limit_bytes: float | None
+    limit_source: str
+    steps_to_limit: float | None
+
+
+class RunAllocator(Section, kw_only=True):
+    """The CUDA caching allocator's cudaMalloc calls and retries per steady-state step over the whole run
+    (:class:`perfdoctor.analysis.run_memory.AllocatorCounts`)."""
+
+    n_steps: int
+    first_step: int
+    mallocs_per_step: float | None
+    retries_per_step: float | None
+    retry_steps: list[int]
+
+
+class RunSnapshot(Section, kw_only=True):
+    """A memory snapshot in the run directory (``perfdoctor profile --memory-snapshot``), one device's figures
+    from :mod:`perfdoctor.snapshot` (bytes): ``path`` relative to the run directory; ``top_site`` the call site
+    holding most at the peak ("" when none is recorded); the full report: ``perfdoctor report <path>``."""
+
+    path: str
+    device: int
+    peak_allocated_bytes: int
+    peak_reserved_bytes: int
+    reserved_at_snapshot_bytes: int
+    fragmentation: float | None
+    cuda_malloc_calls: int
+    cache_flushes_then_malloc: int
+    ooms: int
+    top_site: str
+    top_site_bytes: int
+
+
+class RunMemorySection(Section, kw_only=True):
+    """The run's memory from ``steps.csv`` (growth and peak of each recorded series, allocator counts per step) and
+    its memory snapshots."""
+
+    series: list[RunMemoryGrowth]
+    allocator: RunAllocator | None
+    snapshots: list[RunSnapshot]
+
+
 class RunSection(Section, kw_only=True):
     """A ``perfdoctor profile`` run directory: facts from ``run.json``, step series, steady state, throughput."""
 
@@ -621,6 +681,7 @@ class RunSection(Section, kw_only=True):
     throughput: dict[str, Throughput]
     non_training: NonTraining
     device: str | None = None  # run.json environment: "CPU", the GPU's name, "GPU"; None when it does not say
+    memory: RunMemorySection | None = None  # None: no memory column measured and no snapshot
 
 
 class FailedRank(Section, kw_only=True):

@@ -705,4 +705,50 @@ def throughput_facts(report: Report) -> list[tuple[str, str, str]]:
                 detail,
             )
         )
+    return out + run_memory_facts(run)
+
+
+def run_memory_facts(run: RunSection) -> list[tuple[str, str, str]]:
+    """Rows of the run's memory (``run.memory``): each series' peak and slope, the allocator's counts per steady
+    step over the whole run, and each memory snapshot's peak with the command that gives its whole report."""
+    mem = run.memory
+    if mem is None:
+        return []
+    out = []
+    for g in mem.series:
+        slope = (
+            f"{nbytes(g.slope_bytes_per_step)} per step (95% interval {nbytes(g.slope_low_bytes_per_step)} to "
+            f"{nbytes(g.slope_high_bytes_per_step)})"
+            if g.slope_bytes_per_step
+            else "flat"
+        )
+        detail = f"at step {g.peak_step}; over the steady steps {g.first_step}–{g.last_step}: {slope}"
+        if g.steps_to_limit is not None and g.limit_bytes is not None:
+            detail += f"; reaches {nbytes(g.limit_bytes)} ({g.limit_source}) in ~{g.steps_to_limit:,.0f} more steps"
+        out.append((f"peak {g.words} (run)", nbytes(g.peak_bytes), detail))
+    a = mem.allocator
+    if a is not None:
+        mallocs = f"{a.mallocs_per_step:,.2f}" if a.mallocs_per_step is not None else "unknown"
+        retries = f"{a.retries_per_step:,.2f}" if a.retries_per_step is not None else "unknown"
+        at = f" (steps {', '.join(map(str, a.retry_steps))})" if a.retry_steps else ""
+        out.append(
+            (
+                "allocator per steady step (run)",
+                f"{mallocs} cudaMalloc" if a.mallocs_per_step is not None else f"{retries} retries",
+                f"{retries} allocator retries per step{at}; over {a.n_steps} steady-state unprofiled steps from step "
+                f"{a.first_step} (torch.cuda.memory_stats: num_device_alloc, num_alloc_retries)",
+            )
+        )
+    for sn in mem.snapshots:
+        frag = f"{sn.fragmentation:.0%}" if sn.fragmentation is not None else "unknown"
+        top = f"; most held by {sn.top_site} ({nbytes(sn.top_site_bytes)})" if sn.top_site else ""
+        out.append(
+            (
+                f"memory snapshot, device {sn.device}",
+                f"peak {nbytes(sn.peak_allocated_bytes)}",
+                f"{sn.path}: peak reserved {nbytes(sn.peak_reserved_bytes)}, fragmentation {frag}, "
+                f"{sn.cuda_malloc_calls} cudaMalloc, {sn.cache_flushes_then_malloc} cache flushes then cudaMalloc, "
+                f"{sn.ooms} out-of-memory{top}; the whole report: perfdoctor report {run.path}/{sn.path}",
+            )
+        )
     return out

@@ -276,3 +276,24 @@ def test_finding_span_by_hand() -> None:
     assert finding_span(f([{"name": "gemm"}]), ev, 100.0, 1000.0) == (200.0, 800.0, 2)
     assert finding_span(f([{"name": "relu"}]), ev, 100.0, 1000.0) == (300.0, 5.0, 1)
     assert finding_span(f([]), ev, 100.0, 1000.0) == (100.0, 900.0, 0)  # cites nothing: the whole step
+
+
+def test_timeline_steps_not_analysed_are_named_on_stderr(tmp_path: Path) -> None:
+    """A step asked for with --timeline-steps that the trace does not hold is left out of the file, and the terminal
+    says so (before, only the file's metadata did): the ResNet50 trace holds ProfilerStep#5 to #10, read here from
+    the raw JSON, so of 7 and 99 only 7 is shown and 99 is named."""
+    from reporting import cli
+
+    trace = shared_trace(NW0)
+    with gzip.open(trace, "rb") as fh:
+        raw = json.load(fh)["traceEvents"]
+    held = sorted({int(e["name"].split("#")[1]) for e in raw if str(e.get("name", "")).startswith("ProfilerStep#")})
+    assert held == [5, 6, 7, 8, 9, 10]
+    out = tmp_path / "t.json"
+    rc, _, err = cli("report", str(trace), "--timeline", str(out), "--timeline-steps", "7,99")
+    assert rc == 0, err
+    assert [s["step"] for s in _load(out)["perfdoctor"]["ranks"][0]["steps"]] == [7]
+    assert "warning: --timeline-steps: rank 0: not among this rank's analysed steps: 99" in " ".join(err.split())
+    rc, _, err = cli("report", str(trace), "--timeline", str(tmp_path / "u.json"), "--timeline-steps", "7,8")
+    assert rc == 0, err
+    assert "--timeline-steps:" not in err

@@ -192,7 +192,12 @@ def _finding(
             # plan, or, off the plan, on top of the whole plan; its saving alone stays in the message
             pct_after = denom.pct(est.after_us) if denom is not None else 0.0
             if est.after_codes:
-                tail = "; " + after.after_text(est.saving_us, est.after_us, est.after_codes, pct_after)
+                # a hit that builds on another fix (PD103's graphs on PD101's prefetched batches) measured its saving
+                # on top of that fix already: its saving alone is the one its check stated apart
+                alone_text_us = est.saving_us
+                if hit.builds_on and "saving_alone_ms" in hit.evidence.values:
+                    alone_text_us = float(hit.evidence.values["saving_alone_ms"]) * 1000.0
+                tail = "; " + after.after_text(alone_text_us, est.after_us, est.after_codes, pct_after)
             alone_us, pct = est.saving_us, pct_after
             est = replace(est, saving_us=est.after_us, from_us=est.after_from_us)
     try:

@@ -23,7 +23,7 @@ CODE = "PD901"
 METRICS = {"n_lacks": "number of things the trace lacks", "n_steps": "steps analysed"}
 
 # what a hit's evidence/fields add to METRICS for the TOML message (its placeholders are checked at load)
-MESSAGE_FIELDS = ("lacks_short", "lacks_text", "n_disabled")
+MESSAGE_FIELDS = ("lacks_short", "lacks_text", "n_disabled", "skipped_short", "skipped_text")
 
 
 @dataclass(frozen=True)
@@ -138,5 +138,16 @@ def check(ctx: RankContext) -> Outcome:
         },
         steps=ctx.step_numbers,
     )
-    fields = {"lacks_short": ", ".join(lack.short for lack in lacks)}
+    n = len(disabled)
+    fields = {
+        "lacks_short": ", ".join(lack.short for lack in lacks),
+        # "0 check(s) skipped" read as a contradiction beside the report's list of checks skipped for other reasons
+        "skipped_short": f"{n} check(s) skipped" if n else "no check skipped for it",
+        "skipped_text": (
+            f"{n} check(s) need what it lacks and were skipped"
+            if n
+            else "no check needs what it lacks, so none was skipped for it (checks skipped for other reasons are "
+            "listed with their reasons)"
+        ),
+    }
     return Outcome(metrics=metrics, hit=Hit(evidence=ev, estimate=None, fields=fields))

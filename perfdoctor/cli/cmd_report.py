@@ -322,9 +322,15 @@ def run(args: argparse.Namespace) -> int:
         err.print(f"report written to {args.output}")
     if args.timeline:
         from perfdoctor.render.timeline import write_timeline
+        from perfdoctor.timeline.tracks import MISSING_STEPS_NOTE
 
-        write_timeline(args.timeline, report, built.timelines(), force=args.force)
+        timelines = built.timelines()
+        write_timeline(args.timeline, report, timelines, force=args.force)
         err.print(f"timeline written to {args.timeline}")
+        for tl in timelines:  # a step asked for that a rank did not analyse is left out: say so, not only in the file
+            for note in tl.notes:
+                if note.startswith(MISSING_STEPS_NOTE):
+                    err.print(f"warning: --timeline-steps: rank {tl.rank}: {note}", markup=False, highlight=False)
 
     def show() -> None:
         if args.format in ("json", "md"):

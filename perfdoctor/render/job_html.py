@@ -25,7 +25,9 @@ MAX_COLS = 64
 MAX_DOTS = 40
 DETAIL_RANKS = 16  # jobs with more ranks than this show per-rank detail for the outlier ranks only,
 MAX_DETAIL = 12  # at most this many outliers (most deviant first), plus the ranks the findings and summary name
-_RAMP = ((255, 255, 255), (253, 174, 97), (215, 48, 39), (103, 0, 13))  # white → orange → red → dark red
+# pale orange → orange → red → dark red: the lowest value is a visible tint, not the page's white (a rank at the
+# minimum read as a missing row)
+_RAMP = ((254, 230, 206), (253, 174, 97), (215, 48, 39), (103, 0, 13))
 
 
 def _t(x: object) -> str:

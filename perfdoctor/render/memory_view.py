@@ -62,6 +62,16 @@ def contributors_line(dev: MemoryOverStep, n: int = 3) -> str:
     return "live at the peak: " + ", ".join(parts) if parts else ""
 
 
+def axis_unit(max_bytes: float) -> tuple[int, str]:
+    """The binary unit (bytes per unit, its name) of a memory axis whose largest value is ``max_bytes``: the
+    largest of B, KiB, MiB, GiB that it reaches, so that the tick labels are plain numbers (a CPU trace's 8 B peak
+    was drawn on a GiB axis as 8e-09)."""
+    for power, name in ((3, "GiB"), (2, "MiB"), (1, "KiB")):
+        if max_bytes >= 1024**power:
+            return 1024**power, name
+    return 1, "B"
+
+
 def memory_chart(dev: MemoryOverStep, rank: int | None) -> str:
     """Allocated and reserved bytes over the step holding the high-water mark (inline SVG): phase bands, the
     capacity line when it is near the scale, the peak marked."""
@@ -74,9 +84,9 @@ def memory_chart(dev: MemoryOverStep, rank: int | None) -> str:
     show_cap = cap is not None and cap <= y_max * CAPACITY_SCALE
     if show_cap and cap is not None:
         y_max = max(y_max, cap)
-    gib = 1024**3
-    ticks = svg.nice_ticks(0, y_max / gib)
-    y_hi = max(ticks[-1] * gib, y_max)
+    unit, unit_name = axis_unit(y_max)
+    ticks = svg.nice_ticks(0, y_max / unit)
+    y_hi = max(ticks[-1] * unit, y_max)
     x_hi = max(c.dur_us, c.offsets_us[-1] if c.offsets_us else 0.0, 1e-9)
 
     def px(x: float) -> float:
@@ -94,7 +104,7 @@ def memory_chart(dev: MemoryOverStep, rank: int | None) -> str:
             f'<text x="{svg._f(x0 + 3)}" y="{top + 11}" class="ax">{svg._t(b.phase)}</text>'
         )
     for tv in ticks:
-        ty = svg._f(py(tv * gib))
+        ty = svg._f(py(tv * unit))
         out.append(f'<line x1="{left}" x2="{width - right}" y1="{ty}" y2="{ty}" class="grid"/>')
         out.append(f'<text x="{left - 4}" y="{ty}" class="ax" text-anchor="end">{svg._t(svg.fmt_num(tv))}</text>')
     for series, colour, label in (
@@ -140,7 +150,7 @@ def memory_chart(dev: MemoryOverStep, rank: int | None) -> str:
             )
     out.append(
         f'<text x="12" y="{svg._f(top + plot_h / 2)}" class="ax" transform="rotate(-90 12 '
-        f'{svg._f(top + plot_h / 2)})" text-anchor="middle">GiB</text>'
+        f'{svg._f(top + plot_h / 2)})" text-anchor="middle">{unit_name}</text>'
     )
     out.append(f'<line x1="{left}" x2="{width - right}" y1="{top + plot_h}" y2="{top + plot_h}" class="axis"/>')
     out.append("</svg>")

@@ -98,6 +98,10 @@ class RankTimeline(msgspec.Struct):
     notes: list[str] = []
 
 
+MISSING_STEPS_NOTE = "not among this rank's analysed steps"
+"""The start of the note naming the asked step numbers (``--timeline-steps``) a rank did not analyse."""
+
+
 def choose_steps(numbers: np.ndarray, dur_us: np.ndarray, asked: list[int]) -> list[tuple[int, str]]:
     """(index, why) of the steps to show: the ``asked`` step numbers that were analysed, else the median step
     (the lower median of the lengths ``dur_us``) and the slowest; one entry when they are the same step."""
@@ -123,7 +127,7 @@ def rank_timeline(ra: Any, asked: list[int]) -> RankTimeline:
     out.steps = [StepSpan(int(steps.numbers[i]), why, float(ws[i]), float(we[i])) for i, why in chosen]
     missing = sorted(set(asked) - {s.step for s in out.steps})
     if missing:
-        out.notes.append(f"not among this rank's analysed steps: {', '.join(map(str, missing))}")
+        out.notes.append(f"{MISSING_STEPS_NOTE}: {', '.join(map(str, missing))}")
     if not out.steps:
         return out
     idx = [i for i, _ in chosen]

@@ -70,7 +70,8 @@ def test_markdown_of_resnet_names_the_fix_and_the_breakdown(tmp_path):
     assert "| 1 | **PD101** |" in md and "| about 56.76 ms (32.0%) | 120.84 ms |" in md  # the plan's first row
     assert "| idle: waiting for DataLoader → **PD101** | 59.26" in md and "| 33.4% |" in md
     assert "| **step (total)** | **177.59 ms** | **100.0%** |" in md
-    assert len(md) < 10_000  # fits a PR comment
+    assert "`prefetch_factor` 2-4" in md  # each fix whole: Markdown has no --details
+    assert len(md) < 20_000  # fits a pull-request comment (GitHub's limit: 65,536 characters)
 
 
 def test_esc_neutralises_markdown_and_html():

@@ -85,7 +85,7 @@ def _findings(report: Report) -> list[str]:
         if f["evidence"]:
             out.append("   - evidence: " + "; ".join(f"{esc(k)} {esc(v)}" for k, v in f["evidence"]))
         if f["fix"]:
-            out.append(f"   - fix: {esc_prose(view.short_fix(f['fix']))}")
+            out.append(f"   - fix: {esc_prose(' '.join(f['fix'].split()))}")
         if f["source"]:
             out.append(f"   - source: {esc_prose(f['source'])}")
         if f["method"]:

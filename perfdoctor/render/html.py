@@ -236,8 +236,14 @@ def before_after(f: Mapping[str, Any]) -> Markup:
     if not saving or not now or now <= 0:
         return Markup("")
     fixed = max(now - saving, 0.0)
-    title = f"mean step now and with the fix of {f.get('code', '')}"
-    return Markup(svg.before_after(now / 1000, fixed / 1000, (view.ms(now), view.ms(fixed)), title))
+    above = f.get("after_codes") or []
+    if f.get("plan_position") and above:  # a plan entry's bars start from the step with the entries above it in
+        title = f"mean step with {', '.join(above)} fixed, and with {f.get('code', '')} too"
+        labels = ("before", "after")
+    else:
+        title = f"mean step now and with the fix of {f.get('code', '')}"
+        labels = ("now", "fixed")
+    return Markup(svg.before_after(now / 1000, fixed / 1000, (view.ms(now), view.ms(fixed)), title, labels))
 
 
 def render_html(report: Report | Mapping[str, Any], generated_at: str | None = None) -> str:

@@ -145,7 +145,10 @@ def findings_renderables(report: Report, details: bool = False) -> list[Any]:
             out.append(_plan_table(report, plan))
         out += _others("Off the plan (replayed):", off, note=True)
         out += _others(
-            "Other findings (each saving alone; ≤: an upper bound, -: not estimated):" if plan or off else "Findings:",
+            "Other findings (each saving alone; ≤: an upper bound, not replayed, which may count time the plan's fixes "
+            "remove; -: not estimated):"
+            if plan or off
+            else "Findings:",
             rest,
             note=False,
         )

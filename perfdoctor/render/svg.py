@@ -345,13 +345,16 @@ def roofline(points: list[Point], roofs: list[Roof], title: str, width: int = 86
     return "\n".join(out)
 
 
-def before_after(step_ms: float, after_ms: float, texts: tuple[str, str], title: str = "") -> str:
-    """Two horizontal bars: the mean step now and with the fix, both in ms, labelled with ``texts`` (the caller's
-    formatting, so a bar reads as the same step does elsewhere in the report)."""
+def before_after(
+    step_ms: float, after_ms: float, texts: tuple[str, str], title: str = "", labels: tuple[str, str] = ("now", "fixed")
+) -> str:
+    """Two horizontal bars: the mean step before and with the fix, both in ms, labelled with ``texts`` (the
+    caller's formatting, so a bar reads as the same step does elsewhere in the report) and named ``labels`` (a plan
+    entry's "before" is the step with the entries above it in)."""
     w, bar_h, left, right = 420.0, 16.0, 52.0, 90.0
     scale = (w - left - right) / step_ms if step_ms > 0 else 0.0
     rows = []
-    bars = (("now", step_ms, texts[0], "#999999"), ("fixed", after_ms, texts[1], "#59A14F"))
+    bars = ((labels[0], step_ms, texts[0], "#999999"), (labels[1], after_ms, texts[1], "#59A14F"))
     for i, (label, value, text, fill) in enumerate(bars):
         y = 4.0 + i * (bar_h + 6.0)
         rows.append(

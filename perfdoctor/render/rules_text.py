@@ -154,10 +154,14 @@ def findings_renderables(report: Report, details: bool = False) -> list[Any]:
         )
         if view.denominator_text(report):
             out.append(Text(view.denominator_text(report), style="dim"))
-        for f in [] if details else plan or rest[:1]:  # --details prints every finding's whole fix below
-            where = view.source_text(f)
+        shown = [] if details else plan or rest[:1]  # --details prints every finding's whole fix below
+        for f in shown:
+            where = view.source_text(f) if f.source is not None else ""
             fix = view.short_fix(f.fix)
             out.append(Text.assemble((f"{f.code} fix: ", "bold"), fix, (f" [{where}]" if where else "", "dim")))
+        hints = {f.source_hint for f in shown if f.source is None and f.source_hint}
+        if hints:  # once, not beside every fix
+            out.append(Text(f"Source lines: {sorted(hints)[0]}.", style="dim"))
         if details:
             for f in findings:
                 out += _details(f)

@@ -120,15 +120,11 @@ def test_pd401_names_the_cpu_call_on_a_real_trace(shared):
     """GPUPuzzlers' first_sum: `tensor[i].cpu()` per element inside first_sum() (A100); PD401 fires and names
     first_sum.py's first_sum, the function the raw events place every blocking call in."""
     from perfdoctor import pipeline
-    from perfdoctor.checks import engine
-    from perfdoctor.checks.catalogue import load_catalogue
 
     path = shared("gpupuzzlers__d2h_sync_first_sum.json.gz")
     frame, n, share = _raw_cpu_line(path)
     assert frame == "first_sum.py(4): first_sum" and share == 1.0 and n == 8192
-    analysis = pipeline.analyze_paths([str(path)], hash_inputs=False)
-    cat = load_catalogue()
-    res = engine.run_checks(analysis, cat, engine.select_codes(cat, None, None)).to_report()
+    res = pipeline.build([str(path)]).report
     (pd401,) = [f for f in res["findings"] if f["code"] == "PD401"]
     src = pd401["source"]
     assert (src["location"], src["function"], src["exact"]) == ("first_sum.py:4", "first_sum", False)
@@ -193,13 +189,10 @@ def test_with_stack_names_the_dataloader_loop_line():
     """`--slow-getitem-ms`: PD101 fires and names the line iterating the DataLoader (`yield from loader` in
     _batches), with the loop's `batch = next(batches)` the next frame out."""
     from perfdoctor import pipeline
-    from perfdoctor.checks import engine
-    from perfdoctor.checks.catalogue import load_catalogue
 
     out = _stack_run("stack_dl", ["--num-workers", "0", "--slow-getitem-ms", "2", "--hidden", "2048"])
-    analysis = pipeline.analyze_paths([str(p) for p in sorted(out.glob("trace.rank*.pt.trace.json.gz"))])
-    cat = load_catalogue()
-    res = engine.run_checks(analysis, cat, engine.select_codes(cat, None, None)).to_report()
+    traces = [str(p) for p in sorted(out.glob("trace.rank*.pt.trace.json.gz"))]
+    res = pipeline.build(traces).report
     (pd101,) = [f for f in res["findings"] if f["code"] == "PD101"]
     src = pd101["source"]
     assert src["exact"] and src["location"] == f"_train_common.py:{_line_of('yield from loader')}"

@@ -42,6 +42,21 @@ def real_trace_names(pattern: str = "*.json*") -> list[str]:
     return sorted(p.name for p in REAL_TRACES.glob(pattern))
 
 
+def real_rank_files() -> list[Path]:
+    """Every real rank trace the "every real trace" tests run on: each trace file of ``REAL_TRACES`` and each
+    per-rank file of its job directories. Left out: ``bad__`` files (damaged on purpose, tested for their one-line
+    error) and ``fuzz/`` (hostile-input reproducers, tests/test_fuzz_reproducers.py), which are not sample traces."""
+    if not REAL_TRACES.exists():
+        return []
+    out: list[Path] = []
+    for p in sorted(REAL_TRACES.iterdir()):
+        if p.is_dir() and p.name != "fuzz":
+            out += sorted(q for q in p.glob("*.json*") if q.is_file() and not q.name.startswith("bad__"))
+        elif p.is_file() and p.name.endswith((".json", ".json.gz")) and not p.name.startswith("bad__"):
+            out.append(p)
+    return out
+
+
 @pytest.fixture
 def shared() -> type[Path]:
     return shared_trace

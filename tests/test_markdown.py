@@ -1,7 +1,7 @@
 """Markdown and JSON outputs compared exactly with golden files; Markdown escaping and content.
 
 Refresh the goldens after an intended change: ``PERFDOCTOR_UPDATE_GOLDEN=1 pytest tests/test_markdown.py``
-(then review the diff).
+(then read the diff).
 """
 
 from __future__ import annotations
@@ -96,7 +96,7 @@ def test_markdown_without_findings_says_the_engine_did_not_run():
 def test_every_format_lists_the_findings_in_the_engines_order(tmp_path):
     """ResNet50 FP32 V100 nw0: the JSON positions are the fix order (by saving alone, each after the fixes its
     stated saving builds on: PD203's 19.02 ms is on top of PD101, PD103 and PD205). Markdown and HTML re-sorted
-    by the stated saving and put PD203 second (new-user review); every format now keeps the positions, and a
+    by the stated saving and put PD203 second; every format now keeps the positions, and a
     saving on top of other fixes says which."""
     from html import unescape
 

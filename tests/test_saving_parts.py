@@ -95,9 +95,9 @@ def test_pd401_message_splits_its_saving(tmp_path: Path) -> None:
 def test_the_fix_all_replays_the_base_pd103_is_measured_on(tmp_path: Path) -> None:
     """Step 0-240: a DataLoader fetch 0-100, then two aten::mm (100-120, 200-220) each launching a 10 µs SGEMM at
     +10 (runs at +20), Python between them. With PD101 a finding, PD103 is measured on top of its prefetched
-    batches (the base) and the fix-all of both replays the base once (numbers review s.10). Without PD101 (not
-    selected) PD103 is the graphs alone, and no fix-all replays a prefetch no finding recommends (new-user review:
-    `--ignore PD101` still took its 56.5 ms off the ResNet50 fix-all)."""
+    batches (the base) and the fix-all of both replays the base once. Without PD101 (not selected)
+    PD103 is the graphs alone, and no fix-all replays a prefetch no finding recommends
+    (`--ignore PD101` once still took its 56.5 ms off the ResNet50 fix-all)."""
     tb = TraceBuilder()
     tb.step(1, 0, 240)
     tb.annotation("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", 0, 100)

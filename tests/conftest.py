@@ -42,14 +42,16 @@ def real_trace_names(pattern: str = "*.json*") -> list[str]:
     return sorted(p.name for p in REAL_TRACES.glob(pattern))
 
 
-def real_rank_files() -> list[Path]:
-    """Every real rank trace the "every real trace" tests run on: each trace file of ``REAL_TRACES`` and each
-    per-rank file of its job directories. Left out: ``bad__`` files (damaged on purpose, tested for their one-line
-    error) and ``fuzz/`` (hostile-input reproducers, tests/test_fuzz_reproducers.py), which are not sample traces."""
-    if not REAL_TRACES.exists():
+def real_rank_files(folder: Path | None = None) -> list[Path]:
+    """Every real rank trace the "every real trace" tests run on: each trace file of ``folder`` (default
+    ``REAL_TRACES``) and each per-rank file of its job directories. Left out: ``bad__`` files (damaged on purpose,
+    tested for their one-line error) and ``fuzz/`` (hostile-input reproducers, tests/test_fuzz_reproducers.py),
+    which are not sample traces."""
+    folder = REAL_TRACES if folder is None else folder
+    if not folder.exists():
         return []
     out: list[Path] = []
-    for p in sorted(REAL_TRACES.iterdir()):
+    for p in sorted(folder.iterdir()):
         if p.is_dir() and p.name != "fuzz":
             out += sorted(q for q in p.glob("*.json*") if q.is_file() and not q.name.startswith("bad__"))
         elif p.is_file() and p.name.endswith((".json", ".json.gz")) and not p.name.startswith("bad__"):

@@ -62,3 +62,20 @@ def real_rank_files(folder: Path | None = None) -> list[Path]:
 @pytest.fixture
 def shared() -> type[Path]:
     return shared_trace
+
+
+# what a test module calls to reach the real traces: a module naming one of these behaves differently without
+# ../shared/traces, so it is what `.ci/run` runs a second time with the shared folder hidden
+_SHARED_NAMES = ("SHARED_TRACES", "REAL_TRACES", "shared_trace", "real_trace_names", "real_rank_files", "shared)")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark ``shared_traces`` every test of a module that reaches the real traces through this file."""
+    seen: dict[Path, bool] = {}
+    for item in items:
+        path = Path(str(item.fspath))
+        if path not in seen:
+            text = path.read_text(encoding="utf-8") if path.suffix == ".py" else ""
+            seen[path] = path.name != "conftest.py" and any(name in text for name in _SHARED_NAMES)
+        if seen[path]:
+            item.add_marker(pytest.mark.shared_traces)

@@ -52,3 +52,13 @@ def test_no_assertion_reads_the_clones_folder_name():
     assert fuzz._package_relative(str(Path(fuzz.__file__))) == "tools/fuzz.py"
     assert fuzz._package_relative(str(TESTS / "test_fuzz.py")) is None
     assert fuzz._package_relative("/somewhere/perfdoctor/.venv/lib/numpy/core.py") is None
+
+
+def test_modules_that_read_real_traces_are_marked_for_the_hidden_shared_run(request):
+    # `.ci/run` runs `-m "shared_traces ..."` with the shared folder hidden: this module reads tests/data through
+    # conftest, so its tests carry the mark; a module that never names conftest's helpers does not
+    assert request.node.get_closest_marker("shared_traces") is not None
+    text = (TESTS / "test_intervals.py").read_text(encoding="utf-8")
+    assert "shared" not in text.lower() and "REAL_TRACES" not in text  # its tests cannot tell the difference
+    others = [i for i in request.session.items if Path(str(i.fspath)).name == "test_intervals.py"]
+    assert all(i.get_closest_marker("shared_traces") is None for i in others)

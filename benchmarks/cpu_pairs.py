@@ -90,7 +90,7 @@ class CpuPair:
     after_batches: float = 1.0
 
 
-# new-user review F10's shape (4 x Linear(1024, 1024) + ReLU, 1 thread, no DataLoader workers)
+# a small MLP's shape (4 x Linear(1024, 1024) + ReLU, 1 thread, no DataLoader workers)
 _WIDE = ["--dim", "1024", "--hidden", "1024", "--depth", "4", "--num-workers", "0"]
 
 CPU_PAIRS = [

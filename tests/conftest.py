@@ -42,6 +42,23 @@ def real_trace_names(pattern: str = "*.json*") -> list[str]:
     return sorted(p.name for p in REAL_TRACES.glob(pattern))
 
 
+def real_rank_files(folder: Path | None = None) -> list[Path]:
+    """Every real rank trace the "every real trace" tests run on: each trace file of ``folder`` (default
+    ``REAL_TRACES``) and each per-rank file of its job directories. Left out: ``bad__`` files (damaged on purpose,
+    tested for their one-line error) and ``fuzz/`` (hostile-input reproducers, tests/test_fuzz_reproducers.py),
+    which are not sample traces."""
+    folder = REAL_TRACES if folder is None else folder
+    if not folder.exists():
+        return []
+    out: list[Path] = []
+    for p in sorted(folder.iterdir()):
+        if p.is_dir() and p.name != "fuzz":
+            out += sorted(q for q in p.glob("*.json*") if q.is_file() and not q.name.startswith("bad__"))
+        elif p.is_file() and p.name.endswith((".json", ".json.gz")) and not p.name.startswith("bad__"):
+            out.append(p)
+    return out
+
+
 @pytest.fixture
 def shared() -> type[Path]:
     return shared_trace
@@ -68,3 +85,20 @@ def corpus_report():
         return done[path]
 
     return get
+
+
+# what a test module calls to reach the real traces: a module naming one of these behaves differently without
+# ../shared/traces, so it is what `.ci/run` runs a second time with the shared folder hidden
+_SHARED_NAMES = ("SHARED_TRACES", "REAL_TRACES", "shared_trace", "real_trace_names", "real_rank_files", "shared)")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark ``shared_traces`` every test of a module that reaches the real traces through this file."""
+    seen: dict[Path, bool] = {}
+    for item in items:
+        path = Path(str(item.fspath))
+        if path not in seen:
+            text = path.read_text(encoding="utf-8") if path.suffix == ".py" else ""
+            seen[path] = path.name != "conftest.py" and any(name in text for name in _SHARED_NAMES)
+        if seen[path]:
+            item.add_marker(pytest.mark.shared_traces)

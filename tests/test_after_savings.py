@@ -134,7 +134,7 @@ def test_a_finding_stated_after_the_others_keeps_its_message_about_its_saving_al
     """A hit that fires on its saving after the higher-ranked fixes only (PD401: 0.16 ms alone, 0.99 ms once PD103
     is fixed, of a 19.9 ms step; 3% threshold): the message's "takes it from A ms to B ms (saves C ms: parts)" is
     the replay alone, A − B = C; its headline is the after-saving, taken from the step replayed with PD103's fix
-    (numbers review on the DLRM job: it read "from 17.98 ms to 16.98 ms (saves 0.16 ms ...)", the after-saving's B
+    (on the DLRM job it read "from 17.98 ms to 16.98 ms (saves 0.16 ms ...)", the after-saving's B
     with the alone saving's A)."""
     from perfdoctor.checks.catalogue import load_catalogue
     from perfdoctor.checks.denominator import StepDenominator

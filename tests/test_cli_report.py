@@ -353,8 +353,8 @@ def test_own_report_and_diff_json_in_a_trace_directory_are_left_out_with_a_note(
 
 
 def test_model_flops_flags_must_be_finite(tmp_path):
-    """--params nan reached the report model and failed there with msgspec's 'Expected float, got null' (new-user
-    review): now the flag is named in one line, exit 2."""
+    """--params nan reached the report model and failed there with msgspec's 'Expected float, got null';
+    now the flag is named in one line, exit 2."""
     flags = ["--layers", "2", "--heads", "2", "--d-model", "8", "--seq-len", "4"]
     r = run("report", small_trace(tmp_path), "--params", "nan", "--tokens-per-step", "16", *flags)
     assert (r.returncode, r.stderr) == (2, "perfdoctor: error: --params: must be a finite number, got nan\n")

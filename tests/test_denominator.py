@@ -182,7 +182,7 @@ def test_a_profile_run_shares_are_of_its_unprofiled_step():
 
 
 def test_job_denominator_says_mean_and_names_the_longest_median_rank(tmp_path):
-    """New-user review F12: the header's longest rank (median) and the footer's (mean) differed, unlabelled. By
+    """The header's longest rank (median) and the footer's (mean) differed, unlabelled. By
     hand: rank 0's steps 1000, 1000, 4000 µs (mean 2000, median 1000), rank 1's 1500 × 3 (mean 1500, median
     1500): the denominator is rank 0's 2000 µs mean, "the longest mean step", and rank 1 is named as the
     longest median."""

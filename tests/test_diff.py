@@ -897,8 +897,8 @@ def test_diff_never_imports_torch(tmp_path):
 def test_real_traces_without_steps_compare_their_windows(capsys):
     """The GPU puzzle's slow and fixed versions (issue 10's per-element .cpu() pair) have no step markers and no
     annotation to derive steps from: each whole trace is one window, 183.49 → 49.96 ms (the windows' spans in the
-    raw JSON), and PD401's replayed 110.27 ms is set against the measured 133.53 ms, without an interval (new-user
-    review: diff refused the pair report reads)."""
+    raw JSON), and PD401's replayed 110.27 ms is set against the measured 133.53 ms, without an interval
+    (diff once refused the pair that report reads)."""
     from conftest import shared_trace
 
     before = shared_trace("gpupuzzlers__d2h_sync_first_sum.json.gz")
@@ -1080,7 +1080,7 @@ def test_multi_rank_verdict_is_the_jobs_step_and_tables_every_ranks_mean(tmp_pat
 @pytest.mark.parametrize("value", ["nan", "inf", "-inf"])
 def test_a_threshold_that_is_not_a_finite_number_is_exit_2(tmp_path, capsys, flag, value):
     """NaN passed every range check (it is neither below nor above a bound): --fail-on-regression nan turned the
-    gate off, exit 0 on a slower AFTER (new-user review)."""
+    gate off, exit 0 on a slower AFTER."""
     b = steps_trace(tmp_path / "b.json", [1000, 1010, 990, 1000], [("k", 300)])
     a = steps_trace(tmp_path / "a.json", [1100, 1111, 1089, 1100], [("k", 400)])
     assert main(["diff", str(b), str(a), f"{flag}={value}"]) == 2
@@ -1101,7 +1101,7 @@ def test_cold_start_sides_are_warned(tmp_path, capsys):
 
 def test_an_interval_wider_than_the_step_tests_no_prediction(tmp_path):
     """AFTER's steps swing from 100 to 1,900 µs around a 1,000 µs BEFORE step: the 95% interval of the change is
-    wider than the step itself, so it would hold any prediction; the row says it cannot tell (new-user review: two
+    wider than the step itself, so it would hold any prediction; the row says it cannot tell (two
     noisy runs a side read 'prediction in CI: yes' for an interval of −73,668 to +178 ms on a 180 ms step)."""
     rb, ra, _ = _report_pair(
         tmp_path,

@@ -12,6 +12,7 @@ from types import SimpleNamespace
 import msgspec
 import numpy as np
 import pytest
+from conftest import SHARED_TRACES
 from test_replay_joint import _rank
 from test_replay_peers import _ranks
 
@@ -21,7 +22,7 @@ from perfdoctor.jobs.summary import decode, encode
 from perfdoctor.replay.joint import JointInputs, joint_inputs, match, solve
 from perfdoctor.replay.simulate import Scenario
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
+SHARED = SHARED_TRACES
 DLRM = SHARED / "param__dlrm_8ranks"
 
 

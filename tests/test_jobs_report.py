@@ -209,7 +209,7 @@ def test_html_renders_fast_in_chromium(report_1024: dict[str, Any], browser: Any
 
 
 def test_cpu_job_shares_count_gloo_time_once(tmp_path: Path) -> None:
-    """New-user review F11: a CPU (gloo) job's table added "communication (exposed)" (a subset of the host
+    """A CPU (gloo) job's table added "communication (exposed)" (a subset of the host
     collectives' time) to "host collectives", so its rows summed to 111%. By hand, each rank's 2 steps of
     1000 µs (tests/rules_helpers.gloo_trace, no overlap): mm [0, 300) = matmul 300 µs, gloo:all_reduce
     [300, 900) = host collectives 600 µs, nothing in [900, 1000) = Python 100 µs: shares 0.3 + 0.6 + 0.1 = 1."""
@@ -226,7 +226,7 @@ def test_cpu_job_shares_count_gloo_time_once(tmp_path: Path) -> None:
 
 
 def test_pd304_on_dlrm_states_both_waits_and_the_shortest_copies():
-    """DLRM 8 ranks, recomputed from the raw JSON by the numbers review: rank 1 waits 11.119 ms per step inside
+    """DLRM 8 ranks, recomputed from the raw JSON: rank 1 waits 11.119 ms per step inside
     the matched collectives (duration less the shortest copy), 11.06 ms of it exposed; the shortest copies sum to
     0.217 ms. The finding said 'waits 11.06 ms' beside the job line's 11.12 ms, and 'transfer 0.28 ms'."""
     from perfdoctor import pipeline

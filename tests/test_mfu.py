@@ -163,7 +163,7 @@ def test_model_flops_that_cannot_fit_the_trace_give_no_mfu():
 
 
 def test_cpu_mfu_without_a_measured_peak_says_how_to_get_one():
-    # new-user review F3: a CPU run with a known FLOP count read "no model FLOP count or no device peak"
+    # a CPU run with a known FLOP count read "no model FLOP count or no device peak"
     from perfdoctor.analysis.mfu import compute_mfu
 
     m = compute_mfu(7_650_410_496, 0.06219, None, "fp32", "flop_counter", False, None)
@@ -174,7 +174,8 @@ def test_cpu_mfu_without_a_measured_peak_says_how_to_get_one():
 def test_memory_efficient_attention_kernels_name_their_dtype_as_a_token():
     """fmha_cutlass kernels (xFormers / PyTorch memory-efficient attention) carry their dtype as a name token; the
     backward has no '<float' template argument, so the luatil RTX 3060 trace's FP32 attention backward (2.50 ms per
-    step) counted as no dtype and PD203 saved 1.25 ms too little (numbers review). A token inside a word is not one."""
+    step) counted as no dtype and PD203 saved 1.25 ms too little (checked from the raw JSON).
+    A token inside a word is not one."""
     from perfdoctor.analysis.kernel_dtype import kernel_math_dtype
 
     assert kernel_math_dtype("fmha_cutlassB_f32_aligned_64x64_k65536_dropout_sm80") == "fp32"

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import REAL_TRACES
+from conftest import real_rank_files
 
 from perfdoctor.analysis.rank import Analysis
 from perfdoctor.checks import context as cx
@@ -40,19 +40,7 @@ from perfdoctor.trace import load_trace
 DEVICE_CATS = {"kernel", "gpu_memcpy", "gpu_memset", "Kernel", "Memcpy", "Memset"}
 
 
-def _rank_files() -> list[Path]:
-    if not REAL_TRACES.exists():
-        return []
-    out = []
-    for p in sorted(REAL_TRACES.iterdir()):
-        if p.is_dir():
-            out += sorted(q for q in p.glob("*.json*") if q.is_file())
-        elif p.name.endswith((".json", ".json.gz")) and not p.name.startswith("bad__"):
-            out.append(p)
-    return out
-
-
-FILES = _rank_files()
+FILES = real_rank_files()
 
 
 def _raw_waits(path: Path) -> list[tuple[tuple[int, int, float], list[tuple[int, int, float]]]]:

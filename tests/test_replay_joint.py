@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+from conftest import SHARED_TRACES
 from tracebuilder import TraceBuilder
 
 from perfdoctor.analysis.steps import find_steps
@@ -18,7 +19,7 @@ from perfdoctor.trace import load_trace
 
 NCCL = "ncclDevKernel_SendRecv(ncclDevComm*, unsigned long, ncclWork*)"
 GEMM = "ampere_sgemm_128x64_nn"
-SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
+SHARED = SHARED_TRACES
 
 
 def _rank(tmp_path: Path, rank: int) -> tuple:

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from analysed import rank_analysis
+from conftest import SHARED_TRACES
 from tracebuilder import TraceBuilder
 
 from perfdoctor import pipeline
@@ -19,7 +20,7 @@ from perfdoctor.checks import config
 NCCL = "ncclDevKernel_SendRecv(ncclDevComm*, unsigned long, ncclWork*)"
 GEMM = "ampere_sgemm_128x64_nn"
 DL = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
-SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
+SHARED = SHARED_TRACES
 
 
 def _ranks(tmp_path: Path) -> Path:

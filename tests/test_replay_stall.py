@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import SHARED_TRACES
 from rules.test_pd303 import _stalled_rank
 from rules_helpers import run_rules
 
@@ -17,7 +18,7 @@ from perfdoctor.replay.attribution import critical_path
 from perfdoctor.replay.rank import replay_rank
 from perfdoctor.trace import load_trace
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
+SHARED = SHARED_TRACES
 MOE_AFTER = SHARED / "ykcai__a100x2_moe_3layer_after"
 
 

@@ -89,7 +89,7 @@ def test_validated_facts_on_shared_traces():
     # replayed with the collectives overlapped, the step does not get shorter, so PD301 stays silent. One rank of a
     # DDP job: CUDA graphs are a change every rank gets, so the peers (alike) move with it and each all_reduce
     # keeps its recorded duration (replay/peers.py): the step replays at 42.1 ms, above the compute stream's
-    # 39.4 ms of kernels (tests/test_replay_peers.py), and PD103 saves 180.3 ms (81%; the review's replay with the
+    # 39.4 ms of kernels (tests/test_replay_peers.py), and PD103 saves 180.3 ms (81%; the replay with the
     # peers moving: 42.4/41.8/42.1 ms per step)
     nccl = g["hta__nccl_parser_config__nccl_data.json.gz"]
     nccl_codes = codes["hta__nccl_parser_config__nccl_data.json.gz"]

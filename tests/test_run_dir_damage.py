@@ -1,4 +1,4 @@
-"""A run directory damaged the ways real runs damage it (new-user review F16-F18, F20, F21).
+"""A run directory damaged the ways real runs damage it.
 
 Each case starts from the real ``sample_traces/tiny_gpt_cpu_run`` (a ``perfdoctor profile`` run of 500
 steps, window at steps 205-214) and changes it as a killed run, a broken file or a deleted trace leaves it;

@@ -118,7 +118,7 @@ def test_verdict_names_the_top_finding_and_says_when_the_measurement_is_in_doubt
         base == "elementwise-bound: fixing the unfused elementwise ops saves up to 11% of the step "
         "(PD202 unfused-elementwise)"
     )
-    # new-user review F6: a 406 ms step on a machine at load 9 was called "small batch ... saves 82%" while PD603
+    # a 406 ms step on a machine at load 9 was called "small batch ... saves 82%" while PD603
     # said the step times had no single level: the verdict now carries that doubt
     unstable = verdict([], [top, _finding("PD603", None, 0.0)])
     assert (
@@ -129,7 +129,7 @@ def test_verdict_names_the_top_finding_and_says_when_the_measurement_is_in_doubt
 
 
 def test_verdict_says_when_its_only_step_is_a_fragment_cut_where_the_recording_stops():
-    """New-user review F25: HTA's Triton example records 1.5 ms of a 13,336 ms ProfilerStep#1 (the profiler's own
+    """HTA's Triton example records 1.5 ms of a 13,336 ms ProfilerStep#1 (the profiler's own
     'PyTorch Profiler (0)' span ends inside the step), and the verdict read 'saves up to 100% of the step' of that
     fragment. From the raw JSON: the step's end − the last end of any other event = the cut the warning names."""
     import gzip

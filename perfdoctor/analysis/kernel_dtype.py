@@ -48,7 +48,7 @@ _RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("fp64", re.compile(r"dgemm|fp64|f64f64|d884|double|_DB_|_DD_", re.I)),
     # cuDNN's "scudnn" kernels (volta_scudnn_128x64_relu_*) are single-precision SIMT, like "sgemm"
     # xFormers / PyTorch memory-efficient attention names its dtype as a token (fmha_cutlassF_f16_aligned_*,
-    # fmha_cutlassB_f32_aligned_*: the backward carries no "<float" template argument; numbers review, RTX 3060)
+    # fmha_cutlassB_f32_aligned_*: the backward carries no "<float" template argument: RTX 3060 trace_04)
     ("fp32", re.compile(r"sgemm|scudnn|f32f32_f32f32|_SB_|_SS_|<float|fp32|(?:^|_)f32(?:_|$)", re.I)),
 )
 

@@ -54,7 +54,7 @@ def _shares(rows: list[Any], cpu: bool = False) -> dict[str, float]:
     A GPU rank's device categories, exposed communication (for its ``communication`` category) and idle causes
     partition the step. A CPU-only rank (``cpu``) has no separate exposed share: its host collectives are a
     category of the host partition (``host_collective``, :mod:`perfdoctor.analysis.cpu_breakdown`) and their
-    exposed part is a subset of it (new-user review F11: gloo counted twice, rows summing to 111%)."""
+    exposed part is a subset of it (counted twice, a gloo job's rows would sum to 111%)."""
     total = sum(s.dur_us for s in rows) or 1.0
     out: dict[str, float] = {}
     for s in rows:

@@ -315,10 +315,25 @@ def make_case(name: str, doc: Any, rng: random.Random) -> Case:
 
 
 # -- running a case -------------------------------------------------------------------------------------------
+# the package's own folder: a frame is ours when its file lies under it, whatever the folders above are called (a
+# clone in a folder named "perfdoctor" holds its virtualenv's numpy there too)
+PACKAGE_DIR = Path(__file__).resolve().parents[1]
+
+
+def _package_relative(filename: str) -> str | None:
+    """``trace/reader.py`` for a file of the perfdoctor package; None for any other file."""
+    try:
+        return Path(filename).resolve().relative_to(PACKAGE_DIR).as_posix()
+    except ValueError:
+        return None
+
+
 def _crash_site(exc: BaseException) -> str:
-    frames = [f for f in traceback.extract_tb(exc.__traceback__) if "perfdoctor" in f.filename]
-    where = frames[-1] if frames else traceback.extract_tb(exc.__traceback__)[-1]
-    short = where.filename.split("perfdoctor/")[-1]
+    """``TypeError at trace/reader.py:150 (function)``: the innermost frame in the perfdoctor package (else the
+    innermost frame, by its file name alone)."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    ours = [(f, rel) for f in frames if (rel := _package_relative(f.filename)) is not None]
+    where, short = ours[-1] if ours else (frames[-1], Path(frames[-1].filename).name)
     return f"{type(exc).__name__} at {short}:{where.lineno} ({where.name})"
 
 

@@ -2,7 +2,7 @@
 
 One command for what used to take several: the golden files in ``tests/golden/`` (the rules on every shared
 real trace, and the JSON/Markdown reports of the bundled samples) are rewritten by running their tests with
-``PERFDOCTOR_UPDATE_GOLDEN=1``, then ``reports/`` is regenerated (:mod:`perfdoctor.tools.regen_reports`). Review
+``PERFDOCTOR_UPDATE_GOLDEN=1``, then ``reports/`` is regenerated (:mod:`perfdoctor.tools.regen_reports`). Read
 the diff (``git diff tests/golden reports``) before committing: every changed number should be one you meant to
 change. ``--check`` rewrites nothing and exits 1 when anything is stale.
 
@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     for path in regen_reports.regenerate(root, root / "reports"):
         print(f"wrote {path.relative_to(root)}")
-    print("refreshed tests/golden/ and reports/: review `git diff tests/golden reports` before committing")
+    print("refreshed tests/golden/ and reports/: read `git diff tests/golden reports` before committing")
     return 0
 
 

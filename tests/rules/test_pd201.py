@@ -27,7 +27,7 @@ def test_pd201_fixed_cost_leaves_the_dataloader_out(tmp_path):
     # host and its compute follows the batch (per sample, kept); the fixed cost the larger batch spreads is the
     # host time outside the fetch and outside ops: 10000 - 8000 - 400 = 1600 µs (no optimizer here); the replay
     # keeps 1/8 of it: saving 1600 × 7/8 = 1400 µs. (The message used to quote step - GEMM = 9600 µs, the
-    # DataLoader included: new-user review F4; then 2000 µs, the linear's own 400 µs counted as fixed: F10.)
+    # DataLoader included; nor 2000 µs, the linear's own 400 µs counted as fixed.)
     from rules_helpers import run_tb
     from tracebuilder import TraceBuilder
 

@@ -93,10 +93,10 @@ def test_pd203_leaves_out_gemms_inherited_from_before_the_first_step(tmp_path):
 def test_pd203_fp32_time_on_rtx3060_is_the_analysed_windows():
     # luatil trace_04 (RTX 3060, not in the hardware table): 83,468.3 µs of FP32 GEMM kernels in the file, of which
     # 7,971.1 µs were queued before the first analysed window; 75,497.1 µs over its 5 analysed steps, summed from
-    # the raw JSON by the numbers review (/tmp/numcheck, independent of perfdoctor) = 15,099.4 µs per step; plus
+    # the raw JSON with code independent of perfdoctor = 15,099.4 µs per step; plus
     # the FP32 attention backward, fmha_cutlassB_f32_aligned_* (no '<float' in its name, read by its _f32_ token
-    # since session 18): 24 kernels, 14,863.4 µs in the file, the last 20 (the analysed steps') 12,502.2 µs, summed
-    # from the raw JSON: 87,999.3 µs, 17,599.9 µs per step (the session-18 numbers review: 17.60 ms)
+    # by its dtype token): 24 kernels, 14,863.4 µs in the file, the last 20 (the analysed steps') 12,502.2 µs, summed
+    # from the raw JSON: 87,999.3 µs, 17,599.9 µs per step (17.60 ms)
     from conftest import shared_trace
     from rules_helpers import run_rules
 

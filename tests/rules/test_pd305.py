@@ -19,7 +19,7 @@ def test_pd305_fires_on_exposed_host_collectives(tmp_path):
         "all_reduce of 1.00 MB ×1 per step (0.6 ms each, 1.667 GB/s) (a duration includes any wait for other ranks)"
         in (f["message"])
     )
-    # one call per step: nothing to coalesce (new-user review F23), so no "fewer, larger collectives"
+    # one call per step: nothing to coalesce, so no "fewer, larger collectives"
     assert "messages are small" not in ev["advice"] and "overlap them with the backward" in ev["advice"]
     assert "below 1 GB/s" not in ev["advice"]
 

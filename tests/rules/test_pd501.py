@@ -159,7 +159,7 @@ def test_pd501_per_step_figures_share_the_analysed_steps_on_the_mi300x_trace():
 
 
 def test_pd501_on_rocm_names_hip_calls_and_the_hip_variable(tmp_path):
-    """New-user review: on an MI300X trace (hipMalloc/hipFree) PD501 said "cudaMalloc/cudaFree" and advised
+    """On an MI300X trace (hipMalloc/hipFree) PD501 said "cudaMalloc/cudaFree" and advised
     PYTORCH_CUDA_ALLOC_CONF; ROCm's allocator reads PYTORCH_HIP_ALLOC_CONF."""
     f = run_tb(_cause_trace("retry", api="hip"), tmp_path, ["PD501"]).findings["PD501"]
     assert "hipMalloc/hipFree calls per steady-state step" in f["message"] and "cudaMalloc" not in f["message"]

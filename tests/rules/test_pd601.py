@@ -44,7 +44,7 @@ def test_pd601_silent_inside_the_runs_own_noise():
 def _unstable_run(window_s, neighbours_s=None):
     """400 steps drawn evenly from 8-27 ms (p90/p10 ≈ 2.5: no single level, PD603); steps 200-207 profiled at
     ``window_s``; the 16 steps on each side (the neighbours steady_state compares: 2 × the window) at
-    ``neighbours_s`` when given (the new-user review's num_workers=2 run: steady 8-27 ms, profiled 1.7-5.2 ms)."""
+    ``neighbours_s`` when given (a num_workers=2 run: steady 8-27 ms, profiled 1.7-5.2 ms)."""
     rng = np.random.default_rng(7)
     d = rng.uniform(0.008, 0.027, 400)
     window = np.zeros(d.size, bool)
@@ -80,7 +80,7 @@ def test_pd601_skips_an_unstable_run_whose_window_is_inside_its_band():
 
 
 def test_pd601_fires_when_the_window_lies_in_a_phase_the_run_left():
-    """New-user review F15: examples/mlp.py --slowdown-at 200 --slowdown-factor 3 profiled steps 125-134 (31.8 ms)
+    """examples/mlp.py --slowdown-at 200 --slowdown-factor 3 profiled steps 125-134 (31.8 ms)
     while the run settled at 59.2 ms from step 202; PD601 passed because the slow phase's noise (3 robust sigmas
     39 ms, on a loaded machine) covered the 31 ms gap. Here: 200 steps at 25 ms (1% noise), 100 at 60 ms with
     30% noise, steps 125-134 profiled. The neighbours' median is ~25 ms: 58% faster than the last phase's ~60 ms,

@@ -56,7 +56,7 @@ def test_pd603_silent_on_an_even_series():
 
 def test_pd603_names_a_machine_load_above_the_cores():
     # the same interfered series; run.json recorded load averages 3.1 at the start and 9.3 at the end of the run
-    # on 2 logical CPUs (new-user review F6: the cause sat only in the fix text)
+    # on 2 logical CPUs (the cause must not sit only in the fix text)
     from perfdoctor.checks import pd603_step_time_instability as pd603
 
     rng = np.random.default_rng(5)

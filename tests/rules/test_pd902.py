@@ -102,7 +102,7 @@ def test_pd902_silent_on_a_long_launch_into_a_full_queue_or_of_a_loaded_kernel(t
 def test_all_cold_steps_draw_no_batch_size_or_mfu_verdict():
     # ykcai MoE "before" ranks (2x A100, shared traces): the one analysed step is a cold start, mostly lazy CUDA
     # module loading (the trace's README story); PD201 read its 12 ms of lazy init as fixed per-step cost and
-    # claimed ~24% from a larger batch, PD206 blamed low MFU on "launch-bound (96%)" (numbers review)
+    # claimed ~24% from a larger batch, PD206 blamed low MFU on "launch-bound (96%)"
     from conftest import shared_trace
     from rules_helpers import run_rules
 
@@ -114,7 +114,7 @@ def test_all_cold_steps_draw_no_batch_size_or_mfu_verdict():
 
 
 def test_pd902_says_its_kinds_overlap_and_gives_their_union(tmp_path):
-    """New-user review: switchtransformers' parts (440.6 + 143.7 + 34.1 ms) exceeded the 496.7 ms held per step
+    """switchtransformers' parts (440.6 + 143.7 + 34.1 ms) exceeded the 496.7 ms held per step
     unexplained. By hand, one 10,000 µs step: the first aten::linear call [0, 4000) holds a 3,000 µs
     cuModuleLoadData [100, 3100) (lazy init); its second call takes 100 µs, so the first is a first call (≥ 3x and
     ≥ 1 ms longer). First calls 4.0 ms + lazy init 3.0 ms = 7.0 ms, their union 4.0 ms (40% of the step: cold)."""

@@ -25,7 +25,7 @@ def larger_batch(rr: RankReplay, tables: TraceTables, growth: float, cpu_ops_per
     gaps) and outside fetches shrinks. An op's dispatch overhead is inside it, and a GEMM with few rows that waits
     on reading its weights grows less than the batch, so this is a lower bound for small ops;
     ``cpu_ops_per_sample=False`` gives the upper bound (every op's time independent of the batch, the GPU rule).
-    Source: the recorded graph; the split into fixed and per-sample costs stated above (new-user review F10: a
+    Source: the recorded graph; the split into fixed and per-sample costs stated above (a
     4-layer 1024-wide MLP on 1 CPU thread measured 37.3 ms/step at batch 8 and 71.6 ms at batch 64, a saving of
     28.3 ms per 8 samples, between this model's 7.0 ms and the upper bound's 31.5 ms).
     """

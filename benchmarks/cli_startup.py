@@ -2,7 +2,7 @@
 
 Each command runs ``--repeats`` times in a fresh interpreter (the same one running this script), alternating
 with the baseline so both see the same machine load; prints min and median wall-clock seconds of each, the
-difference (perfdoctor's own import cost) and whether torch was imported. Target (issue 9): under 0.3 s.
+difference (perfdoctor's own import cost) and whether torch was imported. Target: under 0.3 s.
 
     python benchmarks/cli_startup.py [--repeats 15]
 """

@@ -12,7 +12,7 @@ times ``perfdoctor report TRACE`` as a whole process, alternating:
   ``memory_over_steps`` answering ``[]`` (what perfdoctor did before memory over the step).
 
 Prints wall and CPU seconds (best of --repeat, CPU of the best-wall run) and the ratio with ÷ without. Target
-(issue 20): at most 1.10. On a shared machine compare the CPU seconds; run both sides in one invocation.
+(the target): at most 1.10. On a shared machine compare the CPU seconds; run both sides in one invocation.
 
 Usage: python benchmarks/memory_events.py [--data-dir DIR] [--repeat 3] [--trace TRACE]
 """

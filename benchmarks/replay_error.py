@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Recorded vs replayed step time for every trace in ../shared/traces (one row per rank file).
 
-The replay runs the dependency graph (perfdoctor.replay) with the recorded durations; the bound (issue 10) is
+The replay runs the dependency graph (perfdoctor.replay) with the recorded durations; the bound is
 the mean replayed step within 2% of the recorded one and every step within 5%. Also prints the time the graph and
 the replay took next to the trace's load time.
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Cost of the replay next to loading and the breakdown, on one trace (issue 10: graph + replay + every
+"""Cost of the replay next to loading and the breakdown, on one trace (graph + replay + every
 transformation at most 30% of load + breakdown).
 
 Times, in one process: load (``load_trace``) + steps + breakdown of every device; the graph and its replay; the

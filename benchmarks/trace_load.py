@@ -17,7 +17,7 @@ Prints wall seconds (the best of --repeat runs, and the spread), CPU seconds (us
 workers, in the best run), peak RSS (ru_maxrss: the largest single process, the child or one of its workers) and
 the peak of the RSS summed over the child and its workers (sampled every 20 ms; shared copy-on-write pages count
 once per process, so it is an upper bound), and the ratios. On a shared machine, compare CPU seconds too: wall
-time there says as much about the other load as about the contender. Targets (issue 12): perfdoctor ≤ 0.35×
+time there says as much about the other load as about the contender. Targets: perfdoctor ≤ 0.35×
 orjson on both traces; peak RSS ≤ 1.5× the uncompressed size.
 
 Usage: python benchmarks/trace_load.py [--data-dir DIR] [--hta] [--repeat 3]

@@ -62,7 +62,7 @@ def is_replayed(method: str) -> bool:
     return method.startswith(REPLAY_METHOD) and "an upper bound" not in method
 
 
-# no finding is medium or above when its saving is under this share of the step (issue 10)
+# no finding is medium or above when its saving is under this share of the step
 MIN_MEDIUM_PCT = 1.0
 
 

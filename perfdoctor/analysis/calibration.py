@@ -137,7 +137,7 @@ def calibrate_device(device: str, quick: bool = False) -> dict[str, Any]:
 
 
 # a 1-minute load average above this many runnable tasks per core means other work shares the cores: a CPU
-# peak measured then is understated (a 2-core box at load 8 measured fp32 0.105 TFLOP/s, issue 11)
+# peak measured then is understated (a 2-core box at load 8 measured fp32 0.105 TFLOP/s)
 MAX_LOAD_PER_CORE = 0.75
 
 

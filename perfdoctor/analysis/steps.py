@@ -346,7 +346,7 @@ def _after_inherited_work(tables: TraceTables, gpu_tabs: list[str], h_start: flo
     the recording (activities with no launch in the trace, or launched before the step) that still runs after
     the step's host start, when it ends before the step's own first device activity; else ``h_start``.
 
-    As TensorBoard's plugin and HTA do (issue 10 item 6): the first step does not absorb the previous,
+    As TensorBoard's plugin and HTA do: the first step does not absorb the previous,
     unrecorded step's kernels.
     """
     inherited_end, own_first = -np.inf, np.inf

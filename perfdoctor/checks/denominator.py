@@ -1,7 +1,7 @@
 """The report's one denominator: the step time every finding's saving is a share of.
 
 A check states a saving in µs per step (:class:`perfdoctor.findings.Estimate`); the engine divides every saving by
-this one number, so two findings' percentages compare as their µs do (issue 10). The rule, by input:
+this one number, so two findings' percentages compare as their µs do. The rule, by input:
 
 - one trace: the mean step time of its analysed steps (the primary device's step windows), which is also the
   recorded mean step a replayed saving is taken from (recorded mean − replayed mean with the fix);
@@ -95,7 +95,7 @@ def step_denominator(analysis: Any, rank_ctx: list[Any]) -> StepDenominator | No
 
 def _median_step_us(ctx: Any) -> float:
     """Median analysed step time (µs) of one rank's context: the statistic of the report's rank spread (longest /
-    shortest rank), which can name another rank than the denominator's longest mean (new-user review F12)."""
+    shortest rank), which can name another rank than the denominator's longest mean."""
     return float(np.median([float(s.dur_us) for s in ctx.step_rows]))
 
 

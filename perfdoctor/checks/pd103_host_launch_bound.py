@@ -173,15 +173,15 @@ def _graphs_saving(
     16.2 ms on top of prefetching = the 16.2 ms of measured launch idle; with num_workers=4 the recording says
     29.2 ms). ``base``: (mean replayed step with prefetched batches, saving of graphs alone) µs, or None. The
     what-if the rank's fix-all and the savings after this one replay (``RankReplay.whatifs``) is then the base and
-    the graphs together, so that they add up: the fix-all's saving is the base's plus the listed savings (numbers
-    review s.10: kineto2020 V100 nw4 fix-all 69.04 ms without the base vs 68.10 ms chaining the findings).
+    the graphs together, so that they add up: the fix-all's saving is the base's plus the listed savings
+    (kineto2020 V100 nw4 fix-all 69.04 ms without the base vs 68.10 ms chaining the findings).
     """
     rr, t = ctx.replay(), ctx.tables
     graphs = cuda_graphs(rr, t)
     dl = prefetch_dataloader(rr, t)
     if not _prefetch_reported(ctx) or not dl.changes_anything:
         # PD101 not a finding here (not selected, under its threshold, no fetch): the graphs alone, whose fix-all
-        # what-if holds no prefetch that no finding recommends (new-user review: `--ignore PD101` still replayed
+        # what-if holds no prefetch that no finding recommends (`--ignore PD101` still replayed
         # it; on the DLRM ranks, where PD101 does not fire, the message said "graphs alone would save 9.4 ms, most
         # of it by hiding the DataLoader fetch" of a prefetch that moved no step)
         saving, per, method = ctx.replayed_saving(graphs)

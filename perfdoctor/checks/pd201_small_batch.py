@@ -190,7 +190,7 @@ def _headroom_method(fill_pct: float) -> str:
 def _upper_bound_text(ctx: RankContext, growth: float) -> str:
     """The CPU saving if no op's time grew with the batch (the larger-batch what-if with every op fixed): the bound
     the replayed saving lies under. Few-row GEMMs that wait on reading their weights grow less than the batch:
-    new-user review F10 measured a 4 × Linear(1024, 1024) MLP on 1 thread at 37.3 ms/step with batch 8 and
+    a measured 4 × Linear(1024, 1024) MLP on 1 thread at 37.3 ms/step with batch 8 and
     71.6 ms with batch 64 (8.95 ms per 8 samples), between the two models."""
     from perfdoctor.replay.transforms.batch import larger_batch
 

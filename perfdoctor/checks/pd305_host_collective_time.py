@@ -81,7 +81,7 @@ def _advice(rows: list[dict[str, float | str]], exposed_share: float, n_steps: i
     """The fixes the collectives' sizes, rates and exposure point to. Coalescing ("fewer, larger collectives")
     only when there are several calls per step to coalesce and their mean duration is of a call's fixed latency
     (under :data:`LATENCY_US`): one call per step has nothing to coalesce, and a small call that takes
-    milliseconds is waiting for its peers (new-user review F23: one 0.27 MB all_reduce of 15.5 ms per step)."""
+    milliseconds is waiting for its peers (one 0.27 MB all_reduce of 15.5 ms per step)."""
     tips = []
     calls = sum(float(r["count"]) for r in rows) / max(n_steps, 1)
     small = rows and all(float(r["bytes"]) < SMALL_BYTES for r in rows)

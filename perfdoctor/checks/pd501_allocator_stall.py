@@ -63,7 +63,7 @@ ADVICE = CAUSES
 def _rocm_words(text: str) -> str:
     """``text`` (the rule's fix or example) as it reads on ROCm, whose trace holds hipMalloc/hipFree and whose
     allocator reads ``PYTORCH_HIP_ALLOC_CONF`` (PyTorch's HIP caching allocator; the CUDA name is the
-    fallback, new-user review: PD501 told an MI300X run to set the CUDA variable)."""
+    fallback, PD501 told an MI300X run to set the CUDA variable)."""
     for cuda, hip in (
         ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_HIP_ALLOC_CONF"),
         ("cudaMalloc", "hipMalloc"),

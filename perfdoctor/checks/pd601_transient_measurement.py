@@ -49,7 +49,7 @@ def check(job: JobContext) -> Outcome:
         return skipped("the run has no profiled window inside its step series")
     if (earlier := _phase_left(run, ss)) is not None and abs(ratio - 1.0) > job.th["max_deviation"]:
         # the window lies in a phase the run left: the phase detection already found the levels distinct, so the
-        # noise of the last phase (wide when that phase is slow and noisy) does not excuse it (new-user review F15)
+        # noise of the last phase (wide when that phase is slow and noisy) does not excuse it
         return _hit(ss, ratio, abs(ratio - 1.0) * 100, median_s, f"{basis}, in {earlier},")
     if ss.unstable:
         # no single level, but a window outside the run's whole p10-p90 band is a transient all the same: the

@@ -62,7 +62,7 @@ def check(ctx: RankContext) -> Outcome:
     shown = {k: v / per for k, v in about.by_kind_us.items() if v / per >= 1.0}
     kinds = [f"{_KIND_TEXT[k]} {v / 1000:,.1f} ms" for k, v in sorted(shown.items(), key=lambda kv: -kv[1])]
     if len(kinds) > 1 and sum(shown.values()) > union_us + 50.0:  # overlapping kinds (PD902's rule text)
-        # a first call that triggers lazy initialisation counts in both: say so beside the parts (new-user review:
+        # a first call that triggers lazy initialisation counts in both: say so beside the parts (a reader read
         # 440.6 + 143.7 + 34.1 ms read as exceeding the 496.7 ms held)
         kinds[-1] += f"; these overlap (one first call can also initialise), their union is {union_us / 1000:,.1f} ms"
     if all_cold:

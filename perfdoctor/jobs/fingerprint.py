@@ -2,7 +2,7 @@
 
 On a Dask cluster every worker runs the perfdoctor installed where it runs. Two workers of one job can run
 different releases, or one release patched differently (an editable checkout mid-edit, a hot fix on some
-nodes): their ranks' numbers then come from different analyses and cannot be compared (F21). Each summary
+nodes): their ranks' numbers then come from different analyses and cannot be compared. Each summary
 carries the version and :func:`code_fingerprint` of the code that made it and the worker that ran it;
 :func:`mixed_code` is the one-line refusal when the ranks' fingerprints differ, :func:`reducer_differs` the
 warning when they agree with each other but not with the process that reduces them (its cross-rank analyses

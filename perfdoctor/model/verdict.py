@@ -91,7 +91,7 @@ FRAGMENT_CAVEAT = (
 
 def _only_step_cut(rank: RankSection) -> bool:
     """Whether the rank's one analysed step was cut where the recording stops (:func:`perfdoctor.analysis.steps.
-    find_steps` warns so): its breakdown is of the recorded start only (new-user review F25: HTA's Triton trace, a
+    find_steps` warns so): its breakdown is of the recorded start only (HTA's Triton trace, a
     13,336 ms ProfilerStep#1 of which 1.5 ms were recorded, read 'saves up to 100% of the step')."""
     from perfdoctor.analysis.steps import STOPPED_INSIDE
 

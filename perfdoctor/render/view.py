@@ -422,7 +422,7 @@ def findings(report: Report | Mapping[str, Any]) -> list[dict[str, Any]]:
         item["look"] = look
     # the engine's order (``position``): by saving alone, each finding after the fixes its stated saving builds on;
     # re-sorting by the stated saving put PD203's 19.0 ms after-the-others figure above the fixes it needs first in
-    # the Markdown and HTML, and below them in the terminal and JSON (new-user review)
+    # the Markdown and HTML, and below them in the terminal and JSON
     return sorted(items, key=lambda f: (f["priority"] is None, f["priority"] or 0, f["order"]))
 
 

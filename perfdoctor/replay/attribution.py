@@ -297,7 +297,7 @@ def _host_split(
             busy_parts.append(at(iv.union(tab["ts_us"][m], tab["end_us"][m])))
     busy = iv.intersect(rest, iv.union_of(*busy_parts)) if busy_parts else iv.EMPTY
     # the host process is outside every op and runtime call: the script's own Python (preprocessing, logging),
-    # or I/O and sleeps with no op around them (issue 11 item 9: its own cause, PD106)
+    # or I/O and sleeps with no op around them (its own cause, PD106)
     return [dl, sync, busy, iv.subtract(rest, busy), iv.EMPTY]
 
 

@@ -21,7 +21,7 @@ from perfdoctor.replay.simulate import ReplayResult, Scenario, replay
 from perfdoctor.replay.windows import StepWindows, replayed_windows
 from perfdoctor.trace.tables import TraceTables
 
-MAX_MEAN_ERROR = 0.02  # issue 10: mean replayed step within 2% of the recorded one
+MAX_MEAN_ERROR = 0.02  # mean replayed step within 2% of the recorded one
 MAX_STEP_ERROR = 0.05  # and each step within 5%
 MIN_LAUNCH_JOIN = 0.5  # below this share of activities with a launch record, the host→device edges are guesses
 

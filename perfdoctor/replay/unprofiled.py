@@ -2,7 +2,7 @@
 
 The profiler costs the host time on every event it records (an op's RecordFunction callbacks, a runtime call's
 CUPTI callback, an annotation), so an op-heavy step runs longer inside the window than outside it (a CPU script of
-many tiny ops: 3.5 ms per step unprofiled, 7.0 ms profiled; issue 10). A run directory measures both steps:
+many tiny ops: 3.5 ms per step unprofiled, 7.0 ms profiled). A run directory measures both steps:
 
 - ``W``: the mean of the analysed (profiled) steps of the trace (µs);
 - ``S``: the median of the run's unprofiled steady-state steps (``steps.csv``, µs:

@@ -267,8 +267,7 @@ class RankContext:
             f"{whatif.source}): {what}, mean over {per.size} analysed step(s) "
             f"({step_list_text(self.step_numbers)})"
         )
-        if u is not None:
-            method += "; " + u.text(rr.base_step_us)
+        method += "; " + (u.text(rr.base_step_us) if u is not None else profiled_step_text(run_json(self.analysis)))
         if rr.peers is not None:
             method += f"; {peers_text(rr.peers, rr.fixed_whatif([*first, whatif]).scenario)}"
         if rr.fallback:
@@ -357,6 +356,23 @@ def _cold_steps(rank: Any) -> list[int]:
     """A rank's cold steps: a :class:`perfdoctor.pipeline.RankAnalysis`'s or a rank summary stand-in's."""
     fn = getattr(rank.steps, "cold_steps", None)
     return list(fn()) if fn is not None else []
+
+
+def profiled_step_text(run: dict[str, Any] | None) -> str:
+    """The clause a replayed saving carries when it is not stated for an unprofiled step: it is for the profiled
+    step, which the profiler's per-event host overhead lengthens (:mod:`perfdoctor.replay.unprofiled`). ``run``: the
+    run's ``run.json`` (a ``perfdoctor profile`` run whose unprofiled steps found no steady level), or None (a bare
+    trace: nothing recorded the step without the profiler)."""
+    if run is not None:
+        return (
+            "for the profiled step as recorded: the run's unprofiled steps reach no steady level to state it for, "
+            "so the profiler's own host overhead (a cost per recorded op) is in the step and may be in the saving"
+        )
+    return (
+        "for the profiled step as recorded: a trace without its run has no unprofiled step times, so the "
+        "profiler's own host overhead (a cost per recorded op) is in the step and may be in the saving; "
+        "`perfdoctor profile` states it for the unprofiled step"
+    )
 
 
 def run_json(analysis: Any) -> dict[str, Any] | None:

@@ -51,6 +51,7 @@ from perfdoctor.analysis.steps import find_steps  # noqa: E402
 from perfdoctor.capture.run_data import RunData, load_run_dir, steady_step_times  # noqa: E402
 from perfdoctor.checks.common import unprofiled_step_times  # noqa: E402
 from perfdoctor.checks.pd104_cpu_thread_oversubscription import thread_counts  # noqa: E402
+from perfdoctor.replay.machine import CoreBudget, core_budget  # noqa: E402
 from perfdoctor.replay.rank import RankReplay, replay_rank  # noqa: E402
 from perfdoctor.replay.transforms import WhatIf  # noqa: E402
 from perfdoctor.replay.transforms.batch import larger_batch  # noqa: E402
@@ -78,6 +79,12 @@ def _threads(rr: RankReplay, t: TraceTables, run: RunData) -> WhatIf:
     return fit_threads_to_cores(rr, t, sum(per_process) + workers, cores)
 
 
+def _budget(run: RunData) -> CoreBudget | None:
+    """The run's cores and its unprofiled steady steps' CPU time (PD101's core budget, as the report reads it)."""
+    ss = run.steady_state
+    return core_budget(run.run, run.steps, int(ss.steady_start_step) if ss is not None else 0)
+
+
 @dataclass(frozen=True)
 class CpuPair:
     """``after_batches``: how many of the "before" side's batches one "after" step holds (a larger-batch pair:
@@ -98,7 +105,7 @@ CPU_PAIRS = [
         "CPU mlp: __getitem__ 1 ms, num_workers 0 -> 2 (PD101)",
         ["--slow-getitem-ms", "1"],
         ["--slow-getitem-ms", "1", "--num-workers", "2"],
-        lambda rr, t, run: prefetch_dataloader(rr, t, workers=2),  # the "after" side's pool
+        lambda rr, t, run: prefetch_dataloader(rr, t, workers=2, budget=_budget(run)),  # the "after" side's pool
     ),
     CpuPair(
         "CPU mlp: 5 ms Python metrics per step -> none (PD105)",

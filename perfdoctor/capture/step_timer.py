@@ -1,6 +1,7 @@
 """Per-step timing and memory, cheap enough to run on every step.
 
-CPU: ``time.perf_counter()`` at each step boundary. CUDA: additionally a
+CPU: ``time.perf_counter()`` at each step boundary, and the process's and the step loop thread's CPU time
+(``time.process_time()``, ``time.thread_time()``) beside it. CUDA: additionally a
 ``torch.cuda.Event`` is recorded at each boundary and resolved later with
 ``Event.query()`` (never a per-step synchronize), so a step's duration is the
 GPU-side time between boundaries when available; rows are emitted in step order
@@ -70,6 +71,7 @@ class StepTimer:
         self.sink = sink
         self.cuda = cuda
         self._prev_end_s: float | None = None
+        self._prev_cpu_s: tuple[float, float] | None = None  # (process, thread) CPU seconds at the last boundary
         self._prev_event: torch.cuda.Event | None = None
         self._pending: deque[tuple[StepRecord, torch.cuda.Event | None, torch.cuda.Event]] = deque()
         self.steps_done = 0
@@ -86,6 +88,7 @@ class StepTimer:
         """Close the current step. ``first_start_s``: perf_counter() at the first forward;
         ``eval_s``/``checkpoint_s``: host seconds of evaluation / torch.save inside the step."""
         now = time.perf_counter()
+        cpu_now = (time.process_time(), time.thread_time())
         start = self._prev_end_s if self._prev_end_s is not None else (first_start_s or now)
         rec = StepRecord(
             self.steps_done,
@@ -98,7 +101,11 @@ class StepTimer:
             eval_s=eval_s,
             checkpoint_s=checkpoint_s,
         )
+        if self._prev_cpu_s is not None:  # the first step's start is the forward's, where no CPU time was read
+            rec.cpu_s = cpu_now[0] - self._prev_cpu_s[0]
+            rec.main_cpu_s = cpu_now[1] - self._prev_cpu_s[1]
         self._prev_end_s = now
+        self._prev_cpu_s = cpu_now
         self.steps_done += 1
         if not self.cuda:
             self.sink(rec)
@@ -115,6 +122,7 @@ class StepTimer:
         FLOPs counter set-up) is not charged to the script's next step."""
         if self._prev_end_s is not None:
             self._prev_end_s = time.perf_counter()
+            self._prev_cpu_s = (time.process_time(), time.thread_time())
         if self.cuda and self._prev_event is not None:
             event = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]  # torch leaves it unannotated
             event.record()

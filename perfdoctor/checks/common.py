@@ -234,6 +234,23 @@ def unprofiled_step_times(run: Any, start: int = 0) -> tuple[np.ndarray, np.ndar
     return np.flatnonzero(keep), d[keep]
 
 
+def run_core_budget(ctx: Any) -> Any:
+    """The rank's :class:`perfdoctor.replay.machine.CoreBudget` (the run's cores and its unprofiled steady steps'
+    CPU time, from the run's steady-state start on), or None for a bare trace or a run that records no CPU count."""
+    from perfdoctor.checks.context import run_json
+    from perfdoctor.replay.machine import core_budget
+
+    run = getattr(ctx.analysis, "run", None)
+    facts = run_json(ctx.analysis)
+    if facts is None:
+        return None
+    rank = getattr(ctx.rank.tables, "rank", None)
+    per_rank = getattr(run, "rank_steps", None) or {}
+    steps = per_rank.get(int(rank)) if rank is not None and int(rank) in per_rank else getattr(run, "steps", None)
+    ss = getattr(run, "steady_state", None)
+    return core_budget(facts, steps, int(getattr(ss, "steady_start_step", 0) or 0))
+
+
 def cold_reason(ctx: Any) -> str:
     """Why a verdict about the training loop (launch-bound, synchronization, Python between ops, batch size, MFU) is
     not drawn ("" when the analysed steps are warm): every analysed step is first-call work (PD902)."""

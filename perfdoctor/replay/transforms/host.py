@@ -8,6 +8,7 @@ import re
 import numpy as np
 
 from perfdoctor.replay.graph import ACT_TABLES, QUEUE_CALL
+from perfdoctor.replay.machine import CoreBudget
 from perfdoctor.replay.rank import RankReplay
 from perfdoctor.replay.simulate import Intervals, Scenario
 from perfdoctor.replay.transforms import WhatIf, merge_cuts
@@ -82,14 +83,60 @@ POOL_PASSES = 4  # replays that add back a worker pool's throughput deficit (a h
 HANDOFF_US = 1300.0
 HANDOFF_FREE_NS_PER_BYTE = 0.25
 HANDOFF_READ_NS_PER_BYTE = 0.074
-# what the trace of a num_workers=0 run cannot show, said with every prefetch saving (benchmarks/replay_pairs.py
-# --steps: the ResNet50 V100 pair's per-step evidence)
+# what the core budget does not cover, said with every prefetch saving (benchmarks/replay_pairs.py --steps: the
+# ResNet50 V100 pair's per-step evidence)
 CONTENTION = (
-    "not modelled, as the trace records neither the machine's cores nor the workers: their competition with the "
-    "training process for cores, memory bandwidth and clock, which slows its host work (ResNet50 V100, 4 workers: "
-    "host ops 4-11% slower in typical steps, 21-32% in two, one batch copy stalled 37 ms), so the step can come out "
-    "longer than replayed"
+    "not modelled: the workers' competition with the training process for memory bandwidth, caches and clock, "
+    "which slows its host work even with cores to spare (ResNet50 V100, 4 workers: host ops 4-11% slower in typical "
+    "steps, 21-32% in two, one batch copy stalled 37 ms), so the step can come out longer than replayed"
 )
+
+
+def core_floor(budget: CoreBudget | None, fetch_us: float, step_us: float, inflation: float) -> tuple[float, str]:
+    """The shortest fixed step the machine's cores allow once the fetches' work runs in worker processes (µs per
+    step, in the replay's time: × ``inflation``, the profiled window's step ÷ the unprofiled one), and the clause
+    that states the budget (:mod:`perfdoctor.replay.machine`).
+
+    ``fetch_us``: recorded DataLoader fetch time per step (µs, the work moved to workers); ``step_us``: the step
+    replayed with the hand-off (µs). With the run's CPU times: the fetch's CPU share is what the step loop's thread
+    did not spend off the CPU (``1 − off_cpu / fetch``: a sleeping ``__getitem__`` costs the workers no core), and
+    the floor is the process's CPU time per unprofiled step (its own work and the fetch's, now the workers') ÷ the
+    cores. With the cores only: the training thread busy the whole step and the fetch all CPU work, ``C·T ≥ T +
+    fetch``, so ``T ≥ fetch / (C − 1)`` (one core: the fetch adds to the step, no saving). Without a budget (a bare
+    trace): no floor; the clause names the fewest cores the saving needs under the same assumption.
+    """
+    f_ms, t_ms = fetch_us / 1e3, step_us / 1e3
+    if budget is None:
+        need = int(np.ceil((step_us + fetch_us) / step_us)) if step_us > 0 else 1
+        return 0.0, (
+            "core budget: none recorded (a trace without its run: Kineto records threads, not cores); assumed at "
+            f"least {need} free logical CPUs, the training thread busy through the {t_ms:.1f} ms replayed step "
+            f"beside the {f_ms:.1f} ms of fetching per step moved to workers (assumed all CPU work); on fewer cores "
+            "the workers take the training thread's time and the saving shrinks (recorded by `perfdoctor profile`)"
+        )
+    c = budget.cores
+    if budget.measured:
+        assert budget.process_cpu_us is not None and budget.step_us is not None
+        off = budget.off_cpu_us()
+        share = min(max(1.0 - off / fetch_us, 0.0), 1.0) if fetch_us > 0 else 0.0
+        floor = budget.process_cpu_us / c
+        text = (
+            f"core budget: {budget.machine_text()}; the training process used {budget.process_cpu_us / 1e3:.1f} ms "
+            f"of CPU per {budget.step_us / 1e3:.1f} ms unprofiled step (steps.csv cpu_s; its loop thread off the CPU "
+            f"{off / 1e3:.1f} ms of it, so the fetch is {share:.0%} CPU work, which the workers still run): the fixed "
+            f"step lasts at least {budget.process_cpu_us / 1e3:.1f} ÷ {c} = {floor / 1e3:.1f} ms"
+        )
+    else:
+        floor = fetch_us / (c - 1) if c > 1 else step_us + fetch_us
+        text = (
+            f"core budget: {budget.machine_text()}; the run recorded no CPU time per step, so the training thread is "
+            f"assumed busy through the step and the {f_ms:.1f} ms of fetching per step all CPU work: the fixed step "
+            f"lasts at least {floor / 1e3:.1f} ms"
+            + (f" ({f_ms:.1f} ms ÷ {c - 1} spare cores)" if c > 1 else " (one core: the fetch stays in the step)")
+        )
+    floor *= inflation
+    binds = floor > step_us + 0.5
+    return floor, text + (" (binds: the cores, not the loop, set the step)" if binds else " (does not bind)")
 
 
 def _per_window(ts_us: np.ndarray, rr: RankReplay) -> np.ndarray:
@@ -132,7 +179,11 @@ def fetched_batches(rr: RankReplay, tables: TraceTables, fetch_end_us: np.ndarra
 
 
 def prefetch_dataloader(
-    rr: RankReplay, tables: TraceTables, residual_us: float | None = None, workers: int | None = None
+    rr: RankReplay,
+    tables: TraceTables,
+    residual_us: float | None = None,
+    workers: int | None = None,
+    budget: CoreBudget | None = None,
 ) -> WhatIf:
     """Every DataLoader ``__next__`` on the step's process becomes a hand-off of a batch from a worker, as long as
     a pool of ``workers`` processes keeps up.
@@ -149,11 +200,13 @@ def prefetch_dataloader(
     queued device work). ``workers=None``: enough workers that the bound never binds; the assumption then names
     the fewest that suffice, ``⌈L / replayed step⌉``.
 
-    Not modelled, as the trace cannot show them: the workers' competition with the main process for CPU cores and
-    memory bandwidth (the trace does not record how many cores the machine has; assumed at least ``W + 1`` free;
-    on the ResNet50 V100 pair the "after" trace's host ops ran 10-30% slower than the "before" trace's in its
-    typical steps and up to 90% slower in one, and one copy stalled 37 ms), and a batch size the trace does not
-    show (no host→device copy after the fetch: the per-byte hand-off is not counted).
+    The machine's cores (``budget``, from the run: :mod:`perfdoctor.replay.machine`): the work moved to the
+    workers still takes CPU time, so no step is shorter than :func:`core_floor`; steps under it wait in their
+    fetches for the difference, as under the pool's bound. Without a budget (a bare trace) the saving states the
+    fewest cores it needs. Not modelled: the workers' competition for memory bandwidth, caches and clock (on the
+    ResNet50 V100 pair the "after" trace's host ops ran 4-11% slower than the "before" trace's in its typical
+    steps and up to 32% slower in two, and one copy stalled 37 ms), and a batch size the trace does not show (no
+    host→device copy after the fetch: the per-byte hand-off is not counted).
     Source: PyTorch DataLoader docs, multi-process data loading (``num_workers`` worker processes, each building
     whole batches, ``prefetch_factor`` batches ahead per worker); the hand-off cost from
     benchmarks/dataloader_handoff.py.
@@ -196,15 +249,18 @@ def prefetch_dataloader(
     n_fetch = np.bincount(step[inside], minlength=n_steps).astype(np.float64)
     load_us = float((e - s)[inside].mean()) if inside.any() else 0.0
     replayed = rr.step_times(sc)
-    if workers is None:
+    fetch_us = float(n_fetch.mean()) * load_us
+    inflation = rr.unprofiled.step_inflation if rr.unprofiled is not None else 1.0
+    floor, budget_text = core_floor(budget, fetch_us, float(replayed.mean()) / inflation, inflation)
+    if workers is None and floor <= 0:
         need = int(np.ceil(load_us / float(replayed.mean()))) if load_us > 0 and replayed.mean() > 0 else 0
         text = (
             f"batches prefetched by DataLoader workers: {handoff}; this needs at least {max(need, 1)} worker(s) "
-            f"(recorded fetch {load_us / 1e3:.1f} ms ÷ replayed step {float(replayed.mean()) / 1e3:.1f} ms) and as "
-            f"many free cores; {CONTENTION}"
+            f"(recorded fetch {load_us / 1e3:.1f} ms ÷ replayed step {float(replayed.mean()) / 1e3:.1f} ms); "
+            f"{budget_text}; {CONTENTION}"
         )
         return WhatIf("prefetch-dataloader", sc, text, "PyTorch DataLoader multi-process loading (num_workers > 0)")
-    bound = n_fetch * load_us / max(workers, 1)
+    bound = np.maximum(n_fetch * load_us / max(workers or 1, 1) if workers else 0.0, floor)
     for _ in range(POOL_PASSES):
         deficit = bound - replayed
         if not (deficit > 0.5).any():
@@ -213,10 +269,13 @@ def prefetch_dataloader(
         keep[short] += deficit[step[short]] / n_fetch[step[short]]
         sc = scenario(keep)
         replayed = rr.step_times(sc)
-    text = (
+    pool = (
         f"{workers} DataLoader worker(s), each loading a batch in the recorded fetch time ({load_us / 1e3:.1f} ms): "
-        f"a step lasts at least {load_us / max(workers, 1) / 1e3:.1f} ms per batch; {handoff}; {CONTENTION}"
+        f"a step lasts at least {load_us / max(workers, 1) / 1e3:.1f} ms per batch"
+        if workers
+        else "batches prefetched by DataLoader workers"
     )
+    text = f"{pool}; {handoff}; {budget_text}; {CONTENTION}"
     return WhatIf("prefetch-dataloader", sc, text, "PyTorch DataLoader multi-process loading (num_workers > 0)")
 
 

@@ -1,0 +1,93 @@
+"""The machine in the replay: how many cores a ``perfdoctor profile`` run had and how much of them its step used.
+
+A what-if that moves host work off the training loop (batches prefetched by DataLoader workers) does not make that
+work free: the workers run it on the same machine's cores. Where the run records them (``run.json``'s
+``cpu.logical_cpus`` and ``cpu.model``; ``steps.csv``'s ``cpu_s``, the training process's CPU seconds per step over
+all its threads, and ``main_cpu_s``, the step loop thread's), the fixed step cannot be shorter than the CPU time
+the step needs ÷ the cores (:func:`perfdoctor.replay.transforms.host.core_floor`). A bare trace records neither
+(Kineto keeps thread ids, not cores): the what-if then states the fewest cores its saving needs.
+
+Source of the bound: a step that needs ``U`` CPU-µs of work on ``C`` cores lasts at least ``U / C`` µs (work
+conservation; the OS time-slices runnable threads over the cores). It is a lower bound on the fixed step: threads
+that wait at a parallel region's barrier for a descheduled peer, and caches and memory bandwidth the workers share,
+slow it further and are not modelled.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class CoreBudget:
+    """A run's cores and the CPU time of its unprofiled steady step (medians over those steps).
+
+    Attributes:
+        cores: logical CPUs of the machine that ran the job (``os.cpu_count()`` in ``run.json``).
+        cpu_model: its CPU model (``/proc/cpuinfo``), or None.
+        step_us: median unprofiled steady step, wall time (µs; None without ``steps.csv`` CPU times).
+        process_cpu_us: median CPU time of those steps over all the training process's threads (µs, ``cpu_s``).
+        main_cpu_us: the same for the step loop's own thread (µs, ``main_cpu_s``).
+        source: where the cores come from (``"run.json"``, or a stated assumption).
+    """
+
+    cores: int
+    cpu_model: str | None = None
+    step_us: float | None = None
+    process_cpu_us: float | None = None
+    main_cpu_us: float | None = None
+    source: str = "run.json"
+
+    @property
+    def measured(self) -> bool:
+        """Whether the run recorded its steps' CPU time (``steps.csv`` ``cpu_s`` and ``main_cpu_s``)."""
+        return self.step_us is not None and self.process_cpu_us is not None and self.main_cpu_us is not None
+
+    def off_cpu_us(self) -> float:
+        """Time per unprofiled step the step loop's thread was off the CPU (µs): sleeping, in I/O, or waiting
+        (wall − its CPU time, at least 0; 0 when not measured)."""
+        if not self.measured:
+            return 0.0
+        assert self.step_us is not None and self.main_cpu_us is not None
+        return max(self.step_us - self.main_cpu_us, 0.0)
+
+    def machine_text(self) -> str:
+        """ "2 logical CPUs (Intel Xeon …, run.json)"."""
+        model = f"{self.cpu_model}, " if self.cpu_model else ""
+        return f"{self.cores} logical CPU(s) ({model}{self.source})"
+
+
+def core_budget(run: dict[str, Any] | None, steps: dict[str, np.ndarray] | None, start: int = 0) -> CoreBudget | None:
+    """The core budget of a ``perfdoctor profile`` run, or None when its ``run.json`` records no CPU count.
+
+    ``run``: ``run.json`` as parsed; ``steps``: the rank's ``steps.csv`` columns (``duration_s``, ``cpu_s``,
+    ``main_cpu_s``, ``profiler_phase``; absent CPU columns: an older run, the budget then has the cores only);
+    ``start``: the first steady-state step index. Medians are over the unprofiled steps (profiler phase "none")
+    from ``start`` on with every value measured.
+    """
+    cpu = (run or {}).get("cpu") or {}
+    cores = cpu.get("logical_cpus")
+    if not isinstance(cores, int) or cores < 1:
+        return None
+    model = cpu.get("model") if isinstance(cpu.get("model"), str) else None
+    cols = steps or {}
+    d, pc, mc = (cols.get(k) for k in ("duration_s", "cpu_s", "main_cpu_s"))
+    if d is None or pc is None or mc is None or len(d) == 0:
+        return CoreBudget(cores, model)
+    d, pc, mc = (np.asarray(x, dtype=np.float64) for x in (d, pc, mc))
+    phase = cols.get("profiler_phase")
+    keep = (np.arange(d.size) >= start) & np.isfinite(d) & np.isfinite(pc) & np.isfinite(mc)
+    if phase is not None:
+        keep &= np.asarray(phase) == "none"
+    if not keep.any():
+        return CoreBudget(cores, model)
+    return CoreBudget(
+        cores,
+        model,
+        float(np.median(d[keep])) * 1e6,
+        float(np.median(pc[keep])) * 1e6,
+        float(np.median(mc[keep])) * 1e6,
+    )

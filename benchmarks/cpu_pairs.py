@@ -107,6 +107,12 @@ CPU_PAIRS = [
         ["--slow-getitem-ms", "1", "--num-workers", "2"],
         lambda rr, t, run: prefetch_dataloader(rr, t, workers=2, budget=_budget(run)),  # the "after" side's pool
     ),
+    CpuPair(  # the fetch is CPU work: the workers take the cores the training loop uses (the core budget)
+        "CPU mlp: __getitem__ 0.25 ms of CPU, num_workers 0 -> 2 (PD101)",
+        ["--busy-getitem-ms", "0.25"],
+        ["--busy-getitem-ms", "0.25", "--num-workers", "2"],
+        lambda rr, t, run: prefetch_dataloader(rr, t, workers=2, budget=_budget(run)),
+    ),
     CpuPair(
         "CPU mlp: 5 ms Python metrics per step -> none (PD105)",
         ["--python-metrics-ms", "5"],

@@ -58,7 +58,7 @@ def test_measured_cpu_time_bounds_the_fixed_step(fetch_bound: tuple[RankReplay, 
     saving, text = _saving(fetch_bound, budget)
     assert saving == pytest.approx(550.0)
     assert "2 logical CPU(s) (Test CPU, run.json)" in text and "the fetch is 83% CPU work" in text
-    assert "at least 0.9 ÷ 2 = 0.5 ms (binds" in text
+    assert "at least 0.9 ÷ 2.0 = 0.5 ms (binds" in text
     # a sleeping __getitem__: the process used 400 µs of CPU (off the CPU 600 µs): 200 µs floor, no bind
     sleepy = CoreBudget(2, None, step_us=1000.0, process_cpu_us=400.0, main_cpu_us=400.0)
     saving, text = _saving(fetch_bound, sleepy)
@@ -72,11 +72,14 @@ def test_cores_only_assume_a_busy_training_thread_and_a_cpu_bound_fetch(
     assert _saving(fetch_bound, CoreBudget(2))[0] == pytest.approx(400.0)
     assert _saving(fetch_bound, CoreBudget(4))[0] == pytest.approx(600.0)
     saving, text = _saving(fetch_bound, CoreBudget(1))
-    assert saving == pytest.approx(0.0) and "one core: the fetch stays in the step" in text
+    assert saving == pytest.approx(0.0) and "under two free cores" in text
+    # 4 cores with a load of 2.5 at the start: 1.5 free → T ≥ 400 + 600 × 0.5 = 700 (saving 300)
+    saving, text = _saving(fetch_bound, CoreBudget(4, load_avg=2.5))
+    assert saving == pytest.approx(300.0) and "1.5 of them free for the job" in text
 
 
 def test_core_budget_reads_the_run() -> None:
-    run = {"cpu": {"logical_cpus": 4, "model": "Xeon"}}
+    run = {"cpu": {"logical_cpus": 4, "model": "Xeon"}, "load_avg": {"start": [0.5, 1.0, 2.0]}}
     steps = {
         "duration_s": np.array([0.5, 0.010, 0.012, 0.011, 0.020]),
         "cpu_s": np.array([np.nan, 0.008, 0.009, 0.010, 0.030]),
@@ -88,6 +91,7 @@ def test_core_budget_reads_the_run() -> None:
     assert b is not None and b.cores == 4 and b.cpu_model == "Xeon" and b.measured
     assert b.step_us == pytest.approx(11000.0) and b.process_cpu_us == pytest.approx(9000.0)
     assert b.main_cpu_us == pytest.approx(7000.0) and b.off_cpu_us() == pytest.approx(4000.0)
+    assert b.load_avg == 0.5 and b.free_cores == pytest.approx(3.5)  # the 1-minute load at the start
     old = core_budget(run, {"duration_s": steps["duration_s"]}, start=1)  # a run before cpu_s: cores only
-    assert old == CoreBudget(4, "Xeon") and not old.measured
+    assert old == CoreBudget(4, "Xeon", load_avg=0.5) and not old.measured
     assert core_budget({"cpu": {}}, steps) is None and core_budget(None, None) is None

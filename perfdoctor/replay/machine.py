@@ -32,6 +32,8 @@ class CoreBudget:
         process_cpu_us: median CPU time of those steps over all the training process's threads (µs, ``cpu_s``).
         main_cpu_us: the same for the step loop's own thread (µs, ``main_cpu_s``).
         source: where the cores come from (``"run.json"``, or a stated assumption).
+        load_avg: the machine's 1-minute load average when the run started (``run.json`` ``load_avg.start``,
+            before the job ran a step): other processes' runnable threads, each taking a core's share.
     """
 
     cores: int
@@ -40,6 +42,13 @@ class CoreBudget:
     process_cpu_us: float | None = None
     main_cpu_us: float | None = None
     source: str = "run.json"
+    load_avg: float | None = None
+
+    @property
+    def free_cores(self) -> float:
+        """The cores left to the job: :attr:`cores` − the other processes' load at the start (at least 1)."""
+        load = self.load_avg if self.load_avg is not None and self.load_avg > 0 else 0.0
+        return max(float(self.cores) - load, 1.0)
 
     @property
     def measured(self) -> bool:
@@ -57,7 +66,13 @@ class CoreBudget:
     def machine_text(self) -> str:
         """ "2 logical CPUs (Intel Xeon …, run.json)"."""
         model = f"{self.cpu_model}, " if self.cpu_model else ""
-        return f"{self.cores} logical CPU(s) ({model}{self.source})"
+        text = f"{self.cores} logical CPU(s) ({model}{self.source})"
+        if self.free_cores < self.cores:
+            text += (
+                f", {self.free_cores:.1f} of them free for the job (the machine's load average was "
+                f"{self.load_avg:.1f} when the run started: other processes' threads)"
+            )
+        return text
 
 
 def core_budget(run: dict[str, Any] | None, steps: dict[str, np.ndarray] | None, start: int = 0) -> CoreBudget | None:
@@ -65,29 +80,37 @@ def core_budget(run: dict[str, Any] | None, steps: dict[str, np.ndarray] | None,
 
     ``run``: ``run.json`` as parsed; ``steps``: the rank's ``steps.csv`` columns (``duration_s``, ``cpu_s``,
     ``main_cpu_s``, ``profiler_phase``; absent CPU columns: an older run, the budget then has the cores only);
-    ``start``: the first steady-state step index. Medians are over the unprofiled steps (profiler phase "none")
-    from ``start`` on with every value measured.
+    ``start``: the first steady-state step index; the load average at the run's start (``run.json`` ``load_avg``)
+    takes its share of the cores (:attr:`CoreBudget.free_cores`). Medians are over the unprofiled steps (profiler
+    phase "none") from ``start`` on with every value measured.
     """
     cpu = (run or {}).get("cpu") or {}
     cores = cpu.get("logical_cpus")
     if not isinstance(cores, int) or cores < 1:
         return None
     model = cpu.get("model") if isinstance(cpu.get("model"), str) else None
+    at_start = ((run or {}).get("load_avg") or {}).get("start")
+    load = (
+        float(at_start[0])
+        if isinstance(at_start, list) and at_start and isinstance(at_start[0], (int, float))
+        else None
+    )
     cols = steps or {}
     d, pc, mc = (cols.get(k) for k in ("duration_s", "cpu_s", "main_cpu_s"))
     if d is None or pc is None or mc is None or len(d) == 0:
-        return CoreBudget(cores, model)
+        return CoreBudget(cores, model, load_avg=load)
     d, pc, mc = (np.asarray(x, dtype=np.float64) for x in (d, pc, mc))
     phase = cols.get("profiler_phase")
     keep = (np.arange(d.size) >= start) & np.isfinite(d) & np.isfinite(pc) & np.isfinite(mc)
     if phase is not None:
         keep &= np.asarray(phase) == "none"
     if not keep.any():
-        return CoreBudget(cores, model)
+        return CoreBudget(cores, model, load_avg=load)
     return CoreBudget(
         cores,
         model,
         float(np.median(d[keep])) * 1e6,
         float(np.median(pc[keep])) * 1e6,
         float(np.median(mc[keep])) * 1e6,
+        load_avg=load,
     )

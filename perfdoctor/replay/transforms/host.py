@@ -101,8 +101,10 @@ def core_floor(budget: CoreBudget | None, fetch_us: float, step_us: float, infla
     replayed with the hand-off (µs). With the run's CPU times: the fetch's CPU share is what the step loop's thread
     did not spend off the CPU (``1 − off_cpu / fetch``: a sleeping ``__getitem__`` costs the workers no core), and
     the floor is the process's CPU time per unprofiled step (its own work and the fetch's, now the workers') ÷ the
-    cores. With the cores only: the training thread busy the whole step and the fetch all CPU work, ``C·T ≥ T +
-    fetch``, so ``T ≥ fetch / (C − 1)`` (one core: the fetch adds to the step, no saving). Without a budget (a bare
+    free cores (:attr:`CoreBudget.free_cores`: the machine's cores less the other processes' load when the run
+    started). With the cores only: the training thread busy the whole step and the fetch all CPU work, ``C·T ≥ T +
+    fetch``, so ``T ≥ fetch / (C − 1)``; under two free cores, ``T ≥ T + fetch × (2 − C)`` (one core: the fetch
+    adds to the step, no saving). Without a budget (a bare
     trace): no floor; the clause names the fewest cores the saving needs under the same assumption.
     """
     f_ms, t_ms = fetch_us / 1e3, step_us / 1e3
@@ -114,7 +116,7 @@ def core_floor(budget: CoreBudget | None, fetch_us: float, step_us: float, infla
             f"beside the {f_ms:.1f} ms of fetching per step moved to workers (assumed all CPU work); on fewer cores "
             "the workers take the training thread's time and the saving shrinks (recorded by `perfdoctor profile`)"
         )
-    c = budget.cores
+    c = budget.free_cores
     if budget.measured:
         assert budget.process_cpu_us is not None and budget.step_us is not None
         off = budget.off_cpu_us()
@@ -124,15 +126,19 @@ def core_floor(budget: CoreBudget | None, fetch_us: float, step_us: float, infla
             f"core budget: {budget.machine_text()}; the training process used {budget.process_cpu_us / 1e3:.1f} ms "
             f"of CPU per {budget.step_us / 1e3:.1f} ms unprofiled step (steps.csv cpu_s; its loop thread off the CPU "
             f"{off / 1e3:.1f} ms of it, so the fetch is {share:.0%} CPU work, which the workers still run): the fixed "
-            f"step lasts at least {budget.process_cpu_us / 1e3:.1f} ÷ {c} = {floor / 1e3:.1f} ms"
+            f"step lasts at least {budget.process_cpu_us / 1e3:.1f} ÷ {c:.1f} = {floor / 1e3:.1f} ms"
         )
     else:
-        floor = fetch_us / (c - 1) if c > 1 else step_us + fetch_us
+        floor = fetch_us / (c - 1) if c >= 2 else step_us + fetch_us * (2 - c)
         text = (
             f"core budget: {budget.machine_text()}; the run recorded no CPU time per step, so the training thread is "
             f"assumed busy through the step and the {f_ms:.1f} ms of fetching per step all CPU work: the fixed step "
             f"lasts at least {floor / 1e3:.1f} ms"
-            + (f" ({f_ms:.1f} ms ÷ {c - 1} spare cores)" if c > 1 else " (one core: the fetch stays in the step)")
+            + (
+                f" ({f_ms:.1f} ms ÷ {c - 1:.1f} spare cores)"
+                if c >= 2
+                else " (under two free cores: the fetch stays in the step, in part)"
+            )
         )
     floor *= inflation
     binds = floor > step_us + 0.5

@@ -193,6 +193,20 @@ class Session:
         )
         self.progress(f"wrote trace of steps {first}-{last} to {path}")
 
+    def _op_probe(self) -> dict[str, Any] | None:
+        """After a CPU bf16-autocast run: its dominant bf16 GEMMs timed in bf16 and fp32 (a few seconds at most);
+        None for any other run, or when the probe fails (it never costs the run its data)."""
+        trace = _probe_trace(self)
+        if "cpu:bfloat16" not in self.probe.autocast or trace is None:
+            return None
+        from perfdoctor.capture.op_probe import probe_bf16
+
+        try:
+            return probe_bf16(trace)
+        except Exception as exc:  # noqa: BLE001 - a measurement for a rule, never the run's data
+            self.progress(f"bf16/fp32 op probe failed: {exc}")
+            return None
+
     def close(self, partial: bool, reason: str | None, write_rank_file: bool = True) -> dict[str, Any]:
         """Stop everything, flush files, write ``rank<R>.json``; returns that summary."""
         self._closing = True
@@ -213,6 +227,7 @@ class Session:
         self.timer.finish()
         self.log.close()
         records = self.log.records
+        op_probe = self._op_probe()
         tb_error = write_tensorboard(self.run_dir / "tensorboard" / f"rank{self.rank}", records)
         summary = {
             "rank": self.rank,
@@ -243,10 +258,18 @@ class Session:
             "tensorboard": None if tb_error else f"tensorboard/rank{self.rank}",
             "tensorboard_error": tb_error,
             "schedule": asdict(self.schedule),
+            # a CPU bf16-autocast run's dominant GEMMs timed again in bf16 and fp32 (perfdoctor.capture.op_probe)
+            "op_probe": op_probe,
         }
         if write_rank_file:
             write_json(self.run_dir / rank_json_name(self.rank), summary)
         return summary
+
+
+def _probe_trace(session: Any) -> Path | None:
+    """The session's first complete trace, or None."""
+    done = [w for w in session.windows if w["complete"] and w["path"]]
+    return session.run_dir / done[0]["path"] if done else None
 
 
 def _most_common(values: list[Any]) -> int | None:

@@ -11,6 +11,8 @@ a dtype. ``run.json``'s rank entry keeps the result (``op_probe``); PD204 replay
 from __future__ import annotations
 
 import json
+import os
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -24,8 +26,9 @@ MIN_REPS, MAX_REPS = 3, 200
 GEMM_NAMES = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::linear", "aten::matmul")
 
 
-def bf16_gemm_groups(trace_path: Path) -> list[tuple[str, list[list[int]], float]]:
-    """(op name, input shapes, recorded µs in the trace) of the GEMM ops with bf16 inputs, the most time first.
+def bf16_gemm_groups(trace_path: Path, bf16_only: bool = True) -> list[tuple[str, list[list[int]], float]]:
+    """(op name, input shapes, recorded µs in the trace) of the GEMM ops with bf16 inputs (``bf16_only`` False:
+    with fp32 inputs), the most time first.
 
     Only top-level calls of :data:`GEMM_NAMES` count (``aten::linear`` calls ``aten::addmm``: its time is
     counted once, under the outer op)."""
@@ -44,7 +47,9 @@ def bf16_gemm_groups(trace_path: Path) -> list[tuple[str, list[list[int]], float
         if name not in GEMM_NAMES or ops["ts_us"][i] < outer_end:
             continue
         types, dims = ops["input_type"][i], ops["input_dims"][i]
-        if types is None or dims is None or b"BFloat16" not in types:
+        if types is None or dims is None or (b"BFloat16" in types) != bf16_only:
+            continue
+        if not bf16_only and b"float" not in types:
             continue
         outer_end = float(ops["end_us"][i])
         key = (name, dims.decode() if isinstance(dims, bytes) else str(dims))
@@ -108,3 +113,83 @@ def probe_bf16(trace_path: Path) -> dict[str, Any] | None:
         "threads": torch.get_num_threads(),
         "seconds": PER_OP_S,
     }
+
+
+ROUNDS = 2  # alternating child processes per thread count: both counts meet the same load on a shared machine
+
+
+def time_ops(specs: list[tuple[str, list[list[int]]]]) -> list[float]:
+    """Median µs of each (aten op name, input shapes) on fp32 random inputs, in this process at its thread count
+    (NaN for an op that does not take them)."""
+    out = []
+    with torch.no_grad():
+        for name, shapes in specs:
+            op = getattr(torch.ops.aten, name.split("::", 1)[1])
+            args = [torch.randn(*s) for s in shapes if isinstance(s, list) and s]
+            try:
+                out.append(_time_us(lambda args=args, op=op: op(*args)) if len(args) >= 2 else float("nan"))
+            except (RuntimeError, TypeError):
+                out.append(float("nan"))
+    return out
+
+
+def _alternating(specs: list[tuple[str, list[list[int]]]], recorded: int, suggested: int) -> list[list[float]]:
+    """Per thread count (recorded, suggested): each op's median µs over :data:`ROUNDS` fresh child processes run
+    in alternation. A fresh process, because a pool shrunk in place leaves its extra threads spinning on the
+    cores for a while (measured here: a 64×512×512 linear at 40 ms with 2 of 4 threads left, 0.25 ms in a fresh
+    2-thread process)."""
+    import subprocess
+
+    got: dict[int, list[list[float]]] = {recorded: [], suggested: []}
+    for _ in range(ROUNDS):
+        for n in (recorded, suggested):
+            env = {**os.environ, "OMP_NUM_THREADS": str(n), "MKL_NUM_THREADS": str(n)}
+            proc = subprocess.run(
+                [sys.executable, "-m", "perfdoctor.capture.op_probe", str(n), json.dumps(specs)],
+                capture_output=True,
+                text=True,
+                timeout=120,
+                env=env,
+                check=True,
+            )
+            got[n].append(json.loads(proc.stdout.strip().splitlines()[-1]))
+    return [np.median(np.array(got[n], dtype=np.float64), axis=0).tolist() for n in (recorded, suggested)]
+
+
+def probe_threads(trace_path: Path, recorded: int, suggested: int) -> dict[str, Any] | None:
+    """``run.json``'s ``thread_probe``: the trace's dominant fp32 GEMMs (:data:`TOP_OPS`, recorded shapes) timed with
+    ``recorded`` intra-op threads and with ``suggested`` (the cores' fair share), alternating, and
+    ``suggested_over_recorded`` = Σ suggested ÷ Σ recorded weighted by recorded time; None without such ops.
+
+    Each count is timed in fresh child processes (:func:`_alternating`). In a multi-process run every rank probes
+    as it closes, so the ranks' probes overlap as their training did (the contention that makes the recorded count
+    slow)."""
+    groups = bf16_gemm_groups(trace_path, bf16_only=False)[:TOP_OPS]
+    if not groups:
+        return None
+    at_rec, at_sug = _alternating([(n, sh) for n, sh, _ in groups], recorded, suggested)
+    timed: list[dict[str, Any]] = []
+    rec: list[float] = []
+    for (name, shapes, rec_us), a, b in zip(groups, at_rec, at_sug, strict=True):
+        if np.isfinite(a) and np.isfinite(b) and a > 0:
+            timed.append(
+                {"name": name, "shapes": shapes, "recorded_us": rec_us, "at_recorded_us": a, "at_suggested_us": b}
+            )
+            rec.append(rec_us)
+    at_rec = [t["at_recorded_us"] for t in timed]
+    at_sug = [t["at_suggested_us"] for t in timed]
+    if not timed:
+        return None
+    w, ratio = np.array(rec), np.array(at_sug) / np.array(at_rec)
+    return {
+        "ops": timed,
+        "recorded_threads": recorded,
+        "suggested_threads": suggested,
+        "suggested_over_recorded": float((w * ratio).sum() / w.sum()),
+        "seconds": PER_OP_S,
+    }
+
+
+if __name__ == "__main__":  # a child of _alternating: ``python -m perfdoctor.capture.op_probe THREADS SPECS_JSON``
+    torch.set_num_threads(int(sys.argv[1]))
+    print(json.dumps(time_ops([(str(n), list(sh)) for n, sh in json.loads(sys.argv[2])])))

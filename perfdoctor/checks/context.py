@@ -329,6 +329,9 @@ class JobContext:
         self.ranks = ranks
         self.spec = spec
         self.cache: dict[str, Any] = {}
+        # the rule's ``rank_part`` outcome on each rank, computed where the rank's tables are (a pool or Dask
+        # worker: the job's rank contexts are summaries without them); None where a rank has none
+        self.rank_parts: list[Outcome | None] = []
 
     @property
     def th(self) -> dict[str, Any]:

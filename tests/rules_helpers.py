@@ -35,7 +35,7 @@ class Result:
 def run_rules(paths, codes, rules_dirs=()):
     """The findings of the rules ``codes`` on trace files ``paths`` as ``perfdoctor report PATHS --select CODES``
     makes them (the production path: every rule runs, the selection is shown); returns a :class:`Result`."""
-    opts = RuleOptions(select=list(codes), rules_dirs=[str(d) for d in rules_dirs])
+    opts = RuleOptions(select=list(codes) if codes is not None else None, rules_dirs=[str(d) for d in rules_dirs])
     built = pipeline.build([str(p) for p in paths], rule_options=opts)
     return Result(built.checks)
 

@@ -367,15 +367,8 @@ def profiled_step_text(run: dict[str, Any] | None) -> str:
     run's ``run.json`` (a ``perfdoctor profile`` run whose unprofiled steps found no steady level), or None (a bare
     trace: nothing recorded the step without the profiler)."""
     if run is not None:
-        return (
-            "for the profiled step as recorded: the run's unprofiled steps reach no steady level to state it for, "
-            "so the profiler's own host overhead (a cost per recorded op) is in the step and may be in the saving"
-        )
-    return (
-        "for the profiled step as recorded: a trace without its run has no unprofiled step times, so the "
-        "profiler's own host overhead (a cost per recorded op) is in the step and may be in the saving; "
-        "`perfdoctor profile` states it for the unprofiled step"
-    )
+        return "for the profiled step (the run's unprofiled steps reach no steady level; the profiler's cost included)"
+    return "for the profiled step (a bare trace: the profiler's cost per recorded op included)"
 
 
 def run_json(analysis: Any) -> dict[str, Any] | None:

@@ -157,7 +157,17 @@ def check(ctx: RankContext) -> Outcome:
             "`perfdoctor profile` run times the step's bf16 GEMMs again in fp32 on the recorded shapes and replaces it)"
         )
     )
+    estimate = Estimate(saving, method)
+    if ratio >= 1.0 and not ctx.is_gpu and ctx.n_steps:  # fp32 makes nothing longer: a host cut replays it
+        from perfdoctor.replay.transforms.cpu import fp32_instead_of_bf16
+
+        gemm_iv = iv.union(ops["ts_us"][bf16], ops["end_us"][bf16])
+        cast = ctx.tables.names_matching(CAST_OPS)[ops["name_id"]]
+        cast_iv = iv.union(ops["ts_us"][cast], ops["end_us"][cast])
+        whatif = fp32_instead_of_bf16(ctx.replay(), gemm_iv, cast_iv, ratio, method)
+        replayed, _, replay_method = ctx.replayed_saving(whatif)
+        estimate = Estimate(max(replayed, 0.0), replay_method)
     return Outcome(
         metrics=metrics,
-        hit=Hit(evidence=ev, estimate=Estimate(saving, method), min_saving_pct=ctx.th["min_saving_pct"]),
+        hit=Hit(evidence=ev, estimate=estimate, min_saving_pct=ctx.th["min_saving_pct"]),
     )

@@ -59,9 +59,11 @@ def _probe(ratio):
 
 
 def test_pd204_fires_with_the_measured_ratio(tmp_path):
-    # bf16 GEMMs measured at 2× their fp32 time: 100 µs of casts + 400 × (1 − 1/2) = 300 µs per step
+    # bf16 GEMMs measured at 2× their fp32 time, replayed: the cast [600, 700) goes and the addmm [100, 500) keeps
+    # half its time: 100 + 200 = 300 µs per step
     f = _bf16_run(tmp_path, _probe(2.0)).findings["PD204"]
     assert f["saving_us_per_step"] == 300
+    assert f["saving_method"].startswith("replay of the step's dependency graph")
     assert "measured at 2.00× their fp32 time" in f["message"]
     assert "bf16 400 µs, fp32 200 µs" in f["saving_method"]
 

@@ -51,7 +51,7 @@ def test_pd401_counts_print_as_integers(tmp_path):
     steps it averages over (one here: ProfilerStep#1) and, a bare trace, that the saving is for the profiled step."""
     f = run_tb(_sync_trace(True), tmp_path, ["PD401"]).findings["PD401"]
     assert "waits on the device 1 times per step" in f["message"]
-    assert "mean over 1 analysed step(s) (#1); for the profiled step as recorded" in f["saving_method"]
+    assert "mean over 1 analysed step(s) (#1); for the profiled step (a bare trace" in f["saving_method"]
 
 
 def test_count_and_step_list_text():

@@ -116,6 +116,26 @@ def fit_threads_to_cores(
     )
 
 
+def fp32_instead_of_bf16(rr: RankReplay, gemm: Intervals, casts: Intervals, ratio: float, how: str) -> WhatIf:
+    """bf16 autocast dropped on a CPU where bf16 GEMMs run ``ratio`` (≥ 1) × their fp32 time: autocast's casts
+    (``casts``, µs intervals) go and each bf16 GEMM (``gemm``) keeps ``1 / ratio`` of its time, on the step's
+    process. ``how``: where the ratio comes from (measured on this machine, or the spec's assumption), stated.
+
+    Assumption: the rest of the step (elementwise ops, the optimizer, Python) runs as recorded in fp32. Source:
+    the recorded host timeline; the ratio as ``how`` says.
+    """
+    pid = rr.windows.pid
+    s, e = gemm
+    keep = 1.0 / ratio if ratio > 1.0 else 1.0
+    cut = iv.intersect(iv.union_of(casts, iv.union(s + (e - s) * keep, e)), step_span(rr))
+    return WhatIf(
+        "fp32-instead-of-bf16",
+        Scenario("fp32-instead-of-bf16", host_cut={pid: cut} if cut[0].size else {}),
+        f"bf16 autocast dropped: its casts go and each bf16 GEMM keeps 1/{ratio:.2f} of its time ({how})",
+        "replay of the recorded host timeline (CPU-only trace)",
+    )
+
+
 def cpu_syncs(rr: RankReplay) -> WhatIf:
     """Removing a host-device sync on a CPU-only graph changes nothing (0 µs).
 

@@ -111,10 +111,9 @@ def core_floor(budget: CoreBudget | None, fetch_us: float, step_us: float, infla
     if budget is None:
         need = int(np.ceil((step_us + fetch_us) / step_us)) if step_us > 0 else 1
         return 0.0, (
-            "core budget: none recorded (a trace without its run: Kineto records threads, not cores); assumed at "
-            f"least {need} free logical CPUs, the training thread busy through the {t_ms:.1f} ms replayed step "
-            f"beside the {f_ms:.1f} ms of fetching per step moved to workers (assumed all CPU work); on fewer cores "
-            "the workers take the training thread's time and the saving shrinks (recorded by `perfdoctor profile`)"
+            f"core budget: not recorded (bare trace); needs {need} free logical CPUs, the training thread busy "
+            f"through the {t_ms:.1f} ms step beside {f_ms:.1f} ms of fetching per step in workers (assumed CPU "
+            "work): fewer, and the saving shrinks"
         )
     c = budget.free_cores
     if budget.measured:

@@ -42,3 +42,19 @@ def test_probe_times_both_dtypes(tmp_path: Path) -> None:
     # the ratio: each op's bf16 ÷ fp32, weighted by its recorded time (500 and 250 µs)
     r = [o["bf16_us"] / o["fp32_us"] for o in probe["ops"]]
     assert probe["bf16_over_fp32"] == pytest.approx((500 * r[0] + 250 * r[1]) / 750)
+
+
+@pytest.mark.slow
+def test_thread_probe_times_both_counts_in_child_processes(tmp_path: Path) -> None:
+    from perfdoctor.capture.op_probe import probe_threads
+
+    tb = TraceBuilder(device_name=None)
+    tb.step(1, 0, 2000)
+    tb.cpu_op("aten::mm", 0, 900, input_dims=[[64, 128], [128, 64]], input_type=["float", "float"])
+    tb.cpu_op("aten::mm", 1000, 300, input_dims=[[64, 128], [128, 64]], input_type=BF16[:2])  # bf16: not timed
+    probe = probe_threads(tb.write(tmp_path / "t.json"), 2, 1)
+    assert probe is not None and probe["recorded_threads"] == 2 and probe["suggested_threads"] == 1
+    (op,) = probe["ops"]
+    assert op["name"] == "aten::mm" and op["recorded_us"] == 900.0
+    assert op["at_recorded_us"] > 0 and op["at_suggested_us"] > 0
+    assert probe["suggested_over_recorded"] == pytest.approx(op["at_suggested_us"] / op["at_recorded_us"])

@@ -58,11 +58,27 @@ def test_measured_cpu_time_bounds_the_fixed_step(fetch_bound: tuple[RankReplay, 
     saving, text = _saving(fetch_bound, budget)
     assert saving == pytest.approx(550.0)
     assert "2 logical CPU(s) (Test CPU, run.json)" in text and "the fetch is 83% CPU work" in text
-    assert "at least 0.9 ÷ 2.0 = 0.5 ms (binds" in text
+    assert "at least 0.9 ÷ 2.00 = 0.5 ms (binds" in text
     # a sleeping __getitem__: the process used 400 µs of CPU (off the CPU 600 µs): 200 µs floor, no bind
     sleepy = CoreBudget(2, None, step_us=1000.0, process_cpu_us=400.0, main_cpu_us=400.0)
     saving, text = _saving(fetch_bound, sleepy)
     assert saving == pytest.approx(600.0) and "the fetch is 0% CPU work" in text and "(does not bind)" in text
+
+
+def test_the_run_queue_wait_measures_the_cores_the_job_gets(fetch_bound: tuple[RankReplay, TraceTables]) -> None:
+    # the loop's thread ran 200 µs and waited 600 µs for a core: f = 0.25 of a core while runnable, so L = 2 / 0.25
+    # − 1 = 7 other threads; with 2 workers the job's 3 threads get 3 × 2 / (7 + 3) = 0.6 cores. The process used
+    # 300 µs of CPU per 1000 µs step (asleep 1000 − 200 − 600 = 200 µs: the fetch is 400 / 600 CPU work): the fixed
+    # step lasts at least 300 / 0.6 = 500 µs → saving 500 (without the wait: 2 free cores, 150 µs, saving 600)
+    b = CoreBudget(2, None, step_us=1000.0, process_cpu_us=300.0, main_cpu_us=200.0, main_wait_us=600.0)
+    assert b.job_cores(3) == pytest.approx(0.6) and b.off_cpu_us() == pytest.approx(200.0)
+    rr, t = fetch_bound
+    w = prefetch_dataloader(rr, t, workers=2, budget=b)
+    assert float((rr.recorded_step_us - rr.step_times(w.scenario)).mean()) == pytest.approx(500.0)
+    assert "waited 0.6 ms per step for a core, so its 3 threads with the workers get 0.60 cores" in w.assumption
+    assert "the fetch is 67% CPU work" in w.assumption
+    quiet = CoreBudget(2, None, step_us=1000.0, process_cpu_us=300.0, main_cpu_us=200.0, main_wait_us=5.0)
+    assert quiet.job_cores(3) == 2.0  # under 5% of its runnable time waiting: the load cannot be told
 
 
 def test_cores_only_assume_a_busy_training_thread_and_a_cpu_bound_fetch(
@@ -84,13 +100,16 @@ def test_core_budget_reads_the_run() -> None:
         "duration_s": np.array([0.5, 0.010, 0.012, 0.011, 0.020]),
         "cpu_s": np.array([np.nan, 0.008, 0.009, 0.010, 0.030]),
         "main_cpu_s": np.array([np.nan, 0.007, 0.008, 0.006, 0.015]),
+        "main_wait_s": np.array([np.nan, 0.001, 0.003, 0.002, 0.0]),
         "profiler_phase": np.array(["none", "none", "none", "none", "active"], dtype=object),
     }
     # steps 1-3 (step 0 before the steady start, step 4 profiled): medians 11 ms wall, 9 ms process, 7 ms thread
     b = core_budget(run, steps, start=1)
     assert b is not None and b.cores == 4 and b.cpu_model == "Xeon" and b.measured
     assert b.step_us == pytest.approx(11000.0) and b.process_cpu_us == pytest.approx(9000.0)
-    assert b.main_cpu_us == pytest.approx(7000.0) and b.off_cpu_us() == pytest.approx(4000.0)
+    # run-queue wait median 2 ms: asleep 11 − 7 − 2 = 2 ms
+    assert b.main_cpu_us == pytest.approx(7000.0) and b.main_wait_us == pytest.approx(2000.0)
+    assert b.off_cpu_us() == pytest.approx(2000.0)
     assert b.load_avg == 0.5 and b.free_cores == pytest.approx(3.5)  # the 1-minute load at the start
     old = core_budget(run, {"duration_s": steps["duration_s"]}, start=1)  # a run before cpu_s: cores only
     assert old == CoreBudget(4, "Xeon", load_avg=0.5) and not old.measured

@@ -58,11 +58,13 @@ def test_tiny_gpt_run_directory(tmp_path):
     # CPU time per step from the second step on (the first starts at the forward, where none was read): the loop's
     # thread never more than its process (1 ms for the clocks' granularity), the process never more than its
     # cores for the step's wall time
-    assert steps[0]["cpu_s"] == "" and steps[0]["main_cpu_s"] == ""
+    assert steps[0]["cpu_s"] == "" and steps[0]["main_cpu_s"] == "" and steps[0]["main_wait_s"] == ""
     cores = os.cpu_count() or 1
     for r in steps[1:]:
         cpu, main, wall = float(r["cpu_s"]), float(r["main_cpu_s"]), float(r["duration_s"])
         assert 0 < main <= cpu + 1e-3 and cpu <= cores * wall + 1e-2
+        if r["main_wait_s"]:  # Linux: the thread's run-queue wait fits in the step beside its CPU time
+            assert 0 <= float(r["main_wait_s"]) and main + float(r["main_wait_s"]) <= wall + 1e-2
     # default schedule for 60 steps: wait 24, warmup 5, active 10 -> steps 29..38 recorded
     assert [r["profiler_phase"] for r in steps[24:40]] == ["warmup"] * 5 + ["active"] * 10 + ["none"]
     assert steps[1]["profiler_phase"] == "flops"

@@ -24,6 +24,7 @@ STEP_FIELDS = (
     "checkpoint_s",
     "cpu_s",
     "main_cpu_s",
+    "main_wait_s",
 )
 
 
@@ -49,6 +50,9 @@ class StepRecord:
     # machine's cores give the process, beside duration_s, the wall time (perfdoctor.replay.machine)
     cpu_s: float | None = None
     main_cpu_s: float | None = None
+    # seconds the step loop's thread waited on a run queue for a core (Linux /proc/thread-self/schedstat): time
+    # it wanted to run while other threads had the cores, told apart from sleeping and I/O
+    main_wait_s: float | None = None
 
     def row(self) -> list[object]:
         """The record's values in ``STEP_FIELDS`` order (one CSV row)."""

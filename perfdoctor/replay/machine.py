@@ -34,6 +34,8 @@ class CoreBudget:
         source: where the cores come from (``"run.json"``, or a stated assumption).
         load_avg: the machine's 1-minute load average when the run started (``run.json`` ``load_avg.start``,
             before the job ran a step): other processes' runnable threads, each taking a core's share.
+        main_wait_us: median time per step the step loop's thread waited on a run queue for a core (µs,
+            ``main_wait_s``; None where not recorded).
     """
 
     cores: int
@@ -43,6 +45,22 @@ class CoreBudget:
     main_cpu_us: float | None = None
     source: str = "run.json"
     load_avg: float | None = None
+    main_wait_us: float | None = None
+
+    def job_cores(self, threads: int) -> float:
+        """Cores ``threads`` runnable threads of the job get on this machine (processor sharing).
+
+        With the step thread's run-queue wait measured: it got ``f = cpu / (cpu + wait)`` of a core while
+        runnable, so ``L = C / f − 1`` other threads shared the ``C`` cores with it, and ``k`` threads get
+        ``min(C, k·C / (L + k))``. Without it, or when it waited under 5% of its runnable time (then the other
+        load cannot be told from the wait): :attr:`free_cores`."""
+        if self.main_wait_us is None or self.main_cpu_us is None or not self.main_cpu_us > 0:
+            return self.free_cores
+        f = self.main_cpu_us / (self.main_cpu_us + self.main_wait_us)
+        if f >= 0.95:
+            return self.free_cores
+        others = self.cores / f - 1.0
+        return min(float(self.cores), threads * self.cores / (others + threads))
 
     @property
     def free_cores(self) -> float:
@@ -56,12 +74,13 @@ class CoreBudget:
         return self.step_us is not None and self.process_cpu_us is not None and self.main_cpu_us is not None
 
     def off_cpu_us(self) -> float:
-        """Time per unprofiled step the step loop's thread was off the CPU (µs): sleeping, in I/O, or waiting
-        (wall − its CPU time, at least 0; 0 when not measured)."""
+        """Time per unprofiled step the step loop's thread was off the CPU by its own doing (µs): sleeping, in
+        I/O, or waiting for another thread (wall − its CPU time − its run-queue wait where recorded, at least 0; 0
+        when not measured)."""
         if not self.measured:
             return 0.0
         assert self.step_us is not None and self.main_cpu_us is not None
-        return max(self.step_us - self.main_cpu_us, 0.0)
+        return max(self.step_us - self.main_cpu_us - (self.main_wait_us or 0.0), 0.0)
 
     def machine_text(self) -> str:
         """ "2 logical CPUs (Intel Xeon …, run.json)"."""
@@ -97,6 +116,7 @@ def core_budget(run: dict[str, Any] | None, steps: dict[str, np.ndarray] | None,
     )
     cols = steps or {}
     d, pc, mc = (cols.get(k) for k in ("duration_s", "cpu_s", "main_cpu_s"))
+    mw = cols.get("main_wait_s")
     if d is None or pc is None or mc is None or len(d) == 0:
         return CoreBudget(cores, model, load_avg=load)
     d, pc, mc = (np.asarray(x, dtype=np.float64) for x in (d, pc, mc))
@@ -113,4 +133,14 @@ def core_budget(run: dict[str, Any] | None, steps: dict[str, np.ndarray] | None,
         float(np.median(pc[keep])) * 1e6,
         float(np.median(mc[keep])) * 1e6,
         load_avg=load,
+        main_wait_us=_median_us(mw, keep),
     )
+
+
+def _median_us(col: np.ndarray | None, keep: np.ndarray) -> float | None:
+    """Median of ``col`` (s) over ``keep``'s finite values, in µs; None without any."""
+    if col is None or len(col) != keep.size:
+        return None
+    x = np.asarray(col, dtype=np.float64)[keep]
+    x = x[np.isfinite(x)]
+    return float(np.median(x)) * 1e6 if x.size else None

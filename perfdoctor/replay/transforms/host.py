@@ -92,7 +92,9 @@ CONTENTION = (
 )
 
 
-def core_floor(budget: CoreBudget | None, fetch_us: float, step_us: float, inflation: float) -> tuple[float, str]:
+def core_floor(
+    budget: CoreBudget | None, fetch_us: float, step_us: float, inflation: float, workers: int | None = None
+) -> tuple[float, str]:
     """The shortest fixed step the machine's cores allow once the fetches' work runs in worker processes (µs per
     step, in the replay's time: × ``inflation``, the profiled window's step ÷ the unprofiled one), and the clause
     that states the budget (:mod:`perfdoctor.replay.machine`).
@@ -101,11 +103,12 @@ def core_floor(budget: CoreBudget | None, fetch_us: float, step_us: float, infla
     replayed with the hand-off (µs). With the run's CPU times: the fetch's CPU share is what the step loop's thread
     did not spend off the CPU (``1 − off_cpu / fetch``: a sleeping ``__getitem__`` costs the workers no core), and
     the floor is the process's CPU time per unprofiled step (its own work and the fetch's, now the workers') ÷ the
-    free cores (:attr:`CoreBudget.free_cores`: the machine's cores less the other processes' load when the run
-    started). With the cores only: the training thread busy the whole step and the fetch all CPU work, ``C·T ≥ T +
+    cores the job's threads get (:meth:`CoreBudget.job_cores`: from the step thread's measured run-queue wait,
+    else the machine's cores less the other processes' load when the run started; ``workers`` + 1 threads).
+    With the cores only: the training thread busy the whole step and the fetch all CPU work, ``C·T ≥ T +
     fetch``, so ``T ≥ fetch / (C − 1)``; under two free cores, ``T ≥ T + fetch × (2 − C)`` (one core: the fetch
-    adds to the step, no saving). Without a budget (a bare
-    trace): no floor; the clause names the fewest cores the saving needs under the same assumption.
+    adds to the step, no saving). Without a budget (a bare trace): no floor; the clause names the fewest cores the
+    saving needs under the same assumption.
     """
     f_ms, t_ms = fetch_us / 1e3, step_us / 1e3
     if budget is None:
@@ -115,17 +118,24 @@ def core_floor(budget: CoreBudget | None, fetch_us: float, step_us: float, infla
             f"through the {t_ms:.1f} ms step beside {f_ms:.1f} ms of fetching per step in workers (assumed CPU "
             "work): fewer, and the saving shrinks"
         )
-    c = budget.free_cores
+    c = budget.job_cores((workers or 1) + 1) if budget.measured else budget.free_cores
     if budget.measured:
         assert budget.process_cpu_us is not None and budget.step_us is not None
         off = budget.off_cpu_us()
         share = min(max(1.0 - off / fetch_us, 0.0), 1.0) if fetch_us > 0 else 0.0
         floor = budget.process_cpu_us / c
+        shared = (
+            f"; the loop's thread waited {budget.main_wait_us / 1e3:.1f} ms per step for a core, so its "
+            f"{(workers or 1) + 1} threads with the workers get {c:.2f} cores"
+            if budget.main_wait_us is not None and c < budget.free_cores
+            else ""
+        )
         text = (
-            f"core budget: {budget.machine_text()}; the training process used {budget.process_cpu_us / 1e3:.1f} ms "
-            f"of CPU per {budget.step_us / 1e3:.1f} ms unprofiled step (steps.csv cpu_s; its loop thread off the CPU "
-            f"{off / 1e3:.1f} ms of it, so the fetch is {share:.0%} CPU work, which the workers still run): the fixed "
-            f"step lasts at least {budget.process_cpu_us / 1e3:.1f} ÷ {c:.1f} = {floor / 1e3:.1f} ms"
+            f"core budget: {budget.machine_text()}{shared}; the training process used "
+            f"{budget.process_cpu_us / 1e3:.1f} ms of CPU per {budget.step_us / 1e3:.1f} ms unprofiled step "
+            f"(steps.csv cpu_s; its loop thread asleep or in I/O {off / 1e3:.1f} ms of it, so the fetch is "
+            f"{share:.0%} CPU work, which the workers still run): the fixed step lasts at least "
+            f"{budget.process_cpu_us / 1e3:.1f} ÷ {c:.2f} = {floor / 1e3:.1f} ms"
         )
     else:
         floor = fetch_us / (c - 1) if c >= 2 else step_us + fetch_us * (2 - c)
@@ -256,7 +266,7 @@ def prefetch_dataloader(
     replayed = rr.step_times(sc)
     fetch_us = float(n_fetch.mean()) * load_us
     inflation = rr.unprofiled.step_inflation if rr.unprofiled is not None else 1.0
-    floor, budget_text = core_floor(budget, fetch_us, float(replayed.mean()) / inflation, inflation)
+    floor, budget_text = core_floor(budget, fetch_us, float(replayed.mean()) / inflation, inflation, workers)
     if workers is None and floor <= 0:
         need = int(np.ceil(load_us / float(replayed.mean()))) if load_us > 0 and replayed.mean() > 0 else 0
         text = (

@@ -50,7 +50,8 @@ sys.path.insert(0, str(REPO))
 from perfdoctor.analysis.steps import find_steps  # noqa: E402
 from perfdoctor.capture.run_data import RunData, load_run_dir, steady_step_times  # noqa: E402
 from perfdoctor.checks.common import unprofiled_step_times  # noqa: E402
-from perfdoctor.checks.pd104_cpu_thread_oversubscription import thread_counts  # noqa: E402
+from perfdoctor.checks.pd104_cpu_thread_oversubscription import thread_counts, thread_probe  # noqa: E402
+from perfdoctor.replay.machine import CoreBudget, core_budget  # noqa: E402
 from perfdoctor.replay.rank import RankReplay, replay_rank  # noqa: E402
 from perfdoctor.replay.transforms import WhatIf  # noqa: E402
 from perfdoctor.replay.transforms.batch import larger_batch  # noqa: E402
@@ -75,7 +76,35 @@ def _threads(rr: RankReplay, t: TraceTables, run: RunData) -> WhatIf:
     if isinstance(counts, str):
         raise SystemExit(f"PD104 pair: {counts}")
     per_process, workers, cores = counts
-    return fit_threads_to_cores(rr, t, sum(per_process) + workers, cores)
+    return fit_threads_to_cores(rr, t, sum(per_process) + workers, cores, thread_probe(run.run))
+
+
+def _budget(run: RunData) -> CoreBudget | None:
+    """The run's cores and its unprofiled steady steps' CPU time (PD101's core budget, as the report reads it)."""
+    ss = run.steady_state
+    return core_budget(run.run, run.steps, int(ss.steady_start_step) if ss is not None else 0)
+
+
+def _fp32(rr: RankReplay, t: TraceTables, run: RunData) -> WhatIf:
+    """PD204's what-if with the bf16 ÷ fp32 GEMM ratio the runner measured on the run's machine."""
+    from perfdoctor.analysis import intervals as iv
+    from perfdoctor.checks.pd204_cpu_bf16_autocast import CAST_OPS, GEMM_OPS, op_probe
+    from perfdoctor.replay.transforms.cpu import fp32_instead_of_bf16
+
+    probe = op_probe(run.run)
+    if probe is None:
+        raise SystemExit("PD204 pair: the run has no op_probe (run.json ranks[].op_probe)")
+    ops = t.cpu_ops
+    gemm = t.names_matching(GEMM_OPS)[ops["name_id"]] & [x is not None and b"BFloat16" in x for x in ops["input_type"]]
+    cast = t.names_matching(CAST_OPS)[ops["name_id"]]
+    ratio = max(float(probe["bf16_over_fp32"]), 1.0)
+    return fp32_instead_of_bf16(
+        rr,
+        iv.union(ops["ts_us"][gemm], ops["end_us"][gemm]),
+        iv.union(ops["ts_us"][cast], ops["end_us"][cast]),
+        ratio,
+        f"r = {float(probe['bf16_over_fp32']):.2f} measured by the runner",
+    )
 
 
 @dataclass(frozen=True)
@@ -88,6 +117,7 @@ class CpuPair:
     after: list[str]
     transform: CpuTransform
     after_batches: float = 1.0
+    env: tuple[tuple[str, str], ...] = ()  # extra environment of both sides (PD204: oneDNN's ISA cap)
 
 
 # a small MLP's shape (4 x Linear(1024, 1024) + ReLU, 1 thread, no DataLoader workers)
@@ -98,7 +128,13 @@ CPU_PAIRS = [
         "CPU mlp: __getitem__ 1 ms, num_workers 0 -> 2 (PD101)",
         ["--slow-getitem-ms", "1"],
         ["--slow-getitem-ms", "1", "--num-workers", "2"],
-        lambda rr, t, run: prefetch_dataloader(rr, t, workers=2),  # the "after" side's pool
+        lambda rr, t, run: prefetch_dataloader(rr, t, workers=2, budget=_budget(run)),  # the "after" side's pool
+    ),
+    CpuPair(  # the fetch is CPU work: the workers take the cores the training loop uses (the core budget)
+        "CPU mlp: __getitem__ 0.25 ms of CPU, num_workers 0 -> 2 (PD101)",
+        ["--busy-getitem-ms", "0.25"],
+        ["--busy-getitem-ms", "0.25", "--num-workers", "2"],
+        lambda rr, t, run: prefetch_dataloader(rr, t, workers=2, budget=_budget(run)),
     ),
     CpuPair(
         "CPU mlp: 5 ms Python metrics per step -> none (PD105)",
@@ -114,6 +150,13 @@ CPU_PAIRS = [
         lambda rr, t, run: larger_batch(rr, t, 8.0),
         after_batches=8.0,
     ),
+    CpuPair(  # bf16 emulated through fp32 (oneDNN capped below AVX512_BF16): the runner's op probe measures r
+        "CPU mlp 512x1024: bf16 autocast -> fp32, no bf16 units (PD204)",
+        ["--dim", "512", "--hidden", "1024", "--bf16-autocast"],
+        ["--dim", "512", "--hidden", "1024"],
+        _fp32,
+        env=(("ONEDNN_MAX_CPU_ISA", "AVX512_CORE"),),
+    ),
     CpuPair(
         "CPU mlp: .item() every step -> none (PD401)",
         ["--item-every-step"],
@@ -123,10 +166,12 @@ CPU_PAIRS = [
 ]
 
 
-def _profile(out: Path, flags: list[str], steps: int) -> RunData:
+def _profile(out: Path, flags: list[str], steps: int, env: tuple[tuple[str, str], ...] = ()) -> RunData:
     cmd = [sys.executable, "-m", "perfdoctor", "profile", str(REPO / "examples" / "mlp.py"), "--steps", str(steps)]
     cmd += ["--out", str(out), "--no-report", "--", *flags]
-    subprocess.run(cmd, check=True, capture_output=True, timeout=900, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    subprocess.run(
+        cmd, check=True, capture_output=True, timeout=900, env={**os.environ, "OMP_NUM_THREADS": "1", **dict(env)}
+    )
     return load_run_dir(out)
 
 
@@ -189,7 +234,7 @@ def compare(
         while True:
             order = (("before", pair.before), ("after", pair.after))
             for side, flags in order if i % 2 == 0 else order[::-1]:
-                run = _profile(Path(tmp) / f"{side}{i}", flags, steps)
+                run = _profile(Path(tmp) / f"{side}{i}", flags, steps, pair.env)
                 levels[side].append(_level(run, steps) / (pair.after_batches if side == "after" else 1.0))
                 if side == "before":
                     pred, window, assumption, how = _predict(run, pair)

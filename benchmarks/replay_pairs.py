@@ -34,6 +34,7 @@ sys.path.insert(0, str(REPO))
 from perfdoctor.analysis import host  # noqa: E402
 from perfdoctor.analysis.steps import find_steps  # noqa: E402
 from perfdoctor.replay.joint import match  # noqa: E402
+from perfdoctor.replay.machine import CoreBudget  # noqa: E402
 from perfdoctor.replay.rank import RankReplay, replay_rank  # noqa: E402
 from perfdoctor.replay.transforms import WhatIf  # noqa: E402
 from perfdoctor.replay.transforms.host import (  # noqa: E402
@@ -56,12 +57,25 @@ def _syncs(rr: RankReplay, t: TraceTables) -> WhatIf:
     return w if w.changes_anything else remove_syncs(rr, host.synchronization(t))
 
 
+# The ResNet50 pair's machine, assumed: the trace records no cores, but its four "Tesla V100-DGXS-32GB" devices are
+# those of an NVIDIA DGX Station, whose CPU is one 20-core Intel Xeon E5-2698 v4 (40 threads; NVIDIA DGX Station
+# datasheet). No CPU time per step is recorded, so the budget is the cores only.
+DGX_STATION = CoreBudget(
+    40, "Intel Xeon E5-2698 v4", source="assumed from the V100-DGXS devices: DGX Station datasheet"
+)
+
 PAIRS: list[tuple[str, str, str, Transform]] = [
     (
         "ResNet50 V100 DataLoader num_workers 0 -> 4 (PD101)",
         "kineto__resnet50_num_workers_0__worker0.pt.trace.json.gz",
         "kineto__resnet50_num_workers_4__worker0.pt.trace.json.gz",
         lambda rr, t: prefetch_dataloader(rr, t, workers=4),
+    ),
+    (
+        "ResNet50 V100 nw 0 -> 4, 40 logical CPUs assumed (PD101)",
+        "kineto__resnet50_num_workers_0__worker0.pt.trace.json.gz",
+        "kineto__resnet50_num_workers_4__worker0.pt.trace.json.gz",
+        lambda rr, t: prefetch_dataloader(rr, t, workers=4, budget=DGX_STATION),
     ),
     (
         "RTX 3060 torch.compile default -> CUDA graphs (PD103)",

@@ -5,6 +5,7 @@ Each flag below switches on one CPU-reproducible performance problem so the
 rules can be proved to fire with it and stay silent without it:
 
     --slow-getitem-ms MS   Dataset.__getitem__ sleeps MS ms (pair with --num-workers 0)
+    --busy-getitem-ms MS   Dataset.__getitem__ computes for MS ms of CPU (pure Python; examples/mlp.py)
     --batch-size B         tiny batches
     --unfused-chain N      N extra elementwise ops per block per step
     --item-every-step      loss.item() + print every step (host sync)
@@ -41,6 +42,7 @@ def base_parser(description: str, **defaults) -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--num-workers", type=int, default=0)
     p.add_argument("--slow-getitem-ms", type=float, default=0.0)
+    p.add_argument("--busy-getitem-ms", type=float, default=0.0)
     p.add_argument("--unfused-chain", type=int, default=0)
     p.add_argument("--item-every-step", action="store_true")
     p.add_argument("--log-every", type=int, default=100)

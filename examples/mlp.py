@@ -16,13 +16,15 @@ from _train_common import base_parser, launch, unfused_chain
 
 
 class Synthetic(torch.utils.data.Dataset):
-    """Gaussian features, labels from a fixed random linear teacher; ``slow_ms`` sleeps per item."""
+    """Gaussian features, labels from a fixed random linear teacher; ``slow_ms`` sleeps per item, ``busy_ms``
+    computes per item (CPU time, like a decode or an augmentation)."""
 
-    def __init__(self, n: int, dim: int, classes: int, seed: int, slow_ms: float = 0.0) -> None:
+    def __init__(self, n: int, dim: int, classes: int, seed: int, slow_ms: float = 0.0, busy_ms: float = 0.0) -> None:
         g = torch.Generator().manual_seed(seed)
         self.x = torch.randn(n, dim, generator=g)
         self.y = (self.x @ torch.randn(dim, classes, generator=g)).argmax(dim=1)
         self.slow_ms = slow_ms
+        self.busy_ms = busy_ms
 
     def __len__(self) -> int:
         return len(self.x)
@@ -32,6 +34,12 @@ class Synthetic(torch.utils.data.Dataset):
             import time
 
             time.sleep(self.slow_ms / 1000.0)
+        if self.busy_ms:
+            import time
+
+            until = time.thread_time() + self.busy_ms / 1000.0
+            while time.thread_time() < until:  # CPU time, not wall time: a loaded core stretches it
+                pass
         return self.x[i], self.y[i]
 
 
@@ -51,7 +59,7 @@ class MLP(nn.Module):
 
 def build(args):
     model = MLP(args.dim, args.hidden, args.classes, args.depth, args.unfused_chain)
-    dataset = Synthetic(args.samples, args.dim, args.classes, args.seed, args.slow_getitem_ms)
+    dataset = Synthetic(args.samples, args.dim, args.classes, args.seed, args.slow_getitem_ms, args.busy_getitem_ms)
     return model, dataset, lambda m, batch: F.cross_entropy(m(batch[0]).float(), batch[1])
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import gzip
 import json
+import os
 import textwrap
 from pathlib import Path
 
@@ -54,6 +55,16 @@ def test_tiny_gpt_run_directory(tmp_path):
     assert [int(r["step"]) for r in steps] == list(range(60))
     assert all(int(r["tokens"]) == 4 * 32 and int(r["samples"]) == 4 for r in steps)
     assert all(int(r["rss_bytes"]) > 10 * 2**20 for r in steps)
+    # CPU time per step from the second step on (the first starts at the forward, where none was read): the loop's
+    # thread never more than its process (1 ms for the clocks' granularity), the process never more than its
+    # cores for the step's wall time
+    assert steps[0]["cpu_s"] == "" and steps[0]["main_cpu_s"] == "" and steps[0]["main_wait_s"] == ""
+    cores = os.cpu_count() or 1
+    for r in steps[1:]:
+        cpu, main, wall = float(r["cpu_s"]), float(r["main_cpu_s"]), float(r["duration_s"])
+        assert 0 < main <= cpu + 1e-3 and cpu <= cores * wall + 1e-2
+        if r["main_wait_s"]:  # Linux: the thread's run-queue wait fits in the step beside its CPU time
+            assert 0 <= float(r["main_wait_s"]) and main + float(r["main_wait_s"]) <= wall + 1e-2
     # default schedule for 60 steps: wait 24, warmup 5, active 10 -> steps 29..38 recorded
     assert [r["profiler_phase"] for r in steps[24:40]] == ["warmup"] * 5 + ["active"] * 10 + ["none"]
     assert steps[1]["profiler_phase"] == "flops"

@@ -59,6 +59,34 @@ def test_overhead_removed_gives_the_unprofiled_step(tmp_path: Path) -> None:
     assert "20.00 µs per recorded host event" in u.text(rr.base_step_us)
 
 
+def test_the_inflation_is_stated_per_category(tmp_path: Path) -> None:
+    rr, t = _two_steps(tmp_path)
+    u = unprofiled(rr, t, 910.0)
+    assert u is not None
+    # host op time: step 1 40 + 200 + 190 + 90, step 2 400 + 580 → 1500 / 2 = 750 µs per step. The 20 µs cuts
+    # (events at 0, 0, 150, 200, 410, 610, 1000, 1000, 1410): [0, 40) lies in no op; [150, 170), [200, 220),
+    # [410, 430), [610, 630), [1410, 1430) 20 each and [1000, 1040) 40 lie in ops → 140 / 2 = 70 µs per step cut
+    assert u.host_op_window_us == pytest.approx(750.0)
+    assert u.host_op_unprofiled_us == pytest.approx(680.0)
+    assert u.host_op_inflation == pytest.approx(750.0 / 680.0)
+    assert u.step_inflation == pytest.approx(1000.0 / 910.0)
+    text = u.text(910.0)
+    assert "inflated the step 1.10× (1.00 ms profiled vs 0.91 ms unprofiled)" in text
+    assert "host op time 1.10× (0.75 → 0.68 ms per step), device kernels 1.00× (not inflated)" in text
+    rr.unprofiled = u
+    d = rr.unprofiled_dict()
+    assert d is not None and d["host_op_window_us"] == pytest.approx(750.0)
+    scaled = unprofiled(rr, t, 1100.0)
+    assert scaled is not None and scaled.host_op_inflation == 1.0 and "no inflation by the profiler" in scaled.text(1.0)
+
+
+def test_a_saving_without_an_unprofiled_step_says_it_is_for_the_profiled_step() -> None:
+    from perfdoctor.checks.context import profiled_step_text
+
+    assert profiled_step_text(None).startswith("for the profiled step (a bare trace")
+    assert "reach no steady level" in profiled_step_text({"cpu": {}})
+
+
 def test_python_time_keeps_its_length_on_the_unprofiled_step(tmp_path: Path) -> None:
     rr, t = _two_steps(tmp_path)
     rr.unprofiled = unprofiled(rr, t, 910.0)

@@ -71,6 +71,8 @@ class Session:
         self.log = StepLog(self.run_dir / steps_csv_name(rank))
         self.meter = FlopMeter()
         self.windows: list[dict[str, Any]] = []
+        # training processes on this machine (spawned ranks, else LOCAL_WORLD_SIZE): the thread probe's fair share
+        self.local_processes = int(os.environ.get("LOCAL_WORLD_SIZE") or 1)
         self.prof: torch.profiler.profile | None = None
         self.stop_reason: str | None = None
         self._closing = False
@@ -207,6 +209,36 @@ class Session:
         )
         self.progress(f"wrote trace of steps {first}-{last} to {path}")
 
+    def _op_probe(self) -> dict[str, Any] | None:
+        """After a CPU bf16-autocast run: its dominant bf16 GEMMs timed in bf16 and fp32 (a few seconds at most);
+        None for any other run, or when the probe fails (it never costs the run its data)."""
+        trace = _probe_trace(self)
+        if "cpu:bfloat16" not in self.probe.autocast or trace is None:
+            return None
+        from perfdoctor.capture.op_probe import probe_bf16
+
+        try:
+            return probe_bf16(trace)
+        except Exception as exc:  # noqa: BLE001 - a measurement for a rule, never the run's data
+            self.progress(f"bf16/fp32 op probe failed: {exc}")
+            return None
+
+    def _thread_probe(self) -> dict[str, Any] | None:
+        """After a run whose processes' intra-op threads outnumber the cores: its dominant GEMMs timed at the
+        recorded thread count and at the cores' fair share (PD104's measurement); None otherwise or on failure."""
+        trace = _probe_trace(self)
+        cores = os.cpu_count() or 1
+        threads = torch.get_num_threads()
+        if trace is None or threads * max(self.local_processes, 1) <= cores:
+            return None
+        from perfdoctor.capture.op_probe import probe_threads
+
+        try:
+            return probe_threads(trace, threads, max(1, cores // max(self.local_processes, 1)))
+        except Exception as exc:  # noqa: BLE001 - a measurement for a rule, never the run's data
+            self.progress(f"thread probe failed: {exc}")
+            return None
+
     def close(self, partial: bool, reason: str | None, write_rank_file: bool = True) -> dict[str, Any]:
         """Stop everything, flush files, write ``rank<R>.json``; returns that summary."""
         self._closing = True
@@ -229,6 +261,8 @@ class Session:
         self.timer.finish()
         self.log.close()
         records = self.log.records
+        op_probe = self._op_probe()
+        thread_probe = self._thread_probe()
         tb_error = write_tensorboard(self.run_dir / "tensorboard" / f"rank{self.rank}", records)
         summary = {
             "rank": self.rank,
@@ -260,10 +294,20 @@ class Session:
             "tensorboard": None if tb_error else f"tensorboard/rank{self.rank}",
             "tensorboard_error": tb_error,
             "schedule": asdict(self.schedule),
+            # a CPU bf16-autocast run's dominant GEMMs timed again in bf16 and fp32 (perfdoctor.capture.op_probe)
+            "op_probe": op_probe,
+            # an oversubscribed run's dominant GEMMs timed at its thread count and at cores ÷ processes
+            "thread_probe": thread_probe,
         }
         if write_rank_file:
             write_json(self.run_dir / rank_json_name(self.rank), summary)
         return summary
+
+
+def _probe_trace(session: Any) -> Path | None:
+    """The session's first complete trace, or None."""
+    done = [w for w in session.windows if w["complete"] and w["path"]]
+    return session.run_dir / done[0]["path"] if done else None
 
 
 def _most_common(values: list[Any]) -> int | None:

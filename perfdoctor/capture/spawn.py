@@ -32,6 +32,7 @@ class ChildSpec:
     run_dir: str
     cfg: ProfileConfig
     rank_offset: int = 0
+    nprocs: int = 1  # processes this spawn starts on the machine (PD104's thread probe: threads = cores ÷ nprocs)
 
 
 @dataclass
@@ -58,7 +59,7 @@ def patch(run_dir: Path, cfg: ProfileConfig) -> tuple[SpawnState, Callable[[], N
         daemon: bool = False,
         start_method: str = "spawn",
     ) -> Any:
-        spec = ChildSpec(str(run_dir), cfg, rank_offset=len(state.ranks))
+        spec = ChildSpec(str(run_dir), cfg, rank_offset=len(state.ranks), nprocs=nprocs)
         ranks = list(range(spec.rank_offset, spec.rank_offset + nprocs))
         state.ranks.extend(ranks)
         result = orig(functools.partial(_child_main, fn, spec), args, nprocs, join, daemon, start_method)
@@ -100,6 +101,7 @@ def _child_main(fn: Callable[..., Any], spec: ChildSpec, index: int, *args: Any)
         rank=spec.rank_offset + index,
         progress=lambda msg: print(f"perfdoctor: rank {spec.rank_offset + index}: {msg}", file=sys.stderr),
     )
+    session.local_processes = spec.nprocs
     session.start()
     partial, reason = True, None
     try:

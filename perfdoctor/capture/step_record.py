@@ -22,6 +22,9 @@ STEP_FIELDS = (
     "profiler_phase",
     "eval_s",
     "checkpoint_s",
+    "cpu_s",
+    "main_cpu_s",
+    "main_wait_s",
 )
 
 
@@ -42,6 +45,14 @@ class StepRecord:
     profiler_phase: str = "none"  # none | flops | warmup | active
     eval_s: float = 0.0  # host seconds of evaluation inside the step (perfdoctor.capture.non_training)
     checkpoint_s: float = 0.0  # host seconds inside torch.save in the step
+    # CPU seconds the training process used in the step, all its threads (time.process_time: intra-op threads
+    # included, DataLoader worker processes not), and the step loop's own thread (time.thread_time): what the
+    # machine's cores give the process, beside duration_s, the wall time (perfdoctor.replay.machine)
+    cpu_s: float | None = None
+    main_cpu_s: float | None = None
+    # seconds the step loop's thread waited on a run queue for a core (Linux /proc/thread-self/schedstat): time
+    # it wanted to run while other threads had the cores, told apart from sleeping and I/O
+    main_wait_s: float | None = None
 
     def row(self) -> list[object]:
         """The record's values in ``STEP_FIELDS`` order (one CSV row)."""

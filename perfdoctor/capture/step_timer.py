@@ -1,6 +1,7 @@
 """Per-step timing and memory, cheap enough to run on every step.
 
-CPU: ``time.perf_counter()`` at each step boundary. CUDA: additionally a
+CPU: ``time.perf_counter()`` at each step boundary, and the process's and the step loop thread's CPU time
+(``time.process_time()``, ``time.thread_time()``) beside it. CUDA: additionally a
 ``torch.cuda.Event`` is recorded at each boundary and resolved later with
 ``Event.query()`` (never a per-step synchronize), so a step's duration is the
 GPU-side time between boundaries when available; rows are emitted in step order
@@ -56,6 +57,21 @@ def _cuda_memory(rec: StepRecord) -> None:
         rec.cuda_malloc_count = int(stats["num_device_alloc"])
 
 
+def _run_queue_wait_s() -> float | None:
+    """Seconds this thread has waited on a run queue (the second field of Linux's ``/proc/thread-self/schedstat``,
+    ns), or None where the file is absent."""
+    try:
+        with open("/proc/thread-self/schedstat", "rb") as fh:
+            return int(fh.read().split()[1]) / 1e9
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _cpu_times() -> tuple[float, float, float | None]:
+    """(process CPU s, this thread's CPU s, this thread's run-queue wait s or None) now."""
+    return time.process_time(), time.thread_time(), _run_queue_wait_s()
+
+
 class StepTimer:
     """Times steps and hands finished :class:`StepRecord` rows to ``sink`` in step order.
 
@@ -70,6 +86,8 @@ class StepTimer:
         self.sink = sink
         self.cuda = cuda
         self._prev_end_s: float | None = None
+        # (process CPU, thread CPU, thread run-queue wait) seconds at the last boundary
+        self._prev_cpu_s: tuple[float, float, float | None] | None = None
         self._prev_event: torch.cuda.Event | None = None
         self._pending: deque[tuple[StepRecord, torch.cuda.Event | None, torch.cuda.Event]] = deque()
         self.steps_done = 0
@@ -86,6 +104,7 @@ class StepTimer:
         """Close the current step. ``first_start_s``: perf_counter() at the first forward;
         ``eval_s``/``checkpoint_s``: host seconds of evaluation / torch.save inside the step."""
         now = time.perf_counter()
+        cpu_now = _cpu_times()
         start = self._prev_end_s if self._prev_end_s is not None else (first_start_s or now)
         rec = StepRecord(
             self.steps_done,
@@ -98,7 +117,13 @@ class StepTimer:
             eval_s=eval_s,
             checkpoint_s=checkpoint_s,
         )
+        if self._prev_cpu_s is not None:  # the first step's start is the forward's, where no CPU time was read
+            rec.cpu_s = cpu_now[0] - self._prev_cpu_s[0]
+            rec.main_cpu_s = cpu_now[1] - self._prev_cpu_s[1]
+            before_wait, wait = self._prev_cpu_s[2], cpu_now[2]
+            rec.main_wait_s = wait - before_wait if wait is not None and before_wait is not None else None
         self._prev_end_s = now
+        self._prev_cpu_s = cpu_now
         self.steps_done += 1
         if not self.cuda:
             self.sink(rec)
@@ -115,6 +140,7 @@ class StepTimer:
         FLOPs counter set-up) is not charged to the script's next step."""
         if self._prev_end_s is not None:
             self._prev_end_s = time.perf_counter()
+            self._prev_cpu_s = _cpu_times()
         if self.cuda and self._prev_event is not None:
             event = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]  # torch leaves it unannotated
             event.record()

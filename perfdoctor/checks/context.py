@@ -272,8 +272,7 @@ class RankContext:
             f"{whatif.source}): {what}, mean over {per.size} analysed step(s) "
             f"({step_list_text(self.step_numbers)})"
         )
-        if u is not None:
-            method += "; " + u.text(rr.base_step_us)
+        method += "; " + (u.text(rr.base_step_us) if u is not None else profiled_step_text(run_json(self.analysis)))
         if rr.peers is not None:
             method += f"; {peers_text(rr.peers, rr.fixed_whatif([*first, whatif]).scenario)}"
         if rr.fallback:
@@ -335,6 +334,9 @@ class JobContext:
         self.ranks = ranks
         self.spec = spec
         self.cache: dict[str, Any] = {}
+        # the rule's ``rank_part`` outcome on each rank, computed where the rank's tables are (a pool or Dask
+        # worker: the job's rank contexts are summaries without them); None where a rank has none
+        self.rank_parts: list[Outcome | None] = []
 
     @property
     def th(self) -> dict[str, Any]:
@@ -364,6 +366,16 @@ def _cold_steps(rank: Any) -> list[int]:
     return list(fn()) if fn is not None else []
 
 
+def profiled_step_text(run: dict[str, Any] | None) -> str:
+    """The clause a replayed saving carries when it is not stated for an unprofiled step: it is for the profiled
+    step, which the profiler's per-event host overhead lengthens (:mod:`perfdoctor.replay.unprofiled`). ``run``: the
+    run's ``run.json`` (a ``perfdoctor profile`` run whose unprofiled steps found no steady level), or None (a bare
+    trace: nothing recorded the step without the profiler)."""
+    if run is not None:
+        return "for the profiled step (the run's unprofiled steps reach no steady level; the profiler's cost included)"
+    return "for the profiled step (a bare trace: the profiler's cost per recorded op included)"
+
+
 def run_json(analysis: Any) -> dict[str, Any] | None:
     """The run facts (``run.json``) recorded by ``perfdoctor profile``, or None.
 
@@ -380,3 +392,19 @@ def run_json(analysis: Any) -> dict[str, Any] | None:
         if isinstance(val, dict):
             return val
     return None
+
+
+def run_core_budget(ctx: Any) -> Any:
+    """The rank's :class:`perfdoctor.replay.machine.CoreBudget` (the run's cores and its unprofiled steady steps'
+    CPU time, from the run's steady-state start on), or None for a bare trace or a run that records no CPU count."""
+    from perfdoctor.replay.machine import core_budget
+
+    run = getattr(ctx.analysis, "run", None)
+    facts = run_json(ctx.analysis)
+    if facts is None:
+        return None
+    rank = getattr(ctx.rank.tables, "rank", None)
+    per_rank = getattr(run, "rank_steps", None) or {}
+    steps = per_rank.get(int(rank)) if rank is not None and int(rank) in per_rank else getattr(run, "steps", None)
+    ss = getattr(run, "steady_state", None)
+    return core_budget(facts, steps, int(getattr(ss, "steady_start_step", 0) or 0))

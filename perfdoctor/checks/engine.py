@@ -396,7 +396,15 @@ def rank_outcomes(
     for code in order:
         spec = cat.rules[code]
         mod = modules.get(code)
-        if mod is None or spec.scope == "job":
+        if mod is None:
+            continue
+        if spec.scope == "job":  # a job rule's part that needs the rank's tables (its replay), where they are
+            part = getattr(mod, "rank_part", None)
+            if part is not None:
+                ctx.spec = spec
+                out[code] = part(ctx)
+                if out[code].hit is not None:
+                    ctx.cache.setdefault("hits", {})[code] = out[code].hit
             continue
         ctx.spec = spec
         reason = next((m for m in (_requirement_missing(q, analysis, ctx.rank) for q in spec.requires) if m), None)
@@ -471,7 +479,8 @@ def combine(
                 res.skipped.append({"code": code, "name": spec.name, "reason": reason or "no trace to analyse"})
             continue
         if spec.scope == "job":
-            outcomes = [(None, _run_job(mod, spec, analysis, rank_ctx))]
+            parts = [per.get(code) if code in per else None for per in per_rank]
+            outcomes = [(None, _run_job(mod, spec, analysis, rank_ctx, parts))]
         else:
             outcomes = [  # a saving measured on the profiled window, stated for a profile run's unprofiled step
                 (ctx.rank.rank, restate.on_unprofiled_step(_rerun_cross_rank(mod, spec, analysis, ctx, per[code]), ctx))
@@ -777,11 +786,21 @@ def exit_code(results: CheckResults, fail_on: str | None) -> int:
     return 1 if any(severity_level(f.severity) >= level for f in results.findings) else 0
 
 
-def _run_job(mod: ModuleType, spec: RuleSpec, analysis: Any, rank_ctx: list[cx.RankContext]) -> cx.Outcome:
+def _run_job(
+    mod: ModuleType,
+    spec: RuleSpec,
+    analysis: Any,
+    rank_ctx: list[cx.RankContext],
+    parts: list[cx.Outcome | None] | None = None,
+) -> cx.Outcome:
+    """A job rule's outcome; ``parts``: its ``rank_part`` outcome on each rank (None where it has none), which
+    :attr:`perfdoctor.checks.context.JobContext.rank_parts` hands the check."""
     for q in spec.requires:
         for ctx in rank_ctx:
             reason = _requirement_missing(q, analysis, ctx.rank)
             if reason:
                 return cx.skipped(reason)
-    outcome: cx.Outcome = mod.check(cx.JobContext(analysis, rank_ctx, spec))
+    job = cx.JobContext(analysis, rank_ctx, spec)
+    job.rank_parts = list(parts or [])
+    outcome: cx.Outcome = mod.check(job)
     return outcome

@@ -2,7 +2,9 @@
 
 The saving is the replay's: the step's dependency graph replayed with every
 ``__next__`` a queue hand-off (:func:`perfdoctor.replay.transforms.host.prefetch_dataloader`),
-on GPU and CPU-only traces alike: fetch time hidden behind queued device work saves nothing.
+on GPU and CPU-only traces alike: fetch time hidden behind queued device work saves nothing. For a
+``perfdoctor profile`` run the machine's cores bound it: the fetch's work moves to workers on the same cores
+(:mod:`perfdoctor.replay.machine`); a bare trace's saving states the cores it needs.
 """
 
 from __future__ import annotations
@@ -13,8 +15,15 @@ import numpy as np
 
 from perfdoctor.analysis import host
 from perfdoctor.analysis import intervals as iv
-from perfdoctor.checks.common import idle_cause_ms, name_line_of, pct, replay_fields, replayed_estimate, steps_over
-from perfdoctor.checks.context import Outcome, RankContext, passed, skipped
+from perfdoctor.checks.common import (
+    idle_cause_ms,
+    name_line_of,
+    pct,
+    replay_fields,
+    replayed_estimate,
+    steps_over,
+)
+from perfdoctor.checks.context import Outcome, RankContext, passed, run_core_budget, skipped
 from perfdoctor.findings import Evidence, Hit
 from perfdoctor.replay.transforms.host import prefetch_dataloader
 
@@ -46,7 +55,8 @@ def check(ctx: RankContext) -> Outcome:
         )
     ws, we = ctx.windows()
     host_us = iv.per_window(iv.union(*fetches), ws, we)
-    saving, wait, method = ctx.replayed_saving(prefetch_dataloader(ctx.replay(), ctx.tables))
+    whatif = prefetch_dataloader(ctx.replay(), ctx.tables, budget=run_core_budget(ctx))
+    saving, wait, method = ctx.replayed_saving(whatif)
     wait = np.maximum(wait, 0.0)
     step_us = ctx.per_step(lambda s: s.dur_us)
     share = pct(saving, ctx.base_step_us)

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from perfdoctor.checks.context import JobContext, Outcome, passed, skipped
+from perfdoctor.checks.context import JobContext, Outcome, RankContext, passed, skipped
 from perfdoctor.findings import Estimate, Evidence, Hit
 
 CODE = "PD104"
@@ -89,16 +89,53 @@ def check(job: JobContext) -> Outcome:
             "suggested_threads": max(1, int(cores) // local),
         }
     )
-    return Outcome(metrics={"threads_per_core": ratio}, hit=Hit(evidence=ev, estimate=_replayed(job, busy, int(cores))))
+    run = run_json(job.analysis) or {}
+    estimate = next((o.hit.estimate for o in job.rank_parts if o is not None and o.hit is not None), None)
+    if estimate is None:
+        estimate = _replayed(job, busy, int(cores), thread_probe(run))
+    return Outcome(metrics={"threads_per_core": ratio}, hit=Hit(evidence=ev, estimate=estimate))
 
 
-def _replayed(job: JobContext, busy: int, cores: int) -> Estimate | None:
-    """The replayed saving of one thread per core on the first CPU-only rank with a trace, or None."""
+def rank_part(ctx: RankContext) -> Outcome:
+    """On a CPU-only rank with analysed steps, where its tables are: the replayed saving of fitting the job's
+    threads to the cores (:func:`perfdoctor.replay.transforms.cpu.fit_threads_to_cores`, the run's measured
+    ratio where it has one), as a hit whose estimate :func:`check` states; a pass otherwise."""
+    from perfdoctor.checks.context import run_json
+    from perfdoctor.replay.transforms.cpu import fit_threads_to_cores
+
+    run = run_json(ctx.analysis)
+    counts = thread_counts(run) if run is not None else "no run data"
+    if isinstance(counts, str) or ctx.is_gpu or ctx.n_steps == 0 or getattr(ctx.rank, "tables", None) is None:
+        return passed()
+    assert run is not None
+    per_process, workers, cores = counts
+    busy = sum(per_process) + workers
+    if busy / cores <= ctx.th["max_threads_per_core"]:
+        return passed()
+    whatif = fit_threads_to_cores(ctx.replay(), ctx.tables, busy, cores, thread_probe(run))
+    saving, _, method = ctx.replayed_saving(whatif)
+    return Outcome(metrics={}, hit=Hit(evidence=Evidence(values={}), estimate=Estimate(max(saving, 0.0), method)))
+
+
+def thread_probe(run: dict[str, Any]) -> dict[str, Any] | None:
+    """The first rank's ``thread_probe`` of ``run.json`` (:func:`perfdoctor.capture.op_probe.probe_threads`), or
+    None."""
+    for r in run.get("ranks") or []:
+        probe = r.get("thread_probe") if isinstance(r, dict) else None
+        if isinstance(probe, dict) and isinstance(probe.get("suggested_over_recorded"), (int, float)):
+            if probe["suggested_over_recorded"] > 0:
+                return probe
+    return None
+
+
+def _replayed(job: JobContext, busy: int, cores: int, probe: dict[str, Any] | None) -> Estimate | None:
+    """The replayed saving of one thread per core on the first CPU-only rank with a trace (op times scaled by the
+    run's measured ratio where it has one), or None."""
     from perfdoctor.replay.transforms.cpu import fit_threads_to_cores
 
     rc = next((r for r in job.ranks if getattr(r.rank, "tables", None) is not None and not r.is_gpu), None)
     if rc is None or rc.n_steps == 0:
         return None
     rc.spec = job.spec  # the what-if is recorded under this rule's code
-    saving, _, method = rc.replayed_saving(fit_threads_to_cores(rc.replay(), rc.tables, busy, cores))
+    saving, _, method = rc.replayed_saving(fit_threads_to_cores(rc.replay(), rc.tables, busy, cores, probe))
     return Estimate(max(saving, 0.0), method)

@@ -11,13 +11,17 @@ the casts cost more than native bf16 GEMMs win cannot be told from one run
 on another). The CPU's facts must come from the run (``run.json`` of
 ``perfdoctor profile``, recorded on the machine that ran the training): the
 flags of the machine reading a trace say nothing about the machine that
-recorded it, so without run data the rule is skipped.
+recorded it, so without run data the rule is skipped. A ``perfdoctor profile`` run also measures the fix: the
+runner times the step's dominant bf16 GEMMs again in fp32 on the recorded shapes
+(:mod:`perfdoctor.capture.op_probe`), and the saving uses that ratio; then the measurement decides, on CPUs
+with bf16 units too.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -54,6 +58,31 @@ CAST_OPS = re.compile(r"^aten::(to|_to_copy)$")
 BF16_ISA = ("avx512_bf16", "amx_bf16")
 
 
+def op_probe(run: dict[str, Any]) -> dict[str, Any] | None:
+    """The first rank's ``op_probe`` of ``run.json`` (:mod:`perfdoctor.capture.op_probe`: the step's dominant bf16
+    GEMMs timed in bf16 and fp32 on this machine), or None."""
+    for r in run.get("ranks") or []:
+        probe = r.get("op_probe") if isinstance(r, dict) else None
+        if isinstance(probe, dict) and isinstance(probe.get("bf16_over_fp32"), (int, float)):
+            if probe["bf16_over_fp32"] > 0:
+                return probe
+    return None
+
+
+def probe_method(probe: dict[str, Any]) -> str:
+    """The saving's method from a measured bf16/fp32 ratio: the formula and each op timed."""
+    ops = "; ".join(
+        f"{o['name']} {'×'.join(str(d) for d in o['shapes'][0]) if o['shapes'] else '?'}…: bf16 {o['bf16_us']:.0f} µs, "
+        f"fp32 {o['fp32_us']:.0f} µs"
+        for o in probe.get("ops", [])
+    )
+    return (
+        "autocast's cast time per step + bf16 GEMM time × (1 − 1/r), r = bf16 ÷ fp32 GEMM time = "
+        f"{float(probe['bf16_over_fp32']):.2f} measured on this machine after the run ({probe.get('threads')} "
+        f"thread(s), the recorded shapes, weighted by their recorded time: {ops})"
+    )
+
+
 def _per_step(ctx: RankContext, mask: np.ndarray) -> float:
     ops = ctx.tables.cpu_ops
     ws, we = ctx.windows()
@@ -80,18 +109,29 @@ def check(ctx: RankContext) -> Outcome:
     flags = cpu_facts.get("flags")
     if flags is None:
         return skipped(
-            "bf16 GEMMs found, but the recording CPU's instruction set is unknown "
-            "(record with `perfdoctor profile`, whose run.json has the CPU flags)",
+            "bf16 GEMMs found, but the recording CPU's instruction set is unknown and the GEMMs' fp32 speed on it "
+            "unmeasured (record with `perfdoctor profile`: its run.json has the CPU flags, and it times the step's "
+            "bf16 GEMMs again in fp32 on the recorded shapes)",
             **metrics,
         )
     cap = cpu_facts.get("onednn_max_cpu_isa")
     has_isa = cpu_facts.get("bf16_matrix_units", any(f in flags for f in BF16_ISA))
     metrics["has_bf16_isa"] = float(has_isa)
-    saving = cast_us + bf16_us * (1.0 - 1.0 / ctx.th["emulated_slowdown"])
-    if has_isa or saving <= 0:  # min_saving_pct: the engine's, on the report's denominator (after.py)
-        return passed(**metrics)
+    probe = op_probe(run)
+    if probe is not None:  # measured on this machine: the ratio decides, whatever the flags say
+        ratio = float(probe["bf16_over_fp32"])
+        saving = cast_us + bf16_us * (1.0 - 1.0 / ratio)
+        if saving <= 0:
+            return passed(**metrics)
+    else:
+        ratio = ctx.th["emulated_slowdown"]
+        saving = cast_us + bf16_us * (1.0 - 1.0 / ratio)
+        if has_isa or saving <= 0:  # min_saving_pct: the engine's, on the report's denominator (after.py)
+            return passed(**metrics)
     cpu = cpu_facts.get("model") or "the CPU"
-    if cap and any(f in flags for f in BF16_ISA):
+    if probe is not None:
+        reason = f"its bf16 GEMMs measured at {ratio:.2f}× their fp32 time on the recorded shapes"
+    elif cap and any(f in flags for f in BF16_ISA):
         reason = f"ONEDNN_MAX_CPU_ISA={cap} hides its bf16 matrix instructions"
     else:
         reason = "it has no bf16 matrix instructions"
@@ -109,10 +149,25 @@ def check(ctx: RankContext) -> Outcome:
         events=top_names(names[ops["name_id"][bf16]], ops["dur_us"][bf16]),
     )
     method = (
-        "autocast's cast time per step + bf16 GEMM time × (1 − 1/emulated_slowdown); "
-        f"emulated_slowdown = {ctx.th['emulated_slowdown']}"
+        probe_method(probe)
+        if probe is not None
+        else (
+            "autocast's cast time per step + bf16 GEMM time × (1 − 1/emulated_slowdown); "
+            f"emulated_slowdown = {ctx.th['emulated_slowdown']}: an estimate from the spec, not measured (a "
+            "`perfdoctor profile` run times the step's bf16 GEMMs again in fp32 on the recorded shapes and replaces it)"
+        )
     )
+    estimate = Estimate(saving, method)
+    if ratio >= 1.0 and not ctx.is_gpu and ctx.n_steps:  # fp32 makes nothing longer: a host cut replays it
+        from perfdoctor.replay.transforms.cpu import fp32_instead_of_bf16
+
+        gemm_iv = iv.union(ops["ts_us"][bf16], ops["end_us"][bf16])
+        cast = ctx.tables.names_matching(CAST_OPS)[ops["name_id"]]
+        cast_iv = iv.union(ops["ts_us"][cast], ops["end_us"][cast])
+        whatif = fp32_instead_of_bf16(ctx.replay(), gemm_iv, cast_iv, ratio, method)
+        replayed, _, replay_method = ctx.replayed_saving(whatif)
+        estimate = Estimate(max(replayed, 0.0), replay_method)
     return Outcome(
         metrics=metrics,
-        hit=Hit(evidence=ev, estimate=Estimate(saving, method), min_saving_pct=ctx.th["min_saving_pct"]),
+        hit=Hit(evidence=ev, estimate=estimate, min_saving_pct=ctx.th["min_saving_pct"]),
     )

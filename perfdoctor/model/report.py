@@ -359,7 +359,9 @@ class UnprofiledSection(Section, kw_only=True):
     ``method`` ``"overhead"`` (the profiler's ``per_event_us`` removed at each of ``events_per_step`` recorded host
     events per step, ``per_event_us = (window_step_us − steady_step_us) / events_per_step``) or ``"scaled"``
     (replayed steps × ``steady_step_us / window_step_us``); ``step_us``: the unprofiled mean step the savings are
-    taken from; ``text``: the sentence the report shows."""
+    taken from; ``text``: the sentence the report shows; ``host_op_window_us`` / ``host_op_unprofiled_us``: host op
+    time per analysed step (CPU ops ∪ runtime calls) as recorded / with the overhead cut (their ratio is the host ops'
+    inflation; device kernels are not inflated)."""
 
     method: str
     per_event_us: float
@@ -368,6 +370,8 @@ class UnprofiledSection(Section, kw_only=True):
     steady_step_us: float
     step_us: float
     text: str
+    host_op_window_us: float = 0.0
+    host_op_unprofiled_us: float = 0.0
 
 
 class ReplaySection(Section, kw_only=True):

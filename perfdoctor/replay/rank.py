@@ -223,6 +223,8 @@ class RankReplay:
             "steady_step_us": u.steady_step_us,
             "step_us": step,
             "text": u.text(step),
+            "host_op_window_us": u.host_op_window_us,
+            "host_op_unprofiled_us": u.host_op_unprofiled_us,
         }
 
 

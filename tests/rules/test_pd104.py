@@ -61,3 +61,51 @@ def test_pd104_counts_each_ranks_dataloader_workers():
     out = pd104.check(JobContext(SimpleNamespace(run=run), [], th))
     assert out.hit is not None and out.hit.evidence.values["busy_threads"] == 6
     assert out.metrics["threads_per_core"] == 1.5
+
+
+def _oversubscribed_run(tmp_path, probe):
+    """A run directory: one rank at 4 intra-op threads on 2 logical CPUs; one 1000 µs CPU step, an 800 µs addmm
+    then 200 µs of Python; ``probe``: run.json's thread_probe of rank 0 (None: not measured)."""
+    import json
+
+    from rules_helpers import run_rules
+    from tracebuilder import TraceBuilder
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    tb = TraceBuilder(device_name=None)
+    tb.step(1, 0, 1000)
+    tb.cpu_op("aten::addmm", 0, 800)
+    tb.write(run_dir / "trace.rank0.pt.trace.json")
+    run = {
+        "status": "complete",
+        "world_size": 1,
+        "environment": {"torch_threads": 4},
+        "cpu": {"logical_cpus": 2},
+        "ranks": [{"rank": 0, "torch_threads": 4, "thread_probe": probe}],
+    }
+    (run_dir / "run.json").write_text(json.dumps(run))
+    return run_rules([run_dir], ["PD104"]).findings["PD104"]
+
+
+def test_pd104_replays_the_measured_thread_ratio(tmp_path):
+    # the dominant GEMM measured at 400 µs with 4 threads, 100 µs with 2: ops keep 0.25 of their time → the
+    # 800 µs addmm becomes 200 µs: saving 600 µs of the 1000 µs step
+    op = {"name": "aten::addmm", "shapes": [[8], [8, 8], [8, 8]], "recorded_us": 800.0}
+    probe = {
+        "ops": [{**op, "at_recorded_us": 400.0, "at_suggested_us": 100.0}],
+        "recorded_threads": 4,
+        "suggested_threads": 2,
+        "suggested_over_recorded": 0.25,
+    }
+    f = _oversubscribed_run(tmp_path, probe)
+    assert f["saving_us_per_step"] == 600
+    assert "keeps 0.25 of its time, the ratio measured on this machine" in f["saving_method"]
+    assert "aten::addmm: 400 → 100 µs" in f["saving_method"]
+
+
+def test_pd104_without_a_measurement_divides_by_the_oversubscription(tmp_path):
+    # 4 threads on 2 cores: op time ÷ 2 → the addmm keeps 400 µs: saving 400 µs, stated as not measured
+    f = _oversubscribed_run(tmp_path, None)
+    assert f["saving_us_per_step"] == 400
+    assert "an estimate from the counts, not measured" in f["saving_method"]

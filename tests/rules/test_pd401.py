@@ -48,10 +48,10 @@ def test_pd401_leaves_pageable_copy_syncs_to_pd102(tmp_path):
 
 def test_pd401_counts_print_as_integers(tmp_path):
     """F15: a whole count prints without ".0" (was "8193.0 times per step"); the method names the analysed
-    steps it averages over (one here: ProfilerStep#1)."""
+    steps it averages over (one here: ProfilerStep#1) and, a bare trace, that the saving is for the profiled step."""
     f = run_tb(_sync_trace(True), tmp_path, ["PD401"]).findings["PD401"]
     assert "waits on the device 1 times per step" in f["message"]
-    assert f["saving_method"].endswith("mean over 1 analysed step(s) (#1)")
+    assert "mean over 1 analysed step(s) (#1); for the profiled step (a bare trace" in f["saving_method"]
 
 
 def test_count_and_step_list_text():

@@ -8,6 +8,8 @@ A prefetched DataLoader on CPU is :func:`perfdoctor.replay.transforms.host.prefe
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from perfdoctor.analysis import intervals as iv
@@ -60,7 +62,9 @@ def trim_python_outside_ops(rr: RankReplay, tables: TraceTables) -> WhatIf:
     )
 
 
-def fit_threads_to_cores(rr: RankReplay, tables: TraceTables, busy_threads: int, cores: int) -> WhatIf:
+def fit_threads_to_cores(
+    rr: RankReplay, tables: TraceTables, busy_threads: int, cores: int, measured: dict[str, Any] | None = None
+) -> WhatIf:
     """Op time on the step's process shrinks by the oversubscription ``r = busy_threads / cores`` (when above 1):
     every stretch where an op (or ``Optimizer.step``) is open, outside DataLoader fetches and host collectives,
     keeps ``1/r`` of its recorded time.
@@ -73,6 +77,10 @@ def fit_threads_to_cores(rr: RankReplay, tables: TraceTables, busy_threads: int,
     size run on one thread and gain less, and a fetch (``__getitem__``, sleeps, I/O) or a wait for peers gains
     nothing. Source: PyTorch CPU threading notes (one intra-op pool per process, sized to all cores); the ops'
     recorded times.
+
+    ``measured``: the run's ``thread_probe`` (:func:`perfdoctor.capture.op_probe.probe_threads`: the dominant
+    GEMMs timed on this machine at the recorded thread count and at the cores' fair share). The ops then keep
+    ``suggested_over_recorded`` of their time, measured, in place of ``1/r``.
     """
     pid = rr.windows.pid
     ratio = busy_threads / cores if cores > 0 else 1.0
@@ -80,15 +88,51 @@ def fit_threads_to_cores(rr: RankReplay, tables: TraceTables, busy_threads: int,
     ops = iv.union_of(*(v for k, v in unions.items() if k not in ("dataloader", "host_collective")))
     ops = iv.subtract(ops, iv.union_of(unions["dataloader"], unions["host_collective"]))
     ops = iv.intersect(ops, step_span(rr))
-    keep = 1.0 / ratio if ratio > 1.0 else 1.0
     s, e = ops
+    if measured is not None:
+        keep = min(float(measured["suggested_over_recorded"]), 1.0)  # a slower fit saves nothing: nothing cut
+        cut = iv.union(s + (e - s) * keep, e) if keep < 1.0 else iv.EMPTY
+        ops_text = "; ".join(
+            f"{o['name']}: {o['at_recorded_us']:.0f} → {o['at_suggested_us']:.0f} µs" for o in measured.get("ops", [])
+        )
+        return WhatIf(
+            "fit-threads-to-cores",
+            Scenario("fit-threads-to-cores", host_cut={pid: cut} if cut[0].size else {}),
+            f"{busy_threads} busy threads on {cores} cores ({ratio:.2f} per core) cut to "
+            f"{measured['suggested_threads']} per process: every op keeps {keep:.2f} of its time, the ratio measured "
+            f"on this machine after the run (the dominant GEMMs at {measured['recorded_threads']} vs "
+            f"{measured['suggested_threads']} threads, recorded shapes: {ops_text})",
+            "thread and core counts from run.json; the thread probe of perfdoctor profile; op times from the trace",
+        )
+    keep = 1.0 / ratio if ratio > 1.0 else 1.0
     cut = iv.union(s + (e - s) * keep, e) if ratio > 1.0 else iv.EMPTY
     return WhatIf(
         "fit-threads-to-cores",
         Scenario("fit-threads-to-cores", host_cut={pid: cut} if cut[0].size else {}),
         f"{busy_threads} busy threads on {cores} cores ({ratio:.2f} per core) cut to one per core: every op's time "
-        f"÷ {max(ratio, 1.0):.2f} (an upper bound: single-threaded ops gain less)",
+        f"÷ {max(ratio, 1.0):.2f} (an upper bound: single-threaded ops gain less; an estimate from the counts, "
+        "not measured: `perfdoctor profile` times the dominant ops at both thread counts and replaces it)",
         "PyTorch CPU threading notes; thread and core counts from run.json; op times from the trace",
+    )
+
+
+def fp32_instead_of_bf16(rr: RankReplay, gemm: Intervals, casts: Intervals, ratio: float, how: str) -> WhatIf:
+    """bf16 autocast dropped on a CPU where bf16 GEMMs run ``ratio`` (≥ 1) × their fp32 time: autocast's casts
+    (``casts``, µs intervals) go and each bf16 GEMM (``gemm``) keeps ``1 / ratio`` of its time, on the step's
+    process. ``how``: where the ratio comes from (measured on this machine, or the spec's assumption), stated.
+
+    Assumption: the rest of the step (elementwise ops, the optimizer, Python) runs as recorded in fp32. Source:
+    the recorded host timeline; the ratio as ``how`` says.
+    """
+    pid = rr.windows.pid
+    s, e = gemm
+    keep = 1.0 / ratio if ratio > 1.0 else 1.0
+    cut = iv.intersect(iv.union_of(casts, iv.union(s + (e - s) * keep, e)), step_span(rr))
+    return WhatIf(
+        "fp32-instead-of-bf16",
+        Scenario("fp32-instead-of-bf16", host_cut={pid: cut} if cut[0].size else {}),
+        f"bf16 autocast dropped: its casts go and each bf16 GEMM keeps 1/{ratio:.2f} of its time ({how})",
+        "replay of the recorded host timeline (CPU-only trace)",
     )
 
 

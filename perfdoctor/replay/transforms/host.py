@@ -8,6 +8,7 @@ import re
 import numpy as np
 
 from perfdoctor.replay.graph import ACT_TABLES, QUEUE_CALL
+from perfdoctor.replay.machine import CoreBudget
 from perfdoctor.replay.rank import RankReplay
 from perfdoctor.replay.simulate import Intervals, Scenario
 from perfdoctor.replay.transforms import WhatIf, merge_cuts
@@ -82,13 +83,12 @@ POOL_PASSES = 4  # replays that add back a worker pool's throughput deficit (a h
 HANDOFF_US = 1300.0
 HANDOFF_FREE_NS_PER_BYTE = 0.25
 HANDOFF_READ_NS_PER_BYTE = 0.074
-# what the trace of a num_workers=0 run cannot show, said with every prefetch saving (benchmarks/replay_pairs.py
-# --steps: the ResNet50 V100 pair's per-step evidence)
+# what the core budget does not cover, said with every prefetch saving (benchmarks/replay_pairs.py --steps: the
+# ResNet50 V100 pair's per-step evidence)
 CONTENTION = (
-    "not modelled, as the trace records neither the machine's cores nor the workers: their competition with the "
-    "training process for cores, memory bandwidth and clock, which slows its host work (ResNet50 V100, 4 workers: "
-    "host ops 4-11% slower in typical steps, 21-32% in two, one batch copy stalled 37 ms), so the step can come out "
-    "longer than replayed"
+    "not modelled: the workers' competition with the training process for memory bandwidth, caches and clock, "
+    "which slows its host work even with cores to spare (ResNet50 V100, 4 workers: host ops 4-11% slower in typical "
+    "steps, 21-32% in two, one batch copy stalled 37 ms), so the step can come out longer than replayed"
 )
 # the same on a CPU-only trace, where the workers compete with the training's own compute threads (the GPU pair's
 # figures are of host ops beside a GPU, not of a CPU-only run's math, so they are not quoted)
@@ -97,6 +97,68 @@ CONTENTION_CPU = (
     "training's own compute threads for the same cores and memory bandwidth, which slows its ops, so the step can "
     "come out longer than replayed"
 )
+
+
+def core_floor(
+    budget: CoreBudget | None, fetch_us: float, step_us: float, inflation: float, workers: int | None = None
+) -> tuple[float, str]:
+    """The shortest fixed step the machine's cores allow once the fetches' work runs in worker processes (µs per
+    step, in the replay's time: × ``inflation``, the profiled window's step ÷ the unprofiled one), and the clause
+    that states the budget (:mod:`perfdoctor.replay.machine`).
+
+    ``fetch_us``: recorded DataLoader fetch time per step (µs, the work moved to workers); ``step_us``: the step
+    replayed with the hand-off (µs). With the run's CPU times: the fetch's CPU share is what the step loop's thread
+    did not spend off the CPU (``1 − off_cpu / fetch``: a sleeping ``__getitem__`` costs the workers no core), and
+    the floor is the process's CPU time per unprofiled step (its own work and the fetch's, now the workers') ÷ the
+    cores the job's threads get (:meth:`CoreBudget.job_cores`: from the step thread's measured run-queue wait,
+    else the machine's cores less the other processes' load when the run started; ``workers`` + 1 threads).
+    With the cores only: the training thread busy the whole step and the fetch all CPU work, ``C·T ≥ T +
+    fetch``, so ``T ≥ fetch / (C − 1)``; under two free cores, ``T ≥ T + fetch × (2 − C)`` (one core: the fetch
+    adds to the step, no saving). Without a budget (a bare trace): no floor; the clause names the fewest cores the
+    saving needs under the same assumption.
+    """
+    f_ms, t_ms = fetch_us / 1e3, step_us / 1e3
+    if budget is None:
+        need = int(np.ceil((step_us + fetch_us) / step_us)) if step_us > 0 else 1
+        return 0.0, (
+            f"core budget: not recorded (bare trace); needs {need} free logical CPUs, the training thread busy "
+            f"through the {t_ms:.1f} ms step beside {f_ms:.1f} ms of fetching per step in workers (assumed CPU "
+            "work): fewer, and the saving shrinks"
+        )
+    c = budget.job_cores((workers or 1) + 1) if budget.measured else budget.free_cores
+    if budget.measured:
+        assert budget.process_cpu_us is not None and budget.step_us is not None
+        off = budget.off_cpu_us()
+        share = min(max(1.0 - off / fetch_us, 0.0), 1.0) if fetch_us > 0 else 0.0
+        floor = budget.process_cpu_us / c
+        shared = (
+            f"; the loop's thread waited {budget.main_wait_us / 1e3:.1f} ms per step for a core, so its "
+            f"{(workers or 1) + 1} threads with the workers get {c:.2f} cores"
+            if budget.main_wait_us is not None and c < budget.free_cores
+            else ""
+        )
+        text = (
+            f"core budget: {budget.machine_text()}{shared}; the training process used "
+            f"{budget.process_cpu_us / 1e3:.1f} ms of CPU per {budget.step_us / 1e3:.1f} ms unprofiled step "
+            f"(steps.csv cpu_s; its loop thread asleep or in I/O {off / 1e3:.1f} ms of it, so the fetch is "
+            f"{share:.0%} CPU work, which the workers still run): the fixed step lasts at least "
+            f"{budget.process_cpu_us / 1e3:.1f} ÷ {c:.2f} = {floor / 1e3:.1f} ms"
+        )
+    else:
+        floor = fetch_us / (c - 1) if c >= 2 else step_us + fetch_us * (2 - c)
+        text = (
+            f"core budget: {budget.machine_text()}; the run recorded no CPU time per step, so the training thread is "
+            f"assumed busy through the step and the {f_ms:.1f} ms of fetching per step all CPU work: the fixed step "
+            f"lasts at least {floor / 1e3:.1f} ms"
+            + (
+                f" ({f_ms:.1f} ms ÷ {c - 1:.1f} spare cores)"
+                if c >= 2
+                else " (under two free cores: the fetch stays in the step, in part)"
+            )
+        )
+    floor *= inflation
+    binds = floor > step_us + 0.5
+    return floor, text + (" (binds: the cores, not the loop, set the step)" if binds else " (does not bind)")
 
 
 def _per_window(ts_us: np.ndarray, rr: RankReplay) -> np.ndarray:
@@ -140,7 +202,11 @@ def fetched_batches(rr: RankReplay, tables: TraceTables, fetch_end_us: np.ndarra
 
 
 def prefetch_dataloader(
-    rr: RankReplay, tables: TraceTables, residual_us: float | None = None, workers: int | None = None
+    rr: RankReplay,
+    tables: TraceTables,
+    residual_us: float | None = None,
+    workers: int | None = None,
+    budget: CoreBudget | None = None,
 ) -> WhatIf:
     """Every DataLoader ``__next__`` on the step's process becomes a hand-off of a batch from a worker, as long as
     a pool of ``workers`` processes keeps up.
@@ -157,11 +223,13 @@ def prefetch_dataloader(
     queued device work). ``workers=None``: enough workers that the bound never binds; the assumption then names
     the fewest that suffice, ``⌈L / replayed step⌉``.
 
-    Not modelled, as the trace cannot show them: the workers' competition with the main process for CPU cores and
-    memory bandwidth (the trace does not record how many cores the machine has; assumed at least ``W + 1`` free;
-    on the ResNet50 V100 pair the "after" trace's host ops ran 10-30% slower than the "before" trace's in its
-    typical steps and up to 90% slower in one, and one copy stalled 37 ms), and a batch size the trace does not
-    show (no host→device copy after the fetch: the per-byte hand-off is not counted).
+    The machine's cores (``budget``, from the run: :mod:`perfdoctor.replay.machine`): the work moved to the
+    workers still takes CPU time, so no step is shorter than :func:`core_floor`; steps under it wait in their
+    fetches for the difference, as under the pool's bound. Without a budget (a bare trace) the saving states the
+    fewest cores it needs. Not modelled: the workers' competition for memory bandwidth, caches and clock (on the
+    ResNet50 V100 pair the "after" trace's host ops ran 4-11% slower than the "before" trace's in its typical
+    steps and up to 32% slower in two, and one copy stalled 37 ms), and a batch size the trace does not show (no
+    host→device copy after the fetch: the per-byte hand-off is not counted).
     Source: PyTorch DataLoader docs, multi-process data loading (``num_workers`` worker processes, each building
     whole batches, ``prefetch_factor`` batches ahead per worker); the hand-off cost from
     benchmarks/dataloader_handoff.py.
@@ -198,15 +266,18 @@ def prefetch_dataloader(
     n_fetch = np.bincount(step[inside], minlength=n_steps).astype(np.float64)
     load_us = float((e - s)[inside].mean()) if inside.any() else 0.0
     replayed = rr.step_times(sc)
-    if workers is None:
+    fetch_us = float(n_fetch.mean()) * load_us
+    inflation = rr.unprofiled.step_inflation if rr.unprofiled is not None else 1.0
+    floor, budget_text = core_floor(budget, fetch_us, float(replayed.mean()) / inflation, inflation, workers)
+    if workers is None and floor <= 0:
         need = int(np.ceil(load_us / float(replayed.mean()))) if load_us > 0 and replayed.mean() > 0 else 0
         text = (
             f"batches prefetched by DataLoader workers: {handoff}; this needs at least {max(need, 1)} worker(s) "
-            f"(recorded fetch {load_us / 1e3:.1f} ms ÷ replayed step {float(replayed.mean()) / 1e3:.1f} ms) and as "
-            f"many free cores; {contention}"
+            f"(recorded fetch {load_us / 1e3:.1f} ms ÷ replayed step {float(replayed.mean()) / 1e3:.1f} ms); "
+            f"{budget_text}; {contention}"
         )
         return WhatIf("prefetch-dataloader", sc, text, "PyTorch DataLoader multi-process loading (num_workers > 0)")
-    bound = n_fetch * load_us / max(workers, 1)
+    bound = np.maximum(n_fetch * load_us / max(workers or 1, 1) if workers else 0.0, floor)
     for _ in range(POOL_PASSES):
         deficit = bound - replayed
         if not (deficit > 0.5).any():
@@ -215,10 +286,13 @@ def prefetch_dataloader(
         keep[short] += deficit[step[short]] / n_fetch[step[short]]
         sc = scenario(keep)
         replayed = rr.step_times(sc)
-    text = (
+    pool = (
         f"{workers} DataLoader worker(s), each loading a batch in the recorded fetch time ({load_us / 1e3:.1f} ms): "
-        f"a step lasts at least {load_us / max(workers, 1) / 1e3:.1f} ms per batch; {handoff}; {contention}"
+        f"a step lasts at least {load_us / max(workers, 1) / 1e3:.1f} ms per batch"
+        if workers
+        else "batches prefetched by DataLoader workers"
     )
+    text = f"{pool}; {handoff}; {budget_text}; {contention}"
     return WhatIf("prefetch-dataloader", sc, text, "PyTorch DataLoader multi-process loading (num_workers > 0)")
 
 

@@ -1,0 +1,195 @@
+"""The ops that dominate a bf16-autocast CPU step, timed again in fp32 on the recorded shapes (PD204's measurement).
+
+A replay of recorded durations cannot say how fast a GEMM would run in another dtype: that depends on the CPU's
+instructions (AVX512-BF16 / AMX, or none: oneDNN then converts through fp32). So, after a ``perfdoctor profile``
+run whose script trained under CPU bf16 autocast, the runner reads its own trace, takes the GEMM ops with bf16
+inputs that took the most time (by name and input shapes, :data:`TOP_OPS`) and times each with bf16 and with fp32
+inputs of those shapes on this machine, in the same process and thread count, for at most :data:`PER_OP_S` seconds
+a dtype. ``run.json``'s rank entry keeps the result (``op_probe``); PD204 replays the step with the ratio.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+TOP_OPS = 3  # the (name, shapes) groups timed, by recorded time
+PER_OP_S = 0.3  # seconds of timing per op and dtype, at most
+MIN_REPS, MAX_REPS = 3, 200
+GEMM_NAMES = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::linear", "aten::matmul")
+
+
+def bf16_gemm_groups(trace_path: Path, bf16_only: bool = True) -> list[tuple[str, list[list[int]], float]]:
+    """(op name, input shapes, recorded µs in the trace) of the GEMM ops with bf16 inputs (``bf16_only`` False:
+    with fp32 inputs), the most time first.
+
+    Only top-level calls of :data:`GEMM_NAMES` count (``aten::linear`` calls ``aten::addmm``: its time is
+    counted once, under the outer op)."""
+    from perfdoctor.trace import load_trace
+
+    t = load_trace(str(trace_path))
+    ops = t.cpu_ops
+    if len(ops) == 0:
+        return []
+    names = t.name_array()[ops["name_id"]]
+    order = np.argsort(ops["ts_us"], kind="stable")
+    groups: dict[tuple[str, str], float] = {}
+    outer_end = -np.inf
+    for i in order.tolist():
+        name = str(names[i])
+        if name not in GEMM_NAMES or ops["ts_us"][i] < outer_end:
+            continue
+        types, dims = ops["input_type"][i], ops["input_dims"][i]
+        if types is None or dims is None or (b"BFloat16" in types) != bf16_only:
+            continue
+        if not bf16_only and b"float" not in types:
+            continue
+        outer_end = float(ops["end_us"][i])
+        key = (name, dims.decode() if isinstance(dims, bytes) else str(dims))
+        groups[key] = groups.get(key, 0.0) + float(ops["dur_us"][i])
+    out = [(n, json.loads(d), us) for (n, d), us in groups.items()]
+    return sorted(out, key=lambda g: -g[2])
+
+
+def _time_us(fn: Any) -> float:
+    """Median µs of ``fn()`` over repeats within :data:`PER_OP_S` (after one warm-up call)."""
+    fn()
+    times: list[float] = []
+    t_end = time.perf_counter() + PER_OP_S
+    while len(times) < MIN_REPS or (len(times) < MAX_REPS and time.perf_counter() < t_end):
+        t0 = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - t0) * 1e6)
+    return float(np.median(times))
+
+
+def time_dtypes(name: str, shapes: list[list[int]]) -> tuple[float, float] | None:
+    """(bf16 µs, fp32 µs) of aten op ``name`` on random inputs of ``shapes`` (the tensor inputs; scalars and absent
+    inputs, recorded as ``[]``, are left to the op's defaults), or None when the op does not take them."""
+    op = getattr(torch.ops.aten, name.split("::", 1)[1])
+    tensor_shapes = [s for s in shapes if isinstance(s, list) and s]
+    if len(tensor_shapes) < 2:
+        return None
+    out = []
+    for dtype in (torch.bfloat16, torch.float32):
+        args = [torch.randn(*s).to(dtype) for s in tensor_shapes]
+        try:
+            out.append(_time_us(lambda args=args: op(*args)))
+        except (RuntimeError, TypeError):
+            return None
+    return out[0], out[1]
+
+
+def probe_bf16(trace_path: Path) -> dict[str, Any] | None:
+    """``run.json``'s ``op_probe`` for a bf16-autocast run: each timed op (``name``, ``shapes``, ``recorded_us`` in
+    the trace, ``bf16_us``, ``fp32_us`` measured here) and ``bf16_over_fp32`` = Σ bf16 ÷ Σ fp32 weighted by the
+    recorded time; None when the trace has no bf16 GEMM."""
+    groups = bf16_gemm_groups(trace_path)[:TOP_OPS]
+    timed: list[dict[str, Any]] = []
+    rec, bf16, fp32 = [], [], []
+    with torch.no_grad():
+        for name, shapes, rec_us in groups:
+            got = time_dtypes(name, shapes)
+            if got is not None:
+                timed.append(
+                    {"name": name, "shapes": shapes, "recorded_us": rec_us, "bf16_us": got[0], "fp32_us": got[1]}
+                )
+                rec.append(rec_us)
+                bf16.append(got[0])
+                fp32.append(got[1])
+    if not timed:
+        return None
+    w, ratio = np.array(rec), np.array(bf16) / np.array(fp32)
+    return {
+        "ops": timed,
+        "bf16_over_fp32": float((w * ratio).sum() / w.sum()),
+        "threads": torch.get_num_threads(),
+        "seconds": PER_OP_S,
+    }
+
+
+ROUNDS = 2  # alternating child processes per thread count: both counts meet the same load on a shared machine
+
+
+def time_ops(specs: list[tuple[str, list[list[int]]]]) -> list[float]:
+    """Median µs of each (aten op name, input shapes) on fp32 random inputs, in this process at its thread count
+    (NaN for an op that does not take them)."""
+    out = []
+    with torch.no_grad():
+        for name, shapes in specs:
+            op = getattr(torch.ops.aten, name.split("::", 1)[1])
+            args = [torch.randn(*s) for s in shapes if isinstance(s, list) and s]
+            try:
+                out.append(_time_us(lambda args=args, op=op: op(*args)) if len(args) >= 2 else float("nan"))
+            except (RuntimeError, TypeError):
+                out.append(float("nan"))
+    return out
+
+
+def _alternating(specs: list[tuple[str, list[list[int]]]], recorded: int, suggested: int) -> list[list[float]]:
+    """Per thread count (recorded, suggested): each op's median µs over :data:`ROUNDS` fresh child processes run
+    in alternation. A fresh process, because a pool shrunk in place leaves its extra threads spinning on the
+    cores for a while (measured here: a 64×512×512 linear at 40 ms with 2 of 4 threads left, 0.25 ms in a fresh
+    2-thread process)."""
+    import subprocess
+
+    got: dict[int, list[list[float]]] = {recorded: [], suggested: []}
+    for _ in range(ROUNDS):
+        for n in (recorded, suggested):
+            env = {**os.environ, "OMP_NUM_THREADS": str(n), "MKL_NUM_THREADS": str(n)}
+            proc = subprocess.run(
+                [sys.executable, "-m", "perfdoctor.capture.op_probe", str(n), json.dumps(specs)],
+                capture_output=True,
+                text=True,
+                timeout=120,
+                env=env,
+                check=True,
+            )
+            got[n].append(json.loads(proc.stdout.strip().splitlines()[-1]))
+    return [np.median(np.array(got[n], dtype=np.float64), axis=0).tolist() for n in (recorded, suggested)]
+
+
+def probe_threads(trace_path: Path, recorded: int, suggested: int) -> dict[str, Any] | None:
+    """``run.json``'s ``thread_probe``: the trace's dominant fp32 GEMMs (:data:`TOP_OPS`, recorded shapes) timed with
+    ``recorded`` intra-op threads and with ``suggested`` (the cores' fair share), alternating, and
+    ``suggested_over_recorded`` = Σ suggested ÷ Σ recorded weighted by recorded time; None without such ops.
+
+    Each count is timed in fresh child processes (:func:`_alternating`). In a multi-process run every rank probes
+    as it closes, so the ranks' probes overlap as their training did (the contention that makes the recorded count
+    slow)."""
+    groups = bf16_gemm_groups(trace_path, bf16_only=False)[:TOP_OPS]
+    if not groups:
+        return None
+    at_rec, at_sug = _alternating([(n, sh) for n, sh, _ in groups], recorded, suggested)
+    timed: list[dict[str, Any]] = []
+    rec: list[float] = []
+    for (name, shapes, rec_us), a, b in zip(groups, at_rec, at_sug, strict=True):
+        if np.isfinite(a) and np.isfinite(b) and a > 0:
+            timed.append(
+                {"name": name, "shapes": shapes, "recorded_us": rec_us, "at_recorded_us": a, "at_suggested_us": b}
+            )
+            rec.append(rec_us)
+    at_rec = [t["at_recorded_us"] for t in timed]
+    at_sug = [t["at_suggested_us"] for t in timed]
+    if not timed:
+        return None
+    w, ratio = np.array(rec), np.array(at_sug) / np.array(at_rec)
+    return {
+        "ops": timed,
+        "recorded_threads": recorded,
+        "suggested_threads": suggested,
+        "suggested_over_recorded": float((w * ratio).sum() / w.sum()),
+        "seconds": PER_OP_S,
+    }
+
+
+if __name__ == "__main__":  # a child of _alternating: ``python -m perfdoctor.capture.op_probe THREADS SPECS_JSON``
+    torch.set_num_threads(int(sys.argv[1]))
+    print(json.dumps(time_ops([(str(n), list(sh)) for n, sh in json.loads(sys.argv[2])])))

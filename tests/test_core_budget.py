@@ -1,0 +1,116 @@
+"""The machine in the replay (issue 23 item 1): the prefetch what-if bounded by the run's cores, from run.json's
+CPU count and steps.csv's CPU time per step; every number worked out by hand (µs)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from tracebuilder import TraceBuilder
+
+from perfdoctor.analysis.steps import find_steps
+from perfdoctor.replay.machine import CoreBudget, core_budget
+from perfdoctor.replay.rank import RankReplay, replay_rank
+from perfdoctor.replay.transforms.host import prefetch_dataloader
+from perfdoctor.trace import load_trace
+from perfdoctor.trace.tables import TraceTables
+
+DL = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
+
+
+def _fetch_bound(tmp_path: Path) -> tuple[RankReplay, TraceTables]:
+    """Two 1000 µs CPU steps, each a 600 µs DataLoader fetch (an aten::stack inside it) then a 400 µs addmm: with
+    the fetch handed off (no batch copy in a CPU trace: nothing kept), each step replays at 400 µs."""
+    tb = TraceBuilder(device_name=None)
+    for k in (0, 1):
+        t0 = 1000 * k
+        tb.step(k + 1, t0, 1000)
+        tb.annotation(DL, t0, 600)
+        tb.cpu_op("aten::stack", t0 + 100, 50)
+        tb.cpu_op("aten::addmm", t0 + 600, 400)
+    tables = load_trace(str(tb.write(tmp_path / "t.json")))
+    return replay_rank(tables, find_steps(tables)), tables
+
+
+def _saving(case: tuple[RankReplay, TraceTables], budget: CoreBudget | None) -> tuple[float, str]:
+    rr, t = case
+    w = prefetch_dataloader(rr, t, budget=budget)
+    return float((rr.recorded_step_us - rr.step_times(w.scenario)).mean()), w.assumption
+
+
+@pytest.fixture
+def fetch_bound(tmp_path: Path) -> tuple[RankReplay, TraceTables]:
+    return _fetch_bound(tmp_path)
+
+
+def test_without_a_budget_the_saving_states_the_cores_it_needs(fetch_bound: tuple[RankReplay, TraceTables]) -> None:
+    saving, text = _saving(fetch_bound, None)
+    assert saving == pytest.approx(600.0)  # 1000 → 400
+    # the training thread busy 400 µs + 600 µs of fetching moved to workers: 1000 / 400 → 3 logical CPUs
+    assert "core budget: not recorded (bare trace); needs 3 free logical CPUs" in text
+
+
+def test_measured_cpu_time_bounds_the_fixed_step(fetch_bound: tuple[RankReplay, TraceTables]) -> None:
+    # 2 cores; the process used 900 µs of CPU per 1000 µs step, its loop thread off the CPU 100 µs (the fetch is
+    # 500 / 600 CPU work): the fixed step lasts at least 900 / 2 = 450 µs, above the replayed 400 → saving 550
+    budget = CoreBudget(2, "Test CPU", step_us=1000.0, process_cpu_us=900.0, main_cpu_us=900.0)
+    saving, text = _saving(fetch_bound, budget)
+    assert saving == pytest.approx(550.0)
+    assert "2 logical CPU(s) (Test CPU, run.json)" in text and "the fetch is 83% CPU work" in text
+    assert "at least 0.9 ÷ 2.00 = 0.5 ms (binds" in text
+    # a sleeping __getitem__: the process used 400 µs of CPU (off the CPU 600 µs): 200 µs floor, no bind
+    sleepy = CoreBudget(2, None, step_us=1000.0, process_cpu_us=400.0, main_cpu_us=400.0)
+    saving, text = _saving(fetch_bound, sleepy)
+    assert saving == pytest.approx(600.0) and "the fetch is 0% CPU work" in text and "(does not bind)" in text
+
+
+def test_the_run_queue_wait_measures_the_cores_the_job_gets(fetch_bound: tuple[RankReplay, TraceTables]) -> None:
+    # the loop's thread ran 200 µs and waited 600 µs for a core: f = 0.25 of a core while runnable, so L = 2 / 0.25
+    # − 1 = 7 other threads; with 2 workers the job's 3 threads get 3 × 2 / (7 + 3) = 0.6 cores. The process used
+    # 300 µs of CPU per 1000 µs step (asleep 1000 − 200 − 600 = 200 µs: the fetch is 400 / 600 CPU work): the fixed
+    # step lasts at least 300 / 0.6 = 500 µs → saving 500 (without the wait: 2 free cores, 150 µs, saving 600)
+    b = CoreBudget(2, None, step_us=1000.0, process_cpu_us=300.0, main_cpu_us=200.0, main_wait_us=600.0)
+    assert b.job_cores(3) == pytest.approx(0.6) and b.off_cpu_us() == pytest.approx(200.0)
+    rr, t = fetch_bound
+    w = prefetch_dataloader(rr, t, workers=2, budget=b)
+    assert float((rr.recorded_step_us - rr.step_times(w.scenario)).mean()) == pytest.approx(500.0)
+    assert "waited 0.6 ms per step for a core, so its 3 threads with the workers get 0.60 cores" in w.assumption
+    assert "the fetch is 67% CPU work" in w.assumption
+    quiet = CoreBudget(2, None, step_us=1000.0, process_cpu_us=300.0, main_cpu_us=200.0, main_wait_us=5.0)
+    assert quiet.job_cores(3) == 2.0  # under 5% of its runnable time waiting: the load cannot be told
+
+
+def test_cores_only_assume_a_busy_training_thread_and_a_cpu_bound_fetch(
+    fetch_bound: tuple[RankReplay, TraceTables],
+) -> None:
+    # C·T ≥ T + 600: 2 cores → T ≥ 600 (saving 400); 4 cores → 200, no bind (600); 1 core → 400 + 600 (nothing)
+    assert _saving(fetch_bound, CoreBudget(2))[0] == pytest.approx(400.0)
+    assert _saving(fetch_bound, CoreBudget(4))[0] == pytest.approx(600.0)
+    saving, text = _saving(fetch_bound, CoreBudget(1))
+    assert saving == pytest.approx(0.0) and "under two free cores" in text
+    # 4 cores with a load of 2.5 at the start: 1.5 free → T ≥ 400 + 600 × 0.5 = 700 (saving 300)
+    saving, text = _saving(fetch_bound, CoreBudget(4, load_avg=2.5))
+    assert saving == pytest.approx(300.0) and "1.5 of them free for the job" in text
+
+
+def test_core_budget_reads_the_run() -> None:
+    run = {"cpu": {"logical_cpus": 4, "model": "Xeon"}, "load_avg": {"start": [0.5, 1.0, 2.0]}}
+    steps = {
+        "duration_s": np.array([0.5, 0.010, 0.012, 0.011, 0.020]),
+        "cpu_s": np.array([np.nan, 0.008, 0.009, 0.010, 0.030]),
+        "main_cpu_s": np.array([np.nan, 0.007, 0.008, 0.006, 0.015]),
+        "main_wait_s": np.array([np.nan, 0.001, 0.003, 0.002, 0.0]),
+        "profiler_phase": np.array(["none", "none", "none", "none", "active"], dtype=object),
+    }
+    # steps 1-3 (step 0 before the steady start, step 4 profiled): medians 11 ms wall, 9 ms process, 7 ms thread
+    b = core_budget(run, steps, start=1)
+    assert b is not None and b.cores == 4 and b.cpu_model == "Xeon" and b.measured
+    assert b.step_us == pytest.approx(11000.0) and b.process_cpu_us == pytest.approx(9000.0)
+    # run-queue wait median 2 ms: asleep 11 − 7 − 2 = 2 ms
+    assert b.main_cpu_us == pytest.approx(7000.0) and b.main_wait_us == pytest.approx(2000.0)
+    assert b.off_cpu_us() == pytest.approx(2000.0)
+    assert b.load_avg == 0.5 and b.free_cores == pytest.approx(3.5)  # the 1-minute load at the start
+    old = core_budget(run, {"duration_s": steps["duration_s"]}, start=1)  # a run before cpu_s: cores only
+    assert old == CoreBudget(4, "Xeon", load_avg=0.5) and not old.measured
+    assert core_budget({"cpu": {}}, steps) is None and core_budget(None, None) is None

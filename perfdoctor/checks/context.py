@@ -22,7 +22,7 @@ from perfdoctor.analysis.steps import gpu_launch_times
 from perfdoctor.analysis.warmup import job_cold_steps
 from perfdoctor.checks.catalogue import RuleSpec
 from perfdoctor.checks.common import step_list_text
-from perfdoctor.findings import REPLAY_METHOD, Hit
+from perfdoctor.findings import REPLAY_METHOD, Evidence, Hit
 from perfdoctor.replay.peers import peers_text
 from perfdoctor.trace.join import launched_values
 
@@ -408,3 +408,26 @@ def run_core_budget(ctx: Any) -> Any:
     steps = per_rank.get(int(rank)) if rank is not None and int(rank) in per_rank else getattr(run, "steps", None)
     ss = getattr(run, "steady_state", None)
     return core_budget(facts, steps, int(getattr(ss, "steady_start_step", 0) or 0))
+
+
+def replayed_outcome(
+    ctx: RankContext,
+    metrics: dict[str, Any],
+    evidence: Evidence,
+    saving_us: float,
+    method: str,
+    fields: dict[str, Any],
+    advice: dict[str, str] | None = None,
+) -> Outcome:
+    """The outcome of a check whose hit has a replayed saving (``saving_us`` µs per step, its ``method``) and
+    leaves its threshold (the rule's ``min_saving_pct``) to the engine (:func:`perfdoctor.checks.after.gate`)."""
+    from perfdoctor.checks.common import replayed_estimate
+
+    hit = Hit(
+        min_saving_pct=ctx.th["min_saving_pct"],
+        evidence=evidence,
+        estimate=replayed_estimate(saving_us, method, fields),
+        fields=fields,
+        advice=advice or {},
+    )
+    return Outcome(metrics=metrics, hit=hit)

@@ -12,9 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from perfdoctor.analysis.compiled import CompiledSteps, compiled_steps
-from perfdoctor.checks.common import cold_reason, count_text, replay_fields, replayed_estimate, steps_over
-from perfdoctor.checks.context import Outcome, RankContext, passed, skipped
-from perfdoctor.findings import Evidence, Hit
+from perfdoctor.checks.common import cold_reason, count_text, replay_fields, steps_over
+from perfdoctor.checks.context import Outcome, RankContext, passed, replayed_outcome, skipped
+from perfdoctor.findings import Evidence
 from perfdoctor.replay.transforms.compiled import merge_graphs
 
 CODE = "PD107"
@@ -130,13 +130,4 @@ def check(ctx: RankContext) -> Outcome:
         if scalar
         else ({"fix": FIX_PYTHON} if not c.eager_ops else {})
     )
-    return Outcome(
-        metrics=metrics,
-        hit=Hit(
-            min_saving_pct=ctx.th["min_saving_pct"],
-            evidence=ev,
-            estimate=replayed_estimate(saving, method, fields),
-            fields=fields,
-            advice=advice,
-        ),
-    )
+    return replayed_outcome(ctx, metrics, ev, saving, method, fields, advice)

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from perfdoctor.analysis.compiled import recompiles
-from perfdoctor.checks.common import cold_reason, pct, replay_fields, replayed_estimate
-from perfdoctor.checks.context import Outcome, RankContext, passed, skipped
-from perfdoctor.findings import Evidence, Hit
+from perfdoctor.checks.common import cold_reason, pct, replay_fields
+from perfdoctor.checks.context import Outcome, RankContext, passed, replayed_outcome, skipped
+from perfdoctor.findings import Evidence
 from perfdoctor.replay.transforms.compiled import no_recompiles
 
 CODE = "PD108"
@@ -113,13 +113,4 @@ def check(ctx: RankContext) -> Outcome:
         if shapes
         else {"fix": FIX_GUARD}
     )
-    return Outcome(
-        metrics=metrics,
-        hit=Hit(
-            min_saving_pct=ctx.th["min_saving_pct"],
-            evidence=ev,
-            estimate=replayed_estimate(saving, method, fields),
-            fields=fields,
-            advice=advice,
-        ),
-    )
+    return replayed_outcome(ctx, metrics, ev, saving, method, fields, advice)

@@ -27,13 +27,12 @@ from perfdoctor.checks.common import (
     pageable_h2d,
     pct,
     replay_fields,
-    replayed_estimate,
     steps_over,
     sync_calls_by_name,
     top_names,
 )
-from perfdoctor.checks.context import Outcome, RankContext, passed, skipped
-from perfdoctor.findings import Evidence, Hit
+from perfdoctor.checks.context import Outcome, RankContext, passed, replayed_outcome, skipped
+from perfdoctor.findings import Evidence
 from perfdoctor.replay.transforms import WhatIf
 from perfdoctor.replay.transforms.host import PER_ELEMENT_COPIES, batch_copies, remove_syncs
 
@@ -208,13 +207,4 @@ def check(ctx: RankContext) -> Outcome:
         "saving_parts": parts,
         **replay_fields(ctx),
     }
-    return Outcome(
-        metrics=metrics,
-        hit=Hit(
-            min_saving_pct=ctx.th["min_saving_pct"],
-            evidence=ev,
-            estimate=replayed_estimate(saving, method, fields),
-            fields=fields,
-            advice=advice,
-        ),
-    )
+    return replayed_outcome(ctx, metrics, ev, saving, method, fields, advice)

@@ -19,8 +19,9 @@ its time nothing else hid (exposed). Names are the record_function labels of tor
 
 Exposed time: on a device, the collective's kernels (launched from inside its host call) with no compute kernel
 of that device running (as :mod:`perfdoctor.analysis.breakdown` counts exposed communication); on a CPU-only
-trace, the training thread's time inside the collective call (``c10d::_allgather_base_`` ...): a gloo collective
-called synchronously, with nothing else running on that thread meanwhile.
+trace, the training thread's time inside the collective (a gloo collective waited for on that thread, with nothing
+else running there meanwhile): ``fully_shard``'s label (its ``work.wait()`` is no op of its own, so the wait lies
+inside the label but outside the ``c10d::_allgather_base_`` call), FullyShardedDataParallel's c10d call.
 """
 
 from __future__ import annotations
@@ -60,7 +61,7 @@ def flavour(tables: TraceTables) -> str | None:
 class Collective:
     """One all-gather or reduce-scatter of an FSDP unit in an analysed step (times µs, the trace's clock).
 
-    ``issue_us`` / ``call_end_us``: the host call (the c10d op, else its FSDP label); ``exposed_us``: see the
+    ``issue_us`` / ``call_end_us``: the host call (the FSDP2 label; the FSDP1 c10d op); ``exposed_us``: see the
     module docstring; ``busy_us``: its time in all (device kernels' union, or the host call); ``prefetched``:
     issued ahead of its unit (inside a prefetch label); ``kernels``: rows of ``tables.kernels`` it launched."""
 
@@ -193,7 +194,8 @@ def sharded_comm(tables: TraceTables, win_start_us: np.ndarray, win_end_us: np.n
             k = order[(st, what, phase)] = order.get((st, what, phase), -1) + 1
             n = n_fwd.get(st, 0)
             unit = f"unit #{k}" if phase == "forward" else f"unit #{n - 1 - k}" if k < n else f"backward #{k}"
-        cs, ce = _calls_within(calls[what], ts, end)
+        # fully_shard on a CPU waits for the collective inside its label but outside the c10d call
+        cs, ce = (ts, end) if kind == "fsdp2" else _calls_within(calls[what], ts, end)
         rows = device.launched_between(ts, end)
         busy, exposed = device.times(rows) if rows.size else (ce - cs, ce - cs)
         out.append(Collective(what, unit, phase, st, cs, ce, busy, exposed, pre, tuple(rows.tolist())))

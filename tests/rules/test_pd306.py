@@ -7,6 +7,7 @@ records them: ``FSDP::pre_forward (fqn)`` holds ``FSDP::all_gather (fqn)``, whic
 ``c10d::_allgather_base_`` call; a prefetched all-gather sits in ``FSDP::forward_prefetch for fqn``.
 """
 
+from examples_runs import example, profile, quiet_machine, runs_root  # noqa: F401 (a fixture)
 from rules_helpers import SGEMM, run_tb
 from tracebuilder import TraceBuilder
 
@@ -118,3 +119,46 @@ def test_pd306_skipped_without_fsdp(tmp_path):
     tb.step(1, 0, 1000)
     tb.launch(SGEMM, launch_ts=10, start=20, dur=900)
     assert "not an FSDP run" in run_tb(tb, tmp_path, ["PD306"]).skipped["PD306"]
+
+
+# -- real runs: examples/mlp.py, two gloo processes sharded with fully_shard --------------------------------------
+# batch 1024: each unit's matmuls take about as long as its all-gather, so prefetching has compute to hide behind
+
+
+def _label_us(run_dir, rank: int, steps: list[int], label: str) -> float:
+    """Mean µs per step of ``label``'s host time in the ProfilerStep#N windows of rank ``rank``'s trace, read with
+    json alone (not perfdoctor's tables)."""
+    import gzip
+    import json
+
+    path = next(run_dir.glob(f"trace.rank{rank}.*json*"))
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt") as fh:
+        events = [e for e in json.load(fh)["traceEvents"] if e.get("ph") == "X"]
+    total = 0.0
+    for n in steps:
+        (win,) = [e for e in events if e["name"] == f"ProfilerStep#{n}"]
+        lo, hi = win["ts"], win["ts"] + win["dur"]
+        total += sum(e["dur"] for e in events if e["name"] == label and lo <= e["ts"] < hi)
+    return total / len(steps)
+
+
+@example
+def test_pd306_fires_on_fully_shard_without_forward_prefetch():
+    findings, skipped, _, _ = profile("fsdp", ["--ddp", "--fsdp", "--batch-size", "1024"], steps=12)
+    f = findings["PD306"]
+    ev = f["evidence"]
+    assert ev["flavour"] == "fully_shard (FSDP2)" and ev["passes"] == "forward"
+    # FSDP2's default backward prefetch covers the backward pass; each forward unit after the first waits
+    assert ev["not_prefetched_by_unit"]["layers.1"] == 1 and ev["not_prefetched_by_unit"]["(root)"] == 0
+    assert f["saving_alone_us_per_step"] > 0
+    # on a CPU the exposed all-gather of a unit is its label's host time: checked against the raw trace
+    want = _label_us(runs_root() / "fsdp", int(f["rank"]), f["steps"], "FSDP::all_gather (layers.1)")
+    assert abs(ev["all_gather_exposed_ms_by_unit"]["layers.1"] * 1000 - want) < 0.01
+
+
+@example
+def test_pd306_silent_with_forward_prefetch():
+    flags = ["--ddp", "--fsdp", "--fsdp-prefetch", "--batch-size", "1024"]
+    findings, skipped, _, _ = profile("fsdp_prefetch", flags, steps=12)
+    assert "PD306" not in findings and "PD306" not in skipped

@@ -13,6 +13,9 @@ rules can be proved to fire with it and stay silent without it:
     --grad-accum K         K micro-batches per optimizer step
     --ddp                  2 gloo processes via torch.multiprocessing.spawn
     --sync-every-microbatch  under --ddp, all-reduce every micro-batch (no no_sync)
+    --fsdp                 under --ddp or torchrun, shard with fully_shard (FSDP2) instead of DDP: one unit per
+                           module of the model's ModuleLists, then the root (forward all-gathers not prefetched)
+    --fsdp-prefetch        under --fsdp, each unit prefetches the next one's all-gather in forward
     --slowdown-at S --slowdown-factor F   steps >= S take F times as long
     --raise-at S           raise RuntimeError at the start of step S
     --python-metrics-ms MS per step, MS ms of pure-Python metric bookkeeping (no torch op)
@@ -63,6 +66,8 @@ def base_parser(description: str, **defaults) -> argparse.ArgumentParser:
         action="store_false",
         help="under --ddp, all-reduce on every micro-batch",
     )
+    p.add_argument("--fsdp", action="store_true", help="under --ddp or torchrun, fully_shard instead of DDP")
+    p.add_argument("--fsdp-prefetch", action="store_true", help="under --fsdp, forward prefetch one unit ahead")
     p.add_argument("--slowdown-at", type=int, default=-1)
     p.add_argument("--slowdown-factor", type=float, default=1.0)
     p.add_argument(
@@ -145,7 +150,9 @@ def train(rank: int, world_size: int, args, build) -> None:
         torch.set_num_threads(max(1, (os.cpu_count() or 2) // world_size))
     torch.manual_seed(args.seed + rank)
     model, dataset, loss_fn = build(args)
-    if world_size > 1:
+    if world_size > 1 and args.fsdp:
+        model = _fully_shard(model, args.fsdp_prefetch)
+    elif world_size > 1:
         model = torch.nn.parallel.DistributedDataParallel(model)
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr)
     sampler = None
@@ -170,7 +177,7 @@ def train(rank: int, world_size: int, args, build) -> None:
         t0 = time.perf_counter()
         for micro in range(args.grad_accum):
             batch = next(batches)
-            skip_sync = world_size > 1 and args.no_sync and micro < args.grad_accum - 1
+            skip_sync = world_size > 1 and args.no_sync and micro < args.grad_accum - 1 and hasattr(model, "no_sync")
             with model.no_sync() if skip_sync else contextlib.nullcontext(), autocast():
                 loss = loss_fn(model, batch) / args.grad_accum
             loss.backward(retain_graph=args.leak)
@@ -190,6 +197,22 @@ def train(rank: int, world_size: int, args, build) -> None:
                 flush=True,
             )
     _finish(rank, model, loss_fn, batches, args, autocast)
+
+
+def _fully_shard(model, prefetch: bool):
+    """FSDP2: each module of the model's ModuleLists is a unit, then the root; with ``prefetch`` each unit issues the
+    next one's all-gather in forward (backward prefetches one unit by default)."""
+    from torch.distributed.fsdp import fully_shard
+
+    units = [m for lst in model.modules() if isinstance(lst, torch.nn.ModuleList) for m in lst]
+    for unit in units:
+        fully_shard(unit)
+    fully_shard(model)
+    if prefetch:
+        chain = [model, *units]  # the root's own all-gather first, then each unit in forward order
+        for a, b in zip(chain, chain[1:]):
+            a.set_modules_to_forward_prefetch([b])
+    return model
 
 
 def _python_metrics(seconds: float) -> None:

@@ -44,7 +44,7 @@ METRICS = {
 # what a hit's evidence/fields add to METRICS for the TOML message (its placeholders are checked at load)
 MESSAGE_FIELDS = ("comm_ms", "exposed_ms", "messages_note", "wait_note", "reorder_note")
 # the parallelism the collectives show, each with its fix_<situation> in the TOML (:func:`_situation`)
-ADVICE = ("ddp", "fsdp", "alltoall", "pipeline")
+ADVICE = ("ddp", "fsdp", "zero", "alltoall", "pipeline")
 
 
 @dataclass(frozen=True)
@@ -143,6 +143,7 @@ def check(ctx: RankContext) -> Outcome:
 _PARALLELISM = {
     "ddp": "data parallel (all-reduce)",
     "fsdp": "sharded data parallel (all-gather / reduce-scatter)",
+    "zero": "DeepSpeed ZeRO (all-gather / reduce-scatter)",
     "alltoall": "all-to-all (expert or embedding parallel)",
     "pipeline": "pipeline (send/recv between stages)",
 }
@@ -152,13 +153,17 @@ def _situation(ctx: RankContext, by_coll: dict[str, float], recorded: set[str]) 
     """Which fix of :data:`ADVICE` the collectives call for, from the one with the most time per step (the kernels'
     names) and what record_param_comms says the collectives were (``recorded``, as :func:`_kind_text` writes them:
     an all_to_allv runs as NCCL send/recv kernels);
-    FSDP's own annotations decide for it. None when nothing tells (the rule's generic fix). Re-run from a rank
+    the labels of FSDP, ``fully_shard`` or DeepSpeed ZeRO decide for them
+    (:func:`perfdoctor.analysis.sharding.flavour`). None when nothing tells (the rule's generic fix). Re-run from a rank
     summary (no tables), the situation found where the rank was analysed."""
     if not hasattr(ctx.rank, "tables"):
         said = ctx.cache.get("previous_evidence", {}).get("parallelism")
         return next((k for k, v in _PARALLELISM.items() if v == said), None)
-    if ctx.tables.names_matching(r"FullyShardedDataParallel|^FSDP::").any():
-        return "fsdp"
+    from perfdoctor.analysis.sharding import flavour
+
+    sharded = flavour(ctx.tables)  # FSDP1, fully_shard or DeepSpeed ZeRO, from their labels
+    if sharded is not None:
+        return "zero" if sharded == "zero" else "fsdp"
     if not by_coll:
         return None
     kern = ctx.tables.kernels

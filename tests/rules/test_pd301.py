@@ -94,3 +94,20 @@ def test_pd301_advice_on_the_moe_all_to_all_job_is_not_ddp_or_fsdp(shared):
     text = f["fix"] + f["example_before"] + f["example_after"]
     assert "bucket_cap_mb" not in text and "FSDP" not in text and "DDP" not in text
     assert "all_to_all_single" in f["example_after"]
+
+
+def test_pd301_advice_follows_the_sharding_labels(tmp_path):
+    """The all-reduce kernel alone would read as DDP; the labels say FSDP (fully_shard) or DeepSpeed ZeRO, so the
+    advice is theirs and names no DDP knob."""
+    for label, parallelism, word in (
+        ("FSDP::post_backward_reduce (layers.0)", "sharded data parallel (all-gather / reduce-scatter)", "prefetch"),
+        ("deepspeed/runtime/zero/stage3.py(1200): reduce_ready_partitions", "DeepSpeed ZeRO", "overlap_comm"),
+    ):
+        tb = TraceBuilder()
+        tb.step(1, 0, 50)
+        tb.annotation(label, 1, 4)
+        tb.launch(NCCL, launch_ts=5, start=100, dur=400, stream=20)
+        tb.launch(SGEMM, launch_ts=6, start=500, dur=300, stream=7)
+        f = run_tb(tb, tmp_path, ["PD301"], name=f"{word}.json").findings["PD301"]
+        assert f["evidence"]["parallelism"].startswith(parallelism)
+        assert word in f["fix"] and "bucket_cap_mb" not in f["fix"]

@@ -212,7 +212,7 @@ def test_generated_tables_have_the_documented_columns():
         ),  # record_param_comms names its collective
         "annotations": ("external_id", "input_dims", "input_type"),
         "gpu_annotations": ("device", "stream", "external_id"),
-        "python_functions": (),
+        "python_functions": ("python_id", "python_parent_id", "python_caller"),  # a stack frame and its caller line
         "kernels": ("device", "stream", "correlation", "external_id", "collective", "in_nelems", "dtype", "group_size"),
         "memcpy": ("device", "stream", "correlation", "external_id", "bytes"),
         "memset": ("device", "stream", "correlation", "external_id", "bytes"),

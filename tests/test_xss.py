@@ -57,7 +57,9 @@ def test_markdown_escapes_payloads(hostile):
     md = hostile["md"].read_text()
     for p in PAYLOADS:
         assert p not in md
-    assert "<" not in md.replace("\\<", "")  # every < is backslash-escaped: no raw HTML in a PR comment
+    # every < is backslash-escaped: no raw HTML in a PR comment but the collapsed method blocks perfdoctor writes
+    ours = md.replace("<details><summary>method</summary>", "").replace("</details>", "")
+    assert "<" not in ours.replace("\\<", "")
     assert r"trace \<img src=x onerror=alert(1)\>.json" in md
 
 

@@ -483,8 +483,9 @@ def combine(
             outcomes = [(None, _run_job(mod, spec, analysis, rank_ctx, parts))]
         else:
             outcomes = [  # a saving measured on the profiled window, stated for a profile run's unprofiled step
-                (ctx.rank.rank, restate.on_unprofiled_step(_rerun_cross_rank(mod, spec, analysis, ctx, per[code]), ctx))
+                (ctx.rank.rank, restate.on_unprofiled_step(_rerun_cross_rank(mod, spec, analysis, ctx, out), ctx))
                 for ctx, per in zip(rank_ctx, per_rank)
+                for out in [per[code] if code in per else cx.skipped(NOT_RUN_ON_RANK)]
             ]
         denom_us = res.denominator.value_us if res.denominator is not None else 0.0
         outcomes = [(r, restate.on_denominator(o, denom_us)) for r, o in outcomes]
@@ -603,6 +604,10 @@ def _joint_last_entry(res: CheckResults, rank_ctx: list[cx.RankContext], chosen:
         "rank's)",
     )
     last.saving_pct = last.saving_after_pct = res.denominator.pct(saving)
+
+
+# a rank whose summary holds no outcome for a rule (made with other rules selected)
+NOT_RUN_ON_RANK = "the rule did not run where this rank was analysed"
 
 
 def _pace_ranks(rank_ctx: list[cx.RankContext]) -> set[int]:

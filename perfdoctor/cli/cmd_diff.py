@@ -94,7 +94,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
             "the work per step differs, the verdict is per token"
         ),
     )
-    p.add_argument("--select", metavar="CODES", help="rules to run on both sides (codes, prefixes or names)")
+    p.add_argument("--select", metavar="CODES", help="findings to compare on both sides (codes, prefixes or names)")
     p.add_argument("--ignore", metavar="CODES", help="rules to leave out on both sides")
     p.add_argument("--rules", action="append", metavar="DIR", help="load user TOML rules from DIR (repeatable)")
     p.add_argument("--step-marker", metavar="REGEX", help="annotation regex marking steps (default ProfilerStep#N)")
@@ -158,7 +158,8 @@ def run(args: argparse.Namespace) -> int:
     samples = parse_pair(args.samples_per_step, "--samples-per-step")
     tokens = parse_pair(args.tokens_per_step, "--tokens-per-step")
     opts = config.resolve(args.select, args.ignore, args.rules)
-    _, codes = engine.prepare(opts)
+    cat, _ = engine.prepare(opts)
+    codes = engine.shown_codes(cat, opts)  # the findings both sides show (a kept report JSON holds every rule's)
     err = Console(stderr=True, width=output_width(None, sys.stderr))
     with err.status("reading both sides…", spinner="dots"):
         before = [load_side(p, opts, codes, args.step_marker) for p in before_runs]

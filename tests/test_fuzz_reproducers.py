@@ -16,13 +16,14 @@ import warnings
 from pathlib import Path
 
 import pytest
+from conftest import SHARED_TRACES
 from tracebuilder import TraceBuilder
 
 from perfdoctor.cli import main
 
 FUZZ = Path(__file__).resolve().parent / "data" / "fuzz"
-# the team's shared folder the reproducers are copied from (absent in a fresh clone)
-SHARED_FUZZ = Path(__file__).resolve().parents[2] / "shared" / "fuzz"
+# the shared folder the reproducers are copied from (beside the traces; absent in a fresh clone)
+SHARED_FUZZ = SHARED_TRACES.parent / "fuzz"
 
 # reproducer -> (exit code 2 for a refusal / None for a report, text the error or a report warning must hold)
 EXPECTED: dict[str, tuple[int | None, str]] = {

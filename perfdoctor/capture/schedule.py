@@ -30,6 +30,7 @@ class ProfileConfig:
     trace: bool = True  # False: time the steps only (no torch.profiler)
     record_shapes: bool = True
     probe_steps: int = 20  # batch probe removed after this many identical batches
+    fingerprint_steps: int = 8  # steps whose input batch is fingerprinted (perfdoctor.capture.batch_fingerprint)
 
 
 FIRST_WARM_STEP = 5  # a window starting earlier is warned about (Schedule.cold_window_warning)

@@ -1,17 +1,73 @@
-"""PD302 accumulation-without-no-sync: a firing and a silent case on real 2-rank DDP runs of examples/mlp.py.
-
-Moved from tests/test_rules_examples.py (issue 9: one test file per rule); the runs are shared through
-tests/examples_runs.py.
-"""
+"""PD302 accumulation-without-no-sync: CPU-only TraceBuilder traces without any DDP annotation (numbers worked out
+by hand, µs), and real 2-rank DDP runs of examples/mlp.py (gloo on CPU) shared through tests/examples_runs.py."""
 
 from examples_runs import example, faster, profile, quiet_machine  # noqa: F401 (a fixture)
+from rules_helpers import run_tb
+from tracebuilder import TraceBuilder
+
+BW = "autograd::engine::evaluate_function: "
+
+
+def _accumulation(synced: list[bool], logged_loss: bool = False) -> TraceBuilder:
+    """One 9,000 µs optimizer step of 4 micro-batches at b = 100, 2,100, 4,100, 6,100 µs, no DDP annotation.
+
+    Each micro-batch: a forward op (b, 200 µs), a backward pass of three autograd nodes (AddmmBackward0 at b+300 for
+    300 µs, AccumulateGrad at b+600 for 600 µs, TBackward0 at b+1,300 for 50 µs); a synced pass issues one bucket's
+    ``c10d::allreduce_`` inside AccumulateGrad (b+650, 500 µs) whose gloo work runs on thread 200 (b+660, 480 µs).
+    ``logged_loss``: an all-reduce of the loss after each forward, outside backward (b+210, 40 µs).
+    Then ``Optimizer.step`` (8,200, 500 µs).
+    """
+    tb = TraceBuilder(device_name=None)
+    tb.step(1, 0, 9000)
+    for j, sync in enumerate(synced):
+        b = 100 + 2000 * j
+        tb.cpu_op("aten::addmm", b, 200)
+        if logged_loss:
+            tb.cpu_op("c10d::allreduce_", b + 210, 40)
+        tb.cpu_op(BW + "AddmmBackward0", b + 300, 300)
+        tb.cpu_op(BW + "torch::autograd::AccumulateGrad", b + 600, 600)
+        if sync:
+            tb.cpu_op("c10d::allreduce_", b + 650, 500)
+            tb.annotation("gloo:all_reduce", b + 660, 480, tid=200)
+        tb.cpu_op(BW + "TBackward0", b + 1300, 50)
+    tb.annotation("Optimizer.step#SGD.step", 8200, 500)
+    return tb
+
+
+def test_pd302_fires_from_the_backward_passes_without_ddp_annotations(tmp_path):
+    r = run_tb(_accumulation([True] * 4), tmp_path, ["PD302"])
+    f = r.findings["PD302"]
+    ev = f["evidence"]
+    assert ev["micro_batches_per_update"] == 4 and ev["allreduce_sets_per_update"] == 4
+    assert ev["allreduce_calls_per_update"] == 4 and ev["early_allreduce_calls_per_update"] == 3
+    # gloo work before the last micro-batch's backward (6,400 µs): 3 x 480 µs
+    assert ev["early_allreduce_ms"] == 1.44
+    # replayed: the three early calls' 3 x 500 µs of host time leave the 9,000 µs step
+    assert abs(f["saving_us_per_step"] - 1500) < 1e-6
+    assert "backward graph" in f["message"]
+
+
+def test_pd302_silent_with_no_sync_and_a_logged_loss(tmp_path):
+    # only the last micro-batch all-reduces its gradients; the per-micro-batch loss all-reduce is outside backward
+    r = run_tb(_accumulation([False, False, False, True], logged_loss=True), tmp_path, ["PD302"])
+    assert "PD302" in r.passed
+    m = r.metrics("PD302")
+    assert m["micro_batches_per_update"] == 4 and m["allreduce_calls_per_update"] == 1
+    assert m["early_allreduce_calls_per_update"] == 0
+
+
+def test_pd302_skipped_without_all_reduce(tmp_path):
+    r = run_tb(_accumulation([False] * 4), tmp_path, ["PD302"])
+    assert "not a data-parallel" in r.skipped["PD302"]
 
 
 @example
 def test_pd302_fires_on_grad_accum_without_no_sync():
     slow = profile("ddp_sync", ["--ddp", "--grad-accum", "4", "--sync-every-microbatch"], steps=20)
     fixed = profile("ddp_nosync", ["--ddp", "--grad-accum", "4"], steps=20)
-    assert slow[0]["PD302"]["evidence"]["early_allreduce_calls_per_update"] > 0
+    f = slow[0]["PD302"]
+    assert f["evidence"]["micro_batches_per_update"] == 4 and f["evidence"]["early_allreduce_calls_per_update"] > 0
+    assert f["saving_us_per_step"] > 0 and "replay" in f["saving_method"] + f["method"]
     faster(slow, fixed, "PD302 all-reduce every micro-batch")
 
 

@@ -8,8 +8,7 @@ import subprocess
 import sys
 from types import SimpleNamespace
 
-import pytest
-from examples_runs import HAVE_PROFILE, ONE_THREAD, REPO, profile, runs_root
+from examples_runs import ONE_THREAD, REPO, profile, real_run, runs_root
 
 from perfdoctor.checks import pd306_ranks_read_same_data as pd306
 from perfdoctor.checks.catalogue import load_catalogue
@@ -91,12 +90,6 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-def real_run(fn):
-    """A test that profiles real example runs (slow; needs `perfdoctor profile`)."""
-    no_profile = pytest.mark.skipif(not HAVE_PROFILE, reason="`perfdoctor profile` not available")
-    return pytest.mark.slow(no_profile(fn))
 
 
 @real_run

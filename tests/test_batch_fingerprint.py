@@ -55,3 +55,12 @@ def test_probe_fingerprints_the_first_training_forward_of_each_step():
         ref.observe((torch.full((2, 4), float(step)),), None)
         ref.end_step()
     assert [d["digest"] for d in got] == [d["digest"] for d in ref.digests()]
+
+
+def test_a_tensor_that_cannot_be_sampled_leaves_no_digest():
+    fp = BatchFingerprints(steps=2)
+    fp.observe((torch.eye(4).to_sparse(),), None)  # a sparse COO tensor has no flat view
+    fp.end_step()
+    fp.observe((3,), None)  # no tensor argument
+    fp.end_step()
+    assert [d["digest"] for d in fp.digests()] == [None, None]

@@ -41,10 +41,14 @@ class BatchFingerprints:
             return
         self._seen_this_step = True
         t = first_tensor(args, kwargs)
-        if t is None:
+        try:
+            sample = sample_of(t, self.elements) if t is not None else None
+        except (RuntimeError, TypeError, NotImplementedError):  # a sparse, nested or fake tensor: no flat view
+            sample = None
+        if t is None or sample is None:
             self._samples.append((self._step, (), "", None))
             return
-        self._samples.append((self._step, tuple(int(d) for d in t.shape), str(t.dtype), sample_of(t, self.elements)))
+        self._samples.append((self._step, tuple(int(d) for d in t.shape), str(t.dtype), sample))
 
     def end_step(self) -> None:
         """The current step ended (called from the step hook)."""
@@ -53,7 +57,8 @@ class BatchFingerprints:
 
     def digests(self) -> list[dict[str, Any]]:
         """One ``{"step", "digest", "shape", "dtype"}`` per fingerprinted step (``digest`` None: the forward had no
-        tensor argument). Reads the samples to the host (one synchronizing copy each, after training)."""
+        tensor argument, or one that cannot be sampled). Reads the samples to the host (one synchronizing copy each,
+        after training)."""
         out = []
         for step, shape, dtype, sample in self._samples:
             digest = None

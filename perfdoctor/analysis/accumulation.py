@@ -84,6 +84,22 @@ class Accumulation:
         e = [u.last_start_us for u in self.updates if u.micro_batches >= 2]
         return iv.union(np.asarray(s, dtype=np.float64), np.asarray(e, dtype=np.float64))
 
+    def early_tails(self) -> iv.Intervals:
+        """Per synchronized backward pass before the last of its update: from the pass's end to the end of the
+        Reducer's last op before the next micro-batch's backward (``copy_bucket_to_grad``). DDP's
+        ``finalize_backward`` runs there: it waits for the pass's all-reduces, then copies the buckets into
+        ``.grad``; the host waits outside any op while the all-reduce runs on the collective's thread."""
+        rs, re_ = self.reducer
+        starts, ends = [], []
+        for u in self.updates:
+            for j in range(u.micro_batches - 1):
+                lo, hi = float(u.pass_end_us[j]), float(u.pass_start_us[j + 1])
+                m = (rs >= lo) & (rs < hi)
+                if m.any():
+                    starts.append(lo)
+                    ends.append(float(re_[m].max()))
+        return iv.union(np.asarray(starts, dtype=np.float64), np.asarray(ends, dtype=np.float64))
+
 
 def smallest_period(names: np.ndarray) -> int:
     """Length of the shortest block whose repetition is exactly ``names`` (``len(names)`` when none is shorter)."""

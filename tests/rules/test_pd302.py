@@ -8,13 +8,15 @@ from tracebuilder import TraceBuilder
 BW = "autograd::engine::evaluate_function: "
 
 
-def _accumulation(synced: list[bool], logged_loss: bool = False) -> TraceBuilder:
+def _accumulation(synced: list[bool], logged_loss: bool = False, finalize: bool = False) -> TraceBuilder:
     """One 9,000 µs optimizer step of 4 micro-batches at b = 100, 2,100, 4,100, 6,100 µs, no DDP annotation.
 
     Each micro-batch: a forward op (b, 200 µs), a backward pass of three autograd nodes (AddmmBackward0 at b+300 for
     300 µs, AccumulateGrad at b+600 for 600 µs, TBackward0 at b+1,300 for 50 µs); a synced pass issues one bucket's
     ``c10d::allreduce_`` inside AccumulateGrad (b+650, 500 µs) whose gloo work runs on thread 200 (b+660, 480 µs).
-    ``logged_loss``: an all-reduce of the loss after each forward, outside backward (b+210, 40 µs).
+    ``logged_loss``: an all-reduce of the loss after each forward, outside backward (b+210, 40 µs). ``finalize``: a
+    synced pass ends with DDP's bucket copy (``copy_bucket_to_grad``, b+1,500, 20 µs) after the host waited for its
+    all-reduce outside any op from the pass's end (b+1,350).
     Then ``Optimizer.step`` (8,200, 500 µs).
     """
     tb = TraceBuilder(device_name=None)
@@ -29,6 +31,8 @@ def _accumulation(synced: list[bool], logged_loss: bool = False) -> TraceBuilder
         if sync:
             tb.cpu_op("c10d::allreduce_", b + 650, 500)
             tb.annotation("gloo:all_reduce", b + 660, 480, tid=200)
+            if finalize:
+                tb.cpu_op("torch.distributed.ddp.reducer::copy_bucket_to_grad", b + 1500, 20)
         tb.cpu_op(BW + "TBackward0", b + 1300, 50)
     tb.annotation("Optimizer.step#SGD.step", 8200, 500)
     return tb
@@ -45,6 +49,13 @@ def test_pd302_fires_from_the_backward_passes_without_ddp_annotations(tmp_path):
     # replayed: the three early calls' 3 x 500 µs of host time leave the 9,000 µs step
     assert abs(f["saving_us_per_step"] - 1500) < 1e-6
     assert "backward graph" in f["message"]
+
+
+def test_pd302_replay_removes_the_wait_after_each_early_backward(tmp_path):
+    # each early pass also loses its finalize: from its end (b+1,350) to its bucket copy's end (b+1,520), 170 µs;
+    # with the 500 µs call: 3 x 670 = 2,010 µs per step. The last pass keeps its call, wait and copy.
+    r = run_tb(_accumulation([True] * 4, finalize=True), tmp_path, ["PD302"])
+    assert abs(r.findings["PD302"]["saving_us_per_step"] - 2010) < 1e-6
 
 
 def test_pd302_silent_with_no_sync_and_a_logged_loss(tmp_path):

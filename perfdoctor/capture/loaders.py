@@ -4,7 +4,7 @@ PD104 (CPU thread oversubscription) counts DataLoader worker processes among the
 script knows ``num_workers``, so the session wraps ``torch.utils.data.DataLoader.__iter__`` while the script runs
 (the wrapper only reads ``self.num_workers`` and calls the original) and records the largest count seen. It also
 records the class name of each iterated DataLoader's sampler (``DistributedSampler``, ``RandomSampler``, ...), which
-tells PD306 why ranks read the same data.
+tells PD307 why ranks read the same data.
 Source: PyTorch ``torch.utils.data`` docs, "Multi-process data loading" (``num_workers`` worker processes).
 """
 

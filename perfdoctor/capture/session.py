@@ -231,9 +231,9 @@ class Session:
             "parameter_count": self.probe.parameter_count() or None,
             "param_dtypes": sorted(self.probe.param_dtypes),
             "autocast": sorted(self.probe.autocast),
-            # the first steps' input batches, hashed (PD306 compares them across ranks)
+            # the first steps' input batches, hashed (PD307 compares them across ranks)
             "batch_fingerprints": _fingerprints(self.probe),
-            # the sampler class of every DataLoader the script iterated (PD306 names the likely cause)
+            # the sampler class of every DataLoader the script iterated (PD307 names the likely cause)
             "samplers": sorted(self.loaders.samplers),
             "tokens_per_step": _most_common([r.tokens for r in records]),
             "samples_per_step": _most_common([r.samples for r in records]),

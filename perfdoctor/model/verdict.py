@@ -17,7 +17,7 @@ Rules, first that applies:
 
 A finding about what the job computes rather than how fast (:data:`CORRECTNESS`: ranks reading the same data)
 comes first, whatever the speed, as its headline: "correctness: Ranks 0, 1 read the same input batches at 8 of 8
-steps (PD306 ranks-read-same-data); input-bound: ...".
+steps (PD307 ranks-read-same-data); input-bound: ...".
 
 It computes no number of its own: every share is a finding's ``saving_pct_of_step`` or a breakdown total ÷ the
 step time total.
@@ -106,7 +106,7 @@ def _only_step_cut(rank: RankSection) -> bool:
 
 
 # codes of the findings about what the job computes, not how fast: first in the verdict, whatever their saving
-CORRECTNESS = ("PD306",)
+CORRECTNESS = ("PD307",)
 
 # code -> what it puts in doubt, after "but" (run-data rules: the profiled steps may not be the run's)
 MEASUREMENT_CAVEATS: dict[str, str] = {

@@ -1,4 +1,4 @@
-"""PD306 ranks-read-same-data: run data with fingerprints written by hand, and real 2-rank DDP runs of
+"""PD307 ranks-read-same-data: run data with fingerprints written by hand, and real 2-rank DDP runs of
 examples/mlp.py (gloo on CPU) with and without a DistributedSampler."""
 
 import json
@@ -10,7 +10,7 @@ from types import SimpleNamespace
 
 from examples_runs import ONE_THREAD, REPO, profile, real_run, runs_root
 
-from perfdoctor.checks import pd306_ranks_read_same_data as pd306
+from perfdoctor.checks import pd307_ranks_read_same_data as pd306
 from perfdoctor.checks.catalogue import load_catalogue
 from perfdoctor.checks.context import JobContext
 
@@ -27,10 +27,10 @@ def _rank(rank, digests, samplers=("RandomSampler",)):
 
 def _check(ranks, world_size=None):
     run = {"world_size": world_size or len(ranks), "ranks": ranks}
-    return pd306.check(JobContext(SimpleNamespace(run=run), [], load_catalogue().rules["PD306"]))
+    return pd306.check(JobContext(SimpleNamespace(run=run), [], load_catalogue().rules["PD307"]))
 
 
-def test_pd306_fires_when_two_of_four_ranks_read_the_same_batches():
+def test_pd307_fires_when_two_of_four_ranks_read_the_same_batches():
     # ranks 1 and 3 equal at steps 0, 1, 3 of 4 (3/4 = 0.75 >= 0.5); rank 0 and 2 read their own data
     out = _check(
         [
@@ -51,7 +51,7 @@ def test_pd306_fires_when_two_of_four_ranks_read_the_same_batches():
     assert "no `DistributedSampler`" in out.hit.advice["fix"]  # RandomSampler seen: the no-sampler advice
 
 
-def test_pd306_names_a_misconfigured_distributed_sampler():
+def test_pd307_names_a_misconfigured_distributed_sampler():
     # a DistributedSampler given the local rank on two nodes of two: global ranks 0/2 and 1/3 read the same shards
     same = ["s0", "s1", "s2"]
     other = ["t0", "t1", "t2"]
@@ -62,14 +62,14 @@ def test_pd306_names_a_misconfigured_distributed_sampler():
     assert "wrong `rank`" in out.hit.advice["fix"]
 
 
-def test_pd306_silent_when_every_rank_reads_its_own_batches():
+def test_pd307_silent_when_every_rank_reads_its_own_batches():
     # one equal step of four (a chance match at 1/4 = 0.25 < 0.5) is not a finding
     out = _check([_rank(0, ["a", "b", "c", "d"]), _rank(1, ["a", "x", "y", "z"])])
     assert out.hit is None and out.skip is None
     assert out.metrics["max_identical_share"] == 0.25
 
 
-def test_pd306_skipped_without_two_fingerprinted_ranks():
+def test_pd307_skipped_without_two_fingerprinted_ranks():
     assert "single process" in _check([_rank(0, ["a", "b"])], world_size=1).skip
     assert "lacks batch fingerprints" in _check([_rank(0, ["a", "b"]), {"rank": 1}]).skip
     # a fixed synthetic batch on every rank and step: nothing to compare, said so
@@ -93,22 +93,22 @@ def _free_port() -> int:
 
 
 @real_run
-def test_pd306_fires_on_a_real_ddp_run_without_distributed_sampler():
+def test_pd307_fires_on_a_real_ddp_run_without_distributed_sampler():
     findings, skipped, _, _ = profile("ddp_same_data", ["--ddp", "--no-distributed-sampler"], steps=12)
-    f = findings["PD306"]
+    f = findings["PD307"]
     assert f["severity"] == "high"
     assert f["evidence"]["events"][0]["ranks"] == [0, 1]
     assert f["steps"] == list(range(8))  # every fingerprinted step
 
 
 @real_run
-def test_pd306_silent_on_a_real_ddp_run_with_distributed_sampler():
+def test_pd307_silent_on_a_real_ddp_run_with_distributed_sampler():
     findings, skipped, _, _ = profile("ddp_nosync", ["--ddp", "--grad-accum", "4"], steps=20)
-    assert "PD306" not in findings and "PD306" not in skipped
+    assert "PD307" not in findings and "PD307" not in skipped
 
 
 @real_run
-def test_pd306_fires_under_torchrun():
+def test_pd307_fires_under_torchrun():
     out = runs_root() / "torchrun_same_data"
     cmd = [
         sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(_free_port()),

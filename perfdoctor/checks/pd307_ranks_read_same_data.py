@@ -1,4 +1,4 @@
-"""PD306 ranks-read-same-data: data-parallel ranks that read identical input batches.
+"""PD307 ranks-read-same-data: data-parallel ranks that read identical input batches.
 
 From the run data of ``perfdoctor profile``: each rank's ``batch_fingerprints`` (``run.json`` ``ranks``; a hash of a
 fixed sample of the first input tensor of each of its first steps, :mod:`perfdoctor.capture.batch_fingerprint`).
@@ -18,7 +18,7 @@ from perfdoctor.checks.common import step_list_text
 from perfdoctor.checks.context import JobContext, Outcome, passed, run_json, skipped
 from perfdoctor.findings import Evidence, Hit
 
-CODE = "PD306"
+CODE = "PD307"
 METRICS = {
     "fingerprinted_ranks": "ranks with batch fingerprints in the run data",
     "identical_rank_pairs": "pairs of ranks whose batches are identical at the threshold share of steps or more",
@@ -34,7 +34,7 @@ _MAX_RANK_TEXT = 40  # characters of the ranks list kept in the headline
 
 @dataclass(frozen=True)
 class Thresholds:
-    """``[thresholds]`` of rules/PD306.toml: names and types checked when the catalogue loads."""
+    """``[thresholds]`` of rules/PD307.toml: names and types checked when the catalogue loads."""
 
     min_identical_share: float
     min_steps: int

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 
 from examples_runs import ONE_THREAD, REPO, profile, real_run, runs_root
 
-from perfdoctor.checks import pd307_ranks_read_same_data as pd306
+from perfdoctor.checks import pd307_ranks_read_same_data as pd307
 from perfdoctor.checks.catalogue import load_catalogue
 from perfdoctor.checks.context import JobContext
 
@@ -27,7 +27,7 @@ def _rank(rank, digests, samplers=("RandomSampler",)):
 
 def _check(ranks, world_size=None):
     run = {"world_size": world_size or len(ranks), "ranks": ranks}
-    return pd306.check(JobContext(SimpleNamespace(run=run), [], load_catalogue().rules["PD307"]))
+    return pd307.check(JobContext(SimpleNamespace(run=run), [], load_catalogue().rules["PD307"]))
 
 
 def test_pd307_fires_when_two_of_four_ranks_read_the_same_batches():
@@ -77,9 +77,9 @@ def test_pd307_skipped_without_two_fingerprinted_ranks():
 
 
 def test_rank_list_text():
-    assert pd306.rank_list_text([0, 1, 2, 5]) == "0–2, 5"
-    assert pd306.rank_list_text([3, 4]) == "3, 4"
-    long = pd306.rank_list_text(list(range(0, 200, 2)))
+    assert pd307.rank_list_text([0, 1, 2, 5]) == "0–2, 5"
+    assert pd307.rank_list_text([3, 4]) == "3, 4"
+    long = pd307.rank_list_text(list(range(0, 200, 2)))
     assert len(long) <= 40 and long.endswith("…")
 
 
@@ -118,6 +118,6 @@ def test_pd307_fires_under_torchrun():
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env={**os.environ, **ONE_THREAD})
     assert proc.returncode == 0, proc.stderr[-3000:]
     run = json.loads((out / "run.json").read_text())
-    fp = pd306.fingerprints(run)
+    fp = pd307.fingerprints(run)
     assert sorted(fp) == [0, 1] and fp[0] == fp[1]
     assert {r["rank"]: r["samplers"] for r in run["ranks"]} == {0: ["RandomSampler"], 1: ["RandomSampler"]}

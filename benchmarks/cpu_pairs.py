@@ -47,6 +47,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from perfdoctor.analysis.accumulation import accumulation  # noqa: E402
 from perfdoctor.analysis.steps import find_steps  # noqa: E402
 from perfdoctor.capture.run_data import RunData, load_run_dir, steady_step_times  # noqa: E402
 from perfdoctor.checks.common import unprofiled_step_times  # noqa: E402
@@ -54,6 +55,7 @@ from perfdoctor.checks.pd104_cpu_thread_oversubscription import thread_counts, t
 from perfdoctor.replay.machine import CoreBudget, core_budget  # noqa: E402
 from perfdoctor.replay.rank import RankReplay, replay_rank  # noqa: E402
 from perfdoctor.replay.transforms import WhatIf  # noqa: E402
+from perfdoctor.replay.transforms.accumulation import skip_early_allreduces  # noqa: E402
 from perfdoctor.replay.transforms.batch import larger_batch  # noqa: E402
 from perfdoctor.replay.transforms.cpu import cpu_syncs, fit_threads_to_cores, trim_python_outside_ops  # noqa: E402
 from perfdoctor.replay.transforms.host import prefetch_dataloader  # noqa: E402
@@ -69,6 +71,11 @@ RESOLUTION = 0.03
 # load average per logical CPU above which a pair's step times say more about the other jobs than about the fix
 # (the suite's own skip threshold, tests/examples_runs.py): its verdict is marked UNRELIABLE
 OVERLOAD = 3.0
+
+
+def _no_sync(rr: RankReplay, t: TraceTables, run: RunData) -> WhatIf:
+    steps = find_steps(t)
+    return skip_early_allreduces(rr, accumulation(t, (steps.start_us, steps.end_us)))
 
 
 def _threads(rr: RankReplay, t: TraceTables, run: RunData) -> WhatIf:
@@ -156,6 +163,12 @@ CPU_PAIRS = [
         ["--dim", "512", "--hidden", "1024"],
         _fp32,
         env=(("ONEDNN_MAX_CPU_ISA", "AVX512_CORE"),),
+    ),
+    CpuPair(
+        "CPU mlp DDP x2: 4 micro-batches all-reduced -> no_sync (PD302)",
+        ["--ddp", "--grad-accum", "4", "--sync-every-microbatch"],
+        ["--ddp", "--grad-accum", "4"],
+        _no_sync,
     ),
     CpuPair(
         "CPU mlp: .item() every step -> none (PD401)",

@@ -10,6 +10,10 @@ Runs the same example script, in this one process, alternately
 and compares the median step time of the steady steps (after warm-up, outside
 the profiler's warm-up/active window and the FLOPs step). Target: ratio <= 1.02.
 
+The batch fingerprints (:mod:`perfdoctor.capture.batch_fingerprint`) are taken in the first 8 steps only, which
+the steady series leaves out, so their cost is timed directly: the sampling in each fingerprinted step's forward
+plus the hashing at the end of the run spread over those steps, as a share of the bare step. Target: under 1%.
+
     python benchmarks/runner_overhead.py [--pairs 3] [--steps 150]
 """
 
@@ -29,6 +33,7 @@ from torch.optim.optimizer import register_optimizer_step_post_hook
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from perfdoctor.capture.batch_fingerprint import BatchFingerprints  # noqa: E402
 from perfdoctor.capture.run_data import load_run_dir  # noqa: E402
 from perfdoctor.capture.runner import run_profile  # noqa: E402
 from perfdoctor.capture.schedule import ProfileConfig  # noqa: E402
@@ -51,6 +56,7 @@ ARGS = [
 ]
 SKIP = 10  # warm-up steps left out of both series
 HOOK_US: list[float] = []
+FINGERPRINT_US: list[float] = []  # per fingerprinted step: sampling + its share of the hashing
 BARE_MS: list[float] = []
 
 
@@ -110,10 +116,30 @@ def profiled_steps(steps: int, tmp: Path, k: int) -> tuple[float, float]:
                 hook_s.append(time.perf_counter() - t)
 
     Session._on_step = timed
+    observe, digests = BatchFingerprints.observe, BatchFingerprints.digests
+    spent_s: list[float] = []
+
+    def timed_observe(self, args, kwargs):
+        t = time.perf_counter()
+        try:
+            return observe(self, args, kwargs)
+        finally:
+            spent_s.append(time.perf_counter() - t)
+
+    def timed_digests(self):
+        t = time.perf_counter()
+        try:
+            return digests(self)
+        finally:
+            spent_s.append(time.perf_counter() - t)
+
+    BatchFingerprints.observe, BatchFingerprints.digests = timed_observe, timed_digests
     try:
         res = run_profile(SCRIPT, ARGS, ProfileConfig(steps=steps), out=tmp / f"run{k}", progress=lambda m: None)
     finally:
         Session._on_step = orig
+        BatchFingerprints.observe, BatchFingerprints.digests = observe, digests
+    FINGERPRINT_US.append(sum(spent_s) / ProfileConfig().fingerprint_steps * 1e6)
     HOOK_US.append(float(np.median(hook_s[SKIP:])) * 1e6)
     phase = load_run_dir(res.run_dir).steps["profiler_phase"]
     return clock.durations(keep=np.asarray(phase == "none"))
@@ -147,6 +173,12 @@ def main() -> int:
     print(
         f"runner work at each step boundary: {hook:.1f} us/step = {hook / (bare_ms * 1e3) * 100:.2f}% "
         f"of a {bare_ms:.2f} ms step (timed directly; immune to other load on the machine)"
+    )
+    fp = statistics.median(FINGERPRINT_US)
+    print(
+        f"batch fingerprints: {fp:.1f} us per fingerprinted step (sampling + hashing) = "
+        f"{fp / (bare_ms * 1e3) * 100:.2f}% of a {bare_ms:.2f} ms step, in the first "
+        f"{ProfileConfig().fingerprint_steps} steps only; target < 1%"
     )
     return 0
 

@@ -16,6 +16,8 @@ rules can be proved to fire with it and stay silent without it:
     --fsdp                 under --ddp or torchrun, shard with fully_shard (FSDP2) instead of DDP: one unit per
                            module of the model's ModuleLists, then the root (forward all-gathers not prefetched)
     --fsdp-prefetch        under --fsdp, each unit prefetches the next one's all-gather in forward
+    --no-distributed-sampler under --ddp / torchrun, no DistributedSampler: every rank shuffles the whole
+                           dataset with the same seed, so every rank reads the same batches
     --slowdown-at S --slowdown-factor F   steps >= S take F times as long
     --raise-at S           raise RuntimeError at the start of step S
     --python-metrics-ms MS per step, MS ms of pure-Python metric bookkeeping (no torch op)
@@ -68,6 +70,12 @@ def base_parser(description: str, **defaults) -> argparse.ArgumentParser:
     )
     p.add_argument("--fsdp", action="store_true", help="under --ddp or torchrun, fully_shard instead of DDP")
     p.add_argument("--fsdp-prefetch", action="store_true", help="under --fsdp, forward prefetch one unit ahead")
+    p.add_argument(
+        "--no-distributed-sampler",
+        dest="distributed_sampler",
+        action="store_false",
+        help="under --ddp, no DistributedSampler: every rank shuffles the whole dataset with the same seed",
+    )
     p.add_argument("--slowdown-at", type=int, default=-1)
     p.add_argument("--slowdown-factor", type=float, default=1.0)
     p.add_argument(
@@ -155,14 +163,17 @@ def train(rank: int, world_size: int, args, build) -> None:
     elif world_size > 1:
         model = torch.nn.parallel.DistributedDataParallel(model)
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr)
-    sampler = None
-    if world_size > 1:
+    sampler, shuffle_order = None, None
+    if world_size > 1 and args.distributed_sampler:
         sampler = torch.utils.data.DistributedSampler(dataset, num_replicas=world_size, rank=rank)
+    elif world_size > 1:  # the same shuffled order on every rank: N ranks train on one rank's data
+        shuffle_order = torch.Generator().manual_seed(args.seed)
     loader = torch.utils.data.DataLoader(
         dataset,
         batch_size=args.batch_size,
         shuffle=sampler is None,
         sampler=sampler,
+        generator=shuffle_order,
         num_workers=args.num_workers,
         drop_last=True,
         persistent_workers=args.num_workers > 0,

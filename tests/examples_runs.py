@@ -115,6 +115,15 @@ SMALL = ["--num-workers", "0"]
 NO_BF16_UNITS = {"ONEDNN_MAX_CPU_ISA": "AVX512_CORE"}
 
 
+def real_run(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Mark a test that profiles real example runs and compares no timing: slow, needs `perfdoctor profile`; a
+    loaded machine does not matter to it."""
+    no_profile = pytest.mark.skipif(
+        not HAVE_PROFILE, reason="`perfdoctor profile` (perfdoctor.capture.runner) not available"
+    )
+    return pytest.mark.slow(no_profile(fn))
+
+
 def example(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Mark a test that profiles real example runs: slow, needs `perfdoctor profile`, a quiet machine."""
     for mark in (

@@ -8,7 +8,21 @@ import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-REPLAYED = {"PD101", "PD102", "PD103", "PD104", "PD105", "PD201", "PD202", "PD203", "PD204", "PD205", "PD301", "PD401"}
+REPLAYED = {
+    "PD101",
+    "PD102",
+    "PD103",
+    "PD104",
+    "PD105",
+    "PD201",
+    "PD202",
+    "PD203",
+    "PD204",
+    "PD205",
+    "PD301",
+    "PD302",
+    "PD401",
+}
 
 
 def _replaying_checks() -> set[str]:

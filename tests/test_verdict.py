@@ -1,5 +1,6 @@
 """The one-line verdict (issue 11 "also seen"), from the top finding or the breakdown."""
 
+import msgspec
 from rules_helpers import DL, SGEMM
 from tracebuilder import TraceBuilder
 
@@ -152,3 +153,17 @@ def test_verdict_says_when_its_only_step_is_a_fragment_cut_where_the_recording_s
         "; but the only analysed step is the recorded start of a longer step (the profiler stopped recording inside "
         "it, see the warning): the shares are of that fragment"
     )
+
+
+def test_verdict_puts_ranks_reading_the_same_data_first_whatever_the_speed():
+    same = msgspec.structs.replace(
+        _finding("PD307", None, 0.0, "ranks-read-same-data"),
+        headline="Ranks 0, 1 read the same input batches at 8 of 8 steps",
+    )
+    top = _finding("PD202", 1, 11.0, "unfused-elementwise")
+    assert verdict([], [top, same]) == (
+        "correctness: Ranks 0, 1 read the same input batches at 8 of 8 steps (PD307 ranks-read-same-data); "
+        "elementwise-bound: fixing the unfused elementwise ops saves up to 11% of the step (PD202 unfused-elementwise)"
+    )
+    # alone, with nothing else to say (no rank, no finding with a saving): the fault is the verdict
+    assert verdict([], [same]).startswith("correctness: Ranks 0, 1 read the same input batches")

@@ -12,6 +12,7 @@ the first tensor keyword argument) we read the batch:
 Global module hooks take every module call off PyTorch's fast path, so the
 probe removes itself (:meth:`BatchProbe.detach`) once the runner has seen
 enough steps with a constant batch; the last per-step value is then reused.
+It also keeps fingerprints of the first steps' input batches (:mod:`perfdoctor.capture.batch_fingerprint`).
 """
 
 from __future__ import annotations
@@ -21,11 +22,14 @@ from typing import Any
 
 import torch
 
+from perfdoctor.capture.batch_fingerprint import DEFAULT_STEPS, BatchFingerprints
+
 
 class BatchProbe:
     """Observes training forwards; per-step totals are read with :meth:`take_step`."""
 
-    def __init__(self) -> None:
+    def __init__(self, fingerprint_steps: int = DEFAULT_STEPS) -> None:
+        self.fingerprints = BatchFingerprints(fingerprint_steps)
         self.first_forward_s: float | None = None  # perf_counter() at the first training forward
         self.models: dict[int, torch.nn.Module] = {}
         self.param_dtypes: set[str] = set()
@@ -66,6 +70,7 @@ class BatchProbe:
         if self._depth or not torch.is_grad_enabled():
             return
         self._forwards += 1
+        self.fingerprints.observe(args, kwargs)
         if len(self.models) < 8 and id(module) not in self.models:
             self.models[id(module)] = module
             self._note_dtypes(module)

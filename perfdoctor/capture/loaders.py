@@ -2,7 +2,9 @@
 
 PD104 (CPU thread oversubscription) counts DataLoader worker processes among the busy threads; only the running
 script knows ``num_workers``, so the session wraps ``torch.utils.data.DataLoader.__iter__`` while the script runs
-(the wrapper only reads ``self.num_workers`` and calls the original) and records the largest count seen.
+(the wrapper only reads ``self.num_workers`` and calls the original) and records the largest count seen. It also
+records the class name of each iterated DataLoader's sampler (``DistributedSampler``, ``RandomSampler``, ...), which
+tells PD307 why ranks read the same data.
 Source: PyTorch ``torch.utils.data`` docs, "Multi-process data loading" (``num_workers`` worker processes).
 """
 
@@ -20,6 +22,7 @@ class LoaderWatch:
 
     def __init__(self) -> None:
         self.max_workers: int | None = None
+        self.samplers: set[str] = set()
         self._original: Callable[..., Iterator[Any]] | None = None
 
     def install(self) -> None:
@@ -33,6 +36,9 @@ class LoaderWatch:
             workers = getattr(loader, "num_workers", None)
             if isinstance(workers, int) and workers >= 0:
                 watch.max_workers = max(watch.max_workers or 0, workers)
+            sampler = getattr(loader, "sampler", None)
+            if sampler is not None and len(watch.samplers) < 8:
+                watch.samplers.add(type(sampler).__name__)
             return original(loader)
 
         self._original = original

@@ -33,6 +33,7 @@ class ProfileConfig:
     probe_steps: int = 20  # batch probe removed after this many identical batches
     profile_memory: bool = True  # torch.profiler's [memory] events (CPU and CUDA)
     memory_snapshot: bool = False  # record the allocator's history over each active window (CUDA only)
+    fingerprint_steps: int = 8  # steps whose input batch is fingerprinted (perfdoctor.capture.batch_fingerprint)
 
 
 FIRST_WARM_STEP = 5  # a window starting earlier is warned about (Schedule.cold_window_warning)

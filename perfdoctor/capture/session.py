@@ -67,7 +67,7 @@ class Session:
         self.cfg, self.run_dir, self.rank = cfg, Path(run_dir), rank
         self.schedule = Schedule.resolve(cfg)
         self.progress = progress or (lambda msg: None)
-        self.probe = BatchProbe()
+        self.probe = BatchProbe(cfg.fingerprint_steps)
         self.log = StepLog(self.run_dir / steps_csv_name(rank))
         self.meter = FlopMeter()
         self.windows: list[dict[str, Any]] = []
@@ -158,6 +158,7 @@ class Session:
 
     def _on_step(self, count: int) -> None:
         k = count - 1  # index of the step that just ended
+        self.probe.fingerprints.end_step()
         tokens, samples = self._batch()
         phase = "flops" if k == self.flops_step else self.schedule.phase(k)
         if k == 0 and torch.cuda.is_available() and torch.cuda.is_initialized():  # type: ignore[no-untyped-call]
@@ -187,7 +188,8 @@ class Session:
             # removing global module hooks fails torch.compile's guards (the next call recompiles): never just
             # before a recorded step, where that recompilation would be profiled as the script's
             next_recorded = self.schedule.phase(len(self._batch_history)) == "active"
-            if len(recent) == self.cfg.probe_steps and len(set(recent)) == 1 and not next_recorded:
+            constant = len(recent) == self.cfg.probe_steps and len(set(recent)) == 1
+            if constant and self.probe.fingerprints.done and not next_recorded:
                 self.probe.detach()  # constant batch: stop paying for global module hooks
                 self._frozen_batch = observed
         tokens = self.cfg.tokens_per_step if self.cfg.tokens_per_step is not None else observed[0]
@@ -280,6 +282,10 @@ class Session:
             "parameter_count": self.probe.parameter_count() or None,
             "param_dtypes": sorted(self.probe.param_dtypes),
             "autocast": sorted(self.probe.autocast),
+            # the first steps' input batches, hashed (PD307 compares them across ranks)
+            "batch_fingerprints": _fingerprints(self.probe),
+            # the sampler class of every DataLoader the script iterated (PD307 names the likely cause)
+            "samplers": sorted(self.loaders.samplers),
             "tokens_per_step": _most_common([r.tokens for r in records]),
             "samples_per_step": _most_common([r.samples for r in records]),
             "train_s": sum(max(r.duration_s - r.eval_s - r.checkpoint_s, 0.0) for r in records),
@@ -308,6 +314,14 @@ def _probe_trace(session: Any) -> Path | None:
     """The session's first complete trace, or None."""
     done = [w for w in session.windows if w["complete"] and w["path"]]
     return session.run_dir / done[0]["path"] if done else None
+
+
+def _fingerprints(probe: BatchProbe) -> list[dict[str, Any]]:
+    """The probe's batch fingerprints; [] when the samples cannot be read back (a failed device)."""
+    try:
+        return probe.fingerprints.digests()
+    except Exception:  # noqa: BLE001 - never lose the rank's summary over its fingerprints
+        return []
 
 
 def _most_common(values: list[Any]) -> int | None:

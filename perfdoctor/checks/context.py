@@ -342,6 +342,10 @@ class JobContext:
     def th(self) -> dict[str, Any]:
         return self.spec.thresholds if self.spec else {}
 
+    def advice(self, situation: str) -> dict[str, str]:
+        """The rule's advice for ``situation`` as ``Hit.advice`` (:meth:`RankContext.advice`)."""
+        return self.spec.advice(situation) if self.spec is not None else {}
+
     @property
     def cold(self) -> tuple[set[int], str]:
         """The steps cross-rank statistics leave out (cold on some rank, PD902) and, when that leaves a rank no

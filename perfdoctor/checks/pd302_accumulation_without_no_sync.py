@@ -1,11 +1,12 @@
 """PD302 accumulation-without-no-sync: gradients all-reduced on every micro-batch of an accumulation.
 
-Micro-batches = ``DistributedDataParallel.forward`` annotations between two
-``Optimizer.step`` calls; gradient all-reduces = DDP's ``c10d::allreduce_``
-(or ``nccl:all_reduce`` / ``gloo:all_reduce``) issued in each. Under
-``model.no_sync()`` only the last micro-batch all-reduces; here earlier ones do.
-The time of those extra collectives is measured on the collective's own thread
-(``gloo:all_reduce``) or as all_reduce kernels on the device.
+The micro-batches of each optimizer step are its backward passes, found from the autograd engine's ops whatever
+the model's annotations (:mod:`perfdoctor.analysis.accumulation`); gradient all-reduces are the all-reduce calls
+issued inside them, one bucket set per synchronized pass. Under ``model.no_sync()`` only the last micro-batch's
+pass all-reduces; here earlier ones do. The saving is replayed
+(:func:`perfdoctor.replay.transforms.accumulation.skip_early_allreduces`: those calls, the collectives they
+launched and the Reducer's copies around them removed); the all-reduce work issued before the last micro-batch
+(``gloo:all_reduce`` on the collective's thread, ``nccl:all_reduce``) is reported beside it.
 """
 
 from __future__ import annotations
@@ -14,21 +15,22 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from perfdoctor.analysis import host
 from perfdoctor.analysis import intervals as iv
+from perfdoctor.analysis.accumulation import accumulation
 from perfdoctor.checks.context import Outcome, RankContext, passed, skipped
 from perfdoctor.findings import Estimate, Evidence, Hit
 
 CODE = "PD302"
 METRICS = {
-    "micro_batches_per_update": "DDP forwards per optimizer step",
+    "micro_batches_per_update": "backward passes (micro-batches) per optimizer step",
     "allreduce_calls_per_update": "gradient all-reduce calls per optimizer step",
+    "allreduce_sets_per_update": "backward passes per optimizer step that issued gradient all-reduces (bucket sets)",
     "early_allreduce_calls_per_update": "all-reduce calls issued before the last micro-batch of an optimizer step",
     "early_allreduce_us": "mean µs per optimizer step of all-reduce work issued before the last micro-batch",
 }
 
 # what a hit's evidence/fields add to METRICS for the TOML message (its placeholders are checked at load)
-MESSAGE_FIELDS = ("early_allreduce_ms",)
+MESSAGE_FIELDS = ("early_allreduce_ms", "micro_source")
 
 
 @dataclass(frozen=True)
@@ -36,49 +38,35 @@ class Thresholds:
     """``[thresholds]`` of rules/PD302.toml: none (a key there fails when the catalogue loads)."""
 
 
-DDP_FORWARD = r"^DistributedDataParallel\.forward$"
-ALLREDUCE_CALL = r"^c10d::allreduce_$|^nccl:all_reduce$"
-ALLREDUCE_WORK = r"^gloo:all_reduce$|^nccl:all_reduce$"
-
-
 def check(ctx: RankContext) -> Outcome:
-    t = ctx.tables
-    fwd = np.sort(host.ranges_named(t, DDP_FORWARD)[0])
-    if fwd.size == 0:
-        return skipped("no DistributedDataParallel.forward annotations: not a DDP run")
-    opt = host.named(t, host.OPTIMIZER_STEP)
-    if opt[0].size == 0:
-        return skipped("no Optimizer.step annotations: optimizer steps unknown")
-    calls = np.sort(host.ranges_named(t, ALLREDUCE_CALL, ("cpu_ops", "annotations"))[0])
-    work = host.ranges_named(t, ALLREDUCE_WORK, ("annotations", "cpu_ops"))
-    # the micro-batches of update j: forwards between the end of update j-1 and the start of update j
-    bounds = np.concatenate([[-np.inf], opt[1]])
-    n_micro, n_calls, n_early, early_us = [], [], [], []
-    for j in range(opt[0].size):
-        f = fwd[(fwd >= bounds[j]) & (fwd < opt[0][j])]
-        if f.size == 0:
+    from perfdoctor.replay.transforms.accumulation import skip_early_allreduces
+
+    acc = accumulation(ctx.tables, ctx.windows())
+    if not acc.updates:
+        return skipped("no autograd backward ops inside the analysed steps: micro-batches unknown")
+    ups = acc.updates
+    if not any(u.calls[0].size for u in ups):
+        return skipped("no all-reduce call inside a backward pass: not a data-parallel (DDP) run")
+    early_us = []
+    for u in ups:
+        if u.micro_batches < 2:
+            early_us.append(0.0)
             continue
-        c = calls[(calls >= f[0]) & (calls < opt[0][j])]
-        early = c[c < f[-1]]
-        n_micro.append(f.size)
-        n_calls.append(c.size)
-        n_early.append(early.size)
-        wm = (work[0] >= f[0]) & (work[0] < f[-1])
-        early_us.append(iv.total(iv.union(work[0][wm], work[1][wm])))
-    if not n_micro:
-        return skipped("no DDP forward inside an optimizer step window")
+        w = acc.work
+        m = (w[0] >= u.pass_start_us[0]) & (w[0] < u.last_start_us)
+        early_us.append(iv.total((w[0][m], w[1][m])))
     metrics = {
-        "micro_batches_per_update": float(np.mean(n_micro)),
-        "allreduce_calls_per_update": float(np.mean(n_calls)),
-        "early_allreduce_calls_per_update": float(np.mean(n_early)),
+        "micro_batches_per_update": float(np.mean([u.micro_batches for u in ups])),
+        "allreduce_calls_per_update": float(np.mean([u.calls[0].size for u in ups])),
+        "allreduce_sets_per_update": float(np.mean([u.synced_passes for u in ups])),
+        "early_allreduce_calls_per_update": float(np.mean([u.early.sum() for u in ups])),
         "early_allreduce_us": float(np.mean(early_us)),
     }
-    saving = metrics["early_allreduce_us"]
     if metrics["micro_batches_per_update"] < 2 or metrics["early_allreduce_calls_per_update"] < 1:
         return passed(**metrics)
-    ev = Evidence(
-        values={k: v for k, v in metrics.items() if k != "early_allreduce_us"} | {"early_allreduce_ms": saving / 1000},
-        steps=ctx.step_numbers,
-    )
-    method = "all-reduce work (on the collective's thread) issued before the last micro-batch, per optimizer step"
-    return Outcome(metrics=metrics, hit=Hit(evidence=ev, estimate=Estimate(saving, method)))
+    saving, _, method = ctx.replayed_saving(skip_early_allreduces(ctx.replay(), acc))
+    values = {k: v for k, v in metrics.items() if k != "early_allreduce_us"}
+    ev = Evidence(values=values | {"early_allreduce_ms": metrics["early_allreduce_us"] / 1000}, steps=ctx.step_numbers)
+    sources = sorted({u.micro_source for u in ups})
+    fields = {"micro_source": " and ".join(sources)}
+    return Outcome(metrics=metrics, hit=Hit(evidence=ev, estimate=Estimate(max(saving, 0.0), method), fields=fields))

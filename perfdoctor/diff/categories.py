@@ -47,6 +47,15 @@ def _per_step(model: Report) -> dict[tuple[str, str], float]:
     return mean_of([d for d in (_per_step_of_rank(r) for r in model.ranks) if d])
 
 
+def job_trace_step(models: list[Report]) -> float:
+    """The job's mean trace step (µs): the longest of its ranks' mean analysed steps, the mean over the side's runs
+    (0.0 when no rank has steps)."""
+    steps = [
+        max((d[("step", "dur")] for d in (_per_step_of_rank(r) for r in m.ranks) if d), default=0.0) for m in models
+    ]
+    return sum(steps) / len(steps) if steps else 0.0
+
+
 def step_source(before: list[Report], after: list[Report]) -> str:
     """What each side's category rows are on a multi-rank input, in words ("" when every run has one rank)."""
     if all(len(m.ranks) < 2 for m in (*before, *after)):

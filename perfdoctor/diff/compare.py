@@ -8,7 +8,7 @@ from collections.abc import Sequence
 import msgspec
 
 from perfdoctor import __version__
-from perfdoctor.diff import categories, efficiency, findings, movers, stats, steps, window, work
+from perfdoctor.diff import categories, efficiency, findings, movers, scaling, stats, steps, window, work
 from perfdoctor.diff import runs as runs_mod
 from perfdoctor.diff.model import (
     SCHEMA,
@@ -457,6 +457,14 @@ def compare(
         warnings=warnings,
         category_step_source=categories.step_source(mb, ma),
         work=wc,
+        scaling=scaling.scaling(
+            Pair(info_b.n_ranks, info_a.n_ranks),
+            wc,
+            Pair(cmp.mean_before_us, cmp.mean_after_us),
+            cats,
+            Pair(step_b, step_a),
+            Pair(categories.job_trace_step(mb), categories.job_trace_step(ma)),
+        ),
     )
 
 

@@ -254,6 +254,47 @@ class RankEfficiency(msgspec.Struct, frozen=True):
     median_step_us: Pair
 
 
+class ScalingPart(msgspec.Struct, frozen=True):
+    """One bar of the scaling waterfall: ``key`` (``communication``, ``waiting``, ``data_loading``, ``host``,
+    ``compute``), its label, the smaller run's µs per step scaled to the larger run's work per rank
+    (``smaller_us``), the larger run's (``larger_us``) and the time lost to it per step (``lost_us`` = larger −
+    smaller; negative: gained)."""
+
+    key: str
+    label: str
+    smaller_us: float
+    larger_us: float
+    lost_us: float
+
+
+class Scaling(msgspec.Struct, frozen=True):
+    """Scaling efficiency of two sides with different rank counts (:mod:`perfdoctor.diff.scaling`).
+
+    ``ranks``: (BEFORE, AFTER); ``smaller``: ``before`` or ``after``, the side with fewer ranks; ``unit``:
+    ``token``, ``sample`` or ``step`` (work per step unknown: each rank assumed to do the same work per step on
+    both sides); ``work_per_rank``: units per step of one rank; ``throughput_per_rank`` / ``job_throughput``:
+    units per second (per rank: work per step of one rank ÷ the job's mean step); ``speedup`` and ``ideal_speedup``
+    (the rank ratio) of the job's throughput, larger ÷ smaller; ``efficiency_pct``: throughput per rank, larger ÷
+    smaller × 100; ``ideal_step_us``: the smaller run's step scaled to the larger run's work per rank (the larger
+    run's step at 100%); ``lost_us``: the larger run's step − that ideal; ``parts``: where it went (they add up to
+    ``lost_us``); ``method``: how, in words."""
+
+    ranks: Pair
+    smaller: str
+    unit: str
+    work_per_rank: Pair
+    throughput_per_rank: Pair
+    job_throughput: Pair
+    speedup: float
+    ideal_speedup: float
+    efficiency_pct: float
+    step_us: Pair
+    ideal_step_us: float
+    lost_us: float
+    parts: list[ScalingPart]
+    method: str
+
+
 class Straggler(msgspec.Struct, frozen=True):
     """Rank with the longest median step and the spread (slowest − fastest) ÷ fastest × 100, both sides."""
 
@@ -291,6 +332,7 @@ class Diff(msgspec.Struct, frozen=True):
     warnings: list[str]
     work: WorkComparison
     category_step_source: str = ""
+    scaling: Scaling | None = None
 
     def to_json(self) -> bytes:
         """Stable bytes: sorted keys, 2-space indent, NaN/inf as null, trailing newline."""

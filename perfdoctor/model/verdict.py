@@ -15,6 +15,10 @@ Rules, first that applies:
 3. Else the breakdown of the slowest rank's primary device: "busy X% of each step (largest: matmul Y%)" when
    utilization is at least :data:`BUSY_SHARE`, else its largest idle cause.
 
+A finding about what the job computes rather than how fast (:data:`CORRECTNESS`: ranks reading the same data)
+comes first, whatever the speed, as its headline: "correctness: Ranks 0, 1 read the same input batches at 8 of 8
+steps (PD307 ranks-read-same-data); input-bound: ...".
+
 It computes no number of its own: every share is a finding's ``saving_pct_of_step`` or a breakdown total ÷ the
 step time total.
 """
@@ -76,6 +80,9 @@ def verdict(ranks: Sequence[RankSection], findings: list[FindingSection], slowes
     measurement itself is in doubt (PD601: the profiled window is a transient; PD603: the steady-state step
     times have no single level), the line says so after the verdict: every share is of that window's mean."""
     line = _verdict(ranks, findings, slowest_rank)
+    faults = [f"correctness: {f.headline or f.message} ({f.code} {f.name})" for f in findings if f.code in CORRECTNESS]
+    if faults:
+        line = "; ".join([*faults, line] if line else faults)
     codes = {f.code for f in findings}
     caveats = [text for code, text in MEASUREMENT_CAVEATS.items() if code in codes]
     if ranks and all(_only_step_cut(r) for r in ranks):
@@ -97,6 +104,9 @@ def _only_step_cut(rank: RankSection) -> bool:
 
     return len(rank.primary.steps) == 1 and any(STOPPED_INSIDE in w for w in rank.warnings)
 
+
+# codes of the findings about what the job computes, not how fast: first in the verdict, whatever their saving
+CORRECTNESS = ("PD307",)
 
 # code -> what it puts in doubt, after "but" (run-data rules: the profiled steps may not be the run's)
 MEASUREMENT_CAVEATS: dict[str, str] = {

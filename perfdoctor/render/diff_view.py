@@ -357,6 +357,39 @@ def efficiency_table(d: Diff) -> TableView:
     )
 
 
+def scaling_table(d: Diff) -> TableView:
+    """Scaling efficiency and its waterfall (no rows when both sides have the same number of ranks)."""
+    sc = d.scaling
+    if sc is None:
+        return TableView("Scaling efficiency", [], [], [], "")
+    small, large = ("BEFORE", "AFTER") if sc.smaller == "before" else ("AFTER", "BEFORE")
+    per = "step" if sc.unit == "step" else sc.unit + "s"
+    rate = f"{per}/s"
+    rows = [
+        [
+            "ranks",
+            f"{sc.ranks.before:.0f} → {sc.ranks.after:.0f}",
+            f"ideal speed-up {sc.ideal_speedup:.2f}×, measured {sc.speedup:.2f}×",
+        ],
+        [
+            "scaling efficiency",
+            f"{sc.efficiency_pct:.1f}%",
+            f"{large}'s throughput per rank ÷ {small}'s ({_rate(sc.throughput_per_rank.before)} → "
+            f"{_rate(sc.throughput_per_rank.after)} {rate} per rank; the job: {_rate(sc.job_throughput.before)} → "
+            f"{_rate(sc.job_throughput.after)} {rate})",
+        ],
+        [
+            "lost per step",
+            signed_ms(sc.lost_us),
+            f"{large}'s step {ms(sc.step_us.after if small == 'BEFORE' else sc.step_us.before)} − ideal "
+            f"{ms(sc.ideal_step_us)} ({small}'s step at {large}'s work per rank)",
+        ],
+    ]
+    for p in sc.parts:
+        rows.append([f"  {p.label}", signed_ms(p.lost_us), f"{ms(p.smaller_us)} → {ms(p.larger_us)} per step"])
+    return TableView("Scaling efficiency", ["", "value", "detail"], rows, ["l", "r", "l"], sc.method)
+
+
 def _pct_num(x: float | None) -> str:
     return "–" if x is None else f"{x:.1f}%"
 
@@ -375,4 +408,5 @@ def tables(d: Diff, movers_limit: int, name_width: int) -> list[TableView]:
         findings_table(d),
         predictions_table(d),
         efficiency_table(d),
+        scaling_table(d),
     ]

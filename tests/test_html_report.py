@@ -467,8 +467,11 @@ def test_label_columns_do_not_collapse(resnet):
 
 
 def _bars(page: str, code: str) -> tuple[str, str]:
-    """The now / fixed labels of ``code``'s before-after bars in an HTML page."""
-    svg_text = re.search(rf'<svg class="chart before-after"[^>]*fix of {code}">(.*?)</svg>', page, re.S)
+    """The before / after labels of ``code``'s bars in an HTML page (a plan entry's start from the step with the
+    entries above it)."""
+    svg_text = re.search(
+        rf'<svg class="chart before-after"[^>]*(?:fix of {code}|and with {code} too)">(.*?)</svg>', page, re.S
+    )
     assert svg_text is not None, code
     now, fixed = re.findall(r'font-size="11">([^<]+ ms)</text>', svg_text.group(1))
     return now, fixed

@@ -21,12 +21,14 @@ class FlopMeter:
         self._mode: Any = None  # a FlopCounterMode while running; torch leaves its __enter__/__exit__ unannotated
         self.flops: int | None = None
         self.error: str | None = None
+        # graphs compiled in this process before this run (an earlier run in the same process, e.g. a test suite's)
+        self._graphs_before = compiled_graphs()
 
     def start(self) -> None:
-        """Open the counter, unless torch.compile has compiled a graph in this process: FlopCounterMode over a
+        """Open the counter, unless torch.compile has compiled a graph since this run began: FlopCounterMode over a
         compiled model leaves it running eagerly for the rest of the run (torch 2.13, CPU: no
         ``Torch-Compiled Region`` in any later step), so the profiled steps would not be the script's."""
-        if compiled_graphs() > 0:
+        if compiled_graphs() > self._graphs_before:
             self.error = "not measured: torch.compile is in use, and FlopCounterMode would leave it running eagerly"
             return
         try:

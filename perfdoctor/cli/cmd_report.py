@@ -274,7 +274,7 @@ def _analyze(args: argparse.Namespace, err: Console, opts: object) -> BuiltRepor
                     executor.close()
             fallback = getattr(executor, "fallback_note", None)
             if fallback:
-                err.print(f"note: {fallback}", markup=False, highlight=False)
+                err.print(f"note: {fallback}", markup=False, highlight=False, soft_wrap=True)
             return built
     if total < PROGRESS_MIN_BYTES or not err.is_terminal:
         with err.status("reading traces…", spinner="dots"):
@@ -314,7 +314,7 @@ def run(args: argparse.Namespace) -> int:
     err = Console(stderr=True, width=output_width(None, sys.stderr))
     args.paths, notes = _without_own_reports(args.paths)
     for note in notes:
-        err.print(f"note: {note}", markup=False, highlight=False)
+        err.print(f"note: {note}", markup=False, highlight=False, soft_wrap=True)
     built = _analyze(args, err, opts)
     report = built.model
     if args.output and out_format:  # out_format is set whenever args.output is; written before stdout, which

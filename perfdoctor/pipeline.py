@@ -153,6 +153,7 @@ def build(
         flops_source=flops_source,
         step_time_s_by_rank=run_data.steady_step_times(run),
         run_allocator_by_rank=run_data.allocator_values_by_rank(run),
+        run_cpu_by_rank=run_data.cpu_series_by_rank(run),
         run_json=run.run if run is not None else None,
         codes=list(codes),
         rules_dirs=[str(d) for d in opts.rules_dirs or []],

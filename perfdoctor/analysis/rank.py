@@ -87,6 +87,8 @@ class Analysis:
     # a profile run's allocator counts over the whole run, as evidence values (a rank summary's worker gets them
     # from SummaryOptions.run_allocator_by_rank: perfdoctor.analysis.run_memory.run_allocator_values)
     run_allocator: dict[str, Any] | None = None
+    # a profile run's CPU-time series of this rank's steps (SummaryOptions.run_cpu_by_rank), for the core budget
+    run_cpu: dict[str, Any] | None = None
 
 
 def add_efficiency(

@@ -613,3 +613,25 @@ def no_trace_reason(path: str, run: RunData) -> str:
         f"{path}: the run stopped after {done} steps, before its profiled window completed{where}: there is no "
         f"trace, so {only} (profile again with fewer --steps or a smaller --wait to get a trace)"
     )
+
+
+# the steps.csv columns the core budget reads (perfdoctor.replay.machine.core_budget), handed to each rank's worker
+CPU_SERIES = ("duration_s", "cpu_s", "main_cpu_s", "main_wait_s", "profiler_phase")
+
+
+def cpu_series_by_rank(run: RunData | None) -> dict[int, dict[str, Any]]:
+    """Each rank's CPU-time series (:data:`CPU_SERIES`, plain lists: NaN → None) and its steady-state start step
+    (``steady_start_step``), for the rank's worker, which receives run.json alone; {} without a run."""
+    if run is None:
+        return {}
+    out: dict[int, dict[str, Any]] = {}
+    for rank, steps in run.rank_steps.items():
+        cols: dict[str, Any] = {
+            k: [None if (isinstance(x, float) and x != x) else x for x in steps[k].tolist()]
+            for k in CPU_SERIES
+            if k in steps
+        }
+        ss = steady_state_of(steps)
+        cols["steady_start_step"] = int(ss.steady_start_step) if ss is not None else 0
+        out[int(rank)] = cols
+    return out

@@ -400,18 +400,29 @@ def run_json(analysis: Any) -> dict[str, Any] | None:
 
 def run_core_budget(ctx: Any) -> Any:
     """The rank's :class:`perfdoctor.replay.machine.CoreBudget` (the run's cores and its unprofiled steady steps'
-    CPU time, from the run's steady-state start on), or None for a bare trace or a run that records no CPU count."""
+    CPU time, from the run's steady-state start on), or None for a bare trace or a run that records no CPU count.
+    The steps come from the rank's worker's ``run_cpu`` (SummaryOptions.run_cpu_by_rank), else the run data."""
+    import numpy as np
+
     from perfdoctor.replay.machine import core_budget
 
-    run = getattr(ctx.analysis, "run", None)
     facts = run_json(ctx.analysis)
     if facts is None:
         return None
+    cpu = getattr(ctx.analysis, "run_cpu", None)
+    if isinstance(cpu, dict):
+        steps = {
+            k: np.array([np.nan if x is None else x for x in v], dtype=object if k == "profiler_phase" else float)
+            for k, v in cpu.items()
+            if isinstance(v, list)
+        }
+        return core_budget(facts, steps, int(cpu.get("steady_start_step") or 0))
+    run = getattr(ctx.analysis, "run", None)
     rank = getattr(ctx.rank.tables, "rank", None)
     per_rank = getattr(run, "rank_steps", None) or {}
-    steps = per_rank.get(int(rank)) if rank is not None and int(rank) in per_rank else getattr(run, "steps", None)
+    series = per_rank.get(int(rank)) if rank is not None and int(rank) in per_rank else getattr(run, "steps", None)
     ss = getattr(run, "steady_state", None)
-    return core_budget(facts, steps, int(getattr(ss, "steady_start_step", 0) or 0))
+    return core_budget(facts, series, int(getattr(ss, "steady_start_step", 0) or 0))
 
 
 def replayed_outcome(

@@ -81,6 +81,7 @@ def analyse_rank(
     analysis = Analysis(ranks=[ra], inputs=[info])
     analysis.run = opts.run_json
     analysis.run_allocator = opts.run_allocator_by_rank.get(int(tables.rank or 0))
+    analysis.run_cpu = opts.run_cpu_by_rank.get(int(tables.rank or 0))
     add_efficiency(
         analysis.ranks,
         opts.model_flops_per_step,

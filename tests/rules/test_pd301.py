@@ -88,7 +88,7 @@ def test_pd301_advice_on_the_moe_all_to_all_job_is_not_ddp_or_fsdp(shared):
     path = shared("ykcai__a100x2_moe_3layer_before")
     r = run_rules(sorted(path.glob("*.json*")), ["PD301", "PD302"])
     f = r.findings["PD301"]
-    assert "not a DDP run" in r.skipped["PD302"]
+    assert "not a data-parallel (DDP) run" in r.skipped["PD302"]
     assert "all_to_allv" in f["evidence"]["messages"] and set(f["evidence"]["by_collective_ms"]) == {"send_recv"}
     assert f["evidence"]["parallelism"] == "all-to-all (expert or embedding parallel)"
     text = f["fix"] + f["example_before"] + f["example_after"]

@@ -67,9 +67,10 @@ def test_healthy_run_is_silent(runs):
     why = f"{g}"  # the fitted series, printed when an assertion fails
     assert "PD503" in built.checks.passed, why
     assert not [f for f in built.report["findings"] if f["code"] == "PD503"], why
-    # the process's own bookkeeping may creep by bytes per step (seen: a 95% interval from 0.9 KiB up): far under
-    # 2% of the leak's saved activations, and under PD503's 16 MiB floor over the fitted steps
-    assert g.series == "rss_bytes" and g.slope_bytes_per_step < 0.02 * SAVED_MIB * 2**20, why
+    # the process's own bookkeeping may creep by kilobytes per step (seen: 0.9 KiB, and 58 KiB on a loaded machine,
+    # the allocator's arenas settling): under 5% of the leak's saved activations, and under PD503's 16 MiB floor
+    # over the fitted steps
+    assert g.series == "rss_bytes" and g.slope_bytes_per_step < 0.05 * SAVED_MIB * 2**20, why
     assert g.growth_bytes < 16 * 2**20, why
     # the same trace shape: CPU [memory] events exist, and the profiled steps free what they allocate: a batch or a
     # loss may outlive its step into the next (a quarter MiB), so the mean over the steps is what is compared

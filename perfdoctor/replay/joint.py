@@ -409,14 +409,9 @@ def job_fix_all(inputs: dict[int, JointInputs], fixed: dict[int, bool]) -> tuple
     on = [bool(fixed.get(r)) and inputs[r].fixed is not None for r in ranks]
     if not any(on):
         return None, "no rank has a replayed fix"
-    base, why = solve(ins, [False] * len(ins))
-    if base is None:
+    why = _recording_error(ranks, ins)
+    if why:
         return None, why
-    for r, i, rep in zip(ranks, ins, base):
-        rec = float(np.mean(i.recorded_step_us))
-        off = float(rep.mean()) / rec - 1 if rec > 0 else 0.0
-        if abs(off) > MAX_MEAN_ERROR:
-            return None, f"the joint replay of the recording misses rank {r}'s mean step by {100 * off:+.1f}%"
     after, why = solve(ins, on, base=True)
     if after is None:
         return None, why
@@ -438,6 +433,20 @@ def job_fix_all(inputs: dict[int, JointInputs], fixed: dict[int, bool]) -> tuple
     )
 
 
+def _recording_error(ranks: list[int], ins: list[JointInputs]) -> str:
+    """Why the ranks cannot be replayed jointly ("" when they can): :func:`solve` refuses them, or its replay of the
+    recording misses a rank's recorded mean step by more than :data:`perfdoctor.replay.rank.MAX_MEAN_ERROR`."""
+    rec, why = solve(ins, [False] * len(ins))
+    if rec is None:
+        return why or "the ranks cannot be replayed jointly"
+    for r, i, rep in zip(ranks, ins, rec):
+        mean = float(np.mean(i.recorded_step_us))
+        off = float(rep.mean()) / mean - 1 if mean > 0 else 0.0
+        if abs(off) > MAX_MEAN_ERROR:
+            return f"the joint replay of the recording misses rank {r}'s mean step by {100 * off:+.1f}%"
+    return ""
+
+
 def median_arrival(inputs: dict[int, JointInputs], pulled: set[int] | None = None) -> tuple[JobFixAll | None, str]:
     """The job replayed jointly (:func:`solve`) with the ranks ``pulled`` (None: every rank) arriving at each
     collective no later than the median rank: per rank, its mean step replayed jointly as recorded (``recorded_us``;
@@ -448,14 +457,9 @@ def median_arrival(inputs: dict[int, JointInputs], pulled: set[int] | None = Non
     :data:`perfdoctor.replay.rank.MAX_MEAN_ERROR`."""
     ranks = sorted(inputs)
     ins = [inputs[r] for r in ranks]
-    rec, why = solve(ins, [False] * len(ins))
-    if rec is None:
+    why = _recording_error(ranks, ins)
+    if why:
         return None, why
-    for r, i, rep in zip(ranks, ins, rec):
-        mean = float(np.mean(i.recorded_step_us))
-        off = float(rep.mean()) / mean - 1 if mean > 0 else 0.0
-        if abs(off) > MAX_MEAN_ERROR:
-            return None, f"the joint replay of the recording misses rank {r}'s mean step by {100 * off:+.1f}%"
     before, why = solve(ins, [False] * len(ins), base=True)
     after, why_after = solve(ins, [False] * len(ins), base=True, pulled=[pulled is None or r in pulled for r in ranks])
     if before is None or after is None:

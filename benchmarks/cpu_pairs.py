@@ -94,9 +94,9 @@ def _budget(run: RunData) -> CoreBudget | None:
 
 def _fp32(rr: RankReplay, t: TraceTables, run: RunData) -> WhatIf:
     """PD204's what-if with the bf16 ÷ fp32 GEMM ratio the runner measured on the run's machine."""
-    from perfdoctor.analysis import intervals as iv
     from perfdoctor.checks.pd204_cpu_bf16_autocast import CAST_OPS, GEMM_OPS, op_probe
     from perfdoctor.replay.transforms.cpu import fp32_instead_of_bf16
+    from perfdoctor.trace import intervals as iv
 
     probe = op_probe(run.run)
     if probe is None:

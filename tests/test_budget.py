@@ -6,8 +6,9 @@ import json
 
 import pytest
 
-from perfdoctor.analysis.budget import activation_bytes, measured_on, mfu_from_report, plan
 from perfdoctor.analysis.hardware import spec_by_name
+from perfdoctor.budget.measured import measured_on, mfu_from_report
+from perfdoctor.budget.plan import activation_bytes, plan
 from perfdoctor.cli import main
 from perfdoctor.errors import PerfDoctorError
 
@@ -473,7 +474,7 @@ def test_plan_rejects_heads_not_dividing_d_model():
 
 
 def test_report_mfu_caveats_one_step_and_low_mfu():
-    from perfdoctor.analysis.budget import report_mfu_caveats
+    from perfdoctor.budget.measured import report_mfu_caveats
 
     one_step = {"ranks": [{"primary_device": 0, "devices": [{"device": 0, "steps": [{}]}]}]}
     c = report_mfu_caveats(one_step, 0.002)

@@ -28,9 +28,9 @@ import numpy as np
 import pytest
 from conftest import shared_trace
 
-from perfdoctor.analysis import intervals as iv
 from perfdoctor.analysis.classify import classify_kernel
 from perfdoctor.analysis.steps import find_steps, gpu_launch_times
+from perfdoctor.trace import intervals as iv
 from perfdoctor.trace import load_trace
 
 TRACES = [

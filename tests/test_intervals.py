@@ -1,6 +1,6 @@
 import numpy as np
 
-from perfdoctor.analysis import intervals as iv
+from perfdoctor.trace import intervals as iv
 
 
 def _set(*pairs):

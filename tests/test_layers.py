@@ -32,6 +32,7 @@ LAYERS: list[str] = [
     "jobs",
     "pipeline",
     "diff",
+    "budget",
     "render",
     "cli",
     "tools",

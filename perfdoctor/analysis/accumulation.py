@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from perfdoctor.analysis import host
-from perfdoctor.analysis import intervals as iv
+from perfdoctor.trace import intervals as iv
 from perfdoctor.trace.tables import TraceTables
 
 BACKWARD_NODE = re.compile(r"^autograd::engine::evaluate_function")

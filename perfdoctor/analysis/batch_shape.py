@@ -32,8 +32,8 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from perfdoctor.analysis import intervals as iv
 from perfdoctor.analysis.op_args import parse_args
+from perfdoctor.trace import intervals as iv
 
 INTEGER_TYPES = frozenset({"long int", "int", "short int", "signed char", "unsigned char", "long", "int64", "int32"})
 # (op names, the input read, whether a floating tensor is read too)

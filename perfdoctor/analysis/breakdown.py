@@ -33,10 +33,10 @@ from typing import Any
 import numpy as np
 
 from perfdoctor.analysis import host
-from perfdoctor.analysis import intervals as iv
 from perfdoctor.analysis.classify import KernelClass, classify_kernel
 from perfdoctor.analysis.kernel_ops import kernel_labels
 from perfdoctor.analysis.steps import Steps, gpu_launch_times
+from perfdoctor.trace import intervals as iv
 from perfdoctor.trace.tables import TraceTables
 from perfdoctor.vocab import COMPUTE_CATEGORIES, GPU_IDLE_CAUSES, GPU_PRIORITY
 

@@ -33,9 +33,9 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from perfdoctor.analysis import intervals as iv
 from perfdoctor.analysis.classify import classify_kernel
 from perfdoctor.analysis.steps import gpu_launch_times
+from perfdoctor.trace import intervals as iv
 
 END_TOLERANCE_US = 100.0
 # bytes per element of the dtypes NCCL's record_param_comms names (PyTorch's ScalarType names)

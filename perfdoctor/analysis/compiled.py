@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from perfdoctor.analysis import intervals as iv
 from perfdoctor.analysis.warmup import COMPILE
+from perfdoctor.trace import intervals as iv
 from perfdoctor.trace.tables import TraceTables
 
 REGION = re.compile(r"^Torch-Compiled Region: (\d+)/(\d+)$")

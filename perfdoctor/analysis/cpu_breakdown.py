@@ -21,9 +21,9 @@ import re
 import numpy as np
 
 from perfdoctor.analysis import host
-from perfdoctor.analysis import intervals as iv
 from perfdoctor.analysis.breakdown import DeviceBreakdown, StepColumns, step_rows
 from perfdoctor.analysis.steps import Steps
+from perfdoctor.trace import intervals as iv
 from perfdoctor.trace.tables import TraceTables
 from perfdoctor.vocab import HOST_PRIORITY
 

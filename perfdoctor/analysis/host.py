@@ -11,7 +11,7 @@ import re
 
 import numpy as np
 
-from perfdoctor.analysis import intervals as iv
+from perfdoctor.trace import intervals as iv
 from perfdoctor.trace.join import launched_rows
 from perfdoctor.trace.tables import TraceTables
 

@@ -28,8 +28,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from perfdoctor.analysis import intervals as iv
 from perfdoctor.analysis.classify import classify_kernel, collective_of
+from perfdoctor.trace import intervals as iv
 from perfdoctor.trace.join import launch_rows
 from perfdoctor.trace.tables import TraceTables
 

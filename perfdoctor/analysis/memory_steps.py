@@ -28,9 +28,9 @@ from typing import Any
 import numpy as np
 
 from perfdoctor.analysis import host
-from perfdoctor.analysis import intervals as iv
 from perfdoctor.analysis.memory import DEVICE_TYPES, device_capacity
 from perfdoctor.analysis.steps import Steps
+from perfdoctor.trace import intervals as iv
 from perfdoctor.trace.tables import TraceTables
 
 TOP_CONTRIBUTORS = 5  # contributors kept per step

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from perfdoctor.analysis import intervals as iv
+from perfdoctor.trace import intervals as iv
 from perfdoctor.trace.tables import TraceTables
 
 FSDP2 = r"^FSDP::"

@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from perfdoctor.analysis import intervals as iv
 from perfdoctor.errors import TraceFormatError
+from perfdoctor.trace import intervals as iv
 from perfdoctor.trace.device_side import LAUNCH_CALL
 from perfdoctor.trace.join import has_activity
 from perfdoctor.trace.tables import TraceTables

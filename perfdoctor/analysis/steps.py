@@ -28,11 +28,11 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from perfdoctor.analysis import intervals as iv
 from perfdoctor.analysis.step_completeness import incomplete_mask
 from perfdoctor.analysis.step_markers import derive_steps
 from perfdoctor.analysis.warmup import Warmup, warmup
 from perfdoctor.errors import PerfDoctorError
+from perfdoctor.trace import intervals as iv
 from perfdoctor.trace.join import launch_rows
 from perfdoctor.trace.tables import TraceTables
 

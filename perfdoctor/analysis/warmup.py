@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from perfdoctor.analysis import intervals as iv
+from perfdoctor.trace import intervals as iv
 from perfdoctor.trace.join import launch_rows
 from perfdoctor.trace.tables import TraceTables
 

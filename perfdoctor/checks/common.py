@@ -8,10 +8,10 @@ from typing import Any
 import numpy as np
 
 from perfdoctor.analysis import host
-from perfdoctor.analysis import intervals as iv
 from perfdoctor.analysis.classify import classify_kernel
 from perfdoctor.analysis.source_lines import stacks_of
 from perfdoctor.findings import Estimate, Evidence
+from perfdoctor.trace import intervals as iv
 from perfdoctor.trace.join import launch_rows, launched_rows
 from perfdoctor.trace.tables import TraceTables
 

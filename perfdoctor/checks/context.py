@@ -15,7 +15,6 @@ from typing import Any
 
 import numpy as np
 
-from perfdoctor.analysis import intervals as iv
 from perfdoctor.analysis.breakdown import DeviceBreakdown, StepBreakdown
 from perfdoctor.analysis.kernel_ops import kernel_labels
 from perfdoctor.analysis.steps import gpu_launch_times
@@ -24,6 +23,7 @@ from perfdoctor.checks.catalogue import RuleSpec
 from perfdoctor.checks.common import step_list_text
 from perfdoctor.findings import REPLAY_METHOD, Evidence, Hit
 from perfdoctor.replay.peers import peers_text
+from perfdoctor.trace import intervals as iv
 from perfdoctor.trace.join import launched_values
 
 

@@ -14,7 +14,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from perfdoctor.analysis import host
-from perfdoctor.analysis import intervals as iv
 from perfdoctor.checks.common import (
     idle_cause_ms,
     name_line_of,
@@ -26,6 +25,7 @@ from perfdoctor.checks.common import (
 from perfdoctor.checks.context import Outcome, RankContext, passed, run_core_budget, skipped
 from perfdoctor.findings import Evidence, Hit
 from perfdoctor.replay.transforms.host import prefetch_dataloader
+from perfdoctor.trace import intervals as iv
 
 CODE = "PD101"
 METRICS = {

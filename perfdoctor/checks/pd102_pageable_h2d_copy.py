@@ -17,7 +17,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from perfdoctor.analysis import intervals as iv
 from perfdoctor.checks.common import (
     copy_explained,
     memcpy_mask,
@@ -31,6 +30,7 @@ from perfdoctor.checks.common import (
 from perfdoctor.checks.context import Outcome, RankContext, passed, skipped
 from perfdoctor.findings import Evidence, Hit
 from perfdoctor.replay.transforms.copies import pinned_copies
+from perfdoctor.trace import intervals as iv
 
 CODE = "PD102"
 METRICS = {

@@ -20,13 +20,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from perfdoctor.analysis import host
-from perfdoctor.analysis import intervals as iv
 from perfdoctor.checks.after import passes
 from perfdoctor.checks.common import cold_reason, name_line, pct, replay_fields, replayed_estimate, steps_over
 from perfdoctor.checks.context import Outcome, RankContext, passed, skipped
 from perfdoctor.findings import Evidence, Hit
 from perfdoctor.replay.transforms import WhatIf, combine
 from perfdoctor.replay.transforms.host import cuda_graphs, graph_api, prefetch_dataloader
+from perfdoctor.trace import intervals as iv
 from perfdoctor.trace.join import launch_rows
 from perfdoctor.vocab import IdleCause, idle_label
 

@@ -207,7 +207,7 @@ def _amortised_us(ctx: RankContext, whatif: Any, growth: float) -> float:
     """Mean µs per step of the fixed cost the larger-batch what-if amortises: the host time it cuts (CPU: the
     optimizer's ops included) plus the device time it takes off the optimizer's kernels, ÷ (1 − 1/growth) (the
     what-if keeps 1/growth of each)."""
-    from perfdoctor.analysis import intervals as iv
+    from perfdoctor.trace import intervals as iv
 
     sc = whatif.scenario
     cut = sum(iv.total(c) for c in sc.host_cut.values())

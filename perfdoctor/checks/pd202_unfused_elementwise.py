@@ -57,9 +57,9 @@ def _gpu(ctx: RankContext) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarr
 
 def _cpu(ctx: RankContext) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     from perfdoctor.analysis import host
-    from perfdoctor.analysis import intervals as iv
     from perfdoctor.analysis.cpu_breakdown import classify_cpu_op
     from perfdoctor.checks.common import COPY_OPS
+    from perfdoctor.trace import intervals as iv
 
     ops = ctx.tables.cpu_ops
     pid = ctx.rank.steps.pid

@@ -25,10 +25,10 @@ from typing import Any
 
 import numpy as np
 
-from perfdoctor.analysis import intervals as iv
 from perfdoctor.checks.common import pct, top_names
 from perfdoctor.checks.context import Outcome, RankContext, passed, run_json, skipped
 from perfdoctor.findings import Estimate, Evidence, Hit
+from perfdoctor.trace import intervals as iv
 
 CODE = "PD204"
 METRICS = {

@@ -19,11 +19,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from perfdoctor.analysis import host
-from perfdoctor.analysis import intervals as iv
 from perfdoctor.checks.common import name_line_of, pct, steps_over
 from perfdoctor.checks.context import Outcome, RankContext, passed, skipped
 from perfdoctor.findings import Estimate, Evidence, Hit
 from perfdoctor.replay.transforms.host import fused_optimizer
+from perfdoctor.trace import intervals as iv
 
 CODE = "PD205"
 METRICS = {

@@ -15,10 +15,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from perfdoctor.analysis import intervals as iv
 from perfdoctor.analysis.accumulation import accumulation
 from perfdoctor.checks.context import Outcome, RankContext, passed, skipped
 from perfdoctor.findings import Estimate, Evidence, Hit
+from perfdoctor.trace import intervals as iv
 
 CODE = "PD302"
 METRICS = {

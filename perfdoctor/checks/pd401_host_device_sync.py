@@ -17,7 +17,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from perfdoctor.analysis import host
-from perfdoctor.analysis import intervals as iv
 from perfdoctor.checks.common import (
     cold_reason,
     copy_explained,
@@ -35,6 +34,7 @@ from perfdoctor.checks.context import Outcome, RankContext, passed, replayed_out
 from perfdoctor.findings import Evidence
 from perfdoctor.replay.transforms import WhatIf
 from perfdoctor.replay.transforms.host import PER_ELEMENT_COPIES, batch_copies, remove_syncs
+from perfdoctor.trace import intervals as iv
 
 CODE = "PD401"
 METRICS = {

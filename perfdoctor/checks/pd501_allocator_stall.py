@@ -16,7 +16,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from perfdoctor.analysis import intervals as iv
 from perfdoctor.analysis.allocator import CAUSES, allocator_calls
 from perfdoctor.analysis.run_memory import run_allocator_evidence
 from perfdoctor.checks.common import (
@@ -30,6 +29,7 @@ from perfdoctor.checks.common import (
 from perfdoctor.checks.context import Outcome, RankContext, passed, skipped
 from perfdoctor.findings import Evidence, Hit
 from perfdoctor.replay.transforms.memory import serve_from_cache
+from perfdoctor.trace import intervals as iv
 
 CODE = "PD501"
 METRICS = {

@@ -52,7 +52,7 @@ def _load_json(path: str) -> Any:
 
 def _read_report(path: str, spec: Any, dtype: str, peak: float) -> float:
     """The report's MFU, refused unless measured on ``spec`` at ``dtype``'s peak (see mfu_from_report)."""
-    from perfdoctor.analysis.budget import mfu_from_report
+    from perfdoctor.budget.measured import mfu_from_report
 
     return mfu_from_report(_load_json(path), path, spec, dtype, peak)
 
@@ -162,8 +162,8 @@ def _memory_lines(b: Any, spec: Any, peak_source: str) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from perfdoctor.analysis.budget import plan
     from perfdoctor.analysis.hardware import spec_by_name
+    from perfdoctor.budget.plan import plan
 
     _check_inputs(args)
     spec = spec_by_name(args.gpu)
@@ -192,7 +192,7 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise PerfDoctorError(str(exc)) from None
     if args.from_report:
-        from perfdoctor.analysis.budget import report_mfu_caveats
+        from perfdoctor.budget.measured import report_mfu_caveats
 
         b.warnings.extend(report_mfu_caveats(_load_json(args.from_report), mfu))
     if args.json:

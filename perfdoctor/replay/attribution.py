@@ -66,7 +66,7 @@ class Attribution:
 
     def per_window(self, ws: np.ndarray, we: np.ndarray, within: Intervals | None = None) -> dict[str, np.ndarray]:
         """µs of each label inside each window ``[ws[i], we[i])`` (optionally only inside ``within``)."""
-        from perfdoctor.analysis import intervals as iv
+        from perfdoctor.trace import intervals as iv
 
         s, e, label = self.start_us, self.end_us, self.label
         if within is not None:  # the segments cut by ``within`` once, each piece keeping its segment's label
@@ -136,7 +136,7 @@ def _compute_categories(tables: TraceTables, rr: RankReplay) -> np.ndarray:
 
 
 def _named(tables: TraceTables, rx: re.Pattern[str], pid: int | None = None) -> Intervals:
-    from perfdoctor.analysis import intervals as iv
+    from perfdoctor.trace import intervals as iv
 
     ok = tables.names_matching(rx)
     starts, ends = [], []
@@ -272,7 +272,7 @@ def _host_split(
     """Host segments of one process split into :data:`HOST_CAUSES` (priority in that order). With a what-if's
     replay ``res``, the recorded host intervals (fetches, blocking calls, ops) are first moved to their replayed
     times (:meth:`perfdoctor.replay.simulate.ReplayResult.host_time`: host time the what-if cut collapses away)."""
-    from perfdoctor.analysis import intervals as iv
+    from perfdoctor.trace import intervals as iv
 
     def at(s: Intervals) -> Intervals:
         if res is None or s[0].size == 0:

@@ -19,11 +19,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from perfdoctor.analysis import intervals as iv
 from perfdoctor.replay.attribution import HOST_CAUSES, Attribution, _categories, critical_path
 from perfdoctor.replay.rank import RankReplay
 from perfdoctor.replay.simulate import ReplayResult, Scenario
 from perfdoctor.replay.windows import replayed_windows
+from perfdoctor.trace import intervals as iv
 from perfdoctor.trace.tables import TraceTables
 
 # how a part is named in a message (cause keys of perfdoctor.vocab.IdleCause)

@@ -31,9 +31,9 @@ from typing import Any
 
 import numpy as np
 
-from perfdoctor.analysis import intervals as iv
 from perfdoctor.replay.simulate import Intervals, Scenario
 from perfdoctor.replay.transforms import WhatIf
+from perfdoctor.trace import intervals as iv
 from perfdoctor.trace.tables import TraceTables
 
 # the tables whose events the profiler records on the host, each at a cost to the step

@@ -21,7 +21,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from perfdoctor.analysis import intervals as iv
+from perfdoctor.trace import intervals as iv
 
 # perfdoctor's tables → the Kineto category their events carry
 EVENT_TABLES = {

@@ -31,7 +31,7 @@ class WhatIf:
 
 def merge_cuts(*cuts: dict[int, Intervals]) -> dict[int, Intervals]:
     """Union of several per-process host cuts."""
-    from perfdoctor.analysis import intervals as iv
+    from perfdoctor.trace import intervals as iv
 
     out: dict[int, Intervals] = {}
     for cut in cuts:

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from perfdoctor.analysis import intervals as iv
 from perfdoctor.analysis.accumulation import Accumulation
 from perfdoctor.replay.rank import RankReplay
 from perfdoctor.replay.simulate import Scenario
 from perfdoctor.replay.transforms import WhatIf
+from perfdoctor.trace import intervals as iv
 
 
 def skip_early_allreduces(rr: RankReplay, acc: Accumulation) -> WhatIf:

@@ -29,8 +29,8 @@ def larger_batch(rr: RankReplay, tables: TraceTables, growth: float, cpu_ops_per
     4-layer 1024-wide MLP on 1 CPU thread measured 37.3 ms/step at batch 8 and 71.6 ms at batch 64, a saving of
     28.3 ms per 8 samples, between this model's 7.0 ms and the upper bound's 31.5 ms).
     """
-    from perfdoctor.analysis import intervals as iv
     from perfdoctor.replay.kernel_classes import kernel_classes
+    from perfdoctor.trace import intervals as iv
 
     g = rr.graph
     keep = 1.0 / max(growth, 1.0)
@@ -81,7 +81,7 @@ def fixed_cost_words(tables: TraceTables) -> str:
 
 def _op_union(tables: TraceTables, pid: int) -> Intervals:
     """Union of the ``cpu_ops`` intervals (µs) of process ``pid`` (every process when ``pid`` < 0)."""
-    from perfdoctor.analysis import intervals as iv
+    from perfdoctor.trace import intervals as iv
 
     ops = tables.tables["cpu_ops"]
     if not len(ops):

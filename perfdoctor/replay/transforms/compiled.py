@@ -8,10 +8,10 @@ queued after them start earlier where it waited for the host.
 
 from __future__ import annotations
 
-from perfdoctor.analysis import intervals as iv
 from perfdoctor.replay.rank import RankReplay
 from perfdoctor.replay.simulate import Scenario
 from perfdoctor.replay.transforms import WhatIf
+from perfdoctor.trace import intervals as iv
 
 
 def _pid(rr: RankReplay, pid: int) -> int:

@@ -12,10 +12,10 @@ from typing import Any
 
 import numpy as np
 
-from perfdoctor.analysis import intervals as iv
 from perfdoctor.replay.rank import RankReplay
 from perfdoctor.replay.simulate import Intervals, Scenario
 from perfdoctor.replay.transforms import WhatIf
+from perfdoctor.trace import intervals as iv
 from perfdoctor.trace.tables import TraceTables
 
 

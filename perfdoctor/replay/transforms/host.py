@@ -26,7 +26,7 @@ GRAPH_LAUNCH_US = 10.0  # one cudaGraphLaunch (µs): luatil trace_05 (RTX 3060),
 
 
 def _named(tables: TraceTables, rx: re.Pattern[str], pid: int) -> Intervals:
-    from perfdoctor.analysis import intervals as iv
+    from perfdoctor.trace import intervals as iv
 
     ok = tables.names_matching(rx)
     parts = []
@@ -358,7 +358,7 @@ def cuda_graphs(rr: RankReplay, tables: TraceTables) -> WhatIf:
     Assumption: the step's launch sequence is static (capturable); kernels keep their durations and queue back to
     back. Source: CUDA Graphs (torch.cuda.graphs / ``torch.compile(mode="reduce-overhead")``).
     """
-    from perfdoctor.analysis import intervals as iv
+    from perfdoctor.trace import intervals as iv
 
     pid = rr.windows.pid
     ls, le = _launch_calls(tables, pid)
@@ -412,7 +412,7 @@ def _issuing_ops(tables: TraceTables, rr: RankReplay, blk: np.ndarray) -> Interv
     graph's blocking calls): the top-level cpu_op of the call's thread around a call (``aten::to`` for ``.cpu()``,
     ``aten::item`` for ``.item()``: the copy's launch and its wait), or the call itself when no op holds it or the
     op launches more than one copy (then it is not one element's copy)."""
-    from perfdoctor.analysis import intervals as iv
+    from perfdoctor.trace import intervals as iv
 
     g = rr.graph
     s, e = g.blk_ts_us[blk].copy(), g.blk_end_us[blk].copy()
@@ -457,8 +457,8 @@ def batch_copies(rr: RankReplay, tables: TraceTables, calls: Intervals) -> WhatI
     a lower bound.
     Source: the recorded graph; the GPUPuzzlers d2h_sync puzzle's fix (one ``.cpu()``, then the loop).
     """
-    from perfdoctor.analysis import intervals as iv
     from perfdoctor.replay.transforms.copies import pinned_bandwidth
+    from perfdoctor.trace import intervals as iv
 
     g = rr.graph
     pid = rr.windows.pid

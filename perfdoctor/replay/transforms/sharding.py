@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from perfdoctor.analysis import intervals as iv
 from perfdoctor.analysis.sharding import ShardedComm
 from perfdoctor.replay.rank import RankReplay
 from perfdoctor.replay.simulate import Scenario
 from perfdoctor.replay.transforms import WhatIf
+from perfdoctor.trace import intervals as iv
 from perfdoctor.trace.tables import TraceTables
 
 _SOURCE = "FSDP forward/backward prefetch (torch.distributed.fsdp: forward_prefetch, BackwardPrefetch.BACKWARD_PRE)"

@@ -33,7 +33,7 @@ sys.path.insert(0, str(REPO))
 
 from perfdoctor.analysis import host  # noqa: E402
 from perfdoctor.analysis.steps import find_steps  # noqa: E402
-from perfdoctor.replay.joint import match  # noqa: E402
+from perfdoctor.crossrank.joint import match  # noqa: E402
 from perfdoctor.replay.machine import CoreBudget  # noqa: E402
 from perfdoctor.replay.rank import RankReplay, replay_rank  # noqa: E402
 from perfdoctor.replay.transforms import WhatIf  # noqa: E402
@@ -146,7 +146,7 @@ def _moe_paths(layers: str) -> dict[tuple[str, int], Path]:
 
 def moe_pairs() -> list[str]:
     """The MoE all-to-all pairs: both ranks of the before side replayed jointly with the fix on every rank
-    (perfdoctor.replay.joint; each rank alone when the collectives do not match), against each rank's measured
+    (perfdoctor.crossrank.joint; each rank alone when the collectives do not match), against each rank's measured
     change."""
     rows = []
     for layers in ("3layer", "1layer"):

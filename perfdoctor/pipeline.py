@@ -121,8 +121,8 @@ def build(
     from perfdoctor.checks import config, engine
     from perfdoctor.errors import PerfDoctorError
     from perfdoctor.jobs.executors import InProcess
-    from perfdoctor.jobs.peers import with_peer_arrivals
     from perfdoctor.jobs.reduce import gc_paused, reduce
+    from perfdoctor.jobs.rounds import with_peer_arrivals
     from perfdoctor.jobs.summary import SummaryOptions
     from perfdoctor.model.build import build_report as build_model
     from perfdoctor.model.build import plain
@@ -176,7 +176,7 @@ def build(
             analysis.warnings += run_data.profiled_non_training(run) + run.snapshot_reports[1]
         job_sec = None
         if len(job.summaries) + len(job.failed) > 1:
-            from perfdoctor.jobs.cross_rank import job_section
+            from perfdoctor.crossrank.job_section import job_section
 
             job_sec = job_section(job)
         model = build_model(analysis, section, sections=job.sections(), job=job_sec)

@@ -15,8 +15,8 @@ from conftest import shared_trace
 
 from perfdoctor import pipeline
 from perfdoctor.checks import config, engine
+from perfdoctor.crossrank.job_section import robust_z
 from perfdoctor.jobs import summary as js
-from perfdoctor.jobs.cross_rank import robust_z
 from perfdoctor.jobs.executors import DaskCluster, InProcess, LocalPool, memory_limited_jobs
 from perfdoctor.jobs.reduce import reduce
 from perfdoctor.model import to_builtins
@@ -233,7 +233,7 @@ def test_fsspec_url_read_by_the_worker(tmp_path: Path) -> None:
 
 
 def test_ranks_with_different_step_counts() -> None:
-    from perfdoctor.jobs.cross_rank import job_section
+    from perfdoctor.crossrank.job_section import job_section
 
     built = pipeline.build(_dlrm()[:3])
     job = built.job
@@ -246,7 +246,7 @@ def test_ranks_with_different_step_counts() -> None:
 
 
 def test_straggler_and_breakdown_outlier_by_hand() -> None:
-    from perfdoctor.jobs.cross_rank import _breakdown_outliers, _stragglers
+    from perfdoctor.crossrank.job_section import _breakdown_outliers, _stragglers
 
     compute = np.array([[10.0], [10.2], [9.9], [10.1], [10.0], [15.0]]) * 1000  # µs, one step
     # median 10,050; |dev| 50 150 150 50 50 4,950 → MAD 100; z(rank 5) = 0.6745 × 4,950 / 100 = 33.39

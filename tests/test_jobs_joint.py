@@ -1,5 +1,5 @@
 """A job's "fixing the top N findings" figure: every rank with its own fixes replayed jointly from the rank summaries
-(perfdoctor/replay/joint.py: JointInputs, solve, job_fix_all). By hand on TraceBuilder ranks (µs), and on the 8-rank
+(perfdoctor/crossrank/joint.py: JointInputs, solve, job_fix_all). By hand on TraceBuilder ranks (µs), and on the 8-rank
 DLRM job against the joint replay of the full graphs (JointReplay, iterated to a fixed point over every rank's
 whole dependency graph: another algorithm, checked by hand in test_replay_joint.py)."""
 
@@ -18,8 +18,8 @@ from test_replay_peers import _ranks
 
 from perfdoctor import pipeline
 from perfdoctor.checks import config
+from perfdoctor.crossrank.joint import JointInputs, joint_inputs, match, solve
 from perfdoctor.jobs.summary import decode, encode
-from perfdoctor.replay.joint import JointInputs, joint_inputs, match, solve
 from perfdoctor.replay.simulate import Scenario
 
 SHARED = SHARED_TRACES

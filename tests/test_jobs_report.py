@@ -17,7 +17,7 @@ from rich.console import Console
 
 from perfdoctor import pipeline
 from perfdoctor.checks import config, engine
-from perfdoctor.jobs.cross_rank import job_section
+from perfdoctor.crossrank.job_section import job_section
 from perfdoctor.jobs.reduce import reduce
 from perfdoctor.model import Report, to_builtins
 from perfdoctor.model.build import build_report

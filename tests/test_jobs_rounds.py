@@ -17,7 +17,7 @@ from perfdoctor import pipeline
 from perfdoctor.jobs import executors
 from perfdoctor.jobs.executors import DaskCluster, LocalPool, dask_batches
 from perfdoctor.jobs.fingerprint import worker_name
-from perfdoctor.jobs.peers import peer_ends
+from perfdoctor.jobs.rounds import peer_ends
 from perfdoctor.jobs.summary import _enc  # the summaries' own encode hook: the test compares what they store
 
 
@@ -44,7 +44,7 @@ def _second_round(built: pipeline.BuiltReport, again: list[str]) -> dict[str, An
 def test_ranks_that_arrived_last_are_analysed_again_on_the_pool(in_process: pipeline.BuiltReport) -> None:
     paths = _dlrm()
     # ranks 5 and 7 of the DLRM job arrive last by more than their margin (tests/test_replay_peers.py: rank 7
-    # ~4.7 ms after rank 5): the two ranks jobs/peers.py analyses again
+    # ~4.7 ms after rank 5): the two ranks jobs/rounds.py analyses again
     again = sorted(peer_ends(in_process.job.summaries))
     assert [Path(p).name.split("_")[0] for p in again] == ["worker5", "worker7"]
     done: list[str] = []

@@ -9,9 +9,9 @@ import io
 from rich.console import Console
 
 from perfdoctor.analysis.breakdown import StepBreakdown
-from perfdoctor.analysis.collective_wait import CollectiveTimeline
 from perfdoctor.checks import config, engine
-from perfdoctor.jobs.cross_rank import job_section
+from perfdoctor.crossrank.collectives import CollectiveTimeline
+from perfdoctor.crossrank.job_section import job_section
 from perfdoctor.jobs.reduce import reduce
 from perfdoctor.jobs.summary import RankSummary
 from perfdoctor.render.job_terminal import render_job

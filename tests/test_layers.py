@@ -1,7 +1,8 @@
 """The package's import graph: no module imports itself through others (no cycle), and no package imports one
-declared above it in :data:`LAYERS` (data flows one way: trace -> analysis -> replay -> findings -> checks -> model
--> ... -> cli). Imports under ``if TYPE_CHECKING:`` name a type for an annotation and are not followed: they load
-nothing at run time (a later stage's result type on an earlier stage's container, e.g. ``Analysis.checks``).
+declared above it in :data:`LAYERS` (data flows one way: trace -> analysis -> replay -> crossrank -> findings ->
+checks -> model -> ... -> cli). Imports under ``if TYPE_CHECKING:`` name a type for an annotation and are not
+followed: they load nothing at run time (a later stage's result type on an earlier stage's container, e.g.
+``Analysis.checks``).
 
 Every ``import`` statement is read, at module level and inside functions alike (a function-level import is a
 dependency all the same)."""
@@ -23,6 +24,7 @@ LAYERS: list[str] = [
     "trace",
     "analysis",
     "replay",
+    "crossrank",
     "findings",
     "checks",
     "model",

@@ -1,4 +1,4 @@
-"""Ranks replayed jointly (perfdoctor/replay/joint.py) and the reordered-collective what-if: by hand (µs), and on the
+"""Ranks replayed jointly (perfdoctor/crossrank/joint.py) and the reordered-collective what-if: by hand (µs), and on the
 ykcai MoE pair against values read from the raw trace JSON with independent code."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from conftest import SHARED_TRACES
 from tracebuilder import TraceBuilder
 
 from perfdoctor.analysis.steps import find_steps
-from perfdoctor.replay.joint import match
+from perfdoctor.crossrank.joint import match
 from perfdoctor.replay.rank import replay_rank
 from perfdoctor.replay.simulate import Scenario
 from perfdoctor.replay.transforms.kernels import issue_collectives_early

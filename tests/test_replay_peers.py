@@ -1,5 +1,5 @@
-"""The other ranks unchanged (perfdoctor/replay/peers.py, jobs/peers.py): each collective on the replayed rank ends no
-earlier than the latest peer's arrival plus the transfer. By hand on TraceBuilder ranks (µs), and on real traces
+"""The other ranks unchanged (perfdoctor/crossrank/bounds.py, jobs/rounds.py): each collective on the replayed rank
+ends no earlier than the latest peer's arrival plus the transfer. By hand on TraceBuilder ranks (µs), and on real traces
 against values read from the raw JSON with independent code."""
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from tracebuilder import TraceBuilder
 
 from perfdoctor import pipeline
 from perfdoctor.checks import config
+from perfdoctor.crossrank.bounds import moving_text
 
 NCCL = "ncclDevKernel_SendRecv(ncclDevComm*, unsigned long, ncclWork*)"
 GEMM = "ampere_sgemm_128x64_nn"
@@ -155,7 +156,7 @@ def test_hta_nccl_cuda_graphs_move_the_peers_alike_and_keep_the_device_work() ->
     # setting the pace)
     comm_step = [sum(e["dur"] for e in inside if a <= e["ts"] < b) for a, b in steps]
     assert all(float(x) <= w + c for x, w, c in zip(replayed, per_step, comm_step))
-    text = r.replay.peers.moving_text()
+    text = moving_text(r.replay.peers)
     assert f"{total_ms:.2f} ms per step: {transfer_ms:.2f} ms of transfer" in text
     assert f"{total_ms - transfer_ms:.2f} ms of waiting" in text
 

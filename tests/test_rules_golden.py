@@ -88,7 +88,7 @@ def test_validated_facts_on_shared_traces():
     # 13.2 ms (5.9%) of exposed NCCL per step, but the device idles 78% of the step waiting for the host:
     # replayed with the collectives overlapped, the step does not get shorter, so PD301 stays silent. One rank of a
     # DDP job: CUDA graphs are a change every rank gets, so the peers (alike) move with it and each all_reduce
-    # keeps its recorded duration (replay/peers.py): the step replays at 42.1 ms, above the compute stream's
+    # keeps its recorded duration (crossrank/bounds.py): the step replays at 42.1 ms, above the compute stream's
     # 39.4 ms of kernels (tests/test_replay_peers.py), and PD103 saves 180.3 ms (81%; the replay with the
     # peers moving: 42.4/41.8/42.1 ms per step)
     nccl = g["hta__nccl_parser_config__nccl_data.json.gz"]

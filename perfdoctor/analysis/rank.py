@@ -20,11 +20,11 @@ from perfdoctor.analysis.steps import Steps
 from perfdoctor.trace.tables import TraceTables
 
 if TYPE_CHECKING:
-    from perfdoctor.analysis.collective_wait import CollectiveWait
     from perfdoctor.analysis.mfu import MfuResult
     from perfdoctor.analysis.roofline import RooflineResult, Roofs
     from perfdoctor.capture.run_data import RunData
     from perfdoctor.checks.engine import CheckResults
+    from perfdoctor.crossrank.collectives import CollectiveWait
     from perfdoctor.replay.attribution import Attribution
     from perfdoctor.replay.rank import RankReplay
 

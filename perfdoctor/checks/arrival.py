@@ -3,7 +3,7 @@
 A collective ends when its last rank has arrived and the data has moved, so the job steps at the pace of its
 latest arrivals. The fix both rules point at (balance the work before the collectives) is replayed as: the ranks
 named arrive at each collective no later than the median rank; each collective then ends at the latest of those
-arrivals plus its transfer, the shortest recorded copy (:func:`perfdoctor.replay.joint.median_arrival`, on every
+arrivals plus its transfer, the shortest recorded copy (:func:`perfdoctor.crossrank.joint.median_arrival`, on every
 rank's dependency graph at once: what moves on one rank moves the others' waits). The saving is the job's step, its
 longest rank's mean analysed step, replayed jointly as recorded minus replayed with the fix.
 """
@@ -17,7 +17,7 @@ from perfdoctor.findings import REPLAY_METHOD
 
 
 def joint_inputs(job: JobContext) -> tuple[dict[int, Any] | None, str]:
-    """Each rank's :class:`perfdoctor.replay.joint.JointInputs` by trace rank, from its rank summary; (None, why
+    """Each rank's :class:`perfdoctor.crossrank.joint.JointInputs` by trace rank, from its rank summary; (None, why
     not) when a rank has none (no collective kernel, no replay)."""
     if "joint_inputs" in job.cache:
         cached: tuple[dict[int, Any] | None, str] = job.cache["joint_inputs"]
@@ -40,7 +40,7 @@ def replayed_saving(job: JobContext, pulled: set[int] | None, who: str) -> tuple
     """(saving µs per step, method, evidence values) of the ranks ``pulled`` (None: every rank) arriving at each
     collective with the median rank, ``who`` naming them in the method ("every rank", "rank 3"); None with the
     reason in ``job.cache["arrival_why"]`` when the ranks cannot be replayed jointly."""
-    from perfdoctor.replay.joint import median_arrival
+    from perfdoctor.crossrank.joint import median_arrival
 
     inputs, why = joint_inputs(job)
     res = None

@@ -21,8 +21,8 @@ from perfdoctor.analysis.steps import gpu_launch_times
 from perfdoctor.analysis.warmup import job_cold_steps
 from perfdoctor.checks.catalogue import RuleSpec
 from perfdoctor.checks.common import step_list_text
+from perfdoctor.crossrank.bounds import peers_text
 from perfdoctor.findings import REPLAY_METHOD, Evidence, Hit
-from perfdoctor.replay.peers import peers_text
 from perfdoctor.trace import intervals as iv
 from perfdoctor.trace.join import launched_values
 

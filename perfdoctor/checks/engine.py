@@ -635,12 +635,12 @@ MAX_RANKS_LISTED = 8  # above this many ranks the findings note names the job's 
 
 def _fix_all_note(rank_ctx: list[cx.RankContext], findings: list[Finding]) -> str:
     """ "Fixing the N findings with a replayed saving together would take the mean step from A to B ms", per rank
-    (fixed alone, its collectives still wait for the unchanged peers: :mod:`perfdoctor.replay.peers`); for a job,
-    the job's figure first: every rank with its own fixes replayed jointly (:func:`perfdoctor.replay.joint.job_fix_all`
-    on the ranks' :class:`JointInputs`), its step the longest rank's; where the ranks cannot be replayed jointly, the
-    slowest rank each fixed alone with its peers unchanged (:func:`perfdoctor.analysis.replay_cap.job_fix_all`), and
-    the note says why."""
-    from perfdoctor.analysis.replay_cap import job_fix_all
+    (fixed alone, its collectives still wait for the unchanged peers: :mod:`perfdoctor.crossrank.bounds`); for a
+    job, the job's figure first: every rank with its own fixes replayed jointly
+    (:func:`perfdoctor.crossrank.joint.job_fix_all` on the ranks' :class:`JointInputs`), its step the longest
+    rank's; where the ranks cannot be replayed jointly, the slowest rank each fixed alone with its peers unchanged
+    (:func:`perfdoctor.crossrank.bounds.job_fix_all`), and the note says why."""
+    from perfdoctor.crossrank.bounds import job_fix_all
 
     parts = []
     reported = {f.code for f in findings}
@@ -686,10 +686,10 @@ def _fix_all_note(rank_ctx: list[cx.RankContext], findings: list[Finding]) -> st
 
 
 def _joint_fix_all(rank_ctx: list[cx.RankContext], reported: set[str]) -> tuple[Any, str]:
-    """The ranks with their fixes replayed jointly (:func:`perfdoctor.replay.joint.job_fix_all`), a rank's fixes
+    """The ranks with their fixes replayed jointly (:func:`perfdoctor.crossrank.joint.job_fix_all`), a rank's fixes
     applied when every code of them is ``reported``; (None, why not) otherwise. Each rank summary carries its
-    :class:`perfdoctor.replay.joint.JointInputs`."""
-    from perfdoctor.replay.joint import job_fix_all
+    :class:`perfdoctor.crossrank.joint.JointInputs`."""
+    from perfdoctor.crossrank.joint import job_fix_all
 
     inputs, fixed = {}, {}
     for ctx in rank_ctx:
@@ -703,7 +703,7 @@ def _joint_fix_all(rank_ctx: list[cx.RankContext], reported: set[str]) -> tuple[
 
 
 def _joint_note(joint: Any) -> str:
-    """The findings note's job figure from a :class:`perfdoctor.replay.joint.JobFixAll`."""
+    """The findings note's job figure from a :class:`perfdoctor.crossrank.joint.JobFixAll`."""
     (_, before), (last, after) = joint.before, joint.after
     per = [
         f"rank {r} {joint.recorded_us[r] / 1000:,.2f} → {joint.replayed_us[r] / 1000:,.2f} ms"

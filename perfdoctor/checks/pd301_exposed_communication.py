@@ -4,7 +4,7 @@ From the breakdown's ``communication`` per step: ``exposed_us`` is the part of
 the union of NCCL/RCCL kernels during which no compute kernel runs on the
 device (HTA's comm/comp overlap = overlapped ÷ total). On a multi-rank job
 whose collectives can be matched across ranks
-(:mod:`perfdoctor.analysis.collective_wait`), the time a rank waits inside
+(:mod:`perfdoctor.crossrank.collectives`), the time a rank waits inside
 collectives for later ranks to arrive is taken out of the exposed time: no
 overlap setting shortens it (PD304 reports it), so the saving here is the
 exposed transfer only: ``max(exposed − wait, 0)`` per step.

@@ -1,6 +1,6 @@
 """PD304 collective-wait: ranks wait inside collectives for the other ranks to arrive.
 
-From :mod:`perfdoctor.analysis.collective_wait` (the k-th collective kernel of
+From :mod:`perfdoctor.crossrank.collectives` (the k-th collective kernel of
 every rank matched; each rank's excess over the shortest copy is wait). The
 rank with the largest mean wait per step is reported, with the rank that
 arrived last to the most collectives. Ranks that tie (equal largest waits,

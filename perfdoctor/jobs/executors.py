@@ -4,7 +4,7 @@ Every executor has ``summarise(files, opts, cat, measured_roofs, cache, indices=
 list[RankSummary]`` and calls ``on_done(summaries_of_one_file)`` as each file finishes (for a progress bar), and
 ``close()``. ``indices``: each file's index among the job's inputs (default: its position in ``files``);
 ``quiet``: no progress and no exception for a lone file, for the second round that re-analyses the ranks that
-arrived last with their peers' arrivals (:mod:`perfdoctor.jobs.peers`), on the same workers. Only the summaries
+arrived last with their peers' arrivals (:mod:`perfdoctor.jobs.rounds`), on the same workers. Only the summaries
 travel back: workers read the trace paths themselves (a shared file system, or fsspec URLs on a cluster).
 
 Memory guard (:func:`memory_limited_jobs`): a rank's analysis holds its decoded event columns, about

@@ -68,7 +68,7 @@ def analyse_rank(
     ``info``: the trace's :class:`~perfdoctor.analysis.rank.InputFile`; ``note``: a warning the rank carries (a
     split merged file). The rank's checks and summary are made from it (:func:`perfdoctor.jobs.summary.rank_summary`).
     """
-    from perfdoctor.replay.peers import with_peer_ends
+    from perfdoctor.crossrank.bounds import with_peer_ends
     from perfdoctor.replay.unprofiled import unprofiled
 
     ra = analyze_tables(tables, opts.step_marker)

@@ -1,7 +1,7 @@
 """Rank summaries → the job's analysis and rule results (the reducing side; no raw events here).
 
 :func:`reduce` checks the summaries belong to one job (one trace per rank), matches the ranks' collectives
-(:func:`perfdoctor.analysis.collective_wait.compute` on their timelines), and merges the rank-scope rule
+(:func:`perfdoctor.crossrank.collectives.compute` on their timelines), and merges the rank-scope rule
 outcomes with the job-scope rules (:func:`perfdoctor.checks.engine.combine`).
 """
 
@@ -53,11 +53,11 @@ def reduce(
             (:func:`_separate_runs`), the ranks were analysed by different perfdoctor code
             (:func:`perfdoctor.jobs.fingerprint.mixed_code`), or two traces claim the same rank.
     """
-    from perfdoctor.analysis import collective_wait
     from perfdoctor.analysis.rank import Analysis, InputFile
     from perfdoctor.analysis.warmup import job_cold_steps
     from perfdoctor.checks import context as cx
     from perfdoctor.checks import engine
+    from perfdoctor.crossrank import collectives as collective_wait
 
     failed = [s for s in summaries if s.error]
     ok = [s for s in summaries if not s.error]
@@ -106,7 +106,7 @@ def reduce(
             [s.collectives for s in gpu if s.collectives is not None], cold_steps=cold
         )
     # no step-level cap: each rank's replayed savings (and fix-all) already hold its collectives to its peers'
-    # arrivals (replay/peers.py, jobs/peers.py)
+    # arrivals (crossrank/bounds.py, jobs/rounds.py)
     rank_ctx = [cx.RankContext(analysis, r) for r in ranks]
     results = engine.combine(analysis, rank_ctx, [Outcomes(s.outcomes) for s in ok], cat, codes)
     return JobAnalysis(analysis=analysis, checks=results, summaries=ok, failed=failed)

@@ -27,12 +27,12 @@ import numpy as np
 from perfdoctor import __version__
 from perfdoctor.analysis.batch_shape import BatchShape, batch_shape, input_shapes
 from perfdoctor.analysis.breakdown import DeviceBreakdown, StepBreakdown
-from perfdoctor.analysis.collective_wait import CollectiveTimeline
 from perfdoctor.checks.context import Outcome
+from perfdoctor.crossrank.collectives import CollectiveTimeline
+from perfdoctor.crossrank.joint import JointInputs, rank_inputs
 from perfdoctor.errors import PerfDoctorError
 from perfdoctor.model.report import RankSection
 from perfdoctor.model.sections import decode_section, encode_section, replay_of
-from perfdoctor.replay.joint import JointInputs, rank_inputs
 from perfdoctor.timeline.tracks import RankTimeline
 
 FORMAT = (
@@ -58,7 +58,7 @@ class SummaryOptions(msgspec.Struct, frozen=True):
     CUDA allocator counts per steady step over the whole run, per rank, as evidence values
     (:func:`perfdoctor.analysis.run_memory.run_allocator_values`); ``peer_ends``: per rank
     (its summary's path), the recorded starts of its collectives and the earliest each may end given its peers'
-    arrivals (µs, :mod:`perfdoctor.jobs.peers`).
+    arrivals (µs, :mod:`perfdoctor.jobs.rounds`).
     """
 
     step_marker: str | None = None
@@ -110,7 +110,7 @@ class RankSummary(msgspec.Struct):
     ``cold_steps``: the steps it fills (PD902; :meth:`perfdoctor.analysis.steps.Steps.cold_steps`), which
     cross-rank statistics leave out. Both default empty, so a summary written before them (format 5) decodes as
     one with no cold step. ``joint``: what the reducer replays the job's ranks jointly from (their fixes together
-    and the recording: :class:`perfdoctor.replay.joint.JointInputs`, a few numbers per collective and per step);
+    and the recording: :class:`perfdoctor.crossrank.joint.JointInputs`, a few numbers per collective and per step);
     None for a rank without collective kernels or replay. ``batch``: the input batch of its steps read from the
     recorded shapes (:func:`perfdoctor.analysis.batch_shape.batch_shape`; None when none tells), ``input_shapes``:
     each op's first ``Input Dims`` in its first analysed step (:func:`perfdoctor.analysis.batch_shape.input_shapes`),
@@ -263,10 +263,10 @@ def rank_summary(
 ) -> RankSummary:
     """The summary of ``ra`` (a :class:`perfdoctor.pipeline.RankAnalysis` inside the one-rank ``analysis``,
     efficiency already added): its rule outcomes, then its report section (rules may add warnings); ``joint``:
-    with its :class:`~perfdoctor.replay.joint.JointInputs` (only a job of several ranks reads them)."""
-    from perfdoctor.analysis import collective_wait
+    with its :class:`~perfdoctor.crossrank.joint.JointInputs` (only a job of several ranks reads them)."""
     from perfdoctor.checks import context as cx
     from perfdoctor.checks import engine
+    from perfdoctor.crossrank import collectives as collective_wait
     from perfdoctor.model.build import rank_section
 
     ctx = cx.RankContext(analysis, ra)

@@ -188,7 +188,7 @@ def build_report(
     ``sections``: the ranks' sections when already made (rank summaries made them, maybe in another process:
     :class:`~perfdoctor.model.sections.RankSections`, kept encoded, or plain dicts), else :func:`rank_section`
     of each rank; ``job``: the cross-rank section of a multi-rank job
-    (:func:`perfdoctor.jobs.cross_rank.job_section`)."""
+    (:func:`perfdoctor.crossrank.job_section.job_section`)."""
     ranks: Sequence[m.RankSection]
     if sections is None:
         ranks = [rank_section(r) for r in analysis.ranks]

@@ -736,7 +736,7 @@ class JobCollectiveWait(Section, kw_only=True):
 
 
 class JobSection(Section, kw_only=True):
-    """The cross-rank view of a multi-rank job (:func:`perfdoctor.jobs.cross_rank.job_section`).
+    """The cross-rank view of a multi-rank job (:func:`perfdoctor.crossrank.job_section.job_section`).
 
     Matrices are rank × step (rows in ``ranks`` order, columns in ``steps`` order, µs, None where a rank lacks
     the step); ``shares``: per rank, category → share of step time (fraction); ``outliers``: rank → reasons;

@@ -1,6 +1,6 @@
 """HTML view of a multi-rank job: rank × step heatmaps, per-rank distributions, the collective-wait matrix.
 
-Charts are inline SVG built here from the report's ``job`` section (:func:`perfdoctor.jobs.cross_rank.
+Charts are inline SVG built here from the report's ``job`` section (:func:`perfdoctor.crossrank.job_section.
 job_section`). The page stays small at thousands of ranks: heatmap rows are bins of consecutive ranks (at most
 :data:`MAX_ROWS`, each cell the bin's maximum, so one slow rank still shows) and steps are binned the same way
 (:data:`MAX_COLS`); a box plot shows each distribution with only the ranks outside its whiskers drawn as dots

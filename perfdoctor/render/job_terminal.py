@@ -1,6 +1,6 @@
 """Terminal view of a multi-rank job: the job at a glance, the outlier ranks with why, never a table per rank.
 
-Reads the report's ``job`` section (:func:`perfdoctor.jobs.cross_rank.job_section`) and ``summary``; the
+Reads the report's ``job`` section (:func:`perfdoctor.crossrank.job_section.job_section`) and ``summary``; the
 findings are printed after it by :func:`perfdoctor.render.terminal.render_terminal`.
 """
 

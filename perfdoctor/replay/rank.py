@@ -15,8 +15,8 @@ from typing import Any
 
 import numpy as np
 
+from perfdoctor.replay.collective_floor import CollectiveFloor, recorded_floor
 from perfdoctor.replay.graph import ReplayGraph, build_graph
-from perfdoctor.replay.peers import CollectiveFloor, recorded_floor
 from perfdoctor.replay.simulate import ReplayResult, Scenario, replay
 from perfdoctor.replay.windows import StepWindows, replayed_windows
 from perfdoctor.trace.tables import TraceTables
@@ -45,7 +45,7 @@ class RankReplay:
     fallback: str | None
     whatifs: dict[str, Any] = field(default_factory=dict)  # rule code -> the WhatIf its saving was replayed with
     fired: list[str] = field(default_factory=list)  # codes of the rules that fired with a positive saving
-    # the other ranks unchanged: the bounds on this rank's collective kernels in every what-if (replay/peers.py)
+    # the other ranks unchanged: the bounds on this rank's collective kernels in every what-if (collective_floor.py)
     peers: CollectiveFloor | None = None
     # a ``perfdoctor profile`` run's unprofiled step (perfdoctor.replay.unprofiled.Unprofiled): savings are its
     unprofiled: Any = None
@@ -70,7 +70,7 @@ class RankReplay:
 
     def replayed(self, scenario: Scenario) -> ReplayResult:
         """The replay under ``scenario``, the rank's collectives ending no earlier than its peers let them
-        (:attr:`peers`, :mod:`perfdoctor.replay.peers`; moved by the program-wide part of a combination).
+        (:attr:`peers`, :mod:`perfdoctor.crossrank.bounds`; moved by the program-wide part of a combination).
         The result is shared with later calls for the same scenario: read it, do not edit it."""
         sc, key = self._keyed(scenario)
         return self._replayed_keyed(sc, key)
@@ -309,9 +309,10 @@ def _windows(steps: Any, tables: TraceTables) -> StepWindows:
 
 
 def _collective_floor(rr: RankReplay, tables: TraceTables, steps: Any) -> CollectiveFloor | None:
-    """The rank's collective kernels bounded by their recorded ends (:func:`perfdoctor.replay.peers.recorded_floor`;
-    the peers' arrivals, when known, replace them later: :mod:`perfdoctor.jobs.peers`), with their transfer/wait
-    split keyed by kernel name, ``In msg nelems`` and ``dtype``, over the analysed steps (``steps``)."""
+    """The rank's collective kernels bounded by their recorded ends
+    (:func:`perfdoctor.replay.collective_floor.recorded_floor`; the peers' arrivals, when known, replace them later:
+    :mod:`perfdoctor.jobs.rounds`), with their transfer/wait split keyed by kernel name, ``In msg nelems`` and
+    ``dtype``, over the analysed steps (``steps``)."""
     from perfdoctor.replay.graph import ACT_TABLES
     from perfdoctor.replay.kernel_classes import kernel_classes
 

@@ -38,13 +38,15 @@ class Scenario:
             dependency ``act_dep``.
         xdep_removed: per further cross-stream edge, True when it is dropped.
         act_end_min_us: per activity (shape ``(n_act,)``), the earliest it may end (-inf: no bound): a collective
-            cannot end before the last rank arrives plus the transfer (:mod:`perfdoctor.replay.joint`,
-            :mod:`perfdoctor.replay.peers`).
+            cannot end before the last rank arrives plus the transfer (:mod:`perfdoctor.crossrank.joint`,
+            :mod:`perfdoctor.crossrank.bounds`).
         peers_move: the fix is applied on every rank alike, so the peers' arrivals move with this rank's (CUDA
-            graphs, a larger batch...): the per-rank collective bounds of :mod:`perfdoctor.replay.peers` do not apply.
+            graphs, a larger batch...): the per-rank collective bounds of :mod:`perfdoctor.crossrank.bounds` do not
+            apply.
         peers_with: for a combination of fixes some of which every rank gets and some only this rank (``peers_move``
             False), the scenario of the former alone: the peers get those, so each collective bound moves earlier by
-            as much as they alone move the collective's end (:meth:`perfdoctor.replay.peers.CollectiveFloor.apply`).
+            as much as they alone move the collective's end
+            (:meth:`perfdoctor.replay.collective_floor.CollectiveFloor.apply`).
     """
 
     name: str = "recorded"

@@ -251,7 +251,7 @@ def issue_collectives_early(rr: RankReplay, tables: TraceTables) -> WhatIf:
 def remove_collective_wait(rr: RankReplay, start_us: np.ndarray, wait_us: np.ndarray) -> WhatIf:
     """The straggler's skew removed: each collective kernel starting at ``start_us`` (this rank's clock, µs) is
     shorter by ``wait_us``, the time it waited inside for the last rank to arrive (matched across ranks by
-    :mod:`perfdoctor.analysis.collective_wait`: its excess over the shortest copy of the same collective).
+    :mod:`perfdoctor.crossrank.collectives`: its excess over the shortest copy of the same collective).
 
     Assumption: every rank arrives together; the transfer itself keeps its time. Source: the job's matched
     collectives (one clock offset per rank).

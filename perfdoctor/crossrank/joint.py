@@ -9,12 +9,12 @@ ends no earlier than
     T_k = max over ranks p of (start[p, k] − offset[p]) + transfer_k       (rank r's clock: T_k + offset[r])
 
 (``offset``: one clock offset per rank, the median over the collectives of ``end[r, k] − end[0, k]``, as
-:func:`perfdoctor.analysis.replay_cap.clock_offsets` computes it). A what-if on one rank thus moves the others'
+:func:`perfdoctor.crossrank.collectives.clock_offsets` computes it). A what-if on one rank thus moves the others'
 waits. The ranks are replayed again with the bounds of the previous round until no bound moves: a round only
 delays collectives, and each settles at least the earliest unsettled one, so it ends within n + 1 rounds.
 
 :func:`match` refuses (None and the reason) when the ranks ran different numbers of collective kernels, when the
-k-th copies do not end together (:func:`perfdoctor.analysis.collective_wait.copies_end_together`), or when the
+k-th copies do not end together (:func:`perfdoctor.crossrank.collectives.copies_end_together`), or when the
 joint replay of the recording misses a rank's recorded steps by more than
 :data:`perfdoctor.replay.rank.MAX_MEAN_ERROR`; each rank is then replayed alone.
 
@@ -40,6 +40,7 @@ from dataclasses import dataclass
 import msgspec
 import numpy as np
 
+from perfdoctor.crossrank.collectives import clock_offsets, copies_end_together
 from perfdoctor.replay.rank import MAX_MEAN_ERROR, RankReplay
 from perfdoctor.replay.simulate import ReplayResult, Scenario, replay
 from perfdoctor.replay.windows import replayed_windows
@@ -108,9 +109,6 @@ def _collectives(rr: RankReplay, tables: TraceTables) -> np.ndarray:
 
 def match(ranks: list[RankReplay], tables: list[TraceTables]) -> tuple[JointReplay | None, str]:
     """The ranks' collectives matched for a joint replay, or (None, why not) (see the module docstring)."""
-    from perfdoctor.analysis.collective_wait import copies_end_together
-    from perfdoctor.analysis.replay_cap import clock_offsets
-
     if len(ranks) < 2:
         return None, "single rank"
     coll = [_collectives(rr, t) for rr, t in zip(ranks, tables)]
@@ -318,9 +316,6 @@ def solve(
     work before the collective shortened to that; collective ``k`` then ends at ``max over ranks of (arrival,
     capped at the median where pulled) + transfer_k``: the median arrival plus the transfer when every rank is
     pulled."""
-    from perfdoctor.analysis.collective_wait import copies_end_together
-    from perfdoctor.analysis.replay_cap import clock_offsets
-
     if len(inputs) < 2:
         return None, "single rank"
     counts = {len(i.coll_start_us) for i in inputs}

@@ -1,12 +1,12 @@
-"""The peers' arrivals for each rank's replay: re-analyse the ranks that arrived last (all µs).
+"""The second round of rank tasks: re-analyse the ranks that arrived last with their peers' arrivals (all µs).
 
 A rank's summary is made alone (:mod:`perfdoctor.jobs.task`), so its what-ifs bound each collective by its
-recorded end (:mod:`perfdoctor.replay.peers`: the recorded wait is the peers'). Once every rank's collectives are
-known and match (:func:`perfdoctor.analysis.collective_wait.compute`), a rank's collective ``k`` may end as early
+recorded end (:mod:`perfdoctor.crossrank.bounds`: the recorded wait is the peers'). Once every rank's collectives are
+known and match (:func:`perfdoctor.crossrank.collectives.compute`), a rank's collective ``k`` may end as early
 as ``T[r, k]``, the latest other rank's recorded arrival plus the transfer
-(:func:`perfdoctor.analysis.replay_cap.earliest_ends`). That is below the recorded end only where the rank arrived
+(:func:`perfdoctor.crossrank.bounds.earliest_ends`). That is below the recorded end only where the rank arrived
 last; replays being max-plus, the recorded bound understates the rank's savings by at most its largest margin
-``recorded end − T``. A rank whose margin exceeds :data:`perfdoctor.analysis.replay_cap.MARGIN_SHARE` of its
+``recorded end − T``. A rank whose margin exceeds :data:`perfdoctor.crossrank.bounds.MARGIN_SHARE` of its
 mean step is analysed again with those bounds (:attr:`perfdoctor.jobs.summary.SummaryOptions.peer_ends`); the
 others keep their summaries.
 The re-analysis runs in this process: typically the few ranks that arrived last.
@@ -19,17 +19,16 @@ from typing import Any
 import msgspec
 import numpy as np
 
+from perfdoctor.crossrank.bounds import peer_bounds
 from perfdoctor.jobs.summary import RankSummary, SummaryOptions
 
 
 def peer_ends(summaries: list[RankSummary]) -> dict[str, tuple[list[float], list[float]]]:
     """{summary path: (recorded starts of its collectives, their earliest ends)}: the GPU ranks' peer bounds
-    (:func:`perfdoctor.analysis.replay_cap.peer_bounds`) by the path their summary names."""
-    from perfdoctor.analysis import replay_cap
-
+    (:func:`perfdoctor.crossrank.bounds.peer_bounds`) by the path their summary names."""
     gpu = [s for s in summaries if not s.error and s.primary_kind == "gpu" and s.step_rows and s.collectives]
     step_us = {int(s.rank or 0): float(np.mean([r.dur_us for r in s.step_rows])) for s in gpu}
-    bounds = replay_cap.peer_bounds([s.collectives for s in gpu if s.collectives is not None], step_us)
+    bounds = peer_bounds([s.collectives for s in gpu if s.collectives is not None], step_us)
     return {s.path: bounds[int(s.rank or 0)] for s in gpu if int(s.rank or 0) in bounds}
 
 

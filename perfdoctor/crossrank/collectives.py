@@ -1,4 +1,4 @@
-"""Time each rank waits inside collectives for the other ranks to arrive.
+"""The ranks' collective kernels matched, their clocks aligned, and the time each rank waits inside them.
 
 A collective kernel (NCCL/RCCL) starts on a rank when that rank launches it
 and finishes only after every participant has arrived and the data has moved,
@@ -146,6 +146,13 @@ def timeline(rank: Any) -> CollectiveTimeline:
 def _column(tab: Any, name: str, sel: np.ndarray) -> list[Any]:
     """``tab[name][sel]`` as a list, or Nones when the table lacks the column."""
     return tab[name][sel].tolist() if name in tab else [None] * int(sel.size)
+
+
+def clock_offsets(ends_us: np.ndarray) -> np.ndarray:
+    """Clock offset of each rank against the first (µs, shape ``(ranks,)``): the median over matched collectives of
+    ``end[r, k] − end[0, k]`` (``ends_us``: shape ``(ranks, collectives)``; the copies of one collective end
+    together)."""
+    return np.asarray(np.median(ends_us - ends_us[0], axis=1))
 
 
 def copies_end_together(ends_us: np.ndarray, durs_us: np.ndarray) -> bool:

@@ -235,6 +235,8 @@ def _after_plan(ra: RankAnalysis, out: RankTimeline, idx: list[int]) -> list[Sli
     numbers = ra.steps.numbers.tolist()
     out.after_plan_step_us = {int(n): float(a) for n, a in zip(numbers, after.tolist(), strict=True)}
     both = rr.fixed_whatif(parts)
+    if both is None:  # parts holds the plan's codes: never empty here
+        return []
     res = rr.replayed(both.scenario)
     rs, _ = replayed_windows(res, rr.windows)
     scale = rr.step_scale

@@ -20,9 +20,12 @@ from perfdoctor.model.report import SCHEMA, SCHEMA_VERSION
 
 if TYPE_CHECKING:
     from perfdoctor.capture.run_data import RunData
+    from perfdoctor.checks.catalogue import Catalogue
     from perfdoctor.checks.config import RuleOptions
     from perfdoctor.checks.engine import CheckResults
+    from perfdoctor.jobs.executors import Executor
     from perfdoctor.jobs.reduce import JobAnalysis
+    from perfdoctor.jobs.summary import RankSummary, SummaryOptions
     from perfdoctor.timeline.tracks import RankTimeline
 
 __all__ = [
@@ -35,7 +38,6 @@ __all__ = [
     "build",
     "build_report",
     "is_run_dir",
-    "rank_dict",
 ]
 
 
@@ -57,13 +59,6 @@ class BuiltReport:
     def report(self) -> dict[str, Any]:
         """The report as the JSON document's plain dicts and lists (``to_builtins(model)``)."""
         return to_builtins(self.model)
-
-
-def rank_dict(r: RankAnalysis) -> dict[str, Any]:
-    """The report section of one rank as plain dicts (:func:`perfdoctor.model.build.rank_section`)."""
-    from perfdoctor.model.build import rank_section
-
-    return to_builtins(rank_section(r))
 
 
 def _read_run_dir(path: str, without_traces: str | None) -> tuple[RunData, list[str], str | None, str | None]:
@@ -97,7 +92,7 @@ def build(
     model_flops_per_step: float | None = None,
     flops_source: str = "flop_counter",
     without_traces: str | None = None,
-    executor: Any = None,
+    executor: Executor | None = None,
     cache: bool = False,
     timeline_steps: list[int] | None = None,
 ) -> BuiltReport:
@@ -117,37 +112,79 @@ def build(
     Raises:
         PerfDoctorError: bad input file, run directory or rule selection.
     """
-    from perfdoctor.capture import run_data
     from perfdoctor.checks import config, engine
-    from perfdoctor.errors import PerfDoctorError
     from perfdoctor.jobs.executors import InProcess
     from perfdoctor.jobs.reduce import gc_paused, reduce
-    from perfdoctor.jobs.rounds import with_peer_arrivals
-    from perfdoctor.jobs.summary import SummaryOptions
-    from perfdoctor.model.build import build_report as build_model
-    from perfdoctor.model.build import plain
-    from perfdoctor.model.report import RunSection
     from perfdoctor.trace import trace_files_in
 
     opts = rule_options if rule_options is not None else config.resolve()
     catalogue, codes = engine.prepare(opts)
-    run: RunData | None = None
-    notes: list[str] = []
-    no_trace = None
-    trace_paths: list[str] = []
-    for p in paths:
-        if not is_run_dir(p):
-            trace_paths.append(p)
-            continue
-        if run is not None:
-            raise PerfDoctorError(f"{p}: only one run directory per report")
-        run, chosen, window_note, no_trace = _read_run_dir(p, without_traces)
-        trace_paths.extend(chosen)
-        notes += run.warnings + [n for n in (window_note, no_trace) if n]
+    inputs = _inputs(paths, without_traces)
+    run = inputs.run
     if run is not None and model_flops_per_step is None and run.facts.flops_per_step:
         model_flops_per_step, flops_source = float(run.facts.flops_per_step), "flop_counter"
-    files = [f for p in trace_paths for f in trace_files_in(p)]
-    summary_opts = SummaryOptions(
+    files = [f for p in inputs.trace_paths for f in trace_files_in(p)]
+    summary_opts = _summary_options(
+        run, len(files), opts, list(codes), step_marker, model_flops_per_step, flops_source, timeline_steps
+    )
+    runner = executor if executor is not None else InProcess(on_progress=on_progress)
+    summaries = _summarise(files, summary_opts, catalogue, run, runner, cache)
+    with gc_paused():  # the reducer: thousands of summaries held, little cyclic garbage made
+        job = reduce(summaries, catalogue, codes, run, extra_warnings=inputs.notes, no_trace=inputs.no_trace)
+        # --select shows a subset of the findings every rule gave (same numbers, same firing decisions)
+        job.checks = job.checks.shown(engine.shown_codes(catalogue, opts), engine.ignored_note(catalogue, opts))
+        job.analysis.checks = job.checks
+        model = _model(job, run)
+    return BuiltReport(model, job.analysis, job.checks, job)
+
+
+@dataclass
+class _Inputs:
+    """What :func:`build` reads from its paths: a ``perfdoctor profile`` run directory's data (None without
+    one), the trace paths to analyse, warnings about them, and why there is no trace (None when there is)."""
+
+    run: RunData | None
+    trace_paths: list[str]
+    notes: list[str]
+    no_trace: str | None
+
+
+def _inputs(paths: list[str], without_traces: str | None) -> _Inputs:
+    """``paths`` sorted into trace paths and at most one run directory (:func:`_read_run_dir`).
+
+    Raises:
+        PerfDoctorError: two run directories.
+    """
+    from perfdoctor.errors import PerfDoctorError
+
+    out = _Inputs(None, [], [], None)
+    for p in paths:
+        if not is_run_dir(p):
+            out.trace_paths.append(p)
+            continue
+        if out.run is not None:
+            raise PerfDoctorError(f"{p}: only one run directory per report")
+        out.run, chosen, window_note, out.no_trace = _read_run_dir(p, without_traces)
+        out.trace_paths.extend(chosen)
+        out.notes += out.run.warnings + [n for n in (window_note, out.no_trace) if n]
+    return out
+
+
+def _summary_options(
+    run: RunData | None,
+    n_files: int,
+    opts: RuleOptions,
+    codes: list[str],
+    step_marker: str | None,
+    model_flops_per_step: float | None,
+    flops_source: str,
+    timeline_steps: list[int] | None,
+) -> SummaryOptions:
+    """What every rank's task is given: :func:`build`'s options and the run directory's per-rank series."""
+    from perfdoctor.capture import run_data
+    from perfdoctor.jobs.summary import SummaryOptions
+
+    return SummaryOptions(
         step_marker=step_marker,
         model_flops_per_step=model_flops_per_step,
         flops_source=flops_source,
@@ -155,37 +192,58 @@ def build(
         run_allocator_by_rank=run_data.allocator_values_by_rank(run),
         run_cpu_by_rank=run_data.cpu_series_by_rank(run),
         run_json=run.run if run is not None else None,
-        codes=list(codes),
+        codes=codes,
         rules_dirs=[str(d) for d in opts.rules_dirs or []],
-        joint=len(files) > 1,
+        joint=n_files > 1,
         timeline_steps=timeline_steps,
     )
-    runner = executor if executor is not None else InProcess(on_progress=on_progress)
+
+
+def _summarise(
+    files: list[str],
+    opts: SummaryOptions,
+    catalogue: Catalogue,
+    run: RunData | None,
+    runner: Executor,
+    cache: bool,
+) -> list[RankSummary]:
+    """Every rank's summary made by ``runner``, then the ranks that arrived last made again with their peers'
+    arrivals (:func:`perfdoctor.jobs.rounds.with_peer_arrivals`)."""
+    from perfdoctor.capture import run_data
+    from perfdoctor.jobs.rounds import with_peer_arrivals
+
     roofs = run_data.measured_cpu_roofs(run)
-    summaries = runner.summarise(files, summary_opts, catalogue, roofs, cache=cache)
-    summaries = with_peer_arrivals(files, summaries, summary_opts, catalogue, roofs, cache, runner)
-    with gc_paused():  # the reducer: thousands of summaries held, little cyclic garbage made
-        job = reduce(summaries, catalogue, codes, run, extra_warnings=notes, no_trace=no_trace)
-        # --select shows a subset of the findings every rule gave (same numbers, same firing decisions)
-        job.checks = job.checks.shown(engine.shown_codes(catalogue, opts), engine.ignored_note(catalogue, opts))
-        analysis = job.analysis
-        analysis.checks = job.checks
-        section = None
-        if run is not None:
-            section = plain(run_data.run_section(run), RunSection, f"{run.path}: run section")
-            analysis.warnings += run_data.profiled_non_training(run) + run.snapshot_reports[1]
-        job_sec = None
-        if len(job.summaries) + len(job.failed) > 1:
-            from perfdoctor.crossrank.job_section import job_section
-
-            job_sec = job_section(job)
-        model = build_model(analysis, section, sections=job.sections(), job=job_sec)
-    return BuiltReport(model, analysis, job.checks, job)
+    summaries = runner.summarise(files, opts, catalogue, roofs, cache=cache)
+    return with_peer_arrivals(files, summaries, opts, catalogue, roofs, cache, runner)
 
 
-def build_report(paths: list[str], run_dir: str | None = None, partial: bool = False, **kwargs: Any) -> Report:
-    """Typed report for trace paths, or for a run directory (``perfdoctor profile`` calls this)."""
-    built = build([run_dir] if run_dir else paths, **kwargs)
+def _model(job: JobAnalysis, run: RunData | None) -> Report:
+    """The typed report of the reduced ``job``: its analysis, the run directory's section and, for several
+    ranks, the cross-rank ``job`` section (:func:`perfdoctor.crossrank.job_section.job_section`)."""
+    from perfdoctor.capture import run_data
+    from perfdoctor.model.build import build_report as build_model
+    from perfdoctor.model.build import plain
+    from perfdoctor.model.report import RunSection
+
+    analysis = job.analysis
+    section = None
+    if run is not None:
+        section = plain(run_data.run_section(run), RunSection, f"{run.path}: run section")
+        analysis.warnings += run_data.profiled_non_training(run) + run.snapshot_reports[1]
+    job_sec = None
+    if len(job.summaries) + len(job.failed) > 1:
+        from perfdoctor.crossrank.job_section import job_section
+
+        job_sec = job_section(job)
+    return build_model(analysis, section, sections=job.sections(), job=job_sec)
+
+
+def build_report(
+    paths: list[str], run_dir: str | None = None, partial: bool = False, without_traces: str | None = None
+) -> Report:
+    """Typed report for trace paths, or for a run directory (``perfdoctor profile`` calls this; ``without_traces``:
+    :func:`build`'s)."""
+    built = build([run_dir] if run_dir else paths, without_traces=without_traces)
     if partial:
         built.model.partial = True
     return built.model

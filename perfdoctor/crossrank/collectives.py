@@ -28,14 +28,15 @@ per collective kernel), so it runs on rank summaries without the raw events.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import msgspec
 import numpy as np
 
 from perfdoctor.analysis.classify import classify_kernel
+from perfdoctor.analysis.rank import RankAnalysis
 from perfdoctor.analysis.steps import gpu_launch_times
 from perfdoctor.trace import intervals as iv
+from perfdoctor.trace.tables import Table
 
 END_TOLERANCE_US = 100.0
 # bytes per element of the dtypes NCCL's record_param_comms names (PyTorch's ScalarType names)
@@ -100,14 +101,14 @@ class CollectiveWait:
     n_counted: int | None = None
 
 
-def timeline(rank: Any) -> CollectiveTimeline:
-    """The :class:`CollectiveTimeline` of ``rank`` (a :class:`perfdoctor.pipeline.RankAnalysis`)."""
+def timeline(rank: RankAnalysis) -> CollectiveTimeline:
+    """The :class:`CollectiveTimeline` of ``rank``."""
     tab = rank.tables.kernels
     world = int((rank.tables.metadata.get("distributedInfo") or {}).get("world_size") or 0)
     windows = [int(n) for n in rank.steps.numbers]
     analysed = [int(s.step) for s in rank.primary.steps]
     if len(tab) == 0 or rank.primary.kind != "gpu":
-        return CollectiveTimeline(int(rank.rank), world, windows, analysed, [], [], [], [], [], [], [])
+        return CollectiveTimeline(int(rank.rank or 0), world, windows, analysed, [], [], [], [], [], [], [])
     names = rank.tables.names
     ids = np.unique(tab["name_id"])
     classes = {i: classify_kernel(names[i]) for i in ids.tolist()}
@@ -126,7 +127,7 @@ def timeline(rank: Any) -> CollectiveTimeline:
         for n, d in zip(nelems.tolist(), dtypes.tolist())
     ]
     return CollectiveTimeline(
-        rank=int(rank.rank),
+        rank=int(rank.rank or 0),
         world_size=world,
         window_steps=windows,
         analysed_steps=analysed,
@@ -143,7 +144,7 @@ def timeline(rank: Any) -> CollectiveTimeline:
     )
 
 
-def _column(tab: Any, name: str, sel: np.ndarray) -> list[Any]:
+def _column(tab: Table, name: str, sel: np.ndarray) -> list[str | None]:
     """``tab[name][sel]`` as a list, or Nones when the table lacks the column."""
     return tab[name][sel].tolist() if name in tab else [None] * int(sel.size)
 

@@ -22,18 +22,100 @@ All inputs are the ranks' analysed step rows (µs) and the matched collective wa
 from __future__ import annotations
 
 import warnings
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, TypedDict
 
 import numpy as np
 
+from perfdoctor.analysis.breakdown import StepBreakdown
 from perfdoctor.analysis.warmup import job_cold_steps
 from perfdoctor.vocab import COMPUTE_CATEGORIES
+
+if TYPE_CHECKING:
+    from perfdoctor.analysis.rank import Analysis
+    from perfdoctor.jobs.reduce import JobAnalysis
 
 Z_OUTLIER = 3.5  # Iglewicz & Hoaglin's cut-off for the modified z-score
 MIN_EXCESS = 0.10  # a straggler also computes at least 10% more per step than the median rank (tight jobs)
 MIN_STEP_SHARE = 0.05  # ... and that excess is at least 5% of the job's median step time (material to the job)
 SHARE_DIFF = 0.10  # 10 percentage points of step time
 WORST_COLLECTIVES = 8  # collectives shown in the collective-wait matrix
+
+
+class Straggler(TypedDict):
+    """A straggler rank: its median robust z of compute time, its mean compute per step and the median rank's
+    (µs)."""
+
+    rank: int
+    z: float
+    compute_us: float
+    median_compute_us: float
+
+
+class BreakdownOutlier(TypedDict):
+    """A rank whose share of step time in ``category`` differs from the job's median share (robust z)."""
+
+    rank: int
+    category: str
+    share: float
+    median_share: float
+    z: float
+
+
+class WorstCollective(TypedDict):
+    """One column of the collective-wait matrix: the matched collective's index, kind and largest wait (µs)."""
+
+    index: int
+    kind: str
+    max_wait_us: float
+
+
+class _CollectiveWaitBase(TypedDict):
+    matched: bool
+
+
+class CollectiveWaitSection(_CollectiveWaitBase, total=False):
+    """The job section's ``collective_wait``: unmatched (``note`` says why) or each rank's mean wait per step and
+    last arrivals, and the ranks × worst-collectives wait matrix (µs)."""
+
+    note: str
+    n_collectives: int
+    wait_us_per_step: list[float]
+    last_arrivals: list[int]
+    worst_collectives: list[WorstCollective]
+    wait_matrix_us: list[list[float]]
+
+
+class FailedRank(TypedDict):
+    """A trace that could not be analysed, and why."""
+
+    path: str
+    error: str | None
+
+
+class _JobSectionBase(TypedDict):
+    n_ranks: int
+    world_size: int | None
+    missing_ranks: list[int]
+    failed: list[FailedRank]
+    ranks: list[int]
+    steps: list[int]
+    step_time_us: list[list[float | None]]
+    exposed_comm_us: list[list[float | None]]
+    compute_us: list[list[float | None]]
+    step_median_us: list[float | None]
+    shares: list[dict[str, float]]
+    stragglers: list[Straggler]
+    breakdown_outliers: list[BreakdownOutlier]
+    collective_wait: CollectiveWaitSection
+    outliers: dict[str, list[str]]
+
+
+class JobSection(_JobSectionBase, total=False):
+    """The report's ``job`` section (:func:`job_section` says what each key holds)."""
+
+    cold_steps: list[int]
+    cold_note: str
 
 
 def robust_z(x: np.ndarray) -> np.ndarray:
@@ -48,7 +130,7 @@ def robust_z(x: np.ndarray) -> np.ndarray:
     return (x - med) / (1.253314 * mean_ad) if mean_ad > 0 else np.zeros_like(x)
 
 
-def _shares(rows: list[Any], cpu: bool = False) -> dict[str, float]:
+def _shares(rows: list[StepBreakdown], cpu: bool = False) -> dict[str, float]:
     """Share of step time per category / exposed communication / idle cause, summed over steps: each µs once.
 
     A GPU rank's device categories, exposed communication (for its ``communication`` category) and idle causes
@@ -70,7 +152,10 @@ def _shares(rows: list[Any], cpu: bool = False) -> dict[str, float]:
     return out
 
 
-def _matrix(ranks: list[int], rows: dict[int, list[Any]], steps: list[int], get: Any) -> list[list[float | None]]:
+def _matrix(
+    ranks: list[int], rows: dict[int, list[StepBreakdown]], steps: list[int], get: Callable[[StepBreakdown], float]
+) -> list[list[float | None]]:
+    """Rank × step matrix of ``get`` of each rank's step row (None where the rank lacks the step)."""
     out = []
     for r in ranks:
         by_step = {s.step: s for s in rows[r]}
@@ -78,7 +163,7 @@ def _matrix(ranks: list[int], rows: dict[int, list[Any]], steps: list[int], get:
     return out
 
 
-def job_section(job: Any) -> dict[str, Any]:
+def job_section(job: JobAnalysis) -> JobSection:
     """The report's ``job`` section from a :class:`perfdoctor.jobs.reduce.JobAnalysis` (see module docstring).
 
     Keys: ``n_ranks``, ``world_size``, ``missing_ranks``, ``failed`` ([{path, error}]), ``ranks`` (rank ids in
@@ -90,57 +175,74 @@ def job_section(job: Any) -> dict[str, Any]:
     ``cold_note`` (why none is drawn), each only when there is one.
     """
     summaries = job.summaries
-    ranks = [int(s.rank) for s in summaries]
-    rows = {int(s.rank): list(s.step_rows) for s in summaries}
-    cpu = {int(s.rank): s.primary_kind == "cpu" for s in summaries}
+    ranks = [int(s.rank or 0) for s in summaries]
+    rows = {int(s.rank or 0): list(s.step_rows) for s in summaries}
+    cpu = {int(s.rank or 0): s.primary_kind == "cpu" for s in summaries}
     steps = sorted({int(s.step) for r in rows.values() for s in r})
     world = max((s.collectives.world_size for s in summaries if s.collectives is not None), default=0)
-    missing = sorted(set(range(world)) - set(ranks)) if world > len(ranks) else []
-
-    def compute(s: Any) -> float:
-        return float(sum(s.categories_us.get(k, 0.0) for k in COMPUTE_CATEGORIES))
-
-    out: dict[str, Any] = {
+    cold, note = job_cold_steps(
+        {r: [int(s.step) for s in rows[r]] for r in ranks}, {int(s.rank or 0): list(s.cold_steps) for s in summaries}
+    )
+    stragglers, outliers = _warm_outliers(ranks, rows, cpu, steps, cold) if not note else ([], [])
+    out: JobSection = {
         "n_ranks": len(ranks),
         "world_size": world or None,
-        "missing_ranks": missing,
+        "missing_ranks": sorted(set(range(world)) - set(ranks)) if world > len(ranks) else [],
         "failed": [{"path": s.path, "error": s.error} for s in job.failed],
         "ranks": ranks,
         "steps": steps,
         "step_time_us": _matrix(ranks, rows, steps, lambda s: s.dur_us),
         "exposed_comm_us": _matrix(ranks, rows, steps, lambda s: s.communication.get("exposed_us", 0.0)),
-        "compute_us": _matrix(ranks, rows, steps, compute),
+        "compute_us": _matrix(ranks, rows, steps, _compute_us),
         "step_median_us": [float(np.median([s.dur_us for s in rows[r]])) if rows[r] else None for r in ranks],
         "shares": [_shares(rows[r], cpu[r]) for r in ranks],
+        "stragglers": stragglers,
+        "breakdown_outliers": outliers,
+        "collective_wait": _collective_wait(job.analysis, ranks, rows, cold),
+        "outliers": _reasons(stragglers, outliers),
     }
-    cold, note = job_cold_steps(
-        {r: [int(s.step) for s in rows[r]] for r in ranks}, {int(s.rank): list(s.cold_steps) for s in summaries}
-    )
-    out.update({"cold_steps": sorted(cold)} if cold else {})
-    out.update({"cold_note": note} if note else {})
+    if cold:
+        out["cold_steps"] = sorted(cold)
+    if note:
+        out["cold_note"] = note
+    return out
+
+
+def _compute_us(s: StepBreakdown) -> float:
+    """The step's compute time: the sum of its compute categories (µs)."""
+    return float(sum(s.categories_us.get(k, 0.0) for k in COMPUTE_CATEGORIES))
+
+
+def _warm_outliers(
+    ranks: list[int], rows: dict[int, list[StepBreakdown]], cpu: dict[int, bool], steps: list[int], cold: set[int]
+) -> tuple[list[Straggler], list[BreakdownOutlier]]:
+    """The stragglers and breakdown outliers over the steps outside ``cold`` (module docstring)."""
     warm = {r: [s for s in rows[r] if s.step not in cold] for r in ranks}
     medians = [float(np.median([s.dur_us for s in warm[r]])) for r in ranks if warm[r]]
     job_step = float(np.median(medians)) if medians else None
-    compute_warm = np.array(_matrix(ranks, warm, steps, compute), dtype=np.float64)
-    judged = not note
-    out["stragglers"] = _stragglers(ranks, compute_warm, job_step) if judged else []
-    out["breakdown_outliers"] = _breakdown_outliers(ranks, [_shares(warm[r], cpu[r]) for r in ranks]) if judged else []
-    out["collective_wait"] = _collective_wait(job.analysis, ranks, rows, cold)
+    compute_warm = np.array(_matrix(ranks, warm, steps, _compute_us), dtype=np.float64)
+    return (
+        _stragglers(ranks, compute_warm, job_step),
+        _breakdown_outliers(ranks, [_shares(warm[r], cpu[r]) for r in ranks]),
+    )
+
+
+def _reasons(stragglers: list[Straggler], outliers: list[BreakdownOutlier]) -> dict[str, list[str]]:
+    """{rank: why it is an outlier, one line per reason}: stragglers first, then breakdown outliers."""
     why: dict[str, list[str]] = {}
-    for s in out["stragglers"]:
+    for s in stragglers:
         why.setdefault(str(s["rank"]), []).append(
             f"straggler: compute {s['compute_us'] / 1000:.2f} ms/step vs median "
             f"{s['median_compute_us'] / 1000:.2f} (robust z {s['z']:.1f})"
         )
-    for b in out["breakdown_outliers"]:
+    for b in outliers:
         why.setdefault(str(b["rank"]), []).append(
             f"{b['category']}: {b['share']:.0%} of step vs median {b['median_share']:.0%}"
         )
-    out["outliers"] = why
-    return out
+    return why
 
 
-def _stragglers(ranks: list[int], compute: np.ndarray, job_step_us: float | None = None) -> list[dict[str, Any]]:
+def _stragglers(ranks: list[int], compute: np.ndarray, job_step_us: float | None = None) -> list[Straggler]:
     """Ranks whose median over steps of the per-step robust z of compute time is ≥ :data:`Z_OUTLIER`.
 
     ``compute``: rank × step compute time (µs, NaN where a rank lacks the step). ``job_step_us``: the job's median
@@ -154,7 +256,7 @@ def _stragglers(ranks: list[int], compute: np.ndarray, job_step_us: float | None
         ok = ~np.isnan(col)
         if ok.sum() >= 3:
             z[ok, j] = robust_z(col[ok])
-    out = []
+    out: list[Straggler] = []
     with np.errstate(all="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # a rank without steps: its mean is NaN, on purpose
         zr = np.nanmedian(z, axis=1) if not np.isnan(z).all() else np.zeros(len(ranks))
@@ -171,11 +273,13 @@ def _stragglers(ranks: list[int], compute: np.ndarray, job_step_us: float | None
     return out
 
 
-def _breakdown_outliers(ranks: list[int], shares: list[dict[str, float]]) -> list[dict[str, Any]]:
+def _breakdown_outliers(ranks: list[int], shares: list[dict[str, float]]) -> list[BreakdownOutlier]:
+    """Ranks whose share of step time in a category differs from the median share by :data:`SHARE_DIFF` and a
+    robust z of :data:`Z_OUTLIER` (three ranks or more), the largest difference first."""
     if len(ranks) < 3:
         return []
     keys = sorted({k for s in shares for k in s})
-    out = []
+    out: list[BreakdownOutlier] = []
     for k in keys:
         x = np.array([s.get(k, 0.0) for s in shares])
         z = robust_z(x)
@@ -185,14 +289,16 @@ def _breakdown_outliers(ranks: list[int], shares: list[dict[str, float]]) -> lis
     return sorted(out, key=lambda b: -abs(b["share"] - b["median_share"]))
 
 
-def _collective_wait(analysis: Any, ranks: list[int], rows: dict[int, list[Any]], cold: set[int]) -> dict[str, Any]:
+def _collective_wait(
+    analysis: Analysis, ranks: list[int], rows: dict[int, list[StepBreakdown]], cold: set[int]
+) -> CollectiveWaitSection:
     """Mean wait per step per rank over its steps outside ``cold`` (µs; 0 without one) and the ranks ×
     worst-collectives wait matrix (µs, every matched collective)."""
-    cw = getattr(analysis, "collective_wait", None)
+    cw = analysis.collective_wait
     if cw is None:
-        return {"matched": False, "note": getattr(analysis, "collective_wait_note", "") or ""}
+        return {"matched": False, "note": analysis.collective_wait_note or ""}
     per_rank = [_warm_mean_wait(cw.wait_us.get(r), rows[r], cold) for r in ranks]
-    out: dict[str, Any] = {
+    out: CollectiveWaitSection = {
         "matched": True,
         "n_collectives": cw.n_collectives,
         "wait_us_per_step": per_rank,
@@ -209,7 +315,7 @@ def _collective_wait(analysis: Any, ranks: list[int], rows: dict[int, list[Any]]
     return out
 
 
-def _warm_mean_wait(wait: np.ndarray | None, rows: list[Any], cold: set[int]) -> float:
+def _warm_mean_wait(wait: np.ndarray | None, rows: list[StepBreakdown], cold: set[int]) -> float:
     """Mean wait per step (µs) over the steps of ``rows`` not in ``cold`` (``wait`` follows ``rows``); 0 without."""
     if wait is None or wait.size != len(rows):
         return 0.0

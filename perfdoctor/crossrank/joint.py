@@ -334,6 +334,19 @@ def solve(
         i.fixed if f and i.fixed is not None else (i.base if base and i.base is not None else i.recorded)
         for i, f in zip(inputs, fixed)
     ]
+    end = _collective_ends(resp, off, transfer, pulled)
+    if end is None:
+        return None, "a rank's collective waits for a later one (collectives not in start order)"
+    return [_step_times(rs, end[r]) for r, rs in enumerate(resp)], ""
+
+
+def _collective_ends(
+    resp: list[Response], off: np.ndarray, transfer: np.ndarray, pulled: list[bool] | None
+) -> np.ndarray | None:
+    """Each rank's collective ends (µs on its own clock, shape ``(n_ranks, n)``), walking the collectives in order:
+    each rank's arrival from its :class:`Response` and the ends before it, then ``T_k`` (module docstring; with the
+    ranks ``pulled`` capped at the median arrival, :func:`solve`); None when a rank's collective waits for a later
+    one."""
     n = transfer.size
     free = np.array([r.coll_free_us for r in resp], dtype=np.float64)
     up = np.array([r.coll_up for r in resp], dtype=np.int64)
@@ -342,7 +355,7 @@ def solve(
     if (up >= np.arange(n)).any() or any(
         max(dep, default=-1) >= k for r in exact for k, dep in enumerate(_deps(resp[r], "coll")[0])
     ):
-        return None, "a rank's collective waits for a later one (collectives not in start order)"
+        return None
     rows = np.arange(len(resp))
     end = np.zeros((len(resp), n))  # each rank's collective ends, on its own clock
     for k in range(n):
@@ -355,21 +368,25 @@ def solve(
         if pulled is not None:
             arrival = np.where(pulled, np.minimum(arrival, float(np.median(arrival))), arrival)
         end[:, k] = float(arrival.max()) + transfer[k] + off
-    out = []
-    for r, rs in enumerate(resp):
-        w = []
-        for kind, f_, u_, d_ in (
-            ("start", rs.start_free_us, rs.start_up, rs.start_d_us),
-            ("end", rs.end_free_us, rs.end_up, rs.end_d_us),
-        ):
-            fa, ua, da = np.asarray(f_, np.float64), np.asarray(u_, np.int64), np.asarray(d_, np.float64)
-            if rs.coll_dep is not None:
-                deps, dds = _deps(rs, kind)
-                w.append(np.array([_time(f, dep, dd, end[r]) for f, dep, dd in zip(fa.tolist(), deps, dds)]))
-            else:
-                w.append(np.where(ua >= 0, np.maximum(fa, end[r, np.clip(ua, 0, n - 1)] + da), fa))
-        out.append(np.asarray(w[1] - w[0]))
-    return out, ""
+    return end
+
+
+def _step_times(rs: Response, end: np.ndarray) -> np.ndarray:
+    """One rank's analysed steps (µs, shape ``(n_steps,)``): each window's start and end from its
+    :class:`Response` and the rank's collective ends ``end`` (µs, its clock)."""
+    n = end.size
+    w = []
+    for kind, f_, u_, d_ in (
+        ("start", rs.start_free_us, rs.start_up, rs.start_d_us),
+        ("end", rs.end_free_us, rs.end_up, rs.end_d_us),
+    ):
+        fa, ua, da = np.asarray(f_, np.float64), np.asarray(u_, np.int64), np.asarray(d_, np.float64)
+        if rs.coll_dep is not None:
+            deps, dds = _deps(rs, kind)
+            w.append(np.array([_time(f, dep, dd, end) for f, dep, dd in zip(fa.tolist(), deps, dds)]))
+        else:
+            w.append(np.where(ua >= 0, np.maximum(fa, end[np.clip(ua, 0, n - 1)] + da), fa))
+    return np.asarray(w[1] - w[0])
 
 
 @dataclass

@@ -20,11 +20,19 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from functools import partial
-from typing import Any
+from multiprocessing.context import BaseContext
+from types import FrameType
+from typing import TYPE_CHECKING, Protocol
 
 from perfdoctor.errors import PerfDoctorError
 from perfdoctor.jobs.summary import RankSummary, SummaryOptions
 from perfdoctor.jobs.task import summarise_file, summarise_files
+
+if TYPE_CHECKING:
+    from distributed import Client
+
+    from perfdoctor.analysis.roofline import Roofs
+    from perfdoctor.checks.catalogue import Catalogue
 
 # peak resident bytes of one rank's analysis per byte of trace JSON: benchmarks/trace_load.py measures 0.97× for
 # load + breakdown (README, "Measured"); replay, roofline and the rules add to it, unmeasured: 3× leaves headroom
@@ -34,6 +42,8 @@ MEMORY_PER_JSON_BYTE = 3.0
 GZIP_RATIO = 12.0
 
 OnDone = Callable[[list[RankSummary]], None]
+# one rank task with its options bound: (path, index) -> the file's summaries
+RankTask = Callable[[str, int], list[RankSummary]]
 
 # what a pool worker imports before its first rank: the forkserver imports them once and every worker it forks
 # inherits them (the modules a rank's analysis imports lazily are listed too: they cost a worker ~50 ms of CPU
@@ -51,6 +61,28 @@ PRELOAD = [
     "perfdoctor.replay.transforms.kernels",
     "perfdoctor.trace.ranks",
 ]
+
+
+class Executor(Protocol):
+    """What runs the rank tasks (:class:`InProcess`, :class:`LocalPool`, :class:`DaskCluster`; the module docstring
+    says what each argument is)."""
+
+    def summarise(
+        self,
+        files: list[str],
+        opts: SummaryOptions,
+        cat: Catalogue,
+        measured_roofs: Roofs | None = None,
+        cache: bool = False,
+        indices: list[int] | None = None,
+        quiet: bool = False,
+    ) -> list[RankSummary]:
+        """The summaries of ``files``."""
+        ...
+
+    def close(self) -> None:
+        """Release the workers."""
+        ...
 
 
 def _indices(files: list[str], indices: list[int] | None) -> list[int]:
@@ -113,8 +145,8 @@ class InProcess:
         self,
         files: list[str],
         opts: SummaryOptions,
-        cat: Any,
-        measured_roofs: Any = None,
+        cat: Catalogue,
+        measured_roofs: Roofs | None = None,
         cache: bool = False,
         indices: list[int] | None = None,
         quiet: bool = False,
@@ -161,8 +193,8 @@ class LocalPool:
         self,
         files: list[str],
         opts: SummaryOptions,
-        cat: Any,
-        measured_roofs: Any = None,
+        cat: Catalogue,
+        measured_roofs: Roofs | None = None,
         cache: bool = False,
         indices: list[int] | None = None,
         quiet: bool = False,
@@ -201,7 +233,12 @@ class LocalPool:
         return [s for i in sorted(results) for s in results[i]]
 
     def _run(
-        self, items: list[tuple[int, str]], n: int, task: Any, ctx: Any, results: dict[int, list[RankSummary]]
+        self,
+        items: list[tuple[int, str]],
+        n: int,
+        task: RankTask,
+        ctx: BaseContext,
+        results: dict[int, list[RankSummary]],
     ) -> tuple[list[tuple[int, str]], list[tuple[int, str]]]:
         """Analyse ``items`` ((index, path)) on a pool of ``n`` workers into ``results``; returns the items not
         started and the items in flight when a worker died (both empty when none died)."""
@@ -216,7 +253,12 @@ class LocalPool:
         return left
 
     def _drain(
-        self, pool: ProcessPoolExecutor, queue: list[tuple[int, str]], n: int, task: Any, results: dict[int, Any]
+        self,
+        pool: ProcessPoolExecutor,
+        queue: list[tuple[int, str]],
+        n: int,
+        task: RankTask,
+        results: dict[int, list[RankSummary]],
     ) -> tuple[list[tuple[int, str]], list[tuple[int, str]]]:
         """:meth:`_run`'s loop on ``pool``: ``queue`` holds the items in reverse order."""
         pending: dict[Future[list[RankSummary]], tuple[int, str]] = {}
@@ -243,7 +285,9 @@ class LocalPool:
                 return queue[::-1], lost
         return [], []
 
-    def _take(self, fut: Future[list[RankSummary]], item: tuple[int, str], results: dict[int, Any]) -> bool:
+    def _take(
+        self, fut: Future[list[RankSummary]], item: tuple[int, str], results: dict[int, list[RankSummary]]
+    ) -> bool:
         """Collect ``fut``'s summaries for ``item``; False when its worker died (the pool broke)."""
         i, f = item
         try:
@@ -317,7 +361,7 @@ def ctrl_c_deferred() -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    caught: list[Any] = []
+    caught: list[FrameType | None] = []
     previous = signal.signal(signal.SIGINT, lambda signum, frame: caught.append(frame))
     try:
         yield
@@ -368,7 +412,7 @@ class DaskCluster:
             scheduler cannot be reached.
     """
 
-    def __init__(self, address: Any, on_done: OnDone | None = None, timeout_s: float = 10.0) -> None:
+    def __init__(self, address: str | Client, on_done: OnDone | None = None, timeout_s: float = 10.0) -> None:
         try:
             from distributed import Client
         except ImportError:
@@ -388,8 +432,8 @@ class DaskCluster:
         self,
         files: list[str],
         opts: SummaryOptions,
-        cat: Any,
-        measured_roofs: Any = None,
+        cat: Catalogue,
+        measured_roofs: Roofs | None = None,
         cache: bool = False,
         indices: list[int] | None = None,
         quiet: bool = False,

@@ -17,9 +17,12 @@ import os
 import socket
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from perfdoctor import __version__
+
+if TYPE_CHECKING:
+    from perfdoctor.jobs.summary import RankSummary
 
 MAX_WORKERS_NAMED = 3  # workers named per group in the refusal; the rest are counted
 
@@ -57,17 +60,17 @@ def worker_name() -> str:
     return f"{socket.gethostname()} pid {os.getpid()}"
 
 
-def _code(s: Any) -> str:
+def _code(s: RankSummary) -> str:
     return f"perfdoctor {s.perfdoctor_version or '?'} (code {s.code_fingerprint or '?'})"
 
 
-def mixed_code(summaries: list[Any]) -> str | None:
+def mixed_code(summaries: list[RankSummary]) -> str | None:
     """The one-line refusal when ``summaries`` (:class:`~perfdoctor.jobs.summary.RankSummary`, analysed ones)
     were made by different perfdoctor code, naming each group's ranks and workers (largest group first); None
     when they agree."""
     from perfdoctor.checks.common import rank_list_text
 
-    groups: dict[str, list[Any]] = {}
+    groups: dict[str, list[RankSummary]] = {}
     for s in sorted(summaries, key=lambda s: s.rank if s.rank is not None else s.index):
         groups.setdefault(_code(s), []).append(s)
     if len(groups) < 2:
@@ -87,7 +90,7 @@ def mixed_code(summaries: list[Any]) -> str | None:
     )
 
 
-def reducer_differs(summaries: list[Any]) -> str | None:
+def reducer_differs(summaries: list[RankSummary]) -> str | None:
     """The warning when the ranks agree on their code but this process runs another (None otherwise)."""
     if not summaries or mixed_code(summaries):
         return None

@@ -4,11 +4,10 @@ checks and summary are made (:mod:`perfdoctor.jobs.task`, in this process or a w
 
 from __future__ import annotations
 
-from typing import Any
-
 from perfdoctor.analysis.breakdown import device_ids, gpu_breakdown
 from perfdoctor.analysis.cpu_breakdown import cpu_breakdown
 from perfdoctor.analysis.rank import Analysis, InputFile, RankAnalysis, add_efficiency
+from perfdoctor.analysis.roofline import Roofs
 from perfdoctor.analysis.steps import find_steps
 from perfdoctor.jobs.summary import SummaryOptions
 from perfdoctor.replay.attribution import critical_path
@@ -60,7 +59,11 @@ def analyze_tables(tables: TraceTables, step_marker: str | None = None) -> RankA
 
 
 def analyse_rank(
-    tables: TraceTables, info: InputFile, opts: SummaryOptions, measured_roofs: Any = None, note: str | None = None
+    tables: TraceTables,
+    info: InputFile,
+    opts: SummaryOptions,
+    measured_roofs: Roofs | None = None,
+    note: str | None = None,
 ) -> Analysis:
     """The per-rank stage of ``perfdoctor report``: one rank's loaded trace ``tables`` (its ``rank`` set) ->
     its :class:`perfdoctor.analysis.rank.Analysis` of one :class:`~perfdoctor.analysis.rank.RankAnalysis` (steps,

@@ -14,13 +14,18 @@ The re-analysis runs in this process: typically the few ranks that arrived last.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 import msgspec
 import numpy as np
 
 from perfdoctor.crossrank.bounds import peer_bounds
 from perfdoctor.jobs.summary import RankSummary, SummaryOptions
+
+if TYPE_CHECKING:
+    from perfdoctor.analysis.roofline import Roofs
+    from perfdoctor.checks.catalogue import Catalogue
+    from perfdoctor.jobs.executors import Executor
 
 
 def peer_ends(summaries: list[RankSummary]) -> dict[str, tuple[list[float], list[float]]]:
@@ -36,10 +41,10 @@ def with_peer_arrivals(
     files: list[str],
     summaries: list[RankSummary],
     opts: SummaryOptions,
-    cat: Any,
-    measured_roofs: Any = None,
+    cat: Catalogue,
+    measured_roofs: Roofs | None = None,
     cache: bool = False,
-    executor: Any = None,
+    executor: Executor | None = None,
 ) -> list[RankSummary]:
     """``summaries`` (of ``files``, by their ``index``) with the ranks :func:`peer_ends` names analysed again
     with their peers' bounds (each a summary of the same file; a rank that fails the second time keeps its

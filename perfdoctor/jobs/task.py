@@ -14,12 +14,17 @@ import hashlib
 import os
 import shutil
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING
 
 import msgspec
 
 from perfdoctor import __version__
 from perfdoctor.errors import PerfDoctorError
+
+if TYPE_CHECKING:
+    from perfdoctor.analysis.roofline import Roofs
+    from perfdoctor.checks.catalogue import Catalogue
+
 from perfdoctor.jobs.fingerprint import code_fingerprint, worker_name
 from perfdoctor.jobs.summary import (
     CACHE_SUFFIX,
@@ -43,8 +48,8 @@ def summarise_file(
     path: str,
     index: int,
     opts: SummaryOptions,
-    cat: Any,
-    measured_roofs: Any = None,
+    cat: Catalogue,
+    measured_roofs: Roofs | None = None,
     cache: bool = False,
     on_progress: Callable[[int], None] | None = None,
     raise_errors: bool = False,
@@ -67,8 +72,8 @@ def summarise_file(
 def summarise_files(
     items: list[tuple[int, str]],
     opts: SummaryOptions,
-    cat: Any,
-    measured_roofs: Any = None,
+    cat: Catalogue,
+    measured_roofs: Roofs | None = None,
     cache: bool = False,
 ) -> list[list[RankSummary]]:
     """:func:`summarise_file` of each (index, path) of ``items``, in order: one list of summaries per file (one
@@ -80,8 +85,8 @@ def _summarise_file(
     path: str,
     index: int,
     opts: SummaryOptions,
-    cat: Any,
-    measured_roofs: Any,
+    cat: Catalogue,
+    measured_roofs: Roofs | None,
     cache: bool,
     on_progress: Callable[[int], None] | None,
     raise_errors: bool,
@@ -126,8 +131,8 @@ def _summarise(
     path: str,
     index: int,
     opts: SummaryOptions,
-    cat: Any,
-    measured_roofs: Any,
+    cat: Catalogue,
+    measured_roofs: Roofs | None,
     sha: str | None,
     on_progress: Callable[[int], None] | None,
 ) -> list[RankSummary]:

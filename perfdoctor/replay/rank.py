@@ -11,15 +11,20 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from perfdoctor.replay.collective_floor import CollectiveFloor, recorded_floor
 from perfdoctor.replay.graph import ReplayGraph, build_graph
 from perfdoctor.replay.simulate import ReplayResult, Scenario, replay
+from perfdoctor.replay.transforms import WhatIf
 from perfdoctor.replay.windows import StepWindows, replayed_windows
 from perfdoctor.trace.tables import TraceTables
+
+if TYPE_CHECKING:
+    from perfdoctor.analysis.steps import Steps
+    from perfdoctor.replay.unprofiled import Unprofiled
 
 MAX_MEAN_ERROR = 0.02  # mean replayed step within 2% of the recorded one
 MAX_STEP_ERROR = 0.05  # and each step within 5%
@@ -43,18 +48,20 @@ class RankReplay:
     recorded_step_us: np.ndarray
     replayed_step_us: np.ndarray
     fallback: str | None
-    whatifs: dict[str, Any] = field(default_factory=dict)  # rule code -> the WhatIf its saving was replayed with
+    whatifs: dict[str, WhatIf] = field(default_factory=dict)  # rule code -> the WhatIf its saving was replayed with
     fired: list[str] = field(default_factory=list)  # codes of the rules that fired with a positive saving
     # the other ranks unchanged: the bounds on this rank's collective kernels in every what-if (collective_floor.py)
     peers: CollectiveFloor | None = None
     # a ``perfdoctor profile`` run's unprofiled step (perfdoctor.replay.unprofiled.Unprofiled): savings are its
-    unprofiled: Any = None
+    unprofiled: Unprofiled | None = None
     # replayed step times per scenario already replayed (key: _scenario_key; with the peers they were bounded by):
     # several rules ask for the same one
-    _replayed: dict[bytes, tuple[Any, np.ndarray]] = field(default_factory=dict, repr=False, compare=False)
+    _replayed: dict[bytes, tuple[CollectiveFloor | None, np.ndarray]] = field(
+        default_factory=dict, repr=False, compare=False
+    )
     # the last scenario replayed in full (key, peers, result): a rule asks for a what-if's step times and then for
     # the parts of its saving, two reads of one replay (one entry: a 232,023-node replay holds ~7 MB of arrays)
-    _last: tuple[bytes, Any, ReplayResult] | None = field(default=None, repr=False, compare=False)
+    _last: tuple[bytes, CollectiveFloor | None, ReplayResult] | None = field(default=None, repr=False, compare=False)
 
     @property
     def step_errors(self) -> np.ndarray:
@@ -113,7 +120,7 @@ class RankReplay:
             known = self._replayed[key] = (self.peers, np.asarray(end - start))
         return np.array(known[1], copy=True)
 
-    def fixed_step_times(self, parts: list[Any]) -> np.ndarray:
+    def fixed_step_times(self, parts: list[WhatIf]) -> np.ndarray:
         """Per analysed step (µs, shape ``(n_steps,)``): the step savings are taken from, replayed with the
         what-ifs ``parts`` (:class:`~perfdoctor.replay.transforms.WhatIf`) applied together.
 
@@ -128,7 +135,7 @@ class RankReplay:
             return np.asarray(self.recorded_step_us * scale, dtype=np.float64)
         return np.asarray(self.step_times(both.scenario) * scale, dtype=np.float64)
 
-    def fixed_whatif(self, parts: list[Any]) -> Any:
+    def fixed_whatif(self, parts: list[WhatIf]) -> WhatIf | None:
         """The what-ifs ``parts`` together, with the unprofiled step's own what-if first where there is one (the
         one :meth:`fixed_step_times` replays), or None when that leaves nothing to replay."""
         from perfdoctor.replay.transforms import combine
@@ -238,7 +245,7 @@ def _scenario_key(sc: Scenario) -> bytes:
     return h.digest()
 
 
-def _digest(h: Any, v: Any) -> None:
+def _digest(h: hashlib.blake2b, v: object) -> None:
     """Add one scenario value to the digest ``h``: None, a number, a nested scenario, a dict or tuple of them, or
     an array (its dtype, shape and bytes)."""
     if v is None or isinstance(v, (bool, int, float, str)):
@@ -272,7 +279,7 @@ def _host_span(tables: TraceTables) -> tuple[float, float, int]:
     return lo, hi, pid
 
 
-def _windows(steps: Any, tables: TraceTables) -> StepWindows:
+def _windows(steps: Steps, tables: TraceTables) -> StepWindows:
     whole = steps.source == "whole-trace"
     if whole:
         lo, hi, pid = _host_span(tables)
@@ -308,7 +315,7 @@ def _windows(steps: Any, tables: TraceTables) -> StepWindows:
     )
 
 
-def _collective_floor(rr: RankReplay, tables: TraceTables, steps: Any) -> CollectiveFloor | None:
+def _collective_floor(rr: RankReplay, tables: TraceTables, steps: Steps) -> CollectiveFloor | None:
     """The rank's collective kernels bounded by their recorded ends
     (:func:`perfdoctor.replay.collective_floor.recorded_floor`; the peers' arrivals, when known, replace them later:
     :mod:`perfdoctor.jobs.rounds`), with their transfer/wait split keyed by kernel name, ``In msg nelems`` and
@@ -338,7 +345,7 @@ def _collective_floor(rr: RankReplay, tables: TraceTables, steps: Any) -> Collec
     )
 
 
-def replay_rank(tables: TraceTables, steps: Any) -> RankReplay:
+def replay_rank(tables: TraceTables, steps: Steps) -> RankReplay:
     """Build and replay one rank; ``steps`` is its :class:`~perfdoctor.analysis.steps.Steps`."""
     graph = build_graph(tables)
     base = replay(graph)

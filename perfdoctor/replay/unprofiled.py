@@ -27,7 +27,7 @@ the profiler does not inflate too; the report says so.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -35,6 +35,9 @@ from perfdoctor.replay.simulate import Intervals, Scenario
 from perfdoctor.replay.transforms import WhatIf
 from perfdoctor.trace import intervals as iv
 from perfdoctor.trace.tables import TraceTables
+
+if TYPE_CHECKING:
+    from perfdoctor.replay.rank import RankReplay
 
 # the tables whose events the profiler records on the host, each at a cost to the step
 HOST_EVENT_TABLES = ("cpu_ops", "annotations", "runtime")
@@ -171,7 +174,7 @@ def remove_overhead(pid: int, starts_us: np.ndarray, per_event_us: float) -> Wha
     )
 
 
-def unprofiled(rr: Any, tables: TraceTables, steady_step_us: float) -> Unprofiled | None:
+def unprofiled(rr: RankReplay, tables: TraceTables, steady_step_us: float) -> Unprofiled | None:
     """How ``rr``'s (:class:`~perfdoctor.replay.rank.RankReplay`) savings are stated for the unprofiled step of
     median ``steady_step_us`` (µs, ``S``); None without analysed steps or without ``S``.
 

@@ -16,7 +16,7 @@ import io
 import os
 import pickle
 from dataclasses import dataclass
-from typing import Any
+from typing import NoReturn
 
 from perfdoctor.errors import PerfDoctorError
 
@@ -37,10 +37,10 @@ class _NoGlobals(pickle.Unpickler):
     """An unpickler that refuses every global (class or function): a snapshot holds only builtin containers and
     scalars, which pickle rebuilds without a lookup."""
 
-    def find_class(self, module: str, name: str, /) -> Any:
+    def find_class(self, module: str, name: str, /) -> NoReturn:
         raise _Refused(f"{module}.{name}")
 
-    def persistent_load(self, pid: Any, /) -> Any:
+    def persistent_load(self, pid: object, /) -> NoReturn:
         raise _Refused("a persistent id")
 
 
@@ -215,26 +215,26 @@ class _Converter:
             annotations=self.annotations(raw.get("external_annotations")),
         )
 
-    def list_of(self, d: dict[Any, Any], key: str, where: str) -> list[Any]:
+    def list_of(self, d: dict[object, object], key: str, where: str) -> list[object]:
         v = d.get(key)
         if not isinstance(v, list):
             raise self.bad(where, f"has no list '{key}'")
         self.spend(len(v))
         return v
 
-    def integer(self, d: dict[Any, Any], key: str, where: str, default: int | None = None) -> int:
+    def integer(self, d: dict[object, object], key: str, where: str, default: int | None = None) -> int:
         v = d.get(key, default)
         if type(v) is not int or not -_MAX_INT <= v <= _MAX_INT:
             raise self.bad(where, f"has no integer '{key}' (got {type(v).__name__})")
         return v
 
-    def size(self, d: dict[Any, Any], key: str, where: str, default: int | None = None) -> int:
+    def size(self, d: dict[object, object], key: str, where: str, default: int | None = None) -> int:
         v = self.integer(d, key, where, default)
         if v < 0:
             raise self.bad(where, f"has a negative '{key}' ({v})")
         return v
 
-    def text(self, d: dict[Any, Any], key: str, where: str, default: str | None = None) -> str:
+    def text(self, d: dict[object, object], key: str, where: str, default: str | None = None) -> str:
         v = d.get(key, default)
         if not isinstance(v, str):
             raise self.bad(where, f"has no string '{key}' (got {type(v).__name__})")

@@ -16,12 +16,12 @@ For the chosen steps (default: the rank's median and slowest analysed step) it k
 
 from __future__ import annotations
 
-from typing import Any
-
 import msgspec
 import numpy as np
 
+from perfdoctor.analysis.rank import RankAnalysis
 from perfdoctor.trace import intervals as iv
+from perfdoctor.trace.tables import TraceTables
 
 # perfdoctor's tables → the Kineto category their events carry
 EVENT_TABLES = {
@@ -63,7 +63,7 @@ class Slice(msgspec.Struct, array_like=True, frozen=True):
     name: str
     ts_us: float
     dur_us: float
-    args: dict[str, Any] = {}
+    args: dict[str, int | float | str] = {}
 
 
 class StepSpan(msgspec.Struct, frozen=True):
@@ -115,7 +115,7 @@ def choose_steps(numbers: np.ndarray, dur_us: np.ndarray, asked: list[int]) -> l
     return [(med, "median")] if med == slow else sorted([(med, "median"), (slow, "slowest")])
 
 
-def rank_timeline(ra: Any, asked: list[int]) -> RankTimeline:
+def rank_timeline(ra: RankAnalysis, asked: list[int]) -> RankTimeline:
     """The timeline data of the analysed rank ``ra`` (:class:`perfdoctor.analysis.rank.RankAnalysis`, its checks
     already run so its replay's ``fired`` holds the fix plan) for the step numbers ``asked`` (empty: median and
     slowest)."""
@@ -139,7 +139,7 @@ def rank_timeline(ra: Any, asked: list[int]) -> RankTimeline:
     return out
 
 
-def _events(tabs: Any, lo: np.ndarray, hi: np.ndarray) -> list[Event]:
+def _events(tabs: TraceTables, lo: np.ndarray, hi: np.ndarray) -> list[Event]:
     """The recorded events overlapping any window ``[lo[k], hi[k])`` (µs), table by table."""
     names = tabs.name_array()
     out: list[Event] = []
@@ -170,7 +170,7 @@ def _events(tabs: Any, lo: np.ndarray, hi: np.ndarray) -> list[Event]:
     return out
 
 
-def _idle_slices(ra: Any, out: RankTimeline, idx: list[int]) -> list[Slice]:
+def _idle_slices(ra: RankAnalysis, out: RankTimeline, idx: list[int]) -> list[Slice]:
     """The primary device's idle gaps in each chosen step, one slice per gap and cause (the breakdown's split)."""
     from perfdoctor.analysis.breakdown import device_busy, idle_by_cause
 
@@ -191,7 +191,7 @@ def _idle_slices(ra: Any, out: RankTimeline, idx: list[int]) -> list[Slice]:
     return slices
 
 
-def _critical_path(ra: Any, out: RankTimeline, idx: list[int]) -> list[Slice]:
+def _critical_path(ra: RankAnalysis, out: RankTimeline, idx: list[int]) -> list[Slice]:
     """The replay's critical path in each chosen step (its time is the replayed recording's), one slice per
     stretch of one label."""
     att = ra.attribution
@@ -215,7 +215,7 @@ def _critical_path(ra: Any, out: RankTimeline, idx: list[int]) -> list[Slice]:
     return slices
 
 
-def _after_plan(ra: Any, out: RankTimeline, idx: list[int]) -> list[Slice]:
+def _after_plan(ra: RankAnalysis, out: RankTimeline, idx: list[int]) -> list[Slice]:
     """Each chosen step replayed with the rank's fix plan: its length (the plan's fix-all for that step) and its
     device activities, placed from the recorded step's start (scaled as the step is, for a profile run's
     unprofiled step)."""
@@ -235,6 +235,8 @@ def _after_plan(ra: Any, out: RankTimeline, idx: list[int]) -> list[Slice]:
     numbers = ra.steps.numbers.tolist()
     out.after_plan_step_us = {int(n): float(a) for n, a in zip(numbers, after.tolist(), strict=True)}
     both = rr.fixed_whatif(parts)
+    if both is None:  # parts holds the plan's codes: never empty here
+        return []
     res = rr.replayed(both.scenario)
     rs, _ = replayed_windows(res, rr.windows)
     scale = rr.step_scale

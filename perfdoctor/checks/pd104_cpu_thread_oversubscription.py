@@ -23,7 +23,7 @@ from perfdoctor.findings import Estimate, Evidence, Hit
 CODE = "PD104"
 METRICS = {"threads_per_core": "busy compute threads ÷ logical CPUs"}
 
-# what a hit's evidence/fields add to METRICS for the TOML message (its placeholders are checked at load)
+# every field a hit gives the TOML message and headline (its evidence values and fields; checked at load)
 MESSAGE_FIELDS = ("busy_threads", "cores", "dataloader_workers", "processes", "ratio", "threads_per_process")
 
 
@@ -68,6 +68,7 @@ def thread_counts(run: dict[str, Any]) -> tuple[list[int], int, int] | str:
 def check(job: JobContext) -> Outcome:
     from perfdoctor.checks.context import run_json
 
+    th = job.thresholds(Thresholds)
     counts = thread_counts(run_json(job.analysis) or {})
     if isinstance(counts, str):
         return skipped(counts)
@@ -76,7 +77,7 @@ def check(job: JobContext) -> Outcome:
     threads = max(per_process)
     busy = sum(per_process) + workers
     ratio = busy / cores
-    if ratio <= job.th["max_threads_per_core"]:
+    if ratio <= th.max_threads_per_core:
         return passed(threads_per_core=ratio)
     ev = Evidence(
         values={
@@ -103,6 +104,7 @@ def rank_part(ctx: RankContext) -> Outcome:
     from perfdoctor.checks.context import run_json
     from perfdoctor.replay.transforms.cpu import fit_threads_to_cores
 
+    th = ctx.thresholds(Thresholds)
     run = run_json(ctx.analysis)
     counts = thread_counts(run) if run is not None else "no run data"
     if isinstance(counts, str) or ctx.is_gpu or ctx.n_steps == 0 or getattr(ctx.rank, "tables", None) is None:
@@ -110,7 +112,7 @@ def rank_part(ctx: RankContext) -> Outcome:
     assert run is not None
     per_process, workers, cores = counts
     busy = sum(per_process) + workers
-    if busy / cores <= ctx.th["max_threads_per_core"]:
+    if busy / cores <= th.max_threads_per_core:
         return passed()
     whatif = fit_threads_to_cores(ctx.replay(), ctx.tables, busy, cores, thread_probe(run))
     saving, _, method = ctx.replayed_saving(whatif)

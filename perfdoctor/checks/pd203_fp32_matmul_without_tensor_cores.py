@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from perfdoctor.analysis.arch import ArchGuess
 from perfdoctor.analysis.kernel_dtype import gemm_mask, kernel_math_dtype
 from perfdoctor.checks.common import pct, top_names
 from perfdoctor.checks.context import Outcome, RankContext, passed, skipped
@@ -27,8 +28,14 @@ METRICS = {
     "compute_capability": "the GPU's compute capability (major + minor / 10)",
 }
 
-# what a hit's evidence/fields add to METRICS for the TOML message (its placeholders are checked at load)
-MESSAGE_FIELDS = ("advice", "fp32_gemm_ms", "fp32_gemm_pct_of_step", "gpu")
+# every field a hit gives the TOML message and headline (its evidence values and fields; checked at load)
+MESSAGE_FIELDS = (
+    "advice",
+    "fp32_gemm_ms",
+    "fp32_gemm_pct_of_step",
+    "gpu",
+    "compute_capability",
+)
 # the GPU's situations, each with its fix_<situation> in the TOML: fp16 only (compute capability 7.x), bf16 only
 # (TF32 no faster than FP32: GeForce Ampere/Ada), bf16 or TF32 (datacenter Ampere and later)
 ADVICE = ("fp16", "bf16", "tf32")
@@ -119,6 +126,7 @@ def _replayed(ctx: RankContext, props: dict[str, Any] | None, cc: tuple[int, int
 
 
 def check(ctx: RankContext) -> Outcome:
+    th = ctx.thresholds(Thresholds)
     props, cc = _device(ctx)
     guess = (props or {}).get("guess")
     name = f"{guess.family.capitalize()} GPU" if guess is not None else str((props or {}).get("name", ""))
@@ -129,26 +137,18 @@ def check(ctx: RankContext) -> Outcome:
             "GPU compute capability unknown (no deviceProperties in the trace, and no kernel name names "
             "the architecture)"
         )
-    k = ctx.kernels()
-    names = ctx.tables.name_array()
-    gemm = gemm_mask(names, k.name_id, k.category) & (k.step >= 0)
-    fp32_ids = [i for i in np.unique(k.name_id[gemm]).tolist() if kernel_math_dtype(names[i]) == "fp32"]
-    is32 = gemm & np.isin(k.name_id, fp32_ids)
-    all_gemm_us = float(k.dur_us[gemm].sum())
-    fp32_us = float(k.dur_us[is32].sum()) / max(ctx.n_steps, 1)
-    share = pct(fp32_us * max(ctx.n_steps, 1), all_gemm_us)
+    is32, fp32_us, share = _fp32_gemms(ctx)
     metrics = {"fp32_gemm_us": fp32_us, "fp32_gemm_share_pct": share, "compute_capability": cc[0] + cc[1] / 10}
     if cc < (7, 0):
         return passed(**metrics)
     ratio = _peak_ratio(props, cc)
-    speedup = min(ratio or ctx.th["default_speedup"], ctx.th["max_speedup"])
-    saving = fp32_us * (1.0 - 1.0 / speedup)
+    speedup = min(ratio or th.default_speedup, th.max_speedup)
     replayed = _replayed(ctx, props, cc)
-    if replayed is not None:
-        saving, method = replayed
-    if share < ctx.th["min_fp32_share_pct"] or saving <= 0:
+    saving, method = replayed if replayed is not None else (fp32_us * (1.0 - 1.0 / speedup), "")
+    if share < th.min_fp32_share_pct or saving <= 0:
         return passed(**metrics)  # min_saving_pct is the engine's: alone or after the higher-ranked fixes
     situation = _situation(cc, props, name)
+    k, names = ctx.kernels(), ctx.tables.name_array()
     ev = Evidence(
         values={
             "gpu": name or "this GPU",
@@ -162,20 +162,40 @@ def check(ctx: RankContext) -> Outcome:
         steps=ctx.step_numbers,
         events=top_names(names[k.name_id[is32]], k.dur_us[is32]),
     )
+    if replayed is None:
+        method = _bound_method(speedup, ratio, guess)
+    hit = Hit(
+        evidence=ev,
+        estimate=Estimate(saving, method),
+        advice=ctx.advice(situation),
+        min_saving_pct=th.min_saving_pct,
+    )
+    return Outcome(metrics=metrics, hit=hit)
+
+
+def _fp32_gemms(ctx: RankContext) -> tuple[np.ndarray, float, float]:
+    """(mask over :meth:`RankContext.kernels`: the GEMM/conv kernels in the steps whose math runs in FP32; their µs
+    per step; their share of all GEMM/conv kernel time, %)."""
+    k = ctx.kernels()
+    names = ctx.tables.name_array()
+    gemm = gemm_mask(names, k.name_id, k.category) & (k.step >= 0)
+    fp32_ids = [i for i in np.unique(k.name_id[gemm]).tolist() if kernel_math_dtype(names[i]) == "fp32"]
+    is32 = gemm & np.isin(k.name_id, fp32_ids)
+    all_gemm_us = float(k.dur_us[gemm].sum())
+    fp32_us = float(k.dur_us[is32].sum()) / max(ctx.n_steps, 1)
+    return is32, fp32_us, pct(fp32_us * max(ctx.n_steps, 1), all_gemm_us)
+
+
+def _bound_method(speedup: float, ratio: float | None, guess: ArchGuess | None) -> str:
+    """The method of the upper bound used when the fix cannot be replayed: FP32 time × (1 − 1/``speedup``), the
+    speedup from the datasheets' peak ``ratio`` (None: the default) and, without deviceProperties, the ``guess``
+    of the architecture."""
     src = "datasheet tensor-core ÷ FP32 peak" if ratio else "default speedup (GPU not in the hardware table)"
     if guess is not None:
         src += f"; no deviceProperties: architecture inferred from {guess.evidence!r}" + (
             f", {guess.assumption}" if ratio else ""
         )
-    if replayed is None:
-        method = (
-            f"FP32 GEMM/conv kernel time per step × (1 − 1/{speedup:.1f}), {src}, capped at max_speedup "
-            "(an upper bound: no op shapes or no device in the hardware table to replay the fix with)"
-        )
-    hit = Hit(
-        evidence=ev,
-        estimate=Estimate(saving, method),
-        advice=ctx.advice(situation),
-        min_saving_pct=ctx.th["min_saving_pct"],
+    return (
+        f"FP32 GEMM/conv kernel time per step × (1 − 1/{speedup:.1f}), {src}, capped at max_speedup "
+        "(an upper bound: no op shapes or no device in the hardware table to replay the fix with)"
     )
-    return Outcome(metrics=metrics, hit=hit)

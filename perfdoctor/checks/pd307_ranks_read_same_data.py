@@ -25,7 +25,7 @@ METRICS = {
     "max_identical_share": "largest share (0–1) of commonly fingerprinted steps at which two ranks read the same batch",
 }
 
-# what a hit's evidence/fields add to METRICS for the TOML message and headline (placeholders checked at load)
+# every field a hit gives the TOML message and headline (its evidence values and fields; checked at load)
 MESSAGE_FIELDS = ("ranks_text", "n_ranks", "identical_steps", "fingerprinted_steps", "steps_text", "groups_text")
 ADVICE = ("no_sampler", "sampler_rank", "no_loader")
 
@@ -133,13 +133,14 @@ def _situation(run: dict[str, Any], ranks: list[int]) -> str:
 
 
 def check(job: JobContext) -> Outcome:
+    th = job.thresholds(Thresholds)
     run = run_json(job.analysis) or {}
     fp = fingerprints(run)
     if len(fp) < 2:
         if (run.get("world_size") or 1) < 2:
             return skipped("single process: no other rank to compare input batches with")
         return skipped("the run data lacks batch fingerprints of two ranks (recorded by perfdoctor profile)")
-    groups, pairs, best = identical_groups(fp, job.th["min_identical_share"], job.th["min_steps"])
+    groups, pairs, best = identical_groups(fp, th.min_identical_share, th.min_steps)
     metrics = {"fingerprinted_ranks": len(fp), "identical_rank_pairs": pairs, "max_identical_share": best}
     flagged = sorted(r for g, _ in groups for r in g)
     if not groups:

@@ -1,7 +1,10 @@
 """What a check sees: one rank (or the whole job), its rule's thresholds, and shared derived arrays.
 
 A check module exposes ``CODE``, ``METRICS`` (metric name -> description with
-unit; user rules may compare against them) and ``check(ctx) -> Outcome``.
+unit; user rules may compare against them), its ``Thresholds`` dataclass (read
+typed with ``ctx.thresholds(Thresholds)``) and ``check(ctx) -> Outcome``; it
+reads another rule's outcome only through ``ctx.built_on(code)``, for a code its
+TOML's ``builds_on`` names (:mod:`perfdoctor.checks.contract`).
 ``ctx`` is a :class:`RankContext` for ``scope = "rank"`` rules and a
 :class:`JobContext` for ``scope = "job"`` rules. Derived arrays that several
 checks need (kernels of the primary device with their classes, device idle

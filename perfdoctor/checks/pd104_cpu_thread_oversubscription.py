@@ -14,10 +14,11 @@ without a trace, it is not estimated.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from perfdoctor.checks.context import JobContext, Outcome, RankContext, passed, skipped
+from perfdoctor.checks.run_facts import number, table, tables
 from perfdoctor.findings import Estimate, Evidence, Hit
 
 CODE = "PD104"
@@ -34,22 +35,23 @@ class Thresholds:
     max_threads_per_core: float
 
 
-def thread_counts(run: dict[str, Any]) -> tuple[list[int], int, int] | str:
+def thread_counts(run: Mapping[str, object]) -> tuple[list[int], int, int] | str:
     """(intra-op threads of each process, DataLoader worker processes of all ranks, logical CPUs) from
     ``run.json``, or why not.
 
     Each rank's ``torch_threads`` is ``torch.get_num_threads()`` recorded at the end of its run (after the script
     set its own count); a single-process run of an older version falls back to the start-up count.
     """
-    env, cpu = run.get("environment") or {}, run.get("cpu") or {}
-    cores = cpu.get("logical_cpus")
-    ranks = [r for r in run.get("ranks") or [] if isinstance(r, dict)]
+    env, cpu = table(run, "environment"), table(run, "cpu")
+    cores = number(cpu, "logical_cpus")
+    ranks = tables(run, "ranks")
     per_rank = [r.get("torch_threads") for r in ranks]
     counts: list[int]
+    env_threads = number(env, "torch_threads")
     if ranks and all(isinstance(t, int) and t > 0 for t in per_rank):
         counts = [int(t) for t in per_rank if isinstance(t, int)]
-    elif (run.get("world_size") or 1) == 1 and env.get("torch_threads"):
-        counts = [int(env["torch_threads"])]
+    elif (run.get("world_size") or 1) == 1 and env_threads:
+        counts = [int(env_threads)]
     else:
         return (
             "the run data lacks each rank's intra-op thread count (recorded by perfdoctor profile from this version on)"
@@ -61,7 +63,7 @@ def thread_counts(run: dict[str, Any]) -> tuple[list[int], int, int] | str:
     if any(isinstance(w, int) for w in rank_workers):
         workers = sum(w for w in rank_workers if isinstance(w, int))
     else:
-        workers = int(env.get("dataloader_workers") or 0)
+        workers = int(number(env, "dataloader_workers") or 0)
     return counts, workers, int(cores)
 
 
@@ -119,18 +121,17 @@ def rank_part(ctx: RankContext) -> Outcome:
     return Outcome(metrics={}, hit=Hit(evidence=Evidence(values={}), estimate=Estimate(max(saving, 0.0), method)))
 
 
-def thread_probe(run: dict[str, Any]) -> dict[str, Any] | None:
+def thread_probe(run: Mapping[str, object]) -> dict[str, object] | None:
     """The first rank's ``thread_probe`` of ``run.json`` (:func:`perfdoctor.capture.op_probe.probe_threads`), or
     None."""
-    for r in run.get("ranks") or []:
-        probe = r.get("thread_probe") if isinstance(r, dict) else None
-        if isinstance(probe, dict) and isinstance(probe.get("suggested_over_recorded"), (int, float)):
-            if probe["suggested_over_recorded"] > 0:
-                return probe
+    for r in tables(run, "ranks"):
+        probe = r.get("thread_probe")
+        if isinstance(probe, dict) and (number(probe, "suggested_over_recorded") or 0) > 0:
+            return probe
     return None
 
 
-def _replayed(job: JobContext, busy: int, cores: int, probe: dict[str, Any] | None) -> Estimate | None:
+def _replayed(job: JobContext, busy: int, cores: int, probe: dict[str, object] | None) -> Estimate | None:
     """The replayed saving of one thread per core on the first CPU-only rank with a trace (op times scaled by the
     run's measured ratio where it has one), or None."""
     from perfdoctor.replay.transforms.cpu import fit_threads_to_cores

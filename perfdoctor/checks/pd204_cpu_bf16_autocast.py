@@ -20,14 +20,15 @@ with bf16 units too.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
 from perfdoctor.analysis import intervals as iv
 from perfdoctor.checks.common import pct, top_names
 from perfdoctor.checks.context import Outcome, RankContext, passed, run_json, skipped
+from perfdoctor.checks.run_facts import number, table, tables
 from perfdoctor.findings import Estimate, Evidence, Hit
 
 CODE = "PD204"
@@ -58,27 +59,43 @@ CAST_OPS = re.compile(r"^aten::(to|_to_copy)$")
 BF16_ISA = ("avx512_bf16", "amx_bf16")
 
 
-def op_probe(run: dict[str, Any]) -> dict[str, Any] | None:
-    """The first rank's ``op_probe`` of ``run.json`` (:mod:`perfdoctor.capture.op_probe`: the step's dominant bf16
-    GEMMs timed in bf16 and fp32 on this machine), or None."""
-    for r in run.get("ranks") or []:
-        probe = r.get("op_probe") if isinstance(r, dict) else None
-        if isinstance(probe, dict) and isinstance(probe.get("bf16_over_fp32"), (int, float)):
-            if probe["bf16_over_fp32"] > 0:
-                return probe
+@dataclass(frozen=True)
+class OpProbe:
+    """A rank's ``op_probe`` of ``run.json`` (:mod:`perfdoctor.capture.op_probe`): the step's dominant bf16 GEMMs
+    timed in bf16 and fp32 on this machine; ``bf16_over_fp32`` the time-weighted ratio (> 0), ``ops`` each op's
+    record (name, shapes, bf16_us, fp32_us)."""
+
+    bf16_over_fp32: float
+    threads: object
+    ops: list[Mapping[str, object]]
+
+
+def op_probe(run: Mapping[str, object]) -> OpProbe | None:
+    """The first rank's ``op_probe`` of ``run.json`` with a ratio above 0, or None."""
+    for r in tables(run, "ranks"):
+        probe = table(r, "op_probe")
+        ratio = number(probe, "bf16_over_fp32")
+        if ratio is not None and ratio > 0:
+            return OpProbe(ratio, probe.get("threads"), tables(probe, "ops"))
     return None
 
 
-def probe_method(probe: dict[str, Any]) -> str:
-    """The saving's method from a measured bf16/fp32 ratio: the formula and each op timed."""
-    ops = "; ".join(
-        f"{o['name']} {'×'.join(str(d) for d in o['shapes'][0]) if o['shapes'] else '?'}…: bf16 {o['bf16_us']:.0f} µs, "
-        f"fp32 {o['fp32_us']:.0f} µs"
-        for o in probe.get("ops", [])
+def _op_text(op: Mapping[str, object]) -> str:
+    """One probed op as the method lists it: its name, its first input's shape, its bf16 and fp32 times (µs)."""
+    shapes = op.get("shapes")
+    first = shapes[0] if isinstance(shapes, list) and shapes and isinstance(shapes[0], list) else None
+    shape = "×".join(str(d) for d in first) if first is not None else "?"
+    return (
+        f"{op.get('name')} {shape}…: bf16 {number(op, 'bf16_us') or 0:.0f} µs, fp32 {number(op, 'fp32_us') or 0:.0f} µs"
     )
+
+
+def probe_method(probe: OpProbe) -> str:
+    """The saving's method from a measured bf16/fp32 ratio: the formula and each op timed."""
+    ops = "; ".join(_op_text(o) for o in probe.ops)
     return (
         "autocast's cast time per step + bf16 GEMM time × (1 − 1/r), r = bf16 ÷ fp32 GEMM time = "
-        f"{float(probe['bf16_over_fp32']):.2f} measured on this machine after the run ({probe.get('threads')} "
+        f"{probe.bf16_over_fp32:.2f} measured on this machine after the run ({probe.threads} "
         f"thread(s), the recorded shapes, weighted by their recorded time: {ops})"
     )
 
@@ -114,7 +131,7 @@ def check(ctx: RankContext) -> Outcome:
     metrics["has_bf16_isa"] = float(has_isa)
     probe = op_probe(run)
     # measured on this machine, the ratio decides, whatever the flags say; else the spec's slowdown, without the ISA
-    ratio = float(probe["bf16_over_fp32"]) if probe is not None else th.emulated_slowdown
+    ratio = probe.bf16_over_fp32 if probe is not None else th.emulated_slowdown
     saving = cast_us + bf16_us * (1.0 - 1.0 / ratio)
     if saving <= 0 or (probe is None and has_isa):  # min_saving_pct: the engine's, on the report's denominator
         return passed(**metrics)
@@ -153,7 +170,7 @@ def _bf16_gemms(ctx: RankContext) -> np.ndarray:
     return bf16
 
 
-def _reason(probe: dict[str, Any] | None, ratio: float, cap: str | None, flags: list[str]) -> str:
+def _reason(probe: OpProbe | None, ratio: float, cap: str | None, flags: list[str]) -> str:
     """Why bf16 is slower on this CPU, as the message says it: measured, hidden by ``ONEDNN_MAX_CPU_ISA`` (``cap``)
     or missing from the CPU's ``flags``."""
     if probe is not None:

@@ -46,6 +46,9 @@ def _type_ok(expected: object, value: object) -> bool:
 
 
 _FIELDS: dict[type, dict[str, object]] = {}  # the field types of each Thresholds class, resolved once
+# each rule's typed thresholds, made once per loaded rule (a check asks on every rank: 7 µs each, 143,000 times at
+# 4,096 ranks); keyed by the rule's identity, the rule kept beside its value so that the key is never reused
+_MADE: dict[tuple[type, int], tuple[RuleSpec, object]] = {}
 
 
 def _fields(cls: type) -> dict[str, object]:
@@ -67,6 +70,9 @@ def thresholds_of(spec: RuleSpec | None, cls: type[T]) -> T:
     """
     if spec is None:
         raise PerfDoctorError(f"{cls.__module__}: its check ran without its rule, so without thresholds")
+    made = _MADE.get((cls, id(spec)))
+    if made is not None and made[0] is spec and isinstance(made[1], cls):
+        return made[1]
     fields = _fields(cls)
     known = ", ".join(fields) or "none"
     for key, value in spec.thresholds.items():
@@ -79,7 +85,9 @@ def thresholds_of(spec: RuleSpec | None, cls: type[T]) -> T:
     missing = [n for n in fields if n not in spec.thresholds]
     if missing:
         raise PerfDoctorError(f"{spec.path}: {spec.code} lacks threshold(s) {', '.join(missing)}")
-    return cls(**spec.thresholds)
+    out = cls(**spec.thresholds)
+    _MADE[(cls, id(spec))] = (spec, out)
+    return out
 
 
 TEMPLATES = ("message", "headline")  # the RuleSpec fields filled from a hit's fields

@@ -88,8 +88,7 @@ def test_user_override_with_a_bad_placeholder_stops_report_before_any_trace_is_r
     assert proc.returncode == 2
     assert proc.stderr.splitlines() == [
         f"perfdoctor: error: {bad}: message of PD101 uses {{dataloader_wait_msec}}, which its check does not provide "
-        "(fields: dataloader_host_us, dataloader_wait_pct, dataloader_wait_us, measured, recorded_ms, replayed_ms, "
-        "saving_ms, saving_pct, stall_ms, stall_pct, stalled)"
+        "(fields: measured, recorded_ms, replayed_ms, saving_ms, saving_pct, stall_ms, stall_pct, stalled)"
     ]
 
 
@@ -165,3 +164,84 @@ def test_a_user_override_of_an_advice_variant_replaces_that_text_only(tmp_path):
     assert cat.rules["PD501"].advice("retry") == {**base.advice("retry"), "fix": "Our cluster: see the wiki."}
     assert cat.rules["PD501"].advice("empty_cache") == base.advice("empty_cache")
     assert cat.rules["PD501"].fix == base.fix
+
+
+def test_a_check_reads_its_thresholds_typed_with_user_overrides_applied(tmp_path):
+    from perfdoctor.checks import pd101_dataloader_starvation as pd101
+    from perfdoctor.checks.context import RankContext
+
+    rules = tmp_path / "r"
+    rules.mkdir()
+    (rules / "PD101.toml").write_text('code = "PD101"\n[thresholds]\nmin_saving_pct = 7\n')
+    spec = load_catalogue([str(rules)]).rules["PD101"]
+    th = RankContext(None, None, spec).thresholds(pd101.Thresholds)
+    assert isinstance(th, pd101.Thresholds) and th.min_saving_pct == 7  # the user's value, not the built-in 5.0
+    assert load_catalogue().rules["PD101"].thresholds == {"min_saving_pct": 5.0}
+    with pytest.raises(PerfDoctorError, match="lacks threshold"):
+        RankContext(None, None, dataclasses.replace(spec, thresholds={})).thresholds(pd101.Thresholds)
+
+
+def test_checks_talk_through_the_contract_not_a_cache():
+    # thresholds typed (no ctx.th["..."]), another rule's outcome through builds_on (no ctx.cache side channel)
+    for path in sorted((REPO / "perfdoctor" / "checks").glob("pd[0-9]*.py")):
+        text = path.read_text()
+        for banned in (".th[", ".th.get(", "ctx.cache", "job.cache"):
+            assert banned not in text, f"{path.name} uses {banned}"
+
+
+def test_a_rule_reads_only_the_rules_it_builds_on(tmp_path):
+    from perfdoctor.checks.context import Outcome, RankContext
+
+    cat = load_catalogue()
+    assert cat.rules["PD103"].builds_on == ("PD101",)
+    ctx = RankContext(None, None, cat.rules["PD103"])
+    assert ctx.built_on("PD101") is None  # PD101 did not run on this rank
+    ctx.earlier["PD101"] = first = Outcome(skip="no DataLoader")
+    ctx.earlier["PD102"] = Outcome()
+    assert ctx.built_on("PD101") is first
+    with pytest.raises(PerfDoctorError, match=r'PD103 reads PD102\'s outcome without builds_on = \["PD102"\]'):
+        ctx.built_on("PD102")
+    with pytest.raises(PerfDoctorError, match="runs_after_others"):
+        ctx.skip_reasons()
+    ctx.spec = cat.rules["PD901"]
+    assert ctx.skip_reasons() == [("PD101", "no DataLoader")]
+
+
+@pytest.mark.parametrize(
+    ("edit", "error"),
+    [
+        (('builds_on = ["PD101"]', 'builds_on = ["PD109"]'), "PD103 builds on PD109, which runs after it"),
+        (('builds_on = ["PD101"]', 'builds_on = ["PD199"]'), "PD103 builds on PD199, which has no check"),
+        (('builds_on = ["PD101"]', 'builds_on = ["pd101"]'), "builds_on must be a list of rule codes like PD101"),
+    ],
+)
+def test_builds_on_names_a_rule_that_runs_first(tmp_path, edit, error):
+    d = _builtin_copy(tmp_path)
+    toml = d / "PD103.toml"
+    text = toml.read_text()
+    assert edit[0] in text
+    toml.write_text(text.replace(edit[0], edit[1], 1))
+    with pytest.raises(PerfDoctorError) as exc:
+        contract.validate(load_catalogue(builtin_dir=d), engine.check_modules())
+    assert error in exc.value.message and str(toml) in exc.value.message
+
+
+def test_builds_on_is_not_a_user_setting(tmp_path):
+    rules = tmp_path / "r"
+    rules.mkdir()
+    (rules / "PD103.toml").write_text('code = "PD103"\nbuilds_on = []\n')
+    with pytest.raises(PerfDoctorError, match=r"r/PD103.toml: builds_on of PD103 is its check's"):
+        load_catalogue([str(rules)])
+
+
+def test_placeholders_come_from_the_hit_alone():
+    # a template may name only what a hit gives (MESSAGE_FIELDS) and what the engine adds: a metric that is not
+    # also in the hit's evidence would fail when the rule first fires, so the contract refuses it at load
+    cat, modules = load_catalogue(), engine.check_modules()
+    for code, mod in modules.items():
+        spec = cat.rules[code]
+        used = {p for t in contract.TEMPLATES for p in contract.placeholders(spec, t)}
+        assert used <= {*mod.MESSAGE_FIELDS, *contract.ENGINE_FIELDS}, code
+    spec = dataclasses.replace(cat.rules["PD101"], headline="{dataloader_wait_pct:.0f}% waiting")  # a METRIC
+    with pytest.raises(PerfDoctorError, match=r"uses \{dataloader_wait_pct\}, which its check does not provide"):
+        contract.validate_rule(spec, modules["PD101"])

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from perfdoctor.checks import engine
 from perfdoctor.checks.catalogue import load_catalogue
 
 RULE_TESTS = Path(__file__).resolve().parent / "rules"
@@ -41,3 +42,29 @@ def test_rule_test_files_name_rules_that_exist():
     files = sorted(p.stem.removeprefix("test_").upper() for p in RULE_TESTS.glob("test_pd*.py"))
     assert set(files) <= set(BUILTIN)
     assert set(NOT_YET_SPLIT) <= set(BUILTIN)
+
+
+def todo_lines(path: Path) -> list[int]:
+    """Line numbers (1-based) of ``path`` that still hold the scaffold's ``TODO``."""
+    return [i for i, line in enumerate(path.read_text().splitlines(), 1) if "TODO" in line]
+
+
+@pytest.mark.parametrize("code", BUILTIN)
+def test_rule_has_no_todo_left(code):
+    # python -m perfdoctor.tools.new_rule writes TODO where the author's words and numbers go: a rule ships
+    # without one, in its TOML, its check module and its test file
+    modules = engine.check_modules()
+    paths = [Path(load_catalogue().rules[code].path), RULE_TESTS / f"test_{code.lower()}.py"]
+    if code in modules:
+        paths.append(Path(str(modules[code].__file__)))
+    left = {p.name: todo_lines(p) for p in paths if p.exists() and todo_lines(p)}
+    assert not left, f"{code} still has TODO at {left} (CONTRIBUTING.md, 'Adding a rule')"
+
+
+def test_a_scaffolded_rule_fails_the_todo_check(tmp_path):
+    from perfdoctor.tools import new_rule
+
+    root = tmp_path / "repo"
+    (root / "rules").mkdir(parents=True)
+    for path in new_rule.scaffold("PD198", "todo-check", root):
+        assert todo_lines(path), path.name

@@ -36,10 +36,10 @@ def joint_inputs(job: JobContext) -> tuple[dict[int, Any] | None, str]:
     return result
 
 
-def replayed_saving(job: JobContext, pulled: set[int] | None, who: str) -> tuple[float, str, dict[str, Any]] | None:
+def replayed_saving(job: JobContext, pulled: set[int] | None, who: str) -> tuple[float, str, dict[str, Any]] | str:
     """(saving µs per step, method, evidence values) of the ranks ``pulled`` (None: every rank) arriving at each
-    collective with the median rank, ``who`` naming them in the method ("every rank", "rank 3"); None with the
-    reason in ``job.cache["arrival_why"]`` when the ranks cannot be replayed jointly."""
+    collective with the median rank, ``who`` naming them in the method ("every rank", "rank 3"); the reason when
+    the ranks cannot be replayed jointly."""
     from perfdoctor.crossrank.joint import median_arrival
 
     inputs, why = joint_inputs(job)
@@ -47,8 +47,7 @@ def replayed_saving(job: JobContext, pulled: set[int] | None, who: str) -> tuple
     if inputs is not None:
         res, why = median_arrival(inputs, pulled)
     if res is None:
-        job.cache["arrival_why"] = why
-        return None
+        return why
     (r0, before), (r1, after) = res.before, res.after
     n_steps = min(len(i.recorded_step_us) for i in inputs.values()) if inputs else 0
     method = (

@@ -21,6 +21,8 @@ by the code)::
     example_after = '''code'''
     references = ["https://..."]
     requires = ["steps", "device"]      # data it needs (REQUIREMENTS); skipped with the reason otherwise
+    builds_on = ["PD101"]               # rules whose outcome on the rank its check reads (RankContext.built_on);
+                                        #   they run first (a property of the check: a user file cannot change it)
     scope = "rank"                      # "rank": checked per trace; "job": across all ranks
     runs_after_others = false           # true: runs after every other check (it reads their skip reasons)
     whole_trace_note = true             # false: its message is not per step, so a trace without step markers
@@ -49,7 +51,7 @@ import re
 import tomllib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeAlias
 
 from perfdoctor.errors import PerfDoctorError
 from perfdoctor.findings import SEVERITIES
@@ -95,13 +97,18 @@ _TEXT_KEYS = (
     "example_after",
 )
 _BOOL_KEYS = ("runs_after_others", "whole_trace_note")
-_ALL_KEYS = set(_TEXT_KEYS) | set(_BOOL_KEYS) | {"code", "references", "requires", "scope", "thresholds", "when"}
+_ALL_KEYS = set(_TEXT_KEYS) | set(_BOOL_KEYS) | {"code", "references", "requires", "builds_on", "scope"}
+_ALL_KEYS |= {"thresholds", "when"}
 # a variant of an advice text, for one situation the check tells apart: fix_rocm, example_after_fsdp, ...; cause_X is
 # the phrase a check that names causes puts in its message for situation X (PD501's allocator causes)
 VARIANT_RX = re.compile(r"^(fix|example_before|example_after|cause)_([a-z0-9]+(?:_[a-z0-9]+)*)$")
 _CODE_RX = re.compile(r"^[A-Z]{1,4}\d{3}$")
 _NAME_RX = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
 _BUILTIN_FILE_RX = re.compile(r"^[A-Z]{1,4}\d{3}\.toml$")
+
+# a TOML document as tomllib reads it (dates aside: no rule key takes one); each key's type is checked by _validate
+TomlValue: TypeAlias = "str | int | float | bool | list[TomlValue] | dict[str, TomlValue]"
+TomlTable: TypeAlias = "dict[str, TomlValue]"
 
 
 @dataclass(frozen=True)
@@ -122,8 +129,10 @@ class RuleSpec:
     example_after: str
     references: tuple[str, ...]
     requires: tuple[str, ...] = ()
+    builds_on: tuple[str, ...] = ()
     scope: str = "rank"
-    thresholds: dict[str, Any] = field(default_factory=dict)
+    thresholds: TomlTable = field(default_factory=dict)
+    # a user metric rule's [when] (metric, above or below, saving_metric), its value types checked at load
     when: dict[str, Any] | None = None
     runs_after_others: bool = False
     whole_trace_note: bool = True
@@ -146,7 +155,7 @@ class RuleSpec:
                 out[key] = self.variants[f"{key}_{variant}"]
         return out
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {
             "code": self.code,
             "name": self.name,
@@ -209,7 +218,7 @@ def builtin_rules_dir() -> Path:
     )
 
 
-def _read_toml(path: Path) -> dict[str, Any]:
+def _read_toml(path: Path) -> TomlTable:
     try:
         with open(path, "rb") as fh:
             return tomllib.load(fh)
@@ -219,7 +228,7 @@ def _read_toml(path: Path) -> dict[str, Any]:
         raise PerfDoctorError(f"{path}: cannot read ({exc.strerror})") from None
 
 
-def _check_value(path: Path, key: str, value: Any) -> None:
+def _check_value(path: Path, key: str, value: TomlValue) -> None:
     def bad(what: str) -> PerfDoctorError:
         return PerfDoctorError(f"{path}: {key} {what}")
 
@@ -229,7 +238,7 @@ def _check_value(path: Path, key: str, value: Any) -> None:
         raise bad("must be true or false")
     if key == "code" and not (isinstance(value, str) and _CODE_RX.match(value)):
         raise bad(f"{value!r} is not a rule code like PD101")
-    if key == "name" and not _NAME_RX.match(value):
+    if key == "name" and not (isinstance(value, str) and _NAME_RX.match(value)):
         raise bad(f"{value!r} is not kebab-case")
     if key == "category" and value not in CATEGORIES:
         raise bad(f"{value!r} is not one of {', '.join(CATEGORIES)}")
@@ -244,6 +253,10 @@ def _check_value(path: Path, key: str, value: Any) -> None:
             unknown = [v for v in value if v not in REQUIREMENTS]
             if unknown:
                 raise bad(f"has unknown requirement(s) {unknown}; known: {', '.join(REQUIREMENTS)}")
+    if key == "builds_on" and not (
+        isinstance(value, list) and all(isinstance(v, str) and _CODE_RX.match(v) for v in value)
+    ):
+        raise bad("must be a list of rule codes like PD101")
     if key == "thresholds":
         if not isinstance(value, dict):
             raise bad("must be a table")
@@ -254,14 +267,15 @@ def _check_value(path: Path, key: str, value: Any) -> None:
         _check_when(path, value)
 
 
-def _check_when(path: Path, when: Any) -> None:
+def _check_when(path: Path, when: TomlValue) -> None:
     if not isinstance(when, dict):
         raise PerfDoctorError(f"{path}: [when] must be a table")
     unknown = set(when) - {"metric", "above", "below", "saving_metric"}
     if unknown:
         raise PerfDoctorError(f"{path}: [when] has unknown key(s) {sorted(unknown)}")
     for k in ("metric", "saving_metric"):
-        if k in when and not (isinstance(when[k], str) and re.match(r"^[A-Z]{1,4}\d{3}\.\w+$", when[k])):
+        value = when.get(k)
+        if k in when and not (isinstance(value, str) and re.match(r"^[A-Z]{1,4}\d{3}\.\w+$", value)):
             raise PerfDoctorError(f"{path}: when.{k} must look like 'PD101.metric_name'")
     if "metric" not in when or ("above" in when) == ("below" in when):
         raise PerfDoctorError(f"{path}: [when] needs metric and exactly one of above / below")
@@ -270,7 +284,7 @@ def _check_when(path: Path, when: Any) -> None:
         raise PerfDoctorError(f"{path}: when.above / when.below must be a number")
 
 
-def _validate(path: Path, data: dict[str, Any], full: bool) -> None:
+def _validate(path: Path, data: TomlTable, full: bool) -> None:
     unknown = {k for k in data if k not in _ALL_KEYS and not VARIANT_RX.match(k)}
     if unknown:
         raise PerfDoctorError(f"{path}: unknown key(s) {sorted(unknown)}")
@@ -301,55 +315,103 @@ def _is_prose(key: str) -> bool:
     return key in _PROSE or key.startswith("fix_")
 
 
-def _spec(path: Path, data: dict[str, Any], builtin: bool) -> RuleSpec:
-    data = {k: (prose(v) if _is_prose(k) else v) for k, v in data.items()}
+def _text(data: TomlTable, key: str, default: str | None = None) -> str:
+    """``data[key]`` (or ``default``), a string: :func:`_validate` checked it; prose re-flowed (:func:`prose`)."""
+    value = data.get(key, default)
+    if not isinstance(value, str):
+        raise PerfDoctorError(f"{key} must be a string")  # unreachable after _validate
+    return prose(value) if _is_prose(key) else value
+
+
+def _texts(data: TomlTable, key: str) -> tuple[str, ...]:
+    """``data[key]``, a list of strings (:func:`_validate` checked it), as a tuple; () when absent."""
+    value = data.get(key, [])
+    return tuple(v for v in value if isinstance(v, str)) if isinstance(value, list) else ()
+
+
+def _table(data: TomlTable, key: str) -> TomlTable:
+    """``data[key]``, a table (:func:`_validate` checked it), copied; {} when absent."""
+    value = data.get(key, {})
+    return dict(value) if isinstance(value, dict) else {}
+
+
+def _number(path: Path, table: TomlTable, key: str, default: float) -> float:
+    """``table[key]`` (``default`` when absent) as a float.
+
+    Raises:
+        PerfDoctorError: a value that is not a number (names the file and key).
+    """
+    value = table.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise PerfDoctorError(f"{path}: {key} must be a number")
+    return float(value)
+
+
+def _flag(data: TomlTable, key: str, default: bool) -> bool:
+    value = data.get(key, default)
+    return value if isinstance(value, bool) else default
+
+
+def _variants(data: TomlTable) -> dict[str, str]:
+    """The advice variants (``fix_rocm``, ``example_after_fsdp``...) of ``data``, prose re-flowed."""
+    return {k: _text(data, k) for k in data if VARIANT_RX.match(k)}
+
+
+def _spec(path: Path, data: TomlTable, builtin: bool) -> RuleSpec:
+    when = data.get("when")
     return RuleSpec(
-        code=data["code"],
-        name=data["name"],
-        category=data["category"],
-        severity=data["severity"],
-        message=data["message"],
-        headline=data.get("headline", data["message"]),
-        summary=data["summary"],
-        why=data["why"],
-        saving=data["saving"],
-        fix=data["fix"],
-        example_before=data["example_before"],
-        example_after=data["example_after"],
-        references=tuple(data["references"]),
-        requires=tuple(data.get("requires", ())),
-        scope=data.get("scope", "rank"),
-        thresholds=dict(data.get("thresholds", {})),
-        when=data.get("when"),
-        runs_after_others=data.get("runs_after_others", False),
-        whole_trace_note=data.get("whole_trace_note", True),
+        code=_text(data, "code"),
+        name=_text(data, "name"),
+        category=_text(data, "category"),
+        severity=_text(data, "severity"),
+        message=_text(data, "message"),
+        headline=_text(data, "headline", _text(data, "message")),
+        summary=_text(data, "summary"),
+        why=_text(data, "why"),
+        saving=_text(data, "saving"),
+        fix=_text(data, "fix"),
+        example_before=_text(data, "example_before"),
+        example_after=_text(data, "example_after"),
+        references=_texts(data, "references"),
+        requires=_texts(data, "requires"),
+        builds_on=_texts(data, "builds_on"),
+        scope=_text(data, "scope", "rank"),
+        thresholds=_table(data, "thresholds"),
+        when=dict(when) if isinstance(when, dict) else None,
+        runs_after_others=_flag(data, "runs_after_others", False),
+        whole_trace_note=_flag(data, "whole_trace_note", True),
         path=str(path),
         builtin=builtin,
-        variants={k: v for k, v in data.items() if VARIANT_RX.match(k)},
+        variants=_variants(data),
     )
 
 
-def _override(base: RuleSpec, path: Path, data: dict[str, Any]) -> RuleSpec:
+def _override(base: RuleSpec, path: Path, data: TomlTable) -> RuleSpec:
     if "when" in data:
         raise PerfDoctorError(f"{path}: {base.code} is a built-in rule; [when] is only for new codes")
-    unknown = set(data.get("thresholds", {})) - set(base.thresholds)
+    if "builds_on" in data:
+        raise PerfDoctorError(f"{path}: builds_on of {base.code} is its check's, not a setting to override")
+    unknown = set(_table(data, "thresholds")) - set(base.thresholds)
     if unknown:
         raise PerfDoctorError(
             f"{path}: {base.code} has no threshold(s) {sorted(unknown)}; "
             f"known: {', '.join(sorted(base.thresholds)) or 'none'}"
         )
-    changes: dict[str, Any] = {k: (prose(v) if _is_prose(k) else v) for k, v in data.items() if k in _TEXT_KEYS}
-    variants = {k: (prose(v) if _is_prose(k) else v) for k, v in data.items() if VARIANT_RX.match(k)}
-    if variants:
-        changes["variants"] = {**base.variants, **variants}
-    changes.update({k: data[k] for k in _BOOL_KEYS if k in data})
+    texts: dict[str, Any] = {k: _text(data, k) for k in data if k in _TEXT_KEYS}  # RuleSpec's str fields
+    spec = replace(base, path=str(path), **texts)
+    if variants := _variants(data):
+        spec = replace(spec, variants={**base.variants, **variants})
+    if "runs_after_others" in data:
+        spec = replace(spec, runs_after_others=_flag(data, "runs_after_others", False))
+    if "whole_trace_note" in data:
+        spec = replace(spec, whole_trace_note=_flag(data, "whole_trace_note", True))
     if "references" in data:
-        changes["references"] = tuple(data["references"])
+        spec = replace(spec, references=_texts(data, "references"))
     if "requires" in data:
-        changes["requires"] = tuple(data["requires"])
+        spec = replace(spec, requires=_texts(data, "requires"))
     if "thresholds" in data:
-        changes["thresholds"] = {**base.thresholds, **data["thresholds"]}
-    return replace(base, path=str(path), **changes)
+        spec = replace(spec, thresholds={**base.thresholds, **_table(data, "thresholds")})
+    return spec
 
 
 def load_catalogue(user_dirs: list[str] | tuple[str, ...] = (), builtin_dir: Path | None = None) -> Catalogue:
@@ -364,9 +426,9 @@ def load_catalogue(user_dirs: list[str] | tuple[str, ...] = (), builtin_dir: Pat
     cat = Catalogue(rules={})
     engine_toml = bdir / "engine.toml"
     if engine_toml.exists():
-        sev = _read_toml(engine_toml).get("severity", {})
-        cat.severity_high_pct = float(sev.get("high_pct", cat.severity_high_pct))
-        cat.severity_medium_pct = float(sev.get("medium_pct", cat.severity_medium_pct))
+        sev = _table(_read_toml(engine_toml), "severity")
+        cat.severity_high_pct = _number(engine_toml, sev, "high_pct", cat.severity_high_pct)
+        cat.severity_medium_pct = _number(engine_toml, sev, "medium_pct", cat.severity_medium_pct)
     for path in sorted(bdir.glob("*.toml")):
         if not _BUILTIN_FILE_RX.match(path.name):
             continue

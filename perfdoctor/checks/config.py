@@ -11,7 +11,6 @@ from __future__ import annotations
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from perfdoctor.errors import PerfDoctorError
 from perfdoctor.findings import SEVERITIES
@@ -40,7 +39,7 @@ def find_pyproject(start: str | Path | None = None) -> Path | None:
     return None
 
 
-def _split(value: Any, where: str) -> list[str]:
+def _split(value: object, where: str) -> list[str]:
     if isinstance(value, str):
         return [v.strip() for v in value.split(",") if v.strip()]
     if isinstance(value, list) and all(isinstance(v, str) for v in value):

@@ -1,7 +1,10 @@
 """What a check sees: one rank (or the whole job), its rule's thresholds, and shared derived arrays.
 
 A check module exposes ``CODE``, ``METRICS`` (metric name -> description with
-unit; user rules may compare against them) and ``check(ctx) -> Outcome``.
+unit; user rules may compare against them), its ``Thresholds`` dataclass (read
+typed with ``ctx.thresholds(Thresholds)``) and ``check(ctx) -> Outcome``; it
+reads another rule's outcome only through ``ctx.built_on(code)``, for a code its
+TOML's ``builds_on`` names (:mod:`perfdoctor.checks.contract`).
 ``ctx`` is a :class:`RankContext` for ``scope = "rank"`` rules and a
 :class:`JobContext` for ``scope = "job"`` rules. Derived arrays that several
 checks need (kernels of the primary device with their classes, device idle
@@ -11,7 +14,7 @@ gaps) are computed once per rank and cached.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -21,10 +24,14 @@ from perfdoctor.analysis.steps import gpu_launch_times
 from perfdoctor.analysis.warmup import job_cold_steps
 from perfdoctor.checks.catalogue import RuleSpec
 from perfdoctor.checks.common import step_list_text
+from perfdoctor.checks.contract import thresholds_of
 from perfdoctor.crossrank.bounds import peers_text
+from perfdoctor.errors import PerfDoctorError
 from perfdoctor.findings import REPLAY_METHOD, Evidence, Hit
 from perfdoctor.trace import intervals as iv
 from perfdoctor.trace.join import launched_values
+
+T = TypeVar("T")  # a check module's ``Thresholds``
 
 
 @dataclass
@@ -77,18 +84,55 @@ class RankContext:
         self.analysis = analysis
         self.rank = rank
         self.spec = spec
+        # memoisation of this rank's derived arrays (kernels, busy intervals, replay), never a channel between rules
         self.cache: dict[str, Any] = {}
+        # the outcomes of the rules already run on this rank, by code, in run order (the engine fills it): a check
+        # reads another rule's only through :meth:`built_on` and :meth:`skip_reasons`, its own rank pass through
+        # :meth:`rank_pass`
+        self.earlier: dict[str, Outcome] = {}
 
     # -- rule ------------------------------------------------------------------
-    @property
-    def th(self) -> dict[str, Any]:
-        """The rule's thresholds (``[thresholds]`` of its TOML, user overrides applied)."""
-        return self.spec.thresholds if self.spec else {}
+    def thresholds(self, cls: type[T]) -> T:
+        """The rule's ``[thresholds]`` (its TOML's, user overrides applied) as the check module's ``Thresholds``
+        dataclass ``cls``: typed fields, checked against the TOML (:func:`perfdoctor.checks.contract.thresholds_of`).
+
+        Raises:
+            PerfDoctorError: a key ``cls`` does not declare, one it lacks or one of the wrong type (names the file).
+        """
+        return thresholds_of(self.spec, cls)
 
     def advice(self, situation: str) -> dict[str, str]:
         """The rule's advice for ``situation`` as ``Hit.advice`` (its TOML's ``fix_<situation>`` and examples:
         :meth:`perfdoctor.checks.catalogue.RuleSpec.advice`); {} without a rule (the rule's own text stays)."""
         return self.spec.advice(situation) if self.spec is not None else {}
+
+    def built_on(self, code: str) -> Outcome | None:
+        """The outcome on this rank of rule ``code``, which the rule being checked builds on (its TOML's
+        ``builds_on`` names it; the contract makes it run first), or None where it did not run.
+
+        Raises:
+            PerfDoctorError: the rule does not declare ``code`` in ``builds_on``.
+        """
+        if self.spec is None or code not in self.spec.builds_on:
+            who = self.spec.code if self.spec is not None else "a check without its rule"
+            raise PerfDoctorError(f'{who} reads {code}\'s outcome without builds_on = ["{code}"] in its TOML')
+        return self.earlier.get(code)
+
+    def skip_reasons(self) -> list[tuple[str, str]]:
+        """``(code, reason)`` of every rule skipped on this rank so far, in run order, for a rule that runs after
+        all others (``runs_after_others = true`` in its TOML; PD901 reads why the others could not run).
+
+        Raises:
+            PerfDoctorError: the rule does not run after the others (it would see only some of them).
+        """
+        if self.spec is None or not self.spec.runs_after_others:
+            raise PerfDoctorError("only a rule with runs_after_others = true reads the other rules' skip reasons")
+        return [(code, o.skip) for code, o in self.earlier.items() if o.skip]
+
+    def rank_pass(self) -> Outcome | None:
+        """The rule's own outcome where the rank was analysed, when the engine checks it again from the rank's
+        summary with the job's cross-rank results (a module with ``CROSS_RANK = True``); None on that first pass."""
+        return self.earlier.get(self.spec.code) if self.spec is not None else None
 
     # -- steps -------------------------------------------------------------------
     @property
@@ -338,9 +382,9 @@ class JobContext:
         # worker: the job's rank contexts are summaries without them); None where a rank has none
         self.rank_parts: list[Outcome | None] = []
 
-    @property
-    def th(self) -> dict[str, Any]:
-        return self.spec.thresholds if self.spec else {}
+    def thresholds(self, cls: type[T]) -> T:
+        """The rule's thresholds as its check module's ``Thresholds`` (:meth:`RankContext.thresholds`)."""
+        return thresholds_of(self.spec, cls)
 
     def advice(self, situation: str) -> dict[str, str]:
         """The rule's advice for ``situation`` as ``Hit.advice`` (:meth:`RankContext.advice`)."""
@@ -433,13 +477,16 @@ def replayed_outcome(
     method: str,
     fields: dict[str, Any],
     advice: dict[str, str] | None = None,
+    *,
+    min_saving_pct: float,
 ) -> Outcome:
     """The outcome of a check whose hit has a replayed saving (``saving_us`` µs per step, its ``method``) and
-    leaves its threshold (the rule's ``min_saving_pct``) to the engine (:func:`perfdoctor.checks.after.gate`)."""
+    leaves its threshold (the rule's ``min_saving_pct``, % of the step) to the engine
+    (:func:`perfdoctor.checks.after.gate`)."""
     from perfdoctor.checks.common import replayed_estimate
 
     hit = Hit(
-        min_saving_pct=ctx.th["min_saving_pct"],
+        min_saving_pct=min_saving_pct,
         evidence=evidence,
         estimate=replayed_estimate(saving_us, method, fields),
         fields=fields,

@@ -404,17 +404,14 @@ def rank_outcomes(
                 ctx.spec = spec
                 out[code] = part(ctx)
                 if out[code].hit is not None:
-                    ctx.cache.setdefault("hits", {})[code] = out[code].hit
+                    ctx.earlier[code] = out[code]
             continue
         ctx.spec = spec
         reason = next((m for m in (_requirement_missing(q, analysis, ctx.rank) for q in spec.requires) if m), None)
         o = cx.skipped(reason) if reason else mod.check(ctx)
         if not o.skip:
             o.metrics.setdefault("step_us", ctx.step_us)
-        if o.skip:
-            ctx.cache.setdefault("skipped", []).append((code, o.skip))
-        if o.hit is not None:  # a later check may build on an earlier one's fix (PD103 on PD101's prefetch)
-            ctx.cache.setdefault("hits", {})[code] = o.hit
+        ctx.earlier[code] = o  # a later check may build on it (builds_on; runs_after_others reads skip reasons)
         out[code] = o
     rr = getattr(ctx.rank, "replay", None) or ctx.cache.get("replay")
     if rr is not None and hasattr(rr, "fired"):
@@ -731,8 +728,7 @@ def _rerun_cross_rank(
     if outcome.skip or not getattr(mod, "CROSS_RANK", False) or getattr(analysis, "collective_wait", None) is None:
         return outcome
     ctx.spec = spec
-    ctx.cache["previous_metrics"] = dict(outcome.metrics)  # what the rank's own run measured (its replay)
-    ctx.cache["previous_evidence"] = dict(outcome.hit.evidence.values) if outcome.hit is not None else {}
+    ctx.earlier[spec.code] = outcome  # what the rank's own run measured (its replay): RankContext.rank_pass
     o: cx.Outcome = mod.check(ctx)
     if not o.skip:
         o.metrics.setdefault("step_us", ctx.step_us)

@@ -34,7 +34,7 @@ METRICS = {
     "dataloader_host_us": "mean µs per step the host spends inside DataLoader __next__",
 }
 
-# what a hit's evidence/fields add to METRICS for the TOML message (its placeholders are checked at load)
+# every field a hit gives the TOML message and headline (its evidence values and fields; checked at load)
 MESSAGE_FIELDS = ("measured", "recorded_ms", "stalled", "stall_ms", "stall_pct")
 # the advice for a CPU-only run (fix_cpu of its TOML: no pinned memory, no copy to the device, cores for workers)
 ADVICE = ("cpu",)
@@ -48,6 +48,7 @@ class Thresholds:
 
 
 def check(ctx: RankContext) -> Outcome:
+    th = ctx.thresholds(Thresholds)
     fetches = host.ranges_named(ctx.tables, host.DATALOADER)
     if fetches[0].size == 0:
         return skipped(
@@ -73,7 +74,7 @@ def check(ctx: RankContext) -> Outcome:
             "step_ms": ctx.step_us / 1000,
             "max_step_wait_ms": float(wait.max()) / 1000,
         },
-        steps=steps_over(wait, step_us, ctx.th["min_saving_pct"], ctx.step_numbers),
+        steps=steps_over(wait, step_us, th.min_saving_pct, ctx.step_numbers),
     )
     name_line_of(ev, ctx.tables, host.DATALOADER)  # the loop line that fetches the batch
     host_ms = float(host_us.mean()) / 1000
@@ -101,6 +102,6 @@ def check(ctx: RankContext) -> Outcome:
             estimate=replayed_estimate(saving, method, fields),
             fields=fields,
             advice={} if ctx.is_gpu else ctx.advice("cpu"),
-            min_saving_pct=ctx.th["min_saving_pct"],
+            min_saving_pct=th.min_saving_pct,
         ),
     )

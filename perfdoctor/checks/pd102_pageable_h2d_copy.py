@@ -43,7 +43,7 @@ METRICS = {
     "idle_pct": "idle_us as % of the mean step time",
 }
 
-# what a hit's evidence/fields add to METRICS for the TOML message (its placeholders are checked at load)
+# every field a hit gives the TOML message and headline (its evidence values and fields; checked at load)
 MESSAGE_FIELDS = ("copies_per_step", "copy_host_ms", "host_blocked_ms", "size_per_step", "recorded_ms")
 
 
@@ -58,8 +58,9 @@ class Thresholds:
 
 
 def check(ctx: RankContext) -> Outcome:
+    th = ctx.thresholds(Thresholds)
     dev = ctx.device.device
-    mask, blocked = pageable_h2d(ctx.tables, dev, ctx.th["sync_adjacency_us"])
+    mask, blocked = pageable_h2d(ctx.tables, dev, th.sync_adjacency_us)
     if not mask.any():
         if memcpy_mask(ctx.tables, dev, "h2d", None).any():
             return skipped("the trace's host-to-device copy names do not say pageable or pinned")
@@ -70,7 +71,7 @@ def check(ctx: RankContext) -> Outcome:
     n = np.bincount(in_step[in_step >= 0], minlength=ctx.n_steps)
     nbytes = np.bincount(in_step[in_step >= 0], weights=mc["bytes"][mask][in_step >= 0], minlength=ctx.n_steps)
     host_us = iv.per_window(blocked, ws, we)
-    explained = copy_explained(ctx.tables, mask, blocked, ctx.th["staging_gb_per_s"], ctx.th["per_copy_overhead_us"])
+    explained = copy_explained(ctx.tables, mask, blocked, th.staging_gb_per_s, th.per_copy_overhead_us)
     copy_us = iv.per_window(explained, ws, we)
     saving, idle, method = ctx.replayed_saving(pinned_copies(ctx.replay(), ctx.tables, np.flatnonzero(mask), blocked))
     saving, idle = max(saving, 0.0), np.maximum(idle, 0.0)
@@ -94,11 +95,11 @@ def check(ctx: RankContext) -> Outcome:
             "host_blocked_ms": float(host_us.mean()) / 1000,
             "copy_gb_per_s": gbps,
         },
-        steps=steps_over(idle, ctx.per_step(lambda s: s.dur_us), ctx.th["min_saving_pct"], ctx.step_numbers),
+        steps=steps_over(idle, ctx.per_step(lambda s: s.dur_us), th.min_saving_pct, ctx.step_numbers),
     )
     fields = {"size_per_step": size_text(float(nbytes.mean())), **replay_fields(ctx)}
     hit = Hit(
-        min_saving_pct=ctx.th["min_saving_pct"],
+        min_saving_pct=th.min_saving_pct,
         evidence=ev,
         estimate=replayed_estimate(saving, method, fields),
         fields=fields,

@@ -46,7 +46,7 @@ METRICS = {
 # the words of a ROCm trace (HIP graphs) in its fix: fix_rocm of the TOML
 ADVICE = ("rocm",)
 
-# what a hit's evidence/fields add to METRICS for the TOML message (its placeholders are checked at load)
+# every field a hit gives the TOML message and headline (its evidence values and fields; checked at load)
 MESSAGE_FIELDS = (
     "graph_api",
     "launch_idle_ms",
@@ -58,6 +58,8 @@ MESSAGE_FIELDS = (
     "recorded_ms",
     "replay_base",
     "saving_parts",
+    "launch_idle_pct",
+    "kernels_per_step",
 )
 
 
@@ -71,15 +73,10 @@ class Thresholds:
 
 
 def check(ctx: RankContext) -> Outcome:
+    th = ctx.thresholds(Thresholds)
     if reason := cold_reason(ctx):
         return skipped(reason)
-    ws, we = ctx.windows()
-    launch_idle = ctx.per_step(lambda s: s.idle_causes_us.get("host_launch_bound", 0.0))
-    # idle inside Optimizer.step is PD205's; idle while the host sits in a blocking runtime call (cudaFree,
-    # cudaMalloc...) is not launch overhead (PD501's when it recurs)
-    not_launch = iv.union_of(host.named(ctx.tables, host.OPTIMIZER_STEP), host.blocking_runtime_calls(ctx.tables))
-    opt_idle = iv.per_window(iv.intersect(ctx.device_gaps(), not_launch), ws, we)
-    idle = np.maximum(launch_idle - opt_idle, 0.0)
+    launch_idle, idle = _launch_idle(ctx)
     replayed, per_step, method, base, whatifs = _graphs_saving(ctx)
     k = ctx.kernels()
     known = (k.step >= 0) & ~np.isnan(k.launch_gap_us)
@@ -87,7 +84,6 @@ def check(ctx: RankContext) -> Outcome:
     share = float(short.sum() / known.sum()) if known.any() else 0.0
     launch_idle_us = float(idle.mean())
     saving = max(replayed, 0.0)
-    idle = np.clip(per_step, 0.0, None)
     metrics = {
         "launch_idle_us": launch_idle_us,
         "launch_idle_pct": pct(launch_idle_us, ctx.step_us),
@@ -101,9 +97,9 @@ def check(ctx: RankContext) -> Outcome:
     # kernel is host work of another kind, not a launch rate the device cannot keep up with
     metrics["in_stream_share"] = _in_stream_share(ctx, k)
     if (
-        min(metrics["saving_pct"], metrics["launch_idle_pct"]) < ctx.th["min_saving_pct"]
-        or share < ctx.th["min_short_kernel_share"]
-        or metrics["in_stream_share"] < ctx.th["min_in_stream_share"]
+        min(metrics["saving_pct"], metrics["launch_idle_pct"]) < th.min_saving_pct
+        or share < th.min_short_kernel_share
+        or metrics["in_stream_share"] < th.min_in_stream_share
     ):
         return passed(**metrics)
     ev = Evidence(
@@ -119,25 +115,12 @@ def check(ctx: RankContext) -> Outcome:
             "launch_idle_source": _source_text(float(launch_idle.mean()), launch_idle_us),
             "graph_api": graph_api(ctx.tables),
         },
-        steps=steps_over(idle, ctx.per_step(lambda s: s.dur_us), ctx.th["min_saving_pct"], ctx.step_numbers),
+        steps=steps_over(
+            np.clip(per_step, 0.0, None), ctx.per_step(lambda s: s.dur_us), th.min_saving_pct, ctx.step_numbers
+        ),
     )
-    # the module whose forward launches the most short kernels, and the line of it
-    tab = ctx.tables.kernels
-    launches = launch_rows(ctx.tables, "kernels")[tab["device"] == ctx.device.device] if len(tab) else np.empty(0)
-    short_launch = launches[short] if launches.size == short.size else np.empty(0, dtype=np.int64)
-    name_line(ev, ctx.tables, "runtime", short_launch[short_launch >= 0], by_module=True)
-    # where the saving comes from, read off the replays it is the difference of (it can exceed the launch idle
-    # named above: a captured graph also runs none of the Python between launches, PD106's idle)
-    parts = ctx.saving_parts(*whatifs)
-    fields = {**replay_fields(ctx), "replay_base": "", "saving_parts": parts.text(("host_launch_bound", "python"))}
-    if base is not None:  # the step the graphs start from: batches prefetched
-        ev.values["saving_alone_ms"] = base[1] / 1000
-        fields["recorded_ms"] = base[0] / 1000
-        fields["replay_base"] = (
-            f" on top of prefetched DataLoader batches (PD101's fix, with which it replays at {base[0] / 1000:.1f} "
-            f"ms; graphs alone would save {base[1] / 1000:.1f} ms, most of it by hiding the DataLoader fetch "
-            "behind device work)"
-        )
+    _name_short_launches(ctx, ev, short)
+    fields = _message_fields(ctx, ev, base, whatifs)
     advice = ctx.advice("rocm") if ev.values["graph_api"] == "HIP" else {}
     hit = Hit(
         evidence=ev,
@@ -147,6 +130,49 @@ def check(ctx: RankContext) -> Outcome:
         builds_on=("PD101",) if base is not None else (),
     )
     return Outcome(metrics=metrics, hit=hit)
+
+
+def _launch_idle(ctx: RankContext) -> tuple[np.ndarray, np.ndarray]:
+    """Per analysed step (µs): the breakdown's launch-bound idle, and that idle less what is not launch overhead
+    (idle inside Optimizer.step is PD205's; idle while the host sits in a blocking runtime call such as cudaFree or
+    cudaMalloc is PD501's when it recurs)."""
+    ws, we = ctx.windows()
+    launch_idle = ctx.per_step(lambda s: s.idle_causes_us.get("host_launch_bound", 0.0))
+    not_launch = iv.union_of(host.named(ctx.tables, host.OPTIMIZER_STEP), host.blocking_runtime_calls(ctx.tables))
+    opt_idle = iv.per_window(iv.intersect(ctx.device_gaps(), not_launch), ws, we)
+    return launch_idle, np.maximum(launch_idle - opt_idle, 0.0)
+
+
+def _name_short_launches(ctx: RankContext, ev: Evidence, short: np.ndarray) -> None:
+    """Name in ``ev`` the module whose forward launches the most ``short`` kernels (a mask over
+    :meth:`RankContext.kernels`), and the line of it."""
+    tab = ctx.tables.kernels
+    launches = launch_rows(ctx.tables, "kernels")[tab["device"] == ctx.device.device] if len(tab) else np.empty(0)
+    short_launch = launches[short] if launches.size == short.size else np.empty(0, dtype=np.int64)
+    name_line(ev, ctx.tables, "runtime", short_launch[short_launch >= 0], by_module=True)
+
+
+def _message_fields(
+    ctx: RankContext, ev: Evidence, base: tuple[float, float] | None, whatifs: tuple[WhatIf, WhatIf | None]
+) -> dict[str, float | str]:
+    """The hit's fields: the replay's, where the saving comes from (read off the replays it is the difference of;
+    it can exceed the launch idle: a captured graph also runs none of the Python between launches, PD106's idle),
+    and with a ``base`` (PD101's prefetch, :func:`_graphs_saving`) the step the graphs start from."""
+    parts = ctx.saving_parts(*whatifs)
+    fields: dict[str, float | str] = {
+        **replay_fields(ctx),
+        "replay_base": "",
+        "saving_parts": parts.text(("host_launch_bound", "python")),
+    }
+    if base is not None:  # the step the graphs start from: batches prefetched
+        ev.values["saving_alone_ms"] = base[1] / 1000
+        fields["recorded_ms"] = base[0] / 1000
+        fields["replay_base"] = (
+            f" on top of prefetched DataLoader batches (PD101's fix, with which it replays at {base[0] / 1000:.1f} "
+            f"ms; graphs alone would save {base[1] / 1000:.1f} ms, most of it by hiding the DataLoader fetch "
+            "behind device work)"
+        )
+    return fields
 
 
 def _source_text(breakdown_us: float, launch_idle_us: float) -> str:
@@ -199,7 +225,8 @@ def _graphs_saving(
 def _prefetch_reported(ctx: RankContext) -> bool:
     """Whether PD101 (DataLoader starvation), which runs before this rule, fired on this rank with a replayed
     saving that passes its threshold at the rank's step: the prefetch is then a finding's fix to build on."""
-    hit = ctx.cache.get("hits", {}).get("PD101")
+    prefetch = ctx.built_on("PD101")
+    hit = prefetch.hit if prefetch is not None else None
     return hit is not None and hit.estimate is not None and hit.estimate.saving_us > 0 and passes(hit, ctx.base_step_us)
 
 

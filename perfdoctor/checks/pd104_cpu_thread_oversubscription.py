@@ -14,16 +14,17 @@ without a trace, it is not estimated.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from perfdoctor.checks.context import JobContext, Outcome, RankContext, passed, skipped
+from perfdoctor.checks.run_facts import number, table, tables
 from perfdoctor.findings import Estimate, Evidence, Hit
 
 CODE = "PD104"
 METRICS = {"threads_per_core": "busy compute threads ÷ logical CPUs"}
 
-# what a hit's evidence/fields add to METRICS for the TOML message (its placeholders are checked at load)
+# every field a hit gives the TOML message and headline (its evidence values and fields; checked at load)
 MESSAGE_FIELDS = ("busy_threads", "cores", "dataloader_workers", "processes", "ratio", "threads_per_process")
 
 
@@ -34,22 +35,23 @@ class Thresholds:
     max_threads_per_core: float
 
 
-def thread_counts(run: dict[str, Any]) -> tuple[list[int], int, int] | str:
+def thread_counts(run: Mapping[str, object]) -> tuple[list[int], int, int] | str:
     """(intra-op threads of each process, DataLoader worker processes of all ranks, logical CPUs) from
     ``run.json``, or why not.
 
     Each rank's ``torch_threads`` is ``torch.get_num_threads()`` recorded at the end of its run (after the script
     set its own count); a single-process run of an older version falls back to the start-up count.
     """
-    env, cpu = run.get("environment") or {}, run.get("cpu") or {}
-    cores = cpu.get("logical_cpus")
-    ranks = [r for r in run.get("ranks") or [] if isinstance(r, dict)]
+    env, cpu = table(run, "environment"), table(run, "cpu")
+    cores = number(cpu, "logical_cpus")
+    ranks = tables(run, "ranks")
     per_rank = [r.get("torch_threads") for r in ranks]
     counts: list[int]
+    env_threads = number(env, "torch_threads")
     if ranks and all(isinstance(t, int) and t > 0 for t in per_rank):
         counts = [int(t) for t in per_rank if isinstance(t, int)]
-    elif (run.get("world_size") or 1) == 1 and env.get("torch_threads"):
-        counts = [int(env["torch_threads"])]
+    elif (run.get("world_size") or 1) == 1 and env_threads:
+        counts = [int(env_threads)]
     else:
         return (
             "the run data lacks each rank's intra-op thread count (recorded by perfdoctor profile from this version on)"
@@ -61,13 +63,14 @@ def thread_counts(run: dict[str, Any]) -> tuple[list[int], int, int] | str:
     if any(isinstance(w, int) for w in rank_workers):
         workers = sum(w for w in rank_workers if isinstance(w, int))
     else:
-        workers = int(env.get("dataloader_workers") or 0)
+        workers = int(number(env, "dataloader_workers") or 0)
     return counts, workers, int(cores)
 
 
 def check(job: JobContext) -> Outcome:
     from perfdoctor.checks.context import run_json
 
+    th = job.thresholds(Thresholds)
     counts = thread_counts(run_json(job.analysis) or {})
     if isinstance(counts, str):
         return skipped(counts)
@@ -76,7 +79,7 @@ def check(job: JobContext) -> Outcome:
     threads = max(per_process)
     busy = sum(per_process) + workers
     ratio = busy / cores
-    if ratio <= job.th["max_threads_per_core"]:
+    if ratio <= th.max_threads_per_core:
         return passed(threads_per_core=ratio)
     ev = Evidence(
         values={
@@ -103,6 +106,7 @@ def rank_part(ctx: RankContext) -> Outcome:
     from perfdoctor.checks.context import run_json
     from perfdoctor.replay.transforms.cpu import fit_threads_to_cores
 
+    th = ctx.thresholds(Thresholds)
     run = run_json(ctx.analysis)
     counts = thread_counts(run) if run is not None else "no run data"
     if isinstance(counts, str) or ctx.is_gpu or ctx.n_steps == 0 or getattr(ctx.rank, "tables", None) is None:
@@ -110,25 +114,24 @@ def rank_part(ctx: RankContext) -> Outcome:
     assert run is not None
     per_process, workers, cores = counts
     busy = sum(per_process) + workers
-    if busy / cores <= ctx.th["max_threads_per_core"]:
+    if busy / cores <= th.max_threads_per_core:
         return passed()
     whatif = fit_threads_to_cores(ctx.replay(), ctx.tables, busy, cores, thread_probe(run))
     saving, _, method = ctx.replayed_saving(whatif)
     return Outcome(metrics={}, hit=Hit(evidence=Evidence(values={}), estimate=Estimate(max(saving, 0.0), method)))
 
 
-def thread_probe(run: dict[str, Any]) -> dict[str, Any] | None:
+def thread_probe(run: Mapping[str, object]) -> dict[str, object] | None:
     """The first rank's ``thread_probe`` of ``run.json`` (:func:`perfdoctor.capture.op_probe.probe_threads`), or
     None."""
-    for r in run.get("ranks") or []:
-        probe = r.get("thread_probe") if isinstance(r, dict) else None
-        if isinstance(probe, dict) and isinstance(probe.get("suggested_over_recorded"), (int, float)):
-            if probe["suggested_over_recorded"] > 0:
-                return probe
+    for r in tables(run, "ranks"):
+        probe = r.get("thread_probe")
+        if isinstance(probe, dict) and (number(probe, "suggested_over_recorded") or 0) > 0:
+            return probe
     return None
 
 
-def _replayed(job: JobContext, busy: int, cores: int, probe: dict[str, Any] | None) -> Estimate | None:
+def _replayed(job: JobContext, busy: int, cores: int, probe: dict[str, object] | None) -> Estimate | None:
     """The replayed saving of one thread per core on the first CPU-only rank with a trace (op times scaled by the
     run's measured ratio where it has one), or None."""
     from perfdoctor.replay.transforms.cpu import fit_threads_to_cores

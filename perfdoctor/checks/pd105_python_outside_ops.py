@@ -20,8 +20,12 @@ from perfdoctor.replay.transforms.cpu import trim_python_outside_ops
 CODE = "PD105"
 METRICS = {"outside_us": "mean µs per step outside any op", "outside_pct": "outside_us as % of the mean step"}
 
-# what a hit's evidence/fields add to METRICS for the TOML message (its placeholders are checked at load)
-MESSAGE_FIELDS = ("ops_pct", "outside_ms")
+# every field a hit gives the TOML message and headline (its evidence values and fields; checked at load)
+MESSAGE_FIELDS = (
+    "ops_pct",
+    "outside_ms",
+    "outside_pct",
+)
 
 
 @dataclass(frozen=True)
@@ -32,16 +36,17 @@ class Thresholds:
 
 
 def check(ctx: RankContext) -> Outcome:
+    th = ctx.thresholds(Thresholds)
     outside = ctx.per_step(lambda s: s.idle_causes_us.get("python", 0.0))
     mean = float(outside.mean())
     share = pct(mean, ctx.step_us)
     metrics = {"outside_us": mean, "outside_pct": share}
-    if share < ctx.th["min_saving_pct"]:
+    if share < th.min_saving_pct:
         return passed(**metrics)
     ops_us = float(ctx.per_step(lambda s: s.busy_us).mean())
     ev = Evidence(
         values={"outside_ms": mean / 1000, "outside_pct": share, "ops_pct": pct(ops_us, ctx.step_us)},
-        steps=steps_over(outside, ctx.per_step(lambda s: s.dur_us), ctx.th["min_saving_pct"], ctx.step_numbers),
+        steps=steps_over(outside, ctx.per_step(lambda s: s.dur_us), th.min_saving_pct, ctx.step_numbers),
     )
     saving, _, method = ctx.replayed_saving(trim_python_outside_ops(ctx.replay(), ctx.tables))
     return Outcome(metrics=metrics, hit=Hit(evidence=ev, estimate=Estimate(max(saving, 0.0), method)))

@@ -21,8 +21,11 @@ METRICS = {
     "idle_pct": "idle_us as % of the mean step",
 }
 
-# what a hit's evidence/fields add to METRICS for the TOML message (its placeholders are checked at load)
-MESSAGE_FIELDS = ("idle_ms",)
+# every field a hit gives the TOML message and headline (its evidence values and fields; checked at load)
+MESSAGE_FIELDS = (
+    "idle_ms",
+    "idle_pct",
+)
 
 
 @dataclass(frozen=True)
@@ -33,6 +36,7 @@ class Thresholds:
 
 
 def check(ctx: RankContext) -> Outcome:
+    th = ctx.thresholds(Thresholds)
     if reason := cold_reason(ctx):  # torch.compile's compilation is Python outside any op: warm-up, not the loop
         return skipped(reason)
     idle = ctx.per_step(lambda s: s.idle_causes_us.get("python", 0.0))
@@ -42,12 +46,12 @@ def check(ctx: RankContext) -> Outcome:
         return passed(**metrics)
     ev = Evidence(
         values={"idle_ms": mean / 1000, "idle_pct": metrics["idle_pct"]},
-        steps=steps_over(idle, ctx.per_step(lambda s: s.dur_us), ctx.th["min_saving_pct"], ctx.step_numbers),
+        steps=steps_over(idle, ctx.per_step(lambda s: s.dur_us), th.min_saving_pct, ctx.step_numbers),
     )
     method = (
         "mean device idle per step while the replay's critical path is on the host outside any op "
         "(breakdown 'Python / host outside any op')"
     )
     return Outcome(
-        metrics=metrics, hit=Hit(evidence=ev, estimate=Estimate(mean, method), min_saving_pct=ctx.th["min_saving_pct"])
+        metrics=metrics, hit=Hit(evidence=ev, estimate=Estimate(mean, method), min_saving_pct=th.min_saving_pct)
     )

@@ -25,7 +25,7 @@ METRICS = {
     "overhead_us": "mean µs per step the breaks' extra graph entries cost (cache lookup, Dynamo/AOT wrapper)",
 }
 
-# what a hit's evidence/fields add to METRICS for the TOML message (its placeholders are checked at load)
+# every field a hit gives the TOML message and headline (its evidence values and fields; checked at load)
 MESSAGE_FIELDS = (
     "breaks",
     "graphs",
@@ -85,6 +85,7 @@ def _eager_text(c: CompiledSteps) -> str:
 
 
 def check(ctx: RankContext) -> Outcome:
+    th = ctx.thresholds(Thresholds)
     if reason := cold_reason(ctx):
         return skipped(reason)
     steps = ctx.rank.steps
@@ -97,7 +98,7 @@ def check(ctx: RankContext) -> Outcome:
         "eager_us": float(c.eager_us.mean()),
         "overhead_us": float(c.overhead_us.mean()),
     }
-    if metrics["breaks_per_step"] < ctx.th["min_breaks_per_step"]:
+    if metrics["breaks_per_step"] < th.min_breaks_per_step:
         return passed(**metrics)
     eager_text = _eager_text(c)
     whatif = merge_graphs(ctx.replay(), c.overhead_cut, c.pid, metrics["breaks_per_step"], eager_text)
@@ -112,7 +113,7 @@ def check(ctx: RankContext) -> Outcome:
             "overhead_ms": metrics["overhead_us"] / 1000,
             "frames": ", ".join(c.frames),
         },
-        steps=steps_over(per_step, ctx.per_step(lambda s: s.dur_us), ctx.th["min_saving_pct"], ctx.step_numbers),
+        steps=steps_over(per_step, ctx.per_step(lambda s: s.dur_us), th.min_saving_pct, ctx.step_numbers),
     )
     fields = {
         "breaks": count_text(metrics["breaks_per_step"]),
@@ -130,4 +131,4 @@ def check(ctx: RankContext) -> Outcome:
         if scalar
         else ({"fix": FIX_PYTHON} if not c.eager_ops else {})
     )
-    return replayed_outcome(ctx, metrics, ev, saving, method, fields, advice)
+    return replayed_outcome(ctx, metrics, ev, saving, method, fields, advice, min_saving_pct=th.min_saving_pct)

@@ -27,8 +27,16 @@ METRICS = {
     "compiling_steps": "analysed steps that hold a compile span",
 }
 
-# what a hit's evidence/fields add to METRICS for the TOML message (its placeholders are checked at load)
-MESSAGE_FIELDS = ("n_steps", "each_ms", "frames", "cause", "recorded_ms", "compile_ms")
+# every field a hit gives the TOML message and headline (its evidence values and fields; checked at load)
+MESSAGE_FIELDS = (
+    "n_steps",
+    "each_ms",
+    "frames",
+    "cause",
+    "recorded_ms",
+    "compile_ms",
+    "compile_pct",
+)
 
 
 @dataclass(frozen=True)
@@ -64,6 +72,7 @@ for x, y in loader:
 
 
 def check(ctx: RankContext) -> Outcome:
+    th = ctx.thresholds(Thresholds)
     if reason := cold_reason(ctx):
         return skipped(reason)
     steps = ctx.rank.steps
@@ -113,4 +122,4 @@ def check(ctx: RankContext) -> Outcome:
         if shapes
         else {"fix": FIX_GUARD}
     )
-    return replayed_outcome(ctx, metrics, ev, saving, method, fields, advice)
+    return replayed_outcome(ctx, metrics, ev, saving, method, fields, advice, min_saving_pct=th.min_saving_pct)

@@ -26,7 +26,7 @@ METRICS = {
     "recordings_per_step": "graph recordings started per analysed step",
 }
 
-# what a hit's evidence/fields add to METRICS for the TOML message (its placeholders are checked at load)
+# every field a hit gives the TOML message and headline (its evidence values and fields; checked at load)
 MESSAGE_FIELDS = ("n_steps", "api", "recordings", "record_ms", "recorded_ms", "record_pct")
 
 
@@ -38,6 +38,7 @@ class Thresholds:
 
 
 def check(ctx: RankContext) -> Outcome:
+    th = ctx.thresholds(Thresholds)
     if reason := cold_reason(ctx):
         return skipped(reason)
     steps = ctx.rank.steps
@@ -74,7 +75,7 @@ def check(ctx: RankContext) -> Outcome:
     return Outcome(
         metrics=metrics,
         hit=Hit(
-            min_saving_pct=ctx.th["min_saving_pct"],
+            min_saving_pct=th.min_saving_pct,
             evidence=ev,
             estimate=replayed_estimate(saving, method, fields),
             fields=fields,

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
@@ -25,6 +24,7 @@ from perfdoctor.analysis.headroom import Headroom, headroom
 from perfdoctor.checks.common import cold_reason, pct, peak_reserved_pct
 from perfdoctor.checks.context import Outcome, RankContext, passed, skipped
 from perfdoctor.findings import Estimate, Evidence, Hit
+from perfdoctor.replay.transforms import WhatIf
 
 CODE = "PD201"
 METRICS = {
@@ -35,8 +35,15 @@ METRICS = {
     "device_util_pct": "device busy ÷ step time, % (GPU)",
 }
 
-# what a hit's evidence/fields add to METRICS for the TOML message (its placeholders are checked at load)
-MESSAGE_FIELDS = ("fixed_ms", "fixed_what", "gemm_op", "growth", "headroom_text")
+# every field a hit gives the TOML message and headline (its evidence values and fields; checked at load)
+MESSAGE_FIELDS = (
+    "fixed_ms",
+    "fixed_what",
+    "gemm_op",
+    "growth",
+    "headroom_text",
+    "gemm_m_median",
+)
 
 
 @dataclass(frozen=True)
@@ -75,6 +82,17 @@ def _m_values(ctx: RankContext) -> tuple[np.ndarray, str]:
     return np.empty(0, dtype=np.int64), ""
 
 
+@dataclass(frozen=True)
+class Amortised:
+    """The per-step fixed cost a larger batch spreads (µs; ``fixed_what`` names it), the saving of the batch
+    ``growth`` times larger (µs per step of today's batch) and, where the step was replayed, the replay's method."""
+
+    fixed_us: float
+    fixed_what: str
+    saving_us: float
+    replay_method: str | None
+
+
 def check(ctx: RankContext) -> Outcome:
     if reason := cold_reason(ctx):  # a cold step's fixed cost and FLOP rate are the warm-up's
         return skipped(reason)
@@ -82,39 +100,18 @@ def check(ctx: RankContext) -> Outcome:
     if ms.size == 0:
         return skipped("no forward GEMM ops (aten::linear / addmm / mm) with recorded shapes in the steps")
     m_med = float(np.median(ms))
-    th = ctx.th
-    growth = float(min(max(th["target_m"] / max(m_med, 1.0), 1.0), th["max_batch_growth"]))
-    has_trace = hasattr(ctx.rank, "tables") and hasattr(ctx.rank, "steps")
-    hr = headroom(ctx.tables, ctx.rank.steps, int(ctx.device.device)) if ctx.is_gpu and has_trace else None
-    fits = hr.batch_factor(th["max_fill_pct"] / 100.0) if hr is not None else None
-    if fits is not None:  # the what-if never assumes a batch that does not fit
-        growth = float(max(min(growth, fits), 1.0))
-    if ctx.is_gpu:
-        fixed, fixed_what = float(ctx.per_step(lambda s: s.idle_us).mean()), "device idle"
-        util = pct(float(ctx.per_step(lambda s: s.busy_us).mean()), ctx.step_us)
-    else:
-        fixed = float(ctx.per_step(lambda s: s.dur_us - s.category_union_us.get("matmul", 0.0)).mean())
-        fixed_what, util = "step time outside GEMM ops", None
-    saving = fixed * (1.0 - 1.0 / growth)
-    replay_method = None
-    if hasattr(ctx.rank, "tables") and growth > 1.0:
-        from perfdoctor.replay.transforms.batch import fixed_cost_words, larger_batch
-
-        whatif = larger_batch(ctx.replay(), ctx.tables, growth)
-        saving, _, replay_method = ctx.replayed_saving(whatif)
-        saving = max(saving, 0.0)
-        if not ctx.is_gpu:
-            replay_method += "; " + _upper_bound_text(ctx, growth)
-        fixed = _amortised_us(ctx, whatif, growth)
-        fixed_what = fixed_cost_words(ctx.tables)
-    metrics = {"gemm_m_median": m_med, "fixed_us": fixed, "saving_us": saving}
+    th = ctx.thresholds(Thresholds)
+    growth, hr, fits = _growth(ctx, th, m_med)
+    util = pct(float(ctx.per_step(lambda s: s.busy_us).mean()), ctx.step_us) if ctx.is_gpu else None
+    cost = _amortised(ctx, growth)
+    metrics = {"gemm_m_median": m_med, "fixed_us": cost.fixed_us, "saving_us": cost.saving_us}
     if util is not None:
         metrics["device_util_pct"] = util
-    if m_med > th["max_m"] or saving <= 0:  # min_saving_pct: the engine's, on the report's denominator
+    if m_med > th.max_m or cost.saving_us <= 0:  # min_saving_pct: the engine's, on the report's denominator
         return passed(**metrics)
     mem_pct = None
-    if ctx.is_gpu:
-        if util >= th["max_device_util_pct"]:
+    if util is not None:  # a GPU: the batch grows only on an under-used device with memory to spare
+        if util >= th.max_device_util_pct:
             return passed(**metrics)
         mem_pct = peak_reserved_pct(ctx)
         if mem_pct is None:
@@ -123,7 +120,7 @@ def check(ctx: RankContext) -> Outcome:
                 "(record with profile_memory=True)",
                 **metrics,
             )
-        if mem_pct > th["max_memory_used_pct"]:
+        if mem_pct > th.max_memory_used_pct:
             return passed(**metrics)
     ev = Evidence(
         values={
@@ -131,34 +128,67 @@ def check(ctx: RankContext) -> Outcome:
             "gemm_op": op,
             "n_gemms": int(ms.size),
             "growth": growth,
-            "fixed_ms": fixed / 1000,
-            "fixed_what": fixed_what,
-            "saving_ms": saving / 1000,
+            "fixed_ms": cost.fixed_us / 1000,
+            "fixed_what": cost.fixed_what,
+            "saving_ms": cost.saving_us / 1000,
             "device_util_pct": util if util is not None else "n/a (CPU)",
             "memory_used_pct": mem_pct if mem_pct is not None else "n/a",
             **_headroom_values(hr, fits),
         },
         steps=ctx.step_numbers,
     )
-    method = replay_method or (
-        f"per-step fixed cost ({fixed_what})"
+    method = cost.replay_method or (
+        f"per-step fixed cost ({cost.fixed_what})"
         f" × (1 − 1/{growth:.1f}): spread over a {growth:.1f}× larger batch, per step of "
         "today's batch (an upper bound)"
     )
     if hr is not None:
-        method += "; " + _headroom_method(th["max_fill_pct"])
+        method += "; " + _headroom_method(th.max_fill_pct)
     return Outcome(
         metrics=metrics,
         hit=Hit(
             evidence=ev,
-            estimate=Estimate(saving, method),
+            estimate=Estimate(cost.saving_us, method),
             fields={"headroom_text": _headroom_text(hr, fits)},
-            min_saving_pct=ctx.th["min_saving_pct"],
+            min_saving_pct=th.min_saving_pct,
         ),
     )
 
 
-def _headroom_values(hr: Headroom | None, fits: float | None) -> dict[str, Any]:
+def _growth(ctx: RankContext, th: Thresholds, m_med: float) -> tuple[float, Headroom | None, float | None]:
+    """(the batch growth the what-if assumes: ``target_m`` ÷ the median GEMM M, 1 to ``max_batch_growth``, at most
+    the batch that fits; the device's memory headroom, None without memory data or on a CPU; the batch factor that
+    fits under ``max_fill_pct``, None when unknown)."""
+    growth = float(min(max(th.target_m / max(m_med, 1.0), 1.0), th.max_batch_growth))
+    has_trace = hasattr(ctx.rank, "tables") and hasattr(ctx.rank, "steps")
+    hr = headroom(ctx.tables, ctx.rank.steps, int(ctx.device.device)) if ctx.is_gpu and has_trace else None
+    fits = hr.batch_factor(th.max_fill_pct / 100.0) if hr is not None else None
+    if fits is not None:  # the what-if never assumes a batch that does not fit
+        growth = float(max(min(growth, fits), 1.0))
+    return growth, hr, fits
+
+
+def _amortised(ctx: RankContext, growth: float) -> Amortised:
+    """The fixed cost a batch ``growth`` times larger spreads and its saving: replayed
+    (:func:`perfdoctor.replay.transforms.batch.larger_batch`) where the rank's trace is at hand, else the fixed
+    cost (the device's idle on a GPU, the step outside GEMM ops on a CPU) × (1 − 1/growth), an upper bound."""
+    if ctx.is_gpu:
+        fixed, fixed_what = float(ctx.per_step(lambda s: s.idle_us).mean()), "device idle"
+    else:
+        fixed = float(ctx.per_step(lambda s: s.dur_us - s.category_union_us.get("matmul", 0.0)).mean())
+        fixed_what = "step time outside GEMM ops"
+    if not (hasattr(ctx.rank, "tables") and growth > 1.0):
+        return Amortised(fixed, fixed_what, fixed * (1.0 - 1.0 / growth), None)
+    from perfdoctor.replay.transforms.batch import fixed_cost_words, larger_batch
+
+    whatif = larger_batch(ctx.replay(), ctx.tables, growth)
+    saving, _, replay_method = ctx.replayed_saving(whatif)
+    if not ctx.is_gpu:
+        replay_method += "; " + _upper_bound_text(ctx, growth)
+    return Amortised(_amortised_us(ctx, whatif, growth), fixed_cost_words(ctx.tables), max(saving, 0.0), replay_method)
+
+
+def _headroom_values(hr: Headroom | None, fits: float | None) -> dict[str, float | str]:
     """The evidence of the headroom (GiB), none without it."""
     if hr is None:
         return {}
@@ -203,7 +233,7 @@ def _upper_bound_text(ctx: RankContext, growth: float) -> str:
     )
 
 
-def _amortised_us(ctx: RankContext, whatif: Any, growth: float) -> float:
+def _amortised_us(ctx: RankContext, whatif: WhatIf, growth: float) -> float:
     """Mean µs per step of the fixed cost the larger-batch what-if amortises: the host time it cuts (CPU: the
     optimizer's ops included) plus the device time it takes off the optimizer's kernels, ÷ (1 − 1/growth) (the
     what-if keeps 1/growth of each)."""

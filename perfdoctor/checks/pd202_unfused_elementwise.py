@@ -30,8 +30,13 @@ METRICS = {
     "compiled": "1 when the trace has Triton kernels or torch.compile regions",
 }
 
-# what a hit's evidence/fields add to METRICS for the TOML message (its placeholders are checked at load)
-MESSAGE_FIELDS = ("elementwise_ms", "what")
+# every field a hit gives the TOML message and headline (its evidence values and fields; checked at load)
+MESSAGE_FIELDS = (
+    "elementwise_ms",
+    "what",
+    "elementwise_pct",
+    "elementwise_per_step",
+)
 
 
 @dataclass(frozen=True)
@@ -48,8 +53,9 @@ COMPILED = r"^triton_|Torch-Compiled Region|CompiledFunction|^inductor|TorchDyna
 
 
 def _gpu(ctx: RankContext) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    th = ctx.thresholds(Thresholds)
     k = ctx.kernels()
-    m = np.isin(k.category, ["elementwise", "reduction_norm"]) & (k.dur_us < ctx.th["short_kernel_us"]) & (k.step >= 0)
+    m = np.isin(k.category, ["elementwise", "reduction_norm"]) & (k.dur_us < th.short_kernel_us) & (k.step >= 0)
     per_step = np.bincount(k.step[m], weights=k.dur_us[m], minlength=ctx.n_steps)
     count = np.bincount(k.step[m], minlength=ctx.n_steps)
     return per_step, count, ctx.tables.name_array()[k.name_id[m]], k.dur_us[m]
@@ -83,11 +89,12 @@ def _cpu(ctx: RankContext) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarr
 
 
 def check(ctx: RankContext) -> Outcome:
+    th = ctx.thresholds(Thresholds)
     compiled = bool(ctx.tables.names_matching(COMPILED).any())
     per_step, count, names, durs = _gpu(ctx) if ctx.is_gpu else _cpu(ctx)
     ew_us = float(per_step.mean())
     share = pct(ew_us, ctx.step_us)
-    saving = ew_us * ctx.th["max_fused_fraction"]
+    saving = ew_us * th.max_fused_fraction
     replayed_method = None
     if ctx.is_gpu:
         from perfdoctor.replay.transforms.kernels import fused_elementwise
@@ -100,7 +107,7 @@ def check(ctx: RankContext) -> Outcome:
         "elementwise_per_step": float(count.mean()),
         "compiled": float(compiled),
     }
-    if compiled or share < ctx.th["min_share_pct"] or saving <= 0:  # min_saving_pct: the engine's (after.py)
+    if compiled or share < th.min_share_pct or saving <= 0:  # min_saving_pct: the engine's (after.py)
         return passed(**metrics)
     what = "kernels" if ctx.is_gpu else "ops"
     ev = Evidence(
@@ -109,16 +116,16 @@ def check(ctx: RankContext) -> Outcome:
             "elementwise_pct": share,
             "elementwise_per_step": float(count.mean()),
             "what": what,
-            "max_fused_fraction": ctx.th["max_fused_fraction"],
+            "max_fused_fraction": th.max_fused_fraction,
         },
-        steps=steps_over(per_step, ctx.per_step(lambda s: s.dur_us), ctx.th["min_share_pct"], ctx.step_numbers),
+        steps=steps_over(per_step, ctx.per_step(lambda s: s.dur_us), th.min_share_pct, ctx.step_numbers),
         events=top_names(names, durs),
     )
     method = replayed_method or (
         f"elementwise/normalization {what} time per step × max_fused_fraction "
-        f"({ctx.th['max_fused_fraction']}): the share a fused pass removes at most"
+        f"({th.max_fused_fraction}): the share a fused pass removes at most"
     )
     return Outcome(
         metrics=metrics,
-        hit=Hit(evidence=ev, estimate=Estimate(saving, method), min_saving_pct=ctx.th["min_saving_pct"]),
+        hit=Hit(evidence=ev, estimate=Estimate(saving, method), min_saving_pct=th.min_saving_pct),
     )

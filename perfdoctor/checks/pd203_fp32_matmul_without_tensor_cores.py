@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
+from perfdoctor.analysis.arch import ArchGuess
+from perfdoctor.analysis.hardware import DeviceSpec, match_device
 from perfdoctor.analysis.kernel_dtype import gemm_mask, kernel_math_dtype
 from perfdoctor.checks.common import pct, top_names
 from perfdoctor.checks.context import Outcome, RankContext, passed, skipped
@@ -27,8 +28,14 @@ METRICS = {
     "compute_capability": "the GPU's compute capability (major + minor / 10)",
 }
 
-# what a hit's evidence/fields add to METRICS for the TOML message (its placeholders are checked at load)
-MESSAGE_FIELDS = ("advice", "fp32_gemm_ms", "fp32_gemm_pct_of_step", "gpu")
+# every field a hit gives the TOML message and headline (its evidence values and fields; checked at load)
+MESSAGE_FIELDS = (
+    "advice",
+    "fp32_gemm_ms",
+    "fp32_gemm_pct_of_step",
+    "gpu",
+    "compute_capability",
+)
 # the GPU's situations, each with its fix_<situation> in the TOML: fp16 only (compute capability 7.x), bf16 only
 # (TF32 no faster than FP32: GeForce Ampere/Ada), bf16 or TF32 (datacenter Ampere and later)
 ADVICE = ("fp16", "bf16", "tf32")
@@ -47,31 +54,39 @@ class Thresholds:
 AMD = re.compile(r"AMD|Radeon|Instinct|MI\d{3}", re.I)
 
 
-def _device(ctx: RankContext) -> tuple[dict[str, Any] | None, tuple[int, int] | None]:
+@dataclass(frozen=True)
+class Gpu:
+    """The rank's GPU as the trace describes it: its name ("" when unknown), compute capability, the hardware
+    table's entry (:func:`perfdoctor.analysis.hardware.match_device`; None when unknown) and, for a trace without
+    deviceProperties, the architecture its kernel names name (:func:`perfdoctor.analysis.arch.infer_from_tables`)."""
+
+    name: str
+    cc: tuple[int, int] | None
+    spec: DeviceSpec | None
+    guess: ArchGuess | None
+
+
+def _device(ctx: RankContext) -> Gpu:
     if not ctx.tables.device_properties:
         from perfdoctor.analysis.arch import infer_from_tables
 
         guess = infer_from_tables(ctx.tables)  # old traces: the architecture the kernel names name
         if guess is not None and guess.vendor == "nvidia":
-            return {**guess.as_device_properties(), "guess": guess}, guess.compute_capability
+            return Gpu(f"{guess.family.capitalize()} GPU", guess.compute_capability, guess.spec, guess)
     for p in ctx.tables.device_properties:
         if isinstance(p, dict) and p.get("id", 0) == ctx.device.device:
-            if "computeMajor" in p:
-                return p, (int(p["computeMajor"]), int(p.get("computeMinor", 0)))
-            return p, None
-    return None, None
+            cc = (int(p["computeMajor"]), int(p.get("computeMinor", 0))) if "computeMajor" in p else None
+            return Gpu(str(p.get("name", "")), cc, match_device(p) if p else None, None)
+    return Gpu("", None, None, None)
 
 
-def _situation(cc: tuple[int, int], props: dict[str, Any] | None, name: str) -> str:
+def _situation(cc: tuple[int, int], spec: DeviceSpec | None, name: str) -> str:
     """Which of :data:`ADVICE` fits this GPU. TF32 is offered only where its tensor rate beats the FP32 CUDA-core
     rate: on GeForce Ampere/Ada cards the TF32 tensor peak equals the FP32 peak (GA102 whitepaper v2.0 and Ada
     whitepaper v1.1, Appendix A: RTX 3090 35.6 vs 35.6, RTX 4090 82.6 vs 82.6 TFLOP/s), so only bf16/fp16 gain
     there. Below compute capability 8.0 there is neither bf16 nor TF32: fp16 with a loss scaler."""
     if cc < (8, 0):
         return "fp16"
-    from perfdoctor.analysis.hardware import match_device
-
-    spec = (props["guess"].spec if "guess" in props else match_device(props)) if props else None
     tf32, fp32 = (spec.peak("tf32"), spec.peak("fp32")) if spec is not None else (None, None)
     if (tf32 and fp32 and tf32 <= fp32) or (spec is None and "geforce" in name.lower()):
         return "bf16"
@@ -88,13 +103,8 @@ _SHORT = {
 }
 
 
-def _peak_ratio(props: dict[str, Any] | None, cc: tuple[int, int]) -> float | None:
+def _peak_ratio(spec: DeviceSpec | None, cc: tuple[int, int]) -> float | None:
     """Dense tensor-core ÷ FP32 peak of the matched device (hardware.py datasheet figures), or None."""
-    try:
-        from perfdoctor.analysis.hardware import match_device
-    except ImportError:  # pragma: no cover - hardware table absent
-        return None
-    spec = (props["guess"].spec if "guess" in props else match_device(props)) if props else None
     fp32 = spec.peak("fp32") if spec is not None else None
     if spec is None or not fp32:
         return None
@@ -102,13 +112,11 @@ def _peak_ratio(props: dict[str, Any] | None, cc: tuple[int, int]) -> float | No
     return tc / fp32 if tc else None
 
 
-def _replayed(ctx: RankContext, props: dict[str, Any] | None, cc: tuple[int, int]) -> tuple[float, str] | None:
-    """(saving µs, method) from the replay with each FP32 GEMM/conv at its roofline floor at the tensor-core peak,
-    or None without a matched device or any costed (shape-recorded) kernel."""
-    from perfdoctor.analysis.hardware import match_device
+def _replayed(ctx: RankContext, spec: DeviceSpec | None) -> tuple[float, str] | None:
+    """(saving µs, method) from the replay with each FP32 GEMM/conv at its roofline floor at the tensor-core peak
+    of ``spec``, or None without a matched device or any costed (shape-recorded) kernel."""
     from perfdoctor.replay.transforms.kernels import tensor_cores
 
-    spec = (props["guess"].spec if "guess" in props else match_device(props)) if props else None
     if spec is None:
         return None
     whatif = tensor_cores(ctx.replay(), ctx.tables, spec)
@@ -119,9 +127,9 @@ def _replayed(ctx: RankContext, props: dict[str, Any] | None, cc: tuple[int, int
 
 
 def check(ctx: RankContext) -> Outcome:
-    props, cc = _device(ctx)
-    guess = (props or {}).get("guess")
-    name = f"{guess.family.capitalize()} GPU" if guess is not None else str((props or {}).get("name", ""))
+    th = ctx.thresholds(Thresholds)
+    gpu = _device(ctx)
+    name, cc = gpu.name, gpu.cc
     if AMD.search(name) or ctx.tables.names_matching(r"^hip").any():
         return skipped("AMD GPU: rocBLAS/MIOpen run FP32 GEMMs on matrix cores; the rule is about NVIDIA tensor cores")
     if cc is None:
@@ -129,30 +137,23 @@ def check(ctx: RankContext) -> Outcome:
             "GPU compute capability unknown (no deviceProperties in the trace, and no kernel name names "
             "the architecture)"
         )
-    k = ctx.kernels()
-    names = ctx.tables.name_array()
-    gemm = gemm_mask(names, k.name_id, k.category) & (k.step >= 0)
-    fp32_ids = [i for i in np.unique(k.name_id[gemm]).tolist() if kernel_math_dtype(names[i]) == "fp32"]
-    is32 = gemm & np.isin(k.name_id, fp32_ids)
-    all_gemm_us = float(k.dur_us[gemm].sum())
-    fp32_us = float(k.dur_us[is32].sum()) / max(ctx.n_steps, 1)
-    share = pct(fp32_us * max(ctx.n_steps, 1), all_gemm_us)
+    is32, fp32_us, share = _fp32_gemms(ctx)
     metrics = {"fp32_gemm_us": fp32_us, "fp32_gemm_share_pct": share, "compute_capability": cc[0] + cc[1] / 10}
     if cc < (7, 0):
         return passed(**metrics)
-    ratio = _peak_ratio(props, cc)
-    speedup = min(ratio or ctx.th["default_speedup"], ctx.th["max_speedup"])
-    saving = fp32_us * (1.0 - 1.0 / speedup)
-    replayed = _replayed(ctx, props, cc)
-    if replayed is not None:
-        saving, method = replayed
-    if share < ctx.th["min_fp32_share_pct"] or saving <= 0:
+    ratio = _peak_ratio(gpu.spec, cc)
+    speedup = min(ratio or th.default_speedup, th.max_speedup)
+    replayed = _replayed(ctx, gpu.spec)
+    saving, method = replayed if replayed is not None else (fp32_us * (1.0 - 1.0 / speedup), "")
+    if share < th.min_fp32_share_pct or saving <= 0:
         return passed(**metrics)  # min_saving_pct is the engine's: alone or after the higher-ranked fixes
-    situation = _situation(cc, props, name)
+    situation = _situation(cc, gpu.spec, name)
+    k, names = ctx.kernels(), ctx.tables.name_array()
     ev = Evidence(
         values={
             "gpu": name or "this GPU",
-            "compute_capability": f"{cc[0]}.{cc[1]}" + (", inferred from kernel names" if guess is not None else ""),
+            "compute_capability": f"{cc[0]}.{cc[1]}"
+            + (", inferred from kernel names" if gpu.guess is not None else ""),
             "fp32_gemm_ms": fp32_us / 1000,
             "fp32_gemm_pct_of_step": pct(fp32_us, ctx.step_us),
             "fp32_share_of_gemm_pct": share,
@@ -162,20 +163,40 @@ def check(ctx: RankContext) -> Outcome:
         steps=ctx.step_numbers,
         events=top_names(names[k.name_id[is32]], k.dur_us[is32]),
     )
+    if replayed is None:
+        method = _bound_method(speedup, ratio, gpu.guess)
+    hit = Hit(
+        evidence=ev,
+        estimate=Estimate(saving, method),
+        advice=ctx.advice(situation),
+        min_saving_pct=th.min_saving_pct,
+    )
+    return Outcome(metrics=metrics, hit=hit)
+
+
+def _fp32_gemms(ctx: RankContext) -> tuple[np.ndarray, float, float]:
+    """(mask over :meth:`RankContext.kernels`: the GEMM/conv kernels in the steps whose math runs in FP32; their µs
+    per step; their share of all GEMM/conv kernel time, %)."""
+    k = ctx.kernels()
+    names = ctx.tables.name_array()
+    gemm = gemm_mask(names, k.name_id, k.category) & (k.step >= 0)
+    fp32_ids = [i for i in np.unique(k.name_id[gemm]).tolist() if kernel_math_dtype(names[i]) == "fp32"]
+    is32 = gemm & np.isin(k.name_id, fp32_ids)
+    all_gemm_us = float(k.dur_us[gemm].sum())
+    fp32_us = float(k.dur_us[is32].sum()) / max(ctx.n_steps, 1)
+    return is32, fp32_us, pct(fp32_us * max(ctx.n_steps, 1), all_gemm_us)
+
+
+def _bound_method(speedup: float, ratio: float | None, guess: ArchGuess | None) -> str:
+    """The method of the upper bound used when the fix cannot be replayed: FP32 time × (1 − 1/``speedup``), the
+    speedup from the datasheets' peak ``ratio`` (None: the default) and, without deviceProperties, the ``guess``
+    of the architecture."""
     src = "datasheet tensor-core ÷ FP32 peak" if ratio else "default speedup (GPU not in the hardware table)"
     if guess is not None:
         src += f"; no deviceProperties: architecture inferred from {guess.evidence!r}" + (
             f", {guess.assumption}" if ratio else ""
         )
-    if replayed is None:
-        method = (
-            f"FP32 GEMM/conv kernel time per step × (1 − 1/{speedup:.1f}), {src}, capped at max_speedup "
-            "(an upper bound: no op shapes or no device in the hardware table to replay the fix with)"
-        )
-    hit = Hit(
-        evidence=ev,
-        estimate=Estimate(saving, method),
-        advice=ctx.advice(situation),
-        min_saving_pct=ctx.th["min_saving_pct"],
+    return (
+        f"FP32 GEMM/conv kernel time per step × (1 − 1/{speedup:.1f}), {src}, capped at max_speedup "
+        "(an upper bound: no op shapes or no device in the hardware table to replay the fix with)"
     )
-    return Outcome(metrics=metrics, hit=hit)

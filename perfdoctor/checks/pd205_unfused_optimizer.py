@@ -35,8 +35,15 @@ METRICS = {
     "optimizer_saving_pct": "optimizer_saving_us as % of the mean step time",
 }
 
-# what a hit's evidence/fields add to METRICS for the TOML message (its placeholders are checked at load)
-MESSAGE_FIELDS = ("advice", "median_kernel_us", "optimizer_host_ms", "optimizer_kernel_ms", "optimizer_step")
+# every field a hit gives the TOML message and headline (its evidence values and fields; checked at load)
+MESSAGE_FIELDS = (
+    "advice",
+    "median_kernel_us",
+    "optimizer_host_ms",
+    "optimizer_kernel_ms",
+    "optimizer_step",
+    "optimizer_kernels_per_step",
+)
 
 
 @dataclass(frozen=True)
@@ -130,10 +137,10 @@ def check(ctx: RankContext) -> Outcome:
         "optimizer_saving_us": saving,
         "optimizer_saving_pct": pct(saving, ctx.base_step_us),
     }
-    th = ctx.th
+    th = ctx.thresholds(Thresholds)
     if (
-        n_per_step < th["min_kernels_per_step"]
-        or share > th["max_multi_tensor_share"]
+        n_per_step < th.min_kernels_per_step
+        or share > th.max_multi_tensor_share
         or saving <= 0  # min_saving_pct: the engine's, on the report's denominator (perfdoctor.checks.after)
     ):
         return passed(**metrics)
@@ -148,7 +155,7 @@ def check(ctx: RankContext) -> Outcome:
             "optimizer_saving_pct": metrics["optimizer_saving_pct"],
             "multi_tensor_pct": 100 * share,
         },
-        steps=steps_over(per_step, ctx.per_step(lambda s: s.dur_us), th["min_saving_pct"], ctx.step_numbers),
+        steps=steps_over(per_step, ctx.per_step(lambda s: s.dur_us), th.min_saving_pct, ctx.step_numbers),
     )
     cls = optimizer_class(ctx, k.launch_us[inside])
     short, fix = advice(cls)
@@ -158,7 +165,7 @@ def check(ctx: RankContext) -> Outcome:
         evidence=ev,
         estimate=Estimate(saving, method),
         advice=fix,
-        min_saving_pct=th["min_saving_pct"],
+        min_saving_pct=th.min_saving_pct,
         fields={"optimizer_step": f"{cls}.step" if cls else "Optimizer.step", "advice": short},
     )
     return Outcome(metrics=metrics, hit=hit)

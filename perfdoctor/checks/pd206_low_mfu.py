@@ -24,7 +24,7 @@ METRICS = {
     "achieved_tflops": "model FLOP per step ÷ median step time, TFLOP/s",
 }
 
-# what a hit's evidence/fields add to METRICS for the TOML message (its placeholders are checked at load)
+# every field a hit gives the TOML message and headline (its evidence values and fields; checked at load)
 MESSAGE_FIELDS = ("dtype", "flops_source", "peak_tflops", "reason", "mfu_text", "achieved_text")
 
 
@@ -76,6 +76,7 @@ def mfu_texts(mfu: float, achieved_flops_per_s: float) -> tuple[str, str]:
 
 
 def check(ctx: RankContext) -> Outcome:
+    th = ctx.thresholds(Thresholds)
     if reason := cold_reason(ctx):  # a cold step's fixed cost and FLOP rate are the warm-up's
         return skipped(reason)
     mfu = ctx.rank.mfu
@@ -87,7 +88,7 @@ def check(ctx: RankContext) -> Outcome:
     if mfu.mfu is None:
         return skipped(mfu.note or "no peak FLOP/s known for this device at the GEMM dtype")
     metrics = {"mfu_pct": 100 * mfu.mfu, "achieved_tflops": mfu.achieved_flops_per_s / 1e12}
-    if mfu.mfu >= ctx.th["mfu_threshold"]:
+    if mfu.mfu >= th.mfu_threshold:
         return passed(**metrics)
     roofs = ctx.rank.roofline.roofs if ctx.rank.roofline is not None else None
     reason, share = dominant_reason(ctx, mfu.dtype, roofs)

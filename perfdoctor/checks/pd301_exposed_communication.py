@@ -41,8 +41,16 @@ METRICS = {
     "the op producing its input (0: none issued later than that)",
 }
 
-# what a hit's evidence/fields add to METRICS for the TOML message (its placeholders are checked at load)
-MESSAGE_FIELDS = ("comm_ms", "exposed_ms", "messages_note", "wait_note", "reorder_note")
+# every field a hit gives the TOML message and headline (its evidence values and fields; checked at load)
+MESSAGE_FIELDS = (
+    "comm_ms",
+    "exposed_ms",
+    "messages_note",
+    "wait_note",
+    "reorder_note",
+    "overlap_pct",
+    "exposed_pct",
+)
 # the parallelism the collectives show, each with its fix_<situation> in the TOML (:func:`_situation`)
 ADVICE = ("ddp", "fsdp", "zero", "alltoall", "pipeline")
 
@@ -54,31 +62,27 @@ class Thresholds:
     min_saving_pct: float
 
 
+@dataclass(frozen=True)
+class Exposure:
+    """The rank's collective time per analysed step (µs arrays, one entry per step): ``exposed`` is the exposed
+    time less the wait for other ranks inside collectives (``wait``, zeros without a job's matched collectives)."""
+
+    total: np.ndarray
+    exposed_all: np.ndarray
+    overlapped: np.ndarray
+    wait: np.ndarray
+    exposed: np.ndarray
+
+
 def check(ctx: RankContext) -> Outcome:
+    th = ctx.thresholds(Thresholds)
     total = ctx.per_step(lambda s: s.communication["total_us"])
     if total.sum() <= 0:
         return skipped(_no_comm_reason(ctx))
-    exposed_all = ctx.per_step(lambda s: s.communication["exposed_us"])
-    overlapped = ctx.per_step(lambda s: s.communication["overlapped_us"])
-    cw = getattr(ctx.analysis, "collective_wait", None)
-    wait = cw.wait_us.get(ctx.rank.rank) if cw is not None else None
-    wait = np.zeros_like(exposed_all) if wait is None or wait.size != exposed_all.size else wait
-    exposed = np.maximum(exposed_all - np.minimum(wait, exposed_all), 0.0)
+    ex = _exposure(ctx, total)
     # each mean once: re-run for every rank of a job (4,096 ranks: 24,576 means of one-step arrays took 0.4 s)
-    exposed_us, total_us, wait_us = float(exposed.mean()), float(total.mean()), float(wait.mean())
-    from perfdoctor.replay.transforms.kernels import overlap_communication
-
-    # the saving is the replay's with compute no longer waiting for collectives, at most the exposed time
-    # less the wait for other ranks (no overlap hides that: PD304)
-    method_text = "replay of the step's dependency graph with compute no longer waiting for collectives"
-    if hasattr(ctx.rank, "tables"):
-        reorder = _reorder(ctx, float(exposed.mean()))
-        replayed, _, replay_method = ctx.replayed_saving(overlap_communication(ctx.replay(), ctx.tables))
-    else:  # re-run from a rank summary with the job's collective wait: the replay ran where the rank was analysed
-        prev = ctx.cache.get("previous_evidence", {})
-        reorder = (float(prev.get("reorder_saving_ms", 0.0)) * 1000, str(prev.get("reorder_note", "")))
-        replayed = float(ctx.cache.get("previous_metrics", {}).get("replayed_us", exposed_us))
-        replay_method = method_text + " (replayed where the rank was analysed)"
+    exposed_us, total_us, wait_us = float(ex.exposed.mean()), float(total.mean()), float(ex.wait.mean())
+    reorder, replayed, replay_method = _replayed(ctx, exposed_us)
     saving = min(max(replayed, 0.0), exposed_us)  # np.clip's value for a scalar
     metrics = {
         "comm_us": total_us,
@@ -87,26 +91,93 @@ def check(ctx: RankContext) -> Outcome:
         "saving_us": saving,
         "saving_pct": pct(saving, ctx.base_step_us),
         "replayed_us": replayed,
-        "overlap_pct": pct(float(overlapped.sum()), float(total.sum())),
+        "overlap_pct": pct(float(ex.overlapped.sum()), float(total.sum())),
         "wait_us": wait_us,
         "reorder_saving_us": reorder[0],
     }
     if saving <= 0:  # min_saving_pct: the engine's, on the report's denominator (perfdoctor.checks.after)
         return passed(**metrics)
+    by_coll = _by_collective(ctx)
+    msgs, recorded = _messages(ctx)
+    situation = _situation(ctx, by_coll, recorded)
+    ev = _evidence(ctx, ex, metrics, by_coll, msgs, situation, reorder)
+    ev.steps = steps_over(ex.exposed, ctx.per_step(lambda s: s.dur_us), th.min_saving_pct, ctx.step_numbers)
+    method = (
+        replay_method
+        + "; at most the collective time with no compute kernel running"
+        + (", less the rank's wait for other ranks inside collectives" if ex.wait.any() else "")
+    )
+    return Outcome(
+        metrics=metrics,
+        hit=Hit(
+            evidence=ev,
+            estimate=Estimate(saving, method),
+            advice=ctx.advice(situation) if situation else {},
+            min_saving_pct=th.min_saving_pct,
+        ),
+    )
+
+
+def _exposure(ctx: RankContext, total: np.ndarray) -> Exposure:
+    """The rank's exposed collective time per step (``total``: its collective time, µs), less its wait for other
+    ranks where the job matched its collectives (:mod:`perfdoctor.crossrank.collectives`)."""
+    exposed_all = ctx.per_step(lambda s: s.communication["exposed_us"])
+    overlapped = ctx.per_step(lambda s: s.communication["overlapped_us"])
+    cw = getattr(ctx.analysis, "collective_wait", None)
+    wait = cw.wait_us.get(ctx.rank.rank) if cw is not None else None
+    wait = np.zeros_like(exposed_all) if wait is None or wait.size != exposed_all.size else wait
+    exposed = np.maximum(exposed_all - np.minimum(wait, exposed_all), 0.0)
+    return Exposure(total, exposed_all, overlapped, wait, exposed)
+
+
+def _replayed(ctx: RankContext, exposed_us: float) -> tuple[tuple[float, str], float, str]:
+    """(the second fix's (saving µs, sentence): :func:`_reorder`; the replay's saving µs per step with compute no
+    longer waiting for collectives, before the cap at ``exposed_us``; its method). Re-run from a rank summary with
+    the job's collective wait, both come from the rank's own pass, where its replay ran."""
+    from perfdoctor.replay.transforms.kernels import overlap_communication
+
+    # the saving is the replay's with compute no longer waiting for collectives, at most the exposed time
+    # less the wait for other ranks (no overlap hides that: PD304)
+    method_text = "replay of the step's dependency graph with compute no longer waiting for collectives"
+    if hasattr(ctx.rank, "tables"):
+        reorder = _reorder(ctx, exposed_us)
+        replayed, _, replay_method = ctx.replayed_saving(overlap_communication(ctx.replay(), ctx.tables))
+        return reorder, replayed, replay_method
+    first = ctx.rank_pass()
+    prev = first.hit.evidence.values if first is not None and first.hit is not None else {}
+    reorder = (float(prev.get("reorder_saving_ms", 0.0)) * 1000, str(prev.get("reorder_note", "")))
+    replayed = float((first.metrics if first is not None else {}).get("replayed_us", exposed_us))
+    return reorder, replayed, method_text + " (replayed where the rank was analysed)"
+
+
+def _by_collective(ctx: RankContext) -> dict[str, float]:
+    """Mean µs per step of each collective's kernels (the breakdown's ``communication_by_collective_us``)."""
     by_coll: dict[str, float] = {}
     n_steps = ctx.n_steps  # once: each call finds the primary device again (50,001 steps took minutes)
     for s in ctx.step_rows:
         for c, v in s.communication_by_collective_us.items():
             by_coll[c] = by_coll.get(c, 0.0) + v / n_steps
+    return by_coll
+
+
+def _evidence(
+    ctx: RankContext,
+    ex: Exposure,
+    metrics: dict[str, float],
+    by_coll: dict[str, float],
+    msgs: str,
+    situation: str | None,
+    reorder: tuple[float, str],
+) -> Evidence:
+    """The hit's evidence values (ms and %): the message's fields and the numbers behind them."""
+    wait_us = metrics["wait_us"]
     wait_note = (
-        f" ({float(exposed_all.mean()) / 1000:.1f} ms exposed in all, less {wait_us / 1000:.1f} ms of "
+        f" ({float(ex.exposed_all.mean()) / 1000:.1f} ms exposed in all, less {wait_us / 1000:.1f} ms of "
         "waiting for other ranks to arrive, which no overlap can hide: PD304)"
-        if wait.any()
+        if ex.wait.any()
         else ""
     )
-    msgs, recorded = _messages(ctx)
-    situation = _situation(ctx, by_coll, recorded)
-    ev = Evidence(
+    return Evidence(
         values={
             "parallelism": _PARALLELISM.get(situation or "", "not told apart"),
             "comm_ms": metrics["comm_us"] / 1000,
@@ -121,21 +192,6 @@ def check(ctx: RankContext) -> Outcome:
             "reorder_saving_ms": reorder[0] / 1000,
             "reorder_note": reorder[1],
         },
-        steps=steps_over(exposed, ctx.per_step(lambda s: s.dur_us), ctx.th["min_saving_pct"], ctx.step_numbers),
-    )
-    method = (
-        replay_method
-        + "; at most the collective time with no compute kernel running"
-        + (", less the rank's wait for other ranks inside collectives" if wait.any() else "")
-    )
-    return Outcome(
-        metrics=metrics,
-        hit=Hit(
-            evidence=ev,
-            estimate=Estimate(saving, method),
-            advice=ctx.advice(situation) if situation else {},
-            min_saving_pct=ctx.th["min_saving_pct"],
-        ),
     )
 
 
@@ -157,7 +213,8 @@ def _situation(ctx: RankContext, by_coll: dict[str, float], recorded: set[str]) 
     (:func:`perfdoctor.analysis.sharding.flavour`). None when nothing tells (the rule's generic fix). Re-run from a rank
     summary (no tables), the situation found where the rank was analysed."""
     if not hasattr(ctx.rank, "tables"):
-        said = ctx.cache.get("previous_evidence", {}).get("parallelism")
+        first = ctx.rank_pass()
+        said = first.hit.evidence.values.get("parallelism") if first is not None and first.hit is not None else None
         return next((k for k, v in _PARALLELISM.items() if v == said), None)
     from perfdoctor.analysis.sharding import flavour
 

@@ -29,8 +29,15 @@ METRICS = {
     "early_allreduce_us": "mean µs per optimizer step of all-reduce work issued before the last micro-batch",
 }
 
-# what a hit's evidence/fields add to METRICS for the TOML message (its placeholders are checked at load)
-MESSAGE_FIELDS = ("early_allreduce_ms", "micro_source")
+# every field a hit gives the TOML message and headline (its evidence values and fields; checked at load)
+MESSAGE_FIELDS = (
+    "early_allreduce_ms",
+    "micro_source",
+    "micro_batches_per_update",
+    "allreduce_calls_per_update",
+    "allreduce_sets_per_update",
+    "early_allreduce_calls_per_update",
+)
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TypeVar
 
 import numpy as np
 
@@ -39,8 +39,15 @@ METRICS = {
     "others_comm_us": "median over the other ranks of their mean collective µs per step",
 }
 
-# what a hit's evidence/fields add to METRICS for the TOML message (its placeholders are checked at load)
-MESSAGE_FIELDS = ("others_comm_ms", "others_own_ms", "straggler", "straggler_comm_ms", "straggler_own_ms")
+# every field a hit gives the TOML message and headline (its evidence values and fields; checked at load)
+MESSAGE_FIELDS = (
+    "others_comm_ms",
+    "others_own_ms",
+    "straggler",
+    "straggler_comm_ms",
+    "straggler_own_ms",
+    "excess_pct",
+)
 
 
 @dataclass(frozen=True)
@@ -51,11 +58,16 @@ class Thresholds:
     min_saving_pct: float
 
 
-def _mean(rows: list[Any], getter: Callable[[Any], float]) -> float:
+T = TypeVar("T")
+
+
+def _mean(rows: list[T], getter: Callable[[T], float]) -> float:
+    """The mean of ``getter`` over ``rows`` (0 for none)."""
     return float(np.mean([getter(s) for s in rows])) if rows else 0.0
 
 
 def check(job: JobContext) -> Outcome:
+    th = job.thresholds(Thresholds)
     ranks = [c.rank.rank for c in job.ranks]
     cold, why_not = job.cold
     if why_not:
@@ -82,7 +94,7 @@ def check(job: JobContext) -> Outcome:
         "step_us": step_us,
     }
     if (
-        metrics["excess_pct"] < job.th["min_excess_pct"]
+        metrics["excess_pct"] < th.min_excess_pct
         or comm[worst] >= others_comm
         or saving <= 0  # min_saving_pct: the engine's, on the report's denominator (the job's step)
     ):
@@ -111,6 +123,6 @@ def check(job: JobContext) -> Outcome:
             evidence=ev,
             estimate=Estimate(saving, method),
             rank=ranks[worst],
-            min_saving_pct=job.th["min_saving_pct"],
+            min_saving_pct=th.min_saving_pct,
         ),
     )

@@ -20,7 +20,8 @@ import numpy as np
 
 from perfdoctor.checks.arrival import replayed_saving
 from perfdoctor.checks.common import pct, rank_list_text
-from perfdoctor.checks.context import JobContext, Outcome, passed, skipped
+from perfdoctor.checks.context import JobContext, Outcome, RankContext, passed, skipped
+from perfdoctor.crossrank.collectives import CollectiveWait
 from perfdoctor.findings import Estimate, Evidence, Hit
 
 CODE = "PD304"
@@ -30,7 +31,7 @@ METRICS = {
     "(the largest wait where the ranks cannot be replayed jointly)",
 }
 
-# what a hit's evidence/fields add to METRICS for the TOML message (its placeholders are checked at load)
+# every field a hit gives the TOML message and headline (its evidence values and fields; checked at load)
 MESSAGE_FIELDS = ("all_wait_ms", "arrival", "n_collectives", "transfer_ms", "wait_ms", "wait_pct", "waiting")
 
 
@@ -42,6 +43,7 @@ class Thresholds:
 
 
 def check(job: JobContext) -> Outcome:
+    th = job.thresholds(Thresholds)
     cold, why_not = job.cold
     if why_not:
         return skipped(f"{why_not}: a wait for another rank cannot be told from first-call work")
@@ -50,29 +52,71 @@ def check(job: JobContext) -> Outcome:
         why = getattr(job.analysis, "collective_wait_note", "") or "no matched collectives"
         return skipped(f"collectives not matched across ranks: {why}")
     by_rank = {c.rank.rank: c for c in job.ranks}
+    mean_wait, all_wait = _waits(job, cw, by_rank, cold)
+    wait = max(mean_wait.values())
+    tied = sorted(r for r, w in mean_wait.items() if w == wait)
+    metrics = {"max_wait_us": wait, "saving_us": 0.0}
+    if wait <= 0:  # min_saving_pct: the engine's, on the report's denominator (the job's step)
+        return passed(**metrics)
+    ev = _evidence(job, cw, [by_rank[r] for r in tied], tied, mean_wait, all_wait)
+    replayed = replayed_saving(job, None, "every rank")
+    if not isinstance(replayed, str):
+        saving, method, values = replayed
+        ev.values.update(values)
+    else:  # the ranks cannot be replayed jointly (``replayed`` says why): the measured wait, which no arrival
+        # order can exceed
+        saving = wait
+        method = (
+            "the rank's mean wait per step inside matched collectives (its duration − the shortest copy's), "
+            f"at most its exposed collective time; an upper bound: the ranks cannot be replayed jointly ({replayed})"
+        )
+    metrics["saving_us"] = saving
+    if saving <= 0:
+        return passed(**metrics)
+    hit = Hit(
+        evidence=ev,
+        estimate=Estimate(saving, method),
+        rank=tied[0] if len(tied) == 1 else None,
+        min_saving_pct=th.min_saving_pct,
+    )
+    return Outcome(metrics=metrics, hit=hit)
+
+
+def _waits(
+    job: JobContext, cw: CollectiveWait, by_rank: dict[int | None, RankContext], cold: set[int]
+) -> tuple[dict[int, float], dict[int, float]]:
+    """Per rank, the mean µs per step it waits inside matched collectives: (the wait no compute kernel overlaps,
+    min(wait, exposed collective time) per step, which costs step time; all of it, hidden or not: the job
+    summary's "longest wait inside collectives"). Cold-start steps (PD902, ``cold``) are left out: first-call work
+    is what the others wait for there."""
     warm = {r: np.array([s.step not in cold for s in by_rank[r].step_rows], dtype=bool) for r in by_rank}
-    # only the wait that no compute kernel overlaps costs step time: min(wait, exposed collective time) per step;
-    # cold-start steps (PD902) left out: first-call work is what the others wait for there
     exposed = {
         r: np.array([s.communication["exposed_us"] for s in by_rank[r].step_rows]) for r in cw.wait_us if r in by_rank
     }
     mean_wait = {
         r: float(np.mean(np.minimum(cw.wait_us[r], exposed[r])[warm[r]])) if warm[r].any() else 0.0 for r in exposed
     }
-    # all of it, hidden or not: the job summary's "longest wait inside collectives"
     all_wait = {r: float(np.mean(np.asarray(cw.wait_us[r])[warm[r]])) if warm[r].any() else 0.0 for r in exposed}
-    wait = max(mean_wait.values())
-    tied = sorted(r for r, w in mean_wait.items() if w == wait)
-    steps = [float(np.mean([s.dur_us for s in job.warm_rows(by_rank[r])])) for r in tied]
+    return mean_wait, all_wait
+
+
+def _evidence(
+    job: JobContext,
+    cw: CollectiveWait,
+    tied_ctx: list[RankContext],
+    tied: list[int],
+    mean_wait: dict[int, float],
+    all_wait: dict[int, float],
+) -> Evidence:
+    """The evidence of the ranks ``tied`` for the largest wait (their contexts ``tied_ctx``): the wait (ms and % of
+    their own step, their median when several tie), who arrives last, the collectives' transfer time."""
+    wait = mean_wait[tied[0]]
+    steps = [float(np.mean([s.dur_us for s in job.warm_rows(c)])) for c in tied_ctx]
     step_us = float(np.median(steps))  # one rank's own step; the tied ranks' median when several tie
-    metrics = {"max_wait_us": wait, "saving_us": 0.0}
-    if wait <= 0:  # min_saving_pct: the engine's, on the report's denominator (the job's step)
-        return passed(**metrics)
-    ctx = by_rank[tied[0]]
-    comm = float(np.median([np.mean([s.communication["total_us"] for s in job.warm_rows(by_rank[r])]) for r in tied]))
+    comm = float(np.median([np.mean([s.communication["total_us"] for s in job.warm_rows(c)]) for c in tied_ctx]))
     most = max(cw.last_arrivals.values(), default=0)
     last = sorted(r for r, n in cw.last_arrivals.items() if n == most) if most > 0 else []
-    ev = Evidence(
+    return Evidence(
         values={
             "rank": tied[0] if len(tied) == 1 else None,
             "tied_ranks": tied if len(tied) > 1 else [],
@@ -90,29 +134,8 @@ def check(job: JobContext) -> Outcome:
             "wait_ms_by_rank": {str(r): round(v / 1000, 3) for r, v in sorted(mean_wait.items())},
             "last_arrivals_by_rank": {str(r): n for r, n in sorted(cw.last_arrivals.items())},
         },
-        steps=[s.step for s in job.warm_rows(ctx)],
+        steps=[s.step for s in job.warm_rows(tied_ctx[0])],
     )
-    replayed = replayed_saving(job, None, "every rank")
-    if replayed is not None:
-        saving, method, values = replayed
-        ev.values.update(values)
-    else:  # the ranks cannot be replayed jointly: the measured wait, which no arrival order can exceed
-        saving = wait
-        method = (
-            "the rank's mean wait per step inside matched collectives (its duration − the shortest copy's), "
-            "at most its exposed collective time; an upper bound: the ranks cannot be replayed jointly ("
-            f"{job.cache.get('arrival_why', '')})"
-        )
-    metrics["saving_us"] = saving
-    if saving <= 0:
-        return passed(**metrics)
-    hit = Hit(
-        evidence=ev,
-        estimate=Estimate(saving, method),
-        rank=tied[0] if len(tied) == 1 else None,
-        min_saving_pct=job.th["min_saving_pct"],
-    )
-    return Outcome(metrics=metrics, hit=hit)
 
 
 def _arrival(last: list[int], count: int, n: int, counted: int | None) -> str:

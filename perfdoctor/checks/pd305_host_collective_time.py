@@ -29,8 +29,14 @@ METRICS = {
     "exposed_us": "mean µs per step of host collective time with no other op of the process running",
     "exposed_pct": "exposed_us as % of the mean step",
 }
-# what a hit's evidence/fields add to METRICS for the TOML message (its placeholders are checked at load)
-MESSAGE_FIELDS = ("advice", "collective_ms", "sizes")
+# every field a hit gives the TOML message and headline (its evidence values and fields; checked at load)
+MESSAGE_FIELDS = (
+    "advice",
+    "collective_ms",
+    "sizes",
+    "collective_pct",
+    "exposed_pct",
+)
 
 
 @dataclass(frozen=True)
@@ -109,6 +115,7 @@ def _advice(rows: list[dict[str, float | str]], exposed_share: float, n_steps: i
 
 
 def check(ctx: RankContext) -> Outcome:
+    th = ctx.thresholds(Thresholds)
     total = ctx.per_step(lambda s: s.communication.get("total_us", 0.0))
     exposed = ctx.per_step(lambda s: s.communication.get("exposed_us", 0.0))
     mean_total, mean_exposed = float(total.mean()), float(exposed.mean())
@@ -142,10 +149,10 @@ def check(ctx: RankContext) -> Outcome:
             "collectives": rows,
             "advice": _advice(rows, mean_exposed / mean_total if mean_total else 0.0, ctx.n_steps),
         },
-        steps=steps_over(exposed, ctx.per_step(lambda s: s.dur_us), ctx.th["min_saving_pct"], ctx.step_numbers),
+        steps=steps_over(exposed, ctx.per_step(lambda s: s.dur_us), th.min_saving_pct, ctx.step_numbers),
     )
     method = "mean host collective time per step with no other op of the process running (CPU breakdown)"
     return Outcome(
         metrics=metrics,
-        hit=Hit(evidence=ev, estimate=Estimate(mean_exposed, method), min_saving_pct=ctx.th["min_saving_pct"]),
+        hit=Hit(evidence=ev, estimate=Estimate(mean_exposed, method), min_saving_pct=th.min_saving_pct),
     )

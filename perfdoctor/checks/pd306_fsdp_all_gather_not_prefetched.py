@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from perfdoctor.analysis.sharding import ShardedComm, flavour, sharded_comm
 from perfdoctor.checks.common import pct
 from perfdoctor.checks.context import Outcome, RankContext, passed, skipped
 from perfdoctor.findings import Estimate, Evidence, Hit
@@ -26,8 +27,16 @@ METRICS = {
     "saving_us": "mean µs per step the replayed step gets shorter with each all-gather prefetched one unit ahead",
     "saving_pct": "saving_us as % of the mean step time",
 }
-# what a hit's evidence/fields add to METRICS for the TOML message and headline (placeholders checked at load)
-MESSAGE_FIELDS = ("late_exposed_ms", "all_gather_exposed_ms", "reduce_scatter_exposed_ms", "units", "passes", "flavour")
+# every field a hit gives the TOML message and headline (its evidence values and fields; checked at load)
+MESSAGE_FIELDS = (
+    "late_exposed_ms",
+    "all_gather_exposed_ms",
+    "reduce_scatter_exposed_ms",
+    "units",
+    "passes",
+    "flavour",
+    "late_gathers",
+)
 ADVICE = ("fsdp1", "fsdp2")
 
 
@@ -42,21 +51,10 @@ _FLAVOUR = {"fsdp1": "FullyShardedDataParallel", "fsdp2": "fully_shard (FSDP2)"}
 
 
 def check(ctx: RankContext) -> Outcome:
-    from perfdoctor.analysis.sharding import flavour, sharded_comm
-
-    if not hasattr(ctx.rank, "tables"):
-        return skipped("re-run from a rank summary: the FSDP labels are read where the rank was analysed")
-    ws, we = ctx.windows()
-    comm = sharded_comm(ctx.tables, ws, we)
-    if comm is None:
-        kind = flavour(ctx.tables)
-        return skipped(
-            "DeepSpeed ZeRO records no per-module label torch.profiler keeps: its units cannot be told apart"
-            if kind == "zero"
-            else "no FSDP labels (FSDP:: or FullyShardedDataParallel.): not an FSDP run"
-        )
-    if not comm.gathers():
-        return skipped("FSDP labels but no all-gather call in the analysed steps")
+    th = ctx.thresholds(Thresholds)
+    comm = _sharded(ctx)
+    if isinstance(comm, str):
+        return skipped(comm)
     units = comm.per_unit()
     n = max(comm.n_steps, 1)
     late = comm.late_gathers()
@@ -79,13 +77,46 @@ def check(ctx: RankContext) -> Outcome:
     metrics |= {"saving_us": saving, "saving_pct": pct(saving, ctx.base_step_us)}
     if saving <= 0:
         return passed(**metrics)
-    passes = sorted({c.phase for _, c in late})
-    ev = Evidence(
+    ev = _evidence(ctx, comm, metrics, sorted({c.phase for _, c in late}))
+    method += "; at most the late all-gathers' exposed time"
+    return Outcome(
+        metrics=metrics,
+        hit=Hit(
+            evidence=ev,
+            estimate=Estimate(saving, method),
+            advice=ctx.advice(comm.flavour),
+            min_saving_pct=th.min_saving_pct,
+        ),
+    )
+
+
+def _sharded(ctx: RankContext) -> ShardedComm | str:
+    """The rank's FSDP collectives by unit over the analysed steps, or why there are none to judge."""
+    if not hasattr(ctx.rank, "tables"):
+        return "re-run from a rank summary: the FSDP labels are read where the rank was analysed"
+    ws, we = ctx.windows()
+    comm = sharded_comm(ctx.tables, ws, we)
+    if comm is None:
+        return (
+            "DeepSpeed ZeRO records no per-module label torch.profiler keeps: its units cannot be told apart"
+            if flavour(ctx.tables) == "zero"
+            else "no FSDP labels (FSDP:: or FullyShardedDataParallel.): not an FSDP run"
+        )
+    if not comm.gathers():
+        return "FSDP labels but no all-gather call in the analysed steps"
+    return comm
+
+
+def _evidence(ctx: RankContext, comm: ShardedComm, metrics: dict[str, float], passes: list[str]) -> Evidence:
+    """The hit's evidence (ms per step): the late all-gathers' exposed time, and each unit's collectives in
+    first-issue order; ``passes``: the passes (forward, backward) the late all-gathers are in."""
+    units = comm.per_unit()
+    return Evidence(
         values={
             "flavour": _FLAVOUR[comm.flavour],
             "units": len(units),
             "passes": " and ".join(passes),
-            "late_exposed_ms": late_exposed / 1000,
+            "late_exposed_ms": metrics["late_exposed_us"] / 1000,
             "all_gather_exposed_ms": metrics["all_gather_exposed_us"] / 1000,
             "reduce_scatter_exposed_ms": metrics["reduce_scatter_exposed_us"] / 1000,
             "late_gathers": metrics["late_gathers"],
@@ -99,14 +130,4 @@ def check(ctx: RankContext) -> Outcome:
             "not_prefetched_by_unit": {k: float(u["not_prefetched"]) for k, u in units.items()},
         },
         steps=ctx.step_numbers,
-    )
-    method += "; at most the late all-gathers' exposed time"
-    return Outcome(
-        metrics=metrics,
-        hit=Hit(
-            evidence=ev,
-            estimate=Estimate(saving, method),
-            advice=ctx.advice(comm.flavour),
-            min_saving_pct=ctx.th["min_saving_pct"],
-        ),
     )

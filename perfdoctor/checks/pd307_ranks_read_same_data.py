@@ -11,11 +11,12 @@ The likely cause is picked from the samplers the ranks' DataLoaders used (``samp
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from perfdoctor.checks.common import step_list_text
 from perfdoctor.checks.context import JobContext, Outcome, passed, run_json, skipped
+from perfdoctor.checks.run_facts import tables
 from perfdoctor.findings import Evidence, Hit
 
 CODE = "PD307"
@@ -25,7 +26,7 @@ METRICS = {
     "max_identical_share": "largest share (0–1) of commonly fingerprinted steps at which two ranks read the same batch",
 }
 
-# what a hit's evidence/fields add to METRICS for the TOML message and headline (placeholders checked at load)
+# every field a hit gives the TOML message and headline (its evidence values and fields; checked at load)
 MESSAGE_FIELDS = ("ranks_text", "n_ranks", "identical_steps", "fingerprinted_steps", "steps_text", "groups_text")
 ADVICE = ("no_sampler", "sampler_rank", "no_loader")
 
@@ -40,20 +41,21 @@ class Thresholds:
     min_steps: int
 
 
-def fingerprints(run: dict[str, Any]) -> dict[int, dict[int, str]]:
+def fingerprints(run: Mapping[str, object]) -> dict[int, dict[int, str]]:
     """Per rank, step → digest of the ranks in ``run.json`` that recorded batch fingerprints (steps whose forward
     had no tensor argument left out)."""
     out: dict[int, dict[int, str]] = {}
-    for r in run.get("ranks") or []:
-        if not isinstance(r, dict) or not isinstance(r.get("rank"), int):
+    for r in tables(run, "ranks"):
+        rank = r.get("rank")
+        if not isinstance(rank, int):
             continue
         steps = {
-            int(f["step"]): str(f["digest"])
-            for f in r.get("batch_fingerprints") or []
-            if isinstance(f, dict) and isinstance(f.get("step"), int) and isinstance(f.get("digest"), str)
+            step: digest
+            for f in tables(r, "batch_fingerprints")
+            if isinstance(step := f.get("step"), int) and isinstance(digest := f.get("digest"), str)
         }
         if steps:
-            out[int(r["rank"])] = steps
+            out[int(rank)] = steps
     return out
 
 
@@ -118,13 +120,14 @@ def rank_list_text(ranks: list[int]) -> str:
     return text if len(text) <= _MAX_RANK_TEXT else text[: _MAX_RANK_TEXT - 1].rsplit(",", 1)[0] + ", …"
 
 
-def _situation(run: dict[str, Any], ranks: list[int]) -> str:
+def _situation(run: Mapping[str, object], ranks: list[int]) -> str:
     """Which fix fits: a DistributedSampler seen on the ranks (its rank/num_replicas are wrong), a DataLoader without
     one, or no DataLoader seen (an IterableDataset or a hand-made loop)."""
     names: set[str] = set()
-    for r in run.get("ranks") or []:
-        if isinstance(r, dict) and r.get("rank") in ranks:
-            names |= {str(s) for s in r.get("samplers") or []}
+    for r in tables(run, "ranks"):
+        samplers = r.get("samplers")
+        if r.get("rank") in ranks and isinstance(samplers, list):
+            names |= {str(s) for s in samplers}
     if "DistributedSampler" in names:
         return "sampler_rank"
     if names - {"_InfiniteConstantSampler"}:
@@ -133,13 +136,14 @@ def _situation(run: dict[str, Any], ranks: list[int]) -> str:
 
 
 def check(job: JobContext) -> Outcome:
+    th = job.thresholds(Thresholds)
     run = run_json(job.analysis) or {}
     fp = fingerprints(run)
     if len(fp) < 2:
         if (run.get("world_size") or 1) < 2:
             return skipped("single process: no other rank to compare input batches with")
         return skipped("the run data lacks batch fingerprints of two ranks (recorded by perfdoctor profile)")
-    groups, pairs, best = identical_groups(fp, job.th["min_identical_share"], job.th["min_steps"])
+    groups, pairs, best = identical_groups(fp, th.min_identical_share, th.min_steps)
     metrics = {"fingerprinted_ranks": len(fp), "identical_rank_pairs": pairs, "max_identical_share": best}
     flagged = sorted(r for g, _ in groups for r in g)
     if not groups:

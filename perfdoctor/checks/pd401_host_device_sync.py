@@ -44,7 +44,7 @@ METRICS = {
     "idle_pct": "idle_us as % of the mean step time",
 }
 
-# what a hit's evidence/fields add to METRICS for the TOML message (its placeholders are checked at load)
+# every field a hit gives the TOML message and headline (its evidence values and fields; checked at load)
 MESSAGE_FIELDS = ("host_wait_ms", "sync_idle_ms", "syncs", "source", "recorded_ms", "replayed_fix", "saving_parts")
 
 
@@ -150,17 +150,18 @@ def _whatif(ctx: RankContext, waits: iv.Intervals) -> tuple[WhatIf, str, dict[st
 
 
 def check(ctx: RankContext) -> Outcome:
+    th = ctx.thresholds(Thresholds)
     if reason := cold_reason(ctx):
         return skipped(reason)
     t = ctx.tables
-    mask, copy_blocked = pageable_h2d(t, ctx.device.device, ctx.th["sync_adjacency_us"])
-    copy_own = copy_explained(t, mask, copy_blocked, ctx.th["staging_gb_per_s"], ctx.th["per_copy_overhead_us"])
+    mask, copy_blocked = pageable_h2d(t, ctx.device.device, th.sync_adjacency_us)
+    copy_own = copy_explained(t, mask, copy_blocked, th.staging_gb_per_s, th.per_copy_overhead_us)
     rows, _ = sync_calls_by_name(t, iv.EMPTY)
     rt = t.runtime
     rows = rows[~_covered(rt["ts_us"][rows], rt["end_us"][rows], copy_own)]  # wholly the copy's own: PD102's
     # a sync right after a call that returned once the device caught up waits for nothing: no wait to count, but
     # the fix removes its call with the rest (the replay cuts it)
-    waitless = host.waitless_syncs(t, rows, ctx.th["waitless_sync_max_us"])
+    waitless = host.waitless_syncs(t, rows, th.waitless_sync_max_us)
     idle_calls = iv.union(rt["ts_us"][rows[waitless]], rt["end_us"][rows[waitless]]) if waitless.any() else iv.EMPTY
     rows = rows[~waitless]
     calls = iv.union(rt["ts_us"][rows], rt["end_us"][rows]) if rows.size else iv.EMPTY
@@ -191,7 +192,7 @@ def check(ctx: RankContext) -> Outcome:
             "sync_idle_ms": idle_cause_ms(ctx, "synchronization"),
             "replayed_fix": replayed_fix,
         },
-        steps=steps_over(idle, ctx.per_step(lambda s: s.dur_us), ctx.th["min_saving_pct"], ctx.step_numbers),
+        steps=steps_over(idle, ctx.per_step(lambda s: s.dur_us), th.min_saving_pct, ctx.step_numbers),
         events=_wait_events(ctx, rows, waits),
     )
     # the .item() / .cpu() line: the runtime calls that start each wait (syncs and blocking copies)
@@ -207,4 +208,4 @@ def check(ctx: RankContext) -> Outcome:
         "saving_parts": parts,
         **replay_fields(ctx),
     }
-    return replayed_outcome(ctx, metrics, ev, saving, method, fields, advice)
+    return replayed_outcome(ctx, metrics, ev, saving, method, fields, advice, min_saving_pct=th.min_saving_pct)

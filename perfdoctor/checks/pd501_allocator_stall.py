@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from perfdoctor.analysis.allocator import CAUSES, allocator_calls
+from perfdoctor.analysis.allocator import CAUSES, AllocatorCalls, allocator_calls
 from perfdoctor.analysis.run_memory import run_allocator_evidence
 from perfdoctor.checks.common import (
     pct,
@@ -41,7 +41,7 @@ METRICS = {
     "peak_reserved_pct": "peak reserved memory ÷ device memory, % (when memory was profiled)",
 }
 
-# what a hit's evidence/fields add to METRICS for the TOML message (its placeholders are checked at load)
+# every field a hit gives the TOML message and headline (its evidence values and fields; checked at load)
 MESSAGE_FIELDS = (
     "allocator_host_ms",
     "idle_ms",
@@ -53,6 +53,7 @@ MESSAGE_FIELDS = (
     "recorded_ms",
     "n_frees",
     "n_mallocs",
+    "allocator_calls_per_step",
 )
 
 
@@ -94,68 +95,44 @@ def _advice(ctx: RankContext, cause: str, hip: bool) -> tuple[str, dict[str, str
 
 
 def check(ctx: RankContext) -> Outcome:
-    first = int(ctx.th["skip_first_steps"])
+    th = ctx.thresholds(Thresholds)
+    first = int(th.skip_first_steps)
     if ctx.n_steps <= first:
         return skipped(f"only {ctx.n_steps} step(s): the first {first} fill the allocator's cache")
     calls_of = allocator_calls(ctx.tables, ctx.rank.steps, first)
-    rt = ctx.tables.runtime
-    rows, step = calls_of.rows, calls_of.step
-    calls = iv.union(rt["ts_us"][rows], rt["end_us"][rows])
-    ws, we = ctx.windows()
-    n_steady = ctx.n_steps - first
-    # a count is divided by the steps it was counted in: the steady-state steps (the saving below is per analysed
-    # step, the report's denominator, and says so)
-    host_us = float(iv.per_window(calls, ws, we)[first:].sum()) / n_steady
-    peak = peak_reserved_pct(ctx)
-    metrics = {
-        "allocator_calls_per_step": rows.size / n_steady,
-        "allocator_host_us": host_us,
-        "idle_us": 0.0,
-        "idle_pct": 0.0,
-    }
-    if peak is not None:
-        metrics["peak_reserved_pct"] = peak
+    rows = calls_of.rows
+    metrics, peak = _counts(ctx, calls_of, first)
     # the detection asks how often a warm cache misses: calls per steady-state step (the first steps fill it)
-    if metrics["allocator_calls_per_step"] < ctx.th["min_calls_per_step"]:
+    if metrics["allocator_calls_per_step"] < th.min_calls_per_step:
         return passed(**metrics)
     whatif = serve_from_cache(ctx.replay(), ctx.tables, rows)
     saving, per_step, method = ctx.replayed_saving(whatif)
     metrics["idle_us"], metrics["idle_pct"] = saving, pct(saving, ctx.base_step_us)
     if saving <= 0:  # min_saving_pct: the engine's, on the report's denominator (perfdoctor.checks.after)
         return passed(**metrics)
+    rt = ctx.tables.runtime
     names = ctx.tables.name_array()[rt["name_id"][rows]]
     hip = bool(np.char.startswith(names.astype(str), "hip").mean() > 0.5) if names.size else False
     api = "hipMalloc/hipFree" if hip else "cudaMalloc/cudaFree"
     phrase, advice = _advice(ctx, calls_of.cause, hip)
-    n_frees = int(calls_of.is_free.sum())
+    step = calls_of.step
     ev = Evidence(
         values={
             "allocator_calls_per_step": metrics["allocator_calls_per_step"],
-            "allocator_host_ms": host_us / 1000,
+            "allocator_host_ms": metrics["allocator_host_us"] / 1000,
             "idle_ms": saving / 1000,
             "idle_pct": metrics["idle_pct"],
             "alloc_api": api,
             "cause": calls_of.cause,
             **{f"frees_{c}": calls_of.count(c) for c in CAUSES[:3]},
             "calls_in_first_steps": calls_of.n_calls_first,
-            "peak_reserved_pct": peak
-            if peak is not None
-            else "unknown (" + ("no device capacity" if len(ctx.tables.memory) else "profile_memory=False") + ")",
+            "peak_reserved_pct": peak if peak is not None else _peak_unknown(ctx),
             **run_allocator_evidence(ctx.analysis),
         },
         steps=sorted({int(ctx.step_numbers[i]) for i in step[per_step[step] > 0].tolist()}),
         events=top_names(names, rt["dur_us"][rows]),
     )
-    fields = {
-        "steady_steps": step_list_text(ctx.step_numbers[first:]),
-        "n_steps": str(ctx.n_steps),
-        "n_steady": str(n_steady),
-        "alloc_api": api,
-        "cause_text": phrase,
-        "n_frees": str(n_frees),
-        "n_mallocs": str(rows.size - n_frees),
-        **replay_fields(ctx),
-    }
+    fields = _message_fields(ctx, calls_of, first, api, phrase)
     return Outcome(
         metrics=metrics,
         hit=Hit(
@@ -163,6 +140,50 @@ def check(ctx: RankContext) -> Outcome:
             estimate=replayed_estimate(saving, method, fields),
             fields=fields,
             advice=advice,
-            min_saving_pct=ctx.th["min_saving_pct"],
+            min_saving_pct=th.min_saving_pct,
         ),
     )
+
+
+def _counts(ctx: RankContext, calls_of: AllocatorCalls, first: int) -> tuple[dict[str, float], float | None]:
+    """(the rule's metrics before the replay: calls and host µs per steady-state step, the first ``first`` steps
+    left out; the peak reserved memory, % of the device's, None when unknown)."""
+    rt = ctx.tables.runtime
+    calls = iv.union(rt["ts_us"][calls_of.rows], rt["end_us"][calls_of.rows])
+    ws, we = ctx.windows()
+    n_steady = ctx.n_steps - first
+    # a count is divided by the steps it was counted in: the steady-state steps (the saving below is per analysed
+    # step, the report's denominator, and says so)
+    host_us = float(iv.per_window(calls, ws, we)[first:].sum()) / n_steady
+    peak = peak_reserved_pct(ctx)
+    metrics = {
+        "allocator_calls_per_step": calls_of.rows.size / n_steady,
+        "allocator_host_us": host_us,
+        "idle_us": 0.0,
+        "idle_pct": 0.0,
+    }
+    if peak is not None:
+        metrics["peak_reserved_pct"] = peak
+    return metrics, peak
+
+
+def _peak_unknown(ctx: RankContext) -> str:
+    """Why the peak reserved memory is unknown, as the evidence says it."""
+    return "unknown (" + ("no device capacity" if len(ctx.tables.memory) else "profile_memory=False") + ")"
+
+
+def _message_fields(
+    ctx: RankContext, calls_of: AllocatorCalls, first: int, api: str, phrase: str
+) -> dict[str, str | float]:
+    """The hit's fields for the message: the steady-state steps, the calls' API and cause, the replay's."""
+    n_frees = int(calls_of.is_free.sum())
+    return {
+        "steady_steps": step_list_text(ctx.step_numbers[first:]),
+        "n_steps": str(ctx.n_steps),
+        "n_steady": str(ctx.n_steps - first),
+        "alloc_api": api,
+        "cause_text": phrase,
+        "n_frees": str(n_frees),
+        "n_mallocs": str(calls_of.rows.size - n_frees),
+        **replay_fields(ctx),
+    }

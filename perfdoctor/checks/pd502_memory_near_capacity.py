@@ -26,8 +26,13 @@ METRICS = {
     "peak_allocated_pct": "peak allocated ÷ device memory, %",
 }
 
-# what a hit's evidence/fields add to METRICS for the TOML message (its placeholders are checked at load)
-MESSAGE_FIELDS = ("capacity_gib", "peak_reserved_gib", "split_text")
+# every field a hit gives the TOML message and headline (its evidence values and fields; checked at load)
+MESSAGE_FIELDS = (
+    "capacity_gib",
+    "peak_reserved_gib",
+    "split_text",
+    "peak_reserved_pct",
+)
 
 OPTIMIZER = re.compile(r"^Optimizer\.step#(\w+)\.step")
 # optimizer state ÷ the step-start level, by optimizer class: Adam/AdamW keep two moments per parameter (torch.optim
@@ -45,6 +50,7 @@ class Thresholds:
 
 
 def check(ctx: RankContext) -> Outcome:
+    th = ctx.thresholds(Thresholds)
     mem = ctx.tables.memory
     dev = ctx.device.device
     cap = next(
@@ -59,7 +65,7 @@ def check(ctx: RankContext) -> Outcome:
     reserved = float(mem["total_reserved"][m].max())
     allocated = float(mem["total_allocated"][m].max())
     metrics = {"peak_reserved_pct": pct(reserved, cap), "peak_allocated_pct": pct(allocated, cap)}
-    if metrics["peak_reserved_pct"] < ctx.th["min_reserved_pct"]:
+    if metrics["peak_reserved_pct"] < th.min_reserved_pct:
         return passed(**metrics)
     hr = headroom(ctx.tables, ctx.rank.steps, int(dev)) if hasattr(ctx.rank, "steps") else None
     freed = fixes(ctx, hr) if hr is not None else []

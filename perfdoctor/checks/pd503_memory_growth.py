@@ -27,7 +27,7 @@ METRICS = {
     "growth_pct": "that series' growth over the fitted steps ÷ its level at their start, %",
 }
 
-# what a hit's evidence/fields add to METRICS for the TOML message (its placeholders are checked at load)
+# every field a hit gives the TOML message and headline (its evidence values and fields; checked at load)
 MESSAGE_FIELDS = (
     "series_cap",
     "slope_mib_per_step",
@@ -58,29 +58,30 @@ class Thresholds:
     min_growth_pct: float
 
 
-def _grows(g: Growth, th: dict[str, Any]) -> bool:
+def _grows(g: Growth, th: Thresholds) -> bool:
     return (
         g.slope_low > 0
-        and g.growth_bytes >= th["min_growth_mib"] * MIB
-        and g.growth_bytes >= th["min_growth_pct"] / 100 * max(g.start_bytes, 0.0)
+        and g.growth_bytes >= th.min_growth_mib * MIB
+        and g.growth_bytes >= th.min_growth_pct / 100 * max(g.start_bytes, 0.0)
     )
 
 
 def check(job: JobContext) -> Outcome:
+    th = job.thresholds(Thresholds)
     run = getattr(job.analysis, "run", None)
     mem = getattr(run, "memory", None)
     if mem is None or not mem.series:
         return skipped("no memory series in the run data (steps.csv has no rss_bytes or CUDA memory column)")
-    fitted = [g for g in mem.series if g.n_steps >= job.th["min_steps"]]
+    fitted = [g for g in mem.series if g.n_steps >= th.min_steps]
     if not fitted:
         longest = max(g.n_steps for g in mem.series)
-        return skipped(f"only {longest} steady-state unprofiled steps in one stretch (needs {job.th['min_steps']})")
+        return skipped(f"only {longest} steady-state unprofiled steps in one stretch (needs {th.min_steps})")
     fastest = max(fitted, key=lambda g: g.slope_bytes_per_step)
     metrics = {
         "growth_bytes_per_step": fastest.slope_bytes_per_step,
         "growth_pct": 100 * fastest.growth_bytes / fastest.start_bytes if fastest.start_bytes > 0 else 0.0,
     }
-    growing = [g for g in fitted if _grows(g, job.th)]
+    growing = [g for g in fitted if _grows(g, th)]
     if not growing:
         return passed(**metrics)
     g = growing[0]
@@ -88,7 +89,7 @@ def check(job: JobContext) -> Outcome:
     return Outcome(metrics=metrics, hit=Hit(evidence=ev, estimate=None))
 
 
-def _values(g: Growth, others: list[Growth], trace_text: str) -> dict[str, Any]:
+def _values(g: Growth, others: list[Growth], trace_text: str) -> dict[str, float | str]:
     """The evidence of series ``g`` (MiB; GiB for the limit) and the message's text fields."""
     limit_text, tail = "", ""
     if g.steps_to_limit is not None and g.limit_bytes is not None:

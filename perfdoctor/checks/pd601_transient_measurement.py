@@ -16,8 +16,8 @@ phase's noise does not excuse it).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
+from perfdoctor.analysis.steady_state import SteadyState
 from perfdoctor.checks.common import unprofiled_step_times
 from perfdoctor.checks.context import JobContext, Outcome, passed, skipped
 from perfdoctor.findings import Evidence, Hit
@@ -25,7 +25,7 @@ from perfdoctor.findings import Evidence, Hit
 CODE = "PD601"
 METRICS = {"window_deviation_pct": "|profiled-window neighbours' median ÷ steady-state median − 1|, %"}
 
-# what a hit's evidence/fields add to METRICS for the TOML message (its placeholders are checked at load)
+# every field a hit gives the TOML message and headline (its evidence values and fields; checked at load)
 MESSAGE_FIELDS = ("basis", "deviation_pct", "direction", "steady_ms", "window_ms")
 
 
@@ -37,6 +37,7 @@ class Thresholds:
 
 
 def check(job: JobContext) -> Outcome:
+    th = job.thresholds(Thresholds)
     run = getattr(job.analysis, "run", None)
     ss = getattr(run, "steady_state", None)
     if ss is None:
@@ -47,7 +48,7 @@ def check(job: JobContext) -> Outcome:
         ratio, basis, median_s = ss.window_ratio, "the profiled steps (profiler overhead included)", ss.window_median_s
     if ratio is None or median_s is None:
         return skipped("the run has no profiled window inside its step series")
-    if (earlier := _phase_left(run, ss)) is not None and abs(ratio - 1.0) > job.th["max_deviation"]:
+    if (earlier := _phase_left(run, ss)) is not None and abs(ratio - 1.0) > th.max_deviation:
         # the window lies in a phase the run left: the phase detection already found the levels distinct, so the
         # noise of the last phase (wide when that phase is slow and noisy) does not excuse it
         return _hit(ss, ratio, abs(ratio - 1.0) * 100, median_s, f"{basis}, in {earlier},")
@@ -70,12 +71,12 @@ def check(job: JobContext) -> Outcome:
     # a transient must stand out from the run's own step-to-step noise (3 robust sigmas from the IQR of the
     # unprofiled steady steps), not just from its median
     within_noise = abs(median_s - ss.median_s) <= 3 * _robust_sigma(run, ss.steady_start_step)
-    if dev <= 100 * job.th["max_deviation"] or within_noise:
+    if dev <= 100 * th.max_deviation or within_noise:
         return passed(window_deviation_pct=dev)
     return _hit(ss, ratio, dev, median_s, basis)
 
 
-def _phase_left(run: Any, ss: Any) -> str | None:
+def _phase_left(run: object, ss: SteadyState) -> str | None:
     """Words for the earlier phase the profiled window lies in ("the phase of steps 0–201 (median 24.8 ms) that the
     run left at step 202"), or None: no phase change, or the window (steps.csv rows whose profiler phase is
     "active"; phases are positions in that series) reaches the last phase."""
@@ -99,7 +100,7 @@ def _phase_left(run: Any, ss: Any) -> str | None:
     return None
 
 
-def _outside_band(ss: Any, neighbours_s: float | None, window_s: float | None) -> tuple[float, str] | None:
+def _outside_band(ss: SteadyState, neighbours_s: float | None, window_s: float | None) -> tuple[float, str] | None:
     """(median s, basis text) of the first witness outside the steady state's p10-p90 band, or None: the
     unprofiled neighbours of the window outside [p10, p90], or the profiled steps below p10 (they carry the
     profiler's overhead, so only "faster" is evidence)."""
@@ -111,7 +112,7 @@ def _outside_band(ss: Any, neighbours_s: float | None, window_s: float | None) -
     return None
 
 
-def _hit(ss: Any, ratio: float, dev: float, median_s: float, basis: str) -> Outcome:
+def _hit(ss: SteadyState, ratio: float, dev: float, median_s: float, basis: str) -> Outcome:
     ev = Evidence(
         values={
             "ratio": ratio,

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from perfdoctor.analysis.steady_state import SteadyState
 from perfdoctor.checks.common import unprofiled_step_times
 from perfdoctor.checks.context import JobContext, Outcome, passed, skipped
 from perfdoctor.findings import Estimate, Evidence, Hit
@@ -31,7 +32,7 @@ METRICS = {
     "trend_rise_pct": "fitted rise over the run, % of median",
 }
 
-# what a hit's evidence/fields add to METRICS for the TOML message (its placeholders are checked at load)
+# every field a hit gives the TOML message and headline (its evidence values and fields; checked at load)
 MESSAGE_FIELDS = ("change_pct", "change_step", "cost", "first_ms", "last_ms", "what")
 STEP_WORDS = "the run's median unprofiled steady step"
 
@@ -56,16 +57,17 @@ class Thresholds:
 
 
 def check(job: JobContext) -> Outcome:
+    th = job.thresholds(Thresholds)
     run = getattr(job.analysis, "run", None)
     ss = getattr(run, "steady_state", None)
     if ss is None:
         return skipped("no step series in the run data")
     metrics = {"n_phases": len(ss.phases), "trend_rise_pct": 100 * ss.trend_rise_ratio}
     steady = ss.n_steps - ss.warmup_steps
-    if steady < job.th.get("min_steps", 50):
+    if steady < th.min_steps:
         return skipped(
             f"only {steady} steps after warm-up: too few to tell a phase change or a trend from noise "
-            f"(needs {job.th.get('min_steps', 50)}; profile with more --steps)",
+            f"(needs {th.min_steps}; profile with more --steps)",
             **metrics,
         )
     if ss.unstable:
@@ -75,63 +77,81 @@ def check(job: JobContext) -> Outcome:
             **metrics,
         )
     first = ss.phases[0]
-    if ss.phase_change and abs(ss.phases[-1].median_s / first.median_s - 1) < job.th.get("min_shift", 0.10):
+    if ss.phase_change and abs(ss.phases[-1].median_s / first.median_s - 1) < th.min_shift:
         # a slow (or fast) stretch the run recovered from: the later state is the start's, nothing to extrapolate
         return passed(**metrics)
     if ss.phase_change:
-        last, best = ss.phases[-1], min(ss.phases, key=lambda p: p.median_s)
-        change = ss.phases[1]
-        what = "; ".join(f"steps {p.start_step}–{p.end_step - 1}: {p.median_s * 1e3:.1f} ms" for p in ss.phases)
-        ev = Evidence(
-            values={
-                "what": f"step time changes level at step {change.start_step} ({what})",
-                "first_ms": ss.phases[0].median_s * 1e3,
-                "last_ms": last.median_s * 1e3,
-                "change_pct": 100 * (last.median_s / ss.phases[0].median_s - 1),
-                "change_step": change.start_step,
-                "n_phases": len(ss.phases),
-            },
-            steps=[p.start_step for p in ss.phases[1:]],
-        )
-        saving = max(last.median_s - best.median_s, 0.0) * 1e6
-        est, cost = _estimate(saving, "last phase median − fastest phase median (per step)", ss.median_s)
-        return Outcome(metrics=metrics, hit=Hit(evidence=ev, estimate=est, fields={"cost": cost}))
+        return _phase_hit(ss, metrics)
     if ss.trend_detected and ss.trend_us_per_step > 0:
         jump = _level_change(run)
-        if jump is not None:  # one jump explains the series better than a slope: report it as a level change
-            step, before_s, after_s = jump
-            ev = Evidence(
-                values={
-                    "what": f"step time changes level at step {step} ({before_s * 1e3:.1f} ms before, "
-                    f"{after_s * 1e3:.1f} ms after)",
-                    "first_ms": before_s * 1e3,
-                    "last_ms": after_s * 1e3,
-                    "change_pct": 100 * (after_s / before_s - 1),
-                    "change_step": step,
-                    "n_phases": 2,
-                },
-                steps=[step],
-            )
-            saving = max(after_s - before_s, 0.0) * 1e6
-            est, cost = _estimate(saving, "median after the change − median before (per step)", ss.median_s)
-            return Outcome(metrics=metrics, hit=Hit(evidence=ev, estimate=est, fields={"cost": cost}))
-        rise_us = ss.trend_rise_ratio * ss.median_s * 1e6
-        ev = Evidence(
-            values={
-                "what": (
-                    f"step time keeps growing: +{ss.trend_us_per_step:.3g} µs per step, "
-                    f"+{100 * ss.trend_rise_ratio:.0f}% of the median over the steady span"
-                ),
-                "first_ms": ss.median_s * 1e3,
-                "last_ms": (ss.median_s * 1e6 + rise_us / 2) / 1e3,
-                "change_pct": 100 * ss.trend_rise_ratio,
-                "change_step": ss.steady_start_step,
-                "n_phases": 1,
-            }
-        )
-        est, cost = _estimate(rise_us, "fitted rise of step time over the steady span (Theil-Sen)", ss.median_s)
-        return Outcome(metrics=metrics, hit=Hit(evidence=ev, estimate=est, fields={"cost": cost}))
+        # one jump explains the series better than a slope: report it as a level change
+        return _jump_hit(ss, jump, metrics) if jump is not None else _trend_hit(ss, metrics)
     return passed(**metrics)
+
+
+def _hit(ev: Evidence, saving_us: float, method: str, ss: SteadyState, metrics: dict[str, float]) -> Outcome:
+    """The outcome of a hit with ``ev`` and a saving of ``saving_us`` per step (:func:`_estimate`)."""
+    est, cost = _estimate(saving_us, method, ss.median_s)
+    return Outcome(metrics=metrics, hit=Hit(evidence=ev, estimate=est, fields={"cost": cost}))
+
+
+def _phase_hit(ss: SteadyState, metrics: dict[str, float]) -> Outcome:
+    """The steady state's phases change level: the last phase against the fastest."""
+    last, best = ss.phases[-1], min(ss.phases, key=lambda p: p.median_s)
+    change = ss.phases[1]
+    what = "; ".join(f"steps {p.start_step}–{p.end_step - 1}: {p.median_s * 1e3:.1f} ms" for p in ss.phases)
+    ev = Evidence(
+        values={
+            "what": f"step time changes level at step {change.start_step} ({what})",
+            "first_ms": ss.phases[0].median_s * 1e3,
+            "last_ms": last.median_s * 1e3,
+            "change_pct": 100 * (last.median_s / ss.phases[0].median_s - 1),
+            "change_step": change.start_step,
+            "n_phases": len(ss.phases),
+        },
+        steps=[p.start_step for p in ss.phases[1:]],
+    )
+    saving = max(last.median_s - best.median_s, 0.0) * 1e6
+    return _hit(ev, saving, "last phase median − fastest phase median (per step)", ss, metrics)
+
+
+def _jump_hit(ss: SteadyState, jump: tuple[int, float, float], metrics: dict[str, float]) -> Outcome:
+    """A trend that one jump (``(step, median before s, median after s)``: :func:`_level_change`) explains better
+    than a slope: a level change."""
+    step, before_s, after_s = jump
+    ev = Evidence(
+        values={
+            "what": f"step time changes level at step {step} ({before_s * 1e3:.1f} ms before, "
+            f"{after_s * 1e3:.1f} ms after)",
+            "first_ms": before_s * 1e3,
+            "last_ms": after_s * 1e3,
+            "change_pct": 100 * (after_s / before_s - 1),
+            "change_step": step,
+            "n_phases": 2,
+        },
+        steps=[step],
+    )
+    saving = max(after_s - before_s, 0.0) * 1e6
+    return _hit(ev, saving, "median after the change − median before (per step)", ss, metrics)
+
+
+def _trend_hit(ss: SteadyState, metrics: dict[str, float]) -> Outcome:
+    """Step time that keeps growing over the steady span: its fitted rise (Theil-Sen)."""
+    rise_us = ss.trend_rise_ratio * ss.median_s * 1e6
+    ev = Evidence(
+        values={
+            "what": (
+                f"step time keeps growing: +{ss.trend_us_per_step:.3g} µs per step, "
+                f"+{100 * ss.trend_rise_ratio:.0f}% of the median over the steady span"
+            ),
+            "first_ms": ss.median_s * 1e3,
+            "last_ms": (ss.median_s * 1e6 + rise_us / 2) / 1e3,
+            "change_pct": 100 * ss.trend_rise_ratio,
+            "change_step": ss.steady_start_step,
+            "n_phases": 1,
+        }
+    )
+    return _hit(ev, rise_us, "fitted rise of step time over the steady span (Theil-Sen)", ss, metrics)
 
 
 def _level_change(run: object, min_segment: int = 10) -> tuple[int, float, float] | None:

@@ -22,8 +22,15 @@ from perfdoctor.findings import Evidence, Hit
 CODE = "PD603"
 METRICS = {"spread": "p90 ÷ p10 of the steady-state step times"}
 
-# what a hit's evidence/fields add to METRICS for the TOML message (its placeholders are checked at load)
-MESSAGE_FIELDS = ("p10_ms", "p90_ms", "slow_pct", "cv_pct", "machine_load")
+# every field a hit gives the TOML message and headline (its evidence values and fields; checked at load)
+MESSAGE_FIELDS = (
+    "p10_ms",
+    "p90_ms",
+    "slow_pct",
+    "cv_pct",
+    "machine_load",
+    "spread",
+)
 
 
 @dataclass(frozen=True)
@@ -36,16 +43,17 @@ class Thresholds:
 
 
 def check(job: JobContext) -> Outcome:
+    th = job.thresholds(Thresholds)
     run = getattr(job.analysis, "run", None)
     ss = getattr(run, "steady_state", None)
     if ss is None:
         return skipped("no step series in the run data")
     idx, x = unprofiled_step_times(run, ss.steady_start_step)
-    if x.size < job.th["min_steps"]:
-        return skipped(f"only {x.size} unprofiled steady-state steps (needs {job.th['min_steps']})")
+    if x.size < th.min_steps:
+        return skipped(f"only {x.size} unprofiled steady-state steps (needs {th.min_steps})")
     p10, med, p90 = (float(v) for v in np.percentile(x, [10, 50, 90]))
     spread = p90 / p10 if p10 > 0 else float("inf")
-    if spread <= job.th["max_spread"] or (p90 - p10) * 1e3 < job.th["min_spread_ms"]:
+    if spread <= th.max_spread or (p90 - p10) * 1e3 < th.min_spread_ms:
         return passed(spread=spread)  # even, or sub-millisecond jitter (scheduler, timer) on tiny steps
     slow = x > 2 * p10
     ev = Evidence(

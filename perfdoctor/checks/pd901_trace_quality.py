@@ -22,7 +22,7 @@ from perfdoctor.findings import Evidence, Hit
 CODE = "PD901"
 METRICS = {"n_lacks": "number of things the trace lacks", "n_steps": "steps analysed"}
 
-# what a hit's evidence/fields add to METRICS for the TOML message (its placeholders are checked at load)
+# every field a hit gives the TOML message and headline (its evidence values and fields; checked at load)
 MESSAGE_FIELDS = ("lacks_short", "lacks_text", "n_disabled", "skipped_short", "skipped_text")
 
 
@@ -46,6 +46,7 @@ class Lack:
 
 
 def _lacks(ctx: RankContext) -> list[Lack]:
+    th = ctx.thresholds(Thresholds)
     t = ctx.tables
     out = []
     if ctx.rank.steps.source == "whole-trace":
@@ -57,11 +58,11 @@ def _lacks(ctx: RankContext) -> list[Lack]:
                 re.compile(r"ProfilerStep|step markers"),
             )
         )
-    elif ctx.n_steps < ctx.th["min_steps"]:
+    elif ctx.n_steps < th.min_steps:
         out.append(
             Lack(
-                f"enough steps ({ctx.n_steps} < {ctx.th['min_steps']})",
-                f"enough steps ({ctx.n_steps} < {ctx.th['min_steps']})",
+                f"enough steps ({ctx.n_steps} < {th.min_steps})",
+                f"enough steps ({ctx.n_steps} < {th.min_steps})",
                 (),
                 re.compile(r"\bonly \d+ (analysed )?step"),
             )
@@ -117,7 +118,7 @@ def _skipped_for(ctx: RankContext, lacks: list[Lack]) -> dict[str, str]:
     }
     return {
         code: why
-        for code, why in ctx.cache.get("skipped", [])
+        for code, why in ctx.skip_reasons()
         if why in reasons or any(lack.own_reason.search(why) for lack in lacks)
     }
 

@@ -23,7 +23,7 @@ METRICS = {
     "n_cold_dropped": "leading steps left out because first-call work filled them",
 }
 
-# what a hit's evidence/fields add to METRICS for the TOML message (its placeholders are checked at load)
+# every field a hit gives the TOML message and headline (its evidence values and fields; checked at load)
 MESSAGE_FIELDS = ("cold_claim", "first_call_ops", "kinds", "where")
 
 

@@ -4,12 +4,14 @@ Writes the three files a rule is made of (see CONTRIBUTING.md), each a skeleton 
 
 - ``rules/PD123.toml``: the rule's text, requirements, message and headline templates and ``[thresholds]``;
 - ``perfdoctor/checks/pd123_some_name.py``: the check (``CODE``, ``METRICS``, ``MESSAGE_FIELDS``, the
-  ``Thresholds`` dataclass, ``check(ctx)``), already ruff- and ``mypy --strict``-clean;
+  ``Thresholds`` dataclass it reads typed, ``check(ctx)`` handing ``min_saving_pct`` to the engine in its ``Hit``,
+  as the shipped rules do), already ruff- and ``mypy --strict``-clean;
 - ``tests/rules/test_pd123.py``: a firing and a silent case on a TraceBuilder trace. The firing case fails until
   the check detects something: write the trace and the hand-worked numbers first.
 
 The category comes from the code's family (PD1xx input pipeline, PD2xx GPU compute, ...); nothing is ever
-overwritten, and a code or name already in the catalogue is refused.
+overwritten, and a code or name already in the catalogue is refused. Each file holds ``TODO`` where a word or a
+number is the author's to write: ``tests/test_rules_layout.py`` fails while one is left.
 """
 
 from __future__ import annotations
@@ -38,7 +40,10 @@ name = "{name}"
 category = "{category}"
 severity = "medium"
 requires = ["steps"]
-message = "TODO what was seen: {{example_ms:.1f}} ms per step ({{saving_pct:.1f}}% of the step) could be saved"
+# builds_on = ["PD101"]  # the rules whose outcome on the rank the check reads (ctx.built_on); they run first
+# the placeholders are the hit's fields, every one listed in the module's MESSAGE_FIELDS (checked at load);
+# saving_ms and saving_pct come from the estimate
+message = "TODO what: {{example_ms:.1f}} ms per step ({{example_pct:.0f}}%) of TODO (saves {{saving_ms:.1f}} ms)"
 # one sentence of at most 120 characters once filled: what is wrong and how big (not the saving, not the method)
 headline = "TODO the claim: {{example_ms:.1f}} ms per step of TODO"
 summary = """
@@ -58,7 +63,8 @@ example_after = \'\'\'
 references = []
 
 [thresholds]
-# % of the mean step time below which the saving is noise
+# % of the mean step time below which the saving is noise: the engine judges it on the report's step
+# (perfdoctor/checks/after.py), the check hands it over in its Hit
 min_saving_pct = 5.0
 '''
 
@@ -71,7 +77,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from perfdoctor.checks.common import pct
+from perfdoctor.checks.common import pct, steps_over
 from perfdoctor.checks.context import Outcome, RankContext, passed
 from perfdoctor.findings import Estimate, Evidence, Hit
 
@@ -80,8 +86,8 @@ METRICS = {{
     "example_us": "TODO mean µs per step of what the rule measures",
     "example_pct": "example_us as % of the mean step time",
 }}
-# what a hit's evidence/fields add to METRICS for the TOML message and headline (placeholders checked at load)
-MESSAGE_FIELDS = ("example_ms",)
+# every field a hit gives the TOML message and headline (its evidence values and fields; checked at load)
+MESSAGE_FIELDS = ("example_ms", "example_pct")
 
 
 @dataclass(frozen=True)
@@ -93,15 +99,20 @@ class Thresholds:
 
 def check(ctx: RankContext) -> Outcome:
     """TODO: detect; return passed(**metrics), skipped(reason) or an Outcome with a Hit."""
+    th = ctx.thresholds(Thresholds)  # typed: th.min_saving_pct is a float
     example = ctx.per_step(lambda s: 0.0)  # TODO: µs per step of what the rule looks for
     mean = float(example.mean())
     share = pct(mean, ctx.step_us)
     metrics = {{"example_us": mean, "example_pct": share}}
-    if share < ctx.th["min_saving_pct"]:
+    if mean <= 0:  # min_saving_pct is the engine's, on the report's denominator (perfdoctor.checks.after)
         return passed(**metrics)
-    ev = Evidence(values={{"example_ms": mean / 1000, "example_pct": share}})
-    method = "TODO: how the saving is estimated"
-    return Outcome(metrics=metrics, hit=Hit(evidence=ev, estimate=Estimate(mean, method)))
+    ev = Evidence(
+        values={{"example_ms": mean / 1000, "example_pct": share}},
+        steps=steps_over(example, ctx.per_step(lambda s: s.dur_us), th.min_saving_pct, ctx.step_numbers),
+    )
+    method = "TODO: how the saving is estimated, the assumption and its source"
+    hit = Hit(evidence=ev, estimate=Estimate(mean, method), min_saving_pct=th.min_saving_pct)
+    return Outcome(metrics=metrics, hit=hit)
 '''
 
 TEST = '''"""{code} {name}: a firing and a silent case, numbers worked out by hand (µs)."""

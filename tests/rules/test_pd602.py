@@ -17,7 +17,7 @@ from perfdoctor.checks.context import JobContext
 def test_pd602_fires_on_a_phase_change_like_the_field_report():
     # fast for 280 steps, then 26% slower for good: 2.34 s -> 2.94 s
     ss = analyze(series([(280, 2.34), (220, 2.94)]))
-    out = pd602.check(job(ss, min_shift=0.10))
+    out = pd602.check(job(ss, min_shift=0.10, min_steps=50))
     assert out.hit is not None
     v = out.hit.evidence.values
     assert abs(v["change_step"] - 280) <= 5
@@ -27,10 +27,10 @@ def test_pd602_fires_on_a_phase_change_like_the_field_report():
 
 def test_pd602_growing_step_time_and_flat_series():
     grow = analyze(np.linspace(0.100, 0.150, 400))
-    hit = pd602.check(job(grow, min_shift=0.10)).hit
+    hit = pd602.check(job(grow, min_shift=0.10, min_steps=50)).hit
     assert hit is not None and "keeps growing" in hit.evidence.values["what"]
     flat = analyze(series([(400, 0.1)]))
-    assert pd602.check(job(flat, min_shift=0.10)).hit is None
+    assert pd602.check(job(flat, min_shift=0.10, min_steps=50)).hit is None
 
 
 def test_pd602_jump_is_a_level_change_not_a_trend():
@@ -39,7 +39,7 @@ def test_pd602_jump_is_a_level_change_not_a_trend():
     analysis = SimpleNamespace(
         run=SimpleNamespace(steady_state=ss, run={}, steps={"duration_s": d, "profiler_phase": np.full(d.size, "none")})
     )
-    hit = pd602.check(JobContext(analysis, [], SimpleNamespace(thresholds={"min_shift": 0.10}))).hit
+    hit = pd602.check(JobContext(analysis, [], SimpleNamespace(thresholds={"min_shift": 0.10, "min_steps": 50}))).hit
     assert hit is not None
     v = hit.evidence.values
     assert abs(v["change_step"] - 80) <= 2 and "changes level" in v["what"]
@@ -130,7 +130,7 @@ def test_pd602_share_is_of_the_steps_its_us_come_from():
     from perfdoctor.checks.restate import on_denominator
 
     ss = analyze(series([(280, 2.34), (220, 2.94)], noise=0.0))
-    out = pd602.check(job(ss, min_shift=0.10))
+    out = pd602.check(job(ss, min_shift=0.10, min_steps=50))
     assert out.hit is not None and out.hit.estimate is not None
     est = out.hit.estimate
     assert ss.median_s == pytest.approx(2.94) and est.step_us == pytest.approx(2.94e6)

@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from perfdoctor.analysis.source_lines import SourceLine
+from perfdoctor.text import is_replayed
 
 SEVERITIES = ("low", "medium", "high")
 FINDINGS_NOTE = (
@@ -52,16 +53,6 @@ FINDINGS_NOTE = (
     "assumption is stated with it); a saving off the plan is on top of the whole plan, with its saving alone beside "
     "it; '≤' marks an upper bound."
 )
-# how a replayed saving's method begins (perfdoctor.checks.context.RankContext.replayed_saving)
-REPLAY_METHOD = "replay of the step's dependency graph"
-
-
-def is_replayed(method: str) -> bool:
-    """True when a saving with this method is the replay's point estimate (printed "about" / "≈"), False for an
-    upper bound (printed "up to" / "≤"): a heuristic, or a replay that did not reproduce the recording."""
-    return method.startswith(REPLAY_METHOD) and "an upper bound" not in method
-
-
 # no finding is medium or above when its saving is under this share of the step
 MIN_MEDIUM_PCT = 1.0
 

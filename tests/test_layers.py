@@ -20,6 +20,7 @@ LAYERS: list[str] = [
     "errors",
     "__version__",
     "vocab",
+    "text",
     "trace",
     "analysis",
     "replay",

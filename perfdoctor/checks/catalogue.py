@@ -95,13 +95,33 @@ _TEXT_KEYS = (
     "example_after",
 )
 _BOOL_KEYS = ("runs_after_others", "whole_trace_note")
-_ALL_KEYS = set(_TEXT_KEYS) | set(_BOOL_KEYS) | {"code", "references", "requires", "scope", "thresholds", "when"}
+_ALL_KEYS = (
+    set(_TEXT_KEYS) | set(_BOOL_KEYS) | {"code", "references", "requires", "scope", "thresholds", "when", "verdict"}
+)
+# the words of a report's one-line verdict when the rule's finding tops it (perfdoctor.model.verdict)
+_VERDICT_KEYS = ("kind", "removes", "replayed_with")
 # a variant of an advice text, for one situation the check tells apart: fix_rocm, example_after_fsdp, ...; cause_X is
 # the phrase a check that names causes puts in its message for situation X (PD501's allocator causes)
 VARIANT_RX = re.compile(r"^(fix|example_before|example_after|cause)_([a-z0-9]+(?:_[a-z0-9]+)*)$")
 _CODE_RX = re.compile(r"^[A-Z]{1,4}\d{3}$")
 _NAME_RX = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
 _BUILTIN_FILE_RX = re.compile(r"^[A-Z]{1,4}\d{3}\.toml$")
+
+
+@dataclass(frozen=True)
+class VerdictWords:
+    """A rule's words in the report's verdict when its finding tops it (``[verdict]`` in its TOML).
+
+    Attributes:
+        kind: what bounds the step ("input-bound").
+        removes: what its fix removes, after "fixing" ("the wait for the DataLoader").
+        replayed_with: the fix its replayed saving was replayed with, after "replaying the step with" ("" when
+            its saving is never replayed). ``{word}`` in either: the finding's evidence value of that name.
+    """
+
+    kind: str
+    removes: str
+    replayed_with: str = ""
 
 
 @dataclass(frozen=True)
@@ -127,6 +147,7 @@ class RuleSpec:
     when: dict[str, Any] | None = None
     runs_after_others: bool = False
     whole_trace_note: bool = True
+    verdict: VerdictWords | None = None
     path: str = ""
     builtin: bool = True
     # alternative advice texts by TOML key (``fix_rocm``, ``example_after_fsdp``, ...): see :meth:`advice`
@@ -237,6 +258,12 @@ def _check_value(path: Path, key: str, value: Any) -> None:
         raise bad(f"{value!r} is not one of {', '.join(SEVERITIES)}")
     if key == "scope" and value not in SCOPES:
         raise bad(f"{value!r} is not one of {', '.join(SCOPES)}")
+    if key == "verdict" and not (
+        isinstance(value, dict)
+        and {"kind", "removes"} <= set(value) <= set(_VERDICT_KEYS)
+        and all(isinstance(v, str) for v in value.values())
+    ):
+        raise bad("must be a table of strings: kind, removes (and replayed_with)")
     if key in ("references", "requires"):
         if not (isinstance(value, list) and all(isinstance(v, str) for v in value)):
             raise bad("must be a list of strings")
@@ -323,6 +350,7 @@ def _spec(path: Path, data: dict[str, Any], builtin: bool) -> RuleSpec:
         when=data.get("when"),
         runs_after_others=data.get("runs_after_others", False),
         whole_trace_note=data.get("whole_trace_note", True),
+        verdict=VerdictWords(**data["verdict"]) if "verdict" in data else None,
         path=str(path),
         builtin=builtin,
         variants={k: v for k, v in data.items() if VARIANT_RX.match(k)},
@@ -343,6 +371,8 @@ def _override(base: RuleSpec, path: Path, data: dict[str, Any]) -> RuleSpec:
     if variants:
         changes["variants"] = {**base.variants, **variants}
     changes.update({k: data[k] for k in _BOOL_KEYS if k in data})
+    if "verdict" in data:
+        changes["verdict"] = VerdictWords(**data["verdict"])
     if "references" in data:
         changes["references"] = tuple(data["references"])
     if "requires" in data:

@@ -182,8 +182,9 @@ def _stated(hit: Hit, denom: StepDenominator | None) -> _Stated:
         # a hit that builds on another fix (PD103's graphs on PD101's prefetched batches) measured its saving on
         # top of that fix already: its saving alone is the one its check stated apart
         alone_text_us = est.saving_us
-        if hit.builds_on and "saving_alone_ms" in hit.evidence.values:
-            alone_text_us = float(hit.evidence.values["saving_alone_ms"]) * 1000.0
+        alone_ms = hit.evidence.values.get("saving_alone_ms")
+        if hit.builds_on and isinstance(alone_ms, int | float):
+            alone_text_us = float(alone_ms) * 1000.0
         after_clause = text.After(alone_text_us, est.after_us, est.after_codes, pct_after)
     marginal = replace(est, saving_us=est.after_us, from_us=est.after_from_us)
     return _Stated(marginal, pct_after, pct_after, est.saving_us, after_clause)
@@ -284,6 +285,7 @@ def _merge_rank_outcomes(
             }
         fired = sorted(r for r in {h.rank if h.rank is not None else _as_rank(r) for r, h in hits} if r is not None)
         off_pace = len(outcomes) > 1 and pace is not None and not on_pace and best.estimate is not None
+        own_ms = best.estimate.saving_us / 1000.0 if best.estimate is not None else 0.0  # alone on its rank
         if off_pace:
             best = _off_pace(best, pace, _as_rank(best_rank))
         rank = _as_rank(best_rank)
@@ -292,7 +294,7 @@ def _merge_rank_outcomes(
         f = _finding(spec, best, cat, res.denominator, text.Where(rank, fired, len(outcomes)), window)
         if off_pace:  # its saving on its own rank stands beside the job's nothing
             f.plan_note = text.off_pace_note(pace)
-            f.alone_us = float(best.fields["saving_ms"]) * 1000.0
+            f.alone_us = own_ms * 1000.0
         res.findings.append(f)
         return
     skips = [(r, o.skip) for r, o in outcomes if o.skip]

@@ -40,10 +40,23 @@ The report's finding dict (read by every renderer; keep it stable)::
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TypeAlias
 
 from perfdoctor.analysis.source_lines import SourceLine
+from perfdoctor.text import is_replayed
+
+# what an evidence entry holds: numbers and words, lists of them, or named tables of them (the report's JSON, read
+# back by perfdoctor.model.report with the same shapes); read-only views, so that a check's list[int] or
+# dict[str, float] is one
+Scalar = bool | int | float | str | None
+EventValue = Scalar | Sequence[Scalar]
+EvidenceItem = Scalar | Mapping[str, EventValue]
+EvidenceValue = Scalar | Sequence[EvidenceItem] | Mapping[str, EventValue]
+# a value of the report's finding dict (:meth:`Finding.to_dict`): its fields, its codes and references, its
+# evidence, its source line
+FindingValue: TypeAlias = Scalar | Sequence[str] | Sequence[int] | Mapping[str, EvidenceValue] | Mapping[str, object]
 
 SEVERITIES = ("low", "medium", "high")
 FINDINGS_NOTE = (
@@ -52,16 +65,6 @@ FINDINGS_NOTE = (
     "assumption is stated with it); a saving off the plan is on top of the whole plan, with its saving alone beside "
     "it; '≤' marks an upper bound."
 )
-# how a replayed saving's method begins (perfdoctor.checks.context.RankContext.replayed_saving)
-REPLAY_METHOD = "replay of the step's dependency graph"
-
-
-def is_replayed(method: str) -> bool:
-    """True when a saving with this method is the replay's point estimate (printed "about" / "≈"), False for an
-    upper bound (printed "up to" / "≤"): a heuristic, or a replay that did not reproduce the recording."""
-    return method.startswith(REPLAY_METHOD) and "an upper bound" not in method
-
-
 # no finding is medium or above when its saving is under this share of the step
 MIN_MEDIUM_PCT = 1.0
 
@@ -125,9 +128,9 @@ class Evidence:
         source_hint: what would name that line when the trace has no Python stacks ("" otherwise).
     """
 
-    values: dict[str, Any] = field(default_factory=dict)
+    values: dict[str, EvidenceValue] = field(default_factory=dict)
     steps: list[int] = field(default_factory=list)
-    events: list[dict[str, Any]] = field(default_factory=list)
+    events: Sequence[Mapping[str, EventValue]] = field(default_factory=list)
     source: SourceLine | None = None
     source_hint: str = ""
 
@@ -153,7 +156,7 @@ class Hit:
 
     evidence: Evidence
     estimate: Estimate | None
-    fields: dict[str, Any] = field(default_factory=dict)
+    fields: Mapping[str, object] = field(default_factory=dict)
     rank: int | None = None
     advice: dict[str, str] = field(default_factory=dict)
     min_saving_pct: float | None = None
@@ -214,8 +217,9 @@ class Finding:
         """Whether the saving is the replay's point estimate (not an upper bound, not absent)."""
         return self.estimate is not None and is_replayed(self.estimate.method)
 
-    def to_dict(self) -> dict[str, Any]:
-        evidence: dict[str, Any] = dict(self.evidence.values)
+    def to_dict(self) -> dict[str, FindingValue]:
+        """The finding's dict of the report (the module docstring lists its keys)."""
+        evidence: dict[str, EvidenceValue] = dict(self.evidence.values)
         if self.evidence.events:
             evidence["events"] = self.evidence.events
         evidence["ranks"] = list(self.ranks)

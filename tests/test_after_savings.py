@@ -20,6 +20,7 @@ from perfdoctor.replay.rank import replay_rank
 from perfdoctor.replay.simulate import Scenario
 from perfdoctor.replay.transforms import WhatIf
 from perfdoctor.replay.transforms.host import prefetch_dataloader
+from perfdoctor.text import Where
 from perfdoctor.trace import load_trace
 
 NEXT = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
@@ -161,7 +162,8 @@ def test_a_finding_stated_after_the_others_keeps_its_message_about_its_saving_al
         "saving_parts": "0.10 ms sync idle + 0.06 ms launch idle",
     }
     hit = Hit(evidence=Evidence(), estimate=est, fields=fields, min_saving_pct=3.0)
-    f = _finding(cat.rules["PD401"], hit, [4], cat, StepDenominator(19900.0, "the longest rank's mean step"), 4, 8)
+    where = Where(rank=4, fired=[4], n_ranks=8)
+    f = _finding(cat.rules["PD401"], hit, cat, StepDenominator(19900.0, "the longest rank's mean step"), where)
     assert "takes it from 17.98 ms to 17.82 ms (saves 0.16 ms: 0.10 ms sync idle + 0.06 ms launch idle)" in f.message
     assert "saves 0.16 ms alone; 0.99 ms (5.0%) once PD103 is fixed" in f.message
     assert f.saving_us == 990.0 and f.rank_us == 160.0 and f.saving_pct == pytest.approx(100 * 990 / 19900)

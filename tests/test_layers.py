@@ -21,6 +21,7 @@ LAYERS: list[str] = [
     "errors",
     "__version__",
     "vocab",
+    "text",
     "trace",
     "analysis",
     "replay",

@@ -11,11 +11,11 @@ from rules_helpers import DL, SGEMM
 from tracebuilder import TraceBuilder
 
 from perfdoctor import pipeline
-from perfdoctor.findings import is_replayed
 from perfdoctor.model import as_report, to_builtins
 from perfdoctor.render.html import render_html
 from perfdoctor.render.markdown import render_markdown
 from perfdoctor.render.terminal import render_terminal
+from perfdoctor.text import is_replayed
 
 
 def _report(tmp_path):

@@ -1,6 +1,7 @@
 """The one-line verdict (issue 11 "also seen"), from the top finding or the breakdown."""
 
 import msgspec
+import pytest
 from rules_helpers import DL, SGEMM
 from tracebuilder import TraceBuilder
 
@@ -167,3 +168,20 @@ def test_verdict_puts_ranks_reading_the_same_data_first_whatever_the_speed():
     )
     # alone, with nothing else to say (no rank, no finding with a saving): the fault is the verdict
     assert verdict([], [same]).startswith("correctness: Ranks 0, 1 read the same input batches")
+
+
+def test_verdict_words_come_from_the_rules_toml(tmp_path):
+    """The kind and the fix a verdict names are the rule's ``[verdict]`` words; a malformed table is one error
+    naming the file."""
+    from perfdoctor.checks.catalogue import VerdictWords, load_catalogue
+    from perfdoctor.errors import PerfDoctorError
+    from perfdoctor.model.verdict import rule_words
+
+    assert rule_words()["PD101"] == VerdictWords(
+        "input-bound", "the wait for the DataLoader", "batches prefetched by DataLoader workers"
+    )
+    assert rule_words()["PD104"].replayed_with == ""  # never replayed: its verdict says "fixing ... up to"
+    bad = tmp_path / "PD101.toml"
+    bad.write_text('code = "PD101"\n[verdict]\nkind = "input-bound"\n')  # no "removes"
+    with pytest.raises(PerfDoctorError, match=r"PD101.toml: verdict must be a table of strings"):
+        load_catalogue([str(tmp_path)])

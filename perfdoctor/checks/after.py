@@ -14,14 +14,10 @@ the others passes it.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
 
+from perfdoctor.checks.context import Outcome
 from perfdoctor.findings import MIN_MEDIUM_PCT, Hit
-
-# a finding states its saving after the others when it differs from its saving alone by at least this share of the
-# larger of the two and :data:`AFTER_SHOWN_MIN_US` (smaller differences are within the replay's own error)
-AFTER_SHOWN_FRACTION = 0.25
-AFTER_SHOWN_MIN_US = 100.0
+from perfdoctor.replay.rank import RankReplay
 
 
 def passes(hit: Hit, denominator_us: float) -> bool:
@@ -49,7 +45,7 @@ def stated_after(hit: Hit, alone_pct: float) -> bool:
     )
 
 
-def gate(outcome: Any, denominator_us: float) -> Any:
+def gate(outcome: Outcome, denominator_us: float) -> Outcome:
     """``outcome`` (:class:`perfdoctor.checks.context.Outcome`), or a pass with its metrics when its hit does not
     fire (:func:`passes`)."""
     hit = outcome.hit
@@ -72,7 +68,7 @@ def marginal_passes(hit: Hit, marginal_us: float, denominator_us: float) -> bool
     return 100.0 * marginal_us / denominator_us >= floor
 
 
-def plan(rr: Any, hits: dict[str, Hit], denominator_us: float) -> list[str]:
+def plan(rr: RankReplay, hits: dict[str, Hit], denominator_us: float) -> list[str]:
     """The rank's fix plan: the codes of the replayed hits in the order to fix them, chosen greedily.
 
     First the fix that saves most alone, then, each time, the fix that saves most on top of the fixes already
@@ -93,63 +89,67 @@ def plan(rr: Any, hits: dict[str, Hit], denominator_us: float) -> list[str]:
     cands = {c: h for c, h in hits.items() if h.estimate is not None and c in rr.whatifs}
     chosen: list[str] = []
     prev_us = float(rr.base_step_us)
-    while True:
-        best: tuple[str, float, float] | None = None
-        for code in sorted(cands):
-            hit = cands[code]
-            if code in chosen or any(b in cands and b not in chosen for b in hit.builds_on):
-                continue
-            both = rr.fix_all([*chosen, code])
-            if both is None:
-                continue
-            marginal = max(prev_us - both[1], 0.0)
-            if marginal_passes(hit, marginal, denominator_us) and (best is None or marginal > best[1]):
-                best = (code, marginal, both[1])
-        if best is None:
-            break
+    while (best := _next_entry(rr, cands, chosen, prev_us, denominator_us)) is not None:
         code, marginal, step_after = best
-        est = cands[code].estimate
-        assert est is not None
-        cands[code].estimate = dataclasses.replace(
-            est,
-            after_us=marginal,
-            after_codes=tuple(chosen),
-            after_from_us=prev_us,
-            step_after_us=step_after,
-            plan_position=len(chosen) + 1,
-        )
+        _place(cands[code], marginal, chosen, prev_us, step_after)
         chosen.append(code)
         prev_us = step_after
-    for code, hit in cands.items():
-        est = hit.estimate
-        if code in chosen or est is None or not chosen:
-            continue
-        both = rr.fix_all([*chosen, code])
-        if both is not None:
-            hit.estimate = dataclasses.replace(
-                est,
-                after_us=max(prev_us - both[1], 0.0),
-                after_codes=tuple(chosen),
-                after_from_us=prev_us,
-                step_after_us=None,
-                plan_position=None,
-            )
+    if chosen:
+        for code, hit in cands.items():
+            if code not in chosen:
+                _off_plan(rr, hit, code, chosen, prev_us)
     return chosen
 
 
-def after_shown(saving_us: float, after_us: float | None, after_codes: tuple[str, ...] | list[str]) -> bool:
-    """Whether a finding states its saving after the others: it has one, and it differs from the saving alone by
-    at least :data:`AFTER_SHOWN_FRACTION` of the larger and :data:`AFTER_SHOWN_MIN_US`."""
-    if after_us is None or not after_codes:
-        return False
-    diff = abs(after_us - saving_us)
-    return diff >= AFTER_SHOWN_MIN_US and diff >= AFTER_SHOWN_FRACTION * max(after_us, saving_us)
+def _next_entry(
+    rr: RankReplay, cands: dict[str, Hit], chosen: list[str], prev_us: float, denominator_us: float
+) -> tuple[str, float, float] | None:
+    """The plan's next entry: of the candidates not ``chosen`` whose :attr:`Hit.builds_on` fixes are in, the one
+    saving most on top of ``chosen`` (the step replayed with them, ``prev_us`` µs, − replayed with them and it)
+    while that saving keeps its place (:func:`marginal_passes`): (code, marginal µs, step after µs), or None."""
+    best: tuple[str, float, float] | None = None
+    for code in sorted(cands):
+        hit = cands[code]
+        if code in chosen or any(b in cands and b not in chosen for b in hit.builds_on):
+            continue
+        both = rr.fix_all([*chosen, code])
+        if both is None:
+            continue
+        marginal = max(prev_us - both[1], 0.0)
+        if marginal_passes(hit, marginal, denominator_us) and (best is None or marginal > best[1]):
+            best = (code, marginal, both[1])
+    return best
 
 
-def after_text(saving_us: float, after_us: float, after_codes: tuple[str, ...] | list[str], pct: float) -> str:
-    """ "saves 2.70 ms alone; 19.00 ms (10.7%) once PD101, PD103, PD205 are fixed (replayed together)", or "saves
-    15.90 ms alone; no further saving once PD101, PD103 are fixed (replayed together)" under 0.005 ms."""
-    codes = list(after_codes)
-    which = ", ".join(codes) + (" is" if len(codes) == 1 else " are")
-    then = f"{after_us / 1000:,.2f} ms ({pct:.1f}%)" if after_us >= 5.0 else "no further saving"
-    return f"saves {saving_us / 1000:,.2f} ms alone; {then} once {which} fixed (replayed together)"
+def _place(hit: Hit, marginal_us: float, chosen: list[str], prev_us: float, step_after_us: float) -> None:
+    """``hit`` as the plan's next entry, in place: its marginal saving (µs) on top of ``chosen`` (the step
+    replayed with them ``prev_us`` µs, with it as well ``step_after_us`` µs)."""
+    est = hit.estimate
+    assert est is not None
+    hit.estimate = dataclasses.replace(
+        est,
+        after_us=marginal_us,
+        after_codes=tuple(chosen),
+        after_from_us=prev_us,
+        step_after_us=step_after_us,
+        plan_position=len(chosen) + 1,
+    )
+
+
+def _off_plan(rr: RankReplay, hit: Hit, code: str, chosen: list[str], prev_us: float) -> None:
+    """``hit`` (fix ``code``), off the plan, with its saving on top of the whole plan ``chosen`` (the step
+    replayed with it ``prev_us`` µs), in place."""
+    est = hit.estimate
+    if est is None:
+        return
+    both = rr.fix_all([*chosen, code])
+    if both is None:
+        return
+    hit.estimate = dataclasses.replace(
+        est,
+        after_us=max(prev_us - both[1], 0.0),
+        after_codes=tuple(chosen),
+        after_from_us=prev_us,
+        step_after_us=None,
+        plan_position=None,
+    )

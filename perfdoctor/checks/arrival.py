@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from perfdoctor.checks.context import JobContext
-from perfdoctor.findings import REPLAY_METHOD
+from perfdoctor.text import REPLAY_METHOD
 
 
 def joint_inputs(job: JobContext) -> tuple[dict[int, Any] | None, str]:

@@ -98,7 +98,9 @@ _TEXT_KEYS = (
 )
 _BOOL_KEYS = ("runs_after_others", "whole_trace_note")
 _ALL_KEYS = set(_TEXT_KEYS) | set(_BOOL_KEYS) | {"code", "references", "requires", "builds_on", "scope"}
-_ALL_KEYS |= {"thresholds", "when"}
+_ALL_KEYS |= {"thresholds", "when", "verdict"}
+# the words of a report's one-line verdict when the rule's finding tops it (perfdoctor.model.verdict)
+_VERDICT_KEYS = ("kind", "removes", "replayed_with")
 # a variant of an advice text, for one situation the check tells apart: fix_rocm, example_after_fsdp, ...; cause_X is
 # the phrase a check that names causes puts in its message for situation X (PD501's allocator causes)
 VARIANT_RX = re.compile(r"^(fix|example_before|example_after|cause)_([a-z0-9]+(?:_[a-z0-9]+)*)$")
@@ -109,6 +111,22 @@ _BUILTIN_FILE_RX = re.compile(r"^[A-Z]{1,4}\d{3}\.toml$")
 # a TOML document as tomllib reads it (dates aside: no rule key takes one); each key's type is checked by _validate
 TomlValue: TypeAlias = "str | int | float | bool | list[TomlValue] | dict[str, TomlValue]"
 TomlTable: TypeAlias = "dict[str, TomlValue]"
+
+
+@dataclass(frozen=True)
+class VerdictWords:
+    """A rule's words in the report's verdict when its finding tops it (``[verdict]`` in its TOML).
+
+    Attributes:
+        kind: what bounds the step ("input-bound").
+        removes: what its fix removes, after "fixing" ("the wait for the DataLoader").
+        replayed_with: the fix its replayed saving was replayed with, after "replaying the step with" ("" when
+            its saving is never replayed). ``{word}`` in either: the finding's evidence value of that name.
+    """
+
+    kind: str
+    removes: str
+    replayed_with: str = ""
 
 
 @dataclass(frozen=True)
@@ -136,6 +154,7 @@ class RuleSpec:
     when: dict[str, Any] | None = None
     runs_after_others: bool = False
     whole_trace_note: bool = True
+    verdict: VerdictWords | None = None
     path: str = ""
     builtin: bool = True
     # alternative advice texts by TOML key (``fix_rocm``, ``example_after_fsdp``, ...): see :meth:`advice`
@@ -246,6 +265,12 @@ def _check_value(path: Path, key: str, value: TomlValue) -> None:
         raise bad(f"{value!r} is not one of {', '.join(SEVERITIES)}")
     if key == "scope" and value not in SCOPES:
         raise bad(f"{value!r} is not one of {', '.join(SCOPES)}")
+    if key == "verdict" and not (
+        isinstance(value, dict)
+        and {"kind", "removes"} <= set(value) <= set(_VERDICT_KEYS)
+        and all(isinstance(v, str) for v in value.values())
+    ):
+        raise bad("must be a table of strings: kind, removes (and replayed_with)")
     if key in ("references", "requires"):
         if not (isinstance(value, list) and all(isinstance(v, str) for v in value)):
             raise bad("must be a list of strings")
@@ -357,6 +382,14 @@ def _variants(data: TomlTable) -> dict[str, str]:
     return {k: _text(data, k) for k in data if VARIANT_RX.match(k)}
 
 
+def _verdict(data: TomlTable) -> VerdictWords | None:
+    """The ``[verdict]`` table as :class:`VerdictWords` (:func:`_validate` checked its keys), None when absent."""
+    if "verdict" not in data:
+        return None
+    table = _table(data, "verdict")
+    return VerdictWords(**{k: str(v) for k, v in table.items()})
+
+
 def _spec(path: Path, data: TomlTable, builtin: bool) -> RuleSpec:
     when = data.get("when")
     return RuleSpec(
@@ -380,6 +413,7 @@ def _spec(path: Path, data: TomlTable, builtin: bool) -> RuleSpec:
         when=dict(when) if isinstance(when, dict) else None,
         runs_after_others=_flag(data, "runs_after_others", False),
         whole_trace_note=_flag(data, "whole_trace_note", True),
+        verdict=_verdict(data),
         path=str(path),
         builtin=builtin,
         variants=_variants(data),
@@ -405,6 +439,8 @@ def _override(base: RuleSpec, path: Path, data: TomlTable) -> RuleSpec:
         spec = replace(spec, runs_after_others=_flag(data, "runs_after_others", False))
     if "whole_trace_note" in data:
         spec = replace(spec, whole_trace_note=_flag(data, "whole_trace_note", True))
+    if "verdict" in data:
+        spec = replace(spec, verdict=_verdict(data))
     if "references" in data:
         spec = replace(spec, references=_texts(data, "references"))
     if "requires" in data:

@@ -27,7 +27,8 @@ from perfdoctor.checks.common import step_list_text
 from perfdoctor.checks.contract import thresholds_of
 from perfdoctor.crossrank.bounds import peers_text
 from perfdoctor.errors import PerfDoctorError
-from perfdoctor.findings import REPLAY_METHOD, Evidence, Hit
+from perfdoctor.findings import Evidence, Hit
+from perfdoctor.text import replayed_method, replayed_what
 from perfdoctor.trace import intervals as iv
 from perfdoctor.trace.join import launched_values
 
@@ -304,23 +305,20 @@ class RankContext:
         """
         rr = self.replay()
         u = rr.unprofiled
-        what = "recorded − replayed step time" if u is None else "replayed step time without − with the fix"
         first = [] if after is None else [after]
-        if after is not None:
-            what = f"the step replayed {after_text} − replayed with this fix as well"
         per = np.asarray(rr.fixed_step_times(first) - rr.fixed_step_times([*first, whatif]), dtype=np.float64)
         if self.spec is not None and record:
             rr.whatifs[self.spec.code] = whatif
-        method = (
-            f"{REPLAY_METHOD} with the fix applied ({whatif.assumption}; source: "
-            f"{whatif.source}): {what}, mean over {per.size} analysed step(s) "
-            f"({step_list_text(self.step_numbers)})"
+        method = replayed_method(
+            whatif.assumption,
+            whatif.source,
+            replayed_what(u is not None, after_text if after is not None else None),
+            per.size,
+            step_list_text(self.step_numbers),
+            u.text(rr.base_step_us) if u is not None else profiled_step_text(run_json(self.analysis)),
+            None if rr.peers is None else peers_text(rr.peers, rr.fixed_whatif([*first, whatif]).scenario),
+            rr.fallback,
         )
-        method += "; " + (u.text(rr.base_step_us) if u is not None else profiled_step_text(run_json(self.analysis)))
-        if rr.peers is not None:
-            method += f"; {peers_text(rr.peers, rr.fixed_whatif([*first, whatif]).scenario)}"
-        if rr.fallback:
-            method += f"; an upper bound: {rr.fallback}"
         saving = float(per.mean()) if per.size else 0.0
         return saving, per, method
 

@@ -20,8 +20,9 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from perfdoctor import text
 from perfdoctor.checks import after, contract, requirements, restate
 from perfdoctor.checks import context as cx
 from perfdoctor.checks.catalogue import REQUIREMENTS, Catalogue, RuleSpec
@@ -38,6 +39,9 @@ from perfdoctor.findings import (
     severity_for,
     severity_level,
 )
+
+if TYPE_CHECKING:
+    from perfdoctor.crossrank.joint import JobFixAll
 
 _MODULE_RX = re.compile(r"^pd\d{3}_\w+$")
 
@@ -149,85 +153,82 @@ def _requirement_missing(req: str, analysis: Any, rank: Any) -> str | None:
     return requirements.missing(req, analysis, rank)
 
 
-LIST_RANKS_UP_TO = 12  # a finding lists the ranks it fired on up to this many, else counts them
+@dataclass(frozen=True)
+class _Stated:
+    """A hit's saving as its finding states it: ``estimate`` (its saving the marginal one where it has one),
+    ``pct`` / ``pct_after`` (% of the report's denominator: the stated saving, the saving after the fixes above
+    it), ``alone_us`` (µs, the saving alone when the stated one is marginal) and the message's ``after`` clause."""
+
+    estimate: Estimate | None
+    pct: float | None = None
+    pct_after: float | None = None
+    alone_us: float | None = None
+    after: text.After | None = None
 
 
-def _where(rank: int | None, fired: list[int], n_ranks: int) -> tuple[str, str]:
-    """Message prefix and suffix naming the rank the numbers come from, on a multi-rank job."""
-    if n_ranks < 2:
-        return "", ""
-    prefix = f"rank {rank}: " if rank is not None else ""
-    on = (
-        f"all {n_ranks} ranks"
-        if len(fired) == n_ranks
-        else (f"rank{'s' if len(fired) > 1 else ''} {', '.join(str(r) for r in fired)} of {n_ranks}")
-    )
-    if LIST_RANKS_UP_TO < len(fired) < n_ranks:  # a big job: count them (the evidence lists them)
-        on = f"{len(fired)} of {n_ranks} ranks"
-    return prefix, f" (fires on {on})"
+def _stated(hit: Hit, denom: StepDenominator | None) -> _Stated:
+    """How ``hit``'s saving is stated, as a share of ``denom`` (the report's one denominator; 0% without one): a
+    hit with a saving after the fixes above it in the fix plan (or, off the plan, after the whole plan) states that
+    marginal saving (headline, share, severity), its saving alone kept in the message."""
+    est = hit.estimate
+    if est is None:
+        return _Stated(None)
+    pct = denom.pct(est.saving_us) if denom is not None else 0.0
+    if est.after_us is None or (est.plan_position is None and not est.after_codes):
+        return _Stated(est, pct)
+    pct_after = denom.pct(est.after_us) if denom is not None else 0.0
+    after_clause = None
+    if est.after_codes:
+        # a hit that builds on another fix (PD103's graphs on PD101's prefetched batches) measured its saving on
+        # top of that fix already: its saving alone is the one its check stated apart
+        alone_text_us = est.saving_us
+        alone_ms = hit.evidence.values.get("saving_alone_ms")
+        if hit.builds_on and isinstance(alone_ms, int | float):
+            alone_text_us = float(alone_ms) * 1000.0
+        after_clause = text.After(alone_text_us, est.after_us, est.after_codes, pct_after)
+    marginal = replace(est, saving_us=est.after_us, from_us=est.after_from_us)
+    return _Stated(marginal, pct_after, pct_after, est.saving_us, after_clause)
 
 
 def _finding(
     spec: RuleSpec,
     hit: Hit,
-    ranks: list[int],
     cat: Catalogue,
     denom: StepDenominator | None,
-    rank: int | None = None,
-    n_ranks: int = 1,
+    where: text.Where,
+    whole_trace: bool = False,
 ) -> Finding:
-    """The finding of ``hit``; ``rank`` is the trace rank its numbers come from, ``n_ranks`` the job's rank count;
-    its saving's share is of ``denom``, the report's one denominator (0% without one)."""
-    fields = {**hit.evidence.values, **hit.fields}
-    pct, pct_after, tail, alone_us = None, None, "", None
-    est = hit.estimate
-    if est is not None:
-        pct = denom.pct(est.saving_us) if denom is not None else 0.0
-        fields.setdefault("saving_ms", est.saving_us / 1000.0)
-        fields.setdefault("saving_pct", pct)
-        if "recorded_ms" in fields:  # the message's "from A to B" is the saving alone its parts add up to
-            fields.setdefault("replayed_ms", fields["recorded_ms"] - est.saving_us / 1000.0)
-        if est.after_us is not None and (est.plan_position is not None or est.after_codes):
-            # its number (headline, share, severity) is its marginal saving: on top of the fixes above it in the fix
-            # plan, or, off the plan, on top of the whole plan; its saving alone stays in the message
-            pct_after = denom.pct(est.after_us) if denom is not None else 0.0
-            if est.after_codes:
-                # a hit that builds on another fix (PD103's graphs on PD101's prefetched batches) measured its saving
-                # on top of that fix already: its saving alone is the one its check stated apart
-                alone_text_us = est.saving_us
-                if hit.builds_on and "saving_alone_ms" in hit.evidence.values:
-                    alone_text_us = float(hit.evidence.values["saving_alone_ms"]) * 1000.0
-                tail = "; " + after.after_text(alone_text_us, est.after_us, est.after_codes, pct_after)
-            alone_us, pct = est.saving_us, pct_after
-            est = replace(est, saving_us=est.after_us, from_us=est.after_from_us)
-    try:
-        message, headline = spec.message.format_map(fields), spec.headline.format_map(fields)
-    except (KeyError, ValueError, IndexError, AttributeError, TypeError) as exc:
-        raise PerfDoctorError(
-            f"{spec.path}: message or headline template of {spec.code} cannot be filled "
-            f"({type(exc).__name__}: {exc}); fields available: {', '.join(sorted(fields))}"
-        ) from None
-    prefix, suffix = _where(rank, ranks, n_ranks)
+    """The finding of ``hit``; ``where``: the trace rank its numbers come from, the ranks it fired on and the
+    job's rank count; its saving's share is of ``denom``, the report's one denominator (0% without one);
+    ``whole_trace``: the rank's trace has no step markers (its message says what "per step" means)."""
+    stated = _stated(hit, denom)
+    est = hit.estimate  # its saving alone fills the templates' saving_ms and saving_pct
+    alone_pct = None if est is None else denom.pct(est.saving_us) if denom is not None else 0.0
+    fields = text.template_fields(hit.evidence.values, hit.fields, None if est is None else est.saving_us, alone_pct)
+    body, headline = (
+        text.fill(spec.message, fields, spec.path, spec.code),
+        text.fill(spec.headline, fields, spec.path, spec.code),
+    )
     advice = hit.advice
     return Finding(
         code=spec.code,
         name=spec.name,
         category=spec.category,
-        severity=severity_for(pct, spec.severity, cat.severity_high_pct, cat.severity_medium_pct),
-        message=prefix + message + tail + suffix,
-        headline=prefix + headline,
-        estimate=est,
+        severity=severity_for(stated.pct, spec.severity, cat.severity_high_pct, cat.severity_medium_pct),
+        message=text.finding_message(body, where, stated.after, whole_trace),
+        headline=text.finding_headline(headline, where),
+        estimate=stated.estimate,
         evidence=hit.evidence,
         fix=advice.get("fix", spec.fix),
         example_before=advice.get("example_before", spec.example_before),
         example_after=advice.get("example_after", spec.example_after),
         references=list(spec.references),
-        ranks=ranks,
-        rank=rank,
-        saving_pct=pct or 0.0,
-        saving_after_pct=pct_after,
-        alone_us=alone_us,
-        plan_note=_plan_note(est),
+        ranks=list(where.fired),
+        rank=where.rank,
+        saving_pct=stated.pct or 0.0,
+        saving_after_pct=stated.pct_after,
+        alone_us=stated.alone_us,
+        plan_note=_plan_note(stated.estimate),
     )
 
 
@@ -236,10 +237,7 @@ def _plan_note(est: Estimate | None) -> str:
     or without a replayed saving)."""
     if est is None or est.plan_position is not None or not est.after_codes:
         return ""
-    codes = list(est.after_codes)
-    which = ", ".join(codes) + (" is" if len(codes) == 1 else " are")
-    more = "no further saving" if est.saving_us < 5.0 else f"only {est.saving_us / 1000:,.2f} ms more"
-    return f"{more} once {which} fixed"
+    return text.plan_note(est.saving_us, est.after_codes)
 
 
 def _as_rank(key: Any) -> int | None:
@@ -262,7 +260,11 @@ def _folded(skips: list[tuple[Any, str]]) -> str:
 
 
 def _merge_rank_outcomes(
-    spec: RuleSpec, outcomes: list[tuple[Any, cx.Outcome]], res: CheckResults, cat: Catalogue
+    spec: RuleSpec,
+    outcomes: list[tuple[Any, cx.Outcome]],
+    res: CheckResults,
+    cat: Catalogue,
+    whole_trace: Mapping[int | None, bool] | None = None,
 ) -> None:
     """One finding from the per-rank outcomes (the rank with the largest saving speaks), or a skip / pass; its
     saving's share is of ``res.denominator`` (the report's one denominator, set by :func:`combine`).
@@ -283,12 +285,16 @@ def _merge_rank_outcomes(
             }
         fired = sorted(r for r in {h.rank if h.rank is not None else _as_rank(r) for r, h in hits} if r is not None)
         off_pace = len(outcomes) > 1 and pace is not None and not on_pace and best.estimate is not None
+        own_ms = best.estimate.saving_us / 1000.0 if best.estimate is not None else 0.0  # alone on its rank
         if off_pace:
             best = _off_pace(best, pace, _as_rank(best_rank))
-        f = _finding(spec, best, fired, cat, res.denominator, _as_rank(best_rank), len(outcomes))
+        rank = _as_rank(best_rank)
+        # a trace without step markers is one window: its message says what "per step" means
+        window = (whole_trace or {}).get(rank if rank is not None else (fired[0] if fired else None), False)
+        f = _finding(spec, best, cat, res.denominator, text.Where(rank, fired, len(outcomes)), window)
         if off_pace:  # its saving on its own rank stands beside the job's nothing
-            f.plan_note = f"saves the job nothing: rank {pace} sets the job's step and this does not fire there"
-            f.alone_us = float(best.fields["saving_ms"]) * 1000.0
+            f.plan_note = text.off_pace_note(pace)
+            f.alone_us = own_ms * 1000.0
         res.findings.append(f)
         return
     skips = [(r, o.skip) for r, o in outcomes if o.skip]
@@ -312,11 +318,7 @@ def _off_pace(hit: Hit, pace: int | None, rank: int | None) -> Hit:
     est = hit.estimate
     assert est is not None
     own = est.saving_us  # alone on its rank
-    method = (
-        f"{est.method}; on rank {rank} it saves {own / 1000:,.2f} ms of that rank's step, but the job's step is "
-        f"rank {pace}'s (its longest mean step), where it does not fire: the job's saving is 0 (assumed: the ranks "
-        "move in lock-step, so the job's step is its longest rank's)"
-    )
+    method = text.off_pace_method(est.method, rank, pace, own)
     fields = {**hit.fields, "saving_ms": own / 1000.0}
     job_est = dataclasses.replace(
         est, saving_us=0.0, method=method, after_us=None, after_codes=(), step_after_us=None, plan_position=None
@@ -492,11 +494,8 @@ def combine(
             if r is not None and o.hit is not None and o.hit.estimate is not None:
                 rank_hits.setdefault(int(r), {})[code] = o.hit
         if report:
-            _merge_rank_outcomes(spec, outcomes, sub, cat)
-            for f in sub.findings:  # a trace without step markers is one window: say what "per step" means
-                src = whole_trace.get(f.rank if f.rank is not None else (f.ranks[0] if f.ranks else None))
-                if src and spec.whole_trace_note:
-                    f.message += " (no step markers: 'per step' means over the whole trace window)"
+            _merge_rank_outcomes(spec, outcomes, sub, cat, whole_trace if spec.whole_trace_note else None)
+            for f in sub.findings:
                 _note_shown_steps(f, analysed.get(f.rank))
             res.findings += sub.findings
             res.skipped += sub.skipped
@@ -508,12 +507,6 @@ def combine(
     res.findings = rank_findings(res.findings)
     res.fix_all_note = _fix_all_note(rank_ctx, res.findings)
     return res
-
-
-JOB_PLAN_METHOD = (
-    "; for the job: its step is its longest rank's, each rank's step replayed with the fixes above and this one "
-    "that fire on it (its own plan's savings), its collectives waiting for its peers as recorded"
-)
 
 
 def _job_plan(
@@ -545,6 +538,7 @@ def _job_plan(
 
     prev, n = max(base.values()), 0
     chosen: list[str] = []
+    own_methods = {f.code: f.estimate.method for f in plan if f.estimate is not None}  # each fix's on its rank
     for f in plan:
         est = f.estimate
         assert est is not None
@@ -555,7 +549,7 @@ def _job_plan(
                 est, saving_us=0.0, after_us=0.0, step_after_us=None, plan_position=None, after_codes=tuple(chosen)
             )
             f.saving_pct, f.saving_after_pct, f.severity = 0.0, 0.0, "low"
-            f.plan_note = "saves the job nothing: a rank it does not speed up still sets the job's step"
+            f.plan_note = text.JOB_PLAN_NOTHING
             continue
         n += 1
         f.estimate = dataclasses.replace(
@@ -567,21 +561,24 @@ def _job_plan(
             step_after_us=after_us,
             plan_position=n,
             after_codes=tuple(chosen),
-            method=est.method + JOB_PLAN_METHOD,
+            method=text.method_with(est.method, text.JOB_PLAN_CLAUSE),
         )
         pct = res.denominator.pct(saving)
         f.saving_pct = f.saving_after_pct = pct
         f.severity = severity_for(pct, cat.rules[f.code].severity, cat.severity_high_pct, cat.severity_medium_pct)
         chosen.append(f.code)
         prev = after_us
-    _joint_last_entry(res, rank_ctx, chosen)
+    _joint_last_entry(res, rank_ctx, chosen, own_methods)
 
 
-def _joint_last_entry(res: CheckResults, rank_ctx: list[cx.RankContext], chosen: list[str]) -> None:
+def _joint_last_entry(
+    res: CheckResults, rank_ctx: list[cx.RankContext], chosen: list[str], own_methods: Mapping[str, str]
+) -> None:
     """The job plan's last entry taken to the step of every rank replayed jointly with its fixes
     (:func:`_joint_fix_all`: each collective ends when its last rank arrives, so peers that are fixed too stop
     making a rank wait) when that replay's fixes are exactly the plan's: the whole plan's prediction is then the
-    findings note's job figure, the entries above it each rank with its peers as recorded."""
+    findings note's job figure, the entries above it each rank with its peers as recorded. ``own_methods``: each
+    entry's method on its rank, before the job's plan restated it."""
     joint, _ = _joint_fix_all(rank_ctx, set(chosen))
     if joint is None or set(joint.codes) != set(chosen) or res.denominator is None:
         return
@@ -595,10 +592,7 @@ def _joint_last_entry(res: CheckResults, rank_ctx: list[cx.RankContext], chosen:
         saving_us=saving,
         after_us=saving,
         step_after_us=after_us,
-        method=est.method.replace(JOB_PLAN_METHOD, "")
-        + "; for the job, with the fixes above it: every rank's dependency graph replayed jointly with its own fixes, "
-        "each collective ending when the last rank has arrived plus the transfer (the job's step is its longest "
-        "rank's)",
+        method=text.method_with(own_methods[last.code], text.JOINT_PLAN_CLAUSE),
     )
     last.saving_pct = last.saving_after_pct = res.denominator.pct(saving)
 
@@ -624,10 +618,7 @@ def _note_shown_steps(f: Finding, analysed: list[int] | None) -> None:
         return
     note = shown_steps_text(list(f.evidence.steps), analysed)
     if note:
-        f.estimate = replace(f.estimate, method=f.estimate.method + note)
-
-
-MAX_RANKS_LISTED = 8  # above this many ranks the findings note names the job's figure only
+        f.estimate = replace(f.estimate, method=text.method_with(f.estimate.method, note))
 
 
 def _fix_all_note(rank_ctx: list[cx.RankContext], findings: list[Finding]) -> str:
@@ -639,7 +630,7 @@ def _fix_all_note(rank_ctx: list[cx.RankContext], findings: list[Finding]) -> st
     (:func:`perfdoctor.crossrank.bounds.job_fix_all`), and the note says why."""
     from perfdoctor.crossrank.bounds import job_fix_all
 
-    parts = []
+    fixes: list[text.FixAll] = []
     reported = {f.code for f in findings}
     reps: dict[int, dict[str, Any]] = {}
     for ctx in rank_ctx:  # each a rank summary's stand-in: its encoded report section holds the replay
@@ -652,37 +643,28 @@ def _fix_all_note(rank_ctx: list[cx.RankContext], findings: list[Finding]) -> st
             reps[int(ctx.rank.rank or 0)] = {**rep, "fix_all": None}
             continue
         reps[int(ctx.rank.rank or 0)] = rep
-        after = float(fix["replayed_mean_step_us"])
-        who = f"rank {ctx.rank.rank}: " if len(rank_ctx) > 1 else ""
-        parts.append(
-            f"{who}fixing the {len(fix['codes'])} finding(s) with a replayed saving together "
-            f"({', '.join(fix['codes'])}) "
-            f"would take the mean step from {fix['recorded_mean_step_us'] / 1000:,.2f} ms to "
-            f"{after / 1000:,.2f} ms (replayed)"
+        fixes.append(
+            text.FixAll(
+                ctx.rank.rank if len(rank_ctx) > 1 else None,
+                list(fix["codes"]),
+                float(fix["recorded_mean_step_us"]),
+                float(fix["replayed_mean_step_us"]),
+            )
         )
-    if len(parts) > 4:  # many ranks: a few sentences, not one per rank (1024 ranks printed 1,469 lines)
-        parts = parts[:3] + [f"… and {len(parts) - 3} more ranks (ranks[].replay.fix_all in the JSON report)"]
+    parts = text.fix_all_sentences(fixes)
     if len(rank_ctx) < 2 or not parts:
-        return ("; ".join(parts) + ".") if parts else ""
+        return text.sentences(parts)
     joint, why = _joint_fix_all(rank_ctx, reported)
     if joint is not None:
         return _joint_note(joint)
     job = job_fix_all(reps)
     if job is None:
-        return "; ".join(parts) + "."
+        return text.sentences(parts)
     codes, recorded, replayed, slowest = job
-    if len(parts) > MAX_RANKS_LISTED:
-        parts = [f"{len(parts)} ranks, listed in the JSON report (ranks[].replay.fix_all)"]
-    return (
-        f"fixing the {len(codes)} finding(s) with a replayed saving ({', '.join(codes)}) on every rank would take "
-        f"the job's mean step, set by its longest rank step, from {recorded / 1000:,.2f} ms to "
-        f"{replayed / 1000:,.2f} ms (rank {slowest} is then the longest; replayed with each rank fixed alone, its "
-        f"collectives waiting for the unchanged peers, as the ranks cannot be replayed jointly: {why}). "
-        "Per rank: " + "; ".join(parts) + "."
-    )
+    return text.job_fix_all_note(codes, recorded, replayed, slowest, why, parts)
 
 
-def _joint_fix_all(rank_ctx: list[cx.RankContext], reported: set[str]) -> tuple[Any, str]:
+def _joint_fix_all(rank_ctx: list[cx.RankContext], reported: set[str]) -> tuple[JobFixAll | None, str]:
     """The ranks with their fixes replayed jointly (:func:`perfdoctor.crossrank.joint.job_fix_all`), a rank's fixes
     applied when every code of them is ``reported``; (None, why not) otherwise. Each rank summary carries its
     :class:`perfdoctor.crossrank.joint.JointInputs`."""
@@ -699,26 +681,10 @@ def _joint_fix_all(rank_ctx: list[cx.RankContext], reported: set[str]) -> tuple[
     return job_fix_all(inputs, fixed)
 
 
-def _joint_note(joint: Any) -> str:
+def _joint_note(joint: JobFixAll) -> str:
     """The findings note's job figure from a :class:`perfdoctor.crossrank.joint.JobFixAll`."""
-    (_, before), (last, after) = joint.before, joint.after
-    per = [
-        f"rank {r} {joint.recorded_us[r] / 1000:,.2f} → {joint.replayed_us[r] / 1000:,.2f} ms"
-        for r in sorted(joint.recorded_us)
-    ]
-    listed = (
-        " Per rank, replayed jointly: " + "; ".join(per) + " (each rank fixed alone, its peers unchanged: "
-        "ranks[].replay.fix_all in the JSON report)."
-        if len(per) <= MAX_RANKS_LISTED
-        else ""
-    )
-    return (
-        f"fixing the {len(joint.codes)} finding(s) with a replayed saving ({', '.join(joint.codes)}) on every rank "
-        f"would take the job's mean step, set by its longest rank step, from {before / 1000:,.2f} ms to "
-        f"{after / 1000:,.2f} ms (rank {last} is then the longest; replayed jointly: every rank's dependency graph "
-        "with its own fixes at once, each collective ending when the last rank has arrived plus the transfer, the "
-        "shortest recorded copy)." + listed
-    )
+    (_, before), (last, after_us) = joint.before, joint.after
+    return text.joint_note(joint.codes, before, after_us, last, joint.recorded_us, joint.replayed_us)
 
 
 def _rerun_cross_rank(
@@ -769,14 +735,7 @@ def ignored_note(cat: Catalogue, opts: Any) -> str:
     if not opts.ignore:
         return ""
     run = set(select_codes(cat, None, opts.ignore))
-    gone = sorted(set(cat.rules) - run)
-    if not gone:
-        return ""
-    which = ", ".join(gone) + (" is" if len(gone) == 1 else " are")
-    return (
-        f"{which} assumed unfixed ({opts.source.get('ignore', '--ignore')}): not checked, and the fix plan is "
-        "computed without {0}.".format("its fix" if len(gone) == 1 else "their fixes")
-    )
+    return text.ignored_note(sorted(set(cat.rules) - run), opts.source.get("ignore", "--ignore"))
 
 
 def exit_code(results: CheckResults, fail_on: str | None) -> int:

@@ -78,16 +78,16 @@ def check(ctx: RankContext) -> Outcome:
     )
     name_line_of(ev, ctx.tables, host.DATALOADER)  # the loop line that fetches the batch
     host_ms = float(host_us.mean()) / 1000
+    # the headline's claim, measured: the device's idle on the DataLoader (GPU), the loop's time in it (CPU-only)
+    stall_ms = host_ms
     if ctx.is_gpu:  # the breakdown's idle cause: measured, and a different quantity from the replayed saving
-        ev.values["dataloader_idle_ms"] = idle_cause_ms(ctx, "dataloader")
+        stall_ms = ev.values["dataloader_idle_ms"] = idle_cause_ms(ctx, "dataloader")
         measured = (
-            f"The device idles {ev.values['dataloader_idle_ms']:.1f} ms per step waiting for the DataLoader "
+            f"The device idles {stall_ms:.1f} ms per step waiting for the DataLoader "
             f"(measured; the host spends {host_ms:.1f} ms per step inside __next__)"
         )
     else:
         measured = f"The training loop spends {host_ms:.1f} ms per step inside DataLoader __next__ (measured)"
-    # the headline's claim, measured: the device's idle on the DataLoader (GPU), the loop's time in it (CPU-only)
-    stall_ms = ev.values["dataloader_idle_ms"] if ctx.is_gpu else host_ms
     fields = {
         "measured": measured,
         "stalled": "the GPU" if ctx.is_gpu else "the training loop",

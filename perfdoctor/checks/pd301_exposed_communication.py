@@ -145,7 +145,11 @@ def _replayed(ctx: RankContext, exposed_us: float) -> tuple[tuple[float, str], f
         return reorder, replayed, replay_method
     first = ctx.rank_pass()
     prev = first.hit.evidence.values if first is not None and first.hit is not None else {}
-    reorder = (float(prev.get("reorder_saving_ms", 0.0)) * 1000, str(prev.get("reorder_note", "")))
+    saving_ms = prev.get("reorder_saving_ms", 0.0)
+    reorder = (
+        float(saving_ms) * 1000 if isinstance(saving_ms, (int, float)) else 0.0,
+        str(prev.get("reorder_note", "")),
+    )
     replayed = float((first.metrics if first is not None else {}).get("replayed_us", exposed_us))
     return reorder, replayed, method_text + " (replayed where the rank was analysed)"
 

@@ -17,7 +17,7 @@ import numpy as np
 
 from perfdoctor.analysis.accumulation import accumulation
 from perfdoctor.checks.context import Outcome, RankContext, passed, skipped
-from perfdoctor.findings import Estimate, Evidence, Hit
+from perfdoctor.findings import Estimate, Evidence, EvidenceValue, Hit
 from perfdoctor.trace import intervals as iv
 
 CODE = "PD302"
@@ -72,7 +72,7 @@ def check(ctx: RankContext) -> Outcome:
     if metrics["micro_batches_per_update"] < 2 or metrics["early_allreduce_calls_per_update"] < 1:
         return passed(**metrics)
     saving, _, method = ctx.replayed_saving(skip_early_allreduces(ctx.replay(), acc))
-    values = {k: v for k, v in metrics.items() if k != "early_allreduce_us"}
+    values: dict[str, EvidenceValue] = {k: v for k, v in metrics.items() if k != "early_allreduce_us"}
     ev = Evidence(values=values | {"early_allreduce_ms": metrics["early_allreduce_us"] / 1000}, steps=ctx.step_numbers)
     sources = sorted({u.micro_source for u in ups})
     fields = {"micro_source": " and ".join(sources)}

@@ -12,6 +12,7 @@ is the host waiting for queued work to drain, and is this rule's.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -31,7 +32,7 @@ from perfdoctor.checks.common import (
     top_names,
 )
 from perfdoctor.checks.context import Outcome, RankContext, passed, replayed_outcome, skipped
-from perfdoctor.findings import Evidence
+from perfdoctor.findings import EventValue, Evidence
 from perfdoctor.replay.transforms import WhatIf
 from perfdoctor.replay.transforms.host import PER_ELEMENT_COPIES, batch_copies, remove_syncs
 from perfdoctor.trace import intervals as iv
@@ -90,7 +91,7 @@ def _callers(ctx: RankContext, rows: np.ndarray) -> np.ndarray:
     return out
 
 
-def _source(events: list[dict[str, object]]) -> str:
+def _source(events: Sequence[Mapping[str, EventValue]]) -> str:
     """Where the syncs come from, for the message: the op of the longest-waiting "op → call" group."""
     if not events:
         return "no op found around them"
@@ -124,7 +125,7 @@ for i in range(values.numel()):
 """
 
 
-def _wait_events(ctx: RankContext, sync_rows: np.ndarray, waits: iv.Intervals) -> list[dict[str, object]]:
+def _wait_events(ctx: RankContext, sync_rows: np.ndarray, waits: iv.Intervals) -> list[dict[str, EventValue]]:
     """The evidence's events: the sync calls and blocking memcpy calls, grouped "op → call", each weighted by its
     host time (µs) inside ``waits`` and the step windows, so that the groups add up to the headline's host wait
     (GPUPuzzlers first_sum: 4,096 pageable D2H cudaMemcpyAsync, 93% of the wait, were missing from a list of the

@@ -18,7 +18,7 @@ from typing import Any
 
 from perfdoctor.analysis.run_memory import Growth
 from perfdoctor.checks.context import JobContext, Outcome, passed, skipped
-from perfdoctor.findings import Evidence, Hit
+from perfdoctor.findings import Evidence, EvidenceValue, Hit
 
 CODE = "PD503"
 METRICS = {
@@ -89,7 +89,7 @@ def check(job: JobContext) -> Outcome:
     return Outcome(metrics=metrics, hit=Hit(evidence=ev, estimate=None))
 
 
-def _values(g: Growth, others: list[Growth], trace_text: str) -> dict[str, float | str]:
+def _values(g: Growth, others: list[Growth], trace_text: str) -> dict[str, EvidenceValue]:
     """The evidence of series ``g`` (MiB; GiB for the limit) and the message's text fields."""
     limit_text, tail = "", ""
     if g.steps_to_limit is not None and g.limit_bytes is not None:

@@ -18,9 +18,10 @@ figures in its method, so its µs and its percentage describe one step.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
 
-from perfdoctor.findings import REPLAY_METHOD, Estimate
+from perfdoctor.checks.context import Outcome, RankContext
+from perfdoctor.findings import Estimate
+from perfdoctor.text import is_replay_method, method_with, restated_clause
 
 
 def restated(est: Estimate, target_us: float, target_words: str) -> Estimate:
@@ -30,16 +31,11 @@ def restated(est: Estimate, target_us: float, target_words: str) -> Estimate:
     if est.step_us is None or not est.step_us > 0 or not target_us > 0:
         return est
     r = target_us / est.step_us
-    share = 100.0 * est.saving_us / est.step_us
-    note = (
-        f"; measured as {est.saving_us / 1000:,.2f} ms of {est.step_words or 'another step'} "
-        f"({est.step_us / 1000:,.2f} ms), stated as the same share ({share:.1f}%) of {target_words} "
-        f"({target_us / 1000:,.2f} ms)"
-    )
+    note = restated_clause(est.saving_us, est.step_words, est.step_us, target_words, target_us)
     return dataclasses.replace(
         est,
         saving_us=est.saving_us * r,
-        method=est.method + (note if abs(r - 1.0) > 1e-9 else ""),
+        method=method_with(est.method, note) if abs(r - 1.0) > 1e-9 else est.method,
         after_us=None if est.after_us is None else est.after_us * r,
         from_us=None if est.from_us is None else est.from_us * r,
         after_from_us=None if est.after_from_us is None else est.after_from_us * r,
@@ -48,26 +44,26 @@ def restated(est: Estimate, target_us: float, target_words: str) -> Estimate:
     )
 
 
-def on_unprofiled_step(outcome: Any, ctx: Any) -> Any:
+def on_unprofiled_step(outcome: Outcome, ctx: RankContext) -> Outcome:
     """A rank rule's ``outcome`` (:class:`perfdoctor.checks.context.Outcome`) on ``ctx``
     (:class:`perfdoctor.checks.context.RankContext`), its saving restated for the rank's unprofiled step when the
     rank has one (``ctx.unprofiled``) and the saving is not replayed (a replayed saving is taken from the
     unprofiled step already)."""
     hit = outcome.hit
     est = None if hit is None else hit.estimate
-    if est is None or not ctx.unprofiled or est.method.startswith(REPLAY_METHOD) or not ctx.step_us > 0:
+    if hit is None or est is None or not ctx.unprofiled or is_replay_method(est.method) or not ctx.step_us > 0:
         return outcome
     marked = dataclasses.replace(est, step_us=ctx.step_us, step_words="the profiled window's mean step")
     new_hit = dataclasses.replace(hit, estimate=restated(marked, ctx.base_step_us, "the unprofiled step"))
     return dataclasses.replace(outcome, hit=new_hit)
 
 
-def on_denominator(outcome: Any, denominator_us: float) -> Any:
+def on_denominator(outcome: Outcome, denominator_us: float) -> Outcome:
     """``outcome`` with a saving measured on another step (``estimate.step_us``: PD602's unprofiled steady steps)
     restated as the same share of the report's denominator (``denominator_us``, µs)."""
     hit = outcome.hit
     est = None if hit is None else hit.estimate
-    if est is None or est.step_us is None:
+    if hit is None or est is None or est.step_us is None:
         return outcome
     new_hit = dataclasses.replace(hit, estimate=restated(est, denominator_us, "the report's step"))
     return dataclasses.replace(outcome, hit=new_hit)

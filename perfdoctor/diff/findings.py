@@ -12,7 +12,7 @@ listed as shrunk ("persisting, smaller"), with no error: the finding is still th
 whether its fix was applied in part (num_workers 0 → 2 with the loader still behind) or other changes shrank it
 (host overhead once hidden behind a DataLoader wait that went away), so no change is attributed to it. A saving
 is ``replayed`` when its rule computed it by replaying the step's dependency graph with the fix applied (its
-``saving_method`` starts with "replay", :meth:`perfdoctor.checks.context.RankContext.replayed_saving`), else
+``saving_method`` is a replay's: :func:`perfdoctor.text.is_replay_method`), else
 ``upper-bound`` (an interval rule's estimate).
 """
 
@@ -24,8 +24,8 @@ from perfdoctor.diff.model import FindingDelta, Pair, PredictedPart, Prediction,
 from perfdoctor.diff.sides import findings_of, passed_of, skipped_of
 from perfdoctor.model import Report
 from perfdoctor.model.report import FindingSection, FixAllSection
+from perfdoctor.text import is_replay_method
 
-REPLAYED_PREFIX = "replay"  # saving_method of a replayed saving: "replay of the step's dependency graph ..."
 MEASURED_NOTE = (
     "The measured change is the whole step's: it checks only the fixes that were applied, i.e. the "
     "findings resolved in AFTER, and it also holds any other change between the two runs."
@@ -73,7 +73,7 @@ class Pooled:
 
 
 def _kind(f: FindingSection) -> str:
-    return "replayed" if f.saving_method.startswith(REPLAYED_PREFIX) else "upper-bound"
+    return "replayed" if is_replay_method(f.saving_method) else "upper-bound"
 
 
 def pooled(models: list[Report]) -> dict[str, Pooled]:

@@ -499,8 +499,8 @@ class FindingSection(Section, kw_only=True):
     @property
     def replayed(self) -> bool:
         """True when the saving is the replay's point estimate, False for an upper bound
-        (:func:`perfdoctor.findings.is_replayed`)."""
-        from perfdoctor.findings import is_replayed
+        (:func:`perfdoctor.text.is_replayed`)."""
+        from perfdoctor.text import is_replayed
 
         return is_replayed(self.saving_method)
 

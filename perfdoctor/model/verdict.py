@@ -5,10 +5,11 @@ Rules, first that applies:
 0. A GPU trace without its device activity (it names GPUs, holds no kernel): no verdict, and why.
 1. A cold-start finding (PD902) whose evidence says every analysed step is warm-up (``all_analysed_steps_cold``):
    "cold start: ...".
-2. The top-ranked finding with a saving of at least :data:`MIN_SHARE_PCT` % of the step: its kind (one phrase per
-   rule in :data:`PHRASES`) and what its share is: for a replayed saving, the fix it was replayed with
-   (:data:`REPLAYED_FIXES`), e.g. "input-bound: replaying the step with batches prefetched by DataLoader workers
-   saves about 33% of it (PD101 dataloader-starvation)"; for an upper bound, what fixing it saves at most, e.g.
+2. The top-ranked finding with a saving of at least :data:`MIN_SHARE_PCT` % of the step: its kind (its rule's
+   ``[verdict]`` words in ``rules/PDnnn.toml``: :func:`rule_words`) and what its share is: for a replayed saving, the
+   fix it was replayed with (``replayed_with``, or the finding's ``evidence["replayed_fix"]``), e.g. "input-bound:
+   replaying the step with batches prefetched by DataLoader workers saves about 33% of it (PD101
+   dataloader-starvation)"; for an upper bound, what fixing it saves at most, e.g.
    "elementwise-bound: fixing the unfused elementwise ops saves up to 11% of the step (PD202 ...)". The share is
    the finding's saving, never the share of the step the problem takes (PD202's elementwise ops take 21% of the
    tiny_gpt step; fusing saves at most half of that): so never "N% goes to".
@@ -26,53 +27,25 @@ step time total.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import cache
 
+from perfdoctor.checks.catalogue import VerdictWords
 from perfdoctor.model.report import FindingSection, RankSection
 from perfdoctor.vocab import category_label, idle_label
 
 MIN_SHARE_PCT = 5.0
 BUSY_SHARE = 0.8
-# code -> (kind, what its fix removes: "fixing <this> saves up to N% of the step")
-PHRASES: dict[str, tuple[str, str]] = {
-    "PD101": ("input-bound", "the wait for the DataLoader"),
-    "PD102": ("copy-bound", "the pageable host-to-device copies"),
-    "PD103": ("host launch-bound", "the device's wait for kernel launches"),
-    "PD104": ("CPU-oversubscribed", "the thread oversubscription"),
-    "PD105": ("Python-bound", "the Python outside any op"),
-    "PD106": ("host-bound", "the device idle while the host runs code outside any op"),
-    "PD201": ("small batch", "the fixed per-step cost (a larger batch)"),
-    "PD202": ("elementwise-bound", "the unfused elementwise ops"),
-    "PD203": ("FP32 compute", "the FP32 GEMMs (tensor cores)"),
-    "PD204": ("FP32 compute on CPU", "the FP32 math (bf16)"),
-    "PD205": ("optimizer-bound", "the unfused optimizer"),
-    "PD206": ("low MFU", "the low model FLOPs utilization"),
-    "PD301": ("communication-bound", "the exposed communication"),
-    "PD303": ("straggler", "the wait for the slowest rank"),
-    "PD304": ("communication-bound", "the wait inside collectives for other ranks"),
-    "PD305": ("communication-bound", "the host (gloo) collectives"),
-    "PD401": ("synchronization-bound", "the host-device synchronization"),
-    "PD501": ("allocator-bound", "the idle around {alloc_api}"),
-}
-# a phrase's {word} (here and in REPLAYED_FIXES) is the finding's evidence value of that name, the trace's own word
-# (hipMalloc/hipFree, HIP graphs on ROCm);
-# these stand in where the evidence has none (a report written before the evidence named it)
+# a verdict word's {word} is the finding's evidence value of that name, the trace's own word (hipMalloc/hipFree,
+# HIP graphs on ROCm); these stand in where the evidence has none (a report written before the evidence named it)
 EVIDENCE_WORDS = {"alloc_api": "cudaMalloc/cudaFree", "graph_api": "CUDA"}
 
 
-# code -> the fix its replayed saving was replayed with, as a phrase after "replaying the step with"; a finding
-# whose check picks among several fixes names the one it replayed in ``evidence["replayed_fix"]`` (PD401)
-REPLAYED_FIXES: dict[str, str] = {
-    "PD101": "batches prefetched by DataLoader workers",
-    "PD102": "pinned-memory, non_blocking copies",
-    "PD103": "its launches in {graph_api} graphs",
-    "PD201": "a larger batch",
-    "PD202": "fused elementwise ops",
-    "PD203": "TF32/bf16 tensor-core GEMMs",
-    "PD205": "a foreach/fused optimizer",
-    "PD301": "communication overlapped with compute",
-    "PD401": "its syncs not blocking",
-    "PD501": "cached allocations",
-}
+@cache
+def rule_words() -> dict[str, VerdictWords]:
+    """Each built-in rule's verdict words (``[verdict]`` in ``rules/PDnnn.toml``), by code."""
+    from perfdoctor.checks.catalogue import load_catalogue
+
+    return {code: spec.verdict for code, spec in load_catalogue().rules.items() if spec.verdict is not None}
 
 
 def verdict(ranks: Sequence[RankSection], findings: list[FindingSection], slowest_rank: int | None = None) -> str:
@@ -129,12 +102,13 @@ def _verdict(ranks: Sequence[RankSection], findings: list[FindingSection], slowe
         )
     top = next((f for f in findings if f.position == 1), None)
     if top is not None and top.saving_pct_of_step >= MIN_SHARE_PCT:
-        kind, what = PHRASES.get(top.code, (top.name, f"what {top.code} names"))
+        said = rule_words().get(top.code) or VerdictWords(top.name, f"what {top.code} names")
         words = {**EVIDENCE_WORDS, **{k: v for k, v in top.evidence.items() if isinstance(v, str)}}
-        what = what.format_map(words)
+        what = said.removes.format_map(words)
+        kind = said.kind
         if top.replayed:  # the share is what the replayed fix removes, not an idle share: say so
             named = top.evidence.get("replayed_fix")
-            fix = named if isinstance(named, str) else REPLAYED_FIXES.get(top.code, "its fix").format_map(words)
+            fix = named if isinstance(named, str) else (said.replayed_with or "its fix").format_map(words)
             share = f"{top.saving_pct_of_step:.0f}%"
             return f"{kind}: replaying the step with {fix} saves about {share} of it ({top.code} {top.name})"
         return f"{kind}: fixing {what} saves up to {top.saving_pct_of_step:.0f}% of the step ({top.code} {top.name})"

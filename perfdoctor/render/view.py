@@ -16,6 +16,7 @@ from msgspec import UNSET
 from perfdoctor.findings import FINDINGS_NOTE
 from perfdoctor.model import Report, as_report
 from perfdoctor.model.report import DeviceSection, EventValue, EvidenceValue, FindingSection, RankSection, RunSection
+from perfdoctor.text import first_clause, says
 from perfdoctor.vocab import (
     GPU_IDLE_CAUSES,
     GPU_PRIORITY,
@@ -266,7 +267,7 @@ def _shown(key: str, value: EvidenceValue, title: str) -> bool:
         return False
     if key == "ranks":
         return isinstance(value, list) and len(value) > 1
-    return not (isinstance(value, str) and value and value in title)
+    return not (isinstance(value, str) and says(title, value))
 
 
 def _unitless(name: str) -> str:
@@ -369,7 +370,7 @@ def headline(f: FindingSection) -> str:
     clause, cut at a word to :data:`HEADLINE_MAX` characters."""
     if f.headline:
         return f.headline
-    return clip_words(f.message.split("; ")[0].split(" (")[0], HEADLINE_MAX)
+    return clip_words(first_clause(f.message), HEADLINE_MAX)
 
 
 def short_fix(fix: str, limit: int = 200) -> str:

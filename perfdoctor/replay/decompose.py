@@ -23,19 +23,9 @@ from perfdoctor.replay.attribution import HOST_CAUSES, Attribution, _categories,
 from perfdoctor.replay.rank import RankReplay
 from perfdoctor.replay.simulate import ReplayResult, Scenario
 from perfdoctor.replay.windows import replayed_windows
+from perfdoctor.text import SHOWN_US, WORK_WORDS, saving_parts_text
 from perfdoctor.trace import intervals as iv
 from perfdoctor.trace.tables import TraceTables
-
-# how a part is named in a message (cause keys of perfdoctor.vocab.IdleCause)
-IDLE_WORDS = {
-    "host_launch_bound": "launch idle",
-    "python": "Python idle (host outside ops)",
-    "synchronization": "sync idle",
-    "dataloader": "DataLoader idle",
-    "other": "other idle",
-}
-WORK_WORDS = {"memcpy": "copies", "communication": "collectives", "memset": "memsets"}
-SHOWN_US = 5.0  # parts under 0.005 ms are not written (the messages' precision)
 
 
 @dataclass
@@ -75,28 +65,8 @@ class SavingParts:
 
     def text(self, lead: tuple[str, ...] = ()) -> str:
         """The parts as a sum in ms, the causes in ``lead`` first and then by size: "11.41 ms launch idle (…) +
-        4.35 ms Python idle (…)"; a negative part reads "− x ms …", the replay's error "± replay error"."""
-        items = [(c, v) for c, v in self.idle_us.items() if abs(v) >= SHOWN_US]
-        items.sort(key=lambda cv: (cv[0] not in lead, lead.index(cv[0]) if cv[0] in lead else 0, -abs(cv[1])))
-        words = [(v, IDLE_WORDS.get(c, f"{c} idle")) for c, v in items]
-        if abs(self.work_us) >= SHOWN_US:
-            words.append((self.work_us, "of device work gone (fewer or shorter activities)"))
-        overlap_us = self.busy_us - self.work_us
-        if abs(overlap_us) >= SHOWN_US:
-            who = " and ".join(WORK_WORDS.get(c, f"{c} kernels") for c in self.overlapping[:1])
-            what = (
-                f"from {who or 'device work'} overlapping other device work"
-                if overlap_us > 0
-                else "of device work overlapping less"
-            )
-            words.append((overlap_us, what))
-        if abs(self.error_us) >= SHOWN_US:
-            words.append((self.error_us, "the replay's own error (recorded − replayed step)"))
-        out = ""
-        for i, (v, w) in enumerate(words):
-            sign = ("− " if v < 0 else "") if i == 0 else (" − " if v < 0 else " + ")
-            out += f"{sign}{abs(v) / 1000:,.2f} ms {w}"
-        return out or "0.00 ms"
+        4.35 ms Python idle (…)" (:func:`perfdoctor.text.saving_parts_text`)."""
+        return saving_parts_text(self.idle_us, self.busy_us, self.work_us, self.error_us, self.overlapping, lead)
 
 
 def _state(

@@ -24,7 +24,7 @@ from perfdoctor.analysis import host
 from perfdoctor.analysis.breakdown import DeviceBreakdown, StepColumns, step_rows
 from perfdoctor.analysis.steps import Steps
 from perfdoctor.trace import intervals as iv
-from perfdoctor.trace.tables import TraceTables
+from perfdoctor.trace.tables import Table, TraceTables
 from perfdoctor.vocab import HOST_PRIORITY
 
 CPU_OP_RULES: tuple[tuple[str, str], ...] = (
@@ -61,6 +61,27 @@ def classify_cpu_op(name: str) -> str:
     return "other_ops"
 
 
+def _inside_collective(tables: TraceTables, ops: Table) -> np.ndarray:
+    """Per row of ``ops``: True for a host collective op (``c10d::allgather_``, ``record_param_comms``...) and for the
+    ops it holds on its own thread (its children): the thread's time inside the call is the collective's, not
+    compute that overlaps it. Shape (len(ops),), bool."""
+    names = tables.names_matching(HOST_COMMUNICATION)
+    coll: np.ndarray = np.asarray(names[ops["name_id"]], dtype=bool)
+    out = coll.copy()
+    if not coll.any():
+        return out
+    ts, end, tid = ops["ts_us"], ops["end_us"], ops["tid"]
+    for t in np.unique(tid[coll]).tolist():
+        own_start, own_end = iv.union(ts[coll & (tid == t)], end[coll & (tid == t)])
+        rows = np.flatnonzero((tid == t) & ~coll)
+        k = np.searchsorted(own_start, ts[rows], side="right") - 1
+        ok = k >= 0
+        held = np.zeros(rows.size, dtype=bool)
+        held[ok] = end[rows[ok]] <= own_end[k[ok]]
+        out[rows[held]] = True
+    return out
+
+
 def host_unions(tables: TraceTables, pid: int) -> dict[str, iv.Intervals]:
     """Per category of :data:`~perfdoctor.vocab.HOST_PRIORITY`, the union of the host time it covers (µs): the
     ops of process ``pid`` (every process when ``pid`` < 0) classified by :func:`classify_cpu_op`, DataLoader
@@ -71,6 +92,8 @@ def host_unions(tables: TraceTables, pid: int) -> dict[str, iv.Intervals]:
         ops = ops.take(ops["pid"] == pid)
     cats = np.array([classify_cpu_op(n) for n in tables.names], dtype=object)
     op_cat = cats[ops["name_id"]] if len(ops) else np.empty(0, dtype=object)
+    if len(ops):
+        op_cat = np.where(_inside_collective(tables, ops), "host_collective", op_cat)
     unions = {c: iv.union(ops["ts_us"][op_cat == c], ops["end_us"][op_cat == c]) for c in HOST_PRIORITY[3:]}
     unions["dataloader"] = host.dataloader(tables)
     unions["host_collective"] = host.named(tables, HOST_COMMUNICATION)

@@ -7,6 +7,10 @@ and dtype), count per step, mean duration and algorithm bandwidth (bytes ÷ dura
 includes any wait for other ranks, which one rank's trace cannot separate, so a low algbw alone does not show the
 transport is the limit. Saving:
 the exposed time, an upper bound (overlap could hide it; the transfer itself still takes its time).
+
+The advice follows the parallelism the trace's labels show (:func:`perfdoctor.analysis.sharding.flavour`): DDP's
+knobs (buckets, comm hooks) for a data-parallel run; FSDP's (prefetch, unit size, a mixed-precision reduce) for a
+``fully_shard`` / ``FullyShardedDataParallel`` run; DeepSpeed's config keys for ZeRO.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import numpy as np
 from perfdoctor.analysis.classify import collective_of
 from perfdoctor.analysis.cpu_breakdown import HOST_COMMUNICATION
 from perfdoctor.analysis.op_args import parse_args
+from perfdoctor.analysis.sharding import flavour
 from perfdoctor.checks.common import pct, steps_over
 from perfdoctor.checks.context import Outcome, RankContext, passed
 from perfdoctor.findings import Estimate, Evidence, Hit
@@ -45,6 +50,30 @@ class Thresholds:
 
     min_saving_pct: float
 
+
+# the sharded runs whose fix_<situation> in the TOML replaces the rule's DDP-worded fix
+ADVICE = ("fsdp", "zero")
+
+# per parallelism: how to coalesce, how to halve the bytes, what overlaps the collectives with compute
+_KNOBS = {
+    "ddp": (
+        "DDP bucket_cap_mb, or coalesce tensors before all_reduce",
+        "halve the bytes with a DDP comm hook (bf16_compress_hook)",
+        "overlap them with the backward pass (DDP launches each bucket's all_reduce as its gradients are ready; a "
+        "manual all_reduce after backward() cannot overlap)",
+    ),
+    "fsdp": (
+        "wrap larger FSDP units, each unit is one all-gather and one reduce-scatter",
+        "halve the bytes with MixedPrecision(param_dtype=torch.bfloat16, reduce_dtype=torch.bfloat16)",
+        "overlap them with compute (forward_prefetch=True and backward_prefetch=BACKWARD_PRE issue the next unit's "
+        "all-gather while this one computes)",
+    ),
+    "zero": (
+        'raise "reduce_bucket_size" and "allgather_bucket_size"',
+        'halve the bytes with bf16 training ("bf16": {"enabled": true})',
+        'overlap them with compute ("overlap_comm": true; ZeRO-3: "stage3_prefetch_bucket_size")',
+    ),
+}
 
 SMALL_BYTES = 1 << 20  # below 1 MiB a collective's fixed latency dominates: bucket or coalesce
 LATENCY_US = 1000.0  # a sub-MiB gloo call beyond 1 ms is not its fixed latency (tens of µs on one host)
@@ -83,18 +112,27 @@ def _sizes(ctx: RankContext) -> list[dict[str, float | str]]:
     return rows
 
 
-def _advice(rows: list[dict[str, float | str]], exposed_share: float, n_steps: int = 1) -> str:
+def _situation(ctx: RankContext) -> str | None:
+    """``"fsdp"`` or ``"zero"`` when the trace's labels show a sharded run, else None (the rule's DDP fix)."""
+    sharded = flavour(ctx.tables)
+    return None if sharded is None else "zero" if sharded == "zero" else "fsdp"
+
+
+def _advice(
+    rows: list[dict[str, float | str]], exposed_share: float, n_steps: int = 1, situation: str | None = None
+) -> str:
     """The fixes the collectives' sizes, rates and exposure point to. Coalescing ("fewer, larger collectives")
     only when there are several calls per step to coalesce and their mean duration is of a call's fixed latency
     (under :data:`LATENCY_US`): one call per step has nothing to coalesce, and a small call that takes
-    milliseconds is waiting for its peers (one 0.27 MB all_reduce of 15.5 ms per step)."""
+    milliseconds is waiting for its peers (one 0.27 MB all_reduce of 15.5 ms per step). The knobs named are the
+    ``situation``'s (:data:`_KNOBS`: DDP's when None)."""
+    coalesce, halve, overlap = _KNOBS[situation or "ddp"]
     tips = []
     calls = sum(float(r["count"]) for r in rows) / max(n_steps, 1)
     small = rows and all(float(r["bytes"]) < SMALL_BYTES for r in rows)
     if small and calls > 1 and all(float(r["mean_us"]) < LATENCY_US for r in rows):
         tips.append(
-            "the messages are small, so each call pays gloo's fixed latency: fewer, larger collectives "
-            "(DDP bucket_cap_mb, or coalesce tensors before all_reduce)"
+            f"the messages are small, so each call pays gloo's fixed latency: fewer, larger collectives ({coalesce})"
         )
     if rows and min(float(r["algbw_bytes_per_s"]) for r in rows) < SLOW_BYTES_PER_S:
         # a rank's own trace cannot split a call's duration into the wait for its peers and the transfer, so a low
@@ -103,14 +141,10 @@ def _advice(rows: list[dict[str, float | str]], exposed_share: float, n_steps: i
             "bytes ÷ duration is below 1 GB/s, but one rank's trace cannot separate the wait for other ranks from "
             "the transfer: report on every rank's trace (PD303 names a straggler) before blaming the "
             "transport; if the transfer itself is slow, check the NIC gloo uses (GLOO_SOCKET_IFNAME), fewer ranks "
-            "per host, or halve the bytes with a DDP comm hook (bf16_compress_hook)"
+            f"per host, or {halve}"
         )
     if exposed_share > 0.5:
-        tips.append(
-            "nothing computes while they run: overlap them with the backward pass (DDP launches each "
-            "bucket's all_reduce as its gradients are ready; a manual all_reduce after backward() cannot "
-            "overlap)"
-        )
+        tips.append(f"nothing computes while they run: {overlap}")
     return "; ".join(tips) or "overlap them with compute or move the job to GPUs with NCCL"
 
 
@@ -127,7 +161,7 @@ def check(ctx: RankContext) -> Outcome:
     }
     if mean_exposed <= 0:  # min_saving_pct is the engine's, on the report's denominator (perfdoctor.checks.after)
         return passed(**metrics)
-    rows = _sizes(ctx)
+    rows, situation = _sizes(ctx), _situation(ctx)
     sizes = (
         ", ".join(
             f"{r['collective']} of {float(r['bytes']) / 1e6:,.2f} MB "
@@ -147,12 +181,17 @@ def check(ctx: RankContext) -> Outcome:
             "exposed_pct": metrics["exposed_pct"],
             "sizes": sizes,
             "collectives": rows,
-            "advice": _advice(rows, mean_exposed / mean_total if mean_total else 0.0, ctx.n_steps),
+            "advice": _advice(rows, mean_exposed / mean_total if mean_total else 0.0, ctx.n_steps, situation),
         },
         steps=steps_over(exposed, ctx.per_step(lambda s: s.dur_us), th.min_saving_pct, ctx.step_numbers),
     )
     method = "mean host collective time per step with no other op of the process running (CPU breakdown)"
     return Outcome(
         metrics=metrics,
-        hit=Hit(evidence=ev, estimate=Estimate(mean_exposed, method), min_saving_pct=th.min_saving_pct),
+        hit=Hit(
+            evidence=ev,
+            estimate=Estimate(mean_exposed, method),
+            min_saving_pct=th.min_saving_pct,
+            advice=ctx.advice(situation) if situation else {},
+        ),
     )

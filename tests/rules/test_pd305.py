@@ -75,3 +75,44 @@ def test_pd305_slow_collective_does_not_blame_the_transport_on_one_ranks_trace(t
     )
     assert "the transport is the limit" not in f["message"]
     assert "one rank's trace cannot separate the wait for other ranks from the transfer" in f["message"]
+
+
+def test_pd305_advice_on_a_sharded_run_speaks_fsdp(tmp_path):
+    """The FullyShardedDataParallel CPU (gloo) trace of test_pd306: the all-gather calls [10, 100) and [420, 600)
+    run with no other op: 90 + 180 = 270 µs of the 1000 µs step exposed (27%). The fix is FSDP's (prefetch,
+    MixedPrecision), not DDP's buckets; the evidence's tips name FSDP's knobs."""
+    from test_pd306 import _cpu_fsdp1
+
+    f = run_tb(_cpu_fsdp1(prefetch=False), tmp_path, ["PD305"]).findings["PD305"]
+    assert f["saving_us_per_step"] == 270 and f["saving_pct_of_step"] == 27
+    assert "backward_prefetch=BackwardPrefetch.BACKWARD_PRE" in f["fix"] and "bucket_cap_mb" not in f["fix"]
+    assert "forward_prefetch=True" in f["evidence"]["advice"] and "DDP" not in f["evidence"]["advice"]
+
+
+def test_pd305_advice_on_a_ddp_run_keeps_ddp_knobs(tmp_path):
+    f = run_tb(gloo_trace(overlap=False), tmp_path, ["PD305"]).findings["PD305"]
+    assert "bucket_cap_mb" in f["fix"] and "DDP launches each bucket" in f["evidence"]["advice"]
+
+
+def test_pd305_ops_inside_the_collective_call_are_not_compute(tmp_path):
+    """A ``c10d::allreduce_`` call [300, 900) on the training thread holding its own ops (``record_param_comms``
+    [310, 880), ``aten::empty`` [320, 330)) is exposed whole: 600 µs of the 1000 µs step. An ``aten::mm`` on another
+    thread [500, 700) does overlap it: 200 µs hidden, 400 µs exposed."""
+    from tracebuilder import TraceBuilder
+
+    def trace(other_thread: bool) -> TraceBuilder:
+        tb = TraceBuilder(device_name=None)
+        tb.step(1, 0, 1000)
+        tb.cpu_op("aten::mm", 0, 300)
+        tb.cpu_op("c10d::allreduce_", 300, 600, input_dims=[[250000]])
+        tb.cpu_op("record_param_comms", 310, 570)
+        tb.cpu_op("aten::empty", 320, 10)
+        if other_thread:
+            tb.cpu_op("aten::mm", 500, 200, tid=77)
+        return tb
+
+    m = run_tb(trace(False), tmp_path, ["PD305"]).res.metrics["PD305"]["0"]
+    assert (m["collective_us"], m["exposed_us"]) == (600, 600)
+    (tmp_path / "b").mkdir()
+    m = run_tb(trace(True), tmp_path / "b", ["PD305"]).res.metrics["PD305"]["0"]
+    assert (m["collective_us"], m["exposed_us"]) == (600, 400)

@@ -66,7 +66,7 @@ for x, y in loader:
 def check(ctx: RankContext) -> Outcome:
     if reason := cold_reason(ctx):
         return skipped(reason)
-    steps = ctx.rank.steps
+    steps = ctx.steps
     rc = recompiles(ctx.tables, steps.host_start_us, steps.host_end_us)
     hit_steps = np.flatnonzero(rc.compile_us > 0)
     metrics = {

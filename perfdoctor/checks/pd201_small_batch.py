@@ -84,8 +84,7 @@ def check(ctx: RankContext) -> Outcome:
     m_med = float(np.median(ms))
     th = ctx.th
     growth = float(min(max(th["target_m"] / max(m_med, 1.0), 1.0), th["max_batch_growth"]))
-    has_trace = hasattr(ctx.rank, "tables") and hasattr(ctx.rank, "steps")
-    hr = headroom(ctx.tables, ctx.rank.steps, int(ctx.device.device)) if ctx.is_gpu and has_trace else None
+    hr = headroom(ctx.tables, ctx.steps, int(ctx.device.device)) if ctx.is_gpu and ctx.has_trace else None
     fits = hr.batch_factor(th["max_fill_pct"] / 100.0) if hr is not None else None
     if fits is not None:  # the what-if never assumes a batch that does not fit
         growth = float(max(min(growth, fits), 1.0))
@@ -97,7 +96,7 @@ def check(ctx: RankContext) -> Outcome:
         fixed_what, util = "step time outside GEMM ops", None
     saving = fixed * (1.0 - 1.0 / growth)
     replay_method = None
-    if hasattr(ctx.rank, "tables") and growth > 1.0:
+    if ctx.has_trace and growth > 1.0:
         from perfdoctor.replay.transforms.batch import fixed_cost_words, larger_batch
 
         whatif = larger_batch(ctx.replay(), ctx.tables, growth)

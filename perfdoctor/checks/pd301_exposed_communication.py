@@ -60,8 +60,8 @@ def check(ctx: RankContext) -> Outcome:
         return skipped(_no_comm_reason(ctx))
     exposed_all = ctx.per_step(lambda s: s.communication["exposed_us"])
     overlapped = ctx.per_step(lambda s: s.communication["overlapped_us"])
-    cw = getattr(ctx.analysis, "collective_wait", None)
-    wait = cw.wait_us.get(ctx.rank.rank) if cw is not None else None
+    cw = ctx.analysis.collective_wait
+    wait = cw.wait_us.get(ctx.rank.rank) if cw is not None and ctx.rank.rank is not None else None
     wait = np.zeros_like(exposed_all) if wait is None or wait.size != exposed_all.size else wait
     exposed = np.maximum(exposed_all - np.minimum(wait, exposed_all), 0.0)
     # each mean once: re-run for every rank of a job (4,096 ranks: 24,576 means of one-step arrays took 0.4 s)
@@ -71,7 +71,7 @@ def check(ctx: RankContext) -> Outcome:
     # the saving is the replay's with compute no longer waiting for collectives, at most the exposed time
     # less the wait for other ranks (no overlap hides that: PD304)
     method_text = "replay of the step's dependency graph with compute no longer waiting for collectives"
-    if hasattr(ctx.rank, "tables"):
+    if ctx.has_trace:
         reorder = _reorder(ctx, float(exposed.mean()))
         replayed, _, replay_method = ctx.replayed_saving(overlap_communication(ctx.replay(), ctx.tables))
     else:  # re-run from a rank summary with the job's collective wait: the replay ran where the rank was analysed
@@ -156,7 +156,7 @@ def _situation(ctx: RankContext, by_coll: dict[str, float], recorded: set[str]) 
     the labels of FSDP, ``fully_shard`` or DeepSpeed ZeRO decide for them
     (:func:`perfdoctor.analysis.sharding.flavour`). None when nothing tells (the rule's generic fix). Re-run from a rank
     summary (no tables), the situation found where the rank was analysed."""
-    if not hasattr(ctx.rank, "tables"):
+    if not ctx.has_trace:
         said = ctx.cache.get("previous_evidence", {}).get("parallelism")
         return next((k for k, v in _PARALLELISM.items() if v == said), None)
     from perfdoctor.analysis.sharding import flavour
@@ -266,7 +266,7 @@ def _messages(ctx: RankContext) -> tuple[str, set[str]]:
     re-run from a rank summary, which keeps no tables), and the collectives named there (:func:`_kind_text`)."""
     from perfdoctor.analysis.kernel_ops import collective_messages
 
-    if not hasattr(ctx.rank, "tables"):
+    if not ctx.has_trace:
         return "", set()
     ws, we = ctx.windows()
     rows = collective_messages(ctx.tables, float(ws[0]), float(we[-1]))

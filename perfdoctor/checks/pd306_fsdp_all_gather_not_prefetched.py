@@ -44,7 +44,7 @@ _FLAVOUR = {"fsdp1": "FullyShardedDataParallel", "fsdp2": "fully_shard (FSDP2)"}
 def check(ctx: RankContext) -> Outcome:
     from perfdoctor.analysis.sharding import flavour, sharded_comm
 
-    if not hasattr(ctx.rank, "tables"):
+    if not ctx.has_trace:
         return skipped("re-run from a rank summary: the FSDP labels are read where the rank was analysed")
     ws, we = ctx.windows()
     comm = sharded_comm(ctx.tables, ws, we)

@@ -97,7 +97,7 @@ def check(ctx: RankContext) -> Outcome:
     first = int(ctx.th["skip_first_steps"])
     if ctx.n_steps <= first:
         return skipped(f"only {ctx.n_steps} step(s): the first {first} fill the allocator's cache")
-    calls_of = allocator_calls(ctx.tables, ctx.rank.steps, first)
+    calls_of = allocator_calls(ctx.tables, ctx.steps, first)
     rt = ctx.tables.runtime
     rows, step = calls_of.rows, calls_of.step
     calls = iv.union(rt["ts_us"][rows], rt["end_us"][rows])

@@ -20,7 +20,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from perfdoctor.analysis.rank import Analysis, RankResult
 from perfdoctor.checks import after, contract, requirements, restate
@@ -39,6 +39,10 @@ from perfdoctor.findings import (
     severity_for,
     severity_level,
 )
+
+if TYPE_CHECKING:
+    from perfdoctor.checks.config import RuleOptions
+    from perfdoctor.replay.joint import JobFixAll, JointInputs
 
 _MODULE_RX = re.compile(r"^pd\d{3}_\w+$")
 
@@ -238,7 +242,11 @@ def _plan_note(est: Estimate | None) -> str:
     return f"{more} once {which} fixed"
 
 
-def _as_rank(key: Any) -> int | None:
+# an outcome's rank: a trace rank, its str in the metrics dict (user metric rules), or None / "None" for the job
+RankKey = int | str | None
+
+
+def _as_rank(key: RankKey) -> int | None:
     """A trace rank from an outcome key (an int, its str in the metrics dict, or None / "None" for the job)."""
     return None if key is None or key == "None" else int(key)
 
@@ -247,9 +255,9 @@ FOLD_SKIPS_ABOVE = 2  # ranks; more skip reasons than this are folded by their w
 _NUMBER = re.compile(r"\d+(\.\d+)?")
 
 
-def _folded(skips: list[tuple[Any, str]]) -> str:
+def _folded(skips: list[tuple[RankKey, str]]) -> str:
     """Skip reasons of many ranks, one per wording (numbers aside): ``on N ranks, e.g. rank R: reason``."""
-    groups: dict[str, list[tuple[Any, str]]] = {}
+    groups: dict[str, list[tuple[RankKey, str]]] = {}
     for r, s in skips:
         groups.setdefault(_NUMBER.sub("#", s), []).append((r, s))
     return "; ".join(
@@ -258,7 +266,7 @@ def _folded(skips: list[tuple[Any, str]]) -> str:
 
 
 def _merge_rank_outcomes(
-    spec: RuleSpec, outcomes: list[tuple[Any, cx.Outcome]], res: CheckResults, cat: Catalogue
+    spec: RuleSpec, outcomes: Sequence[tuple[RankKey, cx.Outcome]], res: CheckResults, cat: Catalogue
 ) -> None:
     """One finding from the per-rank outcomes (the rank with the largest saving speaks), or a skip / pass; its
     saving's share is of ``res.denominator`` (the report's one denominator, set by :func:`combine`).
@@ -716,13 +724,14 @@ def _fix_all_note(rank_ctx: list[cx.RankContext], findings: list[Finding]) -> st
     )
 
 
-def _joint_fix_all(rank_ctx: list[cx.RankContext], reported: set[str]) -> tuple[Any, str]:
+def _joint_fix_all(rank_ctx: list[cx.RankContext], reported: set[str]) -> tuple[JobFixAll | None, str]:
     """The ranks with their fixes replayed jointly (:func:`perfdoctor.replay.joint.job_fix_all`), a rank's fixes
     applied when every code of them is ``reported``; (None, why not) otherwise. Each rank summary carries its
     :class:`perfdoctor.replay.joint.JointInputs`."""
     from perfdoctor.replay.joint import job_fix_all
 
-    inputs, fixed = {}, {}
+    inputs: dict[int, JointInputs] = {}
+    fixed: dict[int, bool] = {}
     for ctx in rank_ctx:
         summary = ctx.rank.summary
         ji = summary.joint if summary is not None else None
@@ -733,7 +742,7 @@ def _joint_fix_all(rank_ctx: list[cx.RankContext], reported: set[str]) -> tuple[
     return job_fix_all(inputs, fixed)
 
 
-def _joint_note(joint: Any) -> str:
+def _joint_note(joint: JobFixAll) -> str:
     """The findings note's job figure from a :class:`perfdoctor.replay.joint.JobFixAll`."""
     (_, before), (last, after) = joint.before, joint.after
     per = [
@@ -770,7 +779,7 @@ def _rerun_cross_rank(
     return o
 
 
-def prepare(opts: Any) -> tuple[Catalogue, list[str]]:
+def prepare(opts: RuleOptions) -> tuple[Catalogue, list[str]]:
     """Load the catalogue (with ``opts.rules_dirs``) and the codes to *run*: every rule but those ``opts.ignore``
     names (an ignored fix is one the user will not make: the plan is computed without it). ``--select`` does not
     change what runs, only what is shown (:func:`shown_codes`): a finding that fires on top of other fixes fires
@@ -789,7 +798,7 @@ def prepare(opts: Any) -> tuple[Catalogue, list[str]]:
     return cat, codes
 
 
-def shown_codes(cat: Catalogue, opts: Any) -> list[str]:
+def shown_codes(cat: Catalogue, opts: RuleOptions) -> list[str]:
     """The codes whose findings, skips and passes the report shows: ``opts.select`` less ``opts.ignore``.
 
     Raises PerfDoctorError for a selector that matches no rule, or a selection that ignores everything.
@@ -799,7 +808,7 @@ def shown_codes(cat: Catalogue, opts: Any) -> list[str]:
     )
 
 
-def ignored_note(cat: Catalogue, opts: Any) -> str:
+def ignored_note(cat: Catalogue, opts: RuleOptions) -> str:
     """The one sentence saying which fixes the plan assumes unfixed (``--ignore``), or ""."""
     if not opts.ignore:
         return ""

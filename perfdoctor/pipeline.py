@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from perfdoctor.analysis.rank import Analysis, RankAnalysis
+from perfdoctor.analysis.rank import Analysis, RankAnalysis, RankResult
 from perfdoctor.capture.rundir import is_run_dir
 from perfdoctor.jobs.rank_stage import analyze_tables
 from perfdoctor.model import Report, to_builtins
@@ -46,7 +46,7 @@ class BuiltReport:
     """What :func:`build` returns: the typed report, the analysis behind it and the check results."""
 
     model: Report
-    analysis: Analysis
+    analysis: Analysis[RankResult]
     checks: CheckResults
     job: JobAnalysis | None = None  # the rank summaries behind the report
 

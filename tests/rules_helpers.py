@@ -8,6 +8,7 @@ import numpy as np
 from tracebuilder import TraceBuilder
 
 from perfdoctor import pipeline
+from perfdoctor.analysis.rank import Analysis
 from perfdoctor.checks.config import RuleOptions
 from perfdoctor.checks.context import JobContext
 
@@ -47,9 +48,15 @@ def run_tb(tb, tmp_path, codes, name="t.json", rules_dirs=()):
 # -- run-data rules (PD601, PD602, PD603): steady state and step-time series ------------
 
 
+def run_analysis(run=None, run_json=None):
+    """A job's analysis without ranks: the run directory's data ``run`` (a RunData, or an object with the fields the
+    rule reads) or a worker's ``run.json`` alone (``run_json``)."""
+    return Analysis(ranks=[], inputs=[], run=run, run_facts=run_json)
+
+
 def job(ss, run_json=None, **th):
     """A job context over steady state ``ss`` (run data only), thresholds ``th``."""
-    analysis = SimpleNamespace(run=SimpleNamespace(steady_state=ss, run=run_json or {}))
+    analysis = run_analysis(SimpleNamespace(steady_state=ss, run=run_json or {}, steps={}))
     return JobContext(analysis, [], SimpleNamespace(thresholds=th))
 
 
@@ -63,9 +70,7 @@ def series(levels, noise=0.01, seed=0):
 def run_job(d, ss, window=None, **th):
     """A job context over step times ``d`` and steady state ``ss``; ``window`` marks the profiled steps."""
     phase = np.where(window, "active", "none") if window is not None else np.full(d.size, "none")
-    analysis = SimpleNamespace(
-        run=SimpleNamespace(steady_state=ss, run={}, steps={"duration_s": d, "profiler_phase": phase})
-    )
+    analysis = run_analysis(SimpleNamespace(steady_state=ss, run={}, steps={"duration_s": d, "profiler_phase": phase}))
     return JobContext(analysis, [], SimpleNamespace(thresholds=th))
 
 

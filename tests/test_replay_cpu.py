@@ -94,17 +94,18 @@ def test_sync_removal_on_cpu_changes_nothing(tmp_path: Path) -> None:
 def test_pd104_replays_the_oversubscription_on_a_cpu_trace(tmp_path: Path) -> None:
     from analysed import rank_analysis
 
+    from perfdoctor.analysis.rank import Analysis
     from perfdoctor.checks import pd104_cpu_thread_oversubscription as pd104
     from perfdoctor.checks.context import JobContext, RankContext
 
     analysis = rank_analysis(_two_steps().write(tmp_path / "t.json"))
     run = {"world_size": 1, "cpu": {"logical_cpus": 2}, "ranks": [{"rank": 0, "torch_threads": 4}]}
     spec = SimpleNamespace(code="PD104", thresholds={"max_threads_per_core": 1.0})
-    job = JobContext(SimpleNamespace(run=run), [RankContext(analysis, analysis.ranks[0])], spec)  # type: ignore[arg-type]
+    job = JobContext(Analysis(ranks=[], inputs=[], run_facts=run), [RankContext(analysis, analysis.ranks[0])], spec)  # type: ignore[arg-type]
     out = pd104.check(job)
     # 4 threads on 2 cores: r = 2; savings 240 and 490 µs (above): mean 365 µs of a 1000 µs step
     assert out.hit is not None and out.hit.estimate is not None
     assert out.hit.estimate.saving_us == pytest.approx(365.0)
     assert "4 busy threads on 2 cores" in out.hit.estimate.method
     # without a trace the job-level finding carries no estimate
-    assert pd104.check(JobContext(SimpleNamespace(run=run), [], spec)).hit.estimate is None  # type: ignore[union-attr, arg-type]
+    assert pd104.check(JobContext(Analysis(ranks=[], inputs=[], run_facts=run), [], spec)).hit.estimate is None  # type: ignore[union-attr, arg-type]

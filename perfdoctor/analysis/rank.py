@@ -3,13 +3,18 @@
 The types of one rank's analysis (:class:`RankAnalysis`, held in an :class:`Analysis` that the checks read and the
 report model is built from) and its efficiency figures (:func:`add_efficiency`: roofline, GEMM dtype, MFU). The
 per-rank stage that makes them, replay included, is :mod:`perfdoctor.jobs.rank_stage`.
+
+:class:`RankResult` is what the rule engine reads of a rank wherever it was analysed: the full
+:class:`RankAnalysis` where the rank's trace is (its worker), or the rank read back from its summary where the job's
+ranks meet (:class:`perfdoctor.jobs.summary.SummarisedRank`). Both give the analysed steps and the unprofiled step;
+``trace`` holds the tables and replay where they are, ``summary`` what the worker carried to the job.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 import numpy as np
 
@@ -25,8 +30,17 @@ if TYPE_CHECKING:
     from perfdoctor.capture.run_data import RunData
     from perfdoctor.checks.engine import CheckResults
     from perfdoctor.crossrank.collectives import CollectiveWait
+    from perfdoctor.jobs.summary import RankSummary
     from perfdoctor.replay.attribution import Attribution
     from perfdoctor.replay.rank import RankReplay
+
+
+# a profile run's allocator counts over the whole run, as evidence values
+# (:func:`perfdoctor.analysis.run_memory.run_allocator_values`: counts per step, steps counted, steps with a retry)
+AllocatorValues = dict[str, float | int | list[int]]
+# a rank's steps.csv CPU-time series (plain lists, NaN as None; ``profiler_phase`` as str) and its
+# ``steady_start_step`` (:func:`perfdoctor.capture.run_data.cpu_series_by_rank`)
+CpuSeries = dict[str, list[float | str | None] | int]
 
 
 @dataclass
@@ -38,6 +52,89 @@ class InputFile:
     sha256: str | None
     events: int
     uncompressed_bytes: int
+
+
+class StepFacts(Protocol):
+    """What every stage reads of a rank's analysed steps, wherever it was analysed (:class:`Steps` in the worker):
+    ``source`` ("ProfilerStep", "marker", "derived" or "whole-trace"), ``marker`` (the step regex), the cold steps
+    (PD902) and their count."""
+
+    @property
+    def source(self) -> str: ...
+
+    @property
+    def marker(self) -> str: ...
+
+    def cold_steps(self) -> list[int]: ...
+
+    def __len__(self) -> int: ...
+
+
+@dataclass(frozen=True)
+class UnprofiledStep:
+    """A ``perfdoctor profile`` run's unprofiled step the rank's savings are stated for (the report's
+    ``replay.unprofiled``, :mod:`perfdoctor.replay.unprofiled`): ``step_us`` the unprofiled mean step (µs);
+    ``method`` "overhead" (the profiler's ``per_event_us`` removed at ``events_per_step`` host events per step) or
+    "scaled" (× ``steady_step_us / window_step_us``, µs)."""
+
+    step_us: float
+    method: str
+    per_event_us: float
+    events_per_step: float
+    window_step_us: float
+    steady_step_us: float
+
+    @classmethod
+    def of(cls, d: Mapping[str, float | str] | None) -> UnprofiledStep | None:
+        """From the report's ``replay.unprofiled`` mapping (:meth:`perfdoctor.replay.rank.RankReplay.unprofiled_dict`),
+        or None without one."""
+        if not d:
+            return None
+        return cls(
+            step_us=float(d["step_us"]),
+            method=str(d["method"]),
+            per_event_us=float(d["per_event_us"]),
+            events_per_step=float(d["events_per_step"]),
+            window_step_us=float(d["window_step_us"]),
+            steady_step_us=float(d["steady_step_us"]),
+        )
+
+
+class RankResult(Protocol):
+    """One analysed rank as the rule engine, the job-scope rules and the report's denominator read it.
+
+    ``rank``: its trace rank (None: unknown); ``primary``: the device breakdown its steps come from (µs per step);
+    ``steps``: its analysed steps (:class:`StepFacts`); ``warnings``: lines for the report; ``unprofiled``: a
+    profile run's unprofiled step its savings are stated for, or None; ``requirement_reasons``: why it lacks what a
+    rule ``requires``, as its worker judged (:mod:`perfdoctor.checks.requirements`; {} where the rank is analysed:
+    judged from its tables); ``trace``: the whole analysis where the
+    rank's tables are (its worker), None once it is read back from its summary; ``summary``: the summary its worker
+    made (requirement reasons, joint-replay inputs, the replay's fix-all, its report section), None where the rank
+    is analysed."""
+
+    @property
+    def rank(self) -> int | None: ...
+
+    @property
+    def primary(self) -> DeviceBreakdown: ...
+
+    @property
+    def steps(self) -> StepFacts: ...
+
+    @property
+    def warnings(self) -> list[str]: ...
+
+    @property
+    def unprofiled(self) -> UnprofiledStep | None: ...
+
+    @property
+    def requirement_reasons(self) -> Mapping[str, str]: ...
+
+    @property
+    def trace(self) -> RankAnalysis | None: ...
+
+    @property
+    def summary(self) -> RankSummary | None: ...
 
 
 @dataclass
@@ -68,17 +165,43 @@ class RankAnalysis:
     def primary(self) -> DeviceBreakdown:
         return max(self.devices, key=lambda d: sum(s.busy_us for s in d.steps))
 
+    @property
+    def unprofiled(self) -> UnprofiledStep | None:
+        """The profile run's unprofiled step the replay states savings for (:attr:`RankReplay.unprofiled`), or None."""
+        return UnprofiledStep.of(self.replay.unprofiled_dict()) if self.replay is not None else None
+
+    @property
+    def requirement_reasons(self) -> Mapping[str, str]:
+        """{}: the requirements are judged from the tables here (:func:`perfdoctor.checks.requirements.missing`)."""
+        return {}
+
+    @property
+    def trace(self) -> RankAnalysis:
+        """Itself: the tables and replay are here."""
+        return self
+
+    @property
+    def summary(self) -> None:
+        """None: the rank is analysed here, not read back from a summary."""
+        return None
+
+
+R_co = TypeVar("R_co", bound=RankResult, covariant=True)
+
 
 @dataclass
-class Analysis:
-    """All ranks of one report, plus what the later stages add: run data from ``perfdoctor profile``
-    (``run``), why a run directory has no trace (``no_trace``), the check results (``checks``), and the
-    collective matching of a multi-rank GPU job (``collective_wait``, or why not in ``collective_wait_note``)."""
+class Analysis(Generic[R_co]):
+    """All ranks of one report (each a :class:`RankResult`: a rank's worker holds its :class:`RankAnalysis`, the
+    reducer the ranks read back from their summaries), plus what the later stages add: run data from ``perfdoctor
+    profile`` (``run``, where the job's ranks meet; ``run_facts``, its ``run.json`` alone, in a rank's worker), why a
+    run directory has no trace (``no_trace``), the check results (``checks``), and the collective matching of a
+    multi-rank GPU job (``collective_wait``, or why not in ``collective_wait_note``)."""
 
-    ranks: list[RankAnalysis]
-    inputs: Sequence[InputFile | Mapping[str, object]]  # mappings: rank summaries made in another process
+    ranks: Sequence[R_co]
+    inputs: Sequence[InputFile]
     warnings: list[str] = field(default_factory=list)
-    run: RunData | Mapping[str, object] | None = None  # run.json alone in a rank summary's worker
+    run: RunData | None = None
+    run_facts: dict[str, Any] | None = None  # run.json alone (a rank's worker, which gets no RunData)
     no_trace: str | None = None
     checks: CheckResults | None = None
     partial: bool = False
@@ -86,9 +209,14 @@ class Analysis:
     collective_wait_note: str = ""
     # a profile run's allocator counts over the whole run, as evidence values (a rank summary's worker gets them
     # from SummaryOptions.run_allocator_by_rank: perfdoctor.analysis.run_memory.run_allocator_values)
-    run_allocator: dict[str, Any] | None = None
+    run_allocator: AllocatorValues | None = None
     # a profile run's CPU-time series of this rank's steps (SummaryOptions.run_cpu_by_rank), for the core budget
-    run_cpu: dict[str, Any] | None = None
+    run_cpu: CpuSeries | None = None
+
+    def run_json(self) -> dict[str, Any] | None:
+        """The run facts (``run.json``) recorded by ``perfdoctor profile``: the run data's, else ``run_facts``;
+        None for bare traces."""
+        return self.run.run if self.run is not None else self.run_facts
 
 
 def add_efficiency(

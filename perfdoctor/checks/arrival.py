@@ -10,33 +10,40 @@ longest rank's mean analysed step, replayed jointly as recorded minus replayed w
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from perfdoctor.checks.context import JobContext
 from perfdoctor.text import REPLAY_METHOD
 
+if TYPE_CHECKING:
+    from perfdoctor.crossrank.joint import JointInputs
 
-def joint_inputs(job: JobContext) -> tuple[dict[int, Any] | None, str]:
+EvidenceValue = float | dict[str, float]
+
+
+def joint_inputs(job: JobContext) -> tuple[dict[int, JointInputs] | None, str]:
     """Each rank's :class:`perfdoctor.crossrank.joint.JointInputs` by trace rank, from its rank summary; (None, why
     not) when a rank has none (no collective kernel, no replay)."""
     if "joint_inputs" in job.cache:
-        cached: tuple[dict[int, Any] | None, str] = job.cache["joint_inputs"]
+        cached: tuple[dict[int, JointInputs] | None, str] = job.cache["joint_inputs"]
         return cached
-    out: dict[int, Any] = {}
+    out: dict[int, JointInputs] = {}
     why = ""
     for c in job.ranks:
-        summary = getattr(c.rank, "summary", None)
+        summary = c.rank.summary
         ji = summary.joint if summary is not None else None
         if ji is None:
             why = f"rank {c.rank.rank} has no collective kernels or no replay"
             break
         out[int(c.rank.rank or 0)] = ji
     job.cache["joint_inputs"] = (None, why) if why else (out, "")
-    result: tuple[dict[int, Any] | None, str] = job.cache["joint_inputs"]
+    result: tuple[dict[int, JointInputs] | None, str] = job.cache["joint_inputs"]
     return result
 
 
-def replayed_saving(job: JobContext, pulled: set[int] | None, who: str) -> tuple[float, str, dict[str, Any]] | str:
+def replayed_saving(
+    job: JobContext, pulled: set[int] | None, who: str
+) -> tuple[float, str, dict[str, EvidenceValue]] | str:
     """(saving µs per step, method, evidence values) of the ranks ``pulled`` (None: every rank) arriving at each
     collective with the median rank, ``who`` naming them in the method ("every rank", "rank 3"); the reason when
     the ranks cannot be replayed jointly."""
@@ -59,7 +66,7 @@ def replayed_saving(job: JobContext, pulled: set[int] | None, who: str) -> tuple
         f"replayed as recorded, rank {r0} {before / 1000:,.2f} ms, − replayed with the fix, rank {r1} "
         f"{after / 1000:,.2f} ms, mean over {n_steps} analysed step(s)"
     )
-    values = {
+    values: dict[str, EvidenceValue] = {
         "job_step_replayed_ms": before / 1000,
         "job_step_after_ms": after / 1000,
         "step_after_ms_by_rank": {str(r): round(v / 1000, 3) for r, v in sorted(res.replayed_us.items())},

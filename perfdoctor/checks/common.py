@@ -3,17 +3,22 @@
 from __future__ import annotations
 
 import re
-from typing import Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from perfdoctor.analysis import host
 from perfdoctor.analysis.classify import classify_kernel
 from perfdoctor.analysis.source_lines import stacks_of
-from perfdoctor.findings import Estimate, Evidence
+from perfdoctor.findings import Estimate, EventValue, Evidence
 from perfdoctor.trace import intervals as iv
 from perfdoctor.trace.join import launch_rows, launched_rows
 from perfdoctor.trace.tables import TraceTables
+
+if TYPE_CHECKING:
+    from perfdoctor.capture.run_data import RunData
+    from perfdoctor.checks.context import RankContext
 
 COPY_OPS = r"^aten::(copy_|to|_to_copy|_copy_from|_copy_from_and_resize)$"
 
@@ -61,21 +66,23 @@ def rank_list_text(ranks: list[int], limit: int = 8) -> str:
     return ", ".join(parts)
 
 
-def replay_fields(ctx: Any) -> dict[str, float]:
+def replay_fields(ctx: RankContext) -> dict[str, float]:
     """Message fields of a replayed saving: ``recorded_ms``, the mean step the rank's savings are taken from (ms:
     its recorded mean analysed step, or a profile run's unprofiled step, :attr:`RankContext.base_step_us`; the
     engine adds ``replayed_ms`` = ``recorded_ms`` − the saving, so a message reads "takes it from A ms to B ms")."""
     return {"recorded_ms": ctx.base_step_us / 1000.0}
 
 
-def replayed_estimate(saving_us: float, method: str, fields: dict[str, Any]) -> Estimate:
+def replayed_estimate(saving_us: float, method: str, fields: Mapping[str, object]) -> Estimate:
     """The estimate of a replayed saving whose message says "takes it from A ms to B ms": ``from_us`` is A
     (``fields["recorded_ms"]``, from :func:`replay_fields` or the replayed base the check measured on top of), so a
     renderer's now/fixed bars show the message's two steps."""
-    return Estimate(saving_us, method, from_us=float(fields["recorded_ms"]) * 1000.0)
+    recorded_ms = fields["recorded_ms"]
+    assert isinstance(recorded_ms, (int, float, np.floating)), "recorded_ms: the step the saving is taken from, ms"
+    return Estimate(saving_us, method, from_us=float(recorded_ms) * 1000.0)
 
 
-def idle_cause_ms(ctx: Any, cause: str) -> float:
+def idle_cause_ms(ctx: RankContext, cause: str) -> float:
     """Measured device idle per step (ms, mean over the analysed steps) the breakdown attributes to ``cause``
     (an :class:`perfdoctor.vocab.IdleCause` value): a measurement, not a replayed saving."""
     return float(ctx.per_step(lambda s: s.idle_causes_us.get(cause, 0.0)).mean()) / 1000.0 if ctx.n_steps else 0.0
@@ -188,7 +195,7 @@ def sync_calls_by_name(tables: TraceTables, exclude: iv.Intervals) -> tuple[np.n
     return idx, tables.name_array()[rt["name_id"][idx]]
 
 
-def top_names(names: np.ndarray, weights: np.ndarray, n: int = 5, unit: str = "us") -> list[dict[str, Any]]:
+def top_names(names: np.ndarray, weights: np.ndarray, n: int = 5, unit: str = "us") -> list[dict[str, EventValue]]:
     """The ``n`` names with the largest summed weight: ``[{"name", "count", "total_<unit>"}]``."""
     if names.size == 0:
         return []
@@ -199,7 +206,7 @@ def top_names(names: np.ndarray, weights: np.ndarray, n: int = 5, unit: str = "u
     return [{"name": str(uniq[i]), "count": int(cnt[i]), f"total_{unit}": round(float(tot[i]), 3)} for i in order]
 
 
-def peak_reserved_pct(ctx: Any) -> float | None:
+def peak_reserved_pct(ctx: RankContext) -> float | None:
     """Peak reserved memory of the rank's primary device as % of its capacity (``totalGlobalMem``).
 
     From the ``[memory]`` events' ``Total Reserved`` (profile_memory=True); None when either is missing.
@@ -219,14 +226,14 @@ def peak_reserved_pct(ctx: Any) -> float | None:
     return pct(float(mem["total_reserved"][m].max()), float(cap)) if m.any() else None
 
 
-def unprofiled_step_times(run: Any, start: int = 0) -> tuple[np.ndarray, np.ndarray]:
+def unprofiled_step_times(run: RunData | None, start: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """(step indices, train-only times s) of a run's unprofiled steps from step ``start`` on.
 
     Train-only = ``train_s`` of :mod:`perfdoctor.capture.run_data` (duration − evaluation − checkpoint), or
     ``duration_s`` for step tables without it; profiled (warm-up, active) and FLOPs-counting steps and
     unmeasured (NaN) ones are left out. Empty arrays when the run has no step table.
     """
-    steps = getattr(run, "steps", None) or {}
+    steps = run.steps if run is not None else {}
     d, phase = steps.get("train_s", steps.get("duration_s")), steps.get("profiler_phase")
     if d is None or len(d) == 0:
         return np.empty(0, dtype=np.int64), np.empty(0)
@@ -235,10 +242,10 @@ def unprofiled_step_times(run: Any, start: int = 0) -> tuple[np.ndarray, np.ndar
     return np.flatnonzero(keep), d[keep]
 
 
-def cold_reason(ctx: Any) -> str:
+def cold_reason(ctx: RankContext) -> str:
     """Why a verdict about the training loop (launch-bound, synchronization, Python between ops, batch size, MFU) is
     not drawn ("" when the analysed steps are warm): every analysed step is first-call work (PD902)."""
-    warm = ctx.rank.steps.warmup
+    warm = ctx.steps.warmup
     if warm is None or not warm.cold.size or not warm.cold.all():
         return ""
     share = pct(float(warm.per_window_us.mean()), ctx.step_us)

@@ -13,14 +13,16 @@ gaps) are computed once per rank and cached.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
 from perfdoctor.analysis.breakdown import DeviceBreakdown, StepBreakdown
 from perfdoctor.analysis.kernel_ops import kernel_labels
-from perfdoctor.analysis.steps import gpu_launch_times
+from perfdoctor.analysis.rank import Analysis, RankAnalysis, RankResult, UnprofiledStep
+from perfdoctor.analysis.steps import Steps, gpu_launch_times
 from perfdoctor.analysis.warmup import job_cold_steps
 from perfdoctor.checks.catalogue import RuleSpec
 from perfdoctor.checks.common import step_list_text
@@ -31,6 +33,14 @@ from perfdoctor.findings import Evidence, Hit
 from perfdoctor.text import replayed_method, replayed_what
 from perfdoctor.trace import intervals as iv
 from perfdoctor.trace.join import launched_values
+from perfdoctor.trace.tables import TraceTables
+
+if TYPE_CHECKING:
+    from perfdoctor.replay.attribution import Attribution
+    from perfdoctor.replay.decompose import SavingParts
+    from perfdoctor.replay.machine import CoreBudget
+    from perfdoctor.replay.rank import RankReplay
+    from perfdoctor.replay.transforms import WhatIf
 
 T = TypeVar("T")  # a check module's ``Thresholds``
 
@@ -79,9 +89,11 @@ class KernelView:
 
 
 class RankContext:
-    """One rank's analysis plus the rule being checked (``spec``) and a per-rank cache."""
+    """One rank (:class:`perfdoctor.analysis.rank.RankResult`) of ``analysis``, plus the rule being checked
+    (``spec``) and a per-rank cache. Where the rank was analysed, ``rank.trace`` holds its tables, steps and replay
+    (:attr:`tables`, :attr:`steps`, :meth:`replay`); read back from its summary, only its step rows."""
 
-    def __init__(self, analysis: Any, rank: Any, spec: RuleSpec | None = None) -> None:
+    def __init__(self, analysis: Analysis[RankResult], rank: RankResult, spec: RuleSpec | None = None) -> None:
         self.analysis = analysis
         self.rank = rank
         self.spec = spec
@@ -135,10 +147,34 @@ class RankContext:
         summary with the job's cross-rank results (a module with ``CROSS_RANK = True``); None on that first pass."""
         return self.earlier.get(self.spec.code) if self.spec is not None else None
 
-    # -- steps -------------------------------------------------------------------
+    # -- the trace, where the rank was analysed --------------------------------------
     @property
-    def tables(self) -> Any:
-        return self.rank.tables
+    def has_trace(self) -> bool:
+        """The rank's tables are here (its worker); False for a rank read back from its summary."""
+        return self.rank.trace is not None
+
+    @property
+    def traced(self) -> RankAnalysis:
+        """The rank's whole analysis (tables, steps, replay, roofline, MFU).
+
+        Raises:
+            AssertionError: the rank was read back from its summary (check :attr:`has_trace` first).
+        """
+        trace = self.rank.trace
+        assert trace is not None, "a rank read back from its summary has no tables"
+        return trace
+
+    @property
+    def tables(self) -> TraceTables:
+        """The rank's trace tables (:attr:`traced`)."""
+        return self.traced.tables
+
+    @property
+    def steps(self) -> Steps:
+        """The rank's step windows as found in its trace (:attr:`traced`)."""
+        return self.traced.steps
+
+    # -- steps -------------------------------------------------------------------
 
     @property
     def device(self) -> DeviceBreakdown:
@@ -173,20 +209,18 @@ class RankContext:
         step_us: float = self.cache["step_us"]
         return step_us
 
-    def per_step(self, getter: Any) -> np.ndarray:
+    def per_step(self, getter: Callable[[StepBreakdown], float]) -> np.ndarray:
         """``getter(StepBreakdown) -> float`` for every step, as an array."""
         return np.array([float(getter(s)) for s in self.step_rows], dtype=np.float64)
 
     def windows(self) -> tuple[np.ndarray, np.ndarray]:
-        start_us: np.ndarray = self.rank.steps.start_us
-        end_us: np.ndarray = self.rank.steps.end_us
-        return start_us, end_us
+        """The analysed step windows' starts and ends (µs, trace clock)."""
+        return self.steps.start_us, self.steps.end_us
 
     def step_of(self, ts_us: np.ndarray) -> np.ndarray:
         """Index of the step window holding each time (-1 outside all windows;
         :meth:`perfdoctor.analysis.steps.Steps.step_of`)."""
-        step: np.ndarray = self.rank.steps.step_of(ts_us)
-        return step
+        return self.steps.step_of(ts_us)
 
     # -- derived, cached ---------------------------------------------------------
     def kernels(self) -> KernelView:
@@ -210,7 +244,7 @@ class RankContext:
             dur_us=tab["dur_us"][m] if len(tab) else np.empty(0),
             launch_us=launch,
             launch_dur_us=launch_dur,
-            step=self.rank.steps.activity_step(self.tables, "kernels")[m] if ts.size else np.empty(0, dtype=np.int64),
+            step=self.steps.activity_step(self.tables, "kernels")[m] if ts.size else np.empty(0, dtype=np.int64),
             category=cat,
             triton=tri,
             launch_gap_us=_next_launch_gaps(np.where(np.isnan(launch_dur), np.nan, launch)),
@@ -242,31 +276,38 @@ class RankContext:
         gaps: iv.Intervals = self.cache["gaps"]
         return gaps
 
-    def attribution(self) -> Any:
+    def attribution(self) -> Attribution:
         """The rank's one attribution: the replay's labelled critical path (cached; built when the analysis lacks
         it)."""
-        att = getattr(self.rank, "attribution", None)
+        att = self.traced.attribution
         if att is None:
             att = self.cache.get("attribution")
             if att is None:
                 from perfdoctor.replay.attribution import critical_path
                 from perfdoctor.replay.rank import replay_rank
 
-                att = self.cache["attribution"] = critical_path(self.tables, replay_rank(self.tables, self.rank.steps))
+                att = self.cache["attribution"] = critical_path(self.tables, replay_rank(self.tables, self.steps))
         return att
 
-    def replay(self) -> Any:
+    def replay(self) -> RankReplay:
         """The rank's :class:`~perfdoctor.replay.rank.RankReplay` (built when the analysis lacks it)."""
-        rr = getattr(self.rank, "replay", None)
+        rr = self.traced.replay
         if rr is None:
             rr = self.cache.get("replay")
             if rr is None:
                 from perfdoctor.replay.rank import replay_rank
 
-                rr = self.cache["replay"] = replay_rank(self.tables, self.rank.steps)
+                rr = self.cache["replay"] = replay_rank(self.tables, self.steps)
         return rr
 
-    def saving_parts(self, whatif: Any, after: Any = None) -> Any:
+    def built_replay(self) -> RankReplay | None:
+        """The rank's replay if the analysis holds one or a check built it (:meth:`replay`), else None (a rank
+        read back from its summary: its replay stayed where it was analysed)."""
+        trace = self.rank.trace
+        rr = trace.replay if trace is not None else None
+        return rr if rr is not None else self.cache.get("replay")
+
+    def saving_parts(self, whatif: WhatIf, after: WhatIf | None = None) -> SavingParts:
         """Where the saving :meth:`replayed_saving` gives ``whatif`` (on top of ``after``) comes from: the
         attributions of the two replays it is the difference of, subtracted
         (:class:`perfdoctor.replay.decompose.SavingParts`, µs per step; scaled as the saving is for a ``perfdoctor
@@ -276,10 +317,12 @@ class RankContext:
         rr = self.replay()
         first = [] if after is None else [after]
         base = rr.fixed_whatif(first)
+        both = rr.fixed_whatif([*first, whatif])
+        assert both is not None  # holds ``whatif``: never empty
         parts = saving_parts(
             self.tables,
             rr,
-            rr.fixed_whatif([*first, whatif]).scenario,
+            both.scenario,
             int(self.device.device),
             None if base is None else base.scenario,
             self.attribution() if base is None else None,
@@ -288,7 +331,7 @@ class RankContext:
         return parts.scaled(u.ratio) if u is not None and u.whatif is None else parts
 
     def replayed_saving(
-        self, whatif: Any, after: Any = None, after_text: str = "", record: bool = True
+        self, whatif: WhatIf, after: WhatIf | None = None, after_text: str = "", record: bool = True
     ) -> tuple[float, np.ndarray, str]:
         """Saving of a what-if (:class:`~perfdoctor.replay.transforms.WhatIf`): ``(mean µs, per-step µs, method)``.
 
@@ -307,6 +350,7 @@ class RankContext:
         u = rr.unprofiled
         first = [] if after is None else [after]
         per = np.asarray(rr.fixed_step_times(first) - rr.fixed_step_times([*first, whatif]), dtype=np.float64)
+        both = rr.fixed_whatif([*first, whatif])
         if self.spec is not None and record:
             rr.whatifs[self.spec.code] = whatif
         method = replayed_method(
@@ -316,28 +360,24 @@ class RankContext:
             per.size,
             step_list_text(self.step_numbers),
             u.text(rr.base_step_us) if u is not None else profiled_step_text(run_json(self.analysis)),
-            None if rr.peers is None else peers_text(rr.peers, rr.fixed_whatif([*first, whatif]).scenario),
+            None if rr.peers is None or both is None else peers_text(rr.peers, both.scenario),
             rr.fallback,
         )
         saving = float(per.mean()) if per.size else 0.0
         return saving, per, method
 
     @property
-    def unprofiled(self) -> dict[str, Any] | None:
+    def unprofiled(self) -> UnprofiledStep | None:
         """A ``perfdoctor profile`` run's unprofiled step the rank's savings are stated for (the report's
-        ``replay.unprofiled``: :meth:`perfdoctor.replay.rank.RankReplay.unprofiled_dict`), or None."""
-        rr = getattr(self.rank, "replay", None) or self.cache.get("replay")
-        if rr is not None and hasattr(rr, "unprofiled_dict"):
-            out: dict[str, Any] | None = rr.unprofiled_dict()
-            return out
-        return getattr(self.rank, "unprofiled", None)  # a rank summary's stand-in
+        ``replay.unprofiled``: :attr:`perfdoctor.analysis.rank.RankResult.unprofiled`), or None."""
+        return self.rank.unprofiled
 
     @property
     def base_step_us(self) -> float:
         """Mean step (µs) this rank's savings are taken from: the mean of the analysed steps, or for a
         ``perfdoctor profile`` run its unprofiled step (:attr:`unprofiled`, :mod:`perfdoctor.replay.unprofiled`)."""
         u = self.unprofiled
-        return float(u["step_us"]) if u else self.step_us
+        return u.step_us if u is not None else self.step_us
 
     def idle_after(self, calls: iv.Intervals) -> np.ndarray:
         """Per step: device idle time (µs) the replay's critical path spends inside ``calls`` on the host.
@@ -371,7 +411,7 @@ def _next_launch_gaps(launch_us: np.ndarray) -> np.ndarray:
 class JobContext:
     """All ranks of one job, for ``scope = "job"`` rules."""
 
-    def __init__(self, analysis: Any, ranks: list[RankContext], spec: RuleSpec | None = None) -> None:
+    def __init__(self, analysis: Analysis[RankResult], ranks: list[RankContext], spec: RuleSpec | None = None) -> None:
         self.analysis = analysis
         self.ranks = ranks
         self.spec = spec
@@ -395,7 +435,7 @@ class JobContext:
         if "cold" not in self.cache:
             ids = [int(c.rank.rank) if c.rank.rank is not None else i for i, c in enumerate(self.ranks)]
             steps = {r: c.step_numbers for r, c in zip(ids, self.ranks)}
-            cold = {r: _cold_steps(c.rank) for r, c in zip(ids, self.ranks)}
+            cold = {r: c.rank.steps.cold_steps() for r, c in zip(ids, self.ranks)}
             self.cache["cold"] = job_cold_steps(steps, cold)
         out: tuple[set[int], str] = self.cache["cold"]
         return out
@@ -406,13 +446,7 @@ class JobContext:
         return [s for s in c.step_rows if s.step not in cold]
 
 
-def _cold_steps(rank: Any) -> list[int]:
-    """A rank's cold steps: a :class:`perfdoctor.pipeline.RankAnalysis`'s or a rank summary stand-in's."""
-    fn = getattr(rank.steps, "cold_steps", None)
-    return list(fn()) if fn is not None else []
-
-
-def profiled_step_text(run: dict[str, Any] | None) -> str:
+def profiled_step_text(run: Mapping[str, object] | None) -> str:
     """The clause a replayed saving carries when it is not stated for an unprofiled step: it is for the profiled
     step, which the profiler's per-event host overhead lengthens (:mod:`perfdoctor.replay.unprofiled`). ``run``: the
     run's ``run.json`` (a ``perfdoctor profile`` run whose unprofiled steps found no steady level), or None (a bare
@@ -422,49 +456,38 @@ def profiled_step_text(run: dict[str, Any] | None) -> str:
     return "for the profiled step (a bare trace: the profiler's cost per recorded op included)"
 
 
-def run_json(analysis: Any) -> dict[str, Any] | None:
-    """The run facts (``run.json``) recorded by ``perfdoctor profile``, or None.
-
-    ``analysis.run`` is a RunData (attribute ``run`` / ``run_json`` / ``meta``
-    holding the dict) or the dict itself.
-    """
-    run = getattr(analysis, "run", None)
-    if run is None:
-        return None
-    if isinstance(run, dict):
-        return run
-    for attr in ("run_json", "run", "meta", "facts", "info"):
-        val = getattr(run, attr, None)
-        if isinstance(val, dict):
-            return val
-    return None
+def run_json(analysis: Analysis[RankResult]) -> dict[str, Any] | None:
+    """The run facts (``run.json``) recorded by ``perfdoctor profile``, or None
+    (:meth:`perfdoctor.analysis.rank.Analysis.run_json`)."""
+    return analysis.run_json()
 
 
-def run_core_budget(ctx: Any) -> Any:
+def run_core_budget(ctx: RankContext) -> CoreBudget | None:
     """The rank's :class:`perfdoctor.replay.machine.CoreBudget` (the run's cores and its unprofiled steady steps'
     CPU time, from the run's steady-state start on), or None for a bare trace or a run that records no CPU count.
     The steps come from the rank's worker's ``run_cpu`` (SummaryOptions.run_cpu_by_rank), else the run data."""
-    import numpy as np
-
     from perfdoctor.replay.machine import core_budget
 
-    facts = run_json(ctx.analysis)
+    analysis = ctx.analysis
+    facts = analysis.run_json()
     if facts is None:
         return None
-    cpu = getattr(ctx.analysis, "run_cpu", None)
-    if isinstance(cpu, dict):
+    cpu = analysis.run_cpu
+    if cpu is not None:
         steps = {
             k: np.array([np.nan if x is None else x for x in v], dtype=object if k == "profiler_phase" else float)
             for k, v in cpu.items()
             if isinstance(v, list)
         }
-        return core_budget(facts, steps, int(cpu.get("steady_start_step") or 0))
-    run = getattr(ctx.analysis, "run", None)
-    rank = getattr(ctx.rank.tables, "rank", None)
-    per_rank = getattr(run, "rank_steps", None) or {}
-    series = per_rank.get(int(rank)) if rank is not None and int(rank) in per_rank else getattr(run, "steps", None)
-    ss = getattr(run, "steady_state", None)
-    return core_budget(facts, series, int(getattr(ss, "steady_start_step", 0) or 0))
+        start = cpu.get("steady_start_step")
+        return core_budget(facts, steps, start if isinstance(start, int) else 0)
+    run = analysis.run
+    if run is None:
+        return core_budget(facts, None, 0)
+    rank = ctx.rank.rank
+    series = run.rank_steps.get(int(rank)) if rank is not None and int(rank) in run.rank_steps else run.steps
+    ss = run.steady_state
+    return core_budget(facts, series, int(ss.steady_start_step) if ss is not None else 0)
 
 
 def replayed_outcome(

@@ -26,11 +26,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
+from perfdoctor.analysis.rank import Analysis, RankResult, UnprofiledStep
 from perfdoctor.checks.common import step_list_text
+from perfdoctor.checks.context import RankContext
 
 
 @dataclass(frozen=True)
@@ -50,32 +51,31 @@ class StepDenominator:
 _REGEX_PARTS = re.compile(r"[\^$]|\(.*?\)|\\[dDsSwW][+*]?")  # of a step-marker regex: "^ProfilerStep#(\d+)$"
 
 
-def _rank_words(ctx: Any) -> str:
+def _rank_words(ctx: RankContext) -> str:
     """'mean of 6 analysed steps (ProfilerStep #5–#10)' for one rank's context, without an article (the callers
     write "the …" or "rank 3's …")."""
     numbers = ctx.step_numbers
-    if getattr(ctx.rank.steps, "source", "") == "whole-trace":
+    if ctx.rank.steps.source == "whole-trace":
         return "whole trace window (no step markers: one step)"
-    marker = _REGEX_PARTS.sub("", getattr(ctx.rank.steps, "marker", "") or "").strip("# ") or "step"
+    marker = _REGEX_PARTS.sub("", ctx.rank.steps.marker or "").strip("# ") or "step"
     which = f"({marker} {step_list_text(numbers)})"
     if len(numbers) == 1:
         return f"one analysed step {which}"
     return f"mean of {len(numbers)} analysed steps {which}"
 
 
-def step_denominator(analysis: Any, rank_ctx: list[Any]) -> StepDenominator | None:
+def step_denominator(analysis: Analysis[RankResult], rank_ctx: list[RankContext]) -> StepDenominator | None:
     """The report's denominator (see the module docstring) from the ranks' contexts
     (:class:`perfdoctor.checks.context.RankContext`: ``step_us``, ``step_numbers``, ``rank``) and, without a rank
     that has steps, the run's steady state (``analysis.run.steady_state.median_s``). None when there is no step."""
     timed = [c for c in rank_ctx if c.n_steps and c.step_us > 0]
     if not timed:
-        ss = getattr(getattr(analysis, "run", None), "steady_state", None)
-        med = getattr(ss, "median_s", None)
-        if med is None or not med > 0:
+        ss = analysis.run.steady_state if analysis.run is not None else None
+        if ss is None or not ss.median_s > 0:
             return None
         return StepDenominator(
-            float(med) * 1e6,
-            f"median of the {getattr(ss, 'n_steps', 0)} unprofiled steady-state steps (no trace analysed)",
+            float(ss.median_s) * 1e6,
+            f"median of the {ss.n_steps} unprofiled steady-state steps (no trace analysed)",
         )
     slowest = max(timed, key=lambda c: c.base_step_us)
     rank = slowest.rank.rank
@@ -93,24 +93,24 @@ def step_denominator(analysis: Any, rank_ctx: list[Any]) -> StepDenominator | No
     )
 
 
-def _median_step_us(ctx: Any) -> float:
+def _median_step_us(ctx: RankContext) -> float:
     """Median analysed step time (µs) of one rank's context: the statistic of the report's rank spread (longest /
     shortest rank), which can name another rank than the denominator's longest mean."""
     return float(np.median([float(s.dur_us) for s in ctx.step_rows]))
 
 
-def _unprofiled_words(u: dict[str, Any] | None, steps: str) -> str:
+def _unprofiled_words(u: UnprofiledStep | None, steps: str) -> str:
     """``steps`` (:func:`_rank_words`), or for a profile run's unprofiled step (the report's ``replay.unprofiled``)
     what it is: "unprofiled step: the mean of 10 analysed steps (…) replayed without the profiler's 0.92 µs per
     recorded host event (…)"."""
-    if not u:
+    if u is None:
         return steps
-    w, s = float(u["window_step_us"]) / 1000, float(u["steady_step_us"]) / 1000
-    if u["method"] == "overhead":
+    w, s = u.window_step_us / 1000, u.steady_step_us / 1000
+    if u.method == "overhead":
         return (
-            f"unprofiled step: the {steps} replayed without the profiler's {float(u['per_event_us']):.2f} µs per "
+            f"unprofiled step: the {steps} replayed without the profiler's {u.per_event_us:.2f} µs per "
             f"recorded host event ({w:.2f} ms profiled mean step − {s:.2f} ms median unprofiled steady step, over "
-            f"{float(u['events_per_step']):,.0f} events per step)"
+            f"{u.events_per_step:,.0f} events per step)"
         )
     return (
         f"unprofiled step: the {steps} scaled by the run's median unprofiled steady step ÷ their mean "

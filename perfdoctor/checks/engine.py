@@ -23,6 +23,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from perfdoctor import text
+from perfdoctor.analysis.rank import Analysis, RankResult
 from perfdoctor.checks import after, contract, requirements, restate
 from perfdoctor.checks import context as cx
 from perfdoctor.checks.catalogue import REQUIREMENTS, Catalogue, RuleSpec
@@ -41,7 +42,8 @@ from perfdoctor.findings import (
 )
 
 if TYPE_CHECKING:
-    from perfdoctor.crossrank.joint import JobFixAll
+    from perfdoctor.checks.config import RuleOptions
+    from perfdoctor.crossrank.joint import JobFixAll, JointInputs
 
 _MODULE_RX = re.compile(r"^pd\d{3}_\w+$")
 
@@ -148,11 +150,6 @@ class CheckResults:
         }
 
 
-def _requirement_missing(req: str, analysis: Any, rank: Any) -> str | None:
-    """The reason a rank lacks ``req``: the table in :mod:`perfdoctor.checks.requirements`."""
-    return requirements.missing(req, analysis, rank)
-
-
 @dataclass(frozen=True)
 class _Stated:
     """A hit's saving as its finding states it: ``estimate`` (its saving the marginal one where it has one),
@@ -240,7 +237,11 @@ def _plan_note(est: Estimate | None) -> str:
     return text.plan_note(est.saving_us, est.after_codes)
 
 
-def _as_rank(key: Any) -> int | None:
+# an outcome's rank: a trace rank, its str in the metrics dict (user metric rules), or None / "None" for the job
+RankKey = int | str | None
+
+
+def _as_rank(key: RankKey) -> int | None:
     """A trace rank from an outcome key (an int, its str in the metrics dict, or None / "None" for the job)."""
     return None if key is None or key == "None" else int(key)
 
@@ -249,9 +250,9 @@ FOLD_SKIPS_ABOVE = 2  # ranks; more skip reasons than this are folded by their w
 _NUMBER = re.compile(r"\d+(\.\d+)?")
 
 
-def _folded(skips: list[tuple[Any, str]]) -> str:
+def _folded(skips: list[tuple[RankKey, str]]) -> str:
     """Skip reasons of many ranks, one per wording (numbers aside): ``on N ranks, e.g. rank R: reason``."""
-    groups: dict[str, list[tuple[Any, str]]] = {}
+    groups: dict[str, list[tuple[RankKey, str]]] = {}
     for r, s in skips:
         groups.setdefault(_NUMBER.sub("#", s), []).append((r, s))
     return "; ".join(
@@ -261,7 +262,7 @@ def _folded(skips: list[tuple[Any, str]]) -> str:
 
 def _merge_rank_outcomes(
     spec: RuleSpec,
-    outcomes: list[tuple[Any, cx.Outcome]],
+    outcomes: Sequence[tuple[RankKey, cx.Outcome]],
     res: CheckResults,
     cat: Catalogue,
     whole_trace: Mapping[int | None, bool] | None = None,
@@ -377,7 +378,7 @@ def check_order(cat: Catalogue, selected: list[str]) -> list[str]:
 
 
 def rank_outcomes(
-    analysis: Any,
+    analysis: Analysis[RankResult],
     ctx: cx.RankContext,
     cat: Catalogue,
     order: list[str],
@@ -409,34 +410,34 @@ def rank_outcomes(
                     ctx.earlier[code] = out[code]
             continue
         ctx.spec = spec
-        reason = next((m for m in (_requirement_missing(q, analysis, ctx.rank) for q in spec.requires) if m), None)
+        reason = next((m for m in (requirements.missing(q, analysis, ctx.rank) for q in spec.requires) if m), None)
         o = cx.skipped(reason) if reason else mod.check(ctx)
         if not o.skip:
             o.metrics.setdefault("step_us", ctx.step_us)
         ctx.earlier[code] = o  # a later check may build on it (builds_on; runs_after_others reads skip reasons)
         out[code] = o
-    rr = getattr(ctx.rank, "replay", None) or ctx.cache.get("replay")
-    if rr is not None and hasattr(rr, "fired"):
+    rr = ctx.built_replay()
+    if rr is not None:
         hits = {c: o.hit for c, o in out.items() if o.hit is not None}
         rr.fired = after.plan(rr, hits, ctx.base_step_us if denominator_us is None else denominator_us)
     return out
 
 
-def requirement_reasons(analysis: Any, rank: Any) -> dict[str, str]:
+def requirement_reasons(analysis: Analysis[RankResult], rank: RankResult) -> dict[str, str]:
     """Why ``rank`` lacks each requirement it lacks (all but the job's ``multi_rank`` and ``run``), for a
     rank summary: :func:`combine` judges job-scope rules from these without the rank's tables."""
     out = {}
     for q in REQUIREMENTS:
         if q in requirements.JOB_REQUIREMENTS:
             continue
-        reason = _requirement_missing(q, analysis, rank)
+        reason = requirements.missing(q, analysis, rank)
         if reason:
             out[q] = reason
     return out
 
 
 def combine(
-    analysis: Any,
+    analysis: Analysis[RankResult],
     rank_ctx: list[cx.RankContext],
     per_rank: Sequence[Mapping[str, cx.Outcome]],
     cat: Catalogue,
@@ -448,65 +449,100 @@ def combine(
 
     Rank checks that read cross-rank results (``CROSS_RANK = True`` in their module: PD301 reads the
     collective wait) are run again here from the rank's step rows once the job has them, so a rank's outcome
-    never depends on where it was analysed. ``rank_ctx`` may hold :class:`perfdoctor.jobs.summary`
-    stand-ins that carry step rows and requirement reasons but no tables. A rank saving measured on the
-    profiled window is restated for a profile run's unprofiled step, and one measured on the run's unprofiled
-    steps for the report's denominator (:mod:`perfdoctor.checks.restate`).
+    never depends on where it was analysed. ``rank_ctx`` holds the ranks read back from their summaries
+    (:class:`perfdoctor.jobs.summary.SummarisedRank`: step rows and requirement reasons, no tables). A rank saving
+    measured on the profiled window is restated for a profile run's unprofiled step, and one measured on the run's
+    unprofiled steps for the report's denominator (:mod:`perfdoctor.checks.restate`).
     """
     modules = modules if modules is not None else check_modules()
     res = CheckResults(denominator=step_denominator(analysis, rank_ctx), pace_ranks=_pace_ranks(rank_ctx))
     wanted = set(selected)
-    user = [cat.rules[c] for c in selected if cat.rules[c].when is not None]
     whole_trace = {c.rank.rank: c.rank.steps.source == "whole-trace" for c in rank_ctx}
     analysed = {c.rank.rank: c.step_numbers for c in rank_ctx}
     rank_hits: dict[int, dict[str, Hit]] = {}  # each rank's replayed hits that fire, for the job's plan
     for code in check_order(cat, selected):
         spec = cat.rules[code]
         mod = modules.get(code)
-        report = code in wanted
-        if mod is None:
-            if report:
-                res.skipped.append(
-                    {"code": code, "name": spec.name, "reason": "no check is implemented for this rule yet"}
-                )
+        why_not = _cannot_run(spec, mod is not None, analysis, rank_ctx)
+        if why_not is not None or mod is None:
+            if code in wanted:
+                res.skipped.append({"code": code, "name": spec.name, "reason": why_not or ""})
             continue
-        sub = CheckResults(denominator=res.denominator, pace_ranks=res.pace_ranks)
-        needs_trace = spec.scope != "job" or any(q != "run" for q in spec.requires)
-        if needs_trace and not rank_ctx:
-            if report:
-                reason = analysis.no_trace and "no trace in the run directory (why: the warning above)"
-                res.skipped.append({"code": code, "name": spec.name, "reason": reason or "no trace to analyse"})
-            continue
-        if spec.scope == "job":
-            parts = [per.get(code) if code in per else None for per in per_rank]
-            outcomes = [(None, _run_job(mod, spec, analysis, rank_ctx, parts))]
-        else:
-            outcomes = [  # a saving measured on the profiled window, stated for a profile run's unprofiled step
-                (ctx.rank.rank, restate.on_unprofiled_step(_rerun_cross_rank(mod, spec, analysis, ctx, out), ctx))
-                for ctx, per in zip(rank_ctx, per_rank)
-                for out in [per[code] if code in per else cx.skipped(NOT_RUN_ON_RANK)]
-            ]
-        denom_us = res.denominator.value_us if res.denominator is not None else 0.0
-        outcomes = [(r, restate.on_denominator(o, denom_us)) for r, o in outcomes]
-        outcomes = [(r, after.gate(o, denom_us)) for r, o in outcomes]  # thresholds left to the engine
+        outcomes = _rule_outcomes(mod, spec, analysis, rank_ctx, per_rank, res.denominator)
         res.metrics[code] = {str(r): o.metrics for r, o in outcomes if o.metrics}
         for r, o in outcomes:
             if r is not None and o.hit is not None and o.hit.estimate is not None:
                 rank_hits.setdefault(int(r), {})[code] = o.hit
-        if report:
-            _merge_rank_outcomes(spec, outcomes, sub, cat, whole_trace if spec.whole_trace_note else None)
-            for f in sub.findings:
-                _note_shown_steps(f, analysed.get(f.rank))
-            res.findings += sub.findings
-            res.skipped += sub.skipped
-            res.passed += sub.passed
-    for spec in user:
+        if code in wanted:
+            _report_rule(spec, outcomes, res, cat, whole_trace, analysed)
+    for spec in (cat.rules[c] for c in selected if cat.rules[c].when is not None):
         _metric_rule(spec, res, modules, cat)
     if len(rank_ctx) > 1:
         _job_plan(res, rank_ctx, rank_hits, cat)
     res.findings = rank_findings(res.findings)
     res.fix_all_note = _fix_all_note(rank_ctx, res.findings)
     return res
+
+
+def _cannot_run(
+    spec: RuleSpec, implemented: bool, analysis: Analysis[RankResult], rank_ctx: list[cx.RankContext]
+) -> str | None:
+    """Why a rule cannot run on this report at all (no check module; no trace for a rule that reads one), or None."""
+    if not implemented:
+        return "no check is implemented for this rule yet"
+    needs_trace = spec.scope != "job" or any(q != "run" for q in spec.requires)
+    if needs_trace and not rank_ctx:
+        reason = analysis.no_trace and "no trace in the run directory (why: the warning above)"
+        return reason or "no trace to analyse"
+    return None
+
+
+def _rule_outcomes(
+    mod: ModuleType,
+    spec: RuleSpec,
+    analysis: Analysis[RankResult],
+    rank_ctx: list[cx.RankContext],
+    per_rank: Sequence[Mapping[str, cx.Outcome]],
+    denominator: StepDenominator | None,
+) -> list[tuple[int | None, cx.Outcome]]:
+    """One rule's outcome on each rank (its trace rank; None for a job rule's one outcome), stated for the report:
+    a rank outcome re-run with the job's cross-rank results (:func:`_rerun_cross_rank`) and restated for a profile
+    run's unprofiled step, then every saving restated on the report's ``denominator`` and its threshold judged
+    there (:mod:`perfdoctor.checks.restate`, :func:`perfdoctor.checks.after.gate`)."""
+    code = spec.code
+    outcomes: list[tuple[int | None, cx.Outcome]]
+    if spec.scope == "job":
+        parts = [per.get(code) if code in per else None for per in per_rank]
+        outcomes = [(None, _run_job(mod, spec, analysis, rank_ctx, parts))]
+    else:
+        outcomes = [  # a saving measured on the profiled window, stated for a profile run's unprofiled step
+            (ctx.rank.rank, restate.on_unprofiled_step(_rerun_cross_rank(mod, spec, analysis, ctx, out), ctx))
+            for ctx, per in zip(rank_ctx, per_rank)
+            for out in [per[code] if code in per else cx.skipped(NOT_RUN_ON_RANK)]
+        ]
+    denom_us = denominator.value_us if denominator is not None else 0.0
+    outcomes = [(r, restate.on_denominator(o, denom_us)) for r, o in outcomes]
+    return [(r, after.gate(o, denom_us)) for r, o in outcomes]  # thresholds left to the engine
+
+
+def _report_rule(
+    spec: RuleSpec,
+    outcomes: list[tuple[int | None, cx.Outcome]],
+    res: CheckResults,
+    cat: Catalogue,
+    whole_trace: dict[int | None, bool],
+    analysed: dict[int | None, list[int]],
+) -> None:
+    """Add a shown rule's finding, skip or pass to ``res`` (:func:`_merge_rank_outcomes`), its finding saying what
+    "per step" means on a trace without step markers (``whole_trace``, by trace rank) and which of the averaged
+    steps (``analysed``, by trace rank) its evidence's steps are."""
+    sub = CheckResults(denominator=res.denominator, pace_ranks=res.pace_ranks)
+    _merge_rank_outcomes(spec, outcomes, sub, cat, whole_trace if spec.whole_trace_note else None)
+    for f in sub.findings:
+        _note_shown_steps(f, analysed.get(f.rank))
+    res.findings += sub.findings
+    res.skipped += sub.skipped
+    res.passed += sub.passed
 
 
 def _job_plan(
@@ -633,8 +669,8 @@ def _fix_all_note(rank_ctx: list[cx.RankContext], findings: list[Finding]) -> st
     fixes: list[text.FixAll] = []
     reported = {f.code for f in findings}
     reps: dict[int, dict[str, Any]] = {}
-    for ctx in rank_ctx:  # each a rank summary's stand-in: its encoded report section holds the replay
-        summary = getattr(ctx.rank, "summary", None)
+    for ctx in rank_ctx:  # each rank read back from its summary: its encoded report section holds the replay
+        summary = ctx.rank.summary
         rep = summary.replay() if summary is not None else None
         if not isinstance(rep, dict):
             continue
@@ -670,9 +706,10 @@ def _joint_fix_all(rank_ctx: list[cx.RankContext], reported: set[str]) -> tuple[
     :class:`perfdoctor.crossrank.joint.JointInputs`."""
     from perfdoctor.crossrank.joint import job_fix_all
 
-    inputs, fixed = {}, {}
+    inputs: dict[int, JointInputs] = {}
+    fixed: dict[int, bool] = {}
     for ctx in rank_ctx:
-        summary = getattr(ctx.rank, "summary", None)
+        summary = ctx.rank.summary
         ji = summary.joint if summary is not None else None
         if ji is None:
             return None, f"rank {ctx.rank.rank} has no collective kernels or no replay"
@@ -688,10 +725,10 @@ def _joint_note(joint: JobFixAll) -> str:
 
 
 def _rerun_cross_rank(
-    mod: ModuleType, spec: RuleSpec, analysis: Any, ctx: cx.RankContext, outcome: cx.Outcome
+    mod: ModuleType, spec: RuleSpec, analysis: Analysis[RankResult], ctx: cx.RankContext, outcome: cx.Outcome
 ) -> cx.Outcome:
     """``outcome`` again from ``ctx`` when the check reads cross-rank results the job now has."""
-    if outcome.skip or not getattr(mod, "CROSS_RANK", False) or getattr(analysis, "collective_wait", None) is None:
+    if outcome.skip or not getattr(mod, "CROSS_RANK", False) or analysis.collective_wait is None:
         return outcome
     ctx.spec = spec
     ctx.earlier[spec.code] = outcome  # what the rank's own run measured (its replay): RankContext.rank_pass
@@ -701,7 +738,7 @@ def _rerun_cross_rank(
     return o
 
 
-def prepare(opts: Any) -> tuple[Catalogue, list[str]]:
+def prepare(opts: RuleOptions) -> tuple[Catalogue, list[str]]:
     """Load the catalogue (with ``opts.rules_dirs``) and the codes to *run*: every rule but those ``opts.ignore``
     names (an ignored fix is one the user will not make: the plan is computed without it). ``--select`` does not
     change what runs, only what is shown (:func:`shown_codes`): a finding that fires on top of other fixes fires
@@ -720,7 +757,7 @@ def prepare(opts: Any) -> tuple[Catalogue, list[str]]:
     return cat, codes
 
 
-def shown_codes(cat: Catalogue, opts: Any) -> list[str]:
+def shown_codes(cat: Catalogue, opts: RuleOptions) -> list[str]:
     """The codes whose findings, skips and passes the report shows: ``opts.select`` less ``opts.ignore``.
 
     Raises PerfDoctorError for a selector that matches no rule, or a selection that ignores everything.
@@ -730,7 +767,7 @@ def shown_codes(cat: Catalogue, opts: Any) -> list[str]:
     )
 
 
-def ignored_note(cat: Catalogue, opts: Any) -> str:
+def ignored_note(cat: Catalogue, opts: RuleOptions) -> str:
     """The one sentence saying which fixes the plan assumes unfixed (``--ignore``), or ""."""
     if not opts.ignore:
         return ""
@@ -749,7 +786,7 @@ def exit_code(results: CheckResults, fail_on: str | None) -> int:
 def _run_job(
     mod: ModuleType,
     spec: RuleSpec,
-    analysis: Any,
+    analysis: Analysis[RankResult],
     rank_ctx: list[cx.RankContext],
     parts: list[cx.Outcome | None] | None = None,
 ) -> cx.Outcome:
@@ -757,7 +794,7 @@ def _run_job(
     :attr:`perfdoctor.checks.context.JobContext.rank_parts` hands the check."""
     for q in spec.requires:
         for ctx in rank_ctx:
-            reason = _requirement_missing(q, analysis, ctx.rank)
+            reason = requirements.missing(q, analysis, ctx.rank)
             if reason:
                 return cx.skipped(reason)
     job = cx.JobContext(analysis, rank_ctx, spec)

@@ -233,9 +233,7 @@ def _prefetch_reported(ctx: RankContext) -> bool:
 def _in_stream_share(ctx: RankContext, k: object) -> float:
     """Share of host-busy device idle inside each step's launch stream (first launch .. last kernel end)."""
     ws, we = ctx.windows()
-    busy_idle = iv.intersect(
-        ctx.device_gaps(), host.busy(ctx.tables, ctx.rank.steps.pid if ctx.rank.steps.pid >= 0 else None)
-    )
+    busy_idle = iv.intersect(ctx.device_gaps(), host.busy(ctx.tables, ctx.steps.pid if ctx.steps.pid >= 0 else None))
     other_causes = iv.union_of(
         host.dataloader(ctx.tables),
         host.synchronization(ctx.tables),

@@ -109,7 +109,7 @@ def rank_part(ctx: RankContext) -> Outcome:
     th = ctx.thresholds(Thresholds)
     run = run_json(ctx.analysis)
     counts = thread_counts(run) if run is not None else "no run data"
-    if isinstance(counts, str) or ctx.is_gpu or ctx.n_steps == 0 or getattr(ctx.rank, "tables", None) is None:
+    if isinstance(counts, str) or ctx.is_gpu or ctx.n_steps == 0 or not ctx.has_trace:
         return passed()
     assert run is not None
     per_process, workers, cores = counts
@@ -136,7 +136,7 @@ def _replayed(job: JobContext, busy: int, cores: int, probe: dict[str, object] |
     run's measured ratio where it has one), or None."""
     from perfdoctor.replay.transforms.cpu import fit_threads_to_cores
 
-    rc = next((r for r in job.ranks if getattr(r.rank, "tables", None) is not None and not r.is_gpu), None)
+    rc = next((r for r in job.ranks if r.has_trace and not r.is_gpu), None)
     if rc is None or rc.n_steps == 0:
         return None
     rc.spec = job.spec  # the what-if is recorded under this rule's code

@@ -88,7 +88,7 @@ def check(ctx: RankContext) -> Outcome:
     th = ctx.thresholds(Thresholds)
     if reason := cold_reason(ctx):
         return skipped(reason)
-    steps = ctx.rank.steps
+    steps = ctx.steps
     c = compiled_steps(ctx.tables, steps.host_start_us, steps.host_end_us)
     if c is None:
         return passed(breaks_per_step=0.0, graphs_per_step=0.0, eager_us=0.0, overhead_us=0.0)

@@ -75,7 +75,7 @@ def check(ctx: RankContext) -> Outcome:
     th = ctx.thresholds(Thresholds)
     if reason := cold_reason(ctx):
         return skipped(reason)
-    steps = ctx.rank.steps
+    steps = ctx.steps
     rc = recompiles(ctx.tables, steps.host_start_us, steps.host_end_us)
     hit_steps = np.flatnonzero(rc.compile_us > 0)
     metrics = {

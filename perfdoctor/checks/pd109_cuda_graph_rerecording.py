@@ -41,7 +41,7 @@ def check(ctx: RankContext) -> Outcome:
     th = ctx.thresholds(Thresholds)
     if reason := cold_reason(ctx):
         return skipped(reason)
-    steps = ctx.rank.steps
+    steps = ctx.steps
     rec = graph_recording(ctx.tables, steps.host_start_us, steps.host_end_us)
     mean = float(rec.record_us.mean()) if rec.record_us.size else 0.0
     metrics = {

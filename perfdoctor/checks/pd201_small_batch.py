@@ -161,7 +161,7 @@ def _growth(ctx: RankContext, th: Thresholds, m_med: float) -> tuple[float, Head
     fits under ``max_fill_pct``, None when unknown)."""
     growth = float(min(max(th.target_m / max(m_med, 1.0), 1.0), th.max_batch_growth))
     has_trace = hasattr(ctx.rank, "tables") and hasattr(ctx.rank, "steps")
-    hr = headroom(ctx.tables, ctx.rank.steps, int(ctx.device.device)) if ctx.is_gpu and has_trace else None
+    hr = headroom(ctx.tables, ctx.steps, int(ctx.device.device)) if ctx.is_gpu and has_trace else None
     fits = hr.batch_factor(th.max_fill_pct / 100.0) if hr is not None else None
     if fits is not None:  # the what-if never assumes a batch that does not fit
         growth = float(max(min(growth, fits), 1.0))

@@ -68,7 +68,7 @@ def _cpu(ctx: RankContext) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarr
     from perfdoctor.trace import intervals as iv
 
     ops = ctx.tables.cpu_ops
-    pid = ctx.rank.steps.pid
+    pid = ctx.steps.pid
     names = ctx.tables.name_array()
     uniq = np.unique(ops["name_id"]) if len(ops) else np.empty(0, dtype=np.int64)
     copy_rx = re.compile(COPY_OPS)  # dtype casts are PD204's (autocast), not fusion candidates

@@ -179,7 +179,7 @@ def _fp32_gemms(ctx: RankContext) -> tuple[np.ndarray, float, float]:
     per step; their share of all GEMM/conv kernel time, %)."""
     k = ctx.kernels()
     names = ctx.tables.name_array()
-    gemm = gemm_mask(names, k.name_id, k.category) & (k.step >= 0)
+    gemm = gemm_mask(ctx.tables.names, k.name_id, k.category) & (k.step >= 0)
     fp32_ids = [i for i in np.unique(k.name_id[gemm]).tolist() if kernel_math_dtype(names[i]) == "fp32"]
     is32 = gemm & np.isin(k.name_id, fp32_ids)
     all_gemm_us = float(k.dur_us[gemm].sum())

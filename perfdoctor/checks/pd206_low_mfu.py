@@ -79,18 +79,18 @@ def check(ctx: RankContext) -> Outcome:
     th = ctx.thresholds(Thresholds)
     if reason := cold_reason(ctx):  # a cold step's fixed cost and FLOP rate are the warm-up's
         return skipped(reason)
-    mfu = ctx.rank.mfu
+    mfu = ctx.traced.mfu
     if mfu is None:
-        missing = ctx.rank.mfu_missing
+        missing = ctx.traced.mfu_missing
         return skipped(missing.message if missing is not None else "MFU was not computed for this trace")
     if not mfu.on_gpu:
         return skipped("CPU-only trace: MFU against a GPU datasheet peak is meaningless")
-    if mfu.mfu is None:
+    if mfu.mfu is None or mfu.peak_flops_per_s is None:  # a peak always comes with an MFU
         return skipped(mfu.note or "no peak FLOP/s known for this device at the GEMM dtype")
     metrics = {"mfu_pct": 100 * mfu.mfu, "achieved_tflops": mfu.achieved_flops_per_s / 1e12}
     if mfu.mfu >= th.mfu_threshold:
         return passed(**metrics)
-    roofs = ctx.rank.roofline.roofs if ctx.rank.roofline is not None else None
+    roofs = ctx.traced.roofline.roofs if ctx.traced.roofline is not None else None
     reason, share = dominant_reason(ctx, mfu.dtype, roofs)
     ev = Evidence(
         values={

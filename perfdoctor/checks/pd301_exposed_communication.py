@@ -216,7 +216,7 @@ def _situation(ctx: RankContext, by_coll: dict[str, float], recorded: set[str]) 
     the labels of FSDP, ``fully_shard`` or DeepSpeed ZeRO decide for them
     (:func:`perfdoctor.analysis.sharding.flavour`). None when nothing tells (the rule's generic fix). Re-run from a rank
     summary (no tables), the situation found where the rank was analysed."""
-    if not hasattr(ctx.rank, "tables"):
+    if not ctx.has_trace:
         first = ctx.rank_pass()
         said = first.hit.evidence.values.get("parallelism") if first is not None and first.hit is not None else None
         return next((k for k, v in _PARALLELISM.items() if v == said), None)
@@ -327,7 +327,7 @@ def _messages(ctx: RankContext) -> tuple[str, set[str]]:
     re-run from a rank summary, which keeps no tables), and the collectives named there (:func:`_kind_text`)."""
     from perfdoctor.analysis.kernel_ops import collective_messages
 
-    if not hasattr(ctx.rank, "tables"):
+    if not ctx.has_trace:
         return "", set()
     ws, we = ctx.windows()
     rows = collective_messages(ctx.tables, float(ws[0]), float(we[-1]))

@@ -47,9 +47,9 @@ def check(job: JobContext) -> Outcome:
     cold, why_not = job.cold
     if why_not:
         return skipped(f"{why_not}: a wait for another rank cannot be told from first-call work")
-    cw = getattr(job.analysis, "collective_wait", None)
+    cw = job.analysis.collective_wait
     if cw is None:
-        why = getattr(job.analysis, "collective_wait_note", "") or "no matched collectives"
+        why = job.analysis.collective_wait_note or "no matched collectives"
         return skipped(f"collectives not matched across ranks: {why}")
     by_rank = {c.rank.rank: c for c in job.ranks}
     mean_wait, all_wait = _waits(job, cw, by_rank, cold)

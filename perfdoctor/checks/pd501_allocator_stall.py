@@ -99,7 +99,7 @@ def check(ctx: RankContext) -> Outcome:
     first = int(th.skip_first_steps)
     if ctx.n_steps <= first:
         return skipped(f"only {ctx.n_steps} step(s): the first {first} fill the allocator's cache")
-    calls_of = allocator_calls(ctx.tables, ctx.rank.steps, first)
+    calls_of = allocator_calls(ctx.tables, ctx.steps, first)
     rows = calls_of.rows
     metrics, peak = _counts(ctx, calls_of, first)
     # the detection asks how often a warm cache misses: calls per steady-state step (the first steps fill it)

@@ -67,7 +67,7 @@ def check(ctx: RankContext) -> Outcome:
     metrics = {"peak_reserved_pct": pct(reserved, cap), "peak_allocated_pct": pct(allocated, cap)}
     if metrics["peak_reserved_pct"] < th.min_reserved_pct:
         return passed(**metrics)
-    hr = headroom(ctx.tables, ctx.rank.steps, int(dev)) if hasattr(ctx.rank, "steps") else None
+    hr = headroom(ctx.tables, ctx.steps, int(dev)) if ctx.has_trace else None
     freed = fixes(ctx, hr) if hr is not None else []
     ev = Evidence(
         values={
@@ -104,7 +104,7 @@ def fixes(ctx: RankContext, hr: Headroom) -> list[tuple[str, str, float, str]]:
       or with an unknown optimizer.
     """
     act = float(hr.activation_bytes)
-    dtype = getattr(getattr(ctx.rank, "gemm_dtype", None), "dominant", None)
+    dtype = ctx.traced.gemm_dtype.dominant
     half = dtype in HALF_DTYPES
     out = [
         ("checkpointing", "activation checkpointing", act, "up to the activations held at the peak"),

@@ -14,11 +14,15 @@ in each profiled step. No time saving: a leak costs the run, not the step.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from perfdoctor.analysis.run_memory import Growth
 from perfdoctor.checks.context import JobContext, Outcome, passed, skipped
 from perfdoctor.findings import Evidence, EvidenceValue, Hit
+
+if TYPE_CHECKING:
+    from perfdoctor.analysis.rank import RankResult
+    from perfdoctor.model.report import MemoryOverStep
 
 CODE = "PD503"
 METRICS = {
@@ -68,8 +72,8 @@ def _grows(g: Growth, th: Thresholds) -> bool:
 
 def check(job: JobContext) -> Outcome:
     th = job.thresholds(Thresholds)
-    run = getattr(job.analysis, "run", None)
-    mem = getattr(run, "memory", None)
+    run = job.analysis.run
+    mem = run.memory if run is not None else None
     if mem is None or not mem.series:
         return skipped("no memory series in the run data (steps.csv has no rss_bytes or CUDA memory column)")
     fitted = [g for g in mem.series if g.n_steps >= th.min_steps]
@@ -141,11 +145,8 @@ def _trace_text(job: JobContext, g: Growth) -> str:
     return ""
 
 
-def _over_step(rank: Any) -> list[Any]:
-    """A rank's memory over the step: from its report section (a rank summary stand-in's) or its analysis."""
-    summary = getattr(rank, "summary", None)
-    if summary is not None and hasattr(summary, "rank_section"):
-        section = summary.rank_section()
-        over = getattr(getattr(section, "memory", None), "over_step", None)
-        return list(over) if isinstance(over, list) else []
-    return []
+def _over_step(rank: RankResult) -> list[MemoryOverStep]:
+    """A rank's memory over the step, from the report section of its summary ([] without one)."""
+    section = rank.summary.rank_section() if rank.summary is not None else None
+    over = section.memory.over_step if section is not None else None
+    return list(over) if isinstance(over, list) else []

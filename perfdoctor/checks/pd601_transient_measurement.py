@@ -16,11 +16,16 @@ phase's noise does not excuse it).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from perfdoctor.analysis.steady_state import SteadyState
 from perfdoctor.checks.common import unprofiled_step_times
 from perfdoctor.checks.context import JobContext, Outcome, passed, skipped
 from perfdoctor.findings import Evidence, Hit
+
+if TYPE_CHECKING:
+    from perfdoctor.analysis.steady_state import SteadyState
+    from perfdoctor.capture.run_data import RunData
 
 CODE = "PD601"
 METRICS = {"window_deviation_pct": "|profiled-window neighbours' median ÷ steady-state median − 1|, %"}
@@ -38,8 +43,8 @@ class Thresholds:
 
 def check(job: JobContext) -> Outcome:
     th = job.thresholds(Thresholds)
-    run = getattr(job.analysis, "run", None)
-    ss = getattr(run, "steady_state", None)
+    run = job.analysis.run
+    ss = run.steady_state if run is not None else None
     if ss is None:
         return skipped("no step series in the run data")
     ratio, basis = ss.window_neighbor_ratio, "the unprofiled steps next to the profiled window"
@@ -76,7 +81,7 @@ def check(job: JobContext) -> Outcome:
     return _hit(ss, ratio, dev, median_s, basis)
 
 
-def _phase_left(run: object, ss: SteadyState) -> str | None:
+def _phase_left(run: RunData | None, ss: SteadyState) -> str | None:
     """Words for the earlier phase the profiled window lies in ("the phase of steps 0–201 (median 24.8 ms) that the
     run left at step 202"), or None: no phase change, or the window (steps.csv rows whose profiler phase is
     "active"; phases are positions in that series) reaches the last phase."""
@@ -84,7 +89,7 @@ def _phase_left(run: object, ss: SteadyState) -> str | None:
 
     if not ss.phase_change:
         return None
-    steps = getattr(run, "steps", None)
+    steps = run.steps if run is not None else None
     if steps is None or "profiler_phase" not in steps:
         return None
     active = np.flatnonzero(np.asarray(steps["profiler_phase"]) == "active")
@@ -128,7 +133,7 @@ def _hit(ss: SteadyState, ratio: float, dev: float, median_s: float, basis: str)
     return Outcome(metrics={"window_deviation_pct": dev}, hit=Hit(evidence=ev, estimate=None))
 
 
-def _robust_sigma(run: object, start: int) -> float:
+def _robust_sigma(run: RunData | None, start: int) -> float:
     """IQR ÷ 1.349 of the unprofiled step times from ``start`` on (s); 0 when unknown."""
     import numpy as np
 

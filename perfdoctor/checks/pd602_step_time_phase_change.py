@@ -18,6 +18,7 @@ without a trace, or a profile run's unprofiled step), restated with both figures
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -25,6 +26,9 @@ from perfdoctor.analysis.steady_state import SteadyState
 from perfdoctor.checks.common import unprofiled_step_times
 from perfdoctor.checks.context import JobContext, Outcome, passed, skipped
 from perfdoctor.findings import Estimate, Evidence, Hit
+
+if TYPE_CHECKING:
+    from perfdoctor.capture.run_data import RunData
 
 CODE = "PD602"
 METRICS = {
@@ -58,8 +62,8 @@ class Thresholds:
 
 def check(job: JobContext) -> Outcome:
     th = job.thresholds(Thresholds)
-    run = getattr(job.analysis, "run", None)
-    ss = getattr(run, "steady_state", None)
+    run = job.analysis.run
+    ss = run.steady_state if run is not None else None
     if ss is None:
         return skipped("no step series in the run data")
     metrics = {"n_phases": len(ss.phases), "trend_rise_pct": 100 * ss.trend_rise_ratio}
@@ -154,7 +158,7 @@ def _trend_hit(ss: SteadyState, metrics: dict[str, float]) -> Outcome:
     return _hit(ev, rise_us, "fitted rise of step time over the steady span (Theil-Sen)", ss, metrics)
 
 
-def _level_change(run: object, min_segment: int = 10) -> tuple[int, float, float] | None:
+def _level_change(run: RunData | None, min_segment: int = 10) -> tuple[int, float, float] | None:
     """(step, median before s, median after s) when one jump fits the unprofiled steady steps
     better than a straight line (sum of absolute residuals at most 60% of the line's), else None."""
     idx, x = unprofiled_step_times(run)

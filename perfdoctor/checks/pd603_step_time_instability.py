@@ -44,8 +44,8 @@ class Thresholds:
 
 def check(job: JobContext) -> Outcome:
     th = job.thresholds(Thresholds)
-    run = getattr(job.analysis, "run", None)
-    ss = getattr(run, "steady_state", None)
+    run = job.analysis.run
+    ss = run.steady_state if run is not None else None
     if ss is None:
         return skipped("no step series in the run data")
     idx, x = unprofiled_step_times(run, ss.steady_start_step)

@@ -49,7 +49,7 @@ def _lacks(ctx: RankContext) -> list[Lack]:
     th = ctx.thresholds(Thresholds)
     t = ctx.tables
     out = []
-    if ctx.rank.steps.source == "whole-trace":
+    if ctx.steps.source == "whole-trace":
         out.append(
             Lack(
                 "ProfilerStep#N annotations (no per-step numbers)",

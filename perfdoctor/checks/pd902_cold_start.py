@@ -41,7 +41,7 @@ _KIND_TEXT = {
 
 
 def check(ctx: RankContext) -> Outcome:
-    steps = ctx.rank.steps
+    steps = ctx.steps
     warm = steps.warmup
     if warm is None or warm.per_window_us.size == 0:
         return passed(warmup_us=0.0, warmup_pct=0.0, n_cold_dropped=0.0)

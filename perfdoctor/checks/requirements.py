@@ -1,7 +1,8 @@
 """What a rule needs from the data (``requires`` in its TOML), as one table: requirement -> test.
 
-Each test takes the analysis (``perfdoctor.pipeline.Analysis``) and one rank's analysis and returns the reason
-the rank lacks the requirement (one line, shown in the report's skipped checks), or None when it has it. The
+Each test takes the analysis (:class:`perfdoctor.analysis.rank.Analysis`) and one rank's whole analysis (its
+tables: :class:`perfdoctor.analysis.rank.RankAnalysis`) and returns the reason the rank lacks the requirement (one
+line, shown in the report's skipped checks), or None when it has it. The
 engine looks requirements up here and holds no rule- or requirement-specific branch; a new requirement is a
 new function and a row of :data:`REQUIREMENTS` (``catalogue.REQUIREMENTS`` lists the same names, and the TOML
 loader rejects any other).
@@ -13,26 +14,25 @@ from a rank summary's ``requirement_reasons`` when the rank was analysed elsewhe
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 import numpy as np
 
-from perfdoctor.checks import context as cx
+from perfdoctor.analysis.rank import Analysis, RankAnalysis, RankResult
 from perfdoctor.trace import launch_calls
 
-Requirement = Callable[[Any, Any], "str | None"]
+Requirement = Callable[[Analysis[RankResult], RankAnalysis], "str | None"]  # judged on one rank's tables
+JobRequirement = Callable[[Analysis[RankResult]], "str | None"]  # judged on the job
 
-JOB_REQUIREMENTS = ("multi_rank", "run")
 _PROFILED_WITHOUT_DEVICE = "the trace lists GPUs or holds CUDA/HIP launch calls but no GPU activity"
 
 
-def _lists_gpus(rank: Any) -> bool:
+def _lists_gpus(rank: RankAnalysis) -> bool:
     """The trace names GPUs (deviceProperties) or holds CUDA/HIP launch calls."""
     t = rank.tables
     return bool(t.device_properties) or bool(launch_calls(t))
 
 
-def steps(analysis: Any, rank: Any) -> str | None:
+def steps(analysis: Analysis[RankResult], rank: RankAnalysis) -> str | None:
     """ProfilerStep#N windows (not the whole trace as one window)."""
     if rank.steps.source == "whole-trace":
         return (
@@ -41,7 +41,7 @@ def steps(analysis: Any, rank: Any) -> str | None:
     return None
 
 
-def device(analysis: Any, rank: Any) -> str | None:
+def device(analysis: Analysis[RankResult], rank: RankAnalysis) -> str | None:
     """GPU activity (kernels, memcpys, memsets) on the rank's primary device."""
     if rank.primary.kind == "gpu":
         return None
@@ -50,14 +50,14 @@ def device(analysis: Any, rank: Any) -> str | None:
     return "CPU-only trace: no kernels, memcpys or memsets"
 
 
-def device_side(analysis: Any, rank: Any) -> str | None:
+def device_side(analysis: Analysis[RankResult], rank: RankAnalysis) -> str | None:
     """GPU activity, or a genuine CPU-only run (not a GPU trace that lost or never recorded its device side)."""
     if rank.primary.kind != "gpu" and _lists_gpus(rank):
         return f"{_PROFILED_WITHOUT_DEVICE}: host op times are not the GPU's, so the rule cannot judge them"
     return None
 
 
-def host_only(analysis: Any, rank: Any) -> str | None:
+def host_only(analysis: Analysis[RankResult], rank: RankAnalysis) -> str | None:
     """CPU-only training: no GPU activity and no sign of a GPU."""
     if rank.primary.kind == "gpu":
         return "device trace: the rule is about CPU-only training"
@@ -66,12 +66,12 @@ def host_only(analysis: Any, rank: Any) -> str | None:
     return None
 
 
-def multi_rank(analysis: Any, rank: Any) -> str | None:
+def multi_rank(analysis: Analysis[RankResult]) -> str | None:
     """Traces of at least two ranks of one job."""
     return "single rank: needs the traces of several ranks of one job" if len(analysis.ranks) < 2 else None
 
 
-def shapes(analysis: Any, rank: Any) -> str | None:
+def shapes(analysis: Analysis[RankResult], rank: RankAnalysis) -> str | None:
     """Input shapes of the CPU ops (``record_shapes=True``)."""
     ops = rank.tables.cpu_ops
     if len(ops) == 0 or not np.not_equal(ops["input_dims"], None).any():  # type: ignore[call-overload]
@@ -79,56 +79,57 @@ def shapes(analysis: Any, rank: Any) -> str | None:
     return None
 
 
-def memory(analysis: Any, rank: Any) -> str | None:
+def memory(analysis: Analysis[RankResult], rank: RankAnalysis) -> str | None:
     """Allocator events (``profile_memory=True``)."""
     return "no memory events (torch.profiler profile_memory=True)" if len(rank.tables.memory) == 0 else None
 
 
-def device_properties(analysis: Any, rank: Any) -> str | None:
+def device_properties(analysis: Analysis[RankResult], rank: RankAnalysis) -> str | None:
     """``deviceProperties`` naming the GPU model."""
     return None if rank.tables.device_properties else "no deviceProperties in the trace (GPU model unknown)"
 
 
-def run(analysis: Any, rank: Any) -> str | None:
+def run(analysis: Analysis[RankResult]) -> str | None:
     """Run data (``run.json`` of a ``perfdoctor profile`` run directory)."""
-    return "no run data (record with `perfdoctor profile` to get run.json)" if cx.run_json(analysis) is None else None
+    return "no run data (record with `perfdoctor profile` to get run.json)" if analysis.run_json() is None else None
 
 
-def mfu(analysis: Any, rank: Any) -> str | None:
+def mfu(analysis: Analysis[RankResult], rank: RankAnalysis) -> str | None:
     """What MFU needs: a GPU trace with shapes recorded, or run data with model FLOPs."""
     if rank.primary.kind != "gpu":
         return "CPU-only trace: MFU against a datasheet peak is GPU-only"
-    if shapes(analysis, rank) and cx.run_json(analysis) is None:
+    if shapes(analysis, rank) and analysis.run_json() is None:
         return "MFU needs a GPU trace with shapes recorded (record_shapes=True) or run data with model FLOPs"
     return None
 
 
-REQUIREMENTS: dict[str, Requirement] = {
+RANK_REQUIREMENTS: dict[str, Requirement] = {
     "steps": steps,
     "device": device,
     "host_only": host_only,
-    "multi_rank": multi_rank,
     "shapes": shapes,
     "memory": memory,
     "device_properties": device_properties,
-    "run": run,
     "mfu": mfu,
     "device_side": device_side,
 }
+JOB_REQUIREMENTS: dict[str, JobRequirement] = {"multi_rank": multi_rank, "run": run}
+REQUIREMENTS = (*RANK_REQUIREMENTS, *JOB_REQUIREMENTS)
 
 
-def missing(req: str, analysis: Any, rank: Any) -> str | None:
+def missing(req: str, analysis: Analysis[RankResult], rank: RankResult) -> str | None:
     """The reason ``rank`` lacks ``req``, or None when it has it.
 
-    A rank summary's stand-in (no tables) carries ``requirement_reasons`` worked out where it was analysed.
+    The job's requirements (:data:`JOB_REQUIREMENTS`) are judged on ``analysis``; the others on the rank's tables
+    where it was analysed, or, for a rank read back from its summary, from the ``requirement_reasons`` its worker
+    worked out (:func:`perfdoctor.checks.engine.requirement_reasons`).
 
     Raises:
         KeyError: ``req`` is not in :data:`REQUIREMENTS` (the TOML loader rejects such a rule first).
     """
-    test = REQUIREMENTS[req]
-    if req in JOB_REQUIREMENTS:
-        return test(analysis, rank)
-    known: dict[str, str] | None = getattr(rank, "requirement_reasons", None)
-    if known is not None:
-        return known.get(req)
-    return test(analysis, rank)
+    job = JOB_REQUIREMENTS.get(req)
+    if job is not None:
+        return job(analysis)
+    test = RANK_REQUIREMENTS[req]
+    trace = rank.trace
+    return test(analysis, trace) if trace is not None else rank.requirement_reasons.get(req)

@@ -32,7 +32,7 @@ from perfdoctor.analysis.warmup import job_cold_steps
 from perfdoctor.vocab import COMPUTE_CATEGORIES
 
 if TYPE_CHECKING:
-    from perfdoctor.analysis.rank import Analysis
+    from perfdoctor.analysis.rank import Analysis, RankResult
     from perfdoctor.jobs.reduce import JobAnalysis
 
 Z_OUTLIER = 3.5  # Iglewicz & Hoaglin's cut-off for the modified z-score
@@ -290,7 +290,7 @@ def _breakdown_outliers(ranks: list[int], shares: list[dict[str, float]]) -> lis
 
 
 def _collective_wait(
-    analysis: Analysis, ranks: list[int], rows: dict[int, list[StepBreakdown]], cold: set[int]
+    analysis: Analysis[RankResult], ranks: list[int], rows: dict[int, list[StepBreakdown]], cold: set[int]
 ) -> CollectiveWaitSection:
     """Mean wait per step per rank over its steps outside ``cold`` (µs; 0 without one) and the ranks ×
     worst-collectives wait matrix (µs, every matched collective)."""

@@ -64,7 +64,7 @@ def analyse_rank(
     opts: SummaryOptions,
     measured_roofs: Roofs | None = None,
     note: str | None = None,
-) -> Analysis:
+) -> Analysis[RankAnalysis]:
     """The per-rank stage of ``perfdoctor report``: one rank's loaded trace ``tables`` (its ``rank`` set) ->
     its :class:`perfdoctor.analysis.rank.Analysis` of one :class:`~perfdoctor.analysis.rank.RankAnalysis` (steps,
     breakdown, replay with a profile run's unprofiled step and the peers' bounds of ``opts``, roofline and MFU).
@@ -82,11 +82,11 @@ def analyse_rank(
     if bounds and ra.replay is not None and ra.replay.peers is not None:
         ra.replay.peers = with_peer_ends(ra.replay.peers, ra.replay.graph.act_ts_us, *bounds)
     analysis = Analysis(ranks=[ra], inputs=[info])
-    analysis.run = opts.run_json
+    analysis.run_facts = opts.run_json
     analysis.run_allocator = opts.run_allocator_by_rank.get(int(tables.rank or 0))
     analysis.run_cpu = opts.run_cpu_by_rank.get(int(tables.rank or 0))
     add_efficiency(
-        analysis.ranks,
+        [ra],
         opts.model_flops_per_step,
         opts.flops_source,
         measured_roofs,

@@ -11,21 +11,27 @@ import contextlib
 import gc
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
+from perfdoctor.analysis.rank import Analysis, InputFile
 from perfdoctor.errors import PerfDoctorError
 from perfdoctor.jobs import fingerprint
-from perfdoctor.jobs.summary import Outcomes, RankSummary, SummaryRank
+from perfdoctor.jobs.summary import Outcomes, RankSummary, SummarisedRank
 from perfdoctor.model.sections import RankSections
+
+if TYPE_CHECKING:
+    from perfdoctor.capture.run_data import RunData
+    from perfdoctor.checks.catalogue import Catalogue
+    from perfdoctor.checks.engine import CheckResults
 
 
 @dataclass
 class JobAnalysis:
-    """What :func:`reduce` returns: the stand-in analysis (``analysis.ranks`` are :class:`SummaryRank`), the
-    rule results, the summaries analysed (by rank) and those that failed (by input order)."""
+    """What :func:`reduce` returns: the job's analysis (its ranks read back from their summaries), the rule
+    results, the summaries analysed (by rank) and those that failed (by input order)."""
 
-    analysis: Any
-    checks: Any
+    analysis: Analysis[SummarisedRank]
+    checks: CheckResults
     summaries: list[RankSummary]
     failed: list[RankSummary] = field(default_factory=list)
 
@@ -36,9 +42,9 @@ class JobAnalysis:
 
 def reduce(
     summaries: list[RankSummary],
-    cat: Any,
+    cat: Catalogue,
     codes: list[str],
-    run: Any = None,
+    run: RunData | None = None,
     extra_warnings: list[str] | None = None,
     no_trace: str | None = None,
 ) -> JobAnalysis:
@@ -53,14 +59,27 @@ def reduce(
             (:func:`_separate_runs`), the ranks were analysed by different perfdoctor code
             (:func:`perfdoctor.jobs.fingerprint.mixed_code`), or two traces claim the same rank.
     """
-    from perfdoctor.analysis.rank import Analysis, InputFile
-    from perfdoctor.analysis.warmup import job_cold_steps
     from perfdoctor.checks import context as cx
     from perfdoctor.checks import engine
-    from perfdoctor.crossrank import collectives as collective_wait
 
     failed = [s for s in summaries if s.error]
     ok = [s for s in summaries if not s.error]
+    _refuse(ok, failed)
+    inputs = [InputFile(**s.input) for s in sorted(ok, key=lambda s: s.index)]
+    ok.sort(key=lambda s: s.rank if s.rank is not None else 0)
+    analysis = Analysis(ranks=[SummarisedRank.of(s) for s in ok], inputs=inputs, run=run, no_trace=no_trace)
+    analysis.warnings = _job_warnings(ok, failed, len(summaries)) + list(extra_warnings or [])
+    _match_collectives(analysis, ok)
+    # no step-level cap: each rank's replayed savings (and fix-all) already hold its collectives to its peers'
+    # arrivals (replay/peers.py, jobs/peers.py)
+    rank_ctx = [cx.RankContext(analysis, r) for r in analysis.ranks]
+    results = engine.combine(analysis, rank_ctx, [Outcomes(s.outcomes) for s in ok], cat, codes)
+    return JobAnalysis(analysis=analysis, checks=results, summaries=ok, failed=failed)
+
+
+def _refuse(ok: list[RankSummary], failed: list[RankSummary]) -> None:
+    """Raise the one-line refusal of summaries that make no job: every input failed (the first one's error),
+    separate runs (:func:`_separate_runs`), mixed perfdoctor code, or two traces claiming one rank."""
     if failed and not ok:
         raise PerfDoctorError(str(failed[0].error))
     refusal = _separate_runs(ok) or fingerprint.mixed_code(ok)
@@ -76,40 +95,43 @@ def reduce(
                 "file separately"
             )
         seen[s.rank] = s.path
-    inputs = [InputFile(**s.input) for s in sorted(ok, key=lambda s: s.index)]
-    ok.sort(key=lambda s: s.rank if s.rank is not None else 0)
-    ranks = [SummaryRank(s) for s in ok]
-    analysis = Analysis(ranks=ranks, inputs=inputs)  # type: ignore[arg-type]  # summary stand-ins
-    analysis.run = run
-    analysis.warnings = list(dict.fromkeys(w for s in ok for w in s.warnings))  # a line every rank shares: once
-    if len(summaries) > 1:
-        analysis.warnings += [
+
+
+def _job_warnings(ok: list[RankSummary], failed: list[RankSummary], n_inputs: int) -> list[str]:
+    """The report's warnings from the ranks (``ok`` sorted by rank): each line the ranks give once, the ranks
+    taken by their position (of ``n_inputs`` > 1), the ranks not analysed, and perfdoctor code differing between
+    the workers and this process."""
+    out = list(dict.fromkeys(w for s in ok for w in s.warnings))  # a line every rank shares: once
+    if n_inputs > 1:
+        out += [
             f"{s.path}: the trace names no rank (no distributedInfo.rank, none in the file name); "
             f"taken as rank {s.rank}, its position among the inputs"
             for s in sorted(ok, key=lambda s: s.index)
             if not s.rank_named
         ]
-    analysis.warnings += [
+    out += [
         f"{s.path}: rank not analysed: {s.error}"
         if not str(s.error).startswith(s.path)
         else f"rank not analysed: {s.error}"
         for s in failed
     ]
-    analysis.warnings += [w for w in (fingerprint.reducer_differs(ok),) if w]
-    analysis.warnings += list(extra_warnings or [])
-    analysis.no_trace = no_trace
+    return out + [w for w in (fingerprint.reducer_differs(ok),) if w]
+
+
+def _match_collectives(analysis: Analysis[SummarisedRank], ok: list[RankSummary]) -> None:
+    """Set ``analysis.collective_wait`` (and its note) from the collective timelines of the GPU ranks with steps
+    (:func:`perfdoctor.crossrank.collectives.compute`, cold steps of any rank left out), when there are two."""
+    from perfdoctor.analysis.warmup import job_cold_steps
+    from perfdoctor.crossrank import collectives as collective_wait
+
     gpu = [s for s in ok if s.primary_kind == "gpu" and s.step_rows and s.collectives is not None]
-    if len(gpu) > 1:
-        steps = {int(s.rank or 0): [int(r.step) for r in s.step_rows] for s in gpu}
-        cold = job_cold_steps(steps, {int(s.rank or 0): s.cold_steps for s in gpu})[0]
-        analysis.collective_wait, analysis.collective_wait_note = collective_wait.compute(
-            [s.collectives for s in gpu if s.collectives is not None], cold_steps=cold
-        )
-    # no step-level cap: each rank's replayed savings (and fix-all) already hold its collectives to its peers'
-    # arrivals (crossrank/bounds.py, jobs/rounds.py)
-    rank_ctx = [cx.RankContext(analysis, r) for r in ranks]
-    results = engine.combine(analysis, rank_ctx, [Outcomes(s.outcomes) for s in ok], cat, codes)
-    return JobAnalysis(analysis=analysis, checks=results, summaries=ok, failed=failed)
+    if len(gpu) < 2:
+        return
+    steps = {int(s.rank or 0): [int(r.step) for r in s.step_rows] for s in gpu}
+    cold = job_cold_steps(steps, {int(s.rank or 0): s.cold_steps for s in gpu})[0]
+    analysis.collective_wait, analysis.collective_wait_note = collective_wait.compute(
+        [s.collectives for s in gpu if s.collectives is not None], cold_steps=cold
+    )
 
 
 def _separate_runs(ok: list[RankSummary]) -> str | None:

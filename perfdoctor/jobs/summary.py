@@ -19,7 +19,8 @@ import hashlib
 import os
 import tempfile
 from collections.abc import Iterator, Mapping
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 import numpy as np
@@ -27,13 +28,18 @@ import numpy as np
 from perfdoctor import __version__
 from perfdoctor.analysis.batch_shape import BatchShape, batch_shape, input_shapes
 from perfdoctor.analysis.breakdown import DeviceBreakdown, StepBreakdown
+from perfdoctor.analysis.rank import AllocatorValues, Analysis, CpuSeries, RankAnalysis, UnprofiledStep
 from perfdoctor.checks.context import Outcome
 from perfdoctor.crossrank.collectives import CollectiveTimeline
 from perfdoctor.crossrank.joint import JointInputs, rank_inputs
 from perfdoctor.errors import PerfDoctorError
-from perfdoctor.model.report import RankSection
+from perfdoctor.model.report import RankSection, UnprofiledSection
 from perfdoctor.model.sections import decode_section, encode_section, replay_of
 from perfdoctor.timeline.tracks import RankTimeline
+
+if TYPE_CHECKING:
+    from perfdoctor.analysis.roofline import Roofs
+    from perfdoctor.checks.catalogue import Catalogue
 
 FORMAT = (
     11  # bump when RankSummary changes: cached summaries of another format are made again (10: batch, 11: timeline)
@@ -65,9 +71,9 @@ class SummaryOptions(msgspec.Struct, frozen=True):
     model_flops_per_step: float | None = None
     flops_source: str = "flop_counter"
     step_time_s_by_rank: dict[int, float] = {}
-    run_allocator_by_rank: dict[int, dict[str, Any]] = {}
+    run_allocator_by_rank: dict[int, AllocatorValues] = {}
     # each rank's steps.csv CPU-time series and steady start (perfdoctor.capture.run_data.cpu_series_by_rank)
-    run_cpu_by_rank: dict[int, dict[str, Any]] = {}
+    run_cpu_by_rank: dict[int, CpuSeries] = {}
     run_json: dict[str, Any] | None = None
     codes: list[str] = []
     rules_dirs: list[str] = []
@@ -80,7 +86,7 @@ class SummaryOptions(msgspec.Struct, frozen=True):
     # the slowest step); None: no timeline
     timeline_steps: list[int] | None = None
 
-    def fingerprint(self, measured_roofs: Any = None) -> str:
+    def fingerprint(self, measured_roofs: Roofs | None = None) -> str:
         """sha256 of the options, the perfdoctor version, its code fingerprint
         (:func:`perfdoctor.jobs.fingerprint.code_fingerprint`: edited code makes its summaries again) and the
         summary format (hex)."""
@@ -159,7 +165,7 @@ class RankSummary(msgspec.Struct):
         return None if rep is None else msgspec.to_builtins(rep)
 
 
-def _enc(obj: Any) -> Any:
+def _enc(obj: object) -> object:
     """msgspec encode hook: numpy scalars and arrays as Python numbers and lists."""
     if isinstance(obj, np.generic):
         return obj.item()
@@ -252,11 +258,11 @@ def local_copy(path: str) -> Iterator[str]:
 
 
 def rank_summary(
-    analysis: Any,
-    ra: Any,
+    analysis: Analysis[RankAnalysis],
+    ra: RankAnalysis,
     index: int,
     input_info: dict[str, Any],
-    cat: Any,
+    cat: Catalogue,
     order: list[str],
     note: str | None = None,
     joint: bool = True,
@@ -296,30 +302,15 @@ def rank_summary(
     )
 
 
-class SummaryRank:
-    """A summary standing in for :class:`perfdoctor.pipeline.RankAnalysis` where rules read only step rows
-    (job-scope rules, and rank rules re-run with cross-rank results): ``rank``, ``primary`` (its analysed steps),
-    ``steps.source``, ``requirement_reasons``, ``unprofiled`` (its replay's ``unprofiled`` dict, or None); no
-    tables."""
+@dataclass(frozen=True)
+class SummarisedSteps:
+    """A rank summary's analysed steps (:class:`perfdoctor.analysis.rank.StepFacts`): their ``source`` and
+    ``marker`` as found, their ``numbers`` and the ``cold`` ones (PD902)."""
 
-    def __init__(self, s: RankSummary) -> None:
-        self.summary = s
-        self.rank = s.rank
-        self.primary = DeviceBreakdown(device=s.primary_device, kind=s.primary_kind, steps=list(s.step_rows))
-        self.steps = _Steps(s.steps_source, [int(r.step) for r in s.step_rows], s.step_marker, s.cold_steps)
-        self.requirement_reasons = s.requirement_reasons
-        self.warnings = s.warnings
-        rep = s.replay()
-        # a profile run's unprofiled step (replay.unprofiled): the step the rank's savings are taken from
-        self.unprofiled = rep.get("unprofiled") if rep is not None else None
-
-
-class _Steps:
-    def __init__(self, source: str, numbers: list[int], marker: str = "", cold: list[int] | None = None) -> None:
-        self.source = source
-        self.numbers = numbers
-        self.marker = marker
-        self.cold = list(cold or [])
+    source: str
+    marker: str
+    numbers: list[int]
+    cold: list[int]
 
     def cold_steps(self) -> list[int]:
         """As :meth:`perfdoctor.analysis.steps.Steps.cold_steps`, from the summary."""
@@ -327,3 +318,38 @@ class _Steps:
 
     def __len__(self) -> int:
         return len(self.numbers)
+
+
+@dataclass(frozen=True)
+class SummarisedRank:
+    """A rank read back from its :class:`RankSummary` where the job's ranks meet
+    (:class:`perfdoctor.analysis.rank.RankResult`): its analysed steps' rows on the primary device, the unprofiled
+    step of a profile run (its section's ``replay.unprofiled``), no tables (``trace`` None)."""
+
+    summary: RankSummary
+    rank: int | None
+    primary: DeviceBreakdown
+    steps: SummarisedSteps
+    warnings: list[str]
+    unprofiled: UnprofiledStep | None
+    requirement_reasons: dict[str, str]
+
+    @property
+    def trace(self) -> None:
+        """None: the rank's tables stayed where it was analysed."""
+        return None
+
+    @classmethod
+    def of(cls, s: RankSummary) -> SummarisedRank:
+        """The rank of summary ``s``."""
+        rep = None if s.section is None else replay_of(s.section)
+        unprofiled = rep.unprofiled if rep is not None and isinstance(rep.unprofiled, UnprofiledSection) else None
+        return cls(
+            summary=s,
+            rank=s.rank,
+            primary=DeviceBreakdown(device=s.primary_device, kind=s.primary_kind, steps=list(s.step_rows)),
+            steps=SummarisedSteps(s.steps_source, s.step_marker, [int(r.step) for r in s.step_rows], s.cold_steps),
+            warnings=s.warnings,
+            unprofiled=None if unprofiled is None else UnprofiledStep.of(msgspec.structs.asdict(unprofiled)),
+            requirement_reasons=s.requirement_reasons,
+        )

@@ -27,7 +27,7 @@ from perfdoctor.model import report as m
 from perfdoctor.model.sections import RankSections
 
 if TYPE_CHECKING:
-    from perfdoctor.analysis.rank import Analysis, RankAnalysis
+    from perfdoctor.analysis.rank import Analysis, RankAnalysis, RankResult
     from perfdoctor.checks.engine import CheckResults
     from perfdoctor.trace.tables import TraceTables
 
@@ -177,7 +177,7 @@ def check_sections(results: CheckResults) -> dict[str, Any]:
 
 
 def build_report(
-    analysis: Analysis,
+    analysis: Analysis[RankResult],
     run: m.RunSection | None = None,
     sections: Sequence[m.RankSection | Mapping[str, Any]] | None = None,
     job: Mapping[str, Any] | None = None,
@@ -191,7 +191,7 @@ def build_report(
     (:func:`perfdoctor.crossrank.job_section.job_section`)."""
     ranks: Sequence[m.RankSection]
     if sections is None:
-        ranks = [rank_section(r) for r in analysis.ranks]
+        ranks = [rank_section(t) for r in analysis.ranks if (t := r.trace) is not None]
     elif isinstance(sections, RankSections):  # kept encoded: thousands of ranks
         ranks = sections
     else:

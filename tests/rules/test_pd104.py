@@ -5,6 +5,8 @@ Moved from tests/test_rules_run_and_mfu.py (issue 9: one test file per rule).
 
 from types import SimpleNamespace
 
+from rules_helpers import run_analysis
+
 from perfdoctor.checks import pd104_cpu_thread_oversubscription as pd104
 from perfdoctor.checks.context import JobContext
 
@@ -17,7 +19,7 @@ def test_pd104_fires_on_oversubscription():
         "cpu": {"logical_cpus": 2},
         "ranks": [{"rank": 0, "torch_threads": 2}, {"rank": 1, "torch_threads": 2}],
     }
-    analysis = SimpleNamespace(run=run)
+    analysis = run_analysis(run_json=run)
     th = SimpleNamespace(thresholds={"max_threads_per_core": 1.0})
     out = pd104.check(JobContext(analysis, [], th))
     assert out.hit is not None and out.hit.evidence.values["busy_threads"] == 4
@@ -40,7 +42,7 @@ def test_pd104_silent_at_one_thread_per_core():
         "ranks": [{"rank": 0, "torch_threads": 2}],
     }
     out = pd104.check(
-        JobContext(SimpleNamespace(run=run), [], SimpleNamespace(thresholds={"max_threads_per_core": 1.0}))
+        JobContext(run_analysis(run_json=run), [], SimpleNamespace(thresholds={"max_threads_per_core": 1.0}))
     )
     assert out.hit is None and not out.skip
     assert out.metrics["threads_per_core"] == 1.0
@@ -58,7 +60,7 @@ def test_pd104_counts_each_ranks_dataloader_workers():
         ],
     }
     th = SimpleNamespace(thresholds={"max_threads_per_core": 1.0})
-    out = pd104.check(JobContext(SimpleNamespace(run=run), [], th))
+    out = pd104.check(JobContext(run_analysis(run_json=run), [], th))
     assert out.hit is not None and out.hit.evidence.values["busy_threads"] == 6
     assert out.metrics["threads_per_core"] == 1.5
 

@@ -6,9 +6,9 @@ import os
 import socket
 import subprocess
 import sys
-from types import SimpleNamespace
 
 from examples_runs import ONE_THREAD, REPO, profile, real_run, runs_root
+from rules_helpers import run_analysis
 
 from perfdoctor.checks import pd307_ranks_read_same_data as pd307
 from perfdoctor.checks.catalogue import load_catalogue
@@ -27,7 +27,7 @@ def _rank(rank, digests, samplers=("RandomSampler",)):
 
 def _check(ranks, world_size=None):
     run = {"world_size": world_size or len(ranks), "ranks": ranks}
-    return pd307.check(JobContext(SimpleNamespace(run=run), [], load_catalogue().rules["PD307"]))
+    return pd307.check(JobContext(run_analysis(run_json=run), [], load_catalogue().rules["PD307"]))
 
 
 def test_pd307_fires_when_two_of_four_ranks_read_the_same_batches():

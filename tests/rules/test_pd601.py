@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from rules_helpers import job, series
+from rules_helpers import job, run_analysis, series
 
 from perfdoctor.analysis.steady_state import analyze
 from perfdoctor.checks import pd601_transient_measurement as pd601
@@ -32,8 +32,8 @@ def test_pd601_silent_inside_the_runs_own_noise():
     window[145:155] = True
     d[125:145] *= 1.12  # neighbours 12% slow: above 10%, but well inside 3 sigma of a 15%-noise run
     ss = analyze(d, exclude=window, window=window)
-    analysis = SimpleNamespace(
-        run=SimpleNamespace(
+    analysis = run_analysis(
+        SimpleNamespace(
             steady_state=ss, run={}, steps={"duration_s": d, "profiler_phase": np.where(window, "active", "none")}
         )
     )

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from rules_helpers import job, run_job, series
+from rules_helpers import job, run_analysis, run_job, series
 
 from perfdoctor.analysis.steady_state import analyze
 from perfdoctor.checks import pd602_step_time_phase_change as pd602
@@ -36,8 +36,8 @@ def test_pd602_growing_step_time_and_flat_series():
 def test_pd602_jump_is_a_level_change_not_a_trend():
     d = series([(10, 0.02), (70, 0.0049), (70, 0.0089)], noise=0.03)  # warm-up, then a 2x slowdown at step 80
     ss = analyze(d)
-    analysis = SimpleNamespace(
-        run=SimpleNamespace(steady_state=ss, run={}, steps={"duration_s": d, "profiler_phase": np.full(d.size, "none")})
+    analysis = run_analysis(
+        SimpleNamespace(steady_state=ss, run={}, steps={"duration_s": d, "profiler_phase": np.full(d.size, "none")})
     )
     hit = pd602.check(JobContext(analysis, [], SimpleNamespace(thresholds={"min_shift": 0.10, "min_steps": 50}))).hit
     assert hit is not None

@@ -27,9 +27,11 @@ CPU-only traces get the same per-step table over host ops (see :mod:`perfdoctor.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
 import numpy as np
 
 from perfdoctor.analysis import host
@@ -46,9 +48,17 @@ PHASES = ("forward", "backward", "optimizer")
 _OVERRIDABLE = {"elementwise", "reduction_norm", "other", "optimizer"}
 
 
-@dataclass
-class StepBreakdown:
-    """One step on one device; every field in µs unless named otherwise."""
+class Communication(msgspec.Struct, kw_only=True):
+    """Communication kernels of a step (µs): their union, the part overlapped by compute, the rest."""
+
+    total_us: float
+    overlapped_us: float
+    exposed_us: float
+
+
+class StepBreakdown(msgspec.Struct, kw_only=True):
+    """One step on one device (µs unless named otherwise; the report's step row, see docs/report-schema.md "Step
+    breakdown" for each field)."""
 
     step: int
     name: str
@@ -61,7 +71,7 @@ class StepBreakdown:
     categories_us: dict[str, float]
     category_union_us: dict[str, float]
     idle_causes_us: dict[str, float]
-    communication: dict[str, float]
+    communication: Communication
     communication_by_collective_us: dict[str, float]
     memcpy_by_direction_us: dict[str, float]
     phases_host_us: dict[str, float]
@@ -70,8 +80,27 @@ class StepBreakdown:
     kernel_sum_us: float
     triton_us: float = 0.0  # union of Triton-generated kernels (also counted in their category)
 
-    def to_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
+
+class StepTotals(msgspec.Struct, kw_only=True):
+    """The step breakdowns of a device summed field by field (:func:`sum_steps`: µs; ``n_kernels`` a float sum),
+    ``n_steps`` of them: every field of :class:`StepBreakdown` but the step's identity and start."""
+
+    n_steps: int
+    host_dur_us: float
+    dur_us: float
+    busy_us: float
+    idle_us: float
+    categories_us: dict[str, float]
+    category_union_us: dict[str, float]
+    idle_causes_us: dict[str, float]
+    communication: Communication
+    communication_by_collective_us: dict[str, float]
+    memcpy_by_direction_us: dict[str, float]
+    phases_host_us: dict[str, float]
+    phases_device_us: dict[str, float]
+    n_kernels: float
+    kernel_sum_us: float
+    triton_us: float
 
 
 @dataclass
@@ -82,10 +111,6 @@ class DeviceBreakdown:
     kind: str
     steps: list[StepBreakdown]
     notes: list[str] = field(default_factory=list)
-
-    def totals(self) -> dict[str, Any]:
-        """Sums over steps (dict fields summed key by key)."""
-        return sum_steps(self.steps)
 
 
 @dataclass
@@ -134,11 +159,9 @@ def step_rows(steps: Steps, c: StepColumns) -> list[StepBreakdown]:
                 categories_us=at(c.categories, i),
                 category_union_us=at(c.category_union, i),
                 idle_causes_us=at(c.idle_causes, i),
-                communication={
-                    "total_us": float(total[i]),
-                    "overlapped_us": float(overlapped[i]),
-                    "exposed_us": float(exposed[i]),
-                },
+                communication=Communication(
+                    total_us=float(total[i]), overlapped_us=float(overlapped[i]), exposed_us=float(exposed[i])
+                ),
                 communication_by_collective_us=at(c.by_collective, i),
                 memcpy_by_direction_us=at(c.memcpy_by_direction, i),
                 phases_host_us=at(c.phases_host, i),
@@ -151,23 +174,43 @@ def step_rows(steps: Steps, c: StepColumns) -> list[StepBreakdown]:
     return out
 
 
-def sum_steps(steps: list[StepBreakdown]) -> dict[str, Any]:
-    """Add up a list of step breakdowns field by field (µs); ``n_steps`` added."""
-    out: dict[str, Any] = {"n_steps": len(steps)}
-    if not steps:
-        return out
-    for key, val in steps[0].__dict__.items():
-        if key in ("step", "name", "host_start_us", "start_us"):
-            continue
-        if isinstance(val, dict):
-            acc: dict[str, float] = {}
-            for s in steps:
-                for k, v in getattr(s, key).items():
-                    acc[k] = acc.get(k, 0.0) + v
-            out[key] = acc
-        else:
-            out[key] = float(sum(getattr(s, key) for s in steps))
-    return out
+def _sum_maps(maps: list[dict[str, float]]) -> dict[str, float]:
+    """Key by key sums of ``maps`` (keys in first-seen order)."""
+    acc: dict[str, float] = {}
+    for d in maps:
+        for k, v in d.items():
+            acc[k] = acc.get(k, 0.0) + v
+    return acc
+
+
+def sum_steps(steps: list[StepBreakdown]) -> StepTotals:
+    """The step breakdowns added up field by field (µs; dict fields key by key; zeros for no step)."""
+
+    def total(get: Callable[[StepBreakdown], float]) -> float:
+        return float(sum(get(s) for s in steps))
+
+    return StepTotals(
+        n_steps=len(steps),
+        host_dur_us=total(lambda s: s.host_dur_us),
+        dur_us=total(lambda s: s.dur_us),
+        busy_us=total(lambda s: s.busy_us),
+        idle_us=total(lambda s: s.idle_us),
+        categories_us=_sum_maps([s.categories_us for s in steps]),
+        category_union_us=_sum_maps([s.category_union_us for s in steps]),
+        idle_causes_us=_sum_maps([s.idle_causes_us for s in steps]),
+        communication=Communication(
+            total_us=total(lambda s: s.communication.total_us),
+            overlapped_us=total(lambda s: s.communication.overlapped_us),
+            exposed_us=total(lambda s: s.communication.exposed_us),
+        ),
+        communication_by_collective_us=_sum_maps([s.communication_by_collective_us for s in steps]),
+        memcpy_by_direction_us=_sum_maps([s.memcpy_by_direction_us for s in steps]),
+        phases_host_us=_sum_maps([s.phases_host_us for s in steps]),
+        phases_device_us=_sum_maps([s.phases_device_us for s in steps]),
+        n_kernels=total(lambda s: s.n_kernels),
+        kernel_sum_us=total(lambda s: s.kernel_sum_us),
+        triton_us=total(lambda s: s.triton_us),
+    )
 
 
 @dataclass

@@ -49,7 +49,7 @@ def dominant_reason(ctx: RankContext, dtype: str | None, roofs: dict[str, Any] |
     shares: dict[str, float] = {}
     for cause, label in _IDLE_LABELS.items():
         shares[label] = sum(s.idle_causes_us.get(cause, 0.0) for s in rows)
-    shares["communication not overlapped with compute"] = sum(s.communication["exposed_us"] for s in rows)
+    shares["communication not overlapped with compute"] = sum(s.communication.exposed_us for s in rows)
     shares["memory-bound elementwise/normalisation kernels"] = sum(
         s.categories_us.get("elementwise", 0.0) + s.categories_us.get("reduction_norm", 0.0) for s in rows
     )

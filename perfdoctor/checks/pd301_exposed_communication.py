@@ -55,11 +55,11 @@ class Thresholds:
 
 
 def check(ctx: RankContext) -> Outcome:
-    total = ctx.per_step(lambda s: s.communication["total_us"])
+    total = ctx.per_step(lambda s: s.communication.total_us)
     if total.sum() <= 0:
         return skipped(_no_comm_reason(ctx))
-    exposed_all = ctx.per_step(lambda s: s.communication["exposed_us"])
-    overlapped = ctx.per_step(lambda s: s.communication["overlapped_us"])
+    exposed_all = ctx.per_step(lambda s: s.communication.exposed_us)
+    overlapped = ctx.per_step(lambda s: s.communication.overlapped_us)
     cw = getattr(ctx.analysis, "collective_wait", None)
     wait = cw.wait_us.get(ctx.rank.rank) if cw is not None else None
     wait = np.zeros_like(exposed_all) if wait is None or wait.size != exposed_all.size else wait

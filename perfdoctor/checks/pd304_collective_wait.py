@@ -54,7 +54,7 @@ def check(job: JobContext) -> Outcome:
     # only the wait that no compute kernel overlaps costs step time: min(wait, exposed collective time) per step;
     # cold-start steps (PD902) left out: first-call work is what the others wait for there
     exposed = {
-        r: np.array([s.communication["exposed_us"] for s in by_rank[r].step_rows]) for r in cw.wait_us if r in by_rank
+        r: np.array([s.communication.exposed_us for s in by_rank[r].step_rows]) for r in cw.wait_us if r in by_rank
     }
     mean_wait = {
         r: float(np.mean(np.minimum(cw.wait_us[r], exposed[r])[warm[r]])) if warm[r].any() else 0.0 for r in exposed
@@ -69,7 +69,7 @@ def check(job: JobContext) -> Outcome:
     if wait <= 0:  # min_saving_pct: the engine's, on the report's denominator (the job's step)
         return passed(**metrics)
     ctx = by_rank[tied[0]]
-    comm = float(np.median([np.mean([s.communication["total_us"] for s in job.warm_rows(by_rank[r])]) for r in tied]))
+    comm = float(np.median([np.mean([s.communication.total_us for s in job.warm_rows(by_rank[r])]) for r in tied]))
     most = max(cw.last_arrivals.values(), default=0)
     last = sorted(r for r, n in cw.last_arrivals.items() if n == most) if most > 0 else []
     ev = Evidence(

@@ -77,16 +77,15 @@ def device_properties(tables: TraceTables) -> list[m.DeviceProperties]:
 def device_section(dev: DeviceBreakdown) -> m.DeviceSection:
     """One device's breakdown: utilization = Σ busy ÷ Σ step time; step time distribution (µs)."""
     totals = sum_steps(dev.steps)
-    dur = totals.get("dur_us", 0.0)
     return m.DeviceSection(
         device=dev.device,
         kind=dev.kind,
-        utilization=(totals.get("busy_us", 0.0) / dur) if dur else None,
+        utilization=(totals.busy_us / totals.dur_us) if totals.dur_us else None,
         step_time_us=plain(
             summary.distribution(np.array([s.dur_us for s in dev.steps])), m.Distribution, "step_time_us"
         ),
-        totals=plain(totals, m.StepTotals, "totals"),
-        steps=plain([s.to_dict() for s in dev.steps], list[m.StepBreakdown], "steps"),
+        totals=totals,
+        steps=list(dev.steps),
         notes=list(dev.notes),
     )
 

@@ -19,6 +19,9 @@ from collections.abc import Sequence
 import msgspec
 from msgspec import UNSET, UnsetType
 
+from perfdoctor.analysis.breakdown import Communication as Communication
+from perfdoctor.analysis.breakdown import StepBreakdown as StepBreakdown
+from perfdoctor.analysis.breakdown import StepTotals as StepTotals
 from perfdoctor.analysis.missing import MissingReason
 
 SCHEMA = "perfdoctor.report"
@@ -78,59 +81,6 @@ class Distribution(Section, kw_only=True):
     p90: float
     std: float
     n: int
-
-
-class Communication(Section, kw_only=True):
-    """Communication kernels of a step (µs): their union, the part overlapped by compute, the rest."""
-
-    total_us: float
-    overlapped_us: float
-    exposed_us: float
-
-
-class StepBreakdown(Section, kw_only=True):
-    """One step on one device (µs); see docs/report-schema.md "Step breakdown" for each field."""
-
-    step: int
-    name: str
-    host_start_us: float
-    host_dur_us: float
-    start_us: float
-    dur_us: float
-    busy_us: float
-    idle_us: float
-    categories_us: dict[str, float]
-    category_union_us: dict[str, float]
-    idle_causes_us: dict[str, float]
-    communication: Communication
-    communication_by_collective_us: dict[str, float]
-    memcpy_by_direction_us: dict[str, float]
-    phases_host_us: dict[str, float]
-    phases_device_us: dict[str, float]
-    n_kernels: int
-    kernel_sum_us: float
-    triton_us: float
-
-
-class StepTotals(Section, kw_only=True):
-    """The step breakdowns of a device summed field by field (µs; ``n_kernels`` a float sum), ``n_steps``."""
-
-    n_steps: int
-    host_dur_us: float
-    dur_us: float
-    busy_us: float
-    idle_us: float
-    categories_us: dict[str, float]
-    category_union_us: dict[str, float]
-    idle_causes_us: dict[str, float]
-    communication: Communication
-    communication_by_collective_us: dict[str, float]
-    memcpy_by_direction_us: dict[str, float]
-    phases_host_us: dict[str, float]
-    phases_device_us: dict[str, float]
-    n_kernels: float
-    kernel_sum_us: float
-    triton_us: float
 
 
 class DeviceSection(Section, kw_only=True):

@@ -20,6 +20,8 @@ from collections import defaultdict
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
+import msgspec
+
 from perfdoctor.analysis.missing import MissingReason
 from perfdoctor.analysis.roofline import RooflineResult, Roofs
 
@@ -296,14 +298,12 @@ def roofs_for_trace(tables: Any, measured: Roofs | None = None, prefer: str = "s
         return measured
     spec = device_for_trace(tables.device_properties)
     if spec is None and not tables.device_properties:
-        from dataclasses import replace
-
         from perfdoctor.analysis.arch import infer_from_tables
 
         guess = infer_from_tables(tables)  # no deviceProperties: the family's datasheet, the assumption stated
         if guess is not None and guess.spec is not None:
             roofs = roofs_from_spec(guess.spec)
-            return replace(
+            return msgspec.structs.replace(
                 roofs,
                 device=f"{roofs.device} (assumed: {guess.label})",
                 source=f"{roofs.source}; assumed from kernel names ({guess.evidence}): {guess.assumption}",
@@ -331,7 +331,7 @@ def op_sum_unusable(roofline: RooflineResult | None) -> MissingReason | None:
             message="no input shapes recorded (profile with record_shapes=True), "
             f"and no model FLOPs given {_GIVE_FLOPS}",
         )
-    uncosted = sum(u["time_us"] for u in roofline.uncosted if not _COMM_OP.search(u["name"]))
+    uncosted = sum(u.time_us for u in roofline.uncosted if not _COMM_OP.search(u.name))
     total = roofline.costed_time_us + uncosted
     if total <= 0 or roofline.total_flops <= 0:
         return MissingReason(code="no_costed_op", message="no op could be costed from the recorded shapes")

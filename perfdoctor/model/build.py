@@ -48,6 +48,15 @@ def plain(obj: Any, typ: type[T], what: str = "report section") -> T:
         raise PerfDoctorError(f"{what}: cannot be written to the report ({exc})") from None
 
 
+S = TypeVar("S", bound=msgspec.Struct)
+
+
+def as_read_back(section: S) -> S:
+    """``section`` as its JSON reads back: a non-finite float of a ``float | None`` field becomes None, so the
+    report in memory equals the one read from its file (msgspec writes NaN and infinities as ``null``)."""
+    return msgspec.json.decode(msgspec.json.encode(section), type=type(section))
+
+
 def _int_or_none(v: object) -> int | None:
     return v if isinstance(v, int) and not isinstance(v, bool) else None
 
@@ -115,7 +124,7 @@ def rank_section(r: RankAnalysis) -> m.RankSection:
         top_cpu_ops=plain(summary.top_cpu_ops(r.tables, window, r.steps.pid), list[m.TopCpuOp], "top_cpu_ops"),
         memory=memory_section(r),
         profiler=profiler_settings(r.tables.metadata),
-        roofline=None if r.roofline is None else plain(r.roofline, m.RooflineSection, "roofline"),
+        roofline=None if r.roofline is None else as_read_back(r.roofline),
         mfu=None if r.mfu is None else plain(r.mfu, m.MfuSection, "mfu"),
         mfu_missing=r.mfu_missing if r.mfu_missing is not None else UNSET,
         gemm_dtype=m.GemmDtype(dominant=r.gemm_dtype.dominant, time_us=dict(r.gemm_dtype.time_us)),

@@ -23,6 +23,11 @@ from perfdoctor.analysis.breakdown import Communication as Communication
 from perfdoctor.analysis.breakdown import StepBreakdown as StepBreakdown
 from perfdoctor.analysis.breakdown import StepTotals as StepTotals
 from perfdoctor.analysis.missing import MissingReason
+from perfdoctor.analysis.roofline import ChartPoint as ChartPoint
+from perfdoctor.analysis.roofline import RooflineResult as RooflineResult
+from perfdoctor.analysis.roofline import RooflineRow as RooflineRow
+from perfdoctor.analysis.roofline import Roofs as Roofs
+from perfdoctor.analysis.roofline import UncostedOp as UncostedOp
 
 SCHEMA = "perfdoctor.report"
 SCHEMA_VERSION = 2  # v2: the fix plan (``plan``; each finding's headline, method, plan_position, step_after_us)
@@ -204,77 +209,6 @@ class MemorySection(Section, kw_only=True):
     over_step: list[MemoryOverStep] | UnsetType = UNSET
 
 
-class RoofsSection(Section, kw_only=True):
-    """Ceilings used: peak FLOP/s per dtype, memory bandwidth (B/s), their source, "spec" or "measured"."""
-
-    device: str
-    peak_flops: dict[str, float]
-    hbm_bytes_per_s: float | None
-    source: str
-    kind: str
-
-
-class RooflineRow(Section, kw_only=True):
-    """One (op, shapes, dtype) group; FLOP, bytes, FLOP/B, FLOP/s, ``pct_of_attainable`` 0–100 (None for a row
-    ``above_roof``: ``note`` says which count or roof is wrong for it)."""
-
-    name: str
-    shapes: str
-    dtype: str | None
-    math_dtype: str | None
-    kind: str
-    count: int
-    time_us: float
-    flops: float
-    bytes: float | None
-    arithmetic_intensity: float | None
-    ridge_point: float | None
-    peak_flops_per_s: float | None
-    attainable_flops_per_s: float | None
-    achieved_flops_per_s: float | None
-    achieved_bytes_per_s: float | None
-    pct_of_attainable: float | None
-    bound: str
-    formula: str
-    note: str
-
-
-class UncostedOp(Section, kw_only=True):
-    """Ops whose FLOPs could not be computed from their shapes, grouped by name."""
-
-    name: str
-    count: int
-    time_us: float
-    reason: str
-
-
-class ChartPoint(Section, kw_only=True):
-    """One op group drawn on the roofline chart (``ai`` FLOP/B, FLOP/s, µs)."""
-
-    name: str
-    dtype: str | None
-    ai: float | None
-    achieved_flops_per_s: float | None
-    time_us: float
-    bound: str
-
-
-class RooflineSection(Section, kw_only=True):
-    """:class:`perfdoctor.analysis.roofline.RooflineResult`; ``time_basis`` "device" or "cpu_op"."""
-
-    ops: list[RooflineRow]
-    uncosted: list[UncostedOp]
-    chart: list[ChartPoint]
-    roofs: RoofsSection | None
-    time_basis: str
-    costed_time_us: float
-    uncosted_time_us: float
-    total_flops: float
-    latency_fraction: float | None
-    n_groups: int
-    warnings: list[str]
-
-
 class MfuSection(Section, kw_only=True):
     """:class:`perfdoctor.analysis.mfu.MfuResult`: FLOP per step, s, FLOP/s, fractions 0–1.
 
@@ -361,7 +295,7 @@ class RankSection(Section, kw_only=True):
     top_cpu_ops: list[TopCpuOp]
     memory: MemorySection
     profiler: dict[str, str]
-    roofline: RooflineSection | None
+    roofline: RooflineResult | None
     mfu: MfuSection | None
     mfu_missing: MissingReason | UnsetType = UNSET
     gemm_dtype: GemmDtype

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from perfdoctor.analysis.mfu import ModelFlops
 from perfdoctor.analysis.rank import Analysis, RankAnalysis
 from perfdoctor.capture.rundir import is_run_dir
 from perfdoctor.jobs.rank_stage import analyze_tables
@@ -94,8 +95,7 @@ def build(
     step_marker: str | None = None,
     on_progress: Callable[[int], None] | None = None,
     rule_options: RuleOptions | None = None,
-    model_flops_per_step: float | None = None,
-    flops_source: str = "flop_counter",
+    model_flops: ModelFlops | None = None,
     without_traces: str | None = None,
     executor: Any = None,
     cache: bool = False,
@@ -144,13 +144,12 @@ def build(
         run, chosen, window_note, no_trace = _read_run_dir(p, without_traces)
         trace_paths.extend(chosen)
         notes += run.warnings + [n for n in (window_note, no_trace) if n]
-    if run is not None and model_flops_per_step is None and run.facts.flops_per_step:
-        model_flops_per_step, flops_source = float(run.facts.flops_per_step), "flop_counter"
+    if run is not None and model_flops is None and run.facts.flops_per_step:
+        model_flops = ModelFlops(float(run.facts.flops_per_step), "flop_counter")
     files = [f for p in trace_paths for f in trace_files_in(p)]
     summary_opts = SummaryOptions(
         step_marker=step_marker,
-        model_flops_per_step=model_flops_per_step,
-        flops_source=flops_source,
+        model_flops=model_flops,
         step_time_s_by_rank=run_data.steady_step_times(run),
         run_allocator_by_rank=run_data.allocator_values_by_rank(run),
         run_cpu_by_rank=run_data.cpu_series_by_rank(run),

@@ -21,7 +21,7 @@ from perfdoctor.trace.tables import TraceTables
 
 if TYPE_CHECKING:
     from perfdoctor.analysis.collective_wait import CollectiveWait
-    from perfdoctor.analysis.mfu import MfuResult
+    from perfdoctor.analysis.mfu import MfuResult, ModelFlops
     from perfdoctor.analysis.roofline import RooflineResult, Roofs
     from perfdoctor.capture.run_data import RunData
     from perfdoctor.checks.engine import CheckResults
@@ -93,8 +93,7 @@ class Analysis:
 
 def add_efficiency(
     ranks: list[RankAnalysis],
-    model_flops_per_step: float | None = None,
-    flops_source: str = "flop_counter",
+    model_flops: ModelFlops | None = None,
     measured_roofs: Roofs | None = None,
     prefer: str = "spec",
     step_time_s_by_rank: dict[int, float] | None = None,
@@ -135,8 +134,7 @@ def add_efficiency(
             roofs,
             step_s,
             len(r.steps),
-            model_flops_per_step,
-            flops_source,
+            model_flops,
             roofline=r.roofline,
             busy_fraction=busy,
         )

@@ -28,6 +28,7 @@ from perfdoctor import __version__
 from perfdoctor.analysis.batch_shape import BatchShape, batch_shape, input_shapes
 from perfdoctor.analysis.breakdown import DeviceBreakdown, StepBreakdown
 from perfdoctor.analysis.collective_wait import CollectiveTimeline
+from perfdoctor.analysis.mfu import ModelFlops
 from perfdoctor.checks.context import Outcome
 from perfdoctor.errors import PerfDoctorError
 from perfdoctor.model.report import RankSection
@@ -62,8 +63,7 @@ class SummaryOptions(msgspec.Struct, frozen=True):
     """
 
     step_marker: str | None = None
-    model_flops_per_step: float | None = None
-    flops_source: str = "flop_counter"
+    model_flops: ModelFlops | None = None
     step_time_s_by_rank: dict[int, float] = {}
     run_allocator_by_rank: dict[int, dict[str, Any]] = {}
     # each rank's steps.csv CPU-time series and steady start (perfdoctor.capture.run_data.cpu_series_by_rank)

@@ -125,7 +125,7 @@ def rank_section(r: RankAnalysis) -> m.RankSection:
         memory=memory_section(r),
         profiler=profiler_settings(r.tables.metadata),
         roofline=None if r.roofline is None else as_read_back(r.roofline),
-        mfu=None if r.mfu is None else plain(r.mfu, m.MfuSection, "mfu"),
+        mfu=None if r.mfu is None else as_read_back(r.mfu),
         mfu_missing=r.mfu_missing if r.mfu_missing is not None else UNSET,
         gemm_dtype=m.GemmDtype(dominant=r.gemm_dtype.dominant, time_us=dict(r.gemm_dtype.time_us)),
         replay=None if r.replay is None else plain(r.replay.to_dict(), m.ReplaySection, "replay"),

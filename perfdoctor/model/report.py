@@ -22,6 +22,7 @@ from msgspec import UNSET, UnsetType
 from perfdoctor.analysis.breakdown import Communication as Communication
 from perfdoctor.analysis.breakdown import StepBreakdown as StepBreakdown
 from perfdoctor.analysis.breakdown import StepTotals as StepTotals
+from perfdoctor.analysis.mfu import MfuResult as MfuResult
 from perfdoctor.analysis.missing import MissingReason
 from perfdoctor.analysis.roofline import ChartPoint as ChartPoint
 from perfdoctor.analysis.roofline import RooflineResult as RooflineResult
@@ -209,25 +210,6 @@ class MemorySection(Section, kw_only=True):
     over_step: list[MemoryOverStep] | UnsetType = UNSET
 
 
-class MfuSection(Section, kw_only=True):
-    """:class:`perfdoctor.analysis.mfu.MfuResult`: FLOP per step, s, FLOP/s, fractions 0–1.
-
-    ``mfu`` None: computed inputs but no ratio reported, ``note`` says why."""
-
-    model_flops_per_step: float
-    step_time_s: float
-    achieved_flops_per_s: float
-    dtype: str | None
-    peak_flops_per_s: float | None
-    mfu: float | None
-    hardware_flops_per_step: float | None
-    hfu: float | None
-    flops_source: str
-    peak_source: str | None
-    on_gpu: bool
-    note: str
-
-
 class FixAllSection(Section, kw_only=True):
     """The rank's findings' what-ifs replayed together: the mean step before and after (µs). Before is the step the
     savings are taken from: the recorded mean of the analysed steps, or, with ``replay.unprofiled``, the unprofiled
@@ -296,7 +278,7 @@ class RankSection(Section, kw_only=True):
     memory: MemorySection
     profiler: dict[str, str]
     roofline: RooflineResult | None
-    mfu: MfuSection | None
+    mfu: MfuResult | None
     mfu_missing: MissingReason | UnsetType = UNSET
     gemm_dtype: GemmDtype
     replay: ReplaySection | None

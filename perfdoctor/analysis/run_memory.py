@@ -15,9 +15,9 @@ stair-steps) and its confidence interval (``scipy.stats.theilslopes``, Sen 1968)
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
+import msgspec
 import numpy as np
 
 # Theil–Sen is O(n²) in the steps fitted: past this many, evenly spaced steps of the stretch are fitted
@@ -31,26 +31,28 @@ SERIES_WORDS = {
 }
 
 
-@dataclass(frozen=True)
-class Growth:
-    """One memory series over the run (bytes; steps are the run's 0-based step numbers).
+class Growth(msgspec.Struct, frozen=True, kw_only=True):
+    """One memory series over the run (bytes; steps are the run's 0-based step numbers; the report's
+    ``run.memory.series[]``).
 
-    ``first_step``..``last_step``: the fitted stretch (``n_steps`` steps); ``start_bytes`` / ``end_bytes``: the
-    fitted line at its ends; ``slope_bytes_per_step`` (Theil–Sen) with ``slope_low`` / ``slope_high`` its
+    ``series``: its ``steps.csv`` column, ``words`` what it is in words; ``first_step``..``last_step``: the fitted
+    stretch (``n_steps`` steps); ``start_bytes`` / ``end_bytes``: the fitted line at its ends;
+    ``slope_bytes_per_step`` (Theil–Sen) with ``slope_low_bytes_per_step`` / ``slope_high_bytes_per_step`` its
     :data:`CONFIDENCE` interval; ``growth_bytes`` = slope × (last − first step); ``peak_bytes`` at ``peak_step``:
     the largest value of the whole run; ``limit_bytes``: what the series can reach before it fails (None: not
     recorded), ``limit_source`` says what it is; ``steps_to_limit``: (limit − end) ÷ slope, None when the slope is
     not positive or there is no limit."""
 
     series: str
+    words: str
     first_step: int
     last_step: int
     n_steps: int
     start_bytes: float
     end_bytes: float
     slope_bytes_per_step: float
-    slope_low: float
-    slope_high: float
+    slope_low_bytes_per_step: float
+    slope_high_bytes_per_step: float
     growth_bytes: float
     peak_bytes: float
     peak_step: int
@@ -58,17 +60,13 @@ class Growth:
     limit_source: str
     steps_to_limit: float | None
 
-    @property
-    def words(self) -> str:
-        return SERIES_WORDS.get(self.series, self.series)
 
-
-@dataclass(frozen=True)
-class AllocatorCounts:
+class AllocatorCounts(msgspec.Struct, frozen=True, kw_only=True):
     """The caching allocator's counters over the steady-state steps (``steps.csv``'s cumulative counts, differenced
-    step by step): ``mallocs_per_step`` (cudaMalloc calls, ``num_device_alloc``) and ``retries_per_step``
-    (``num_alloc_retries``: a failed cudaMalloc that freed the cache and tried again) per steady step, over
-    ``n_steps`` steady unprofiled steps from ``first_step``; ``retry_steps``: the steps with a retry (first 20)."""
+    step by step; the report's ``run.memory.allocator``): ``mallocs_per_step`` (cudaMalloc calls,
+    ``num_device_alloc``) and ``retries_per_step`` (``num_alloc_retries``: a failed cudaMalloc that freed the cache
+    and tried again) per steady step, over ``n_steps`` steady unprofiled steps from ``first_step``;
+    ``retry_steps``: the steps with a retry (first 20)."""
 
     n_steps: int
     first_step: int
@@ -77,8 +75,7 @@ class AllocatorCounts:
     retry_steps: list[int]
 
 
-@dataclass(frozen=True)
-class RunMemory:
+class RunMemory(msgspec.Struct, frozen=True, kw_only=True):
     """What the run's step series say about memory: each recorded series' :class:`Growth`, the allocator counts
     (None without CUDA counters)."""
 
@@ -86,6 +83,7 @@ class RunMemory:
     allocator: AllocatorCounts | None
 
     def growth(self, name: str) -> Growth | None:
+        """The :class:`Growth` of series ``name`` (None: not recorded)."""
         return next((g for g in self.series if g.series == name), None)
 
 
@@ -140,14 +138,15 @@ def growth_of(
     to_limit = (cap - end) / slope if cap is not None and slope > 0 else None
     return Growth(
         series=name,
+        words=SERIES_WORDS.get(name, name),
         first_step=int(x[0]),
         last_step=int(x[-1]),
         n_steps=int(idx.size),
         start_bytes=float(start),
         end_bytes=float(end),
         slope_bytes_per_step=slope,
-        slope_low=low,
-        slope_high=high,
+        slope_low_bytes_per_step=low,
+        slope_high_bytes_per_step=high,
         growth_bytes=slope * float(x[-1] - x[0]),
         peak_bytes=float(col[peak_i]),
         peak_step=int(steps["step"][peak_i]),

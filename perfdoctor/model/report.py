@@ -29,6 +29,11 @@ from perfdoctor.analysis.roofline import RooflineResult as RooflineResult
 from perfdoctor.analysis.roofline import RooflineRow as RooflineRow
 from perfdoctor.analysis.roofline import Roofs as Roofs
 from perfdoctor.analysis.roofline import UncostedOp as UncostedOp
+from perfdoctor.analysis.run_memory import AllocatorCounts as AllocatorCounts
+from perfdoctor.analysis.run_memory import Growth as Growth
+from perfdoctor.analysis.run_memory import RunMemory
+from perfdoctor.analysis.steady_state import Phase as Phase
+from perfdoctor.analysis.steady_state import SteadyState as SteadyState
 
 SCHEMA = "perfdoctor.report"
 SCHEMA_VERSION = 2  # v2: the fix plan (``plan``; each finding's headline, method, plan_position, step_after_us)
@@ -427,35 +432,6 @@ class RunSteps(Section, kw_only=True):
     profiler_phase: list[str]
 
 
-class Phase(Section, kw_only=True):
-    """A steady phase of the run: steps ``[start_step, end_step)`` (0-based), median step time (s)."""
-
-    start_step: int
-    end_step: int
-    median_s: float
-
-
-class SteadyStateSection(Section, kw_only=True):
-    """:class:`perfdoctor.analysis.steady_state.SteadyState` (s; trend in µs per step) plus derived flags."""
-
-    n_steps: int
-    warmup_steps: int
-    phases: list[Phase]
-    median_s: float
-    p10_s: float
-    p90_s: float
-    trend_us_per_step: float | None
-    trend_rise_ratio: float | None
-    trend_detected: bool
-    window_median_s: float | None
-    window_ratio: float | None
-    window_neighbor_median_s: float | None
-    window_neighbor_ratio: float | None
-    notes: list[str]
-    phase_change: bool
-    steady_start_step: int
-
-
 class Throughput(Section, kw_only=True):
     """A rate (``unit`` tokens/s or samples/s; None when its denominator is 0) with its parts in words."""
 
@@ -472,39 +448,6 @@ class NonTraining(Section, kw_only=True):
     eval_steps: int
     checkpoint_s: float
     checkpoint_steps: int
-
-
-class RunMemoryGrowth(Section, kw_only=True):
-    """One memory series over the run (``series``: ``cuda_reserved_bytes``, ``cuda_allocated_bytes`` or
-    ``rss_bytes``; bytes, per step): :class:`perfdoctor.analysis.run_memory.Growth`."""
-
-    series: str
-    words: str
-    first_step: int
-    last_step: int
-    n_steps: int
-    start_bytes: float
-    end_bytes: float
-    slope_bytes_per_step: float
-    slope_low_bytes_per_step: float
-    slope_high_bytes_per_step: float
-    growth_bytes: float
-    peak_bytes: float
-    peak_step: int
-    limit_bytes: float | None
-    limit_source: str
-    steps_to_limit: float | None
-
-
-class RunAllocator(Section, kw_only=True):
-    """The CUDA caching allocator's cudaMalloc calls and retries per steady-state step over the whole run
-    (:class:`perfdoctor.analysis.run_memory.AllocatorCounts`)."""
-
-    n_steps: int
-    first_step: int
-    mallocs_per_step: float | None
-    retries_per_step: float | None
-    retry_steps: list[int]
 
 
 class RunSnapshot(Section, kw_only=True):
@@ -525,12 +468,10 @@ class RunSnapshot(Section, kw_only=True):
     top_site_bytes: int
 
 
-class RunMemorySection(Section, kw_only=True):
-    """The run's memory from ``steps.csv`` (growth and peak of each recorded series, allocator counts per step) and
-    its memory snapshots."""
+class RunMemorySection(RunMemory, frozen=True, kw_only=True):
+    """The run's memory from ``steps.csv`` (:class:`~perfdoctor.analysis.run_memory.RunMemory`: growth and peak of
+    each recorded series, allocator counts per step) and its memory snapshots."""
 
-    series: list[RunMemoryGrowth]
-    allocator: RunAllocator | None
     snapshots: list[RunSnapshot]
 
 
@@ -547,7 +488,7 @@ class RunSection(Section, kw_only=True):
     tokens_per_step: int | float | None
     samples_per_step: int | float | None
     steps: RunSteps
-    steady_state: SteadyStateSection | None
+    steady_state: SteadyState | None
     throughput: dict[str, Throughput]
     non_training: NonTraining
     device: str | None = None  # run.json environment: "CPU", the GPU's name, "GPU"; None when it does not say

@@ -114,7 +114,7 @@ def plan(rr: Any, hits: dict[str, Hit], denominator_us: float) -> list[str]:
             est,
             after_us=marginal,
             after_codes=tuple(chosen),
-            after_from_us=prev_us,
+            basis=dataclasses.replace(est.basis, after_from_us=prev_us),
             step_after_us=step_after,
             plan_position=len(chosen) + 1,
         )
@@ -130,7 +130,7 @@ def plan(rr: Any, hits: dict[str, Hit], denominator_us: float) -> list[str]:
                 est,
                 after_us=max(prev_us - both[1], 0.0),
                 after_codes=tuple(chosen),
-                after_from_us=prev_us,
+                basis=dataclasses.replace(est.basis, after_from_us=prev_us),
                 step_after_us=None,
                 plan_position=None,
             )

@@ -11,7 +11,7 @@ from perfdoctor.analysis import host
 from perfdoctor.analysis import intervals as iv
 from perfdoctor.analysis.classify import classify_kernel
 from perfdoctor.analysis.source_lines import stacks_of
-from perfdoctor.findings import Estimate, Evidence
+from perfdoctor.findings import Basis, Estimate, Evidence
 from perfdoctor.trace.join import launch_rows, launched_rows
 from perfdoctor.trace.tables import TraceTables
 
@@ -72,7 +72,7 @@ def replayed_estimate(saving_us: float, method: str, fields: dict[str, Any]) -> 
     """The estimate of a replayed saving whose message says "takes it from A ms to B ms": ``from_us`` is A
     (``fields["recorded_ms"]``, from :func:`replay_fields` or the replayed base the check measured on top of), so a
     renderer's now/fixed bars show the message's two steps."""
-    return Estimate(saving_us, method, from_us=float(fields["recorded_ms"]) * 1000.0)
+    return Estimate(saving_us, method, basis=Basis(from_us=float(fields["recorded_ms"]) * 1000.0))
 
 
 def idle_cause_ms(ctx: Any, cause: str) -> float:

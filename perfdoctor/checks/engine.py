@@ -199,7 +199,7 @@ def _finding(
                     alone_text_us = float(hit.evidence.values["saving_alone_ms"]) * 1000.0
                 tail = "; " + after.after_text(alone_text_us, est.after_us, est.after_codes, pct_after)
             alone_us, pct = est.saving_us, pct_after
-            est = replace(est, saving_us=est.after_us, from_us=est.after_from_us)
+            est = replace(est, saving_us=est.after_us, basis=est.basis.of_after())
     try:
         message, headline = spec.message.format_map(fields), spec.headline.format_map(fields)
     except (KeyError, ValueError, IndexError, AttributeError, TypeError) as exc:
@@ -565,8 +565,7 @@ def _job_plan(
             est,
             saving_us=saving,
             after_us=saving,
-            from_us=prev,
-            after_from_us=prev,
+            basis=dataclasses.replace(est.basis, from_us=prev, after_from_us=prev),
             step_after_us=after_us,
             plan_position=n,
             after_codes=tuple(chosen),
@@ -590,9 +589,9 @@ def _joint_last_entry(res: CheckResults, rank_ctx: list[cx.RankContext], chosen:
         return
     last = next(f for f in res.findings if f.plan_position == len(chosen))
     est = last.estimate
-    assert est is not None and est.from_us is not None
+    assert est is not None and est.basis.from_us is not None
     after_us = joint.after[1]
-    saving = max(est.from_us - after_us, 0.0)
+    saving = max(est.basis.from_us - after_us, 0.0)
     last.estimate = dataclasses.replace(
         est,
         saving_us=saving,

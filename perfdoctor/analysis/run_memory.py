@@ -15,10 +15,14 @@ stair-steps) and its confidence interval (``scipy.stats.theilslopes``, Sen 1968)
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 import msgspec
 import numpy as np
+
+if TYPE_CHECKING:
+    from perfdoctor.analysis.rank import Analysis
 
 # Theil–Sen is O(n²) in the steps fitted: past this many, evenly spaced steps of the stretch are fitted
 MAX_FIT_STEPS = 2000
@@ -156,7 +160,7 @@ def growth_of(
     )
 
 
-def limits(memory: dict[str, Any] | None) -> dict[str, tuple[float | None, str]]:
+def limits(memory: Mapping[str, object] | None) -> dict[str, tuple[float | None, str]]:
     """Each series' limit (bytes) and what it is, from ``run.json``'s ``memory`` (recorded at the run's start):
     the device's total memory for the CUDA series; the host's available memory plus the process's RSS then
     for the RSS (what it could grow to before the host, or its cgroup, runs out)."""
@@ -174,7 +178,7 @@ def limits(memory: dict[str, Any] | None) -> dict[str, tuple[float | None, str]]
     }
 
 
-def _num(v: Any) -> float | None:
+def _num(v: object) -> float | None:
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and v == v else None
 
 
@@ -208,7 +212,9 @@ def allocator_counts(steps: dict[str, np.ndarray], mask: np.ndarray) -> Allocato
     )
 
 
-def run_memory(steps: dict[str, np.ndarray], steady_start: int, memory: dict[str, Any] | None) -> RunMemory | None:
+def run_memory(
+    steps: dict[str, np.ndarray], steady_start: int, memory: Mapping[str, object] | None
+) -> RunMemory | None:
     """The run's :class:`RunMemory` from its step table (:func:`perfdoctor.capture.run_data.read_steps_csv`), the
     first steady-state step (``SteadyState.steady_start_step``) and ``run.json``'s ``memory``; None when no
     memory column was measured."""
@@ -224,16 +230,21 @@ def run_memory(steps: dict[str, np.ndarray], steady_start: int, memory: dict[str
     return RunMemory(series=series, allocator=counts)
 
 
-def run_allocator_evidence(analysis: Any) -> dict[str, Any]:
+# evidence values of the allocator's counts over the run (:func:`run_allocator_values`)
+AllocatorValues = dict[str, float | int | list[int] | None]
+
+
+def run_allocator_evidence(analysis: Analysis) -> AllocatorValues:
     """:func:`run_allocator_values` of an analysis: the values its rank summary's worker was given
-    (``analysis.run_allocator``), else those of its run data (``analysis.run.memory``, rank 0's); {} without."""
-    given = getattr(analysis, "run_allocator", None)
-    if given is not None:
-        return dict(given)
-    return run_allocator_values(getattr(getattr(analysis, "run", None), "memory", None))
+    (``analysis.run_allocator``), else those of its run data (``analysis.run.memory``, rank 0's); {} without (a
+    worker's ``run`` is run.json alone)."""
+    if analysis.run_allocator is not None:
+        return dict(analysis.run_allocator)
+    run = analysis.run
+    return run_allocator_values(None if run is None or isinstance(run, Mapping) else run.memory)
 
 
-def run_allocator_values(memory: RunMemory | None) -> dict[str, Any]:
+def run_allocator_values(memory: RunMemory | None) -> AllocatorValues:
     """The allocator's counts over the whole run as evidence values (PD501's, beside the profiled window's
     calls): ``run_mallocs_per_step`` (cudaMalloc calls) and ``run_retries_per_step`` (allocator retries) per
     steady-state unprofiled step, ``run_retry_steps`` (the first 20 steps with a retry) and ``run_steady_steps``
@@ -241,7 +252,7 @@ def run_allocator_values(memory: RunMemory | None) -> dict[str, Any]:
     a = memory.allocator if memory is not None else None
     if a is None:
         return {}
-    out: dict[str, Any] = {"run_retries_per_step": a.retries_per_step, "run_steady_steps": a.n_steps}
+    out: AllocatorValues = {"run_retries_per_step": a.retries_per_step, "run_steady_steps": a.n_steps}
     if a.mallocs_per_step is not None:
         out["run_mallocs_per_step"] = a.mallocs_per_step
     if a.retry_steps:

@@ -8,7 +8,7 @@ so the Report in memory equals the one read back from its JSON (NaN is ``None`` 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, TypedDict, TypeVar
 
 import msgspec
 import numpy as np
@@ -35,7 +35,7 @@ T = TypeVar("T")
 _OPTS = orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY
 
 
-def plain(obj: Any, typ: type[T], what: str = "report section") -> T:
+def plain(obj: object, typ: type[T], what: str = "report section") -> T:
     """``obj`` (dicts, lists, numbers, numpy values, dataclasses) as ``typ`` through its JSON form.
 
     Raises:
@@ -169,26 +169,38 @@ def plan_entries(findings: list[m.FindingSection]) -> list[m.PlanEntry]:
     ]
 
 
-def check_sections(results: CheckResults) -> dict[str, Any]:
+class CheckSections(TypedDict, total=False):
+    """The Report's fields that come from the check results (and the verdict line read from them)."""
+
+    denominator: m.Denominator | None
+    findings: list[m.FindingSection]
+    plan: list[m.PlanEntry]
+    skipped_checks: list[m.SkippedCheck]
+    passed_checks: list[str]
+    findings_note: str
+    verdict: str
+
+
+def check_sections(results: CheckResults) -> CheckSections:
     """``findings``, ``skipped_checks``, ``passed_checks``, ``findings_note`` and ``denominator`` of the Report."""
     rep = results.to_report()
     denom = rep["denominator"]
     findings = plain(rep["findings"], list[m.FindingSection], "findings")
-    return {
-        "denominator": None if denom is None else plain(denom, m.Denominator, "denominator"),
-        "findings": findings,
-        "plan": plan_entries(findings),
-        "skipped_checks": plain(rep["skipped_checks"], list[m.SkippedCheck], "skipped_checks"),
-        "passed_checks": list(rep["passed_checks"]),
-        "findings_note": rep["findings_note"],
-    }
+    return CheckSections(
+        denominator=None if denom is None else plain(denom, m.Denominator, "denominator"),
+        findings=findings,
+        plan=plan_entries(findings),
+        skipped_checks=plain(rep["skipped_checks"], list[m.SkippedCheck], "skipped_checks"),
+        passed_checks=list(rep["passed_checks"]),
+        findings_note=str(rep["findings_note"]),
+    )
 
 
 def build_report(
     analysis: Analysis,
     run: m.RunSection | None = None,
-    sections: Sequence[m.RankSection | Mapping[str, Any]] | None = None,
-    job: Mapping[str, Any] | None = None,
+    sections: Sequence[m.RankSection | Mapping[str, object]] | None = None,
+    job: Mapping[str, object] | None = None,
 ) -> m.Report:
     """The whole typed report of ``analysis`` (its ranks, check results and warnings) and of the run
     directory's ``run`` section (:func:`perfdoctor.capture.run_data.run_section`), if any.
@@ -204,7 +216,7 @@ def build_report(
         ranks = sections
     else:
         ranks = [s if isinstance(s, m.RankSection) else plain(s, m.RankSection, "rank section") for s in sections]
-    checks = check_sections(analysis.checks) if analysis.checks is not None else {}
+    checks = check_sections(analysis.checks) if analysis.checks is not None else CheckSections()
     summ = summary_section(ranks)
     from perfdoctor.model.verdict import verdict
 

@@ -384,23 +384,9 @@ def memory_section(run: RunData) -> dict[str, Any] | None:
     step) and one row per device of each readable snapshot (:attr:`RunData.snapshot_reports`); None when the run
     measured no memory column and holds no snapshot."""
     mem = run.memory
-    snaps = [
-        {
-            "path": name,
-            "device": d.device,
-            "peak_allocated_bytes": d.peak_allocated_bytes,
-            "peak_reserved_bytes": d.peak_reserved_bytes,
-            "reserved_at_snapshot_bytes": d.reserved_at_snapshot_bytes,
-            "fragmentation": d.fragmentation,
-            "cuda_malloc_calls": d.cuda_malloc_calls,
-            "cache_flushes_then_malloc": d.cache_flushes_then_malloc,
-            "ooms": len(d.ooms),
-            "top_site": d.call_sites[0].site if d.call_sites else "",
-            "top_site_bytes": d.call_sites[0].bytes if d.call_sites else 0,
-        }
-        for name, rep in run.snapshot_reports[0]
-        for d in rep.devices
-    ]
+    from perfdoctor.snapshot.report import run_snapshots
+
+    snaps = [msgspec.to_builtins(row) for name, rep in run.snapshot_reports[0] for row in run_snapshots(name, rep)]
     if mem is None and not snaps:
         return None
     series = [msgspec.to_builtins(g) for g in (mem.series if mem is not None else [])]

@@ -452,8 +452,9 @@ class NonTraining(Section, kw_only=True):
 
 class RunSnapshot(Section, kw_only=True):
     """A memory snapshot in the run directory (``perfdoctor profile --memory-snapshot``), one device's figures
-    from :mod:`perfdoctor.snapshot` (bytes): ``path`` relative to the run directory; ``top_site`` the call site
-    holding most at the peak ("" when none is recorded); the full report: ``perfdoctor report <path>``."""
+    from :mod:`perfdoctor.snapshot` (bytes; made from its report by :func:`perfdoctor.snapshot.report.run_snapshots`):
+    ``path`` relative to the run directory; ``top_site`` the call site holding most at the peak ("" when none is
+    recorded); the full report: ``perfdoctor report <path>``."""
 
     path: str
     device: int

@@ -1,8 +1,9 @@
 """Build the typed :class:`~perfdoctor.model.report.Report` from an analysis and its check results.
 
-Each ``*_section`` function turns one analysis result into its report section. Analysis results that are
-dataclasses of plain numbers (MFU, roofline, steady state, findings) are converted through their JSON form,
-so the Report in memory equals the one read back from its JSON (NaN is ``None`` in both).
+Each ``*_section`` function turns one analysis result into its report section. The step breakdown, roofline and
+MFU are the analyses' own Structs, embedded as they are (:func:`as_read_back` for those whose ``float | None``
+fields may hold NaN); other results (findings, summaries) are converted through their JSON form, so the Report in
+memory equals the one read back from its JSON (NaN is ``None`` in both).
 """
 
 from __future__ import annotations

@@ -5,6 +5,11 @@ The JSON written by ``perfdoctor report`` (schema ``perfdoctor.report``, version
 types encoded by :func:`perfdoctor.model.codec.to_json`; reading it back with
 :func:`perfdoctor.model.codec.from_json` gives an equal :class:`Report`.
 
+The sections an analysis produces whole are that analysis's own Structs, imported here rather than defined twice:
+the step breakdown (:mod:`perfdoctor.analysis.breakdown`), the roofline (:mod:`perfdoctor.analysis.roofline`), MFU
+(:mod:`perfdoctor.analysis.mfu`), the run's steady state (:mod:`perfdoctor.analysis.steady_state`) and memory
+(:mod:`perfdoctor.analysis.run_memory`).
+
 Conventions: every time is µs and ends in ``_us`` (``_s`` for seconds), bytes end in
 ``_bytes``; a field that is absent from the JSON when its analysis did not run has
 the default :data:`msgspec.UNSET`; a value that is ``null`` in the JSON is ``None``

@@ -40,6 +40,7 @@ The report's finding dict (read by every renderer; keep it stable)::
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TypeAlias
@@ -75,6 +76,33 @@ def severity_level(severity: str) -> int:
 
 
 @dataclass(frozen=True)
+class Basis:
+    """Which step a saving is measured against (µs); a saving is restated onto another step with
+    :meth:`Estimate.rescaled`, which scales it and these alike.
+
+    Attributes:
+        from_us: the mean step the saving is taken from, where the check's message names it ("takes it from A ms
+            to B ms"): the rank's recorded mean analysed step, or the step replayed with another finding's fix the
+            saving is measured on top of (PD103 on PD101's prefetched batches). None: the report's denominator.
+        after_from_us: the mean step the after-fixes saving (``Estimate.after_us``) is taken from: the step replayed
+            with the fixes of ``Estimate.after_codes`` together (None without an after-fixes saving).
+        step_us / step_words: the step the saving was measured as a part of, and what it is ("the run's unprofiled
+            steady steps' median"), when that is another kind of step than the report's denominator (a profile
+            run's unprofiled step vs its profiled window); the engine restates the saving as the same share of the
+            report's step (:func:`perfdoctor.checks.restate.restated`). None: measured on that step.
+    """
+
+    from_us: float | None = None
+    after_from_us: float | None = None
+    step_us: float | None = None
+    step_words: str = ""
+
+    def of_after(self) -> Basis:
+        """The basis of the after-fixes saving stated as the saving: it is taken from ``after_from_us``."""
+        return dataclasses.replace(self, from_us=self.after_from_us)
+
+
+@dataclass(frozen=True)
 class Estimate:
     """A saving: µs per step and how it was computed. A check gives no share of the step: the engine states every
     saving as a share of the report's one denominator (:mod:`perfdoctor.checks.denominator`).
@@ -87,15 +115,7 @@ class Estimate:
             (the step replayed with theirs − replayed with theirs and this one: :mod:`perfdoctor.checks.after`);
             None when not replayed, or no higher-ranked finding fired.
         after_codes: the codes of those findings, by rank.
-        after_from_us: the mean step (µs) ``after_us`` is taken from: the step replayed with the fixes of
-            ``after_codes`` together (None with ``after_us``).
-        from_us: the mean step (µs) the saving is taken from, where the check's message names it ("takes it from
-            A ms to B ms"): the rank's recorded mean analysed step, or the step replayed with another finding's fix
-            the saving is measured on top of (PD103 on PD101's prefetched batches). None: the report's denominator.
-        step_us / step_words: the step (µs) ``saving_us`` was measured as a part of, and what it is ("the run's
-            unprofiled steady steps' median"), when that is another kind of step than the report's denominator (a
-            profile run's unprofiled step vs its profiled window); the engine restates the saving as the same
-            share of the report's step (:func:`perfdoctor.checks.restate.restated`). None: measured on that step.
+        basis: which step the saving (and ``after_us``) is measured against (:class:`Basis`).
         step_after_us: the mean step (µs) predicted once this fix and every fix above it in the rank's fix plan are
             in, replayed together (:func:`perfdoctor.checks.after.plan`); None when the fix is not in the plan.
         plan_position: 1-based place in the rank's fix plan (the greedy order of marginal savings); None when the
@@ -107,12 +127,24 @@ class Estimate:
     method: str
     after_us: float | None = None
     after_codes: tuple[str, ...] = ()
-    from_us: float | None = None
-    after_from_us: float | None = None
-    step_us: float | None = None
-    step_words: str = ""
+    basis: Basis = Basis()
     step_after_us: float | None = None
     plan_position: int | None = None
+
+    def rescaled(self, ratio: float) -> Estimate:
+        """The saving stated on a step ``ratio`` times the one it was measured on (its share unchanged): the saving,
+        the after-fixes saving and the steps they are taken from × ``ratio``; the basis is then that step (no
+        ``step_us``). The one place a saving's basis is rescaled."""
+
+        def times(v: float | None) -> float | None:
+            return None if v is None else v * ratio
+
+        return dataclasses.replace(
+            self,
+            saving_us=self.saving_us * ratio,
+            after_us=times(self.after_us),
+            basis=Basis(from_us=times(self.basis.from_us), after_from_us=times(self.basis.after_from_us)),
+        )
 
 
 @dataclass
@@ -241,7 +273,9 @@ class Finding:
             "saving_after_pct_of_step": None if self.saving_after_pct is None else round(self.saving_after_pct, 3),
             "saving_after_codes": list(self.estimate.after_codes) if self.estimate else [],
             "saving_from_us_per_step": (
-                None if self.estimate is None or self.estimate.from_us is None else round(self.estimate.from_us, 3)
+                None
+                if self.estimate is None or self.estimate.basis.from_us is None
+                else round(self.estimate.basis.from_us, 3)
             ),
             "saving_alone_us_per_step": None if self.alone_us is None else round(self.alone_us, 3),
             "plan_position": self.plan_position,

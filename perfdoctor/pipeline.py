@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from perfdoctor.analysis.mfu import ModelFlops
 from perfdoctor.analysis.rank import Analysis, RankAnalysis, RankResult
 from perfdoctor.capture.rundir import is_run_dir
 from perfdoctor.jobs.rank_stage import analyze_tables
@@ -89,8 +90,7 @@ def build(
     step_marker: str | None = None,
     on_progress: Callable[[int], None] | None = None,
     rule_options: RuleOptions | None = None,
-    model_flops_per_step: float | None = None,
-    flops_source: str = "flop_counter",
+    model_flops: ModelFlops | None = None,
     without_traces: str | None = None,
     executor: Executor | None = None,
     cache: bool = False,
@@ -121,12 +121,10 @@ def build(
     catalogue, codes = engine.prepare(opts)
     inputs = _inputs(paths, without_traces)
     run = inputs.run
-    if run is not None and model_flops_per_step is None and run.facts.flops_per_step:
-        model_flops_per_step, flops_source = float(run.facts.flops_per_step), "flop_counter"
+    if run is not None and model_flops is None and run.facts.flops_per_step:
+        model_flops = ModelFlops(float(run.facts.flops_per_step), "flop_counter")
     files = [f for p in inputs.trace_paths for f in trace_files_in(p)]
-    summary_opts = _summary_options(
-        run, len(files), opts, list(codes), step_marker, model_flops_per_step, flops_source, timeline_steps
-    )
+    summary_opts = _summary_options(run, len(files), opts, list(codes), step_marker, model_flops, timeline_steps)
     runner = executor if executor is not None else InProcess(on_progress=on_progress)
     summaries = _summarise(files, summary_opts, catalogue, run, runner, cache)
     with gc_paused():  # the reducer: thousands of summaries held, little cyclic garbage made
@@ -176,8 +174,7 @@ def _summary_options(
     opts: RuleOptions,
     codes: list[str],
     step_marker: str | None,
-    model_flops_per_step: float | None,
-    flops_source: str,
+    model_flops: ModelFlops | None,
     timeline_steps: list[int] | None,
 ) -> SummaryOptions:
     """What every rank's task is given: :func:`build`'s options and the run directory's per-rank series."""
@@ -186,8 +183,7 @@ def _summary_options(
 
     return SummaryOptions(
         step_marker=step_marker,
-        model_flops_per_step=model_flops_per_step,
-        flops_source=flops_source,
+        model_flops=model_flops,
         step_time_s_by_rank=run_data.steady_step_times(run),
         run_allocator_by_rank=run_data.allocator_values_by_rank(run),
         run_cpu_by_rank=run_data.cpu_series_by_rank(run),

@@ -15,7 +15,7 @@ from tracebuilder import TraceBuilder
 from perfdoctor.analysis.steps import find_steps
 from perfdoctor.checks.after import gate, plan
 from perfdoctor.checks.context import Outcome
-from perfdoctor.findings import Estimate, Evidence, Hit
+from perfdoctor.findings import Basis, Estimate, Evidence, Hit
 from perfdoctor.replay.rank import replay_rank
 from perfdoctor.replay.simulate import Scenario
 from perfdoctor.replay.transforms import WhatIf
@@ -60,7 +60,7 @@ def test_a_kernel_fix_hidden_by_host_time_saves_after_the_host_fix(tmp_path: Pat
     a, b = hits["A"].estimate, hits["B"].estimate
     assert a is not None and (a.plan_position, a.after_us, a.after_codes, a.step_after_us) == (1, 290.0, (), 710.0)
     assert b is not None and (b.plan_position, b.after_us, b.after_codes) == (2, 590.0, ("A",))
-    assert b.after_from_us == 710.0 and b.step_after_us == 120.0
+    assert b.basis.after_from_us == 710.0 and b.step_after_us == 120.0
     assert rr.fix_all(["A", "B"]) == (1000.0, 120.0)  # the joint replay: 1000 -> 120, the last entry's step
 
 
@@ -147,8 +147,7 @@ def test_a_finding_stated_after_the_others_keeps_its_message_about_its_saving_al
         "replay",
         after_us=990.0,
         after_codes=("PD103",),
-        from_us=17980.0,
-        after_from_us=15330.0,
+        basis=Basis(from_us=17980.0, after_from_us=15330.0),
         step_after_us=14340.0,
         plan_position=2,
     )

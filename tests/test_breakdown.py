@@ -4,6 +4,7 @@ import pytest
 from tracebuilder import TraceBuilder
 
 from perfdoctor import pipeline
+from perfdoctor.analysis.breakdown import Communication
 from perfdoctor.trace import load_trace
 
 SGEMM = "volta_sgemm_128x64_nn"
@@ -73,7 +74,7 @@ def test_communication_overlap(tmp_path):
     tb.launch(NCCL, launch_ts=10, start=100, dur=400, stream=20)  # [100, 500)
     tb.launch(SGEMM, launch_ts=20, start=300, dur=100, stream=7)  # [300, 400)
     s = analyse(tb, tmp_path).primary.steps[0]
-    assert s.communication == {"total_us": 400, "overlapped_us": 100, "exposed_us": 300}
+    assert s.communication == Communication(total_us=400, overlapped_us=100, exposed_us=300)
     assert s.categories_us["communication"] == 300 and s.categories_us["matmul"] == 100
     assert s.communication_by_collective_us == {"all_reduce": 400}
 

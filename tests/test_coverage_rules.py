@@ -6,6 +6,8 @@ PD902's, PD305's and PD106's cases moved to tests/rules/ (one test file per rule
 from rules_helpers import few_kernels_trace, gloo_trace, run_tb
 from tracebuilder import TraceBuilder
 
+from perfdoctor.analysis.breakdown import Communication
+
 ADD = "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float> >(int)"
 
 
@@ -53,7 +55,7 @@ def test_cpu_breakdown_names_host_collectives_once(tmp_path):
     a = pipeline.analyze_tables(load_trace(str(gloo_trace(False).write(tmp_path / "g.json"))))
     s = a.primary.steps[0]
     assert s.categories_us["host_collective"] == 600 and "communication" not in s.categories_us
-    assert s.communication == {"total_us": 600, "overlapped_us": 0, "exposed_us": 600}
+    assert s.communication == Communication(total_us=600, overlapped_us=0, exposed_us=600)
     assert s.communication_by_collective_us == {"all_reduce": 600}
     assert view.CAT_LABELS["host_collective"] == "host collectives (gloo, on the CPU)"
 

@@ -255,6 +255,7 @@ def test_roofline_section_when_the_report_has_roofline_data(tmp_path):
     """Section 5 appears only with roofline data: ops drawn against the device's roofs, sized by time."""
     import json
 
+    import msgspec
     from analysed import rank_analysis
 
     from perfdoctor import pipeline
@@ -268,7 +269,7 @@ def test_roofline_section_when_the_report_has_roofline_data(tmp_path):
         t = a.ranks[0].tables
         spec = hardware.device_for_trace(t.device_properties, a.ranks[0].primary.device)
         result = roofline.roofline_table(t, roofline.roofs_from_spec(spec))
-        report["ranks"][0]["roofline"] = json.loads(json.dumps(result.to_dict()))
+        report["ranks"][0]["roofline"] = json.loads(msgspec.json.encode(result))
     rl = report["ranks"][0]["roofline"]
     html = render_html(report)
     assert_self_contained(html)

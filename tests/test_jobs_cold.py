@@ -14,7 +14,7 @@ import msgspec
 from conftest import shared_trace
 from rich.console import Console
 
-from perfdoctor.analysis.breakdown import StepBreakdown
+from perfdoctor.analysis.breakdown import Communication, StepBreakdown
 from perfdoctor.checks import config, engine
 from perfdoctor.crossrank.collectives import CollectiveTimeline
 from perfdoctor.crossrank.job_section import job_section
@@ -42,7 +42,7 @@ def _row(step: int, compute_us: float, comm_us: float) -> StepBreakdown:
         categories_us={"matmul": compute_us, "communication": comm_us},
         category_union_us={"matmul": compute_us, "communication": comm_us},
         idle_causes_us={},
-        communication={"total_us": comm_us, "exposed_us": comm_us, "overlapped_us": 0.0},
+        communication=Communication(total_us=comm_us, exposed_us=comm_us, overlapped_us=0.0),
         communication_by_collective_us={"all_reduce": comm_us},
         memcpy_by_direction_us={},
         phases_host_us={},

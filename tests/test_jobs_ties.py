@@ -8,7 +8,7 @@ import io
 
 from rich.console import Console
 
-from perfdoctor.analysis.breakdown import StepBreakdown
+from perfdoctor.analysis.breakdown import Communication, StepBreakdown
 from perfdoctor.checks import config, engine
 from perfdoctor.crossrank.collectives import CollectiveTimeline
 from perfdoctor.crossrank.job_section import job_section
@@ -36,7 +36,7 @@ def _rank(rank: int, colls: list[float], n_ranks: int) -> RankSummary:
         categories_us={"matmul": 4_000.0, "communication": comm},
         category_union_us={"matmul": 4_000.0, "communication": comm},
         idle_causes_us={},
-        communication={"total_us": comm, "exposed_us": comm, "overlapped_us": 0.0},
+        communication=Communication(total_us=comm, exposed_us=comm, overlapped_us=0.0),
         communication_by_collective_us={"all_reduce": comm},
         memcpy_by_direction_us={},
         phases_host_us={},

@@ -6,6 +6,7 @@ import pytest
 from conftest import shared_trace
 
 from perfdoctor.analysis.mfu import (
+    ModelFlops,
     achieved_flops_per_s,
     bandwidth_check,
     compute_mfu,
@@ -48,13 +49,13 @@ def test_bandwidth_check_with_optimizer_and_fraction():
 
 def test_compute_mfu_uses_dtype_peak_and_hfu():
     roofs = Roofs("H100", {"bf16": 989.5e12, "fp32": 67e12}, 3.35e12, "spec: test")
-    r = compute_mfu(4e14, 1.0, roofs, "bf16", "op_sum", on_gpu=True, hardware_flops=5e14)
+    r = compute_mfu(ModelFlops(4e14, "op_sum"), 1.0, roofs, "bf16", on_gpu=True, hardware_flops=5e14)
     assert r.mfu == pytest.approx(4e14 / 989.5e12) and r.hfu == pytest.approx(5e14 / 989.5e12)
-    cpu = compute_mfu(4e9, 1.0, roofs, "fp32", "op_sum", on_gpu=False)
+    cpu = compute_mfu(ModelFlops(4e9, "op_sum"), 1.0, roofs, "fp32", on_gpu=False)
     assert cpu.mfu is None and "measured" in cpu.note  # a GPU datasheet peak is meaningless for a CPU run
     measured = Roofs("cpu", {"fp32": 1e11}, 1e10, "measured: x", "measured")
-    assert compute_mfu(4e10, 1.0, measured, "fp32", "op_sum", on_gpu=False).mfu == pytest.approx(0.4)
-    assert compute_mfu(1e12, 1.0, roofs, "fp8", "op_sum", True).mfu is None
+    assert compute_mfu(ModelFlops(4e10, "op_sum"), 1.0, measured, "fp32", on_gpu=False).mfu == pytest.approx(0.4)
+    assert compute_mfu(ModelFlops(1e12, "op_sum"), 1.0, roofs, "fp8", True).mfu is None
 
 
 @pytest.mark.parametrize(
@@ -71,7 +72,7 @@ def test_gemm_dtype_of_real_traces(name, dtype):
 
 
 def test_trace_mfu_on_h100_bert():
-    from perfdoctor.analysis.mfu import roofs_for_trace, trace_mfu
+    from perfdoctor.analysis.mfu import ModelFlops, roofs_for_trace, trace_mfu
     from perfdoctor.analysis.roofline import roofline_table
 
     t = load_trace(str(shared_trace("tracelens__h100__bert-small-uncased.json.gz")))
@@ -81,7 +82,7 @@ def test_trace_mfu_on_h100_bert():
     r = trace_mfu(t, roofs, step_time_s=0.01, n_steps=1)
     assert r.flops_source == "op_sum" and r.model_flops_per_step == total and r.dtype == "bf16"
     assert r.mfu == pytest.approx(total / 0.01 / 989.5e12)
-    r2 = trace_mfu(t, roofs, step_time_s=0.01, n_steps=1, model_flops_per_step=total / 2)
+    r2 = trace_mfu(t, roofs, step_time_s=0.01, n_steps=1, model_flops=ModelFlops(total / 2))
     assert r2.hfu == pytest.approx(2 * r2.mfu)
 
 
@@ -110,7 +111,7 @@ def test_mfu_above_one_is_never_reported():
     from perfdoctor.analysis.roofline import Roofs
 
     bogus = Roofs("cpu", {"fp32": 4.3e9}, 2e9, "measured: a --quick run on a busy machine", "measured")
-    r = compute_mfu(7.65e9, 0.0737, bogus, "fp32", "flop_counter", on_gpu=False, hardware_flops=8.4e9)
+    r = compute_mfu(ModelFlops(7.65e9, "flop_counter"), 0.0737, bogus, "fp32", on_gpu=False, hardware_flops=8.4e9)
     assert r.mfu is None and r.hfu is None and "exceeds" in r.note
     assert r.achieved_flops_per_s == 7.65e9 / 0.0737  # the achieved rate itself is still right
 
@@ -121,11 +122,10 @@ def test_model_flops_that_cannot_fit_the_trace_give_no_mfu():
     roofs = Roofs("H100", {"bf16": 989.5e12}, 3.35e12, "spec: test")
     # 16.6% MFU on a device busy 7% of the step: it would have had to run at 237% of its peak while busy
     r = compute_mfu(
-        0.166 * 989.5e12 * 4.43e-3,
+        ModelFlops(0.166 * 989.5e12 * 4.43e-3, "transformer_formula"),
         4.43e-3,
         roofs,
         "bf16",
-        "transformer_formula",
         True,
         hardware_flops=8.2e9,
         busy_fraction=0.07,
@@ -133,11 +133,10 @@ def test_model_flops_that_cannot_fit_the_trace_give_no_mfu():
     assert r.mfu is None and r.hfu is None and "busy only 7.0% of the step" in r.note and "237%" in r.note
     # model FLOPs 10x the op-level FLOPs of a fully costed trace: the inputs describe another run
     r = compute_mfu(
-        8.2e10,
+        ModelFlops(8.2e10, "transformer_formula"),
         1.0,
         roofs,
         "bf16",
-        "transformer_formula",
         True,
         hardware_flops=8.2e9,
         busy_fraction=0.9,
@@ -146,11 +145,10 @@ def test_model_flops_that_cannot_fit_the_trace_give_no_mfu():
     assert r.mfu is None and "10.0x the FLOPs of the ops" in r.note
     # consistent inputs: reported (MFU 5% on a device busy 60% of the step)
     r = compute_mfu(
-        0.05 * 989.5e12,
+        ModelFlops(0.05 * 989.5e12, "transformer_formula"),
         1.0,
         roofs,
         "bf16",
-        "transformer_formula",
         True,
         hardware_flops=0.06 * 989.5e12,
         busy_fraction=0.6,
@@ -158,7 +156,7 @@ def test_model_flops_that_cannot_fit_the_trace_give_no_mfu():
     )
     assert r.mfu == pytest.approx(0.05) and r.hfu == pytest.approx(0.06) and r.note == ""
     # above a datasheet peak: the FLOP count is blamed, not the datasheet
-    r = compute_mfu(2e15, 1.0, roofs, "bf16", "transformer_formula", True)
+    r = compute_mfu(ModelFlops(2e15, "transformer_formula"), 1.0, roofs, "bf16", True)
     assert r.mfu is None and "FLOP count (transformer_formula) is too high" in r.note and "calibrate" not in r.note
 
 
@@ -166,7 +164,7 @@ def test_cpu_mfu_without_a_measured_peak_says_how_to_get_one():
     # a CPU run with a known FLOP count read "no model FLOP count or no device peak"
     from perfdoctor.analysis.mfu import compute_mfu
 
-    m = compute_mfu(7_650_410_496, 0.06219, None, "fp32", "flop_counter", False, None)
+    m = compute_mfu(ModelFlops(7_650_410_496, "flop_counter"), 0.06219, None, "fp32", False, None)
     assert m.mfu is None and m.achieved_flops_per_s == 7_650_410_496 / 0.06219
     assert "no measured CPU peak: run `perfdoctor calibrate`" in m.note
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import typing
 from pathlib import Path
 
 import pytest
@@ -139,3 +140,31 @@ def test_run_facts_type_what_run_json_holds(tmp_path):
     (bad / "run.json").write_text(json.dumps(raw))
     with pytest.raises(PerfDoctorError, match=r"run\.json: unexpected run\.json content .*steps_completed"):
         load_run_dir(bad)
+
+
+def test_the_report_embeds_the_analysis_types_not_copies():
+    """One type per concept: the report's step breakdown, roofline, MFU, steady state and run memory sections are the
+    analyses' own Structs, so a field added to an analysis reaches the report and its JSON (or fails the schema
+    document's test) instead of drifting from a second definition."""
+    from perfdoctor.analysis import breakdown, mfu, roofline, run_memory, steady_state
+    from perfdoctor.model import report as m
+
+    shared = {
+        m.StepBreakdown: breakdown.StepBreakdown,
+        m.StepTotals: breakdown.StepTotals,
+        m.Communication: breakdown.Communication,
+        m.RooflineResult: roofline.RooflineResult,
+        m.RooflineRow: roofline.RooflineRow,
+        m.Roofs: roofline.Roofs,
+        m.MfuResult: mfu.MfuResult,
+        m.SteadyState: steady_state.SteadyState,
+        m.Phase: steady_state.Phase,
+        m.Growth: run_memory.Growth,
+        m.AllocatorCounts: run_memory.AllocatorCounts,
+    }
+    assert all(a is b for a, b in shared.items())
+    assert issubclass(m.RunMemorySection, run_memory.RunMemory)
+    hints = typing.get_type_hints(m.RankSection)
+    assert hints["roofline"] == roofline.RooflineResult | None and hints["mfu"] == mfu.MfuResult | None
+    assert typing.get_type_hints(m.DeviceSection)["steps"] == list[breakdown.StepBreakdown]
+    assert typing.get_type_hints(m.RunSection)["steady_state"] == steady_state.SteadyState | None

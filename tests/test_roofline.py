@@ -64,11 +64,11 @@ def test_synthetic_rows_worked_by_hand(tmp_path):
     lin = rows["aten::linear"]
     assert lin.math_dtype == "tf32" and lin.peak_flops_per_s == 156e12 and lin.time_us == 200
     assert lin.flops == 2 * 2048 * 1024 * 1024
-    unc = {u["name"]: u for u in r.uncosted}
-    assert unc["aten::topk"]["time_us"] == 40 and "no FLOP formula" in unc["aten::topk"]["reason"]
-    assert unc["orphan_kernel"]["time_us"] == 7
+    unc = {u.name: u for u in r.uncosted}
+    assert unc["aten::topk"].time_us == 40 and "no FLOP formula" in unc["aten::topk"].reason
+    assert unc["orphan_kernel"].time_us == 7
     assert r.costed_time_us == 1300 and r.uncosted_time_us == 47
-    assert {p["name"] for p in r.chart} == {"aten::mm", "aten::add", "aten::linear"}
+    assert {p.name for p in r.chart} == {"aten::mm", "aten::add", "aten::linear"}
 
 
 def test_latency_threshold_is_a_parameter(tmp_path):
@@ -126,7 +126,7 @@ def test_dlrm_sampled_rank_mm_ran_as_tf32():
     row = next(x for x in r.ops if x.name == "aten::mm" and x.shapes == "[[8192, 512], [512, 8192]]")
     assert row.flops == row.count * 2 * 8192 * 8192 * 512
     assert row.math_dtype == "tf32"
-    assert any(u["name"] == "record_param_comms" for u in r.uncosted)
+    assert any(u.name == "record_param_comms" for u in r.uncosted)
 
 
 def test_resnet_v100_conv_backward_and_uncosted_forward():
@@ -139,8 +139,8 @@ def test_resnet_v100_conv_backward_and_uncosted_forward():
         and x.shapes.startswith("[[32, 512, 7, 7], [32, 2048, 7, 7], [2048, 512, 1, 1]")
     )
     assert row.flops == row.count * 2 * 2 * 32 * 2048 * 512 * 49
-    conv = next(u for u in r.uncosted if u["name"] == "aten::conv2d")
-    assert "stride" in conv["reason"] and conv["time_us"] > 0
+    conv = next(u for u in r.uncosted if u.name == "aten::conv2d")
+    assert "stride" in conv.reason and conv.time_us > 0
 
 
 def test_a_row_above_its_roof_says_which_assumption_broke_and_joins_no_aggregate(tmp_path):
@@ -170,7 +170,7 @@ def test_a_row_above_its_roof_says_which_assumption_broke_and_joins_no_aggregate
     assert "2,517 GB/s is above the 2,039 GB/s of HBM: the byte count" in add.note and "TFLOP/s" not in add.note
     # aggregates hold the trusted row only; the other two rows' time is uncosted, with the reason
     assert r.total_flops == 2 * 1024**3 and r.costed_time_us == 1000 and r.uncosted_time_us == 45
-    assert {u["name"]: u["time_us"] for u in r.uncosted} == {"aten::mm": 40, "aten::add": 5}
-    assert all("above its roof" in u["reason"] for u in r.uncosted)
-    assert [p["name"] for p in r.chart] == ["aten::mm"] and r.chart[0]["time_us"] == 1000
+    assert {u.name: u.time_us for u in r.uncosted} == {"aten::mm": 40, "aten::add": 5}
+    assert all("above its roof" in u.reason for u in r.uncosted)
+    assert [p.name for p in r.chart] == ["aten::mm"] and r.chart[0].time_us == 1000
     assert op_sum_unusable(r) is None  # MFU's op-level sum: 45 of 1045 µs uncosted (4.3%) is within its 5%

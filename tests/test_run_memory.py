@@ -40,7 +40,7 @@ def test_cuda_growth_peak_and_steps_to_capacity(tmp_path):
     # touch step 40 or 50 have other slopes; the other 378 all have 64 MiB per step, so the median is exactly that
     assert (g.first_step, g.last_step, g.n_steps) == (30, 59, 30)
     assert g.slope_bytes_per_step == pytest.approx(64 * MiB)
-    assert g.slope_low <= 64 * MiB <= g.slope_high and g.slope_low > 0
+    assert g.slope_low_bytes_per_step <= 64 * MiB <= g.slope_high_bytes_per_step and g.slope_low_bytes_per_step > 0
     # the fitted line at 30 and 59: 2 GiB + 64 MiB × step; growth 64 MiB × 29 steps
     assert g.start_bytes == pytest.approx(2 * GiB + 30 * 64 * MiB)
     assert g.end_bytes == pytest.approx(2 * GiB + 59 * 64 * MiB)

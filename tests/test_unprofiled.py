@@ -116,12 +116,16 @@ def test_scaled_when_the_window_is_not_slower(tmp_path: Path) -> None:
 
 def test_a_window_saving_is_restated_as_the_same_share_of_the_unprofiled_step() -> None:
     from perfdoctor.checks.restate import restated
-    from perfdoctor.findings import Estimate
+    from perfdoctor.findings import Basis, Estimate
 
-    # 8.86 ms of an 83.06 ms window (10.67%) is 10.67% of a 62.82 ms unprofiled step: 8.86 × 62.82 / 83.06 ms
-    est = Estimate(8860.0, "heuristic", after_us=4000.0, step_us=83060.0, step_words="the profiled window")
+    # 8.86 ms of an 83.06 ms window (10.67%) is 10.67% of a 62.82 ms unprofiled step: 8.86 × 62.82 / 83.06 ms;
+    # the steps it is taken from scale alike: the 83.06 ms window itself becomes the 62.82 ms step
+    basis = Basis(from_us=83060.0, after_from_us=79060.0, step_us=83060.0, step_words="the profiled window")
+    est = Estimate(8860.0, "heuristic", after_us=4000.0, basis=basis)
     out = restated(est, 62820.0, "the unprofiled step")
     assert out.saving_us == pytest.approx(8860.0 * 62820.0 / 83060.0)
     assert out.after_us == pytest.approx(4000.0 * 62820.0 / 83060.0)
-    assert out.step_us is None and "same share (10.7%) of the unprofiled step (62.82 ms)" in out.method
+    assert out.basis.from_us == pytest.approx(62820.0)
+    assert out.basis.after_from_us == pytest.approx(79060.0 * 62820.0 / 83060.0)
+    assert out.basis.step_us is None and "same share (10.7%) of the unprofiled step (62.82 ms)" in out.method
     assert restated(Estimate(5.0, "m"), 100.0, "x") == Estimate(5.0, "m")  # measured on the report's step: kept

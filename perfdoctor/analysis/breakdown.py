@@ -27,9 +27,11 @@ CPU-only traces get the same per-step table over host ops (see :mod:`perfdoctor.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Protocol
 
+import msgspec
 import numpy as np
 
 from perfdoctor.analysis import host
@@ -46,9 +48,17 @@ PHASES = ("forward", "backward", "optimizer")
 _OVERRIDABLE = {"elementwise", "reduction_norm", "other", "optimizer"}
 
 
-@dataclass
-class StepBreakdown:
-    """One step on one device; every field in µs unless named otherwise."""
+class Communication(msgspec.Struct, kw_only=True):
+    """Communication kernels of a step (µs): their union, the part overlapped by compute, the rest."""
+
+    total_us: float
+    overlapped_us: float
+    exposed_us: float
+
+
+class StepBreakdown(msgspec.Struct, kw_only=True):
+    """One step on one device (µs unless named otherwise; the report's step row, see docs/report-schema.md "Step
+    breakdown" for each field)."""
 
     step: int
     name: str
@@ -61,7 +71,7 @@ class StepBreakdown:
     categories_us: dict[str, float]
     category_union_us: dict[str, float]
     idle_causes_us: dict[str, float]
-    communication: dict[str, float]
+    communication: Communication
     communication_by_collective_us: dict[str, float]
     memcpy_by_direction_us: dict[str, float]
     phases_host_us: dict[str, float]
@@ -70,8 +80,27 @@ class StepBreakdown:
     kernel_sum_us: float
     triton_us: float = 0.0  # union of Triton-generated kernels (also counted in their category)
 
-    def to_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
+
+class StepTotals(msgspec.Struct, kw_only=True):
+    """The step breakdowns of a device summed field by field (:func:`sum_steps`: µs; ``n_kernels`` a float sum),
+    ``n_steps`` of them: every field of :class:`StepBreakdown` but the step's identity and start."""
+
+    n_steps: int
+    host_dur_us: float
+    dur_us: float
+    busy_us: float
+    idle_us: float
+    categories_us: dict[str, float]
+    category_union_us: dict[str, float]
+    idle_causes_us: dict[str, float]
+    communication: Communication
+    communication_by_collective_us: dict[str, float]
+    memcpy_by_direction_us: dict[str, float]
+    phases_host_us: dict[str, float]
+    phases_device_us: dict[str, float]
+    n_kernels: float
+    kernel_sum_us: float
+    triton_us: float
 
 
 @dataclass
@@ -82,10 +111,6 @@ class DeviceBreakdown:
     kind: str
     steps: list[StepBreakdown]
     notes: list[str] = field(default_factory=list)
-
-    def totals(self) -> dict[str, Any]:
-        """Sums over steps (dict fields summed key by key)."""
-        return sum_steps(self.steps)
 
 
 @dataclass
@@ -134,11 +159,9 @@ def step_rows(steps: Steps, c: StepColumns) -> list[StepBreakdown]:
                 categories_us=at(c.categories, i),
                 category_union_us=at(c.category_union, i),
                 idle_causes_us=at(c.idle_causes, i),
-                communication={
-                    "total_us": float(total[i]),
-                    "overlapped_us": float(overlapped[i]),
-                    "exposed_us": float(exposed[i]),
-                },
+                communication=Communication(
+                    total_us=float(total[i]), overlapped_us=float(overlapped[i]), exposed_us=float(exposed[i])
+                ),
                 communication_by_collective_us=at(c.by_collective, i),
                 memcpy_by_direction_us=at(c.memcpy_by_direction, i),
                 phases_host_us=at(c.phases_host, i),
@@ -151,23 +174,43 @@ def step_rows(steps: Steps, c: StepColumns) -> list[StepBreakdown]:
     return out
 
 
-def sum_steps(steps: list[StepBreakdown]) -> dict[str, Any]:
-    """Add up a list of step breakdowns field by field (µs); ``n_steps`` added."""
-    out: dict[str, Any] = {"n_steps": len(steps)}
-    if not steps:
-        return out
-    for key, val in steps[0].__dict__.items():
-        if key in ("step", "name", "host_start_us", "start_us"):
-            continue
-        if isinstance(val, dict):
-            acc: dict[str, float] = {}
-            for s in steps:
-                for k, v in getattr(s, key).items():
-                    acc[k] = acc.get(k, 0.0) + v
-            out[key] = acc
-        else:
-            out[key] = float(sum(getattr(s, key) for s in steps))
-    return out
+def _sum_maps(maps: list[dict[str, float]]) -> dict[str, float]:
+    """Key by key sums of ``maps`` (keys in first-seen order)."""
+    acc: dict[str, float] = {}
+    for d in maps:
+        for k, v in d.items():
+            acc[k] = acc.get(k, 0.0) + v
+    return acc
+
+
+def sum_steps(steps: list[StepBreakdown]) -> StepTotals:
+    """The step breakdowns added up field by field (µs; dict fields key by key; zeros for no step)."""
+
+    def total(get: Callable[[StepBreakdown], float]) -> float:
+        return float(sum(get(s) for s in steps))
+
+    return StepTotals(
+        n_steps=len(steps),
+        host_dur_us=total(lambda s: s.host_dur_us),
+        dur_us=total(lambda s: s.dur_us),
+        busy_us=total(lambda s: s.busy_us),
+        idle_us=total(lambda s: s.idle_us),
+        categories_us=_sum_maps([s.categories_us for s in steps]),
+        category_union_us=_sum_maps([s.category_union_us for s in steps]),
+        idle_causes_us=_sum_maps([s.idle_causes_us for s in steps]),
+        communication=Communication(
+            total_us=total(lambda s: s.communication.total_us),
+            overlapped_us=total(lambda s: s.communication.overlapped_us),
+            exposed_us=total(lambda s: s.communication.exposed_us),
+        ),
+        communication_by_collective_us=_sum_maps([s.communication_by_collective_us for s in steps]),
+        memcpy_by_direction_us=_sum_maps([s.memcpy_by_direction_us for s in steps]),
+        phases_host_us=_sum_maps([s.phases_host_us for s in steps]),
+        phases_device_us=_sum_maps([s.phases_device_us for s in steps]),
+        n_kernels=total(lambda s: s.n_kernels),
+        kernel_sum_us=total(lambda s: s.kernel_sum_us),
+        triton_us=total(lambda s: s.triton_us),
+    )
 
 
 @dataclass
@@ -238,108 +281,128 @@ def device_ids(tables: TraceTables) -> list[int]:
     return sorted(found)
 
 
-def gpu_breakdown(tables: TraceTables, steps: Steps, device: int, attribution: Any) -> DeviceBreakdown:
-    """Per-step breakdown of one GPU (see the module docstring for definitions); ``attribution`` is the rank's
-    :class:`~perfdoctor.replay.attribution.Attribution` (:func:`perfdoctor.jobs.rank_stage.analyze_tables` makes
-    it from the replay)."""
-    ws, we = steps.start_us, steps.end_us
-    opt = host.named(tables, host.OPTIMIZER_STEP)
-    ev = _gpu_events(tables, device, opt)
+class CauseIntervals(Protocol):
+    """What the replay's critical path was doing over time (:class:`~perfdoctor.replay.attribution.Attribution`):
+    the intervals (µs) it spent on one idle cause."""
 
-    def by_cat(cat: str) -> iv.Intervals:
-        m = ev.category == cat
-        return iv.union(ev.ts[m], ev.end[m])
+    def intervals(self, label: str) -> iv.Intervals: ...
 
-    unions = {c: by_cat(c) for c in PRIORITY}
+
+@dataclass
+class _DeviceSets:
+    """One device's activity as interval sets (µs) over the whole trace: each category's union and its exclusive
+    part (:data:`PRIORITY`), the busy union, communication overlapped by compute and not."""
+
+    unions: dict[str, iv.Intervals]
+    exclusive: dict[str, iv.Intervals]
+    busy: iv.Intervals
+    comm_overlapped: iv.Intervals
+    comm_exposed: iv.Intervals
+
+
+def _device_sets(ev: _GpuEvents) -> _DeviceSets:
+    """Category unions, their exclusive split by :data:`PRIORITY` (adding up to busy) and the communication
+    overlap of one device's events."""
+    unions = {c: iv.union(ev.ts[ev.category == c], ev.end[ev.category == c]) for c in PRIORITY}
     exclusive: dict[str, iv.Intervals] = {}
     covered = iv.EMPTY
     for c in PRIORITY:
         exclusive[c] = iv.subtract(unions[c], covered)
         covered = iv.union_of(covered, unions[c])
-    busy = covered
     compute = iv.union_of(*(unions[c] for c in COMPUTE_CATEGORIES))
     comm = unions["communication"]
-    comm_overlapped = iv.intersect(comm, compute)
-    comm_exposed = iv.subtract(comm, compute)
+    return _DeviceSets(unions, exclusive, covered, iv.intersect(comm, compute), iv.subtract(comm, compute))
 
-    span_lo, span_hi = float(ws[0]), float(we[-1])
-    idle_sets = idle_by_cause(busy, span_lo, span_hi, attribution)
-    idle_launch = idle_sets["host_launch_bound"]
 
-    coll_names = sorted({c for c in ev.collective[ev.category == "communication"].tolist()})
+def _named_sets(ev: _GpuEvents) -> tuple[dict[str, iv.Intervals], dict[str, iv.Intervals]]:
+    """(communication by collective kind, memcpy by direction) as interval sets (µs), keys sorted."""
+    comm, copy = ev.category == "communication", ev.category == "memcpy"
+    coll_names = sorted(set(ev.collective[comm].tolist()))
     coll_sets = {c: iv.union(ev.ts[ev.collective == c], ev.end[ev.collective == c]) for c in coll_names}
-    dir_names = sorted({d for d in ev.direction[ev.category == "memcpy"].tolist()})
-    dir_sets = {
-        d: iv.union(
-            ev.ts[(ev.direction == d) & (ev.category == "memcpy")],
-            ev.end[(ev.direction == d) & (ev.category == "memcpy")],
-        )
-        for d in dir_names
-    }
+    dir_names = sorted(set(ev.direction[copy].tolist()))
+    dir_sets = {d: iv.union(ev.ts[(ev.direction == d) & copy], ev.end[(ev.direction == d) & copy]) for d in dir_names}
+    return coll_sets, dir_sets
 
-    host_phases = host.phases(tables, (steps.host_start_us, steps.host_end_us))
-    dev_phases = {}
+
+def _device_phases(ev: _GpuEvents, host_phases: dict[str, iv.Intervals]) -> dict[str, iv.Intervals]:
+    """Each host phase's device time (µs): the union of the device events launched inside it."""
+    out = {}
     for name, ph in host_phases.items():
         if ph[0].size == 0 or ev.ts.size == 0:
-            dev_phases[name] = iv.EMPTY
+            out[name] = iv.EMPTY
             continue
         inside = iv.containing(ev.launch, ph) >= 0
-        dev_phases[name] = iv.union(ev.ts[inside], ev.end[inside])
+        out[name] = iv.union(ev.ts[inside], ev.end[inside])
+    return out
 
-    def pw(s: iv.Intervals) -> np.ndarray:
-        return iv.per_window(s, ws, we)
 
-    cols = {
-        "excl": {c: pw(exclusive[c]) for c in PRIORITY},
-        "union": {c: pw(unions[c]) for c in PRIORITY},
-        "idle": {c: pw(s) for c, s in idle_sets.items()},
-        "coll": {c: pw(s) for c, s in coll_sets.items()},
-        "dir": {d: pw(s) for d, s in dir_sets.items()},
-        "ph_host": {p: pw(s) for p, s in host_phases.items()},
-        "ph_dev": {p: pw(s) for p, s in dev_phases.items()},
-    }
-    busy_w, comm_w = pw(busy), pw(comm)
-    triton_w = pw(iv.union(ev.ts[ev.triton], ev.end[ev.triton]))
-    over_w, exp_w = pw(comm_overlapped), pw(comm_exposed)
-    kernel_mask = ev.is_kernel
-    kstart = ev.ts[kernel_mask]
-    kdur = (ev.end - ev.ts)[kernel_mask]
-    # a kernel belongs to the window it starts in, [start, end): kernels before the first window or in the host
-    # gap between two windows belong to none (searchsorted on the ends alone charged them to the next step)
+def _kernel_counts(ev: _GpuEvents, steps: Steps) -> tuple[np.ndarray, np.ndarray]:
+    """(kernels, their summed duration in µs) per step window. A kernel belongs to the window it starts in,
+    [start, end): kernels before the first window or in the host gap between two windows belong to none
+    (searchsorted on the ends alone charged them to the next step)."""
+    ws, we = steps.start_us, steps.end_us
+    kstart = ev.ts[ev.is_kernel]
+    kdur = (ev.end - ev.ts)[ev.is_kernel]
     kidx = np.searchsorted(we, kstart, side="right")
     inside = kidx < len(steps)
     inside[inside] = kstart[inside] >= ws[kidx[inside]]
     n_k = np.bincount(kidx[inside], minlength=len(steps))[: len(steps)]
     k_sum = np.bincount(kidx[inside], weights=kdur[inside], minlength=len(steps))[: len(steps)]
+    return n_k, k_sum
 
-    cols_w = StepColumns(
-        busy=busy_w,
-        categories=cols["excl"],
-        category_union=cols["union"],
-        idle_causes=cols["idle"],
-        communication=(comm_w, over_w, exp_w),
-        by_collective=cols["coll"],
-        memcpy_by_direction=cols["dir"],
-        phases_host=cols["ph_host"],
-        phases_device=cols["ph_dev"],
+
+def _launch_note(tables: TraceTables, idle_launch: iv.Intervals, span_us: float) -> list[str]:
+    """A note when most of the idle charged to launching (at least 10% of the ``span_us`` analysed) is spent in one
+    blocking runtime call (:func:`_dominant_runtime_call`); [] otherwise."""
+    blocking = _dominant_runtime_call(tables, idle_launch)
+    if not blocking or iv.total(idle_launch) < 0.10 * span_us:
+        return []
+    name, rt_us = blocking
+    return [
+        f"{100 * rt_us / iv.total(idle_launch):.0f}% of the idle charged to 'host busy, nothing queued' "
+        f"({rt_us / 1000:,.1f} ms) is spent inside {name} calls: a blocking runtime call, not "
+        "launch overhead"
+    ]
+
+
+def gpu_breakdown(tables: TraceTables, steps: Steps, device: int, attribution: CauseIntervals) -> DeviceBreakdown:
+    """Per-step breakdown of one GPU (see the module docstring for definitions); ``attribution`` is the rank's
+    :class:`~perfdoctor.replay.attribution.Attribution` (:func:`perfdoctor.jobs.rank_stage.analyze_tables` makes
+    it from the replay)."""
+    ws, we = steps.start_us, steps.end_us
+    ev = _gpu_events(tables, device, host.named(tables, host.OPTIMIZER_STEP))
+    sets = _device_sets(ev)
+    span_lo, span_hi = float(ws[0]), float(we[-1])
+    idle_sets = idle_by_cause(sets.busy, span_lo, span_hi, attribution)
+    coll_sets, dir_sets = _named_sets(ev)
+    host_phases = host.phases(tables, (steps.host_start_us, steps.host_end_us))
+    dev_phases = _device_phases(ev, host_phases)
+
+    def pw(s: iv.Intervals) -> np.ndarray:
+        return iv.per_window(s, ws, we)
+
+    n_k, k_sum = _kernel_counts(ev, steps)
+    cols = StepColumns(
+        busy=pw(sets.busy),
+        categories={c: pw(sets.exclusive[c]) for c in PRIORITY},
+        category_union={c: pw(sets.unions[c]) for c in PRIORITY},
+        idle_causes={c: pw(x) for c, x in idle_sets.items()},
+        communication=(pw(sets.unions["communication"]), pw(sets.comm_overlapped), pw(sets.comm_exposed)),
+        by_collective={c: pw(x) for c, x in coll_sets.items()},
+        memcpy_by_direction={d: pw(x) for d, x in dir_sets.items()},
+        phases_host={p: pw(x) for p, x in host_phases.items()},
+        phases_device={p: pw(x) for p, x in dev_phases.items()},
         n_kernels=n_k,
         kernel_sum=k_sum,
-        triton=triton_w,
+        triton=pw(iv.union(ev.ts[ev.triton], ev.end[ev.triton])),
     )
-    out = step_rows(steps, cols_w)
-    notes = []
-    blocking = _dominant_runtime_call(tables, idle_launch)
-    if blocking and iv.total(idle_launch) >= 0.10 * (span_hi - span_lo):
-        name, rt_us = blocking
-        notes.append(
-            f"{100 * rt_us / iv.total(idle_launch):.0f}% of the idle charged to 'host busy, nothing queued' "
-            f"({rt_us / 1000:,.1f} ms) is spent inside {name} calls: a blocking runtime call, not "
-            "launch overhead"
-        )
-    return DeviceBreakdown(device=device, kind="gpu", steps=out, notes=notes)
+    notes = _launch_note(tables, idle_sets["host_launch_bound"], span_hi - span_lo)
+    return DeviceBreakdown(device=device, kind="gpu", steps=step_rows(steps, cols), notes=notes)
 
 
-def idle_by_cause(busy: iv.Intervals, lo_us: float, hi_us: float, attribution: Any) -> dict[str, iv.Intervals]:
+def idle_by_cause(
+    busy: iv.Intervals, lo_us: float, hi_us: float, attribution: CauseIntervals
+) -> dict[str, iv.Intervals]:
     """A device's idle gaps in ``[lo_us, hi_us)`` (the complement of its ``busy`` intervals, µs) split by cause:
     each idle µs goes to what the replay's critical path (``attribution``,
     :class:`~perfdoctor.replay.attribution.Attribution`) was doing at that time, and idle while it was on no cause

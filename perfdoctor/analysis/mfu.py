@@ -17,13 +17,16 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
-from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
+
+import msgspec
 
 from perfdoctor.analysis.missing import MissingReason
 from perfdoctor.analysis.roofline import RooflineResult, Roofs
 
 if TYPE_CHECKING:
+    from perfdoctor.analysis.steps import Steps
     from perfdoctor.trace.tables import TraceTables
 
 
@@ -111,7 +114,7 @@ def bandwidth_check(
     return BandwidthCheck(total, rate, frac, comps)
 
 
-def gemm_dtype(tables: Any, steps: Any = None) -> tuple[str | None, dict[str, float]]:
+def gemm_dtype(tables: TraceTables, steps: Steps | None = None) -> tuple[str | None, dict[str, float]]:
     """The dtype the GEMMs ran in, weighted by GEMM kernel time.
 
     Returns ``(dominant dtype or None, {dtype: µs})``. On GPU: the GEMM/conv kernels of
@@ -125,7 +128,7 @@ def gemm_dtype(tables: Any, steps: Any = None) -> tuple[str | None, dict[str, fl
     from perfdoctor.analysis.kernel_ops import kernel_labels
 
     shares: dict[str, float] = defaultdict(float)
-    names = tables.name_array()
+    names = tables.names
     k = tables.kernels
     if len(k):
         sel = gemm_mask(names, k["name_id"], kernel_labels(tables).category)
@@ -148,13 +151,25 @@ def gemm_dtype(tables: Any, steps: Any = None) -> tuple[str | None, dict[str, fl
     return dominant, dict(shares)
 
 
-@dataclass
-class MfuResult:
-    """MFU of one rank. FLOP per step, FLOP/s, fractions 0-1; ``None`` where the input was missing.
+# where a rank's model FLOPs per step come from: FlopCounterMode in ``perfdoctor profile``, the op-level sum of
+# the trace (:mod:`perfdoctor.analysis.roofline`), or :func:`transformer_flops_per_token` × tokens
+FlopsSource = Literal["flop_counter", "op_sum", "transformer_formula"]
 
-    ``flops_source``: "flop_counter", "op_sum" or "transformer_formula";
-    ``peak_source``: the Roofs source string; ``on_gpu``: False for CPU traces (an MFU
-    against a GPU peak would be meaningless there, so CPU MFU uses measured peaks only)."""
+
+class ModelFlops(msgspec.Struct, frozen=True):
+    """A rank's model FLOP per optimizer step (``per_step``, FLOP; no recomputation) and where it comes from."""
+
+    per_step: float
+    source: FlopsSource = "flop_counter"
+
+
+class MfuResult(msgspec.Struct, kw_only=True):
+    """MFU of one rank (the report's ``mfu``). FLOP per step, s, FLOP/s, fractions 0-1; ``None`` where the input
+    was missing, and ``mfu`` None with inputs computed but no ratio reported (``note`` says why).
+
+    ``model_flops_per_step`` / ``flops_source``: the :class:`ModelFlops` used; ``peak_source``: the Roofs source
+    string; ``on_gpu``: False for CPU traces (an MFU against a GPU peak would be meaningless there, so CPU MFU uses
+    measured peaks only)."""
 
     model_flops_per_step: float
     step_time_s: float
@@ -169,9 +184,6 @@ class MfuResult:
     on_gpu: bool
     note: str = ""
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
 
 # model FLOPs above this multiple of the op-level (hardware) FLOP count, with the ops well covered, cannot both
 # describe one trace: the model FLOP inputs (tokens per step, sizes) do not match it
@@ -179,11 +191,10 @@ MAX_MODEL_OVER_HARDWARE = 2.0
 
 
 def compute_mfu(
-    model_flops: float,
+    model_flops: ModelFlops,
     step_time_s: float,
     roofs: Roofs | None,
     dtype: str | None,
-    flops_source: str,
     on_gpu: bool,
     hardware_flops: float | None = None,
     busy_fraction: float | None = None,
@@ -197,16 +208,46 @@ def compute_mfu(
     :data:`MAX_MODEL_OVER_HARDWARE` when ``hardware_flops_complete`` (almost all op time was costed).
 
     Args:
-        model_flops: model FLOP per step on this rank.
+        model_flops: model FLOP per step on this rank, and their source.
         step_time_s: median step time, s.
         roofs: this rank's device ceilings (spec or measured); None → mfu None.
         dtype: GEMM math dtype (:func:`gemm_dtype`); its peak is the denominator.
-        flops_source / on_gpu: recorded in the result.
+        on_gpu: recorded in the result.
         hardware_flops: op-level FLOP per step including recomputation, if known.
         busy_fraction: device (CPU trace: host-op) busy time ÷ step time, 0–1, if known.
         hardware_flops_complete: ``hardware_flops`` covers almost all op time (see ``MAX_UNCOSTED_SHARE``).
     """
-    achieved = achieved_flops_per_s(model_flops, step_time_s)
+    achieved = achieved_flops_per_s(model_flops.per_step, step_time_s)
+    peak, note = _peak(roofs, dtype, on_gpu)
+    hfu = achieved_flops_per_s(hardware_flops, step_time_s) / peak if hardware_flops is not None and peak else None
+    if peak and max(achieved / peak, hfu or 0.0) > 1.0:
+        note = _above_peak(max(achieved, (hfu or 0) * peak), peak, roofs, model_flops.source)
+        peak, hfu = None, None
+    if peak and model_flops.source != "op_sum":
+        problem = _model_flops_mismatch(
+            achieved / peak, model_flops.per_step, hardware_flops, busy_fraction, hardware_flops_complete
+        )
+        if problem:
+            note = f"MFU not reported: {problem}; check the model FLOP inputs ({model_flops.source})"
+            peak = None
+    return MfuResult(
+        model_flops_per_step=model_flops.per_step,
+        step_time_s=step_time_s,
+        achieved_flops_per_s=achieved,
+        dtype=dtype,
+        peak_flops_per_s=peak,
+        mfu=achieved / peak if peak else None,
+        hardware_flops_per_step=hardware_flops,
+        hfu=hfu if peak else None,
+        flops_source=model_flops.source,
+        peak_source=roofs.source if roofs else None,
+        on_gpu=on_gpu,
+        note=note,
+    )
+
+
+def _peak(roofs: Roofs | None, dtype: str | None, on_gpu: bool) -> tuple[float | None, str]:
+    """The peak FLOP/s MFU is taken against (None: none that means anything) and why it is missing ("" if not)."""
     peak = roofs.peak(dtype) if roofs else None
     note = ""
     if roofs is not None and peak is None:
@@ -220,41 +261,20 @@ def compute_mfu(
             if not on_gpu
             else "the device is not in the hardware table and no measured peak was given (perfdoctor calibrate)"
         )
-    hfu = None
-    if hardware_flops is not None and peak:
-        hfu = achieved_flops_per_s(hardware_flops, step_time_s) / peak
-    if peak and max(achieved / peak, hfu or 0.0) > 1.0:
-        # more FLOP/s than the peak is impossible: the peak (or the FLOP count) is wrong, so no ratio is shown
-        blame = (
-            "that peak is too low (re-run `perfdoctor calibrate` on an idle machine, without --quick)"
-            if roofs is not None and roofs.kind == "measured"
-            else f"a datasheet peak cannot be beaten, so the FLOP count ({flops_source}) is too high for this trace"
-        )
-        note = (
-            f"achieved {max(achieved, (hfu or 0) * peak) / 1e12:.3g} TFLOP/s exceeds the {peak / 1e12:.3g} TFLOP/s "
-            f"peak ({roofs.source if roofs else '?'}): {blame}; MFU not reported"
-        )
-        peak, hfu = None, None
-    if peak and flops_source != "op_sum":
-        problem = _model_flops_mismatch(
-            achieved / peak, model_flops, hardware_flops, busy_fraction, hardware_flops_complete
-        )
-        if problem:
-            note = f"MFU not reported: {problem}; check the model FLOP inputs ({flops_source})"
-            peak = None
-    return MfuResult(
-        model_flops,
-        step_time_s,
-        achieved,
-        dtype,
-        peak,
-        achieved / peak if peak else None,
-        hardware_flops,
-        hfu if peak else None,
-        flops_source,
-        roofs.source if roofs else None,
-        on_gpu,
-        note,
+    return peak, note
+
+
+def _above_peak(rate: float, peak: float, roofs: Roofs | None, flops_source: str) -> str:
+    """Why no ratio is shown when the achieved ``rate`` (FLOP/s) beats the ``peak``: the peak (a measured one) or
+    the FLOP count (against a datasheet peak, which cannot be beaten) is wrong."""
+    blame = (
+        "that peak is too low (re-run `perfdoctor calibrate` on an idle machine, without --quick)"
+        if roofs is not None and roofs.kind == "measured"
+        else f"a datasheet peak cannot be beaten, so the FLOP count ({flops_source}) is too high for this trace"
+    )
+    return (
+        f"achieved {rate / 1e12:.3g} TFLOP/s exceeds the {peak / 1e12:.3g} TFLOP/s "
+        f"peak ({roofs.source if roofs else '?'}): {blame}; MFU not reported"
     )
 
 
@@ -280,7 +300,7 @@ def _model_flops_mismatch(
     return ""
 
 
-def roofs_for_trace(tables: Any, measured: Roofs | None = None, prefer: str = "spec") -> Roofs | None:
+def roofs_for_trace(tables: TraceTables, measured: Roofs | None = None, prefer: str = "spec") -> Roofs | None:
     """The roofs one rank's analysis should use.
 
     GPU trace: the datasheet roofs of the matched device (``prefer="spec"``), or the
@@ -296,14 +316,12 @@ def roofs_for_trace(tables: Any, measured: Roofs | None = None, prefer: str = "s
         return measured
     spec = device_for_trace(tables.device_properties)
     if spec is None and not tables.device_properties:
-        from dataclasses import replace
-
         from perfdoctor.analysis.arch import infer_from_tables
 
         guess = infer_from_tables(tables)  # no deviceProperties: the family's datasheet, the assumption stated
         if guess is not None and guess.spec is not None:
             roofs = roofs_from_spec(guess.spec)
-            return replace(
+            return msgspec.structs.replace(
                 roofs,
                 device=f"{roofs.device} (assumed: {guess.label})",
                 source=f"{roofs.source}; assumed from kernel names ({guess.evidence}): {guess.assumption}",
@@ -331,7 +349,7 @@ def op_sum_unusable(roofline: RooflineResult | None) -> MissingReason | None:
             message="no input shapes recorded (profile with record_shapes=True), "
             f"and no model FLOPs given {_GIVE_FLOPS}",
         )
-    uncosted = sum(u["time_us"] for u in roofline.uncosted if not _COMM_OP.search(u["name"]))
+    uncosted = sum(u.time_us for u in roofline.uncosted if not _COMM_OP.search(u.name))
     total = roofline.costed_time_us + uncosted
     if total <= 0 or roofline.total_flops <= 0:
         return MissingReason(code="no_costed_op", message="no op could be costed from the recorded shapes")
@@ -353,8 +371,7 @@ def trace_mfu(
     roofs: Roofs | None,
     step_time_s: float,
     n_steps: int,
-    model_flops_per_step: float | None = None,
-    flops_source: str = "flop_counter",
+    model_flops: ModelFlops | None = None,
     roofline: RooflineResult | None | Literal["compute"] = "compute",
     busy_fraction: float | None = None,
 ) -> MfuResult | MissingReason:
@@ -363,8 +380,8 @@ def trace_mfu(
 
     Hardware FLOPs per step = the op-level FLOP sum of the whole trace (``roofline``, computed from
     ``tables`` when "compute"; None = shapes not recorded) ÷ ``n_steps`` (the trace should hold whole steps).
-    Model FLOPs are ``model_flops_per_step`` when given (FlopCounterMode from ``perfdoctor profile``, or
-    :func:`transformer_flops_per_token` × tokens); else the op sum (``flops_source="op_sum"``), but only
+    Model FLOPs are ``model_flops`` when given (FlopCounterMode from ``perfdoctor profile``, or
+    :func:`transformer_flops_per_token` × tokens); else the op sum (source ``"op_sum"``), but only
     when :func:`op_sum_unusable` finds no reason against it — else that reason is returned, so MFU is left
     out, never understated. ``step_time_s``: the step time (s) MFU is taken over; ``busy_fraction``: device
     busy time ÷ step time (0–1), the most of a step it could compute in (see :func:`compute_mfu`).
@@ -382,13 +399,12 @@ def trace_mfu(
     on_gpu = bool(tables.has_device_activity)
     op_sum = roofline.total_flops / n_steps if roofline is not None else None
     unusable = op_sum_unusable(roofline)
-    if model_flops_per_step is not None:
+    if model_flops is not None:
         return compute_mfu(
-            model_flops_per_step,
+            model_flops,
             step_time_s,
             roofs,
             dtype,
-            flops_source,
             on_gpu,
             op_sum,
             busy_fraction=busy_fraction,
@@ -396,4 +412,4 @@ def trace_mfu(
         )
     if unusable is not None or op_sum is None:
         return unusable or MissingReason(code="no_shapes", message="no op-level FLOPs")
-    return compute_mfu(op_sum, step_time_s, roofs, dtype, "op_sum", on_gpu, op_sum)
+    return compute_mfu(ModelFlops(op_sum, "op_sum"), step_time_s, roofs, dtype, on_gpu, op_sum)

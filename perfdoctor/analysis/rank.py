@@ -25,7 +25,7 @@ from perfdoctor.analysis.steps import Steps
 from perfdoctor.trace.tables import TraceTables
 
 if TYPE_CHECKING:
-    from perfdoctor.analysis.mfu import MfuResult
+    from perfdoctor.analysis.mfu import MfuResult, ModelFlops
     from perfdoctor.analysis.roofline import RooflineResult, Roofs
     from perfdoctor.capture.run_data import RunData
     from perfdoctor.checks.engine import CheckResults
@@ -221,8 +221,7 @@ class Analysis(Generic[R_co]):
 
 def add_efficiency(
     ranks: list[RankAnalysis],
-    model_flops_per_step: float | None = None,
-    flops_source: str = "flop_counter",
+    model_flops: ModelFlops | None = None,
     measured_roofs: Roofs | None = None,
     prefer: str = "spec",
     step_time_s_by_rank: dict[int, float] | None = None,
@@ -263,8 +262,7 @@ def add_efficiency(
             roofs,
             step_s,
             len(r.steps),
-            model_flops_per_step,
-            flops_source,
+            model_flops,
             roofline=r.roofline,
             busy_fraction=busy,
         )

@@ -20,42 +20,42 @@ SIMT/vector units and use the FP32 (FP64 for double) peak, never the tensor-core
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import asdict, dataclass, field
-from typing import Any, cast
+from dataclasses import dataclass, field
+from typing import cast
 
+import msgspec
 import numpy as np
 
 from perfdoctor.analysis.hardware import DeviceSpec
 from perfdoctor.analysis.kernel_dtype import is_gemm_kernel, kernel_math_dtype
 from perfdoctor.analysis.op_flops import OpCost, Uncosted, cost_op
 from perfdoctor.trace.join import external_id_rows, launch_rows
+from perfdoctor.trace.tables import Table, TraceTables
 
 LATENCY_FRACTION = 0.10  # below this share of the attainable roof an op is latency/launch-bound
 ABOVE_ROOF = "above_roof"  # the bound of a row achieving more than its roof: a count or a roof is wrong for it
 _TENSOR_KINDS = ("matmul", "conv", "attention")
 
 
-@dataclass
-class Roofs:
-    """The ceilings one analysis uses. ``peak_flops`` FLOP/s per dtype key,
+class Roofs(msgspec.Struct):
+    """The ceilings one analysis uses (the report's ``roofs``). ``peak_flops`` FLOP/s per dtype key,
     ``hbm_bytes_per_s`` B/s (None if unknown), ``source`` says where they come from
-    (``"spec: ..."`` datasheet or ``"measured: ..."`` calibration)."""
+    (``"spec: ..."`` datasheet or ``"measured: ..."`` calibration), ``kind`` "spec" or "measured"."""
 
     device: str
     peak_flops: dict[str, float]
     hbm_bytes_per_s: float | None
     source: str
-    kind: str = "spec"  # "spec" or "measured"
+    kind: str = "spec"
 
     def peak(self, dtype: str | None) -> float | None:
+        """Peak FLOP/s at ``dtype`` (None: no dtype, or no peak known for it)."""
         return self.peak_flops.get(dtype) if dtype else None
 
     def ridge_point(self, dtype: str | None) -> float | None:
+        """FLOP/B where ``dtype``'s peak meets the bandwidth roof (None without either)."""
         peak = self.peak(dtype)
         return None if peak is None or not self.hbm_bytes_per_s else peak / self.hbm_bytes_per_s
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def roofs_from_spec(spec: DeviceSpec) -> Roofs:
@@ -64,8 +64,7 @@ def roofs_from_spec(spec: DeviceSpec) -> Roofs:
     return Roofs(spec.name, dict(spec.peak_flops), spec.hbm_bytes_per_s, "spec: " + "; ".join(srcs), "spec")
 
 
-@dataclass
-class RooflineRow:
+class RooflineRow(msgspec.Struct, kw_only=True):
     """One (op name, input shapes, dtype) group. Times µs, flops FLOP, bytes B,
     arithmetic_intensity FLOP/B, *_flops_per_s FLOP/s, pct_of_attainable 0-100 (None without roofs, and for a
     row above its roof: an achieved rate over the hardware's means a count or a roof is wrong for it, so no share
@@ -84,7 +83,7 @@ class RooflineRow:
     ridge_point: float | None
     peak_flops_per_s: float | None
     attainable_flops_per_s: float | None
-    achieved_flops_per_s: float
+    achieved_flops_per_s: float | None  # None only in a report whose JSON held a non-finite rate
     achieved_bytes_per_s: float | None
     pct_of_attainable: float | None
     bound: str  # compute | bandwidth | latency | unknown | above_roof (``note`` says which assumption broke)
@@ -92,29 +91,46 @@ class RooflineRow:
     note: str = ""
 
 
-@dataclass
-class RooflineResult:
-    """``ops``: top rows by time; ``uncosted``: [{name, count, time_us, reason}] by time;
-    ``chart``: [{name, dtype, ai, achieved_flops_per_s, time_us, bound}];
-    ``roofs``: Roofs.to_dict() or None; ``time_basis``: "device" or "cpu_op"."""
+class UncostedOp(msgspec.Struct, kw_only=True):
+    """Ops whose FLOPs could not be computed from their shapes, grouped by name (µs, ``count`` ops)."""
+
+    name: str
+    count: int
+    time_us: float
+    reason: str
+
+
+class ChartPoint(msgspec.Struct, kw_only=True):
+    """One op group drawn on the roofline chart (``ai`` FLOP/B, FLOP/s, µs)."""
+
+    name: str
+    dtype: str | None
+    ai: float | None
+    achieved_flops_per_s: float | None
+    time_us: float
+    bound: str
+
+
+class RooflineResult(msgspec.Struct, kw_only=True):
+    """The roofline of one rank (the report's ``roofline``): ``ops``, the top rows by time; ``uncosted`` by time;
+    ``chart``, the points drawn; ``roofs`` used (None: unknown); ``time_basis`` "device" or "cpu_op";
+    ``costed_time_us`` / ``uncosted_time_us`` (µs) and ``total_flops`` (FLOP) over the rows within their roofs;
+    ``latency_fraction`` the latency class's threshold; ``n_groups`` rows before the cut to the top."""
 
     ops: list[RooflineRow]
-    uncosted: list[dict[str, Any]]
-    chart: list[dict[str, Any]]
-    roofs: dict[str, Any] | None
+    uncosted: list[UncostedOp]
+    chart: list[ChartPoint]
+    roofs: Roofs | None
     time_basis: str
     costed_time_us: float
     uncosted_time_us: float
     total_flops: float
-    latency_fraction: float
+    latency_fraction: float | None  # None only in a report whose JSON held a non-finite value
     n_groups: int
-    warnings: list[str] = field(default_factory=list)
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+    warnings: list[str] = []
 
 
-def op_parents(cpu_ops: Any) -> np.ndarray:
+def op_parents(cpu_ops: Table) -> np.ndarray:
     """Index of each cpu_op's enclosing cpu_op on the same (pid, tid), -1 for roots.
 
     Ops nest by time on one thread (Kineto records them as complete events)."""
@@ -137,7 +153,7 @@ def op_parents(cpu_ops: Any) -> np.ndarray:
     return parent
 
 
-def _costs(tables: Any) -> list[OpCost | Uncosted]:
+def _costs(tables: TraceTables) -> list[OpCost | Uncosted]:
     ops, names = tables.cpu_ops, tables.name_array()
     concrete = ops["concrete_inputs"] if "concrete_inputs" in ops else [None] * len(ops)
     return [
@@ -146,13 +162,13 @@ def _costs(tables: Any) -> list[OpCost | Uncosted]:
     ]
 
 
-def _nest_order(cpu_ops: Any) -> np.ndarray:
+def _nest_order(cpu_ops: Table) -> np.ndarray:
     """Ops by thread, start time, longest first: every parent comes before its children."""
     return np.lexsort((-cpu_ops["dur_us"], cpu_ops["ts_us"], cpu_ops["tid"], cpu_ops["pid"]))
 
 
 def _resolve(
-    cpu_ops: Any, parent: np.ndarray, costed: np.ndarray, is_aten: np.ndarray
+    cpu_ops: Table, parent: np.ndarray, costed: np.ndarray, is_aten: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
     """(outermost costed ancestor-or-self, outermost aten ancestor-or-self) per op, -1 if none."""
     n = len(parent)
@@ -165,7 +181,7 @@ def _resolve(
     return chosen, top
 
 
-def _enclosing_op(cpu_ops: Any, parent: np.ndarray, pid: np.ndarray, tid: np.ndarray, ts: np.ndarray) -> np.ndarray:
+def _enclosing_op(cpu_ops: Table, parent: np.ndarray, pid: np.ndarray, tid: np.ndarray, ts: np.ndarray) -> np.ndarray:
     """Innermost cpu_op on the same (pid, tid) whose span contains each ``ts``; -1 if none."""
     out = np.full(len(ts), -1, dtype=np.int64)
     if not len(cpu_ops) or not len(ts):
@@ -189,7 +205,7 @@ def _enclosing_op(cpu_ops: Any, parent: np.ndarray, pid: np.ndarray, tid: np.nda
     return out
 
 
-def _device_events(tables: Any, parent: np.ndarray) -> tuple[np.ndarray, np.ndarray, list[str]]:
+def _device_events(tables: TraceTables, parent: np.ndarray) -> tuple[np.ndarray, np.ndarray, list[str]]:
     """(launching cpu_op index or -1, dur_us, name) of every kernel, memcpy and memset.
 
     The launching op is the innermost cpu_op enclosing the runtime call with the same
@@ -201,7 +217,7 @@ def _device_events(tables: Any, parent: np.ndarray) -> tuple[np.ndarray, np.ndar
     rt_op = _enclosing_op(ops, parent, rt["pid"], rt["tid"], rt["ts_us"]) if len(rt) else np.zeros(0, np.int64)
     launch, dur, nm = [], [], []
     for tname in ("kernels", "memcpy", "memset"):
-        t = getattr(tables, tname)
+        t = tables.tables[tname]
         if not len(t):
             continue
         rows = launch_rows(tables, tname)  # the runtime call (by correlation), -1 without one
@@ -217,14 +233,28 @@ def _device_events(tables: Any, parent: np.ndarray) -> tuple[np.ndarray, np.ndar
     return np.concatenate(launch), np.concatenate(dur), nm
 
 
-def _op_times(
-    tables: Any, parent: np.ndarray, chosen: np.ndarray, top: np.ndarray
-) -> tuple[dict[int, float], dict[int, dict[str, float]], dict[Any, float], str]:
-    """Per chosen op: time µs and math-dtype seconds; per uncosted group: time and count."""
+# an op group the FLOPs of which are unknown: ("op", index of its outermost aten op) or ("kernel", kernel name)
+UncostedKey = tuple[str, int] | tuple[str, str]
+
+
+@dataclass
+class OpTimes:
+    """Where one trace's op time went (µs): ``time_by_op`` per chosen (costed) op; ``dtype_time`` per chosen op and
+    GEMM math dtype ("?" when the kernel name does not say); ``uncosted`` per group of time no costed op explains;
+    ``basis`` "device" (kernel time) or "cpu_op" (a CPU-only trace: the ops' own durations)."""
+
+    time_by_op: dict[int, float]
+    dtype_time: dict[int, dict[str, float]]
+    uncosted: dict[UncostedKey, float]
+    basis: str
+
+
+def _op_times(tables: TraceTables, parent: np.ndarray, chosen: np.ndarray, top: np.ndarray) -> OpTimes:
+    """Per chosen op: time µs and math-dtype µs; per uncosted group: time."""
     ops = tables.cpu_ops
     time_by_op: dict[int, float] = defaultdict(float)
     dtype_time: dict[int, dict[str, float]] = defaultdict(lambda: defaultdict(float))
-    uncosted: dict[Any, float] = defaultdict(float)
+    uncosted: dict[UncostedKey, float] = defaultdict(float)
     if not tables.has_device_activity:
         parent_free = [i for i in range(len(ops)) if chosen[i] == i]
         for i in parent_free:
@@ -232,7 +262,7 @@ def _op_times(
         for i in range(len(ops)):
             if chosen[i] < 0 and top[i] == i:
                 uncosted[("op", i)] += float(ops["dur_us"][i])
-        return time_by_op, dtype_time, uncosted, "cpu_op"
+        return OpTimes(time_by_op, dtype_time, uncosted, "cpu_op")
     op_of, dur, knames = _device_events(tables, parent)
     for k, (i, d) in enumerate(zip(op_of.tolist(), dur.tolist())):
         c = chosen[i] if i >= 0 else -1
@@ -241,10 +271,10 @@ def _op_times(
             if is_gemm_kernel(knames[k]):
                 dtype_time[c][kernel_math_dtype(knames[k]) or "?"] += d
         elif i >= 0:
-            uncosted[("op", top[i] if top[i] >= 0 else i)] += d
+            uncosted[("op", int(top[i]) if top[i] >= 0 else i)] += d
         else:
             uncosted[("kernel", knames[k])] += d
-    return time_by_op, dtype_time, uncosted, "device"
+    return OpTimes(time_by_op, dtype_time, uncosted, "device")
 
 
 def _bound(ai: float | None, ridge: float | None, pct: float | None, latency_fraction: float) -> str:
@@ -286,11 +316,25 @@ def _above_roof(
     return "; ".join(broken) + "; left out of the FLOP sum, MFU and the bound classes" if broken else ""
 
 
-def _row(key: tuple[Any, ...], g: dict[str, Any], roofs: Roofs | None, latency_fraction: float) -> RooflineRow:
-    name, shapes, cost = key[0], key[1], g["cost"]
-    time_s = g["time_us"] * 1e-6
-    flops, nbytes = cost.flops * g["count"], None if cost.bytes is None else cost.bytes * g["count"]
-    math = _math_dtype(cost, g["dtypes"])
+GroupKey = tuple[str, str, str | None]  # (op name, input shapes, input dtype)
+
+
+@dataclass
+class OpGroup:
+    """The costed ops of one (name, shapes, dtype): their cost (each op's), ``count``, ``time_us`` (µs) and GEMM
+    math-dtype time (µs per dtype)."""
+
+    cost: OpCost
+    count: int = 0
+    time_us: float = 0.0
+    dtypes: dict[str, float] = field(default_factory=lambda: defaultdict(float))
+
+
+def _row(key: GroupKey, g: OpGroup, roofs: Roofs | None, latency_fraction: float) -> RooflineRow:
+    name, shapes, cost = key[0], key[1], g.cost
+    time_s = g.time_us * 1e-6
+    flops, nbytes = cost.flops * g.count, None if cost.bytes is None else cost.bytes * g.count
+    math = _math_dtype(cost, g.dtypes)
     ai = flops / nbytes if nbytes else None
     achieved = flops / time_s if time_s > 0 else 0.0
     achieved_bw = nbytes / time_s if nbytes is not None and time_s > 0 else None
@@ -311,37 +355,82 @@ def _row(key: tuple[Any, ...], g: dict[str, Any], roofs: Roofs | None, latency_f
     if note:
         pct = None  # no share of a roof the row breaks: the note says which count or roof is wrong
     return RooflineRow(
-        name,
-        shapes,
-        cost.dtype,
-        math,
-        cost.kind,
-        g["count"],
-        g["time_us"],
-        flops,
-        nbytes,
-        ai,
-        ridge,
-        peak,
-        attainable,
-        achieved,
-        achieved_bw,
-        pct,
-        ABOVE_ROOF if note else _bound(ai, ridge, pct, latency_fraction),
-        cost.formula,
-        note,
+        name=name,
+        shapes=shapes,
+        dtype=cost.dtype,
+        math_dtype=math,
+        kind=cost.kind,
+        count=g.count,
+        time_us=g.time_us,
+        flops=flops,
+        bytes=nbytes,
+        arithmetic_intensity=ai,
+        ridge_point=ridge,
+        peak_flops_per_s=peak,
+        attainable_flops_per_s=attainable,
+        achieved_flops_per_s=achieved,
+        achieved_bytes_per_s=achieved_bw,
+        pct_of_attainable=pct,
+        bound=ABOVE_ROOF if note else _bound(ai, ridge, pct, latency_fraction),
+        formula=cost.formula,
+        note=note,
     )
 
 
-def _shapes(raw: Any) -> str:
+def _shapes(raw: object) -> str:
     if raw is None:
         return ""
     text = raw.decode() if isinstance(raw, (bytes, bytearray)) else str(raw)
     return " ".join(text.split())
 
 
+def _op_groups(tables: TraceTables, costs: list[OpCost | Uncosted], times: OpTimes) -> dict[GroupKey, OpGroup]:
+    """The chosen ops grouped by (name, input shapes, dtype), their times and math-dtype times added up (µs)."""
+    ops, names = tables.cpu_ops, tables.name_array()
+    groups: dict[GroupKey, OpGroup] = {}
+    for i, t_us in times.time_by_op.items():
+        cost = cast(OpCost, costs[i])  # time_by_op's keys are chosen ops, and _resolve chooses only costed ones
+        key = (str(names[ops["name_id"][i]]), _shapes(ops["input_dims"][i]), cost.dtype)
+        g = groups.setdefault(key, OpGroup(cost))
+        g.count += 1
+        g.time_us += t_us
+        for d, v in times.dtype_time.get(i, {}).items():
+            g.dtypes[d] += v
+    return groups
+
+
+def _chart(trusted: list[RooflineRow], chart_points: int) -> list[ChartPoint]:
+    """The first ``chart_points`` rows within their roofs that have an arithmetic intensity and FLOPs, as points."""
+    return [
+        ChartPoint(
+            name=r.name,
+            dtype=r.math_dtype,
+            ai=r.arithmetic_intensity,
+            achieved_flops_per_s=r.achieved_flops_per_s,
+            time_us=r.time_us,
+            bound=r.bound,
+        )
+        for r in trusted[:chart_points]
+        if r.arithmetic_intensity is not None and r.flops > 0
+    ]
+
+
+def _warnings(ops: Table, roofs: Roofs | None) -> list[str]:
+    """What the roofline could not do: no shapes recorded, no device peaks."""
+    warnings = []
+    if not any(x is not None for x in ops["input_dims"]):
+        warnings.append("no input shapes recorded (profile with record_shapes=True): no op could be costed")
+    if roofs is None:
+        warnings.append("device peaks unknown: attainable FLOP/s and bound class not computed")
+    return warnings
+
+
 def roofline_table(
-    tables: Any, roofs: Roofs | None, top: int = 20, latency_fraction: float = LATENCY_FRACTION, chart_points: int = 200
+    tables: TraceTables,
+    roofs: Roofs | None,
+    top: int = 20,
+    latency_fraction: float = LATENCY_FRACTION,
+    chart_points: int = 200,
 ) -> RooflineResult:
     """Roofline rows of one trace (one rank).
 
@@ -353,6 +442,7 @@ def roofline_table(
         latency_fraction: an op achieving less than this share of its attainable FLOP/s
             (or of bandwidth, for pure data movement) is classed ``"latency"``
             (latency- or launch-bound: far below both roofs).
+        chart_points: points kept in ``chart``.
 
     Returns:
         :class:`RooflineResult`; never raises on traces without shapes (everything
@@ -364,72 +454,52 @@ def roofline_table(
     is_aten = np.fromiter((names[n].startswith("aten::") for n in ops["name_id"].tolist()), bool, len(ops))
     parent = op_parents(ops)
     chosen, topmost = _resolve(ops, parent, costed, is_aten)
-    time_by_op, dtype_time, unc, basis = _op_times(tables, parent, chosen, topmost)
-    groups: dict[tuple[Any, ...], dict[str, Any]] = {}
-    for i, t_us in time_by_op.items():
-        cost = cast(OpCost, costs[i])  # time_by_op's keys are chosen ops, and _resolve chooses only costed ones
-        key = (names[ops["name_id"][i]], _shapes(ops["input_dims"][i]), cost.dtype)
-        g = groups.setdefault(key, {"cost": cost, "count": 0, "time_us": 0.0, "dtypes": defaultdict(float)})
-        g["count"] += 1
-        g["time_us"] += t_us
-        for d, v in dtype_time.get(i, {}).items():
-            g["dtypes"][d] += v
+    times = _op_times(tables, parent, chosen, topmost)
+    groups = _op_groups(tables, costs, times)
     rows = sorted((_row(k, g, roofs, latency_fraction) for k, g in groups.items()), key=lambda r: -r.time_us)
     # a row above its roof has a wrong count or roof: shown with the reason, in no aggregate (its time is
     # uncosted, so MFU's op-level sum knows what it lacks)
     trusted = [r for r in rows if r.bound != ABOVE_ROOF]
-    unc_rows = _uncosted_rows(unc, costs, names, ops, [r for r in rows if r.bound == ABOVE_ROOF])
-    chart = [
-        {
-            "name": r.name,
-            "dtype": r.math_dtype,
-            "ai": r.arithmetic_intensity,
-            "achieved_flops_per_s": r.achieved_flops_per_s,
-            "time_us": r.time_us,
-            "bound": r.bound,
-        }
-        for r in trusted[:chart_points]
-        if r.arithmetic_intensity is not None and r.flops > 0
-    ]
-    warnings = []
-    if not any(x is not None for x in ops["input_dims"]):
-        warnings.append("no input shapes recorded (profile with record_shapes=True): no op could be costed")
-    if roofs is None:
-        warnings.append("device peaks unknown: attainable FLOP/s and bound class not computed")
+    unc_rows = _uncosted_rows(times.uncosted, costs, names, ops, [r for r in rows if r.bound == ABOVE_ROOF])
     return RooflineResult(
-        rows[:top],
-        unc_rows,
-        chart,
-        roofs.to_dict() if roofs else None,
-        basis,
-        float(sum(r.time_us for r in trusted)),
-        float(sum(u["time_us"] for u in unc_rows)),
-        float(sum(r.flops for r in trusted)),
-        latency_fraction,
-        len(rows),
-        warnings,
+        ops=rows[:top],
+        uncosted=unc_rows,
+        chart=_chart(trusted, chart_points),
+        roofs=roofs,
+        time_basis=times.basis,
+        costed_time_us=float(sum(r.time_us for r in trusted)),
+        uncosted_time_us=float(sum(u.time_us for u in unc_rows)),
+        total_flops=float(sum(r.flops for r in trusted)),
+        latency_fraction=latency_fraction,
+        n_groups=len(rows),
+        warnings=_warnings(ops, roofs),
     )
 
 
 def _uncosted_rows(
-    unc: dict[Any, float], costs: list[OpCost | Uncosted], names: np.ndarray, ops: Any, above: list[RooflineRow]
-) -> list[dict[str, Any]]:
-    merged: dict[Any, dict[str, Any]] = {}
+    unc: dict[UncostedKey, float],
+    costs: list[OpCost | Uncosted],
+    names: np.ndarray,
+    ops: Table,
+    above: list[RooflineRow],
+) -> list[UncostedOp]:
+    """The uncosted groups and the rows above their roofs merged by name (µs), longest first."""
+    merged: dict[tuple[str, str] | str, UncostedOp] = {}
     for r in above:  # costed, but the count or the roof is wrong for it: its time counts as uncosted
         m = merged.setdefault(
             (ABOVE_ROOF, r.name),
-            {"name": r.name, "count": 0, "time_us": 0.0, "reason": "achieved above its roof (see its roofline row)"},
+            UncostedOp(name=r.name, count=0, time_us=0.0, reason="achieved above its roof (see its roofline row)"),
         )
-        m["count"] += r.count
-        m["time_us"] += r.time_us
-    for (kind, ref), t_us in unc.items():
-        if kind == "op":
-            name = names[ops["name_id"][ref]]
+        m.count += r.count
+        m.time_us += r.time_us
+    for (_, ref), t_us in unc.items():
+        if isinstance(ref, int):  # ("op", its index); else ("kernel", its name)
+            name = str(names[ops["name_id"][ref]])
             c = costs[ref]
             reason = c.reason if isinstance(c, Uncosted) else "no costable op"
         else:
-            name, reason = str(ref), "kernel not linked to any recorded op"
-        m = merged.setdefault(name, {"name": name, "count": 0, "time_us": 0.0, "reason": reason})
-        m["count"] += 1
-        m["time_us"] += t_us
-    return sorted(merged.values(), key=lambda m: -m["time_us"])
+            name, reason = ref, "kernel not linked to any recorded op"
+        m = merged.setdefault(name, UncostedOp(name=name, count=0, time_us=0.0, reason=reason))
+        m.count += 1
+        m.time_us += t_us
+    return sorted(merged.values(), key=lambda m: -m.time_us)

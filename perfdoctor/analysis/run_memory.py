@@ -15,10 +15,14 @@ stair-steps) and its confidence interval (``scipy.stats.theilslopes``, Sen 1968)
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
+import msgspec
 import numpy as np
+
+if TYPE_CHECKING:
+    from perfdoctor.analysis.rank import Analysis, RankResult
 
 # Theil–Sen is O(n²) in the steps fitted: past this many, evenly spaced steps of the stretch are fitted
 MAX_FIT_STEPS = 2000
@@ -31,26 +35,28 @@ SERIES_WORDS = {
 }
 
 
-@dataclass(frozen=True)
-class Growth:
-    """One memory series over the run (bytes; steps are the run's 0-based step numbers).
+class Growth(msgspec.Struct, frozen=True, kw_only=True):
+    """One memory series over the run (bytes; steps are the run's 0-based step numbers; the report's
+    ``run.memory.series[]``).
 
-    ``first_step``..``last_step``: the fitted stretch (``n_steps`` steps); ``start_bytes`` / ``end_bytes``: the
-    fitted line at its ends; ``slope_bytes_per_step`` (Theil–Sen) with ``slope_low`` / ``slope_high`` its
+    ``series``: its ``steps.csv`` column, ``words`` what it is in words; ``first_step``..``last_step``: the fitted
+    stretch (``n_steps`` steps); ``start_bytes`` / ``end_bytes``: the fitted line at its ends;
+    ``slope_bytes_per_step`` (Theil–Sen) with ``slope_low_bytes_per_step`` / ``slope_high_bytes_per_step`` its
     :data:`CONFIDENCE` interval; ``growth_bytes`` = slope × (last − first step); ``peak_bytes`` at ``peak_step``:
     the largest value of the whole run; ``limit_bytes``: what the series can reach before it fails (None: not
     recorded), ``limit_source`` says what it is; ``steps_to_limit``: (limit − end) ÷ slope, None when the slope is
     not positive or there is no limit."""
 
     series: str
+    words: str
     first_step: int
     last_step: int
     n_steps: int
     start_bytes: float
     end_bytes: float
     slope_bytes_per_step: float
-    slope_low: float
-    slope_high: float
+    slope_low_bytes_per_step: float
+    slope_high_bytes_per_step: float
     growth_bytes: float
     peak_bytes: float
     peak_step: int
@@ -58,17 +64,13 @@ class Growth:
     limit_source: str
     steps_to_limit: float | None
 
-    @property
-    def words(self) -> str:
-        return SERIES_WORDS.get(self.series, self.series)
 
-
-@dataclass(frozen=True)
-class AllocatorCounts:
+class AllocatorCounts(msgspec.Struct, frozen=True, kw_only=True):
     """The caching allocator's counters over the steady-state steps (``steps.csv``'s cumulative counts, differenced
-    step by step): ``mallocs_per_step`` (cudaMalloc calls, ``num_device_alloc``) and ``retries_per_step``
-    (``num_alloc_retries``: a failed cudaMalloc that freed the cache and tried again) per steady step, over
-    ``n_steps`` steady unprofiled steps from ``first_step``; ``retry_steps``: the steps with a retry (first 20)."""
+    step by step; the report's ``run.memory.allocator``): ``mallocs_per_step`` (cudaMalloc calls,
+    ``num_device_alloc``) and ``retries_per_step`` (``num_alloc_retries``: a failed cudaMalloc that freed the cache
+    and tried again) per steady step, over ``n_steps`` steady unprofiled steps from ``first_step``;
+    ``retry_steps``: the steps with a retry (first 20)."""
 
     n_steps: int
     first_step: int
@@ -77,8 +79,7 @@ class AllocatorCounts:
     retry_steps: list[int]
 
 
-@dataclass(frozen=True)
-class RunMemory:
+class RunMemory(msgspec.Struct, frozen=True, kw_only=True):
     """What the run's step series say about memory: each recorded series' :class:`Growth`, the allocator counts
     (None without CUDA counters)."""
 
@@ -86,6 +87,7 @@ class RunMemory:
     allocator: AllocatorCounts | None
 
     def growth(self, name: str) -> Growth | None:
+        """The :class:`Growth` of series ``name`` (None: not recorded)."""
         return next((g for g in self.series if g.series == name), None)
 
 
@@ -140,14 +142,15 @@ def growth_of(
     to_limit = (cap - end) / slope if cap is not None and slope > 0 else None
     return Growth(
         series=name,
+        words=SERIES_WORDS.get(name, name),
         first_step=int(x[0]),
         last_step=int(x[-1]),
         n_steps=int(idx.size),
         start_bytes=float(start),
         end_bytes=float(end),
         slope_bytes_per_step=slope,
-        slope_low=low,
-        slope_high=high,
+        slope_low_bytes_per_step=low,
+        slope_high_bytes_per_step=high,
         growth_bytes=slope * float(x[-1] - x[0]),
         peak_bytes=float(col[peak_i]),
         peak_step=int(steps["step"][peak_i]),
@@ -157,7 +160,7 @@ def growth_of(
     )
 
 
-def limits(memory: dict[str, Any] | None) -> dict[str, tuple[float | None, str]]:
+def limits(memory: Mapping[str, object] | None) -> dict[str, tuple[float | None, str]]:
     """Each series' limit (bytes) and what it is, from ``run.json``'s ``memory`` (recorded at the run's start):
     the device's total memory for the CUDA series; the host's available memory plus the process's RSS then
     for the RSS (what it could grow to before the host, or its cgroup, runs out)."""
@@ -175,7 +178,7 @@ def limits(memory: dict[str, Any] | None) -> dict[str, tuple[float | None, str]]
     }
 
 
-def _num(v: Any) -> float | None:
+def _num(v: object) -> float | None:
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and v == v else None
 
 
@@ -209,7 +212,9 @@ def allocator_counts(steps: dict[str, np.ndarray], mask: np.ndarray) -> Allocato
     )
 
 
-def run_memory(steps: dict[str, np.ndarray], steady_start: int, memory: dict[str, Any] | None) -> RunMemory | None:
+def run_memory(
+    steps: dict[str, np.ndarray], steady_start: int, memory: Mapping[str, object] | None
+) -> RunMemory | None:
     """The run's :class:`RunMemory` from its step table (:func:`perfdoctor.capture.run_data.read_steps_csv`), the
     first steady-state step (``SteadyState.steady_start_step``) and ``run.json``'s ``memory``; None when no
     memory column was measured."""
@@ -225,16 +230,21 @@ def run_memory(steps: dict[str, np.ndarray], steady_start: int, memory: dict[str
     return RunMemory(series=series, allocator=counts)
 
 
-def run_allocator_evidence(analysis: Any) -> dict[str, Any]:
+# evidence values of the allocator's counts over the run (:func:`run_allocator_values`)
+AllocatorValues = dict[str, float | int | list[int] | None]
+
+
+def run_allocator_evidence(analysis: Analysis[RankResult]) -> AllocatorValues:
     """:func:`run_allocator_values` of an analysis: the values its rank summary's worker was given
-    (``analysis.run_allocator``), else those of its run data (``analysis.run.memory``, rank 0's); {} without."""
-    given = getattr(analysis, "run_allocator", None)
-    if given is not None:
-        return dict(given)
-    return run_allocator_values(getattr(getattr(analysis, "run", None), "memory", None))
+    (``analysis.run_allocator``), else those of its run data (``analysis.run.memory``, rank 0's); {} without (a
+    worker's ``run`` is run.json alone)."""
+    if analysis.run_allocator is not None:
+        return dict(analysis.run_allocator)
+    run = analysis.run
+    return run_allocator_values(None if run is None or isinstance(run, Mapping) else run.memory)
 
 
-def run_allocator_values(memory: RunMemory | None) -> dict[str, Any]:
+def run_allocator_values(memory: RunMemory | None) -> AllocatorValues:
     """The allocator's counts over the whole run as evidence values (PD501's, beside the profiled window's
     calls): ``run_mallocs_per_step`` (cudaMalloc calls) and ``run_retries_per_step`` (allocator retries) per
     steady-state unprofiled step, ``run_retry_steps`` (the first 20 steps with a retry) and ``run_steady_steps``
@@ -242,7 +252,7 @@ def run_allocator_values(memory: RunMemory | None) -> dict[str, Any]:
     a = memory.allocator if memory is not None else None
     if a is None:
         return {}
-    out: dict[str, Any] = {"run_retries_per_step": a.retries_per_step, "run_steady_steps": a.n_steps}
+    out: AllocatorValues = {"run_retries_per_step": a.retries_per_step, "run_steady_steps": a.n_steps}
     if a.mallocs_per_step is not None:
         out["run_mallocs_per_step"] = a.mallocs_per_step
     if a.retry_steps:

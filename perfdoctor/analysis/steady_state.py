@@ -34,8 +34,9 @@ step) are left out of every statistic except the window figures.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from typing import NamedTuple
 
+import msgspec
 import numpy as np
 import numpy.typing as npt
 
@@ -46,16 +47,19 @@ NOISE_FACTOR = 4.0
 UNSTABLE_SPREAD = 2.0  # p90 / p10 of the steady span above this: no single level to report
 
 
-@dataclass(frozen=True)
-class Phase:
+class Phase(msgspec.Struct, frozen=True):
+    """A steady phase of the run: steps ``[start_step, end_step)`` (0-based), median step time (s)."""
+
     start_step: int  # first step (0-based) of the phase
     end_step: int  # one past its last step
     median_s: float
 
 
-@dataclass(frozen=True)
-class SteadyState:
-    """Result of :func:`analyze`. Durations in seconds; slope in µs per step."""
+class SteadyState(msgspec.Struct, frozen=True, kw_only=True):
+    """Result of :func:`analyze` (the report's ``run.steady_state``). Durations in seconds; slope in µs per step.
+
+    ``phase_change``: more than one phase; ``steady_start_step``: the first step of the last phase (the warm-up's
+    end when there is one phase)."""
 
     n_steps: int
     warmup_steps: int
@@ -70,11 +74,9 @@ class SteadyState:
     window_ratio: float | None = None
     window_neighbor_median_s: float | None = None
     window_neighbor_ratio: float | None = None
-    notes: list[str] = field(default_factory=list)
-
-    @property
-    def phase_change(self) -> bool:
-        return len(self.phases) > 1
+    notes: list[str] = []
+    phase_change: bool
+    steady_start_step: int
 
     @property
     def spread(self) -> float:
@@ -85,10 +87,6 @@ class SteadyState:
     def unstable(self) -> bool:
         """The steady span has no single level: p90 is more than :data:`UNSTABLE_SPREAD` times p10."""
         return self.spread > UNSTABLE_SPREAD
-
-    @property
-    def steady_start_step(self) -> int:
-        return self.phases[-1].start_step if self.phases else self.warmup_steps
 
 
 def _mad_sigma(x: np.ndarray) -> float:
@@ -173,6 +171,25 @@ def detect_warmup(x: np.ndarray, level: float, noise: float, window: int = 5) ->
     return min(i, x.size)
 
 
+class _Window(NamedTuple):
+    """The profiled window's median step (s) and its ratio to the steady median, and the same for the unprofiled
+    steps next to it (None without a window)."""
+
+    median_s: float | None = None
+    ratio: float | None = None
+    neighbor_median_s: float | None = None
+    neighbor_ratio: float | None = None
+
+
+class _Trend(NamedTuple):
+    """Theil–Sen slope of the steady span (s per step), its rise over the span ÷ the median, and whether it is a
+    trend (:data:`TREND_MIN_RISE`, :data:`TREND_MIN_RHO`)."""
+
+    slope_s: float
+    rise: float
+    detected: bool
+
+
 def analyze(
     duration_s: npt.ArrayLike,
     exclude: npt.ArrayLike | None = None,
@@ -189,6 +206,34 @@ def analyze(
     Raises:
         ValueError: an empty series or masks of another length.
     """
+    d, excl, win = _series(duration_s, exclude, window)
+    n = d.size
+    steps = np.nonzero(~excl)[0]
+    x = d[steps]
+    if x.size < 3:
+        med = float(np.median(x)) if x.size else float(np.median(d))
+        return _steady_state(
+            n, 0, [Phase(0, n, med)], (med, med, med), _Trend(0.0, 0.0, False), _Window(),
+            ["too few steps for a steady-state analysis"],
+        )  # fmt: skip
+    warm, phases = _warmup_and_phases(steps, x, min_segment or max(10, n // 10), n)
+    notes = [f"warm-up: first {int(steps[warm]) if warm < steps.size else n} steps discarded"] if warm else []
+    last = phases[-1]
+    sel = (steps >= last.start_step) & (steps < last.end_step) & (np.arange(steps.size) >= warm)
+    ss_steps, ss = steps[sel], x[sel]
+    med = float(np.median(ss))
+    levels = (med, float(np.percentile(ss, 10)), float(np.percentile(ss, 90)))
+    first_step = int(steps[warm]) if warm < steps.size else n
+    return _steady_state(n, first_step, phases, levels, _trend(ss_steps, ss, med), _window(d, win, excl, med), notes)
+
+
+def _series(
+    duration_s: npt.ArrayLike, exclude: npt.ArrayLike | None, window: npt.ArrayLike | None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The durations (s) and the exclude and window masks as arrays of one length (absent masks all False).
+
+    Raises:
+        ValueError: an empty series or masks of another length."""
     d = np.asarray(duration_s, dtype=float)
     n = d.size
     if n == 0:
@@ -197,30 +242,18 @@ def analyze(
     win = np.zeros(n, bool) if window is None else np.asarray(window, bool)
     if excl.size != n or win.size != n:
         raise ValueError("exclude/window masks must have the length of duration_s")
-    steps = np.nonzero(~excl)[0]
-    x = d[steps]
-    min_seg = min_segment or max(10, n // 10)
-    notes: list[str] = []
-    if x.size < 3:
-        med = float(np.median(x)) if x.size else float(np.median(d))
-        return SteadyState(
-            n,
-            0,
-            [Phase(0, n, med)],
-            med,
-            med,
-            med,
-            0.0,
-            0.0,
-            False,
-            notes=["too few steps for a steady-state analysis"],
-        )
+    return d, excl, win
+
+
+def _warmup_and_phases(steps: np.ndarray, x: np.ndarray, min_seg: int, n: int) -> tuple[int, list[Phase]]:
+    """(warm-up length in kept steps, phases) of the kept steps ``steps`` with durations ``x`` (s): the leading steps
+    slower than the first stretch's level, then the level shifts of the rest; a first phase slower than the next
+    and at most half the run becomes warm-up."""
     # level of the first stretch after the first few steps: the warm-up reference
     head = x[min(x.size - 1, max(1, x.size // 20)) : max(2, x.size // 3)] if x.size >= 6 else x[1:]
     level0 = float(np.median(head))
     warm = detect_warmup(x[: max(3, x.size // 2)], level0, _mad_sigma(head))
-    body_steps, body = steps[warm:], x[warm:]
-    phases, cps = _phases(body_steps, body, min_seg, n)
+    phases, _ = _phases(steps[warm:], x[warm:], min_seg, n)
     # a first "phase" slower than the next and at most half the run is a long warm-up, not a phase
     if (
         len(phases) > 1
@@ -230,38 +263,55 @@ def analyze(
         warm_step = phases[1].start_step
         warm = int(np.searchsorted(steps, warm_step))
         phases = [Phase(warm_step, phases[1].end_step, phases[1].median_s)] + phases[2:]
-    if warm:
-        notes.append(f"warm-up: first {int(steps[warm]) if warm < steps.size else n} steps discarded")
-    last = phases[-1]
-    sel = (steps >= last.start_step) & (steps < last.end_step) & (np.arange(steps.size) >= warm)
-    ss_steps, ss = steps[sel], x[sel]
-    slope = theil_sen(ss_steps.astype(float), ss) if ss.size >= 10 else 0.0
-    med = float(np.median(ss))
-    rise = slope * (ss_steps[-1] - ss_steps[0]) / med if ss.size >= 10 and med > 0 else 0.0
-    rho = spearman(ss_steps.astype(float), ss) if ss.size >= 10 else 0.0
-    trend = rise >= TREND_MIN_RISE and rho >= TREND_MIN_RHO
-    wmed = wratio = nmed = nratio = None
-    if win.any():
-        wmed = float(np.median(d[win]))
-        wratio = wmed / med if med > 0 else None
-        nmed = _neighbor_median(d, win, excl)
-        nratio = nmed / med if nmed is not None and med > 0 else None
-    first_step = int(steps[warm]) if warm < steps.size else n
+    return warm, phases
+
+
+def _trend(ss_steps: np.ndarray, ss: np.ndarray, med: float) -> _Trend:
+    """The steady span's trend (steps ``ss_steps``, durations ``ss`` in s, median ``med``); none under 10 steps."""
+    if ss.size < 10:
+        return _Trend(0.0, 0.0, False)
+    slope = theil_sen(ss_steps.astype(float), ss)
+    rise = slope * (ss_steps[-1] - ss_steps[0]) / med if med > 0 else 0.0
+    rho = spearman(ss_steps.astype(float), ss)
+    return _Trend(slope, float(rise), bool(rise >= TREND_MIN_RISE and rho >= TREND_MIN_RHO))
+
+
+def _window(d: np.ndarray, win: np.ndarray, excl: np.ndarray, med: float) -> _Window:
+    """The profiled window's figures against the steady median ``med`` (s)."""
+    if not win.any():
+        return _Window()
+    wmed = float(np.median(d[win]))
+    nmed = _neighbor_median(d, win, excl)
+    return _Window(wmed, wmed / med if med > 0 else None, nmed, nmed / med if nmed is not None and med > 0 else None)
+
+
+def _steady_state(
+    n: int,
+    warmup_steps: int,
+    phases: list[Phase],
+    levels: tuple[float, float, float],
+    trend: _Trend,
+    window: _Window,
+    notes: list[str],
+) -> SteadyState:
+    """The :class:`SteadyState` of its parts (``levels``: median, p10, p90 of the steady span, s)."""
     return SteadyState(
         n_steps=n,
-        warmup_steps=first_step,
+        warmup_steps=warmup_steps,
         phases=phases,
-        median_s=med,
-        p10_s=float(np.percentile(ss, 10)),
-        p90_s=float(np.percentile(ss, 90)),
-        trend_us_per_step=slope * 1e6,
-        trend_rise_ratio=float(rise),
-        trend_detected=bool(trend),
-        window_median_s=wmed,
-        window_ratio=wratio,
-        window_neighbor_median_s=nmed,
-        window_neighbor_ratio=nratio,
+        median_s=levels[0],
+        p10_s=levels[1],
+        p90_s=levels[2],
+        trend_us_per_step=trend.slope_s * 1e6,
+        trend_rise_ratio=trend.rise,
+        trend_detected=trend.detected,
+        window_median_s=window.median_s,
+        window_ratio=window.ratio,
+        window_neighbor_median_s=window.neighbor_median_s,
+        window_neighbor_ratio=window.neighbor_ratio,
         notes=notes,
+        phase_change=len(phases) > 1,
+        steady_start_step=phases[-1].start_step if phases else warmup_steps,
     )
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import csv
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -371,9 +371,7 @@ def run_section(run: RunData) -> dict[str, Any]:
         "samples_per_step": run.facts.samples_per_step,
         "device": run_device(run.facts.environment),
         "steps": steps,
-        "steady_state": None
-        if ss is None
-        else {**asdict(ss), "phase_change": ss.phase_change, "steady_start_step": ss.steady_start_step},
+        "steady_state": None if ss is None else msgspec.to_builtins(ss),
         "throughput": _throughput_words(run.throughput()),
         "non_training": non_training(run.steps),
         "memory": memory_section(run),
@@ -386,35 +384,13 @@ def memory_section(run: RunData) -> dict[str, Any] | None:
     step) and one row per device of each readable snapshot (:attr:`RunData.snapshot_reports`); None when the run
     measured no memory column and holds no snapshot."""
     mem = run.memory
-    snaps = [
-        {
-            "path": name,
-            "device": d.device,
-            "peak_allocated_bytes": d.peak_allocated_bytes,
-            "peak_reserved_bytes": d.peak_reserved_bytes,
-            "reserved_at_snapshot_bytes": d.reserved_at_snapshot_bytes,
-            "fragmentation": d.fragmentation,
-            "cuda_malloc_calls": d.cuda_malloc_calls,
-            "cache_flushes_then_malloc": d.cache_flushes_then_malloc,
-            "ooms": len(d.ooms),
-            "top_site": d.call_sites[0].site if d.call_sites else "",
-            "top_site_bytes": d.call_sites[0].bytes if d.call_sites else 0,
-        }
-        for name, rep in run.snapshot_reports[0]
-        for d in rep.devices
-    ]
+    from perfdoctor.snapshot.report import run_snapshots
+
+    snaps = [msgspec.to_builtins(row) for name, rep in run.snapshot_reports[0] for row in run_snapshots(name, rep)]
     if mem is None and not snaps:
         return None
-    series = [
-        {
-            **{k: v for k, v in asdict(g).items() if k not in ("slope_low", "slope_high")},
-            "words": g.words,
-            "slope_low_bytes_per_step": g.slope_low,
-            "slope_high_bytes_per_step": g.slope_high,
-        }
-        for g in (mem.series if mem is not None else [])
-    ]
-    alloc = asdict(mem.allocator) if mem is not None and mem.allocator is not None else None
+    series = [msgspec.to_builtins(g) for g in (mem.series if mem is not None else [])]
+    alloc = msgspec.to_builtins(mem.allocator) if mem is not None and mem.allocator is not None else None
     return {"series": series, "allocator": alloc, "snapshots": snaps}
 
 

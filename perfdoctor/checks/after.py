@@ -130,7 +130,7 @@ def _place(hit: Hit, marginal_us: float, chosen: list[str], prev_us: float, step
         est,
         after_us=marginal_us,
         after_codes=tuple(chosen),
-        after_from_us=prev_us,
+        basis=dataclasses.replace(est.basis, after_from_us=prev_us),
         step_after_us=step_after_us,
         plan_position=len(chosen) + 1,
     )
@@ -149,7 +149,7 @@ def _off_plan(rr: RankReplay, hit: Hit, code: str, chosen: list[str], prev_us: f
         est,
         after_us=max(prev_us - both[1], 0.0),
         after_codes=tuple(chosen),
-        after_from_us=prev_us,
+        basis=dataclasses.replace(est.basis, after_from_us=prev_us),
         step_after_us=None,
         plan_position=None,
     )

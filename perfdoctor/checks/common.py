@@ -11,7 +11,7 @@ import numpy as np
 from perfdoctor.analysis import host
 from perfdoctor.analysis.classify import classify_kernel
 from perfdoctor.analysis.source_lines import stacks_of
-from perfdoctor.findings import Estimate, EventValue, Evidence
+from perfdoctor.findings import Basis, Estimate, EventValue, Evidence
 from perfdoctor.trace import intervals as iv
 from perfdoctor.trace.join import launch_rows, launched_rows
 from perfdoctor.trace.tables import TraceTables
@@ -79,7 +79,7 @@ def replayed_estimate(saving_us: float, method: str, fields: Mapping[str, object
     renderer's now/fixed bars show the message's two steps."""
     recorded_ms = fields["recorded_ms"]
     assert isinstance(recorded_ms, (int, float, np.floating)), "recorded_ms: the step the saving is taken from, ms"
-    return Estimate(saving_us, method, from_us=float(recorded_ms) * 1000.0)
+    return Estimate(saving_us, method, basis=Basis(from_us=float(recorded_ms) * 1000.0))
 
 
 def idle_cause_ms(ctx: RankContext, cause: str) -> float:

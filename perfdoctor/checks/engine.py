@@ -183,7 +183,7 @@ def _stated(hit: Hit, denom: StepDenominator | None) -> _Stated:
         if hit.builds_on and isinstance(alone_ms, int | float):
             alone_text_us = float(alone_ms) * 1000.0
         after_clause = text.After(alone_text_us, est.after_us, est.after_codes, pct_after)
-    marginal = replace(est, saving_us=est.after_us, from_us=est.after_from_us)
+    marginal = replace(est, saving_us=est.after_us, basis=est.basis.of_after())
     return _Stated(marginal, pct_after, pct_after, est.saving_us, after_clause)
 
 
@@ -592,8 +592,7 @@ def _job_plan(
             est,
             saving_us=saving,
             after_us=saving,
-            from_us=prev,
-            after_from_us=prev,
+            basis=dataclasses.replace(est.basis, from_us=prev, after_from_us=prev),
             step_after_us=after_us,
             plan_position=n,
             after_codes=tuple(chosen),
@@ -620,9 +619,9 @@ def _joint_last_entry(
         return
     last = next(f for f in res.findings if f.plan_position == len(chosen))
     est = last.estimate
-    assert est is not None and est.from_us is not None
+    assert est is not None and est.basis.from_us is not None
     after_us = joint.after[1]
-    saving = max(est.from_us - after_us, 0.0)
+    saving = max(est.basis.from_us - after_us, 0.0)
     last.estimate = dataclasses.replace(
         est,
         saving_us=saving,

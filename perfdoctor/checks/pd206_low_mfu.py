@@ -11,8 +11,8 @@ are faster, when the GEMMs themselves take most of the step.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
+from perfdoctor.analysis.roofline import Roofs
 from perfdoctor.checks.common import cold_reason, pct
 from perfdoctor.checks.context import Outcome, RankContext, passed, skipped
 from perfdoctor.findings import Evidence, Hit
@@ -42,20 +42,20 @@ _IDLE_LABELS = {
 }
 
 
-def dominant_reason(ctx: RankContext, dtype: str | None, roofs: dict[str, Any] | None) -> tuple[str, float]:
+def dominant_reason(ctx: RankContext, dtype: str | None, roofs: Roofs | None) -> tuple[str, float]:
     """(reason text, its share of the step in %) from the step totals."""
     rows = ctx.step_rows
     total = sum(s.dur_us for s in rows) or 1.0
     shares: dict[str, float] = {}
     for cause, label in _IDLE_LABELS.items():
         shares[label] = sum(s.idle_causes_us.get(cause, 0.0) for s in rows)
-    shares["communication not overlapped with compute"] = sum(s.communication["exposed_us"] for s in rows)
+    shares["communication not overlapped with compute"] = sum(s.communication.exposed_us for s in rows)
     shares["memory-bound elementwise/normalisation kernels"] = sum(
         s.categories_us.get("elementwise", 0.0) + s.categories_us.get("reduction_norm", 0.0) for s in rows
     )
     shares["memcpy"] = sum(s.categories_us.get("memcpy", 0.0) for s in rows)
     gemm = sum(s.categories_us.get(c, 0.0) for s in rows for c in ("matmul", "conv", "attention"))
-    peaks = (roofs or {}).get("peak_flops") or {}
+    peaks = roofs.peak_flops if roofs is not None else {}
     fp32_slow = dtype == "fp32" and any(
         peaks.get(d, 0) > 1.5 * peaks.get("fp32", float("inf")) for d in ("tf32", "bf16", "fp16")
     )

@@ -76,7 +76,7 @@ class Exposure:
 
 def check(ctx: RankContext) -> Outcome:
     th = ctx.thresholds(Thresholds)
-    total = ctx.per_step(lambda s: s.communication["total_us"])
+    total = ctx.per_step(lambda s: s.communication.total_us)
     if total.sum() <= 0:
         return skipped(_no_comm_reason(ctx))
     ex = _exposure(ctx, total)
@@ -121,8 +121,8 @@ def check(ctx: RankContext) -> Outcome:
 def _exposure(ctx: RankContext, total: np.ndarray) -> Exposure:
     """The rank's exposed collective time per step (``total``: its collective time, µs), less its wait for other
     ranks where the job matched its collectives (:mod:`perfdoctor.crossrank.collectives`)."""
-    exposed_all = ctx.per_step(lambda s: s.communication["exposed_us"])
-    overlapped = ctx.per_step(lambda s: s.communication["overlapped_us"])
+    exposed_all = ctx.per_step(lambda s: s.communication.exposed_us)
+    overlapped = ctx.per_step(lambda s: s.communication.overlapped_us)
     cw = getattr(ctx.analysis, "collective_wait", None)
     wait = cw.wait_us.get(ctx.rank.rank) if cw is not None else None
     wait = np.zeros_like(exposed_all) if wait is None or wait.size != exposed_all.size else wait

@@ -73,7 +73,7 @@ def check(job: JobContext) -> Outcome:
     if why_not:
         return skipped(f"{why_not}: a straggler cannot be told from first-call work")
     rows = [job.warm_rows(c) for c in job.ranks]  # cold-start steps are no rank's steady-state work
-    comm = np.array([_mean(r, lambda s: s.communication["total_us"]) for r in rows])
+    comm = np.array([_mean(r, lambda s: s.communication.total_us) for r in rows])
     if comm.sum() <= 0:
         return skipped("no collective kernels in the traces: the ranks never wait for each other on the device")
     step = np.array([_mean(r, lambda s: s.dur_us) for r in rows])

@@ -91,7 +91,7 @@ def _waits(
     is what the others wait for there."""
     warm = {r: np.array([s.step not in cold for s in by_rank[r].step_rows], dtype=bool) for r in by_rank}
     exposed = {
-        r: np.array([s.communication["exposed_us"] for s in by_rank[r].step_rows]) for r in cw.wait_us if r in by_rank
+        r: np.array([s.communication.exposed_us for s in by_rank[r].step_rows]) for r in cw.wait_us if r in by_rank
     }
     mean_wait = {
         r: float(np.mean(np.minimum(cw.wait_us[r], exposed[r])[warm[r]])) if warm[r].any() else 0.0 for r in exposed
@@ -113,7 +113,7 @@ def _evidence(
     wait = mean_wait[tied[0]]
     steps = [float(np.mean([s.dur_us for s in job.warm_rows(c)])) for c in tied_ctx]
     step_us = float(np.median(steps))  # one rank's own step; the tied ranks' median when several tie
-    comm = float(np.median([np.mean([s.communication["total_us"] for s in job.warm_rows(c)]) for c in tied_ctx]))
+    comm = float(np.median([np.mean([s.communication.total_us for s in job.warm_rows(c)]) for c in tied_ctx]))
     most = max(cw.last_arrivals.values(), default=0)
     last = sorted(r for r, n in cw.last_arrivals.items() if n == most) if most > 0 else []
     return Evidence(

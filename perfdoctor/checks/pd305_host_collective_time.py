@@ -150,8 +150,8 @@ def _advice(
 
 def check(ctx: RankContext) -> Outcome:
     th = ctx.thresholds(Thresholds)
-    total = ctx.per_step(lambda s: s.communication.get("total_us", 0.0))
-    exposed = ctx.per_step(lambda s: s.communication.get("exposed_us", 0.0))
+    total = ctx.per_step(lambda s: s.communication.total_us)
+    exposed = ctx.per_step(lambda s: s.communication.exposed_us)
     mean_total, mean_exposed = float(total.mean()), float(exposed.mean())
     metrics = {
         "collective_us": mean_total,

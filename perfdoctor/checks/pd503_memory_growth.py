@@ -64,7 +64,7 @@ class Thresholds:
 
 def _grows(g: Growth, th: Thresholds) -> bool:
     return (
-        g.slope_low > 0
+        g.slope_low_bytes_per_step > 0
         and g.growth_bytes >= th.min_growth_mib * MIB
         and g.growth_bytes >= th.min_growth_pct / 100 * max(g.start_bytes, 0.0)
     )
@@ -107,8 +107,8 @@ def _values(g: Growth, others: list[Growth], trace_text: str) -> dict[str, Evide
         "series": g.words,
         "series_cap": g.words[0].upper() + g.words[1:],
         "slope_mib_per_step": g.slope_bytes_per_step / MIB,
-        "slope_low_mib_per_step": g.slope_low / MIB,
-        "slope_high_mib_per_step": g.slope_high / MIB,
+        "slope_low_mib_per_step": g.slope_low_bytes_per_step / MIB,
+        "slope_high_mib_per_step": g.slope_high_bytes_per_step / MIB,
         "n_steps": g.n_steps,
         "first_step": g.first_step,
         "last_step": g.last_step,

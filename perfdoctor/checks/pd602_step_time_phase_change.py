@@ -10,7 +10,7 @@ median − fastest phase median for phases, the fitted rise over the run for a t
 
 One definition for its µs and its share: both come from the run's unprofiled steps, so the share is of the run's
 median unprofiled steady step (the later state's), said in the message (``cost``); the estimate carries that step
-(``Estimate.step_us``) and the engine states the same share of the report's denominator
+(``Estimate.basis.step_us``) and the engine states the same share of the report's denominator
 (:func:`perfdoctor.checks.restate.on_denominator`): the same number where the denominator is that step (a run
 without a trace, or a profile run's unprofiled step), restated with both figures in its method otherwise.
 """
@@ -25,7 +25,7 @@ import numpy as np
 from perfdoctor.analysis.steady_state import SteadyState
 from perfdoctor.checks.common import unprofiled_step_times
 from perfdoctor.checks.context import JobContext, Outcome, passed, skipped
-from perfdoctor.findings import Estimate, Evidence, Hit
+from perfdoctor.findings import Basis, Estimate, Evidence, Hit
 
 if TYPE_CHECKING:
     from perfdoctor.capture.run_data import RunData
@@ -46,7 +46,7 @@ def _estimate(saving_us: float, method: str, steady_s: float) -> tuple[Estimate 
     unprofiled steady step ``steady_s`` (s), and the message's ``cost`` clause saying what its share is of."""
     if saving_us <= 0 or not steady_s > 0:
         return None, ""
-    est = Estimate(saving_us, method, step_us=steady_s * 1e6, step_words=STEP_WORDS)
+    est = Estimate(saving_us, method, basis=Basis(step_us=steady_s * 1e6, step_words=STEP_WORDS))
     share = 100.0 * saving_us / (steady_s * 1e6)
     cost = f"; it costs {saving_us / 1000:,.1f} ms per step, {share:.1f}% of {STEP_WORDS} ({steady_s * 1e3:,.1f} ms)"
     return est, cost

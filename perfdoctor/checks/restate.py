@@ -4,7 +4,7 @@ A ``perfdoctor profile`` run has two kinds of step: the profiled window the trac
 step the user runs (``steps.csv``). The report's denominator for such a run is the unprofiled step
 (:mod:`perfdoctor.checks.denominator`), and every replayed saving is taken from it
 (:mod:`perfdoctor.replay.unprofiled`). Two kinds of saving are measured on the other step and say so in their
-:class:`~perfdoctor.findings.Estimate` (``step_us``, ``step_words``):
+:class:`~perfdoctor.findings.Basis` (``step_us``, ``step_words``):
 
 - a rank rule's saving that is not replayed (an upper bound from interval rules, e.g. PD202 on CPU) is time of the
   profiled window: :func:`on_unprofiled_step` marks it as part of the rank's recorded mean step;
@@ -26,21 +26,15 @@ from perfdoctor.text import is_replay_method, method_with, restated_clause
 
 def restated(est: Estimate, target_us: float, target_words: str) -> Estimate:
     """``est`` as the same share of ``target_us`` (µs; described by ``target_words``, e.g. "the unprofiled step")
-    when it was measured on another step (``est.step_us``); ``est`` itself otherwise. Its after-fixes saving and
-    its base steps (``after_us``, ``from_us``, ``after_from_us``) scale alike."""
-    if est.step_us is None or not est.step_us > 0 or not target_us > 0:
+    when it was measured on another step (``est.basis.step_us``); ``est`` itself otherwise. Its after-fixes saving
+    and the steps it is taken from scale alike (:meth:`~perfdoctor.findings.Estimate.rescaled`)."""
+    step_us = est.basis.step_us
+    if step_us is None or not step_us > 0 or not target_us > 0:
         return est
-    r = target_us / est.step_us
-    note = restated_clause(est.saving_us, est.step_words, est.step_us, target_words, target_us)
+    r = target_us / step_us
+    note = restated_clause(est.saving_us, est.basis.step_words, step_us, target_words, target_us)
     return dataclasses.replace(
-        est,
-        saving_us=est.saving_us * r,
-        method=method_with(est.method, note) if abs(r - 1.0) > 1e-9 else est.method,
-        after_us=None if est.after_us is None else est.after_us * r,
-        from_us=None if est.from_us is None else est.from_us * r,
-        after_from_us=None if est.after_from_us is None else est.after_from_us * r,
-        step_us=None,
-        step_words="",
+        est.rescaled(r), method=method_with(est.method, note) if abs(r - 1.0) > 1e-9 else est.method
     )
 
 
@@ -53,17 +47,19 @@ def on_unprofiled_step(outcome: Outcome, ctx: RankContext) -> Outcome:
     est = None if hit is None else hit.estimate
     if hit is None or est is None or not ctx.unprofiled or is_replay_method(est.method) or not ctx.step_us > 0:
         return outcome
-    marked = dataclasses.replace(est, step_us=ctx.step_us, step_words="the profiled window's mean step")
+    marked = dataclasses.replace(
+        est, basis=dataclasses.replace(est.basis, step_us=ctx.step_us, step_words="the profiled window's mean step")
+    )
     new_hit = dataclasses.replace(hit, estimate=restated(marked, ctx.base_step_us, "the unprofiled step"))
     return dataclasses.replace(outcome, hit=new_hit)
 
 
 def on_denominator(outcome: Outcome, denominator_us: float) -> Outcome:
-    """``outcome`` with a saving measured on another step (``estimate.step_us``: PD602's unprofiled steady steps)
+    """``outcome`` with a saving measured on another step (``estimate.basis.step_us``: PD602's unprofiled steady steps)
     restated as the same share of the report's denominator (``denominator_us``, µs)."""
     hit = outcome.hit
     est = None if hit is None else hit.estimate
-    if hit is None or est is None or est.step_us is None:
+    if hit is None or est is None or est.basis.step_us is None:
         return outcome
     new_hit = dataclasses.replace(hit, estimate=restated(est, denominator_us, "the report's step"))
     return dataclasses.replace(outcome, hit=new_hit)

@@ -250,8 +250,10 @@ def _analyze(args: argparse.Namespace, err: Console, opts: object) -> BuiltRepor
             why = f"trace analysis failed: {exc.message}"
             return pipeline.build(args.paths, step_marker=args.step_marker, without_traces=why, **kw, **extra)
 
+    from perfdoctor.analysis.mfu import ModelFlops
+
     flops = model_flops_per_step(args)
-    extra: dict[str, Any] = {"model_flops_per_step": flops, "flops_source": "transformer_formula"} if flops else {}
+    extra: dict[str, Any] = {"model_flops": ModelFlops(flops, "transformer_formula")} if flops else {}
     extra["rule_options"] = opts
     extra["cache"] = bool(getattr(args, "cache", False))
     if getattr(args, "timeline", None):

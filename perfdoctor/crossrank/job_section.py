@@ -145,7 +145,7 @@ def _shares(rows: list[StepBreakdown], cpu: bool = False) -> dict[str, float]:
                 out[k] = out.get(k, 0.0) + v / total
         if not cpu:
             out["communication (exposed)"] = (
-                out.get("communication (exposed)", 0.0) + s.communication.get("exposed_us", 0.0) / total
+                out.get("communication (exposed)", 0.0) + s.communication.exposed_us / total
             )
         for k, v in s.idle_causes_us.items():
             out[f"idle: {k}"] = out.get(f"idle: {k}", 0.0) + v / total
@@ -192,7 +192,7 @@ def job_section(job: JobAnalysis) -> JobSection:
         "ranks": ranks,
         "steps": steps,
         "step_time_us": _matrix(ranks, rows, steps, lambda s: s.dur_us),
-        "exposed_comm_us": _matrix(ranks, rows, steps, lambda s: s.communication.get("exposed_us", 0.0)),
+        "exposed_comm_us": _matrix(ranks, rows, steps, lambda s: s.communication.exposed_us),
         "compute_us": _matrix(ranks, rows, steps, _compute_us),
         "step_median_us": [float(np.median([s.dur_us for s in rows[r]])) if rows[r] else None for r in ranks],
         "shares": [_shares(rows[r], cpu[r]) for r in ranks],

@@ -87,8 +87,7 @@ def analyse_rank(
     analysis.run_cpu = opts.run_cpu_by_rank.get(int(tables.rank or 0))
     add_efficiency(
         [ra],
-        opts.model_flops_per_step,
-        opts.flops_source,
+        opts.model_flops,
         measured_roofs,
         step_time_s_by_rank=opts.step_time_s_by_rank,
     )

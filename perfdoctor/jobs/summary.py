@@ -28,6 +28,7 @@ import numpy as np
 from perfdoctor import __version__
 from perfdoctor.analysis.batch_shape import BatchShape, batch_shape, input_shapes
 from perfdoctor.analysis.breakdown import DeviceBreakdown, StepBreakdown
+from perfdoctor.analysis.mfu import ModelFlops
 from perfdoctor.analysis.rank import AllocatorValues, Analysis, CpuSeries, RankAnalysis, UnprofiledStep
 from perfdoctor.checks.context import Outcome
 from perfdoctor.crossrank.collectives import CollectiveTimeline
@@ -68,8 +69,7 @@ class SummaryOptions(msgspec.Struct, frozen=True):
     """
 
     step_marker: str | None = None
-    model_flops_per_step: float | None = None
-    flops_source: str = "flop_counter"
+    model_flops: ModelFlops | None = None
     step_time_s_by_rank: dict[int, float] = {}
     run_allocator_by_rank: dict[int, AllocatorValues] = {}
     # each rank's steps.csv CPU-time series and steady start (perfdoctor.capture.run_data.cpu_series_by_rank)

@@ -1,14 +1,15 @@
 """Build the typed :class:`~perfdoctor.model.report.Report` from an analysis and its check results.
 
-Each ``*_section`` function turns one analysis result into its report section. Analysis results that are
-dataclasses of plain numbers (MFU, roofline, steady state, findings) are converted through their JSON form,
-so the Report in memory equals the one read back from its JSON (NaN is ``None`` in both).
+Each ``*_section`` function turns one analysis result into its report section. The step breakdown, roofline and
+MFU are the analyses' own Structs, embedded as they are (:func:`as_read_back` for those whose ``float | None``
+fields may hold NaN); other results (findings, summaries) are converted through their JSON form, so the Report in
+memory equals the one read back from its JSON (NaN is ``None`` in both).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, TypedDict, TypeVar
 
 import msgspec
 import numpy as np
@@ -35,7 +36,7 @@ T = TypeVar("T")
 _OPTS = orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY
 
 
-def plain(obj: Any, typ: type[T], what: str = "report section") -> T:
+def plain(obj: object, typ: type[T], what: str = "report section") -> T:
     """``obj`` (dicts, lists, numbers, numpy values, dataclasses) as ``typ`` through its JSON form.
 
     Raises:
@@ -46,6 +47,15 @@ def plain(obj: Any, typ: type[T], what: str = "report section") -> T:
         return msgspec.json.decode(orjson.dumps(obj, option=_OPTS), type=typ)
     except (msgspec.ValidationError, TypeError, orjson.JSONEncodeError) as exc:
         raise PerfDoctorError(f"{what}: cannot be written to the report ({exc})") from None
+
+
+S = TypeVar("S", bound=msgspec.Struct)
+
+
+def as_read_back(section: S) -> S:
+    """``section`` as its JSON reads back: a non-finite float of a ``float | None`` field becomes None, so the
+    report in memory equals the one read from its file (msgspec writes NaN and infinities as ``null``)."""
+    return msgspec.json.decode(msgspec.json.encode(section), type=type(section))
 
 
 def _int_or_none(v: object) -> int | None:
@@ -77,16 +87,15 @@ def device_properties(tables: TraceTables) -> list[m.DeviceProperties]:
 def device_section(dev: DeviceBreakdown) -> m.DeviceSection:
     """One device's breakdown: utilization = Σ busy ÷ Σ step time; step time distribution (µs)."""
     totals = sum_steps(dev.steps)
-    dur = totals.get("dur_us", 0.0)
     return m.DeviceSection(
         device=dev.device,
         kind=dev.kind,
-        utilization=(totals.get("busy_us", 0.0) / dur) if dur else None,
+        utilization=(totals.busy_us / totals.dur_us) if totals.dur_us else None,
         step_time_us=plain(
             summary.distribution(np.array([s.dur_us for s in dev.steps])), m.Distribution, "step_time_us"
         ),
-        totals=plain(totals, m.StepTotals, "totals"),
-        steps=plain([s.to_dict() for s in dev.steps], list[m.StepBreakdown], "steps"),
+        totals=totals,
+        steps=list(dev.steps),
         notes=list(dev.notes),
     )
 
@@ -116,8 +125,8 @@ def rank_section(r: RankAnalysis) -> m.RankSection:
         top_cpu_ops=plain(summary.top_cpu_ops(r.tables, window, r.steps.pid), list[m.TopCpuOp], "top_cpu_ops"),
         memory=memory_section(r),
         profiler=profiler_settings(r.tables.metadata),
-        roofline=None if r.roofline is None else plain(r.roofline, m.RooflineSection, "roofline"),
-        mfu=None if r.mfu is None else plain(r.mfu, m.MfuSection, "mfu"),
+        roofline=None if r.roofline is None else as_read_back(r.roofline),
+        mfu=None if r.mfu is None else as_read_back(r.mfu),
         mfu_missing=r.mfu_missing if r.mfu_missing is not None else UNSET,
         gemm_dtype=m.GemmDtype(dominant=r.gemm_dtype.dominant, time_us=dict(r.gemm_dtype.time_us)),
         replay=None if r.replay is None else plain(r.replay.to_dict(), m.ReplaySection, "replay"),
@@ -161,26 +170,38 @@ def plan_entries(findings: list[m.FindingSection]) -> list[m.PlanEntry]:
     ]
 
 
-def check_sections(results: CheckResults) -> dict[str, Any]:
+class CheckSections(TypedDict, total=False):
+    """The Report's fields that come from the check results (and the verdict line read from them)."""
+
+    denominator: m.Denominator | None
+    findings: list[m.FindingSection]
+    plan: list[m.PlanEntry]
+    skipped_checks: list[m.SkippedCheck]
+    passed_checks: list[str]
+    findings_note: str
+    verdict: str
+
+
+def check_sections(results: CheckResults) -> CheckSections:
     """``findings``, ``skipped_checks``, ``passed_checks``, ``findings_note`` and ``denominator`` of the Report."""
     rep = results.to_report()
     denom = rep["denominator"]
     findings = plain(rep["findings"], list[m.FindingSection], "findings")
-    return {
-        "denominator": None if denom is None else plain(denom, m.Denominator, "denominator"),
-        "findings": findings,
-        "plan": plan_entries(findings),
-        "skipped_checks": plain(rep["skipped_checks"], list[m.SkippedCheck], "skipped_checks"),
-        "passed_checks": list(rep["passed_checks"]),
-        "findings_note": rep["findings_note"],
-    }
+    return CheckSections(
+        denominator=None if denom is None else plain(denom, m.Denominator, "denominator"),
+        findings=findings,
+        plan=plan_entries(findings),
+        skipped_checks=plain(rep["skipped_checks"], list[m.SkippedCheck], "skipped_checks"),
+        passed_checks=list(rep["passed_checks"]),
+        findings_note=str(rep["findings_note"]),
+    )
 
 
 def build_report(
     analysis: Analysis[RankResult],
     run: m.RunSection | None = None,
-    sections: Sequence[m.RankSection | Mapping[str, Any]] | None = None,
-    job: Mapping[str, Any] | None = None,
+    sections: Sequence[m.RankSection | Mapping[str, object]] | None = None,
+    job: Mapping[str, object] | None = None,
 ) -> m.Report:
     """The whole typed report of ``analysis`` (its ranks, check results and warnings) and of the run
     directory's ``run`` section (:func:`perfdoctor.capture.run_data.run_section`), if any.
@@ -196,7 +217,7 @@ def build_report(
         ranks = sections
     else:
         ranks = [s if isinstance(s, m.RankSection) else plain(s, m.RankSection, "rank section") for s in sections]
-    checks = check_sections(analysis.checks) if analysis.checks is not None else {}
+    checks = check_sections(analysis.checks) if analysis.checks is not None else CheckSections()
     summ = summary_section(ranks)
     from perfdoctor.model.verdict import verdict
 

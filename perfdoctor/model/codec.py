@@ -70,7 +70,7 @@ def json_chunks(report: Report) -> Iterator[bytes]:
     yield after + b"\n"
 
 
-def dumps_plain(doc: Mapping[str, Any]) -> bytes:
+def dumps_plain(doc: Mapping[str, object]) -> bytes:
     """A report-shaped plain mapping encoded exactly as :func:`to_json` encodes a Report."""
     return orjson.dumps(doc, option=_OPTS) + b"\n"
 
@@ -112,7 +112,7 @@ def from_json(data: bytes | str, source: str = "report") -> Report:
         raise PerfDoctorError(f"{source}: damaged perfdoctor report ({exc})") from None
 
 
-def as_report(report: Report | Mapping[str, Any], source: str = "report") -> Report:
+def as_report(report: Report | Mapping[str, object], source: str = "report") -> Report:
     """``report`` itself, or a report-shaped mapping (the JSON document as dicts) checked into a Report.
 
     Raises:

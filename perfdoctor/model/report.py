@@ -5,6 +5,11 @@ The JSON written by ``perfdoctor report`` (schema ``perfdoctor.report``, version
 types encoded by :func:`perfdoctor.model.codec.to_json`; reading it back with
 :func:`perfdoctor.model.codec.from_json` gives an equal :class:`Report`.
 
+The sections an analysis produces whole are that analysis's own Structs, imported here rather than defined twice:
+the step breakdown (:mod:`perfdoctor.analysis.breakdown`), the roofline (:mod:`perfdoctor.analysis.roofline`), MFU
+(:mod:`perfdoctor.analysis.mfu`), the run's steady state (:mod:`perfdoctor.analysis.steady_state`) and memory
+(:mod:`perfdoctor.analysis.run_memory`).
+
 Conventions: every time is µs and ends in ``_us`` (``_s`` for seconds), bytes end in
 ``_bytes``; a field that is absent from the JSON when its analysis did not run has
 the default :data:`msgspec.UNSET`; a value that is ``null`` in the JSON is ``None``
@@ -19,7 +24,21 @@ from collections.abc import Sequence
 import msgspec
 from msgspec import UNSET, UnsetType
 
+from perfdoctor.analysis.breakdown import Communication as Communication
+from perfdoctor.analysis.breakdown import StepBreakdown as StepBreakdown
+from perfdoctor.analysis.breakdown import StepTotals as StepTotals
+from perfdoctor.analysis.mfu import MfuResult as MfuResult
 from perfdoctor.analysis.missing import MissingReason
+from perfdoctor.analysis.roofline import ChartPoint as ChartPoint
+from perfdoctor.analysis.roofline import RooflineResult as RooflineResult
+from perfdoctor.analysis.roofline import RooflineRow as RooflineRow
+from perfdoctor.analysis.roofline import Roofs as Roofs
+from perfdoctor.analysis.roofline import UncostedOp as UncostedOp
+from perfdoctor.analysis.run_memory import AllocatorCounts as AllocatorCounts
+from perfdoctor.analysis.run_memory import Growth as Growth
+from perfdoctor.analysis.run_memory import RunMemory
+from perfdoctor.analysis.steady_state import Phase as Phase
+from perfdoctor.analysis.steady_state import SteadyState as SteadyState
 
 SCHEMA = "perfdoctor.report"
 SCHEMA_VERSION = 2  # v2: the fix plan (``plan``; each finding's headline, method, plan_position, step_after_us)
@@ -78,59 +97,6 @@ class Distribution(Section, kw_only=True):
     p90: float
     std: float
     n: int
-
-
-class Communication(Section, kw_only=True):
-    """Communication kernels of a step (µs): their union, the part overlapped by compute, the rest."""
-
-    total_us: float
-    overlapped_us: float
-    exposed_us: float
-
-
-class StepBreakdown(Section, kw_only=True):
-    """One step on one device (µs); see docs/report-schema.md "Step breakdown" for each field."""
-
-    step: int
-    name: str
-    host_start_us: float
-    host_dur_us: float
-    start_us: float
-    dur_us: float
-    busy_us: float
-    idle_us: float
-    categories_us: dict[str, float]
-    category_union_us: dict[str, float]
-    idle_causes_us: dict[str, float]
-    communication: Communication
-    communication_by_collective_us: dict[str, float]
-    memcpy_by_direction_us: dict[str, float]
-    phases_host_us: dict[str, float]
-    phases_device_us: dict[str, float]
-    n_kernels: int
-    kernel_sum_us: float
-    triton_us: float
-
-
-class StepTotals(Section, kw_only=True):
-    """The step breakdowns of a device summed field by field (µs; ``n_kernels`` a float sum), ``n_steps``."""
-
-    n_steps: int
-    host_dur_us: float
-    dur_us: float
-    busy_us: float
-    idle_us: float
-    categories_us: dict[str, float]
-    category_union_us: dict[str, float]
-    idle_causes_us: dict[str, float]
-    communication: Communication
-    communication_by_collective_us: dict[str, float]
-    memcpy_by_direction_us: dict[str, float]
-    phases_host_us: dict[str, float]
-    phases_device_us: dict[str, float]
-    n_kernels: float
-    kernel_sum_us: float
-    triton_us: float
 
 
 class DeviceSection(Section, kw_only=True):
@@ -254,96 +220,6 @@ class MemorySection(Section, kw_only=True):
     over_step: list[MemoryOverStep] | UnsetType = UNSET
 
 
-class RoofsSection(Section, kw_only=True):
-    """Ceilings used: peak FLOP/s per dtype, memory bandwidth (B/s), their source, "spec" or "measured"."""
-
-    device: str
-    peak_flops: dict[str, float]
-    hbm_bytes_per_s: float | None
-    source: str
-    kind: str
-
-
-class RooflineRow(Section, kw_only=True):
-    """One (op, shapes, dtype) group; FLOP, bytes, FLOP/B, FLOP/s, ``pct_of_attainable`` 0–100 (None for a row
-    ``above_roof``: ``note`` says which count or roof is wrong for it)."""
-
-    name: str
-    shapes: str
-    dtype: str | None
-    math_dtype: str | None
-    kind: str
-    count: int
-    time_us: float
-    flops: float
-    bytes: float | None
-    arithmetic_intensity: float | None
-    ridge_point: float | None
-    peak_flops_per_s: float | None
-    attainable_flops_per_s: float | None
-    achieved_flops_per_s: float | None
-    achieved_bytes_per_s: float | None
-    pct_of_attainable: float | None
-    bound: str
-    formula: str
-    note: str
-
-
-class UncostedOp(Section, kw_only=True):
-    """Ops whose FLOPs could not be computed from their shapes, grouped by name."""
-
-    name: str
-    count: int
-    time_us: float
-    reason: str
-
-
-class ChartPoint(Section, kw_only=True):
-    """One op group drawn on the roofline chart (``ai`` FLOP/B, FLOP/s, µs)."""
-
-    name: str
-    dtype: str | None
-    ai: float | None
-    achieved_flops_per_s: float | None
-    time_us: float
-    bound: str
-
-
-class RooflineSection(Section, kw_only=True):
-    """:class:`perfdoctor.analysis.roofline.RooflineResult`; ``time_basis`` "device" or "cpu_op"."""
-
-    ops: list[RooflineRow]
-    uncosted: list[UncostedOp]
-    chart: list[ChartPoint]
-    roofs: RoofsSection | None
-    time_basis: str
-    costed_time_us: float
-    uncosted_time_us: float
-    total_flops: float
-    latency_fraction: float | None
-    n_groups: int
-    warnings: list[str]
-
-
-class MfuSection(Section, kw_only=True):
-    """:class:`perfdoctor.analysis.mfu.MfuResult`: FLOP per step, s, FLOP/s, fractions 0–1.
-
-    ``mfu`` None: computed inputs but no ratio reported, ``note`` says why."""
-
-    model_flops_per_step: float
-    step_time_s: float
-    achieved_flops_per_s: float
-    dtype: str | None
-    peak_flops_per_s: float | None
-    mfu: float | None
-    hardware_flops_per_step: float | None
-    hfu: float | None
-    flops_source: str
-    peak_source: str | None
-    on_gpu: bool
-    note: str
-
-
 class FixAllSection(Section, kw_only=True):
     """The rank's findings' what-ifs replayed together: the mean step before and after (µs). Before is the step the
     savings are taken from: the recorded mean of the analysed steps, or, with ``replay.unprofiled``, the unprofiled
@@ -411,8 +287,8 @@ class RankSection(Section, kw_only=True):
     top_cpu_ops: list[TopCpuOp]
     memory: MemorySection
     profiler: dict[str, str]
-    roofline: RooflineSection | None
-    mfu: MfuSection | None
+    roofline: RooflineResult | None
+    mfu: MfuResult | None
     mfu_missing: MissingReason | UnsetType = UNSET
     gemm_dtype: GemmDtype
     replay: ReplaySection | None
@@ -561,35 +437,6 @@ class RunSteps(Section, kw_only=True):
     profiler_phase: list[str]
 
 
-class Phase(Section, kw_only=True):
-    """A steady phase of the run: steps ``[start_step, end_step)`` (0-based), median step time (s)."""
-
-    start_step: int
-    end_step: int
-    median_s: float
-
-
-class SteadyStateSection(Section, kw_only=True):
-    """:class:`perfdoctor.analysis.steady_state.SteadyState` (s; trend in µs per step) plus derived flags."""
-
-    n_steps: int
-    warmup_steps: int
-    phases: list[Phase]
-    median_s: float
-    p10_s: float
-    p90_s: float
-    trend_us_per_step: float | None
-    trend_rise_ratio: float | None
-    trend_detected: bool
-    window_median_s: float | None
-    window_ratio: float | None
-    window_neighbor_median_s: float | None
-    window_neighbor_ratio: float | None
-    notes: list[str]
-    phase_change: bool
-    steady_start_step: int
-
-
 class Throughput(Section, kw_only=True):
     """A rate (``unit`` tokens/s or samples/s; None when its denominator is 0) with its parts in words."""
 
@@ -608,43 +455,11 @@ class NonTraining(Section, kw_only=True):
     checkpoint_steps: int
 
 
-class RunMemoryGrowth(Section, kw_only=True):
-    """One memory series over the run (``series``: ``cuda_reserved_bytes``, ``cuda_allocated_bytes`` or
-    ``rss_bytes``; bytes, per step): :class:`perfdoctor.analysis.run_memory.Growth`."""
-
-    series: str
-    words: str
-    first_step: int
-    last_step: int
-    n_steps: int
-    start_bytes: float
-    end_bytes: float
-    slope_bytes_per_step: float
-    slope_low_bytes_per_step: float
-    slope_high_bytes_per_step: float
-    growth_bytes: float
-    peak_bytes: float
-    peak_step: int
-    limit_bytes: float | None
-    limit_source: str
-    steps_to_limit: float | None
-
-
-class RunAllocator(Section, kw_only=True):
-    """The CUDA caching allocator's cudaMalloc calls and retries per steady-state step over the whole run
-    (:class:`perfdoctor.analysis.run_memory.AllocatorCounts`)."""
-
-    n_steps: int
-    first_step: int
-    mallocs_per_step: float | None
-    retries_per_step: float | None
-    retry_steps: list[int]
-
-
 class RunSnapshot(Section, kw_only=True):
     """A memory snapshot in the run directory (``perfdoctor profile --memory-snapshot``), one device's figures
-    from :mod:`perfdoctor.snapshot` (bytes): ``path`` relative to the run directory; ``top_site`` the call site
-    holding most at the peak ("" when none is recorded); the full report: ``perfdoctor report <path>``."""
+    from :mod:`perfdoctor.snapshot` (bytes; made from its report by :func:`perfdoctor.snapshot.report.run_snapshots`):
+    ``path`` relative to the run directory; ``top_site`` the call site holding most at the peak ("" when none is
+    recorded); the full report: ``perfdoctor report <path>``."""
 
     path: str
     device: int
@@ -659,12 +474,10 @@ class RunSnapshot(Section, kw_only=True):
     top_site_bytes: int
 
 
-class RunMemorySection(Section, kw_only=True):
-    """The run's memory from ``steps.csv`` (growth and peak of each recorded series, allocator counts per step) and
-    its memory snapshots."""
+class RunMemorySection(RunMemory, frozen=True, kw_only=True):
+    """The run's memory from ``steps.csv`` (:class:`~perfdoctor.analysis.run_memory.RunMemory`: growth and peak of
+    each recorded series, allocator counts per step) and its memory snapshots."""
 
-    series: list[RunMemoryGrowth]
-    allocator: RunAllocator | None
     snapshots: list[RunSnapshot]
 
 
@@ -681,7 +494,7 @@ class RunSection(Section, kw_only=True):
     tokens_per_step: int | float | None
     samples_per_step: int | float | None
     steps: RunSteps
-    steady_state: SteadyStateSection | None
+    steady_state: SteadyState | None
     throughput: dict[str, Throughput]
     non_training: NonTraining
     device: str | None = None  # run.json environment: "CPU", the GPU's name, "GPU"; None when it does not say

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
-from typing import Any, overload
+from typing import overload
 
 import msgspec
 
@@ -130,7 +130,7 @@ class RankSections(Sequence[RankSection]):
         return f"RankSections({len(self)} ranks, {sum(len(b) for b in self._blobs):,} bytes)"
 
 
-def as_builtins(obj: Any) -> Any:
+def as_builtins(obj: object) -> list[RankSection]:
     """msgspec ``enc_hook``: a :class:`RankSections` as a list of its sections."""
     if isinstance(obj, RankSections):
         return list(obj)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import msgspec
 
 from perfdoctor.errors import PerfDoctorError
+from perfdoctor.model.report import RunSnapshot
 
 SCHEMA = "perfdoctor.snapshot"
 DIFF_SCHEMA = "perfdoctor.snapshot-diff"
@@ -162,6 +163,28 @@ class SnapshotDiff(_Struct, kw_only=True):
     after: InputSnapshot
     devices: list[DeviceChange]
     notes: list[str]
+
+
+def run_snapshots(path: str, report: SnapshotReport) -> list[RunSnapshot]:
+    """The run report's rows of one snapshot (``path`` relative to the run directory): each device's figures as
+    :class:`~perfdoctor.model.report.RunSnapshot`, the same values its :class:`DeviceMemory` holds (bytes), with the
+    call site holding most at the peak ("" and 0 when none is recorded) and the count of its OOMs."""
+    return [
+        RunSnapshot(
+            path=path,
+            device=d.device,
+            peak_allocated_bytes=d.peak_allocated_bytes,
+            peak_reserved_bytes=d.peak_reserved_bytes,
+            reserved_at_snapshot_bytes=d.reserved_at_snapshot_bytes,
+            fragmentation=d.fragmentation,
+            cuda_malloc_calls=d.cuda_malloc_calls,
+            cache_flushes_then_malloc=d.cache_flushes_then_malloc,
+            ooms=len(d.ooms),
+            top_site=d.call_sites[0].site if d.call_sites else "",
+            top_site_bytes=d.call_sites[0].bytes if d.call_sites else 0,
+        )
+        for d in report.devices
+    ]
 
 
 def to_json(doc: SnapshotReport | SnapshotDiff) -> bytes:

@@ -133,7 +133,7 @@ def test_pd602_share_is_of_the_steps_its_us_come_from():
     out = pd602.check(job(ss, min_shift=0.10, min_steps=50))
     assert out.hit is not None and out.hit.estimate is not None
     est = out.hit.estimate
-    assert ss.median_s == pytest.approx(2.94) and est.step_us == pytest.approx(2.94e6)
+    assert ss.median_s == pytest.approx(2.94) and est.basis.step_us == pytest.approx(2.94e6)
     assert out.hit.fields["cost"] == (
         "; it costs 600.0 ms per step, 20.4% of the run's median unprofiled steady step (2,940.0 ms)"
     )

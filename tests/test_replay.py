@@ -197,21 +197,6 @@ def test_larger_batch_amortises_fixed_host_time_only(tmp_path: Path) -> None:
     assert rr.step_times(w.scenario).tolist() == [600.0]
 
 
-def test_collective_wait_removed_shortens_the_step(tmp_path: Path) -> None:
-    from perfdoctor.replay.transforms.kernels import remove_collective_wait
-
-    # an all-reduce [100, 600) that waited 400 µs for another rank, then a GEMM that needs it: [600, 700)
-    tb = TraceBuilder()
-    tb.step(1, 0, 50)
-    tb.launch("ncclDevKernel_AllReduce_Sum_f32_RING_LL", launch_ts=5, start=100, dur=500, stream=20)
-    tb.launch("volta_sgemm_128x64_nn", launch_ts=6, start=600, dur=100, stream=7)
-    tables, steps = _load(tb, tmp_path)
-    rr = replay_rank(tables, steps)
-    w = remove_collective_wait(rr, np.array([100.0]), np.array([400.0]))
-    # the all-reduce takes 100 µs [100, 200); the GEMM waits for it: [200, 300)
-    assert rr.step_times(w.scenario).tolist() == [300.0]
-
-
 def test_first_window_after_inherited_work_stays_put(tmp_path: Path) -> None:
     # a kernel queued before the recording runs [0, 100): the first window starts at 100 (issue 10 item 6)
     tb = TraceBuilder()

@@ -6,11 +6,12 @@ import copy
 import json
 from pathlib import Path
 
+import msgspec
 import pytest
 from snapshotbuilder import frames, hand_snapshot, write
 
 from perfdoctor.cli import main
-from perfdoctor.snapshot.report import report_from_json
+from perfdoctor.snapshot.report import SnapshotReport
 
 
 def test_report_terminal(tmp_path: Path, capsys) -> None:
@@ -29,7 +30,7 @@ def test_report_files_and_json_stdout(tmp_path: Path, capsys) -> None:
     path = write(tmp_path / "s.pickle", hand_snapshot())
     for ext in ("json", "md", "html"):
         assert main(["report", str(path), "-o", str(tmp_path / f"r.{ext}")]) == 0
-    report = report_from_json((tmp_path / "r.json").read_bytes())
+    report = msgspec.json.decode((tmp_path / "r.json").read_bytes(), type=SnapshotReport)
     assert report.devices[0].peak_allocated_bytes == 3_800_000
     md = (tmp_path / "r.md").read_text()
     assert "3,800,000 B" in md and "| 2,000,000 | 0.00 | 52.6% | 1 | p/model.py:20:forward |" in md

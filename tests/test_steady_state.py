@@ -9,7 +9,6 @@ from perfdoctor.analysis.steady_state import (
     analyze,
     detect_warmup,
     find_change_points,
-    interval_rates,
     spearman,
     theil_sen,
 )
@@ -110,8 +109,6 @@ def test_helpers():
     assert find_change_points(np.r_[np.ones(50), 2 * np.ones(50)], 10) == [50]
     assert find_change_points(np.ones(100), 10) == []
     assert detect_warmup(np.r_[[5.0, 3.0], np.ones(20)], level=1.0, noise=0.0) == 2
-    rates = interval_rates([0.5, 0.5, 1.0, 1.0, 2.0], [100, 100, 100, 100, 100], 2)
-    assert rates.tolist() == [200.0, 100.0, 50.0]  # per interval, not cumulative
     with pytest.raises(ValueError):
         analyze([])
 

@@ -1,4 +1,4 @@
-"""Model FLOPs utilisation (MFU), hardware FLOPs, and the bandwidth sanity check.
+"""Model FLOPs utilisation (MFU), and hardware FLOPs.
 
 MFU = model FLOPs per step ÷ step time ÷ peak FLOP/s of *this* device at the dtype
 the GEMMs actually ran in (Chowdhery et al., "PaLM", 2022, Appendix B). It is
@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 import msgspec
@@ -65,53 +64,6 @@ def achieved_flops_per_s(flops_per_step: float, step_time_s: float) -> float:
 def mfu(flops_per_step: float, step_time_s: float, peak_flops_per_s: float) -> float:
     """Model FLOPs utilisation as a fraction (0.23 = 23%): achieved FLOP/s ÷ peak FLOP/s."""
     return achieved_flops_per_s(flops_per_step, step_time_s) / peak_flops_per_s
-
-
-@dataclass
-class BandwidthCheck:
-    """Minimum bytes a step must move and the bandwidth that implies.
-
-    ``min_bytes_per_step`` B; ``achieved_bytes_per_s`` B/s (= min bytes ÷ step time);
-    ``fraction_of_bandwidth`` of the device's memory bandwidth (None if unknown);
-    ``components`` the byte terms by name."""
-
-    min_bytes_per_step: float
-    achieved_bytes_per_s: float
-    fraction_of_bandwidth: float | None
-    components: dict[str, float]
-
-
-def bandwidth_check(
-    n_params: float,
-    step_time_s: float,
-    weight_bytes: float = 2.0,
-    weight_reads: int = 3,
-    grad_bytes: float = 0.0,
-    optimizer_bytes: float = 0.0,
-    hbm_bytes_per_s: float | None = None,
-) -> BandwidthCheck:
-    """The minimum traffic of one step, as the field sanity-checks it.
-
-    Weights are read once in forward and twice in backward (for the input gradient and
-    the weight gradient): ``weight_reads`` = 3 at ``weight_bytes`` per parameter.
-    ``grad_bytes`` (per parameter: gradient written and read by the optimizer) and
-    ``optimizer_bytes`` (per parameter: optimizer state read and written, e.g. Adam
-    with fp32 master weights, m and v read and written = 24) are added when given.
-    Activations are not counted: this is a lower bound.
-
-    Example: 63.9e6 bf16 params (≈128 MB) read 3× over 1.897 s = 202 MB/s.
-    """
-    if step_time_s <= 0:
-        raise ValueError("step time must be positive")
-    comps = {"weights": n_params * weight_bytes * weight_reads}
-    if grad_bytes:
-        comps["gradients"] = n_params * grad_bytes
-    if optimizer_bytes:
-        comps["optimizer_state"] = n_params * optimizer_bytes
-    total = sum(comps.values())
-    rate = total / step_time_s
-    frac = rate / hbm_bytes_per_s if hbm_bytes_per_s else None
-    return BandwidthCheck(total, rate, frac, comps)
 
 
 def gemm_dtype(tables: TraceTables, steps: Steps | None = None) -> tuple[str | None, dict[str, float]]:

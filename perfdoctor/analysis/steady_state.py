@@ -360,18 +360,3 @@ def _neighbor_median(d: np.ndarray, win: np.ndarray, excl: np.ndarray) -> float 
     near = np.arange(lo, hi)
     near = near[~excl[near] & ~win[near]]
     return float(np.median(d[near])) if near.size else None
-
-
-def interval_rates(duration_s: npt.ArrayLike, count: npt.ArrayLike, interval: int) -> np.ndarray:
-    """Per-interval rate: sum(count) / sum(duration_s) over consecutive blocks of ``interval`` steps.
-
-    ``count`` is tokens or samples per step (NaN = unknown -> NaN rate). Returns
-    shape (ceil(n / interval),), units count per second. Never a cumulative average.
-    """
-    d = np.asarray(duration_s, float)
-    c = np.asarray(count, float)
-    out = []
-    for a in range(0, d.size, max(1, interval)):
-        dd, cc = d[a : a + interval], c[a : a + interval]
-        out.append(float(cc.sum() / dd.sum()) if dd.sum() > 0 and not np.isnan(cc).any() else float("nan"))
-    return np.array(out)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import msgspec
 
-from perfdoctor.errors import PerfDoctorError
 from perfdoctor.model.report import RunSnapshot
 
 SCHEMA = "perfdoctor.snapshot"
@@ -190,21 +189,3 @@ def run_snapshots(path: str, report: SnapshotReport) -> list[RunSnapshot]:
 def to_json(doc: SnapshotReport | SnapshotDiff) -> bytes:
     """The report or diff as indented JSON (UTF-8, trailing newline)."""
     return msgspec.json.format(msgspec.json.encode(doc), indent=2) + b"\n"
-
-
-def report_from_json(data: bytes, source: str = "report") -> SnapshotReport:
-    """A :class:`SnapshotReport` from its JSON.
-
-    Raises:
-        PerfDoctorError: not a snapshot report of this schema version, or damaged.
-    """
-    try:
-        report = msgspec.json.decode(data, type=SnapshotReport)
-    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-        raise PerfDoctorError(f"{source}: not a perfdoctor snapshot report ({exc})") from None
-    if report.schema != SCHEMA or report.schema_version != SCHEMA_VERSION:
-        raise PerfDoctorError(
-            f"{source}: schema {report.schema!r} version {report.schema_version}, expected {SCHEMA!r} "
-            f"version {SCHEMA_VERSION}"
-        )
-    return report

@@ -246,27 +246,3 @@ def issue_collectives_early(rr: RankReplay, tables: TraceTables) -> WhatIf:
         "time of the ops in between not moved)",
         "torch.compile/FX reordering of collectives",
     )
-
-
-def remove_collective_wait(rr: RankReplay, start_us: np.ndarray, wait_us: np.ndarray) -> WhatIf:
-    """The straggler's skew removed: each collective kernel starting at ``start_us`` (this rank's clock, µs) is
-    shorter by ``wait_us``, the time it waited inside for the last rank to arrive (matched across ranks by
-    :mod:`perfdoctor.crossrank.collectives`: its excess over the shortest copy of the same collective).
-
-    Assumption: every rank arrives together; the transfer itself keeps its time. Source: the job's matched
-    collectives (one clock offset per rank).
-    """
-    g = rr.graph
-    dur = g.act_dur_us.copy()
-    order = np.argsort(g.act_ts_us, kind="stable")
-    ts = g.act_ts_us[order]
-    pos = np.clip(np.searchsorted(ts, start_us), 0, max(ts.size - 1, 0))
-    hit = (ts.size > 0) & (np.abs(ts[pos] - start_us) < 1e-3) if ts.size else np.zeros(start_us.size, bool)
-    idx = order[pos[hit]]
-    dur[idx] = np.maximum(dur[idx] - wait_us[hit], 0.0)
-    return WhatIf(
-        "remove-collective-wait",
-        Scenario("remove-collective-wait", act_dur_us=dur, peers_move=True),  # the late ranks move too
-        f"{int(hit.sum())} collectives without the wait for the last rank to arrive (ranks in step)",
-        "matched collectives across the job's ranks",
-    )

@@ -160,7 +160,7 @@ def _growth(ctx: RankContext, th: Thresholds, m_med: float) -> tuple[float, Head
     the batch that fits; the device's memory headroom, None without memory data or on a CPU; the batch factor that
     fits under ``max_fill_pct``, None when unknown)."""
     growth = float(min(max(th.target_m / max(m_med, 1.0), 1.0), th.max_batch_growth))
-    has_trace = hasattr(ctx.rank, "tables") and hasattr(ctx.rank, "steps")
+    has_trace = ctx.has_trace
     hr = headroom(ctx.tables, ctx.steps, int(ctx.device.device)) if ctx.is_gpu and has_trace else None
     fits = hr.batch_factor(th.max_fill_pct / 100.0) if hr is not None else None
     if fits is not None:  # the what-if never assumes a batch that does not fit
@@ -177,7 +177,7 @@ def _amortised(ctx: RankContext, growth: float) -> Amortised:
     else:
         fixed = float(ctx.per_step(lambda s: s.dur_us - s.category_union_us.get("matmul", 0.0)).mean())
         fixed_what = "step time outside GEMM ops"
-    if not (hasattr(ctx.rank, "tables") and growth > 1.0):
+    if not (ctx.has_trace and growth > 1.0):
         return Amortised(fixed, fixed_what, fixed * (1.0 - 1.0 / growth), None)
     from perfdoctor.replay.transforms.batch import fixed_cost_words, larger_batch
 

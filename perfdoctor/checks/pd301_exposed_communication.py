@@ -123,8 +123,8 @@ def _exposure(ctx: RankContext, total: np.ndarray) -> Exposure:
     ranks where the job matched its collectives (:mod:`perfdoctor.crossrank.collectives`)."""
     exposed_all = ctx.per_step(lambda s: s.communication.exposed_us)
     overlapped = ctx.per_step(lambda s: s.communication.overlapped_us)
-    cw = getattr(ctx.analysis, "collective_wait", None)
-    wait = cw.wait_us.get(ctx.rank.rank) if cw is not None else None
+    cw = ctx.analysis.collective_wait
+    wait = cw.wait_us.get(ctx.rank.rank) if cw is not None and ctx.rank.rank is not None else None
     wait = np.zeros_like(exposed_all) if wait is None or wait.size != exposed_all.size else wait
     exposed = np.maximum(exposed_all - np.minimum(wait, exposed_all), 0.0)
     return Exposure(total, exposed_all, overlapped, wait, exposed)
@@ -139,7 +139,7 @@ def _replayed(ctx: RankContext, exposed_us: float) -> tuple[tuple[float, str], f
     # the saving is the replay's with compute no longer waiting for collectives, at most the exposed time
     # less the wait for other ranks (no overlap hides that: PD304)
     method_text = "replay of the step's dependency graph with compute no longer waiting for collectives"
-    if hasattr(ctx.rank, "tables"):
+    if ctx.has_trace:
         reorder = _reorder(ctx, exposed_us)
         replayed, _, replay_method = ctx.replayed_saving(overlap_communication(ctx.replay(), ctx.tables))
         return reorder, replayed, replay_method

@@ -92,7 +92,7 @@ def check(ctx: RankContext) -> Outcome:
 
 def _sharded(ctx: RankContext) -> ShardedComm | str:
     """The rank's FSDP collectives by unit over the analysed steps, or why there are none to judge."""
-    if not hasattr(ctx.rank, "tables"):
+    if not ctx.has_trace:
         return "re-run from a rank summary: the FSDP labels are read where the rank was analysed"
     ws, we = ctx.windows()
     comm = sharded_comm(ctx.tables, ws, we)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from perfdoctor.analysis.rank import Analysis, RankAnalysis
@@ -66,13 +67,17 @@ def rank_dict(r: RankAnalysis) -> dict[str, Any]:
     return to_builtins(rank_section(r))
 
 
-def _read_run_dir(path: str, without_traces: str | None) -> tuple[RunData, list[str], str | None, str | None]:
-    """A run directory's data, the traces to analyse (the last window per rank), the note on windows left
-    out, and why there is no trace to analyse (None when there is)."""
-    from perfdoctor.capture.run_data import load_run_dir, no_trace_reason
+def _read_run_dir(
+    path: str, without_traces: str | None, loaded: RunData | None
+) -> tuple[RunData, list[str], str | None, str | None]:
+    """A run directory's data (``loaded``: already loaded by the caller, else loaded here), the traces to analyse
+    (the last window per rank), the note on windows left out, and why there is no trace to analyse (None when
+    there is)."""
+    from perfdoctor.capture.no_trace import no_trace_reason
+    from perfdoctor.capture.run_data import load_run_dir
     from perfdoctor.capture.rundir import last_window_per_rank
 
-    run = load_run_dir(path)
+    run = loaded if loaded is not None and loaded.path == Path(path) else load_run_dir(path)
     if without_traces:
         return (
             run,
@@ -100,6 +105,7 @@ def build(
     executor: Any = None,
     cache: bool = False,
     timeline_steps: list[int] | None = None,
+    loaded_run: RunData | None = None,
 ) -> BuiltReport:
     """The whole chain: paths → per-rank summaries → job analysis and findings → typed report.
 
@@ -112,12 +118,14 @@ def build(
     ``executor`` (:mod:`perfdoctor.jobs.executors`; default: this process) makes each rank's summary,
     ``cache`` reuses summaries stored under :func:`perfdoctor.jobs.summary.cache_dir`. ``timeline_steps``: make each
     rank's annotated timeline of these steps (``[]``: its median and slowest; None: none), kept in the job's
-    summaries for :func:`perfdoctor.timeline.chrome.write_timeline`.
+    summaries for :func:`perfdoctor.timeline.chrome.write_timeline`. ``loaded_run``: the run directory among ``paths``
+    as the caller already loaded it (:func:`perfdoctor.capture.run_data.load_run_dir`), so it is read once.
 
     Raises:
         PerfDoctorError: bad input file, run directory or rule selection.
     """
     from perfdoctor.capture import run_data
+    from perfdoctor.capture.run_section import run_section, section_warnings
     from perfdoctor.checks import config, engine
     from perfdoctor.errors import PerfDoctorError
     from perfdoctor.jobs.executors import InProcess
@@ -125,8 +133,6 @@ def build(
     from perfdoctor.jobs.reduce import gc_paused, reduce
     from perfdoctor.jobs.summary import SummaryOptions
     from perfdoctor.model.build import build_report as build_model
-    from perfdoctor.model.build import plain
-    from perfdoctor.model.report import RunSection
     from perfdoctor.trace import trace_files_in
 
     opts = rule_options if rule_options is not None else config.resolve()
@@ -141,19 +147,20 @@ def build(
             continue
         if run is not None:
             raise PerfDoctorError(f"{p}: only one run directory per report")
-        run, chosen, window_note, no_trace = _read_run_dir(p, without_traces)
+        run, chosen, window_note, no_trace = _read_run_dir(p, without_traces, loaded_run)
         trace_paths.extend(chosen)
         notes += run.warnings + [n for n in (window_note, no_trace) if n]
     if run is not None and model_flops_per_step is None and run.facts.flops_per_step:
         model_flops_per_step, flops_source = float(run.facts.flops_per_step), "flop_counter"
     files = [f for p in trace_paths for f in trace_files_in(p)]
+    rank_inputs = run_data.rank_inputs(run)
     summary_opts = SummaryOptions(
         step_marker=step_marker,
         model_flops_per_step=model_flops_per_step,
         flops_source=flops_source,
-        step_time_s_by_rank=run_data.steady_step_times(run),
-        run_allocator_by_rank=run_data.allocator_values_by_rank(run),
-        run_cpu_by_rank=run_data.cpu_series_by_rank(run),
+        step_time_s_by_rank=rank_inputs.step_time_s,
+        run_allocator_by_rank=rank_inputs.allocator,
+        run_cpu_by_rank=rank_inputs.cpu,
         run_json=run.run if run is not None else None,
         codes=list(codes),
         rules_dirs=[str(d) for d in opts.rules_dirs or []],
@@ -161,7 +168,7 @@ def build(
         timeline_steps=timeline_steps,
     )
     runner = executor if executor is not None else InProcess(on_progress=on_progress)
-    roofs = run_data.measured_cpu_roofs(run)
+    roofs = run_data.measured_cpu_roofs(run.facts.environment, run.facts.cpu) if run is not None else None
     summaries = runner.summarise(files, summary_opts, catalogue, roofs, cache=cache)
     summaries = with_peer_arrivals(files, summaries, summary_opts, catalogue, roofs, cache, runner)
     with gc_paused():  # the reducer: thousands of summaries held, little cyclic garbage made
@@ -172,8 +179,8 @@ def build(
         analysis.checks = job.checks
         section = None
         if run is not None:
-            section = plain(run_data.run_section(run), RunSection, f"{run.path}: run section")
-            analysis.warnings += run_data.profiled_non_training(run) + run.snapshot_reports[1]
+            section = run_section(run)
+            analysis.warnings += section_warnings(run)
         job_sec = None
         if len(job.summaries) + len(job.failed) > 1:
             from perfdoctor.jobs.cross_rank import job_section

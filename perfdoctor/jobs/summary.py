@@ -66,7 +66,7 @@ class SummaryOptions(msgspec.Struct, frozen=True):
     flops_source: str = "flop_counter"
     step_time_s_by_rank: dict[int, float] = {}
     run_allocator_by_rank: dict[int, dict[str, Any]] = {}
-    # each rank's steps.csv CPU-time series and steady start (perfdoctor.capture.run_data.cpu_series_by_rank)
+    # each rank's steps.csv CPU-time series and steady start (perfdoctor.capture.run_data.rank_inputs)
     run_cpu_by_rank: dict[int, dict[str, Any]] = {}
     run_json: dict[str, Any] | None = None
     codes: list[str] = []

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+import numpy as np
 
 from perfdoctor.errors import TraceFormatError
 from perfdoctor.trace import parallel, schema
@@ -58,7 +59,7 @@ class RawTrace:
     """
 
     path: str
-    tables: dict[str, dict[str, Any]]
+    tables: dict[str, dict[str, np.ndarray]]
     names: list[str]
     metadata: dict[str, Any]
     n_events: int

@@ -162,7 +162,7 @@ def _rank_from(metadata: dict[str, Any], path: str, warnings: list[str]) -> int 
     return int(m.group(1))
 
 
-def _drop_outliers(cols_by_table: dict[str, dict[str, Any]], path: str, warnings: list[str]) -> None:
+def _drop_outliers(cols_by_table: dict[str, dict[str, np.ndarray]], path: str, warnings: list[str]) -> None:
     """Drop events without a timestamp, and events more than MAX_SPAN_US from the median timestamp.
 
     A profiler records seconds to minutes; an event a day away from the rest (a ``ts`` of 0
@@ -200,7 +200,7 @@ def _drop_outliers(cols_by_table: dict[str, dict[str, Any]], path: str, warnings
 
 
 def _drop_capacity_below_reserved(
-    metadata: dict[str, Any], memory: dict[str, Any], path: str, warnings: list[str]
+    metadata: dict[str, Any], memory: dict[str, np.ndarray], path: str, warnings: list[str]
 ) -> None:
     """Remove a GPU's ``totalGlobalMem`` that is below the peak ``Total Reserved`` (or ``Total Allocated``) its
     ``[memory]`` events record.
@@ -233,20 +233,12 @@ def build_tables(raw: RawTrace) -> TraceTables:
     ProfilerStep#N events are moved to ``annotations`` whatever their category
     (the 2021 Kineto generation writes them as ``Operator``). Events without a
     timestamp are dropped.
+
+    Raises:
+        TraceFormatError: no event is a timed operator, kernel, copy, annotation or memory event.
     """
-    names = raw.names
-    step_ids = np.fromiter((bool(_STEP_RE.match(n)) for n in names), dtype=bool, count=len(names))
     cols_by_table = raw.tables
-    ops = cols_by_table["cpu_ops"]
-    if ops["name_id"].size:
-        is_step = step_ids[ops["name_id"]]
-        if is_step.any():
-            ann = cols_by_table["annotations"]
-            for col in ann:
-                ann[col] = np.concatenate([ann[col], ops[col][is_step].astype(ann[col].dtype, copy=False)])
-            for col in list(ops):
-                ops[col] = ops[col][~is_step]
-    tables: dict[str, Table] = {}
+    _move_step_ops(cols_by_table, raw.names)
     warnings = list(raw.warnings)
     _drop_outliers(cols_by_table, raw.path, warnings)
     _drop_capacity_below_reserved(raw.metadata, cols_by_table["memory"], raw.path, warnings)
@@ -259,25 +251,11 @@ def build_tables(raw: RawTrace) -> TraceTables:
     negative = sum(int((c["dur_us"] < 0).sum()) for c in cols_by_table.values())
     if negative:
         warnings.append(f"{raw.path}: {negative} event(s) with a negative duration were counted as 0 µs long")
-    for tname, cols in cols_by_table.items():
-        order = np.argsort(cols["ts_us"], kind="stable")
-        sorted_cols = {}
-        for col in list(cols):
-            sorted_cols[col] = cols.pop(col)[order]
-        dur = sorted_cols["dur_us"]
-        sorted_cols["dur_us"] = np.where(dur > 0, dur, 0.0)
-        sorted_cols["end_us"] = sorted_cols["ts_us"] + sorted_cols["dur_us"]
-        tables[tname] = Table(sorted_cols)
-    process_names: dict[int, str] = {}
-    thread_names: dict[tuple[int, int], str] = {}
-    for name, pid, tid, label in raw.meta:
-        if name == "process_name":
-            process_names[pid] = label
-        elif name == "thread_name":
-            thread_names[(pid, tid)] = label
+    tables = {tname: _sorted_table(cols) for tname, cols in cols_by_table.items()}
+    process_names, thread_names = _labels(raw.meta)
     return TraceTables(
         path=raw.path,
-        names=names,
+        names=raw.names,
         cats=raw.cats,
         metadata=raw.metadata,
         tables=tables,
@@ -290,3 +268,44 @@ def build_tables(raw: RawTrace) -> TraceTables:
         process_names=process_names,
         thread_names=thread_names,
     )
+
+
+def _move_step_ops(cols_by_table: dict[str, dict[str, np.ndarray]], names: list[str]) -> None:
+    """Move the ``cpu_ops`` rows named ``ProfilerStep#N`` to ``annotations`` (in place)."""
+    step_ids = np.fromiter((bool(_STEP_RE.match(n)) for n in names), dtype=bool, count=len(names))
+    ops = cols_by_table["cpu_ops"]
+    if not ops["name_id"].size:
+        return
+    is_step = step_ids[ops["name_id"]]
+    if not is_step.any():
+        return
+    ann = cols_by_table["annotations"]
+    for col in ann:
+        ann[col] = np.concatenate([ann[col], ops[col][is_step].astype(ann[col].dtype, copy=False)])
+    for col in list(ops):
+        ops[col] = ops[col][~is_step]
+
+
+def _sorted_table(cols: dict[str, np.ndarray]) -> Table:
+    """One table's columns sorted by ``ts_us`` (stable; the columns are taken out of ``cols``), negative durations
+    counted as 0 µs, and ``end_us`` = ``ts_us`` + ``dur_us``."""
+    order = np.argsort(cols["ts_us"], kind="stable")
+    sorted_cols = {}
+    for col in list(cols):
+        sorted_cols[col] = cols.pop(col)[order]
+    dur = sorted_cols["dur_us"]
+    sorted_cols["dur_us"] = np.where(dur > 0, dur, 0.0)
+    sorted_cols["end_us"] = sorted_cols["ts_us"] + sorted_cols["dur_us"]
+    return Table(sorted_cols)
+
+
+def _labels(meta: list[tuple[str, int, int, str]]) -> tuple[dict[int, str], dict[tuple[int, int], str]]:
+    """The trace's process names (by pid) and thread names (by pid, tid) from its metadata events."""
+    process_names: dict[int, str] = {}
+    thread_names: dict[tuple[int, int], str] = {}
+    for name, pid, tid, label in meta:
+        if name == "process_name":
+            process_names[pid] = label
+        elif name == "thread_name":
+            thread_names[(pid, tid)] = label
+    return process_names, thread_names

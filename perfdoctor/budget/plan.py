@@ -121,8 +121,10 @@ def fit_warnings(state_sharded: float, act: float | None, fits: dict[str, bool],
 
 
 def _check_plan_inputs(numbers: dict[str, float | None], mfu: float, d_model: int | None, n_heads: int | None) -> None:
-    """Raise ValueError for a NaN/infinite number, a non-positive size, MFU outside (0, 1]
+    """Raise ValueError for a NaN/infinite MFU or number, a non-positive size, MFU outside (0, 1]
     or a head count that does not divide the model width."""
+    if not math.isfinite(mfu):
+        raise ValueError(f"MFU must be a finite number, got {mfu}")
     for name, value in numbers.items():
         if value is not None and not math.isfinite(value):
             raise ValueError(f"{name} must be a finite number, got {value}")
@@ -157,8 +159,6 @@ def plan(
         ValueError: a NaN or infinite number, a non-positive size, MFU outside (0, 1], or
             ``n_heads`` not dividing ``d_model``.
     """
-    if not math.isfinite(mfu):
-        raise ValueError(f"MFU must be a finite number, got {mfu}")
     _check_plan_inputs(
         {
             "params": n_params,
@@ -176,18 +176,44 @@ def plan(
         d_model,
         n_heads,
     )
+    act, formula = _activations(seq_len, micro_batch, d_model, n_layers, n_heads)
+    return _budget(
+        n_params,
+        n_gpus,
+        gpu,
+        (peak_flops_per_s, dtype),
+        (mfu, mfu_source),
+        tokens_per_param,
+        (act, formula),
+        gpu_memory_bytes,
+    )
+
+
+def _budget(
+    n_params: float,
+    n_gpus: int,
+    gpu: str,
+    peak: tuple[float, str],
+    mfu: tuple[float, str],
+    tokens_per_param: float,
+    activations: tuple[float | None, str | None],
+    gpu_memory_bytes: float | None,
+) -> Budget:
+    """The budget's figures from checked inputs (``peak``: FLOP/s and its dtype; ``mfu``: the fraction and where
+    it came from; ``activations``: bytes per GPU and the formula, None when not known): tokens, 6·N·D FLOPs,
+    wall-clock, model state per GPU and what fits (see :class:`Budget`)."""
+    (peak_flops_per_s, dtype), (mfu_value, mfu_source), (act, formula) = peak, mfu, activations
     tokens = tokens_per_param * n_params
     flops = training_flops(n_params, tokens)
-    secs = wall_clock_seconds(flops, n_gpus, peak_flops_per_s, mfu)
+    secs = wall_clock_seconds(flops, n_gpus, peak_flops_per_s, mfu_value)
     state = MODEL_STATE_BYTES_PER_PARAM * n_params
-    act, formula = _activations(seq_len, micro_batch, d_model, n_layers, n_heads)
     fits, warnings = _memory_plan(state, act, n_gpus, gpu_memory_bytes)
     return Budget(
         n_params=n_params,
         n_gpus=n_gpus,
         gpu=gpu,
         peak_flops_per_s=peak_flops_per_s,
-        mfu=mfu,
+        mfu=mfu_value,
         mfu_source=mfu_source,
         tokens=tokens,
         total_flops=flops,

@@ -23,7 +23,6 @@ import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import msgspec
 import numpy as np
@@ -32,6 +31,7 @@ from perfdoctor.errors import TraceFormatError
 from perfdoctor.trace import parallel, schema
 from perfdoctor.trace.columns import TableColumns
 from perfdoctor.trace.fields import MAX_NESTING
+from perfdoctor.trace.json_value import JsonObject
 from perfdoctor.trace.metadata import sanitize_metadata
 from perfdoctor.trace.splitter import EventSplitter, SplitResult, nesting_depth
 
@@ -61,7 +61,7 @@ class RawTrace:
     path: str
     tables: dict[str, dict[str, np.ndarray]]
     names: list[str]
-    metadata: dict[str, Any]
+    metadata: JsonObject
     n_events: int
     cats: list[str] = field(default_factory=list)
     meta: list[tuple[str, int, int, str]] = field(default_factory=list)
@@ -234,7 +234,7 @@ def _decode_piece(piece: bytes | memoryview, columns: TableColumns, kinds: schem
     return True
 
 
-def _decode_event(raw: bytes, kinds: schema.Schema) -> Any:
+def _decode_event(raw: bytes, kinds: schema.Schema) -> schema.TraceEvent | None:
     """One event: typed, else generically and coerced; None when it is not JSON.
 
     Raises:
@@ -252,7 +252,9 @@ def _decode_event(raw: bytes, kinds: schema.Schema) -> Any:
         return None
 
 
-def _decode_header(path: str, header: bytes, warnings: list[str]) -> dict[str, Any]:
+def _decode_header(path: str, header: bytes, warnings: list[str]) -> JsonObject:
+    """The trace's top-level keys other than ``traceEvents`` (:func:`~perfdoctor.trace.metadata.sanitize_metadata`);
+    {} with a warning when they cannot be read."""
     if header in (b"", b"[]"):
         return {}
     if nesting_depth(header) > MAX_NESTING:
@@ -275,7 +277,7 @@ def _decode_header(path: str, header: bytes, warnings: list[str]) -> dict[str, A
     return sanitize_metadata(path, doc, warnings)
 
 
-def _decode_truncated_header(header: bytes) -> dict[str, Any] | None:
+def _decode_truncated_header(header: bytes) -> JsonObject | None:
     """The metadata before the events, when the file ends before its closing brace."""
     cut = header.find(b"[]")
     if cut < 0:

@@ -36,12 +36,13 @@ import numpy as np
 
 from perfdoctor.errors import TraceFormatError
 from perfdoctor.trace.fields import MAX_RANK, MAX_SPAN_US
+from perfdoctor.trace.json_value import JsonObject
 from perfdoctor.trace.reader import RawTrace
 
 _STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
 # per pattern, whether each name seen so far matches it: the ranks of a job analysed in one worker share most of
 # their kernel and op names (DLRM ranks: ~57 patterns x ~120 names searched again per rank, 14 ms of ~110 ms)
-_NAME_MATCHES: dict[Any, dict[str, bool]] = {}
+_NAME_MATCHES: dict[str | tuple[str, int], dict[str, bool]] = {}  # by pattern (and flags): name -> matches
 _NAME_MATCHES_MAX = 200_000  # names remembered per pattern; past that the pattern's memory starts again
 
 
@@ -92,7 +93,7 @@ class TraceTables:
 
     path: str
     names: list[str]
-    metadata: dict[str, Any]
+    metadata: JsonObject
     tables: dict[str, Table]
     cats: list[str] = field(default_factory=list)
     rank: int | None = None
@@ -111,9 +112,10 @@ class TraceTables:
         raise AttributeError(name)
 
     @property
-    def device_properties(self) -> list[dict[str, Any]]:
+    def device_properties(self) -> list[JsonObject]:
+        """The trace's ``deviceProperties`` entries (objects, as :mod:`perfdoctor.trace.metadata` keeps them)."""
         props = self.metadata.get("deviceProperties")
-        return props if isinstance(props, list) else []
+        return [p for p in props if isinstance(p, dict)] if isinstance(props, list) else []
 
     @property
     def has_device_activity(self) -> bool:
@@ -130,7 +132,7 @@ class TraceTables:
     def names_matching(self, pattern: str | re.Pattern[str]) -> np.ndarray:
         """Boolean mask over ``names``: which name ids match ``pattern`` (re.search)."""
         # rules and analyses ask the same few patterns many times: each is searched once per table set
-        cache: dict[Any, np.ndarray] = self.__dict__.setdefault("_matching", {})
+        cache: dict[str | tuple[str, int], np.ndarray] = self.__dict__.setdefault("_matching", {})
         key = pattern if isinstance(pattern, str) else (pattern.pattern, pattern.flags)
         mask = cache.get(key)
         if mask is None or mask.size != len(self.names):
@@ -149,10 +151,13 @@ class TraceTables:
         return iter(self.tables.items())
 
 
-def _rank_from(metadata: dict[str, Any], path: str, warnings: list[str]) -> int | None:
+def _rank_from(metadata: JsonObject, path: str, warnings: list[str]) -> int | None:
+    """The trace's rank: ``distributedInfo.rank``, else a ``rank<N>`` / ``worker<N>`` in the file name (None:
+    neither, or a number beyond MAX_RANK, with a warning)."""
     info = metadata.get("distributedInfo")
-    if isinstance(info, dict) and isinstance(info.get("rank"), int):  # validated by trace.metadata
-        return int(info["rank"])
+    rank = info.get("rank") if isinstance(info, dict) else None
+    if isinstance(rank, int):  # validated by trace.metadata
+        return int(rank)
     m = re.search(r"(?:rank|worker)[-_]?(\d+)", path.rsplit("/", 1)[-1])
     if m is None:
         return None
@@ -200,7 +205,7 @@ def _drop_outliers(cols_by_table: dict[str, dict[str, np.ndarray]], path: str, w
 
 
 def _drop_capacity_below_reserved(
-    metadata: dict[str, Any], memory: dict[str, np.ndarray], path: str, warnings: list[str]
+    metadata: JsonObject, memory: dict[str, np.ndarray], path: str, warnings: list[str]
 ) -> None:
     """Remove a GPU's ``totalGlobalMem`` that is below the peak ``Total Reserved`` (or ``Total Allocated``) its
     ``[memory]`` events record.
@@ -215,7 +220,7 @@ def _drop_capacity_below_reserved(
     held = np.maximum(memory["total_reserved"], memory["total_allocated"])
     for p in props:
         cap = p.get("totalGlobalMem") if isinstance(p, dict) else None
-        if not isinstance(cap, int) or "id" not in p:
+        if not isinstance(p, dict) or not isinstance(cap, int) or "id" not in p:
             continue
         mine = (memory["device_type"] == 1) & (memory["device_id"] == p["id"])
         peak = int(held[mine].max()) if mine.any() else 0

@@ -17,11 +17,12 @@ import warnings
 from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, NoReturn, TypedDict
+from typing import NoReturn, TypedDict
 
 import torch
 
 from perfdoctor.capture import hooks
+from perfdoctor.capture.batch_fingerprint import BatchDigest
 from perfdoctor.capture.batch_probe import BatchProbe
 from perfdoctor.capture.flops import FlopMeter
 from perfdoctor.capture.loaders import LoaderWatch
@@ -224,7 +225,7 @@ class Session:
         )
         self.progress(f"wrote trace of steps {first}-{last} to {path}")
 
-    def _op_probe(self) -> dict[str, Any] | None:
+    def _op_probe(self) -> dict[str, object] | None:
         """After a CPU bf16-autocast run: its dominant bf16 GEMMs timed in bf16 and fp32 (a few seconds at most);
         None for any other run, or when the probe fails (it never costs the run its data)."""
         trace = _probe_trace(self)
@@ -238,7 +239,7 @@ class Session:
             self.progress(f"bf16/fp32 op probe failed: {exc}")
             return None
 
-    def _thread_probe(self) -> dict[str, Any] | None:
+    def _thread_probe(self) -> dict[str, object] | None:
         """After a run whose processes' intra-op threads outnumber the cores: its dominant GEMMs timed at the
         recorded thread count and at the cores' fair share (PD104's measurement); None otherwise or on failure."""
         trace = _probe_trace(self)
@@ -296,8 +297,8 @@ class Session:
         reason: str | None,
         records: list[StepRecord],
         tb_error: str | None,
-        op_probe: dict[str, Any] | None,
-        thread_probe: dict[str, Any] | None,
+        op_probe: dict[str, object] | None,
+        thread_probe: dict[str, object] | None,
     ) -> dict[str, object]:
         """This rank's ``rank<R>.json`` (the coordinator merges them into ``run.json``): its steps, windows, FLOPs,
         batch facts and totals (s), threads and workers, tensorboard, and the GEMM probes' timings."""
@@ -348,7 +349,7 @@ def _probe_trace(session: Session) -> Path | None:
     return session.run_dir / done[0] if done else None
 
 
-def _fingerprints(probe: BatchProbe) -> list[dict[str, Any]]:
+def _fingerprints(probe: BatchProbe) -> list[BatchDigest]:
     """The probe's batch fingerprints; [] when the samples cannot be read back (a failed device)."""
     try:
         return probe.fingerprints.digests()
@@ -373,7 +374,7 @@ def _guard_other_profilers() -> Callable[[], None]:
             raise ProfilerConflict(_user_location())
         return orig_start(self)
 
-    def enter(self: Any) -> NoReturn:
+    def enter(self: torch.autograd.profiler.profile) -> NoReturn:
         raise ProfilerConflict(_user_location())
 
     kineto_cls.start, legacy_cls.__enter__ = start, enter  # type: ignore[method-assign]  # patched on purpose

@@ -49,7 +49,7 @@ sys.path.insert(0, str(REPO))
 
 from perfdoctor.analysis.accumulation import accumulation  # noqa: E402
 from perfdoctor.analysis.steps import find_steps  # noqa: E402
-from perfdoctor.capture.run_data import RunData, load_run_dir, steady_step_times  # noqa: E402
+from perfdoctor.capture.run_data import RunData, load_run_dir, rank_inputs  # noqa: E402
 from perfdoctor.checks.common import unprofiled_step_times  # noqa: E402
 from perfdoctor.checks.pd104_cpu_thread_oversubscription import thread_counts, thread_probe  # noqa: E402
 from perfdoctor.replay.machine import CoreBudget, core_budget  # noqa: E402
@@ -202,7 +202,7 @@ def _predict(run: RunData, pair: CpuPair) -> tuple[float, float, str, str]:
     rr = replay_rank(t, find_steps(t))
     w = pair.transform(rr, t, run)
     window = float((rr.recorded_step_us - rr.step_times(w.scenario)).mean())
-    steady_s = steady_step_times(run).get(0)
+    steady_s = rank_inputs(run).step_time_s.get(0)
     rr.unprofiled = unprofiled(rr, t, steady_s * 1e6) if steady_s else None
     saving = float((rr.fixed_step_times([]) - rr.fixed_step_times([w])).mean())
     u = rr.unprofiled

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from perfdoctor.analysis.mfu import ModelFlops
@@ -62,13 +63,17 @@ class BuiltReport:
         return to_builtins(self.model)
 
 
-def _read_run_dir(path: str, without_traces: str | None) -> tuple[RunData, list[str], str | None, str | None]:
-    """A run directory's data, the traces to analyse (the last window per rank), the note on windows left
-    out, and why there is no trace to analyse (None when there is)."""
-    from perfdoctor.capture.run_data import load_run_dir, no_trace_reason
+def _read_run_dir(
+    path: str, without_traces: str | None, loaded: RunData | None
+) -> tuple[RunData, list[str], str | None, str | None]:
+    """A run directory's data (``loaded``: already loaded by the caller, else loaded here), the traces to analyse
+    (the last window per rank), the note on windows left out, and why there is no trace to analyse (None when
+    there is)."""
+    from perfdoctor.capture.no_trace import no_trace_reason
+    from perfdoctor.capture.run_data import load_run_dir
     from perfdoctor.capture.rundir import last_window_per_rank
 
-    run = load_run_dir(path)
+    run = loaded if loaded is not None and loaded.path == Path(path) else load_run_dir(path)
     if without_traces:
         return (
             run,
@@ -95,6 +100,7 @@ def build(
     executor: Executor | None = None,
     cache: bool = False,
     timeline_steps: list[int] | None = None,
+    loaded_run: RunData | None = None,
 ) -> BuiltReport:
     """The whole chain: paths → per-rank summaries → job analysis and findings → typed report.
 
@@ -107,7 +113,8 @@ def build(
     ``executor`` (:mod:`perfdoctor.jobs.executors`; default: this process) makes each rank's summary,
     ``cache`` reuses summaries stored under :func:`perfdoctor.jobs.summary.cache_dir`. ``timeline_steps``: make each
     rank's annotated timeline of these steps (``[]``: its median and slowest; None: none), kept in the job's
-    summaries for :func:`perfdoctor.timeline.chrome.write_timeline`.
+    summaries for :func:`perfdoctor.timeline.chrome.write_timeline`. ``loaded_run``: the run directory among ``paths``
+    as the caller already loaded it (:func:`perfdoctor.capture.run_data.load_run_dir`), so it is read once.
 
     Raises:
         PerfDoctorError: bad input file, run directory or rule selection.
@@ -119,7 +126,7 @@ def build(
 
     opts = rule_options if rule_options is not None else config.resolve()
     catalogue, codes = engine.prepare(opts)
-    inputs = _inputs(paths, without_traces)
+    inputs = _inputs(paths, without_traces, loaded_run)
     run = inputs.run
     if run is not None and model_flops is None and run.facts.flops_per_step:
         model_flops = ModelFlops(float(run.facts.flops_per_step), "flop_counter")
@@ -147,8 +154,9 @@ class _Inputs:
     no_trace: str | None
 
 
-def _inputs(paths: list[str], without_traces: str | None) -> _Inputs:
-    """``paths`` sorted into trace paths and at most one run directory (:func:`_read_run_dir`).
+def _inputs(paths: list[str], without_traces: str | None, loaded_run: RunData | None) -> _Inputs:
+    """``paths`` sorted into trace paths and at most one run directory (:func:`_read_run_dir`; ``loaded_run``: that
+    directory already loaded by the caller).
 
     Raises:
         PerfDoctorError: two run directories.
@@ -162,7 +170,7 @@ def _inputs(paths: list[str], without_traces: str | None) -> _Inputs:
             continue
         if out.run is not None:
             raise PerfDoctorError(f"{p}: only one run directory per report")
-        out.run, chosen, window_note, out.no_trace = _read_run_dir(p, without_traces)
+        out.run, chosen, window_note, out.no_trace = _read_run_dir(p, without_traces, loaded_run)
         out.trace_paths.extend(chosen)
         out.notes += out.run.warnings + [n for n in (window_note, out.no_trace) if n]
     return out
@@ -181,12 +189,13 @@ def _summary_options(
     from perfdoctor.capture import run_data
     from perfdoctor.jobs.summary import SummaryOptions
 
+    rank_inputs = run_data.rank_inputs(run)
     return SummaryOptions(
         step_marker=step_marker,
         model_flops=model_flops,
-        step_time_s_by_rank=run_data.steady_step_times(run),
-        run_allocator_by_rank=run_data.allocator_values_by_rank(run),
-        run_cpu_by_rank=run_data.cpu_series_by_rank(run),
+        step_time_s_by_rank=rank_inputs.step_time_s,
+        run_allocator_by_rank=rank_inputs.allocator,
+        run_cpu_by_rank=rank_inputs.cpu,
         run_json=run.run if run is not None else None,
         codes=codes,
         rules_dirs=[str(d) for d in opts.rules_dirs or []],
@@ -208,7 +217,7 @@ def _summarise(
     from perfdoctor.capture import run_data
     from perfdoctor.jobs.rounds import with_peer_arrivals
 
-    roofs = run_data.measured_cpu_roofs(run)
+    roofs = run_data.measured_cpu_roofs(run.facts.environment, run.facts.cpu) if run is not None else None
     summaries = runner.summarise(files, opts, catalogue, roofs, cache=cache)
     return with_peer_arrivals(files, summaries, opts, catalogue, roofs, cache, runner)
 
@@ -216,16 +225,14 @@ def _summarise(
 def _model(job: JobAnalysis, run: RunData | None) -> Report:
     """The typed report of the reduced ``job``: its analysis, the run directory's section and, for several
     ranks, the cross-rank ``job`` section (:func:`perfdoctor.crossrank.job_section.job_section`)."""
-    from perfdoctor.capture import run_data
+    from perfdoctor.capture.run_section import run_section, section_warnings
     from perfdoctor.model.build import build_report as build_model
-    from perfdoctor.model.build import plain
-    from perfdoctor.model.report import RunSection
 
     analysis = job.analysis
     section = None
     if run is not None:
-        section = plain(run_data.run_section(run), RunSection, f"{run.path}: run section")
-        analysis.warnings += run_data.profiled_non_training(run) + run.snapshot_reports[1]
+        section = run_section(run)
+        analysis.warnings += section_warnings(run)
     job_sec = None
     if len(job.summaries) + len(job.failed) > 1:
         from perfdoctor.crossrank.job_section import job_section
@@ -235,11 +242,15 @@ def _model(job: JobAnalysis, run: RunData | None) -> Report:
 
 
 def build_report(
-    paths: list[str], run_dir: str | None = None, partial: bool = False, without_traces: str | None = None
+    paths: list[str],
+    run_dir: str | None = None,
+    partial: bool = False,
+    without_traces: str | None = None,
+    loaded_run: RunData | None = None,
 ) -> Report:
-    """Typed report for trace paths, or for a run directory (``perfdoctor profile`` calls this; ``without_traces``:
-    :func:`build`'s)."""
-    built = build([run_dir] if run_dir else paths, without_traces=without_traces)
+    """Typed report for trace paths, or for a run directory (``perfdoctor profile`` calls this; ``without_traces``
+    and ``loaded_run``: :func:`build`'s)."""
+    built = build([run_dir] if run_dir else paths, without_traces=without_traces, loaded_run=loaded_run)
     if partial:
         built.model.partial = True
     return built.model

@@ -58,18 +58,8 @@ def test_calibration_under_load_warns_and_is_not_used(tmp_path, monkeypatch, cap
     record = cal.load_calibration()
     assert record["under_load"] and record["load_average_1min"] == 4096.0
 
-    class Env:
-        cuda_available, hostname = False, record["hostname"]
-
-    class Cpu:
-        model = record["cpu_model"]
-
-    class Facts:
-        environment, cpu = Env(), Cpu()
-
-    class Run:
-        facts = Facts()
-
-    assert run_data.measured_cpu_roofs(Run()) is None  # type: ignore[arg-type]
+    env = run_data.RunEnvironment(cuda_available=False, hostname=record["hostname"])
+    cpu = run_data.RunCpu(model=record["cpu_model"])
+    assert run_data.measured_cpu_roofs(env, cpu) is None
     monkeypatch.setattr(cal, "load_calibration", lambda: {**record, "under_load": ""})
-    assert run_data.measured_cpu_roofs(Run()) is not None  # type: ignore[arg-type]
+    assert run_data.measured_cpu_roofs(env, cpu) is not None

@@ -95,7 +95,9 @@ def test_eval_and_checkpoints_in_the_loop_are_left_out_of_train_time(tmp_path):
     # 30 no-grad forwards of 512 rows dominate those steps; what is left is one training step
     assert (ev > 0.5 * s["duration_s"][[10, 20, 30, 40, 50]]).all()
     np.testing.assert_allclose(s["train_s"], s["duration_s"] - s["eval_s"] - s["checkpoint_s"])
-    tp = run.throughput()["train_samples_per_s"]
+    from perfdoctor.capture.run_section import throughput
+
+    tp = throughput(run.steps, run.steady_state, run.facts.wall_s)["train_samples_per_s"]
     steady = (np.arange(60) >= run.steady_state.steady_start_step) & (s["profiler_phase"] == "none")
     assert abs(tp["excluded_s"] - float((s["eval_s"] + s["checkpoint_s"])[steady].sum())) < 1e-9
     assert tp["seconds"] == float(s["train_s"][steady].sum())

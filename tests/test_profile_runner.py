@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from perfdoctor.capture.run_data import load_run_dir
+from perfdoctor.capture.run_section import throughput
 from perfdoctor.capture.runner import profile_script, run_profile
 from perfdoctor.capture.schedule import ProfileConfig
 from perfdoctor.capture.step_record import STEP_FIELDS
@@ -339,7 +340,7 @@ def test_steady_run_has_one_phase_and_window_in_steady_state(tmp_path):
     ss = data.steady_state
     assert not ss.phase_change and not ss.trend_detected and ss.warmup_steps < 50
     assert 0.7 < ss.window_neighbor_ratio < 1.3
-    tp = data.throughput()
+    tp = throughput(data.steps, data.steady_state, data.facts.wall_s)
     assert tp["train_samples_per_s"]["samples"] == 16 * tp["train_samples_per_s"]["steps"]
     assert tp["wall_samples_per_s"]["value"] < tp["train_samples_per_s"]["value"]
 

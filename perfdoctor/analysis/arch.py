@@ -20,9 +20,9 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
 
 from perfdoctor.analysis.hardware import SPECS_BY_KEY, DeviceSpec
+from perfdoctor.trace.tables import TraceTables
 
 
 @dataclass(frozen=True)
@@ -55,7 +55,7 @@ class ArchGuess:
         """E.g. ``"Volta GPU (inferred from kernel names)"``."""
         return f"{self.family.capitalize()} GPU (architecture inferred from kernel names)"
 
-    def as_device_properties(self) -> dict[str, Any]:
+    def as_device_properties(self) -> dict[str, object]:
         """A ``deviceProperties``-like dict (no name, no memory): what downstream code can trust."""
         return {
             "id": 0,
@@ -157,7 +157,7 @@ def infer_arch(names: Iterable[str]) -> ArchGuess | None:
     return ArchGuess(fam, vendor, cc, name[:80], key, why)
 
 
-def infer_from_tables(tables: Any) -> ArchGuess | None:
+def infer_from_tables(tables: TraceTables) -> ArchGuess | None:
     """:func:`infer_arch` over a trace's kernel names, only when it has no usable ``deviceProperties``."""
     if tables.device_properties or not len(tables.kernels):
         return None

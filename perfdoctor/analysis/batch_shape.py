@@ -27,13 +27,15 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any
+from typing import TypeAlias
 
 import msgspec
 import numpy as np
 
 from perfdoctor.analysis.op_args import parse_args
+from perfdoctor.analysis.steps import Steps
 from perfdoctor.trace import intervals as iv
+from perfdoctor.trace.tables import TraceTables
 
 INTEGER_TYPES = frozenset({"long int", "int", "short int", "signed char", "unsigned char", "long", "int64", "int32"})
 # (op names, the input read, whether a floating tensor is read too)
@@ -78,7 +80,11 @@ def _read(dims: tuple[int, ...], dtype: str, floating_ok: bool) -> tuple[float |
     return None
 
 
-def _rows_by_step(tables: Any, steps: Any) -> tuple[np.ndarray, np.ndarray]:
+# one step's reading: ((samples, tokens), the op read, its argument's dims, its dtype)
+_Reading: TypeAlias = tuple[tuple[float | None, float | None], str, tuple[int, ...], str]
+
+
+def _rows_by_step(tables: TraceTables, steps: Steps) -> tuple[np.ndarray, np.ndarray]:
     """(cpu_op rows inside analysed steps with recorded shapes, their step index), in time order."""
     ops = tables.cpu_ops
     if len(ops) == 0 or "input_dims" not in ops or len(steps) == 0:
@@ -92,7 +98,7 @@ def _rows_by_step(tables: Any, steps: Any) -> tuple[np.ndarray, np.ndarray]:
     return rows, step[rows]
 
 
-def batch_shape(tables: Any, steps: Any) -> BatchShape | None:
+def batch_shape(tables: TraceTables, steps: Steps) -> BatchShape | None:
     """The batch of the analysed steps (module docstring), None when no step has an op that tells.
 
     ``tables``: :class:`perfdoctor.trace.tables.TraceTables`; ``steps``: :class:`perfdoctor.analysis.steps.Steps`.
@@ -105,7 +111,7 @@ def batch_shape(tables: Any, steps: Any) -> BatchShape | None:
         ids = [i for i, n in enumerate(names) if n in op_names]
         pick = rows[np.isin(ops["name_id"][rows], ids)]
         pick_step = step[np.isin(ops["name_id"][rows], ids)]
-        found: dict[int, tuple[tuple[float | None, float | None], str, tuple[int, ...], str]] = {}
+        found: dict[int, _Reading] = {}
         for row, s in zip(pick.tolist(), pick_step.tolist()):
             if s in found:
                 continue
@@ -121,7 +127,7 @@ def batch_shape(tables: Any, steps: Any) -> BatchShape | None:
     return None
 
 
-def _summarise(per_step: list[Any], arg: int) -> BatchShape:
+def _summarise(per_step: list[_Reading], arg: int) -> BatchShape:
     """One BatchShape from each step's reading: the median step's (by samples) when they disagree."""
     per_step.sort(key=lambda x: (x[0][0] or 0.0, x[0][1] or 0.0))
     (samples, tokens), op, dims, dtype = per_step[len(per_step) // 2]
@@ -145,7 +151,7 @@ def _compact(text: str) -> str:
     return f"{text[: MAX_SHAPE_CHARS - 16]}…#{digest}"
 
 
-def input_shapes(tables: Any, steps: Any) -> dict[str, str]:
+def input_shapes(tables: TraceTables, steps: Steps) -> dict[str, str]:
     """For each op name (the first :data:`MAX_SHAPE_NAMES` called), the ``Input Dims`` (compact JSON) of its first
     call in the first analysed step that has shapes (longer than :data:`MAX_SHAPE_CHARS`: cut, with a digest of
     the whole); empty without recorded shapes."""

@@ -71,7 +71,7 @@ def _timer(device: str) -> Callable[[], None]:
     return lambda: None
 
 
-def _best_time(fn: Callable[[], Any], sync: Callable[[], None], repeats: int) -> float:
+def _best_time(fn: Callable[[], object], sync: Callable[[], None], repeats: int) -> float:
     fn()
     sync()
     best = float("inf")

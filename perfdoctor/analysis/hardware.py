@@ -27,8 +27,9 @@ peaks come only from ``perfdoctor calibrate`` (see
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TypeAlias
 
 DTYPES = ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8")
 
@@ -99,7 +100,8 @@ class DeviceSpec:
             return self.sources[figure]
         return self.sources["bandwidth" if figure == "memory" else "peak"]
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
+        """The spec as plain values (FLOP/s, B/s, B) with the source of each figure."""
         return {
             "key": self.key,
             "name": self.name,
@@ -450,18 +452,25 @@ def spec_by_name(name: str) -> DeviceSpec:
     raise PerfDoctorError(f"unknown GPU '{name}'; known: {known}")
 
 
-def _int(value: Any) -> int | None:
+# one element of a trace's ``deviceProperties`` (Kineto's keys: name, computeMajor, numSms, totalGlobalMem, ...)
+DeviceProperties: TypeAlias = Mapping[str, object]
+
+
+def _int(value: object) -> int | None:
+    """``value`` as an integer (a number or numeric string, as JSON gives them); None otherwise."""
+    if not isinstance(value, (int, float, str, bytes)):
+        return None
     try:
         return int(value)
-    except (TypeError, ValueError):
+    except ValueError:
         return None
 
 
-def _is_amd(props: dict[str, Any], name: str) -> bool:
+def _is_amd(props: DeviceProperties, name: str) -> bool:
     return "AMD" in name or "gcnArchName" in props or "Radeon" in name or _int(props.get("warpSize")) == 64
 
 
-def _match_amd(props: dict[str, Any], name: str) -> str | None:
+def _match_amd(props: DeviceProperties, name: str) -> str | None:
     arch = str(props.get("gcnArchName", ""))
     cus = _int(props.get("numSms"))
     cc = (_int(props.get("computeMajor")), _int(props.get("computeMinor")))
@@ -476,7 +485,7 @@ def _match_amd(props: dict[str, Any], name: str) -> str | None:
     return None
 
 
-def _match_nvidia(props: dict[str, Any], name: str) -> str | None:
+def _match_nvidia(props: DeviceProperties, name: str) -> str | None:
     sms = _int(props.get("numSms"))
     mem = _int(props.get("totalGlobalMem")) or 0
     pcie = bool(re.search(r"PCI-?E", name, re.I))
@@ -519,7 +528,7 @@ def _match_nvidia(props: dict[str, Any], name: str) -> str | None:
     return None
 
 
-def match_device(device_properties: dict[str, Any] | None) -> DeviceSpec | None:
+def match_device(device_properties: DeviceProperties | None) -> DeviceSpec | None:
     """The table entry for one ``deviceProperties`` element, or None when unknown.
 
     Args:
@@ -533,7 +542,7 @@ def match_device(device_properties: dict[str, Any] | None) -> DeviceSpec | None:
     (compute capability 9.0 = gfx90a, 9.4 = gfx942) and CU count. A name that names
     no form factor where the figures depend on it (e.g. "NVIDIA A100 80GB") is None.
     """
-    if not isinstance(device_properties, dict):
+    if not isinstance(device_properties, Mapping):
         return None
     name = str(device_properties.get("name", ""))
     key = (
@@ -555,13 +564,13 @@ _GENERIC_NAME = re.compile(r"^\s*(AMD Radeon Graphics\s*)?$", re.I)
 _AMD_ARCH = {(9, 0): "gfx90a", (9, 4): "gfx942"}
 
 
-def identified_name(device_properties: dict[str, Any] | None) -> str | None:
+def identified_name(device_properties: DeviceProperties | None) -> str | None:
     """What to call a device whose ``deviceProperties`` name is generic ("AMD Radeon Graphics", or empty): the
     product :func:`match_device` identifies, its architecture and the basis, e.g. ``"AMD Instinct MI250 / MI210
     (one GCD), gfx90a (identified from compute capability 9.0 and 104 CUs; the trace names it 'AMD Radeon
     Graphics')"``. None when the name is specific or the device is not identified.
     """
-    if not isinstance(device_properties, dict):
+    if not isinstance(device_properties, Mapping):
         return None
     name = str(device_properties.get("name") or "")
     spec = match_device(device_properties) if _GENERIC_NAME.match(name) else None
@@ -579,7 +588,7 @@ def identified_name(device_properties: dict[str, Any] | None) -> str | None:
     return f"{spec.name}{f', {arch}' if arch else ''} (identified from {basis}; {said})"
 
 
-def device_for_trace(device_properties: list[dict[str, Any]], device_id: int | None = None) -> DeviceSpec | None:
+def device_for_trace(device_properties: Sequence[DeviceProperties], device_id: int | None = None) -> DeviceSpec | None:
     """Spec for the trace's device ``device_id`` (default: the first listed), or None."""
     if not device_properties:
         return None

@@ -27,8 +27,9 @@ DEVICE_TYPES = {0: "CPU", 1: "GPU"}
 def device_capacity(tables: TraceTables, device: int) -> int | None:
     """Bytes of device ``device`` (``deviceProperties[].totalGlobalMem``), None when the trace does not say."""
     for p in tables.device_properties:
-        if isinstance(p, dict) and p.get("id") == device and isinstance(p.get("totalGlobalMem"), int):
-            return int(p["totalGlobalMem"])
+        total = p.get("totalGlobalMem")
+        if p.get("id") == device and isinstance(total, int):
+            return int(total)
     return None
 
 

@@ -129,7 +129,7 @@ class _Device:
     nxt: np.ndarray
 
 
-def _contributions(dev: _Device, peaks: np.ndarray, names: list[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _live_at(dev: _Device, peaks: np.ndarray, names: list[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Bytes and counts live at each peak event, per op name id: (op name ids, bytes [ops, peaks], counts)."""
     alloc = np.flatnonzero(dev.nbytes > 0)
     # the peaks each allocation is live at: peaks[p] in [alloc index, next use)
@@ -147,7 +147,7 @@ def _contributions(dev: _Device, peaks: np.ndarray, names: list[str]) -> tuple[n
     return ops, np.cumsum(nb, axis=1)[:, :-1], np.cumsum(nc, axis=1)[:, :-1]
 
 
-def _top(ops: np.ndarray, nb: np.ndarray, nc: np.ndarray, names: list[str], total: int) -> list[dict[str, Any]]:
+def _top(ops: np.ndarray, nb: np.ndarray, nc: np.ndarray, names: list[str], total: int) -> list[dict[str, str | int]]:
     """The largest contributors at one peak, by op name; bytes no allocation explains predate the trace. The
     first :data:`TOP_CONTRIBUTORS` by bytes, then allocations (more first), then name, and every other group holding
     as many bytes as the last of them: a tie at the cut is shown, not cut by its name."""
@@ -161,7 +161,7 @@ def _top(ops: np.ndarray, nb: np.ndarray, nc: np.ndarray, names: list[str], tota
     return [{"op": o, "bytes": b, "n_allocations": c} for o, b, c in keep]
 
 
-def _chart(dev: _Device, lo: int, hi: int, t0: float, carried: tuple[int, int]) -> dict[str, Any]:
+def _chart(dev: _Device, lo: int, hi: int, t0: float, carried: tuple[int, int]) -> dict[str, list[float] | list[int]]:
     """The step's allocated/reserved series as offsets from its start (µs), binned beyond CHART_POINTS."""
     ts, al, rs = dev.ts[lo:hi] - t0, dev.allocated[lo:hi], dev.reserved[lo:hi]
     if ts.size > CHART_POINTS:
@@ -222,7 +222,19 @@ def _load_device(tables: TraceTables, rows: np.ndarray, op_name: np.ndarray) -> 
     )
 
 
-def _step_peak(dev: _Device, lo: int, hi: int) -> dict[str, Any]:
+@dataclass(frozen=True)
+class _Peak:
+    """One step's high-water mark on a device: ``j`` the row of the event that reaches it, ``carried`` the
+    allocated and reserved bytes before the step's first event, ``fields`` the step's byte counts and peak values
+    (the keys of :func:`memory_over_steps`' steps)."""
+
+    j: int
+    carried: tuple[int, int]
+    fields: dict[str, int]
+
+
+def _step_peak(dev: _Device, lo: int, hi: int) -> _Peak:
+    """The high-water mark of the events ``[lo, hi)``: the first event reaching their largest allocated total."""
     j = lo + int(np.argmax(dev.allocated[lo:hi]))
     nb = dev.nbytes[lo:hi]
     before = (
@@ -230,9 +242,7 @@ def _step_peak(dev: _Device, lo: int, hi: int) -> dict[str, Any]:
         if lo > 0
         else (int(dev.allocated[lo] - max(int(nb[0]), 0)), int(dev.reserved[lo]))
     )
-    return {
-        "j": j,
-        "carried": before,
+    fields = {
         "peak_allocated_bytes": int(dev.allocated[j]),
         "peak_event_bytes": int(dev.nbytes[j]),
         "reserved_bytes": int(dev.reserved[j]),
@@ -241,6 +251,7 @@ def _step_peak(dev: _Device, lo: int, hi: int) -> dict[str, Any]:
         "freed_in_step_bytes": int(-nb[nb < 0].sum()),
         "n_allocations": int((nb > 0).sum()),
     }
+    return _Peak(j, before, fields)
 
 
 def memory_over_steps(tables: TraceTables, steps: Steps) -> list[dict[str, Any]]:
@@ -267,71 +278,100 @@ def memory_over_steps(tables: TraceTables, steps: Steps) -> list[dict[str, Any]]
     return [t for t in timelines if t is not None]
 
 
-def _device_timeline(
-    tables: TraceTables, steps: Steps, dtype: int, device: int, dev: _Device, phases: dict[str, iv.Intervals]
-) -> dict[str, Any] | None:
-    names = tables.names
-    n = dev.ts.size
-    if steps.source == "whole-trace":
-        windows = [(0, 0, n)]
-    else:
-        lo = np.searchsorted(dev.ts, steps.host_start_us, side="left")
-        hi = np.searchsorted(dev.ts, steps.host_end_us, side="left")
-        windows = [(k, int(a), int(b)) for k, (a, b) in enumerate(zip(lo, hi)) if b > a]
-    if not windows:  # every event outside the analysed steps
-        return None
-    peaks = [_step_peak(dev, a, b) for _, a, b in windows]
-    js = np.array([p["j"] for p in peaks], dtype=np.int64)
+@dataclass(frozen=True)
+class _Window:
+    """One analysed step's events on a device: step index ``k``, event rows ``[lo, hi)``, its start ``t0_us`` (the
+    host start; a whole-trace window's first event when earlier) and the end of its phase spans ``end_us``."""
+
+    k: int
+    lo: int
+    hi: int
+    t0_us: float
+    end_us: float
+
+
+def _step_windows(dev: _Device, steps: Steps) -> list[_Window]:
+    """The analysed steps with memory events on the device (by host time: where the allocations are made)."""
+    if steps.source == "whole-trace":  # the trace's start: its first op, call or activity, or memory event
+        t0 = min(float(steps.host_start_us[0]), float(dev.ts[0])) if dev.ts.size else float(steps.host_start_us[0])
+        return [_Window(0, 0, int(dev.ts.size), t0, np.inf)]
+    lo = np.searchsorted(dev.ts, steps.host_start_us, side="left")
+    hi = np.searchsorted(dev.ts, steps.host_end_us, side="left")
+    return [
+        _Window(k, int(a), int(b), float(steps.host_start_us[k]), float(steps.host_end_us[k]))
+        for k, (a, b) in enumerate(zip(lo, hi))
+        if b > a
+    ]
+
+
+def _contributors(dev: _Device, peaks: list[_Peak], names: list[str]) -> list[list[dict[str, str | int]]]:
+    """The largest contributors (:func:`_top`) at each step's peak, in the steps' order."""
+    js = np.array([p.j for p in peaks], dtype=np.int64)
     order = np.argsort(js, kind="stable")
     column = np.empty_like(order)
     column[order] = np.arange(order.size)  # step i's peak is column[i] of the contributions
-    ops, nb, nc = _contributions(dev, js[order], names)
+    ops, nb, nc = _live_at(dev, js[order], names)
+    return [
+        _top(ops, nb[:, int(column[i])], nc[:, int(column[i])], names, p.fields["peak_allocated_bytes"])
+        for i, p in enumerate(peaks)
+    ]
+
+
+def _device_timeline(
+    tables: TraceTables, steps: Steps, dtype: int, device: int, dev: _Device, phases: dict[str, iv.Intervals]
+) -> dict[str, Any] | None:
+    """One device's entry of :func:`memory_over_steps`; None when no analysed step holds its events."""
+    names = tables.names
+    windows = _step_windows(dev, steps)
+    if not windows:  # every event outside the analysed steps
+        return None
+    peaks = [_step_peak(dev, w.lo, w.hi) for w in windows]
+    contributors = _contributors(dev, peaks, names)
     reports_reserved = bool(dev.reserved.max() > 0)
     inference = phases["backward"][0].size == 0 and phases["optimizer"][0].size == 0
+    spans = [_phase_spans(phases, w.t0_us, w.end_us) for w in windows]
     out_steps = []
-    for i, ((k, a, b), p) in enumerate(zip(windows, peaks)):
-        col = int(column[i])
-        t0 = float(steps.host_start_us[k])
-        if steps.source == "whole-trace":  # the trace's start: its first op, call or activity, or memory event
-            t0 = min(t0, float(dev.ts[0]))
-        j = p.pop("j")
-        carried = p.pop("carried")
-        spans = _phase_spans(phases, t0, float(steps.host_end_us[k]) if steps.source != "whole-trace" else np.inf)
-        t = float(dev.ts[j])
+    for w, p, sp, top in zip(windows, peaks, spans, contributors):
+        t = float(dev.ts[p.j])
+        op = int(dev.op_name[p.j])
         out_steps.append(
             {
-                "step": int(steps.numbers[k]),
-                "name": steps.names[k],
-                **p,
+                "step": int(steps.numbers[w.k]),
+                "name": steps.names[w.k],
+                **p.fields,
                 "peak_ts_us": t,
-                "peak_offset_us": round(t - t0, 3),
-                "phase": _phase_at(spans, t, inference and dev.op_name[j] >= 0),
-                "op": names[dev.op_name[j]] if dev.op_name[j] >= 0 else None,
-                "reserved_unallocated_bytes": p["reserved_bytes"] - p["peak_allocated_bytes"]
+                "peak_offset_us": round(t - w.t0_us, 3),
+                "phase": _phase_at(sp, t, inference and op >= 0),
+                "op": names[op] if op >= 0 else None,
+                "reserved_unallocated_bytes": p.fields["reserved_bytes"] - p.fields["peak_allocated_bytes"]
                 if reports_reserved
                 else None,
-                "contributors": _top(ops, nb[:, col], nc[:, col], names, p["peak_allocated_bytes"]),
-                "_chart": (a, b, t0, carried, spans),
+                "contributors": top,
             }
         )
-    top = max(out_steps, key=lambda s: s["peak_allocated_bytes"])
-    a, b, t0, carried, spans = top["_chart"]
-    end = dev.ts[b - 1] if steps.source == "whole-trace" else steps.host_end_us[windows[out_steps.index(top)][0]]
-    chart = {
-        "step": top["step"],
-        "dur_us": round(float(end) - t0, 3),
-        **_chart(dev, a, b, t0, carried),
-        "phases": [{"phase": ph, "start_us": round(s - t0, 3), "end_us": round(e - t0, 3)} for ph, s, e in spans],
-    }
-    for s in out_steps:
-        del s["_chart"]
+    i = max(range(len(windows)), key=lambda i: peaks[i].fields["peak_allocated_bytes"])
     kind = DEVICE_TYPES.get(dtype, f"device type {dtype}")
     return {
         "device_type": kind,
         "device": device,
         "label": kind if device < 0 else f"{kind} {device}",
         "capacity_bytes": device_capacity(tables, device) if dtype == 1 else None,
-        "peak_step": top["step"],
+        "peak_step": int(steps.numbers[windows[i].k]),
         "steps": out_steps,
-        "chart": chart,
+        "chart": _peak_chart(dev, steps, windows[i], peaks[i], spans[i]),
+    }
+
+
+def _peak_chart(
+    dev: _Device, steps: Steps, w: _Window, peak: _Peak, spans: list[tuple[str, float, float]]
+) -> dict[str, object]:
+    """The peak step's chart: its number, duration (µs), allocated/reserved series (:func:`_chart`) and phase
+    spans, as offsets from its start (µs)."""
+    end = dev.ts[w.hi - 1] if steps.source == "whole-trace" else steps.host_end_us[w.k]
+    t0 = w.t0_us
+    return {
+        "step": int(steps.numbers[w.k]),
+        "dur_us": round(float(end) - t0, 3),
+        **_chart(dev, w.lo, w.hi, t0, peak.carried),
+        "phases": [{"phase": ph, "start_us": round(s - t0, 3), "end_us": round(e - t0, 3)} for ph, s, e in spans],
     }

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import TypeAlias
 
 import orjson
+
+from perfdoctor.trace.json_value import JsonValue
 
 # Kineto "Input type" strings -> (dtype key, bytes per element). Source: c10 ScalarType
 # names as printed by torch.profiler (c10::toString / demangled C++ type names).
@@ -106,15 +108,28 @@ class Args:
         return {"True": True, "False": False, "1": True, "0": False}.get(value.strip())
 
 
-def parse_args(input_dims: Any, input_type: Any, concrete_inputs: Any = None) -> Args | None:
+# one of Kineto's shape args (``Input Dims``, ``Input type``, ``Concrete Inputs``): its raw JSON text as stored in
+# TraceTables.cpu_ops (bytes, str), or the value decoded; None when not recorded
+RawArg: TypeAlias = "bytes | bytearray | memoryview | JsonValue"
+
+
+def _ints(value: JsonValue) -> tuple[int, ...] | None:
+    """``value`` as a tuple when it is a list of integers (bools included, as JSON decoding gives none)."""
+    if isinstance(value, list) and all(isinstance(x, int) for x in value):
+        return tuple(x for x in value if isinstance(x, int))
+    return None
+
+
+def parse_args(input_dims: RawArg, input_type: RawArg, concrete_inputs: RawArg = None) -> Args | None:
     """Args from Kineto's raw JSON (bytes/str) or already-decoded lists; None if unusable."""
 
-    def load(raw: Any) -> Any:
+    def load(raw: RawArg) -> JsonValue:
         if raw is None:
             return None
         if isinstance(raw, (bytes, bytearray, memoryview, str)):
             try:
-                return orjson.loads(raw)
+                value: JsonValue = orjson.loads(raw)
+                return value
             except orjson.JSONDecodeError:
                 return None
         return raw
@@ -125,11 +140,13 @@ def parse_args(input_dims: Any, input_type: Any, concrete_inputs: Any = None) ->
     dims_l: list[tuple[int, ...]] = []
     lists: list[tuple[int, tuple[tuple[int, ...], ...]]] = []
     for i, d in enumerate(dims):
-        if isinstance(d, list) and all(isinstance(x, int) for x in d):
-            dims_l.append(tuple(d))
-        elif isinstance(d, list) and all(isinstance(x, list) and all(isinstance(y, int) for y in x) for x in d):
+        shape = _ints(d)
+        shapes = [_ints(x) for x in d] if isinstance(d, list) else []
+        if shape is not None:
+            dims_l.append(shape)
+        elif isinstance(d, list) and all(x is not None for x in shapes):
             dims_l.append(())  # a TensorList argument: shapes kept in tensor_lists
-            lists.append((i, tuple(tuple(x) for x in d)))
+            lists.append((i, tuple(x for x in shapes if x is not None)))
         else:
             dims_l.append(())
     dims_t = tuple(dims_l)

@@ -20,11 +20,11 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from functools import lru_cache
-from typing import Any
+from typing import TypeAlias
 
 import orjson
 
-from perfdoctor.analysis.op_args import _TYPES, FLOAT_DTYPES, Args, OpCost, Uncosted, parse_args, sum_bytes
+from perfdoctor.analysis.op_args import _TYPES, FLOAT_DTYPES, Args, OpCost, RawArg, Uncosted, parse_args, sum_bytes
 from perfdoctor.analysis.op_flops_attention import _ATTN, _attention
 from perfdoctor.analysis.op_flops_conv import _CONV_ARGS, _CONV_BWD_ARGS, _conv, _conv_backward, _conv_backward_input
 
@@ -288,8 +288,12 @@ def _cost_parsed(base: str, args: Args) -> OpCost | Uncosted:
     return Uncosted(f"{base}: no FLOP formula for this op")
 
 
+# a shape arg as the cache's key: raw JSON as bytes (decoded lists encoded again), or a scalar as it came
+_Key: TypeAlias = bytes | str | int | float | None
+
+
 @lru_cache(maxsize=65536)
-def _cost_cached(name: str, dims: Any, types: Any, concrete: Any) -> OpCost | Uncosted:
+def _cost_cached(name: str, dims: _Key, types: _Key, concrete: _Key) -> OpCost | Uncosted:
     if not name.startswith("aten::"):
         return Uncosted(f"{name}: not an aten op")
     base = name[len("aten::") :]
@@ -299,7 +303,9 @@ def _cost_cached(name: str, dims: Any, types: Any, concrete: Any) -> OpCost | Un
     return _cost_parsed(base, args)
 
 
-def cost_op(name: str, input_dims: Any, input_type: Any = None, concrete_inputs: Any = None) -> OpCost | Uncosted:
+def cost_op(
+    name: str, input_dims: RawArg, input_type: RawArg = None, concrete_inputs: RawArg = None
+) -> OpCost | Uncosted:
     """FLOPs and bytes of one call of aten op ``name``.
 
     Args:
@@ -313,7 +319,7 @@ def cost_op(name: str, input_dims: Any, input_type: Any = None, concrete_inputs:
         ``formula``) or :class:`Uncosted` (``reason``). Never raises on bad input.
     """
 
-    def key(v: Any) -> Any:
+    def key(v: RawArg) -> _Key:
         if isinstance(v, (list, dict)):
             return orjson.dumps(v)
         return bytes(v) if isinstance(v, (bytearray, memoryview)) else v

@@ -21,6 +21,7 @@ import numpy as np
 from perfdoctor.analysis.breakdown import DeviceBreakdown
 from perfdoctor.analysis.kernel_dtype import GemmDtype
 from perfdoctor.analysis.missing import MissingReason
+from perfdoctor.analysis.run_memory import AllocatorValues
 from perfdoctor.analysis.steps import Steps
 from perfdoctor.trace.tables import TraceTables
 
@@ -35,11 +36,8 @@ if TYPE_CHECKING:
     from perfdoctor.replay.rank import RankReplay
 
 
-# a profile run's allocator counts over the whole run, as evidence values
-# (:func:`perfdoctor.analysis.run_memory.run_allocator_values`: counts per step, steps counted, steps with a retry)
-AllocatorValues = dict[str, float | int | list[int]]
 # a rank's steps.csv CPU-time series (plain lists, NaN as None; ``profiler_phase`` as str) and its
-# ``steady_start_step`` (:func:`perfdoctor.capture.run_data.cpu_series_by_rank`)
+# ``steady_start_step`` (:func:`perfdoctor.capture.run_data.rank_inputs`)
 CpuSeries = dict[str, list[float | str | None] | int]
 
 

@@ -215,7 +215,7 @@ def allocator_counts(steps: dict[str, np.ndarray], mask: np.ndarray) -> Allocato
 def run_memory(
     steps: dict[str, np.ndarray], steady_start: int, memory: Mapping[str, object] | None
 ) -> RunMemory | None:
-    """The run's :class:`RunMemory` from its step table (:func:`perfdoctor.capture.run_data.read_steps_csv`), the
+    """The run's :class:`RunMemory` from its step table (:func:`perfdoctor.capture.steps_csv.read_steps_csv`), the
     first steady-state step (``SteadyState.steady_start_step``) and ``run.json``'s ``memory``; None when no
     memory column was measured."""
     if steps["step"].size == 0:

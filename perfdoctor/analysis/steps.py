@@ -201,6 +201,50 @@ def _host_markers(tables: TraceTables, marker: str) -> tuple[np.ndarray, list[st
     return numbers[idx], [names[i] for i in idx], tab["ts_us"][idx], tab["end_us"][idx], pid, int(main_tid)
 
 
+@dataclass(frozen=True)
+class _Windows:
+    """Step windows while they are cut and chosen: one entry per step in every field (µs; ``analysed``: each
+    window's position among the markers it was cut from)."""
+
+    numbers: np.ndarray
+    names: list[str]
+    host_start_us: np.ndarray
+    host_end_us: np.ndarray
+    start_us: np.ndarray
+    end_us: np.ndarray
+    device_end_us: np.ndarray
+    analysed: np.ndarray
+
+    def select(self, keep: np.ndarray) -> _Windows:
+        """The windows at ``keep`` (a boolean mask or ascending int positions), every field alike."""
+        idx = np.arange(self.numbers.size)[keep]
+        return _Windows(
+            numbers=self.numbers[idx],
+            names=[self.names[i] for i in idx.tolist()],
+            host_start_us=self.host_start_us[idx],
+            host_end_us=self.host_end_us[idx],
+            start_us=self.start_us[idx],
+            end_us=self.end_us[idx],
+            device_end_us=self.device_end_us[idx],
+            analysed=self.analysed[idx],
+        )
+
+
+@dataclass
+class _Markers:
+    """The step markers found on the host (µs), the thread that owns them, the regex used and the source
+    (see :attr:`Steps.source`)."""
+
+    numbers: np.ndarray
+    names: list[str]
+    host_start_us: np.ndarray
+    host_end_us: np.ndarray
+    pid: int
+    tid: int
+    marker: str
+    source: str
+
+
 def find_steps(tables: TraceTables, marker: str | None = None) -> Steps:
     """Find the training steps of a trace and map them onto device time.
 
@@ -218,62 +262,129 @@ def find_steps(tables: TraceTables, marker: str | None = None) -> Steps:
         PerfDoctorError: ``marker`` is not a valid regex, or matches nothing.
         TraceFormatError: no step is completely recorded (truncated file).
     """
+    warnings: list[str] = []
+    found = _markers(tables, marker, warnings)
+    if found.numbers.size == 0:
+        return _whole_trace(tables, found.marker, marker is not None, warnings)
+    gpu_tabs = [t for t in ("kernels", "memcpy", "memset") if len(tables.tables[t])]
+    windows, cut = _cut_windows(tables, found, gpu_tabs, warnings)
+    # windows are cut from all steps first, so leaving a step out never widens its neighbour
+    drop, notes = incomplete_mask(
+        tables, windows.host_start_us, windows.host_end_us, windows.device_end_us, windows.end_us
+    )
+    warnings.extend(notes)
+    if drop.any():
+        windows = windows.select(~drop)
+    windows, warm, cold_dropped, dropped_warmup = _leave_out_cold_lead(tables, windows, warnings)
+    cut = replace(cut, analysed=windows.analysed)
+    return Steps(
+        numbers=windows.numbers,
+        names=windows.names,
+        host_start_us=windows.host_start_us,
+        host_end_us=windows.host_end_us,
+        start_us=windows.start_us,
+        end_us=windows.end_us,
+        device_end_us=windows.device_end_us,
+        marker=found.marker,
+        source=found.source,
+        pid=found.pid,
+        tid=found.tid,
+        warnings=warnings,
+        warmup=warm,
+        cold_dropped=cold_dropped,
+        cold_dropped_warmup=dropped_warmup,
+        cut=cut if windows.analysed.size < cut.host_start_us.size else None,
+    )
+
+
+def _markers(tables: TraceTables, marker: str | None, warnings: list[str]) -> _Markers:
+    """The step markers: those matching ``marker`` (default ``ProfilerStep#N``), else, without a ``marker``,
+    steps derived from the trace's repeating structure (a warning says so); none found: empty arrays.
+
+    Raises:
+        PerfDoctorError: ``marker`` is not a valid regex, or matches nothing.
+    """
     rx = marker or PROFILER_STEP
     try:
         re.compile(rx)
     except re.error as exc:
         raise PerfDoctorError(f"--step-marker {rx!r}: not a valid regular expression ({exc})") from None
     numbers, names, h_start, h_end, pid, tid = _host_markers(tables, rx)
-    warnings: list[str] = []
     if marker and numbers.size == 0:
         raise PerfDoctorError(f"{tables.path}: no annotation or op matches --step-marker {rx!r}")
-    gpu_tabs = [t for t in ("kernels", "memcpy", "memset") if len(tables.tables[t])]
-    source = "ProfilerStep" if marker is None else "marker"
+    found = _Markers(numbers, names, h_start, h_end, pid, tid, rx, "ProfilerStep" if marker is None else "marker")
     derived = derive_steps(tables) if numbers.size == 0 and marker is None else None
-    if derived is not None:
-        numbers = np.arange(derived.host_start_us.size, dtype=np.int64)
-        names, h_start, h_end = derived.names, derived.host_start_us, derived.host_end_us
-        pid, tid, rx, source = derived.pid, derived.tid, derived.marker, "derived"
-        warnings.append(
-            f"{tables.path}: no ProfilerStep#N annotations; {numbers.size} step(s) derived from "
-            f"{derived.marker} (--step-marker REGEX chooses another marker)"
-        )
-    if numbers.size == 0:
-        lo, hi = _trace_span(tables)
-        what = f"step marker /{rx}/" if marker else "ProfilerStep#N annotations"
-        warnings.append(
-            f"{tables.path}: no {what} found; analysing the whole trace as one window "
-            "(per-step numbers are not available)"
-        )
-        return Steps(
-            numbers=np.array([0]),
-            names=["whole trace"],
-            host_start_us=np.array([lo]),
-            host_end_us=np.array([hi]),
-            start_us=np.array([lo]),
-            end_us=np.array([hi]),
-            device_end_us=np.array([np.nan]),
-            marker=rx,
-            source="whole-trace",
-            warnings=warnings,
-            warmup=warmup(tables, np.array([lo]), np.array([hi])),
-        )
-    dev_end = np.full(numbers.size, np.nan)
+    if derived is None:
+        return found
+    n = derived.host_start_us.size
+    warnings.append(
+        f"{tables.path}: no ProfilerStep#N annotations; {n} step(s) derived from "
+        f"{derived.marker} (--step-marker REGEX chooses another marker)"
+    )
+    return _Markers(
+        np.arange(n, dtype=np.int64),
+        derived.names,
+        derived.host_start_us,
+        derived.host_end_us,
+        derived.pid,
+        derived.tid,
+        derived.marker,
+        "derived",
+    )
+
+
+def _whole_trace(tables: TraceTables, rx: str, given: bool, warnings: list[str]) -> Steps:
+    """One window over the whole trace (no step marker found; ``given``: the user chose the marker ``rx``)."""
+    lo, hi = _trace_span(tables)
+    what = f"step marker /{rx}/" if given else "ProfilerStep#N annotations"
+    warnings.append(
+        f"{tables.path}: no {what} found; analysing the whole trace as one window (per-step numbers are not available)"
+    )
+    return Steps(
+        numbers=np.array([0]),
+        names=["whole trace"],
+        host_start_us=np.array([lo]),
+        host_end_us=np.array([hi]),
+        start_us=np.array([lo]),
+        end_us=np.array([hi]),
+        device_end_us=np.array([np.nan]),
+        marker=rx,
+        source="whole-trace",
+        warnings=warnings,
+        warmup=warmup(tables, np.array([lo]), np.array([hi])),
+    )
+
+
+def _device_ends(tables: TraceTables, gpu_tabs: list[str], h_start: np.ndarray, h_end: np.ndarray) -> np.ndarray:
+    """End (µs) of the last device activity each host window launched (NaN: none)."""
+    dev_end = np.full(h_start.size, np.nan)
     for t in gpu_tabs:
         launch = gpu_launch_times(tables, t)
         k = iv.containing(launch, (h_start, h_end))
         inside = k >= 0
         if inside.any():
             ends = tables.tables[t]["end_us"][inside]
-            kk = k[inside]
-            cur = np.full(numbers.size, -np.inf)
-            np.maximum.at(cur, kk, ends)
+            cur = np.full(h_start.size, -np.inf)
+            np.maximum.at(cur, k[inside], ends)
             cur[cur == -np.inf] = np.nan
             dev_end = np.fmax(dev_end, cur)
-    end = np.fmax(h_end, dev_end)
-    end = np.maximum.accumulate(end)
-    # TensorBoard's plugin (kineto tb_plugin event_parser._update_steps_duration): a step starts at its host start
-    # or where the previous one ended, whichever is later; host time between two steps belongs to neither
+    return dev_end
+
+
+def _cut_windows(
+    tables: TraceTables, found: _Markers, gpu_tabs: list[str], warnings: list[str]
+) -> tuple[_Windows, StepCut]:
+    """Every marker's window on the device-aware timeline, and the cut they were made from.
+
+    A window ends at the later of its host end and its last device activity; it starts at its host start or
+    where the previous one ended, whichever is later (TensorBoard's plugin: kineto tb_plugin
+    event_parser._update_steps_duration; host time between two steps belongs to neither). The first starts after
+    device work inherited from before the recording; the last is cut at the last recorded event when its
+    annotation runs on long after (the profiler stopped recording inside it; a warning says so).
+    """
+    h_start, h_end = found.host_start_us, found.host_end_us
+    dev_end = _device_ends(tables, gpu_tabs, h_start, h_end)
+    end = np.maximum.accumulate(np.fmax(h_end, dev_end))
     start = np.maximum(h_start, np.concatenate([[h_start[0]], end[:-1]]))
     first = _after_inherited_work(tables, gpu_tabs, float(h_start[0]), float(h_end[0]))
     if first > start[0] and first < end[0]:
@@ -287,58 +398,41 @@ def find_steps(tables: TraceTables, marker: str | None = None) -> Steps:
         # or, alone, over 20x its recorded part and 100 ms): the profiler stopped recording inside it, and the
         # unrecorded rest is not idle time; the window ends at the last event
         warnings.append(
-            f"{tables.path}: step {numbers[-1]}'s annotation runs {(end[-1] - horizon) / 1000:,.1f} ms past "
+            f"{tables.path}: step {found.numbers[-1]}'s annotation runs {(end[-1] - horizon) / 1000:,.1f} ms past "
             f"the last recorded event ({STOPPED_INSIDE}); its window is cut there"
         )
         end = end.copy()
         end[-1] = max(horizon, start[-1])
     # the cut before any step is left out: a replay cuts its windows from the same markers
     capped = end[-1] < np.fmax(h_end[-1], dev_end[-1])
-    cut = StepCut(h_start, h_end, np.arange(numbers.size), float(start[0]), float(end[-1]) if capped else np.nan)
-    analysed = cut.analysed
-    # windows are cut from all steps first, so leaving a step out never widens its neighbour
-    drop, notes = incomplete_mask(tables, h_start, h_end, dev_end, end)
-    warnings.extend(notes)
-    if drop.any():
-        keep = ~drop
-        numbers, h_start, h_end, dev_end = numbers[keep], h_start[keep], h_end[keep], dev_end[keep]
-        start, end, analysed = start[keep], end[keep], analysed[keep]
-        names = [n for n, k in zip(names, keep) if k]
-    warm = warmup(tables, start, end)
-    cold_dropped: list[tuple[int, float, float]] = []
-    dropped_warmup = None
+    positions = np.arange(found.numbers.size)
+    cut = StepCut(h_start, h_end, positions, float(start[0]), float(end[-1]) if capped else np.nan)
+    windows = _Windows(found.numbers, found.names, h_start, h_end, start, end, dev_end, positions)
+    return windows, cut
+
+
+def _leave_out_cold_lead(
+    tables: TraceTables, windows: _Windows, warnings: list[str]
+) -> tuple[_Windows, Warmup, list[tuple[int, float, float]], Warmup | None]:
+    """The windows without their leading cold steps (first-call work fills them while a warm step follows:
+    compilation, algorithm search and lazy init are not the loop), a warning naming them; with the kept windows'
+    first-call work, the left-out steps' (step number, step µs, warm-up µs) and their first-call work by kind."""
+    warm = warmup(tables, windows.start_us, windows.end_us)
     lead = int(np.argmin(warm.cold)) if not warm.cold.all() else 0  # leading cold steps, when a warm one follows
-    if lead:
-        # first-call work (compilation, algorithm search, lazy init) is not the loop: analyse the warm steps
-        cold_dropped = [(int(numbers[i]), float(end[i] - start[i]), float(warm.per_window_us[i])) for i in range(lead)]
-        warnings.append(
-            f"{tables.path}: step(s) {', '.join(str(c[0]) for c in cold_dropped)} left out: "
-            f"{sum(c[2] for c in cold_dropped) / 1000:,.1f} of their "
-            f"{sum(c[1] for c in cold_dropped) / 1000:,.1f} ms are first-call work (PD902)"
-        )
-        dropped_warmup = warmup(tables, start[:lead], end[:lead])
-        numbers, h_start, h_end, dev_end = numbers[lead:], h_start[lead:], h_end[lead:], dev_end[lead:]
-        start, end, names, analysed = start[lead:], end[lead:], names[lead:], analysed[lead:]
-        warm = warmup(tables, start, end)
-    cut = replace(cut, analysed=analysed)
-    return Steps(
-        numbers=numbers,
-        names=names,
-        host_start_us=h_start,
-        host_end_us=h_end,
-        start_us=start,
-        end_us=end,
-        device_end_us=dev_end,
-        marker=rx,
-        source=source,
-        pid=pid,
-        tid=tid,
-        warnings=warnings,
-        warmup=warm,
-        cold_dropped=cold_dropped,
-        cold_dropped_warmup=dropped_warmup,
-        cut=cut if analysed.size < cut.host_start_us.size else None,
+    if not lead:
+        return windows, warm, [], None
+    start, end = windows.start_us, windows.end_us
+    cold_dropped = [
+        (int(windows.numbers[i]), float(end[i] - start[i]), float(warm.per_window_us[i])) for i in range(lead)
+    ]
+    warnings.append(
+        f"{tables.path}: step(s) {', '.join(str(c[0]) for c in cold_dropped)} left out: "
+        f"{sum(c[2] for c in cold_dropped) / 1000:,.1f} of their "
+        f"{sum(c[1] for c in cold_dropped) / 1000:,.1f} ms are first-call work (PD902)"
     )
+    dropped_warmup = warmup(tables, start[:lead], end[:lead])
+    kept = windows.select(np.arange(lead, windows.numbers.size))
+    return kept, warmup(tables, kept.start_us, kept.end_us), cold_dropped, dropped_warmup
 
 
 def _after_inherited_work(tables: TraceTables, gpu_tabs: list[str], h_start: float, h_end: float) -> float:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from perfdoctor.trace.json_value import JsonObject
 
 SETTING_KEYS = (
     "schemaVersion",
@@ -22,7 +22,7 @@ SETTING_KEYS = (
 _MAX_CHARS = 200
 
 
-def profiler_settings(metadata: dict[str, Any]) -> dict[str, str]:
+def profiler_settings(metadata: JsonObject) -> dict[str, str]:
     """Known settings found in the trace metadata, values as text (cut to 200 characters).
 
     ``distributedInfo`` contributes ``backend``, ``rank`` and ``world_size``; absent keys are left out.

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
-from typing import Any
 
 TOKENS_PER_PARAM = 20.0  # Chinchilla (Hoffmann et al. 2022, Table 3)
 MODEL_STATE_BYTES_PER_PARAM = 16.0
@@ -61,7 +60,8 @@ class Budget:
     fits: dict[str, bool] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
+        """The budget as plain values (``--json``)."""
         return asdict(self)
 
 
@@ -121,8 +121,10 @@ def fit_warnings(state_sharded: float, act: float | None, fits: dict[str, bool],
 
 
 def _check_plan_inputs(numbers: dict[str, float | None], mfu: float, d_model: int | None, n_heads: int | None) -> None:
-    """Raise ValueError for a NaN/infinite number, a non-positive size, MFU outside (0, 1]
+    """Raise ValueError for a NaN/infinite MFU or number, a non-positive size, MFU outside (0, 1]
     or a head count that does not divide the model width."""
+    if not math.isfinite(mfu):
+        raise ValueError(f"MFU must be a finite number, got {mfu}")
     for name, value in numbers.items():
         if value is not None and not math.isfinite(value):
             raise ValueError(f"{name} must be a finite number, got {value}")
@@ -157,8 +159,6 @@ def plan(
         ValueError: a NaN or infinite number, a non-positive size, MFU outside (0, 1], or
             ``n_heads`` not dividing ``d_model``.
     """
-    if not math.isfinite(mfu):
-        raise ValueError(f"MFU must be a finite number, got {mfu}")
     _check_plan_inputs(
         {
             "params": n_params,
@@ -176,45 +176,86 @@ def plan(
         d_model,
         n_heads,
     )
-    tokens = tokens_per_param * n_params
-    flops = training_flops(n_params, tokens)
-    secs = wall_clock_seconds(flops, n_gpus, peak_flops_per_s, mfu)
-    state = MODEL_STATE_BYTES_PER_PARAM * n_params
-    act = formula = None
-    if seq_len is not None and micro_batch is not None and d_model is not None and n_layers is not None:
-        act = activation_bytes(seq_len, micro_batch, d_model, n_layers, n_heads)
-        formula = "L·s·b·h·(34 + 5·a·s/h)" if n_heads else "34·L·s·b·h (FlashAttention: scores not stored)"
-    fits: dict[str, bool] = {}
-    warnings: list[str] = []
-    if gpu_memory_bytes is not None:
-        per_gpu = {
-            "model_state_ddp": state,
-            "model_state_sharded": state / n_gpus,
-            "activations": act,
-            "total_ddp": None if act is None else state + act,
-            "total_sharded": None if act is None else state / n_gpus + act,
-        }
-        fits = memory_fit(per_gpu, gpu_memory_bytes)
-        warnings = fit_warnings(state / n_gpus, act, fits, gpu_memory_bytes)
-    return Budget(
+    act, formula = _activations(seq_len, micro_batch, d_model, n_layers, n_heads)
+    return _budget(
         n_params,
         n_gpus,
         gpu,
-        peak_flops_per_s,
-        mfu,
-        mfu_source,
-        tokens,
-        flops,
-        secs,
-        secs / 3600.0,
-        state,
-        state / n_gpus,
-        act,
-        formula,
-        dtype,
+        (peak_flops_per_s, dtype),
+        (mfu, mfu_source),
         tokens_per_param,
-        tokens_source(tokens_per_param),
+        (act, formula),
         gpu_memory_bytes,
-        fits,
-        warnings,
     )
+
+
+def _budget(
+    n_params: float,
+    n_gpus: int,
+    gpu: str,
+    peak: tuple[float, str],
+    mfu: tuple[float, str],
+    tokens_per_param: float,
+    activations: tuple[float | None, str | None],
+    gpu_memory_bytes: float | None,
+) -> Budget:
+    """The budget's figures from checked inputs (``peak``: FLOP/s and its dtype; ``mfu``: the fraction and where
+    it came from; ``activations``: bytes per GPU and the formula, None when not known): tokens, 6·N·D FLOPs,
+    wall-clock, model state per GPU and what fits (see :class:`Budget`)."""
+    (peak_flops_per_s, dtype), (mfu_value, mfu_source), (act, formula) = peak, mfu, activations
+    tokens = tokens_per_param * n_params
+    flops = training_flops(n_params, tokens)
+    secs = wall_clock_seconds(flops, n_gpus, peak_flops_per_s, mfu_value)
+    state = MODEL_STATE_BYTES_PER_PARAM * n_params
+    fits, warnings = _memory_plan(state, act, n_gpus, gpu_memory_bytes)
+    return Budget(
+        n_params=n_params,
+        n_gpus=n_gpus,
+        gpu=gpu,
+        peak_flops_per_s=peak_flops_per_s,
+        mfu=mfu_value,
+        mfu_source=mfu_source,
+        tokens=tokens,
+        total_flops=flops,
+        seconds=secs,
+        hours=secs / 3600.0,
+        model_state_bytes_ddp=state,
+        model_state_bytes_sharded=state / n_gpus,
+        activation_bytes=act,
+        activation_formula=formula,
+        dtype=dtype,
+        tokens_per_param=tokens_per_param,
+        tokens_source=tokens_source(tokens_per_param),
+        gpu_memory_bytes=gpu_memory_bytes,
+        fits=fits,
+        warnings=warnings,
+    )
+
+
+def _activations(
+    seq_len: int | None, micro_batch: int | None, d_model: int | None, n_layers: int | None, n_heads: int | None
+) -> tuple[float | None, str | None]:
+    """Activation bytes per GPU (:func:`activation_bytes`) and the formula used; (None, None) without the shape."""
+    if seq_len is None or micro_batch is None or d_model is None or n_layers is None:
+        return None, None
+    formula = "L·s·b·h·(34 + 5·a·s/h)" if n_heads else "34·L·s·b·h (FlashAttention: scores not stored)"
+    return activation_bytes(seq_len, micro_batch, d_model, n_layers, n_heads), formula
+
+
+def _memory_plan(
+    state: float, act: float | None, n_gpus: int, gpu_memory_bytes: float | None
+) -> tuple[dict[str, bool], list[str]]:
+    """What fits in ``gpu_memory_bytes`` per GPU (:func:`memory_fit`) of the model state (``state`` bytes, whole
+    under DDP, divided by ``n_gpus`` under ZeRO-3/FSDP) with and without the activations (``act`` bytes), and the
+    warning when nothing does; nothing without a capacity."""
+    if gpu_memory_bytes is None:
+        return {}, []
+    per_gpu = {
+        "model_state_ddp": state,
+        "model_state_sharded": state / n_gpus,
+        "activations": act,
+        "total_ddp": None if act is None else state + act,
+        "total_sharded": None if act is None else state / n_gpus + act,
+    }
+    fits = memory_fit(per_gpu, gpu_memory_bytes)
+    return fits, fit_warnings(state / n_gpus, act, fits, gpu_memory_bytes)

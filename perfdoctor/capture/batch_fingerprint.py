@@ -12,12 +12,22 @@ real data differ at nearly every sampled position, so their digests differ.
 from __future__ import annotations
 
 import hashlib
-from typing import Any
+from typing import TypedDict
 
 import torch
 
 DEFAULT_STEPS = 8  # steps fingerprinted per rank: enough to tell "every step alike" from a chance match
 DEFAULT_ELEMENTS = 256  # sampled elements per batch
+
+
+class BatchDigest(TypedDict):
+    """One fingerprinted step's first input batch in ``rank<R>.json``: a blake2b digest of its sampled values (None:
+    no tensor argument, or one that cannot be sampled), its shape and dtype (PD307 compares them across ranks)."""
+
+    step: int
+    digest: str | None
+    shape: list[int]
+    dtype: str
 
 
 class BatchFingerprints:
@@ -35,7 +45,7 @@ class BatchFingerprints:
         """True once every step to fingerprint has ended (the probe may then go)."""
         return self._step >= self.steps
 
-    def observe(self, args: tuple[Any, ...], kwargs: dict[str, Any] | None) -> None:
+    def observe(self, args: tuple[object, ...], kwargs: dict[str, object] | None) -> None:
         """A training forward of the current step: sample its first tensor argument if it is the step's first."""
         if self._seen_this_step or self.done:
             return
@@ -55,11 +65,11 @@ class BatchFingerprints:
         self._step += 1
         self._seen_this_step = False
 
-    def digests(self) -> list[dict[str, Any]]:
+    def digests(self) -> list[BatchDigest]:
         """One ``{"step", "digest", "shape", "dtype"}`` per fingerprinted step (``digest`` None: the forward had no
         tensor argument, or one that cannot be sampled). Reads the samples to the host (one synchronizing copy each,
         after training)."""
-        out = []
+        out: list[BatchDigest] = []
         for step, shape, dtype, sample in self._samples:
             digest = None
             if sample is not None:
@@ -71,7 +81,7 @@ class BatchFingerprints:
         return out
 
 
-def first_tensor(args: tuple[Any, ...], kwargs: dict[str, Any] | None) -> torch.Tensor | None:
+def first_tensor(args: tuple[object, ...], kwargs: dict[str, object] | None) -> torch.Tensor | None:
     """The first tensor positional argument, else the first tensor keyword argument, else None."""
     t = next((a for a in args if isinstance(a, torch.Tensor)), None)
     if t is None:

@@ -18,11 +18,11 @@ It also keeps fingerprints of the first steps' input batches (:mod:`perfdoctor.c
 from __future__ import annotations
 
 import time
-from typing import Any
 
 import torch
+from torch.utils.hooks import RemovableHandle
 
-from perfdoctor.capture.batch_fingerprint import DEFAULT_STEPS, BatchFingerprints
+from perfdoctor.capture.batch_fingerprint import DEFAULT_STEPS, BatchFingerprints, first_tensor
 
 
 class BatchProbe:
@@ -38,7 +38,7 @@ class BatchProbe:
         self._tokens: int | None = 0
         self._samples: int | None = 0
         self._forwards = 0
-        self._handles: list[Any] = []  # torch RemovableHandles
+        self._handles: list[RemovableHandle] = []
 
     def attach(self) -> None:
         from torch.nn.modules.module import (
@@ -60,12 +60,14 @@ class BatchProbe:
     def attached(self) -> bool:
         return bool(self._handles)
 
-    def _pre(self, module: torch.nn.Module, args: tuple[Any, ...]) -> None:
+    def _pre(self, module: torch.nn.Module, args: tuple[object, ...]) -> None:
         self._depth += 1
         if self._depth == 1 and torch.is_grad_enabled() and self.first_forward_s is None:
             self.first_forward_s = time.perf_counter()
 
-    def _post(self, module: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any) -> None:
+    def _post(
+        self, module: torch.nn.Module, args: tuple[object, ...], kwargs: dict[str, object], output: object
+    ) -> None:
         self._depth = max(0, self._depth - 1)
         if self._depth or not torch.is_grad_enabled():
             return
@@ -108,11 +110,9 @@ class BatchProbe:
         return sum(seen.values())
 
 
-def batch_size_of(args: tuple[Any, ...], kwargs: dict[str, Any] | None) -> tuple[int | None, int | None]:
+def batch_size_of(args: tuple[object, ...], kwargs: dict[str, object] | None) -> tuple[int | None, int | None]:
     """(tokens, samples) read from the first tensor argument, per the module docstring."""
-    t = next((a for a in args if isinstance(a, torch.Tensor)), None)
-    if t is None:
-        t = next((v for v in (kwargs or {}).values() if isinstance(v, torch.Tensor)), None)
+    t = first_tensor(args, kwargs)
     if t is None or t.dim() == 0:
         return None, None
     if t.is_floating_point() or t.is_complex():

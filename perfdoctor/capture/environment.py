@@ -14,7 +14,7 @@ import subprocess
 import sys
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import NotRequired, TypedDict
 
 import torch
 
@@ -41,6 +41,49 @@ BF16_MATRIX_FLAGS = ("avx512_bf16", "amx_bf16")
 ISA_CAPS_WITHOUT_BF16 = ("SSE41", "AVX", "AVX2", "AVX2_VNNI", "AVX512_CORE", "AVX512_CORE_VNNI")
 
 
+class CpuInfo(TypedDict):
+    """``run.json["cpu"]``: see :func:`cpu_info`."""
+
+    model: str | None
+    flags: list[str]
+    logical_cpus: int | None
+    onednn_max_cpu_isa: str | None
+    bf16_matrix_units: bool
+
+
+class GitCommit(TypedDict):
+    """``run.json["git"]``: the script's repository's commit and whether its tracked files are modified."""
+
+    commit: str
+    dirty: bool
+
+
+class DeviceInfo(TypedDict):
+    """``run.json["environment"]``: see :func:`device_info` (``capability``: "major.minor" of CUDA device 0)."""
+
+    python: str
+    torch: str
+    cuda: str | None
+    hip: str | None
+    cuda_available: bool
+    device_count: int
+    device_name: str | None
+    torch_threads: int
+    hostname: str
+    platform: str
+    capability: NotRequired[str]
+
+
+class MemoryInfo(TypedDict):
+    """``run.json["memory"]``: see :func:`memory_info` (bytes)."""
+
+    host_total_bytes: int | None
+    host_available_bytes: int | None
+    host_limit: str
+    rss_bytes: int | None
+    device_total_bytes: int | None
+
+
 def onednn_isa_cap(env: Mapping[str, str] | None = None) -> str | None:
     """The oneDNN ISA cap set for this process, upper-cased.
 
@@ -51,7 +94,7 @@ def onednn_isa_cap(env: Mapping[str, str] | None = None) -> str | None:
     return value.strip().upper() if value and value.strip() else None
 
 
-def cpu_info(cpuinfo: str | None = None, env: Mapping[str, str] | None = None) -> dict[str, Any]:
+def cpu_info(cpuinfo: str | None = None, env: Mapping[str, str] | None = None) -> CpuInfo:
     """Facts about the CPU that decide which CPU kernels a run gets.
 
     Returns ``{"model": str|None, "flags": [...], "logical_cpus": int, "onednn_max_cpu_isa": str|None,
@@ -83,7 +126,7 @@ def cpu_info(cpuinfo: str | None = None, env: Mapping[str, str] | None = None) -
     }
 
 
-def git_commit(directory: str | os.PathLike[str]) -> dict[str, Any] | None:
+def git_commit(directory: str | os.PathLike[str]) -> GitCommit | None:
     """``{"commit": sha, "dirty": bool}`` of the git repo holding ``directory``, else None."""
 
     def git(*args: str) -> str:
@@ -99,9 +142,9 @@ def git_commit(directory: str | os.PathLike[str]) -> dict[str, Any] | None:
     return {"commit": sha, "dirty": dirty}
 
 
-def device_info() -> dict[str, Any]:
+def device_info() -> DeviceInfo:
     """Torch/CUDA versions and the accelerator (or CPU) the run can use."""
-    info = {
+    info: DeviceInfo = {
         "python": sys.version.split()[0],
         "torch": torch.__version__,
         "cuda": torch.version.cuda,
@@ -143,7 +186,7 @@ def _cgroup_left(root: Path) -> int | None:
         return None
 
 
-def memory_info(meminfo: str | None = None, cgroup: Path | None = None) -> dict[str, Any]:
+def memory_info(meminfo: str | None = None, cgroup: Path | None = None) -> MemoryInfo:
     """Memory limits at the run's start, for the projected steps until a growing series runs out (bytes).
 
     ``host_total_bytes`` / ``host_available_bytes``: ``MemTotal`` / ``MemAvailable`` of ``/proc/meminfo``;
@@ -160,7 +203,7 @@ def memory_info(meminfo: str | None = None, cgroup: Path | None = None) -> dict[
             meminfo = ""
     avail = _meminfo_bytes(meminfo, "MemAvailable")
     left = _cgroup_left(cgroup if cgroup is not None else Path("/sys/fs/cgroup"))
-    info: dict[str, Any] = {
+    info: MemoryInfo = {
         "host_total_bytes": _meminfo_bytes(meminfo, "MemTotal"),
         "host_available_bytes": avail if left is None or (avail is not None and avail <= left) else left,
         "host_limit": "cgroup" if left is not None and (avail is None or left < avail) else "host",

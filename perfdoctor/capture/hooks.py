@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Callable
-from typing import Any
 
 StepCallback = Callable[[int], None]
 
@@ -37,7 +36,7 @@ class StepCounter:
         self.count = 0
         self.api_mode = False
         self._callbacks: list[StepCallback] = []
-        self._primary: weakref.ref[Any] | None = None
+        self._primary: weakref.ref[object] | None = None
 
     def add_callback(self, fn: StepCallback) -> None:
         self._callbacks.append(fn)
@@ -94,7 +93,8 @@ def active() -> StepCounter | None:
     return _active
 
 
-def _optimizer_post_hook(optimizer: Any, args: Any, kwargs: Any) -> None:
+def _optimizer_post_hook(optimizer: object, args: object, kwargs: object) -> None:
+    """torch.optim's global post-step hook: one optimizer step."""
     counter = _active
     if counter is not None:
         counter.on_optimizer_step(optimizer)

@@ -11,7 +11,6 @@ Source: PyTorch ``torch.utils.data`` docs, "Multi-process data loading" (``num_w
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import Any
 
 import torch.utils.data
 
@@ -23,7 +22,7 @@ class LoaderWatch:
     def __init__(self) -> None:
         self.max_workers: int | None = None
         self.samplers: set[str] = set()
-        self._original: Callable[..., Iterator[Any]] | None = None
+        self._original: Callable[..., Iterator[object]] | None = None
 
     def install(self) -> None:
         if self._original is not None:
@@ -32,7 +31,7 @@ class LoaderWatch:
         original = cls.__iter__
         watch = self
 
-        def __iter__(loader: Any) -> Iterator[Any]:  # noqa: N807 - the wrapped dunder
+        def __iter__(loader: torch.utils.data.DataLoader[object]) -> Iterator[object]:  # noqa: N807 - the wrapped dunder
             workers = getattr(loader, "num_workers", None)
             if isinstance(workers, int) and workers >= 0:
                 watch.max_workers = max(watch.max_workers or 0, workers)

@@ -10,12 +10,13 @@ a dtype. ``run.json``'s rank entry keeps the result (``op_probe``); PD204 replay
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch
@@ -58,7 +59,7 @@ def bf16_gemm_groups(trace_path: Path, bf16_only: bool = True) -> list[tuple[str
     return sorted(out, key=lambda g: -g[2])
 
 
-def _time_us(fn: Any) -> float:
+def _time_us(fn: Callable[[], object]) -> float:
     """Median µs of ``fn()`` over repeats within :data:`PER_OP_S` (after one warm-up call)."""
     fn()
     times: list[float] = []
@@ -81,18 +82,18 @@ def time_dtypes(name: str, shapes: list[list[int]]) -> tuple[float, float] | Non
     for dtype in (torch.bfloat16, torch.float32):
         args = [torch.randn(*s).to(dtype) for s in tensor_shapes]
         try:
-            out.append(_time_us(lambda args=args: op(*args)))
+            out.append(_time_us(functools.partial(op, *args)))
         except (RuntimeError, TypeError):
             return None
     return out[0], out[1]
 
 
-def probe_bf16(trace_path: Path) -> dict[str, Any] | None:
+def probe_bf16(trace_path: Path) -> dict[str, object] | None:
     """``run.json``'s ``op_probe`` for a bf16-autocast run: each timed op (``name``, ``shapes``, ``recorded_us`` in
     the trace, ``bf16_us``, ``fp32_us`` measured here) and ``bf16_over_fp32`` = Σ bf16 ÷ Σ fp32 weighted by the
     recorded time; None when the trace has no bf16 GEMM."""
     groups = bf16_gemm_groups(trace_path)[:TOP_OPS]
-    timed: list[dict[str, Any]] = []
+    timed: list[dict[str, object]] = []
     rec, bf16, fp32 = [], [], []
     with torch.no_grad():
         for name, shapes, rec_us in groups:
@@ -127,7 +128,7 @@ def time_ops(specs: list[tuple[str, list[list[int]]]]) -> list[float]:
             op = getattr(torch.ops.aten, name.split("::", 1)[1])
             args = [torch.randn(*s) for s in shapes if isinstance(s, list) and s]
             try:
-                out.append(_time_us(lambda args=args, op=op: op(*args)) if len(args) >= 2 else float("nan"))
+                out.append(_time_us(functools.partial(op, *args)) if len(args) >= 2 else float("nan"))
             except (RuntimeError, TypeError):
                 out.append(float("nan"))
     return out
@@ -156,7 +157,7 @@ def _alternating(specs: list[tuple[str, list[list[int]]]], recorded: int, sugges
     return [np.median(np.array(got[n], dtype=np.float64), axis=0).tolist() for n in (recorded, suggested)]
 
 
-def probe_threads(trace_path: Path, recorded: int, suggested: int) -> dict[str, Any] | None:
+def probe_threads(trace_path: Path, recorded: int, suggested: int) -> dict[str, object] | None:
     """``run.json``'s ``thread_probe``: the trace's dominant fp32 GEMMs (:data:`TOP_OPS`, recorded shapes) timed with
     ``recorded`` intra-op threads and with ``suggested`` (the cores' fair share), alternating, and
     ``suggested_over_recorded`` = Σ suggested ÷ Σ recorded weighted by recorded time; None without such ops.
@@ -168,16 +169,19 @@ def probe_threads(trace_path: Path, recorded: int, suggested: int) -> dict[str, 
     if not groups:
         return None
     at_rec, at_sug = _alternating([(n, sh) for n, sh, _ in groups], recorded, suggested)
-    timed: list[dict[str, Any]] = []
+    timed: list[dict[str, object]] = []
     rec: list[float] = []
+    at_rec_kept: list[float] = []
+    at_sug_kept: list[float] = []
     for (name, shapes, rec_us), a, b in zip(groups, at_rec, at_sug, strict=True):
         if np.isfinite(a) and np.isfinite(b) and a > 0:
             timed.append(
                 {"name": name, "shapes": shapes, "recorded_us": rec_us, "at_recorded_us": a, "at_suggested_us": b}
             )
             rec.append(rec_us)
-    at_rec = [t["at_recorded_us"] for t in timed]
-    at_sug = [t["at_suggested_us"] for t in timed]
+            at_rec_kept.append(a)
+            at_sug_kept.append(b)
+    at_rec, at_sug = at_rec_kept, at_sug_kept
     if not timed:
         return None
     w, ratio = np.array(rec), np.array(at_sug) / np.array(at_rec)

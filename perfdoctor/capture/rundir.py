@@ -18,8 +18,8 @@ import json
 import os
 import re
 import time
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 from perfdoctor.errors import PerfDoctorError
 
@@ -87,7 +87,7 @@ def rank_json_name(rank: int) -> str:
     return f"rank{rank}.json"
 
 
-def write_json(path: Path, data: dict[str, Any]) -> None:
+def write_json(path: Path, data: Mapping[str, object]) -> None:
     """Write ``data`` atomically (temp file + rename), so readers never see half a file."""
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(data, indent=2, sort_keys=False, default=str) + "\n")

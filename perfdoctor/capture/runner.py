@@ -32,6 +32,7 @@ from perfdoctor.capture.rundir import rank_json_name, write_json
 from perfdoctor.capture.schedule import ProfileConfig, Schedule
 from perfdoctor.capture.script import check_target, run_target
 from perfdoctor.capture.session import ProfilerConflict, Session, StopRun, Terminated, line_buffer_output
+from perfdoctor.capture.spawn import SpawnState
 
 
 @dataclass
@@ -66,6 +67,18 @@ def _script_traceback(exc: BaseException, target: str) -> str:
     return "".join(traceback.format_exception(type(exc), exc, frames or tb))
 
 
+@dataclass
+class _Outcome:
+    """How the script's run ended: the exit ``code`` (see the module docstring), whether the run is ``partial``
+    and the ``reason`` it stopped, the script's ``traceback`` and perfdoctor's one-line ``error``."""
+
+    code: int = 0
+    partial: bool = True
+    reason: str | None = None
+    traceback: str | None = None
+    error: str | None = None
+
+
 def run_profile(
     target: str,
     args: Sequence[str] = (),
@@ -91,67 +104,33 @@ def run_profile(
     """
     cfg = cfg or ProfileConfig()
     info = distributed.rank_from_env()
-    prefix = f"rank {info.rank}: " if info.distributed else ""
-    progress = progress or _stderr_progress(prefix)
-    check_target(target, module)
-    schedule = Schedule.resolve(cfg)
-    stem = target.rsplit(".", 1)[-1] if module else Path(target).stem
-    run_dir = distributed.shared_run_dir(stem, str(out) if out else None, info, rank_timeout_s)
-    coordinator = info.rank == 0
-    facts = _run_facts(target, args, module, cfg, schedule, info, command)
-    if coordinator:
-        write_json(run_dir / "run.json", {**facts, "status": "running"})
-    progress(
-        f"profiling {target} for {cfg.steps} steps; profiler window at steps "
-        f"{schedule.window_steps(0)[0]}-{schedule.window_steps(0)[1]}; run directory {run_dir}"
-    )
-    cold = schedule.cold_window_warning() if cfg.trace else None
-    if cold and coordinator:
-        progress(f"warning: {cold}")
-
+    progress = progress or _stderr_progress(f"rank {info.rank}: " if info.distributed else "")
+    run_dir, facts = _open_run(target, args, cfg, module, out, command, info, progress, rank_timeout_s)
     session = Session(cfg, run_dir, info.rank, progress)
     spawn_state, restore_spawn = spawn.patch(run_dir, cfg)
     restore_signal = _install_sigterm()
     line_buffer_output()
     wall_start = time.time()
-    code, partial, reason, tb_text, error = 0, True, None, None, None
+    outcome = _Outcome()
     try:
-        session.start()
-        run_target(target, list(args), module)
-        done = session.timer.steps_done
-        partial = not spawn_state.ranks and done < cfg.steps
-        reason = None if spawn_state.ranks else f"script finished after {done} of {cfg.steps} steps"
-    except StopRun:
-        partial = False
-        reason = (
-            session.stop_reason or f"ranks {spawn_state.ranks} stopped after {cfg.steps} steps (--steps {cfg.steps})"
-        )
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-        reason = f"script exited with status {code} after {session.timer.steps_done} steps"
-        if not isinstance(exc.code, (int, type(None))):
-            tb_text = f"{exc.code}\n"
-    except KeyboardInterrupt:
-        code, reason = 130, "interrupted (Ctrl-C)"
-    except Terminated:
-        code, reason = 143, "terminated (SIGTERM)"
-    except ProfilerConflict as exc:
-        code, reason = 2, "the script starts its own torch.profiler"
-        error = (
-            f"the script starts its own torch.profiler ({exc.location}); perfdoctor profile "
-            "already profiles it: remove or disable that profiler, or run the script without "
-            "perfdoctor profile and pass its trace to `perfdoctor report`"
-        )
-    except BaseException as exc:  # noqa: BLE001 - the script's own failure, reported as partial
-        code, reason = 1, f"script raised {type(exc).__name__}: {exc}"
-        tb_text = _script_traceback(exc, target)
+        outcome = _run_script(session, target, args, module, cfg, spawn_state)
     finally:
         restore_signal()
         restore_spawn()
-        summary = session.close(partial, reason, write_rank_file=not spawn_state.ranks)
-    if not partial and (session.stop_reason or spawn_state.stopped):
-        progress(f"{reason}; the script's remaining work (evaluation, checkpoint saving, ...) was not run")
-    result = RunResult(run_dir, code, partial, reason, summary["steps_completed"], coordinator, tb_text, error)
+        steps_completed = session.close(outcome.partial, outcome.reason, write_rank_file=not spawn_state.ranks)
+    if not outcome.partial and (session.stop_reason or spawn_state.stopped):
+        progress(f"{outcome.reason}; the script's remaining work (evaluation, checkpoint saving, ...) was not run")
+    coordinator = info.rank == 0
+    result = RunResult(
+        run_dir,
+        outcome.code,
+        outcome.partial,
+        outcome.reason,
+        steps_completed,
+        coordinator,
+        outcome.traceback,
+        outcome.error,
+    )
     if coordinator:
         ranks = spawn_state.ranks or list(range(info.world_size))
         result.missing_ranks = distributed.wait_for_ranks(run_dir, ranks, rank_timeout_s)
@@ -160,6 +139,86 @@ def run_profile(
             run_dir, facts, result, ranks, wall_start, bool(spawn_state.ranks)
         )
     return result
+
+
+def _open_run(
+    target: str,
+    args: Sequence[str],
+    cfg: ProfileConfig,
+    module: bool,
+    out: str | os.PathLike[str] | None,
+    command: Sequence[str] | None,
+    info: distributed.RankInfo,
+    progress: Callable[[str], None],
+    rank_timeout_s: float,
+) -> tuple[Path, dict[str, Any]]:
+    """Check the target and the schedule, create (or, on another rank, find) the run directory, write the
+    coordinator's ``run.json`` with status ``running`` and say what is profiled; returns the run directory and
+    the run's facts for the final ``run.json``.
+
+    Raises:
+        PerfDoctorError: missing script/module, bad schedule, ``out`` not new.
+    """
+    check_target(target, module)
+    schedule = Schedule.resolve(cfg)
+    stem = target.rsplit(".", 1)[-1] if module else Path(target).stem
+    run_dir = distributed.shared_run_dir(stem, str(out) if out else None, info, rank_timeout_s)
+    facts = _run_facts(target, args, module, cfg, schedule, info, command)
+    if info.rank == 0:
+        write_json(run_dir / "run.json", {**facts, "status": "running"})
+    progress(
+        f"profiling {target} for {cfg.steps} steps; profiler window at steps "
+        f"{schedule.window_steps(0)[0]}-{schedule.window_steps(0)[1]}; run directory {run_dir}"
+    )
+    cold = schedule.cold_window_warning() if cfg.trace else None
+    if cold and info.rank == 0:
+        progress(f"warning: {cold}")
+    return run_dir, facts
+
+
+def _run_script(
+    session: Session, target: str, args: Sequence[str], module: bool, cfg: ProfileConfig, spawn_state: SpawnState
+) -> _Outcome:
+    """Run the script under the profiling session until it ends, ``--steps`` stops it, or it fails; how it
+    ended (every exception the script raises, SystemExit and KeyboardInterrupt included, is its outcome)."""
+    try:
+        session.start()
+        run_target(target, list(args), module)
+        done = session.timer.steps_done
+        return _Outcome(
+            partial=not spawn_state.ranks and done < cfg.steps,
+            reason=None if spawn_state.ranks else f"script finished after {done} of {cfg.steps} steps",
+        )
+    except StopRun:
+        reason = (
+            session.stop_reason or f"ranks {spawn_state.ranks} stopped after {cfg.steps} steps (--steps {cfg.steps})"
+        )
+        return _Outcome(partial=False, reason=reason)
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        return _Outcome(
+            code=code,
+            reason=f"script exited with status {code} after {session.timer.steps_done} steps",
+            traceback=None if isinstance(exc.code, (int, type(None))) else f"{exc.code}\n",
+        )
+    except KeyboardInterrupt:
+        return _Outcome(code=130, reason="interrupted (Ctrl-C)")
+    except Terminated:
+        return _Outcome(code=143, reason="terminated (SIGTERM)")
+    except ProfilerConflict as exc:
+        return _Outcome(
+            code=2,
+            reason="the script starts its own torch.profiler",
+            error=(
+                f"the script starts its own torch.profiler ({exc.location}); perfdoctor profile "
+                "already profiles it: remove or disable that profiler, or run the script without "
+                "perfdoctor profile and pass its trace to `perfdoctor report`"
+            ),
+        )
+    except BaseException as exc:  # noqa: BLE001 - the script's own failure, reported as partial
+        return _Outcome(
+            code=1, reason=f"script raised {type(exc).__name__}: {exc}", traceback=_script_traceback(exc, target)
+        )
 
 
 def profile_script(

@@ -17,11 +17,12 @@ import warnings
 from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import NoReturn, TypedDict
 
 import torch
 
 from perfdoctor.capture import hooks
+from perfdoctor.capture.batch_fingerprint import BatchDigest
 from perfdoctor.capture.batch_probe import BatchProbe
 from perfdoctor.capture.flops import FlopMeter
 from perfdoctor.capture.loaders import LoaderWatch
@@ -31,6 +32,7 @@ from perfdoctor.capture.rundir import rank_json_name, steps_csv_name, trace_name
 from perfdoctor.capture.schedule import ProfileConfig, Schedule
 from perfdoctor.capture.stacks import add_callers
 from perfdoctor.capture.step_log import StepLog, write_tensorboard
+from perfdoctor.capture.step_record import StepRecord
 from perfdoctor.capture.step_timer import StepTimer
 
 
@@ -58,6 +60,18 @@ def _user_location() -> str:
     return "unknown location"
 
 
+class WindowRecord(TypedDict):
+    """One profiled window in ``rank<R>.json`` (:class:`perfdoctor.capture.run_data.ProfiledWindow` reads it back):
+    its position, its first and last step, whether its trace was written (``path``: the file's name, None when it
+    was not: the run stopped inside the window)."""
+
+    index: int
+    first_step: int
+    last_step: int
+    complete: bool
+    path: str | None
+
+
 class Session:
     """Profiles the steps of this process as rank ``rank``; files go to ``run_dir``."""
 
@@ -70,7 +84,7 @@ class Session:
         self.probe = BatchProbe(cfg.fingerprint_steps)
         self.log = StepLog(self.run_dir / steps_csv_name(rank))
         self.meter = FlopMeter()
-        self.windows: list[dict[str, Any]] = []
+        self.windows: list[WindowRecord] = []
         # training processes on this machine (spawned ranks, else LOCAL_WORLD_SIZE): the thread probe's fair share
         self.local_processes = int(os.environ.get("LOCAL_WORLD_SIZE") or 1)
         self.prof: torch.profiler.profile | None = None
@@ -211,7 +225,7 @@ class Session:
         )
         self.progress(f"wrote trace of steps {first}-{last} to {path}")
 
-    def _op_probe(self) -> dict[str, Any] | None:
+    def _op_probe(self) -> dict[str, object] | None:
         """After a CPU bf16-autocast run: its dominant bf16 GEMMs timed in bf16 and fp32 (a few seconds at most);
         None for any other run, or when the probe fails (it never costs the run its data)."""
         trace = _probe_trace(self)
@@ -225,7 +239,7 @@ class Session:
             self.progress(f"bf16/fp32 op probe failed: {exc}")
             return None
 
-    def _thread_probe(self) -> dict[str, Any] | None:
+    def _thread_probe(self) -> dict[str, object] | None:
         """After a run whose processes' intra-op threads outnumber the cores: its dominant GEMMs timed at the
         recorded thread count and at the cores' fair share (PD104's measurement); None otherwise or on failure."""
         trace = _probe_trace(self)
@@ -241,8 +255,22 @@ class Session:
             self.progress(f"thread probe failed: {exc}")
             return None
 
-    def close(self, partial: bool, reason: str | None, write_rank_file: bool = True) -> dict[str, Any]:
-        """Stop everything, flush files, write ``rank<R>.json``; returns that summary."""
+    def close(self, partial: bool, reason: str | None, write_rank_file: bool = True) -> int:
+        """Stop everything, flush files, write ``rank<R>.json`` (:meth:`_rank_summary`); returns the steps
+        completed."""
+        self._stop_recording()
+        records = self.log.records
+        op_probe = self._op_probe()
+        thread_probe = self._thread_probe()
+        tb_error = write_tensorboard(self.run_dir / "tensorboard" / f"rank{self.rank}", records)
+        summary = self._rank_summary(partial, reason, records, tb_error, op_probe, thread_probe)
+        if write_rank_file:
+            write_json(self.run_dir / rank_json_name(self.rank), summary)
+        return len(records)
+
+    def _stop_recording(self) -> None:
+        """Stop the profiler (a failure to is said, never raised: the step data is kept), dump the memory history,
+        stop the FLOPs meter, take every hook out and flush the step log."""
         self._closing = True
         if self.prof is not None:
             try:
@@ -262,11 +290,19 @@ class Session:
         self.loaders.uninstall()
         self.timer.finish()
         self.log.close()
-        records = self.log.records
-        op_probe = self._op_probe()
-        thread_probe = self._thread_probe()
-        tb_error = write_tensorboard(self.run_dir / "tensorboard" / f"rank{self.rank}", records)
-        summary = {
+
+    def _rank_summary(
+        self,
+        partial: bool,
+        reason: str | None,
+        records: list[StepRecord],
+        tb_error: str | None,
+        op_probe: dict[str, object] | None,
+        thread_probe: dict[str, object] | None,
+    ) -> dict[str, object]:
+        """This rank's ``rank<R>.json`` (the coordinator merges them into ``run.json``): its steps, windows, FLOPs,
+        batch facts and totals (s), threads and workers, tensorboard, and the GEMM probes' timings."""
+        return {
             "rank": self.rank,
             "pid": os.getpid(),
             "steps_completed": len(records),
@@ -305,18 +341,15 @@ class Session:
             # an oversubscribed run's dominant GEMMs timed at its thread count and at cores ÷ processes
             "thread_probe": thread_probe,
         }
-        if write_rank_file:
-            write_json(self.run_dir / rank_json_name(self.rank), summary)
-        return summary
 
 
-def _probe_trace(session: Any) -> Path | None:
+def _probe_trace(session: Session) -> Path | None:
     """The session's first complete trace, or None."""
-    done = [w for w in session.windows if w["complete"] and w["path"]]
-    return session.run_dir / done[0]["path"] if done else None
+    done = [w["path"] for w in session.windows if w["complete"] and w["path"]]
+    return session.run_dir / done[0] if done else None
 
 
-def _fingerprints(probe: BatchProbe) -> list[dict[str, Any]]:
+def _fingerprints(probe: BatchProbe) -> list[BatchDigest]:
     """The probe's batch fingerprints; [] when the samples cannot be read back (a failed device)."""
     try:
         return probe.fingerprints.digests()
@@ -324,7 +357,8 @@ def _fingerprints(probe: BatchProbe) -> list[dict[str, Any]]:
         return []
 
 
-def _most_common(values: list[Any]) -> int | None:
+def _most_common(values: list[int | None]) -> int | None:
+    """The most frequent known value (None when none is known)."""
     known = [v for v in values if v is not None]
     return max(set(known), key=known.count) if known else None
 
@@ -340,7 +374,7 @@ def _guard_other_profilers() -> Callable[[], None]:
             raise ProfilerConflict(_user_location())
         return orig_start(self)
 
-    def enter(self: Any) -> NoReturn:
+    def enter(self: torch.autograd.profiler.profile) -> NoReturn:
         raise ProfilerConflict(_user_location())
 
     kineto_cls.start, legacy_cls.__enter__ = start, enter  # type: ignore[method-assign]  # patched on purpose

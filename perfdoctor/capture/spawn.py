@@ -52,8 +52,8 @@ def patch(run_dir: Path, cfg: ProfileConfig) -> tuple[SpawnState, Callable[[], N
     state = SpawnState()
 
     def start_processes(
-        fn: Callable[..., Any],
-        args: tuple[Any, ...] = (),
+        fn: Callable[..., object],
+        args: tuple[object, ...] = (),
         nprocs: int = 1,
         join: bool = True,
         daemon: bool = False,
@@ -91,7 +91,7 @@ def _raise_terminated(signum: int, frame: FrameType | None) -> NoReturn:
     raise Terminated()
 
 
-def _child_main(fn: Callable[..., Any], spec: ChildSpec, index: int, *args: Any) -> None:
+def _child_main(fn: Callable[..., object], spec: ChildSpec, index: int, *args: object) -> None:
     """Child entry point: profile ``fn(index, *args)`` as rank ``rank_offset + index``."""
     line_buffer_output()
     signal.signal(signal.SIGTERM, _raise_terminated)

@@ -16,14 +16,19 @@ from __future__ import annotations
 import gzip
 from collections import defaultdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import msgspec
+
+from perfdoctor.trace.json_value import JsonObject, JsonValue
+
+if TYPE_CHECKING:
+    import torch
 
 CALLER_KEY = "Python caller"
 
 
-def caller_lines(prof: Any) -> dict[str, list[str]]:
+def caller_lines(prof: torch.profiler.profile) -> dict[str, list[str]]:
     """Per Python call name, its callers' frames (``"file(line): function"``) in order of start time.
 
     ``prof``: a stopped ``torch.profiler.profile`` recorded with ``with_stack=True``; {} when it holds no tree.
@@ -45,19 +50,18 @@ def caller_lines(prof: Any) -> dict[str, list[str]]:
     return {name: [c for _, c in sorted(calls)] for name, calls in found.items()}
 
 
-def add_callers(prof: Any, path: Path) -> int:
+def add_callers(prof: torch.profiler.profile, path: Path) -> int:
     """Add ``args["Python caller"]`` to the ``python_function`` events of the trace at ``path`` (gzip when its name
     ends in ``.gz``), rewriting it in place; returns how many events got one."""
     callers = caller_lines(prof)
     if not callers:
         return 0
-    opener = gzip.open if path.name.endswith(".gz") else open
-    with opener(path, "rb") as fh:
-        trace = msgspec.json.decode(fh.read())
+    with gzip.open(path, "rb") if path.name.endswith(".gz") else open(path, "rb") as fh:
+        trace: JsonValue = msgspec.json.decode(fh.read())
     events = trace.get("traceEvents") if isinstance(trace, dict) else None
     if not isinstance(events, list):
         return 0
-    by_name: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    by_name: dict[str, list[JsonObject]] = defaultdict(list)
     for e in events:
         if isinstance(e, dict) and e.get("cat") == "python_function":
             by_name[str(e.get("name"))].append(e)
@@ -66,12 +70,18 @@ def add_callers(prof: Any, path: Path) -> int:
         recorded = callers.get(name)
         if recorded is None or len(recorded) != len(exported):
             continue
-        exported.sort(key=lambda e: float(e.get("ts", 0.0)))
+        exported.sort(key=_ts)
         for e, caller in zip(exported, recorded):
             args = e.setdefault("args", {})
             if isinstance(args, dict):
                 args[CALLER_KEY] = caller
                 added += 1
-    with opener(path, "wb") as fh:
+    with gzip.open(path, "wb") if path.name.endswith(".gz") else open(path, "wb") as fh:
         fh.write(msgspec.json.encode(trace))
     return added
+
+
+def _ts(event: JsonObject) -> float:
+    """An exported event's ``ts`` (µs; 0 when absent), the order its calls were made in."""
+    ts = event.get("ts", 0.0)
+    return float(ts) if isinstance(ts, (int, float, str)) else 0.0

@@ -14,6 +14,7 @@ from perfdoctor.analysis.source_lines import stacks_of
 from perfdoctor.findings import Basis, Estimate, EventValue, Evidence
 from perfdoctor.trace import intervals as iv
 from perfdoctor.trace.join import launch_rows, launched_rows
+from perfdoctor.trace.json_value import number
 from perfdoctor.trace.tables import TraceTables
 
 if TYPE_CHECKING:
@@ -214,7 +215,7 @@ def peak_reserved_pct(ctx: RankContext) -> float | None:
     mem = ctx.tables.memory
     cap = next(
         (
-            p.get("totalGlobalMem")
+            number(p.get("totalGlobalMem"))
             for p in ctx.tables.device_properties
             if isinstance(p, dict) and p.get("id") == ctx.device.device
         ),

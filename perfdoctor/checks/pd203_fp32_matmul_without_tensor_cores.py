@@ -20,6 +20,7 @@ from perfdoctor.analysis.kernel_dtype import gemm_mask, kernel_math_dtype
 from perfdoctor.checks.common import pct, top_names
 from perfdoctor.checks.context import Outcome, RankContext, passed, skipped
 from perfdoctor.findings import Estimate, Evidence, Hit
+from perfdoctor.trace.json_value import number
 
 CODE = "PD203"
 METRICS = {
@@ -75,7 +76,8 @@ def _device(ctx: RankContext) -> Gpu:
             return Gpu(f"{guess.family.capitalize()} GPU", guess.compute_capability, guess.spec, guess)
     for p in ctx.tables.device_properties:
         if isinstance(p, dict) and p.get("id", 0) == ctx.device.device:
-            cc = (int(p["computeMajor"]), int(p.get("computeMinor", 0))) if "computeMajor" in p else None
+            major, minor = number(p.get("computeMajor")), number(p.get("computeMinor", 0))
+            cc = (int(major), int(minor or 0)) if major is not None else None
             return Gpu(str(p.get("name", "")), cc, match_device(p) if p else None, None)
     return Gpu("", None, None, None)
 

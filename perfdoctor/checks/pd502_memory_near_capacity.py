@@ -19,6 +19,7 @@ from perfdoctor.analysis.headroom import Headroom, headroom
 from perfdoctor.checks.common import pct
 from perfdoctor.checks.context import Outcome, RankContext, passed, skipped
 from perfdoctor.findings import Evidence, Hit
+from perfdoctor.trace.json_value import number
 
 CODE = "PD502"
 METRICS = {
@@ -54,7 +55,11 @@ def check(ctx: RankContext) -> Outcome:
     mem = ctx.tables.memory
     dev = ctx.device.device
     cap = next(
-        (p.get("totalGlobalMem") for p in ctx.tables.device_properties if isinstance(p, dict) and p.get("id") == dev),
+        (
+            number(p.get("totalGlobalMem"))
+            for p in ctx.tables.device_properties
+            if isinstance(p, dict) and p.get("id") == dev
+        ),
         None,
     )
     if not cap:
@@ -118,7 +123,7 @@ def fixes(ctx: RankContext, hr: Headroom) -> list[tuple[str, str, float, str]]:
     names = ctx.tables.name_array()
     opt = next((m.group(1) for n in names if (m := OPTIMIZER.match(str(n)))), None)
     dist = ctx.tables.metadata.get("distributedInfo")
-    world = int(dist.get("world_size", 1)) if isinstance(dist, dict) else 1
+    world = int(number(dist.get("world_size", 1)) or 1) if isinstance(dist, dict) else 1
     share = STATE_SHARE.get(opt or "", 0.0)
     state = share * hr.fixed_bytes
     sharded = state * (1 - 1 / world) if world > 1 else 0.0

@@ -178,13 +178,17 @@ def make_report(run_dir: Path) -> dict[str, Any]:
     data = load_run_dir(run_dir)
     built = None
     try:
-        built = pipeline.build([str(run_dir)], timeline_steps=[])
+        built = pipeline.build([str(run_dir)], timeline_steps=[], loaded_run=data)
         if data.partial:
             built.model.partial = True
         report = built.model
     except PerfDoctorError as exc:  # e.g. a trace the reader rejects: keep the run data's report
         report = pipeline.build_report(
-            [], run_dir=str(run_dir), partial=data.partial, without_traces=f"trace analysis failed: {exc.message}"
+            [],
+            run_dir=str(run_dir),
+            partial=data.partial,
+            without_traces=f"trace analysis failed: {exc.message}",
+            loaded_run=data,
         )
     path = run_dir / "report.html"
     path.write_bytes(render_bytes(report, "html"))

@@ -230,25 +230,26 @@ def _analyze(args: argparse.Namespace, err: Console, opts: object) -> BuiltRepor
     from rich.progress import BarColumn, DownloadColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
     from perfdoctor import pipeline
+    from perfdoctor.capture.run_data import load_run_dir
     from perfdoctor.capture.rundir import is_run_dir
     from perfdoctor.trace import trace_files_in
 
-    def run_traces(p: str) -> list[str]:
-        from perfdoctor.capture.run_data import load_run_dir
-
-        return [str(t) for t in load_run_dir(p).traces]
+    runs = {p: load_run_dir(p) for p in args.paths if is_run_dir(p)}  # read once, handed to the pipeline
+    loaded_run = next(iter(runs.values()), None)
 
     def build(**kw: Any) -> BuiltReport:
         """pipeline.build; a lone run directory whose trace cannot be read (cut short by a Ctrl-C while it
         was written, corrupt) is reported from its run data, with the reason naming the file as a warning."""
         try:
-            return pipeline.build(args.paths, step_marker=args.step_marker, **kw, **extra)
+            return pipeline.build(args.paths, step_marker=args.step_marker, loaded_run=loaded_run, **kw, **extra)
         except TraceFormatError as exc:
             if not (len(args.paths) == 1 and is_run_dir(args.paths[0])):
                 raise
             kw.pop("executor", None)
             why = f"trace analysis failed: {exc.message}"
-            return pipeline.build(args.paths, step_marker=args.step_marker, without_traces=why, **kw, **extra)
+            return pipeline.build(
+                args.paths, step_marker=args.step_marker, without_traces=why, loaded_run=loaded_run, **kw, **extra
+            )
 
     from perfdoctor.analysis.mfu import ModelFlops
 
@@ -258,7 +259,7 @@ def _analyze(args: argparse.Namespace, err: Console, opts: object) -> BuiltRepor
     extra["cache"] = bool(getattr(args, "cache", False))
     if getattr(args, "timeline", None):
         extra["timeline_steps"] = timeline_steps(getattr(args, "timeline_steps", None))
-    files = [f for p in args.paths for f in (run_traces(p) if is_run_dir(p) else trace_files_in(p))]
+    files = [f for p in args.paths for f in ([str(t) for t in runs[p].traces] if p in runs else trace_files_in(p))]
     total = sum(os.path.getsize(f) for f in files if os.path.isfile(f))
     parallel = len(files) > 1 and (args.dask or (args.jobs or os.cpu_count() or 1) > 1)
     if parallel:

@@ -36,6 +36,7 @@ from perfdoctor.analysis.classify import classify_kernel
 from perfdoctor.analysis.rank import RankAnalysis
 from perfdoctor.analysis.steps import gpu_launch_times
 from perfdoctor.trace import intervals as iv
+from perfdoctor.trace.json_value import member, number
 from perfdoctor.trace.tables import Table
 
 END_TOLERANCE_US = 100.0
@@ -104,7 +105,7 @@ class CollectiveWait:
 def timeline(rank: RankAnalysis) -> CollectiveTimeline:
     """The :class:`CollectiveTimeline` of ``rank``."""
     tab = rank.tables.kernels
-    world = int((rank.tables.metadata.get("distributedInfo") or {}).get("world_size") or 0)
+    world = int(number(member(rank.tables.metadata.get("distributedInfo"), "world_size")) or 0)
     windows = [int(n) for n in rank.steps.numbers]
     analysed = [int(s.step) for s in rank.primary.steps]
     if len(tab) == 0 or rank.primary.kind != "gpu":

@@ -29,7 +29,8 @@ from perfdoctor import __version__
 from perfdoctor.analysis.batch_shape import BatchShape, batch_shape, input_shapes
 from perfdoctor.analysis.breakdown import DeviceBreakdown, StepBreakdown
 from perfdoctor.analysis.mfu import ModelFlops
-from perfdoctor.analysis.rank import AllocatorValues, Analysis, CpuSeries, RankAnalysis, UnprofiledStep
+from perfdoctor.analysis.rank import Analysis, CpuSeries, RankAnalysis, UnprofiledStep
+from perfdoctor.analysis.run_memory import AllocatorValues
 from perfdoctor.checks.context import Outcome
 from perfdoctor.crossrank.collectives import CollectiveTimeline
 from perfdoctor.crossrank.joint import JointInputs, rank_inputs
@@ -72,7 +73,7 @@ class SummaryOptions(msgspec.Struct, frozen=True):
     model_flops: ModelFlops | None = None
     step_time_s_by_rank: dict[int, float] = {}
     run_allocator_by_rank: dict[int, AllocatorValues] = {}
-    # each rank's steps.csv CPU-time series and steady start (perfdoctor.capture.run_data.cpu_series_by_rank)
+    # each rank's steps.csv CPU-time series and steady start (perfdoctor.capture.run_data.rank_inputs)
     run_cpu_by_rank: dict[int, CpuSeries] = {}
     run_json: dict[str, Any] | None = None
     codes: list[str] = []

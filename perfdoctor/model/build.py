@@ -204,7 +204,7 @@ def build_report(
     job: Mapping[str, object] | None = None,
 ) -> m.Report:
     """The whole typed report of ``analysis`` (its ranks, check results and warnings) and of the run
-    directory's ``run`` section (:func:`perfdoctor.capture.run_data.run_section`), if any.
+    directory's ``run`` section (:func:`perfdoctor.capture.run_section.run_section`), if any.
 
     ``sections``: the ranks' sections when already made (rank summaries made them, maybe in another process:
     :class:`~perfdoctor.model.sections.RankSections`, kept encoded, or plain dicts), else :func:`rank_section`

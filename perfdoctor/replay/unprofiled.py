@@ -6,7 +6,7 @@ many tiny ops: 3.5 ms per step unprofiled, 7.0 ms profiled). A run directory mea
 
 - ``W``: the mean of the analysed (profiled) steps of the trace (µs);
 - ``S``: the median of the run's unprofiled steady-state steps (``steps.csv``, µs:
-  :func:`perfdoctor.capture.run_data.steady_step_times`).
+  :func:`perfdoctor.capture.run_data.rank_inputs`).
 
 **Per-event overhead removed** (:func:`unprofiled`, method ``"overhead"``): with ``N`` recorded host events (CPU ops,
 annotations, runtime calls) of the step's process per analysed step, each costs ``o = (W − S) / N`` µs. The

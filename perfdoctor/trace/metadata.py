@@ -8,9 +8,8 @@ downstream sees ``computeMajor: null`` or a 100-digit rank.
 
 from __future__ import annotations
 
-from typing import Any
-
 from perfdoctor.trace.fields import INT64_MAX, INT64_MIN, MAX_RANK
+from perfdoctor.trace.json_value import JsonObject, JsonValue
 
 #: ``deviceProperties`` keys that must be non-negative integers when present (Kineto's
 #: ``CudaDeviceProperties`` / ``RocmDeviceProperties``, libkineto/src/CuptiActivityProfiler.cpp).
@@ -37,27 +36,33 @@ def _is_int(value: object, lo: int, hi: int) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and lo <= value <= hi
 
 
-def _prune(value: Any, removed: list[int]) -> Any:
+def _too_big(value: JsonValue) -> bool:
+    """An integer (not a bool) beyond int64."""
+    return isinstance(value, int) and not isinstance(value, bool) and not _is_int(value, INT64_MIN, INT64_MAX)
+
+
+def _prune(value: JsonValue, removed: list[int]) -> JsonValue:
     """``value`` without integers beyond int64 (counted in ``removed[0]``); iterative, any depth."""
-    if not isinstance(value, (dict, list)):
-        return value
-    stack: list[Any] = [value]
+    stack: list[JsonValue] = [value]
     while stack:
         node = stack.pop()
-        items = list(node.items()) if isinstance(node, dict) else list(enumerate(node))
-        bad = [
-            k
-            for k, v in items
-            if isinstance(v, int) and not _is_int(v, INT64_MIN, INT64_MAX) and not isinstance(v, bool)
-        ]
-        for k in reversed(bad):
-            del node[k]
-        removed[0] += len(bad)
-        stack.extend(v for _, v in items if isinstance(v, (dict, list)))
+        if isinstance(node, dict):
+            bad_keys = [k for k, v in node.items() if _too_big(v)]
+            for k in bad_keys:
+                del node[k]
+            removed[0] += len(bad_keys)
+            stack.extend(v for v in node.values() if isinstance(v, (dict, list)))
+        elif isinstance(node, list):
+            bad = [i for i, v in enumerate(node) if _too_big(v)]
+            for i in reversed(bad):
+                del node[i]
+            removed[0] += len(bad)
+            stack.extend(v for v in node if isinstance(v, (dict, list)))
     return value
 
 
-def _device_entry(entry: object, removed: list[int]) -> dict[str, Any] | None:
+def _device_entry(entry: JsonValue, removed: list[int]) -> JsonObject | None:
+    """One ``deviceProperties`` entry without its invalid values (counted); None when it is not an object."""
     if not isinstance(entry, dict):
         removed[0] += 1
         return None
@@ -71,7 +76,7 @@ def _device_entry(entry: object, removed: list[int]) -> dict[str, Any] | None:
     return entry
 
 
-def sanitize_metadata(path: str, doc: dict[str, Any], warnings: list[str]) -> dict[str, Any]:
+def sanitize_metadata(path: str, doc: JsonObject, warnings: list[str]) -> JsonObject:
     """``doc`` with invalid values removed; appends one warning naming the count when any were.
 
     Rules: integers anywhere must fit int64; ``deviceProperties`` must be a list of objects

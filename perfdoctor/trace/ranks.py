@@ -19,16 +19,17 @@ parsed whole (orjson) and written back as one temporary trace per rank, which th
 from __future__ import annotations
 
 import gzip
+import io
 import os
 import re
 import tempfile
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import Any
 
 import orjson
 
 from perfdoctor.errors import TraceFormatError
+from perfdoctor.trace.json_value import JsonObject, JsonValue
 
 SNIFF_BYTES = 8 << 20
 _ARGS_RANK = re.compile(rb'"rank"\s*:\s*(\d+)')
@@ -46,10 +47,14 @@ class RankPart:
     note: str
 
 
+def _open(path: str) -> gzip.GzipFile | io.BufferedReader:
+    """The file for reading bytes, through gzip when its name ends in ``.gz``."""
+    return gzip.open(path, "rb") if path.endswith(".gz") else open(path, "rb")
+
+
 def _head(path: str) -> bytes:
-    opener: Any = gzip.open if path.endswith(".gz") else open
     try:
-        with opener(path, "rb") as fh:
+        with _open(path) as fh:
             return bytes(fh.read(SNIFF_BYTES))
     except (OSError, EOFError):
         return b""
@@ -70,18 +75,18 @@ def looks_merged(path: str) -> bool:
     )
 
 
-def _load(path: str) -> Any:
-    opener: Any = gzip.open if path.endswith(".gz") else open
+def _load(path: str) -> JsonValue:
     try:
-        with opener(path, "rb") as fh:
-            return orjson.loads(fh.read())
+        with _open(path) as fh:
+            doc: JsonValue = orjson.loads(fh.read())
+            return doc
     except (OSError, EOFError, orjson.JSONDecodeError) as exc:
         raise TraceFormatError(
             f"{path}: looks like a merged multi-rank trace but cannot be parsed whole ({exc})"
         ) from None
 
 
-def _restore(ev: dict[str, Any]) -> dict[str, Any]:
+def _restore(ev: JsonObject) -> JsonObject:
     """Undo a merge tool's per-rank offsets (``<field>_raw`` holds the original)."""
     args = ev.get("args")
     if not isinstance(args, dict):
@@ -96,12 +101,15 @@ def _restore(ev: dict[str, Any]) -> dict[str, Any]:
     return ev
 
 
-def _by_args_rank(events: list[Any]) -> dict[int, list[Any]] | None:
-    groups: dict[int, list[Any]] = defaultdict(list)
-    unranked: list[Any] = []
+def _by_args_rank(events: list[JsonValue]) -> dict[int, list[JsonObject]] | None:
+    """The events grouped by their ``args.rank`` (metadata events without one go to every rank); None when fewer
+    than two ranks are named."""
+    groups: dict[int, list[JsonObject]] = defaultdict(list)
+    unranked: list[JsonValue] = []
     for ev in events:
-        r = ev.get("args", {}).get("rank") if isinstance(ev, dict) and isinstance(ev.get("args"), dict) else None
-        if isinstance(r, int) and not isinstance(r, bool):
+        args = ev.get("args") if isinstance(ev, dict) else None
+        r = args.get("rank") if isinstance(args, dict) else None
+        if isinstance(ev, dict) and isinstance(r, int) and not isinstance(r, bool):
             groups[r].append(ev)
         else:
             unranked.append(ev)
@@ -114,20 +122,30 @@ def _by_args_rank(events: list[Any]) -> dict[int, list[Any]] | None:
     return dict(groups)
 
 
-def _by_pid_label(events: list[Any]) -> dict[int, list[Any]] | None:
-    rank_of: dict[Any, int] = {}
+def _by_pid_label(events: list[JsonValue]) -> dict[int, list[JsonObject]] | None:
+    """The events grouped by the rank their process's name gives (``process_name`` metadata naming a rank); None
+    when fewer than two ranks are named."""
+    rank_of: dict[str, int] = {}  # by the pid's JSON text: a pid may be a number or a string
     for ev in events:
         if isinstance(ev, dict) and ev.get("ph") == "M" and ev.get("name") == "process_name":
-            m = _LABEL_RANK.search(str((ev.get("args") or {}).get("name", "")))
+            args = ev.get("args")
+            m = _LABEL_RANK.search(str(args.get("name", "") if isinstance(args, dict) else ""))
             if m:
-                rank_of[ev.get("pid")] = int(m.group(1))
+                rank_of[_pid_key(ev.get("pid"))] = int(m.group(1))
     if len(set(rank_of.values())) < 2:
         return None
-    groups: dict[int, list[Any]] = defaultdict(list)
+    groups: dict[int, list[JsonObject]] = defaultdict(list)
     for ev in events:
-        if isinstance(ev, dict) and ev.get("pid") in rank_of:
-            groups[rank_of[ev["pid"]]].append(ev)
+        if isinstance(ev, dict) and _pid_key(ev.get("pid")) in rank_of:
+            groups[rank_of[_pid_key(ev.get("pid"))]].append(ev)
     return dict(groups)
+
+
+def _pid_key(pid: JsonValue) -> str:
+    """A pid as a key that compares as the values do in Python (``1``, ``1.0`` and ``true`` alike, ``"1"`` apart)."""
+    if isinstance(pid, (int, float)):
+        return repr(float(pid))
+    return repr(pid)
 
 
 def split_merged(path: str) -> tuple[list[RankPart], str] | None:
@@ -140,40 +158,43 @@ def split_merged(path: str) -> tuple[list[RankPart], str] | None:
     if not looks_merged(path):
         return None
     doc = _load(path)
-    parts: dict[int, tuple[dict[str, Any], list[Any]]] = {}
+    parts: dict[int, tuple[JsonObject, list[JsonValue]]] = {}
     how = ""
     if isinstance(doc, list):
         for i, sub in enumerate(x for x in doc if isinstance(x, dict) and isinstance(x.get("traceEvents"), list)):
             info = sub.get("distributedInfo")
-            rank = info.get("rank") if isinstance(info, dict) and isinstance(info.get("rank"), int) else i
-            parts[int(rank or 0)] = ({k: v for k, v in sub.items() if k != "traceEvents"}, sub["traceEvents"])
+            given = info.get("rank") if isinstance(info, dict) else None
+            rank = given if isinstance(given, int) else i
+            events = sub.get("traceEvents")
+            parts[int(rank or 0)] = (
+                {k: v for k, v in sub.items() if k != "traceEvents"},
+                events if isinstance(events, list) else [],
+            )
         how = "its distributedInfo blocks (a JSON array of per-rank traces)"
-    elif isinstance(doc, dict) and isinstance(doc.get("traceEvents"), list):
+    elif isinstance(doc, dict) and isinstance(all_events := doc.get("traceEvents"), list):
         meta = {k: v for k, v in doc.items() if k != "traceEvents"}
-        groups = _by_args_rank(doc["traceEvents"])
+        groups = _by_args_rank(all_events)
         how = "args.rank on its events"
         if groups is None:
-            groups = _by_pid_label(doc["traceEvents"])
+            groups = _by_pid_label(all_events)
             how = "its process names (one pid per rank)"
         if groups is None:
             return None
-        world = (
-            (meta.get("distributedInfo") or {}).get("world_size")
-            if isinstance(meta.get("distributedInfo"), dict)
-            else None
-        )
+        dist = meta.get("distributedInfo")
+        world = dist.get("world_size") if isinstance(dist, dict) else None
         for r, evs in groups.items():
-            info = {"rank": r, **({"world_size": world} if world else {})}
-            parts[r] = ({**meta, "distributedInfo": info}, [_restore(dict(e)) for e in evs])
+            rank_info: JsonObject = {"rank": r, **({"world_size": world} if world else {})}
+            restored: list[JsonValue] = [_restore(dict(e)) for e in evs]
+            parts[r] = ({**meta, "distributedInfo": rank_info}, restored)
     if len(parts) < 2:
         return None
     tmp = tempfile.mkdtemp(prefix="perfdoctor-ranks-")
     out = []
     for r in sorted(parts):
-        meta, evs = parts[r]
+        part_meta, part_events = parts[r]
         p = os.path.join(tmp, f"rank{r}.json")
         with open(p, "wb") as fh:
-            fh.write(orjson.dumps({**meta, "traceEvents": evs}))
+            fh.write(orjson.dumps({**part_meta, "traceEvents": part_events}))
         out.append(
             RankPart(r, p, f"{path}: a merged trace of {len(parts)} ranks, split into ranks by {how}; this is rank {r}")
         )

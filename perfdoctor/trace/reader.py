@@ -20,19 +20,20 @@ import queue
 import re
 import threading
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import msgspec
+import numpy as np
 
 from perfdoctor.errors import TraceFormatError
 from perfdoctor.trace import parallel, schema
 from perfdoctor.trace.columns import TableColumns
 from perfdoctor.trace.fields import MAX_NESTING
+from perfdoctor.trace.json_value import JsonObject
 from perfdoctor.trace.metadata import sanitize_metadata
-from perfdoctor.trace.splitter import EventSplitter, nesting_depth
+from perfdoctor.trace.splitter import EventSplitter, SplitResult, nesting_depth
 
 BLOCK_BYTES = 1 << 20  # compressed bytes read at a time
 MAX_BLOCK_OUT = 16 << 20  # decompressed bytes handed to the splitter at a time
@@ -58,9 +59,9 @@ class RawTrace:
     """
 
     path: str
-    tables: dict[str, dict[str, Any]]
+    tables: dict[str, dict[str, np.ndarray]]
     names: list[str]
-    metadata: dict[str, Any]
+    metadata: JsonObject
     n_events: int
     cats: list[str] = field(default_factory=list)
     meta: list[tuple[str, int, int, str]] = field(default_factory=list)
@@ -71,7 +72,7 @@ class RawTrace:
     uncompressed_bytes: int = 0
 
 
-def _blocks(path: str, on_progress: Callable[[int], None] | None, state: dict[str, int]) -> Any:
+def _blocks(path: str, on_progress: Callable[[int], None] | None, state: dict[str, int]) -> Iterator[bytes]:
     """Yield decompressed blocks of the file; raises TraceFormatError on bad gzip.
 
     Sets ``state["gzip_incomplete"]`` when a gzip stream ends before its trailer, and
@@ -126,10 +127,9 @@ class _Prefetch:
     an exception in the thread (TraceFormatError, OSError) is raised again in the caller.
     """
 
-    _END = object()
-
     def __init__(self, path: str, state: dict[str, int], depth: int = 3) -> None:
-        self._queue: queue.Queue[Any] = queue.Queue(maxsize=depth)
+        # (a block, None at the end, or the thread's exception; the file bytes read for it)
+        self._queue: queue.Queue[tuple[bytes | BaseException | None, int]] = queue.Queue(maxsize=depth)
         self._stop = threading.Event()
         self._read = 0
         self._thread = threading.Thread(target=self._run, args=(path, state), name="perfdoctor-inflate", daemon=True)
@@ -138,7 +138,7 @@ class _Prefetch:
     def _count(self, n: int) -> None:
         self._read += n
 
-    def _put(self, item: Any) -> bool:
+    def _put(self, item: tuple[bytes | BaseException | None, int]) -> bool:
         while not self._stop.is_set():
             try:
                 self._queue.put(item, timeout=0.1)
@@ -153,18 +153,18 @@ class _Prefetch:
                 read, self._read = self._read, 0
                 if not self._put((block, read)):
                     return
-            self._put((self._END, self._read))
+            self._put((None, self._read))
         except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread, which raises it
             self._put((exc, 0))
 
-    def blocks(self, on_progress: Callable[[int], None] | None) -> Any:
+    def blocks(self, on_progress: Callable[[int], None] | None) -> Iterator[bytes]:
         """Yield the decompressed blocks in order; stops the thread when the caller stops early."""
         try:
             while True:
                 block, read = self._queue.get()
                 if on_progress and read:
                     on_progress(read)
-                if block is self._END:
+                if block is None:
                     return
                 if isinstance(block, BaseException):
                     raise block
@@ -234,7 +234,7 @@ def _decode_piece(piece: bytes | memoryview, columns: TableColumns, kinds: schem
     return True
 
 
-def _decode_event(raw: bytes, kinds: schema.Schema) -> Any:
+def _decode_event(raw: bytes, kinds: schema.Schema) -> schema.TraceEvent | None:
     """One event: typed, else generically and coerced; None when it is not JSON.
 
     Raises:
@@ -252,7 +252,9 @@ def _decode_event(raw: bytes, kinds: schema.Schema) -> Any:
         return None
 
 
-def _decode_header(path: str, header: bytes, warnings: list[str]) -> dict[str, Any]:
+def _decode_header(path: str, header: bytes, warnings: list[str]) -> JsonObject:
+    """The trace's top-level keys other than ``traceEvents`` (:func:`~perfdoctor.trace.metadata.sanitize_metadata`);
+    {} with a warning when they cannot be read."""
     if header in (b"", b"[]"):
         return {}
     if nesting_depth(header) > MAX_NESTING:
@@ -275,7 +277,7 @@ def _decode_header(path: str, header: bytes, warnings: list[str]) -> dict[str, A
     return sanitize_metadata(path, doc, warnings)
 
 
-def _decode_truncated_header(header: bytes) -> dict[str, Any] | None:
+def _decode_truncated_header(header: bytes) -> JsonObject | None:
     """The metadata before the events, when the file ends before its closing brace."""
     cut = header.find(b"[]")
     if cut < 0:
@@ -328,6 +330,16 @@ def read_trace_file(
     return _read(p, file_bytes, on_progress, kinds, 0)
 
 
+@dataclass
+class _Streamed:
+    """What streaming a file through the splitter gave: the splitter's result, the first bytes of the text (for
+    :func:`_not_a_trace_reason`) and the text's size (bytes)."""
+
+    result: SplitResult
+    first: bytes
+    total: int
+
+
 def _read(
     p: str, file_bytes: int, on_progress: Callable[[int], None] | None, kinds: schema.Schema, workers: int
 ) -> RawTrace:
@@ -335,15 +347,62 @@ def _read(
     processes (raises :class:`~perfdoctor.trace.parallel.Fallback` when they cannot)."""
     columns = TableColumns(kinds.event_fields + kinds.arg_fields)
     decoder = _Decoder(columns, kinds)
+    state: dict[str, int] = {"gzip_incomplete": 0, "junk_bytes": 0}
+    streamed = _stream(p, on_progress, decoder, state, workers)
+    result = streamed.result
+    if not result.found_array:
+        raise TraceFormatError(_no_event_array_reason(p, streamed, state))
+    warnings: list[str] = []
+    metadata = _decode_header(p, result.header, warnings)
+    if result.damaged_header:
+        warnings.append(
+            f"{p}: the JSON before 'traceEvents' is malformed (its brackets do not balance: a trimmed "
+            "header?); its metadata (deviceProperties, distributedInfo) is ignored, the events are read"
+        )
+    damage = _damage(p, result, decoder, state)
+    if damage:
+        warnings.insert(0, damage)
+    if columns.ignored:
+        what_ignored = ", ".join(f"{n} '{col}'" for col, n in sorted(columns.ignored.items()))
+        warnings.append(
+            f"{p}: {what_ignored} value(s) that are not a JSON list nested at most {MAX_NESTING} "
+            "deep ignored (shapes unknown for those ops)"
+        )
+    if columns.n_events == 0:
+        raise TraceFormatError(_no_event_reason(p, result, decoder))
+    return RawTrace(
+        path=p,
+        tables=columns.concat(),
+        meta=columns.meta,
+        names=columns.names.strings(),
+        cats=columns.cats.strings(),
+        metadata=metadata,
+        n_events=columns.n_events,
+        n_dropped=decoder.bad + sum(decoder.dropped.values()),
+        truncated=bool(not result.complete or state["gzip_incomplete"]),
+        warnings=warnings,
+        file_bytes=file_bytes,
+        uncompressed_bytes=streamed.total,
+    )
+
+
+def _stream(
+    p: str, on_progress: Callable[[int], None] | None, decoder: _Decoder, state: dict[str, int], workers: int
+) -> _Streamed:
+    """Inflate the file (in a background thread), cut it into whole events and decode them into ``decoder``'s
+    columns, here or in ``workers`` forked processes; ``state``: the gzip stream's damage (see :func:`_blocks`).
+
+    Raises:
+        TraceFormatError: the file cannot be read, is UTF-16/32 text or holds corrupted gzip data.
+    """
     total = 0
     first = b""
-    state: dict[str, int] = {"gzip_incomplete": 0, "junk_bytes": 0}
     gc_was_enabled = gc.isenabled()
     gc.disable()  # millions of short-lived tuples; the cyclic GC only slows them down
     try:
         with contextlib.ExitStack() as stack:
             if workers:  # the workers fork before the inflating thread starts
-                pool = stack.enter_context(parallel.ParallelDecoder(columns, workers, _decode_piece))
+                pool = stack.enter_context(parallel.ParallelDecoder(decoder.columns, workers, _decode_piece))
 
                 def each(pieces: list[bytes]) -> None:
                     pool.drain()  # the pieces sent come first
@@ -367,68 +426,60 @@ def _read(
     finally:
         if gc_was_enabled:
             gc.enable()
-    bad = decoder.bad
-    dropped = sum(decoder.dropped.values())
-    if not result.found_array:
-        if state["gzip_incomplete"]:
-            raise TraceFormatError(f"{p}: corrupted or truncated gzip data, no trace events in it")
-        if result.unclosed_object:
-            raise TraceFormatError(
-                f"{p}: the file is truncated before any 'traceEvents' list (the JSON ends "
-                "inside its top-level object, e.g. the trace metadata): no events to analyse"
-            )
-        raise TraceFormatError(_not_a_trace_reason(p, first, total))
-    warnings: list[str] = []
-    metadata = _decode_header(p, result.header, warnings)
-    if result.damaged_header:
-        warnings.append(
-            f"{p}: the JSON before 'traceEvents' is malformed (its brackets do not balance: a trimmed "
-            "header?); its metadata (deviceProperties, distributedInfo) is ignored, the events are read"
+    return _Streamed(result, first, total)
+
+
+def _no_event_array_reason(p: str, streamed: _Streamed, state: dict[str, int]) -> str:
+    """Why a file in which the splitter found no event array is not a trace: corrupted gzip, a file cut before
+    its ``traceEvents``, or not a trace at all (:func:`_not_a_trace_reason`)."""
+    if state["gzip_incomplete"]:
+        return f"{p}: corrupted or truncated gzip data, no trace events in it"
+    if streamed.result.unclosed_object:
+        return (
+            f"{p}: the file is truncated before any 'traceEvents' list (the JSON ends "
+            "inside its top-level object, e.g. the trace metadata): no events to analyse"
         )
+    return _not_a_trace_reason(p, streamed.first, streamed.total)
+
+
+def _dropped_reasons(decoder: _Decoder) -> str:
+    """The reasons events were dropped, most frequent first, each with its count."""
+    return ", ".join(f"{why} ({n})" for why, n in sorted(decoder.dropped.items(), key=lambda kv: -kv[1]))
+
+
+def _damage(p: str, result: SplitResult, decoder: _Decoder, state: dict[str, int]) -> str | None:
+    """The one-line warning of the damage recovered from (a truncated file, an early end of the gzip stream, bytes
+    after it, malformed events, events with invalid fields); None when the file is whole."""
     truncated = not result.complete
-    reasons = ", ".join(f"{why} ({n})" for why, n in sorted(decoder.dropped.items(), key=lambda kv: -kv[1]))
-    if truncated or bad or dropped or state["junk_bytes"]:
-        what = []
-        if truncated:
-            what.append("the file ends before the event list is closed (truncated)")
-        if state["gzip_incomplete"]:
-            what.append("the gzip stream ends early")
-        if state["junk_bytes"]:
-            what.append(f"{state['junk_bytes']} byte(s) that are not gzip data after the gzip stream ignored")
-        if bad:
-            what.append(f"{bad} malformed event(s) skipped")
-        if dropped:
-            what.append(f"{dropped} event(s) with invalid fields dropped: {reasons}")
-        warnings.insert(0, f"{p}: recovered {columns.n_events} events; " + "; ".join(what))
-    if columns.ignored:
-        what_ignored = ", ".join(f"{n} '{col}'" for col, n in sorted(columns.ignored.items()))
-        warnings.append(
-            f"{p}: {what_ignored} value(s) that are not a JSON list nested at most {MAX_NESTING} "
-            "deep ignored (shapes unknown for those ops)"
+    bad, dropped = decoder.bad, sum(decoder.dropped.values())
+    if not (truncated or bad or dropped or state["junk_bytes"]):
+        return None
+    what = []
+    if truncated:
+        what.append("the file ends before the event list is closed (truncated)")
+    if state["gzip_incomplete"]:
+        what.append("the gzip stream ends early")
+    if state["junk_bytes"]:
+        what.append(f"{state['junk_bytes']} byte(s) that are not gzip data after the gzip stream ignored")
+    if bad:
+        what.append(f"{bad} malformed event(s) skipped")
+    if dropped:
+        what.append(f"{dropped} event(s) with invalid fields dropped: {_dropped_reasons(decoder)}")
+    return f"{p}: recovered {decoder.columns.n_events} events; " + "; ".join(what)
+
+
+def _no_event_reason(p: str, result: SplitResult, decoder: _Decoder) -> str:
+    """Why a file with an event array yielded no event: every event had invalid fields, the events were cut
+    or malformed, or the list is empty."""
+    bad, dropped = decoder.bad, sum(decoder.dropped.values())
+    if dropped:
+        return (
+            f"{p}: no valid trace event: {dropped} event(s) with invalid fields "
+            f"dropped ({_dropped_reasons(decoder)})" + (f", {bad} malformed" if bad else "")
         )
-    if columns.n_events == 0:
-        if dropped:
-            raise TraceFormatError(
-                f"{p}: no valid trace event: {dropped} event(s) with invalid fields "
-                f"dropped ({reasons})" + (f", {bad} malformed" if bad else "")
-            )
-        if truncated or bad:
-            raise TraceFormatError(f"{p}: no complete trace event could be read")
-        raise TraceFormatError(f"{p}: the trace holds no events")
-    return RawTrace(
-        path=p,
-        tables=columns.concat(),
-        meta=columns.meta,
-        names=columns.names.strings(),
-        cats=columns.cats.strings(),
-        metadata=metadata,
-        n_events=columns.n_events,
-        n_dropped=bad + dropped,
-        truncated=bool(truncated or state["gzip_incomplete"]),
-        warnings=warnings,
-        file_bytes=file_bytes,
-        uncompressed_bytes=total,
-    )
+    if not result.complete or bad:
+        return f"{p}: no complete trace event could be read"
+    return f"{p}: the trace holds no events"
 
 
 def _not_a_trace_reason(path: str, first: bytes, total: int) -> str:

@@ -13,14 +13,47 @@ it from a field table; :data:`DEFAULT` is the one the reader uses.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, Protocol, cast
 
 import msgspec
 
 from perfdoctor.trace.fields import ARG_FIELDS, EVENT_FIELDS, TraceField
+from perfdoctor.trace.json_value import JsonObject
 
 _NO_RAW = msgspec.Raw(b"")
+
+
+class EventArgs(Protocol):
+    """A generated ``Args`` struct as code reads it by name (every other field is read through the field table)."""
+
+    @property
+    def name(self) -> str | None: ...
+    @property
+    def labels(self) -> str | None: ...
+
+
+class TraceEvent(Protocol):
+    """A generated ``Event`` struct as code reads it by name (:data:`perfdoctor.trace.fields.EVENT_FIELDS`: kind
+    ``str`` fields default to "", ``ts`` to NaN, ``dur`` to 0, the ``id`` fields are an int or a string)."""
+
+    @property
+    def ph(self) -> str: ...
+    @property
+    def name(self) -> str: ...
+    @property
+    def cat(self) -> str: ...
+    @property
+    def ts(self) -> float: ...
+    @property
+    def dur(self) -> float: ...
+    @property
+    def pid(self) -> int | str: ...
+    @property
+    def tid(self) -> int | str: ...
+    @property
+    def args(self) -> EventArgs: ...
 
 
 class BadEvent(ValueError):
@@ -71,7 +104,7 @@ def _number(f: TraceField, value: object) -> float | int | None:
     return int(value) if f.kind in ("int", "id") else float(value)
 
 
-def _coerce(f: TraceField, raw: dict[str, Any]) -> object:
+def _coerce(f: TraceField, raw: JsonObject) -> object:
     """The value of field ``f`` from a generically decoded object; raises BadEvent."""
     if f.key not in raw:
         return _NO_RAW if f.kind == "json_list" else f.default
@@ -102,12 +135,12 @@ class Schema:
 
     event_fields: tuple[TraceField, ...]
     arg_fields: tuple[TraceField, ...]
-    event_type: Any
-    args_type: Any
-    events_decoder: msgspec.json.Decoder[Any]
-    one_decoder: msgspec.json.Decoder[Any]
+    event_type: Callable[..., TraceEvent]
+    args_type: Callable[..., EventArgs]
+    events_decoder: msgspec.json.Decoder[list[TraceEvent]]
+    one_decoder: msgspec.json.Decoder[TraceEvent]
 
-    def from_dict(self, raw: object) -> Any:
+    def from_dict(self, raw: object) -> TraceEvent:
         """Build an event from a generically decoded dict, coercing types.
 
         Used for the rare events whose field types do not match the typed schema
@@ -137,21 +170,22 @@ def build(
         gc=False,
         module=__name__,
     )
+    # the structs are made at run time from the table: the Protocols above are what the code reads of them
     return Schema(
         event_fields,
         arg_fields,
-        event_type,
-        args_type,
-        msgspec.json.Decoder(list[event_type]),  # type: ignore[valid-type]
-        msgspec.json.Decoder(event_type),
+        cast("Callable[..., TraceEvent]", event_type),
+        cast("Callable[..., EventArgs]", args_type),
+        cast("msgspec.json.Decoder[list[TraceEvent]]", msgspec.json.Decoder(list[event_type])),  # type: ignore[valid-type]
+        cast("msgspec.json.Decoder[TraceEvent]", msgspec.json.Decoder(event_type)),
     )
 
 
 DEFAULT = build()
 LENIENT_DECODER = msgspec.json.Decoder()
 if TYPE_CHECKING:  # the generated types, as the type checker sees them
-    Args = Any
-    Event = Any
+    Args = EventArgs
+    Event = TraceEvent
 else:
     Args, Event = DEFAULT.args_type, DEFAULT.event_type
 EVENTS_DECODER = DEFAULT.events_decoder

@@ -36,12 +36,13 @@ import numpy as np
 
 from perfdoctor.errors import TraceFormatError
 from perfdoctor.trace.fields import MAX_RANK, MAX_SPAN_US
+from perfdoctor.trace.json_value import JsonObject
 from perfdoctor.trace.reader import RawTrace
 
 _STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
 # per pattern, whether each name seen so far matches it: the ranks of a job analysed in one worker share most of
 # their kernel and op names (DLRM ranks: ~57 patterns x ~120 names searched again per rank, 14 ms of ~110 ms)
-_NAME_MATCHES: dict[Any, dict[str, bool]] = {}
+_NAME_MATCHES: dict[str | tuple[str, int], dict[str, bool]] = {}  # by pattern (and flags): name -> matches
 _NAME_MATCHES_MAX = 200_000  # names remembered per pattern; past that the pattern's memory starts again
 
 
@@ -92,7 +93,7 @@ class TraceTables:
 
     path: str
     names: list[str]
-    metadata: dict[str, Any]
+    metadata: JsonObject
     tables: dict[str, Table]
     cats: list[str] = field(default_factory=list)
     rank: int | None = None
@@ -111,9 +112,10 @@ class TraceTables:
         raise AttributeError(name)
 
     @property
-    def device_properties(self) -> list[dict[str, Any]]:
+    def device_properties(self) -> list[JsonObject]:
+        """The trace's ``deviceProperties`` entries (objects, as :mod:`perfdoctor.trace.metadata` keeps them)."""
         props = self.metadata.get("deviceProperties")
-        return props if isinstance(props, list) else []
+        return [p for p in props if isinstance(p, dict)] if isinstance(props, list) else []
 
     @property
     def has_device_activity(self) -> bool:
@@ -130,7 +132,7 @@ class TraceTables:
     def names_matching(self, pattern: str | re.Pattern[str]) -> np.ndarray:
         """Boolean mask over ``names``: which name ids match ``pattern`` (re.search)."""
         # rules and analyses ask the same few patterns many times: each is searched once per table set
-        cache: dict[Any, np.ndarray] = self.__dict__.setdefault("_matching", {})
+        cache: dict[str | tuple[str, int], np.ndarray] = self.__dict__.setdefault("_matching", {})
         key = pattern if isinstance(pattern, str) else (pattern.pattern, pattern.flags)
         mask = cache.get(key)
         if mask is None or mask.size != len(self.names):
@@ -149,10 +151,13 @@ class TraceTables:
         return iter(self.tables.items())
 
 
-def _rank_from(metadata: dict[str, Any], path: str, warnings: list[str]) -> int | None:
+def _rank_from(metadata: JsonObject, path: str, warnings: list[str]) -> int | None:
+    """The trace's rank: ``distributedInfo.rank``, else a ``rank<N>`` / ``worker<N>`` in the file name (None:
+    neither, or a number beyond MAX_RANK, with a warning)."""
     info = metadata.get("distributedInfo")
-    if isinstance(info, dict) and isinstance(info.get("rank"), int):  # validated by trace.metadata
-        return int(info["rank"])
+    rank = info.get("rank") if isinstance(info, dict) else None
+    if isinstance(rank, int):  # validated by trace.metadata
+        return int(rank)
     m = re.search(r"(?:rank|worker)[-_]?(\d+)", path.rsplit("/", 1)[-1])
     if m is None:
         return None
@@ -162,7 +167,7 @@ def _rank_from(metadata: dict[str, Any], path: str, warnings: list[str]) -> int 
     return int(m.group(1))
 
 
-def _drop_outliers(cols_by_table: dict[str, dict[str, Any]], path: str, warnings: list[str]) -> None:
+def _drop_outliers(cols_by_table: dict[str, dict[str, np.ndarray]], path: str, warnings: list[str]) -> None:
     """Drop events without a timestamp, and events more than MAX_SPAN_US from the median timestamp.
 
     A profiler records seconds to minutes; an event a day away from the rest (a ``ts`` of 0
@@ -200,7 +205,7 @@ def _drop_outliers(cols_by_table: dict[str, dict[str, Any]], path: str, warnings
 
 
 def _drop_capacity_below_reserved(
-    metadata: dict[str, Any], memory: dict[str, Any], path: str, warnings: list[str]
+    metadata: JsonObject, memory: dict[str, np.ndarray], path: str, warnings: list[str]
 ) -> None:
     """Remove a GPU's ``totalGlobalMem`` that is below the peak ``Total Reserved`` (or ``Total Allocated``) its
     ``[memory]`` events record.
@@ -215,7 +220,7 @@ def _drop_capacity_below_reserved(
     held = np.maximum(memory["total_reserved"], memory["total_allocated"])
     for p in props:
         cap = p.get("totalGlobalMem") if isinstance(p, dict) else None
-        if not isinstance(cap, int) or "id" not in p:
+        if not isinstance(p, dict) or not isinstance(cap, int) or "id" not in p:
             continue
         mine = (memory["device_type"] == 1) & (memory["device_id"] == p["id"])
         peak = int(held[mine].max()) if mine.any() else 0
@@ -233,20 +238,12 @@ def build_tables(raw: RawTrace) -> TraceTables:
     ProfilerStep#N events are moved to ``annotations`` whatever their category
     (the 2021 Kineto generation writes them as ``Operator``). Events without a
     timestamp are dropped.
+
+    Raises:
+        TraceFormatError: no event is a timed operator, kernel, copy, annotation or memory event.
     """
-    names = raw.names
-    step_ids = np.fromiter((bool(_STEP_RE.match(n)) for n in names), dtype=bool, count=len(names))
     cols_by_table = raw.tables
-    ops = cols_by_table["cpu_ops"]
-    if ops["name_id"].size:
-        is_step = step_ids[ops["name_id"]]
-        if is_step.any():
-            ann = cols_by_table["annotations"]
-            for col in ann:
-                ann[col] = np.concatenate([ann[col], ops[col][is_step].astype(ann[col].dtype, copy=False)])
-            for col in list(ops):
-                ops[col] = ops[col][~is_step]
-    tables: dict[str, Table] = {}
+    _move_step_ops(cols_by_table, raw.names)
     warnings = list(raw.warnings)
     _drop_outliers(cols_by_table, raw.path, warnings)
     _drop_capacity_below_reserved(raw.metadata, cols_by_table["memory"], raw.path, warnings)
@@ -259,25 +256,11 @@ def build_tables(raw: RawTrace) -> TraceTables:
     negative = sum(int((c["dur_us"] < 0).sum()) for c in cols_by_table.values())
     if negative:
         warnings.append(f"{raw.path}: {negative} event(s) with a negative duration were counted as 0 µs long")
-    for tname, cols in cols_by_table.items():
-        order = np.argsort(cols["ts_us"], kind="stable")
-        sorted_cols = {}
-        for col in list(cols):
-            sorted_cols[col] = cols.pop(col)[order]
-        dur = sorted_cols["dur_us"]
-        sorted_cols["dur_us"] = np.where(dur > 0, dur, 0.0)
-        sorted_cols["end_us"] = sorted_cols["ts_us"] + sorted_cols["dur_us"]
-        tables[tname] = Table(sorted_cols)
-    process_names: dict[int, str] = {}
-    thread_names: dict[tuple[int, int], str] = {}
-    for name, pid, tid, label in raw.meta:
-        if name == "process_name":
-            process_names[pid] = label
-        elif name == "thread_name":
-            thread_names[(pid, tid)] = label
+    tables = {tname: _sorted_table(cols) for tname, cols in cols_by_table.items()}
+    process_names, thread_names = _labels(raw.meta)
     return TraceTables(
         path=raw.path,
-        names=names,
+        names=raw.names,
         cats=raw.cats,
         metadata=raw.metadata,
         tables=tables,
@@ -290,3 +273,44 @@ def build_tables(raw: RawTrace) -> TraceTables:
         process_names=process_names,
         thread_names=thread_names,
     )
+
+
+def _move_step_ops(cols_by_table: dict[str, dict[str, np.ndarray]], names: list[str]) -> None:
+    """Move the ``cpu_ops`` rows named ``ProfilerStep#N`` to ``annotations`` (in place)."""
+    step_ids = np.fromiter((bool(_STEP_RE.match(n)) for n in names), dtype=bool, count=len(names))
+    ops = cols_by_table["cpu_ops"]
+    if not ops["name_id"].size:
+        return
+    is_step = step_ids[ops["name_id"]]
+    if not is_step.any():
+        return
+    ann = cols_by_table["annotations"]
+    for col in ann:
+        ann[col] = np.concatenate([ann[col], ops[col][is_step].astype(ann[col].dtype, copy=False)])
+    for col in list(ops):
+        ops[col] = ops[col][~is_step]
+
+
+def _sorted_table(cols: dict[str, np.ndarray]) -> Table:
+    """One table's columns sorted by ``ts_us`` (stable; the columns are taken out of ``cols``), negative durations
+    counted as 0 µs, and ``end_us`` = ``ts_us`` + ``dur_us``."""
+    order = np.argsort(cols["ts_us"], kind="stable")
+    sorted_cols = {}
+    for col in list(cols):
+        sorted_cols[col] = cols.pop(col)[order]
+    dur = sorted_cols["dur_us"]
+    sorted_cols["dur_us"] = np.where(dur > 0, dur, 0.0)
+    sorted_cols["end_us"] = sorted_cols["ts_us"] + sorted_cols["dur_us"]
+    return Table(sorted_cols)
+
+
+def _labels(meta: list[tuple[str, int, int, str]]) -> tuple[dict[int, str], dict[tuple[int, int], str]]:
+    """The trace's process names (by pid) and thread names (by pid, tid) from its metadata events."""
+    process_names: dict[int, str] = {}
+    thread_names: dict[tuple[int, int], str] = {}
+    for name, pid, tid, label in meta:
+        if name == "process_name":
+            process_names[pid] = label
+        elif name == "thread_name":
+            thread_names[(pid, tid)] = label
+    return process_names, thread_names

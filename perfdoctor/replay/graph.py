@@ -54,6 +54,24 @@ DEFAULT_RELEASE_US = 5.0  # device end → sync return when the trace has no wai
 
 
 @dataclass
+class ReplayLists:
+    """The columns of a graph the replay's loop reads that no scenario changes, as Python lists (list indexing is
+    what the loop's one pass does fastest), and its visit order (an activity as its index ``i``, a blocking call as
+    ``~i``): made once per graph by :func:`perfdoctor.replay.simulate.replay`."""
+
+    order: list[int]
+    prev: list[int]
+    gap: list[float]
+    dgap: list[float]
+    ab: list[int]
+    bb: list[int]
+    blat: list[float]
+    dep: list[int]
+    dur: list[float]
+    bdep: list[int]
+
+
+@dataclass
 class ReplayGraph:
     """Arrays of one rank's graph (see the module docstring).
 
@@ -104,6 +122,8 @@ class ReplayGraph:
     act_stall_us: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.float64))
     # (category, math dtype or "", name) of every activity, object arrays: perfdoctor.replay.kernel_classes, made once
     kernel_classes: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+    # the replay loop's fixed columns, made on the first replay (perfdoctor.replay.simulate)
+    replay_lists: ReplayLists | None = field(default=None, repr=False, compare=False)
 
     @property
     def n_act(self) -> int:

@@ -124,6 +124,9 @@ class ReplayGraph:
     kernel_classes: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
     # the replay loop's fixed columns, made on the first replay (perfdoctor.replay.simulate)
     replay_lists: ReplayLists | None = field(default=None, repr=False, compare=False)
+    # the category of every activity with the optimizer override (object array), made once by
+    # perfdoctor.replay.attribution
+    categories: np.ndarray | None = field(default=None, repr=False, compare=False)
 
     @property
     def n_act(self) -> int:

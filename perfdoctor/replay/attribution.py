@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from perfdoctor.replay.graph import ACT_TABLES
+from perfdoctor.replay.activities import ACT_TABLES
 from perfdoctor.replay.rank import RankReplay
 from perfdoctor.replay.simulate import ReplayResult
 from perfdoctor.trace.tables import TraceTables

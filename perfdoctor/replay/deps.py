@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from perfdoctor.replay.activities import Activities
 from perfdoctor.trace.tables import TraceTables
 
 TOL_US = 1.0  # clock granularity between streams of one device (µs)
@@ -47,22 +48,22 @@ Streams = dict[tuple[int, int], _Stream]
 Launched = dict[tuple[int, int], tuple[np.ndarray, np.ndarray]]
 
 
-def _streams(acts: dict[str, np.ndarray], launch_key: np.ndarray) -> Streams:
+def _streams(acts: Activities, launch_key: np.ndarray) -> Streams:
     """Per (device, stream): activity indices in stream order with running maxima of launch time and end (µs)."""
     out: Streams = {}
-    end = acts["ts"] + acts["dur"]
-    order = np.lexsort((np.arange(acts["ts"].size), acts["stream"], acts["device"]))
-    dev_s, st_s = acts["device"][order], acts["stream"][order]
+    end = acts.end_us
+    order = np.lexsort((np.arange(acts.ts_us.size), acts.stream, acts.device))
+    dev_s, st_s = acts.device[order], acts.stream[order]
     cut = np.flatnonzero((np.diff(dev_s) != 0) | (np.diff(st_s) != 0)) + 1
     for part in np.split(order, cut):
         if part.size == 0:
             continue
-        key = (int(acts["device"][part[0]]), int(acts["stream"][part[0]]))
+        key = (int(acts.device[part[0]]), int(acts.stream[part[0]]))
         out[key] = _Stream(
             idx=part,
             lk=np.maximum.accumulate(launch_key[part]),
             end=np.maximum.accumulate(end[part]),
-            ts=acts["ts"][part],
+            ts=acts.ts_us[part],
         )
     return out
 
@@ -101,7 +102,7 @@ def _launched_by_thread(tables: TraceTables, launch_row: np.ndarray, launch_key:
 
 
 def _waiting_stream(
-    tables: TraceTables, acts: dict[str, np.ndarray], w: int, recorded: dict[int, tuple[int, int]], launched: Launched
+    tables: TraceTables, acts: Activities, w: int, recorded: dict[int, tuple[int, int]], launched: Launched
 ) -> tuple[int, int] | None:
     """The (device, stream) the wait call at runtime row ``w`` makes wait: its record's, else that of the next
     activity its thread launches; None when neither is known."""
@@ -114,12 +115,12 @@ def _waiting_stream(
     if k >= lk.size:
         return None
     nxt = int(sel[k])
-    return (int(acts["device"][nxt]), int(acts["stream"][nxt]))
+    return (int(acts.device[nxt]), int(acts.stream[nxt]))
 
 
 def _wait_edges(
     tables: TraceTables,
-    acts: dict[str, np.ndarray],
+    acts: Activities,
     launch_row: np.ndarray,
     launch_key: np.ndarray,
     streams: Streams,
@@ -148,32 +149,32 @@ def _wait_edges(
             if j >= 0:
                 src.append(int(other.idx[j]))
                 dst.append(d)
-    return _finish(np.asarray(src, np.int64), np.asarray(dst, np.int64), acts["ts"], acts["ts"] + acts["dur"])
+    return _finish(np.asarray(src, np.int64), np.asarray(dst, np.int64), acts.ts_us, acts.end_us)
 
 
 def _collective_edges(
     tables: TraceTables,
-    acts: dict[str, np.ndarray],
+    acts: Activities,
     launch_key: np.ndarray,
     streams: Streams,
 ) -> Edges:
     """Edges keeping each collective kernel in its recorded order relative to the other streams of its device."""
-    ki = acts["table"] == 0  # kernels (ACT_TABLES[0])
-    coll = np.zeros(acts["ts"].size, dtype=bool)
+    ki = acts.table == 0  # kernels (ACT_TABLES[0])
+    coll = np.zeros(acts.ts_us.size, dtype=bool)
     if ki.any():
         is_coll = tables.names_matching(r"(?i)nccl|rccl")[tables.kernels["name_id"]]
-        coll[ki] = is_coll[acts["row"][ki]]
+        coll[ki] = is_coll[acts.row[ki]]
     c = np.flatnonzero(coll)
-    end = acts["ts"] + acts["dur"]
+    end = acts.end_us
     srcs: list[np.ndarray] = []
     dsts: list[np.ndarray] = []
     for key, other in streams.items():
-        mine = c[(acts["device"][c] == key[0]) & (acts["stream"][c] != key[1])]
+        mine = c[(acts.device[c] == key[0]) & (acts.stream[c] != key[1])]
         if mine.size == 0:
             continue
         n = other.idx.size
         # the other stream's last activity that ended before the collective started → the collective
-        j = np.searchsorted(other.end, acts["ts"][mine] + TOL_US, side="right") - 1
+        j = np.searchsorted(other.end, acts.ts_us[mine] + TOL_US, side="right") - 1
         ok = j >= 0
         srcs.append(other.idx[j[ok]])
         dsts.append(mine[ok])
@@ -186,8 +187,8 @@ def _collective_edges(
         srcs.append(mine[ok])
         dsts.append(other.idx[k[ok]])
     if not srcs:
-        return _finish(np.empty(0, np.int64), np.empty(0, np.int64), acts["ts"], end)
-    return _finish(np.concatenate(srcs), np.concatenate(dsts), acts["ts"], end)
+        return _finish(np.empty(0, np.int64), np.empty(0, np.int64), acts.ts_us, end)
+    return _finish(np.concatenate(srcs), np.concatenate(dsts), acts.ts_us, end)
 
 
 def _finish(src: np.ndarray, dst: np.ndarray, ts: np.ndarray, end: np.ndarray) -> Edges:
@@ -202,16 +203,16 @@ def _finish(src: np.ndarray, dst: np.ndarray, ts: np.ndarray, end: np.ndarray) -
 
 
 def cross_stream_edges(
-    tables: TraceTables, acts: dict[str, np.ndarray], launch_row: np.ndarray, launch_ts: np.ndarray, notes: list[str]
+    tables: TraceTables, acts: Activities, launch_row: np.ndarray, launch_ts: np.ndarray, notes: list[str]
 ) -> Edges:
     """(src, dst, gap µs) arrays of every edge this module adds, sorted by dst; appends its assumption to
-    ``notes``. ``acts``: :func:`perfdoctor.replay.graph._activities` columns; ``launch_row`` / ``launch_ts``: each
+    ``notes``. ``acts``: :func:`perfdoctor.replay.activities.activities`; ``launch_row`` / ``launch_ts``: each
     activity's launching runtime row (-1 none) and its start time (the activity's own start without one)."""
-    n = acts["ts"].size
+    n = acts.ts_us.size
     empty: Edges = (np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.float64))
     if n == 0:
         return empty
-    launch_key = np.where(launch_row >= 0, launch_ts, acts["ts"])
+    launch_key = np.where(launch_row >= 0, launch_ts, acts.ts_us)
     streams = _streams(acts, launch_key)
     rt = tables.runtime
     wait_rows = (

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from perfdoctor.replay.activities import ACT_TABLES, Activities, activities
 from perfdoctor.replay.deps import cross_stream_edges
 from perfdoctor.trace.join import launch_rows
 from perfdoctor.trace.tables import TraceTables
@@ -44,7 +45,6 @@ QUEUE_CALL = re.compile(
     r"EventQuery|PointerGetAttributes|^cu(da)?Graph",
     re.IGNORECASE,
 )
-ACT_TABLES = ("kernels", "memcpy", "memset")
 # a launch into a full queue (1,024 entries on CUDA) blocks; shorter launch calls are never treated as waiting
 LONG_LAUNCH_US = 50.0
 # unexplained delay (µs) beyond which an activity's start is searched for a cross-stream dependency
@@ -141,34 +141,13 @@ class ReplayGraph:
         return np.asarray(self.act_ts_us + self.act_dur_us)
 
 
-def _activities(tables: TraceTables) -> dict[str, np.ndarray]:
-    parts: dict[str, list[np.ndarray]] = {k: [] for k in ("ts", "dur", "device", "stream", "corr", "table", "row")}
-    for k, tname in enumerate(ACT_TABLES):
-        tab = tables.tables[tname]
-        n = len(tab)
-        if n == 0:
-            continue
-        parts["ts"].append(tab["ts_us"])
-        parts["dur"].append(tab["dur_us"])
-        parts["device"].append(tab["device"].astype(np.int64))
-        parts["stream"].append(tab["stream"].astype(np.int64))
-        parts["corr"].append(tab["correlation"].astype(np.int64))
-        parts["table"].append(np.full(n, k, dtype=np.int64))
-        parts["row"].append(np.arange(n, dtype=np.int64))
-    if not parts["ts"]:
-        return {k: np.empty(0, dtype=np.float64 if k in ("ts", "dur") else np.int64) for k in parts}
-    cols = {k: np.concatenate(v) for k, v in parts.items()}
-    order = np.lexsort((cols["table"], cols["ts"]))
-    return {k: v[order] for k, v in cols.items()}
-
-
-def _join_launch(tables: TraceTables, acts: dict[str, np.ndarray]) -> np.ndarray:
+def _join_launch(tables: TraceTables, acts: Activities) -> np.ndarray:
     """Runtime row of each activity's launching call (:func:`perfdoctor.trace.join.launch_rows`; -1 for none)."""
-    out = np.full(acts["ts"].size, -1, dtype=np.int64)
+    out = np.full(acts.ts_us.size, -1, dtype=np.int64)
     for k, tname in enumerate(ACT_TABLES):
-        m = acts["table"] == k
+        m = acts.table == k
         if m.any():
-            out[m] = launch_rows(tables, tname)[acts["row"][m]]
+            out[m] = launch_rows(tables, tname)[acts.row[m]]
     return out
 
 
@@ -254,7 +233,7 @@ def _typical_latency(typ: np.ndarray, dev: np.ndarray, to_launch: np.ndarray, m:
 
 
 def _other_stream_waits(
-    acts: dict[str, np.ndarray],
+    acts: Activities,
     launch_ts: np.ndarray,
     has_launch: np.ndarray,
     earliest: np.ndarray,
@@ -263,8 +242,8 @@ def _other_stream_waits(
     """For each activity in ``unexplained`` (started more than :data:`SLACK_US` after ``earliest``, µs, its launch
     and stream allow), the latest-ending activity of another stream on its device that ended in between: taken as
     the one it waited for (-1 none, and for every other activity)."""
-    ts, dev, stream = acts["ts"], acts["device"], acts["stream"]
-    end = ts + acts["dur"]
+    ts, dev, stream = acts.ts_us, acts.device, acts.stream
+    end = ts + acts.dur_us
     dep = np.full(ts.size, -1, dtype=np.int64)
     if unexplained.any():
         q = np.flatnonzero(unexplained)
@@ -299,7 +278,7 @@ def _binding_notes(n_waits: int, n_unexplained: int) -> list[str]:
 
 
 def _bind_constraints(
-    acts: dict[str, np.ndarray], launch_ts: np.ndarray, has_launch: np.ndarray, prev: np.ndarray, notes: list[str]
+    acts: Activities, launch_ts: np.ndarray, has_launch: np.ndarray, prev: np.ndarray, notes: list[str]
 ) -> _Binding:
     """Which constraint started each activity in the recording, and the offsets that reproduce its start.
 
@@ -312,8 +291,8 @@ def _bind_constraints(
       same device that ended in between is taken as a cross-stream dependency (an unrecorded event wait); without one
       the delay is kept as launch latency (counted in the assumptions).
     """
-    ts, dev = acts["ts"], acts["device"]
-    end = ts + acts["dur"]
+    ts, dev = acts.ts_us, acts.device
+    end = ts + acts.dur_us
     prev_end = np.where(prev >= 0, end[np.maximum(prev, 0)], -np.inf)
     to_launch = np.where(has_launch, ts - launch_ts, 0.0)
     lb = has_launch & (prev_end <= launch_ts) & (to_launch >= 0)  # the stream was free at the launch
@@ -363,36 +342,36 @@ class _BlockingCalls:
         return cls(ei, e, e, ei, ei, e, e, np.empty(0, bool))
 
 
-def _blocking_copies(tables: TraceTables, acts: dict[str, np.ndarray], launch_row: np.ndarray) -> np.ndarray:
+def _blocking_copies(tables: TraceTables, acts: Activities, launch_row: np.ndarray) -> np.ndarray:
     """Per runtime row: the call launched a pageable copy (staged by the driver, so the host waits for it)."""
     from perfdoctor.analysis.classify import classify_kernel  # category/pageable names live in one table
 
-    mc_tab = acts["table"] == ACT_TABLES.index("memcpy")
+    mc_tab = acts.table == ACT_TABLES.index("memcpy")
     blocking_copy = np.zeros(len(tables.runtime), dtype=bool)
     if mc_tab.any():
         names = tables.names
         pageable = np.array([classify_kernel(names[i]).pageable for i in tables.memcpy["name_id"].tolist()], dtype=bool)
         rows = launch_row[mc_tab]
-        pg = pageable[acts["row"][mc_tab]]
+        pg = pageable[acts.row[mc_tab]]
         blocking_copy[rows[(rows >= 0) & pg]] = True
     return blocking_copy
 
 
 def _waited_activity(
-    acts: dict[str, np.ndarray], launch_ts: np.ndarray, launch_row: np.ndarray, ts: np.ndarray, end: np.ndarray
+    acts: Activities, launch_ts: np.ndarray, launch_row: np.ndarray, ts: np.ndarray, end: np.ndarray
 ) -> np.ndarray:
     """For each call ``[ts, end)`` (µs): the latest-ending activity launched by its start, on any stream or device,
     that ended by its return (+1 µs of clock); -1 none."""
-    a_end = acts["ts"] + acts["dur"]
-    a_launch = np.where(launch_row >= 0, launch_ts, acts["ts"])
-    group = acts["device"] * 0  # one group: a device sync waits for every device of the process
+    a_end = acts.end_us
+    a_launch = np.where(launch_row >= 0, launch_ts, acts.ts_us)
+    group = acts.device * 0  # one group: a device sync waits for every device of the process
     return _latest_end_before(
         a_end, group, np.full(ts.size, -np.inf), end + 1.0, np.zeros(ts.size, np.int64), a_launch, ts
     )
 
 
 def _blocking_calls(
-    tables: TraceTables, acts: dict[str, np.ndarray], launch_ts: np.ndarray, launch_row: np.ndarray, notes: list[str]
+    tables: TraceTables, acts: Activities, launch_ts: np.ndarray, launch_row: np.ndarray, notes: list[str]
 ) -> _BlockingCalls:
     """Runtime calls that block the host until device work ends, and the activity each waits for.
 
@@ -403,7 +382,7 @@ def _blocking_calls(
     synchronize is assumed to wait for it too: the trace does not say which stream an event was recorded on).
     """
     rt = tables.runtime
-    if len(rt) == 0 or acts["ts"].size == 0:
+    if len(rt) == 0 or acts.ts_us.size == 0:
         return _BlockingCalls.none()
     rt_name = rt["name_id"]
     is_sync = tables.names_matching(SYNC_CALL)[rt_name]
@@ -412,7 +391,7 @@ def _blocking_calls(
     idx = np.flatnonzero(always | ~tables.names_matching(QUEUE_CALL)[rt_name] | (rt["dur_us"] > LONG_LAUNCH_US))
     dep = _waited_activity(acts, launch_ts, launch_row, rt["ts_us"][idx], rt["end_us"][idx])
     has = dep >= 0
-    dep_end = np.where(has, (acts["ts"] + acts["dur"])[np.maximum(dep, 0)], -np.inf)
+    dep_end = np.where(has, (acts.end_us)[np.maximum(dep, 0)], -np.inf)
     waited = has & (dep_end > rt["ts_us"][idx])
     keep = always[idx] | waited
     idx, dep, dep_end, waited, has = idx[keep], dep[keep], dep_end[keep], waited[keep], has[keep]
@@ -472,17 +451,17 @@ class _Launches:
         return self.row >= 0
 
 
-def _launches(tables: TraceTables, acts: dict[str, np.ndarray], notes: list[str]) -> _Launches:
+def _launches(tables: TraceTables, acts: Activities, notes: list[str]) -> _Launches:
     """The launch call of every activity (:func:`_join_launch`); notes how many have none."""
     rt = tables.runtime
     launch_row = _join_launch(tables, acts)
     has_launch = launch_row >= 0
     safe = np.maximum(launch_row, 0)
-    launch_ts = np.where(has_launch, rt["ts_us"][safe], acts["ts"]) if len(rt) else acts["ts"].copy()
+    launch_ts = np.where(has_launch, rt["ts_us"][safe], acts.ts_us) if len(rt) else acts.ts_us.copy()
     act_pid = (
         np.where(has_launch, rt["pid"][safe].astype(np.int64), -1)
         if len(rt)
-        else np.full(acts["ts"].size, -1, dtype=np.int64)
+        else np.full(acts.ts_us.size, -1, dtype=np.int64)
     )
     n_anchor = int((~has_launch).sum())
     if n_anchor:
@@ -507,20 +486,20 @@ _GRAPH_NOTES = (
 def build_graph(tables: TraceTables) -> ReplayGraph:
     """The dependency graph of one trace (all devices, all host processes)."""
     notes: list[str] = []
-    acts = _activities(tables)
+    acts = activities(tables)
     launch = _launches(tables, acts, notes)
-    prev = _stream_prev(acts["device"], acts["stream"])
+    prev = _stream_prev(acts.device, acts.stream)
     bind = _bind_constraints(acts, launch.ts_us, launch.found, prev, notes)
     blk = _blocking_calls(tables, acts, launch.ts_us, launch.row, notes)
     xsrc, xdst, xgap = cross_stream_edges(tables, acts, launch.row, launch.ts_us, notes)
     notes.extend(_GRAPH_NOTES)
     return ReplayGraph(
-        act_ts_us=acts["ts"],
-        act_dur_us=acts["dur"],
-        act_device=acts["device"],
-        act_stream=acts["stream"],
-        act_table=acts["table"],
-        act_row=acts["row"],
+        act_ts_us=acts.ts_us,
+        act_dur_us=acts.dur_us,
+        act_device=acts.device,
+        act_stream=acts.stream,
+        act_table=acts.table,
+        act_row=acts.row,
         act_launch=launch.row,
         act_launch_ts_us=launch.ts_us,
         act_pid=launch.pid,

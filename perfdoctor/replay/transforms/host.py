@@ -8,7 +8,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from perfdoctor.replay.graph import ACT_TABLES, QUEUE_CALL
+from perfdoctor.replay.activities import ACT_TABLES
+from perfdoctor.replay.graph import QUEUE_CALL
 from perfdoctor.replay.machine import CoreBudget
 from perfdoctor.replay.rank import RankReplay
 from perfdoctor.replay.simulate import Intervals, Scenario

@@ -101,6 +101,47 @@ CONTENTION_CPU = (
 )
 
 
+def _measured_floor(budget: CoreBudget, fetch_us: float, workers: int | None) -> tuple[float, str]:
+    """:func:`core_floor` with the run's CPU times (``budget.measured``): the process's CPU time per unprofiled
+    step ÷ the cores its ``workers`` + 1 threads get (µs, unprofiled time), and the clause stating it."""
+    c = budget.job_cores((workers or 1) + 1)
+    assert budget.process_cpu_us is not None and budget.step_us is not None
+    off = budget.off_cpu_us()
+    share = min(max(1.0 - off / fetch_us, 0.0), 1.0) if fetch_us > 0 else 0.0
+    floor = budget.process_cpu_us / c
+    shared = (
+        f"; the loop's thread waited {budget.main_wait_us / 1e3:.1f} ms per step for a core, so its "
+        f"{(workers or 1) + 1} threads with the workers get {c:.2f} cores"
+        if budget.main_wait_us is not None and c < budget.free_cores
+        else ""
+    )
+    return floor, (
+        f"core budget: {budget.machine_text()}{shared}; the training process used "
+        f"{budget.process_cpu_us / 1e3:.1f} ms of CPU per {budget.step_us / 1e3:.1f} ms unprofiled step "
+        f"(steps.csv cpu_s; its loop thread asleep or in I/O {off / 1e3:.1f} ms of it, so the fetch is "
+        f"{share:.0%} CPU work, which the workers still run): the fixed step lasts at least "
+        f"{budget.process_cpu_us / 1e3:.1f} ÷ {c:.2f} = {floor / 1e3:.1f} ms"
+    )
+
+
+def _assumed_floor(budget: CoreBudget, fetch_us: float, step_us: float) -> tuple[float, str]:
+    """:func:`core_floor` with the machine's cores only: the training thread busy the whole step and the fetch all
+    CPU work (µs, unprofiled time), and the clause stating it."""
+    c = budget.free_cores
+    f_ms = fetch_us / 1e3
+    floor = fetch_us / (c - 1) if c >= 2 else step_us + fetch_us * (2 - c)
+    return floor, (
+        f"core budget: {budget.machine_text()}; the run recorded no CPU time per step, so the training thread is "
+        f"assumed busy through the step and the {f_ms:.1f} ms of fetching per step all CPU work: the fixed step "
+        f"lasts at least {floor / 1e3:.1f} ms"
+        + (
+            f" ({f_ms:.1f} ms ÷ {c - 1:.1f} spare cores)"
+            if c >= 2
+            else " (under two free cores: the fetch stays in the step, in part)"
+        )
+    )
+
+
 def core_floor(
     budget: CoreBudget | None, fetch_us: float, step_us: float, inflation: float, workers: int | None = None
 ) -> tuple[float, str]:
@@ -127,37 +168,9 @@ def core_floor(
             f"through the {t_ms:.1f} ms step beside {f_ms:.1f} ms of fetching per step in workers (assumed CPU "
             "work): fewer, and the saving shrinks"
         )
-    c = budget.job_cores((workers or 1) + 1) if budget.measured else budget.free_cores
-    if budget.measured:
-        assert budget.process_cpu_us is not None and budget.step_us is not None
-        off = budget.off_cpu_us()
-        share = min(max(1.0 - off / fetch_us, 0.0), 1.0) if fetch_us > 0 else 0.0
-        floor = budget.process_cpu_us / c
-        shared = (
-            f"; the loop's thread waited {budget.main_wait_us / 1e3:.1f} ms per step for a core, so its "
-            f"{(workers or 1) + 1} threads with the workers get {c:.2f} cores"
-            if budget.main_wait_us is not None and c < budget.free_cores
-            else ""
-        )
-        text = (
-            f"core budget: {budget.machine_text()}{shared}; the training process used "
-            f"{budget.process_cpu_us / 1e3:.1f} ms of CPU per {budget.step_us / 1e3:.1f} ms unprofiled step "
-            f"(steps.csv cpu_s; its loop thread asleep or in I/O {off / 1e3:.1f} ms of it, so the fetch is "
-            f"{share:.0%} CPU work, which the workers still run): the fixed step lasts at least "
-            f"{budget.process_cpu_us / 1e3:.1f} ÷ {c:.2f} = {floor / 1e3:.1f} ms"
-        )
-    else:
-        floor = fetch_us / (c - 1) if c >= 2 else step_us + fetch_us * (2 - c)
-        text = (
-            f"core budget: {budget.machine_text()}; the run recorded no CPU time per step, so the training thread is "
-            f"assumed busy through the step and the {f_ms:.1f} ms of fetching per step all CPU work: the fixed step "
-            f"lasts at least {floor / 1e3:.1f} ms"
-            + (
-                f" ({f_ms:.1f} ms ÷ {c - 1:.1f} spare cores)"
-                if c >= 2
-                else " (under two free cores: the fetch stays in the step, in part)"
-            )
-        )
+    floor, text = (
+        _measured_floor(budget, fetch_us, workers) if budget.measured else _assumed_floor(budget, fetch_us, step_us)
+    )
     floor *= inflation
     binds = floor > step_us + 0.5
     return floor, text + (" (binds: the cores, not the loop, set the step)" if binds else " (does not bind)")

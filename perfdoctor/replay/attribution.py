@@ -26,11 +26,11 @@ step time, and the part of them that falls in a device's idle gaps is that devic
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
-from perfdoctor.replay.graph import ACT_TABLES
+from perfdoctor.replay.activities import ACT_TABLES
 from perfdoctor.replay.rank import RankReplay
 from perfdoctor.replay.simulate import ReplayResult
 from perfdoctor.trace.tables import TraceTables
@@ -101,10 +101,9 @@ def _clip_to(s: np.ndarray, e: np.ndarray, within: Intervals) -> tuple[np.ndarra
 def _categories(tables: TraceTables, rr: RankReplay) -> np.ndarray:
     """Category of every activity of the graph, with the breakdown's optimizer override (object array; made once
     per graph, as the tables are one per graph: read it, do not edit it)."""
-    cached = rr.graph.__dict__.get("_categories")
-    if cached is None:
-        cached = rr.graph.__dict__["_categories"] = _compute_categories(tables, rr)
-    return cached
+    if rr.graph.categories is None:
+        rr.graph.categories = _compute_categories(tables, rr)
+    return rr.graph.categories
 
 
 def _compute_categories(tables: TraceTables, rr: RankReplay) -> np.ndarray:
@@ -183,37 +182,92 @@ def _binding(rr: RankReplay, res: ReplayResult) -> tuple[np.ndarray, np.ndarray,
     return kind, waited, dep
 
 
-def _walk(
-    rr: RankReplay, res: ReplayResult, lo: float, hi: float, start_act: int, host_pid: int
-) -> tuple[list[float], list[float], list[int], list[int]]:
-    """Backward walk through the replay ``res``; returns segment starts, ends, labels (>= 0: activity index; < 0:
-    internal labels) and, for host segments, the process id (else -1)."""
+@dataclass
+class _PathColumns:
+    """What the backward walk reads of one replay, as Python lists (µs): per activity its replayed start and end,
+    the constraint that bound it (``kind``: 0 launch or none, 1 stream, 2 cross-stream dependency; ``prev`` /
+    ``dep``: the activity behind each), its launch call (``launch``: runtime row, -1 none), the host time of that
+    call (``launch_t``), its process and its stall (:attr:`ReplayGraph.act_stall_us`); per blocking call the
+    activity it waits for and whether it waited; per process its blocking calls (indices, replayed ends, by end)."""
+
+    start: list[float]
+    end: list[float]
+    kind: list[int]
+    prev: list[int]
+    dep: list[int]
+    launch: list[int]
+    launch_t: list[float]
+    pid: list[int]
+    stall: list[float]
+    blk_dep: list[int]
+    blk_waited: list[bool]
+    blk_by_pid: dict[int, tuple[np.ndarray, np.ndarray]]
+
+
+def _path_columns(rr: RankReplay, res: ReplayResult) -> _PathColumns:
+    """The walk's columns of the replay ``res`` (its binding constraints: :func:`_binding`)."""
     g = rr.graph
     kind, waited, bound_dep = _binding(rr, res)
-    a_start, a_end = res.act_start_us.tolist(), res.act_end_us.tolist()
-    kindl, prevl, depl = kind.tolist(), g.act_prev.tolist(), bound_dep.tolist()
-    launch_t = (res.act_start_us - g.act_lat_us).tolist()
-    a_pid, launch_l = g.act_pid.tolist(), g.act_launch.tolist()
-    stall_l = g.act_stall_us.tolist() if g.act_stall_us.size == g.n_act else [0.0] * g.n_act
-    b_end, b_dep, b_waited = res.blk_end_us, g.blk_dep.tolist(), waited.tolist()
     by_pid: dict[int, tuple[np.ndarray, np.ndarray]] = {}
     for p in np.unique(g.blk_pid).tolist():
         idx = np.flatnonzero(g.blk_pid == p)
-        by_pid[p] = (idx, b_end[idx])
-    ss: list[float] = []
-    ee: list[float] = []
-    lab: list[int] = []
-    pids: list[int] = []
-    ss_add, ee_add, lab_add, pids_add = ss.append, ee.append, lab.append, pids.append
+        by_pid[p] = (idx, res.blk_end_us[idx])
+    return _PathColumns(
+        start=res.act_start_us.tolist(),
+        end=res.act_end_us.tolist(),
+        kind=kind.tolist(),
+        prev=g.act_prev.tolist(),
+        dep=bound_dep.tolist(),
+        launch=g.act_launch.tolist(),
+        launch_t=(res.act_start_us - g.act_lat_us).tolist(),
+        pid=g.act_pid.tolist(),
+        stall=g.act_stall_us.tolist() if g.act_stall_us.size == g.n_act else [0.0] * g.n_act,
+        blk_dep=g.blk_dep.tolist(),
+        blk_waited=waited.tolist(),
+        blk_by_pid=by_pid,
+    )
 
-    def seg(a: float, b: float, label: int, pid: int = -1) -> None:
+
+def _last_waited(c: _PathColumns, pid: int, t: float) -> tuple[int, float]:
+    """The last blocking call of process ``pid`` that ended by ``t`` (µs) and waited for the device, and its
+    replayed end (µs); (-1, -inf) when none."""
+    idx, ends = c.blk_by_pid.get(pid, (np.empty(0, np.int64), np.empty(0)))
+    j = int(np.searchsorted(ends, t, side="right")) - 1
+    while j >= 0 and not c.blk_waited[int(idx[j])]:
+        j -= 1
+    return (int(idx[j]), float(ends[j])) if j >= 0 else (-1, -np.inf)
+
+
+@dataclass
+class _Segments:
+    """The walk's segments as parallel lists: start and end (µs, clipped at ``lo``), label (>= 0: activity index;
+    < 0: internal labels) and, for host segments, the process id (else -1)."""
+
+    lo: float
+    start: list[float] = field(default_factory=list)
+    end: list[float] = field(default_factory=list)
+    label: list[int] = field(default_factory=list)
+    pid: list[int] = field(default_factory=list)
+
+    def add(self, a: float, b: float, label: int, pid: int = -1) -> None:
+        """Record ``[max(a, lo), b)`` when it is not empty."""
+        lo = self.lo
         a = lo if lo > a else a  # max(a, lo), as max() picks it
         if b > a:
-            ss_add(a)
-            ee_add(b)
-            lab_add(label)
-            pids_add(pid)
+            self.start.append(a)
+            self.end.append(b)
+            self.label.append(label)
+            self.pid.append(pid)
 
+
+def _walk(rr: RankReplay, res: ReplayResult, lo: float, hi: float, start_act: int, host_pid: int) -> _Segments:
+    """Backward walk through the replay ``res`` from ``hi`` to ``lo`` (µs), starting on activity ``start_act`` (-1:
+    on the host of ``host_pid``); see the module docstring."""
+    c = _path_columns(rr, res)
+    a_start, a_end, kindl, prevl, depl = c.start, c.end, c.kind, c.prev, c.dep
+    out = _Segments(lo)
+    seg = out.add
+    ss_add, ee_add, lab_add, pids_add = out.start.append, out.end.append, out.label.append, out.pid.append
     t = hi
     node = start_act
     pid = host_pid
@@ -240,30 +294,26 @@ def _walk(
                     lab_add(node)
                     pids_add(-1)
                 t, node = pe, pred
-            elif launch_l[node] >= 0:
-                lt = min(launch_t[node], t)
-                mid = max(min(t - stall_l[node], t), lt)
+            elif c.launch[node] >= 0:
+                lt = min(c.launch_t[node], t)
+                mid = max(min(t - c.stall[node], t), lt)
                 seg(mid, t, _STALL)
                 seg(lt, mid, _LAUNCH)
-                t, pid, node = lt, a_pid[node], -1
+                t, pid, node = lt, c.pid[node], -1
             else:
                 seg(lo, t, _INHERITED)
                 break
             continue
         # on the host of process `pid` at time t: back to the last blocking call that waited
-        idx, ends = by_pid.get(pid, (np.empty(0, np.int64), np.empty(0)))
-        j = int(np.searchsorted(ends, t, side="right")) - 1
-        while j >= 0 and not b_waited[int(idx[j])]:
-            j -= 1
-        if j < 0 or ends[j] <= lo:
+        b, b_end = _last_waited(c, pid, t)
+        if b < 0 or b_end <= lo:
             seg(lo, t, _HOST, pid)
             break
-        b = int(idx[j])
-        seg(float(ends[j]), t, _HOST, pid)
-        de = min(a_end[b_dep[b]], float(ends[j]))
-        seg(de, float(ends[j]), _SYNC)
-        t, node = de, b_dep[b]
-    return ss, ee, lab, pids
+        seg(b_end, t, _HOST, pid)
+        de = min(a_end[c.blk_dep[b]], b_end)
+        seg(de, b_end, _SYNC)
+        t, node = de, c.blk_dep[b]
+    return out
 
 
 def _host_split(
@@ -321,8 +371,9 @@ def critical_path(tables: TraceTables, rr: RankReplay, res: ReplayResult | None 
         host_end = float(res.host_time(rr.windows.pid, rr.windows.host_end_us[-1:])[0])
         if ends[cand] > -np.inf and ends[cand] >= min(host_end, hi) - _TIE_US:
             start_act = cand
-    ss, ee, lab, pids = _walk(rr, res, lo, hi, start_act, rr.windows.pid)
-    s, e, lb, pp = np.asarray(ss), np.asarray(ee), np.asarray(lab, dtype=np.int64), np.asarray(pids, dtype=np.int64)
+    path = _walk(rr, res, lo, hi, start_act, rr.windows.pid)
+    s, e = np.asarray(path.start), np.asarray(path.end)
+    lb, pp = np.asarray(path.label, dtype=np.int64), np.asarray(path.pid, dtype=np.int64)
     cats = _categories(tables, rr)
     labels = np.empty(s.size, dtype=object)
     dev = lb >= 0

@@ -21,8 +21,11 @@ dropped; otherwise its gap is 0 (or the few-µs overlap the clock shows), so the
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
+from perfdoctor.replay.activities import Activities
 from perfdoctor.trace.tables import TraceTables
 
 TOL_US = 1.0  # clock granularity between streams of one device (µs)
@@ -30,130 +33,162 @@ TOL_US = 1.0  # clock granularity between streams of one device (µs)
 Edges = tuple[np.ndarray, np.ndarray, np.ndarray]
 
 
-def _streams(acts: dict[str, np.ndarray], launch_key: np.ndarray) -> dict[tuple[int, int], dict[str, np.ndarray]]:
+@dataclass(frozen=True)
+class _Stream:
+    """One (device, stream)'s activities in stream order: their indices (``idx``), running maxima of their launch
+    times (``lk``, µs) and ends (``end``, µs), and their starts (``ts``, µs)."""
+
+    idx: np.ndarray
+    lk: np.ndarray
+    end: np.ndarray
+    ts: np.ndarray
+
+
+Streams = dict[tuple[int, int], _Stream]
+Launched = dict[tuple[int, int], tuple[np.ndarray, np.ndarray]]
+
+
+def _streams(acts: Activities, launch_key: np.ndarray) -> Streams:
     """Per (device, stream): activity indices in stream order with running maxima of launch time and end (µs)."""
-    out: dict[tuple[int, int], dict[str, np.ndarray]] = {}
-    end = acts["ts"] + acts["dur"]
-    order = np.lexsort((np.arange(acts["ts"].size), acts["stream"], acts["device"]))
-    dev_s, st_s = acts["device"][order], acts["stream"][order]
+    out: Streams = {}
+    end = acts.end_us
+    order = np.lexsort((np.arange(acts.ts_us.size), acts.stream, acts.device))
+    dev_s, st_s = acts.device[order], acts.stream[order]
     cut = np.flatnonzero((np.diff(dev_s) != 0) | (np.diff(st_s) != 0)) + 1
     for part in np.split(order, cut):
         if part.size == 0:
             continue
-        key = (int(acts["device"][part[0]]), int(acts["stream"][part[0]]))
-        out[key] = {
-            "idx": part,
-            "lk": np.maximum.accumulate(launch_key[part]),
-            "end": np.maximum.accumulate(end[part]),
-            "ts": acts["ts"][part],
-        }
+        key = (int(acts.device[part[0]]), int(acts.stream[part[0]]))
+        out[key] = _Stream(
+            idx=part,
+            lk=np.maximum.accumulate(launch_key[part]),
+            end=np.maximum.accumulate(end[part]),
+            ts=acts.ts_us[part],
+        )
     return out
 
 
-def _wait_edges(
-    tables: TraceTables,
-    acts: dict[str, np.ndarray],
-    launch_row: np.ndarray,
-    launch_key: np.ndarray,
-    streams: dict[tuple[int, int], dict[str, np.ndarray]],
-    wait_rows: np.ndarray,
-) -> Edges:
-    """Edges of the recorded stream waits (see the module docstring): (src, dst, gap) arrays."""
-    rt = tables.runtime
+def _recorded_waiting_streams(tables: TraceTables) -> dict[int, tuple[int, int]]:
+    """correlation → (device, stream) of each Kineto "Stream Wait Event" record: the stream that waits."""
     syncs = tables.tables["syncs"]
-    rec_stream: dict[int, tuple[int, int]] = {}
+    out: dict[int, tuple[int, int]] = {}
     if len(syncs):
         is_wait = tables.names_matching(r"^Stream Wait Event$")[syncs["name_id"]]
         for c, d, s in zip(
             syncs["correlation"][is_wait].tolist(), syncs["device"][is_wait].tolist(), syncs["stream"][is_wait].tolist()
         ):
-            rec_stream[int(c)] = (int(d), int(s))
-    # activities launched by each host thread, in launch order
-    has = launch_row >= 0
-    a_idx = np.flatnonzero(has)
+            out[int(c)] = (int(d), int(s))
+    return out
+
+
+def _launched_by_thread(tables: TraceTables, launch_row: np.ndarray, launch_key: np.ndarray) -> Launched:
+    """Per host (pid, tid): the launch times (µs) and indices of the activities it launched, in launch order."""
+    rt = tables.runtime
+    a_idx = np.flatnonzero(launch_row >= 0)
+    out: Launched = {}
+    if a_idx.size == 0:
+        return out
     rows = launch_row[a_idx]
-    by_thread: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
-    pid_tid = (
-        np.stack([rt["pid"][rows].astype(np.int64), rt["tid"][rows].astype(np.int64)], axis=1)
-        if a_idx.size
-        else np.empty((0, 2), np.int64)
-    )
-    if a_idx.size:
-        keys, inv = np.unique(pid_tid, axis=0, return_inverse=True)
-        inv = inv.reshape(-1)
-        grouped = np.argsort(inv, kind="stable")
-        bounds = np.searchsorted(inv[grouped], np.arange(len(keys) + 1))
-        for j, (p, t) in enumerate(keys.tolist()):
-            sel = a_idx[grouped[bounds[j] : bounds[j + 1]]]
-            o = np.argsort(launch_key[sel], kind="stable")
-            by_thread[(int(p), int(t))] = (launch_key[sel][o], sel[o])
-    end = acts["ts"] + acts["dur"]
+    pid_tid = np.stack([rt["pid"][rows].astype(np.int64), rt["tid"][rows].astype(np.int64)], axis=1)
+    keys, inv = np.unique(pid_tid, axis=0, return_inverse=True)
+    inv = inv.reshape(-1)
+    grouped = np.argsort(inv, kind="stable")
+    bounds = np.searchsorted(inv[grouped], np.arange(len(keys) + 1))
+    for j, (p, t) in enumerate(keys.tolist()):
+        sel = a_idx[grouped[bounds[j] : bounds[j + 1]]]
+        o = np.argsort(launch_key[sel], kind="stable")
+        out[(int(p), int(t))] = (launch_key[sel][o], sel[o])
+    return out
+
+
+def _waiting_stream(
+    tables: TraceTables, acts: Activities, w: int, recorded: dict[int, tuple[int, int]], launched: Launched
+) -> tuple[int, int] | None:
+    """The (device, stream) the wait call at runtime row ``w`` makes wait: its record's, else that of the next
+    activity its thread launches; None when neither is known."""
+    rt = tables.runtime
+    target = recorded.get(int(rt["correlation"][w]))
+    if target is not None:
+        return target
+    lk, sel = launched.get((int(rt["pid"][w]), int(rt["tid"][w])), (np.empty(0), np.empty(0, np.int64)))
+    k = int(np.searchsorted(lk, float(rt["ts_us"][w]), side="right"))
+    if k >= lk.size:
+        return None
+    nxt = int(sel[k])
+    return (int(acts.device[nxt]), int(acts.stream[nxt]))
+
+
+def _wait_edges(
+    tables: TraceTables,
+    acts: Activities,
+    launch_row: np.ndarray,
+    launch_key: np.ndarray,
+    streams: Streams,
+    wait_rows: np.ndarray,
+) -> Edges:
+    """Edges of the recorded stream waits (see the module docstring): (src, dst, gap) arrays."""
+    rt = tables.runtime
+    recorded = _recorded_waiting_streams(tables)
+    launched = _launched_by_thread(tables, launch_row, launch_key)
     src: list[int] = []
     dst: list[int] = []
     for w in wait_rows.tolist():
         t_w = float(rt["ts_us"][w])
-        target = rec_stream.get(int(rt["correlation"][w]))
-        if target is None:
-            lk, sel = by_thread.get((int(rt["pid"][w]), int(rt["tid"][w])), (np.empty(0), np.empty(0, np.int64)))
-            k = int(np.searchsorted(lk, t_w, side="right"))
-            if k >= lk.size:
-                continue
-            nxt = int(sel[k])
-            target = (int(acts["device"][nxt]), int(acts["stream"][nxt]))
-        ws = streams.get(target)
-        if ws is None:
+        target = _waiting_stream(tables, acts, w, recorded, launched)
+        ws = streams.get(target) if target is not None else None
+        if target is None or ws is None:
             continue
-        k = int(np.searchsorted(ws["lk"], t_w, side="right"))
-        if k >= ws["idx"].size:
+        k = int(np.searchsorted(ws.lk, t_w, side="right"))
+        if k >= ws.idx.size:
             continue
-        d = int(ws["idx"][k])
+        d = int(ws.idx[k])  # the first activity launched after the wait on the waiting stream
         for key, other in streams.items():
             if key[0] != target[0] or key == target:
                 continue
-            j = int(np.searchsorted(other["lk"], t_w, side="left")) - 1
+            j = int(np.searchsorted(other.lk, t_w, side="left")) - 1
             if j >= 0:
-                src.append(int(other["idx"][j]))
+                src.append(int(other.idx[j]))
                 dst.append(d)
-    return _finish(np.asarray(src, np.int64), np.asarray(dst, np.int64), acts["ts"], end)
+    return _finish(np.asarray(src, np.int64), np.asarray(dst, np.int64), acts.ts_us, acts.end_us)
 
 
 def _collective_edges(
     tables: TraceTables,
-    acts: dict[str, np.ndarray],
+    acts: Activities,
     launch_key: np.ndarray,
-    streams: dict[tuple[int, int], dict[str, np.ndarray]],
+    streams: Streams,
 ) -> Edges:
     """Edges keeping each collective kernel in its recorded order relative to the other streams of its device."""
-    ki = acts["table"] == 0  # kernels (ACT_TABLES[0])
-    coll = np.zeros(acts["ts"].size, dtype=bool)
+    ki = acts.table == 0  # kernels (ACT_TABLES[0])
+    coll = np.zeros(acts.ts_us.size, dtype=bool)
     if ki.any():
         is_coll = tables.names_matching(r"(?i)nccl|rccl")[tables.kernels["name_id"]]
-        coll[ki] = is_coll[acts["row"][ki]]
+        coll[ki] = is_coll[acts.row[ki]]
     c = np.flatnonzero(coll)
-    end = acts["ts"] + acts["dur"]
+    end = acts.end_us
     srcs: list[np.ndarray] = []
     dsts: list[np.ndarray] = []
     for key, other in streams.items():
-        mine = c[(acts["device"][c] == key[0]) & (acts["stream"][c] != key[1])]
+        mine = c[(acts.device[c] == key[0]) & (acts.stream[c] != key[1])]
         if mine.size == 0:
             continue
-        n = other["idx"].size
+        n = other.idx.size
         # the other stream's last activity that ended before the collective started → the collective
-        j = np.searchsorted(other["end"], acts["ts"][mine] + TOL_US, side="right") - 1
+        j = np.searchsorted(other.end, acts.ts_us[mine] + TOL_US, side="right") - 1
         ok = j >= 0
-        srcs.append(other["idx"][j[ok]])
+        srcs.append(other.idx[j[ok]])
         dsts.append(mine[ok])
         # the collective → the other stream's first activity started after it ended and launched after it
         k = np.maximum(
-            np.searchsorted(other["ts"], end[mine] - TOL_US, side="left"),
-            np.searchsorted(other["lk"], launch_key[mine], side="right"),
+            np.searchsorted(other.ts, end[mine] - TOL_US, side="left"),
+            np.searchsorted(other.lk, launch_key[mine], side="right"),
         )
         ok = k < n
         srcs.append(mine[ok])
-        dsts.append(other["idx"][k[ok]])
+        dsts.append(other.idx[k[ok]])
     if not srcs:
-        return _finish(np.empty(0, np.int64), np.empty(0, np.int64), acts["ts"], end)
-    return _finish(np.concatenate(srcs), np.concatenate(dsts), acts["ts"], end)
+        return _finish(np.empty(0, np.int64), np.empty(0, np.int64), acts.ts_us, end)
+    return _finish(np.concatenate(srcs), np.concatenate(dsts), acts.ts_us, end)
 
 
 def _finish(src: np.ndarray, dst: np.ndarray, ts: np.ndarray, end: np.ndarray) -> Edges:
@@ -168,16 +203,16 @@ def _finish(src: np.ndarray, dst: np.ndarray, ts: np.ndarray, end: np.ndarray) -
 
 
 def cross_stream_edges(
-    tables: TraceTables, acts: dict[str, np.ndarray], launch_row: np.ndarray, launch_ts: np.ndarray, notes: list[str]
+    tables: TraceTables, acts: Activities, launch_row: np.ndarray, launch_ts: np.ndarray, notes: list[str]
 ) -> Edges:
     """(src, dst, gap µs) arrays of every edge this module adds, sorted by dst; appends its assumption to
-    ``notes``. ``acts``: :func:`perfdoctor.replay.graph._activities` columns; ``launch_row`` / ``launch_ts``: each
+    ``notes``. ``acts``: :func:`perfdoctor.replay.activities.activities`; ``launch_row`` / ``launch_ts``: each
     activity's launching runtime row (-1 none) and its start time (the activity's own start without one)."""
-    n = acts["ts"].size
+    n = acts.ts_us.size
     empty: Edges = (np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.float64))
     if n == 0:
         return empty
-    launch_key = np.where(launch_row >= 0, launch_ts, acts["ts"])
+    launch_key = np.where(launch_row >= 0, launch_ts, acts.ts_us)
     streams = _streams(acts, launch_key)
     rt = tables.runtime
     wait_rows = (

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from perfdoctor.replay.activities import ACT_TABLES, Activities, activities
 from perfdoctor.replay.deps import cross_stream_edges
 from perfdoctor.trace.join import launch_rows
 from perfdoctor.trace.tables import TraceTables
@@ -44,13 +45,30 @@ QUEUE_CALL = re.compile(
     r"EventQuery|PointerGetAttributes|^cu(da)?Graph",
     re.IGNORECASE,
 )
-ACT_TABLES = ("kernels", "memcpy", "memset")
 # a launch into a full queue (1,024 entries on CUDA) blocks; shorter launch calls are never treated as waiting
 LONG_LAUNCH_US = 50.0
 # unexplained delay (µs) beyond which an activity's start is searched for a cross-stream dependency
 SLACK_US = 20.0
 DEFAULT_LAUNCH_LAT_US = 5.0  # launch → start latency when the trace has no launch-bound activity to measure it
 DEFAULT_RELEASE_US = 5.0  # device end → sync return when the trace has no waiting sync to measure it
+
+
+@dataclass
+class ReplayLists:
+    """The columns of a graph the replay's loop reads that no scenario changes, as Python lists (list indexing is
+    what the loop's one pass does fastest), and its visit order (an activity as its index ``i``, a blocking call as
+    ``~i``): made once per graph by :func:`perfdoctor.replay.simulate.replay`."""
+
+    order: list[int]
+    prev: list[int]
+    gap: list[float]
+    dgap: list[float]
+    ab: list[int]
+    bb: list[int]
+    blat: list[float]
+    dep: list[int]
+    dur: list[float]
+    bdep: list[int]
 
 
 @dataclass
@@ -104,6 +122,11 @@ class ReplayGraph:
     act_stall_us: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.float64))
     # (category, math dtype or "", name) of every activity, object arrays: perfdoctor.replay.kernel_classes, made once
     kernel_classes: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+    # the replay loop's fixed columns, made on the first replay (perfdoctor.replay.simulate)
+    replay_lists: ReplayLists | None = field(default=None, repr=False, compare=False)
+    # the category of every activity with the optimizer override (object array), made once by
+    # perfdoctor.replay.attribution
+    categories: np.ndarray | None = field(default=None, repr=False, compare=False)
 
     @property
     def n_act(self) -> int:
@@ -118,34 +141,13 @@ class ReplayGraph:
         return np.asarray(self.act_ts_us + self.act_dur_us)
 
 
-def _activities(tables: TraceTables) -> dict[str, np.ndarray]:
-    parts: dict[str, list[np.ndarray]] = {k: [] for k in ("ts", "dur", "device", "stream", "corr", "table", "row")}
-    for k, tname in enumerate(ACT_TABLES):
-        tab = tables.tables[tname]
-        n = len(tab)
-        if n == 0:
-            continue
-        parts["ts"].append(tab["ts_us"])
-        parts["dur"].append(tab["dur_us"])
-        parts["device"].append(tab["device"].astype(np.int64))
-        parts["stream"].append(tab["stream"].astype(np.int64))
-        parts["corr"].append(tab["correlation"].astype(np.int64))
-        parts["table"].append(np.full(n, k, dtype=np.int64))
-        parts["row"].append(np.arange(n, dtype=np.int64))
-    if not parts["ts"]:
-        return {k: np.empty(0, dtype=np.float64 if k in ("ts", "dur") else np.int64) for k in parts}
-    cols = {k: np.concatenate(v) for k, v in parts.items()}
-    order = np.lexsort((cols["table"], cols["ts"]))
-    return {k: v[order] for k, v in cols.items()}
-
-
-def _join_launch(tables: TraceTables, acts: dict[str, np.ndarray]) -> np.ndarray:
+def _join_launch(tables: TraceTables, acts: Activities) -> np.ndarray:
     """Runtime row of each activity's launching call (:func:`perfdoctor.trace.join.launch_rows`; -1 for none)."""
-    out = np.full(acts["ts"].size, -1, dtype=np.int64)
+    out = np.full(acts.ts_us.size, -1, dtype=np.int64)
     for k, tname in enumerate(ACT_TABLES):
-        m = acts["table"] == k
+        m = acts.table == k
         if m.any():
-            out[m] = launch_rows(tables, tname)[acts["row"][m]]
+            out[m] = launch_rows(tables, tname)[acts.row[m]]
     return out
 
 
@@ -206,9 +208,78 @@ def _latest_end_before(
     return out
 
 
+@dataclass(frozen=True)
+class _Binding:
+    """The offsets that reproduce each activity's recorded start (µs, shape ``(n_act,)``): launch latency
+    (``lat``), gap after the previous activity of its stream (``gap``), the cross-stream dependency taken
+    (``dep``, -1 none) and the gap after its end (``dep_gap``), and the unexplained delay (``stall``)."""
+
+    lat: np.ndarray
+    gap: np.ndarray
+    dep: np.ndarray
+    dep_gap: np.ndarray
+    stall: np.ndarray
+
+
+def _typical_latency(typ: np.ndarray, dev: np.ndarray, to_launch: np.ndarray, m: np.ndarray) -> np.ndarray:
+    """``typ`` (µs per activity) with each device's entries set to the median launch→start time (``to_launch``)
+    of its activities in ``m``; devices without one keep theirs."""
+    out = typ.copy()
+    for d in np.unique(dev).tolist():
+        md = m & (dev == d)
+        if md.any():
+            out[dev == d] = float(np.median(to_launch[md]))
+    return out
+
+
+def _other_stream_waits(
+    acts: Activities,
+    launch_ts: np.ndarray,
+    has_launch: np.ndarray,
+    earliest: np.ndarray,
+    unexplained: np.ndarray,
+) -> np.ndarray:
+    """For each activity in ``unexplained`` (started more than :data:`SLACK_US` after ``earliest``, µs, its launch
+    and stream allow), the latest-ending activity of another stream on its device that ended in between: taken as
+    the one it waited for (-1 none, and for every other activity)."""
+    ts, dev, stream = acts.ts_us, acts.device, acts.stream
+    end = ts + acts.dur_us
+    dep = np.full(ts.size, -1, dtype=np.int64)
+    if unexplained.any():
+        q = np.flatnonzero(unexplained)
+        # another stream's activity on the same device: group by device, skip this stream by requiring end > the
+        # stream's own constraints (the previous activity on this stream ends before them)
+        cand = _latest_end_before(
+            end, dev, earliest[q], ts[q] + 1e-9, dev[q], np.where(has_launch, launch_ts, ts), ts[q]
+        )
+        same_stream = (cand >= 0) & (stream[np.maximum(cand, 0)] == stream[q])
+        cand[same_stream] = -1
+        dep[q] = cand
+    return dep
+
+
+def _binding_notes(n_waits: int, n_unexplained: int) -> list[str]:
+    """The assumptions :func:`_bind_constraints` makes: ``n_waits`` activities given another stream's activity to
+    wait for, ``n_unexplained`` late ones kept as launch latency."""
+    notes = []
+    if n_waits:
+        notes.append(
+            f"{n_waits} device activities started later than their launch and stream allow; each "
+            "waits for the activity of another stream that ended just before it (assumed: an event wait "
+            "the trace does not record)"
+        )
+    if n_unexplained:
+        notes.append(
+            f"{n_unexplained} device activities started more than {SLACK_US:.0f} µs after their launch and "
+            "stream allowed, with no other stream's activity to explain it: the delay is kept as fixed "
+            "launch latency"
+        )
+    return notes
+
+
 def _bind_constraints(
-    acts: dict[str, np.ndarray], launch_ts: np.ndarray, has_launch: np.ndarray, prev: np.ndarray, notes: list[str]
-) -> dict[str, np.ndarray]:
+    acts: Activities, launch_ts: np.ndarray, has_launch: np.ndarray, prev: np.ndarray, notes: list[str]
+) -> _Binding:
     """Which constraint started each activity in the recording, and the offsets that reproduce its start.
 
     - launch-bound (the stream was free when the launch could start it): ``lat = start - launch``; the stream term
@@ -220,40 +291,21 @@ def _bind_constraints(
       same device that ended in between is taken as a cross-stream dependency (an unrecorded event wait); without one
       the delay is kept as launch latency (counted in the assumptions).
     """
-    ts, dur, dev, stream = acts["ts"], acts["dur"], acts["device"], acts["stream"]
-    end = ts + dur
-    n = ts.size
+    ts, dev = acts.ts_us, acts.device
+    end = ts + acts.dur_us
     prev_end = np.where(prev >= 0, end[np.maximum(prev, 0)], -np.inf)
     to_launch = np.where(has_launch, ts - launch_ts, 0.0)
-    stream_free_at_launch = prev_end <= launch_ts
-    lb = has_launch & stream_free_at_launch & (to_launch >= 0)
-    typ = np.full(n, DEFAULT_LAUNCH_LAT_US)
-    for d in np.unique(dev).tolist():
-        m = lb & (dev == d)
-        if m.any():
-            typ[dev == d] = float(np.median(to_launch[m]))
+    lb = has_launch & (prev_end <= launch_ts) & (to_launch >= 0)  # the stream was free at the launch
+    typ = _typical_latency(np.full(ts.size, DEFAULT_LAUNCH_LAT_US), dev, to_launch, lb)
     earliest = np.maximum(
         np.where(has_launch, launch_ts + np.minimum(typ, np.maximum(to_launch, 0.0)), -np.inf), prev_end
     )
     unexplained = has_launch & (ts - earliest > SLACK_US)
-    dep = np.full(n, -1, dtype=np.int64)
-    if unexplained.any():
-        q = np.flatnonzero(unexplained)
-        # another stream's activity on the same device: group by device, skip this stream by requiring end > the
-        # stream's own constraints (the previous activity on this stream ends before them)
-        cand = _latest_end_before(
-            end, dev, earliest[q], ts[q] + 1e-9, dev[q], np.where(has_launch, launch_ts, ts), ts[q]
-        )
-        same_stream = (cand >= 0) & (stream[np.maximum(cand, 0)] == stream[q])
-        cand[same_stream] = -1
-        dep[q] = cand
+    dep = _other_stream_waits(acts, launch_ts, has_launch, earliest, unexplained)
     has_dep = dep >= 0
     dep_end = np.where(has_dep, end[np.maximum(dep, 0)], -np.inf)
     # the typical launch latency again, without the activities a cross-stream wait held back
-    for d in np.unique(dev).tolist():
-        m = lb & ~has_dep & (dev == d)
-        if m.any():
-            typ[dev == d] = float(np.median(to_launch[m]))
+    typ = _typical_latency(typ, dev, to_launch, lb & ~has_dep)
     small_lat = np.minimum(typ, np.maximum(to_launch, 0.0))
     # queued: the stream was still busy when the launch could have started the activity
     stream_bound = ~has_dep & (prev >= 0) & (~has_launch | (prev_end >= launch_ts + small_lat))
@@ -261,29 +313,66 @@ def _bind_constraints(
     lat = np.where(stream_bound | has_dep, np.where(has_launch, small_lat, 0.0), lat)
     gap = np.where(prev >= 0, ts - prev_end, 0.0)
     gap = np.where(stream_bound, gap, np.minimum(gap, 0.0))
-    dep_gap = np.where(has_dep, ts - dep_end, 0.0)
     # beyond the typical launch latency (the one ``lat`` keeps for queued activities) and the stream's constraint
     stall_from = np.maximum(np.where(has_launch, launch_ts + small_lat, -np.inf), prev_end)
     stall = np.where(unexplained & ~has_dep, np.maximum(ts - stall_from, 0.0), 0.0)
-    n_unexplained = int((unexplained & ~has_dep).sum())
-    if has_dep.any():
-        notes.append(
-            f"{int(has_dep.sum())} device activities started later than their launch and stream allow; each "
-            "waits for the activity of another stream that ended just before it (assumed: an event wait "
-            "the trace does not record)"
-        )
-    if n_unexplained:
-        notes.append(
-            f"{n_unexplained} device activities started more than {SLACK_US:.0f} µs after their launch and "
-            "stream allowed, with no other stream's activity to explain it: the delay is kept as fixed "
-            "launch latency"
-        )
-    return {"lat": lat, "gap": gap, "dep": dep, "dep_gap": dep_gap, "stall": stall}
+    notes.extend(_binding_notes(int(has_dep.sum()), int((unexplained & ~has_dep).sum())))
+    return _Binding(lat, gap, dep, np.where(has_dep, ts - dep_end, 0.0), stall)
+
+
+@dataclass(frozen=True)
+class _BlockingCalls:
+    """The blocking host calls, sorted by recorded end (shape ``(n_blk,)``; see :class:`ReplayGraph`'s ``blk_*``):
+    runtime ``row``, ``ts`` / ``end`` (µs), ``pid``, the activity waited for (``dep``, -1 none), release latency
+    (``lat``, µs), own time (``own``, µs) and whether it waited (``waited``)."""
+
+    row: np.ndarray
+    ts: np.ndarray
+    end: np.ndarray
+    pid: np.ndarray
+    dep: np.ndarray
+    lat: np.ndarray
+    own: np.ndarray
+    waited: np.ndarray
+
+    @classmethod
+    def none(cls) -> _BlockingCalls:
+        """No blocking call (a trace without runtime calls or device activities)."""
+        e, ei = np.empty(0), np.empty(0, dtype=np.int64)
+        return cls(ei, e, e, ei, ei, e, e, np.empty(0, bool))
+
+
+def _blocking_copies(tables: TraceTables, acts: Activities, launch_row: np.ndarray) -> np.ndarray:
+    """Per runtime row: the call launched a pageable copy (staged by the driver, so the host waits for it)."""
+    from perfdoctor.analysis.classify import classify_kernel  # category/pageable names live in one table
+
+    mc_tab = acts.table == ACT_TABLES.index("memcpy")
+    blocking_copy = np.zeros(len(tables.runtime), dtype=bool)
+    if mc_tab.any():
+        names = tables.names
+        pageable = np.array([classify_kernel(names[i]).pageable for i in tables.memcpy["name_id"].tolist()], dtype=bool)
+        rows = launch_row[mc_tab]
+        pg = pageable[acts.row[mc_tab]]
+        blocking_copy[rows[(rows >= 0) & pg]] = True
+    return blocking_copy
+
+
+def _waited_activity(
+    acts: Activities, launch_ts: np.ndarray, launch_row: np.ndarray, ts: np.ndarray, end: np.ndarray
+) -> np.ndarray:
+    """For each call ``[ts, end)`` (µs): the latest-ending activity launched by its start, on any stream or device,
+    that ended by its return (+1 µs of clock); -1 none."""
+    a_end = acts.end_us
+    a_launch = np.where(launch_row >= 0, launch_ts, acts.ts_us)
+    group = acts.device * 0  # one group: a device sync waits for every device of the process
+    return _latest_end_before(
+        a_end, group, np.full(ts.size, -np.inf), end + 1.0, np.zeros(ts.size, np.int64), a_launch, ts
+    )
 
 
 def _blocking_calls(
-    tables: TraceTables, acts: dict[str, np.ndarray], launch_ts: np.ndarray, launch_row: np.ndarray, notes: list[str]
-) -> dict[str, np.ndarray]:
+    tables: TraceTables, acts: Activities, launch_ts: np.ndarray, launch_row: np.ndarray, notes: list[str]
+) -> _BlockingCalls:
     """Runtime calls that block the host until device work ends, and the activity each waits for.
 
     A synchronize call or blocking copy (:data:`SYNC_CALL`, or a copy whose memcpy is pageable or device-to-host
@@ -293,72 +382,35 @@ def _blocking_calls(
     synchronize is assumed to wait for it too: the trace does not say which stream an event was recorded on).
     """
     rt = tables.runtime
-    if len(rt) == 0 or acts["ts"].size == 0:
-        e = np.empty(0)
-        ei = np.empty(0, dtype=np.int64)
-        return {"row": ei, "ts": e, "end": e, "pid": ei, "dep": ei, "lat": e, "own": e, "waited": np.empty(0, bool)}
-    names = tables.names
+    if len(rt) == 0 or acts.ts_us.size == 0:
+        return _BlockingCalls.none()
     rt_name = rt["name_id"]
-    sync_ids = tables.names_matching(SYNC_CALL)
-    queue_ids = tables.names_matching(QUEUE_CALL)
-    is_sync = sync_ids[rt_name]
-    # a blocking copy: its memcpy is pageable (staged by the driver) or its call is not an Async one
-    from perfdoctor.analysis.classify import classify_kernel  # category/pageable names live in one table
-
-    mc_tab = acts["table"] == ACT_TABLES.index("memcpy")
-    blocking_copy = np.zeros(len(rt), dtype=bool)
-    if mc_tab.any():
-        mc = tables.memcpy
-        pageable = np.array([classify_kernel(names[i]).pageable for i in mc["name_id"].tolist()], dtype=bool)
-        rows = launch_row[mc_tab]
-        pg = pageable[acts["row"][mc_tab]]
-        blocking_copy[rows[(rows >= 0) & pg]] = True
-    candidate = is_sync | blocking_copy | ~queue_ids[rt_name] | (rt["dur_us"] > LONG_LAUNCH_US)
-    idx = np.flatnonzero(candidate)
-    ts, end_c = rt["ts_us"][idx], rt["end_us"][idx]
-    a_end = acts["ts"] + acts["dur"]
-    a_launch = np.where(launch_row >= 0, launch_ts, acts["ts"])
-    group = acts["device"] * 0  # one group: a device sync waits for every device of the process
-    dep = _latest_end_before(
-        a_end, group, np.full(idx.size, -np.inf), end_c + 1.0, np.zeros(idx.size, np.int64), a_launch, ts
-    )
+    is_sync = tables.names_matching(SYNC_CALL)[rt_name]
+    blocking_copy = _blocking_copies(tables, acts, launch_row)
+    always = is_sync | blocking_copy
+    idx = np.flatnonzero(always | ~tables.names_matching(QUEUE_CALL)[rt_name] | (rt["dur_us"] > LONG_LAUNCH_US))
+    dep = _waited_activity(acts, launch_ts, launch_row, rt["ts_us"][idx], rt["end_us"][idx])
     has = dep >= 0
-    dep_end = np.where(has, a_end[np.maximum(dep, 0)], -np.inf)
-    waited = has & (dep_end > ts)
-    always = is_sync[idx] | blocking_copy[idx]
-    keep = always | waited
-    idx, ts, end_c, dep, dep_end, waited, has = (
-        idx[keep],
-        ts[keep],
-        end_c[keep],
-        dep[keep],
-        dep_end[keep],
-        waited[keep],
-        has[keep],
-    )
+    dep_end = np.where(has, (acts.end_us)[np.maximum(dep, 0)], -np.inf)
+    waited = has & (dep_end > rt["ts_us"][idx])
+    keep = always[idx] | waited
+    idx, dep, dep_end, waited, has = idx[keep], dep[keep], dep_end[keep], waited[keep], has[keep]
+    ts, end_c = rt["ts_us"][idx], rt["end_us"][idx]
     release = end_c - dep_end
     typ_release = float(np.median(release[waited])) if waited.any() else DEFAULT_RELEASE_US
     lat = np.where(waited, release, np.minimum(np.where(has, release, 0.0), max(typ_release, 0.0)))
-    dur = end_c - ts
-    own = np.where(waited, np.clip(release, 0.0, dur), dur)
+    own = np.where(waited, np.clip(release, 0.0, end_c - ts), end_c - ts)
     order = np.argsort(end_c, kind="stable")
-    n_wait = int(waited.sum())
     if idx.size:
         notes.append(
-            f"{idx.size} blocking host call(s) ({n_wait} of them waited for the device): each waits for the "
-            "device activity that, in the recording, ended last before it returned among those launched "
+            f"{idx.size} blocking host call(s) ({int(waited.sum())} of them waited for the device): each waits for "
+            "the device activity that, in the recording, ended last before it returned among those launched "
             "before it"
         )
-    return {
-        "row": idx[order],
-        "ts": ts[order],
-        "end": end_c[order],
-        "pid": rt["pid"][idx][order].astype(np.int64),
-        "dep": np.where(has, dep, -1)[order],
-        "lat": lat[order],
-        "own": own[order],
-        "waited": waited[order],
-    }
+    pid = rt["pid"][idx][order].astype(np.int64)
+    return _BlockingCalls(
+        idx[order], ts[order], end_c[order], pid, np.where(has, dep, -1)[order], lat[order], own[order], waited[order]
+    )
 
 
 def _last_block_before(
@@ -384,19 +436,32 @@ def _last_block_before(
     return out
 
 
-def build_graph(tables: TraceTables) -> ReplayGraph:
-    """The dependency graph of one trace (all devices, all host processes)."""
-    notes: list[str] = []
-    acts = _activities(tables)
+@dataclass(frozen=True)
+class _Launches:
+    """Each activity's launching runtime call (shape ``(n_act,)``): its row (-1 none), its start (µs; the
+    activity's own start without one) and its host process (-1 none)."""
+
+    row: np.ndarray
+    ts_us: np.ndarray
+    pid: np.ndarray
+
+    @property
+    def found(self) -> np.ndarray:
+        """Whether each activity has a launch call in the trace."""
+        return self.row >= 0
+
+
+def _launches(tables: TraceTables, acts: Activities, notes: list[str]) -> _Launches:
+    """The launch call of every activity (:func:`_join_launch`); notes how many have none."""
     rt = tables.runtime
     launch_row = _join_launch(tables, acts)
     has_launch = launch_row >= 0
     safe = np.maximum(launch_row, 0)
-    launch_ts = np.where(has_launch, rt["ts_us"][safe], acts["ts"]) if len(rt) else acts["ts"].copy()
+    launch_ts = np.where(has_launch, rt["ts_us"][safe], acts.ts_us) if len(rt) else acts.ts_us.copy()
     act_pid = (
         np.where(has_launch, rt["pid"][safe].astype(np.int64), -1)
         if len(rt)
-        else np.full(acts["ts"].size, -1, dtype=np.int64)
+        else np.full(acts.ts_us.size, -1, dtype=np.int64)
     )
     n_anchor = int((~has_launch).sum())
     if n_anchor:
@@ -404,48 +469,58 @@ def build_graph(tables: TraceTables) -> ReplayGraph:
             f"{n_anchor} device activities have no launch call in the trace (queued before the recording "
             "began, or the launch was not recorded): they keep their recorded start"
         )
-    prev = _stream_prev(acts["device"], acts["stream"])
-    bind = _bind_constraints(acts, launch_ts, has_launch, prev, notes)
-    blk = _blocking_calls(tables, acts, launch_ts, launch_row, notes)
-    xsrc, xdst, xgap = cross_stream_edges(tables, acts, launch_row, launch_ts, notes)
-    notes.append(
-        "the baseline replay reproduces the recording by construction (its offsets are read from the "
-        "recording), so its error (mean_error, max_step_error) is no evidence of accuracy; validation of "
-        "what-ifs: benchmarks/replay_pairs.py (predicted vs measured on before/after trace pairs)"
-    )
-    notes.append(
-        "host work keeps its recorded durations; all threads of a process share one timeline, shifted by "
-        "each blocking call that returns earlier or later than recorded (waits between host threads are "
-        "not recorded)"
-    )
+    return _Launches(launch_row, launch_ts, act_pid)
+
+
+# what every graph assumes, whatever its trace
+_GRAPH_NOTES = (
+    "the baseline replay reproduces the recording by construction (its offsets are read from the "
+    "recording), so its error (mean_error, max_step_error) is no evidence of accuracy; validation of "
+    "what-ifs: benchmarks/replay_pairs.py (predicted vs measured on before/after trace pairs)",
+    "host work keeps its recorded durations; all threads of a process share one timeline, shifted by "
+    "each blocking call that returns earlier or later than recorded (waits between host threads are "
+    "not recorded)",
+)
+
+
+def build_graph(tables: TraceTables) -> ReplayGraph:
+    """The dependency graph of one trace (all devices, all host processes)."""
+    notes: list[str] = []
+    acts = activities(tables)
+    launch = _launches(tables, acts, notes)
+    prev = _stream_prev(acts.device, acts.stream)
+    bind = _bind_constraints(acts, launch.ts_us, launch.found, prev, notes)
+    blk = _blocking_calls(tables, acts, launch.ts_us, launch.row, notes)
+    xsrc, xdst, xgap = cross_stream_edges(tables, acts, launch.row, launch.ts_us, notes)
+    notes.extend(_GRAPH_NOTES)
     return ReplayGraph(
-        act_ts_us=acts["ts"],
-        act_dur_us=acts["dur"],
-        act_device=acts["device"],
-        act_stream=acts["stream"],
-        act_table=acts["table"],
-        act_row=acts["row"],
-        act_launch=launch_row,
-        act_launch_ts_us=launch_ts,
-        act_pid=act_pid,
-        act_lat_us=bind["lat"],
+        act_ts_us=acts.ts_us,
+        act_dur_us=acts.dur_us,
+        act_device=acts.device,
+        act_stream=acts.stream,
+        act_table=acts.table,
+        act_row=acts.row,
+        act_launch=launch.row,
+        act_launch_ts_us=launch.ts_us,
+        act_pid=launch.pid,
+        act_lat_us=bind.lat,
         act_prev=prev,
-        act_gap_us=bind["gap"],
-        act_dep=bind["dep"],
-        act_dep_gap_us=bind["dep_gap"],
-        act_blk_before=_last_block_before(blk["pid"], blk["end"], act_pid, launch_ts),
-        blk_row=blk["row"],
-        blk_ts_us=blk["ts"],
-        blk_end_us=blk["end"],
-        blk_pid=blk["pid"],
-        blk_dep=blk["dep"],
-        blk_lat_us=blk["lat"],
-        blk_own_us=blk["own"],
-        blk_waited=blk["waited"],
-        blk_blk_before=_last_block_before(blk["pid"], blk["end"], blk["pid"], blk["ts"], of_blocks=True),
+        act_gap_us=bind.gap,
+        act_dep=bind.dep,
+        act_dep_gap_us=bind.dep_gap,
+        act_blk_before=_last_block_before(blk.pid, blk.end, launch.pid, launch.ts_us),
+        blk_row=blk.row,
+        blk_ts_us=blk.ts,
+        blk_end_us=blk.end,
+        blk_pid=blk.pid,
+        blk_dep=blk.dep,
+        blk_lat_us=blk.lat,
+        blk_own_us=blk.own,
+        blk_waited=blk.waited,
+        blk_blk_before=_last_block_before(blk.pid, blk.end, blk.pid, blk.ts, of_blocks=True),
         assumptions=notes,
         xdep_src=xsrc,
         xdep_dst=xdst,
         xdep_gap_us=xgap,
-        act_stall_us=bind["stall"],
+        act_stall_us=bind.stall,
     )

@@ -10,7 +10,8 @@ import numpy as np
 
 from perfdoctor.analysis.classify import classify_kernel
 from perfdoctor.analysis.kernel_dtype import kernel_math_dtype
-from perfdoctor.replay.graph import ACT_TABLES, ReplayGraph
+from perfdoctor.replay.activities import ACT_TABLES
+from perfdoctor.replay.graph import ReplayGraph
 from perfdoctor.trace.tables import TraceTables
 
 

@@ -320,7 +320,7 @@ def _collective_floor(rr: RankReplay, tables: TraceTables, steps: Steps) -> Coll
     (:func:`perfdoctor.replay.collective_floor.recorded_floor`; the peers' arrivals, when known, replace them later:
     :mod:`perfdoctor.jobs.rounds`), with their transfer/wait split keyed by kernel name, ``In msg nelems`` and
     ``dtype``, over the analysed steps (``steps``)."""
-    from perfdoctor.replay.graph import ACT_TABLES
+    from perfdoctor.replay.activities import ACT_TABLES
     from perfdoctor.replay.kernel_classes import kernel_classes
 
     dist = tables.metadata.get("distributedInfo")

@@ -13,12 +13,11 @@ blocking call, raised where a skewed clock would put a dependency later), so a r
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
 from perfdoctor.errors import PerfDoctorError
-from perfdoctor.replay.graph import ReplayGraph
+from perfdoctor.replay.graph import ReplayGraph, ReplayLists
 
 Intervals = tuple[np.ndarray, np.ndarray]
 _EPS_US = 1e-6
@@ -122,14 +121,10 @@ def collapse(t_us: np.ndarray, cut: Intervals | None) -> np.ndarray:
 
 def _visit_order(g: ReplayGraph) -> list[int]:
     """The nodes in an order every edge respects, as one list: an activity as its index ``i``, a blocking call as
-    ``~i`` (negative); computed once per graph: a scenario changes durations and drops edges, never adds one, so
-    the order stays valid."""
-    cached = g.__dict__.get("_visit_order")
-    if cached is not None:
-        return cached  # type: ignore[no-any-return]
+    ``~i`` (negative); computed once per graph (:func:`_graph_lists`): a scenario changes durations and drops edges,
+    never adds one, so the order stays valid."""
     kinds, idx = _compute_visit_order(g)
-    order = np.where(np.asarray(kinds) == 0, np.asarray(idx), ~np.asarray(idx)).tolist() if kinds else []
-    g.__dict__["_visit_order"] = order
+    order: list[int] = np.where(np.asarray(kinds) == 0, np.asarray(idx), ~np.asarray(idx)).tolist() if kinds else []
     return order
 
 
@@ -164,25 +159,24 @@ def _compute_visit_order(g: ReplayGraph) -> tuple[list[int], list[int]]:
     return kinds[order].tolist(), idx[order].tolist()
 
 
-def _graph_lists(g: ReplayGraph) -> dict[str, list[Any]]:
-    """The graph's columns the replay loop reads that no scenario changes, as Python lists (built once per graph,
-    as :func:`_visit_order`: ``tolist`` of a 232,023-node graph's columns cost ~40 ms of each ~100 ms replay)."""
-    cached = g.__dict__.get("_replay_lists")
-    if cached is not None:
-        return cached  # type: ignore[no-any-return]
-    lists: dict[str, list[Any]] = {
-        "prev": g.act_prev.tolist(),
-        "gap": g.act_gap_us.tolist(),
-        "dgap": g.act_dep_gap_us.tolist(),
-        "ab": g.act_blk_before.tolist(),
-        "bb": g.blk_blk_before.tolist(),
-        "blat": g.blk_lat_us.tolist(),
-        "dep": g.act_dep.tolist(),
-        "dur": np.asarray(g.act_dur_us, dtype=np.float64).tolist(),
-        "bdep": np.asarray(g.blk_dep).tolist(),
-    }
-    g.__dict__["_replay_lists"] = lists
-    return lists
+def _graph_lists(g: ReplayGraph) -> ReplayLists:
+    """The graph's columns the replay loop reads that no scenario changes, as Python lists, with its visit order
+    (:func:`_visit_order`): built once per graph and kept on it (``tolist`` of a 232,023-node graph's columns cost
+    ~40 ms of each ~100 ms replay)."""
+    if g.replay_lists is None:
+        g.replay_lists = ReplayLists(
+            order=_visit_order(g),
+            prev=g.act_prev.tolist(),
+            gap=g.act_gap_us.tolist(),
+            dgap=g.act_dep_gap_us.tolist(),
+            ab=g.act_blk_before.tolist(),
+            bb=g.blk_blk_before.tolist(),
+            blat=g.blk_lat_us.tolist(),
+            dep=g.act_dep.tolist(),
+            dur=np.asarray(g.act_dur_us, dtype=np.float64).tolist(),
+            bdep=np.asarray(g.blk_dep).tolist(),
+        )
+    return g.replay_lists
 
 
 def _extra_deps(g: ReplayGraph, sc: Scenario) -> dict[int, list[tuple[int, float]]]:
@@ -200,20 +194,22 @@ def _extra_deps(g: ReplayGraph, sc: Scenario) -> dict[int, list[tuple[int, float
     return out
 
 
-def replay(g: ReplayGraph, scenario: Scenario | None = None) -> ReplayResult:
-    """Replay ``g`` under ``scenario`` (None: the recording itself).
-
-    Returns:
-        :class:`ReplayResult` with every activity's and blocking call's replayed times (µs).
+def _checked(g: ReplayGraph, sc: Scenario) -> tuple[np.ndarray, np.ndarray]:
+    """The scenario's activity durations (µs, shape ``(n_act,)``) and removed blocking calls (bool, ``(n_blk,)``).
 
     Raises:
-        PerfDoctorError: a scenario array has the wrong shape, or the graph has a cycle.
+        PerfDoctorError: either has the wrong shape for ``g``.
     """
-    sc = scenario or Scenario()
     dur = g.act_dur_us if sc.act_dur_us is None else np.asarray(sc.act_dur_us, dtype=np.float64)
     removed = np.zeros(g.n_blk, bool) if sc.blk_removed is None else np.asarray(sc.blk_removed, dtype=bool)
     if dur.shape != (g.n_act,) or removed.shape != (g.n_blk,):
         raise PerfDoctorError(f"replay: scenario {sc.name!r} does not fit the graph ({dur.shape}, {removed.shape})")
+    return dur, removed
+
+
+def _host_times(g: ReplayGraph, sc: Scenario) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Host times (µs) under the scenario: each activity's launch call (a moved launch in its place), each blocking
+    call's start and end, with the host time the scenario cuts squeezed out of each process's timeline."""
     h_launch = g.act_launch_ts_us.copy()
     if sc.act_launch_ts_us is not None:
         moved = ~np.isnan(np.asarray(sc.act_launch_ts_us, dtype=np.float64))
@@ -224,29 +220,78 @@ def replay(g: ReplayGraph, scenario: Scenario | None = None) -> ReplayResult:
         h_launch[m] = collapse(h_launch[m], cut)
         mb = g.blk_pid == pid
         h_bs[mb], h_be[mb] = collapse(g.blk_ts_us[mb], cut), collapse(g.blk_end_us[mb], cut)
+    return h_launch, h_bs, h_be
+
+
+@dataclass
+class _Columns:
+    """What one replay's loop reads, as Python lists: the graph's fixed columns (``fixed``) and the ones the
+    scenario sets. Per activity: ``base`` (its start from its launch alone, µs: host launch + latency, or its
+    recorded start without a launch), ``dep`` (cross-stream dependency, -1 none), ``dur`` (µs), ``end_min`` (the
+    earliest it may end, µs; None: no bound); ``extra``: further cross-stream edges (:func:`_extra_deps`). Per
+    blocking call: ``bdep`` (the activity it waits for, -1 none), ``own`` (its own host time, µs), ``hbs`` / ``hbe``
+    (its host start and end, µs, cut time squeezed out)."""
+
+    fixed: ReplayLists
+    base: list[float]
+    dep: list[int]
+    dur: list[float]
+    end_min: list[float] | None
+    extra: dict[int, list[tuple[int, float]]]
+    bdep: list[int]
+    own: list[float]
+    hbs: list[float]
+    hbe: list[float]
+
+
+def _columns(g: ReplayGraph, sc: Scenario, dur: np.ndarray, removed: np.ndarray) -> _Columns:
+    """The loop's inputs for ``sc`` (``dur`` / ``removed``: :func:`_checked`'s), the graph's own lists where the
+    scenario leaves a column as recorded."""
+    h_launch, h_bs, h_be = _host_times(g, sc)
     # a call that no longer waits takes what is left of its host time (a cut may keep part of it: a launch)
     left = np.maximum(h_be - h_bs, 0.0)
     own = np.where(removed, left, np.minimum(g.blk_own_us, left))
-    bdep = np.where(removed, -1, g.blk_dep)
     anchored = g.act_launch < 0
-    base = np.where(anchored, g.act_ts_us, h_launch + g.act_lat_us).tolist()
-    order = _visit_order(g)
     fixed = _graph_lists(g)
-    prev, gap, dgap, ab, bb, blat = (fixed[k] for k in ("prev", "gap", "dgap", "ab", "bb", "blat"))
-    dep = fixed["dep"] if sc.act_dep_removed is None else np.where(sc.act_dep_removed, -1, g.act_dep).tolist()
-    durl = fixed["dur"] if sc.act_dur_us is None else dur.tolist()
-    bdl = fixed["bdep"] if sc.blk_removed is None else bdep.tolist()
-    ownl, hbs, hbe = own.tolist(), h_bs.tolist(), h_be.tolist()
-    xd = _extra_deps(g, sc)
     end_min = None if sc.act_end_min_us is None else np.asarray(sc.act_end_min_us, float).tolist()
     if end_min is None and np.isnan(dur).any():  # a NaN end takes the -inf bound, as a bound's test reads it
         end_min = [-np.inf] * g.n_act
+    return _Columns(
+        fixed=fixed,
+        base=np.where(anchored, g.act_ts_us, h_launch + g.act_lat_us).tolist(),
+        dep=fixed.dep if sc.act_dep_removed is None else np.where(sc.act_dep_removed, -1, g.act_dep).tolist(),
+        dur=fixed.dur if sc.act_dur_us is None else dur.tolist(),
+        end_min=end_min,
+        extra=_extra_deps(g, sc),
+        bdep=fixed.bdep if sc.blk_removed is None else np.where(removed, -1, g.blk_dep).tolist(),
+        own=own.tolist(),
+        hbs=h_bs.tolist(),
+        hbe=h_be.tolist(),
+    )
+
+
+def _run(n_act: int, n_blk: int, c: _Columns) -> tuple[list[float], list[float], list[float], list[float]]:
+    """The replay's one pass over the nodes in visit order: (activity starts, activity ends, blocking-call ends,
+    blocking-call shifts), µs. An activity starts at the latest of its launch (shifted by the last blocking call
+    before it), its stream's previous end + gap and its dependencies' ends + gaps; a blocking call ends at the
+    later of its own time and its activity's end + release latency, and shifts its process's host time after it."""
+    order, base, durl, end_min, xd = c.fixed.order, c.base, c.dur, c.end_min, c.extra
+    prev, gap, dep, dgap, ab, bb, blat = (
+        c.fixed.prev,
+        c.fixed.gap,
+        c.dep,
+        c.fixed.dgap,
+        c.fixed.ab,
+        c.fixed.bb,
+        c.fixed.blat,
+    )
+    bdl, ownl, hbs, hbe = c.bdep, c.own, c.hbs, c.hbe
     # index -1 (no predecessor, no blocking call before) reads a sentinel at the end of each list: an end of -inf
     # binds nothing, a shift of 0 moves nothing; the same arithmetic as testing for -1 first, without the branch
-    start = [0.0] * g.n_act
-    end = [0.0] * g.n_act + [-np.inf]
-    bend = [0.0] * g.n_blk
-    shift = [0.0] * (g.n_blk + 1)
+    start = [0.0] * n_act
+    end = [0.0] * n_act + [-np.inf]
+    bend = [0.0] * n_blk
+    shift = [0.0] * (n_blk + 1)
     for i in order:
         if i >= 0:
             st = base[i] + shift[ab[i]]
@@ -276,6 +321,21 @@ def replay(g: ReplayGraph, scenario: Scenario | None = None) -> ReplayResult:
             bend[i] = e
             shift[i] = e - hbe[i]
     del end[-1], shift[-1]
+    return start, end, bend, shift
+
+
+def replay(g: ReplayGraph, scenario: Scenario | None = None) -> ReplayResult:
+    """Replay ``g`` under ``scenario`` (None: the recording itself).
+
+    Returns:
+        :class:`ReplayResult` with every activity's and blocking call's replayed times (µs).
+
+    Raises:
+        PerfDoctorError: a scenario array has the wrong shape, or the graph has a cycle.
+    """
+    sc = scenario or Scenario()
+    dur, removed = _checked(g, sc)
+    start, end, bend, shift = _run(g.n_act, g.n_blk, _columns(g, sc, dur, removed))
     return ReplayResult(
         graph=g,
         scenario=sc,

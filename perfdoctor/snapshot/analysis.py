@@ -248,6 +248,51 @@ def _during(annotations: Sequence[Annotation], device: int, time_us: int | None)
     return out
 
 
+def _held_at_peak(live: Sequence[_Element], sites: _Sites) -> tuple[list[Allocation], list[CallSite]]:
+    """The allocations live at the peak, largest first, and their call sites (bytes and allocations per site,
+    largest first)."""
+    by_site: dict[str, list[int]] = {}
+    allocations = []
+    for el in live:
+        site, stack = sites.of(el.frames, el.recorded)
+        agg = by_site.setdefault(site, [0, 0])
+        agg[0] += el.size
+        agg[1] += 1
+        allocations.append(Allocation(bytes=el.size, site=site, stack=stack, address=el.address, recorded=el.recorded))
+    allocations.sort(key=lambda a: (-a.bytes, a.address))
+    call_sites = sorted(
+        (CallSite(site=s, bytes=b, allocations=n) for s, (b, n) in by_site.items()), key=lambda c: (-c.bytes, c.site)
+    )
+    return allocations, call_sites
+
+
+def _categories_at_peak(t: _Timeline, live: Sequence[_Element]) -> dict[str, int] | None:
+    """Bytes live at the peak per allocation category (``unknown`` for none), largest first; None when the
+    history labels no allocation with a category."""
+    if not any(el.category is not None for el in t.elements):
+        return None
+    categories: Counter[str] = Counter()
+    for el in live:
+        categories[el.category or "unknown"] += el.size
+    return dict(categories.most_common())
+
+
+def _ooms(events: Sequence[TraceEvent], t: _Timeline, t0: int | None, sites: _Sites) -> list[Oom]:
+    """Each recorded OOM: when (µs from ``t0``, the first event's time), what was asked, and the device's state."""
+    return [
+        Oom(
+            time_us=None if e.time_us is None or t0 is None else e.time_us - t0,
+            requested_bytes=e.size,
+            device_free_bytes=e.device_free,
+            reserved_bytes=t.oom_state[i][0],
+            allocated_bytes=t.oom_state[i][1],
+            site=sites.of(e.frames, True)[0],
+        )
+        for i, e in enumerate(events)
+        if e.action == "oom"
+    ]
+
+
 def device_memory(snapshot: Snapshot, device: int, sites: _Sites | None = None) -> DeviceMemory:
     """One device's :class:`DeviceMemory` (bytes; times in µs from its first recorded event)."""
     sites = sites or _Sites()
@@ -262,31 +307,8 @@ def device_memory(snapshot: Snapshot, device: int, sites: _Sites | None = None) 
     peak_time = None
     if t0 is not None and t.peak_index is not None and events[t.peak_index].time_us is not None:
         peak_time = events[t.peak_index].time_us
-    by_site: dict[str, list[int]] = {}
-    allocations = []
-    for el in live:
-        site, stack = sites.of(el.frames, el.recorded)
-        agg = by_site.setdefault(site, [0, 0])
-        agg[0] += el.size
-        agg[1] += 1
-        allocations.append(Allocation(bytes=el.size, site=site, stack=stack, address=el.address, recorded=el.recorded))
-    allocations.sort(key=lambda a: (-a.bytes, a.address))
-    labelled = any(el.category is not None for el in t.elements)
-    categories: Counter[str] = Counter()
-    for el in live:
-        categories[el.category or "unknown"] += el.size
-    ooms = [
-        Oom(
-            time_us=None if e.time_us is None or t0 is None else e.time_us - t0,
-            requested_bytes=e.size,
-            device_free_bytes=e.device_free,
-            reserved_bytes=t.oom_state[i][0],
-            allocated_bytes=t.oom_state[i][1],
-            site=sites.of(e.frames, True)[0],
-        )
-        for i, e in enumerate(events)
-        if e.action == "oom"
-    ]
+    allocations, call_sites = _held_at_peak(live, sites)
+    categories = _categories_at_peak(t, live)
     actions = Counter(e.action for e in events)
     return DeviceMemory(
         device=device,
@@ -314,13 +336,10 @@ def device_memory(snapshot: Snapshot, device: int, sites: _Sites | None = None) 
         cuda_malloc_calls=actions["segment_alloc"] + actions["segment_map"],
         cuda_free_calls=actions["segment_free"] + actions["segment_unmap"],
         cache_flushes_then_malloc=_flushes_then_malloc(events),
-        ooms=ooms,
+        ooms=_ooms(events, t, t0, sites),
         top_allocations=allocations[:TOP_ALLOCATIONS],
-        call_sites=sorted(
-            (CallSite(site=s, bytes=b, allocations=n) for s, (b, n) in by_site.items()),
-            key=lambda c: (-c.bytes, c.site),
-        ),
-        categories=dict(categories.most_common()) if labelled else None,
+        call_sites=call_sites,
+        categories=categories,
     )
 
 

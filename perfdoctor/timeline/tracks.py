@@ -241,7 +241,7 @@ def _after_plan(ra: RankAnalysis, out: RankTimeline, idx: list[int]) -> list[Sli
     rs, _ = replayed_windows(res, rr.windows)
     scale = rr.step_scale
     g, names = rr.graph, ra.tables.name_array()
-    from perfdoctor.replay.graph import ACT_TABLES
+    from perfdoctor.replay.activities import ACT_TABLES
 
     name_ids = [ra.tables.tables[t]["name_id"] for t in ACT_TABLES]
     slices = []

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from perfdoctor.replay.graph import ACT_TABLES, QUEUE_CALL
+from perfdoctor.replay.activities import ACT_TABLES
+from perfdoctor.replay.graph import QUEUE_CALL
 from perfdoctor.replay.rank import RankReplay
 from perfdoctor.replay.simulate import Intervals, Scenario
 from perfdoctor.replay.transforms import WhatIf, merge_cuts

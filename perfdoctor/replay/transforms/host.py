@@ -4,10 +4,12 @@ CUDA graphs (fewer launches)."""
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 import numpy as np
 
-from perfdoctor.replay.graph import ACT_TABLES, QUEUE_CALL
+from perfdoctor.replay.activities import ACT_TABLES
+from perfdoctor.replay.graph import QUEUE_CALL
 from perfdoctor.replay.machine import CoreBudget
 from perfdoctor.replay.rank import RankReplay
 from perfdoctor.replay.simulate import Intervals, Scenario
@@ -99,6 +101,47 @@ CONTENTION_CPU = (
 )
 
 
+def _measured_floor(budget: CoreBudget, fetch_us: float, workers: int | None) -> tuple[float, str]:
+    """:func:`core_floor` with the run's CPU times (``budget.measured``): the process's CPU time per unprofiled
+    step ÷ the cores its ``workers`` + 1 threads get (µs, unprofiled time), and the clause stating it."""
+    c = budget.job_cores((workers or 1) + 1)
+    assert budget.process_cpu_us is not None and budget.step_us is not None
+    off = budget.off_cpu_us()
+    share = min(max(1.0 - off / fetch_us, 0.0), 1.0) if fetch_us > 0 else 0.0
+    floor = budget.process_cpu_us / c
+    shared = (
+        f"; the loop's thread waited {budget.main_wait_us / 1e3:.1f} ms per step for a core, so its "
+        f"{(workers or 1) + 1} threads with the workers get {c:.2f} cores"
+        if budget.main_wait_us is not None and c < budget.free_cores
+        else ""
+    )
+    return floor, (
+        f"core budget: {budget.machine_text()}{shared}; the training process used "
+        f"{budget.process_cpu_us / 1e3:.1f} ms of CPU per {budget.step_us / 1e3:.1f} ms unprofiled step "
+        f"(steps.csv cpu_s; its loop thread asleep or in I/O {off / 1e3:.1f} ms of it, so the fetch is "
+        f"{share:.0%} CPU work, which the workers still run): the fixed step lasts at least "
+        f"{budget.process_cpu_us / 1e3:.1f} ÷ {c:.2f} = {floor / 1e3:.1f} ms"
+    )
+
+
+def _assumed_floor(budget: CoreBudget, fetch_us: float, step_us: float) -> tuple[float, str]:
+    """:func:`core_floor` with the machine's cores only: the training thread busy the whole step and the fetch all
+    CPU work (µs, unprofiled time), and the clause stating it."""
+    c = budget.free_cores
+    f_ms = fetch_us / 1e3
+    floor = fetch_us / (c - 1) if c >= 2 else step_us + fetch_us * (2 - c)
+    return floor, (
+        f"core budget: {budget.machine_text()}; the run recorded no CPU time per step, so the training thread is "
+        f"assumed busy through the step and the {f_ms:.1f} ms of fetching per step all CPU work: the fixed step "
+        f"lasts at least {floor / 1e3:.1f} ms"
+        + (
+            f" ({f_ms:.1f} ms ÷ {c - 1:.1f} spare cores)"
+            if c >= 2
+            else " (under two free cores: the fetch stays in the step, in part)"
+        )
+    )
+
+
 def core_floor(
     budget: CoreBudget | None, fetch_us: float, step_us: float, inflation: float, workers: int | None = None
 ) -> tuple[float, str]:
@@ -125,37 +168,9 @@ def core_floor(
             f"through the {t_ms:.1f} ms step beside {f_ms:.1f} ms of fetching per step in workers (assumed CPU "
             "work): fewer, and the saving shrinks"
         )
-    c = budget.job_cores((workers or 1) + 1) if budget.measured else budget.free_cores
-    if budget.measured:
-        assert budget.process_cpu_us is not None and budget.step_us is not None
-        off = budget.off_cpu_us()
-        share = min(max(1.0 - off / fetch_us, 0.0), 1.0) if fetch_us > 0 else 0.0
-        floor = budget.process_cpu_us / c
-        shared = (
-            f"; the loop's thread waited {budget.main_wait_us / 1e3:.1f} ms per step for a core, so its "
-            f"{(workers or 1) + 1} threads with the workers get {c:.2f} cores"
-            if budget.main_wait_us is not None and c < budget.free_cores
-            else ""
-        )
-        text = (
-            f"core budget: {budget.machine_text()}{shared}; the training process used "
-            f"{budget.process_cpu_us / 1e3:.1f} ms of CPU per {budget.step_us / 1e3:.1f} ms unprofiled step "
-            f"(steps.csv cpu_s; its loop thread asleep or in I/O {off / 1e3:.1f} ms of it, so the fetch is "
-            f"{share:.0%} CPU work, which the workers still run): the fixed step lasts at least "
-            f"{budget.process_cpu_us / 1e3:.1f} ÷ {c:.2f} = {floor / 1e3:.1f} ms"
-        )
-    else:
-        floor = fetch_us / (c - 1) if c >= 2 else step_us + fetch_us * (2 - c)
-        text = (
-            f"core budget: {budget.machine_text()}; the run recorded no CPU time per step, so the training thread is "
-            f"assumed busy through the step and the {f_ms:.1f} ms of fetching per step all CPU work: the fixed step "
-            f"lasts at least {floor / 1e3:.1f} ms"
-            + (
-                f" ({f_ms:.1f} ms ÷ {c - 1:.1f} spare cores)"
-                if c >= 2
-                else " (under two free cores: the fetch stays in the step, in part)"
-            )
-        )
+    floor, text = (
+        _measured_floor(budget, fetch_us, workers) if budget.measured else _assumed_floor(budget, fetch_us, step_us)
+    )
     floor *= inflation
     binds = floor > step_us + 0.5
     return floor, text + (" (binds: the cores, not the loop, set the step)" if binds else " (does not bind)")
@@ -201,6 +216,116 @@ def fetched_batches(rr: RankReplay, tables: TraceTables, fetch_end_us: np.ndarra
     return out, np.concatenate(picked) if picked else np.empty(0, dtype=np.int64)
 
 
+@dataclass(frozen=True)
+class _Fetches:
+    """The DataLoader fetches (``__next__``) of the step's process: their host spans (µs, recorded clock) and the
+    analysed step window each lies in (-1: outside every window)."""
+
+    pid: int
+    ts_us: np.ndarray
+    end_us: np.ndarray
+    step: np.ndarray
+    n_steps: int
+
+    @property
+    def inside(self) -> np.ndarray:
+        """Whether each fetch lies in an analysed step window (bool, one per fetch)."""
+        return self.step >= 0
+
+    def per_step(self) -> np.ndarray:
+        """Fetches per analysed step window (float64, shape ``(n_steps,)``)."""
+        return np.bincount(self.step[self.inside], minlength=self.n_steps).astype(np.float64)
+
+    def mean_load_us(self) -> float:
+        """Mean recorded fetch in the analysed windows (µs; 0 without one): a worker's time per batch, ``L``."""
+        inside = self.inside
+        return float((self.end_us - self.ts_us)[inside].mean()) if inside.any() else 0.0
+
+    def scenario(self, keep_us: np.ndarray, act_dur_us: np.ndarray | None) -> Scenario:
+        """Each fetch keeps its first ``keep_us`` (µs per fetch, at most the whole fetch) and the rest of its host
+        time goes; ``act_dur_us``: the activities' durations (None: as recorded)."""
+        s, e = self.ts_us, self.end_us
+        s2 = np.minimum(s + keep_us, e)
+        cut = {self.pid: (s2[e > s2], e[e > s2])} if s.size else {}
+        return Scenario("prefetch-dataloader", act_dur_us=act_dur_us, host_cut=cut)
+
+
+def _fetches(rr: RankReplay, tables: TraceTables) -> _Fetches:
+    """The DataLoader fetches of ``rr``'s step process (:data:`DATALOADER`), placed in its analysed windows."""
+    pid = rr.windows.pid
+    s, e = _named(tables, DATALOADER, pid)
+    return _Fetches(pid, s, e, _per_window(s, rr), rr.windows.host_start_us.size)
+
+
+@dataclass(frozen=True)
+class _Handoff:
+    """What each fetch keeps as a worker's hand-off (``keep_us``: µs per fetch), the activities' durations with
+    the batches' host→device copies stretched (None: as recorded) and the assumption's words."""
+
+    keep_us: np.ndarray
+    act_dur_us: np.ndarray | None
+    text: str
+
+
+def _handoff(rr: RankReplay, tables: TraceTables, f: _Fetches, residual_us: float | None) -> _Handoff:
+    """The hand-off of each fetch: ``residual_us`` each when given; else :data:`HANDOFF_FREE_NS_PER_BYTE` × the
+    batch's bytes (:func:`fetched_batches`; nothing for a fetch that already came from workers,
+    :data:`WORKER_FETCH`: the recording holds its hand-off), and the batch's host→device copies take
+    :data:`HANDOFF_READ_NS_PER_BYTE` × their bytes longer. Source: benchmarks/dataloader_handoff.py."""
+    if residual_us is not None:
+        return _Handoff(np.full(f.ts_us.size, float(residual_us)), None, f"each __next__ keeps {residual_us:.0f} µs")
+    pooled = overlaps(f.ts_us, f.end_us, _named(tables, WORKER_FETCH, f.pid))
+    nbytes = np.zeros(f.ts_us.size)  # a worker's fetch: its hand-off is in the recording already
+    nbytes[~pooled], copies = fetched_batches(rr, tables, f.end_us[~pooled])
+    dur: np.ndarray | None = None
+    if copies.size:
+        dur = rr.graph.act_dur_us.copy()
+        nb = tables.memcpy["bytes"][rr.graph.act_row[copies]].clip(0)
+        dur[copies] += HANDOFF_READ_NS_PER_BYTE * nb / 1e3
+    inside = f.inside
+    mb = float(nbytes[inside].mean()) / 1e6 if inside.any() else 0.0
+    return _Handoff(HANDOFF_FREE_NS_PER_BYTE * nbytes / 1e3, dur, _handoff_text(mb, tables.has_device_activity))
+
+
+def _wait_for_bound(
+    rr: RankReplay, f: _Fetches, handoff: _Handoff, bound_us: np.ndarray | float, sc: Scenario, replayed_us: np.ndarray
+) -> Scenario:
+    """The prefetch scenario ``sc`` (replayed at ``replayed_us`` per step) with every step shorter than
+    ``bound_us`` (µs per step: the pool's throughput, the cores' floor) waiting in its fetches for the difference,
+    shared evenly among them; replayed again, up to :data:`POOL_PASSES` times, since waiting host time partly hides
+    behind queued device work."""
+    keep = handoff.keep_us.copy()
+    n_fetch, step, inside = f.per_step(), f.step, f.inside
+    for _ in range(POOL_PASSES):
+        deficit = bound_us - replayed_us
+        if not (deficit > 0.5).any():
+            break
+        short = inside & (deficit[np.maximum(step, 0)] > 0.5)
+        keep[short] += deficit[step[short]] / n_fetch[step[short]]
+        sc = f.scenario(keep, handoff.act_dur_us)
+        replayed_us = rr.step_times(sc)
+    return sc
+
+
+def _workers_needed_text(handoff: str, load_us: float, step_us: float) -> str:
+    """The assumption of an unbounded pool: the fewest workers that keep up, ``⌈L / replayed step⌉`` (µs in)."""
+    need = int(np.ceil(load_us / step_us)) if load_us > 0 and step_us > 0 else 0
+    return (
+        f"batches prefetched by DataLoader workers: {handoff}; this needs at least {max(need, 1)} worker(s) "
+        f"(recorded fetch {load_us / 1e3:.1f} ms ÷ replayed step {step_us / 1e3:.1f} ms)"
+    )
+
+
+def _pool_text(workers: int | None, load_us: float) -> str:
+    """The pool's assumption: ``workers`` each loading a batch in the recorded fetch time ``load_us`` (µs)."""
+    if not workers:
+        return "batches prefetched by DataLoader workers"
+    return (
+        f"{workers} DataLoader worker(s), each loading a batch in the recorded fetch time ({load_us / 1e3:.1f} ms): "
+        f"a step lasts at least {load_us / max(workers, 1) / 1e3:.1f} ms per batch"
+    )
+
+
 def prefetch_dataloader(
     rr: RankReplay,
     tables: TraceTables,
@@ -234,66 +359,24 @@ def prefetch_dataloader(
     whole batches, ``prefetch_factor`` batches ahead per worker); the hand-off cost from
     benchmarks/dataloader_handoff.py.
     """
-    pid = rr.windows.pid
-    s, e = _named(tables, DATALOADER, pid)
-    step = _per_window(s, rr)
-    n_steps = rr.windows.host_start_us.size
-
-    dur: np.ndarray | None = None
-    inside = step >= 0
-    if residual_us is None:
-        pooled = overlaps(s, e, _named(tables, WORKER_FETCH, pid))
-        nbytes = np.zeros(s.size)  # a worker's fetch: its hand-off is in the recording already
-        nbytes[~pooled], copies = fetched_batches(rr, tables, e[~pooled])
-        keep = HANDOFF_FREE_NS_PER_BYTE * nbytes / 1e3
-        if copies.size:
-            dur = rr.graph.act_dur_us.copy()
-            nb = tables.memcpy["bytes"][rr.graph.act_row[copies]].clip(0)
-            dur[copies] += HANDOFF_READ_NS_PER_BYTE * nb / 1e3
-        mb = float(nbytes[inside].mean()) / 1e6 if inside.any() else 0.0
-        handoff = _handoff_text(mb, tables.has_device_activity)
-    else:
-        keep = np.full(s.size, float(residual_us))
-        handoff = f"each __next__ keeps {residual_us:.0f} µs"
-
-    def scenario(keep_us: np.ndarray) -> Scenario:
-        s2 = np.minimum(s + keep_us, e)
-        cut = {pid: (s2[e > s2], e[e > s2])} if s.size else {}
-        return Scenario("prefetch-dataloader", act_dur_us=dur, host_cut=cut)
-
+    f = _fetches(rr, tables)
+    handoff = _handoff(rr, tables, f, residual_us)
     contention = CONTENTION if tables.has_device_activity else CONTENTION_CPU
-    sc = scenario(keep)
-    n_fetch = np.bincount(step[inside], minlength=n_steps).astype(np.float64)
-    load_us = float((e - s)[inside].mean()) if inside.any() else 0.0
+    sc = f.scenario(handoff.keep_us, handoff.act_dur_us)
+    load_us = f.mean_load_us()
     replayed = rr.step_times(sc)
-    fetch_us = float(n_fetch.mean()) * load_us
     inflation = rr.unprofiled.step_inflation if rr.unprofiled is not None else 1.0
-    floor, budget_text = core_floor(budget, fetch_us, float(replayed.mean()) / inflation, inflation, workers)
-    if workers is None and floor <= 0:
-        need = int(np.ceil(load_us / float(replayed.mean()))) if load_us > 0 and replayed.mean() > 0 else 0
-        text = (
-            f"batches prefetched by DataLoader workers: {handoff}; this needs at least {max(need, 1)} worker(s) "
-            f"(recorded fetch {load_us / 1e3:.1f} ms ÷ replayed step {float(replayed.mean()) / 1e3:.1f} ms); "
-            f"{budget_text}; {contention}"
-        )
-        return WhatIf("prefetch-dataloader", sc, text, "PyTorch DataLoader multi-process loading (num_workers > 0)")
-    bound = np.maximum(n_fetch * load_us / max(workers or 1, 1) if workers else 0.0, floor)
-    for _ in range(POOL_PASSES):
-        deficit = bound - replayed
-        if not (deficit > 0.5).any():
-            break
-        short = inside & (deficit[np.maximum(step, 0)] > 0.5)
-        keep[short] += deficit[step[short]] / n_fetch[step[short]]
-        sc = scenario(keep)
-        replayed = rr.step_times(sc)
-    pool = (
-        f"{workers} DataLoader worker(s), each loading a batch in the recorded fetch time ({load_us / 1e3:.1f} ms): "
-        f"a step lasts at least {load_us / max(workers, 1) / 1e3:.1f} ms per batch"
-        if workers
-        else "batches prefetched by DataLoader workers"
+    floor, budget_text = core_floor(
+        budget, float(f.per_step().mean()) * load_us, float(replayed.mean()) / inflation, inflation, workers
     )
-    text = f"{pool}; {handoff}; {budget_text}; {contention}"
-    return WhatIf("prefetch-dataloader", sc, text, "PyTorch DataLoader multi-process loading (num_workers > 0)")
+    source = "PyTorch DataLoader multi-process loading (num_workers > 0)"
+    if workers is None and floor <= 0:
+        text = _workers_needed_text(handoff.text, load_us, float(replayed.mean()))
+        return WhatIf("prefetch-dataloader", sc, f"{text}; {budget_text}; {contention}", source)
+    bound = np.maximum(f.per_step() * load_us / max(workers or 1, 1) if workers else 0.0, floor)
+    sc = _wait_for_bound(rr, f, handoff, bound, sc, replayed)
+    text = f"{_pool_text(workers, load_us)}; {handoff.text}; {budget_text}; {contention}"
+    return WhatIf("prefetch-dataloader", sc, text, source)
 
 
 def _handoff_text(mb: float, device: bool) -> str:
@@ -442,6 +525,61 @@ def _issuing_ops(tables: TraceTables, rr: RankReplay, blk: np.ndarray) -> Interv
     return iv.union(s, e)
 
 
+@dataclass(frozen=True)
+class _CopyLoop:
+    """One step's loop of per-element device→host copies: the copies (graph activity indices, ``rows``), which of
+    them the loop's first element launched (``first``, bool per row: they stay, as the one copy), and the host spans
+    (µs, recorded clock) of the other elements' copy ops, which go."""
+
+    rows: np.ndarray
+    first: np.ndarray
+    cut_ts_us: np.ndarray
+    cut_end_us: np.ndarray
+
+
+def _copy_loop(tables: TraceTables, rr: RankReplay, blk: np.ndarray, d2h: np.ndarray) -> _CopyLoop | None:
+    """The loop of per-element copies in one step, from its blocking calls ``blk`` (graph blocking-call indices) and
+    the process's one-element device→host copies ``d2h`` (:func:`_d2h_copies`): the spans of the ops that issued
+    the calls (:func:`_issuing_ops`) that launched such a copy are the loop's elements. None: fewer than
+    :data:`PER_ELEMENT_COPIES` elements, no loop."""
+    if min(blk.size, d2h.size) < PER_ELEMENT_COPIES:
+        return None  # each element's span holds one of these calls and launches one of these copies: no loop
+    s, e = _issuing_ops(tables, rr, blk)
+    lt = rr.graph.act_launch_ts_us[d2h]
+    k = np.searchsorted(s, lt, side="right") - 1
+    ok = (k >= 0) & (lt < e[np.maximum(k, 0)])
+    copies = np.unique(k[ok])  # the spans that launched a device→host copy: the loop's elements
+    if copies.size < PER_ELEMENT_COPIES:
+        return None
+    return _CopyLoop(d2h[ok], k[ok] == copies[0], s[copies[1:]], e[copies[1:]])
+
+
+def _copy_loops(rr: RankReplay, tables: TraceTables, hit: np.ndarray) -> list[_CopyLoop]:
+    """The per-element copy loop of each analysed step (:func:`_copy_loop`) whose blocking calls are among ``hit``
+    (bool per graph blocking call), in step order."""
+    g = rr.graph
+    d2h = _d2h_copies(tables, rr)
+    loops = []
+    for a, b in zip(rr.windows.host_start_us.tolist(), rr.windows.host_end_us.tolist(), strict=True):
+        loop = _copy_loop(tables, rr, np.flatnonzero(hit & (g.blk_ts_us >= a) & (g.blk_ts_us < b)), d2h)
+        if loop is not None:
+            loops.append(loop)
+    return loops
+
+
+def _one_copy_durations(rr: RankReplay, tables: TraceTables, loops: list[_CopyLoop], bw: float) -> np.ndarray:
+    """The activities' durations (µs) with each loop's copies done as one: the first element's copy takes
+    ``max(recorded, the loop's bytes ÷ bw)`` (``bw``: bytes/s), the others none."""
+    g = rr.graph
+    dur = g.act_dur_us.copy()
+    for loop in loops:
+        rows, first = loop.rows, loop.first
+        nbytes = float(tables.memcpy["bytes"][g.act_row[rows]].clip(0).sum())
+        dur[rows[~first]] = 0.0
+        dur[rows[first]] = np.maximum(dur[rows[first]], nbytes / bw * 1e6 / int(first.sum()))
+    return dur
+
+
 def batch_copies(rr: RankReplay, tables: TraceTables, calls: Intervals) -> WhatIf:
     """A loop of blocking device→host copies (``tensor[i].item()`` / ``.cpu()`` per element) becomes one copy of
     the whole tensor before the loop.
@@ -463,43 +601,26 @@ def batch_copies(rr: RankReplay, tables: TraceTables, calls: Intervals) -> WhatI
     g = rr.graph
     pid = rr.windows.pid
     hit = overlaps(g.blk_ts_us, g.blk_end_us, calls) & ((g.blk_pid == pid) if pid >= 0 else True)
-    dur = g.act_dur_us.copy()
-    d2h = _d2h_copies(tables, rr)
     bw, bw_source = pinned_bandwidth(tables)
-    cut_s, cut_e, n_loops, n_cut = [], [], 0, 0
-    for a, b in zip(rr.windows.host_start_us.tolist(), rr.windows.host_end_us.tolist(), strict=True):
-        blk = np.flatnonzero(hit & (g.blk_ts_us >= a) & (g.blk_ts_us < b))
-        if min(blk.size, d2h.size) < PER_ELEMENT_COPIES:
-            continue  # each element's span holds one of these calls and launches one of these copies: no loop
-        s, e = _issuing_ops(tables, rr, blk)
-        lt = g.act_launch_ts_us[d2h]
-        k = np.searchsorted(s, lt, side="right") - 1
-        ok = (k >= 0) & (lt < e[np.maximum(k, 0)])
-        copies = np.unique(k[ok])  # the spans that launched a device→host copy: the loop's elements
-        if copies.size < PER_ELEMENT_COPIES:
-            continue
-        rows = d2h[ok]
-        nbytes = float(tables.memcpy["bytes"][g.act_row[rows]].clip(0).sum())
-        first = k[ok] == copies[0]
-        dur[rows[~first]] = 0.0
-        dur[rows[first]] = np.maximum(dur[rows[first]], nbytes / bw * 1e6 / int(first.sum()))
-        cut_s.append(s[copies[1:]])
-        cut_e.append(e[copies[1:]])
-        n_loops, n_cut = n_loops + 1, n_cut + copies.size - 1
-    cut = iv.union(np.concatenate(cut_s), np.concatenate(cut_e)) if cut_s else iv.EMPTY
+    loops = _copy_loops(rr, tables, hit)
+    cut = (
+        iv.union(np.concatenate([c.cut_ts_us for c in loops]), np.concatenate([c.cut_end_us for c in loops]))
+        if loops
+        else iv.EMPTY
+    )
     in_cut = overlaps(g.blk_ts_us, g.blk_end_us, cut) & hit
     target = pid if pid >= 0 else (int(g.blk_pid[hit][0]) if hit.any() else -1)
     return WhatIf(
         "batch-copies",
         Scenario(
             "batch-copies",
-            act_dur_us=dur if n_loops else None,
+            act_dur_us=_one_copy_durations(rr, tables, loops, bw) if loops else None,
             host_cut={target: cut} if cut[0].size else {},
             blk_removed=in_cut,
             peers_move=True,
         ),
-        f"per-element device→host copies in {n_loops} step(s) done as one copy of the tensor: {n_cut} copy ops "
-        f"and their waits go, the loop's other host work stays; the one copy takes the loop's bytes ÷ "
-        f"{bw / 1e9:.1f} GB/s at least",
+        f"per-element device→host copies in {len(loops)} step(s) done as one copy of the tensor: "
+        f"{sum(c.cut_ts_us.size for c in loops)} copy ops and their waits go, the loop's other host work stays; the "
+        f"one copy takes the loop's bytes ÷ {bw / 1e9:.1f} GB/s at least",
         f"replay of the recorded graph (GPUPuzzlers d2h_sync puzzle's fix); {bw_source}",
     )

@@ -169,3 +169,13 @@ def test_two_devices(tmp_path: Path) -> None:
         (0, MiB, MiB),
         (1, 2 * MiB, 2 * MiB),
     ]
+
+
+def test_a_stackless_oom_is_not_named_before_the_history(tmp_path: Path) -> None:
+    """A block live before the history with no stack, then an OOM recorded without a stack: the block's site is
+    "before the history", the OOM's "no stack recorded" (each empty stack is its own case, whatever came first)."""
+    seg = segment(0x30000000, [block(2 * MiB, "active_allocated", 1_500_000)])
+    oom = event("oom", 0, 8 * MiB, device_free=0)
+    d = _report(tmp_path, {"segments": [seg], "device_traces": [[oom]]}).devices[0]
+    assert [o.site for o in d.ooms] == ["<no stack recorded>"]
+    assert d.call_sites[0].site == "<before the history: no stack>"

@@ -78,12 +78,16 @@ def frame_text(frame: Frame) -> str:
 
 
 class _Sites:
-    """Call site and short stack of each stack, computed once per stack (stacks are shared between events)."""
+    """Call site and short stack of each stack, computed once per stack (stacks are shared between events). An empty
+    stack names no site: its words depend on ``recorded`` (the event was recorded without a stack, or lived before
+    the history began), so it is never memoised (Python shares one empty tuple between all of them)."""
 
     def __init__(self) -> None:
         self.memo: dict[int, tuple[Stack, str, list[str]]] = {}
 
     def of(self, frames: Stack, recorded: bool) -> tuple[str, list[str]]:
+        if not frames:
+            return ("<no stack recorded>" if recorded else "<before the history: no stack>"), []
         hit = self.memo.get(id(frames))
         if hit is not None and hit[0] is frames:
             return hit[1], hit[2]
@@ -93,10 +97,8 @@ class _Sites:
             site = frame_text(user[0])
         elif python:
             site = frame_text(python[0])
-        elif frames:
-            site = cpp_site(frames)
         else:
-            site = "<no stack recorded>" if recorded else "<before the history: no stack>"
+            site = cpp_site(frames)
         stack = [frame_text(f) for f in (user or python)[:STACK_FRAMES]]
         self.memo[id(frames)] = (frames, site, stack)
         return site, stack

@@ -47,8 +47,8 @@ import numpy as np
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from perfdoctor.analysis.accumulation import accumulation  # noqa: E402
-from perfdoctor.analysis.steps import find_steps  # noqa: E402
+from perfdoctor.analysis.parallel.accumulation import accumulation  # noqa: E402
+from perfdoctor.analysis.steps.steps import find_steps  # noqa: E402
 from perfdoctor.capture.run_data import RunData, load_run_dir, rank_inputs  # noqa: E402
 from perfdoctor.checks.common import unprofiled_step_times  # noqa: E402
 from perfdoctor.checks.pd104_cpu_thread_oversubscription import thread_counts, thread_probe  # noqa: E402

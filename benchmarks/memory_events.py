@@ -6,7 +6,7 @@ Makes a ~460 MB (uncompressed) trace from the real A100 MoE trace recorded with 
 ``[memory]`` events) with ../shared/tools/scale_trace.py (cached in --data-dir, default benchmarks/_data/), and
 times ``perfdoctor report TRACE`` as a whole process, alternating:
 
-- with: perfdoctor as it is (the ``Addr`` column read, :func:`perfdoctor.analysis.memory_steps.memory_over_steps`
+- with: perfdoctor as it is (the ``Addr`` column read, :func:`perfdoctor.analysis.memory.memory_steps.memory_over_steps`
   run, the section rendered);
 - without: the same code with the ``Addr`` field taken out of the trace schema before anything is decoded and
   ``memory_over_steps`` answering ``[]`` (what perfdoctor did before memory over the step).

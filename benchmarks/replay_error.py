@@ -17,7 +17,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from perfdoctor.analysis.steps import find_steps  # noqa: E402
+from perfdoctor.analysis.steps.steps import find_steps  # noqa: E402
 from perfdoctor.errors import PerfDoctorError  # noqa: E402
 from perfdoctor.replay.rank import replay_rank  # noqa: E402
 from perfdoctor.trace import load_trace  # noqa: E402

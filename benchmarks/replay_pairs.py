@@ -32,7 +32,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from perfdoctor.analysis import host  # noqa: E402
-from perfdoctor.analysis.steps import find_steps  # noqa: E402
+from perfdoctor.analysis.steps.steps import find_steps  # noqa: E402
 from perfdoctor.crossrank.joint import match  # noqa: E402
 from perfdoctor.replay.machine import CoreBudget  # noqa: E402
 from perfdoctor.replay.rank import RankReplay, replay_rank  # noqa: E402
@@ -123,7 +123,7 @@ def _row(name: str, pred: float, meas: float, noise: float | None, extra: str = 
 
 
 def _warmup_us(path: Path) -> float:
-    """Mean first-call (cold-start) work per analysed step (perfdoctor.analysis.warmup, PD902's evidence), µs."""
+    """Mean first-call (cold-start) work per analysed step (perfdoctor.analysis.steps.warmup, PD902's evidence), µs."""
     w = find_steps(load_trace(str(path))).warmup
     return float(w.per_window_us.mean()) if w is not None and w.per_window_us.size else 0.0
 
@@ -313,7 +313,7 @@ def gpu_pairs() -> list[str]:
 def _h2d_batch_copies(t: TraceTables, fetch_end: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per fetch, the largest host→device copy launched after it (within 20 ms): its runtime call's start and
     duration and the copy's device duration (µs; nan where none)."""
-    from perfdoctor.analysis.classify import classify_kernel
+    from perfdoctor.analysis.timing.classify import classify_kernel
 
     mc, rt = t.memcpy, t.runtime
     h2d = np.array([classify_kernel(t.names[i]).direction == "h2d" for i in mc["name_id"].tolist()], dtype=bool)

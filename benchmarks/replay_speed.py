@@ -22,9 +22,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from perfdoctor.analysis.breakdown import device_ids, gpu_breakdown  # noqa: E402
-from perfdoctor.analysis.hardware import device_for_trace  # noqa: E402
-from perfdoctor.analysis.steps import find_steps  # noqa: E402
+from perfdoctor.analysis.steps.steps import find_steps  # noqa: E402
+from perfdoctor.analysis.timing.breakdown import device_ids, gpu_breakdown  # noqa: E402
+from perfdoctor.analysis.work.hardware import device_for_trace  # noqa: E402
 from perfdoctor.replay.attribution import critical_path  # noqa: E402
 from perfdoctor.replay.rank import replay_rank  # noqa: E402
 from perfdoctor.replay.transforms import host as h  # noqa: E402
@@ -45,7 +45,7 @@ def once(path: str) -> tuple[float, float, float, float, int]:
     for d in device_ids(tables):
         gpu_breakdown(tables, steps, d, att)
     t4 = time.perf_counter()
-    from perfdoctor.analysis import host as hh
+    from perfdoctor.analysis.timing import host as hh
 
     spec = device_for_trace(tables.device_properties)
     whatifs = [

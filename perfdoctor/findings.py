@@ -32,7 +32,8 @@ The report's finding dict (read by every renderer; keep it stable)::
      "evidence": {name: number | str | list, ...,  "events": [{"name":..., ...}] (optional),
                   "ranks": [ranks it fired on]},
      "source": {"location": "train.py:42", "function", "exact", "calls", "frames", "skipped", "share_pct",
-                "module"} | None (the user's line the time starts at: perfdoctor.analysis.source_lines.SourceLine),
+                "module"} | None (the user's line the time starts at:
+                perfdoctor.analysis.timing.source_lines.SourceLine),
      "source_hint": str (without Python stacks, what would name that line; "" otherwise),
      "steps": [step numbers it fired on],
      "fix": str, "example_before": str, "example_after": str, "references": [str, ...]}
@@ -45,7 +46,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TypeAlias
 
-from perfdoctor.analysis.source_lines import SourceLine
+from perfdoctor.analysis.timing.source_lines import SourceLine
 from perfdoctor.text import is_replayed
 
 # what an evidence entry holds: numbers and words, lists of them, or named tables of them (the report's JSON, read
@@ -156,7 +157,7 @@ class Evidence:
         steps: the step numbers (``ProfilerStep#N``) the problem shows in.
         events: the top events / kernels / ops involved (dicts with ``name`` and numbers).
         source: the line of the user's code where the finding's time starts, read from the trace's Python stacks
-            (:mod:`perfdoctor.analysis.source_lines`); None without stacks, or for a rule that names no line.
+            (:mod:`perfdoctor.analysis.timing.source_lines`); None without stacks, or for a rule that names no line.
         source_hint: what would name that line when the trace has no Python stacks ("" otherwise).
     """
 

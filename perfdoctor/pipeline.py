@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from perfdoctor.analysis.mfu import ModelFlops
 from perfdoctor.analysis.rank import Analysis, RankAnalysis, RankResult
+from perfdoctor.analysis.work.mfu import ModelFlops
 from perfdoctor.capture.rundir import is_run_dir
 from perfdoctor.jobs.rank_stage import analyze_tables
 from perfdoctor.model import Report, to_builtins

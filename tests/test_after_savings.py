@@ -12,7 +12,7 @@ import pytest
 from conftest import shared_trace
 from tracebuilder import TraceBuilder
 
-from perfdoctor.analysis.steps import find_steps
+from perfdoctor.analysis.steps.steps import find_steps
 from perfdoctor.checks.after import gate, plan
 from perfdoctor.checks.context import Outcome
 from perfdoctor.findings import Basis, Estimate, Evidence, Hit

@@ -6,8 +6,8 @@ from rules_helpers import run_tb
 from tracebuilder import TraceBuilder
 
 from perfdoctor import pipeline
-from perfdoctor.analysis.arch import infer_arch
-from perfdoctor.analysis.mfu import roofs_for_trace
+from perfdoctor.analysis.timing.arch import infer_arch
+from perfdoctor.analysis.work.mfu import roofs_for_trace
 from perfdoctor.trace import load_trace
 
 

@@ -4,7 +4,7 @@ import pytest
 from tracebuilder import TraceBuilder
 
 from perfdoctor import pipeline
-from perfdoctor.analysis.breakdown import Communication
+from perfdoctor.analysis.timing.breakdown import Communication
 from perfdoctor.trace import load_trace
 
 SGEMM = "volta_sgemm_128x64_nn"

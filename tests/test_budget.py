@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from perfdoctor.analysis.hardware import spec_by_name
+from perfdoctor.analysis.work.hardware import spec_by_name
 from perfdoctor.budget.measured import measured_on, mfu_from_report
 from perfdoctor.budget.plan import activation_bytes, plan
 from perfdoctor.cli import main

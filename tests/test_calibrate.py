@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from perfdoctor.analysis import calibration as cal
+from perfdoctor.analysis.work import calibration as cal
 from perfdoctor.cli import main
 from perfdoctor.errors import PerfDoctorError
 

@@ -2,8 +2,8 @@
 
 import pytest
 
-from perfdoctor.analysis.classify import classify_kernel
-from perfdoctor.analysis.cpu_breakdown import classify_cpu_op
+from perfdoctor.analysis.timing.classify import classify_kernel
+from perfdoctor.analysis.timing.cpu_breakdown import classify_cpu_op
 
 CASES = [
     ("volta_sgemm_128x64_nn", "matmul"),

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from tracebuilder import TraceBuilder
 
-from perfdoctor.analysis.steps import find_steps
+from perfdoctor.analysis.steps.steps import find_steps
 from perfdoctor.replay.machine import CoreBudget, core_budget
 from perfdoctor.replay.rank import RankReplay, replay_rank
 from perfdoctor.replay.transforms.host import prefetch_dataloader

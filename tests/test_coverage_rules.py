@@ -6,7 +6,7 @@ PD902's, PD305's and PD106's cases moved to tests/rules/ (one test file per rule
 from rules_helpers import few_kernels_trace, gloo_trace, run_tb
 from tracebuilder import TraceBuilder
 
-from perfdoctor.analysis.breakdown import Communication
+from perfdoctor.analysis.timing.breakdown import Communication
 
 ADD = "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float> >(int)"
 
@@ -22,7 +22,7 @@ def test_pd103_fires_with_few_kernels_per_step(tmp_path):
 def test_first_call_outlier_is_warmup(tmp_path):
     import numpy as np
 
-    from perfdoctor.analysis.warmup import warmup
+    from perfdoctor.analysis.steps.warmup import warmup
     from perfdoctor.trace import load_trace
 
     tb = TraceBuilder()

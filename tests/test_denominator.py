@@ -1,7 +1,7 @@
 """One denominator for every finding's share (issue 10, reviewer F7).
 
 The expected step times are worked out from the raw Kineto JSON with code that shares nothing with perfdoctor:
-step windows as documented in perfdoctor/analysis/steps.py (the host ``ProfilerStep#N`` annotation, stretched to
+step windows as documented in perfdoctor/analysis/steps/steps.py (the host ``ProfilerStep#N`` annotation, stretched to
 the end of the last GPU activity whose runtime launch falls inside it; each window starts at its annotation's start
 or where the previous one ended, whichever is later, as the TensorBoard plugin's event_parser._update_steps_duration
 does). Only which steps are analysed is read from the report.

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from conftest import shared_trace
 
-from perfdoctor.analysis.hardware import SPECS, match_device, spec_by_name
+from perfdoctor.analysis.work.hardware import SPECS, match_device, spec_by_name
 from perfdoctor.errors import PerfDoctorError
 
 
@@ -111,7 +111,7 @@ EXPECTED = {
 
 @pytest.mark.parametrize("name,key", sorted(EXPECTED.items()))
 def test_shared_traces_matched(name, key):
-    from perfdoctor.analysis.hardware import device_for_trace
+    from perfdoctor.analysis.work.hardware import device_for_trace
     from perfdoctor.trace import load_trace
 
     spec = device_for_trace(load_trace(str(shared_trace(name))).device_properties)
@@ -119,7 +119,7 @@ def test_shared_traces_matched(name, key):
 
 
 def test_dlrm_ranks_are_v100():
-    from perfdoctor.analysis.hardware import device_for_trace
+    from perfdoctor.analysis.work.hardware import device_for_trace
     from perfdoctor.trace import load_trace
 
     files = sorted(shared_trace("param__dlrm_8ranks").glob("*.json.gz"))
@@ -191,6 +191,6 @@ def test_generic_amd_name_shows_the_identified_product_on_the_real_mi250_trace()
     ],
 )
 def test_identified_name_by_hand(p, shown):
-    from perfdoctor.analysis.hardware import identified_name
+    from perfdoctor.analysis.work.hardware import identified_name
 
     assert identified_name(p) == shown

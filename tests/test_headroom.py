@@ -1,4 +1,4 @@
-"""Memory headroom and what it buys (perfdoctor.analysis.headroom; PD201's batch that fits, PD502's split and the
+"""Memory headroom and what it buys (perfdoctor.analysis.memory.headroom; PD201's batch that fits, PD502's split and the
 bytes each fix frees): hand-built traces with values worked out by hand, and the A100 Switch Transformers trace
 against its raw ``[memory]`` events."""
 
@@ -12,8 +12,8 @@ from conftest import shared_trace
 from rules_helpers import SGEMM, run_tb
 from tracebuilder import TraceBuilder
 
-from perfdoctor.analysis.headroom import headroom
-from perfdoctor.analysis.steps import find_steps
+from perfdoctor.analysis.memory.headroom import headroom
+from perfdoctor.analysis.steps.steps import find_steps
 from perfdoctor.trace import load_trace
 
 GIB = 2**30

@@ -2,7 +2,7 @@
 
 HTA's temporal breakdown differs from ours on purpose: it drops the last
 ProfilerStep and measures from the first to the last GPU activity, while we
-keep every step and partition the step windows (see perfdoctor.analysis.steps).
+keep every step and partition the step windows (see perfdoctor.analysis.steps.steps).
 So this test recomputes HTA's definitions *from our tables* (GPU activities
 launched before the last step's start; span = first start to last end;
 idle = span - union; compute = union of non-communication, non-memory
@@ -28,8 +28,8 @@ import numpy as np
 import pytest
 from conftest import shared_trace
 
-from perfdoctor.analysis.classify import classify_kernel
-from perfdoctor.analysis.steps import find_steps, gpu_launch_times
+from perfdoctor.analysis.steps.steps import find_steps, gpu_launch_times
+from perfdoctor.analysis.timing.classify import classify_kernel
 from perfdoctor.trace import intervals as iv
 from perfdoctor.trace import load_trace
 

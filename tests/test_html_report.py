@@ -259,7 +259,7 @@ def test_roofline_section_when_the_report_has_roofline_data(tmp_path):
     from analysed import rank_analysis
 
     from perfdoctor import pipeline
-    from perfdoctor.analysis import hardware, roofline
+    from perfdoctor.analysis.work import hardware, roofline
 
     path = shared_trace("tracelens__h100__bert-small-uncased.json.gz")
     a = rank_analysis(path)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from perfdoctor.analysis import calibration as cal
+from perfdoctor.analysis.work import calibration as cal
 
 REPO = Path(__file__).resolve().parents[1]
 TRACE = REPO / "sample_traces" / "tiny_gpt_cpu.pt.trace.json.gz"

@@ -14,7 +14,7 @@ import msgspec
 from conftest import shared_trace
 from rich.console import Console
 
-from perfdoctor.analysis.breakdown import Communication, StepBreakdown
+from perfdoctor.analysis.timing.breakdown import Communication, StepBreakdown
 from perfdoctor.checks import config, engine
 from perfdoctor.crossrank.collectives import CollectiveTimeline
 from perfdoctor.crossrank.job_section import job_section

@@ -8,7 +8,7 @@ import io
 
 from rich.console import Console
 
-from perfdoctor.analysis.breakdown import Communication, StepBreakdown
+from perfdoctor.analysis.timing.breakdown import Communication, StepBreakdown
 from perfdoctor.checks import config, engine
 from perfdoctor.crossrank.collectives import CollectiveTimeline
 from perfdoctor.crossrank.job_section import job_section

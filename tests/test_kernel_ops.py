@@ -5,7 +5,7 @@ from conftest import SHARED_TRACES
 from tracebuilder import TraceBuilder
 
 from perfdoctor import pipeline
-from perfdoctor.analysis.classify import classify_kernel
+from perfdoctor.analysis.timing.classify import classify_kernel
 from perfdoctor.trace import load_trace
 
 SGEMM = "ampere_sgemm_128x64_nn"
@@ -131,7 +131,7 @@ def test_ykcai_all_to_all_is_communication():
 
 
 def test_record_param_comms_names_collective_bytes_and_group(tmp_path):
-    from perfdoctor.analysis.kernel_ops import collective_messages
+    from perfdoctor.analysis.timing.kernel_ops import collective_messages
 
     tb = TraceBuilder()
     tb.step(1, 0, 1000)

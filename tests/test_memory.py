@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from tracebuilder import TraceBuilder
 
-from perfdoctor.analysis.memory import memory_summary
+from perfdoctor.analysis.memory.peaks import memory_summary
 from perfdoctor.analysis.trace_info import profiler_settings
 from perfdoctor.trace import load_trace
 

@@ -14,8 +14,8 @@ from typing import Any
 import numpy as np
 from tracebuilder import TraceBuilder
 
-from perfdoctor.analysis.memory_steps import innermost_ops, memory_over_steps
-from perfdoctor.analysis.steps import find_steps
+from perfdoctor.analysis.memory.memory_steps import innermost_ops, memory_over_steps
+from perfdoctor.analysis.steps.steps import find_steps
 from perfdoctor.trace import load_trace
 
 MiB = 1 << 20
@@ -311,8 +311,8 @@ def test_memory_events_in_a_trace_without_ops_are_made_outside_any_op(tmp_path):
     """A kernel-only recording with [memory] events (no cpu_op): the step's peak has no op (was an IndexError)."""
     from tracebuilder import TraceBuilder
 
-    from perfdoctor.analysis.memory_steps import memory_over_steps
-    from perfdoctor.analysis.steps import find_steps
+    from perfdoctor.analysis.memory.memory_steps import memory_over_steps
+    from perfdoctor.analysis.steps.steps import find_steps
     from perfdoctor.trace import load_trace
 
     tb = TraceBuilder()
@@ -328,7 +328,7 @@ def test_contributors_keep_a_tie_at_the_cut():
     """Seven ops hold the 900 B live at a peak: a 300, b 200, c 150, d 100, then e 50 (2 allocations), f 50 (5)
     and g 50 (5) tie for the fifth place. Bytes first, then allocations (more first), then the name: f, g, e; all
     three shown. With 960 B at the peak, 60 B predate the trace: that group is fifth, and the tie is cut after it."""
-    from perfdoctor.analysis.memory_steps import _top
+    from perfdoctor.analysis.memory.memory_steps import _top
 
     names = ["a", "b", "c", "d", "e", "f", "g"]
     nb = np.array([300, 200, 150, 100, 50, 50, 50])

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from conftest import shared_trace
 
-from perfdoctor.analysis.mfu import (
+from perfdoctor.analysis.work.mfu import (
     ModelFlops,
     achieved_flops_per_s,
     compute_mfu,
@@ -14,7 +14,7 @@ from perfdoctor.analysis.mfu import (
     model_flops_per_step,
     transformer_flops_per_token,
 )
-from perfdoctor.analysis.roofline import Roofs
+from perfdoctor.analysis.work.roofline import Roofs
 from perfdoctor.trace import load_trace
 
 FLOPS = 6 * 63.9e6 * 10_880  # 6N FLOP/token × tokens per step
@@ -62,8 +62,8 @@ def test_gemm_dtype_of_real_traces(name, dtype):
 
 
 def test_trace_mfu_on_h100_bert():
-    from perfdoctor.analysis.mfu import ModelFlops, roofs_for_trace, trace_mfu
-    from perfdoctor.analysis.roofline import roofline_table
+    from perfdoctor.analysis.work.mfu import ModelFlops, roofs_for_trace, trace_mfu
+    from perfdoctor.analysis.work.roofline import roofline_table
 
     t = load_trace(str(shared_trace("tracelens__h100__bert-small-uncased.json.gz")))
     roofs = roofs_for_trace(t)
@@ -77,7 +77,7 @@ def test_trace_mfu_on_h100_bert():
 
 
 def test_cpu_trace_gets_only_measured_roofs():
-    from perfdoctor.analysis.mfu import roofs_for_trace
+    from perfdoctor.analysis.work.mfu import roofs_for_trace
 
     t = load_trace(str(shared_trace("hta__cpu_only__rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz")))
     assert roofs_for_trace(t) is None
@@ -86,7 +86,7 @@ def test_cpu_trace_gets_only_measured_roofs():
 
 
 def test_cudnn_single_precision_kernels_are_fp32_gemms():
-    from perfdoctor.analysis.kernel_dtype import is_gemm_kernel, kernel_math_dtype
+    from perfdoctor.analysis.timing.kernel_dtype import is_gemm_kernel, kernel_math_dtype
 
     for name in (
         "volta_scudnn_128x128_stridedB_splitK_medium_nn_v1",
@@ -97,8 +97,8 @@ def test_cudnn_single_precision_kernels_are_fp32_gemms():
 
 
 def test_mfu_above_one_is_never_reported():
-    from perfdoctor.analysis.mfu import compute_mfu
-    from perfdoctor.analysis.roofline import Roofs
+    from perfdoctor.analysis.work.mfu import compute_mfu
+    from perfdoctor.analysis.work.roofline import Roofs
 
     bogus = Roofs("cpu", {"fp32": 4.3e9}, 2e9, "measured: a --quick run on a busy machine", "measured")
     r = compute_mfu(ModelFlops(7.65e9, "flop_counter"), 0.0737, bogus, "fp32", on_gpu=False, hardware_flops=8.4e9)
@@ -107,7 +107,7 @@ def test_mfu_above_one_is_never_reported():
 
 
 def test_model_flops_that_cannot_fit_the_trace_give_no_mfu():
-    from perfdoctor.analysis.roofline import Roofs
+    from perfdoctor.analysis.work.roofline import Roofs
 
     roofs = Roofs("H100", {"bf16": 989.5e12}, 3.35e12, "spec: test")
     # 16.6% MFU on a device busy 7% of the step: it would have had to run at 237% of its peak while busy
@@ -152,7 +152,7 @@ def test_model_flops_that_cannot_fit_the_trace_give_no_mfu():
 
 def test_cpu_mfu_without_a_measured_peak_says_how_to_get_one():
     # a CPU run with a known FLOP count read "no model FLOP count or no device peak"
-    from perfdoctor.analysis.mfu import compute_mfu
+    from perfdoctor.analysis.work.mfu import compute_mfu
 
     m = compute_mfu(ModelFlops(7_650_410_496, "flop_counter"), 0.06219, None, "fp32", False, None)
     assert m.mfu is None and m.achieved_flops_per_s == 7_650_410_496 / 0.06219
@@ -164,7 +164,7 @@ def test_memory_efficient_attention_kernels_name_their_dtype_as_a_token():
     backward has no '<float' template argument, so the luatil RTX 3060 trace's FP32 attention backward (2.50 ms per
     step) counted as no dtype and PD203 saved 1.25 ms too little (checked from the raw JSON).
     A token inside a word is not one."""
-    from perfdoctor.analysis.kernel_dtype import kernel_math_dtype
+    from perfdoctor.analysis.timing.kernel_dtype import kernel_math_dtype
 
     assert kernel_math_dtype("fmha_cutlassB_f32_aligned_64x64_k65536_dropout_sm80") == "fp32"
     assert kernel_math_dtype("fmha_cutlassF_f16_aligned_64x64_rf_sm80") == "fp16"

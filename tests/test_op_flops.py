@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from perfdoctor.analysis.op_flops import OpCost, Uncosted, cost_op
+from perfdoctor.analysis.work.op_flops import OpCost, Uncosted, cost_op
 
 BF16, F32 = "c10::BFloat16", "float"
 

@@ -13,7 +13,7 @@ import pytest
 from conftest import SHARED_TRACES
 from tracebuilder import TraceBuilder
 
-from perfdoctor.analysis.steps import find_steps
+from perfdoctor.analysis.steps.steps import find_steps
 from perfdoctor.replay.graph import build_graph
 from perfdoctor.replay.rank import replay_rank
 from perfdoctor.replay.simulate import Scenario, replay

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from tracebuilder import TraceBuilder
 
-from perfdoctor.analysis.steps import find_steps
+from perfdoctor.analysis.steps.steps import find_steps
 from perfdoctor.replay.rank import RankReplay, replay_rank
 from perfdoctor.replay.transforms import WhatIf
 from perfdoctor.replay.transforms.cpu import cpu_syncs, fit_threads_to_cores, trim_python_outside_ops

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 from tracebuilder import TraceBuilder
 
-from perfdoctor.analysis.steps import find_steps
+from perfdoctor.analysis.steps.steps import find_steps
 from perfdoctor.replay.rank import RankReplay, replay_rank
 from perfdoctor.replay.simulate import Scenario
 from perfdoctor.trace import load_trace

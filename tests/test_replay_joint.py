@@ -10,7 +10,7 @@ import pytest
 from conftest import SHARED_TRACES
 from tracebuilder import TraceBuilder
 
-from perfdoctor.analysis.steps import find_steps
+from perfdoctor.analysis.steps.steps import find_steps
 from perfdoctor.crossrank.joint import match
 from perfdoctor.replay.rank import replay_rank
 from perfdoctor.replay.simulate import Scenario

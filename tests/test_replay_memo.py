@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from conftest import shared_trace
 
-from perfdoctor.analysis.steps import find_steps
+from perfdoctor.analysis.steps.steps import find_steps
 from perfdoctor.replay import rank as replay_rank_mod
 from perfdoctor.replay.rank import replay_rank
 from perfdoctor.replay.simulate import Scenario, replay

@@ -13,7 +13,7 @@ from conftest import SHARED_TRACES
 from rules.test_pd303 import _stalled_rank
 from rules_helpers import run_rules
 
-from perfdoctor.analysis.steps import find_steps
+from perfdoctor.analysis.steps.steps import find_steps
 from perfdoctor.replay.attribution import critical_path
 from perfdoctor.replay.rank import replay_rank
 from perfdoctor.trace import load_trace

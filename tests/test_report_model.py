@@ -146,7 +146,10 @@ def test_the_report_embeds_the_analysis_types_not_copies():
     """One type per concept: the report's step breakdown, roofline, MFU, steady state and run memory sections are the
     analyses' own Structs, so a field added to an analysis reaches the report and its JSON (or fails the schema
     document's test) instead of drifting from a second definition."""
-    from perfdoctor.analysis import breakdown, mfu, roofline, run_memory, steady_state
+    from perfdoctor.analysis.memory import run_memory
+    from perfdoctor.analysis.steps import steady_state
+    from perfdoctor.analysis.timing import breakdown
+    from perfdoctor.analysis.work import mfu, roofline
     from perfdoctor.model import report as m
 
     shared = {

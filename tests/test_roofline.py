@@ -6,9 +6,9 @@ import pytest
 from conftest import shared_trace
 from tracebuilder import TraceBuilder
 
-from perfdoctor.analysis.hardware import device_for_trace, spec_by_name
-from perfdoctor.analysis.mfu import op_sum_unusable
-from perfdoctor.analysis.roofline import Roofs, roofline_table, roofs_from_spec
+from perfdoctor.analysis.work.hardware import device_for_trace, spec_by_name
+from perfdoctor.analysis.work.mfu import op_sum_unusable
+from perfdoctor.analysis.work.roofline import Roofs, roofline_table, roofs_from_spec
 from perfdoctor.trace import load_trace
 
 F32, BF16 = "float", "c10::BFloat16"

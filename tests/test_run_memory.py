@@ -1,4 +1,4 @@
-"""The run's memory from steps.csv (perfdoctor/analysis/run_memory.py): growth, peak, limits and allocator counts
+"""The run's memory from steps.csv (perfdoctor/analysis/memory/run_memory.py): growth, peak, limits and allocator counts
 over hand-written run directories, every figure worked out by hand."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from runbuilder import GiB, MiB, write_run
 
-from perfdoctor.analysis.run_memory import longest_run, run_allocator_values, theil_sen
+from perfdoctor.analysis.memory.run_memory import longest_run, run_allocator_values, theil_sen
 from perfdoctor.capture.run_data import load_run_dir
 
 CUDA = {"environment": {"cuda_available": True, "device_name": "NVIDIA H100 80GB HBM3"}}

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from tracebuilder import TraceBuilder
 
-from perfdoctor.analysis.source_lines import is_library, stacks_of
+from perfdoctor.analysis.timing.source_lines import is_library, stacks_of
 from perfdoctor.trace import load_trace
 
 

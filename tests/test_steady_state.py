@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from perfdoctor.analysis.steady_state import (
+from perfdoctor.analysis.steps.steady_state import (
     analyze,
     detect_warmup,
     find_change_points,

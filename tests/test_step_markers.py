@@ -5,7 +5,7 @@ import pytest
 from conftest import SHARED_TRACES
 from tracebuilder import TraceBuilder
 
-from perfdoctor.analysis.steps import find_steps
+from perfdoctor.analysis.steps.steps import find_steps
 from perfdoctor.trace import load_trace
 
 SGEMM = "volta_sgemm_128x64_nn"

@@ -15,8 +15,8 @@ import pytest
 from conftest import shared_trace
 from tracebuilder import TraceBuilder
 
-from perfdoctor.analysis import host
-from perfdoctor.analysis.steps import find_steps
+from perfdoctor.analysis.steps.steps import find_steps
+from perfdoctor.analysis.timing import host
 from perfdoctor.replay.rank import replay_rank
 from perfdoctor.replay.transforms.host import (
     HANDOFF_FREE_NS_PER_BYTE,

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from tracebuilder import TraceBuilder
 
-from perfdoctor.analysis.steps import find_steps
+from perfdoctor.analysis.steps.steps import find_steps
 from perfdoctor.replay.rank import RankReplay, replay_rank
 from perfdoctor.replay.transforms.cpu import trim_python_outside_ops
 from perfdoctor.replay.unprofiled import overhead_cut, unprofiled

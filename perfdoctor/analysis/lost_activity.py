@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from perfdoctor.analysis import host
+from perfdoctor.analysis.timing import host
 from perfdoctor.trace import intervals as iv
 from perfdoctor.trace.device_side import LAUNCH_CALL
 from perfdoctor.trace.join import has_activity

@@ -18,16 +18,16 @@ from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 import numpy as np
 
-from perfdoctor.analysis.breakdown import DeviceBreakdown
-from perfdoctor.analysis.kernel_dtype import GemmDtype
+from perfdoctor.analysis.memory.run_memory import AllocatorValues
 from perfdoctor.analysis.missing import MissingReason
-from perfdoctor.analysis.run_memory import AllocatorValues
-from perfdoctor.analysis.steps import Steps
+from perfdoctor.analysis.steps.steps import Steps
+from perfdoctor.analysis.timing.breakdown import DeviceBreakdown
+from perfdoctor.analysis.timing.kernel_dtype import GemmDtype
 from perfdoctor.trace.tables import TraceTables
 
 if TYPE_CHECKING:
-    from perfdoctor.analysis.mfu import MfuResult, ModelFlops
-    from perfdoctor.analysis.roofline import RooflineResult, Roofs
+    from perfdoctor.analysis.work.mfu import MfuResult, ModelFlops
+    from perfdoctor.analysis.work.roofline import RooflineResult, Roofs
     from perfdoctor.capture.run_data import RunData
     from perfdoctor.checks.engine import CheckResults
     from perfdoctor.crossrank.collectives import CollectiveWait
@@ -206,7 +206,7 @@ class Analysis(Generic[R_co]):
     collective_wait: CollectiveWait | None = None
     collective_wait_note: str = ""
     # a profile run's allocator counts over the whole run, as evidence values (a rank summary's worker gets them
-    # from SummaryOptions.run_allocator_by_rank: perfdoctor.analysis.run_memory.run_allocator_values)
+    # from SummaryOptions.run_allocator_by_rank: perfdoctor.analysis.memory.run_memory.run_allocator_values)
     run_allocator: AllocatorValues | None = None
     # a profile run's CPU-time series of this rank's steps (SummaryOptions.run_cpu_by_rank), for the core budget
     run_cpu: CpuSeries | None = None
@@ -229,14 +229,14 @@ def add_efficiency(
     Roofs are the matched GPU's datasheet figures (``prefer="spec"``) or ``measured_roofs`` (``perfdoctor
     calibrate``); a CPU-only trace only ever gets measured roofs, and only when they were measured on the
     machine that recorded it (the caller decides). MFU = model FLOP per step ÷ median step time of the
-    rank's primary device ÷ the peak at the GEMMs' dtype (:func:`perfdoctor.analysis.mfu.trace_mfu`).
+    rank's primary device ÷ the peak at the GEMMs' dtype (:func:`perfdoctor.analysis.work.mfu.trace_mfu`).
     ``step_time_s_by_rank`` (from
     a run directory: the median of each rank's steady-state steps outside the profiled window, so without
     profiler overhead) replaces the trace's median step time. A rank without MFU gets a warning
     ``"<path>: MFU not computed: <reason>"`` and the typed reason in ``mfu_missing``.
     """
-    from perfdoctor.analysis.mfu import gemm_dtype, roofs_for_trace, trace_mfu
-    from perfdoctor.analysis.roofline import roofline_table
+    from perfdoctor.analysis.work.mfu import gemm_dtype, roofs_for_trace, trace_mfu
+    from perfdoctor.analysis.work.roofline import roofline_table
 
     for r in ranks:
         roofs = roofs_for_trace(r.tables, measured_roofs, prefer)

@@ -6,8 +6,8 @@ from typing import Any
 
 import numpy as np
 
-from perfdoctor.analysis.classify import classify_kernel
-from perfdoctor.analysis.cpu_breakdown import classify_cpu_op
+from perfdoctor.analysis.timing.classify import classify_kernel
+from perfdoctor.analysis.timing.cpu_breakdown import classify_cpu_op
 from perfdoctor.trace.tables import TraceTables
 
 

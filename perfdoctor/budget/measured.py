@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import re
 
-from perfdoctor.analysis.hardware import DeviceSpec, match_device
+from perfdoctor.analysis.work.hardware import DeviceSpec, match_device
 from perfdoctor.errors import PerfDoctorError
 from perfdoctor.trace.json_value import JsonObject, JsonValue
 
@@ -32,7 +32,7 @@ def _ranks(report: JsonValue) -> list[JsonValue]:
 
 def _report_device_properties(entry: JsonObject) -> JsonObject:
     """A report's ``device_properties`` entry (name, compute_capability "9.0", sm_count,
-    memory_bytes) back in Kineto's keys, for :func:`~perfdoctor.analysis.hardware.match_device`."""
+    memory_bytes) back in Kineto's keys, for :func:`~perfdoctor.analysis.work.hardware.match_device`."""
     props: JsonObject = {
         "name": entry.get("name"),
         "numSms": entry.get("sm_count"),
@@ -48,7 +48,7 @@ def measured_on(rank: JsonObject) -> tuple[str, str | None]:
     """The device one report rank's MFU was measured on: (words for it, hardware-table key).
 
     The key is None for a CPU (never a GPU) and for a GPU the table does not know. The GPU
-    is the first ``device_properties`` entry, as :func:`perfdoctor.analysis.mfu.roofs_for_trace`
+    is the first ``device_properties`` entry, as :func:`perfdoctor.analysis.work.mfu.roofs_for_trace`
     chose it for the MFU's peak; a rank with ``mfu.on_gpu`` false is a CPU-only trace whose
     peak came from ``perfdoctor calibrate`` (its ``peak_source`` names the CPU model).
     """
@@ -99,7 +99,7 @@ def mfu_from_report(report: JsonValue, path: str, target: DeviceSpec, dtype: str
     usable only for a plan on the same device at the same peak.
 
     Args:
-        target: the plan's :class:`~perfdoctor.analysis.hardware.DeviceSpec`.
+        target: the plan's :class:`~perfdoctor.analysis.work.hardware.DeviceSpec`.
         dtype / peak_flops_per_s: the plan's GEMM dtype and its dense peak, FLOP/s.
 
     MFU is achieved FLOP/s ÷ one device's peak, so it says nothing about another device

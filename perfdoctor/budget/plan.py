@@ -12,7 +12,7 @@ Sources:
   tensor/sequence parallelism: Korthikanti et al., "Reducing Activation Recomputation
   in Large Transformer Models" (2022), §4.1, eq. (1); with FlashAttention the a·s²
   scores are not stored, leaving 34·s·b·h.
-- GPU memory capacity: the datasheet figure in :mod:`perfdoctor.analysis.hardware`
+- GPU memory capacity: the datasheet figure in :mod:`perfdoctor.analysis.work.hardware`
   (decimal GB, as printed). It is an upper bound: the CUDA context, the allocator's
   cache and fragmentation take some of it, so "fits" is necessary, not sufficient.
 

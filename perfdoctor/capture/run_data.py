@@ -16,15 +16,15 @@ from typing import TYPE_CHECKING, TypeAlias
 
 import msgspec
 
-from perfdoctor.analysis.run_memory import AllocatorValues, RunMemory, run_allocator_values, run_memory
-from perfdoctor.analysis.steady_state import SteadyState
+from perfdoctor.analysis.memory.run_memory import AllocatorValues, RunMemory, run_allocator_values, run_memory
+from perfdoctor.analysis.steps.steady_state import SteadyState
 from perfdoctor.capture.rundir import SNAPSHOT_STEM, steps_csv_rank
 from perfdoctor.capture.steps_csv import StepColumns, empty_steps, read_steps_csv, steady_state_of
 from perfdoctor.errors import PerfDoctorError
 from perfdoctor.trace.json_value import JsonObject, JsonValue
 
 if TYPE_CHECKING:
-    from perfdoctor.analysis.roofline import Roofs
+    from perfdoctor.analysis.work.roofline import Roofs
     from perfdoctor.snapshot.report import SnapshotReport
 
 
@@ -124,13 +124,13 @@ class RunData:
     ``steps``: rank 0's :data:`~perfdoctor.capture.steps_csv.StepColumns` (the lowest rank's when rank 0 wrote
     none), with ``train_s`` = ``duration_s`` − ``eval_s`` − ``checkpoint_s`` (the train-only step time: evaluation
     and ``torch.save`` inside a step left out). ``rank_steps``: the same for every rank that wrote a steps file,
-    ``rank_steady_states`` their steady states. ``steady_state``: :func:`perfdoctor.analysis.steady_state.analyze`
+    ``rank_steady_states`` their steady states. ``steady_state``: :func:`perfdoctor.analysis.steps.steady_state.analyze`
     of ``steps``' train-only times with profiler/FLOPs steps excluded (None without steps). ``run``: ``run.json``
     as parsed (the checks read it); ``facts``: the same, typed. ``warnings``: one line per ``steps.csv`` row left
     out (:func:`~perfdoctor.capture.steps_csv.read_steps_csv`). ``snapshots``: the memory snapshots ``perfdoctor
     profile --memory-snapshot`` wrote (``memory_snapshot*.pickle``); ``snapshot_reports`` each readable one's
     name and :mod:`perfdoctor.snapshot` report, ``snapshot_warnings`` one line per snapshot that cannot be read.
-    ``memory``: :func:`perfdoctor.analysis.run_memory.run_memory` of ``steps`` (None when none was measured).
+    ``memory``: :func:`perfdoctor.analysis.memory.run_memory.run_memory` of ``steps`` (None when none was measured).
     """
 
     path: Path
@@ -204,7 +204,7 @@ def _read_run_json(path: Path) -> JsonObject:
 
 
 def _memory(steps: StepColumns, steady: SteadyState | None, facts: RunFacts) -> RunMemory | None:
-    """The run's memory over its steps (:func:`perfdoctor.analysis.run_memory.run_memory`) from its steady-state
+    """The run's memory over its steps (:func:`perfdoctor.analysis.memory.run_memory.run_memory`) from its steady-state
     start on, with ``run.json``'s memory facts; None when none was measured."""
     start = steady.steady_start_step if steady is not None else 0
     return run_memory(steps, start, msgspec.to_builtins(facts.memory) if facts.memory is not None else None)
@@ -237,7 +237,7 @@ class RankInputs:
     """What each rank's worker is handed of the run directory (the worker receives run.json alone otherwise), by
     rank: ``step_time_s`` its median steady-state step time (s) outside the profiled window (ranks whose steady
     span is unstable are left out: its median is the noise's); ``allocator`` its CUDA allocator counts per
-    steady-state unprofiled step as evidence values (:func:`perfdoctor.analysis.run_memory.run_allocator_values`;
+    steady-state unprofiled step as evidence values (:func:`perfdoctor.analysis.memory.run_memory.run_allocator_values`;
     ranks without CUDA counters left out); ``cpu`` its CPU-time series (:data:`CPU_SERIES`) and steady start."""
 
     step_time_s: dict[int, float]
@@ -281,7 +281,7 @@ def measured_cpu_roofs(env: RunEnvironment | None, cpu: RunCpu | None) -> Roofs 
     "This machine" = same hostname and CPU model in the run's ``run.json`` and in the calibration record:
     a CPU peak measured elsewhere says nothing about the machine in the trace.
     """
-    from perfdoctor.analysis import calibration
+    from perfdoctor.analysis.work import calibration
 
     env, cpu = env or RunEnvironment(), cpu or RunCpu()
     if env.cuda_available or not env.hostname:

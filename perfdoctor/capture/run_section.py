@@ -9,7 +9,7 @@ from typing import TypedDict
 import msgspec
 import numpy as np
 
-from perfdoctor.analysis.steady_state import SteadyState
+from perfdoctor.analysis.steps.steady_state import SteadyState
 from perfdoctor.capture.run_data import RunData, RunEnvironment
 from perfdoctor.capture.steps_csv import StepColumns
 from perfdoctor.model.report import RunSection
@@ -83,7 +83,7 @@ def run_section(run: RunData) -> RunSection:
     """The report's ``run`` section of a ``perfdoctor profile`` run directory.
 
     ``steps``: the whole run's series (``step``, ``duration_s`` in s, NaN → None); ``steady_state``: warm-up,
-    phases and trend (:mod:`perfdoctor.analysis.steady_state`); ``throughput``: train-only and wall rates,
+    phases and trend (:mod:`perfdoctor.analysis.steps.steady_state`); ``throughput``: train-only and wall rates,
     each with its numerator and denominator in words; ``non_training``: :func:`non_training`.
 
     Raises:

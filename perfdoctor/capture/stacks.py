@@ -4,7 +4,7 @@ Kineto names a Python frame by its function's first line (``"train.py(30): step"
 function that calls ``.item()``, not the line. The profiler knows more than it exports: each Python call event of
 its event tree (``experimental_event_tree()``) keeps its *caller*'s frame at the moment of the call, line included.
 :func:`add_callers` writes that frame into the exported trace as ``args["Python caller"]`` (``"train.py(42):
-step"``, Kineto's own frame format), which :mod:`perfdoctor.analysis.source_lines` reads.
+step"``, Kineto's own frame format), which :mod:`perfdoctor.analysis.timing.source_lines` reads.
 
 The tree's events and the exported ones carry no shared id; they are matched per event name (a C call's name holds
 its object's address, a Python frame's its file and line) in order of start time, and a name whose counts differ in

@@ -9,7 +9,7 @@ from typing import TypeAlias
 
 import numpy as np
 
-from perfdoctor.analysis.steady_state import SteadyState, analyze
+from perfdoctor.analysis.steps.steady_state import SteadyState, analyze
 from perfdoctor.capture.step_record import STEP_FIELDS
 from perfdoctor.errors import PerfDoctorError
 

@@ -8,9 +8,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from perfdoctor.analysis import host
-from perfdoctor.analysis.classify import classify_kernel
-from perfdoctor.analysis.source_lines import stacks_of
+from perfdoctor.analysis.timing import host
+from perfdoctor.analysis.timing.classify import classify_kernel
+from perfdoctor.analysis.timing.source_lines import stacks_of
 from perfdoctor.findings import Basis, Estimate, EventValue, Evidence
 from perfdoctor.trace import intervals as iv
 from perfdoctor.trace.join import launch_rows, launched_rows
@@ -269,7 +269,8 @@ def name_line(
     by_module: bool = False,
 ) -> None:
     """Set ``ev.source`` to the user's line where most of ``weight`` (µs, or 1 per event) of the events
-    ``tables.<table>[rows]`` starts (:meth:`perfdoctor.analysis.source_lines.PythonStacks.locate`, on each event's
+    ``tables.<table>[rows]`` starts (:meth:`perfdoctor.analysis.timing.source_lines.PythonStacks.locate`, on each
+    event's
     own thread and start), or ``ev.source_hint`` when the trace holds no Python stacks."""
     stacks = stacks_of(tables)
     if not stacks:
@@ -283,7 +284,7 @@ def name_line(
 
 def name_line_of(ev: Evidence, tables: TraceTables, pattern: str) -> None:
     """:func:`name_line` for the host events named by ``pattern`` (annotations and CPU ops, as
-    :func:`perfdoctor.analysis.host.ranges_named` finds them), each weighted by its duration (µs)."""
+    :func:`perfdoctor.analysis.timing.host.ranges_named` finds them), each weighted by its duration (µs)."""
     best: tuple[float, str, np.ndarray] | None = None
     for table in ("annotations", "cpu_ops"):
         tab = tables.tables[table]

@@ -19,11 +19,11 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
-from perfdoctor.analysis.breakdown import DeviceBreakdown, StepBreakdown
-from perfdoctor.analysis.kernel_ops import kernel_labels
 from perfdoctor.analysis.rank import Analysis, RankAnalysis, RankResult, UnprofiledStep
-from perfdoctor.analysis.steps import Steps, gpu_launch_times
-from perfdoctor.analysis.warmup import job_cold_steps
+from perfdoctor.analysis.steps.steps import Steps, gpu_launch_times
+from perfdoctor.analysis.steps.warmup import job_cold_steps
+from perfdoctor.analysis.timing.breakdown import DeviceBreakdown, StepBreakdown
+from perfdoctor.analysis.timing.kernel_ops import kernel_labels
 from perfdoctor.checks.catalogue import RuleSpec
 from perfdoctor.checks.common import step_list_text
 from perfdoctor.checks.contract import thresholds_of
@@ -219,7 +219,7 @@ class RankContext:
 
     def step_of(self, ts_us: np.ndarray) -> np.ndarray:
         """Index of the step window holding each time (-1 outside all windows;
-        :meth:`perfdoctor.analysis.steps.Steps.step_of`)."""
+        :meth:`perfdoctor.analysis.steps.steps.Steps.step_of`)."""
         return self.steps.step_of(ts_us)
 
     # -- derived, cached ---------------------------------------------------------
@@ -431,7 +431,7 @@ class JobContext:
     @property
     def cold(self) -> tuple[set[int], str]:
         """The steps cross-rank statistics leave out (cold on some rank, PD902) and, when that leaves a rank no
-        step, why none can be drawn ("" otherwise): :func:`perfdoctor.analysis.warmup.job_cold_steps`."""
+        step, why none can be drawn ("" otherwise): :func:`perfdoctor.analysis.steps.warmup.job_cold_steps`."""
         if "cold" not in self.cache:
             ids = [int(c.rank.rank) if c.rank.rank is not None else i for i, c in enumerate(self.ranks)]
             steps = {r: c.step_numbers for r, c in zip(ids, self.ranks)}

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from perfdoctor.analysis import host
+from perfdoctor.analysis.timing import host
 from perfdoctor.checks.common import (
     idle_cause_ms,
     name_line_of,

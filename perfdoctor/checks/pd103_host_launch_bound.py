@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from perfdoctor.analysis import host
+from perfdoctor.analysis.timing import host
 from perfdoctor.checks.after import passes
 from perfdoctor.checks.common import cold_reason, name_line, pct, replay_fields, replayed_estimate, steps_over
 from perfdoctor.checks.context import Outcome, RankContext, passed, skipped

@@ -1,6 +1,6 @@
 """PD105 python-outside-ops: on a CPU-only run, much of the step passes outside any op.
 
-From the CPU breakdown (:mod:`perfdoctor.analysis.cpu_breakdown`): per step,
+From the CPU breakdown (:mod:`perfdoctor.analysis.timing.cpu_breakdown`): per step,
 the time on the training thread's process where no op or annotation is open
 (``idle_causes_us["python"]``). Fires when its mean is at least
 ``min_saving_pct`` of the mean step. The saving is the replay's

@@ -1,6 +1,6 @@
 """PD107 compile-graph-breaks: a torch.compile program runs several compiled graphs per entry, split by graph breaks.
 
-From :func:`perfdoctor.analysis.compiled.compiled_steps`: per analysed step, the ``Torch-Compiled Region`` runs,
+From :func:`perfdoctor.analysis.timing.compiled.compiled_steps`: per analysed step, the ``Torch-Compiled Region`` runs,
 the outermost of them (entries from eager code) and the rest (graph breaks: a resume frame's region is recorded
 inside the region of the frame that broke), the eager ops between the graphs and the time entering each extra
 graph costs. The saving is the replay's
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from perfdoctor.analysis.compiled import CompiledSteps, compiled_steps
+from perfdoctor.analysis.timing.compiled import CompiledSteps, compiled_steps
 from perfdoctor.checks.common import cold_reason, count_text, replay_fields, steps_over
 from perfdoctor.checks.context import Outcome, RankContext, passed, replayed_outcome, skipped
 from perfdoctor.findings import Evidence

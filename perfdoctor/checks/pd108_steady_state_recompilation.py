@@ -1,6 +1,7 @@
 """PD108 steady-state-recompilation: torch.compile compiles again inside analysed (warm) steps.
 
-From :func:`perfdoctor.analysis.compiled.recompiles`: per analysed step, the union of Dynamo/Inductor compile spans
+From :func:`perfdoctor.analysis.timing.compiled.recompiles`: per analysed step, the union of Dynamo/Inductor compile
+spans
 (``dynamo`` > ``entire_frame_compile``, ``(dynamo_timed)`` ranges, ``entire_backward_compile``) and of the cache
 lookups that ran them, the recompiled frames (a ``Torch-Compiled Region: F/C`` with ``C > 0`` first run in that
 step) and the input shapes of the step's first graph call before and at the recompile. A trace whose every
@@ -14,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from perfdoctor.analysis.compiled import recompiles
+from perfdoctor.analysis.timing.compiled import recompiles
 from perfdoctor.checks.common import cold_reason, pct, replay_fields
 from perfdoctor.checks.context import Outcome, RankContext, passed, replayed_outcome, skipped
 from perfdoctor.findings import Evidence

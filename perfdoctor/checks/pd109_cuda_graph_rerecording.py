@@ -1,6 +1,6 @@
 """PD109 cuda-graph-rerecording: CUDA graphs recorded again inside analysed (warm) steps.
 
-From :func:`perfdoctor.analysis.compiled.graph_recording`: per analysed step, the union of cudagraph trees'
+From :func:`perfdoctor.analysis.timing.compiled.graph_recording`: per analysed step, the union of cudagraph trees'
 ``CUDAGraphNode.record (dynamo_timed)`` ranges (``torch.compile(mode="reduce-overhead")``), of stream captures
 (``cudaStreamBeginCapture`` to ``cudaStreamEndCapture``, a manual ``torch.cuda.graph``) and of
 ``cudaGraphInstantiate`` calls. A graph is recorded once and replayed after that; a recording in a warm step is a
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from perfdoctor.analysis.compiled import graph_recording
+from perfdoctor.analysis.timing.compiled import graph_recording
 from perfdoctor.checks.common import cold_reason, count_text, pct, replay_fields, replayed_estimate
 from perfdoctor.checks.context import Outcome, RankContext, passed, skipped
 from perfdoctor.findings import Evidence, Hit

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from perfdoctor.analysis.headroom import Headroom, headroom
+from perfdoctor.analysis.memory.headroom import Headroom, headroom
 from perfdoctor.checks.common import cold_reason, pct, peak_reserved_pct
 from perfdoctor.checks.context import Outcome, RankContext, passed, skipped
 from perfdoctor.findings import Estimate, Evidence, Hit
@@ -213,7 +213,8 @@ def _headroom_method(fill_pct: float) -> str:
     return (
         "the batch that fits: the peak step's allocated level at its start (parameters, optimizer state: fixed) "
         "plus k × what the step allocated up to its peak (activations: grows with the batch) under "
-        f"{fill_pct:.0f}% of the device's memory (perfdoctor.analysis.headroom); the growth replayed is at most that"
+        f"{fill_pct:.0f}% of the device's memory (perfdoctor.analysis.memory.headroom); the growth replayed is at "
+        "most that"
     )
 
 

@@ -8,7 +8,7 @@ compiled regions pass: the model is already compiled.
 
 GPU: kernels classified ``elementwise`` / ``reduction_norm`` and shorter than
 ``short_kernel_us``. CPU-only traces: host time in elementwise and
-normalization aten ops (:mod:`perfdoctor.analysis.cpu_breakdown`).
+normalization aten ops (:mod:`perfdoctor.analysis.timing.cpu_breakdown`).
 """
 
 from __future__ import annotations
@@ -62,8 +62,8 @@ def _gpu(ctx: RankContext) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarr
 
 
 def _cpu(ctx: RankContext) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    from perfdoctor.analysis import host
-    from perfdoctor.analysis.cpu_breakdown import classify_cpu_op
+    from perfdoctor.analysis.timing import host
+    from perfdoctor.analysis.timing.cpu_breakdown import classify_cpu_op
     from perfdoctor.checks.common import COPY_OPS
     from perfdoctor.trace import intervals as iv
 

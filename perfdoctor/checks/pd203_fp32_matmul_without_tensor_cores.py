@@ -3,7 +3,7 @@
 Tensor cores exist from compute capability 7.0 (Volta: FP16), TF32 and BF16
 from 8.0 (Ampere) — NVIDIA CUDA C++ Programming Guide, "Warp Matrix Functions"
 and the Ampere architecture whitepaper. The kernel's math is read from its
-name (:mod:`perfdoctor.analysis.kernel_dtype`: ``volta_sgemm``, ``<float``...).
+name (:mod:`perfdoctor.analysis.timing.kernel_dtype`: ``volta_sgemm``, ``<float``...).
 AMD GPUs are skipped: rocBLAS already runs FP32 GEMMs on matrix cores.
 """
 
@@ -14,9 +14,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from perfdoctor.analysis.arch import ArchGuess
-from perfdoctor.analysis.hardware import DeviceSpec, match_device
-from perfdoctor.analysis.kernel_dtype import gemm_mask, kernel_math_dtype
+from perfdoctor.analysis.timing.arch import ArchGuess
+from perfdoctor.analysis.timing.kernel_dtype import gemm_mask, kernel_math_dtype
+from perfdoctor.analysis.work.hardware import DeviceSpec, match_device
 from perfdoctor.checks.common import pct, top_names
 from perfdoctor.checks.context import Outcome, RankContext, passed, skipped
 from perfdoctor.findings import Estimate, Evidence, Hit
@@ -58,8 +58,9 @@ AMD = re.compile(r"AMD|Radeon|Instinct|MI\d{3}", re.I)
 @dataclass(frozen=True)
 class Gpu:
     """The rank's GPU as the trace describes it: its name ("" when unknown), compute capability, the hardware
-    table's entry (:func:`perfdoctor.analysis.hardware.match_device`; None when unknown) and, for a trace without
-    deviceProperties, the architecture its kernel names name (:func:`perfdoctor.analysis.arch.infer_from_tables`)."""
+    table's entry (:func:`perfdoctor.analysis.work.hardware.match_device`; None when unknown) and, for a trace without
+    deviceProperties, the architecture its kernel names name
+    (:func:`perfdoctor.analysis.timing.arch.infer_from_tables`)."""
 
     name: str
     cc: tuple[int, int] | None
@@ -69,7 +70,7 @@ class Gpu:
 
 def _device(ctx: RankContext) -> Gpu:
     if not ctx.tables.device_properties:
-        from perfdoctor.analysis.arch import infer_from_tables
+        from perfdoctor.analysis.timing.arch import infer_from_tables
 
         guess = infer_from_tables(ctx.tables)  # old traces: the architecture the kernel names name
         if guess is not None and guess.vendor == "nvidia":

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from perfdoctor.analysis import host
+from perfdoctor.analysis.timing import host
 from perfdoctor.checks.common import name_line_of, pct, steps_over
 from perfdoctor.checks.context import Outcome, RankContext, passed, skipped
 from perfdoctor.findings import Estimate, Evidence, Hit

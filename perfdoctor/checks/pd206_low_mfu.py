@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from perfdoctor.analysis.roofline import Roofs
+from perfdoctor.analysis.work.roofline import Roofs
 from perfdoctor.checks.common import cold_reason, pct
 from perfdoctor.checks.context import Outcome, RankContext, passed, skipped
 from perfdoctor.findings import Evidence, Hit

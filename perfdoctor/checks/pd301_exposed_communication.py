@@ -214,13 +214,14 @@ def _situation(ctx: RankContext, by_coll: dict[str, float], recorded: set[str]) 
     names) and what record_param_comms says the collectives were (``recorded``, as :func:`_kind_text` writes them:
     an all_to_allv runs as NCCL send/recv kernels);
     the labels of FSDP, ``fully_shard`` or DeepSpeed ZeRO decide for them
-    (:func:`perfdoctor.analysis.sharding.flavour`). None when nothing tells (the rule's generic fix). Re-run from a rank
+    (:func:`perfdoctor.analysis.parallel.sharding.flavour`). None when nothing tells (the rule's generic fix). Re-run
+    from a rank
     summary (no tables), the situation found where the rank was analysed."""
     if not ctx.has_trace:
         first = ctx.rank_pass()
         said = first.hit.evidence.values.get("parallelism") if first is not None and first.hit is not None else None
         return next((k for k, v in _PARALLELISM.items() if v == said), None)
-    from perfdoctor.analysis.sharding import flavour
+    from perfdoctor.analysis.parallel.sharding import flavour
 
     sharded = flavour(ctx.tables)  # FSDP1, fully_shard or DeepSpeed ZeRO, from their labels
     if sharded is not None:
@@ -263,7 +264,7 @@ def _reorder(ctx: RankContext, cap_us: float) -> tuple[float, str]:
     (:func:`perfdoctor.replay.transforms.kernels.issue_collectives_early`), replayed alone: (saving µs per step, at
     most ``cap_us``; the sentence for the message, with its saving, assumption and source); (0, "") when no
     collective waits for more than its input's producer."""
-    from perfdoctor.analysis.classify import classify_kernel
+    from perfdoctor.analysis.timing.classify import classify_kernel
     from perfdoctor.replay.transforms.kernels import issue_collectives_early
 
     rr = ctx.replay()
@@ -292,7 +293,7 @@ def _reorder(ctx: RankContext, cap_us: float) -> tuple[float, str]:
 
 def _no_comm_reason(ctx: RankContext) -> str:
     """Why there is nothing to judge: single-process training only when nothing in the trace says otherwise."""
-    from perfdoctor.analysis.kernel_ops import COMM_OP
+    from perfdoctor.analysis.timing.kernel_ops import COMM_OP
 
     names = ctx.tables.name_array()
     host = sorted(
@@ -325,7 +326,7 @@ def _no_comm_reason(ctx: RankContext) -> str:
 def _messages(ctx: RankContext) -> tuple[str, set[str]]:
     """The collectives' messages as record_param_comms records them over the analysed steps ("" if none, or when
     re-run from a rank summary, which keeps no tables), and the collectives named there (:func:`_kind_text`)."""
-    from perfdoctor.analysis.kernel_ops import collective_messages
+    from perfdoctor.analysis.timing.kernel_ops import collective_messages
 
     if not ctx.has_trace:
         return "", set()

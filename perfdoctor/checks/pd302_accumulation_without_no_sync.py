@@ -1,7 +1,8 @@
 """PD302 accumulation-without-no-sync: gradients all-reduced on every micro-batch of an accumulation.
 
 The micro-batches of each optimizer step are its backward passes, found from the autograd engine's ops whatever
-the model's annotations (:mod:`perfdoctor.analysis.accumulation`); gradient all-reduces are the all-reduce calls
+the model's annotations (:mod:`perfdoctor.analysis.parallel.accumulation`); gradient all-reduces are the all-reduce
+calls
 issued inside them, one bucket set per synchronized pass. Under ``model.no_sync()`` only the last micro-batch's
 pass all-reduces; here earlier ones do. The saving is replayed
 (:func:`perfdoctor.replay.transforms.accumulation.skip_early_allreduces`: those calls, the collectives they
@@ -15,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from perfdoctor.analysis.accumulation import accumulation
+from perfdoctor.analysis.parallel.accumulation import accumulation
 from perfdoctor.checks.context import Outcome, RankContext, passed, skipped
 from perfdoctor.findings import Estimate, Evidence, EvidenceValue, Hit
 from perfdoctor.trace import intervals as iv

@@ -1,6 +1,6 @@
 """PD305 host-collective-time: collectives run by the CPU (gloo) fill much of a CPU-only step.
 
-From the CPU breakdown (:mod:`perfdoctor.analysis.cpu_breakdown`): per step, the union of host collective
+From the CPU breakdown (:mod:`perfdoctor.analysis.timing.cpu_breakdown`): per step, the union of host collective
 ranges (``gloo:all_reduce``, ``c10d::``, ``record_param_comms``) and its *exposed* part, when no other op of
 the process runs. The evidence lists each collective's message size (from the range's recorded input shape
 and dtype), count per step, mean duration and algorithm bandwidth (bytes ÷ duration; NCCL-tests' "algbw"): a duration
@@ -8,7 +8,8 @@ includes any wait for other ranks, which one rank's trace cannot separate, so a 
 transport is the limit. Saving:
 the exposed time, an upper bound (overlap could hide it; the transfer itself still takes its time).
 
-The advice follows the parallelism the trace's labels show (:func:`perfdoctor.analysis.sharding.flavour`): DDP's
+The advice follows the parallelism the trace's labels show (:func:`perfdoctor.analysis.parallel.sharding.flavour`):
+DDP's
 knobs (buckets, comm hooks) for a data-parallel run; FSDP's (prefetch, unit size, a mixed-precision reduce) for a
 ``fully_shard`` / ``FullyShardedDataParallel`` run; DeepSpeed's config keys for ZeRO.
 """
@@ -19,10 +20,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from perfdoctor.analysis.classify import collective_of
-from perfdoctor.analysis.cpu_breakdown import HOST_COMMUNICATION
-from perfdoctor.analysis.op_args import parse_args
-from perfdoctor.analysis.sharding import flavour
+from perfdoctor.analysis.parallel.sharding import flavour
+from perfdoctor.analysis.timing.classify import collective_of
+from perfdoctor.analysis.timing.cpu_breakdown import HOST_COMMUNICATION
+from perfdoctor.analysis.work.op_args import parse_args
 from perfdoctor.checks.common import pct, steps_over
 from perfdoctor.checks.context import Outcome, RankContext, passed
 from perfdoctor.findings import Estimate, Evidence, Hit

@@ -1,6 +1,6 @@
 """PD306 fsdp-all-gather-not-prefetched: FSDP units whose all-gather waits until the unit itself starts.
 
-From the FSDP labels of the trace (:mod:`perfdoctor.analysis.sharding`): per analysed step, each unit's
+From the FSDP labels of the trace (:mod:`perfdoctor.analysis.parallel.sharding`): per analysed step, each unit's
 all-gathers (forward and backward) and reduce-scatters, their exposed time, and whether each all-gather was
 prefetched (issued inside a prefetch label while the previous unit still computed). Fires when all-gathers after
 the first of their pass are not prefetched; the saving is the replay of
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from perfdoctor.analysis.sharding import ShardedComm, flavour, sharded_comm
+from perfdoctor.analysis.parallel.sharding import ShardedComm, flavour, sharded_comm
 from perfdoctor.checks.common import pct
 from perfdoctor.checks.context import Outcome, RankContext, passed, skipped
 from perfdoctor.findings import Estimate, Evidence, Hit

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from perfdoctor.analysis import host
+from perfdoctor.analysis.timing import host
 from perfdoctor.checks.common import (
     cold_reason,
     copy_explained,
@@ -40,7 +40,8 @@ from perfdoctor.trace import intervals as iv
 CODE = "PD401"
 METRICS = {
     "syncs_per_step": "synchronize calls and blocking D2H copies per step, less the synchronize calls that wait for "
-    "nothing (right after a blocking call, no device work queued since: perfdoctor.analysis.host.waitless_syncs)",
+    "nothing (right after a blocking call, no device work queued since: "
+    "perfdoctor.analysis.timing.host.waitless_syncs)",
     "idle_us": "mean µs per step the replayed step gets shorter when they no longer block (the saving)",
     "idle_pct": "idle_us as % of the mean step time",
 }

@@ -1,7 +1,7 @@
 """PD501 allocator-stall: ``cudaMalloc`` / ``cudaFree`` inside steady-state steps, the cause, and the replayed fix.
 
 PyTorch's caching allocator serves steady-state allocations from its cache; a driver call after the first steps is
-a cache miss, and ``cudaFree`` synchronizes the device. :func:`perfdoctor.analysis.allocator.allocator_calls`
+a cache miss, and ``cudaFree`` synchronizes the device. :func:`perfdoctor.analysis.memory.allocator.allocator_calls`
 tells the cause from where the frees fall (caching off, allocator retries, ``empty_cache()`` in the loop, or new
 shapes); the rule's ``[advice.CAUSE]`` text gives that cause's fix. The saving is the step replayed with those
 calls served from the cache (:func:`perfdoctor.replay.transforms.memory.serve_from_cache`). The first
@@ -16,8 +16,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from perfdoctor.analysis.allocator import CAUSES, AllocatorCalls, allocator_calls
-from perfdoctor.analysis.run_memory import run_allocator_evidence
+from perfdoctor.analysis.memory.allocator import CAUSES, AllocatorCalls, allocator_calls
+from perfdoctor.analysis.memory.run_memory import run_allocator_evidence
 from perfdoctor.checks.common import (
     pct,
     peak_reserved_pct,

@@ -6,7 +6,8 @@ primary device (what the caching allocator holds from the driver); capacity =
 freeing its cache and retrying (PD501), and the batch cannot grow.
 
 What is near capacity, and which fix frees most: the peak step's split
-(:mod:`perfdoctor.analysis.headroom`) into what the step starts with (parameters, optimizer state: fixed) and what
+(:mod:`perfdoctor.analysis.memory.headroom`) into what the step starts with (parameters, optimizer state: fixed) and
+what
 it allocates up to its peak (activations), and the bytes each fix would free from it (:func:`fixes`).
 """
 
@@ -15,7 +16,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from perfdoctor.analysis.headroom import Headroom, headroom
+from perfdoctor.analysis.memory.headroom import Headroom, headroom
 from perfdoctor.checks.common import pct
 from perfdoctor.checks.context import Outcome, RankContext, passed, skipped
 from perfdoctor.findings import Evidence, Hit
@@ -103,7 +104,7 @@ def fixes(ctx: RankContext, hr: Headroom) -> list[tuple[str, str, float, str]]:
     - activation checkpointing: up to the activation part (it keeps each checkpointed block's input and one
       block's recomputed activations: an upper bound);
     - bf16 activations (autocast): half the activation part when the step's GEMMs run in a 32-bit dtype
-      (:func:`perfdoctor.analysis.mfu.gemm_dtype`), nothing when they already run in 16 bits;
+      (:func:`perfdoctor.analysis.work.mfu.gemm_dtype`), nothing when they already run in 16 bits;
     - sharded optimizer state (ZeRO-1 / FSDP): the state's share of the step-start level (:data:`STATE_SHARE`, by
       the optimizer class of the trace's ``Optimizer.step#`` annotation) × (1 − 1/world size); nothing on one rank
       or with an unknown optimizer.

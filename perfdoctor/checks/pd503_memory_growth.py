@@ -1,6 +1,6 @@
 """PD503 memory-growth: memory held by the process climbs step after step over the steady state (a leak).
 
-From the run data of ``perfdoctor profile`` (:mod:`perfdoctor.analysis.run_memory`): the reserved and allocated
+From the run data of ``perfdoctor profile`` (:mod:`perfdoctor.analysis.memory.run_memory`): the reserved and allocated
 device memory (CUDA) and the process's RSS at each step's end, fitted over the longest stretch of steady-state,
 unprofiled steps by Theil–Sen with a 95% confidence interval on the slope. Fires on the first series (reserved,
 allocated, RSS) whose slope's lower bound is above zero and whose growth over the stretch is at least
@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from perfdoctor.analysis.run_memory import Growth
+from perfdoctor.analysis.memory.run_memory import Growth
 from perfdoctor.checks.context import JobContext, Outcome, passed, skipped
 from perfdoctor.findings import Evidence, EvidenceValue, Hit
 
@@ -129,7 +129,7 @@ def _values(g: Growth, others: list[Growth], trace_text: str) -> dict[str, Evide
 def _trace_text(job: JobContext, g: Growth) -> str:
     """What the profiled window's ``[memory]`` events say for the series' device (CPU for the RSS, the GPU for the
     CUDA series): bytes allocated and not freed in each profiled step, the mean over them, from the first rank's
-    memory over the step (:mod:`perfdoctor.analysis.memory_steps`); "" when the report has none."""
+    memory over the step (:mod:`perfdoctor.analysis.memory.memory_steps`); "" when the report has none."""
     kind = "CPU" if g.series == "rss_bytes" else "GPU"
     for ctx in job.ranks[:1]:
         for dev in _over_step(ctx.rank):

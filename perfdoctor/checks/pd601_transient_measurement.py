@@ -1,6 +1,6 @@
 """PD601 transient-measurement: the profiled window is not the steady state.
 
-From the run data of ``perfdoctor profile`` (:mod:`perfdoctor.analysis.steady_state`):
+From the run data of ``perfdoctor profile`` (:mod:`perfdoctor.analysis.steps.steady_state`):
 the unprofiled steps right next to the profiled window are compared with the
 steady-state median (the last phase after warm-up). The profiled steps
 themselves carry the profiler's own overhead, so their neighbours are the
@@ -18,13 +18,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from perfdoctor.analysis.steady_state import SteadyState
+from perfdoctor.analysis.steps.steady_state import SteadyState
 from perfdoctor.checks.common import unprofiled_step_times
 from perfdoctor.checks.context import JobContext, Outcome, passed, skipped
 from perfdoctor.findings import Evidence, Hit
 
 if TYPE_CHECKING:
-    from perfdoctor.analysis.steady_state import SteadyState
+    from perfdoctor.analysis.steps.steady_state import SteadyState
     from perfdoctor.capture.run_data import RunData
 
 CODE = "PD601"

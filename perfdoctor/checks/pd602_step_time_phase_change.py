@@ -1,6 +1,6 @@
 """PD602 step-time-phase-change: the run's step time shifts level, or keeps growing.
 
-From the run data of ``perfdoctor profile`` (:mod:`perfdoctor.analysis.steady_state`):
+From the run data of ``perfdoctor profile`` (:mod:`perfdoctor.analysis.steps.steady_state`):
 a permanent level shift (phases) or a significant upward trend over the steady span.
 A stretch the run recovers from (the last phase within ``min_shift`` of the first)
 is not a phase change; a series without one level (``SteadyState.unstable``) is
@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from perfdoctor.analysis.steady_state import SteadyState
+from perfdoctor.analysis.steps.steady_state import SteadyState
 from perfdoctor.checks.common import unprofiled_step_times
 from perfdoctor.checks.context import JobContext, Outcome, passed, skipped
 from perfdoctor.findings import Basis, Estimate, Evidence, Hit

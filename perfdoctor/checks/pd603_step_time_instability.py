@@ -1,7 +1,7 @@
 """PD603 step-time-instability: the steady-state step times have no single level.
 
 From the run data of ``perfdoctor profile``: p10, median and p90 of the unprofiled
-steady-state train-only step times (:mod:`perfdoctor.analysis.steady_state`).
+steady-state train-only step times (:mod:`perfdoctor.analysis.steps.steady_state`).
 Fires when p90 ÷ p10 exceeds ``max_spread`` and p90 − p10 is at least ``min_spread_ms`` (tiny
 steps jitter by scheduler and timer noise alone). It states the dispersion (p10, p90, the coefficient of
 variation) and no saving: how much of the variation a fix would remove is not known from the series, and a

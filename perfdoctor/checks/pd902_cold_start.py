@@ -1,6 +1,6 @@
 """PD902 cold-start: first-call work (compilation, algorithm search, lazy init, allocator growth) in the trace.
 
-Reads :attr:`perfdoctor.analysis.steps.Steps.warmup` (:mod:`perfdoctor.analysis.warmup`): leading steps
+Reads :attr:`perfdoctor.analysis.steps.steps.Steps.warmup` (:mod:`perfdoctor.analysis.steps.warmup`): leading steps
 dominated by it were left out of the analysis (``cold_dropped``); when every analysed step is cold, the
 report describes the warm-up and the verdicts about the training loop (PD103, PD106, PD201, PD206, PD401) are
 skipped.

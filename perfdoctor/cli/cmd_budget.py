@@ -110,7 +110,7 @@ def _check_inputs(args: argparse.Namespace) -> None:
 
 def _dtype_and_peak(spec: Any, wanted: str | None) -> tuple[str, float]:
     """The GEMM dtype (``wanted``, else the GPU's best 16-bit tensor dtype) and its dense peak, FLOP/s."""
-    from perfdoctor.analysis.hardware import DTYPES
+    from perfdoctor.analysis.work.hardware import DTYPES
 
     have = ", ".join(d for d in DTYPES if d in spec.peak_flops)
     if wanted is not None:
@@ -162,7 +162,7 @@ def _memory_lines(b: Any, spec: Any, peak_source: str) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from perfdoctor.analysis.hardware import spec_by_name
+    from perfdoctor.analysis.work.hardware import spec_by_name
     from perfdoctor.budget.plan import plan
 
     _check_inputs(args)

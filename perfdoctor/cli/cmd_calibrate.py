@@ -43,7 +43,7 @@ def _devices(requested: list[str] | None) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from perfdoctor.analysis import calibration as cal
+    from perfdoctor.analysis.work import calibration as cal
 
     if not args.show:
         require_torch("calibrate")

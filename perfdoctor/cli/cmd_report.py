@@ -121,7 +121,7 @@ def model_flops_per_step(args: argparse.Namespace) -> float | None:
     missing = [flag(f) for f, v in given.items() if v is None]
     if missing:
         raise PerfDoctorError(f"the transformer FLOPs estimate also needs {', '.join(missing)}")
-    from perfdoctor.analysis.mfu import transformer_flops_per_token
+    from perfdoctor.analysis.work.mfu import transformer_flops_per_token
 
     if args.tokens_per_step <= 0:
         raise PerfDoctorError(f"--tokens-per-step must be positive (got {args.tokens_per_step:g})")
@@ -251,7 +251,7 @@ def _analyze(args: argparse.Namespace, err: Console, opts: object) -> BuiltRepor
                 args.paths, step_marker=args.step_marker, without_traces=why, loaded_run=loaded_run, **kw, **extra
             )
 
-    from perfdoctor.analysis.mfu import ModelFlops
+    from perfdoctor.analysis.work.mfu import ModelFlops
 
     flops = model_flops_per_step(args)
     extra: dict[str, Any] = {"model_flops": ModelFlops(flops, "transformer_formula")} if flops else {}

@@ -32,9 +32,9 @@ from dataclasses import dataclass
 import msgspec
 import numpy as np
 
-from perfdoctor.analysis.classify import classify_kernel
 from perfdoctor.analysis.rank import RankAnalysis
-from perfdoctor.analysis.steps import gpu_launch_times
+from perfdoctor.analysis.steps.steps import gpu_launch_times
+from perfdoctor.analysis.timing.classify import classify_kernel
 from perfdoctor.trace import intervals as iv
 from perfdoctor.trace.json_value import member, number
 from perfdoctor.trace.tables import Table
@@ -174,7 +174,7 @@ def compute(
 
     ``timelines``: one per GPU rank of the job (two or more); ``n_ranks``: the ranks given (default: as many as
     timelines), compared with the job's world size; ``cold_steps``: step numbers whose collectives the last
-    arrivals do not count (cold starts, :func:`perfdoctor.analysis.warmup.job_cold_steps`: who arrives last
+    arrivals do not count (cold starts, :func:`perfdoctor.analysis.steps.warmup.job_cold_steps`: who arrives last
     there is who did the least first-call work). Every collective is still matched and its wait measured.
     """
     if len(timelines) < 2:

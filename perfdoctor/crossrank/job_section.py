@@ -13,7 +13,7 @@ All inputs are the ranks' analysed step rows (µs) and the matched collective wa
   communication, idle causes) differs from the job's median share by at least :data:`SHARE_DIFF` and by a
   robust z of at least :data:`Z_OUTLIER` (e.g. one rank DataLoader-bound).
 - Missing ranks: ``distributedInfo.world_size`` larger than the ranks given.
-- Cold starts: steps PD902 calls cold on any rank (:func:`perfdoctor.analysis.warmup.job_cold_steps`) are left
+- Cold starts: steps PD902 calls cold on any rank (:func:`perfdoctor.analysis.steps.warmup.job_cold_steps`) are left
   out of the straggler, breakdown-outlier and collective-wait statistics (first-call work is no rank's steady
   state); when that leaves a rank no step, none of them is drawn and ``cold_note`` says why. The rank × step
   matrices and ``shares`` still show every analysed step.
@@ -27,8 +27,8 @@ from typing import TYPE_CHECKING, TypedDict
 
 import numpy as np
 
-from perfdoctor.analysis.breakdown import StepBreakdown
-from perfdoctor.analysis.warmup import job_cold_steps
+from perfdoctor.analysis.steps.warmup import job_cold_steps
+from perfdoctor.analysis.timing.breakdown import StepBreakdown
 from perfdoctor.vocab import COMPUTE_CATEGORIES
 
 if TYPE_CHECKING:
@@ -135,7 +135,7 @@ def _shares(rows: list[StepBreakdown], cpu: bool = False) -> dict[str, float]:
 
     A GPU rank's device categories, exposed communication (for its ``communication`` category) and idle causes
     partition the step. A CPU-only rank (``cpu``) has no separate exposed share: its host collectives are a
-    category of the host partition (``host_collective``, :mod:`perfdoctor.analysis.cpu_breakdown`) and their
+    category of the host partition (``host_collective``, :mod:`perfdoctor.analysis.timing.cpu_breakdown`) and their
     exposed part is a subset of it (counted twice, a gloo job's rows would sum to 111%)."""
     total = sum(s.dur_us for s in rows) or 1.0
     out: dict[str, float] = {}

@@ -15,7 +15,7 @@ from typing import Any
 
 import msgspec
 
-from perfdoctor.analysis.batch_shape import BatchShape
+from perfdoctor.analysis.work.batch_shape import BatchShape
 from perfdoctor.errors import PerfDoctorError
 from perfdoctor.model import Report, from_json
 from perfdoctor.model.report import FindingSection, RankSection, SkippedCheck
@@ -32,8 +32,8 @@ class _Header(msgspec.Struct):
 class Side:
     """A loaded side: ``kind`` is ``trace``, ``run`` or ``report``; ``model`` its typed report. Read from its traces
     (none for a report JSON, which does not keep them): ``batches``, each rank's input batch by rank number
-    (:func:`perfdoctor.analysis.batch_shape.batch_shape`), and ``input_shapes``, its first rank's first ``Input
-    Dims`` per op name (:func:`perfdoctor.analysis.batch_shape.input_shapes`)."""
+    (:func:`perfdoctor.analysis.work.batch_shape.batch_shape`), and ``input_shapes``, its first rank's first ``Input
+    Dims`` per op name (:func:`perfdoctor.analysis.work.batch_shape.input_shapes`)."""
 
     path: str
     kind: str

@@ -7,7 +7,7 @@ step 8× the work, and a step 7× longer is then a faster job, not a +600% regre
   ``--tokens-per-step A,B`` (the user's word overrides; a note says when it disagrees with what the run or the
   trace says), the run's ``run.json`` (``perfdoctor profile``'s batch probe, or its own flags: report ``run``
   section ``tokens_per_step`` / ``samples_per_step``), the trace's recorded input shapes
-  (:mod:`perfdoctor.analysis.batch_shape`, the op read and why stated);
+  (:mod:`perfdoctor.analysis.work.batch_shape`, the op read and why stated);
 - the job's work per step: the sum over ranks (a trace's ranks each read from their own trace when every rank
   tells; otherwise, and for run.json and the flags, one rank's figure × the ranks, as data parallelism gives
   every rank its own batch of the same size).

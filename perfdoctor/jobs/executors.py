@@ -31,7 +31,7 @@ from perfdoctor.jobs.task import summarise_file, summarise_files
 if TYPE_CHECKING:
     from distributed import Client
 
-    from perfdoctor.analysis.roofline import Roofs
+    from perfdoctor.analysis.work.roofline import Roofs
     from perfdoctor.checks.catalogue import Catalogue
 
 # peak resident bytes of one rank's analysis per byte of trace JSON: benchmarks/trace_load.py measures 0.97× for
@@ -52,8 +52,8 @@ PRELOAD = [
     "perfdoctor.jobs.task",
     "perfdoctor.pipeline",
     "perfdoctor.checks.engine",
-    "perfdoctor.analysis.mfu",
-    "perfdoctor.analysis.memory",
+    "perfdoctor.analysis.work.mfu",
+    "perfdoctor.analysis.memory.peaks",
     "perfdoctor.analysis.summary",
     "perfdoctor.analysis.trace_info",
     "perfdoctor.model.build",

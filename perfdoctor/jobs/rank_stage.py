@@ -4,11 +4,11 @@ checks and summary are made (:mod:`perfdoctor.jobs.task`, in this process or a w
 
 from __future__ import annotations
 
-from perfdoctor.analysis.breakdown import device_ids, gpu_breakdown
-from perfdoctor.analysis.cpu_breakdown import cpu_breakdown
 from perfdoctor.analysis.rank import Analysis, InputFile, RankAnalysis, add_efficiency
-from perfdoctor.analysis.roofline import Roofs
-from perfdoctor.analysis.steps import find_steps
+from perfdoctor.analysis.steps.steps import find_steps
+from perfdoctor.analysis.timing.breakdown import device_ids, gpu_breakdown
+from perfdoctor.analysis.timing.cpu_breakdown import cpu_breakdown
+from perfdoctor.analysis.work.roofline import Roofs
 from perfdoctor.jobs.summary import SummaryOptions
 from perfdoctor.replay.attribution import critical_path
 from perfdoctor.replay.rank import replay_rank
@@ -26,7 +26,7 @@ def analyze_tables(tables: TraceTables, step_marker: str | None = None) -> RankA
     if not devs:
         devs = [cpu_breakdown(tables, steps)]
     warnings = list(tables.warnings) + list(steps.warnings)
-    from perfdoctor.analysis.device_kinds import unread_device_categories
+    from perfdoctor.analysis.timing.device_kinds import unread_device_categories
 
     unread = unread_device_categories(tables)
     if unread:  # an accelerator perfdoctor does not read: said by name, never analysed silently as CPU training
@@ -36,7 +36,7 @@ def analyze_tables(tables: TraceTables, step_marker: str | None = None) -> RankA
             + ("device activity it reads" if tables.has_device_activity else "host side, not a CPU-only run")
         )
     if devs and devs[0].kind == "gpu" and not tables.device_properties:
-        from perfdoctor.analysis.arch import infer_from_tables
+        from perfdoctor.analysis.timing.arch import infer_from_tables
 
         guess = infer_from_tables(tables)
         if guess is not None:

@@ -121,7 +121,7 @@ def _job_warnings(ok: list[RankSummary], failed: list[RankSummary], n_inputs: in
 def _match_collectives(analysis: Analysis[SummarisedRank], ok: list[RankSummary]) -> None:
     """Set ``analysis.collective_wait`` (and its note) from the collective timelines of the GPU ranks with steps
     (:func:`perfdoctor.crossrank.collectives.compute`, cold steps of any rank left out), when there are two."""
-    from perfdoctor.analysis.warmup import job_cold_steps
+    from perfdoctor.analysis.steps.warmup import job_cold_steps
     from perfdoctor.crossrank import collectives as collective_wait
 
     gpu = [s for s in ok if s.primary_kind == "gpu" and s.step_rows and s.collectives is not None]

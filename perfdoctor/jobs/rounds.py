@@ -23,7 +23,7 @@ from perfdoctor.crossrank.bounds import peer_bounds
 from perfdoctor.jobs.summary import RankSummary, SummaryOptions
 
 if TYPE_CHECKING:
-    from perfdoctor.analysis.roofline import Roofs
+    from perfdoctor.analysis.work.roofline import Roofs
     from perfdoctor.checks.catalogue import Catalogue
     from perfdoctor.jobs.executors import Executor
 

@@ -26,11 +26,11 @@ import msgspec
 import numpy as np
 
 from perfdoctor import __version__
-from perfdoctor.analysis.batch_shape import BatchShape, batch_shape, input_shapes
-from perfdoctor.analysis.breakdown import DeviceBreakdown, StepBreakdown
-from perfdoctor.analysis.mfu import ModelFlops
+from perfdoctor.analysis.memory.run_memory import AllocatorValues
 from perfdoctor.analysis.rank import Analysis, CpuSeries, RankAnalysis, UnprofiledStep
-from perfdoctor.analysis.run_memory import AllocatorValues
+from perfdoctor.analysis.timing.breakdown import DeviceBreakdown, StepBreakdown
+from perfdoctor.analysis.work.batch_shape import BatchShape, batch_shape, input_shapes
+from perfdoctor.analysis.work.mfu import ModelFlops
 from perfdoctor.checks.context import Outcome
 from perfdoctor.crossrank.collectives import CollectiveTimeline
 from perfdoctor.crossrank.joint import JointInputs, rank_inputs
@@ -40,7 +40,7 @@ from perfdoctor.model.sections import decode_section, encode_section, replay_of
 from perfdoctor.timeline.tracks import RankTimeline
 
 if TYPE_CHECKING:
-    from perfdoctor.analysis.roofline import Roofs
+    from perfdoctor.analysis.work.roofline import Roofs
     from perfdoctor.checks.catalogue import Catalogue
 
 FORMAT = (
@@ -51,7 +51,7 @@ CACHE_SUFFIX = ".perfdoctor-summary"
 
 def cache_dir() -> str:
     """Where ``--cache`` keeps summaries: ``$PERFDOCTOR_HOME/cache``, else ``~/.cache/perfdoctor/cache`` (the home
-    :func:`perfdoctor.analysis.calibration.calibration_dir` uses). Each entry is named by the sha256 of its key."""
+    :func:`perfdoctor.analysis.work.calibration.calibration_dir` uses). Each entry is named by the sha256 of its key."""
     home = os.environ.get("PERFDOCTOR_HOME")
     base = home if home else os.path.join(os.path.expanduser("~"), ".cache", "perfdoctor")
     return os.path.join(base, "cache")
@@ -64,7 +64,7 @@ class SummaryOptions(msgspec.Struct, frozen=True):
     ``rules_dirs``: user rule directories; ``run_json``: ``run.json`` of a ``perfdoctor profile`` run directory;
     ``step_time_s_by_rank``: that run's steady-state median step time per rank (s); ``run_allocator_by_rank``: its
     CUDA allocator counts per steady step over the whole run, per rank, as evidence values
-    (:func:`perfdoctor.analysis.run_memory.run_allocator_values`); ``peer_ends``: per rank
+    (:func:`perfdoctor.analysis.memory.run_memory.run_allocator_values`); ``peer_ends``: per rank
     (its summary's path), the recorded starts of its collectives and the earliest each may end given its peers'
     arrivals (µs, :mod:`perfdoctor.jobs.rounds`).
     """
@@ -114,13 +114,14 @@ class RankSummary(msgspec.Struct):
     other fields then empty); ``note``: how the rank was found (e.g. split from a merged file); ``rank_named``,
     ``devices``, ``world_size``: what tells ranks of one job from separate runs (:func:`perfdoctor.jobs.reduce.reduce`);
     ``warmup_us_by_step``: first-call work per step (µs, by step number, left-out leading cold steps included) and
-    ``cold_steps``: the steps it fills (PD902; :meth:`perfdoctor.analysis.steps.Steps.cold_steps`), which
+    ``cold_steps``: the steps it fills (PD902; :meth:`perfdoctor.analysis.steps.steps.Steps.cold_steps`), which
     cross-rank statistics leave out. Both default empty, so a summary written before them (format 5) decodes as
     one with no cold step. ``joint``: what the reducer replays the job's ranks jointly from (their fixes together
     and the recording: :class:`perfdoctor.crossrank.joint.JointInputs`, a few numbers per collective and per step);
     None for a rank without collective kernels or replay. ``batch``: the input batch of its steps read from the
-    recorded shapes (:func:`perfdoctor.analysis.batch_shape.batch_shape`; None when none tells), ``input_shapes``:
-    each op's first ``Input Dims`` in its first analysed step (:func:`perfdoctor.analysis.batch_shape.input_shapes`),
+    recorded shapes (:func:`perfdoctor.analysis.work.batch_shape.batch_shape`; None when none tells), ``input_shapes``:
+    each op's first ``Input Dims`` in its first analysed step
+    (:func:`perfdoctor.analysis.work.batch_shape.input_shapes`),
     which ``perfdoctor diff`` reads to compare work per step. ``timeline``: the rank's annotated timeline
     (:class:`perfdoctor.timeline.tracks.RankTimeline`), made only when the options ask for it.
     """
@@ -314,7 +315,7 @@ class SummarisedSteps:
     cold: list[int]
 
     def cold_steps(self) -> list[int]:
-        """As :meth:`perfdoctor.analysis.steps.Steps.cold_steps`, from the summary."""
+        """As :meth:`perfdoctor.analysis.steps.steps.Steps.cold_steps`, from the summary."""
         return list(self.cold)
 
     def __len__(self) -> int:

@@ -22,7 +22,7 @@ from perfdoctor import __version__
 from perfdoctor.errors import PerfDoctorError
 
 if TYPE_CHECKING:
-    from perfdoctor.analysis.roofline import Roofs
+    from perfdoctor.analysis.work.roofline import Roofs
     from perfdoctor.checks.catalogue import Catalogue
 
 from perfdoctor.jobs.fingerprint import code_fingerprint, worker_name

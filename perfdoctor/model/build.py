@@ -18,11 +18,11 @@ from msgspec import UNSET
 
 from perfdoctor import __version__
 from perfdoctor.analysis import summary
-from perfdoctor.analysis.breakdown import DeviceBreakdown, sum_steps
-from perfdoctor.analysis.hardware import identified_name
-from perfdoctor.analysis.memory import memory_summary
-from perfdoctor.analysis.memory_steps import memory_over_steps
+from perfdoctor.analysis.memory.memory_steps import memory_over_steps
+from perfdoctor.analysis.memory.peaks import memory_summary
+from perfdoctor.analysis.timing.breakdown import DeviceBreakdown, sum_steps
 from perfdoctor.analysis.trace_info import profiler_settings
+from perfdoctor.analysis.work.hardware import identified_name
 from perfdoctor.errors import PerfDoctorError
 from perfdoctor.model import report as m
 from perfdoctor.model.sections import RankSections

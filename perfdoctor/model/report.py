@@ -6,9 +6,10 @@ types encoded by :func:`perfdoctor.model.codec.to_json`; reading it back with
 :func:`perfdoctor.model.codec.from_json` gives an equal :class:`Report`.
 
 The sections an analysis produces whole are that analysis's own Structs, imported here rather than defined twice:
-the step breakdown (:mod:`perfdoctor.analysis.breakdown`), the roofline (:mod:`perfdoctor.analysis.roofline`), MFU
-(:mod:`perfdoctor.analysis.mfu`), the run's steady state (:mod:`perfdoctor.analysis.steady_state`) and memory
-(:mod:`perfdoctor.analysis.run_memory`).
+the step breakdown (:mod:`perfdoctor.analysis.timing.breakdown`), the roofline
+(:mod:`perfdoctor.analysis.work.roofline`), MFU
+(:mod:`perfdoctor.analysis.work.mfu`), the run's steady state (:mod:`perfdoctor.analysis.steps.steady_state`) and memory
+(:mod:`perfdoctor.analysis.memory.run_memory`).
 
 Conventions: every time is µs and ends in ``_us`` (``_s`` for seconds), bytes end in
 ``_bytes``; a field that is absent from the JSON when its analysis did not run has
@@ -24,21 +25,21 @@ from collections.abc import Sequence
 import msgspec
 from msgspec import UNSET, UnsetType
 
-from perfdoctor.analysis.breakdown import Communication as Communication
-from perfdoctor.analysis.breakdown import StepBreakdown as StepBreakdown
-from perfdoctor.analysis.breakdown import StepTotals as StepTotals
-from perfdoctor.analysis.mfu import MfuResult as MfuResult
+from perfdoctor.analysis.memory.run_memory import AllocatorCounts as AllocatorCounts
+from perfdoctor.analysis.memory.run_memory import Growth as Growth
+from perfdoctor.analysis.memory.run_memory import RunMemory
 from perfdoctor.analysis.missing import MissingReason
-from perfdoctor.analysis.roofline import ChartPoint as ChartPoint
-from perfdoctor.analysis.roofline import RooflineResult as RooflineResult
-from perfdoctor.analysis.roofline import RooflineRow as RooflineRow
-from perfdoctor.analysis.roofline import Roofs as Roofs
-from perfdoctor.analysis.roofline import UncostedOp as UncostedOp
-from perfdoctor.analysis.run_memory import AllocatorCounts as AllocatorCounts
-from perfdoctor.analysis.run_memory import Growth as Growth
-from perfdoctor.analysis.run_memory import RunMemory
-from perfdoctor.analysis.steady_state import Phase as Phase
-from perfdoctor.analysis.steady_state import SteadyState as SteadyState
+from perfdoctor.analysis.steps.steady_state import Phase as Phase
+from perfdoctor.analysis.steps.steady_state import SteadyState as SteadyState
+from perfdoctor.analysis.timing.breakdown import Communication as Communication
+from perfdoctor.analysis.timing.breakdown import StepBreakdown as StepBreakdown
+from perfdoctor.analysis.timing.breakdown import StepTotals as StepTotals
+from perfdoctor.analysis.work.mfu import MfuResult as MfuResult
+from perfdoctor.analysis.work.roofline import ChartPoint as ChartPoint
+from perfdoctor.analysis.work.roofline import RooflineResult as RooflineResult
+from perfdoctor.analysis.work.roofline import RooflineRow as RooflineRow
+from perfdoctor.analysis.work.roofline import Roofs as Roofs
+from perfdoctor.analysis.work.roofline import UncostedOp as UncostedOp
 
 SCHEMA = "perfdoctor.report"
 SCHEMA_VERSION = 2  # v2: the fix plan (``plan``; each finding's headline, method, plan_position, step_after_us)
@@ -82,7 +83,7 @@ class DeviceProperties(Section, kw_only=True):
     compute_capability: str | None
     sm_count: int | None
     # the product a generic name ("AMD Radeon Graphics") stands for, with the basis
-    # (:func:`perfdoctor.analysis.hardware.identified_name`); absent when the name is specific
+    # (:func:`perfdoctor.analysis.work.hardware.identified_name`); absent when the name is specific
     identified: str | UnsetType = UNSET
 
 
@@ -199,7 +200,7 @@ class MemoryChart(Section, kw_only=True):
 
 
 class MemoryOverStep(Section, kw_only=True):
-    """One device's memory over the analysed steps (:mod:`perfdoctor.analysis.memory_steps`)."""
+    """One device's memory over the analysed steps (:mod:`perfdoctor.analysis.memory.memory_steps`)."""
 
     device_type: str
     device: int
@@ -311,7 +312,8 @@ class Summary(Section, kw_only=True):
 
 
 class SourceSection(Section, kw_only=True):
-    """The line of the user's code a finding's time starts at (:class:`perfdoctor.analysis.source_lines.SourceLine`:
+    """The line of the user's code a finding's time starts at
+    (:class:`perfdoctor.analysis.timing.source_lines.SourceLine`:
     ``location`` "file:line", ``exact`` False when it is the function's first line, the user's ``frames`` outwards,
     the library frames ``skipped``, the ``share_pct`` of the finding's time starting there, the ``nn.Module``)."""
 
@@ -475,7 +477,8 @@ class RunSnapshot(Section, kw_only=True):
 
 
 class RunMemorySection(RunMemory, frozen=True, kw_only=True):
-    """The run's memory from ``steps.csv`` (:class:`~perfdoctor.analysis.run_memory.RunMemory`: growth and peak of
+    """The run's memory from ``steps.csv`` (:class:`~perfdoctor.analysis.memory.run_memory.RunMemory`: growth and
+    peak of
     each recorded series, allocator counts per step) and its memory snapshots."""
 
     snapshots: list[RunSnapshot]

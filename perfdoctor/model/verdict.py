@@ -70,10 +70,10 @@ FRAGMENT_CAVEAT = (
 
 
 def _only_step_cut(rank: RankSection) -> bool:
-    """Whether the rank's one analysed step was cut where the recording stops (:func:`perfdoctor.analysis.steps.
+    """Whether the rank's one analysed step was cut where the recording stops (:func:`perfdoctor.analysis.steps.steps.
     find_steps` warns so): its breakdown is of the recorded start only (HTA's Triton trace, a
     13,336 ms ProfilerStep#1 of which 1.5 ms were recorded, read 'saves up to 100% of the step')."""
-    from perfdoctor.analysis.steps import STOPPED_INSIDE
+    from perfdoctor.analysis.steps.steps import STOPPED_INSIDE
 
     return len(rank.primary.steps) == 1 and any(STOPPED_INSIDE in w for w in rank.warnings)
 

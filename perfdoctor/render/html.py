@@ -135,7 +135,7 @@ def _run_series(run: RunSection) -> tuple[list[float], list[float]]:
 
 def _run_chart(run: RunSection) -> Markup | None:
     """The whole run's step-time series from ``perfdoctor profile`` with warm-up, steady state and phase changes
-    (``steady_state`` as written by :mod:`perfdoctor.analysis.steady_state`: warmup_steps, phases[start_step])."""
+    (``steady_state`` as written by :mod:`perfdoctor.analysis.steps.steady_state`: warmup_steps, phases[start_step])."""
     xs, ys = _run_series(run)
     if not xs:
         return None

@@ -515,7 +515,7 @@ def flops(value: float, unit: str) -> str:
 
 
 def _mfu_text(rank: RankSection) -> tuple[str, str] | None:
-    """(value, numerator/denominator text) of the rank's MFU (:class:`perfdoctor.analysis.mfu.MfuResult`)."""
+    """(value, numerator/denominator text) of the rank's MFU (:class:`perfdoctor.analysis.work.mfu.MfuResult`)."""
     m = rank.mfu
     if m is None:
         return None

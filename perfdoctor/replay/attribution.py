@@ -107,7 +107,7 @@ def _categories(tables: TraceTables, rr: RankReplay) -> np.ndarray:
 
 
 def _compute_categories(tables: TraceTables, rr: RankReplay) -> np.ndarray:
-    from perfdoctor.analysis.classify import classify_kernel
+    from perfdoctor.analysis.timing.classify import classify_kernel
 
     g = rr.graph
     names = tables.names
@@ -117,7 +117,7 @@ def _compute_categories(tables: TraceTables, rr: RankReplay) -> np.ndarray:
         if not m.any():
             continue
         if tname == "kernels":  # the breakdown's categories: unfused attention and c10d-named comm need the op
-            from perfdoctor.analysis.kernel_ops import kernel_labels
+            from perfdoctor.analysis.timing.kernel_ops import kernel_labels
 
             cat[m] = kernel_labels(tables).category[g.act_row[m]]
             continue

@@ -344,7 +344,7 @@ class _BlockingCalls:
 
 def _blocking_copies(tables: TraceTables, acts: Activities, launch_row: np.ndarray) -> np.ndarray:
     """Per runtime row: the call launched a pageable copy (staged by the driver, so the host waits for it)."""
-    from perfdoctor.analysis.classify import classify_kernel  # category/pageable names live in one table
+    from perfdoctor.analysis.timing.classify import classify_kernel  # category/pageable names live in one table
 
     mc_tab = acts.table == ACT_TABLES.index("memcpy")
     blocking_copy = np.zeros(len(tables.runtime), dtype=bool)

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from perfdoctor.analysis.classify import classify_kernel
-from perfdoctor.analysis.kernel_dtype import kernel_math_dtype
+from perfdoctor.analysis.timing.classify import classify_kernel
+from perfdoctor.analysis.timing.kernel_dtype import kernel_math_dtype
 from perfdoctor.replay.activities import ACT_TABLES
 from perfdoctor.replay.graph import ReplayGraph
 from perfdoctor.trace.tables import TraceTables
@@ -17,8 +17,8 @@ from perfdoctor.trace.tables import TraceTables
 
 def kernel_classes(tables: TraceTables, g: ReplayGraph) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(category, math dtype or "", name) of every activity of ``g`` (object arrays of ``g.n_act``): the kernel
-    classifier's category (:func:`perfdoctor.analysis.classify.classify_kernel`) and math dtype
-    (:func:`perfdoctor.analysis.kernel_dtype.kernel_math_dtype`) of each activity's name in ``tables``."""
+    classifier's category (:func:`perfdoctor.analysis.timing.classify.classify_kernel`) and math dtype
+    (:func:`perfdoctor.analysis.timing.kernel_dtype.kernel_math_dtype`) of each activity's name in ``tables``."""
     if g.kernel_classes is not None:
         return g.kernel_classes
     cat = np.full(g.n_act, "", dtype=object)

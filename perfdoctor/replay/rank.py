@@ -23,7 +23,7 @@ from perfdoctor.replay.windows import StepWindows, replayed_windows
 from perfdoctor.trace.tables import TraceTables
 
 if TYPE_CHECKING:
-    from perfdoctor.analysis.steps import Steps
+    from perfdoctor.analysis.steps.steps import Steps
     from perfdoctor.replay.unprofiled import Unprofiled
 
 MAX_MEAN_ERROR = 0.02  # mean replayed step within 2% of the recorded one
@@ -346,7 +346,7 @@ def _collective_floor(rr: RankReplay, tables: TraceTables, steps: Steps) -> Coll
 
 
 def replay_rank(tables: TraceTables, steps: Steps) -> RankReplay:
-    """Build and replay one rank; ``steps`` is its :class:`~perfdoctor.analysis.steps.Steps`."""
+    """Build and replay one rank; ``steps`` is its :class:`~perfdoctor.analysis.steps.steps.Steps`."""
     graph = build_graph(tables)
     base = replay(graph)
     win = _windows(steps, tables)

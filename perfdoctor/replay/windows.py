@@ -1,4 +1,4 @@
-"""Step windows of a replayed graph, cut the way :mod:`perfdoctor.analysis.steps` cuts the recorded ones (µs).
+"""Step windows of a replayed graph, cut the way :mod:`perfdoctor.analysis.steps.steps` cuts the recorded ones (µs).
 
 A step's work is its host annotation ``[host_start, host_end)`` and every device activity launched inside it;
 ``end_i = max(replayed host end_i, replayed end of its last activity, end_{i-1})`` and

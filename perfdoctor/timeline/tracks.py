@@ -4,7 +4,7 @@ For the chosen steps (default: the rank's median and slowest analysed step) it k
 
 - the recorded events of those steps (every host op, annotation, runtime call and device activity that overlaps
   the step's window), as perfdoctor's tables hold them;
-- the primary device's idle gaps split by cause: :func:`perfdoctor.analysis.breakdown.idle_by_cause`, the split
+- the primary device's idle gaps split by cause: :func:`perfdoctor.analysis.timing.breakdown.idle_by_cause`, the split
   the breakdown's ``idle_causes_us`` adds up per step, so a step's slices of one cause sum to its value there;
 - the replay's critical path (:mod:`perfdoctor.replay.attribution`), merged where one label continues;
 - the step replayed with the rank's fix plan (:meth:`perfdoctor.replay.rank.RankReplay.fixed_step_times` of the
@@ -172,7 +172,7 @@ def _events(tabs: TraceTables, lo: np.ndarray, hi: np.ndarray) -> list[Event]:
 
 def _idle_slices(ra: RankAnalysis, out: RankTimeline, idx: list[int]) -> list[Slice]:
     """The primary device's idle gaps in each chosen step, one slice per gap and cause (the breakdown's split)."""
-    from perfdoctor.analysis.breakdown import device_busy, idle_by_cause
+    from perfdoctor.analysis.timing.breakdown import device_busy, idle_by_cause
 
     prim = ra.primary
     if prim.kind != "gpu" or ra.attribution is None:

@@ -17,7 +17,7 @@ def _gemm_trace(name, device_name, cc, sms=80, memory=34_089_730_048):
 
 
 def test_pd203_fires_on_v100_with_fp16_advice(tmp_path):
-    from perfdoctor.analysis.hardware import match_device
+    from perfdoctor.analysis.work.hardware import match_device
 
     tb = _gemm_trace(SGEMM, "Tesla V100-SXM2-32GB", (7, 0))
     r = run_tb(tb, tmp_path, ["PD203"])

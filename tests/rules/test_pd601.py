@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from rules_helpers import job, run_analysis, series
 
-from perfdoctor.analysis.steady_state import analyze
+from perfdoctor.analysis.steps.steady_state import analyze
 from perfdoctor.checks import pd601_transient_measurement as pd601
 from perfdoctor.checks.context import JobContext
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from rules_helpers import job, run_analysis, run_job, series
 
-from perfdoctor.analysis.steady_state import analyze
+from perfdoctor.analysis.steps.steady_state import analyze
 from perfdoctor.checks import pd602_step_time_phase_change as pd602
 from perfdoctor.checks.context import JobContext
 

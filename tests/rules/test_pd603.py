@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from rules_helpers import run_job, series
 
-from perfdoctor.analysis.steady_state import analyze
+from perfdoctor.analysis.steps.steady_state import analyze
 from perfdoctor.checks import pd601_transient_measurement as pd601
 from perfdoctor.checks import pd602_step_time_phase_change as pd602
 

@@ -21,7 +21,7 @@ def _cold_then_warm():
 
 
 def test_pd902_fires_on_a_leading_cold_step_and_leaves_it_out(tmp_path):
-    from perfdoctor.analysis.steps import find_steps
+    from perfdoctor.analysis.steps.steps import find_steps
     from perfdoctor.trace import load_trace
 
     s = find_steps(load_trace(str(_cold_then_warm().write(tmp_path / "t.json"))))
@@ -69,7 +69,7 @@ def _first_launch_trace(pending: int = 0, launched_before: bool = False):
 def test_pd902_fires_on_a_first_kernel_launch_lazy_module_loading(tmp_path):
     import numpy as np
 
-    from perfdoctor.analysis.warmup import warmup
+    from perfdoctor.analysis.steps.warmup import warmup
     from perfdoctor.trace import load_trace
 
     w = warmup(load_trace(str(_first_launch_trace().write(tmp_path / "t.json"))), np.array([0.0]), np.array([1e4]))
@@ -84,7 +84,7 @@ def test_pd902_fires_on_a_first_kernel_launch_lazy_module_loading(tmp_path):
 def test_pd902_silent_on_a_long_launch_into_a_full_queue_or_of_a_loaded_kernel(tmp_path):
     import numpy as np
 
-    from perfdoctor.analysis.warmup import warmup
+    from perfdoctor.analysis.steps.warmup import warmup
     from perfdoctor.trace import load_trace
 
     # 300 kernels launched before 2,000 start after it: the queue is backlogged (≥ 256 pending), the call blocked

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from perfdoctor.analysis.accumulation import Accumulation
+from perfdoctor.analysis.parallel.accumulation import Accumulation
 from perfdoctor.replay.rank import RankReplay
 from perfdoctor.replay.simulate import Scenario
 from perfdoctor.replay.transforms import WhatIf

@@ -2,7 +2,7 @@
 recompilation in the steady state.
 
 Both are host cuts (:class:`~perfdoctor.replay.simulate.Scenario` ``host_cut``) of intervals measured by
-:mod:`perfdoctor.analysis.compiled`: the replay squeezes them out of the step's process and lets the device work
+:mod:`perfdoctor.analysis.timing.compiled`: the replay squeezes them out of the step's process and lets the device work
 queued after them start earlier where it waited for the host.
 """
 
@@ -22,7 +22,7 @@ def merge_graphs(rr: RankReplay, overhead: iv.Intervals, pid: int, breaks: float
     """Each graph break's entry into one more compiled graph goes: per break, the resume frame's
     ``TorchDynamo Cache Lookup`` (its guards) and its ``Torch-Compiled Region`` time outside its graph calls and
     eager ops (Dynamo's bytecode, AOTAutograd's runtime wrapper prologue and epilogue), ``overhead`` (µs intervals
-    on process ``pid``: :attr:`perfdoctor.analysis.compiled.CompiledSteps.overhead_cut`).
+    on process ``pid``: :attr:`perfdoctor.analysis.timing.compiled.CompiledSteps.overhead_cut`).
 
     Assumption: the code that broke the graph is rewritten so that Dynamo traces it (a value kept on the device, a
     print moved out of the compiled function), and the step runs one graph per entry. The eager ops between the
@@ -43,7 +43,7 @@ def merge_graphs(rr: RankReplay, overhead: iv.Intervals, pid: int, breaks: float
 
 def no_recompiles(rr: RankReplay, compile_cut: iv.Intervals, pid: int) -> WhatIf:
     """The compilation inside the analysed steps goes (``compile_cut``, µs intervals on process ``pid``:
-    :attr:`perfdoctor.analysis.compiled.Recompiles.cut`): the ``(dynamo_timed)`` and Inductor/AOT compile spans,
+    :attr:`perfdoctor.analysis.timing.compiled.Recompiles.cut`): the ``(dynamo_timed)`` and Inductor/AOT compile spans,
     and the cache lookups that ran them.
 
     Assumption: the guard that failed holds again (shapes marked dynamic or padded to a few buckets, a Python
@@ -63,7 +63,7 @@ def no_recompiles(rr: RankReplay, compile_cut: iv.Intervals, pid: int) -> WhatIf
 
 def no_rerecording(rr: RankReplay, record_cut: iv.Intervals, api: str) -> WhatIf:
     """The CUDA-graph recordings inside the analysed steps go (``record_cut``, µs intervals on the step's process:
-    :attr:`perfdoctor.analysis.compiled.GraphRecording.cut`): cudagraph trees' ``CUDAGraphNode.record`` ranges,
+    :attr:`perfdoctor.analysis.timing.compiled.GraphRecording.cut`): cudagraph trees' ``CUDAGraphNode.record`` ranges,
     stream captures and ``cudaGraphInstantiate`` calls.
 
     Assumption: the graph recorded once is replayed (its inputs keep their shapes and addresses), at the cost of

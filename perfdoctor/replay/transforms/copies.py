@@ -22,7 +22,7 @@ _PCIE_GEN_BY_CC = {6: 3, 7: 3, 8: 4, 9: 5, 10: 5}  # compute capability major â†
 def pinned_bandwidth(tables: TraceTables) -> tuple[float, str]:
     """(B/s, source): the median bytes/duration of this trace's pinned hostâ†”device copies of at least
     :data:`MIN_MEASURED_BYTES`, else the PCIe generation of the GPU's compute capability, else PCIe 3.0."""
-    from perfdoctor.analysis.classify import classify_kernel
+    from perfdoctor.analysis.timing.classify import classify_kernel
 
     mc = tables.memcpy
     if len(mc):

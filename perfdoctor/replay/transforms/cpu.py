@@ -22,7 +22,7 @@ from perfdoctor.trace.tables import TraceTables
 def step_span(rr: RankReplay) -> Intervals:
     """The analysed steps' windows on the host as one interval set (µs): on a host-only graph each window runs
     from the previous window's end (the first from the recorded first start) to its host annotation's end, as
-    :mod:`perfdoctor.analysis.steps` tiles them."""
+    :mod:`perfdoctor.analysis.steps.steps` tiles them."""
     w = rr.windows
     if w.host_end_us.size == 0:
         return iv.EMPTY
@@ -33,14 +33,14 @@ def step_span(rr: RankReplay) -> Intervals:
 
 
 def _busy(tables: TraceTables, pid: int) -> dict[str, Intervals]:
-    from perfdoctor.analysis.cpu_breakdown import host_unions
+    from perfdoctor.analysis.timing.cpu_breakdown import host_unions
 
     return host_unions(tables, pid)
 
 
 def trim_python_outside_ops(rr: RankReplay, tables: TraceTables) -> WhatIf:
     """Every stretch of a step with no op open on the step's process (PD105's "Python outside any op": the
-    complement of :func:`perfdoctor.analysis.cpu_breakdown.host_unions` in the step windows) shrinks to the
+    complement of :func:`perfdoctor.analysis.timing.cpu_breakdown.host_unions` in the step windows) shrinks to the
     median such stretch of the analysed steps, ``residual_us``; shorter ones keep their time.
 
     Assumption: the per-step bookkeeping (metrics in Python, logging, sleeps, I/O) leaves the loop, while the

@@ -192,7 +192,7 @@ def fetched_batches(rr: RankReplay, tables: TraceTables, fetch_end_us: np.ndarra
         (bytes per fetch, shape of ``fetch_end_us``: 0 where no such copy follows, a CPU-only trace or a batch the
         host consumes, whose size the trace does not show; graph activity indices of those copies)
     """
-    from perfdoctor.analysis.classify import classify_kernel
+    from perfdoctor.analysis.timing.classify import classify_kernel
 
     g = rr.graph
     out = np.zeros(fetch_end_us.size)
@@ -477,7 +477,7 @@ PER_ELEMENT_BYTES = 16
 def _d2h_copies(tables: TraceTables, rr: RankReplay) -> np.ndarray:
     """Graph activity indices of the device→host copies of one element (at most :data:`PER_ELEMENT_BYTES`; a
     copy whose size the trace lacks is not counted) launched by the step's process."""
-    from perfdoctor.analysis.classify import classify_kernel
+    from perfdoctor.analysis.timing.classify import classify_kernel
 
     g = rr.graph
     mc = np.flatnonzero((g.act_table == ACT_TABLES.index("memcpy")) & (g.act_launch >= 0))

@@ -17,14 +17,14 @@ def tensor_cores(rr: RankReplay, tables: TraceTables, spec: object) -> WhatIf:
     """Each FP32 GEMM/convolution kernel takes the roofline floor of its op at the tensor-core peak:
     ``max(FLOPs ÷ tensor peak, bytes ÷ memory bandwidth)`` (never more than its recorded time).
 
-    FLOPs and bytes come from the op's recorded shapes (``record_shapes``; :func:`perfdoctor.analysis.op_flops.
+    FLOPs and bytes come from the op's recorded shapes (``record_shapes``; :func:`perfdoctor.analysis.work.op_flops.
     cost_op`), split over the op's FP32 GEMM kernels by their time; kernels whose op has no shapes keep their time
     (counted in the assumption). The tensor dtype is TF32 where the device has it, else its 16-bit AMP dtype.
-    Source: the device's datasheet peaks (:mod:`perfdoctor.analysis.hardware`); a floor, so the saving is an upper
+    Source: the device's datasheet peaks (:mod:`perfdoctor.analysis.work.hardware`); a floor, so the saving is an upper
     bound for this fix.
     """
-    from perfdoctor.analysis.op_args import OpCost
-    from perfdoctor.analysis.op_flops import cost_op
+    from perfdoctor.analysis.work.op_args import OpCost
+    from perfdoctor.analysis.work.op_flops import cost_op
 
     g = rr.graph
     cat, dt, _ = kernel_classes(tables, rr.graph)
@@ -165,7 +165,7 @@ def _kernel_op_shapes(tables: TraceTables, rr: RankReplay) -> list[tuple[int, ..
     """Output shape (:func:`_output_shape`) of the CPU op of every activity, joined by external id (None unknown):
     the first op with the kernel's id whose shape the trace says (:func:`perfdoctor.trace.join.external_id_ranges`);
     for a collective kernel, the shape of its op's first tensor (``record_param_comms``: what it sends)."""
-    from perfdoctor.analysis.op_args import parse_args
+    from perfdoctor.analysis.work.op_args import parse_args
 
     g, ops, kern = rr.graph, tables.cpu_ops, tables.kernels
     out: list[tuple[int, ...] | None] = [None] * g.n_act

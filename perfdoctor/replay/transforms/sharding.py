@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from perfdoctor.analysis.sharding import Collective, ShardedComm
+from perfdoctor.analysis.parallel.sharding import Collective, ShardedComm
 from perfdoctor.replay.rank import RankReplay
 from perfdoctor.replay.simulate import Scenario
 from perfdoctor.replay.transforms import WhatIf

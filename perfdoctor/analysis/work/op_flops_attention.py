@@ -1,12 +1,12 @@
 """FLOPs and bytes of scaled-dot-product / flash / memory-efficient attention, from recorded shapes.
 
 Source: ``torch/utils/flop_counter.py`` (``sdpa_flop_count``) for the forward;
-see :mod:`perfdoctor.analysis.op_flops` for the conventions.
+see :mod:`perfdoctor.analysis.work.op_flops` for the conventions.
 """
 
 from __future__ import annotations
 
-from perfdoctor.analysis.op_args import Args, OpCost, Uncosted, sum_bytes
+from perfdoctor.analysis.work.op_args import Args, OpCost, Uncosted, sum_bytes
 
 # ---- attention. Forward: 2·B·H·Lq·Lk·(D + Dv) (QKᵀ and PV), as torch flop_counter sdpa_flop_count;
 # backward 2.5 × forward: FlashAttention recomputes QKᵀ (Dao, "FlashAttention-2", 2023, §4.1: 5 matmuls vs 2);

@@ -26,9 +26,9 @@ from typing import cast
 import msgspec
 import numpy as np
 
-from perfdoctor.analysis.hardware import DeviceSpec
-from perfdoctor.analysis.kernel_dtype import is_gemm_kernel, kernel_math_dtype
-from perfdoctor.analysis.op_flops import OpCost, Uncosted, cost_op
+from perfdoctor.analysis.timing.kernel_dtype import is_gemm_kernel, kernel_math_dtype
+from perfdoctor.analysis.work.hardware import DeviceSpec
+from perfdoctor.analysis.work.op_flops import OpCost, Uncosted, cost_op
 from perfdoctor.trace.join import external_id_rows, launch_rows
 from perfdoctor.trace.tables import Table, TraceTables
 

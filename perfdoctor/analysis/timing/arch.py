@@ -10,7 +10,7 @@ named is the device's architecture or a lower bound of it; that is what is repor
 inferred.
 
 The datasheet figures (roofline, MFU, tensor-core speedup) then come from the one device of that
-family in :mod:`perfdoctor.analysis.hardware` that a trace of that family most likely ran on, with the
+family in :mod:`perfdoctor.analysis.work.hardware` that a trace of that family most likely ran on, with the
 assumption stated (:attr:`ArchGuess.assumption`); where a family's models differ by more than ~25% in
 peak (Ampere GA10x, Ada, Turing), no figure is assumed.
 """
@@ -21,7 +21,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from perfdoctor.analysis.hardware import SPECS_BY_KEY, DeviceSpec
+from perfdoctor.analysis.work.hardware import SPECS_BY_KEY, DeviceSpec
 from perfdoctor.trace.tables import TraceTables
 
 
@@ -35,7 +35,7 @@ class ArchGuess:
         vendor: ``"nvidia"`` or ``"amd"``.
         compute_capability: (major, minor) as ``deviceProperties`` would give it.
         evidence: one kernel name that named it.
-        spec_key: the :data:`~perfdoctor.analysis.hardware.SPECS` entry assumed for datasheet figures, or None.
+        spec_key: the :data:`~perfdoctor.analysis.work.hardware.SPECS` entry assumed for datasheet figures, or None.
         assumption: one sentence: what was assumed and why (for the report).
     """
 

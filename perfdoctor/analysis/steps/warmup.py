@@ -160,7 +160,7 @@ def job_cold_steps(steps_by_rank: dict[int, list[int]], cold_by_rank: dict[int, 
     """The steps cross-rank statistics leave out, and why they cannot be drawn at all ("" when they can).
 
     ``steps_by_rank``: each rank's analysed step numbers; ``cold_by_rank``: its cold steps (PD902:
-    :meth:`perfdoctor.analysis.steps.Steps.cold_steps`). A step cold on any rank is left out on every rank: the
+    :meth:`perfdoctor.analysis.steps.steps.Steps.cold_steps`). A step cold on any rank is left out on every rank: the
     others wait in their collectives for its first-call work, so their time in it is no steady state either.
     When that leaves a rank no step, the reason names it ("every analysed step is a cold start (PD902)" when no
     rank has a warm step); a straggler or a wait cannot be told from first-call work there.

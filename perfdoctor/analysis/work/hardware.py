@@ -21,7 +21,7 @@ Matching (:func:`match_device`) uses the trace's ``deviceProperties`` entry: nam
 compute capability, SM/CU count and memory size. A device that does not match
 exactly one entry is unknown (None), never guessed. CPUs have no entry: their
 peaks come only from ``perfdoctor calibrate`` (see
-:mod:`perfdoctor.analysis.calibration`).
+:mod:`perfdoctor.analysis.work.calibration`).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Memory headroom and what it buys: how far the batch can grow before the peak reaches the device's capacity.
 
-Source: the peak step of :func:`perfdoctor.analysis.memory_steps.memory_over_steps` (``[memory]`` events) and the
+Source: the peak step of :func:`perfdoctor.analysis.memory.memory_steps.memory_over_steps` (``[memory]`` events) and the
 device's ``totalGlobalMem`` (``deviceProperties``). The peak splits in two:
 
 - ``fixed_bytes``: allocated at the start of the peak step: parameters, optimizer state, gradients kept between
@@ -17,8 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from perfdoctor.analysis.memory_steps import memory_over_steps
-from perfdoctor.analysis.steps import Steps
+from perfdoctor.analysis.memory.memory_steps import memory_over_steps
+from perfdoctor.analysis.steps.steps import Steps
 from perfdoctor.trace.tables import TraceTables
 
 

@@ -32,8 +32,8 @@ from typing import TypeAlias
 import msgspec
 import numpy as np
 
-from perfdoctor.analysis.op_args import parse_args
-from perfdoctor.analysis.steps import Steps
+from perfdoctor.analysis.steps.steps import Steps
+from perfdoctor.analysis.work.op_args import parse_args
 from perfdoctor.trace import intervals as iv
 from perfdoctor.trace.tables import TraceTables
 
@@ -101,7 +101,7 @@ def _rows_by_step(tables: TraceTables, steps: Steps) -> tuple[np.ndarray, np.nda
 def batch_shape(tables: TraceTables, steps: Steps) -> BatchShape | None:
     """The batch of the analysed steps (module docstring), None when no step has an op that tells.
 
-    ``tables``: :class:`perfdoctor.trace.tables.TraceTables`; ``steps``: :class:`perfdoctor.analysis.steps.Steps`.
+    ``tables``: :class:`perfdoctor.trace.tables.TraceTables`; ``steps``: :class:`perfdoctor.analysis.steps.steps.Steps`.
     """
     rows, step = _rows_by_step(tables, steps)
     if rows.size == 0:

@@ -24,7 +24,7 @@ import numpy as np
 @dataclass
 class GemmDtype:
     """The math dtype of the GEMM/conv kernels weighted by their time: ``time_us`` µs per dtype
-    (:func:`perfdoctor.analysis.mfu.gemm_dtype` fills it per rank)."""
+    (:func:`perfdoctor.analysis.work.mfu.gemm_dtype` fills it per rank)."""
 
     dominant: str | None = None
     time_us: dict[str, float] = field(default_factory=dict)
@@ -82,7 +82,7 @@ def gemm_mask(names: Sequence[str], name_id: np.ndarray, category: np.ndarray) -
     """Which kernels are GEMMs/convolutions (bool, shape of ``name_id``): the breakdown's ``matmul`` and ``conv``
     categories, plus the batched GEMMs of unfused attention (category ``attention`` with a GEMM library name),
     less layout/normalisation/split-K helpers (:data:`NOT_GEMM`). ``names``: the trace's name table;
-    ``category``: each kernel's breakdown category (:func:`perfdoctor.analysis.kernel_ops.kernel_labels`).
+    ``category``: each kernel's breakdown category (:func:`perfdoctor.analysis.timing.kernel_ops.kernel_labels`).
     The one definition of "GEMM kernel time" behind the report's GEMM dtype and PD203."""
     if name_id.size == 0:
         return np.zeros(0, dtype=bool)

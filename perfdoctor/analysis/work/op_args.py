@@ -1,4 +1,4 @@
-"""Kineto's recorded op arguments, parsed, and the cost types of :mod:`perfdoctor.analysis.op_flops`.
+"""Kineto's recorded op arguments, parsed, and the cost types of :mod:`perfdoctor.analysis.work.op_flops`.
 
 ``Input Dims`` (one list per argument), ``Input type`` (``"float"``,
 ``"c10::BFloat16"``, ``"Scalar"``, ...) and ``Concrete Inputs`` (PyTorch ≥ 2.1:

@@ -12,7 +12,7 @@ What the profiler records of a ``torch.compile`` program (torch 2.x; the same na
   ``## Call CompiledFxGraph <hash> ##`` (the Inductor graph itself): the graph's own work;
 - ``Pregraph bytecode``, ``AOTDispatcher Runtime Wrapper Prologue``/``Epilogue``: the wrapper around each graph;
 - compilation itself: ``(dynamo_timed)`` annotations and Inductor/AOT compile ops
-  (:data:`perfdoctor.analysis.warmup.COMPILE`).
+  (:data:`perfdoctor.analysis.steps.warmup.COMPILE`).
 
 Sources: torch/_dynamo/eval_frame.py and convert_frame.py (the ``Torch-Compiled Region`` and cache-lookup
 record_function names), torch/_functorch/_aot_autograd/runtime_wrappers.py; checked on the wings236 RTX 4090 traces
@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from perfdoctor.analysis.warmup import COMPILE
+from perfdoctor.analysis.steps.warmup import COMPILE
 from perfdoctor.trace import intervals as iv
 from perfdoctor.trace.tables import TraceTables
 

@@ -25,8 +25,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from perfdoctor.analysis.memory_steps import innermost_ops
-from perfdoctor.analysis.steps import Steps
+from perfdoctor.analysis.memory.memory_steps import innermost_ops
+from perfdoctor.analysis.steps.steps import Steps
 from perfdoctor.trace.tables import TraceTables
 
 ALLOC = re.compile(r"^(cuda|hip)(Malloc|Free|MallocAsync|FreeAsync|MallocManaged)$|^cuMem(Alloc|Free|Create|Release)")

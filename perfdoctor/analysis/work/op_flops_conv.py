@@ -1,7 +1,7 @@
 """FLOPs and bytes of convolutions (forward and backward), from recorded shapes.
 
 Source: ``torch/utils/flop_counter.py`` (``conv_flop_count``); see
-:mod:`perfdoctor.analysis.op_flops` for the conventions (FLOP = 2 per multiply-add,
+:mod:`perfdoctor.analysis.work.op_flops` for the conventions (FLOP = 2 per multiply-add,
 bytes = minimum traffic).
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import re
 
-from perfdoctor.analysis.op_args import Args, OpCost, Uncosted, sum_bytes
+from perfdoctor.analysis.work.op_args import Args, OpCost, Uncosted, sum_bytes
 
 # ---- convolution. Source: torch/utils/flop_counter.py conv_flop_count: 2·N·K·(C/g)·∏kernel·∏out ----
 # argument positions from aten's native_functions.yaml: input, weight, stride, padding, dilation, transposed, groups

@@ -18,7 +18,7 @@ its time nothing else hid (exposed). Names are the record_function labels of tor
   its Python frames and classes (``deepspeed/runtime/zero``, ``DeepSpeedZeroOptimizer``), with no units.
 
 Exposed time: on a device, the collective's kernels (launched from inside its host call) with no compute kernel
-of that device running (as :mod:`perfdoctor.analysis.breakdown` counts exposed communication); on a CPU-only
+of that device running (as :mod:`perfdoctor.analysis.timing.breakdown` counts exposed communication); on a CPU-only
 trace, the training thread's time inside the collective (a gloo collective waited for on that thread, with nothing
 else running there meanwhile): ``fully_shard``'s label (its ``work.wait()`` is no op of its own, so the wait lies
 inside the label but outside the ``c10d::_allgather_base_`` call), FullyShardedDataParallel's c10d call.
@@ -150,7 +150,7 @@ def sharded_comm(tables: TraceTables, win_start_us: np.ndarray, win_end_us: np.n
     kind = flavour(tables)
     if kind not in ("fsdp1", "fsdp2"):
         return None
-    from perfdoctor.analysis import host
+    from perfdoctor.analysis.timing import host
 
     names = tables.names
     calls = {
@@ -222,7 +222,7 @@ class _DeviceComm:
     """Communication kernels by the host time of their launch, and the compute kernels that may hide them."""
 
     def __init__(self, tables: TraceTables) -> None:
-        from perfdoctor.analysis.classify import classify_kernel
+        from perfdoctor.analysis.timing.classify import classify_kernel
         from perfdoctor.trace.join import launch_rows
 
         kern = tables.kernels

@@ -84,7 +84,7 @@ def dataloader(tables: TraceTables) -> iv.Intervals:
 def blocking_memcpy_rows(tables: TraceTables) -> np.ndarray:
     """Row indices (into ``tables.runtime``) of the runtime calls of memcpys that block the host: D2H into
     pageable memory and any H2D from pageable memory (the driver stages through a bounce buffer)."""
-    from perfdoctor.analysis.classify import classify_kernel
+    from perfdoctor.analysis.timing.classify import classify_kernel
 
     mc = tables.memcpy
     if len(mc) == 0 or len(tables.runtime) == 0:
@@ -116,7 +116,7 @@ def _returns_after_its_copy(tables: TraceTables) -> np.ndarray:
     """Runtime rows of the copies that return only once their copy is done: device-to-host into pageable memory
     (the driver copies through a staging buffer and the call returns after the copy; a pageable host-to-device
     copy returns once its data is staged, before the copy ends)."""
-    from perfdoctor.analysis.classify import classify_kernel
+    from perfdoctor.analysis.timing.classify import classify_kernel
 
     mc = tables.memcpy
     if len(mc) == 0:

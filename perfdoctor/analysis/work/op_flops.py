@@ -24,9 +24,15 @@ from typing import TypeAlias
 
 import orjson
 
-from perfdoctor.analysis.op_args import _TYPES, FLOAT_DTYPES, Args, OpCost, RawArg, Uncosted, parse_args, sum_bytes
-from perfdoctor.analysis.op_flops_attention import _ATTN, _attention
-from perfdoctor.analysis.op_flops_conv import _CONV_ARGS, _CONV_BWD_ARGS, _conv, _conv_backward, _conv_backward_input
+from perfdoctor.analysis.work.op_args import _TYPES, FLOAT_DTYPES, Args, OpCost, RawArg, Uncosted, parse_args, sum_bytes
+from perfdoctor.analysis.work.op_flops_attention import _ATTN, _attention
+from perfdoctor.analysis.work.op_flops_conv import (
+    _CONV_ARGS,
+    _CONV_BWD_ARGS,
+    _conv,
+    _conv_backward,
+    _conv_backward_input,
+)
 
 __all__ = ["FLOAT_DTYPES", "Args", "OpCost", "Uncosted", "cost_op", "parse_args", "COSTED_OPS"]
 

@@ -1,6 +1,6 @@
 """Where each step's time goes, per device (GPU) or on the host (CPU-only traces).
 
-GPU definitions (µs, per step window from :mod:`perfdoctor.analysis.steps`):
+GPU definitions (µs, per step window from :mod:`perfdoctor.analysis.steps.steps`):
 
 - busy: the union over all streams of kernels, memcpys and memsets; an
   overlap of two streams counts once. idle = step time - busy.
@@ -22,7 +22,7 @@ GPU definitions (µs, per step window from :mod:`perfdoctor.analysis.steps`):
 - kernels launched inside ``Optimizer.step`` count as ``optimizer`` unless
   they are GEMMs / convolutions / attention.
 
-CPU-only traces get the same per-step table over host ops (see :mod:`perfdoctor.analysis.cpu_breakdown`).
+CPU-only traces get the same per-step table over host ops (see :mod:`perfdoctor.analysis.timing.cpu_breakdown`).
 """
 
 from __future__ import annotations
@@ -34,10 +34,10 @@ from typing import Protocol
 import msgspec
 import numpy as np
 
-from perfdoctor.analysis import host
-from perfdoctor.analysis.classify import KernelClass, classify_kernel
-from perfdoctor.analysis.kernel_ops import kernel_labels
-from perfdoctor.analysis.steps import Steps, gpu_launch_times
+from perfdoctor.analysis.steps.steps import Steps, gpu_launch_times
+from perfdoctor.analysis.timing import host
+from perfdoctor.analysis.timing.classify import KernelClass, classify_kernel
+from perfdoctor.analysis.timing.kernel_ops import kernel_labels
 from perfdoctor.trace import intervals as iv
 from perfdoctor.trace.tables import TraceTables
 from perfdoctor.vocab import COMPUTE_CATEGORIES, GPU_IDLE_CAUSES, GPU_PRIORITY

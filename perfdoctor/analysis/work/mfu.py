@@ -7,7 +7,7 @@ exclude activation recomputation; hardware FLOPs (the op-level sum from the trac
 include it, so HFU ≥ MFU when recomputation is on.
 
 Sources of model FLOPs, in order of preference: ``perfdoctor profile``'s
-FlopCounterMode measurement, the op-level sum (:mod:`perfdoctor.analysis.roofline`),
+FlopCounterMode measurement, the op-level sum (:mod:`perfdoctor.analysis.work.roofline`),
 or the transformer estimate :func:`transformer_flops_per_token`.
 
 Every function taking plain numbers is exact (no rounding); callers round for display.
@@ -22,10 +22,10 @@ from typing import TYPE_CHECKING, Literal
 import msgspec
 
 from perfdoctor.analysis.missing import MissingReason
-from perfdoctor.analysis.roofline import RooflineResult, Roofs
+from perfdoctor.analysis.work.roofline import RooflineResult, Roofs
 
 if TYPE_CHECKING:
-    from perfdoctor.analysis.steps import Steps
+    from perfdoctor.analysis.steps.steps import Steps
     from perfdoctor.trace.tables import TraceTables
 
 
@@ -70,14 +70,15 @@ def gemm_dtype(tables: TraceTables, steps: Steps | None = None) -> tuple[str | N
     """The dtype the GEMMs ran in, weighted by GEMM kernel time.
 
     Returns ``(dominant dtype or None, {dtype: µs})``. On GPU: the GEMM/conv kernels of
-    :func:`perfdoctor.analysis.kernel_dtype.gemm_mask` (the same set PD203 judges) by the dtype their names
-    say (:mod:`perfdoctor.analysis.kernel_dtype`), only those of the analysed steps when ``steps``
-    (:class:`perfdoctor.analysis.steps.Steps`, kernels by :meth:`~perfdoctor.analysis.steps.Steps.activity_step`)
+    :func:`perfdoctor.analysis.timing.kernel_dtype.gemm_mask` (the same set PD203 judges) by the dtype their names
+    say (:mod:`perfdoctor.analysis.timing.kernel_dtype`), only those of the analysed steps when ``steps``
+    (:class:`perfdoctor.analysis.steps.steps.Steps`, kernels by
+    :meth:`~perfdoctor.analysis.steps.steps.Steps.activity_step`)
     is given, else the whole trace. In a CPU-only trace from the ``Input type`` of matmul-family cpu_ops
     (weighted by their duration).
     """
-    from perfdoctor.analysis.kernel_dtype import gemm_mask, gemm_time_by_dtype
-    from perfdoctor.analysis.kernel_ops import kernel_labels
+    from perfdoctor.analysis.timing.kernel_dtype import gemm_mask, gemm_time_by_dtype
+    from perfdoctor.analysis.timing.kernel_ops import kernel_labels
 
     shares: dict[str, float] = defaultdict(float)
     names = tables.names
@@ -88,8 +89,8 @@ def gemm_dtype(tables: TraceTables, steps: Steps | None = None) -> tuple[str | N
             sel &= steps.activity_step(tables, "kernels") >= 0
         shares.update(gemm_time_by_dtype(names, k["name_id"][sel], k["dur_us"][sel]))
     else:
-        from perfdoctor.analysis.op_args import OpCost
-        from perfdoctor.analysis.op_flops import cost_op
+        from perfdoctor.analysis.work.op_args import OpCost
+        from perfdoctor.analysis.work.op_flops import cost_op
 
         ops = tables.cpu_ops
         for nid, dims, types, dur in zip(
@@ -104,7 +105,7 @@ def gemm_dtype(tables: TraceTables, steps: Steps | None = None) -> tuple[str | N
 
 
 # where a rank's model FLOPs per step come from: FlopCounterMode in ``perfdoctor profile``, the op-level sum of
-# the trace (:mod:`perfdoctor.analysis.roofline`), or :func:`transformer_flops_per_token` × tokens
+# the trace (:mod:`perfdoctor.analysis.work.roofline`), or :func:`transformer_flops_per_token` × tokens
 FlopsSource = Literal["flop_counter", "op_sum", "transformer_formula"]
 
 
@@ -259,8 +260,8 @@ def roofs_for_trace(tables: TraceTables, measured: Roofs | None = None, prefer: 
     measured ones when ``prefer="measured"`` and given; None when the device is unknown
     and nothing was measured. CPU-only trace: only ``measured`` (never a datasheet).
     """
-    from perfdoctor.analysis.hardware import device_for_trace
-    from perfdoctor.analysis.roofline import roofs_from_spec
+    from perfdoctor.analysis.work.hardware import device_for_trace
+    from perfdoctor.analysis.work.roofline import roofs_from_spec
 
     if not tables.has_device_activity:
         return measured
@@ -268,7 +269,7 @@ def roofs_for_trace(tables: TraceTables, measured: Roofs | None = None, prefer: 
         return measured
     spec = device_for_trace(tables.device_properties)
     if spec is None and not tables.device_properties:
-        from perfdoctor.analysis.arch import infer_from_tables
+        from perfdoctor.analysis.timing.arch import infer_from_tables
 
         guess = infer_from_tables(tables)  # no deviceProperties: the family's datasheet, the assumption stated
         if guess is not None and guess.spec is not None:
@@ -341,7 +342,7 @@ def trace_mfu(
     Raises:
         ValueError: ``n_steps`` or ``step_time_s`` not positive.
     """
-    from perfdoctor.analysis.roofline import roofline_table
+    from perfdoctor.analysis.work.roofline import roofline_table
 
     if n_steps <= 0:
         raise ValueError("n_steps must be positive")

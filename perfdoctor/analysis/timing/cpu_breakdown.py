@@ -20,9 +20,9 @@ import re
 
 import numpy as np
 
-from perfdoctor.analysis import host
-from perfdoctor.analysis.breakdown import DeviceBreakdown, StepColumns, step_rows
-from perfdoctor.analysis.steps import Steps
+from perfdoctor.analysis.steps.steps import Steps
+from perfdoctor.analysis.timing import host
+from perfdoctor.analysis.timing.breakdown import DeviceBreakdown, StepColumns, step_rows
 from perfdoctor.trace import intervals as iv
 from perfdoctor.trace.tables import Table, TraceTables
 from perfdoctor.vocab import HOST_PRIORITY
@@ -169,7 +169,7 @@ def _blocked_outside_ops(
 
 def _by_collective(tables: TraceTables, ws: np.ndarray, we: np.ndarray) -> dict[str, np.ndarray]:
     """Per collective named by host ranges (``gloo:all_reduce`` -> all_reduce): its union in each window (µs)."""
-    from perfdoctor.analysis.classify import collective_of
+    from perfdoctor.analysis.timing.classify import collective_of
 
     out: dict[str, list[iv.Intervals]] = {}
     for tname in ("annotations", "cpu_ops"):

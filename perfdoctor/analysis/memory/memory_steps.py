@@ -8,7 +8,7 @@ after it (PyTorch's ``reportMemoryUsage``; the CPU allocator reports no reserved
 Per device and per analysed step (host windows, where the allocations are made):
 
 - the high-water mark: the largest ``Total Allocated`` in the step, at the first event that reaches it;
-- where it falls: the phase (forward / backward / optimizer from :func:`perfdoctor.analysis.host.phases`,
+- where it falls: the phase (forward / backward / optimizer from :func:`perfdoctor.analysis.timing.host.phases`,
   as the span of each phase inside the step) and the op running: the innermost ``cpu_op`` on the same
   thread enclosing that event;
 - what makes it up: every allocation still live at that event (allocated at or before it, its block not
@@ -27,9 +27,9 @@ from typing import Any
 
 import numpy as np
 
-from perfdoctor.analysis import host
-from perfdoctor.analysis.memory import DEVICE_TYPES, device_capacity
-from perfdoctor.analysis.steps import Steps
+from perfdoctor.analysis.memory.peaks import DEVICE_TYPES, device_capacity
+from perfdoctor.analysis.steps.steps import Steps
+from perfdoctor.analysis.timing import host
 from perfdoctor.trace import intervals as iv
 from perfdoctor.trace.tables import TraceTables
 

@@ -1,6 +1,6 @@
 """Kernel categories that need the launching host op, not only the kernel's name.
 
-:func:`perfdoctor.analysis.classify.classify_kernel` reads a kernel's name. Two kinds of device work
+:func:`perfdoctor.analysis.timing.classify.classify_kernel` reads a kernel's name. Two kinds of device work
 cannot be told from the name alone, and are recognised here from the host op the kernel was launched in
 (the runtime call's thread and time, joined by correlation id):
 
@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from perfdoctor.analysis.classify import classify_kernel, collective_of
+from perfdoctor.analysis.timing.classify import classify_kernel, collective_of
 from perfdoctor.trace import intervals as iv
 from perfdoctor.trace.join import launch_rows
 from perfdoctor.trace.tables import TraceTables
@@ -50,7 +50,7 @@ class KernelLabels:
     """Per row of the ``kernels`` table (same order): the category and collective the breakdown uses.
 
     Attributes:
-        category: object array of category names (:data:`perfdoctor.analysis.classify.CATEGORIES`).
+        category: object array of category names (:data:`perfdoctor.analysis.timing.classify.CATEGORIES`).
         collective: object array, the collective of communication kernels, else "".
         triton: bool array, Triton-generated kernels.
         relabelled: bool array, True where the launching op changed the name-based category.

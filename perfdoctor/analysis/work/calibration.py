@@ -29,7 +29,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from perfdoctor.analysis.roofline import Roofs
+from perfdoctor.analysis.work.roofline import Roofs
 from perfdoctor.errors import PerfDoctorError
 
 # (matmul n, copy MiB, repeats): sizes large enough to reach steady state, small enough for 2 CPU cores

@@ -18,7 +18,7 @@ Definitions (all µs):
 
 Unlike HolisticTraceAnalysis, which always drops the last ProfilerStep, every
 step is kept unless it is incomplete (a stub the profiler stopped inside, or
-events lost to a truncated file: see :mod:`perfdoctor.analysis.step_completeness`).
+events lost to a truncated file: see :mod:`perfdoctor.analysis.steps.step_completeness`).
 """
 
 from __future__ import annotations
@@ -28,9 +28,9 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from perfdoctor.analysis.step_completeness import incomplete_mask
-from perfdoctor.analysis.step_markers import derive_steps
-from perfdoctor.analysis.warmup import Warmup, warmup
+from perfdoctor.analysis.steps.step_completeness import incomplete_mask
+from perfdoctor.analysis.steps.step_markers import derive_steps
+from perfdoctor.analysis.steps.warmup import Warmup, warmup
 from perfdoctor.errors import PerfDoctorError
 from perfdoctor.trace import intervals as iv
 from perfdoctor.trace.join import launch_rows
@@ -53,9 +53,9 @@ class Steps:
         start_us / end_us: step windows on the device-aware timeline.
         device_end_us: end of each step's last GPU activity (NaN if none).
         marker: the regex used (for derived steps: what they were derived from); source: "ProfilerStep",
-            "marker" (``--step-marker``), "derived" (:mod:`perfdoctor.analysis.step_markers`) or "whole-trace".
+            "marker" (``--step-marker``), "derived" (:mod:`perfdoctor.analysis.steps.step_markers`) or "whole-trace".
         warnings: e.g. no markers found.
-        warmup: first-call work in each analysed window (:mod:`perfdoctor.analysis.warmup`).
+        warmup: first-call work in each analysed window (:mod:`perfdoctor.analysis.steps.warmup`).
         cold_dropped: leading steps left out because first-call work filled them while later steps are warm:
             (step number, step µs, warm-up µs) each; cold_dropped_warmup: their first-call work by kind.
         cut: every marker the windows were cut from, left-out steps included (a replay cuts its windows the
@@ -118,7 +118,7 @@ class Steps:
         return step
 
     def warmup_by_step(self) -> dict[int, float]:
-        """First-call work of each step (µs; :mod:`perfdoctor.analysis.warmup`): the analysed windows' and the
+        """First-call work of each step (µs; :mod:`perfdoctor.analysis.steps.warmup`): the analysed windows' and the
         left-out leading cold steps' (``cold_dropped``), by step number; {} when it was not measured."""
         out: dict[int, float] = {}
         if self.warmup is not None and self.warmup.per_window_us.size == self.numbers.size:
@@ -128,7 +128,7 @@ class Steps:
 
     def cold_steps(self) -> list[int]:
         """Step numbers whose window first-call work fills (PD902's cold start: at least
-        :data:`perfdoctor.analysis.warmup.COLD_SHARE` of it), the left-out leading ones included, ascending."""
+        :data:`perfdoctor.analysis.steps.warmup.COLD_SHARE` of it), the left-out leading ones included, ascending."""
         cold = {int(c[0]) for c in self.cold_dropped}
         if self.warmup is not None and self.warmup.cold.size == self.numbers.size:
             cold.update(int(n) for n in self.numbers[self.warmup.cold].tolist())
@@ -255,7 +255,7 @@ def find_steps(tables: TraceTables, marker: str | None = None) -> Steps:
 
     Returns:
         :class:`Steps`. With no ProfilerStep found, steps derived from the trace's repeating structure
-        (:func:`perfdoctor.analysis.step_markers.derive_steps`) and a warning naming the marker; when
+        (:func:`perfdoctor.analysis.steps.step_markers.derive_steps`) and a warning naming the marker; when
         there is none, one whole-trace window and a warning.
 
     Raises:

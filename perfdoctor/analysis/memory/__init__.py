@@ -1,0 +1,1 @@
+"""Device and host memory: peaks, the memory over the step, allocator calls, headroom, growth over the run."""

@@ -25,6 +25,14 @@ PROGRESS_MIN_BYTES = 8 << 20  # inputs smaller than this load too fast for a pro
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    _add_inputs(p)
+    _add_model_flops(p)
+    _add_ranks(p)
+    _add_views(p)
+
+
+def _add_inputs(p: argparse.ArgumentParser) -> None:
+    """The traces, where the report goes, and which rules run."""
     p.add_argument("paths", nargs="+", metavar="PATH", help="trace .json/.json.gz, a directory of traces, or a run dir")
     p.add_argument(
         "-o",
@@ -49,6 +57,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=None,
         help="exit with status 1 when a finding at or above this severity exists (for CI)",
     )
+
+
+def _add_model_flops(p: argparse.ArgumentParser) -> None:
+    """The model's shape, for the transformer FLOPs estimate behind MFU."""
     g = p.add_argument_group("model FLOPs for MFU (transformer estimate 6N + 12·L·H·Q·T per token)")
     g.add_argument("--params", type=float, metavar="N", help="parameters, excluding position embeddings")
     g.add_argument("--layers", type=int, metavar="L")
@@ -56,6 +68,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--d-model", type=int, metavar="C", help="model width (Q = C/H)")
     g.add_argument("--seq-len", type=int, metavar="T", help="the actual sequence length, not the configured maximum")
     g.add_argument("--tokens-per-step", type=float, metavar="TOKENS", help="tokens per optimizer step on one rank")
+
+
+def _add_ranks(p: argparse.ArgumentParser) -> None:
+    """Many ranks: the workers, the Dask cluster, the summary cache and the per-rank view."""
     j = p.add_argument_group("many ranks (one trace per rank, analysed in parallel)")
     j.add_argument(
         "--jobs",
@@ -84,6 +100,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="print every rank's breakdown table (default on a multi-rank job: the job summary)",
     )
+
+
+def _add_views(p: argparse.ArgumentParser) -> None:
+    """What else is shown or written: the details, the annotated timeline."""
     p.add_argument(
         "--details",
         action="store_true",

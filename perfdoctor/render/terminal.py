@@ -81,6 +81,47 @@ def _print_run_only(report: Report, console: Console) -> None:
     console.print()
 
 
+def _print_opening(report: Report, console: Console) -> None:
+    """The partial-run banner and the one-sentence verdict, when the report has them."""
+    run = report.run if report.run is not UNSET else None
+    if (run is not None and run.partial) or report.partial is True:
+        console.print(
+            Text(
+                f"PARTIAL RUN: {(run.stop_reason if run else None) or 'the run did not complete'} "
+                f"({run.steps_completed if run else None} steps ran)",
+                style="bold yellow",
+            )
+        )
+    if report.verdict is not UNSET and report.verdict:
+        console.print(Text.assemble(("verdict: ", "bold"), report.verdict))
+        console.print()
+
+
+def _print_ranks(report: Report, console: Console) -> None:
+    """Each rank's header, breakdown table and memory lines."""
+    for rank in report.ranks:
+        dev = rank.primary
+        console.print(Group(_rank_header(rank, dev), breakdown_table(rank, dev, finding_codes(report))))
+        console.print()
+        memory = memory_lines(rank)
+        if memory:
+            console.print(Text("\n".join(memory)))
+            console.print()
+
+
+def _print_spread(report: Report, console: Console) -> None:
+    """One line on a multi-rank report: the longest and shortest median step and their spread."""
+    summ = report.summary
+    if summ.n_ranks > 1 and summ.median_step_us is not UNSET:
+        med = summ.median_step_us
+        slow, fast = summ.slowest_rank, summ.fastest_rank
+        console.print(
+            f"{summ.n_ranks} ranks: longest median step time rank {slow} "
+            f"({ms(med.get(slow) if isinstance(slow, int) else None)}), shortest rank {fast} "
+            f"({ms(med.get(fast) if isinstance(fast, int) else None)}): spread {summ.spread_pct:.1f}% of the shortest"
+        )
+
+
 def render_terminal(
     report: Report | Mapping[str, Any],
     console: Console,
@@ -97,18 +138,7 @@ def render_terminal(
         PerfDoctorError: a mapping that is not a perfdoctor report of this schema version.
     """
     rep = as_report(report)
-    run = rep.run if rep.run is not UNSET else None
-    if (run is not None and run.partial) or rep.partial is True:
-        console.print(
-            Text(
-                f"PARTIAL RUN: {(run.stop_reason if run else None) or 'the run did not complete'} "
-                f"({run.steps_completed if run else None} steps ran)",
-                style="bold yellow",
-            )
-        )
-    if rep.verdict is not UNSET and rep.verdict:
-        console.print(Text.assemble(("verdict: ", "bold"), rep.verdict))
-        console.print()
+    _print_opening(rep, console)
     if not rep.ranks:
         _print_run_only(rep, console)
     job_view = rep.job is not UNSET and not per_rank
@@ -116,23 +146,9 @@ def render_terminal(
         from perfdoctor.render.job_terminal import render_job
 
         render_job({"job": to_builtins(rep.job)}, console)  # not the ranks: thousands of them, decoded
-    for rank in [] if job_view else rep.ranks:
-        dev = rank.primary
-        console.print(Group(_rank_header(rank, dev), breakdown_table(rank, dev, finding_codes(rep))))
-        console.print()
-        memory = memory_lines(rank)
-        if memory:
-            console.print(Text("\n".join(memory)))
-            console.print()
-    summ = rep.summary
-    if summ.n_ranks > 1 and summ.median_step_us is not UNSET:
-        med = summ.median_step_us
-        slow, fast = summ.slowest_rank, summ.fastest_rank
-        console.print(
-            f"{summ.n_ranks} ranks: longest median step time rank {slow} "
-            f"({ms(med.get(slow) if isinstance(slow, int) else None)}), shortest rank {fast} "
-            f"({ms(med.get(fast) if isinstance(fast, int) else None)}): spread {summ.spread_pct:.1f}% of the shortest"
-        )
+    else:
+        _print_ranks(rep, console)
+    _print_spread(rep, console)
     warnings = list(rep.warnings)
     if job_view:
         from perfdoctor.render.job_terminal import grouped_warnings

@@ -550,69 +550,65 @@ def _partial_fact(report: Report) -> tuple[str, str, str] | None:
     )
 
 
-def summary_facts(report: Report | Mapping[str, Any]) -> list[tuple[str, str, str]]:
-    """(label, value, detail) rows of the report's summary, in the order the issue lists them."""
-    rep = _report(report)
-    rank = summary_rank(rep)
-    if rank is None:
-        return _run_only_facts(rep)
-    dev = rank.primary
-    multi = len(rep.ranks) > 1
-    who = f" (rank {rank.rank}, longest median step)" if multi else ""
-    facts = [
-        ("devices", _device_summary(rep), "GPUs with kernel/memcpy activity; node properties from deviceProperties")
-    ]
-    partial = _partial_fact(rep)
-    if partial:
-        facts.insert(0, partial)
+_Fact = tuple[str, str, str]
+
+
+def _dtype_fact(rank: RankSection) -> _Fact:
+    """The GEMM dtype row: MFU's dtype, else the dominant one of the matmul/convolution kernels."""
     dtype = (rank.mfu.dtype if rank.mfu is not None else None) or rank.gemm_dtype.dominant
-    facts.append(
-        (
-            "GEMM dtype",
-            str(dtype) if dtype else "not recorded",
-            "the math dtype of the matmul/convolution kernels, weighted by their time (from kernel names, or "
-            "the ops' input types on CPU)"
-            if dtype
-            else "no GEMM kernel or matmul op says which dtype it ran in",
-        )
+    return (
+        "GEMM dtype",
+        str(dtype) if dtype else "not recorded",
+        "the math dtype of the matmul/convolution kernels, weighted by their time (from kernel names, or "
+        "the ops' input types on CPU)"
+        if dtype
+        else "no GEMM kernel or matmul op says which dtype it ran in",
     )
+
+
+def _step_facts(report: Report, rank: RankSection, who: str) -> list[_Fact]:
+    """The steps analysed and the median step time (with its spread) of the summary's rank, named by ``who``."""
+    dev = rank.primary
     n = len(dev.steps)
-    facts.append(
-        (
-            "steps analysed",
-            f"{n} ({rank.steps_source} {step_range(dev)})"
-            if rank.steps_source != "whole-trace"
-            else "whole trace as one window (no step markers)",
-            _skipped_steps(rep),
-        )
+    analysed = (
+        "steps analysed",
+        f"{n} ({rank.steps_source} {step_range(dev)})"
+        if rank.steps_source != "whole-trace"
+        else "whole trace as one window (no step markers)",
+        _skipped_steps(report),
     )
     st = dev.step_time_us
-    facts.append(
-        (
-            f"median step time{who}",
-            ms(st.median),
-            f"p10–p90 {ms(st.p10)} – {ms(st.p90)}; min–max {ms(st.min)} – {ms(st.max)}; "
-            f"std {ms(st.std)}; n = {st.n} steps"
-            if int(st.n or 0) > 1
-            else "one step: no spread to report",
-        )
+    median = (
+        f"median step time{who}",
+        ms(st.median),
+        f"p10–p90 {ms(st.p10)} – {ms(st.p90)}; min–max {ms(st.min)} – {ms(st.max)}; std {ms(st.std)}; n = {st.n} steps"
+        if int(st.n or 0) > 1
+        else "one step: no spread to report",
     )
-    s = rep.summary
-    if multi and s.n_ranks > 1 and s.spread_pct is not UNSET:
-        one = int(st.n or 0) <= 1
-        facts.append(
-            (
-                "rank spread",
-                f"{s.spread_pct:.1f}%",
-                f"rank {s.slowest_rank} has the longest median step time, rank {s.fastest_rank} the shortest"
-                + (
-                    "; one step per rank: the rank that started first waits longest, so this is no straggler measure"
-                    if one
-                    else ""
-                ),
-            )
-        )
-    facts.extend(throughput_facts(rep))
+    return [analysed, median]
+
+
+def _spread_fact(report: Report, steps_per_rank: int) -> _Fact | None:
+    """The rank spread row of a multi-rank report (None with one rank or no spread); ``steps_per_rank``: the
+    summary rank's step count (one step makes the spread no straggler measure)."""
+    s = report.summary
+    if len(report.ranks) <= 1 or s.n_ranks <= 1 or s.spread_pct is UNSET:
+        return None
+    return (
+        "rank spread",
+        f"{s.spread_pct:.1f}%",
+        f"rank {s.slowest_rank} has the longest median step time, rank {s.fastest_rank} the shortest"
+        + (
+            "; one step per rank: the rank that started first waits longest, so this is no straggler measure"
+            if steps_per_rank <= 1
+            else ""
+        ),
+    )
+
+
+def _utilization_fact(dev: DeviceSection, who: str) -> _Fact:
+    """Device utilization (busy ÷ step; on a GPU also kernels alone, as the TensorBoard profiler plugin counts
+    it), or the host's busy share in ops on a CPU-only rank."""
     t = dev.totals
     label = "device utilization" if dev.kind == "gpu" else "host busy in ops"
     detail = (
@@ -625,7 +621,29 @@ def summary_facts(report: Report | Mapping[str, Any]) -> list[tuple[str, str, st
             f"; kernels only (memcpy/memset left out, as the TensorBoard profiler plugin's GPU utilization): "
             f"{pct(kernels / t.dur_us)}"
         )
-    facts.append((label + who, pct(dev.utilization), detail))
+    return (label + who, pct(dev.utilization), detail)
+
+
+def summary_facts(report: Report | Mapping[str, Any]) -> list[tuple[str, str, str]]:
+    """(label, value, detail) rows of the report's summary, in the order the issue lists them."""
+    rep = _report(report)
+    rank = summary_rank(rep)
+    if rank is None:
+        return _run_only_facts(rep)
+    dev = rank.primary
+    who = f" (rank {rank.rank}, longest median step)" if len(rep.ranks) > 1 else ""
+    partial = _partial_fact(rep)
+    facts: list[_Fact] = [partial] if partial else []
+    facts.append(
+        ("devices", _device_summary(rep), "GPUs with kernel/memcpy activity; node properties from deviceProperties")
+    )
+    facts.append(_dtype_fact(rank))
+    facts += _step_facts(rep, rank, who)
+    spread = _spread_fact(rep, int(dev.step_time_us.n or 0))
+    if spread:
+        facts.append(spread)
+    facts.extend(throughput_facts(rep))
+    facts.append(_utilization_fact(dev, who))
     mfu = _mfu_text(rank)
     if mfu:
         facts.append(("MFU" + who, mfu[0], mfu[1]))

@@ -39,7 +39,7 @@ def test_resnet_step_time_and_dataloader_share_match_tensorboard(name, step_ms, 
     # the plugin's GPU utilization counts kernels only; the report gives that figure beside its own
     from perfdoctor.render import view
 
-    facts = {label: detail for label, _, detail in view.summary_facts(pipeline.build([str(shared_trace(name))]).report)}
+    facts = {label: detail for label, _, detail in view.summary_facts(pipeline.build([str(shared_trace(name))]).model)}
     assert f"as the TensorBoard profiler plugin's GPU utilization): {gpu_util}" in facts["device utilization"]
 
 

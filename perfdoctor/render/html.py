@@ -19,7 +19,7 @@ import orjson
 from markupsafe import Markup, escape
 from msgspec import UNSET
 
-from perfdoctor.model import Report, as_report, to_builtins
+from perfdoctor.model import Report, to_builtins
 from perfdoctor.model.report import DeviceSection, RankSection, RunSection
 from perfdoctor.render import memory_view, svg, view
 from perfdoctor.vocab import CHART_ORDER, category_label, idle_label
@@ -246,19 +246,16 @@ def before_after(f: Mapping[str, Any]) -> Markup:
     return Markup(svg.before_after(now / 1000, fixed / 1000, (view.ms(now), view.ms(fixed)), title, labels))
 
 
-def render_html(report: Report | Mapping[str, Any], generated_at: str | None = None) -> str:
+def render_html(report: Report, generated_at: str | None = None) -> str:
     """The report as one self-contained HTML page (str).
 
     Args:
-        report: the typed report (or its JSON document as dicts, checked into one).
+        report: the typed report.
         generated_at: text stamped in the footer; None (default) keeps output byte-stable.
-
-    Raises:
-        PerfDoctorError: a mapping that is not a perfdoctor report of this schema version.
     """
     from perfdoctor.render import job_html
 
-    rep = job_html.slim_report(as_report(report))
+    rep = job_html.slim_report(report)
     main = view.summary_rank(rep)
     ranks = [rank_view(r) for r in rep.ranks]
     run = rep.run if rep.run is not UNSET else None
@@ -282,6 +279,6 @@ def render_html(report: Report | Mapping[str, Any], generated_at: str | None = N
         "run_chart": _run_chart(run) if run is not None else None,
         "definitions": view.definitions(rep),
         "cat_labels": view.CAT_LABELS,
-        "jv": job_html.job_view(rep, len(as_report(report).ranks)) if rep.job is not UNSET else None,
+        "jv": job_html.job_view(rep, len(report.ranks)) if rep.job is not UNSET else None,
     }
     return _env().get_template("report.html.j2").render(**context)

@@ -8,12 +8,10 @@ name cannot open a link, an image, raw HTML or break a table row.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
-from typing import Any
 
 from msgspec import UNSET
 
-from perfdoctor.model import Report, as_report
+from perfdoctor.model import Report
 from perfdoctor.model.report import RankSection
 from perfdoctor.render import memory_view, view
 
@@ -163,13 +161,8 @@ def _ranks(report: Report) -> list[str]:
     )
 
 
-def render_markdown(report: Report | Mapping[str, Any]) -> str:
-    """The Markdown summary (UTF-8 text, ends with a newline; byte-stable for the same report).
-
-    Raises:
-        PerfDoctorError: a mapping that is not a perfdoctor report of this schema version.
-    """
-    rep = as_report(report)
+def render_markdown(rep: Report) -> str:
+    """The Markdown summary (UTF-8 text, ends with a newline; byte-stable for the same report)."""
     inputs = ", ".join(esc(i.path) for i in rep.inputs[:4])
     if len(rep.inputs) > 4:
         inputs += f" and {len(rep.inputs) - 4} more"

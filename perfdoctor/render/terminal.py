@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
 from msgspec import UNSET
 from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
-from perfdoctor.model import Report, as_report, to_builtins
+from perfdoctor.model import Report
 from perfdoctor.model.report import DeviceSection, RankSection
 from perfdoctor.render import memory_view
 from perfdoctor.render.view import device_name, finding_codes, ms, pct, step_range, step_time_text, summary_facts
@@ -123,7 +120,7 @@ def _print_spread(report: Report, console: Console) -> None:
 
 
 def render_terminal(
-    report: Report | Mapping[str, Any],
+    rep: Report,
     console: Console,
     err_console: Console | None = None,
     per_rank: bool = False,
@@ -132,12 +129,7 @@ def render_terminal(
     """Print the human summary of a report to ``console``; warnings about the input go to
     ``err_console`` (stderr in the CLI) when given. A multi-rank job (a ``job`` section) prints the job summary
     (:mod:`perfdoctor.render.job_terminal`) instead of one table per rank unless ``per_rank``; ``details`` adds each
-    finding's evidence, message and method, and each skipped check's reason.
-
-    Raises:
-        PerfDoctorError: a mapping that is not a perfdoctor report of this schema version.
-    """
-    rep = as_report(report)
+    finding's evidence, message and method, and each skipped check's reason."""
     _print_opening(rep, console)
     if not rep.ranks:
         _print_run_only(rep, console)
@@ -145,7 +137,7 @@ def render_terminal(
     if job_view and rep.job is not UNSET:
         from perfdoctor.render.job_terminal import render_job
 
-        render_job({"job": to_builtins(rep.job)}, console)  # not the ranks: thousands of them, decoded
+        render_job(rep.job, console)  # not the ranks: thousands of them, decoded
     else:
         _print_ranks(rep, console)
     _print_spread(rep, console)

@@ -8,13 +8,12 @@ and shares of the step time, both stated in the definitions below.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 from msgspec import UNSET
 
 from perfdoctor.findings import FINDINGS_NOTE
-from perfdoctor.model import Report, as_report
+from perfdoctor.model import Report
 from perfdoctor.model.report import DeviceSection, EventValue, EvidenceValue, FindingSection, RankSection, RunSection
 from perfdoctor.vocab import (
     GPU_IDLE_CAUSES,
@@ -392,28 +391,23 @@ def saving_once(f: FindingSection) -> str:
     return f"once {', '.join(codes)} {'is' if len(codes) == 1 else 'are'} fixed"
 
 
-def _report(report: Report | Mapping[str, Any]) -> Report:
-    return as_report(report)
-
-
-def denominator_text(report: Report | Mapping[str, Any]) -> str:
+def denominator_text(report: Report) -> str:
     """The one sentence naming the step every saving % is a share of ("" when the report has none): each renderer
     prints it once, next to the findings."""
-    d = _report(report).denominator
+    d = report.denominator
     if d is UNSET or d is None:
         return ""
     return f"Saving percentages are of {ms(d.value_us)} per step: {d.definition}."
 
 
-def finding_codes(report: Report | Mapping[str, Any]) -> list[str]:
+def finding_codes(report: Report) -> list[str]:
     """The report's finding codes in report order ([] without findings)."""
-    found = _report(report).findings
+    found = report.findings
     return [] if found is UNSET else [f.code for f in found]
 
 
-def findings(report: Report | Mapping[str, Any]) -> list[dict[str, Any]]:
+def findings(rep: Report) -> list[dict[str, Any]]:
     """All findings, ranked by estimated saving (largest first); unestimated ones last, in engine order."""
-    rep = _report(report)
     found, d = rep.findings, rep.denominator
     denominator_us = None if d is UNSET or d is None else d.value_us
     items = [finding(f, i, denominator_us) for i, f in enumerate(found if found is not UNSET else [])]
@@ -457,9 +451,9 @@ def where_to_look(report: Report, found: list[FindingSection]) -> list[str]:
     return out
 
 
-def skipped(report: Report | Mapping[str, Any]) -> list[tuple[str, str]]:
+def skipped(report: Report) -> list[tuple[str, str]]:
     """Skipped checks as ("CODE name", reason)."""
-    sc = _report(report).skipped_checks
+    sc = report.skipped_checks
     return [(" ".join(x for x in (s.code, s.name) if x), s.reason) for s in (sc if sc is not UNSET else [])]
 
 
@@ -491,10 +485,9 @@ def _device_summary(report: Report) -> str:
     return ", ".join(parts) + (f" across {len(report.ranks)} ranks" if len(report.ranks) > 1 else "")
 
 
-def summary_rank(report: Report | Mapping[str, Any]) -> RankSection | None:
+def summary_rank(rep: Report) -> RankSection | None:
     """The rank the summary describes: the slowest rank (by median step time) of a multi-rank report;
     None for a run-only report (a ``perfdoctor profile`` run that stopped before its profiled window)."""
-    rep = _report(report)
     if not rep.ranks:
         return None
     slow = rep.summary.slowest_rank
@@ -624,9 +617,8 @@ def _utilization_fact(dev: DeviceSection, who: str) -> _Fact:
     return (label + who, pct(dev.utilization), detail)
 
 
-def summary_facts(report: Report | Mapping[str, Any]) -> list[tuple[str, str, str]]:
+def summary_facts(rep: Report) -> list[tuple[str, str, str]]:
     """(label, value, detail) rows of the report's summary, in the order the issue lists them."""
-    rep = _report(report)
     rank = summary_rank(rep)
     if rank is None:
         return _run_only_facts(rep)

@@ -51,7 +51,7 @@ def _findings(report: Report) -> list[str]:
         else:
             out.append("_The rule engine did not run on this report: no findings are available._")
         return out + [""]
-    plan = [f for f in items if f["plan_position"] is not None]
+    plan = [f for f in items if f["plan_position"] is not None]  # a plan entry's saving is replayed: never None
     if plan:
         out += _table(
             ["#", "code", "finding", "saves", "step after"],
@@ -60,7 +60,7 @@ def _findings(report: Report) -> list[str]:
                     str(f["plan_position"]),
                     f"**{esc(f['code'])}**",
                     esc(f["headline"]),
-                    f"{f['about']} {view.saving_ms(f['saving_us'])} ({view.pct(f['saving_frac'])})",
+                    f"{f['about']} {view.saving_ms(f['saving_us'] or 0.0)} ({view.pct(f['saving_frac'])})",
                     view.ms(f["step_after_us"]),
                 ]
                 for f in plan

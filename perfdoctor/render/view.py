@@ -8,13 +8,22 @@ and shares of the step time, both stated in the definitions below.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import NotRequired, TypedDict
 
 from msgspec import UNSET
 
 from perfdoctor.findings import FINDINGS_NOTE
 from perfdoctor.model import Report
-from perfdoctor.model.report import DeviceSection, EventValue, EvidenceValue, FindingSection, RankSection, RunSection
+from perfdoctor.model.report import (
+    DeviceSection,
+    Distribution,
+    EventValue,
+    EvidenceValue,
+    FindingSection,
+    RankSection,
+    RunSection,
+    StepBreakdown,
+)
 from perfdoctor.vocab import (
     GPU_IDLE_CAUSES,
     GPU_PRIORITY,
@@ -135,7 +144,7 @@ def saving_ms(us: float, digits: int = 2) -> str:
     return f"{us / 1000:.2f} ms" if abs(us) >= 100 else f"{us:,.0f} µs"
 
 
-def step_time_text(st: Any) -> str:
+def step_time_text(st: Distribution) -> str:
     """A step-time distribution (``median``, ``p10``... in µs, ``n`` steps) in words: percentiles only where
     there are several steps."""
     if int(st.n or 0) <= 1:
@@ -194,7 +203,61 @@ def n_steps(dev: DeviceSection) -> int:
     return max(dev.totals.n_steps, 1)
 
 
-def breakdown_rows(dev: DeviceSection, codes: list[str] | None = None) -> list[dict[str, Any]]:
+class BreakdownRow(TypedDict):
+    """A row of the step-time table (:func:`breakdown_rows`): µs over the analysed steps and per step, the share
+    of step time (None without a step), ``kind`` "row" or "subtotal", the finding that explains an idle row."""
+
+    key: str
+    label: str
+    total_us: float
+    per_step_us: float
+    share: float | None
+    kind: str
+    finding: str | None
+
+
+class FindingView(TypedDict):
+    """A finding prepared for display (:func:`finding`): the model's fields under the names the templates use, the
+    texts built for display, evidence as (label, value text) pairs and event rows as texts; ``look``, where to open
+    a trace viewer, is set by :func:`findings`."""
+
+    code: str
+    name: str
+    title: str
+    headline: str
+    plan_position: int | None
+    step_after_us: float | None
+    plan_note: str
+    alone_us: float | None
+    severity: str
+    category: str
+    priority: int | None
+    rank: int | None
+    order: int
+    ranks: list[int]
+    saving_us: float | None
+    saving_frac: float | None
+    replayed: bool
+    about: str
+    method: str
+    after_us: float | None
+    after_frac: float | None
+    after_codes: list[str]
+    once: str
+    now_us: float | None
+    evidence: list[tuple[str, str]]
+    events: list[dict[str, str]]
+    steps: list[int]
+    fix: str
+    source: str
+    frames: list[str]
+    before: str
+    after: str
+    references: list[str]
+    look: NotRequired[str]
+
+
+def breakdown_rows(dev: DeviceSection, codes: list[str] | None = None) -> list[BreakdownRow]:
     """Rows ``{key, label, per_step_us, total_us, share, kind, finding}`` of the step-time table: categories
     (largest first), the busy subtotal, idle causes (largest first), the idle subtotal. ``key`` is ``idle:<cause>``
     for idle causes; ``kind`` is "row" or "subtotal"; ``finding`` the code of the report's finding (among
@@ -203,7 +266,7 @@ def breakdown_rows(dev: DeviceSection, codes: list[str] | None = None) -> list[d
     t = dev.totals
     n, dur = n_steps(dev), t.dur_us
 
-    def row(key: str, label: str, us: float, kind: str = "row") -> dict[str, Any]:
+    def row(key: str, label: str, us: float, kind: str = "row") -> BreakdownRow:
         return {
             "key": key,
             "label": label,
@@ -276,7 +339,7 @@ def _unitless(name: str) -> str:
     return name
 
 
-def finding(f: FindingSection, order: int = 0, denominator_us: float | None = None) -> dict[str, Any]:
+def finding(f: FindingSection, order: int = 0, denominator_us: float | None = None) -> FindingView:
     """One finding (see perfdoctor/findings.py) prepared for display: texts, saving, evidence, snippets.
     ``now_us`` is the step its saving is taken from: the finding's ``saving_from_us_per_step`` (the message's "from
     A ms"), else ``denominator_us`` (the report's denominator, µs); None without a saving."""
@@ -406,7 +469,7 @@ def finding_codes(report: Report) -> list[str]:
     return [] if found is UNSET else [f.code for f in found]
 
 
-def findings(rep: Report) -> list[dict[str, Any]]:
+def findings(rep: Report) -> list[FindingView]:
     """All findings, ranked by estimated saving (largest first); unestimated ones last, in engine order."""
     found, d = rep.findings, rep.denominator
     denominator_us = None if d is UNSET or d is None else d.value_us
@@ -426,7 +489,7 @@ def where_to_look(report: Report, found: list[FindingSection]) -> list[str]:
     rank's analysed steps), with the step's window in the trace's own clock (µs, the primary device's step row);
     "" where the report has no step rows for that rank."""
     ranks = {f.rank if f.rank is not None else (f.ranks[0] if f.ranks else None) for f in found}
-    rows: dict[int | None, list[Any]] = {}
+    rows: dict[int | None, list[StepBreakdown]] = {}
     for r in report.ranks:  # a many-rank job's sections decode as read: stop once every rank needed is found
         if (r.rank in ranks or None in ranks) and r.rank not in rows:
             dev = [d for d in r.devices if d.device == r.primary_device]

@@ -5,14 +5,17 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from perfdoctor.cli.output import check_output, write_report
 from perfdoctor.errors import PerfDoctorError, TraceFormatError
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from rich.console import Console
 
+    from perfdoctor.checks.config import RuleOptions
     from perfdoctor.jobs.executors import DaskCluster, LocalPool, OnDone
     from perfdoctor.pipeline import BuiltReport
 
@@ -244,7 +247,7 @@ def timeline_steps(text: str | None) -> list[int]:
     return out
 
 
-def _analyze(args: argparse.Namespace, err: Console, opts: object) -> BuiltReport:
+def _analyze(args: argparse.Namespace, err: Console, opts: RuleOptions) -> BuiltReport:
     """Load and analyse the inputs, with a progress bar over the input size (one file after another) or over
     the ranks (in parallel) when the inputs are large or many."""
     from rich.progress import BarColumn, DownloadColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
@@ -258,24 +261,38 @@ def _analyze(args: argparse.Namespace, err: Console, opts: object) -> BuiltRepor
 
         return [str(t) for t in load_run_dir(p).traces]
 
-    def build(**kw: Any) -> BuiltReport:
+    flops = model_flops_per_step(args) or None
+    flops_source = "transformer_formula" if flops else "flop_counter"  # the flags' formula, else FlopCounterMode's
+    cache = bool(getattr(args, "cache", False))
+    shown_steps = timeline_steps(getattr(args, "timeline_steps", None)) if getattr(args, "timeline", None) else None
+
+    def build(
+        executor: DaskCluster | LocalPool | None = None, on_progress: Callable[[int], None] | None = None
+    ) -> BuiltReport:
         """pipeline.build; a lone run directory whose trace cannot be read (cut short by a Ctrl-C while it
         was written, corrupt) is reported from its run data, with the reason naming the file as a warning."""
+
+        def attempt(executor: DaskCluster | LocalPool | None, without_traces: str | None) -> BuiltReport:
+            return pipeline.build(
+                args.paths,
+                step_marker=args.step_marker,
+                on_progress=on_progress,
+                rule_options=opts,
+                model_flops_per_step=flops,
+                flops_source=flops_source,
+                without_traces=without_traces,
+                executor=executor,
+                cache=cache,
+                timeline_steps=shown_steps,
+            )
+
         try:
-            return pipeline.build(args.paths, step_marker=args.step_marker, **kw, **extra)
+            return attempt(executor, None)
         except TraceFormatError as exc:
             if not (len(args.paths) == 1 and is_run_dir(args.paths[0])):
                 raise
-            kw.pop("executor", None)
-            why = f"trace analysis failed: {exc.message}"
-            return pipeline.build(args.paths, step_marker=args.step_marker, without_traces=why, **kw, **extra)
+            return attempt(None, f"trace analysis failed: {exc.message}")
 
-    flops = model_flops_per_step(args)
-    extra: dict[str, Any] = {"model_flops_per_step": flops, "flops_source": "transformer_formula"} if flops else {}
-    extra["rule_options"] = opts
-    extra["cache"] = bool(getattr(args, "cache", False))
-    if getattr(args, "timeline", None):
-        extra["timeline_steps"] = timeline_steps(getattr(args, "timeline_steps", None))
     files = [f for p in args.paths for f in (run_traces(p) if is_run_dir(p) else trace_files_in(p))]
     total = sum(os.path.getsize(f) for f in files if os.path.isfile(f))
     parallel = len(files) > 1 and (args.dask or (args.jobs or os.cpu_count() or 1) > 1)

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import sys
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from perfdoctor.cli.output import check_output, write_report
@@ -247,12 +249,73 @@ def timeline_steps(text: str | None) -> list[int]:
     return out
 
 
+@dataclass(frozen=True)
+class _BuildOptions:
+    """What the command hands :func:`perfdoctor.pipeline.build` besides the paths: the rules, the model FLOP per
+    step from the transformer flags (None: FlopCounterMode's, from the run data) and its source, whether summaries
+    are cached, and the annotated timeline's steps (None: no timeline)."""
+
+    rules: RuleOptions
+    model_flops_per_step: float | None
+    flops_source: str
+    cache: bool
+    timeline_steps: list[int] | None
+
+
+def _build_options(args: argparse.Namespace, rules: RuleOptions) -> _BuildOptions:
+    """The build options of ``args``.
+
+    Raises:
+        PerfDoctorError: a transformer flag or ``--timeline-steps`` that cannot be used.
+    """
+    flops = model_flops_per_step(args) or None
+    return _BuildOptions(
+        rules,
+        flops,
+        "transformer_formula" if flops else "flop_counter",  # the flags' formula, else FlopCounterMode's
+        bool(getattr(args, "cache", False)),
+        timeline_steps(getattr(args, "timeline_steps", None)) if getattr(args, "timeline", None) else None,
+    )
+
+
+def _build(
+    args: argparse.Namespace,
+    options: _BuildOptions,
+    executor: DaskCluster | LocalPool | None = None,
+    on_progress: Callable[[int], None] | None = None,
+) -> BuiltReport:
+    """pipeline.build; a lone run directory whose trace cannot be read (cut short by a Ctrl-C while it
+    was written, corrupt) is reported from its run data, with the reason naming the file as a warning."""
+    from perfdoctor import pipeline
+    from perfdoctor.capture.rundir import is_run_dir
+
+    def attempt(executor: DaskCluster | LocalPool | None, without_traces: str | None) -> BuiltReport:
+        return pipeline.build(
+            args.paths,
+            step_marker=args.step_marker,
+            on_progress=on_progress,
+            rule_options=options.rules,
+            model_flops_per_step=options.model_flops_per_step,
+            flops_source=options.flops_source,
+            without_traces=without_traces,
+            executor=executor,
+            cache=options.cache,
+            timeline_steps=options.timeline_steps,
+        )
+
+    try:
+        return attempt(executor, None)
+    except TraceFormatError as exc:
+        if not (len(args.paths) == 1 and is_run_dir(args.paths[0])):
+            raise
+        return attempt(None, f"trace analysis failed: {exc.message}")
+
+
 def _analyze(args: argparse.Namespace, err: Console, opts: RuleOptions) -> BuiltReport:
     """Load and analyse the inputs, with a progress bar over the input size (one file after another) or over
     the ranks (in parallel) when the inputs are large or many."""
     from rich.progress import BarColumn, DownloadColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-    from perfdoctor import pipeline
     from perfdoctor.capture.rundir import is_run_dir
     from perfdoctor.trace import trace_files_in
 
@@ -261,38 +324,7 @@ def _analyze(args: argparse.Namespace, err: Console, opts: RuleOptions) -> Built
 
         return [str(t) for t in load_run_dir(p).traces]
 
-    flops = model_flops_per_step(args) or None
-    flops_source = "transformer_formula" if flops else "flop_counter"  # the flags' formula, else FlopCounterMode's
-    cache = bool(getattr(args, "cache", False))
-    shown_steps = timeline_steps(getattr(args, "timeline_steps", None)) if getattr(args, "timeline", None) else None
-
-    def build(
-        executor: DaskCluster | LocalPool | None = None, on_progress: Callable[[int], None] | None = None
-    ) -> BuiltReport:
-        """pipeline.build; a lone run directory whose trace cannot be read (cut short by a Ctrl-C while it
-        was written, corrupt) is reported from its run data, with the reason naming the file as a warning."""
-
-        def attempt(executor: DaskCluster | LocalPool | None, without_traces: str | None) -> BuiltReport:
-            return pipeline.build(
-                args.paths,
-                step_marker=args.step_marker,
-                on_progress=on_progress,
-                rule_options=opts,
-                model_flops_per_step=flops,
-                flops_source=flops_source,
-                without_traces=without_traces,
-                executor=executor,
-                cache=cache,
-                timeline_steps=shown_steps,
-            )
-
-        try:
-            return attempt(executor, None)
-        except TraceFormatError as exc:
-            if not (len(args.paths) == 1 and is_run_dir(args.paths[0])):
-                raise
-            return attempt(None, f"trace analysis failed: {exc.message}")
-
+    build = functools.partial(_build, args, _build_options(args, opts))
     files = [f for p in args.paths for f in (run_traces(p) if is_run_dir(p) else trace_files_in(p))]
     total = sum(os.path.getsize(f) for f in files if os.path.isfile(f))
     parallel = len(files) > 1 and (args.dask or (args.jobs or os.cpu_count() or 1) > 1)

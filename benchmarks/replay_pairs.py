@@ -31,8 +31,8 @@ import numpy as np
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from perfdoctor.analysis import host  # noqa: E402
 from perfdoctor.analysis.steps.steps import find_steps  # noqa: E402
+from perfdoctor.analysis.timing import host  # noqa: E402
 from perfdoctor.crossrank.joint import match  # noqa: E402
 from perfdoctor.replay.machine import CoreBudget  # noqa: E402
 from perfdoctor.replay.rank import RankReplay, replay_rank  # noqa: E402

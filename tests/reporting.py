@@ -5,10 +5,13 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from perfdoctor.cli import main
+from perfdoctor.model import Report, from_json
+from perfdoctor.model.codec import dumps_plain
 
 
 def cli(*args: str) -> tuple[int, str, str]:
@@ -56,3 +59,11 @@ def csp(html: str) -> dict[str, list[str]]:
         if words:
             out[words[0]] = words[1:]
     return out
+
+
+def as_report(doc: Report | Mapping[str, object], source: str = "report") -> Report:
+    """``doc`` itself, or a report-shaped mapping (the JSON document as dicts, as a test edits it) read back the way
+    perfdoctor reads a report file (:func:`perfdoctor.model.from_json`)."""
+    if isinstance(doc, Report):
+        return doc
+    return from_json(dumps_plain(doc), source)

@@ -593,9 +593,9 @@ def _finding(code: str, saving_us: float, method: str = "m") -> dict:
 
 def _report_json(trace: Path) -> str:
     from perfdoctor import pipeline
-    from perfdoctor.render.json_out import render_json
+    from perfdoctor.model import to_json
 
-    return render_json(pipeline.build([str(trace)]).report).decode()
+    return to_json(pipeline.build([str(trace)]).model).decode()
 
 
 def test_report_json_side_equals_trace_side(tmp_path, capsys):

@@ -7,7 +7,7 @@ from html.parser import HTMLParser
 
 import pytest
 from conftest import shared_trace
-from reporting import cli, csp, embedded_json, write_reports
+from reporting import as_report, cli, csp, embedded_json, write_reports
 from tracebuilder import TraceBuilder
 
 from perfdoctor.render.html import render_html
@@ -216,8 +216,13 @@ def test_generated_at_only_when_asked():
 
 
 def _tiny_report():
+    """:func:`_tiny_doc` read as a report."""
+    return as_report(_tiny_doc())
+
+
+def _tiny_doc():
     """A report written before the rule engine ran (its JSON without the findings keys, as an older perfdoctor or a
-    tool that strips them writes it)."""
+    tool that strips them writes it), as the JSON document's dicts."""
     import tempfile
     from pathlib import Path
 
@@ -264,14 +269,14 @@ def test_roofline_section_when_the_report_has_roofline_data(tmp_path):
     path = shared_trace("tracelens__h100__bert-small-uncased.json.gz")
     a = rank_analysis(path)
     report = pipeline.build([str(path)]).report
-    assert "5. Roofline" not in render_html(report) or report["ranks"][0].get("roofline")
+    assert "5. Roofline" not in render_html(as_report(report)) or report["ranks"][0].get("roofline")
     if not report["ranks"][0].get("roofline"):
         t = a.ranks[0].tables
         spec = hardware.device_for_trace(t.device_properties, a.ranks[0].primary.device)
         result = roofline.roofline_table(t, roofline.roofs_from_spec(spec))
         report["ranks"][0]["roofline"] = json.loads(msgspec.json.encode(result))
     rl = report["ranks"][0]["roofline"]
-    html = render_html(report)
+    html = render_html(as_report(report))
     assert_self_contained(html)
     assert "<h2>5. Roofline</h2>" in html
     section = html[html.index('<section id="roofline">') : html.index('<section id="details">')]
@@ -282,7 +287,7 @@ def test_roofline_section_when_the_report_has_roofline_data(tmp_path):
 
 def test_run_timeline_marks_warmup_steady_state_and_phase_change():
     """With run data from `perfdoctor profile`, section 4 draws the whole run with its warm-up and phases."""
-    report = _tiny_report()
+    report = _tiny_doc()
     times = [0.030] * 3 + [0.010] * 20 + [0.015] * 20
     n = len(times)
     report["run"] = {  # a whole typed run section; the timeline reads steps and steady_state
@@ -329,7 +334,7 @@ def test_run_timeline_marks_warmup_steady_state_and_phase_change():
         "throughput": {},
         "non_training": {"eval_s": 0.0, "eval_steps": 0, "checkpoint_s": 0.0, "checkpoint_steps": 0},
     }
-    html = render_html(report)
+    html = render_html(as_report(report))
     assert_self_contained(html)
     section = html[html.index('<section id="timeline">') : html.index('<section id="details">')]
     assert "Step time over the whole run" in section
@@ -414,7 +419,7 @@ def test_roofline_rows_above_the_roof_say_why():
     above = [r for r in rows[:15] if r["bound"] == "above_roof"]
     assert above and all("Winograd" in r["note"] and r["pct_of_attainable"] is None for r in above)
     assert all(0 <= r["pct_of_attainable"] <= 100 for r in rows if r["pct_of_attainable"] is not None)
-    html = render_html(report)
+    html = render_html(as_report(report))
     assert html.count('title="26.4 TFLOP/s is above') + html.count('title="21.1 TFLOP/s is above') == len(above)
     assert '<p class="note">* 26.4 TFLOP/s is above the fp32 peak of 15.7: the FLOP count' in html
 

@@ -21,6 +21,8 @@ from perfdoctor.crossrank.job_section import job_section
 from perfdoctor.jobs import summary as js
 from perfdoctor.jobs.reduce import JobAnalysis, reduce
 from perfdoctor.jobs.summary import RankSummary
+from perfdoctor.model.build import plain
+from perfdoctor.model.report import JobSection
 from perfdoctor.render.job_terminal import render_job
 
 STEP_US = 10_000.0
@@ -102,7 +104,7 @@ def _skipped(job: JobAnalysis, code: str) -> str:
 
 def _view(section: dict[str, object]) -> str:
     out = io.StringIO()
-    render_job({"job": section}, Console(file=out, width=400, color_system=None))
+    render_job(plain(section, JobSection), Console(file=out, width=400, color_system=None))
     return out.getvalue()
 
 

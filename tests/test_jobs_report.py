@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from browser import browser  # noqa: F401  (a fixture)
 from conftest import shared_trace
+from reporting import as_report
 from rich.console import Console
 
 from perfdoctor import pipeline
@@ -71,7 +72,7 @@ def report_1024() -> dict[str, Any]:
 def test_terminal_reads_at_64_ranks() -> None:
     """A 64-rank job piped to a CI log: at most 80 lines of 120 columns (57 today)."""
     buf = io.StringIO()
-    render_terminal(_job(64, plant=True), Console(file=buf, width=120, force_terminal=False))
+    render_terminal(_model(64, plant=True), Console(file=buf, width=120, force_terminal=False))
     lines = buf.getvalue().splitlines()
     assert "Job: 64 ranks analysed; world size 64" in buf.getvalue()
     assert len(lines) <= 80 and max(len(line) for line in lines) <= 120
@@ -79,7 +80,7 @@ def test_terminal_reads_at_64_ranks() -> None:
 
 def test_terminal_reads_at_1024_ranks(report_1024: dict[str, Any]) -> None:
     buf = io.StringIO()
-    render_terminal(report_1024, Console(file=buf, width=120, force_terminal=False))
+    render_terminal(as_report(report_1024), Console(file=buf, width=120, force_terminal=False))
     text = buf.getvalue()
     assert "Job: 1024 ranks analysed; world size 1024" in text
     assert "Rank 5\ntrace:" not in text  # no table per rank
@@ -92,10 +93,10 @@ def test_terminal_reads_at_1024_ranks(report_1024: dict[str, Any]) -> None:
     assert "Outlier ranks (128)" in text and "5, 13, 21, 29, … (124 more)" in text
     assert {s["rank"] % 8 for s in report_1024["job"]["stragglers"]} == {5}
     detailed = io.StringIO()
-    render_terminal(report_1024, Console(file=detailed, width=120, force_terminal=False), details=True)
+    render_terminal(as_report(report_1024), Console(file=detailed, width=120, force_terminal=False), details=True)
     assert "on 1024 ranks, e.g. rank 0: ops that could not be costed" in detailed.getvalue()  # PD206's skip, folded
     per_rank = io.StringIO()
-    render_terminal(report_1024, Console(file=per_rank, width=120), per_rank=True)
+    render_terminal(as_report(report_1024), Console(file=per_rank, width=120), per_rank=True)
     assert per_rank.getvalue().count("Where a step's time goes") == 1024
 
 
@@ -172,12 +173,12 @@ def test_missing_ranks_said() -> None:
     report = _job(8, world=12)
     assert report["job"]["missing_ranks"] == [8, 9, 10, 11]
     buf = io.StringIO()
-    render_terminal(report, Console(file=buf, width=160))
+    render_terminal(as_report(report), Console(file=buf, width=160))
     assert "4 ranks without a trace (8, 9, 10, 11)" in buf.getvalue()
 
 
 def test_html_under_5_mb_at_1024_ranks(report_1024: dict[str, Any], tmp_path: Path) -> None:
-    html = render_html(report_1024)
+    html = render_html(as_report(report_1024))
     assert len(html.encode()) < 5_000_000, len(html.encode())
     assert "Job at a glance: 1024 ranks" in html and "Step time (rank × step)" in html
     assert "Wait inside the worst collectives" in html
@@ -187,7 +188,7 @@ def test_html_under_5_mb_at_1024_ranks(report_1024: dict[str, Any], tmp_path: Pa
 @pytest.mark.browser
 def test_html_renders_fast_in_chromium(report_1024: dict[str, Any], browser: Any, tmp_path: Path) -> None:  # noqa: F811
     path = tmp_path / "job.html"
-    path.write_text(render_html(report_1024))
+    path.write_text(render_html(as_report(report_1024)))
     # time from navigation to the load event, layout included (the harness's open_page also screenshots)
     target = browser.call("Target.createTarget", {"url": "about:blank"})["targetId"]
     sid = browser.call("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]

@@ -14,6 +14,8 @@ from perfdoctor.crossrank.collectives import CollectiveTimeline
 from perfdoctor.crossrank.job_section import job_section
 from perfdoctor.jobs.reduce import reduce
 from perfdoctor.jobs.summary import RankSummary
+from perfdoctor.model.build import plain
+from perfdoctor.model.report import JobSection
 from perfdoctor.render.job_terminal import render_job
 
 STEP_US = 10_000.0
@@ -80,7 +82,7 @@ def _job(durations: list[list[float]]) -> tuple[object, dict[str, object], str]:
     [finding] = [f for f in job.checks.findings if f.code == "PD304"] or [None]
     section = job_section(job)
     out = io.StringIO()
-    render_job({"job": section}, Console(file=out, width=400, color_system=None))
+    render_job(plain(section, JobSection), Console(file=out, width=400, color_system=None))
     return finding, section, out.getvalue()
 
 

@@ -39,7 +39,7 @@ def test_resnet_step_time_and_dataloader_share_match_tensorboard(name, step_ms, 
     # the plugin's GPU utilization counts kernels only; the report gives that figure beside its own
     from perfdoctor.render import view
 
-    facts = {label: detail for label, _, detail in view.summary_facts(pipeline.build([str(shared_trace(name))]).report)}
+    facts = {label: detail for label, _, detail in view.summary_facts(pipeline.build([str(shared_trace(name))]).model)}
     assert f"as the TensorBoard profiler plugin's GPU utilization): {gpu_util}" in facts["device utilization"]
 
 
@@ -53,9 +53,7 @@ def test_breakdown_invariants_on_every_shared_trace(name):
             assert s.idle_us == pytest.approx(sum(s.idle_causes_us.values()), abs=1e-6 * max(s.dur_us, 1) + 1e-6)
             assert s.busy_us <= s.dur_us + 1e-6
             c = s.communication
-            assert c["overlapped_us"] + c["exposed_us"] == pytest.approx(
-                c["total_us"], abs=1e-6 * max(s.dur_us, 1) + 1e-6
-            )
+            assert c.overlapped_us + c.exposed_us == pytest.approx(c.total_us, abs=1e-6 * max(s.dur_us, 1) + 1e-6)
 
 
 def test_eight_rank_dlrm_directory():

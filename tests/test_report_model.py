@@ -7,11 +7,12 @@ from pathlib import Path
 
 import pytest
 from conftest import REPO
+from reporting import as_report
 from tracebuilder import TraceBuilder
 
 from perfdoctor import pipeline
 from perfdoctor.errors import PerfDoctorError
-from perfdoctor.model import MissingReason, Report, as_report, from_json, to_json
+from perfdoctor.model import MissingReason, Report, from_json, to_json
 
 BUNDLED = sorted((REPO / "reports").glob("*.json")) + sorted(
     p for p in (REPO / "tests" / "golden").glob("*.json") if p.name != "rules_on_shared_traces.json"

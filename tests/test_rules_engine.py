@@ -181,7 +181,7 @@ def test_terminal_findings_section(tmp_path):
 
     built = pipeline.build([str(_dl_trace(tmp_path))], rule_options=RuleOptions(select=["PD101", "PD301"]))
     console = Console(width=100, record=True)
-    render_terminal(built.report, console, details=True)
+    render_terminal(built.model, console, details=True)
     text = console.export_text()
     assert "PD101" in text and "≈ 0.40 ms (40.0%)" in text and "savings add up" in text
     assert "PD301 exposed-communication: no collective" in text
@@ -195,7 +195,7 @@ def test_terminal_findings_name_the_rank_on_multi_rank_jobs(tmp_path):
     paths = [str(p) for p in _ranked_dl_traces(tmp_path, {0: 80, 1: 400})]
     built = pipeline.build(paths, rule_options=RuleOptions(select=["PD101"]))
     console = Console(width=640, record=True)  # wide enough that the finding fits on its row
-    render_terminal(built.report, console)
+    render_terminal(built.model, console)
     row = next(line for line in console.export_text().splitlines() if "│ 1 │ PD101" in line)
     assert "│ rank 1: DataLoader stalls the GPU 0.4 ms per step (40% of the step) [2 of 2 ranks] │" in row
 

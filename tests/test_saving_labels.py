@@ -6,12 +6,13 @@ from __future__ import annotations
 import io
 import re
 
+from reporting import as_report
 from rich.console import Console
 from rules_helpers import DL, SGEMM
 from tracebuilder import TraceBuilder
 
 from perfdoctor import pipeline
-from perfdoctor.model import as_report, to_builtins
+from perfdoctor.model import to_builtins
 from perfdoctor.render.html import render_html
 from perfdoctor.render.markdown import render_markdown
 from perfdoctor.render.terminal import render_terminal

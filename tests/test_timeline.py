@@ -233,10 +233,12 @@ def test_size_cap_leaves_recorded_events_out(nw0: tuple[dict[str, Any], dict[str
 
 
 def test_html_finding_says_where_to_look(nw0: tuple[dict[str, Any], dict[str, Any], Path]) -> None:
+    from reporting import as_report
+
     from perfdoctor.render.formats import render_bytes
 
     report, _, _ = nw0
-    html = render_bytes(report, "html").decode()
+    html = render_bytes(as_report(report), "html").decode()
     table = _steps(report, 0)
     for f in report["findings"]:
         n = max(f["steps"], key=lambda s: table[s]["dur_us"])

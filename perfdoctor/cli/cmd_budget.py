@@ -4,10 +4,15 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import Any
+from typing import TYPE_CHECKING
 
 from perfdoctor.cli.numbers import check_finite, flag
 from perfdoctor.errors import PerfDoctorError
+
+if TYPE_CHECKING:
+    from perfdoctor.analysis.work.hardware import DeviceSpec
+    from perfdoctor.budget.plan import Budget
+    from perfdoctor.trace.json_value import JsonValue
 
 NAME = "budget"
 HELP = "plan a training run: compute-optimal tokens, 6·N·D FLOPs, wall-clock hours at an MFU, memory per GPU"
@@ -40,17 +45,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print the budget as JSON")
 
 
-def _load_json(path: str) -> Any:
+def _load_json(path: str) -> JsonValue:
+    """The parsed JSON of ``path``, of any shape: the budget's readers check it is a perfdoctor report.
+
+    Raises:
+        PerfDoctorError: the file cannot be read or is not JSON.
+    """
     try:
         with open(path, "rb") as fh:
-            return json.load(fh)
+            doc: JsonValue = json.load(fh)
+            return doc
     except OSError as exc:
         raise PerfDoctorError(f"{path}: cannot read report ({exc.strerror})") from None
     except ValueError:
         raise PerfDoctorError(f"{path}: not a JSON report") from None
 
 
-def _read_report(path: str, spec: Any, dtype: str, peak: float) -> float:
+def _read_report(path: str, spec: DeviceSpec, dtype: str, peak: float) -> float:
     """The report's MFU, refused unless measured on ``spec`` at ``dtype``'s peak (see mfu_from_report)."""
     from perfdoctor.budget.measured import mfu_from_report
 
@@ -108,7 +119,7 @@ def _check_inputs(args: argparse.Namespace) -> None:
         )
 
 
-def _dtype_and_peak(spec: Any, wanted: str | None) -> tuple[str, float]:
+def _dtype_and_peak(spec: DeviceSpec, wanted: str | None) -> tuple[str, float]:
     """The GEMM dtype (``wanted``, else the GPU's best 16-bit tensor dtype) and its dense peak, FLOP/s."""
     from perfdoctor.analysis.work.hardware import DTYPES
 
@@ -117,32 +128,36 @@ def _dtype_and_peak(spec: Any, wanted: str | None) -> tuple[str, float]:
         dtype = wanted.strip().lower()
         if dtype not in DTYPES:
             raise PerfDoctorError(f"--dtype: {wanted!r} is not one of {', '.join(DTYPES)}")
-        if spec.peak(dtype) is None:
+        peak = spec.peak(dtype)
+        if peak is None:
             raise PerfDoctorError(
                 f"--dtype: {spec.name} has no dense {dtype} peak in the hardware table (it has: {have})"
             )
-        return dtype, spec.peak(dtype)
-    dtype = spec.best_16bit_dtype()
-    if dtype is None:
+        return dtype, peak
+    best = spec.best_16bit_dtype()
+    peak = None if best is None else spec.peak(best)
+    if best is None or peak is None:
         raise PerfDoctorError(
             f"{spec.name} has no 16-bit tensor peak in the hardware table (it has: {have}); choose one with --dtype"
         )
-    return dtype, spec.peak(dtype)
+    return best, peak
 
 
-def _fit(b: Any, name: str) -> str:
-    """``"fits in 80 GB"`` or ``"does not fit in 80 GB"`` for one per-GPU memory figure of ``b``."""
-    return f"{'fits' if b.fits[name] else 'does not fit'} in {b.gpu_memory_bytes / 1e9:g} GB"
+def _fit(b: Budget, name: str, capacity_bytes: float) -> str:
+    """``"fits in 80 GB"`` or ``"does not fit in 80 GB"`` for one per-GPU memory figure of ``b`` on a GPU of
+    ``capacity_bytes``."""
+    return f"{'fits' if b.fits[name] else 'does not fit'} in {capacity_bytes / 1e9:g} GB"
 
 
-def _memory_lines(b: Any, spec: Any, peak_source: str) -> list[str]:
+def _memory_lines(b: Budget, spec: DeviceSpec, peak_source: str) -> list[str]:
     """Terminal lines for GPU memory, model state, activations and their totals, each marked fits or not."""
-    mem_src = spec.source_of("memory")
+    mem_src, cap = spec.source_of("memory"), spec.memory_bytes  # the capacity the plan was given
     lines = [
-        f"GPU memory    {b.gpu_memory_bytes / 1e9:g} GB per GPU" + ("" if mem_src == peak_source else f" ({mem_src})"),
+        f"GPU memory    {cap / 1e9:g} GB per GPU" + ("" if mem_src == peak_source else f" ({mem_src})"),
         (
-            f"model state   {b.model_state_bytes_ddp / 1e9:.1f} GB/GPU under DDP ({_fit(b, 'model_state_ddp')}), "
-            f"{b.model_state_bytes_sharded / 1e9:.1f} GB/GPU under ZeRO-3/FSDP ({_fit(b, 'model_state_sharded')}); "
+            f"model state   {b.model_state_bytes_ddp / 1e9:.1f} GB/GPU under DDP ({_fit(b, 'model_state_ddp', cap)}), "
+            f"{b.model_state_bytes_sharded / 1e9:.1f} GB/GPU under ZeRO-3/FSDP "
+            f"({_fit(b, 'model_state_sharded', cap)}); "
             "16 B/param, mixed-precision Adam"
         ),
     ]
@@ -150,13 +165,13 @@ def _memory_lines(b: Any, spec: Any, peak_source: str) -> list[str]:
         lines.append("activations   not estimated (give --seq-len --micro-batch --d-model --layers)")
         return lines
     lines.append(
-        f"activations   {b.activation_bytes / 1e9:.1f} GB/GPU per micro-batch ({_fit(b, 'activations')}); "
+        f"activations   {b.activation_bytes / 1e9:.1f} GB/GPU per micro-batch ({_fit(b, 'activations', cap)}); "
         f"{b.activation_formula}"
     )
     lines.append(
         f"total         {(b.model_state_bytes_ddp + b.activation_bytes) / 1e9:.1f} GB/GPU under DDP "
-        f"({_fit(b, 'total_ddp')}), {(b.model_state_bytes_sharded + b.activation_bytes) / 1e9:.1f} GB/GPU "
-        f"under ZeRO-3/FSDP ({_fit(b, 'total_sharded')})"
+        f"({_fit(b, 'total_ddp', cap)}), {(b.model_state_bytes_sharded + b.activation_bytes) / 1e9:.1f} GB/GPU "
+        f"under ZeRO-3/FSDP ({_fit(b, 'total_sharded', cap)})"
     )
     return lines
 

@@ -5,6 +5,13 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from perfdoctor.diff.model import Diff
+    from perfdoctor.diff.sides import Side
 
 NAME = "diff"
 HELP = (
@@ -23,6 +30,14 @@ DIFF_FORMATS = {".html": "html", ".htm": "html", ".md": "md", ".markdown": "md",
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.usage = USAGE
+    _add_sides(p)
+    _add_gate(p)
+    _add_work(p)
+    _add_rules(p)
+
+
+def _add_sides(p: argparse.ArgumentParser) -> None:
+    """The two sides' paths and where the diff goes."""
     p.add_argument(
         "paths",
         nargs="+",
@@ -49,6 +64,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default="terminal",
         help="what to write to stdout (default: terminal summary)",
     )
+
+
+def _add_gate(p: argparse.ArgumentParser) -> None:
+    """The verdict's thresholds: the CI gate and the noise."""
     p.add_argument(
         "--fail-on-regression",
         type=float,
@@ -76,6 +95,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
             "same code (default: 14.6 for CPU runs, measured on a shared 2-core machine; 0 for GPU runs)"
         ),
     )
+
+
+def _add_work(p: argparse.ArgumentParser) -> None:
+    """The work per step of each side, overriding run.json and the traces."""
     p.add_argument(
         "--samples-per-step",
         metavar="A,B",
@@ -94,6 +117,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
             "the work per step differs, the verdict is per token"
         ),
     )
+
+
+def _add_rules(p: argparse.ArgumentParser) -> None:
+    """The rules both sides run, the step marker, and the writing options."""
     p.add_argument("--select", metavar="CODES", help="findings to compare on both sides (codes, prefixes or names)")
     p.add_argument("--ignore", metavar="CODES", help="rules to leave out on both sides")
     p.add_argument("--rules", action="append", metavar="DIR", help="load user TOML rules from DIR (repeatable)")
@@ -117,53 +144,117 @@ def _render(diff: object, fmt: str) -> bytes:
     return render_diff_html(diff).encode()
 
 
-def run(args: argparse.Namespace) -> int:
+def _output_format(args: argparse.Namespace, runs: list[str]) -> str | None:
+    """The format of ``-o`` from its extension ("html", "md", "json"; None without ``-o``), after checking that
+    the file may be written (:func:`perfdoctor.cli.output.check_output`).
+
+    Raises:
+        PerfDoctorError: the extension is not .html/.htm, .md/.markdown or .json, or the file may not be written.
+    """
     import os
 
+    from perfdoctor.cli.output import check_output
+    from perfdoctor.errors import PerfDoctorError
+
+    if args.output is None:
+        return None
+    check_output(args.output, runs, args.force)
+    out_format = DIFF_FORMATS.get(os.path.splitext(args.output)[1].lower())
+    if out_format is None:
+        raise PerfDoctorError(f"{args.output}: cannot tell the diff format from the extension; use .html, .md or .json")
+    return out_format
+
+
+def _noise_pct(args: argparse.Namespace) -> float:
+    """The noise threshold (%) after checking the numeric options (finite, ``--fail-on-regression`` ≥ 0,
+    ``--noise-pct`` ≥ 0, ``--run-noise-pct`` in [0, 100)).
+
+    Raises:
+        PerfDoctorError: an option out of its range.
+    """
+    from perfdoctor.cli.numbers import check_finite
+    from perfdoctor.diff import stats
+    from perfdoctor.errors import PerfDoctorError
+
+    check_finite(args, ("fail_on_regression", "noise_pct", "run_noise_pct"))
+    if args.fail_on_regression is not None and args.fail_on_regression < 0:
+        raise PerfDoctorError(f"--fail-on-regression must be ≥ 0 (got {args.fail_on_regression:g})")
+    noise: float = stats.DEFAULT_NOISE_PCT if args.noise_pct is None else args.noise_pct
+    if noise < 0:
+        raise PerfDoctorError(f"--noise-pct must be ≥ 0 (got {noise:g})")
+    if args.run_noise_pct is not None and not 0 <= args.run_noise_pct < 100:
+        raise PerfDoctorError(f"--run-noise-pct must be in [0, 100) (got {args.run_noise_pct:g})")
+    return noise
+
+
+def _load_sides(
+    args: argparse.Namespace, runs: tuple[list[str], list[str]], err: Console
+) -> tuple[list[Side], list[Side]]:
+    """Both sides' runs loaded with the rules of ``--select``/``--ignore``/``--rules``, showing the findings both
+    sides show (a kept report JSON holds every rule's)."""
+    from perfdoctor.checks import config, engine
+    from perfdoctor.diff.sides import load_side
+
+    opts = config.resolve(args.select, args.ignore, args.rules)
+    cat, _ = engine.prepare(opts)
+    codes = engine.shown_codes(cat, opts)
+    with err.status("reading both sides…", spinner="dots"):
+        before = [load_side(p, opts, codes, args.step_marker) for p in runs[0]]
+        after = [load_side(p, opts, codes, args.step_marker) for p in runs[1]]
+    return before, after
+
+
+def _gate_lines(diff: Diff, limit_pct: float, failed: bool, refused: str | None) -> list[str]:
+    """What the regression gate (``--fail-on-regression limit_pct``) says on stderr: why it was not passed (a
+    partial side), that it could not judge, or the regression per unit of work or per step."""
+    from perfdoctor.diff.stats import signed_pct
+
+    lines = [f"regression gate not passed: {refused}"] if refused and not failed else []
+    if diff.work.basis == "cannot-tell":
+        lines.append(f"regression gate could not judge: {diff.work.reason}")
+    if failed and diff.work.unit is not None:
+        w = diff.work
+        lines.append(
+            f"regression: AFTER is {signed_pct(w.change_pct)} slower per {w.unit} ({w.unit}s/s "
+            f"{signed_pct(w.throughput_change_pct)}; 95% CI of the time per {w.unit} excludes 0), beyond "
+            f"--fail-on-regression {limit_pct:g}%"
+        )
+    elif failed:
+        st = diff.statistics
+        basis = (
+            f"; run-to-run noise measured from {int(st.runs.before or 0)} + {int(st.runs.after or 0)} runs: "
+            f"{st.run_noise_pct:.1f}%"
+            if st.run_noise_measured
+            else ""
+        )
+        lines.append(
+            f"regression: AFTER is {signed_pct(diff.change_pct)} slower (95% CI excludes 0{basis}), beyond "
+            f"--fail-on-regression {limit_pct:g}%"
+        )
+    return lines
+
+
+def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from perfdoctor.checks import config, engine
     from perfdoctor.cli.console import output_width, show_then_exit, stdout_console
-    from perfdoctor.cli.numbers import check_finite
-    from perfdoctor.cli.output import check_output, write_report
+    from perfdoctor.cli.output import write_report
     from perfdoctor.cli.snapshot_cmds import diff_snapshots, snapshot_inputs
-    from perfdoctor.diff import stats
     from perfdoctor.diff.compare import compare, partial_gate, regression
-    from perfdoctor.diff.sides import expand, load_side
-    from perfdoctor.diff.stats import signed_pct
+    from perfdoctor.diff.sides import expand
     from perfdoctor.diff.work import parse_pair
-    from perfdoctor.errors import PerfDoctorError
     from perfdoctor.render.diff_terminal import render_diff_terminal
 
     if snapshot_inputs(args.paths + (args.vs or [])):  # two memory snapshots: peaks and call sites compared
         return diff_snapshots(args)
     before_paths, after_paths = _sides(args.paths, args.vs)
     before_runs, after_runs = expand(before_paths, "BEFORE"), expand(after_paths, "AFTER")
-    out_format = None
-    if args.output is not None:
-        check_output(args.output, [*before_runs, *after_runs], args.force)
-        out_format = DIFF_FORMATS.get(os.path.splitext(args.output)[1].lower())
-        if out_format is None:
-            raise PerfDoctorError(
-                f"{args.output}: cannot tell the diff format from the extension; use .html, .md or .json"
-            )
-    check_finite(args, ("fail_on_regression", "noise_pct", "run_noise_pct"))
-    if args.fail_on_regression is not None and args.fail_on_regression < 0:
-        raise PerfDoctorError(f"--fail-on-regression must be ≥ 0 (got {args.fail_on_regression:g})")
-    noise = stats.DEFAULT_NOISE_PCT if args.noise_pct is None else args.noise_pct
-    if noise < 0:
-        raise PerfDoctorError(f"--noise-pct must be ≥ 0 (got {noise:g})")
-    if args.run_noise_pct is not None and not 0 <= args.run_noise_pct < 100:
-        raise PerfDoctorError(f"--run-noise-pct must be in [0, 100) (got {args.run_noise_pct:g})")
+    out_format = _output_format(args, [*before_runs, *after_runs])
+    noise = _noise_pct(args)
     samples = parse_pair(args.samples_per_step, "--samples-per-step")
     tokens = parse_pair(args.tokens_per_step, "--tokens-per-step")
-    opts = config.resolve(args.select, args.ignore, args.rules)
-    cat, _ = engine.prepare(opts)
-    codes = engine.shown_codes(cat, opts)  # the findings both sides show (a kept report JSON holds every rule's)
     err = Console(stderr=True, width=output_width(None, sys.stderr))
-    with err.status("reading both sides…", spinner="dots"):
-        before = [load_side(p, opts, codes, args.step_marker) for p in before_runs]
-        after = [load_side(p, opts, codes, args.step_marker) for p in after_runs]
+    before, after = _load_sides(args, (before_runs, after_runs), err)
     diff = compare(before, after, noise, args.run_noise_pct, samples, tokens)
     if args.output and out_format:  # written before stdout, which a reader may close (`| head`)
         write_report(args.output, _render(diff, out_format))
@@ -175,35 +266,13 @@ def run(args: argparse.Namespace) -> int:
         else:
             render_diff_terminal(diff, stdout_console(args.width))
 
-    gated = args.fail_on_regression is not None
-    failed = gated and regression(diff, args.fail_on_regression)
-    refused = partial_gate(diff) if gated else None
+    if args.fail_on_regression is None:
+        return show_then_exit(show, 0)
+    failed = regression(diff, args.fail_on_regression)
+    refused = partial_gate(diff)
     code = show_then_exit(show, 1 if failed or refused else 0)
-    if refused and not failed:
-        err.print(f"regression gate not passed: {refused}", highlight=False)
-    if gated and diff.work.basis == "cannot-tell":
-        err.print(f"regression gate could not judge: {diff.work.reason}", highlight=False)
-    if failed and diff.work.unit is not None:
-        w = diff.work
-        err.print(
-            f"regression: AFTER is {signed_pct(w.change_pct)} slower per {w.unit} ({w.unit}s/s "
-            f"{signed_pct(w.throughput_change_pct)}; 95% CI of the time per {w.unit} excludes 0), beyond "
-            f"--fail-on-regression {args.fail_on_regression:g}%",
-            highlight=False,
-        )
-    elif failed:
-        st = diff.statistics
-        basis = (
-            f"; run-to-run noise measured from {int(st.runs.before or 0)} + {int(st.runs.after or 0)} runs: "
-            f"{st.run_noise_pct:.1f}%"
-            if st.run_noise_measured
-            else ""
-        )
-        err.print(
-            f"regression: AFTER is {signed_pct(diff.change_pct)} slower (95% CI excludes 0{basis}), beyond "
-            f"--fail-on-regression {args.fail_on_regression:g}%",
-            highlight=False,
-        )
+    for line in _gate_lines(diff, args.fail_on_regression, failed, refused):
+        err.print(line, highlight=False)
     return code
 
 

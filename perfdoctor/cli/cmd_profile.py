@@ -12,14 +12,17 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 from perfdoctor.cli.needs import require_torch
 from perfdoctor.errors import PerfDoctorError
 
 if TYPE_CHECKING:  # the runner imports torch: only `run` loads it, so `perfdoctor --help` stays fast
     from perfdoctor.capture.runner import RunResult
+    from perfdoctor.model.report import FindingSection
+    from perfdoctor.pipeline import BuiltReport
 
 NAME = "profile"
 HELP = "run a training script under the profiler (steady state, N steps) and write a run directory + report"
@@ -162,17 +165,29 @@ def _require_cuda_for_snapshot() -> None:
         )
 
 
-def make_report(run_dir: Path) -> dict[str, Any]:
-    """Write ``report.html`` for ``run_dir``; returns ``{"path", "findings", "kind"}``.
+@dataclass(frozen=True)
+class WrittenReport:
+    """The report written into a run directory: its path, its findings (report order), ``kind`` "html" or
+    "html-run-only" (from the run data alone), and why no trace was analysed (None when one was)."""
+
+    path: Path
+    findings: list[FindingSection]
+    kind: str
+    why: str | None
+
+
+def make_report(run_dir: Path) -> WrittenReport:
+    """Write ``report.html`` for ``run_dir``.
 
     The report pipeline (traces + run data -> checks -> HTML). Without a
     trace (no completed profiler window), or when the trace cannot be
     analysed, the report covers the run data alone (step series, throughput,
     run checks) and says why; ``run.json`` records which report was written.
     """
+    from msgspec import UNSET
+
     from perfdoctor import pipeline
     from perfdoctor.capture.run_data import load_run_dir
-    from perfdoctor.model import to_builtins
     from perfdoctor.render.formats import render_bytes
 
     data = load_run_dir(run_dir)
@@ -197,11 +212,10 @@ def make_report(run_dir: Path) -> dict[str, Any]:
     kind = "html" if report.ranks else "html-run-only"
     why = report.no_trace if isinstance(report.no_trace, str) else None
     _note_report(run_dir, {"kind": kind, "path": path.name, **({"why": why} if why is not None else {})})
-    findings = to_builtins(report).get("findings", [])
-    return {"path": path, "findings": findings, "kind": kind, "why": why}
+    return WrittenReport(path, list(report.findings) if report.findings is not UNSET else [], kind, why)
 
 
-def _write_run_timeline(run_dir: Path, built: Any) -> None:
+def _write_run_timeline(run_dir: Path, built: BuiltReport) -> None:
     """``timeline.json.gz`` beside the report (the annotated timeline of the median and slowest step); a timeline
     that cannot be made is said in one line, the report stands."""
     from perfdoctor.render.timeline import write_timeline
@@ -212,7 +226,8 @@ def _write_run_timeline(run_dir: Path, built: Any) -> None:
         print(f"perfdoctor: no timeline: {exc.message}", file=sys.stderr)
 
 
-def _note_report(run_dir: Path, info: dict[str, Any]) -> None:
+def _note_report(run_dir: Path, info: dict[str, str]) -> None:
+    """Record in ``run.json`` which report was written (``kind``, ``path``, and ``why`` without a trace)."""
     import json
 
     from perfdoctor.capture.rundir import write_json
@@ -223,14 +238,12 @@ def _note_report(run_dir: Path, info: dict[str, Any]) -> None:
     write_json(run_json, data)
 
 
-def _print_summary(report: dict[str, Any], result: RunResult) -> None:
-    if report.get("why"):
-        print(f"perfdoctor: no trace to analyse: {report['why']}", file=sys.stderr)
-    findings = report.get("findings") or []
-    for f in findings[:5]:
-        code = f.get("code", "") if isinstance(f, dict) else getattr(f, "code", "")
-        msg = f.get("message", "") if isinstance(f, dict) else getattr(f, "message", "")
-        print(f"  {code} {msg}", file=sys.stderr)
-    if not findings:
+def _print_summary(report: WrittenReport, result: RunResult) -> None:
+    """On stderr: why no trace was analysed, the first five findings (code and message), where the report is."""
+    if report.why:
+        print(f"perfdoctor: no trace to analyse: {report.why}", file=sys.stderr)
+    for f in report.findings[:5]:
+        print(f"  {f.code} {f.message}", file=sys.stderr)
+    if not report.findings:
         print("  no findings", file=sys.stderr)
-    print(f"perfdoctor: {result.steps_completed} steps run; report: {report['path']}", file=sys.stderr)
+    print(f"perfdoctor: {result.steps_completed} steps run; report: {report.path}", file=sys.stderr)

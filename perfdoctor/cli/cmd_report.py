@@ -3,16 +3,24 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import functools
 import os
 import sys
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from perfdoctor.cli.output import check_output, write_report
 from perfdoctor.errors import PerfDoctorError, TraceFormatError
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from rich.console import Console
 
+    from perfdoctor.analysis.work.mfu import ModelFlops
+    from perfdoctor.capture.run_data import RunData
+    from perfdoctor.checks.config import RuleOptions
     from perfdoctor.jobs.executors import DaskCluster, LocalPool, OnDone
     from perfdoctor.pipeline import BuiltReport
 
@@ -25,6 +33,14 @@ PROGRESS_MIN_BYTES = 8 << 20  # inputs smaller than this load too fast for a pro
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    _add_inputs(p)
+    _add_model_flops(p)
+    _add_ranks(p)
+    _add_views(p)
+
+
+def _add_inputs(p: argparse.ArgumentParser) -> None:
+    """The traces, where the report goes, and which rules run."""
     p.add_argument("paths", nargs="+", metavar="PATH", help="trace .json/.json.gz, a directory of traces, or a run dir")
     p.add_argument(
         "-o",
@@ -49,6 +65,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=None,
         help="exit with status 1 when a finding at or above this severity exists (for CI)",
     )
+
+
+def _add_model_flops(p: argparse.ArgumentParser) -> None:
+    """The model's shape, for the transformer FLOPs estimate behind MFU."""
     g = p.add_argument_group("model FLOPs for MFU (transformer estimate 6N + 12·L·H·Q·T per token)")
     g.add_argument("--params", type=float, metavar="N", help="parameters, excluding position embeddings")
     g.add_argument("--layers", type=int, metavar="L")
@@ -56,6 +76,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--d-model", type=int, metavar="C", help="model width (Q = C/H)")
     g.add_argument("--seq-len", type=int, metavar="T", help="the actual sequence length, not the configured maximum")
     g.add_argument("--tokens-per-step", type=float, metavar="TOKENS", help="tokens per optimizer step on one rank")
+
+
+def _add_ranks(p: argparse.ArgumentParser) -> None:
+    """Many ranks: the workers, the Dask cluster, the summary cache and the per-rank view."""
     j = p.add_argument_group("many ranks (one trace per rank, analysed in parallel)")
     j.add_argument(
         "--jobs",
@@ -84,6 +108,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="print every rank's breakdown table (default on a multi-rank job: the job summary)",
     )
+
+
+def _add_views(p: argparse.ArgumentParser) -> None:
+    """What else is shown or written: the details, the annotated timeline."""
     p.add_argument(
         "--details",
         action="store_true",
@@ -224,41 +252,81 @@ def timeline_steps(text: str | None) -> list[int]:
     return out
 
 
-def _analyze(args: argparse.Namespace, err: Console, opts: object) -> BuiltReport:
+@dataclass(frozen=True)
+class _BuildOptions:
+    """What the command hands :func:`perfdoctor.pipeline.build` besides the paths: the rules, the model FLOP per
+    step from the transformer flags (None: FlopCounterMode's, from the run data) and its source, whether summaries
+    are cached, and the annotated timeline's steps (None: no timeline)."""
+
+    rules: RuleOptions
+    model_flops: ModelFlops | None
+    cache: bool
+    timeline_steps: list[int] | None
+    loaded_run: RunData | None = None
+
+
+def _build_options(args: argparse.Namespace, rules: RuleOptions) -> _BuildOptions:
+    """The build options of ``args``.
+
+    Raises:
+        PerfDoctorError: a transformer flag or ``--timeline-steps`` that cannot be used.
+    """
+    from perfdoctor.analysis.work.mfu import ModelFlops
+
+    flops = model_flops_per_step(args) or None
+    return _BuildOptions(
+        rules,
+        ModelFlops(flops, "transformer_formula") if flops else None,  # the flags' formula, else FlopCounterMode's
+        bool(getattr(args, "cache", False)),
+        timeline_steps(getattr(args, "timeline_steps", None)) if getattr(args, "timeline", None) else None,
+    )
+
+
+def _build(
+    args: argparse.Namespace,
+    options: _BuildOptions,
+    executor: DaskCluster | LocalPool | None = None,
+    on_progress: Callable[[int], None] | None = None,
+) -> BuiltReport:
+    """pipeline.build; a lone run directory whose trace cannot be read (cut short by a Ctrl-C while it
+    was written, corrupt) is reported from its run data, with the reason naming the file as a warning."""
+    from perfdoctor import pipeline
+    from perfdoctor.capture.rundir import is_run_dir
+
+    def attempt(executor: DaskCluster | LocalPool | None, without_traces: str | None) -> BuiltReport:
+        return pipeline.build(
+            args.paths,
+            step_marker=args.step_marker,
+            on_progress=on_progress,
+            rule_options=options.rules,
+            model_flops=options.model_flops,
+            without_traces=without_traces,
+            loaded_run=options.loaded_run,
+            executor=executor,
+            cache=options.cache,
+            timeline_steps=options.timeline_steps,
+        )
+
+    try:
+        return attempt(executor, None)
+    except TraceFormatError as exc:
+        if not (len(args.paths) == 1 and is_run_dir(args.paths[0])):
+            raise
+        return attempt(None, f"trace analysis failed: {exc.message}")
+
+
+def _analyze(args: argparse.Namespace, err: Console, opts: RuleOptions) -> BuiltReport:
     """Load and analyse the inputs, with a progress bar over the input size (one file after another) or over
     the ranks (in parallel) when the inputs are large or many."""
     from rich.progress import BarColumn, DownloadColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-    from perfdoctor import pipeline
     from perfdoctor.capture.run_data import load_run_dir
     from perfdoctor.capture.rundir import is_run_dir
     from perfdoctor.trace import trace_files_in
 
     runs = {p: load_run_dir(p) for p in args.paths if is_run_dir(p)}  # read once, handed to the pipeline
-    loaded_run = next(iter(runs.values()), None)
-
-    def build(**kw: Any) -> BuiltReport:
-        """pipeline.build; a lone run directory whose trace cannot be read (cut short by a Ctrl-C while it
-        was written, corrupt) is reported from its run data, with the reason naming the file as a warning."""
-        try:
-            return pipeline.build(args.paths, step_marker=args.step_marker, loaded_run=loaded_run, **kw, **extra)
-        except TraceFormatError as exc:
-            if not (len(args.paths) == 1 and is_run_dir(args.paths[0])):
-                raise
-            kw.pop("executor", None)
-            why = f"trace analysis failed: {exc.message}"
-            return pipeline.build(
-                args.paths, step_marker=args.step_marker, without_traces=why, loaded_run=loaded_run, **kw, **extra
-            )
-
-    from perfdoctor.analysis.work.mfu import ModelFlops
-
-    flops = model_flops_per_step(args)
-    extra: dict[str, Any] = {"model_flops": ModelFlops(flops, "transformer_formula")} if flops else {}
-    extra["rule_options"] = opts
-    extra["cache"] = bool(getattr(args, "cache", False))
-    if getattr(args, "timeline", None):
-        extra["timeline_steps"] = timeline_steps(getattr(args, "timeline_steps", None))
+    options = dataclasses.replace(_build_options(args, opts), loaded_run=next(iter(runs.values()), None))
+    build = functools.partial(_build, args, options)
     files = [f for p in args.paths for f in ([str(t) for t in runs[p].traces] if p in runs else trace_files_in(p))]
     total = sum(os.path.getsize(f) for f in files if os.path.isfile(f))
     parallel = len(files) > 1 and (args.dask or (args.jobs or os.cpu_count() or 1) > 1)

@@ -13,9 +13,11 @@ from perfdoctor.diff import runs as runs_mod
 from perfdoctor.diff.model import (
     SCHEMA,
     SCHEMA_VERSION,
+    CategoryRow,
     Diff,
     Pair,
     RunInfo,
+    Scaling,
     SideInfo,
     Statistics,
     Throughput,
@@ -359,6 +361,103 @@ def _per_unit_prediction_note(wc: WorkComparison, pred: object) -> list[str]:
     ]
 
 
+def _side_series(b_runs: list[Side], a_runs: list[Side]) -> tuple[list[steps.StepSeries], list[steps.StepSeries]]:
+    """Each run's step series (:func:`perfdoctor.diff.steps.side_series`), BEFORE's then AFTER's.
+
+    Raises:
+        PerfDoctorError: a side has no runs, or a run's mean step time is not positive.
+    """
+    if not b_runs or not a_runs:
+        raise PerfDoctorError("each side needs at least one run")
+    sb, sa = steps.side_series([(s.model, s.path) for s in b_runs], [(s.model, s.path) for s in a_runs])
+    for side, series in zip((*b_runs, *a_runs), (*sb, *sa)):
+        if float(series.values_us.mean()) <= 0:
+            raise PerfDoctorError(f"{side.path}: mean step time is 0 µs: nothing to compare")
+    return sb, sa
+
+
+def _measured_saving(cmp: stats.Comparison) -> tuple[float, list[float] | None]:
+    """(the measured step saving BEFORE − AFTER in µs, its 95% interval in µs or None): what a finding's predicted
+    saving is set against."""
+    measured = cmp.mean_before_us - cmp.mean_after_us
+    ci_us = (
+        [-cmp.ci95_pct[1] / 100 * cmp.mean_before_us, -cmp.ci95_pct[0] / 100 * cmp.mean_before_us]
+        if cmp.ci95_pct is not None
+        else None
+    )
+    return measured, ci_us
+
+
+def _statistics(
+    cmp: stats.Comparison, method: str, source: str, noise_pct: float, run_noise: tuple[float, str]
+) -> Statistics:
+    """The statistics block of the diff: the comparison ``cmp`` with its ``method`` text, the step series'
+    ``source``, the noise threshold (%) and (σ_run in %, where σ_run comes from)."""
+    return Statistics(
+        method=method,
+        source=source,
+        steps=Pair(cmp.n_before, cmp.n_after),
+        effective_steps=Pair(cmp.n_eff_before, cmp.n_eff_after),
+        std_us=Pair(cmp.std_before_us, cmp.std_after_us),
+        dof=cmp.dof,
+        noise_threshold_pct=noise_pct,
+        more_steps_needed=cmp.more_steps_needed,
+        reason=cmp.reason,
+        run_noise_pct=run_noise[0],
+        run_noise_source=run_noise[1],
+        runs=Pair(*cmp.runs),
+        run_cv_pct=Pair(*cmp.run_cv_pct),
+        run_noise_measured=cmp.measured_run_noise_pct is not None,
+        runs_needed=cmp.runs_needed,
+    )
+
+
+def _all_warnings(
+    infos: tuple[SideInfo, SideInfo],
+    runs: tuple[list[Side], list[Side]],
+    series: tuple[list[steps.StepSeries], list[steps.StepSeries]],
+    later: list[str],
+) -> list[str]:
+    """The diff's warnings in their order, each once: partial runs, step windows, the step series' notes, the
+    sides' differences, runs that differ within a side, then ``later`` (the statistics' and work's notes)."""
+    (info_b, info_a), (b_runs, a_runs), (sb, sa) = infos, runs, series
+    notes = [n for x in (*sb, *sa) for n in x.notes]
+    side_warnings = [*_within_side("BEFORE", b_runs, sb), *_within_side("AFTER", a_runs, sa)]
+    return list(
+        dict.fromkeys(
+            [
+                *_partial_notes(info_b, info_a),
+                *_window_notes(b_runs, a_runs),
+                *notes,
+                *_warnings(info_b, info_a, b_runs, a_runs),
+                *side_warnings,
+                *later,
+            ]
+        )
+    )
+
+
+def _scaling(
+    infos: tuple[SideInfo, SideInfo],
+    wc: WorkComparison,
+    cmp: stats.Comparison,
+    category_rows: tuple[list[CategoryRow], float, float],
+    models: tuple[list[Report], list[Report]],
+) -> Scaling | None:
+    """The scaling block (:func:`perfdoctor.diff.scaling.scaling`): the sides' rank counts, the work comparison,
+    the mean steps (µs), the category rows with each side's mean trace step (µs) and each side's job trace step."""
+    cats, step_b, step_a = category_rows
+    mb, ma = models
+    return scaling.scaling(
+        Pair(infos[0].n_ranks, infos[1].n_ranks),
+        wc,
+        Pair(cmp.mean_before_us, cmp.mean_after_us),
+        cats,
+        Pair(step_b, step_a),
+        Pair(categories.job_trace_step(mb), categories.job_trace_step(ma)),
+    )
+
+
 def compare(
     before: Side | Sequence[Side],
     after: Side | Sequence[Side],
@@ -378,43 +477,17 @@ def compare(
         PerfDoctorError: a side has no runs, a run has no steps, or a non-positive mean step time.
     """
     b_runs, a_runs = _as_runs(before), _as_runs(after)
-    if not b_runs or not a_runs:
-        raise PerfDoctorError("each side needs at least one run")
-    sb, sa = steps.side_series([(s.model, s.path) for s in b_runs], [(s.model, s.path) for s in a_runs])
-    for side, series in zip((*b_runs, *a_runs), (*sb, *sa)):
-        if float(series.values_us.mean()) <= 0:
-            raise PerfDoctorError(f"{side.path}: mean step time is 0 µs: nothing to compare")
+    sb, sa = _side_series(b_runs, a_runs)
     cmp, method, sigma_run, sigma_source, unused = _interval(sb, sa, b_runs, a_runs, noise_pct, run_noise_pct)
     flags = {"token": tokens_per_step, "sample": samples_per_step}
     wc, verdict, _, work_notes = _work((b_runs, a_runs), (sb, sa), cmp, (noise_pct, run_noise_pct), flags)
     step_line = headline(cmp.verdict, cmp, mean_step_words(sb[0].source))
     info_b, info_a = side_info(b_runs, sb), side_info(a_runs, sa)
-    measured = cmp.mean_before_us - cmp.mean_after_us
-    ci_us = (
-        [-cmp.ci95_pct[1] / 100 * cmp.mean_before_us, -cmp.ci95_pct[0] / 100 * cmp.mean_before_us]
-        if cmp.ci95_pct is not None
-        else None
-    )
     mb, ma = [s.model for s in b_runs], [s.model for s in a_runs]
     rows = findings.compare_findings(mb, ma)
-    pred, note = findings.predictions(mb, rows, measured, ci_us, cmp.mean_before_us)
+    pred, note = findings.predictions(mb, rows, *_measured_saving(cmp), cmp.mean_before_us)
     cats, step_b, step_a = categories.category_rows(mb, ma)
-    notes = [n for x in (*sb, *sa) for n in x.notes]
-    side_warnings = [*_within_side("BEFORE", b_runs, sb), *_within_side("AFTER", a_runs, sa)]
-    warnings = list(
-        dict.fromkeys(
-            [
-                *_partial_notes(info_b, info_a),
-                *_window_notes(b_runs, a_runs),
-                *notes,
-                *_warnings(info_b, info_a, b_runs, a_runs),
-                *side_warnings,
-                *unused,
-                *work_notes,
-                *_per_unit_prediction_note(wc, pred),
-            ]
-        )
-    )
+    later = [*unused, *work_notes, *_per_unit_prediction_note(wc, pred)]
     return Diff(
         schema=SCHEMA,
         schema_version=SCHEMA_VERSION,
@@ -426,23 +499,7 @@ def compare(
         mean_step_us=Pair(cmp.mean_before_us, cmp.mean_after_us),
         change_pct=cmp.change_pct,
         ci95_pct=list(cmp.ci95_pct) if cmp.ci95_pct is not None else None,
-        statistics=Statistics(
-            method=method,
-            source=sb[0].source,
-            steps=Pair(cmp.n_before, cmp.n_after),
-            effective_steps=Pair(cmp.n_eff_before, cmp.n_eff_after),
-            std_us=Pair(cmp.std_before_us, cmp.std_after_us),
-            dof=cmp.dof,
-            noise_threshold_pct=noise_pct,
-            more_steps_needed=cmp.more_steps_needed,
-            reason=cmp.reason,
-            run_noise_pct=sigma_run,
-            run_noise_source=sigma_source,
-            runs=Pair(*cmp.runs),
-            run_cv_pct=Pair(*cmp.run_cv_pct),
-            run_noise_measured=cmp.measured_run_noise_pct is not None,
-            runs_needed=cmp.runs_needed,
-        ),
+        statistics=_statistics(cmp, method, sb[0].source, noise_pct, (sigma_run, sigma_source)),
         throughput=_throughput(mb, ma),
         categories=cats,
         category_step_us=Pair(step_b, step_a),
@@ -454,17 +511,10 @@ def compare(
         predicted_note=note,
         efficiency=efficiency.efficiency_rows(mb, ma),
         straggler=efficiency.straggler(mb, ma),
-        warnings=warnings,
+        warnings=_all_warnings((info_b, info_a), (b_runs, a_runs), (sb, sa), later),
         category_step_source=categories.step_source(mb, ma),
         work=wc,
-        scaling=scaling.scaling(
-            Pair(info_b.n_ranks, info_a.n_ranks),
-            wc,
-            Pair(cmp.mean_before_us, cmp.mean_after_us),
-            cats,
-            Pair(step_b, step_a),
-            Pair(categories.job_trace_step(mb), categories.job_trace_step(ma)),
-        ),
+        scaling=_scaling((info_b, info_a), wc, cmp, (cats, step_b, step_a), (mb, ma)),
     )
 
 

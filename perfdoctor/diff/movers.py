@@ -64,15 +64,40 @@ def _label(names: list[str]) -> str:
     return names[0] if len(names) == 1 else f"{names[0]} (+{len(names) - 1} variants)"
 
 
-def match(
-    before: dict[_Key, float], after: dict[_Key, float], floor_before: float | None, floor_after: float | None
-) -> list[Mover]:
-    """All movers, unsorted (see the module docstring)."""
-    out = [
+def _exact(before: dict[_Key, float], after: dict[_Key, float]) -> list[Mover]:
+    """Movers of the (name, category) keys both sides list (step 1 of the module docstring)."""
+    return [
         Mover(n, n, n, c, before[(n, c)], after[(n, c)], after[(n, c)] - before[(n, c)], "exact", "same name")
         for (n, c) in before
         if (n, c) in after
     ]
+
+
+def _gone(key: _Key, names_b: list[str], tb: float, floor_after: float | None) -> Mover:
+    """A group listed only in BEFORE (``tb`` µs per step): ``unlisted`` when AFTER's list is full (its smallest
+    row, ``floor_after`` µs per step, bounds the unknown time), else ``disappeared``."""
+    if floor_after is not None:  # AFTER's list is full: the name may sit below it there
+        return Mover(
+            _label(names_b), None, key[0], key[1], tb, None, None, "unlisted", "not in AFTER's top list", floor_after
+        )
+    return Mover(_label(names_b), None, key[0], key[1], tb, 0.0, -tb, "disappeared", "")
+
+
+def _new(key: _Key, names_a: list[str], ta: float, floor_before: float | None) -> Mover:
+    """A group listed only in AFTER (``ta`` µs per step): ``unlisted`` when BEFORE's list is full (its smallest
+    row, ``floor_before`` µs per step, bounds the unknown time), else ``appeared``."""
+    if floor_before is not None:  # BEFORE's list is full: the name may sit below it there
+        return Mover(
+            None, _label(names_a), key[0], key[1], None, ta, None, "unlisted", "not in BEFORE's top list", floor_before
+        )
+    return Mover(None, _label(names_a), key[0], key[1], 0.0, ta, ta, "appeared", "")
+
+
+def match(
+    before: dict[_Key, float], after: dict[_Key, float], floor_before: float | None, floor_after: float | None
+) -> list[Mover]:
+    """All movers, unsorted (see the module docstring)."""
+    out = _exact(before, after)
     gb = _group({k: v for k, v in before.items() if k not in after})
     ga = _group({k: v for k, v in after.items() if k not in before})
     for key in sorted(set(gb) | set(ga)):
@@ -81,54 +106,12 @@ def match(
         tb, ta = sum(before[k] for k in nb), sum(after[k] for k in na)
         names_b, names_a = [k[0] for k in nb], [k[0] for k in na]
         if nb and na:
-            out.append(
-                Mover(
-                    _label(names_b),
-                    _label(names_a),
-                    key[0],
-                    key[1],
-                    tb,
-                    ta,
-                    ta - tb,
-                    "normalised",
-                    how_matched(names_b, names_a),
-                )
-            )
+            how = how_matched(names_b, names_a)
+            out.append(Mover(_label(names_b), _label(names_a), key[0], key[1], tb, ta, ta - tb, "normalised", how))
         elif nb:
-            if floor_after is not None:  # AFTER's list is full: the name may sit below it there
-                out.append(
-                    Mover(
-                        _label(names_b),
-                        None,
-                        key[0],
-                        key[1],
-                        tb,
-                        None,
-                        None,
-                        "unlisted",
-                        "not in AFTER's top list",
-                        floor_after,
-                    )
-                )
-            else:
-                out.append(Mover(_label(names_b), None, key[0], key[1], tb, 0.0, -tb, "disappeared", ""))
-        elif floor_before is not None:  # BEFORE's list is full: the name may sit below it there
-            out.append(
-                Mover(
-                    None,
-                    _label(names_a),
-                    key[0],
-                    key[1],
-                    None,
-                    ta,
-                    None,
-                    "unlisted",
-                    "not in BEFORE's top list",
-                    floor_before,
-                )
-            )
+            out.append(_gone(key, names_b, tb, floor_after))
         else:
-            out.append(Mover(None, _label(names_a), key[0], key[1], 0.0, ta, ta, "appeared", ""))
+            out.append(_new(key, names_a, ta, floor_before))
     return out
 
 

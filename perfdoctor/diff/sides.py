@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 import msgspec
 
@@ -19,6 +19,9 @@ from perfdoctor.analysis.work.batch_shape import BatchShape
 from perfdoctor.errors import PerfDoctorError
 from perfdoctor.model import Report, from_json
 from perfdoctor.model.report import FindingSection, RankSection, SkippedCheck
+
+if TYPE_CHECKING:
+    from perfdoctor.checks.config import RuleOptions
 
 TOP_LIST_LIMIT = 20  # rows of top_kernels / top_cpu_ops in a report (perfdoctor.analysis.summary)
 _SNIFF_MAX_BYTES = 256 << 20  # a report JSON is far smaller; larger files are traces
@@ -69,18 +72,17 @@ def _filter_findings(model: Report, codes: list[str] | None) -> Report:
     if codes is None:
         return model
     keep = set(codes)
-    changes: dict[str, Any] = {}
-    if isinstance(model.findings, list):
-        changes["findings"] = [f for f in model.findings if f.code in keep]
-    if isinstance(model.skipped_checks, list):
-        changes["skipped_checks"] = [s for s in model.skipped_checks if s.code in keep]
-    if isinstance(model.passed_checks, list):
-        changes["passed_checks"] = [c for c in model.passed_checks if c in keep]
-    return msgspec.structs.replace(model, **changes)
+    found, skipped, passed = model.findings, model.skipped_checks, model.passed_checks
+    return msgspec.structs.replace(
+        model,
+        findings=[f for f in found if f.code in keep] if isinstance(found, list) else found,
+        skipped_checks=[s for s in skipped if s.code in keep] if isinstance(skipped, list) else skipped,
+        passed_checks=[c for c in passed if c in keep] if isinstance(passed, list) else passed,
+    )
 
 
 def load_side(
-    path: str, rule_options: Any = None, codes: list[str] | None = None, step_marker: str | None = None
+    path: str, rule_options: RuleOptions | None = None, codes: list[str] | None = None, step_marker: str | None = None
 ) -> Side:
     """Load one side: a report JSON as written, or traces / a run directory through the report pipeline.
 

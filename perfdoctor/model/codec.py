@@ -110,20 +110,3 @@ def from_json(data: bytes | str, source: str = "report") -> Report:
         return msgspec.json.decode(data, type=Report)
     except (msgspec.ValidationError, msgspec.DecodeError) as exc:
         raise PerfDoctorError(f"{source}: damaged perfdoctor report ({exc})") from None
-
-
-def as_report(report: Report | Mapping[str, object], source: str = "report") -> Report:
-    """``report`` itself, or a report-shaped mapping (the JSON document as dicts) checked into a Report.
-
-    Raises:
-        PerfDoctorError: as :func:`from_json`.
-    """
-    if isinstance(report, Report):
-        return report
-    if not isinstance(report, Mapping):
-        raise PerfDoctorError(f"{source}: not a perfdoctor report (a {type(report).__name__}, not an object)")
-    _check_header(_Header(report.get("schema"), report.get("schema_version")), source)
-    try:
-        return msgspec.json.decode(dumps_plain(report), type=Report)
-    except (msgspec.ValidationError, msgspec.DecodeError, TypeError, orjson.JSONEncodeError) as exc:
-        raise PerfDoctorError(f"{source}: damaged perfdoctor report ({exc})") from None

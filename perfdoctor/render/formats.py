@@ -1,10 +1,10 @@
-"""Report file formats by extension, and rendering a report dict to the bytes of one."""
+"""Report file formats by extension, and rendering a report to the bytes of one."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from perfdoctor.errors import PerfDoctorError
 
@@ -26,32 +26,23 @@ def format_for(path: str) -> str:
     return fmt
 
 
-def render_chunks(report: Report | Mapping[str, Any], fmt: str) -> Iterator[bytes]:
+def render_chunks(report: Report, fmt: str) -> Iterator[bytes]:
     """:func:`render_bytes` in pieces (JSON: a rank at a time, :func:`perfdoctor.model.codec.json_chunks`), for a
-    writer that need not hold the whole report: a 4,096-rank JSON report is ~300 MB.
-
-    Raises:
-        PerfDoctorError: as :func:`render_bytes`.
-    """
+    writer that need not hold the whole report: a 4,096-rank JSON report is ~300 MB."""
     if fmt == "json":
-        from perfdoctor.model import as_report
         from perfdoctor.model.codec import json_chunks
 
-        yield from json_chunks(as_report(report))
+        yield from json_chunks(report)
     else:
         yield render_bytes(report, fmt)
 
 
-def render_bytes(report: Report | Mapping[str, Any], fmt: str) -> bytes:
-    """The report in ``fmt`` ("html", "md", "json") as UTF-8 bytes.
-
-    Raises:
-        PerfDoctorError: ``report`` is a mapping that is not a perfdoctor report of this schema version.
-    """
+def render_bytes(report: Report, fmt: str) -> bytes:
+    """The report in ``fmt`` ("html", "md", "json") as UTF-8 bytes."""
     if fmt == "json":
-        from perfdoctor.model import as_report, to_json
+        from perfdoctor.model import to_json
 
-        return to_json(as_report(report))
+        return to_json(report)
     if fmt == "md":
         from perfdoctor.render.markdown import render_markdown
 

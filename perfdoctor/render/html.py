@@ -11,16 +11,15 @@ through ``tojson``, whose HTML-safe escaping keeps a kernel named
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
-from typing import Any
+from typing import TypedDict
 
 import jinja2
 import orjson
 from markupsafe import Markup, escape
 from msgspec import UNSET
 
-from perfdoctor.model import Report, as_report, to_builtins
-from perfdoctor.model.report import DeviceSection, RankSection, RunSection
+from perfdoctor.model import Report, to_builtins
+from perfdoctor.model.report import DeviceSection, MemoryOverStep, MemoryStepPeak, RankSection, RunSection
 from perfdoctor.render import memory_view, svg, view
 from perfdoctor.vocab import CHART_ORDER, category_label, idle_label
 
@@ -31,7 +30,8 @@ CSP = (
 )
 
 
-def _dumps(obj: Any, **_: Any) -> str:
+def _dumps(obj: object, **_: object) -> str:
+    """``tojson``'s encoder: sorted keys, numpy values as numbers (byte-stable output)."""
     return orjson.dumps(
         obj, option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY
     ).decode()
@@ -198,7 +198,31 @@ def _roofline_chart(rank: RankSection) -> Markup | None:
     return Markup(svg.roofline(pts, roof_list, f"Roofline — rank {rank.rank} ({device})"))
 
 
-def rank_view(rank: RankSection) -> dict[str, Any]:
+class MemoryView(TypedDict):
+    """A device's memory over the step as the template shows it (:func:`_memory_over_step`)."""
+
+    dev: MemoryOverStep
+    line: str
+    chart: Markup
+    peak: MemoryStepPeak
+
+
+class RankView(TypedDict):
+    """Everything the template shows for one rank (:func:`rank_view`)."""
+
+    rank: RankSection
+    dev: DeviceSection
+    name: str
+    rows: list[view.BreakdownRow]
+    n: int
+    steps_chart: Markup | None
+    timeline_chart: Markup | None
+    roofline_chart: Markup | None
+    others: list[tuple[str, DeviceSection]]
+    memory_over_step: list[MemoryView]
+
+
+def rank_view(rank: RankSection) -> RankView:
     """Everything the template shows for one rank (formatted, charts as SVG markup)."""
     dev = rank.primary
     return {
@@ -215,7 +239,7 @@ def rank_view(rank: RankSection) -> dict[str, Any]:
     }
 
 
-def _memory_over_step(rank: RankSection) -> list[dict[str, Any]]:
+def _memory_over_step(rank: RankSection) -> list[MemoryView]:
     """Per device with memory over the step: its peak line, contributors, chart (SVG) and per-step rows."""
     return [
         {
@@ -228,7 +252,7 @@ def _memory_over_step(rank: RankSection) -> list[dict[str, Any]]:
     ]
 
 
-def before_after(f: Mapping[str, Any]) -> Markup:
+def before_after(f: view.FindingView) -> Markup:
     """A finding's step now and with its fix, as two bars: the step its saving is taken from (``now_us``, the
     message's "from A ms", else the report's denominator) and that less the saving, labelled by :func:`view.ms` as
     everywhere else. Empty without a saving."""
@@ -246,19 +270,16 @@ def before_after(f: Mapping[str, Any]) -> Markup:
     return Markup(svg.before_after(now / 1000, fixed / 1000, (view.ms(now), view.ms(fixed)), title, labels))
 
 
-def render_html(report: Report | Mapping[str, Any], generated_at: str | None = None) -> str:
+def render_html(report: Report, generated_at: str | None = None) -> str:
     """The report as one self-contained HTML page (str).
 
     Args:
-        report: the typed report (or its JSON document as dicts, checked into one).
+        report: the typed report.
         generated_at: text stamped in the footer; None (default) keeps output byte-stable.
-
-    Raises:
-        PerfDoctorError: a mapping that is not a perfdoctor report of this schema version.
     """
     from perfdoctor.render import job_html
 
-    rep = job_html.slim_report(as_report(report))
+    rep = job_html.slim_report(report)
     main = view.summary_rank(rep)
     ranks = [rank_view(r) for r in rep.ranks]
     run = rep.run if rep.run is not UNSET else None
@@ -282,6 +303,6 @@ def render_html(report: Report | Mapping[str, Any], generated_at: str | None = N
         "run_chart": _run_chart(run) if run is not None else None,
         "definitions": view.definitions(rep),
         "cat_labels": view.CAT_LABELS,
-        "jv": job_html.job_view(rep, len(as_report(report).ranks)) if rep.job is not UNSET else None,
+        "jv": job_html.job_view(rep, len(report.ranks)) if rep.job is not UNSET else None,
     }
     return _env().get_template("report.html.j2").render(**context)

@@ -10,14 +10,16 @@ details (outliers and the longest-step rank), so the embedded JSON does not grow
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
+from typing import TypedDict
 
 import msgspec
 import numpy as np
 from markupsafe import Markup, escape
 from msgspec import UNSET
 
-from perfdoctor.model import Report, to_builtins
+from perfdoctor.model import Report
+from perfdoctor.model.report import JobSection
 from perfdoctor.render.view import CAT_LABELS, IDLE_LABELS
 
 MAX_ROWS = 128
@@ -51,7 +53,7 @@ def _bins(n: int, most: int) -> list[tuple[int, int]]:
 
 
 def heatmap(
-    matrix: list[list[float | None]],
+    matrix: Sequence[Sequence[float | None]],
     ranks: list[int],
     cols: list[str],
     title: str,
@@ -189,26 +191,41 @@ def slim_report(rep: Report) -> Report:
     return msgspec.structs.replace(rep, ranks=[r for r in rep.ranks if r.rank in keep])
 
 
-def job_view(rep: Report, n_ranks: int) -> dict[str, Any]:
+class JobView(TypedDict):
+    """The template's job section (:func:`job_view`): the job section, its charts as SVG markup, the outlier ranks
+    with their reasons, and how many of the job's ranks have their detail on the page."""
+
+    job: JobSection
+    step_heatmap: Markup
+    comm_heatmap: Markup
+    step_box: Markup
+    share_box: Markup
+    wait_chart: Markup | None
+    outliers: list[tuple[str, list[str]]]
+    detailed: int
+    n_ranks: int
+
+
+def job_view(rep: Report, n_ranks: int) -> JobView:
     """What the template's job section shows: facts and charts (SVG markup); ``n_ranks``: ranks in the job
     (``rep`` may hold fewer rank sections, see :func:`slim_report`)."""
     assert rep.job is not UNSET
-    job = to_builtins(rep.job)
-    ranks = job["ranks"]
-    steps = [f"#{s}" for s in job["steps"]]
-    shares = job["shares"]
+    job = rep.job
+    ranks = job.ranks
+    steps = [f"#{s}" for s in job.steps]
+    shares = job.shares
     keys = sorted({k for s in shares for k in s}, key=lambda k: -float(np.median([s.get(k, 0.0) for s in shares])))
     keys = [k for k in keys if max(s.get(k, 0.0) for s in shares) >= 0.005]
-    cw = job.get("collective_wait") or {}
+    cw = job.collective_wait
     wait_chart = None
-    if cw.get("matched") and cw.get("worst_collectives"):
-        cols = [f"#{c['index']} {c['kind']}" for c in cw["worst_collectives"]]
-        wait_chart = heatmap(cw["wait_matrix_us"], ranks, cols, "Wait inside the worst collectives (rank × collective)")
-    step_med = [v for v in job["step_median_us"] if v is not None]
+    if cw.matched and cw.worst_collectives and cw.wait_matrix_us is not UNSET:
+        cols = [f"#{c.index} {c.kind}" for c in cw.worst_collectives]
+        wait_chart = heatmap(cw.wait_matrix_us, ranks, cols, "Wait inside the worst collectives (rank × collective)")
+    step_med = [v for v in job.step_median_us if v is not None]
     return {
         "job": job,
-        "step_heatmap": heatmap(job["step_time_us"], ranks, steps, "Step time (rank × step)"),
-        "comm_heatmap": heatmap(job["exposed_comm_us"], ranks, steps, "Exposed communication (rank × step)"),
+        "step_heatmap": heatmap(job.step_time_us, ranks, steps, "Step time (rank × step)"),
+        "comm_heatmap": heatmap(job.exposed_comm_us, ranks, steps, "Exposed communication (rank × step)"),
         "step_box": box_plot(
             [("median step time", [v / 1000 for v in step_med])], ranks, "Per-rank median step time", "ms", fmt="{:.2f}"
         ),
@@ -219,7 +236,7 @@ def job_view(rep: Report, n_ranks: int) -> dict[str, Any]:
             "%",
         ),
         "wait_chart": wait_chart,
-        "outliers": list((job.get("outliers") or {}).items()),
+        "outliers": list(job.outliers.items()),
         "detailed": len(rep.ranks),
         "n_ranks": n_ranks,
     }

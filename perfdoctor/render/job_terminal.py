@@ -1,13 +1,12 @@
 """Terminal view of a multi-rank job: the job at a glance, the outlier ranks with why, never a table per rank.
 
-Reads the report's ``job`` section (:func:`perfdoctor.crossrank.job_section.job_section`) and ``summary``; the
+Reads the report's ``job`` section (:class:`perfdoctor.model.report.JobSection`); the
 findings are printed after it by :func:`perfdoctor.render.terminal.render_terminal`.
 """
 
 from __future__ import annotations
 
 import re
-from typing import Any
 
 import numpy as np
 from rich.console import Console
@@ -15,6 +14,7 @@ from rich.table import Table
 from rich.text import Text
 
 from perfdoctor.checks.common import rank_list_text
+from perfdoctor.model.report import JobCollectiveWait, JobSection
 from perfdoctor.render.view import CAT_LABELS, IDLE_LABELS, ms
 
 MAX_OUTLIERS = 8  # rows of outlier ranks (ranks with the same reasons share one); the rest are counted
@@ -27,25 +27,24 @@ def _label(key: str) -> str:
     return CAT_LABELS.get(key, key)
 
 
-def render_job(report: dict[str, Any], console: Console) -> None:
-    """Print the job summary of ``report`` (which has a ``job`` section) to ``console``."""
-    job = report["job"]
-    ranks = job["ranks"]
-    n = job["n_ranks"]
+def render_job(job: JobSection, console: Console) -> None:
+    """Print the job summary of a report's ``job`` section to ``console``."""
+    ranks = job.ranks
+    n = job.n_ranks
     head = [f"Job: {n} rank{'' if n == 1 else 's'} analysed"]
-    if job.get("world_size"):
-        head.append(f"world size {job['world_size']}")
-    if job.get("missing_ranks"):
-        miss = job["missing_ranks"]
+    if job.world_size:
+        head.append(f"world size {job.world_size}")
+    if job.missing_ranks:
+        miss = job.missing_ranks
         head.append(f"{len(miss)} ranks without a trace ({_ids(miss)}): cross-rank results cover the given ranks only")
-    if job.get("failed"):
-        head.append(f"{len(job['failed'])} trace(s) could not be analysed")
+    if job.failed:
+        head.append(f"{len(job.failed)} trace(s) could not be analysed")
     console.print(Text("; ".join(head), style="bold"))
-    for f in job.get("failed", []):
-        console.print(Text(f"  failed: {f['error']}", style="red"))
-    med = [m for m in job["step_median_us"] if m is not None]
+    for f in job.failed:
+        console.print(Text(f"  failed: {f.error}", style="red"))
+    med = [m for m in job.step_median_us if m is not None]
     if med:
-        arr = np.array([np.nan if m is None else m for m in job["step_median_us"]], dtype=float)
+        arr = np.array([np.nan if m is None else m for m in job.step_median_us], dtype=float)
         lo, hi = float(np.nanmin(arr)), float(np.nanmax(arr))
         ends = (
             f"every rank {ms(lo)}"
@@ -54,14 +53,14 @@ def render_job(report: dict[str, Any], console: Console) -> None:
         )
         console.print(
             f"median step time over ranks: {ms(float(np.median(med)))} (p10 {ms(float(np.percentile(med, 10)))}"
-            f", p90 {ms(float(np.percentile(med, 90)))}; {ends}); {len(job['steps'])} step(s)"
+            f", p90 {ms(float(np.percentile(med, 90)))}; {ends}); {len(job.steps)} step(s)"
         )
     console.print(_shares_table(job))
-    cw = job.get("collective_wait") or {}
-    if cw.get("matched"):
-        console.print(f"collectives matched across ranks: {cw['n_collectives']}; {_wait_text(cw, ranks)}")
-    elif cw.get("note"):
-        console.print(Text(f"collectives not matched across ranks: {cw['note']}", style="dim"))
+    cw = job.collective_wait
+    if cw.matched:
+        console.print(f"collectives matched across ranks: {cw.n_collectives}; {_wait_text(cw, ranks)}")
+    elif cw.note:
+        console.print(Text(f"collectives not matched across ranks: {cw.note}", style="dim"))
     _outliers(job, console)
     console.print()
 
@@ -72,21 +71,21 @@ def _who(ranks: list[int], values: np.ndarray, target: float) -> str:
     return f"rank {tied[0]}" if len(tied) == 1 else f"ranks {rank_list_text(tied, limit=4)} (a tie)"
 
 
-def _wait_text(cw: dict[str, Any], ranks: list[int]) -> str:
+def _wait_text(cw: JobCollectiveWait, ranks: list[int]) -> str:
     """The longest wait inside collectives and who arrived last most often; ranks that tie are named together
     (argmax would name the first of them, rank 0), none when nobody waits or nobody arrives last alone."""
-    waits = np.array(cw["wait_us_per_step"], dtype=float)
+    waits = np.array(cw.wait_us_per_step or [], dtype=float)
     top = float(waits.max()) if waits.size else 0.0
     if top <= 0:
         longest = "no rank waits inside collectives"
     else:
         longest = f"longest wait inside collectives: {_who(ranks, waits, top)} {ms(top)} per step"
-    counts = list(cw.get("last_arrivals") or [])
+    counts = list(cw.last_arrivals or [])
     most = max(counts, default=0)
     if most <= 0:
         return f"{longest}; no rank arrived last alone to any collective"
     who = _who(ranks, np.array(counts), most)
-    return f"{longest}; arrived last most often: {who} ({most} of {cw['n_collectives']})"
+    return f"{longest}; arrived last most often: {who} ({most} of {cw.n_collectives})"
 
 
 def _ids(ids: list[int], limit: int = 12) -> str:
@@ -94,20 +93,20 @@ def _ids(ids: list[int], limit: int = 12) -> str:
     return shown + (f", … ({len(ids) - limit} more)" if len(ids) > limit else "")
 
 
-def _shares_table(job: dict[str, Any]) -> Table:
+def _shares_table(job: JobSection) -> Table:
     """Share of step time per category over the ranks: median, p10–p90, and the rank with the most."""
     table = Table(title="Where step time goes across ranks (share of each rank's step time)", title_justify="left")
     for col, just in (("category", "left"), ("median", "right"), ("p10–p90", "right"), ("most: rank", "right")):
         table.add_column(col, justify=just)  # type: ignore[arg-type]
     keys = sorted(
-        {k for s in job["shares"] for k in s}, key=lambda k: -float(np.median([s.get(k, 0.0) for s in job["shares"]]))
+        {k for s in job.shares for k in s}, key=lambda k: -float(np.median([s.get(k, 0.0) for s in job.shares]))
     )
     for k in keys:
-        x = np.array([s.get(k, 0.0) for s in job["shares"]])
+        x = np.array([s.get(k, 0.0) for s in job.shares])
         if x.max() < 0.005:
             continue
         top = float(x.max())
-        most = "every rank" if top == float(x.min()) else _who(job["ranks"], x, top).removeprefix("rank ")
+        most = "every rank" if top == float(x.min()) else _who(job.ranks, x, top).removeprefix("rank ")
         table.add_row(
             _label(k),
             f"{np.median(x):.1%}",
@@ -117,12 +116,13 @@ def _shares_table(job: dict[str, Any]) -> Table:
     return table
 
 
-def _outliers(job: dict[str, Any], console: Console) -> None:
-    why = job.get("outliers") or {}
-    if job.get("cold_note"):
-        console.print(f"outlier ranks: not judged: {job['cold_note']}; first-call work is no rank's steady state")
+def _outliers(job: JobSection, console: Console) -> None:
+    """The outlier ranks, those with the same reasons on one row (or why none are judged: every step cold)."""
+    why = job.outliers
+    if job.cold_note:
+        console.print(f"outlier ranks: not judged: {job.cold_note}; first-call work is no rank's steady state")
         return
-    cold = job.get("cold_steps") or []
+    cold = job.cold_steps or []
     if cold:
         console.print(f"cold-start step(s) {', '.join(str(n) for n in cold)} left out of the cross-rank statistics")
     if not why:

@@ -8,12 +8,10 @@ name cannot open a link, an image, raw HTML or break a table row.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
-from typing import Any
 
 from msgspec import UNSET
 
-from perfdoctor.model import Report, as_report
+from perfdoctor.model import Report
 from perfdoctor.model.report import RankSection
 from perfdoctor.render import memory_view, view
 
@@ -53,7 +51,7 @@ def _findings(report: Report) -> list[str]:
         else:
             out.append("_The rule engine did not run on this report: no findings are available._")
         return out + [""]
-    plan = [f for f in items if f["plan_position"] is not None]
+    plan = [f for f in items if f["plan_position"] is not None]  # a plan entry's saving is replayed: never None
     if plan:
         out += _table(
             ["#", "code", "finding", "saves", "step after"],
@@ -62,7 +60,7 @@ def _findings(report: Report) -> list[str]:
                     str(f["plan_position"]),
                     f"**{esc(f['code'])}**",
                     esc(f["headline"]),
-                    f"{f['about']} {view.saving_ms(f['saving_us'])} ({view.pct(f['saving_frac'])})",
+                    f"{f['about']} {view.saving_ms(f['saving_us'] or 0.0)} ({view.pct(f['saving_frac'])})",
                     view.ms(f["step_after_us"]),
                 ]
                 for f in plan
@@ -163,13 +161,8 @@ def _ranks(report: Report) -> list[str]:
     )
 
 
-def render_markdown(report: Report | Mapping[str, Any]) -> str:
-    """The Markdown summary (UTF-8 text, ends with a newline; byte-stable for the same report).
-
-    Raises:
-        PerfDoctorError: a mapping that is not a perfdoctor report of this schema version.
-    """
-    rep = as_report(report)
+def render_markdown(rep: Report) -> str:
+    """The Markdown summary (UTF-8 text, ends with a newline; byte-stable for the same report)."""
     inputs = ", ".join(esc(i.path) for i in rep.inputs[:4])
     if len(rep.inputs) > 4:
         inputs += f" and {len(rep.inputs) - 4} more"

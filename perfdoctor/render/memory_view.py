@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from msgspec import UNSET
 
-from perfdoctor.model.report import MemoryOverStep, MemoryStepPeak, RankSection
+from perfdoctor.model.report import MemoryChart, MemoryOverStep, MemoryStepPeak, RankSection
 from perfdoctor.render import svg
 from perfdoctor.render.view import ms, nbytes
 
@@ -72,13 +72,10 @@ def axis_unit(max_bytes: float) -> tuple[int, str]:
     return 1, "B"
 
 
-def memory_chart(dev: MemoryOverStep, rank: int | None) -> str:
-    """Allocated and reserved bytes over the step holding the high-water mark (inline SVG): phase bands, the
-    capacity line when it is near the scale, the peak marked."""
-    c, p = dev.chart, _peak(dev)
-    width, height, left, right, top, bottom = 860, 260, 64, 12, 22, 36
-    plot_w, plot_h = width - left - right, height - top - bottom
-    title = f"Memory over step {c.step} — rank {rank}, {dev.label}"
+def _memory_axes(dev: MemoryOverStep) -> tuple[svg.Axes, tuple[int, str], list[float], bool]:
+    """(the chart's axes: µs into the step by bytes; the y unit (bytes per unit, its name); the y ticks in that
+    unit; whether the capacity line is drawn: it is when within :data:`CAPACITY_SCALE` of the largest value)."""
+    c = dev.chart
     y_max = max([*c.reserved_bytes, *c.allocated_bytes, 1])
     cap = dev.capacity_bytes
     show_cap = cap is not None and cap <= y_max * CAPACITY_SCALE
@@ -88,70 +85,81 @@ def memory_chart(dev: MemoryOverStep, rank: int | None) -> str:
     ticks = svg.nice_ticks(0, y_max / unit)
     y_hi = max(ticks[-1] * unit, y_max)
     x_hi = max(c.dur_us, c.offsets_us[-1] if c.offsets_us else 0.0, 1e-9)
+    return svg.Axes(860, 260, 64, 12, 22, 36, 0.0, x_hi, 0.0, y_hi), (unit, unit_name), ticks, show_cap
 
-    def px(x: float) -> float:
-        return left + x / x_hi * plot_w
 
-    def py(y: float) -> float:
-        return top + plot_h - y / y_hi * plot_h
-
-    out = svg._open(width, height, title)
-    for b in c.phases:
-        x0, x1 = px(b.start_us), px(b.end_us)
+def _phase_bands(axes: svg.Axes, chart: MemoryChart) -> list[str]:
+    """A shaded, labelled band per phase of the step (forward, backward, optimizer)."""
+    out: list[str] = []
+    for b in chart.phases:
+        x0, x1 = axes.px(b.start_us), axes.px(b.end_us)
         out.append(
-            f'<rect x="{svg._f(x0)}" y="{top}" width="{svg._f(max(x1 - x0, 1.0))}" height="{plot_h}" '
+            f'<rect x="{svg._f(x0)}" y="{axes.top}" width="{svg._f(max(x1 - x0, 1.0))}" height="{axes.plot_h}" '
             f'fill="{PHASE_FILL.get(b.phase, "#E3E8F4")}"><title>{svg._t(b.phase)}</title></rect>'
-            f'<text x="{svg._f(x0 + 3)}" y="{top + 11}" class="ax">{svg._t(b.phase)}</text>'
+            f'<text x="{svg._f(x0 + 3)}" y="{axes.top + 11}" class="ax">{svg._t(b.phase)}</text>'
         )
-    for tv in ticks:
-        ty = svg._f(py(tv * unit))
-        out.append(f'<line x1="{left}" x2="{width - right}" y1="{ty}" y2="{ty}" class="grid"/>')
-        out.append(f'<text x="{left - 4}" y="{ty}" class="ax" text-anchor="end">{svg._t(svg.fmt_num(tv))}</text>')
+    return out
+
+
+def _byte_lines(axes: svg.Axes, chart: MemoryChart) -> list[str]:
+    """Reserved (when any) and allocated bytes as step lines: each value holds until the next change and the last
+    one to the step's end."""
+    out: list[str] = []
     for series, colour, label in (
-        (c.reserved_bytes, "#999999", "reserved"),
-        (c.allocated_bytes, "#0072B2", "allocated"),
+        (chart.reserved_bytes, "#999999", "reserved"),
+        (chart.allocated_bytes, "#0072B2", "allocated"),
     ):
         if label == "reserved" and not any(series):
             continue
         pts: list[str] = []
-        for i, (x, y) in enumerate(zip(c.offsets_us, series)):
+        for i, (x, y) in enumerate(zip(chart.offsets_us, series)):
             if i:
-                pts.append(f"{svg._f(px(x))},{svg._f(py(series[i - 1]))}")
-            pts.append(f"{svg._f(px(x))},{svg._f(py(y))}")
-        pts.append(f"{svg._f(px(x_hi))},{svg._f(py(series[-1]))}")
+                pts.append(f"{svg._f(axes.px(x))},{svg._f(axes.py(series[i - 1]))}")
+            pts.append(f"{svg._f(axes.px(x))},{svg._f(axes.py(y))}")
+        pts.append(f"{svg._f(axes.px(axes.x_hi))},{svg._f(axes.py(series[-1]))}")
         out.append(
             f'<polyline points="{" ".join(pts)}" fill="none" stroke="{colour}" stroke-width="1.5">'
             f"<title>{svg._t(label)}</title></polyline>"
         )
+    return out
+
+
+def _capacity_and_peak(axes: svg.Axes, dev: MemoryOverStep, show_cap: bool) -> list[str]:
+    """The capacity line (when drawn), the high-water mark's dot and the legend naming both."""
+    p, cap = _peak(dev), dev.capacity_bytes
+    out: list[str] = []
     if show_cap and cap is not None:
         out.append(
-            f'<line x1="{left}" x2="{width - right}" y1="{svg._f(py(cap))}" y2="{svg._f(py(cap))}" class="ref">'
-            f"<title>capacity {svg._t(nbytes(cap))}</title></line>"
+            f'<line x1="{axes.left}" x2="{axes.width - axes.right}" y1="{svg._f(axes.py(cap))}" '
+            f'y2="{svg._f(axes.py(cap))}" class="ref"><title>capacity {svg._t(nbytes(cap))}</title></line>'
         )
-    px_peak, py_peak = px(p.peak_offset_us), py(p.peak_allocated_bytes)
     out.append(
-        f'<circle cx="{svg._f(px_peak)}" cy="{svg._f(py_peak)}" r="4" fill="#D55E00">'
-        f"<title>peak {svg._t(nbytes(p.peak_allocated_bytes))} at {svg._t(ms(p.peak_offset_us))}"
+        f'<circle cx="{svg._f(axes.px(p.peak_offset_us))}" cy="{svg._f(axes.py(p.peak_allocated_bytes))}" r="4" '
+        f'fill="#D55E00"><title>peak {svg._t(nbytes(p.peak_allocated_bytes))} at {svg._t(ms(p.peak_offset_us))}'
         f"{svg._t(f' in {p.op}' if p.op else '')}</title></circle>"
     )
     legend = f"allocated (blue), reserved (grey), peak (dot) {nbytes(p.peak_allocated_bytes)}"
     if cap is not None:
         legend += f"; capacity {nbytes(cap)}" + ("" if show_cap else " (above the scale)")
-    out.append(f'<text x="{left}" y="{top - 8}" class="lg">{svg._t(legend)}</text>')
-    out.append(
-        f'<text x="{svg._f(left + plot_w / 2)}" y="{height - 4}" class="ax" text-anchor="middle">'
-        f"ms into step {c.step}</text>"
-    )
-    for tv in svg.nice_ticks(0, x_hi / 1000, 8):
-        if tv * 1000 <= x_hi:
-            out.append(
-                f'<text x="{svg._f(px(tv * 1000))}" y="{height - bottom + 14}" class="ax" '
-                f'text-anchor="middle">{svg._t(svg.fmt_num(tv))}</text>'
-            )
-    out.append(
-        f'<text x="12" y="{svg._f(top + plot_h / 2)}" class="ax" transform="rotate(-90 12 '
-        f'{svg._f(top + plot_h / 2)})" text-anchor="middle">{unit_name}</text>'
-    )
-    out.append(f'<line x1="{left}" x2="{width - right}" y1="{top + plot_h}" y2="{top + plot_h}" class="axis"/>')
-    out.append("</svg>")
+    out.append(f'<text x="{axes.left}" y="{axes.top - 8}" class="lg">{svg._t(legend)}</text>')
+    return out
+
+
+def memory_chart(dev: MemoryOverStep, rank: int | None) -> str:
+    """Allocated and reserved bytes over the step holding the high-water mark (inline SVG): phase bands, the
+    capacity line when it is near the scale, the peak marked."""
+    c = dev.chart
+    axes, (unit, unit_name), ticks, show_cap = _memory_axes(dev)
+    out = svg._open(axes.width, axes.height, f"Memory over step {c.step} — rank {rank}, {dev.label}")
+    out += _phase_bands(axes, c)
+    for tv in ticks:
+        out += axes.y_rule(axes.py(tv * unit), svg.fmt_num(tv), 0)
+    out += _byte_lines(axes, c) + _capacity_and_peak(axes, dev, show_cap)
+    out.append(axes.x_title(f"ms into step {c.step}"))
+    out += [
+        axes.x_tick(axes.px(tv * 1000), svg.fmt_num(tv))
+        for tv in svg.nice_ticks(0, axes.x_hi / 1000, 8)
+        if tv * 1000 <= axes.x_hi
+    ]
+    out += [axes.y_title(unit_name), axes.baseline(), "</svg>"]
     return "\n".join(out)

@@ -2,22 +2,21 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from msgspec import UNSET
-from rich.console import Group, JustifyMethod
+from rich.console import Group, JustifyMethod, RenderableType
 from rich.syntax import Syntax
 from rich.table import Table
 from rich.text import Text
 
+from perfdoctor.checks.catalogue import RuleSpec
 from perfdoctor.model import Report
 from perfdoctor.model.report import FindingSection, SkippedCheck
 from perfdoctor.render import view
 
 
-def rule_text(spec: Any, metrics: dict[str, str], implemented: bool = True) -> Group:
-    """A rule's TOML half as rich renderables (``spec`` is a catalogue.RuleSpec)."""
-    parts: list[Any] = [
+def rule_text(spec: RuleSpec, metrics: dict[str, str], implemented: bool = True) -> Group:
+    """A rule's TOML half as rich renderables."""
+    parts: list[RenderableType] = [
         Text(f"{spec.code} {spec.name}", style="bold"),
         Text(f"category: {spec.category}   severity (at most): {spec.severity}   scope: {spec.scope}"),
     ]
@@ -97,11 +96,11 @@ def _plan_table(report: Report, plan: list[FindingSection]) -> Table:
     return t
 
 
-def _others(title: str, findings: list[FindingSection], note: bool) -> list[Any]:
+def _others(title: str, findings: list[FindingSection], note: bool) -> list[RenderableType]:
     """Findings off the plan, a line each: code, headline, and why (``note``) or their saving."""
     if not findings:
         return []
-    out: list[Any] = [Text(title, style="bold")]
+    out: list[RenderableType] = [Text(title, style="bold")]
     for f in findings:
         alone = f.saving_alone_us_per_step
         tail = f.plan_note + (f"; {view.saving_ms(alone, 1)} alone" if alone is not None else "") if note else _saves(f)
@@ -110,7 +109,7 @@ def _others(title: str, findings: list[FindingSection], note: bool) -> list[Any]
     return out
 
 
-def _details(f: FindingSection) -> list[Any]:
+def _details(f: FindingSection) -> list[RenderableType]:
     """A finding's evidence (key/value table) and method, for ``--details``."""
     view_f = view.finding(f)
     t = Table(title=f"{f.code} {f.name}: evidence", title_justify="left", show_header=False)
@@ -118,7 +117,7 @@ def _details(f: FindingSection) -> list[Any]:
     t.add_column("value", overflow="fold")
     for k, v in view_f["evidence"]:
         t.add_row(k, v)
-    out: list[Any] = [t, Text(f.message)]
+    out: list[RenderableType] = [t, Text(f.message)]
     if f.saving_method:
         out.append(Text.assemble(("method: ", "bold"), (f.saving_method, "dim")))
     out.append(Text.assemble((f"{f.code} fix: ", "bold"), f.fix.strip()))
@@ -127,14 +126,14 @@ def _details(f: FindingSection) -> list[Any]:
     return out
 
 
-def findings_renderables(report: Report, details: bool = False) -> list[Any]:
+def findings_renderables(report: Report, details: bool = False) -> list[RenderableType]:
     """The findings section of the terminal report: the fix plan as a table of headlines, each plan entry's fix in
     one or two lines, the findings off the plan a line each, skipped checks; ``details`` adds every finding's
     evidence, message and method, and every skip's reason."""
     if report.findings is UNSET:
         return []
     findings = report.findings
-    out: list[Any] = []
+    out: list[RenderableType] = []
     plan = [f for f in findings if f.plan_position is not None]
     off = [f for f in findings if f.plan_position is None and f.plan_note]
     rest = [f for f in findings if f.plan_position is None and not f.plan_note]

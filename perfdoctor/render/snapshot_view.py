@@ -112,9 +112,10 @@ def _state_facts(d: DeviceMemory) -> list[tuple[str, str]]:
     ]
 
 
-def _device_tables(d: DeviceMemory) -> list[TableView]:
+def _sites_table(d: DeviceMemory) -> TableView:
+    """The call sites holding memory at the peak (the first :data:`ROWS`), with their share of the peak."""
     total = max(d.peak_allocated_bytes, 1)
-    sites = TableView(
+    return TableView(
         title=f"device {d.device}: call sites holding memory at the peak",
         header=["bytes", "GiB", "share", "allocations", "call site (innermost frame outside torch and stdlib)"],
         rows=[
@@ -130,7 +131,11 @@ def _device_tables(d: DeviceMemory) -> list[TableView]:
         align=["r", "r", "r", "r", "l"],
         note=f"{len(d.call_sites) - ROWS} more call sites in the JSON" if len(d.call_sites) > ROWS else "",
     )
-    allocs = TableView(
+
+
+def _allocations_table(d: DeviceMemory) -> TableView:
+    """The largest allocations live at the peak, with their call site and stack."""
+    return TableView(
         title=f"device {d.device}: largest allocations at the peak",
         header=["bytes", "MiB", "address", "call site", "stack (outside torch)"],
         rows=[
@@ -145,7 +150,11 @@ def _device_tables(d: DeviceMemory) -> list[TableView]:
         ],
         align=["r", "r", "l", "l", "l"],
     )
-    segs = TableView(
+
+
+def _segments_table(d: DeviceMemory) -> TableView:
+    """The segments with free space at the snapshot, most free first (as the snapshot analysis lists them)."""
+    return TableView(
         title=f"device {d.device}: segments with the most free space at the snapshot",
         header=["address", "size", "allocated", "free", "largest free", "blocks", "type", "stream"],
         rows=[
@@ -164,7 +173,11 @@ def _device_tables(d: DeviceMemory) -> list[TableView]:
         ],
         align=["l", "r", "r", "r", "r", "r", "l", "r"],
     )
-    ooms = TableView(
+
+
+def _ooms_table(d: DeviceMemory) -> TableView:
+    """The out-of-memory errors the snapshot recorded: what was asked, what was free and held then."""
+    return TableView(
         title=f"device {d.device}: out-of-memory errors",
         header=["time", "requested", "free on device", "reserved then", "allocated then", "call site"],
         rows=[
@@ -180,13 +193,23 @@ def _device_tables(d: DeviceMemory) -> list[TableView]:
         ],
         align=["r", "r", "r", "r", "r", "l"],
     )
-    cats = TableView(
+
+
+def _categories_table(d: DeviceMemory) -> TableView:
+    """Memory at the peak by category, with each one's share of the peak."""
+    total = max(d.peak_allocated_bytes, 1)
+    return TableView(
         title=f"device {d.device}: memory at the peak by category",
         header=["category", "bytes", "GiB", "share"],
         rows=[[k, f"{v:,}", f"{v / GIB:.2f}", f"{100 * v / total:.1f}%"] for k, v in (d.categories or {}).items()],
         align=["l", "r", "r", "r"],
     )
-    return [t for t in (sites, allocs, segs, ooms, cats) if t.rows]
+
+
+def _device_tables(d: DeviceMemory) -> list[TableView]:
+    """The device's tables that have rows: call sites, allocations, segments, OOMs, categories."""
+    tables = (_sites_table(d), _allocations_table(d), _segments_table(d), _ooms_table(d), _categories_table(d))
+    return [t for t in tables if t.rows]
 
 
 def report_page(r: SnapshotReport) -> Page:

@@ -79,6 +79,81 @@ def _open(width: float, height: float, title: str) -> list[str]:
     ]
 
 
+@dataclass(frozen=True)
+class Axes:
+    """A chart's frame: the SVG's size and the margins around the plot (px), and the values each axis spans
+    (linear, or log10 of the values when ``log``): :meth:`px` and :meth:`py` place a value in the plot."""
+
+    width: int
+    height: int
+    left: int
+    right: int
+    top: int
+    bottom: int
+    x_lo: float = 0.0
+    x_hi: float = 1.0
+    y_lo: float = 0.0
+    y_hi: float = 1.0
+    log: bool = False
+
+    @property
+    def plot_w(self) -> int:
+        """Width of the plot (px)."""
+        return self.width - self.left - self.right
+
+    @property
+    def plot_h(self) -> int:
+        """Height of the plot (px)."""
+        return self.height - self.top - self.bottom
+
+    def px(self, x: float) -> float:
+        """The x pixel of the value ``x``."""
+        if self.log:
+            lo, hi = math.log10(self.x_lo), math.log10(self.x_hi)
+            return self.left + (math.log10(x) - lo) / (hi - lo) * self.plot_w
+        return self.left + (x - self.x_lo) / (self.x_hi - self.x_lo) * self.plot_w
+
+    def py(self, y: float) -> float:
+        """The y pixel of the value ``y`` (up is larger)."""
+        if self.log:
+            lo, hi = math.log10(self.y_lo), math.log10(self.y_hi)
+            return self.top + self.plot_h - (math.log10(y) - lo) / (hi - lo) * self.plot_h
+        return self.top + self.plot_h - (y - self.y_lo) / (self.y_hi - self.y_lo) * self.plot_h
+
+    def y_rule(self, y_px: float, label: str, text_dy: float = 4) -> list[str]:
+        """A horizontal grid line at ``y_px`` and its axis label, ``text_dy`` px below it."""
+        return [
+            f'<line x1="{self.left}" x2="{self.width - self.right}" y1="{_f(y_px)}" y2="{_f(y_px)}" class="grid"/>',
+            f'<text x="{self.left - 4}" y="{_f(y_px + text_dy)}" class="ax" text-anchor="end">{_t(label)}</text>',
+        ]
+
+    def x_tick(self, x_px: float, label: str) -> str:
+        """An x axis label under the plot at ``x_px``."""
+        return (
+            f'<text x="{_f(x_px)}" y="{self.height - self.bottom + 14}" class="ax" '
+            f'text-anchor="middle">{_t(label)}</text>'
+        )
+
+    def x_title(self, text: str, from_bottom: int = 4) -> str:
+        """The x axis title, centred, ``from_bottom`` px above the SVG's bottom edge."""
+        return (
+            f'<text x="{_f(self.left + self.plot_w / 2)}" y="{self.height - from_bottom}" class="ax" '
+            f'text-anchor="middle">{_t(text)}</text>'
+        )
+
+    def y_title(self, text: str) -> str:
+        """The y axis title, turned upright, centred on the plot's left."""
+        mid = _f(self.top + self.plot_h / 2)
+        return (
+            f'<text x="12" y="{mid}" class="ax" transform="rotate(-90 12 {mid})" text-anchor="middle">{_t(text)}</text>'
+        )
+
+    def baseline(self) -> str:
+        """The x axis line along the plot's bottom."""
+        y = self.top + self.plot_h
+        return f'<line x1="{self.left}" x2="{self.width - self.right}" y1="{y}" y2="{y}" class="axis"/>'
+
+
 def _legend(items: list[tuple[str, str]], x0: float, y0: float, width: float) -> tuple[list[str], float]:
     """Legend swatches wrapped into rows; returns (elements, height used)."""
     out, x, y = [], x0, y0
@@ -158,6 +233,64 @@ class Band:
     key: str = "band"
 
 
+BAND_FILL = {"warmup": "#F4D6A0", "steady": "#CDEBC9", "band": "#E3E8F4"}
+
+
+def _bands(axes: Axes, bands: list[Band]) -> list[str]:
+    """Shaded x ranges clipped to the plot, each labelled at its left; the labels of bands too narrow for them
+    stack on rows below one another."""
+    out: list[str] = []
+    label_ends: list[float] = []  # right end of the last label on each text row (labels of narrow bands stack)
+    for b in bands:
+        x0, x1 = axes.px(max(b.x0, axes.x_lo)), axes.px(min(b.x1, axes.x_hi))
+        out.append(
+            f'<rect x="{_f(x0)}" y="{axes.top}" width="{_f(max(x1 - x0, 1.0))}" height="{axes.plot_h}" '
+            f'fill="{BAND_FILL.get(b.key, "#E3E8F4")}" opacity="0.6"><title>{_t(b.label)}</title></rect>'
+        )
+        row = next((i for i, end in enumerate(label_ends) if x0 + 3 > end + 6), len(label_ends))
+        end = x0 + 3 + LABEL_CHAR_PX * len(b.label)
+        label_ends[row : row + 1] = [end]
+        out.append(f'<text x="{_f(x0 + 3)}" y="{axes.top + 11 + 12 * row}" class="ax">{_t(b.label)}</text>')
+    return out
+
+
+def _x_ticks(axes: Axes, integral: bool) -> list[str]:
+    """About 8 x axis labels inside the plotted range (whole numbers only when ``integral``)."""
+    return [
+        axes.x_tick(axes.px(tv), fmt_num(tv))
+        for tv in nice_ticks(axes.x_lo, axes.x_hi, 8)
+        if axes.x_lo <= tv <= axes.x_hi and (not integral or float(tv).is_integer())
+    ]
+
+
+def _marks(axes: Axes, marks: list[tuple[float, str]], ref_y: tuple[float, str] | None) -> list[str]:
+    """Vertical marks at (x, label) and the horizontal reference line (y, label), each with its tooltip."""
+    out = [
+        f'<line x1="{_f(axes.px(x))}" x2="{_f(axes.px(x))}" y1="{axes.top}" y2="{axes.top + axes.plot_h}" '
+        f'class="mark"><title>{_t(label)}</title></line>'
+        for x, label in marks
+    ]
+    if ref_y is not None:
+        out.append(
+            f'<line x1="{axes.left}" x2="{axes.width - axes.right}" y1="{_f(axes.py(ref_y[0]))}" '
+            f'y2="{_f(axes.py(ref_y[0]))}" class="ref"><title>{_t(ref_y[1])}</title></line>'
+        )
+    return out
+
+
+def _line(axes: Axes, xs: list[float], ys: list[float], x_label: str, unit: str) -> list[str]:
+    """The series as a polyline, with a dot and tooltip per point up to 200 points."""
+    pts = " ".join(f"{_f(axes.px(x))},{_f(axes.py(y))}" for x, y in zip(xs, ys))
+    out = [f'<polyline points="{pts}" class="line"/>']
+    if len(xs) <= 200:
+        out += [
+            f'<circle cx="{_f(axes.px(x))}" cy="{_f(axes.py(y))}" r="3" class="dot">'
+            f"<title>{_t(x_label)} {_t(fmt_num(x))}: {_t(f'{y:,.3f}')} {_t(unit)}</title></circle>"
+            for x, y in zip(xs, ys)
+        ]
+    return out
+
+
 def step_line(
     xs: list[float],
     ys: list[float],
@@ -172,8 +305,6 @@ def step_line(
 ) -> str:
     """Step time (or any series) against step number, with shaded bands, vertical marks
     (e.g. phase changes) and an optional horizontal reference line (e.g. the median)."""
-    left, right, top, bottom = 60, 12, 14, 36
-    plot_w, plot_h = width - left - right, height - top - bottom
     if not xs:
         return "\n".join(_open(width, height, title) + ["</svg>"])
     x_lo, x_hi = min(xs), max(xs)
@@ -181,63 +312,14 @@ def step_line(
         x_lo, x_hi = x_lo - 1, x_hi + 1
     ticks = nice_ticks(0, max(ys) or 1.0)
     y_hi = max(ticks[-1], max(ys)) or 1.0
-
-    def px(x: float) -> float:
-        return left + (x - x_lo) / (x_hi - x_lo) * plot_w
-
-    def py(y: float) -> float:
-        return top + plot_h - y / y_hi * plot_h
-
-    out = _open(width, height, title)
-    band_fill = {"warmup": "#F4D6A0", "steady": "#CDEBC9", "band": "#E3E8F4"}
-    label_ends: list[float] = []  # right end of the last label on each text row (labels of narrow bands stack)
-    for b in bands or []:
-        x0, x1 = px(max(b.x0, x_lo)), px(min(b.x1, x_hi))
-        out.append(
-            f'<rect x="{_f(x0)}" y="{top}" width="{_f(max(x1 - x0, 1.0))}" height="{plot_h}" '
-            f'fill="{band_fill.get(b.key, "#E3E8F4")}" opacity="0.6"><title>{_t(b.label)}</title></rect>'
-        )
-        row = next((i for i, end in enumerate(label_ends) if x0 + 3 > end + 6), len(label_ends))
-        end = x0 + 3 + LABEL_CHAR_PX * len(b.label)
-        label_ends[row : row + 1] = [end]
-        out.append(f'<text x="{_f(x0 + 3)}" y="{top + 11 + 12 * row}" class="ax">{_t(b.label)}</text>')
+    axes = Axes(width, height, 60, 12, 14, 36, x_lo, x_hi, 0.0, y_hi)
+    out = _open(width, height, title) + _bands(axes, bands or [])
     for tv in ticks:
-        out.append(f'<line x1="{left}" x2="{width - right}" y1="{_f(py(tv))}" y2="{_f(py(tv))}" class="grid"/>')
-        out.append(f'<text x="{left - 4}" y="{_f(py(tv) + 4)}" class="ax" text-anchor="end">{_t(fmt_num(tv))}</text>')
-    integral = all(float(x).is_integer() for x in xs)
-    for tv in nice_ticks(x_lo, x_hi, 8):
-        if x_lo <= tv <= x_hi and (not integral or float(tv).is_integer()):
-            out.append(
-                f'<text x="{_f(px(tv))}" y="{height - bottom + 14}" class="ax" '
-                f'text-anchor="middle">{_t(fmt_num(tv))}</text>'
-            )
-    for x, label in marks or []:
-        out.append(
-            f'<line x1="{_f(px(x))}" x2="{_f(px(x))}" y1="{top}" y2="{top + plot_h}" class="mark">'
-            f"<title>{_t(label)}</title></line>"
-        )
-    if ref_y is not None:
-        out.append(
-            f'<line x1="{left}" x2="{width - right}" y1="{_f(py(ref_y[0]))}" y2="{_f(py(ref_y[0]))}" '
-            f'class="ref"><title>{_t(ref_y[1])}</title></line>'
-        )
-    pts = " ".join(f"{_f(px(x))},{_f(py(y))}" for x, y in zip(xs, ys))
-    out.append(f'<polyline points="{pts}" class="line"/>')
-    if len(xs) <= 200:
-        for x, y in zip(xs, ys):
-            out.append(
-                f'<circle cx="{_f(px(x))}" cy="{_f(py(y))}" r="3" class="dot">'
-                f"<title>{_t(x_label)} {_t(fmt_num(x))}: {_t(f'{y:,.3f}')} {_t(unit)}</title></circle>"
-            )
-    out.append(
-        f'<text x="{_f(left + plot_w / 2)}" y="{height - 4}" class="ax" text-anchor="middle">{_t(x_label)}</text>'
-    )
-    out.append(
-        f'<text x="12" y="{_f(top + plot_h / 2)}" class="ax" transform="rotate(-90 12 '
-        f'{_f(top + plot_h / 2)})" text-anchor="middle">{_t(unit)}</text>'
-    )
-    out.append(f'<line x1="{left}" x2="{width - right}" y1="{top + plot_h}" y2="{top + plot_h}" class="axis"/>')
-    out.append("</svg>")
+        out += axes.y_rule(axes.py(tv), fmt_num(tv))
+    out += _x_ticks(axes, all(float(x).is_integer() for x in xs))
+    out += _marks(axes, marks or [], ref_y)
+    out += _line(axes, xs, ys, x_label, unit)
+    out += [axes.x_title(x_label), axes.y_title(unit), axes.baseline(), "</svg>"]
     return "\n".join(out)
 
 
@@ -265,14 +347,82 @@ def _decades(lo: float, hi: float) -> list[float]:
     return [10.0**k for k in range(math.floor(math.log10(lo)), math.ceil(math.log10(hi)) + 1)]
 
 
+def _decade_grid(axes: Axes) -> list[str]:
+    """Grid lines and labels at the powers of ten inside each log axis."""
+    out: list[str] = []
+    for d in _decades(axes.x_lo, axes.x_hi):
+        if axes.x_lo <= d <= axes.x_hi:
+            x = _f(axes.px(d))
+            out.append(f'<line x1="{x}" x2="{x}" y1="{axes.top}" y2="{axes.top + axes.plot_h}" class="grid"/>')
+            out.append(axes.x_tick(axes.px(d), fmt_num(d)))
+    for d in _decades(axes.y_lo, axes.y_hi):
+        if axes.y_lo <= d <= axes.y_hi:
+            out += axes.y_rule(axes.py(d), fmt_num(d))
+    return out
+
+
+def _compute_roofs(axes: Axes, roofs: list[Roof], peaks: list[float], bws: list[float]) -> list[str]:
+    """Each flat compute roof (TFLOP/s) from its ridge with each bandwidth roof to the right edge, labelled at the
+    right."""
+    out: list[str] = []
+    for pk in peaks:
+        for bw in list[float | None](bws) or [None]:
+            ridge = pk / bw if bw else axes.x_lo
+            x0 = max(ridge, axes.x_lo)
+            out.append(
+                f'<line x1="{_f(axes.px(x0))}" x2="{_f(axes.px(axes.x_hi))}" y1="{_f(axes.py(pk))}" '
+                f'y2="{_f(axes.py(pk))}" class="roof"/>'
+            )
+    for r in roofs:
+        if r.peak_tflops:
+            out.append(
+                f'<text x="{_f(axes.left + axes.plot_w - 4)}" y="{_f(axes.py(r.peak_tflops) - 4)}" class="lg" '
+                f'text-anchor="end">{_t(r.label)}</text>'
+            )
+    return out
+
+
+def _bandwidth_roofs(axes: Axes, roofs: list[Roof], peaks: list[float]) -> list[str]:
+    """Each sloped bandwidth roof (y = TB/s × FLOP/byte) from the left edge up to the highest compute roof,
+    labelled near its foot."""
+    out: list[str] = []
+    for r in roofs:
+        if not r.bw_tbps:
+            continue
+        cap = max(peaks, default=axes.y_hi)
+        x_end = min(cap / r.bw_tbps, axes.x_hi)
+        y0 = r.bw_tbps * axes.x_lo
+        out.append(
+            f'<line x1="{_f(axes.px(axes.x_lo))}" x2="{_f(axes.px(x_end))}" y1="{_f(axes.py(max(y0, axes.y_lo)))}" '
+            f'y2="{_f(axes.py(r.bw_tbps * x_end))}" class="roof"/>'
+        )
+        lx = axes.x_lo * 2
+        out.append(
+            f'<text x="{_f(axes.px(lx))}" y="{_f(axes.py(max(r.bw_tbps * lx, axes.y_lo)) - 6)}" class="lg">'
+            f"{_t(r.label)}</text>"
+        )
+    return out
+
+
+def _points(axes: Axes, pts: list[Point]) -> list[str]:
+    """The points, largest weight first (drawn below the smaller), each of area proportional to its weight."""
+    wmax = max((p.weight for p in pts), default=1.0) or 1.0
+    out: list[str] = []
+    for i, p in enumerate(sorted(pts, key=lambda p: -p.weight)):
+        rad = 3 + 15 * math.sqrt(max(p.weight, 0.0) / wmax)
+        out.append(
+            f'<circle cx="{_f(axes.px(p.x))}" cy="{_f(axes.py(p.y))}" r="{_f(rad)}" fill="{color(p.key, i)}" '
+            f'class="pt"><title>{_t(p.label)}</title></circle>'
+        )
+    return out
+
+
 def roofline(points: list[Point], roofs: list[Roof], title: str, width: int = 860, height: int = 380) -> str:
     """Log-log roofline: x = arithmetic intensity (FLOP/byte), y = TFLOP/s.
 
     The attainable rate is min(peak, bandwidth × intensity) per compute/bandwidth
     roof pair; each point's area is proportional to its ``weight`` (e.g. time).
     """
-    left, right, top, bottom = 64, 16, 14, 40
-    plot_w, plot_h = width - left - right, height - top - bottom
     pts = [p for p in points if p.x > 0 and p.y > 0]
     peaks = [r.peak_tflops for r in roofs if r.peak_tflops]
     bws = [r.bw_tbps for r in roofs if r.bw_tbps]
@@ -280,68 +430,10 @@ def roofline(points: list[Point], roofs: list[Roof], title: str, width: int = 86
     ys = [p.y for p in pts] + peaks
     x_lo, x_hi = (min(xs) / 4, max(xs) * 4) if xs else (0.1, 1000.0)
     y_lo, y_hi = (min(ys) / 4, max(ys) * 2) if ys else (0.01, 100.0)
-    lx_lo, lx_hi, ly_lo, ly_hi = (math.log10(v) for v in (x_lo, x_hi, y_lo, y_hi))
-
-    def px(x: float) -> float:
-        return left + (math.log10(x) - lx_lo) / (lx_hi - lx_lo) * plot_w
-
-    def py(y: float) -> float:
-        return top + plot_h - (math.log10(y) - ly_lo) / (ly_hi - ly_lo) * plot_h
-
-    out = _open(width, height, title)
-    for d in _decades(x_lo, x_hi):
-        if x_lo <= d <= x_hi:
-            out.append(f'<line x1="{_f(px(d))}" x2="{_f(px(d))}" y1="{top}" y2="{top + plot_h}" class="grid"/>')
-            out.append(
-                f'<text x="{_f(px(d))}" y="{top + plot_h + 14}" class="ax" text-anchor="middle">{_t(fmt_num(d))}</text>'
-            )
-    for d in _decades(y_lo, y_hi):
-        if y_lo <= d <= y_hi:
-            out.append(f'<line x1="{left}" x2="{left + plot_w}" y1="{_f(py(d))}" y2="{_f(py(d))}" class="grid"/>')
-            out.append(f'<text x="{left - 4}" y="{_f(py(d) + 4)}" class="ax" text-anchor="end">{_t(fmt_num(d))}</text>')
-    for pk in peaks:
-        for bw in list[float | None](bws) or [None]:
-            ridge = pk / bw if bw else x_lo
-            x0 = max(ridge, x_lo)
-            out.append(
-                f'<line x1="{_f(px(x0))}" x2="{_f(px(x_hi))}" y1="{_f(py(pk))}" y2="{_f(py(pk))}" class="roof"/>'
-            )
-    for r in roofs:
-        if r.peak_tflops:
-            out.append(
-                f'<text x="{_f(left + plot_w - 4)}" y="{_f(py(r.peak_tflops) - 4)}" class="lg" '
-                f'text-anchor="end">{_t(r.label)}</text>'
-            )
-    for r in roofs:
-        if not r.bw_tbps:
-            continue
-        cap = max(peaks, default=y_hi)
-        x_end = min(cap / r.bw_tbps, x_hi)
-        y0 = r.bw_tbps * x_lo
-        out.append(
-            f'<line x1="{_f(px(x_lo))}" x2="{_f(px(x_end))}" y1="{_f(py(max(y0, y_lo)))}" '
-            f'y2="{_f(py(r.bw_tbps * x_end))}" class="roof"/>'
-        )
-        lx = x_lo * 2
-        out.append(
-            f'<text x="{_f(px(lx))}" y="{_f(py(max(r.bw_tbps * lx, y_lo)) - 6)}" class="lg">{_t(r.label)}</text>'
-        )
-    wmax = max((p.weight for p in pts), default=1.0) or 1.0
-    for i, p in enumerate(sorted(pts, key=lambda p: -p.weight)):
-        rad = 3 + 15 * math.sqrt(max(p.weight, 0.0) / wmax)
-        out.append(
-            f'<circle cx="{_f(px(p.x))}" cy="{_f(py(p.y))}" r="{_f(rad)}" fill="{color(p.key, i)}" '
-            f'class="pt"><title>{_t(p.label)}</title></circle>'
-        )
-    out.append(
-        f'<text x="{_f(left + plot_w / 2)}" y="{height - 6}" class="ax" text-anchor="middle">'
-        f"arithmetic intensity (FLOP/byte, log)</text>"
-    )
-    out.append(
-        f'<text x="12" y="{_f(top + plot_h / 2)}" class="ax" transform="rotate(-90 12 '
-        f'{_f(top + plot_h / 2)})" text-anchor="middle">TFLOP/s (log)</text>'
-    )
-    out.append("</svg>")
+    axes = Axes(width, height, 64, 16, 14, 40, x_lo, x_hi, y_lo, y_hi, log=True)
+    out = _open(width, height, title) + _decade_grid(axes)
+    out += _compute_roofs(axes, roofs, peaks, bws) + _bandwidth_roofs(axes, roofs, peaks) + _points(axes, pts)
+    out += [axes.x_title("arithmetic intensity (FLOP/byte, log)", 6), axes.y_title("TFLOP/s (log)"), "</svg>"]
     return "\n".join(out)
 
 

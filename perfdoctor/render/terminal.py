@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
 from msgspec import UNSET
 from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
-from perfdoctor.model import Report, as_report, to_builtins
+from perfdoctor.model import Report
 from perfdoctor.model.report import DeviceSection, RankSection
 from perfdoctor.render import memory_view
 from perfdoctor.render.view import device_name, finding_codes, ms, pct, step_range, step_time_text, summary_facts
@@ -81,24 +78,10 @@ def _print_run_only(report: Report, console: Console) -> None:
     console.print()
 
 
-def render_terminal(
-    report: Report | Mapping[str, Any],
-    console: Console,
-    err_console: Console | None = None,
-    per_rank: bool = False,
-    details: bool = False,
-) -> None:
-    """Print the human summary of a report to ``console``; warnings about the input go to
-    ``err_console`` (stderr in the CLI) when given. A multi-rank job (a ``job`` section) prints the job summary
-    (:mod:`perfdoctor.render.job_terminal`) instead of one table per rank unless ``per_rank``; ``details`` adds each
-    finding's evidence, message and method, and each skipped check's reason.
-
-    Raises:
-        PerfDoctorError: a mapping that is not a perfdoctor report of this schema version.
-    """
-    rep = as_report(report)
-    run = rep.run if rep.run is not UNSET else None
-    if (run is not None and run.partial) or rep.partial is True:
+def _print_opening(report: Report, console: Console) -> None:
+    """The partial-run banner and the one-sentence verdict, when the report has them."""
+    run = report.run if report.run is not UNSET else None
+    if (run is not None and run.partial) or report.partial is True:
         console.print(
             Text(
                 f"PARTIAL RUN: {(run.stop_reason if run else None) or 'the run did not complete'} "
@@ -106,25 +89,26 @@ def render_terminal(
                 style="bold yellow",
             )
         )
-    if rep.verdict is not UNSET and rep.verdict:
-        console.print(Text.assemble(("verdict: ", "bold"), rep.verdict))
+    if report.verdict is not UNSET and report.verdict:
+        console.print(Text.assemble(("verdict: ", "bold"), report.verdict))
         console.print()
-    if not rep.ranks:
-        _print_run_only(rep, console)
-    job_view = rep.job is not UNSET and not per_rank
-    if job_view and rep.job is not UNSET:
-        from perfdoctor.render.job_terminal import render_job
 
-        render_job({"job": to_builtins(rep.job)}, console)  # not the ranks: thousands of them, decoded
-    for rank in [] if job_view else rep.ranks:
+
+def _print_ranks(report: Report, console: Console) -> None:
+    """Each rank's header, breakdown table and memory lines."""
+    for rank in report.ranks:
         dev = rank.primary
-        console.print(Group(_rank_header(rank, dev), breakdown_table(rank, dev, finding_codes(rep))))
+        console.print(Group(_rank_header(rank, dev), breakdown_table(rank, dev, finding_codes(report))))
         console.print()
         memory = memory_lines(rank)
         if memory:
             console.print(Text("\n".join(memory)))
             console.print()
-    summ = rep.summary
+
+
+def _print_spread(report: Report, console: Console) -> None:
+    """One line on a multi-rank report: the longest and shortest median step and their spread."""
+    summ = report.summary
     if summ.n_ranks > 1 and summ.median_step_us is not UNSET:
         med = summ.median_step_us
         slow, fast = summ.slowest_rank, summ.fastest_rank
@@ -133,6 +117,30 @@ def render_terminal(
             f"({ms(med.get(slow) if isinstance(slow, int) else None)}), shortest rank {fast} "
             f"({ms(med.get(fast) if isinstance(fast, int) else None)}): spread {summ.spread_pct:.1f}% of the shortest"
         )
+
+
+def render_terminal(
+    rep: Report,
+    console: Console,
+    err_console: Console | None = None,
+    per_rank: bool = False,
+    details: bool = False,
+) -> None:
+    """Print the human summary of a report to ``console``; warnings about the input go to
+    ``err_console`` (stderr in the CLI) when given. A multi-rank job (a ``job`` section) prints the job summary
+    (:mod:`perfdoctor.render.job_terminal`) instead of one table per rank unless ``per_rank``; ``details`` adds each
+    finding's evidence, message and method, and each skipped check's reason."""
+    _print_opening(rep, console)
+    if not rep.ranks:
+        _print_run_only(rep, console)
+    job_view = rep.job is not UNSET and not per_rank
+    if job_view and rep.job is not UNSET:
+        from perfdoctor.render.job_terminal import render_job
+
+        render_job(rep.job, console)  # not the ranks: thousands of them, decoded
+    else:
+        _print_ranks(rep, console)
+    _print_spread(rep, console)
     warnings = list(rep.warnings)
     if job_view:
         from perfdoctor.render.job_terminal import grouped_warnings

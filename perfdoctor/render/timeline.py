@@ -16,8 +16,8 @@ from __future__ import annotations
 import gzip
 import json
 import os
-from collections.abc import Iterable, Sequence
-from typing import Any
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TypeAlias
 
 import numpy as np
 import orjson
@@ -25,6 +25,11 @@ import orjson
 from perfdoctor.errors import PerfDoctorError
 from perfdoctor.model.report import FindingSection, JobSection, Report
 from perfdoctor.timeline.tracks import Event, RankTimeline
+
+# a JSON value as the file holds it (events, their args, the top-level metadata)
+JsonValue: TypeAlias = "str | int | float | bool | None | Sequence[JsonValue] | Mapping[str, JsonValue]"
+TraceEvent: TypeAlias = dict[str, JsonValue]  # one Chrome trace event (``ph`` X or M)
+_RowKey: TypeAlias = str | tuple[str, int, int]  # a process or row: "rank", a perfdoctor row, ("trace", pid, tid)
 
 MAX_BYTES = 100_000_000  # the JSON written (before gzip): what a browser tab opens without trouble
 DEVICE_CATS = {"kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation"}  # Kineto: tid is the stream
@@ -77,27 +82,36 @@ class _Ids:
     are two rows), threads are numbered per process in order of appearance, each named by a metadata event."""
 
     def __init__(self) -> None:
-        self.meta: list[dict[str, Any]] = []
-        self._pids: dict[tuple[int, Any], int] = {}
-        self._tids: dict[tuple[int, Any], int] = {}
+        self.meta: list[TraceEvent] = []
+        self._pids: dict[tuple[int, _RowKey], int] = {}
+        self._tids: dict[tuple[int, _RowKey], int] = {}
 
-    def pid(self, rank_pos: int, key: Any, name: str) -> int:
+    def pid(self, rank_pos: int, key: _RowKey, name: str) -> int:
+        """The process id of the rank at ``rank_pos`` for ``key``, named ``name`` when first met."""
         k = (rank_pos, key)
         if k not in self._pids:
             pid = self._pids[k] = (rank_pos + 1) * 1000 + len([p for p in self._pids if p[0] == rank_pos])
             self.meta.append({"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "ts": 0, "args": {"name": name}})
-            sort = {"ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0, "ts": 0, "args": {"sort_index": pid}}
+            sort: TraceEvent = {
+                "ph": "M",
+                "name": "process_sort_index",
+                "pid": pid,
+                "tid": 0,
+                "ts": 0,
+                "args": {"sort_index": pid},
+            }
             self.meta.append(sort)
         return self._pids[k]
 
-    def tid(self, pid: int, key: Any, name: str) -> int:
+    def tid(self, pid: int, key: _RowKey, name: str) -> int:
+        """The thread id of row ``key`` in process ``pid``, named ``name`` when first met."""
         k = (pid, key)
         if k not in self._tids:
             tid = self._tids[k] = 1 + len([t for t in self._tids if t[0] == pid])
             self.meta.append(
                 {"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "ts": 0, "args": {"name": name}}
             )
-            sort = {
+            sort: TraceEvent = {
                 "ph": "M",
                 "name": "thread_sort_index",
                 "pid": pid,
@@ -109,7 +123,7 @@ class _Ids:
         return self._tids[k]
 
 
-def _dump(event: dict[str, Any]) -> bytes:
+def _dump(event: JsonValue) -> bytes:
     """One event as JSON; a name orjson refuses (a lone surrogate from a ``\\ud800`` escape in the trace) is
     written with ASCII escapes instead."""
     try:
@@ -118,11 +132,11 @@ def _dump(event: dict[str, Any]) -> bytes:
         return json.dumps(event, ensure_ascii=True).encode()
 
 
-def _x(name: str, cat: str, ts: float, dur: float, pid: int, tid: int, args: dict[str, Any]) -> dict[str, Any]:
+def _x(name: str, cat: str, ts: float, dur: float, pid: int, tid: int, args: dict[str, JsonValue]) -> TraceEvent:
     return {"ph": "X", "name": name, "cat": cat, "ts": ts, "dur": max(dur, 0.0), "pid": pid, "tid": tid, "args": args}
 
 
-def _own_rows(tl: RankTimeline, pos: int, ids: _Ids, report: Report) -> list[dict[str, Any]]:
+def _own_rows(tl: RankTimeline, pos: int, ids: _Ids, report: Report) -> list[TraceEvent]:
     """The rank's perfdoctor rows: its slices, then one row per finding."""
     pid = ids.pid(pos, "rank", f"rank {tl.rank}")
     shown = [f for f in _findings(report) if _on_rank(f, tl.rank)]
@@ -173,7 +187,7 @@ def finding_span(f: FindingSection, events: Sequence[Event], lo_us: float, hi_us
     return a, max(b - a, 0.0), len(hits)
 
 
-def _finding_args(f: FindingSection, step: int, n: int) -> dict[str, Any]:
+def _finding_args(f: FindingSection, step: int, n: int) -> dict[str, JsonValue]:
     return {
         "code": f.code,
         "step": step,
@@ -189,7 +203,7 @@ def _finding_args(f: FindingSection, step: int, n: int) -> dict[str, Any]:
     }
 
 
-def _recorded_rows(tl: RankTimeline, pos: int, ids: _Ids, events: Iterable[Event]) -> list[dict[str, Any]]:
+def _recorded_rows(tl: RankTimeline, pos: int, ids: _Ids, events: Iterable[Event]) -> list[TraceEvent]:
     """The recorded events as rows of the rank's process, one per trace thread: "<process> · <thread>" by the
     trace's own names, "GPU D · stream S" for device activities (Kineto's ``tid`` is the stream)."""
     pid = ids.pid(pos, "rank", f"rank {tl.rank}")
@@ -219,7 +233,7 @@ def _by_step(tl: RankTimeline) -> list[tuple[int, list[Event]]]:
     return groups
 
 
-def _rank_meta(tl: RankTimeline, why: str) -> dict[str, Any]:
+def _rank_meta(tl: RankTimeline, why: str) -> dict[str, JsonValue]:
     after = list(tl.after_plan_step_us.values())
     return {
         "rank": tl.rank,
@@ -271,7 +285,7 @@ def timeline_chunks(report: Report, timelines: Sequence[RankTimeline], max_bytes
                 continue
             pieces += part
             used += size
-    meta = {
+    meta: dict[str, JsonValue] = {
         "tool": "perfdoctor",
         "inputs": [i.path for i in report.inputs],
         "ranks": [_rank_meta(tl, why) for tl, why in shown],

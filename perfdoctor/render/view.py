@@ -8,14 +8,22 @@ and shares of the step time, both stated in the definitions below.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from typing import NotRequired, TypedDict
 
 from msgspec import UNSET
 
 from perfdoctor.findings import FINDINGS_NOTE
-from perfdoctor.model import Report, as_report
-from perfdoctor.model.report import DeviceSection, EventValue, EvidenceValue, FindingSection, RankSection, RunSection
+from perfdoctor.model import Report
+from perfdoctor.model.report import (
+    DeviceSection,
+    Distribution,
+    EventValue,
+    EvidenceValue,
+    FindingSection,
+    RankSection,
+    RunSection,
+    StepBreakdown,
+)
 from perfdoctor.text import first_clause, says
 from perfdoctor.vocab import (
     GPU_IDLE_CAUSES,
@@ -137,7 +145,7 @@ def saving_ms(us: float, digits: int = 2) -> str:
     return f"{us / 1000:.2f} ms" if abs(us) >= 100 else f"{us:,.0f} µs"
 
 
-def step_time_text(st: Any) -> str:
+def step_time_text(st: Distribution) -> str:
     """A step-time distribution (``median``, ``p10``... in µs, ``n`` steps) in words: percentiles only where
     there are several steps."""
     if int(st.n or 0) <= 1:
@@ -196,7 +204,61 @@ def n_steps(dev: DeviceSection) -> int:
     return max(dev.totals.n_steps, 1)
 
 
-def breakdown_rows(dev: DeviceSection, codes: list[str] | None = None) -> list[dict[str, Any]]:
+class BreakdownRow(TypedDict):
+    """A row of the step-time table (:func:`breakdown_rows`): µs over the analysed steps and per step, the share
+    of step time (None without a step), ``kind`` "row" or "subtotal", the finding that explains an idle row."""
+
+    key: str
+    label: str
+    total_us: float
+    per_step_us: float
+    share: float | None
+    kind: str
+    finding: str | None
+
+
+class FindingView(TypedDict):
+    """A finding prepared for display (:func:`finding`): the model's fields under the names the templates use, the
+    texts built for display, evidence as (label, value text) pairs and event rows as texts; ``look``, where to open
+    a trace viewer, is set by :func:`findings`."""
+
+    code: str
+    name: str
+    title: str
+    headline: str
+    plan_position: int | None
+    step_after_us: float | None
+    plan_note: str
+    alone_us: float | None
+    severity: str
+    category: str
+    priority: int | None
+    rank: int | None
+    order: int
+    ranks: list[int]
+    saving_us: float | None
+    saving_frac: float | None
+    replayed: bool
+    about: str
+    method: str
+    after_us: float | None
+    after_frac: float | None
+    after_codes: list[str]
+    once: str
+    now_us: float | None
+    evidence: list[tuple[str, str]]
+    events: list[dict[str, str]]
+    steps: list[int]
+    fix: str
+    source: str
+    frames: list[str]
+    before: str
+    after: str
+    references: list[str]
+    look: NotRequired[str]
+
+
+def breakdown_rows(dev: DeviceSection, codes: list[str] | None = None) -> list[BreakdownRow]:
     """Rows ``{key, label, per_step_us, total_us, share, kind, finding}`` of the step-time table: categories
     (largest first), the busy subtotal, idle causes (largest first), the idle subtotal. ``key`` is ``idle:<cause>``
     for idle causes; ``kind`` is "row" or "subtotal"; ``finding`` the code of the report's finding (among
@@ -205,7 +267,7 @@ def breakdown_rows(dev: DeviceSection, codes: list[str] | None = None) -> list[d
     t = dev.totals
     n, dur = n_steps(dev), t.dur_us
 
-    def row(key: str, label: str, us: float, kind: str = "row") -> dict[str, Any]:
+    def row(key: str, label: str, us: float, kind: str = "row") -> BreakdownRow:
         return {
             "key": key,
             "label": label,
@@ -278,7 +340,7 @@ def _unitless(name: str) -> str:
     return name
 
 
-def finding(f: FindingSection, order: int = 0, denominator_us: float | None = None) -> dict[str, Any]:
+def finding(f: FindingSection, order: int = 0, denominator_us: float | None = None) -> FindingView:
     """One finding (see perfdoctor/findings.py) prepared for display: texts, saving, evidence, snippets.
     ``now_us`` is the step its saving is taken from: the finding's ``saving_from_us_per_step`` (the message's "from
     A ms"), else ``denominator_us`` (the report's denominator, µs); None without a saving."""
@@ -393,28 +455,23 @@ def saving_once(f: FindingSection) -> str:
     return f"once {', '.join(codes)} {'is' if len(codes) == 1 else 'are'} fixed"
 
 
-def _report(report: Report | Mapping[str, Any]) -> Report:
-    return as_report(report)
-
-
-def denominator_text(report: Report | Mapping[str, Any]) -> str:
+def denominator_text(report: Report) -> str:
     """The one sentence naming the step every saving % is a share of ("" when the report has none): each renderer
     prints it once, next to the findings."""
-    d = _report(report).denominator
+    d = report.denominator
     if d is UNSET or d is None:
         return ""
     return f"Saving percentages are of {ms(d.value_us)} per step: {d.definition}."
 
 
-def finding_codes(report: Report | Mapping[str, Any]) -> list[str]:
+def finding_codes(report: Report) -> list[str]:
     """The report's finding codes in report order ([] without findings)."""
-    found = _report(report).findings
+    found = report.findings
     return [] if found is UNSET else [f.code for f in found]
 
 
-def findings(report: Report | Mapping[str, Any]) -> list[dict[str, Any]]:
+def findings(rep: Report) -> list[FindingView]:
     """All findings, ranked by estimated saving (largest first); unestimated ones last, in engine order."""
-    rep = _report(report)
     found, d = rep.findings, rep.denominator
     denominator_us = None if d is UNSET or d is None else d.value_us
     items = [finding(f, i, denominator_us) for i, f in enumerate(found if found is not UNSET else [])]
@@ -433,7 +490,7 @@ def where_to_look(report: Report, found: list[FindingSection]) -> list[str]:
     rank's analysed steps), with the step's window in the trace's own clock (µs, the primary device's step row);
     "" where the report has no step rows for that rank."""
     ranks = {f.rank if f.rank is not None else (f.ranks[0] if f.ranks else None) for f in found}
-    rows: dict[int | None, list[Any]] = {}
+    rows: dict[int | None, list[StepBreakdown]] = {}
     for r in report.ranks:  # a many-rank job's sections decode as read: stop once every rank needed is found
         if (r.rank in ranks or None in ranks) and r.rank not in rows:
             dev = [d for d in r.devices if d.device == r.primary_device]
@@ -458,9 +515,9 @@ def where_to_look(report: Report, found: list[FindingSection]) -> list[str]:
     return out
 
 
-def skipped(report: Report | Mapping[str, Any]) -> list[tuple[str, str]]:
+def skipped(report: Report) -> list[tuple[str, str]]:
     """Skipped checks as ("CODE name", reason)."""
-    sc = _report(report).skipped_checks
+    sc = report.skipped_checks
     return [(" ".join(x for x in (s.code, s.name) if x), s.reason) for s in (sc if sc is not UNSET else [])]
 
 
@@ -492,10 +549,9 @@ def _device_summary(report: Report) -> str:
     return ", ".join(parts) + (f" across {len(report.ranks)} ranks" if len(report.ranks) > 1 else "")
 
 
-def summary_rank(report: Report | Mapping[str, Any]) -> RankSection | None:
+def summary_rank(rep: Report) -> RankSection | None:
     """The rank the summary describes: the slowest rank (by median step time) of a multi-rank report;
     None for a run-only report (a ``perfdoctor profile`` run that stopped before its profiled window)."""
-    rep = _report(report)
     if not rep.ranks:
         return None
     slow = rep.summary.slowest_rank
@@ -551,69 +607,65 @@ def _partial_fact(report: Report) -> tuple[str, str, str] | None:
     )
 
 
-def summary_facts(report: Report | Mapping[str, Any]) -> list[tuple[str, str, str]]:
-    """(label, value, detail) rows of the report's summary, in the order the issue lists them."""
-    rep = _report(report)
-    rank = summary_rank(rep)
-    if rank is None:
-        return _run_only_facts(rep)
-    dev = rank.primary
-    multi = len(rep.ranks) > 1
-    who = f" (rank {rank.rank}, longest median step)" if multi else ""
-    facts = [
-        ("devices", _device_summary(rep), "GPUs with kernel/memcpy activity; node properties from deviceProperties")
-    ]
-    partial = _partial_fact(rep)
-    if partial:
-        facts.insert(0, partial)
+_Fact = tuple[str, str, str]
+
+
+def _dtype_fact(rank: RankSection) -> _Fact:
+    """The GEMM dtype row: MFU's dtype, else the dominant one of the matmul/convolution kernels."""
     dtype = (rank.mfu.dtype if rank.mfu is not None else None) or rank.gemm_dtype.dominant
-    facts.append(
-        (
-            "GEMM dtype",
-            str(dtype) if dtype else "not recorded",
-            "the math dtype of the matmul/convolution kernels, weighted by their time (from kernel names, or "
-            "the ops' input types on CPU)"
-            if dtype
-            else "no GEMM kernel or matmul op says which dtype it ran in",
-        )
+    return (
+        "GEMM dtype",
+        str(dtype) if dtype else "not recorded",
+        "the math dtype of the matmul/convolution kernels, weighted by their time (from kernel names, or "
+        "the ops' input types on CPU)"
+        if dtype
+        else "no GEMM kernel or matmul op says which dtype it ran in",
     )
+
+
+def _step_facts(report: Report, rank: RankSection, who: str) -> list[_Fact]:
+    """The steps analysed and the median step time (with its spread) of the summary's rank, named by ``who``."""
+    dev = rank.primary
     n = len(dev.steps)
-    facts.append(
-        (
-            "steps analysed",
-            f"{n} ({rank.steps_source} {step_range(dev)})"
-            if rank.steps_source != "whole-trace"
-            else "whole trace as one window (no step markers)",
-            _skipped_steps(rep),
-        )
+    analysed = (
+        "steps analysed",
+        f"{n} ({rank.steps_source} {step_range(dev)})"
+        if rank.steps_source != "whole-trace"
+        else "whole trace as one window (no step markers)",
+        _skipped_steps(report),
     )
     st = dev.step_time_us
-    facts.append(
-        (
-            f"median step time{who}",
-            ms(st.median),
-            f"p10–p90 {ms(st.p10)} – {ms(st.p90)}; min–max {ms(st.min)} – {ms(st.max)}; "
-            f"std {ms(st.std)}; n = {st.n} steps"
-            if int(st.n or 0) > 1
-            else "one step: no spread to report",
-        )
+    median = (
+        f"median step time{who}",
+        ms(st.median),
+        f"p10–p90 {ms(st.p10)} – {ms(st.p90)}; min–max {ms(st.min)} – {ms(st.max)}; std {ms(st.std)}; n = {st.n} steps"
+        if int(st.n or 0) > 1
+        else "one step: no spread to report",
     )
-    s = rep.summary
-    if multi and s.n_ranks > 1 and s.spread_pct is not UNSET:
-        one = int(st.n or 0) <= 1
-        facts.append(
-            (
-                "rank spread",
-                f"{s.spread_pct:.1f}%",
-                f"rank {s.slowest_rank} has the longest median step time, rank {s.fastest_rank} the shortest"
-                + (
-                    "; one step per rank: the rank that started first waits longest, so this is no straggler measure"
-                    if one
-                    else ""
-                ),
-            )
-        )
-    facts.extend(throughput_facts(rep))
+    return [analysed, median]
+
+
+def _spread_fact(report: Report, steps_per_rank: int) -> _Fact | None:
+    """The rank spread row of a multi-rank report (None with one rank or no spread); ``steps_per_rank``: the
+    summary rank's step count (one step makes the spread no straggler measure)."""
+    s = report.summary
+    if len(report.ranks) <= 1 or s.n_ranks <= 1 or s.spread_pct is UNSET:
+        return None
+    return (
+        "rank spread",
+        f"{s.spread_pct:.1f}%",
+        f"rank {s.slowest_rank} has the longest median step time, rank {s.fastest_rank} the shortest"
+        + (
+            "; one step per rank: the rank that started first waits longest, so this is no straggler measure"
+            if steps_per_rank <= 1
+            else ""
+        ),
+    )
+
+
+def _utilization_fact(dev: DeviceSection, who: str) -> _Fact:
+    """Device utilization (busy ÷ step; on a GPU also kernels alone, as the TensorBoard profiler plugin counts
+    it), or the host's busy share in ops on a CPU-only rank."""
     t = dev.totals
     label = "device utilization" if dev.kind == "gpu" else "host busy in ops"
     detail = (
@@ -626,7 +678,28 @@ def summary_facts(report: Report | Mapping[str, Any]) -> list[tuple[str, str, st
             f"; kernels only (memcpy/memset left out, as the TensorBoard profiler plugin's GPU utilization): "
             f"{pct(kernels / t.dur_us)}"
         )
-    facts.append((label + who, pct(dev.utilization), detail))
+    return (label + who, pct(dev.utilization), detail)
+
+
+def summary_facts(rep: Report) -> list[tuple[str, str, str]]:
+    """(label, value, detail) rows of the report's summary, in the order the issue lists them."""
+    rank = summary_rank(rep)
+    if rank is None:
+        return _run_only_facts(rep)
+    dev = rank.primary
+    who = f" (rank {rank.rank}, longest median step)" if len(rep.ranks) > 1 else ""
+    partial = _partial_fact(rep)
+    facts: list[_Fact] = [partial] if partial else []
+    facts.append(
+        ("devices", _device_summary(rep), "GPUs with kernel/memcpy activity; node properties from deviceProperties")
+    )
+    facts.append(_dtype_fact(rank))
+    facts += _step_facts(rep, rank, who)
+    spread = _spread_fact(rep, int(dev.step_time_us.n or 0))
+    if spread:
+        facts.append(spread)
+    facts.extend(throughput_facts(rep))
+    facts.append(_utilization_fact(dev, who))
     mfu = _mfu_text(rank)
     if mfu:
         facts.append(("MFU" + who, mfu[0], mfu[1]))

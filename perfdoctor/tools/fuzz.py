@@ -43,9 +43,14 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from types import FrameType
+from typing import TypeAlias
 
-EXTREMES: tuple[Any, ...] = (
+# a parsed JSON value, mutable (the mutations edit the parsed trace in place)
+Json: TypeAlias = "None | bool | int | float | str | list[Json] | dict[str, Json]"
+TraceDoc: TypeAlias = dict[str, Json] | list[Json]  # a trace file: the object form, or the bare array of events
+
+EXTREMES: tuple[Json, ...] = (
     2**63,
     -(2**63) - 1,
     2**64,
@@ -113,7 +118,7 @@ class Tally:
 
 
 # -- the corpus ----------------------------------------------------------------------------------------------
-def corpus(paths: list[Path], max_bytes: int) -> list[tuple[str, Any]]:
+def corpus(paths: list[Path], max_bytes: int) -> list[tuple[str, TraceDoc]]:
     """(name, parsed JSON document) of every trace file under ``paths`` no larger than ``max_bytes`` on disk."""
     files = sorted(
         f
@@ -125,7 +130,7 @@ def corpus(paths: list[Path], max_bytes: int) -> list[tuple[str, Any]]:
         and f.name not in ("run.json", "rank0.json")
         and f.stat().st_size <= max_bytes
     )
-    docs = []
+    docs: list[tuple[str, TraceDoc]] = []
     for f in files:
         raw = f.read_bytes()
         try:
@@ -138,40 +143,41 @@ def corpus(paths: list[Path], max_bytes: int) -> list[tuple[str, Any]]:
 
 
 # -- mutations ------------------------------------------------------------------------------------------------
-def _events(doc: Any) -> list[Any]:
+def _events(doc: TraceDoc) -> list[Json]:
     if isinstance(doc, list):
         return doc
-    ev = doc.get("traceEvents") if isinstance(doc, dict) else None
+    ev = doc.get("traceEvents")
     return ev if isinstance(ev, list) else []
 
 
-def _nested(rng: random.Random) -> Any:
-    value: Any = 0
+def _nested(rng: random.Random) -> Json:
+    value: Json = 0
     for _ in range(rng.choice((100, 1_000, 10_000))):
         value = [value] if rng.random() < 0.5 else {"a": value}
     return value
 
 
-def _pick_event(doc: Any, rng: random.Random) -> dict[str, Any] | None:
+def _pick_event(doc: TraceDoc, rng: random.Random) -> dict[str, Json] | None:
     events = [e for e in _events(doc) if isinstance(e, dict)]
     return rng.choice(events) if events else None
 
 
-def m_extreme(doc: Any, rng: random.Random) -> str:
+def m_extreme(doc: TraceDoc, rng: random.Random) -> str:
     ev = _pick_event(doc, rng)
     if ev is None:
         return "extreme: no event"
     value = rng.choice(EXTREMES)
-    if rng.random() < 0.5 or not isinstance(ev.get("args"), dict):
+    args = ev.get("args")
+    if rng.random() < 0.5 or not isinstance(args, dict):
         key = rng.choice(NUMERIC_KEYS)
         ev[key] = value
     else:
         key = rng.choice(ARG_KEYS)
-        ev["args"][key] = value
+        args[key] = value
     return f"extreme {key}={value!r}"[:80]
 
 
-def m_delete_key(doc: Any, rng: random.Random) -> str:
+def m_delete_key(doc: TraceDoc, rng: random.Random) -> str:
     if isinstance(doc, dict) and rng.random() < 0.2:
         keys = list(doc)
         if keys:
@@ -181,36 +187,43 @@ def m_delete_key(doc: Any, rng: random.Random) -> str:
     ev = _pick_event(doc, rng)
     if not ev:
         return "delete: no event"
-    target = ev["args"] if isinstance(ev.get("args"), dict) and ev["args"] and rng.random() < 0.4 else ev
+    args = ev.get("args")
+    target = args if isinstance(args, dict) and args and rng.random() < 0.4 else ev
     key = rng.choice(list(target)) if target else ""
     target.pop(key, None)
     return f"delete {key}"
 
 
-def m_swap_type(doc: Any, rng: random.Random) -> str:
+def m_swap_type(doc: TraceDoc, rng: random.Random) -> str:
     ev = _pick_event(doc, rng)
     if not ev:
         return "swap: no event"
-    keys = list(ev) + [f"args.{k}" for k in (ev["args"] if isinstance(ev.get("args"), dict) else {})]
+    args = ev.get("args")
+    keys = list(ev) + [f"args.{k}" for k in (args if isinstance(args, dict) else {})]
     key = rng.choice(keys) if keys else "ts"
-    value = rng.choice((None, True, "x", "12", [], {}, [1, 2], {"k": 1}, 3.5, -7))
-    if key.startswith("args."):
-        ev["args"][key[5:]] = value
+    values: tuple[Json, ...] = (None, True, "x", "12", [], {}, [1, 2], {"k": 1}, 3.5, -7)
+    value = rng.choice(values)
+    if key.startswith("args.") and isinstance(args, dict):
+        args[key[5:]] = value
     else:
         ev[key] = value
     return f"swap {key}={value!r}"
 
 
-def m_negative_time(doc: Any, rng: random.Random) -> str:
+def m_negative_time(doc: TraceDoc, rng: random.Random) -> str:
     ev = _pick_event(doc, rng)
     if not ev:
         return "negative: no event"
     key = rng.choice(("ts", "dur"))
-    ev[key] = -abs(float(ev.get(key) or 1.0)) if rng.random() < 0.5 else 0
+    old = ev.get(key) or 1.0
+    if rng.random() < 0.5:  # a list or object there (an earlier mutation's) counts as 1.0; a string as float reads it
+        ev[key] = -abs(float(old)) if isinstance(old, (int, float, str)) else -1.0
+    else:
+        ev[key] = 0
     return f"negative/zero {key}"
 
 
-def m_nest(doc: Any, rng: random.Random) -> str:
+def m_nest(doc: TraceDoc, rng: random.Random) -> str:
     where = rng.choice(("event", "args", "top", "list"))
     ev = _pick_event(doc, rng)
     if where == "top" and isinstance(doc, dict):
@@ -218,46 +231,49 @@ def m_nest(doc: Any, rng: random.Random) -> str:
     elif where == "list" and _events(doc):
         _events(doc).insert(rng.randrange(len(_events(doc)) + 1), _nested(rng))
     elif ev is not None:
-        (ev.setdefault("args", {}) if where == "args" and isinstance(ev.get("args", {}), dict) else ev)["deep"] = (
-            _nested(rng)
-        )
+        deep = _nested(rng)
+        args = ev.get("args", {})
+        target = ev
+        if where == "args" and isinstance(args, dict):
+            ev["args"] = target = args
+        target["deep"] = deep
     return f"nest in {where}"
 
 
-def m_many_steps(doc: Any, rng: random.Random) -> str:
+def m_many_steps(doc: TraceDoc, rng: random.Random) -> str:
     events = _events(doc)
     steps = [e for e in events if isinstance(e, dict) and str(e.get("name", "")).startswith("ProfilerStep#")]
     if not steps:
         return "many steps: none"
     base = steps[0]
     n = rng.choice((1_000, 5_000))
-    ts = float(base.get("ts") or 0) if isinstance(base.get("ts"), (int, float)) else 0.0
+    base_ts = base.get("ts")
+    ts = float(base_ts or 0) if isinstance(base_ts, (int, float)) else 0.0
     for k in range(n):
         events.append({**base, "name": f"ProfilerStep#{k + 10**6}", "ts": ts + k, "dur": 1})
     return f"{n} extra ProfilerStep markers"
 
 
-def m_metadata(doc: Any, rng: random.Random) -> str:
+def m_metadata(doc: TraceDoc, rng: random.Random) -> str:
     if not isinstance(doc, dict):
         return "metadata: array form"
     key = rng.choice(TOP_KEYS)
-    value = rng.choice(
-        (
-            None,
-            "x",
-            10**30,
-            [None],
-            [{"computeMajor": None, "id": 0}],
-            {"rank": 10**25},
-            {"world_size": "two", "rank": -1},
-            [{"totalGlobalMem": -5, "name": 7}],
-        )
+    values: tuple[Json, ...] = (
+        None,
+        "x",
+        10**30,
+        [None],
+        [{"computeMajor": None, "id": 0}],
+        {"rank": 10**25},
+        {"world_size": "two", "rank": -1},
+        [{"totalGlobalMem": -5, "name": 7}],
     )
+    value = rng.choice(values)
     doc[key] = value
     return f"metadata {key}={value!r}"[:80]
 
 
-STRUCTURAL: tuple[Callable[[Any, random.Random], str], ...] = (
+STRUCTURAL: tuple[Callable[[TraceDoc, random.Random], str], ...] = (
     m_extreme,
     m_extreme,
     m_delete_key,
@@ -269,7 +285,7 @@ STRUCTURAL: tuple[Callable[[Any, random.Random], str], ...] = (
 )
 
 
-def _copy_for_mutation(doc: Any) -> Any:
+def _copy_for_mutation(doc: TraceDoc) -> TraceDoc:
     """A copy deep enough that mutating events does not touch the corpus (events are copied lazily below)."""
     if isinstance(doc, list):
         return [copy.deepcopy(e) for e in doc]
@@ -281,7 +297,7 @@ def _copy_for_mutation(doc: Any) -> Any:
     return out
 
 
-def make_case(name: str, doc: Any, rng: random.Random) -> Case:
+def make_case(name: str, doc: TraceDoc, rng: random.Random) -> Case:
     """One case: structural mutations on the document, then (sometimes) byte-level ones."""
     mutated = _copy_for_mutation(doc)
     done = [fn(mutated, rng) for fn in rng.sample(STRUCTURAL, rng.randint(0, 2))]
@@ -346,13 +362,13 @@ RELATIVE_PCT = frozenset(
 FRACTION_KEYS = frozenset(("share", "utilization", "mfu"))
 
 
-def impossible_shares(report: dict[str, Any]) -> list[str]:
+def impossible_shares(report: Json) -> list[str]:
     """Every share in a JSON report outside what a share can be: a number under a key with a ``pct`` part
     (``idle_pct``, ``pct_of_attainable``, ``saving_pct_of_step``) outside 0-100, or a fraction (``share``,
     ``utilization``, ``mfu``, ``*_fraction``) outside 0-1; relative changes (:data:`RELATIVE_PCT`) aside.
     1e-6 of slack: a share summed from float parts may round to 100.00000000001. Returns ``"key = value"``."""
     found = []
-    stack: list[Any] = [report]
+    stack: list[Json] = [report]
     while stack:
         node = stack.pop()
         if isinstance(node, dict):
@@ -369,12 +385,23 @@ def impossible_shares(report: dict[str, Any]) -> list[str]:
     return sorted(set(found))
 
 
-def _absurd(report: dict[str, Any]) -> list[str]:
+def _items(node: Json, key: str) -> list[Json]:
+    """``node[key]`` when ``node`` is an object holding a list there, else []."""
+    value = node.get(key) if isinstance(node, dict) else None
+    return value if isinstance(value, list) else []
+
+
+def _step_over_a_day(step: Json) -> bool:
+    dur = step.get("dur_us", 0) if isinstance(step, dict) else 0
+    return isinstance(dur, (int, float)) and dur > 86_400e6
+
+
+def _absurd(report: Json) -> list[str]:
     """Values no real run has: a step over a day."""
     found = []
-    for rank in report.get("ranks", []):
-        for dev in rank.get("devices", []):
-            if any(s.get("dur_us", 0) > 86_400e6 for s in dev.get("steps", [])):
+    for rank in _items(report, "ranks"):
+        for dev in _items(rank, "devices"):
+            if any(_step_over_a_day(s) for s in _items(dev, "steps")):
                 found.append("step longer than a day")
     return sorted(set(found))
 
@@ -388,7 +415,7 @@ def run_case(case: Case, workdir: Path, timeout_s: float) -> tuple[str, str, lis
     out, err = io.TextIOWrapper(io.BytesIO(), encoding="utf-8"), io.StringIO()
     flags: list[str] = []
 
-    def alarm(signum: int, frame: Any) -> None:
+    def alarm(signum: int, frame: FrameType | None) -> None:
         raise _Timeout()
 
     old = signal.signal(signal.SIGALRM, alarm)
@@ -419,7 +446,7 @@ def run_case(case: Case, workdir: Path, timeout_s: float) -> tuple[str, str, lis
         return ("clean_error" if ok else "bad_error"), (lines[-1] if lines else "(no message)")[:160], flags
     out.flush()
     try:
-        report = json.loads(out.buffer.getvalue())
+        report: Json = json.loads(out.buffer.getvalue())
     except ValueError:
         return "bad_error", f"exit {code} without a JSON report", flags
     flags.extend(f"absurd: {a}" for a in _absurd(report))
@@ -427,7 +454,7 @@ def run_case(case: Case, workdir: Path, timeout_s: float) -> tuple[str, str, lis
     return "report", "", flags
 
 
-def cases(docs: list[tuple[str, Any]], n: int, seed: int) -> Iterator[Case]:
+def cases(docs: list[tuple[str, TraceDoc]], n: int, seed: int) -> Iterator[Case]:
     """``n`` cases, the same for the same seed and corpus."""
     rng = random.Random(seed)
     for _ in range(n):
@@ -436,7 +463,7 @@ def cases(docs: list[tuple[str, Any]], n: int, seed: int) -> Iterator[Case]:
 
 
 def campaign(
-    docs: list[tuple[str, Any]],
+    docs: list[tuple[str, TraceDoc]],
     n: int,
     seed: int,
     timeout_s: float,

@@ -9,9 +9,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 from perfdoctor.cli import main
 from perfdoctor.model import Report, from_json
-from perfdoctor.model.codec import dumps_plain
 
 
 def cli(*args: str) -> tuple[int, str, str]:
@@ -66,4 +67,4 @@ def as_report(doc: Report | Mapping[str, object], source: str = "report") -> Rep
     perfdoctor reads a report file (:func:`perfdoctor.model.from_json`)."""
     if isinstance(doc, Report):
         return doc
-    return from_json(dumps_plain(doc), source)
+    return from_json(orjson.dumps(doc, option=orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY), source)

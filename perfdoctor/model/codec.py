@@ -8,7 +8,7 @@ plain values first, leaving out the UNSET sections).
 from __future__ import annotations
 
 import secrets
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from typing import Any
 
 import msgspec
@@ -68,11 +68,6 @@ def json_chunks(report: Report) -> Iterator[bytes]:
             yield b",\n    "
         yield orjson.dumps(msgspec.to_builtins(section), option=_OPTS).replace(b"\n", b"\n    ")
     yield after + b"\n"
-
-
-def dumps_plain(doc: Mapping[str, object]) -> bytes:
-    """A report-shaped plain mapping encoded exactly as :func:`to_json` encodes a Report."""
-    return orjson.dumps(doc, option=_OPTS) + b"\n"
 
 
 # version 1 lacks the fix plan's fields, which then read as their defaults (no plan): a kept baseline still diffs

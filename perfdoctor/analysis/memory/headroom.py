@@ -35,11 +35,6 @@ class Headroom:
     phase: str
     op: str | None
 
-    @property
-    def headroom_bytes(self) -> int:
-        """Capacity − peak allocated (bytes)."""
-        return self.capacity_bytes - self.peak_allocated_bytes
-
     def batch_factor(self, fill: float) -> float | None:
         """The largest batch, × today's, whose peak ``fixed + k × activation`` stays under ``fill`` × capacity
         (``fill`` in (0, 1]); None without an activation part (nothing in the peak grows with the batch)."""

@@ -72,14 +72,6 @@ class DeviceSpec:
     def has_tf32(self) -> bool:
         return "tf32" in self.peak_flops
 
-    @property
-    def has_bf16(self) -> bool:
-        return "bf16" in self.peak_flops
-
-    @property
-    def has_fp8(self) -> bool:
-        return "fp8" in self.peak_flops
-
     def peak(self, dtype: str) -> float | None:
         """Dense peak FLOP/s at ``dtype``, or None when the table has no figure."""
         return self.peak_flops.get(dtype)

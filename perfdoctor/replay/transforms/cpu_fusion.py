@@ -16,7 +16,7 @@ import numpy as np
 
 from perfdoctor.replay.rank import RankReplay
 from perfdoctor.replay.simulate import Intervals, Scenario
-from perfdoctor.replay.transforms import WhatIf
+from perfdoctor.replay.transforms import WhatIf, merge_cuts
 from perfdoctor.replay.transforms.cpu import step_span
 from perfdoctor.trace import intervals as iv
 from perfdoctor.trace.tables import Table, TraceTables
@@ -196,3 +196,132 @@ def fuse_elementwise_chains(rr: RankReplay, tables: TraceTables, bandwidth: Band
         "operator fusion (torch.compile, C++/OpenMP on CPU); bytes from the recorded shapes",
     )
     return Fusion(whatif, n_chains, uncosted)
+
+
+@dataclass(frozen=True)
+class OpLoop:
+    """A loop of ``iterations`` repeats of a body of ``body_ops`` same-shape outermost ops, on one thread: its span
+    ``start_us``–``end_us``, the ops' time ``ops_us`` and the time dispatching them (and the ops inside them) costs,
+    ``dispatch_us`` (all µs)."""
+
+    start_us: float
+    end_us: float
+    iterations: int
+    body_ops: int
+    ops_us: float
+    dispatch_us: float
+
+
+def _op_keys(tables: TraceTables, ops: Table, rows: np.ndarray) -> np.ndarray:
+    """One integer per row: equal for ops of the same name and recorded input shapes."""
+    keys: dict[tuple[int, bytes], int] = {}
+    out = np.empty(rows.size, dtype=np.int64)
+    for k, row in enumerate(rows.tolist()):
+        dims = ops["input_dims"][row]
+        key = (int(ops["name_id"][row]), bytes(dims) if isinstance(dims, (bytes, bytearray)) else repr(dims).encode())
+        out[k] = keys.setdefault(key, len(keys))
+    return out
+
+
+def op_loops(tables: TraceTables, pid: int, min_iterations: int, max_body: int = 4) -> list[OpLoop]:
+    """Loops of many same-shape small ops on process ``pid``: runs of outermost ops on a thread where each op repeats
+    the op ``p`` places before it (same name, same recorded shapes) for at least ``min_iterations`` repeats of a body
+    of ``p`` ≤ ``max_body`` ops (shortest bodies first; an op belongs to one loop). Each op's dispatch is the
+    :func:`dispatch_floor_us` per op it dispatches (itself and the ops inside it)."""
+    ops = _thread_ops(tables, pid)
+    if not len(ops):
+        return []
+    d = dispatch_floor_us(tables, pid)
+    top = _outermost(ops, np.ones(len(ops), dtype=bool))
+    loops: list[OpLoop] = []
+    for t in np.unique(ops["tid"][top]).tolist():
+        on = np.flatnonzero(ops["tid"] == t)
+        rows = np.flatnonzero(top & (ops["tid"] == t))
+        keys = _op_keys(tables, ops, rows)
+        s, e = ops["ts_us"][rows], ops["end_us"][rows]
+        inside = np.searchsorted(ops["ts_us"][on], e, side="left") - np.searchsorted(ops["ts_us"][on], s, side="left")
+        taken = np.zeros(rows.size, dtype=bool)
+        for p in range(1, max_body + 1):
+            same = np.concatenate([np.zeros(p, dtype=bool), keys[p:] == keys[:-p]]) if rows.size > p else None
+            if same is None:
+                break
+            edges = np.flatnonzero(np.diff(np.concatenate([[0], same.astype(np.int8), [0]])))
+            for a, b in zip(edges[::2].tolist(), edges[1::2].tolist()):
+                lo, hi = a - p, b  # ops [lo, hi): the first body and its repeats
+                n = (hi - lo) // p
+                hi = lo + n * p
+                if n < min_iterations or taken[lo:hi].any():
+                    continue
+                taken[lo:hi] = True
+                loops.append(
+                    OpLoop(
+                        float(s[lo]),
+                        float(e[hi - 1]),
+                        n,
+                        p,
+                        float((e[lo:hi] - s[lo:hi]).sum()),
+                        float(inside[lo:hi].sum()) * d,
+                    )
+                )
+    return sorted(loops, key=lambda lp: lp.start_us)
+
+
+def batch_op_loops(rr: RankReplay, tables: TraceTables, loops: list[OpLoop], gap_us: float) -> WhatIf:
+    """Each loop of same-shape small ops (:func:`op_loops`) becomes one batched op per op of its body (the per-head
+    ``Linear`` modules of a Python loop become one batched ``einsum``): the ops' work stays, the dispatch of all but
+    one iteration goes, and so does the Python between them but for ``gap_us`` (the typical gap between ops) before
+    each batched op after the first. The loop's span is cut down to ``ops_us − dispatch_us × (n − 1) / n +
+    gap_us × (body_ops − 1)``.
+
+    Assumption: a batched op does the loop's work in the time its ops spent on it (their recorded time less their
+    dispatch); the dispatch per op is the shortest op in the trace. Source: the recorded host timeline (µs): the
+    loop's op count, shapes and gaps.
+    """
+    pid = rr.windows.pid
+    span = step_span(rr)
+    cut_s: list[float] = []
+    cut_e: list[float] = []
+    removed_dispatch = 0.0
+    for lp in loops:
+        if iv.total(iv.intersect(iv.union(np.array([lp.start_us]), np.array([lp.end_us])), span)) <= 0:
+            continue
+        n = lp.iterations
+        batched = lp.ops_us - lp.dispatch_us * (n - 1) / n + gap_us * (lp.body_ops - 1)
+        if batched < lp.end_us - lp.start_us:
+            cut_s.append(lp.start_us + max(batched, 0.0))
+            cut_e.append(lp.end_us)
+            removed_dispatch += lp.dispatch_us * (n - 1) / n
+    cut = iv.intersect(iv.union(np.array(cut_s), np.array(cut_e)), span)
+    text = "; ".join(f"{lp.iterations}×{lp.body_ops} ops" for lp in loops[:4]) + ("; ..." if len(loops) > 4 else "")
+    return WhatIf(
+        "batch-op-loops",
+        Scenario("batch-op-loops", host_cut={pid: cut} if cut_s else {}),
+        f"{len(loops)} loop(s) of same-shape small ops ({text}) batched into one op per loop-body op: their "
+        f"dispatch ({removed_dispatch:.0f} µs over the trace) and the Python between them go, the work stays",
+        "replay of the recorded host timeline (CPU-only trace): the loop's op count, shapes and gaps",
+    )
+
+
+def python_and_dispatch(rr: RankReplay, tables: TraceTables, min_iterations: int) -> tuple[WhatIf, list[OpLoop]]:
+    """PD105's what-if: the Python outside ops trimmed to the median gap
+    (:func:`perfdoctor.replay.transforms.cpu.trim_python_outside_ops`) outside the loops of at least
+    ``min_iterations`` same-shape small ops, and those loops batched (:func:`batch_op_loops`), which removes their
+    ops' dispatch as well as the Python between them. Returns the what-if and the loops."""
+    from perfdoctor.replay.transforms.cpu import median_gap_us, outside_ops, trim_python_outside_ops
+
+    loops = op_loops(tables, rr.windows.pid, min_iterations)
+    spans = iv.union(np.array([lp.start_us for lp in loops]), np.array([lp.end_us for lp in loops]))
+    trim = trim_python_outside_ops(rr, tables, exclude=spans)
+    if not loops:
+        return trim, loops
+    batch = batch_op_loops(rr, tables, loops, median_gap_us(outside_ops(rr, tables)))
+    cut = merge_cuts(trim.scenario.host_cut, batch.scenario.host_cut)
+    return (
+        WhatIf(
+            "trim-python-outside-ops",
+            Scenario("trim-python-outside-ops", host_cut=cut),
+            f"{trim.assumption} (outside the loops below); {batch.assumption}",
+            trim.source,
+        ),
+        loops,
+    )

@@ -77,17 +77,33 @@ def _is_elementwise(tables: TraceTables) -> np.ndarray:
     )
 
 
-def elementwise_chains(ops: Table, ew: np.ndarray) -> list[np.ndarray]:
+def _breaks_chain(tables: TraceTables) -> np.ndarray:
+    """Per name id: an op that ends a chain of elementwise ops when it runs between two of them (bool): an aten op
+    that computes something other than an elementwise result. Views and shape bookkeeping (a compiler fuses through
+    them) and autograd's own nodes (the wrappers around each backward aten op, and the pass-through nodes of an
+    ``add`` whose gradient is its input) do not."""
+    return np.array([bool(_BREAKS.match(n)) and not _VIEWS.match(n) for n in tables.names], dtype=bool)
+
+
+_BREAKS = re.compile(r"^aten::")
+_VIEWS = re.compile(
+    r"^aten::(view|_unsafe_view|reshape|select|slice|t|transpose|expand|expand_as|as_strided|unsqueeze|squeeze|"
+    r"permute|alias|detach|empty|empty_like|empty_strided|result_type|broadcast_tensors|unbind|split|chunk|narrow)$"
+)
+
+
+def elementwise_chains(ops: Table, ew: np.ndarray, breaks: np.ndarray) -> list[np.ndarray]:
     """Chains of two or more elementwise ops run back to back on one thread: the outermost elementwise ops (``ew``:
-    bool per row) in order, a chain broken by any other op that runs entirely between two of them. An op wrapping the
-    next one (an autograd node around its aten op) does not break it. Rows of ``ops`` per chain."""
+    bool per row) in order, a chain broken by an op that computes something else (``breaks``: bool per row,
+    :func:`_breaks_chain`) running entirely between two of them. An op wrapping the next one (an autograd node
+    around its aten op) does not break it. Rows of ``ops`` per chain."""
     chains: list[np.ndarray] = []
     top = _outermost(ops, ew)
     for t in np.unique(ops["tid"][top]).tolist():
         on = ops["tid"] == t
         rows = np.flatnonzero(top & on)
         s, e = ops["ts_us"][rows], ops["end_us"][rows]
-        other = np.flatnonzero(on & ~ew)
+        other = np.flatnonzero(on & ~ew & breaks)
         xs, xe = ops["ts_us"][other], ops["end_us"][other]
         nxt = np.searchsorted(s, xs, side="left")
         ok = nxt < rows.size
@@ -169,7 +185,8 @@ def fuse_elementwise_chains(rr: RankReplay, tables: TraceTables, bandwidth: Band
     cut_s: list[float] = []
     cut_e: list[float] = []
     n_chains = n_ops = uncosted = 0
-    for chain in elementwise_chains(ops, ew):
+    breaks = _breaks_chain(tables)[ops["name_id"]] if len(ops) else np.zeros(0, dtype=bool)
+    for chain in elementwise_chains(ops, ew, breaks):
         s0, e1 = float(ops["ts_us"][chain[0]]), float(ops["end_us"][chain[-1]])
         if iv.total(iv.intersect(iv.union(np.array([s0]), np.array([e1])), keep_out)) > 0:
             continue

@@ -57,7 +57,8 @@ from perfdoctor.replay.rank import RankReplay, replay_rank  # noqa: E402
 from perfdoctor.replay.transforms import WhatIf  # noqa: E402
 from perfdoctor.replay.transforms.accumulation import skip_early_allreduces  # noqa: E402
 from perfdoctor.replay.transforms.batch import larger_batch  # noqa: E402
-from perfdoctor.replay.transforms.cpu import cpu_syncs, fit_threads_to_cores, trim_python_outside_ops  # noqa: E402
+from perfdoctor.replay.transforms.cpu import cpu_syncs, fit_threads_to_cores  # noqa: E402
+from perfdoctor.replay.transforms.cpu_fusion import python_and_dispatch  # noqa: E402
 from perfdoctor.replay.transforms.host import prefetch_dataloader  # noqa: E402
 from perfdoctor.replay.unprofiled import unprofiled  # noqa: E402
 from perfdoctor.trace import load_trace  # noqa: E402
@@ -114,6 +115,24 @@ def _fp32(rr: RankReplay, t: TraceTables, run: RunData) -> WhatIf:
     )
 
 
+def _fused(rr: RankReplay, t: TraceTables, run: RunData) -> WhatIf:
+    """PD202's CPU what-if at the bandwidth the report uses: ``perfdoctor calibrate``'s on this machine, else the
+    rule's assumed one."""
+    from perfdoctor.analysis.timing import host
+    from perfdoctor.capture.run_data import measured_cpu_roofs
+    from perfdoctor.replay.transforms.cpu_fusion import Bandwidth, fuse_elementwise_chains
+    from perfdoctor.trace import intervals as iv
+
+    roofs = measured_cpu_roofs(run.facts.environment, run.facts.cpu)
+    bw = (
+        Bandwidth(roofs.hbm_bytes_per_s, roofs.source, True)
+        if roofs is not None and roofs.hbm_bytes_per_s
+        else Bandwidth(10e9, "assumed (rules/PD202.toml assumed_cpu_gbps)", False)
+    )
+    keep_out = iv.union_of(host.named(t, host.OPTIMIZER_STEP), host.dataloader(t))
+    return fuse_elementwise_chains(rr, t, bw, keep_out).whatif
+
+
 @dataclass(frozen=True)
 class CpuPair:
     """``after_batches``: how many of the "before" side's batches one "after" step holds (a larger-batch pair:
@@ -147,7 +166,13 @@ CPU_PAIRS = [
         "CPU mlp: 5 ms Python metrics per step -> none (PD105)",
         ["--python-metrics-ms", "5"],
         [],
-        lambda rr, t, run: trim_python_outside_ops(rr, t),
+        lambda rr, t, run: python_and_dispatch(rr, t, 16)[0],
+    ),
+    CpuPair(  # the "after" side has no chain at all; the fused chain of the fix still costs its bytes
+        "CPU mlp: 32 unfused mul/add per layer -> none (PD202)",
+        ["--unfused-chain", "32"],
+        [],
+        _fused,
     ),
     CpuPair("CPU mlp: 4 intra-op threads -> 2 on 2 cores (PD104)", ["--threads", "4"], ["--threads", "2"], _threads),
     CpuPair(

@@ -17,7 +17,9 @@ from perfdoctor.analysis.steps.steps import find_steps
 from perfdoctor.replay.rank import RankReplay, replay_rank
 from perfdoctor.replay.transforms import WhatIf
 from perfdoctor.replay.transforms.cpu import cpu_syncs, fit_threads_to_cores, trim_python_outside_ops
+from perfdoctor.replay.transforms.cpu_fusion import Bandwidth, fuse_elementwise_chains
 from perfdoctor.replay.transforms.host import prefetch_dataloader
+from perfdoctor.trace import intervals as iv
 from perfdoctor.trace import load_trace
 from perfdoctor.trace.tables import TraceTables
 
@@ -109,3 +111,38 @@ def test_pd104_replays_the_oversubscription_on_a_cpu_trace(tmp_path: Path) -> No
     assert "4 busy threads on 2 cores" in out.hit.estimate.method
     # without a trace the job-level finding carries no estimate
     assert pd104.check(JobContext(Analysis(ranks=[], inputs=[], run_facts=run), [], spec)).hit.estimate is None  # type: ignore[union-attr, arg-type]
+
+
+MIB = [1024, 256]  # 1024 × 256 fp32 = 1 048 576 B
+
+
+def _ew(tb: TraceBuilder, name: str, ts: float, dur: float) -> None:
+    tb.cpu_op(name, ts, dur, input_dims=[MIB, []], input_type=["float", "Scalar"])
+
+
+def test_fused_chains_cost_their_bytes_at_the_bandwidth(tmp_path: Path) -> None:
+    tb = TraceBuilder(device_name=None)
+    tb.step(1, 0, 1000)
+    _ew(tb, "aten::mul", 0, 100)  # chain 1: mul, add [0, 210)
+    _ew(tb, "aten::add", 110, 100)
+    tb.cpu_op("aten::mm", 220, 100)  # breaks the chain
+    _ew(tb, "aten::relu", 330, 100)  # a lone op: nothing to fuse
+    tb.cpu_op("aten::mm", 440, 100)
+    # chain 2, in backward: each aten op inside its autograd node, which does not break it: [550, 760)
+    tb.cpu_op("MulBackward0", 550, 100)
+    _ew(tb, "aten::mul", 560, 80)
+    tb.cpu_op("autograd::engine::evaluate_function: AddBackward0", 652, 5)  # a pass-through node: no break
+    tb.cpu_op("AddBackward0", 660, 100)
+    _ew(tb, "aten::add", 670, 80)
+    tb.cpu_op("aten::view", 900, 4)  # the shortest op: one dispatch, 4 µs
+    rr, t = _replay(tb, tmp_path)
+    fusion = fuse_elementwise_chains(rr, t, Bandwidth(20e9, "measured here", True), iv.EMPTY)
+    # each chain moves 1 MiB in + 1 MiB out = 2 097 152 B at 20 GB/s = 104.8576 µs, + 4 µs = 108.8576 µs;
+    # chain 1's span 210 µs and chain 2's (its outermost elementwise ops [560, 750)) 190 µs shrink to it:
+    # (210 − 108.8576) + (190 − 108.8576) = 182.2848 µs
+    assert fusion.fused == 2 and fusion.uncosted == 0
+    assert _saving(rr, fusion.whatif) == pytest.approx([182.2848])
+    assert "20.0 GB/s (measured here)" in fusion.whatif.assumption
+    # the optimizer's time kept out: chain 2 stays, chain 1 alone saves 210 − 108.8576 = 101.1424 µs
+    kept = fuse_elementwise_chains(rr, t, Bandwidth(20e9, "", True), iv.union(np.array([500.0]), np.array([800.0])))
+    assert _saving(rr, kept.whatif) == pytest.approx([101.1424])

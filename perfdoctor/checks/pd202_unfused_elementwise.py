@@ -21,6 +21,7 @@ import numpy as np
 from perfdoctor.checks.common import pct, steps_over, top_names
 from perfdoctor.checks.context import Outcome, RankContext, passed
 from perfdoctor.findings import Estimate, Evidence, Hit
+from perfdoctor.replay.transforms.cpu_fusion import Bandwidth
 
 CODE = "PD202"
 METRICS = {
@@ -47,6 +48,7 @@ class Thresholds:
     min_saving_pct: float
     short_kernel_us: float
     max_fused_fraction: float
+    assumed_cpu_gbps: float
 
 
 COMPILED = r"^triton_|Torch-Compiled Region|CompiledFunction|^inductor|TorchDynamo"
@@ -88,6 +90,34 @@ def _cpu(ctx: RankContext) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarr
     return per_step, count, names[ops["name_id"][m]], ops["dur_us"][m]
 
 
+def _bandwidth(ctx: RankContext, th: Thresholds) -> Bandwidth:
+    """This machine's measured memory bandwidth (``perfdoctor calibrate`` on the machine that recorded the run: the
+    rank's measured roofs), else ``assumed_cpu_gbps`` stated as an assumption."""
+    roofs = ctx.traced.roofline.roofs if ctx.traced.roofline is not None else None
+    bw = roofs.hbm_bytes_per_s if roofs is not None and roofs.kind == "measured" else None
+    if roofs is not None and bw is not None and bw > 0:
+        return Bandwidth(bw, roofs.source, True)
+    return Bandwidth(
+        th.assumed_cpu_gbps * 1e9,
+        "assumed, not measured: `perfdoctor calibrate` on the machine that ran the trace, on idle cores, measures it",
+        False,
+    )
+
+
+def _cpu_replayed(ctx: RankContext, th: Thresholds) -> tuple[float, str] | None:
+    """(saving µs, method) of the CPU fused-chains replay, or None when no chain has recorded shapes."""
+    from perfdoctor.analysis.timing import host
+    from perfdoctor.replay.transforms.cpu_fusion import fuse_elementwise_chains
+    from perfdoctor.trace import intervals as iv
+
+    keep_out = iv.union_of(host.named(ctx.tables, host.OPTIMIZER_STEP), host.dataloader(ctx.tables))
+    fusion = fuse_elementwise_chains(ctx.replay(), ctx.tables, _bandwidth(ctx, th), keep_out)
+    if fusion.fused == 0 and fusion.uncosted > 0:
+        return None
+    saving, _, method = ctx.replayed_saving(fusion.whatif)
+    return max(saving, 0.0), method
+
+
 def check(ctx: RankContext) -> Outcome:
     th = ctx.thresholds(Thresholds)
     compiled = bool(ctx.tables.names_matching(COMPILED).any())
@@ -101,6 +131,10 @@ def check(ctx: RankContext) -> Outcome:
 
         saving, _, replayed_method = ctx.replayed_saving(fused_elementwise(ctx.replay(), ctx.tables))
         saving = max(saving, 0.0)
+    elif not compiled and share >= th.min_share_pct:
+        replayed = _cpu_replayed(ctx, th)
+        if replayed is not None:
+            saving, replayed_method = replayed
     metrics = {
         "elementwise_us": ew_us,
         "elementwise_pct": share,
@@ -123,7 +157,8 @@ def check(ctx: RankContext) -> Outcome:
     )
     method = replayed_method or (
         f"elementwise/normalization {what} time per step × max_fused_fraction "
-        f"({th.max_fused_fraction}): the share a fused pass removes at most"
+        f"({th.max_fused_fraction}): the share a fused pass removes at most (an upper bound: the trace has no "
+        "recorded shapes; `record_shapes=True` lets the fused chains be replayed from the bytes they move)"
     )
     return Outcome(
         metrics=metrics,

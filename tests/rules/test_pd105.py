@@ -34,3 +34,35 @@ def test_pd105_silent_when_ops_fill_the_step(tmp_path):
     assert "PD105" in r.passed
     assert r.metrics("PD105")["outside_us"] == 10
     assert r.metrics("PD105")["outside_pct"] == 1.0
+
+
+def _head_loop(heads: int) -> TraceBuilder:
+    """One 2000 µs CPU step: an mm [0, 90), then ``heads`` per-head linears of one shape, 40 µs each with its
+    addmm inside, every 60 µs from 100 (Python gaps of 20 µs), then a 4 µs view at 1900 (the shortest op)."""
+    tb = TraceBuilder(device_name=None)
+    tb.step(1, 0, 2000)
+    tb.cpu_op("aten::mm", 0, 90)
+    for i in range(heads):
+        tb.cpu_op("aten::linear", 100 + 60 * i, 40, input_dims=[[8, 64], [16, 64], [16]])
+        tb.cpu_op("aten::addmm", 105 + 60 * i, 30, input_dims=[[16], [8, 64], [64, 16]])
+    tb.cpu_op("aten::view", 1900, 4)
+    return tb
+
+
+def test_pd105_batches_a_loop_of_same_shape_small_ops(tmp_path):
+    f = run_tb(_head_loop(20), tmp_path, ["PD105"]).findings["PD105"]
+    # gaps outside ops: [90, 100) 10, 19 × 20 in the loop, [1280, 1900) 620, [1904, 2000) 96: median of the 22 is 20.
+    # The loop [100, 1280): 20 linears × 40 µs = 800 µs of ops, each dispatching 2 ops (linear, addmm) at the 4 µs
+    # floor: 160 µs, of which 19/20 go: batched 800 − 152 = 648 µs, the span 1180 µs shrinks by 532 µs.
+    # Outside it, the 620 and 96 µs gaps shrink to 20: 600 + 76 = 676 µs. Saving 532 + 676 = 1208 µs
+    assert f["saving_us_per_step"] == 1208
+    assert "1 loop(s) of same-shape small ops (20×1 ops)" in f["method"]
+    assert "median gap (20 µs" in f["method"]
+
+
+def test_pd105_keeps_a_short_loop_as_gaps(tmp_path):
+    f = run_tb(_head_loop(10), tmp_path, ["PD105"]).findings["PD105"]
+    # 10 repeats, under min_loop_iterations (16): no batching. Gaps: 10, 9 × 20, [680, 1900) 1220, 96: median 20;
+    # only the long gaps shrink: (1220 − 20) + (96 − 20) = 1276 µs alone (PD201 ranks above it in this trace)
+    assert f["saving_alone_us_per_step"] == 1276
+    assert "loop" not in f["method"]

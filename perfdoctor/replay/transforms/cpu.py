@@ -38,24 +38,35 @@ def _busy(tables: TraceTables, pid: int) -> dict[str, Intervals]:
     return host_unions(tables, pid)
 
 
-def trim_python_outside_ops(rr: RankReplay, tables: TraceTables) -> WhatIf:
-    """Every stretch of a step with no op open on the step's process (PD105's "Python outside any op": the
-    complement of :func:`perfdoctor.analysis.timing.cpu_breakdown.host_unions` in the step windows) shrinks to the
-    median such stretch of the analysed steps, ``residual_us``; shorter ones keep their time.
+def outside_ops(rr: RankReplay, tables: TraceTables) -> Intervals:
+    """The stretches of the analysed steps with no op open on the step's process (µs intervals): PD105's "Python
+    outside any op", the complement of :func:`perfdoctor.analysis.timing.cpu_breakdown.host_unions`."""
+    return iv.subtract(step_span(rr), iv.union_of(*_busy(tables, rr.windows.pid).values()))
+
+
+def median_gap_us(gaps: Intervals) -> float:
+    """The median length of ``gaps`` (µs; 0 when there is none): the Python that dispatches each op."""
+    length = gaps[1] - gaps[0]
+    return float(np.median(length)) if length.size else 0.0
+
+
+def trim_python_outside_ops(rr: RankReplay, tables: TraceTables, exclude: Intervals = iv.EMPTY) -> WhatIf:
+    """Every stretch of a step with no op open on the step's process (:func:`outside_ops`) shrinks to the median
+    such stretch of the analysed steps, ``residual_us``; shorter ones keep their time. ``exclude`` (µs intervals):
+    host time another what-if models (loops of small ops, :mod:`perfdoctor.replay.transforms.cpu_fusion`), not cut.
 
     Assumption: the per-step bookkeeping (metrics in Python, logging, sleeps, I/O) leaves the loop, while the
     Python that dispatches each op (the typical gap between two ops, measured here as the median gap) stays.
     Source: the recorded host timeline (µs); the residual is this trace's median gap between ops.
     """
     pid = rr.windows.pid
-    gaps = iv.subtract(step_span(rr), iv.union_of(*_busy(tables, pid).values()))
-    length = gaps[1] - gaps[0]
-    residual = float(np.median(length)) if length.size else 0.0
-    long = length > residual
-    cut = (gaps[0][long] + residual, gaps[1][long])
+    gaps = outside_ops(rr, tables)
+    residual = median_gap_us(gaps)
+    long = (gaps[1] - gaps[0]) > residual
+    cut = iv.subtract((gaps[0][long] + residual, gaps[1][long]), exclude)
     return WhatIf(
         "trim-python-outside-ops",
-        Scenario("trim-python-outside-ops", host_cut={pid: cut} if long.any() else {}),
+        Scenario("trim-python-outside-ops", host_cut={pid: cut} if cut[0].size else {}),
         f"the Python outside ops goes: each of the {int(long.sum())} gap(s) between ops longer than the median "
         f"gap ({residual:.0f} µs, the per-op dispatch that stays) shrinks to it",
         "replay of the recorded host timeline (CPU-only trace)",

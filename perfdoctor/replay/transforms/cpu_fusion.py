@@ -1,0 +1,344 @@
+"""What-ifs of CPU-only graphs that change how many ops run: chains of elementwise ops fused into one (PD202) and
+loops of many small same-shape ops batched into one op per loop body (PD105).
+
+Both are host cuts (:class:`~perfdoctor.replay.simulate.Scenario` ``host_cut``) on the step's process, like the other
+CPU what-ifs (:mod:`perfdoctor.replay.transforms.cpu`). The per-op dispatch they keep is measured in the trace
+(:func:`dispatch_floor_us`).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+from perfdoctor.replay.rank import RankReplay
+from perfdoctor.replay.simulate import Intervals, Scenario
+from perfdoctor.replay.transforms import WhatIf, merge_cuts
+from perfdoctor.replay.transforms.cpu import step_span
+from perfdoctor.trace import intervals as iv
+from perfdoctor.trace.tables import Table, TraceTables
+
+# dtype casts and copies are autocast's (PD204), not fusion candidates (perfdoctor/checks/common.py COPY_OPS)
+_COPY = re.compile(r"^aten::(copy_|to|_to_copy|_copy_from|_copy_from_and_resize)$")
+
+
+@dataclass(frozen=True)
+class Bandwidth:
+    """The memory bandwidth a fused op moves its bytes at (B/s) and where the figure comes from (one phrase);
+    ``measured`` False when it is an assumption."""
+
+    bytes_per_s: float
+    source: str
+    measured: bool
+
+
+def _thread_ops(tables: TraceTables, pid: int) -> Table:
+    """The ops of process ``pid`` sorted by thread, then start, then the longer first (a parent before its child)."""
+    ops = tables.cpu_ops
+    if not len(ops):
+        return ops
+    ops = ops.take(np.flatnonzero(ops["pid"] == pid)) if pid >= 0 else ops
+    order = np.lexsort((-(ops["end_us"] - ops["ts_us"]), ops["ts_us"], ops["tid"]))
+    return ops.take(order)
+
+
+def _outermost(ops: Table, sel: np.ndarray) -> np.ndarray:
+    """Of the rows ``sel`` (bool, ``ops`` sorted as :func:`_thread_ops` sorts), those no other selected row of their
+    thread contains (bool)."""
+    out = np.zeros(len(ops), dtype=bool)
+    for t in np.unique(ops["tid"][sel]).tolist():
+        rows = np.flatnonzero(sel & (ops["tid"] == t))
+        end = ops["end_us"][rows]
+        prior = np.concatenate([[-np.inf], np.maximum.accumulate(end)[:-1]])
+        out[rows[end > prior]] = True
+    return out
+
+
+def dispatch_floor_us(tables: TraceTables, pid: int) -> float:
+    """The cost of dispatching one op that does next to no work (µs): the shortest outermost op recorded on process
+    ``pid`` (0 without ops). Source: this trace; a fused or batched op pays it once."""
+    ops = _thread_ops(tables, pid)
+    if not len(ops):
+        return 0.0
+    top = _outermost(ops, np.ones(len(ops), dtype=bool))
+    return float((ops["end_us"] - ops["ts_us"])[top].min())
+
+
+def _is_elementwise(tables: TraceTables) -> np.ndarray:
+    """Per name id: an elementwise or normalization aten op that is not a copy or cast (bool)."""
+    from perfdoctor.analysis.timing.cpu_breakdown import classify_cpu_op
+
+    return np.array(
+        [classify_cpu_op(n) in ("elementwise", "reduction_norm") and not _COPY.match(n) for n in tables.names],
+        dtype=bool,
+    )
+
+
+def _breaks_chain(tables: TraceTables) -> np.ndarray:
+    """Per name id: an op that ends a chain of elementwise ops when it runs between two of them (bool): an aten op
+    that computes something other than an elementwise result. Views and shape bookkeeping (a compiler fuses through
+    them) and autograd's own nodes (the wrappers around each backward aten op, and the pass-through nodes of an
+    ``add`` whose gradient is its input) do not."""
+    return np.array([bool(_BREAKS.match(n)) and not _VIEWS.match(n) for n in tables.names], dtype=bool)
+
+
+_BREAKS = re.compile(r"^aten::")
+_VIEWS = re.compile(
+    r"^aten::(view|_unsafe_view|reshape|select|slice|t|transpose|expand|expand_as|as_strided|unsqueeze|squeeze|"
+    r"permute|alias|detach|empty|empty_like|empty_strided|result_type|broadcast_tensors|unbind|split|chunk|narrow)$"
+)
+
+
+def elementwise_chains(ops: Table, ew: np.ndarray, breaks: np.ndarray) -> list[np.ndarray]:
+    """Chains of two or more elementwise ops run back to back on one thread: the outermost elementwise ops (``ew``:
+    bool per row) in order, a chain broken by an op that computes something else (``breaks``: bool per row,
+    :func:`_breaks_chain`) running entirely between two of them. An op wrapping the next one (an autograd node
+    around its aten op) does not break it. Rows of ``ops`` per chain."""
+    chains: list[np.ndarray] = []
+    top = _outermost(ops, ew)
+    for t in np.unique(ops["tid"][top]).tolist():
+        on = ops["tid"] == t
+        rows = np.flatnonzero(top & on)
+        s, e = ops["ts_us"][rows], ops["end_us"][rows]
+        other = np.flatnonzero(on & ~ew & breaks)
+        xs, xe = ops["ts_us"][other], ops["end_us"][other]
+        nxt = np.searchsorted(s, xs, side="left")
+        ok = nxt < rows.size
+        inside_gap = ok & (xe <= s[np.minimum(nxt, rows.size - 1)])
+        inside_gap &= (nxt == 0) | (xs >= e[np.maximum(nxt - 1, 0)])
+        starts = np.zeros(rows.size, dtype=bool)
+        starts[0] = True
+        starts[nxt[inside_gap]] = True
+        for chain in np.split(rows, np.flatnonzero(starts)[1:]):
+            if chain.size >= 2:
+                chains.append(chain)
+    return chains
+
+
+def _chain_bytes(tables: TraceTables, ops: Table, chain: np.ndarray) -> float | None:
+    """Bytes a fused chain moves: every tensor input of its first op, the tensor inputs other than the first of each
+    later op (the first is taken as the previous op's output, kept in registers), read once, and the last op's
+    output (its inputs broadcast, at its first input's element size) written once. None when a shape is missing."""
+    from perfdoctor.analysis.work.op_args import parse_args
+
+    total = 0.0
+    for k, row in enumerate(chain.tolist()):
+        args = parse_args(ops["input_dims"][row], ops["input_type"][row])
+        if args is None:
+            return None
+        idx = [i for i in range(len(args.dims)) if args.tensor(i) is not None]
+        if not idx:
+            return None
+        for i in idx[0 if k == 0 else 1 :]:
+            b = args.nbytes(i)
+            if b is None:
+                return None
+            total += b
+        if k == chain.size - 1:
+            shape: tuple[int, ...] = ()
+            for i in idx:
+                shape = _broadcast(shape, args.tensor(i) or ())
+            size = args.elem_bytes(idx[0])
+            if size is None:
+                return None
+            total += math.prod(shape) * size
+    return total
+
+
+def _broadcast(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
+    """NumPy broadcasting of two shapes, taking the larger extent where they disagree (a shape the trace got wrong
+    must not stop the estimate)."""
+    n = max(len(a), len(b))
+    a, b = (1,) * (n - len(a)) + a, (1,) * (n - len(b)) + b
+    return tuple(max(x, y) for x, y in zip(a, b))
+
+
+@dataclass(frozen=True)
+class Fusion:
+    """The fused-chains what-if and what it found: ``fused`` chains cut, ``uncosted`` chains without shapes."""
+
+    whatif: WhatIf
+    fused: int
+    uncosted: int
+
+
+def fuse_elementwise_chains(rr: RankReplay, tables: TraceTables, bandwidth: Bandwidth, keep_out: Intervals) -> Fusion:
+    """Each chain of back-to-back elementwise/normalization ops on the step's process (:func:`elementwise_chains`)
+    becomes one fused op costing the bytes it must move (:func:`_chain_bytes`) at ``bandwidth`` plus one op
+    dispatch (:func:`dispatch_floor_us`); the chain's recorded span (its ops and the Python between them) is cut down
+    to that cost. A chain whose shapes are not recorded, or whose fused cost is not below its span, keeps its time;
+    chains touching ``keep_out`` (µs intervals: the optimizer's and the DataLoader's ops, other fixes') too.
+
+    Assumption: the fused loop streams its tensors once at the machine's memory bandwidth (a tensor that stays in
+    cache moves faster, so the cost is an upper bound on the fused op's time). Source: operator fusion as
+    torch.compile's C++/OpenMP backend does it; bytes from the recorded shapes and dtypes; the bandwidth as
+    ``bandwidth.source`` says.
+    """
+    pid = rr.windows.pid
+    ops = _thread_ops(tables, pid)
+    ew = _is_elementwise(tables)[ops["name_id"]] if len(ops) else np.zeros(0, dtype=bool)
+    d = dispatch_floor_us(tables, pid)
+    span = step_span(rr)
+    cut_s: list[float] = []
+    cut_e: list[float] = []
+    n_chains = n_ops = uncosted = 0
+    breaks = _breaks_chain(tables)[ops["name_id"]] if len(ops) else np.zeros(0, dtype=bool)
+    for chain in elementwise_chains(ops, ew, breaks):
+        s0, e1 = float(ops["ts_us"][chain[0]]), float(ops["end_us"][chain[-1]])
+        if iv.total(iv.intersect(iv.union(np.array([s0]), np.array([e1])), keep_out)) > 0:
+            continue
+        if iv.total(iv.intersect(iv.union(np.array([s0]), np.array([e1])), span)) < e1 - s0:
+            continue  # a chain across a step boundary is not cut
+        nbytes = _chain_bytes(tables, ops, chain)
+        if nbytes is None:
+            uncosted += 1
+            continue
+        fused_us = nbytes / bandwidth.bytes_per_s * 1e6 + d
+        if fused_us < e1 - s0:
+            cut_s.append(s0 + fused_us)
+            cut_e.append(e1)
+            n_chains += 1
+            n_ops += chain.size
+    cut = iv.union(np.array(cut_s), np.array(cut_e))
+    whatif = WhatIf(
+        "fused-elementwise",
+        Scenario("fused-elementwise", host_cut={pid: cut} if cut_s else {}),
+        f"{n_chains} chains of back-to-back elementwise/norm ops ({n_ops} ops) each fused into one op that reads its "
+        f"inputs once and writes its output once at {bandwidth.bytes_per_s / 1e9:.1f} GB/s ({bandwidth.source}), "
+        f"plus one {d:.1f} µs op dispatch (the shortest op in the trace)"
+        + (f"; {uncosted} chains without recorded shapes keep their time" if uncosted else ""),
+        "operator fusion (torch.compile, C++/OpenMP on CPU); bytes from the recorded shapes",
+    )
+    return Fusion(whatif, n_chains, uncosted)
+
+
+@dataclass(frozen=True)
+class OpLoop:
+    """A loop of ``iterations`` repeats of a body of ``body_ops`` same-shape outermost ops, on one thread: its span
+    ``start_us``–``end_us``, the ops' time ``ops_us`` and the time dispatching them (and the ops inside them) costs,
+    ``dispatch_us`` (all µs)."""
+
+    start_us: float
+    end_us: float
+    iterations: int
+    body_ops: int
+    ops_us: float
+    dispatch_us: float
+
+
+def _op_keys(tables: TraceTables, ops: Table, rows: np.ndarray) -> np.ndarray:
+    """One integer per row: equal for ops of the same name and recorded input shapes."""
+    keys: dict[tuple[int, bytes], int] = {}
+    out = np.empty(rows.size, dtype=np.int64)
+    for k, row in enumerate(rows.tolist()):
+        dims = ops["input_dims"][row]
+        key = (int(ops["name_id"][row]), bytes(dims) if isinstance(dims, (bytes, bytearray)) else repr(dims).encode())
+        out[k] = keys.setdefault(key, len(keys))
+    return out
+
+
+def op_loops(tables: TraceTables, pid: int, min_iterations: int, max_body: int = 4) -> list[OpLoop]:
+    """Loops of many same-shape small ops on process ``pid``: runs of outermost ops on a thread where each op repeats
+    the op ``p`` places before it (same name, same recorded shapes) for at least ``min_iterations`` repeats of a body
+    of ``p`` ≤ ``max_body`` ops (shortest bodies first; an op belongs to one loop). Each op's dispatch is the
+    :func:`dispatch_floor_us` per op it dispatches (itself and the ops inside it)."""
+    ops = _thread_ops(tables, pid)
+    if not len(ops):
+        return []
+    d = dispatch_floor_us(tables, pid)
+    top = _outermost(ops, np.ones(len(ops), dtype=bool))
+    loops: list[OpLoop] = []
+    for t in np.unique(ops["tid"][top]).tolist():
+        on = np.flatnonzero(ops["tid"] == t)
+        rows = np.flatnonzero(top & (ops["tid"] == t))
+        keys = _op_keys(tables, ops, rows)
+        s, e = ops["ts_us"][rows], ops["end_us"][rows]
+        inside = np.searchsorted(ops["ts_us"][on], e, side="left") - np.searchsorted(ops["ts_us"][on], s, side="left")
+        taken = np.zeros(rows.size, dtype=bool)
+        for p in range(1, max_body + 1):
+            same = np.concatenate([np.zeros(p, dtype=bool), keys[p:] == keys[:-p]]) if rows.size > p else None
+            if same is None:
+                break
+            edges = np.flatnonzero(np.diff(np.concatenate([[0], same.astype(np.int8), [0]])))
+            for a, b in zip(edges[::2].tolist(), edges[1::2].tolist()):
+                lo, hi = a - p, b  # ops [lo, hi): the first body and its repeats
+                n = (hi - lo) // p
+                hi = lo + n * p
+                if n < min_iterations or taken[lo:hi].any():
+                    continue
+                taken[lo:hi] = True
+                loops.append(
+                    OpLoop(
+                        float(s[lo]),
+                        float(e[hi - 1]),
+                        n,
+                        p,
+                        float((e[lo:hi] - s[lo:hi]).sum()),
+                        float(inside[lo:hi].sum()) * d,
+                    )
+                )
+    return sorted(loops, key=lambda lp: lp.start_us)
+
+
+def batch_op_loops(rr: RankReplay, tables: TraceTables, loops: list[OpLoop], gap_us: float) -> WhatIf:
+    """Each loop of same-shape small ops (:func:`op_loops`) becomes one batched op per op of its body (the per-head
+    ``Linear`` modules of a Python loop become one batched ``einsum``): the ops' work stays, the dispatch of all but
+    one iteration goes, and so does the Python between them but for ``gap_us`` (the typical gap between ops) before
+    each batched op after the first. The loop's span is cut down to ``ops_us − dispatch_us × (n − 1) / n +
+    gap_us × (body_ops − 1)``.
+
+    Assumption: a batched op does the loop's work in the time its ops spent on it (their recorded time less their
+    dispatch); the dispatch per op is the shortest op in the trace. Source: the recorded host timeline (µs): the
+    loop's op count, shapes and gaps.
+    """
+    pid = rr.windows.pid
+    span = step_span(rr)
+    cut_s: list[float] = []
+    cut_e: list[float] = []
+    removed_dispatch = 0.0
+    for lp in loops:
+        if iv.total(iv.intersect(iv.union(np.array([lp.start_us]), np.array([lp.end_us])), span)) <= 0:
+            continue
+        n = lp.iterations
+        batched = lp.ops_us - lp.dispatch_us * (n - 1) / n + gap_us * (lp.body_ops - 1)
+        if batched < lp.end_us - lp.start_us:
+            cut_s.append(lp.start_us + max(batched, 0.0))
+            cut_e.append(lp.end_us)
+            removed_dispatch += lp.dispatch_us * (n - 1) / n
+    cut = iv.intersect(iv.union(np.array(cut_s), np.array(cut_e)), span)
+    text = "; ".join(f"{lp.iterations}×{lp.body_ops} ops" for lp in loops[:4]) + ("; ..." if len(loops) > 4 else "")
+    return WhatIf(
+        "batch-op-loops",
+        Scenario("batch-op-loops", host_cut={pid: cut} if cut_s else {}),
+        f"{len(loops)} loop(s) of same-shape small ops ({text}) batched into one op per loop-body op: their "
+        f"dispatch ({removed_dispatch:.0f} µs over the trace) and the Python between them go, the work stays",
+        "replay of the recorded host timeline (CPU-only trace): the loop's op count, shapes and gaps",
+    )
+
+
+def python_and_dispatch(rr: RankReplay, tables: TraceTables, min_iterations: int) -> tuple[WhatIf, list[OpLoop]]:
+    """PD105's what-if: the Python outside ops trimmed to the median gap
+    (:func:`perfdoctor.replay.transforms.cpu.trim_python_outside_ops`) outside the loops of at least
+    ``min_iterations`` same-shape small ops, and those loops batched (:func:`batch_op_loops`), which removes their
+    ops' dispatch as well as the Python between them. Returns the what-if and the loops."""
+    from perfdoctor.replay.transforms.cpu import median_gap_us, outside_ops, trim_python_outside_ops
+
+    loops = op_loops(tables, rr.windows.pid, min_iterations)
+    spans = iv.union(np.array([lp.start_us for lp in loops]), np.array([lp.end_us for lp in loops]))
+    trim = trim_python_outside_ops(rr, tables, exclude=spans)
+    if not loops:
+        return trim, loops
+    batch = batch_op_loops(rr, tables, loops, median_gap_us(outside_ops(rr, tables)))
+    cut = merge_cuts(trim.scenario.host_cut, batch.scenario.host_cut)
+    return (
+        WhatIf(
+            "trim-python-outside-ops",
+            Scenario("trim-python-outside-ops", host_cut=cut),
+            f"{trim.assumption} (outside the loops below); {batch.assumption}",
+            trim.source,
+        ),
+        loops,
+    )

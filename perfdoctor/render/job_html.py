@@ -18,7 +18,7 @@ from markupsafe import Markup, escape
 from msgspec import UNSET
 
 from perfdoctor.model import Report, to_builtins
-from perfdoctor.render.view import CAT_LABELS, IDLE_LABELS
+from perfdoctor.render.view import CAT_LABELS, IDLE_LABELS, collectives_free_text
 
 MAX_ROWS = 128
 MAX_COLS = 64
@@ -219,6 +219,7 @@ def job_view(rep: Report, n_ranks: int) -> dict[str, Any]:
             "%",
         ),
         "wait_chart": wait_chart,
+        "collectives_free": collectives_free_text(job["collectives_free"]) if job.get("collectives_free") else None,
         "outliers": list((job.get("outliers") or {}).items()),
         "detailed": len(rep.ranks),
         "n_ranks": n_ranks,

@@ -15,7 +15,7 @@ from rich.table import Table
 from rich.text import Text
 
 from perfdoctor.checks.common import rank_list_text
-from perfdoctor.render.view import CAT_LABELS, IDLE_LABELS, ms
+from perfdoctor.render.view import CAT_LABELS, IDLE_LABELS, collectives_free_text, ms
 
 MAX_OUTLIERS = 8  # rows of outlier ranks (ranks with the same reasons share one); the rest are counted
 _NUM = re.compile(r"\d+(\.\d+)?")
@@ -62,6 +62,8 @@ def render_job(report: dict[str, Any], console: Console) -> None:
         console.print(f"collectives matched across ranks: {cw['n_collectives']}; {_wait_text(cw, ranks)}")
     elif cw.get("note"):
         console.print(Text(f"collectives not matched across ranks: {cw['note']}", style="dim"))
+    if job.get("collectives_free"):
+        console.print(collectives_free_text(job["collectives_free"]))
     _outliers(job, console)
     console.print()
 

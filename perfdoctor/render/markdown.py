@@ -13,7 +13,7 @@ from typing import Any
 
 from msgspec import UNSET
 
-from perfdoctor.model import Report, as_report
+from perfdoctor.model import Report, as_report, to_builtins
 from perfdoctor.model.report import RankSection
 from perfdoctor.render import memory_view, view
 
@@ -158,8 +158,13 @@ def _ranks(report: Report) -> list[str]:
                 view.ms(d.totals.communication.exposed_us / view.n_steps(d)),
             ]
         )
+    free = report.job.collectives_free if report.job is not UNSET else UNSET
+    line = [esc_prose(view.collectives_free_text(to_builtins(free))), ""] if free is not UNSET else []
     return (
-        ["## Ranks", ""] + _table(["rank", "median step", "utilization", "exposed comm / step"], rows, {1, 2, 3}) + [""]
+        ["## Ranks", ""]
+        + _table(["rank", "median step", "utilization", "exposed comm / step"], rows, {1, 2, 3})
+        + [""]
+        + line
     )
 
 

@@ -760,8 +760,7 @@ def collectives_free_text(cf: Mapping[str, Any]) -> str:
     job's step measured and with every collective free, and the share communication and the wait for peers cost."""
     ratio = float(cf["ratio"])
     return (
-        f"with every collective free (transfer free and perfectly overlapped, every rank alike): job step "
-        f"{ms(cf['step_us'])} (rank {cf['step_rank']}) → {ms(cf['free_step_us'])} (rank {cf['free_rank']}), "
-        f"{pct(ratio)} of the measured step: communication and the wait for peers cost at most {pct(1.0 - ratio)} "
-        "of it (an upper bound on any communication fix)"
+        f"with every collective free (transfer free and overlapped, on every rank): job step {ms(cf['step_us'])} "
+        f"(rank {cf['step_rank']}) → {ms(cf['free_step_us'])} (rank {cf['free_rank']}), {pct(ratio)} of the measured "
+        f"step; communication and waiting for peers cost at most {pct(1.0 - ratio)} of it"
     )

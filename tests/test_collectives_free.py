@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -143,8 +144,10 @@ def test_dlrm_ranks_fall_to_their_host_time() -> None:
     arrive, freeing its 1.58 ms of exposed communication saves nothing (12.51 ms either way). The job's step goes
     from 19.90 ms (rank 1) to 13.28 ms (rank 5): 66.7%."""
     files = sorted(DLRM.glob("worker*.json.gz"))
-    job = to_builtins(pipeline.build([str(DLRM)]).model)["job"]
+    report = to_builtins(pipeline.build([str(DLRM)]).model)
+    job = report["job"]
     cf = job["collectives_free"]
+    assert cf["step_us"] == report["denominator"]["value_us"]  # the job's step every saving is a share of
     assert job["ranks"] == list(range(8)) and [p.name[:7] for p in files] == [f"worker{r}" for r in range(8)]
     assert (cf["step_rank"], cf["free_rank"]) == (1, 5)
     assert cf["step_us"] == pytest.approx(19901.0) and cf["free_step_us"] == pytest.approx(13283.0)
@@ -155,3 +158,61 @@ def test_dlrm_ranks_fall_to_their_host_time() -> None:
         assert less_exposed <= free <= step, path.name
     assert cf["ranks_free_step_us"][7] == cf["ranks_step_us"][7] == pytest.approx(12509.0)
     assert _raw_bounds(files[7], 12509.0)[0] == pytest.approx(12509.0 - 1580.0)
+
+
+def _raw_exposed_gloo_us(path: Path, lo: float, hi: float) -> float:
+    """Host time of the trace's process in [lo, hi) inside gloo/c10d collectives (any thread) while no other op
+    (nor ``Optimizer.step``) runs on the process, an op nested in a collective on its own thread counting as the
+    collective's: from the raw JSON (µs)."""
+    with gzip.open(path, "rt") as fh:
+        events = [e for e in json.load(fh)["traceEvents"] if e.get("ph") == "X" and "dur" in e]
+    is_coll = [bool(re.search(r"^(gloo|c10d)[:_]|^c10d::|all_?reduce", str(e["name"]))) for e in events]
+    colls = [e for e, c in zip(events, is_coll) if c and e.get("cat") in ("cpu_op", "user_annotation")]
+    ops = []
+    for e, c in zip(events, is_coll):
+        optimizer = e.get("cat") == "user_annotation" and str(e["name"]).startswith("Optimizer.step")
+        if c or (e.get("cat") != "cpu_op" and not optimizer):
+            continue
+        s, t = float(e["ts"]), float(e["ts"]) + float(e["dur"])
+        held = any(
+            k["tid"] == e["tid"] and float(k["ts"]) <= s and t <= float(k["ts"]) + float(k["dur"]) for k in colls
+        )
+        if not held:
+            ops.append((s, t))
+    cuts = np.unique([lo, hi] + [float(x) for k in colls for x in (k["ts"], float(k["ts"]) + float(k["dur"]))])
+    cuts = cuts[(cuts >= lo) & (cuts <= hi)]
+    cuts = np.unique(np.concatenate([cuts, [x for s, t in ops for x in (s, t) if lo < x < hi]]))
+    mid = (cuts[:-1] + cuts[1:]) / 2
+    inside = np.zeros(mid.size, bool)
+    busy = np.zeros(mid.size, bool)
+    for k in colls:
+        inside |= (mid > float(k["ts"])) & (mid < float(k["ts"]) + float(k["dur"]))
+    for s, t in ops:
+        busy |= (mid > s) & (mid < t)
+    return float(np.diff(cuts)[inside & ~busy].sum())
+
+
+@pytest.mark.slow
+def test_real_gloo_job_loses_its_exposed_collective_time(tmp_path: Path) -> None:
+    """examples/mlp.py under --ddp (2 gloo processes): each rank's profiled steps, replayed with collectives free,
+    are shorter by exactly the host time spent in gloo calls with no other op running, read from the raw JSON."""
+    import os
+    import subprocess
+    import sys
+
+    out = tmp_path / "ddp"
+    cmd = [sys.executable, "-m", "perfdoctor", "profile", str(Path(__file__).parents[1] / "examples" / "mlp.py")]
+    cmd += ["--steps", "14", "--active", "4", "--out", str(out), "--no-report", "--", "--log-every", "0", "--ddp"]
+    subprocess.run(cmd, check=True, capture_output=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    for rank in (0, 1):
+        path = out / f"trace.rank{rank}.pt.trace.json.gz"
+        t = load_trace(str(path))
+        steps = find_steps(t)
+        rr = replay_rank(t, steps)
+        free = rr.step_times(free_collectives(rr, t).scenario)
+        lo, hi = float(steps.start_us[0]), float(steps.end_us[-1])
+        exposed = _raw_exposed_gloo_us(path, lo, hi)
+        assert exposed > 0
+        assert float(rr.recorded_step_us.sum() - free.sum()) == pytest.approx(exposed, abs=1.0)
+    cf = to_builtins(pipeline.build([str(out)]).model)["job"]["collectives_free"]
+    assert 0 < cf["ratio"] < 1

@@ -85,22 +85,17 @@ def free_collectives(rr: RankReplay, tables: TraceTables) -> WhatIf:
     )
 
 
-def has_collectives(rr: RankReplay, tables: TraceTables) -> bool:
-    """Whether the rank has anything :func:`free_collectives` frees: a communication activity, or on a CPU-only
-    rank exposed host collective time."""
-    from perfdoctor.replay.kernel_classes import kernel_classes
-
-    cat, _, _ = kernel_classes(tables, rr.graph)
-    if bool((cat == "communication").any()):
-        return True
-    return not tables.has_device_activity and exposed_host_collectives(tables, rr.windows.pid)[0].size > 0
-
-
 def free_collectives_step_us(rr: RankReplay, tables: TraceTables) -> tuple[float, float] | None:
     """(mean step the rank's savings are taken from, the same mean step replayed with :func:`free_collectives`),
     µs over the analysed steps (:meth:`perfdoctor.replay.rank.RankReplay.fixed_step_times`: a ``perfdoctor
-    profile`` run's unprofiled step); None for a rank without collectives or analysed steps."""
-    if rr.recorded_step_us.size == 0 or not has_collectives(rr, tables):
+    profile`` run's unprofiled step); None for a rank without analysed steps or anything to free (no communication
+    activity, and on a CPU-only rank no exposed host collective time)."""
+    from perfdoctor.replay.kernel_classes import kernel_classes
+
+    if rr.recorded_step_us.size == 0:
         return None
-    free = rr.fixed_step_times([free_collectives(rr, tables)])
-    return rr.base_step_us, float(free.mean())
+    whatif = free_collectives(rr, tables)
+    cat, _, _ = kernel_classes(tables, rr.graph)
+    if not bool((cat == "communication").any()) and not whatif.scenario.host_cut:
+        return None
+    return rr.base_step_us, float(rr.fixed_step_times([whatif]).mean())

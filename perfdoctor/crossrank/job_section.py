@@ -111,11 +111,34 @@ class _JobSectionBase(TypedDict):
     outliers: dict[str, list[str]]
 
 
+class CollectivesFree(TypedDict):
+    """The job's step measured and with every collective free (:func:`collectives_free`)."""
+
+    step_us: float
+    step_rank: int
+    free_step_us: float
+    free_rank: int
+    ratio: float
+    ranks_step_us: list[float | None]
+    ranks_free_step_us: list[float | None]
+    method: str
+
+
 class JobSection(_JobSectionBase, total=False):
     """The report's ``job`` section (:func:`job_section` says what each key holds)."""
 
     cold_steps: list[int]
     cold_note: str
+    collectives_free: CollectivesFree
+
+
+FREE_METHOD = (
+    "each rank's dependency graph replayed with every collective's transfer free and perfectly overlapped "
+    "(communication kernels take no time and no compute waits for them; a gloo rank's exposed host collective "
+    "time cut), every rank alike so none waits for a peer; compute and launches as recorded. The job's step is "
+    "its longest rank's mean step, measured and replayed; their ratio is the share of the step this run keeps "
+    "once communication and the wait for peers cost nothing: an upper bound on what any communication fix gives"
+)
 
 
 def robust_z(x: np.ndarray) -> np.ndarray:
@@ -171,8 +194,9 @@ def job_section(job: JobAnalysis) -> JobSection:
     µs, None where a rank lacks the step), ``compute_us`` (same), ``step_median_us`` (per rank), ``shares``
     (per rank: category → share of step time), ``stragglers`` ([{rank, z, compute_us, median_compute_us}]),
     ``breakdown_outliers``, ``collective_wait`` (per-rank mean wait per step, worst collectives matrix),
-    ``outliers`` ({rank: [why, ...]}), ``cold_steps`` (steps left out of those statistics as cold starts) and
-    ``cold_note`` (why none is drawn), each only when there is one.
+    ``outliers`` ({rank: [why, ...]}), ``cold_steps`` (steps left out of those statistics as cold starts),
+    ``cold_note`` (why none is drawn) and ``collectives_free`` (the job's step with every collective free,
+    :func:`collectives_free`), each only when there is one.
     """
     summaries = job.summaries
     ranks = [int(s.rank or 0) for s in summaries]
@@ -205,7 +229,46 @@ def job_section(job: JobAnalysis) -> JobSection:
         out["cold_steps"] = sorted(cold)
     if note:
         out["cold_note"] = note
+    free = collectives_free(job)
+    if free is not None:
+        out["collectives_free"] = free
     return out
+
+
+def collectives_free(job: JobAnalysis) -> CollectivesFree | None:
+    """The job's step (µs: the longest of its ranks' mean steps, :attr:`perfdoctor.jobs.summary.RankSummary.
+    collectives_free`) measured and replayed with every collective free
+    (:func:`perfdoctor.replay.transforms.collectives.free_collectives`), and ``ratio`` = free ÷ measured. A rank
+    whose replay ends later than measured (the replay's error) keeps its measured step. A rank without collectives
+    has nothing to free: its measured step stands in both. None when no rank has a collective."""
+    ranks = [int(s.rank or 0) for s in job.summaries]
+    steps: list[float | None] = []
+    frees: list[float | None] = []
+    for s in job.summaries:
+        cf = s.collectives_free
+        step = cf.step_us if cf is not None else _mean_step(s.step_rows)
+        steps.append(step)
+        frees.append(None if step is None else min(cf.free_step_us, step) if cf is not None else step)
+    if all(s.collectives_free is None for s in job.summaries) or not any(x is not None for x in steps):
+        return None
+    i = max((k for k, x in enumerate(steps) if x is not None), key=lambda k: steps[k] or 0.0)
+    j = max((k for k, x in enumerate(frees) if x is not None), key=lambda k: frees[k] or 0.0)
+    step, free = float(steps[i] or 0.0), float(frees[j] or 0.0)
+    return {
+        "step_us": step,
+        "step_rank": ranks[i],
+        "free_step_us": free,
+        "free_rank": ranks[j],
+        "ratio": free / step if step > 0 else 1.0,
+        "ranks_step_us": steps,
+        "ranks_free_step_us": frees,
+        "method": FREE_METHOD,
+    }
+
+
+def _mean_step(rows: list[StepBreakdown]) -> float | None:
+    """Mean analysed step (µs) of a rank's rows; None without one."""
+    return float(np.mean([r.dur_us for r in rows])) if rows else None
 
 
 def _compute_us(s: StepBreakdown) -> float:

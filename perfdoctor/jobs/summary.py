@@ -43,9 +43,7 @@ if TYPE_CHECKING:
     from perfdoctor.analysis.work.roofline import Roofs
     from perfdoctor.checks.catalogue import Catalogue
 
-FORMAT = (
-    11  # bump when RankSummary changes: cached summaries of another format are made again (10: batch, 11: timeline)
-)
+FORMAT = 12  # bump when RankSummary changes: cached summaries of another format are made again (12: collectives_free)
 CACHE_SUFFIX = ".perfdoctor-summary"
 
 
@@ -98,6 +96,14 @@ class SummaryOptions(msgspec.Struct, frozen=True):
         return h.hexdigest()
 
 
+class CollectivesFreeStep(msgspec.Struct, frozen=True):
+    """One rank's mean step (µs) as measured (the step its savings are taken from) and replayed with every
+    collective free (:func:`perfdoctor.replay.transforms.collectives.free_collectives`)."""
+
+    step_us: float
+    free_step_us: float
+
+
 class RankSummary(msgspec.Struct):
     """One rank of a job (see the module docstring).
 
@@ -124,6 +130,8 @@ class RankSummary(msgspec.Struct):
     (:func:`perfdoctor.analysis.work.batch_shape.input_shapes`),
     which ``perfdoctor diff`` reads to compare work per step. ``timeline``: the rank's annotated timeline
     (:class:`perfdoctor.timeline.tracks.RankTimeline`), made only when the options ask for it.
+    ``collectives_free``: the rank's mean step measured and with every collective free (:class:`CollectivesFreeStep`),
+    made with ``joint`` (a job of several ranks) for a rank with collectives; None otherwise.
     """
 
     index: int
@@ -155,6 +163,7 @@ class RankSummary(msgspec.Struct):
     batch: BatchShape | None = None
     input_shapes: dict[str, str] = {}
     timeline: RankTimeline | None = None  # the rank's annotated timeline, when SummaryOptions.timeline_steps asks
+    collectives_free: CollectivesFreeStep | None = None
 
     def rank_section(self) -> RankSection | None:
         """The rank's report section, decoded from ``section`` (None for a rank that failed)."""
@@ -301,7 +310,16 @@ def rank_summary(
         joint=rank_inputs(ra.replay, ra.tables) if joint and ra.replay is not None else None,
         batch=batch_shape(ra.tables, ra.steps),
         input_shapes=input_shapes(ra.tables, ra.steps),
+        collectives_free=_collectives_free(ra) if joint else None,
     )
+
+
+def _collectives_free(ra: RankAnalysis) -> CollectivesFreeStep | None:
+    """The rank's :class:`CollectivesFreeStep` (None without a replay, analysed steps or collectives)."""
+    from perfdoctor.replay.transforms.collectives import free_collectives_step_us
+
+    both = None if ra.replay is None else free_collectives_step_us(ra.replay, ra.tables)
+    return None if both is None else CollectivesFreeStep(step_us=both[0], free_step_us=both[1])
 
 
 @dataclass(frozen=True)

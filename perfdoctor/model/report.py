@@ -551,13 +551,28 @@ class JobCollectiveWait(Section, kw_only=True):
     wait_matrix_us: list[list[float]] | UnsetType = UNSET
 
 
+class CollectivesFree(Section, kw_only=True):
+    """The job's step measured and replayed with every collective free
+    (:func:`perfdoctor.crossrank.job_section.collectives_free`): µs, ``ratio`` = free ÷ measured."""
+
+    step_us: float
+    step_rank: int
+    free_step_us: float
+    free_rank: int
+    ratio: float
+    ranks_step_us: list[float | None]
+    ranks_free_step_us: list[float | None]
+    method: str
+
+
 class JobSection(Section, kw_only=True):
     """The cross-rank view of a multi-rank job (:func:`perfdoctor.crossrank.job_section.job_section`).
 
     Matrices are rank × step (rows in ``ranks`` order, columns in ``steps`` order, µs, None where a rank lacks
     the step); ``shares``: per rank, category → share of step time (fraction); ``outliers``: rank → reasons;
     ``cold_steps``: steps left out of the stragglers, breakdown outliers and collective wait as cold starts
-    (PD902), ``cold_note``: why none of those is drawn (every step a cold start); both absent when not so."""
+    (PD902), ``cold_note``: why none of those is drawn (every step a cold start); both absent when not so;
+    ``collectives_free``: the job's step with every collective free (absent without collectives)."""
 
     n_ranks: int
     world_size: int | None
@@ -576,6 +591,7 @@ class JobSection(Section, kw_only=True):
     outliers: dict[str, list[str]]
     cold_steps: list[int] | UnsetType = UNSET
     cold_note: str | UnsetType = UNSET
+    collectives_free: CollectivesFree | UnsetType = UNSET
 
 
 class Report(Section, kw_only=True):

@@ -20,7 +20,7 @@ from msgspec import UNSET
 
 from perfdoctor.model import Report
 from perfdoctor.model.report import JobSection
-from perfdoctor.render.view import CAT_LABELS, IDLE_LABELS
+from perfdoctor.render.view import CAT_LABELS, IDLE_LABELS, collectives_free_text
 
 MAX_ROWS = 128
 MAX_COLS = 64
@@ -202,6 +202,7 @@ class JobView(TypedDict):
     share_box: Markup
     wait_chart: Markup | None
     outliers: list[tuple[str, list[str]]]
+    collectives_free: str | None
     detailed: int
     n_ranks: int
 
@@ -236,6 +237,7 @@ def job_view(rep: Report, n_ranks: int) -> JobView:
             "%",
         ),
         "wait_chart": wait_chart,
+        "collectives_free": collectives_free_text(job.collectives_free) if job.collectives_free is not UNSET else None,
         "outliers": list(job.outliers.items()),
         "detailed": len(rep.ranks),
         "n_ranks": n_ranks,

@@ -9,13 +9,14 @@ from __future__ import annotations
 import re
 
 import numpy as np
+from msgspec import UNSET
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
 from perfdoctor.checks.common import rank_list_text
 from perfdoctor.model.report import JobCollectiveWait, JobSection
-from perfdoctor.render.view import CAT_LABELS, IDLE_LABELS, ms
+from perfdoctor.render.view import CAT_LABELS, IDLE_LABELS, collectives_free_text, ms
 
 MAX_OUTLIERS = 8  # rows of outlier ranks (ranks with the same reasons share one); the rest are counted
 _NUM = re.compile(r"\d+(\.\d+)?")
@@ -61,6 +62,8 @@ def render_job(job: JobSection, console: Console) -> None:
         console.print(f"collectives matched across ranks: {cw.n_collectives}; {_wait_text(cw, ranks)}")
     elif cw.note:
         console.print(Text(f"collectives not matched across ranks: {cw.note}", style="dim"))
+    if job.collectives_free is not UNSET:
+        console.print(collectives_free_text(job.collectives_free))
     _outliers(job, console)
     console.print()
 

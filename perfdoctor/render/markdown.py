@@ -156,8 +156,13 @@ def _ranks(report: Report) -> list[str]:
                 view.ms(d.totals.communication.exposed_us / view.n_steps(d)),
             ]
         )
+    free = report.job.collectives_free if report.job is not UNSET else UNSET
+    line = [esc_prose(view.collectives_free_text(free)), ""] if free is not UNSET else []
     return (
-        ["## Ranks", ""] + _table(["rank", "median step", "utilization", "exposed comm / step"], rows, {1, 2, 3}) + [""]
+        ["## Ranks", ""]
+        + _table(["rank", "median step", "utilization", "exposed comm / step"], rows, {1, 2, 3})
+        + [""]
+        + line
     )
 
 

@@ -15,6 +15,7 @@ from msgspec import UNSET
 from perfdoctor.findings import FINDINGS_NOTE
 from perfdoctor.model import Report
 from perfdoctor.model.report import (
+    CollectivesFree,
     DeviceSection,
     Distribution,
     EventValue,
@@ -826,3 +827,14 @@ def run_memory_facts(run: RunSection) -> list[tuple[str, str, str]]:
             )
         )
     return out
+
+
+def collectives_free_text(cf: CollectivesFree) -> str:
+    """One line for a job's ``collectives_free`` (:func:`perfdoctor.crossrank.job_section.collectives_free`): the
+    job's step measured and with every collective free, and the share communication and the wait for peers cost."""
+    ratio = cf.ratio
+    return (
+        f"with every collective free (transfer free and overlapped, on every rank): job step {ms(cf.step_us)} "
+        f"(rank {cf.step_rank}) → {ms(cf.free_step_us)} (rank {cf.free_rank}), {pct(ratio)} of the measured "
+        f"step; communication and waiting for peers cost at most {pct(1.0 - ratio)} of it"
+    )

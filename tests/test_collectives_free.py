@@ -54,7 +54,7 @@ def test_device_ranks_by_hand(tmp_path: Path) -> None:
     assert cf["ranks_step_us"] == [370.0, 370.0] and cf["ranks_free_step_us"] == [200.0, 340.0]
     line = "job step 0.37 ms (rank 0) → 0.34 ms (rank 1), 91.9% of the measured step"
     console = Console(width=200, record=True)
-    render_job(built.model, console)
+    render_job(built.model.job, console)
     assert line in console.export_text()
     assert line in render_markdown(built.model).replace("\\", "")
     assert line in str(job_view(built.model, 2)["collectives_free"])

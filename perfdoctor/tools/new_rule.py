@@ -66,6 +66,11 @@ references = []
 # % of the mean step time below which the saving is noise: the engine judges it on the report's step
 # (perfdoctor/checks/after.py), the check hands it over in its Hit
 min_saving_pct = 5.0
+
+[verdict]  # the report's one-line verdict when this finding tops it (perfdoctor/model/verdict.py)
+kind = "TODO-bound"  # what bounds the step, e.g. "input-bound"
+removes = "TODO what the fix removes"  # after "fixing": e.g. "the wait for the DataLoader"
+# replayed_with = "TODO the fix replayed"  # after "replaying the step with", when the saving is replayed
 '''
 
 MODULE = '''"""{code} {name}: TODO one line on what the check measures.

@@ -243,7 +243,7 @@ def _print_summary(report: WrittenReport, result: RunResult) -> None:
     if report.why:
         print(f"perfdoctor: no trace to analyse: {report.why}", file=sys.stderr)
     for f in report.findings[:5]:
-        print(f"  {f.code} {f.message}", file=sys.stderr)
+        print(" ", f.code, f.message, file=sys.stderr)  # "  PD101 message"
     if not report.findings:
         print("  no findings", file=sys.stderr)
     print(f"perfdoctor: {result.steps_completed} steps run; report: {report.path}", file=sys.stderr)

@@ -240,9 +240,9 @@ def test_ranks_with_different_step_counts() -> None:
     # rank 2 lost its only step (e.g. a trace cut before it): a hole in the rank × step matrix, not a zero
     job.summaries[2].step_rows = []
     sec = job_section(job)
-    assert sec["steps"] == [10] and sec["step_time_us"][2] == [None]
-    assert sec["step_time_us"][0][0] == pytest.approx(job.summaries[0].step_rows[0].dur_us)
-    assert sec["step_median_us"][2] is None
+    assert sec.steps == [10] and sec.step_time_us[2] == [None]
+    assert sec.step_time_us[0][0] == pytest.approx(job.summaries[0].step_rows[0].dur_us)
+    assert sec.step_median_us[2] is None
 
 
 def test_straggler_and_breakdown_outlier_by_hand() -> None:
@@ -251,8 +251,8 @@ def test_straggler_and_breakdown_outlier_by_hand() -> None:
     compute = np.array([[10.0], [10.2], [9.9], [10.1], [10.0], [15.0]]) * 1000  # µs, one step
     # median 10,050; |dev| 50 150 150 50 50 4,950 → MAD 100; z(rank 5) = 0.6745 × 4,950 / 100 = 33.39
     [s] = _stragglers(list(range(6)), compute)
-    assert s["rank"] == 5 and s["z"] == pytest.approx(0.6745 * 4950 / 100)
-    assert s["median_compute_us"] == pytest.approx(10_050.0)
+    assert s.rank == 5 and s.z == pytest.approx(0.6745 * 4950 / 100)
+    assert s.median_compute_us == pytest.approx(10_050.0)
     # a rank 8% above the median is robustly far on a tight job but under the 10% floor: not a straggler
     assert _stragglers(list(range(6)), np.array([[10.0], [10.0], [10.0], [10.01], [10.0], [10.8]])) == []
     # rank 5's 4,950 µs excess is under 5% of a 100 ms job step (5,000 µs): immaterial, not a straggler
@@ -266,7 +266,7 @@ def test_straggler_and_breakdown_outlier_by_hand() -> None:
         {"idle: dataloader": 0.025},
     ]
     [b] = _breakdown_outliers(list(range(5)), shares)
-    assert b["rank"] == 3 and b["category"] == "idle: dataloader" and b["median_share"] == pytest.approx(0.025)
+    assert b.rank == 3 and b.category == "idle: dataloader" and b.median_share == pytest.approx(0.025)
 
 
 def test_cli_jobs_and_per_rank() -> None:

@@ -21,7 +21,6 @@ from perfdoctor.crossrank.job_section import job_section
 from perfdoctor.jobs import summary as js
 from perfdoctor.jobs.reduce import JobAnalysis, reduce
 from perfdoctor.jobs.summary import RankSummary
-from perfdoctor.model.build import plain
 from perfdoctor.model.report import JobSection
 from perfdoctor.render.job_terminal import render_job
 
@@ -102,9 +101,9 @@ def _skipped(job: JobAnalysis, code: str) -> str:
     return next(s["reason"] for s in job.checks.skipped if s["code"] == code)
 
 
-def _view(section: dict[str, object]) -> str:
+def _view(section: JobSection) -> str:
     out = io.StringIO()
-    render_job(plain(section, JobSection), Console(file=out, width=400, color_system=None))
+    render_job(section, Console(file=out, width=400, color_system=None))
     return out.getvalue()
 
 
@@ -128,8 +127,8 @@ def test_a_cold_step_on_one_rank_is_no_straggler() -> None:
     # steps 2-4 only: every rank's own work is 4,000 µs: no straggler
     assert _finding(job, "PD303") is None and "PD303" in job.checks.passed
     section = job_section(job)
-    assert section["cold_steps"] == [1] and "cold_note" not in section
-    assert section["stragglers"] == [] and section["breakdown_outliers"] == []
+    assert section.cold_steps == [1] and section.cold_note is msgspec.UNSET
+    assert section.stragglers == [] and section.breakdown_outliers == []
     assert "cold-start step(s) 1 left out of the cross-rank statistics" in _view(section)
     # the same summaries without cold steps (format 5): rank 0's own work (9,500 + 3 × 4,000) / 4 = 5,375 µs vs the
     # others' (1,000 + 3 × 4,000) / 4 = 3,250: a 2,125 µs "straggler" that is its first-call work
@@ -149,11 +148,11 @@ def test_a_warm_straggler_is_measured_on_the_warm_steps_only() -> None:
     assert f is not None and f.saving_us == 3_000.0 and f.evidence.values["straggler"] == 4
     assert f.evidence.steps == [2, 3, 4] and f.evidence.values["cold_steps_left_out"] == [1]
     section = job_section(job)
-    [straggler] = section["stragglers"]
-    assert straggler["rank"] == 4 and straggler["compute_us"] == 6_000.0 and straggler["median_compute_us"] == 3_000.0
-    assert abs(straggler["z"] - 3 * 5 / (3 * 1.253314)) < 1e-9
-    matmul = [b for b in section["breakdown_outliers"] if b["category"] == "matmul"]
-    assert [(b["rank"], round(b["share"], 12), round(b["median_share"], 12)) for b in matmul] == [(4, 0.6, 0.3)]
+    [straggler] = section.stragglers
+    assert straggler.rank == 4 and straggler.compute_us == 6_000.0 and straggler.median_compute_us == 3_000.0
+    assert abs(straggler.z - 3 * 5 / (3 * 1.253314)) < 1e-9
+    matmul = [b for b in section.breakdown_outliers if b.category == "matmul"]
+    assert [(b.rank, round(b.share, 12), round(b.median_share, 12)) for b in matmul] == [(4, 0.6, 0.3)]
 
 
 def test_every_step_cold_skips_the_cross_rank_verdicts() -> None:
@@ -164,7 +163,7 @@ def test_every_step_cold_skips_the_cross_rank_verdicts() -> None:
     assert _skipped(job, "PD303") == f"{ALL_COLD}: a straggler cannot be told from first-call work"
     assert _skipped(job, "PD304") == f"{ALL_COLD}: a wait for another rank cannot be told from first-call work"
     section = job_section(job)
-    assert section["cold_note"] == ALL_COLD and section["stragglers"] == [] and section["breakdown_outliers"] == []
+    assert section.cold_note == ALL_COLD and section.stragglers == [] and section.breakdown_outliers == []
     assert f"outlier ranks: not judged: {ALL_COLD}" in _view(section)
     # a rank whose every step shares a step number with another rank's cold step has nothing left either
     mixed = [_rank(0, [(3_000.0, 6_000.0)], [1], 2), _rank(1, [(3_000.0, 6_000.0)], [], 2)]
@@ -183,8 +182,8 @@ def test_collective_wait_leaves_cold_steps_out() -> None:
     assert f is not None and f.evidence.values["rank"] == 0 and f.saving_us == 600.0
     assert "rank 1 arrives last to 3 of the 3 matched collectives outside cold-start steps" in f.message
     section = job_section(_reduce(s))
-    assert section["collective_wait"]["wait_us_per_step"] == [600.0, 0.0]
-    assert section["collective_wait"]["last_arrivals"] == [0, 3]
+    assert section.collective_wait.wait_us_per_step == [600.0, 0.0]
+    assert section.collective_wait.last_arrivals == [0, 3]
     # counting step 1: rank 1 waits (3,000 + 0) / 4 = 750 per step, rank 0 (0 + 3 × 600) / 4 = 450: rank 1 named
     old = _finding(_reduce(_uncold(s)), "PD304")
     assert old is not None and old.evidence.values["rank"] == 1 and old.saving_us == 750.0
@@ -258,7 +257,7 @@ def test_moe_3layer_before_job_draws_no_straggler_from_its_cold_start() -> None:
     job = reduce(summaries, cat, codes)
     assert _skipped(job, "PD303") == f"{ALL_COLD}: a straggler cannot be told from first-call work"
     assert _skipped(job, "PD304").startswith(ALL_COLD)
-    assert job_section(job)["cold_note"] == ALL_COLD
+    assert job_section(job).cold_note == ALL_COLD
     # what PD303 read before: rank 0's own work over rank 1's, first-call work counted as its steady state (own
     # work leaves out device idle of no known cause, so at most the raw excess of step − collectives)
     old = _finding(reduce(_uncold(summaries), cat, codes), "PD303")

@@ -61,7 +61,10 @@ def _model(n: int, world: int | None = None, plant: bool = False) -> Report:
     cat, codes = engine.prepare(config.resolve())
     job = reduce(out, cat, codes)
     job.analysis.checks = job.checks
-    return build_report(job.analysis, sections=job.sections(), job=job_section(job))
+    section = job_section(job)
+    report = build_report(job.analysis, sections=job.sections(), job=section)
+    assert report.job is section  # the cross-rank Structs embedded as built, not copied through dicts
+    return report
 
 
 @pytest.fixture(scope="module")

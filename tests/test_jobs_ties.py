@@ -14,7 +14,6 @@ from perfdoctor.crossrank.collectives import CollectiveTimeline
 from perfdoctor.crossrank.job_section import job_section
 from perfdoctor.jobs.reduce import reduce
 from perfdoctor.jobs.summary import RankSummary
-from perfdoctor.model.build import plain
 from perfdoctor.model.report import JobSection
 from perfdoctor.render.job_terminal import render_job
 
@@ -75,14 +74,14 @@ def _rank(rank: int, colls: list[float], n_ranks: int) -> RankSummary:
     )
 
 
-def _job(durations: list[list[float]]) -> tuple[object, dict[str, object], str]:
+def _job(durations: list[list[float]]) -> tuple[object, JobSection, str]:
     """PD304's finding (None when it passes), the job section and the terminal's job view."""
     cat, codes = engine.prepare(config.resolve(select="PD304"))
     job = reduce([_rank(r, d, len(durations)) for r, d in enumerate(durations)], cat, codes)
     [finding] = [f for f in job.checks.findings if f.code == "PD304"] or [None]
     section = job_section(job)
     out = io.StringIO()
-    render_job(plain(section, JobSection), Console(file=out, width=400, color_system=None))
+    render_job(section, Console(file=out, width=400, color_system=None))
     return finding, section, out.getvalue()
 
 
@@ -97,7 +96,7 @@ def test_ranks_that_wait_equally_long_are_named_together() -> None:
     assert "rank 7 arrives last to 1 of the 1 matched collectives" in finding.message
     assert finding.evidence.values["rank"] is None and finding.evidence.values["tied_ranks"] == [0, 1, 2, 3, 4, 5, 6]
     assert finding.saving_us == 1_000.0 and finding.ranks == [] and "Rank 0 " not in finding.message
-    assert section["collective_wait"]["last_arrivals"] == [0, 0, 0, 0, 0, 0, 0, 1]
+    assert section.collective_wait.last_arrivals == [0, 0, 0, 0, 0, 0, 0, 1]
     assert "longest wait inside collectives: ranks 0–6 (a tie) 1.00 ms per step" in view
     assert "arrived last most often: rank 7 (1 of 1)" in view
 
@@ -115,7 +114,7 @@ def test_a_lone_waiter_and_a_tie_for_last_arrival() -> None:
     )
     assert finding.evidence.values["rank"] == 2 and finding.ranks == [2]
     # last arrivals: collective 1 tied (ranks 0 and 3), collective 2 rank 1 alone
-    assert section["collective_wait"]["last_arrivals"] == [0, 1, 0, 0]
+    assert section.collective_wait.last_arrivals == [0, 1, 0, 0]
     assert "rank 1 arrives last to 1 of the 2 matched collectives" in finding.message
     assert "arrived last most often: rank 1 (1 of 2)" in view
 
@@ -138,7 +137,7 @@ def test_nobody_waits_nobody_named() -> None:
     # every rank's copy takes 400 µs: no wait, no last arrival; PD304 passes and the view names no rank
     finding, section, view = _job([[400.0]] * 8)
     assert finding is None
-    assert section["collective_wait"]["last_arrivals"] == [0] * 8
+    assert section.collective_wait.last_arrivals == [0] * 8
     assert "no rank waits inside collectives; no rank arrived last alone to any collective" in view
     # every rank's step and shares are equal too: the view says so instead of naming rank 0
     assert "every rank 10.00 ms" in view and "every rank (40.0%)" in view

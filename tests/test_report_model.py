@@ -5,6 +5,7 @@ from __future__ import annotations
 import typing
 from pathlib import Path
 
+import msgspec
 import pytest
 from conftest import REPO
 from reporting import as_report
@@ -144,13 +145,14 @@ def test_run_facts_type_what_run_json_holds(tmp_path):
 
 
 def test_the_report_embeds_the_analysis_types_not_copies():
-    """One type per concept: the report's step breakdown, roofline, MFU, steady state and run memory sections are the
-    analyses' own Structs, so a field added to an analysis reaches the report and its JSON (or fails the schema
-    document's test) instead of drifting from a second definition."""
+    """One type per concept: the report's step breakdown, roofline, MFU, steady state, run memory and cross-rank job
+    sections are the analyses' own Structs, so a field added to an analysis reaches the report and its JSON (or fails
+    the schema document's test) instead of drifting from a second definition."""
     from perfdoctor.analysis.memory import run_memory
     from perfdoctor.analysis.steps import steady_state
     from perfdoctor.analysis.timing import breakdown
     from perfdoctor.analysis.work import mfu, roofline
+    from perfdoctor.crossrank import job_section
     from perfdoctor.model import report as m
 
     shared = {
@@ -165,6 +167,13 @@ def test_the_report_embeds_the_analysis_types_not_copies():
         m.Phase: steady_state.Phase,
         m.Growth: run_memory.Growth,
         m.AllocatorCounts: run_memory.AllocatorCounts,
+        m.JobSection: job_section.JobSection,
+        m.FailedRank: job_section.FailedRank,
+        m.Straggler: job_section.Straggler,
+        m.BreakdownOutlier: job_section.BreakdownOutlier,
+        m.JobCollectiveWait: job_section.JobCollectiveWait,
+        m.WorstCollective: job_section.WorstCollective,
+        m.CollectivesFree: job_section.CollectivesFree,
     }
     assert all(a is b for a, b in shared.items())
     assert issubclass(m.RunMemorySection, run_memory.RunMemory)
@@ -172,3 +181,4 @@ def test_the_report_embeds_the_analysis_types_not_copies():
     assert hints["roofline"] == roofline.RooflineResult | None and hints["mfu"] == mfu.MfuResult | None
     assert typing.get_type_hints(m.DeviceSection)["steps"] == list[breakdown.StepBreakdown]
     assert typing.get_type_hints(m.RunSection)["steady_state"] == steady_state.SteadyState | None
+    assert typing.get_type_hints(m.Report)["job"] == job_section.JobSection | msgspec.UnsetType

@@ -23,9 +23,11 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable
-from typing import TYPE_CHECKING, TypedDict
+from typing import TYPE_CHECKING
 
+import msgspec
 import numpy as np
+from msgspec import UNSET, UnsetType
 
 from perfdoctor.analysis.steps.warmup import job_cold_steps
 from perfdoctor.analysis.timing.breakdown import StepBreakdown
@@ -42,9 +44,9 @@ SHARE_DIFF = 0.10  # 10 percentage points of step time
 WORST_COLLECTIVES = 8  # collectives shown in the collective-wait matrix
 
 
-class Straggler(TypedDict):
-    """A straggler rank: its median robust z of compute time, its mean compute per step and the median rank's
-    (µs)."""
+class Straggler(msgspec.Struct, kw_only=True):
+    """A rank whose compute time per step is an outlier: its median robust ``z`` over the steps, its mean compute per
+    step and the median rank's (µs)."""
 
     rank: int
     z: float
@@ -52,8 +54,9 @@ class Straggler(TypedDict):
     median_compute_us: float
 
 
-class BreakdownOutlier(TypedDict):
-    """A rank whose share of step time in ``category`` differs from the job's median share (robust z)."""
+class BreakdownOutlier(msgspec.Struct, kw_only=True):
+    """A rank whose share of step time in ``category`` (fraction) is far from the job's median share (robust
+    ``z``)."""
 
     rank: int
     category: str
@@ -62,38 +65,58 @@ class BreakdownOutlier(TypedDict):
     z: float
 
 
-class WorstCollective(TypedDict):
-    """One column of the collective-wait matrix: the matched collective's index, kind and largest wait (µs)."""
+class WorstCollective(msgspec.Struct, kw_only=True):
+    """One column of the collective-wait matrix: the ``index``-th collective of the step (its ``kind``) with the
+    longest wait of any rank (µs)."""
 
     index: int
     kind: str
     max_wait_us: float
 
 
-class _CollectiveWaitBase(TypedDict):
+class JobCollectiveWait(msgspec.Struct, kw_only=True):
+    """Collective matching across ranks: unmatched (``note`` says why), or the mean wait per step of each rank
+    (µs), how often each rank arrived last, and the worst collectives' ranks × collectives wait matrix (µs)."""
+
     matched: bool
+    note: str | UnsetType = UNSET
+    n_collectives: int | UnsetType = UNSET
+    wait_us_per_step: list[float] | UnsetType = UNSET
+    last_arrivals: list[int] | UnsetType = UNSET
+    worst_collectives: list[WorstCollective] | UnsetType = UNSET
+    wait_matrix_us: list[list[float]] | UnsetType = UNSET
 
 
-class CollectiveWaitSection(_CollectiveWaitBase, total=False):
-    """The job section's ``collective_wait``: unmatched (``note`` says why) or each rank's mean wait per step and
-    last arrivals, and the ranks × worst-collectives wait matrix (µs)."""
-
-    note: str
-    n_collectives: int
-    wait_us_per_step: list[float]
-    last_arrivals: list[int]
-    worst_collectives: list[WorstCollective]
-    wait_matrix_us: list[list[float]]
-
-
-class FailedRank(TypedDict):
-    """A trace that could not be analysed, and why."""
+class FailedRank(msgspec.Struct, kw_only=True):
+    """A trace of the job that could not be analysed, and its one-line error."""
 
     path: str
     error: str | None
 
 
-class _JobSectionBase(TypedDict):
+class CollectivesFree(msgspec.Struct, kw_only=True):
+    """The job's step measured and replayed with every collective free (:func:`collectives_free`): µs, ``ratio`` =
+    free ÷ measured."""
+
+    step_us: float
+    step_rank: int
+    free_step_us: float
+    free_rank: int
+    ratio: float
+    ranks_step_us: list[float | None]
+    ranks_free_step_us: list[float | None]
+    method: str
+
+
+class JobSection(msgspec.Struct, kw_only=True):
+    """The report's ``job`` section: the cross-rank view of a multi-rank job (:func:`job_section`).
+
+    Matrices are rank × step (rows in ``ranks`` order, columns in ``steps`` order, µs, None where a rank lacks
+    the step); ``shares``: per rank, category → share of step time (fraction); ``outliers``: rank → reasons;
+    ``cold_steps``: steps left out of the stragglers, breakdown outliers and collective wait as cold starts
+    (PD902), ``cold_note``: why none of those is drawn (every step a cold start); both absent when not so;
+    ``collectives_free``: the job's step with every collective free (absent without collectives)."""
+
     n_ranks: int
     world_size: int | None
     missing_ranks: list[int]
@@ -107,29 +130,11 @@ class _JobSectionBase(TypedDict):
     shares: list[dict[str, float]]
     stragglers: list[Straggler]
     breakdown_outliers: list[BreakdownOutlier]
-    collective_wait: CollectiveWaitSection
+    collective_wait: JobCollectiveWait
     outliers: dict[str, list[str]]
-
-
-class CollectivesFree(TypedDict):
-    """The job's step measured and with every collective free (:func:`collectives_free`)."""
-
-    step_us: float
-    step_rank: int
-    free_step_us: float
-    free_rank: int
-    ratio: float
-    ranks_step_us: list[float | None]
-    ranks_free_step_us: list[float | None]
-    method: str
-
-
-class JobSection(_JobSectionBase, total=False):
-    """The report's ``job`` section (:func:`job_section` says what each key holds)."""
-
-    cold_steps: list[int]
-    cold_note: str
-    collectives_free: CollectivesFree
+    cold_steps: list[int] | UnsetType = UNSET
+    cold_note: str | UnsetType = UNSET
+    collectives_free: CollectivesFree | UnsetType = UNSET
 
 
 FREE_METHOD = (
@@ -172,7 +177,7 @@ def _shares(rows: list[StepBreakdown], cpu: bool = False) -> dict[str, float]:
             )
         for k, v in s.idle_causes_us.items():
             out[f"idle: {k}"] = out.get(f"idle: {k}", 0.0) + v / total
-    return out
+    return {k: float(v) for k, v in out.items()}
 
 
 def _matrix(
@@ -208,31 +213,27 @@ def job_section(job: JobAnalysis) -> JobSection:
         {r: [int(s.step) for s in rows[r]] for r in ranks}, {int(s.rank or 0): list(s.cold_steps) for s in summaries}
     )
     stragglers, outliers = _warm_outliers(ranks, rows, cpu, steps, cold) if not note else ([], [])
-    out: JobSection = {
-        "n_ranks": len(ranks),
-        "world_size": world or None,
-        "missing_ranks": sorted(set(range(world)) - set(ranks)) if world > len(ranks) else [],
-        "failed": [{"path": s.path, "error": s.error} for s in job.failed],
-        "ranks": ranks,
-        "steps": steps,
-        "step_time_us": _matrix(ranks, rows, steps, lambda s: s.dur_us),
-        "exposed_comm_us": _matrix(ranks, rows, steps, lambda s: s.communication.exposed_us),
-        "compute_us": _matrix(ranks, rows, steps, _compute_us),
-        "step_median_us": [float(np.median([s.dur_us for s in rows[r]])) if rows[r] else None for r in ranks],
-        "shares": [_shares(rows[r], cpu[r]) for r in ranks],
-        "stragglers": stragglers,
-        "breakdown_outliers": outliers,
-        "collective_wait": _collective_wait(job.analysis, ranks, rows, cold),
-        "outliers": _reasons(stragglers, outliers),
-    }
-    if cold:
-        out["cold_steps"] = sorted(cold)
-    if note:
-        out["cold_note"] = note
     free = collectives_free(job)
-    if free is not None:
-        out["collectives_free"] = free
-    return out
+    return JobSection(
+        n_ranks=len(ranks),
+        world_size=int(world) or None,
+        missing_ranks=sorted(set(range(world)) - set(ranks)) if world > len(ranks) else [],
+        failed=[FailedRank(path=s.path, error=s.error) for s in job.failed],
+        ranks=ranks,
+        steps=steps,
+        step_time_us=_matrix(ranks, rows, steps, lambda s: s.dur_us),
+        exposed_comm_us=_matrix(ranks, rows, steps, lambda s: s.communication.exposed_us),
+        compute_us=_matrix(ranks, rows, steps, _compute_us),
+        step_median_us=[float(np.median([s.dur_us for s in rows[r]])) if rows[r] else None for r in ranks],
+        shares=[_shares(rows[r], cpu[r]) for r in ranks],
+        stragglers=stragglers,
+        breakdown_outliers=outliers,
+        collective_wait=_collective_wait(job.analysis, ranks, rows, cold),
+        outliers=_reasons(stragglers, outliers),
+        cold_steps=sorted(cold) if cold else UNSET,
+        cold_note=note or UNSET,
+        collectives_free=free if free is not None else UNSET,
+    )
 
 
 def collectives_free(job: JobAnalysis) -> CollectivesFree | None:
@@ -247,23 +248,23 @@ def collectives_free(job: JobAnalysis) -> CollectivesFree | None:
     for s in job.summaries:
         cf = s.collectives_free
         step = cf.step_us if cf is not None else _mean_step(s.step_rows)
-        steps.append(step)
-        frees.append(None if step is None else min(cf.free_step_us, step) if cf is not None else step)
+        steps.append(None if step is None else float(step))
+        frees.append(None if step is None else float(min(cf.free_step_us, step)) if cf is not None else float(step))
     if all(s.collectives_free is None for s in job.summaries) or not any(x is not None for x in steps):
         return None
     i = max((k for k, x in enumerate(steps) if x is not None), key=lambda k: steps[k] or 0.0)
     j = max((k for k, x in enumerate(frees) if x is not None), key=lambda k: frees[k] or 0.0)
     step, free = float(steps[i] or 0.0), float(frees[j] or 0.0)
-    return {
-        "step_us": step,
-        "step_rank": ranks[i],
-        "free_step_us": free,
-        "free_rank": ranks[j],
-        "ratio": free / step if step > 0 else 1.0,
-        "ranks_step_us": steps,
-        "ranks_free_step_us": frees,
-        "method": FREE_METHOD,
-    }
+    return CollectivesFree(
+        step_us=step,
+        step_rank=ranks[i],
+        free_step_us=free,
+        free_rank=ranks[j],
+        ratio=free / step if step > 0 else 1.0,
+        ranks_step_us=steps,
+        ranks_free_step_us=frees,
+        method=FREE_METHOD,
+    )
 
 
 def _mean_step(rows: list[StepBreakdown]) -> float | None:
@@ -294,14 +295,12 @@ def _reasons(stragglers: list[Straggler], outliers: list[BreakdownOutlier]) -> d
     """{rank: why it is an outlier, one line per reason}: stragglers first, then breakdown outliers."""
     why: dict[str, list[str]] = {}
     for s in stragglers:
-        why.setdefault(str(s["rank"]), []).append(
-            f"straggler: compute {s['compute_us'] / 1000:.2f} ms/step vs median "
-            f"{s['median_compute_us'] / 1000:.2f} (robust z {s['z']:.1f})"
+        why.setdefault(str(s.rank), []).append(
+            f"straggler: compute {s.compute_us / 1000:.2f} ms/step vs median "
+            f"{s.median_compute_us / 1000:.2f} (robust z {s.z:.1f})"
         )
     for b in outliers:
-        why.setdefault(str(b["rank"]), []).append(
-            f"{b['category']}: {b['share']:.0%} of step vs median {b['median_share']:.0%}"
-        )
+        why.setdefault(str(b.rank), []).append(f"{b.category}: {b.share:.0%} of step vs median {b.median_share:.0%}")
     return why
 
 
@@ -332,7 +331,7 @@ def _stragglers(ranks: list[int], compute: np.ndarray, job_step_us: float | None
             continue
         if job_step_us is not None and mean_c[i] - med < MIN_STEP_SHARE * job_step_us:
             continue
-        out.append({"rank": ranks[i], "z": float(zr[i]), "compute_us": float(mean_c[i]), "median_compute_us": med})
+        out.append(Straggler(rank=ranks[i], z=float(zr[i]), compute_us=float(mean_c[i]), median_compute_us=med))
     return out
 
 
@@ -348,33 +347,32 @@ def _breakdown_outliers(ranks: list[int], shares: list[dict[str, float]]) -> lis
         z = robust_z(x)
         med = float(np.median(x))
         for i in np.flatnonzero((np.abs(x - med) >= SHARE_DIFF) & (np.abs(z) >= Z_OUTLIER)):
-            out.append({"rank": ranks[i], "category": k, "share": float(x[i]), "median_share": med, "z": float(z[i])})
-    return sorted(out, key=lambda b: -abs(b["share"] - b["median_share"]))
+            out.append(BreakdownOutlier(rank=ranks[i], category=k, share=float(x[i]), median_share=med, z=float(z[i])))
+    return sorted(out, key=lambda b: -abs(b.share - b.median_share))
 
 
 def _collective_wait(
     analysis: Analysis[RankResult], ranks: list[int], rows: dict[int, list[StepBreakdown]], cold: set[int]
-) -> CollectiveWaitSection:
+) -> JobCollectiveWait:
     """Mean wait per step per rank over its steps outside ``cold`` (µs; 0 without one) and the ranks ×
     worst-collectives wait matrix (µs, every matched collective)."""
     cw = analysis.collective_wait
     if cw is None:
-        return {"matched": False, "note": analysis.collective_wait_note or ""}
-    per_rank = [_warm_mean_wait(cw.wait_us.get(r), rows[r], cold) for r in ranks]
-    out: CollectiveWaitSection = {
-        "matched": True,
-        "n_collectives": cw.n_collectives,
-        "wait_us_per_step": per_rank,
-        "last_arrivals": [int(cw.last_arrivals.get(r, 0)) for r in ranks],
-    }
+        return JobCollectiveWait(matched=False, note=analysis.collective_wait_note or "")
+    out = JobCollectiveWait(
+        matched=True,
+        n_collectives=int(cw.n_collectives),
+        wait_us_per_step=[_warm_mean_wait(cw.wait_us.get(r), rows[r], cold) for r in ranks],
+        last_arrivals=[int(cw.last_arrivals.get(r, 0)) for r in ranks],
+    )
     if cw.wait_by_collective_us:
-        m = np.array([cw.wait_by_collective_us[r] for r in ranks])
+        m = np.array([cw.wait_by_collective_us[r] for r in ranks], dtype=np.float64)
         worst = np.argsort(-m.max(axis=0), kind="stable")[:WORST_COLLECTIVES]
-        out["worst_collectives"] = [
-            {"index": int(k), "kind": (cw.kinds or [""] * (k + 1))[k], "max_wait_us": float(m[:, k].max())}
+        out.worst_collectives = [
+            WorstCollective(index=int(k), kind=str((cw.kinds or [""] * (k + 1))[k]), max_wait_us=float(m[:, k].max()))
             for k in worst
         ]
-        out["wait_matrix_us"] = m[:, worst].round(3).tolist()
+        out.wait_matrix_us = m[:, worst].round(3).tolist()
     return out
 
 

@@ -1,9 +1,9 @@
 """Build the typed :class:`~perfdoctor.model.report.Report` from an analysis and its check results.
 
-Each ``*_section`` function turns one analysis result into its report section. The step breakdown, roofline and
-MFU are the analyses' own Structs, embedded as they are (:func:`as_read_back` for those whose ``float | None``
-fields may hold NaN); other results (findings, summaries) are converted through their JSON form, so the Report in
-memory equals the one read back from its JSON (NaN is ``None`` in both).
+Each ``*_section`` function turns one analysis result into its report section. The step breakdown, roofline,
+MFU and a job's cross-rank section are the analyses' own Structs, embedded as they are (:func:`as_read_back` for
+those whose ``float | None`` fields may hold NaN); other results (findings, summaries) are converted through their
+JSON form, so the Report in memory equals the one read back from its JSON (NaN is ``None`` in both).
 """
 
 from __future__ import annotations
@@ -201,7 +201,7 @@ def build_report(
     analysis: Analysis[RankResult],
     run: m.RunSection | None = None,
     sections: Sequence[m.RankSection | Mapping[str, object]] | None = None,
-    job: Mapping[str, object] | None = None,
+    job: m.JobSection | None = None,
 ) -> m.Report:
     """The whole typed report of ``analysis`` (its ranks, check results and warnings) and of the run
     directory's ``run`` section (:func:`perfdoctor.capture.run_section.run_section`), if any.
@@ -233,6 +233,6 @@ def build_report(
         run=run if run is not None else UNSET,
         no_trace=analysis.no_trace if analysis.no_trace else UNSET,
         partial=True if analysis.partial else UNSET,
-        job=plain(job, m.JobSection, "job section") if job is not None else UNSET,
+        job=job if job is not None else UNSET,
         **checks,
     )

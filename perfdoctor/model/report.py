@@ -8,8 +8,9 @@ types encoded by :func:`perfdoctor.model.codec.to_json`; reading it back with
 The sections an analysis produces whole are that analysis's own Structs, imported here rather than defined twice:
 the step breakdown (:mod:`perfdoctor.analysis.timing.breakdown`), the roofline
 (:mod:`perfdoctor.analysis.work.roofline`), MFU
-(:mod:`perfdoctor.analysis.work.mfu`), the run's steady state (:mod:`perfdoctor.analysis.steps.steady_state`) and memory
-(:mod:`perfdoctor.analysis.memory.run_memory`).
+(:mod:`perfdoctor.analysis.work.mfu`), the run's steady state (:mod:`perfdoctor.analysis.steps.steady_state`), memory
+(:mod:`perfdoctor.analysis.memory.run_memory`) and a multi-rank job's cross-rank ``job`` section
+(:mod:`perfdoctor.crossrank.job_section`).
 
 Conventions: every time is µs and ends in ``_us`` (``_s`` for seconds), bytes end in
 ``_bytes``; a field that is absent from the JSON when its analysis did not run has
@@ -40,6 +41,13 @@ from perfdoctor.analysis.work.roofline import RooflineResult as RooflineResult
 from perfdoctor.analysis.work.roofline import RooflineRow as RooflineRow
 from perfdoctor.analysis.work.roofline import Roofs as Roofs
 from perfdoctor.analysis.work.roofline import UncostedOp as UncostedOp
+from perfdoctor.crossrank.job_section import BreakdownOutlier as BreakdownOutlier
+from perfdoctor.crossrank.job_section import CollectivesFree as CollectivesFree
+from perfdoctor.crossrank.job_section import FailedRank as FailedRank
+from perfdoctor.crossrank.job_section import JobCollectiveWait as JobCollectiveWait
+from perfdoctor.crossrank.job_section import JobSection as JobSection
+from perfdoctor.crossrank.job_section import Straggler as Straggler
+from perfdoctor.crossrank.job_section import WorstCollective as WorstCollective
 
 SCHEMA = "perfdoctor.report"
 SCHEMA_VERSION = 2  # v2: the fix plan (``plan``; each finding's headline, method, plan_position, step_after_us)
@@ -502,96 +510,6 @@ class RunSection(Section, kw_only=True):
     non_training: NonTraining
     device: str | None = None  # run.json environment: "CPU", the GPU's name, "GPU"; None when it does not say
     memory: RunMemorySection | None = None  # None: no memory column measured and no snapshot
-
-
-class FailedRank(Section, kw_only=True):
-    """A trace of the job that could not be analysed, and its one-line error."""
-
-    path: str
-    error: str | None
-
-
-class Straggler(Section, kw_only=True):
-    """A rank whose compute time per step is an outlier: robust ``z``, its and the job's median compute (µs)."""
-
-    rank: int
-    z: float
-    compute_us: float
-    median_compute_us: float
-
-
-class BreakdownOutlier(Section, kw_only=True):
-    """A rank whose share of step time in ``category`` (fraction) is far from the job's median share."""
-
-    rank: int
-    category: str
-    share: float
-    median_share: float
-    z: float
-
-
-class WorstCollective(Section, kw_only=True):
-    """The ``index``-th collective of the step (its ``kind``) with the longest wait of any rank (µs)."""
-
-    index: int
-    kind: str
-    max_wait_us: float
-
-
-class JobCollectiveWait(Section, kw_only=True):
-    """Collective matching across ranks: unmatched (``note`` says why), or the mean wait per step of each rank
-    (µs), how often each rank arrived last, and the worst collectives' ranks × collectives wait matrix (µs)."""
-
-    matched: bool
-    note: str | UnsetType = UNSET
-    n_collectives: int | UnsetType = UNSET
-    wait_us_per_step: list[float] | UnsetType = UNSET
-    last_arrivals: list[int] | UnsetType = UNSET
-    worst_collectives: list[WorstCollective] | UnsetType = UNSET
-    wait_matrix_us: list[list[float]] | UnsetType = UNSET
-
-
-class CollectivesFree(Section, kw_only=True):
-    """The job's step measured and replayed with every collective free
-    (:func:`perfdoctor.crossrank.job_section.collectives_free`): µs, ``ratio`` = free ÷ measured."""
-
-    step_us: float
-    step_rank: int
-    free_step_us: float
-    free_rank: int
-    ratio: float
-    ranks_step_us: list[float | None]
-    ranks_free_step_us: list[float | None]
-    method: str
-
-
-class JobSection(Section, kw_only=True):
-    """The cross-rank view of a multi-rank job (:func:`perfdoctor.crossrank.job_section.job_section`).
-
-    Matrices are rank × step (rows in ``ranks`` order, columns in ``steps`` order, µs, None where a rank lacks
-    the step); ``shares``: per rank, category → share of step time (fraction); ``outliers``: rank → reasons;
-    ``cold_steps``: steps left out of the stragglers, breakdown outliers and collective wait as cold starts
-    (PD902), ``cold_note``: why none of those is drawn (every step a cold start); both absent when not so;
-    ``collectives_free``: the job's step with every collective free (absent without collectives)."""
-
-    n_ranks: int
-    world_size: int | None
-    missing_ranks: list[int]
-    failed: list[FailedRank]
-    ranks: list[int]
-    steps: list[int]
-    step_time_us: list[list[float | None]]
-    exposed_comm_us: list[list[float | None]]
-    compute_us: list[list[float | None]]
-    step_median_us: list[float | None]
-    shares: list[dict[str, float]]
-    stragglers: list[Straggler]
-    breakdown_outliers: list[BreakdownOutlier]
-    collective_wait: JobCollectiveWait
-    outliers: dict[str, list[str]]
-    cold_steps: list[int] | UnsetType = UNSET
-    cold_note: str | UnsetType = UNSET
-    collectives_free: CollectivesFree | UnsetType = UNSET
 
 
 class Report(Section, kw_only=True):

@@ -163,10 +163,10 @@ elif kind == "replica":
         # worker (a pickle round trip each): the reducer's memory at a size no trace set here reaches; no second
         # round (the peers' re-analysis: the replicas' collective timelines are copies)
 
-        def summarise(self, files, opts, cat, roofs=None, cache=False, indices=None, quiet=False):
+        def summarise(self, files, opts, cat, cache=False, indices=None, quiet=False):
             if quiet:
                 return []
-            base = LocalPool(2).summarise(files[:16], opts, cat, roofs, cache)
+            base = LocalPool(2).summarise(files[:16], opts, cat, cache)
             out = []
             for r in range(workers):
                 s = pickle.loads(pickle.dumps(base[r % len(base)]))

@@ -201,6 +201,7 @@ def _summary_options(
         rules_dirs=[str(d) for d in opts.rules_dirs or []],
         joint=n_files > 1,
         timeline_steps=timeline_steps,
+        measured_roofs=run_data.measured_cpu_roofs(run.facts.environment, run.facts.cpu) if run is not None else None,
     )
 
 
@@ -214,12 +215,10 @@ def _summarise(
 ) -> list[RankSummary]:
     """Every rank's summary made by ``runner``, then the ranks that arrived last made again with their peers'
     arrivals (:func:`perfdoctor.jobs.rounds.with_peer_arrivals`)."""
-    from perfdoctor.capture import run_data
     from perfdoctor.jobs.rounds import with_peer_arrivals
 
-    roofs = run_data.measured_cpu_roofs(run.facts.environment, run.facts.cpu) if run is not None else None
-    summaries = runner.summarise(files, opts, catalogue, roofs, cache=cache)
-    return with_peer_arrivals(files, summaries, opts, catalogue, roofs, cache, runner)
+    summaries = runner.summarise(files, opts, catalogue, cache=cache)
+    return with_peer_arrivals(files, summaries, opts, catalogue, cache, runner)
 
 
 def _model(job: JobAnalysis, run: RunData | None) -> Report:

@@ -1,6 +1,6 @@
 """Where the per-rank tasks run: this process, a local process pool, or an existing Dask cluster.
 
-Every executor has ``summarise(files, opts, cat, measured_roofs, cache, indices=None, quiet=False) ->
+Every executor has ``summarise(files, opts, cat, cache, indices=None, quiet=False) ->
 list[RankSummary]`` and calls ``on_done(summaries_of_one_file)`` as each file finishes (for a progress bar), and
 ``close()``. ``indices``: each file's index among the job's inputs (default: its position in ``files``);
 ``quiet``: no progress and no exception for a lone file, for the second round that re-analyses the ranks that
@@ -31,7 +31,6 @@ from perfdoctor.jobs.task import summarise_file, summarise_files
 if TYPE_CHECKING:
     from distributed import Client
 
-    from perfdoctor.analysis.work.roofline import Roofs
     from perfdoctor.checks.catalogue import Catalogue
 
 # peak resident bytes of one rank's analysis per byte of trace JSON: benchmarks/trace_load.py measures 0.97× for
@@ -72,7 +71,6 @@ class Executor(Protocol):
         files: list[str],
         opts: SummaryOptions,
         cat: Catalogue,
-        measured_roofs: Roofs | None = None,
         cache: bool = False,
         indices: list[int] | None = None,
         quiet: bool = False,
@@ -146,7 +144,6 @@ class InProcess:
         files: list[str],
         opts: SummaryOptions,
         cat: Catalogue,
-        measured_roofs: Roofs | None = None,
         cache: bool = False,
         indices: list[int] | None = None,
         quiet: bool = False,
@@ -155,9 +152,7 @@ class InProcess:
         out: list[RankSummary] = []
         lone = len(files) == 1 and not quiet
         for i, f in zip(_indices(files, indices), files):
-            part = summarise_file(
-                f, i, opts, cat, measured_roofs, cache, None if quiet else self.on_progress, raise_errors=lone
-            )
+            part = summarise_file(f, i, opts, cat, cache, None if quiet else self.on_progress, raise_errors=lone)
             out += part
             if self.on_done and not quiet:
                 self.on_done(part)
@@ -194,7 +189,6 @@ class LocalPool:
         files: list[str],
         opts: SummaryOptions,
         cat: Catalogue,
-        measured_roofs: Roofs | None = None,
         cache: bool = False,
         indices: list[int] | None = None,
         quiet: bool = False,
@@ -211,8 +205,8 @@ class LocalPool:
             if not quiet:
                 self.workers_used = 1
             one = InProcess(on_done=self._report)
-            return one.summarise(files, opts, cat, measured_roofs, cache, indices, quiet)
-        task = partial(summarise_file, opts=opts, cat=cat, measured_roofs=measured_roofs, cache=cache)
+            return one.summarise(files, opts, cat, cache, indices, quiet)
+        task = partial(summarise_file, opts=opts, cat=cat, cache=cache)
         import multiprocessing
 
         ctx = multiprocessing.get_context("forkserver")
@@ -433,7 +427,6 @@ class DaskCluster:
         files: list[str],
         opts: SummaryOptions,
         cat: Catalogue,
-        measured_roofs: Roofs | None = None,
         cache: bool = False,
         indices: list[int] | None = None,
         quiet: bool = False,
@@ -448,7 +441,7 @@ class DaskCluster:
         from distributed import as_completed
 
         # the rule catalogue (~50 kB pickled) and the options go to every worker once, not with every task
-        shared = self.client.scatter([opts, cat, measured_roofs], broadcast=True, hash=False)  # type: ignore[no-untyped-call]
+        shared = self.client.scatter([opts, cat], broadcast=True, hash=False)  # type: ignore[no-untyped-call]
         threads = sum(self.client.nthreads().values()) or 1  # type: ignore[no-untyped-call]
         batches = dask_batches(list(zip(_indices(files, indices), files)), threads)
         token = uuid.uuid4().hex[:8]  # a second round's keys must differ from the first's

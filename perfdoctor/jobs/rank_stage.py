@@ -8,7 +8,6 @@ from perfdoctor.analysis.rank import Analysis, InputFile, RankAnalysis, add_effi
 from perfdoctor.analysis.steps.steps import find_steps
 from perfdoctor.analysis.timing.breakdown import device_ids, gpu_breakdown
 from perfdoctor.analysis.timing.cpu_breakdown import cpu_breakdown
-from perfdoctor.analysis.work.roofline import Roofs
 from perfdoctor.jobs.summary import SummaryOptions
 from perfdoctor.replay.attribution import critical_path
 from perfdoctor.replay.rank import replay_rank
@@ -62,7 +61,6 @@ def analyse_rank(
     tables: TraceTables,
     info: InputFile,
     opts: SummaryOptions,
-    measured_roofs: Roofs | None = None,
     note: str | None = None,
 ) -> Analysis[RankAnalysis]:
     """The per-rank stage of ``perfdoctor report``: one rank's loaded trace ``tables`` (its ``rank`` set) ->
@@ -88,7 +86,7 @@ def analyse_rank(
     add_efficiency(
         [ra],
         opts.model_flops,
-        measured_roofs,
+        opts.measured_roofs,
         step_time_s_by_rank=opts.step_time_s_by_rank,
     )
     if note:

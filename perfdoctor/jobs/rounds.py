@@ -23,7 +23,6 @@ from perfdoctor.crossrank.bounds import peer_bounds
 from perfdoctor.jobs.summary import RankSummary, SummaryOptions
 
 if TYPE_CHECKING:
-    from perfdoctor.analysis.work.roofline import Roofs
     from perfdoctor.checks.catalogue import Catalogue
     from perfdoctor.jobs.executors import Executor
 
@@ -42,7 +41,6 @@ def with_peer_arrivals(
     summaries: list[RankSummary],
     opts: SummaryOptions,
     cat: Catalogue,
-    measured_roofs: Roofs | None = None,
     cache: bool = False,
     executor: Executor | None = None,
 ) -> list[RankSummary]:
@@ -59,6 +57,6 @@ def with_peer_arrivals(
     again = sorted({s.index for s in summaries if s.path in plan})
     opts2 = msgspec.structs.replace(opts, peer_ends=plan)
     runner = executor if executor is not None else InProcess()
-    second = runner.summarise([files[i] for i in again], opts2, cat, measured_roofs, cache, indices=again, quiet=True)
+    second = runner.summarise([files[i] for i in again], opts2, cat, cache, indices=again, quiet=True)
     redone = {s.path: s for s in second if not s.error}
     return [redone.get(s.path, s) for s in summaries]

@@ -84,15 +84,17 @@ class SummaryOptions(msgspec.Struct, frozen=True):
     # make each rank's annotated timeline (perfdoctor.timeline.tracks) of these step numbers ([]: the median and
     # the slowest step); None: no timeline
     timeline_steps: list[int] | None = None
+    # this machine's calibrated CPU roofs (perfdoctor calibrate) for a CPU-only run recorded on it, else None
+    measured_roofs: Roofs | None = None
 
-    def fingerprint(self, measured_roofs: Roofs | None = None) -> str:
+    def fingerprint(self) -> str:
         """sha256 of the options, the perfdoctor version, its code fingerprint
         (:func:`perfdoctor.jobs.fingerprint.code_fingerprint`: edited code makes its summaries again) and the
         summary format (hex)."""
         from perfdoctor.jobs.fingerprint import code_fingerprint
 
         h = hashlib.sha256(msgspec.json.encode(self, enc_hook=_enc))
-        h.update(f"{__version__}/{code_fingerprint()}/{FORMAT}/{measured_roofs!r}".encode())
+        h.update(f"{__version__}/{code_fingerprint()}/{FORMAT}".encode())
         return h.hexdigest()
 
 

@@ -22,7 +22,6 @@ from perfdoctor import __version__
 from perfdoctor.errors import PerfDoctorError
 
 if TYPE_CHECKING:
-    from perfdoctor.analysis.work.roofline import Roofs
     from perfdoctor.checks.catalogue import Catalogue
 
 from perfdoctor.jobs.fingerprint import code_fingerprint, worker_name
@@ -49,7 +48,6 @@ def summarise_file(
     index: int,
     opts: SummaryOptions,
     cat: Catalogue,
-    measured_roofs: Roofs | None = None,
     cache: bool = False,
     on_progress: Callable[[int], None] | None = None,
     raise_errors: bool = False,
@@ -57,12 +55,12 @@ def summarise_file(
     """Summaries of the rank(s) in the trace ``path`` (one per rank; a merged multi-rank file gives several).
 
     ``index``: the file's position among the job's inputs (its rank when the trace names none); ``cat``: the
-    rule catalogue (``perfdoctor.checks.catalogue.Catalogue``); ``measured_roofs``: calibrated CPU roofs or None.
+    rule catalogue (``perfdoctor.checks.catalogue.Catalogue``).
     A file that cannot be analysed gives one summary with ``error`` set to its one-line reason, unless
     ``raise_errors`` (then the PerfDoctorError propagates, as for a report of one file). Every summary names
     the code that made it and this worker (:mod:`perfdoctor.jobs.fingerprint`).
     """
-    out = _summarise_file(path, index, opts, cat, measured_roofs, cache, on_progress, raise_errors)
+    out = _summarise_file(path, index, opts, cat, cache, on_progress, raise_errors)
     worker = worker_name()
     for s in out:
         s.perfdoctor_version, s.code_fingerprint, s.worker = __version__, code_fingerprint(), worker
@@ -73,12 +71,11 @@ def summarise_files(
     items: list[tuple[int, str]],
     opts: SummaryOptions,
     cat: Catalogue,
-    measured_roofs: Roofs | None = None,
     cache: bool = False,
 ) -> list[list[RankSummary]]:
     """:func:`summarise_file` of each (index, path) of ``items``, in order: one list of summaries per file (one
     task of several small files, :func:`perfdoctor.jobs.executors.dask_batches`)."""
-    return [summarise_file(path, index, opts, cat, measured_roofs, cache) for index, path in items]
+    return [summarise_file(path, index, opts, cat, cache) for index, path in items]
 
 
 def _summarise_file(
@@ -86,7 +83,6 @@ def _summarise_file(
     index: int,
     opts: SummaryOptions,
     cat: Catalogue,
-    measured_roofs: Roofs | None,
     cache: bool,
     on_progress: Callable[[int], None] | None,
     raise_errors: bool,
@@ -95,7 +91,7 @@ def _summarise_file(
         with local_copy(path) as local:
             # a missing file or a directory is left to the reader, whose error names it
             sha = sha256_of(local) if (opts.hash_inputs or cache) and os.path.isfile(local) else None
-            key = f"{sha}/{opts.fingerprint(measured_roofs)}"
+            key = f"{sha}/{opts.fingerprint()}"
             cache_path = (
                 os.path.join(cache_dir(), hashlib.sha256(key.encode()).hexdigest() + CACHE_SUFFIX)
                 if cache and sha
@@ -105,7 +101,7 @@ def _summarise_file(
                 hit = _read_cache(cache_path, key, path)
                 if hit is not None:
                     return hit
-            out = _summarise(local, path, index, opts, cat, measured_roofs, sha, on_progress)
+            out = _summarise(local, path, index, opts, cat, sha, on_progress)
             for s in out:
                 s.key = key
             if cache_path:
@@ -132,7 +128,6 @@ def _summarise(
     index: int,
     opts: SummaryOptions,
     cat: Catalogue,
-    measured_roofs: Roofs | None,
     sha: str | None,
     on_progress: Callable[[int], None] | None,
 ) -> list[RankSummary]:
@@ -167,7 +162,7 @@ def _summarise(
                 events=tabs.n_events,
                 uncompressed_bytes=tabs.uncompressed_bytes,
             )
-            analysis = analyse_rank(tabs, info, opts, measured_roofs, note)
+            analysis = analyse_rank(tabs, info, opts, note)
             ra = analysis.ranks[0]
             joint = opts.joint or len(sources) > 1
             summary = rank_summary(analysis, ra, index, dataclasses.asdict(info), cat, order, note, joint)

@@ -1,7 +1,7 @@
 """trace files -> tables -> analyses -> findings -> the typed report. No printing, no exiting.
 
 This module only sequences the stages: :mod:`perfdoctor.jobs.task` loads and analyses each rank's trace (its per-rank
-stage, :func:`perfdoctor.jobs.task.analyse_rank`), :mod:`perfdoctor.capture.run_data` reads a ``perfdoctor profile`` run
+stage, :func:`perfdoctor.jobs.rank_stage.analyse_rank`), :mod:`perfdoctor.capture.run_data` reads a ``perfdoctor profile`` run
 directory, :mod:`perfdoctor.checks.engine` runs the rules and :mod:`perfdoctor.model.build` writes the
 :class:`~perfdoctor.model.report.Report` (schema in ``docs/report-schema.md``) every renderer reads.
 """
@@ -113,7 +113,7 @@ def build(
     ``executor`` (:mod:`perfdoctor.jobs.executors`; default: this process) makes each rank's summary,
     ``cache`` reuses summaries stored under :func:`perfdoctor.jobs.summary.cache_dir`. ``timeline_steps``: make each
     rank's annotated timeline of these steps (``[]``: its median and slowest; None: none), kept in the job's
-    summaries for :func:`perfdoctor.timeline.chrome.write_timeline`. ``loaded_run``: the run directory among ``paths``
+    summaries for :func:`perfdoctor.render.timeline.write_timeline`. ``loaded_run``: the run directory among ``paths``
     as the caller already loaded it (:func:`perfdoctor.capture.run_data.load_run_dir`), so it is read once.
 
     Raises:

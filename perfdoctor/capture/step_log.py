@@ -3,7 +3,7 @@
 ``steps.csv`` is opened at the first row and written at least every
 :data:`FLUSH_EVERY_S` seconds (and at close, which every exit path but SIGKILL
 reaches), so a run killed without warning keeps nearly every finished step. Columns: see
-:data:`perfdoctor.capture.step_timer.STEP_FIELDS` (times in seconds, memory in
+:data:`perfdoctor.capture.step_record.STEP_FIELDS` (times in seconds, memory in
 bytes, empty = not measured).
 
 TensorBoard events are written once at the end (no per-step cost, no writer

@@ -1,13 +1,14 @@
-"""Each replayed saving alone and on top of the fixes of the higher-ranked findings ("after fixing X, this saves Y").
+"""The fix plan: the replayed fixes in the order to make them, each with its saving on top of those above it.
 
 Host time can hide device work: a fix that shortens kernels saves little while the host sets the step's pace and
 much once the host-side fixes are in (ResNet50 FP32 on a V100, nw0: faster GEMMs save 2.7 ms replayed alone, 19.0 ms
-on top of prefetched batches, CUDA graphs and a fused optimizer). So, per rank with a replay, the engine orders the
-hits with a replayed saving by their saving alone (the report's ranking), and gives each its saving on top of the
-fixes of the hits ranked above it that fire: the step replayed with theirs − replayed with theirs and its own, both
-the mean over the analysed steps (:func:`after_savings`). A hit whose check leaves its threshold to the engine
-(:attr:`perfdoctor.findings.Hit.min_saving_pct`) fires when either saving reaches the threshold as a share of the
-report's one denominator (:func:`passes`), so a finding is never hidden below its threshold when its saving after
+on top of prefetched batches, CUDA graphs and a fused optimizer), and two fixes of one cause save it once. So, per
+rank with a replay, :func:`plan` is greedy: first the fix that saves most alone, then each time the one that saves
+most on top of those chosen (the step replayed with them − replayed with them and it, both the mean over the
+analysed steps); a fix whose marginal saving falls under its threshold leaves the plan and states its saving on top
+of the whole plan. A hit whose check leaves its threshold to the engine (:attr:`perfdoctor.findings.Hit.min_saving_pct`)
+fires when its saving alone or on top of the others reaches the threshold as a share of the report's one
+denominator (:func:`passes`, :func:`gate`), so a finding is never hidden below its threshold when its saving after
 the others passes it.
 """
 

@@ -386,7 +386,7 @@ def rank_outcomes(
     denominator_us: float | None = None,
 ) -> dict[str, cx.Outcome]:
     """The outcome of every rank-scope check in ``order`` on one rank (``ctx``), by code, each replayed saving
-    also on top of the higher-ranked fixes (:func:`perfdoctor.checks.after.after_savings`).
+    also on top of the fixes above it in the plan (:func:`perfdoctor.checks.after.plan`).
 
     Needs only this rank's data, so it runs where the rank is analysed (a pool or Dask worker):
     the ``multi_rank`` and ``run`` requirements are the job's and are judged in :func:`combine`.

@@ -71,7 +71,7 @@ def reduce(
     analysis.warnings = _job_warnings(ok, failed, len(summaries)) + list(extra_warnings or [])
     _match_collectives(analysis, ok)
     # no step-level cap: each rank's replayed savings (and fix-all) already hold its collectives to its peers'
-    # arrivals (replay/peers.py, jobs/peers.py)
+    # arrivals (crossrank/bounds.py, jobs/rounds.py)
     rank_ctx = [cx.RankContext(analysis, r) for r in analysis.ranks]
     results = engine.combine(analysis, rank_ctx, [Outcomes(s.outcomes) for s in ok], cat, codes)
     return JobAnalysis(analysis=analysis, checks=results, summaries=ok, failed=failed)

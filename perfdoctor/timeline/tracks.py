@@ -11,7 +11,7 @@ For the chosen steps (default: the rank's median and slowest analysed step) it k
   plan's what-ifs, the fix-all the plan's last ``step_after_us`` is the mean of): its device activities placed
   from the recorded step's start, and its length.
 
-:mod:`perfdoctor.timeline.chrome` turns these into a Chrome-trace file with the report's findings.
+:mod:`perfdoctor.render.timeline` turns these into a Chrome-trace file with the report's findings.
 """
 
 from __future__ import annotations

@@ -1,9 +1,10 @@
 """trace files -> tables -> analyses -> findings -> the typed report. No printing, no exiting.
 
-This module only sequences the stages: :mod:`perfdoctor.jobs.task` loads and analyses each rank's trace (its per-rank
-stage, :func:`perfdoctor.jobs.rank_stage.analyse_rank`), :mod:`perfdoctor.capture.run_data` reads a ``perfdoctor profile`` run
-directory, :mod:`perfdoctor.checks.engine` runs the rules and :mod:`perfdoctor.model.build` writes the
-:class:`~perfdoctor.model.report.Report` (schema in ``docs/report-schema.md``) every renderer reads.
+This module only sequences the stages: :mod:`perfdoctor.jobs.task` loads and analyses each rank's trace (its
+per-rank stage, :func:`perfdoctor.jobs.rank_stage.analyse_rank`), :mod:`perfdoctor.capture.run_data` reads a
+``perfdoctor profile`` run directory, :mod:`perfdoctor.checks.engine` runs the rules and
+:mod:`perfdoctor.model.build` writes the :class:`~perfdoctor.model.report.Report` (schema in
+``docs/report-schema.md``) every renderer reads.
 """
 
 from __future__ import annotations

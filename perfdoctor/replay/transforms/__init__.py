@@ -2,8 +2,8 @@
 :class:`~perfdoctor.replay.simulate.Scenario` plus the assumption and its source, shown next to the saving).
 
 A transformation edits the recorded graph (activity durations, host time cut from a process's timeline, blocking
-calls that no longer wait); :meth:`perfdoctor.replay.rank.RankReplay.fixed_step_times` replays it (with any other fixes) per analysed step;
-a check's saving is the step without it − the step with it, the mean over the analysed steps
+calls that no longer wait); :meth:`perfdoctor.replay.rank.RankReplay.fixed_step_times` replays it (with any other
+fixes) per analysed step; a check's saving is the step without it − the step with it, the mean over the analysed steps
 (:meth:`perfdoctor.checks.context.RankContext.replayed_saving`).
 """
 

@@ -105,13 +105,13 @@ def _fp32(rr: RankReplay, t: TraceTables, run: RunData) -> WhatIf:
     ops = t.cpu_ops
     gemm = t.names_matching(GEMM_OPS)[ops["name_id"]] & [x is not None and b"BFloat16" in x for x in ops["input_type"]]
     cast = t.names_matching(CAST_OPS)[ops["name_id"]]
-    ratio = max(float(probe["bf16_over_fp32"]), 1.0)
+    ratio = max(probe.bf16_over_fp32, 1.0)
     return fp32_instead_of_bf16(
         rr,
         iv.union(ops["ts_us"][gemm], ops["end_us"][gemm]),
         iv.union(ops["ts_us"][cast], ops["end_us"][cast]),
         ratio,
-        f"r = {float(probe['bf16_over_fp32']):.2f} measured by the runner",
+        f"r = {probe.bf16_over_fp32:.2f} measured by the runner",
     )
 
 

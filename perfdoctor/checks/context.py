@@ -359,7 +359,7 @@ class RankContext:
             replayed_what(u is not None, after_text if after is not None else None),
             per.size,
             step_list_text(self.step_numbers),
-            u.text(rr.base_step_us) if u is not None else profiled_step_text(run_json(self.analysis)),
+            u.text(rr.base_step_us) if u is not None else profiled_step_text(self.analysis.run_json()),
             None if rr.peers is None or both is None else peers_text(rr.peers, both.scenario),
             rr.fallback,
         )
@@ -454,12 +454,6 @@ def profiled_step_text(run: Mapping[str, object] | None) -> str:
     if run is not None:
         return "for the profiled step (the run's unprofiled steps reach no steady level; the profiler's cost included)"
     return "for the profiled step (a bare trace: the profiler's cost per recorded op included)"
-
-
-def run_json(analysis: Analysis[RankResult]) -> dict[str, Any] | None:
-    """The run facts (``run.json``) recorded by ``perfdoctor profile``, or None
-    (:meth:`perfdoctor.analysis.rank.Analysis.run_json`)."""
-    return analysis.run_json()
 
 
 def run_core_budget(ctx: RankContext) -> CoreBudget | None:

@@ -68,10 +68,9 @@ def thread_counts(run: Mapping[str, object]) -> tuple[list[int], int, int] | str
 
 
 def check(job: JobContext) -> Outcome:
-    from perfdoctor.checks.context import run_json
 
     th = job.thresholds(Thresholds)
-    counts = thread_counts(run_json(job.analysis) or {})
+    counts = thread_counts(job.analysis.run_json() or {})
     if isinstance(counts, str):
         return skipped(counts)
     per_process, workers, cores = counts
@@ -92,7 +91,7 @@ def check(job: JobContext) -> Outcome:
             "suggested_threads": max(1, int(cores) // local),
         }
     )
-    run = run_json(job.analysis) or {}
+    run = job.analysis.run_json() or {}
     estimate = next((o.hit.estimate for o in job.rank_parts if o is not None and o.hit is not None), None)
     if estimate is None:
         estimate = _replayed(job, busy, int(cores), thread_probe(run))
@@ -103,11 +102,10 @@ def rank_part(ctx: RankContext) -> Outcome:
     """On a CPU-only rank with analysed steps, where its tables are: the replayed saving of fitting the job's
     threads to the cores (:func:`perfdoctor.replay.transforms.cpu.fit_threads_to_cores`, the run's measured
     ratio where it has one), as a hit whose estimate :func:`check` states; a pass otherwise."""
-    from perfdoctor.checks.context import run_json
     from perfdoctor.replay.transforms.cpu import fit_threads_to_cores
 
     th = ctx.thresholds(Thresholds)
-    run = run_json(ctx.analysis)
+    run = ctx.analysis.run_json()
     counts = thread_counts(run) if run is not None else "no run data"
     if isinstance(counts, str) or ctx.is_gpu or ctx.n_steps == 0 or not ctx.has_trace:
         return passed()

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from perfdoctor.checks.common import pct, top_names
-from perfdoctor.checks.context import Outcome, RankContext, passed, run_json, skipped
+from perfdoctor.checks.context import Outcome, RankContext, passed, skipped
 from perfdoctor.checks.run_facts import number, table, tables
 from perfdoctor.findings import Estimate, Evidence, Hit
 from perfdoctor.trace import intervals as iv
@@ -117,7 +117,7 @@ def check(ctx: RankContext) -> Outcome:
     metrics = {"bf16_gemm_us": bf16_us, "cast_us": cast_us}
     if not bf16.any():
         return passed(**metrics)
-    run = run_json(ctx.analysis) or {}
+    run = ctx.analysis.run_json() or {}
     cpu_facts = run.get("cpu") or {}
     flags = cpu_facts.get("flags")
     if flags is None:

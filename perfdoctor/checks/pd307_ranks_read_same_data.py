@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from perfdoctor.checks.common import step_list_text
-from perfdoctor.checks.context import JobContext, Outcome, passed, run_json, skipped
+from perfdoctor.checks.context import JobContext, Outcome, passed, skipped
 from perfdoctor.checks.run_facts import tables
 from perfdoctor.findings import Evidence, Hit
 
@@ -137,7 +137,7 @@ def _situation(run: Mapping[str, object], ranks: list[int]) -> str:
 
 def check(job: JobContext) -> Outcome:
     th = job.thresholds(Thresholds)
-    run = run_json(job.analysis) or {}
+    run = job.analysis.run_json() or {}
     fp = fingerprints(run)
     if len(fp) < 2:
         if (run.get("world_size") or 1) < 2:

@@ -76,9 +76,8 @@ def _machine_load(job: JobContext) -> str:
     """ "; the machine's load average was L on C logical CPUs ..." when the run recorded a 1-minute load average
     (start or end of the run, the higher) above its logical CPU count, else "". The load counts runnable
     processes, this run's own threads included, so only a load above the cores says others competed for them."""
-    from perfdoctor.checks.context import run_json
 
-    run = run_json(job.analysis) or {}
+    run = job.analysis.run_json() or {}
     cores = (run.get("cpu") or {}).get("logical_cpus")
     loads = [v[0] for v in (run.get("load_avg") or {}).values() if isinstance(v, list) and v]
     if not cores or not loads or max(loads) <= cores:

@@ -101,11 +101,17 @@ def host_unions(tables: TraceTables, pid: int) -> dict[str, iv.Intervals]:
     return unions
 
 
+def host_compute(unions: dict[str, iv.Intervals]) -> iv.Intervals:
+    """The host time in ops that are not collectives (µs, disjoint): what hides a host collective, from
+    :func:`host_unions`' categories after the DataLoader and the collectives themselves."""
+    return iv.union_of(*(unions[c] for c in HOST_PRIORITY[2:]))
+
+
 def cpu_breakdown(tables: TraceTables, steps: Steps) -> DeviceBreakdown:
     """Per-step breakdown of host time for a trace without device activity."""
     ws, we = steps.start_us, steps.end_us
     unions = host_unions(tables, steps.pid)
-    compute = iv.union_of(*(unions[c] for c in HOST_PRIORITY[2:]))
+    compute = host_compute(unions)
     coll_exposed = iv.subtract(unions["host_collective"], compute)
     comm_w = iv.per_window(unions["host_collective"], ws, we)
     exposed_w = iv.per_window(coll_exposed, ws, we)

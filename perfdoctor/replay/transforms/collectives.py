@@ -20,8 +20,7 @@ def exposed_host_collectives(tables: TraceTables, pid: int) -> Intervals:
     (:data:`perfdoctor.analysis.timing.cpu_breakdown.HOST_COMMUNICATION`: gloo/c10d calls, ``record_param_comms``;
     the ops nested in one on its thread are inside its interval) that no other op of the process overlaps: the
     breakdown's exposed host collective time (:func:`perfdoctor.analysis.timing.cpu_breakdown.cpu_breakdown`)."""
-    from perfdoctor.analysis.timing.cpu_breakdown import HOST_COMMUNICATION, host_unions
-    from perfdoctor.vocab import HOST_PRIORITY
+    from perfdoctor.analysis.timing.cpu_breakdown import HOST_COMMUNICATION, host_compute, host_unions
 
     named = tables.names_matching(re.compile(HOST_COMMUNICATION))
     parts = []
@@ -31,9 +30,7 @@ def exposed_host_collectives(tables: TraceTables, pid: int) -> Intervals:
             m = named[tab["name_id"]] & (tab["pid"] == pid)
             parts.append(iv.union(tab["ts_us"][m], tab["end_us"][m]))
     coll = iv.union_of(*parts) if parts else iv.EMPTY
-    unions = host_unions(tables, pid)
-    compute = iv.union_of(*(unions[c] for c in HOST_PRIORITY[2:]))  # ops outside collectives (cpu_breakdown's)
-    return iv.subtract(coll, compute)
+    return iv.subtract(coll, host_compute(host_unions(tables, pid)))
 
 
 def free_collectives(rr: RankReplay, tables: TraceTables) -> WhatIf:

@@ -144,8 +144,18 @@ def _label_us(run_dir, rank: int, steps: list[int], label: str) -> float:
 
 
 @example
-def test_pd306_fires_on_fully_shard_without_forward_prefetch():
-    findings, skipped, _, _ = profile("fsdp", ["--ddp", "--fsdp", "--batch-size", "1024"], steps=12)
+def test_pd306_fires_on_fully_shard_without_forward_prefetch(tmp_path):
+    from perfdoctor import pipeline
+    from perfdoctor.checks.config import RuleOptions
+
+    profile("fsdp", ["--ddp", "--fsdp", "--batch-size", "1024"], steps=12)
+    # What is tested here is the detection and its evidence, not the size gate: on the 2-core VM the replayed
+    # saving of this run varied 3.1-8.0% of the step over six runs (2026-12-07), around the 5% default that
+    # rules/PD306.toml sets as its noise floor (tested on hand-built traces above). A user override, as
+    # `--rules DIR` reads it, sets the floor to 1%.
+    (tmp_path / "PD306.toml").write_text('code = "PD306"\n[thresholds]\nmin_saving_pct = 1.0\n')
+    built = pipeline.build([str(runs_root() / "fsdp")], rule_options=RuleOptions(rules_dirs=[str(tmp_path)]))
+    findings = {f["code"]: f for f in built.report["findings"]}
     f = findings["PD306"]
     ev = f["evidence"]
     assert ev["flavour"] == "fully_shard (FSDP2)" and ev["passes"] == "forward"

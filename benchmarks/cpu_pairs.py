@@ -7,7 +7,9 @@ batch (÷ how many of its batches one "after" step holds), as PD201 states its s
 the sides alternating in order (A B, B A, A B, ...: a counterbalanced design), so a drift of the shared machine hits
 both sides and a steady drift cancels over two blocks. Per run, its level is the median of its unprofiled steady
 steps (steps.csv rows from a third of the run on, profiler phase "none"): the median, because other jobs on the
-machine add bursts of slow steps. Per block, the difference before − after; measured change = the mean of the block
+machine add bursts of slow steps, or, when the steps repeat in a cycle (DataLoader workers handing over their
+batches together), the median mean of one cycle's steps (the median of single steps would pick one mode). Per
+block, the difference before − after; measured change = the mean of the block
 differences; noise = two standard errors of that mean (2 × sd / √blocks, between blocks), so run-to-run noise is
 measured, not assumed, and the load the two runs of a block share cancels in their difference.
 
@@ -48,6 +50,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from perfdoctor.analysis.parallel.accumulation import accumulation  # noqa: E402
+from perfdoctor.analysis.steps.steady_state import step_level  # noqa: E402
 from perfdoctor.analysis.steps.steps import find_steps  # noqa: E402
 from perfdoctor.capture.run_data import RunData, load_run_dir, rank_inputs  # noqa: E402
 from perfdoctor.checks.common import unprofiled_step_times  # noqa: E402
@@ -214,9 +217,11 @@ def _profile(out: Path, flags: list[str], steps: int, env: tuple[tuple[str, str]
 
 
 def _level(run: RunData, steps: int) -> float:
-    """Median unprofiled steady step of a run (µs)."""
+    """Level of a run's unprofiled steady steps (µs), as the report states a steady level
+    (:func:`perfdoctor.analysis.steps.steady_state.step_level`): their median, or the median mean of ``k``
+    consecutive steps when they repeat in a cycle of ``k`` (2 DataLoader workers: 64, 9, 64, 9 ms)."""
     _, secs = unprofiled_step_times(run, start=steps // 3)
-    return float(np.median(secs)) * 1e6
+    return step_level(secs).median_s * 1e6
 
 
 def _predict(run: RunData, pair: CpuPair) -> tuple[float, float, str, str]:

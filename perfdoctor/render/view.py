@@ -721,7 +721,13 @@ def _run_only_facts(report: Report) -> list[tuple[str, str, str]]:
             (
                 "median step time (steady state)",
                 ms(ss.median_s * 1e6),
-                f"p10–p90 {ms(ss.p10_s * 1e6)} – {ms(ss.p90_s * 1e6)}; {ss.n_steps} steps ran, "
+                (
+                    f"the steps repeat in a cycle of {ss.cycle_steps}: the median mean of {ss.cycle_steps} consecutive "
+                    "steps and its "
+                    if ss.cycle_steps > 1
+                    else ""
+                )
+                + f"p10–p90 {ms(ss.p10_s * 1e6)} – {ms(ss.p90_s * 1e6)}; {ss.n_steps} steps ran, "
                 f"the first {ss.warmup_steps} were warm-up and are left out",
             )
         )

@@ -171,6 +171,12 @@ CPU_PAIRS = [
         [],
         lambda rr, t, run: python_and_dispatch(rr, t, 16)[0],
     ),
+    CpuPair(  # the same 96 maps a side: nn.Linear(8, 8) per head in a Python loop -> one (96, 8, 8) einsum
+        "CPU mlp 768: 96 per-head Linear in a loop -> one einsum (PD105)",
+        ["--hidden", "768", "--head-loop", "96"],
+        ["--hidden", "768", "--head-loop", "96", "--head-batched"],
+        lambda rr, t, run: python_and_dispatch(rr, t, 16)[0],
+    ),
     CpuPair(  # the "after" side has no chain at all; the fused chain of the fix still costs its bytes
         "CPU mlp: 32 unfused mul/add per layer -> none (PD202)",
         ["--unfused-chain", "32"],

@@ -4,7 +4,11 @@
     perfdoctor profile examples/mlp.py --steps 300
 
 Plain PyTorch; see ``_train_common.py`` for the flags that switch on each
-performance problem.
+performance problem. This model adds one of its own: ``--head-loop N`` splits the
+last hidden layer into N heads, each through its own small ``nn.Linear`` in a
+Python loop (N tiny ops and their dispatch per pass, PD105); with
+``--head-batched`` the same N weights are one (N, d, d) tensor applied by one
+``torch.einsum``: the fix.
 """
 
 from __future__ import annotations
@@ -43,22 +47,50 @@ class Synthetic(torch.utils.data.Dataset):
         return self.x[i], self.y[i]
 
 
+class Heads(nn.Module):
+    """``n`` per-head linear maps of ``width // n`` features each: one small ``nn.Linear`` per head applied in a
+    Python loop, or (``batched``) the same maps as one (n, d, d) weight applied by one einsum."""
+
+    def __init__(self, width: int, n: int, batched: bool) -> None:
+        super().__init__()
+        if width % n:
+            raise SystemExit(f"--head-loop {n}: the hidden width {width} is not a multiple of it")
+        self.n, self.d, self.batched = n, width // n, batched
+        if batched:
+            self.weight = nn.Parameter(torch.randn(n, self.d, self.d) / self.d**0.5)
+            self.bias = nn.Parameter(torch.zeros(n, self.d))
+        else:
+            self.heads = nn.ModuleList(nn.Linear(self.d, self.d) for _ in range(n))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.batched:
+            h = x.view(x.shape[0], self.n, self.d)
+            return (torch.einsum("bnd,nde->bne", h, self.weight) + self.bias).reshape(x.shape)
+        parts = x.split(self.d, dim=1)
+        return torch.cat([head(part) for head, part in zip(self.heads, parts)], dim=1)
+
+
 class MLP(nn.Module):
-    def __init__(self, dim: int, hidden: int, classes: int, depth: int, chain: int) -> None:
+    def __init__(
+        self, dim: int, hidden: int, classes: int, depth: int, chain: int, heads: int = 0, batched: bool = False
+    ) -> None:
         super().__init__()
         dims = [dim] + [hidden] * depth
         self.layers = nn.ModuleList(nn.Linear(a, b) for a, b in zip(dims[:-1], dims[1:]))
+        self.heads = Heads(hidden, heads, batched) if heads else None
         self.head = nn.Linear(hidden, classes)
         self.chain = chain
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         for layer in self.layers:
             x = unfused_chain(F.relu(layer(x)), self.chain)
+        if self.heads is not None:
+            x = F.relu(self.heads(x))
         return self.head(x)
 
 
 def build(args):
-    model = MLP(args.dim, args.hidden, args.classes, args.depth, args.unfused_chain)
+    model = MLP(args.dim, args.hidden, args.classes, args.depth, args.unfused_chain, args.head_loop, args.head_batched)
     dataset = Synthetic(args.samples, args.dim, args.classes, args.seed, args.slow_getitem_ms, args.busy_getitem_ms)
     return model, dataset, lambda m, batch: F.cross_entropy(m(batch[0]).float(), batch[1])
 
@@ -70,6 +102,8 @@ def main() -> None:
     p.add_argument("--classes", type=int, default=10)
     p.add_argument("--depth", type=int, default=3)
     p.add_argument("--samples", type=int, default=20_000)
+    p.add_argument("--head-loop", type=int, default=0, help="N per-head Linear modules in a Python loop (PD105)")
+    p.add_argument("--head-batched", action="store_true", help="under --head-loop, one batched einsum instead")
     args = p.parse_args()
     launch(args, build)
 

@@ -10,6 +10,7 @@ from perfdoctor.analysis.steps.steady_state import (
     detect_warmup,
     find_change_points,
     spearman,
+    step_level,
     theil_sen,
 )
 from perfdoctor.capture.hooks import StepCounter
@@ -147,3 +148,39 @@ def test_step_counter_counts_the_first_optimizer_and_api_mode():
     c.on_mark()  # perfdoctor.step(): from now on only explicit marks count
     c.on_optimizer_step(a)
     assert seen == [1, 2, 3, 4] and c.api_mode
+
+
+def test_two_worker_dataloader_cycle_is_one_level():
+    """A real 2-worker run (tests/data/README.md): the steps alternate ~64 / ~9 ms, so no single step is typical,
+    but every pair of consecutive steps takes one worker's batch time."""
+    import csv
+    from pathlib import Path
+
+    with open(Path(__file__).parent / "data" / "mlp_slow_getitem_2workers.steps.csv") as fh:
+        d = np.array([float(r["duration_s"]) for r in csv.DictReader(fh)])
+    ss = analyze(d)
+    assert ss.cycle_steps == 2 and not ss.unstable
+    body = d[ss.steady_start_step :]
+    # single steps: two modes, the median one of them; the 2-step level is the steady span's mean step (the
+    # throughput) to within 5%, and ~ (64 items x 1 ms + collate) / 2 workers
+    assert np.percentile(body, 90) / np.percentile(body, 10) > 5
+    assert abs(ss.median_s - body.mean()) < 0.05 * body.mean()
+    assert 0.032 < ss.median_s < 0.040
+    assert any("cycle of 2" in n for n in ss.notes)
+
+
+def test_cycle_found_through_a_slip_and_noise_is_no_cycle():
+    # a 3-step cycle 30 / 5 / 5 ms whose phase slips by one step halfway: every 3-step mean is 13.33 ms
+    pattern = np.tile([0.030, 0.005, 0.005], 20)
+    x = np.concatenate([pattern[:30], pattern[31:], [0.005]])
+    lv = step_level(x)
+    assert lv.cycle_steps == 3 and lv.median_s == pytest.approx(0.040 / 3, rel=1e-9)
+    # independent lognormal noise spread 3.7x (p90/p10): no cycle, the plain median
+    y = np.random.default_rng(0).lognormal(-4, 0.5, 200)
+    lv = step_level(y)
+    assert lv.cycle_steps == 1 and lv.median_s == pytest.approx(float(np.median(y)))
+    # a steady series keeps its median whatever its order
+    z = noisy(0.01, 100)
+    assert step_level(z) == (float(np.median(z)), float(np.percentile(z, 10)), float(np.percentile(z, 90)), 1)
+    with pytest.raises(ValueError):
+        step_level([])

@@ -66,3 +66,47 @@ def test_pd105_keeps_a_short_loop_as_gaps(tmp_path):
     # only the long gaps shrink: (1220 − 20) + (96 − 20) = 1276 µs alone (PD201 ranks above it in this trace)
     assert f["saving_alone_us_per_step"] == 1276
     assert "loop" not in f["method"]
+
+
+def test_pd105_batched_loop_does_its_work_at_the_traces_best_rate(tmp_path):
+    tb = _head_loop(20)
+    # the first op now has shapes: a 256 x 256 x 256 mm, 2 x 256^3 = 33,554,432 FLOP in 90 µs: 372,827 FLOP/µs,
+    # the trace's best matmul rate (the per-head addmms do 2 x 8 x 64 x 16 = 16,384 FLOP each, under 1 MFLOP)
+    tb.events[-2 * 20 - 2]["args"]["Input Dims"] = [[256, 256], [256, 256]]
+    tb.events[-2 * 20 - 2]["args"]["Input type"] = ["float", "float"]
+    f = run_tb(tb, tmp_path, ["PD105"]).findings["PD105"]
+    # the loop's work: 20 linears (counted once each, not their addmm) x 16,384 FLOP = 327,680 FLOP: 0.8789 µs at
+    # that rate. Batched: one iteration's 40 µs + 19/20 of 0.8789 = 40.835 µs (under 648, the dispatch-only
+    # bound): the 1180 µs span shrinks by 1139.165 µs; with the 676 µs of long gaps: 1815.165 µs
+    assert abs(f["saving_us_per_step"] - 1815.165) < 0.01
+    assert "372.8 GFLOP/s for matmuls" in f["method"]
+
+
+def _optimizer_loop(annotated: bool) -> TraceBuilder:
+    """One 2000 µs CPU step: an mm [0, 90), then 16 parameters' updates, each 3 ops on a weight (8 x 8) then 3 on
+    its bias (8): 6-op bodies, every op 10 µs with 5 µs gaps, [100, 1540); inside ``Optimizer.step#SGD.step`` when
+    ``annotated``; a 4 µs view at 1900."""
+    tb = TraceBuilder(device_name=None)
+    tb.step(1, 0, 2000)
+    if annotated:
+        tb.annotation("Optimizer.step#SGD.step", 95, 1450)
+    tb.cpu_op("aten::mm", 0, 90)
+    t = 100.0
+    for _ in range(16):
+        for shape in ([8, 8], [8]):
+            for name in ("aten::mul_", "aten::add_", "aten::addcmul_"):
+                tb.cpu_op(name, t, 10, input_dims=[shape, shape])
+                t += 15
+    tb.cpu_op("aten::view", 1900, 4)
+    return tb
+
+
+def test_pd105_batches_the_optimizers_per_parameter_loop_only_inside_optimizer_step(tmp_path):
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    f = run_tb(_optimizer_loop(True), tmp_path / "a", ["PD105"]).findings["PD105"]
+    # a 6-op body repeated 16 times, inside Optimizer.step: a loop (longer bodies than 4 ops are looked for there)
+    assert "1 loop(s) of same-shape small ops (16×6 ops)" in f["method"]
+    f = run_tb(_optimizer_loop(False), tmp_path / "b", ["PD105"]).findings.get("PD105")
+    # the same ops outside any optimizer step: no loop (a long body elsewhere may be layers feeding each other)
+    assert f is None or "loop" not in f["method"]

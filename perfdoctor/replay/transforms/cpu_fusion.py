@@ -240,10 +240,20 @@ def _op_keys(tables: TraceTables, ops: Table, rows: np.ndarray) -> np.ndarray:
     return out
 
 
-def op_loops(tables: TraceTables, pid: int, min_iterations: int, max_body: int = 4) -> list[OpLoop]:
+# an optimizer's per-parameter loop (torch.optim's single-tensor implementations: ~10 ops per parameter, a weight
+# and a bias per module) is batched by its multi-tensor implementation; a loop body that long elsewhere may be a
+# stack of layers, each feeding the next, which no batching removes
+OPTIMIZER_STEP = r"^Optimizer\.step#"
+MAX_OPTIMIZER_BODY = 32
+
+
+def op_loops(
+    tables: TraceTables, pid: int, min_iterations: int, max_body: int = 4, long_body_spans: Intervals | None = None
+) -> list[OpLoop]:
     """Loops of many same-shape small ops on process ``pid``: runs of outermost ops on a thread where each op repeats
     the op ``p`` places before it (same name, same recorded shapes) for at least ``min_iterations`` repeats of a body
-    of ``p`` ≤ ``max_body`` ops (shortest bodies first; an op belongs to one loop). Each op's dispatch is the
+    of ``p`` ≤ ``max_body`` ops, or ≤ :data:`MAX_OPTIMIZER_BODY` for a loop inside one of ``long_body_spans`` (µs;
+    the optimizer's steps) (shortest bodies first; an op belongs to one loop). Each op's dispatch is the
     :func:`dispatch_floor_us` per op it dispatches (itself and the ops inside it)."""
     ops = _thread_ops(tables, pid)
     if not len(ops):
@@ -251,6 +261,7 @@ def op_loops(tables: TraceTables, pid: int, min_iterations: int, max_body: int =
     d = dispatch_floor_us(tables, pid)
     top = _outermost(ops, np.ones(len(ops), dtype=bool))
     loops: list[OpLoop] = []
+    longest = MAX_OPTIMIZER_BODY if long_body_spans is not None and long_body_spans[0].size else max_body
     for t in np.unique(ops["tid"][top]).tolist():
         on = np.flatnonzero(ops["tid"] == t)
         rows = np.flatnonzero(top & (ops["tid"] == t))
@@ -258,7 +269,7 @@ def op_loops(tables: TraceTables, pid: int, min_iterations: int, max_body: int =
         s, e = ops["ts_us"][rows], ops["end_us"][rows]
         inside = np.searchsorted(ops["ts_us"][on], e, side="left") - np.searchsorted(ops["ts_us"][on], s, side="left")
         taken = np.zeros(rows.size, dtype=bool)
-        for p in range(1, max_body + 1):
+        for p in range(1, longest + 1):
             same = np.concatenate([np.zeros(p, dtype=bool), keys[p:] == keys[:-p]]) if rows.size > p else None
             if same is None:
                 break
@@ -268,6 +279,8 @@ def op_loops(tables: TraceTables, pid: int, min_iterations: int, max_body: int =
                 n = (hi - lo) // p
                 hi = lo + n * p
                 if n < min_iterations or taken[lo:hi].any():
+                    continue
+                if p > max_body and not _within(float(s[lo]), float(e[hi - 1]), long_body_spans):
                     continue
                 taken[lo:hi] = True
                 loops.append(
@@ -283,50 +296,149 @@ def op_loops(tables: TraceTables, pid: int, min_iterations: int, max_body: int =
     return sorted(loops, key=lambda lp: lp.start_us)
 
 
+# smallest work an op must do, and shortest time, for its rate to measure the machine rather than the op's fixed
+# cost or the clock's resolution
+_RATE_MIN_FLOP = 1e6
+_RATE_MIN_BYTES = 1e6
+_RATE_MIN_US = 20.0
+_STREAMING = ("elementwise", "reduction", "norm")
+
+
+@dataclass(frozen=True)
+class WorkRates:
+    """The highest rates this trace's own ops reached, each op counted once (the outermost op with a cost formula,
+    not the ops it calls): ``flop_per_us`` of matmul-kind ops doing at least 1 MFLOP, ``bytes_per_us`` of
+    elementwise, reduction and norm ops moving at least 1 MB, both over ops of at least 20 µs (0 when none
+    qualifies). A batched op is assumed to do its work at these rates: the machine's best shown in the trace."""
+
+    flop_per_us: float
+    bytes_per_us: float
+
+
+@dataclass(frozen=True)
+class _Work:
+    """Per row of a process's ops (sorted as :func:`_thread_ops` sorts): FLOPs, bytes (recorded shapes, 0 without a
+    formula), the cost kind ("" without one), and whether it is the outermost costed op (bool)."""
+
+    flops: np.ndarray
+    nbytes: np.ndarray
+    kind: np.ndarray
+    counted: np.ndarray
+
+
+def _work(tables: TraceTables, ops: Table) -> _Work:
+    """The :class:`_Work` of ``ops`` from :func:`perfdoctor.analysis.work.op_flops.cost_op`."""
+    from perfdoctor.analysis.work.op_flops import Uncosted, cost_op
+
+    n = len(ops)
+    flops, nbytes, kind = np.zeros(n), np.zeros(n), np.full(n, "", dtype=object)
+    for row in range(n):
+        c = cost_op(
+            tables.names[int(ops["name_id"][row])], ops["input_dims"][row], ops["input_type"][row],
+            ops["concrete_inputs"][row],
+        )  # fmt: skip
+        if not isinstance(c, Uncosted):
+            flops[row], nbytes[row], kind[row] = c.flops, c.bytes or 0.0, c.kind
+    costed = kind != ""
+    return _Work(flops, nbytes, kind, _outermost(ops, costed) & costed if n else costed)
+
+
+def work_rates(tables: TraceTables, pid: int) -> WorkRates:
+    """The :class:`WorkRates` of process ``pid``'s ops (FLOP/µs, bytes/µs). Source: this trace's op times and
+    recorded shapes."""
+    ops = _thread_ops(tables, pid)
+    if not len(ops):
+        return WorkRates(0.0, 0.0)
+    w = _work(tables, ops)
+    dur = ops["end_us"] - ops["ts_us"]
+    ok = w.counted & (dur >= _RATE_MIN_US)
+    mm = ok & (w.kind == "matmul") & (w.flops >= _RATE_MIN_FLOP)
+    mem = ok & np.isin(w.kind, _STREAMING) & (w.nbytes >= _RATE_MIN_BYTES)
+    return WorkRates(
+        float((w.flops[mm] / dur[mm]).max()) if mm.any() else 0.0,
+        float((w.nbytes[mem] / dur[mem]).max()) if mem.any() else 0.0,
+    )
+
+
+def loop_work_us(tables: TraceTables, pid: int, lp: OpLoop, rates: WorkRates) -> float | None:
+    """The time the loop's work takes at ``rates`` (µs): its matmuls' FLOPs ÷ ``flop_per_us`` plus its other costed
+    ops' bytes ÷ ``bytes_per_us`` (each op counted once, :class:`WorkRates`); None when a rate it needs is unknown."""
+    ops = _thread_ops(tables, pid)
+    inside = np.flatnonzero((ops["ts_us"] >= lp.start_us) & (ops["end_us"] <= lp.end_us))
+    sub = ops.take(inside)
+    w = _work(tables, sub)
+    mm = w.counted & (w.kind == "matmul")
+    need_flop, need_bytes = float(w.flops[mm].sum()), float(w.nbytes[w.counted & ~mm].sum())
+    if (need_flop > 0 and rates.flop_per_us <= 0) or (need_bytes > 0 and rates.bytes_per_us <= 0):
+        return None
+    flop_us = need_flop / rates.flop_per_us if need_flop else 0.0
+    return flop_us + (need_bytes / rates.bytes_per_us if need_bytes else 0.0)
+
+
+def _within(start_us: float, end_us: float, spans: Intervals | None) -> bool:
+    """[start_us, end_us] lies inside one of ``spans``."""
+    if spans is None or not spans[0].size:
+        return False
+    k = iv.containing(np.array([start_us, end_us]), spans)
+    return bool(k[0] >= 0 and k[0] == k[1])
+
+
 def batch_op_loops(rr: RankReplay, tables: TraceTables, loops: list[OpLoop], gap_us: float) -> WhatIf:
     """Each loop of same-shape small ops (:func:`op_loops`) becomes one batched op per op of its body (the per-head
-    ``Linear`` modules of a Python loop become one batched ``einsum``): the ops' work stays, the dispatch of all but
-    one iteration goes, and so does the Python between them but for ``gap_us`` (the typical gap between ops) before
-    each batched op after the first. The loop's span is cut down to ``ops_us − dispatch_us × (n − 1) / n +
-    gap_us × (body_ops − 1)``.
+    ``Linear`` modules of a Python loop become one batched ``einsum``). The batched ops take one iteration's recorded
+    time (its dispatch and each op's fixed cost, paid once) plus the other ``n − 1`` iterations' work at the best
+    rates this trace's ops reached (:func:`loop_work_us`: FLOPs and bytes from the recorded shapes), plus ``gap_us``
+    (the typical gap between ops) before each batched op after the first; never more than the loop with only its
+    dispatch gone (``ops_us − dispatch_us × (n − 1) / n``), which is what is assumed where a loop's work has no
+    rate. The loop's span is cut down to that.
 
-    Assumption: a batched op does the loop's work in the time its ops spent on it (their recorded time less their
-    dispatch); the dispatch per op is the shortest op in the trace. Source: the recorded host timeline (µs): the
-    loop's op count, shapes and gaps.
+    Assumption: a small op's recorded time is mostly its fixed cost (argument checks, allocation, autograd
+    bookkeeping, a thread-pool hand-off), which a batched op pays once; its work runs at the trace's best rates.
+    Source: the recorded host timeline (µs): the loop's op count, shapes, times and gaps.
     """
     pid = rr.windows.pid
     span = step_span(rr)
+    rates = work_rates(tables, pid)
     cut_s: list[float] = []
     cut_e: list[float] = []
-    removed_dispatch = 0.0
+    removed = 0.0
     for lp in loops:
         if iv.total(iv.intersect(iv.union(np.array([lp.start_us]), np.array([lp.end_us])), span)) <= 0:
             continue
         n = lp.iterations
-        batched = lp.ops_us - lp.dispatch_us * (n - 1) / n + gap_us * (lp.body_ops - 1)
+        batched = lp.ops_us - lp.dispatch_us * (n - 1) / n
+        work = loop_work_us(tables, pid, lp, rates)
+        if work is not None:
+            batched = min(batched, lp.ops_us / n + work * (n - 1) / n)
+        batched += gap_us * (lp.body_ops - 1)
         if batched < lp.end_us - lp.start_us:
             cut_s.append(lp.start_us + max(batched, 0.0))
             cut_e.append(lp.end_us)
-            removed_dispatch += lp.dispatch_us * (n - 1) / n
+            removed += lp.end_us - lp.start_us - max(batched, 0.0)
     cut = iv.intersect(iv.union(np.array(cut_s), np.array(cut_e)), span)
     text = "; ".join(f"{lp.iterations}×{lp.body_ops} ops" for lp in loops[:4]) + ("; ..." if len(loops) > 4 else "")
     return WhatIf(
         "batch-op-loops",
         Scenario("batch-op-loops", host_cut={pid: cut} if cut_s else {}),
-        f"{len(loops)} loop(s) of same-shape small ops ({text}) batched into one op per loop-body op: their "
-        f"dispatch ({removed_dispatch:.0f} µs over the trace) and the Python between them go, the work stays",
-        "replay of the recorded host timeline (CPU-only trace): the loop's op count, shapes and gaps",
+        f"{len(loops)} loop(s) of same-shape small ops ({text}) batched into one op per loop-body op: each takes one "
+        f"iteration's recorded time (the ops' fixed cost, paid once) and the other iterations' work at the best "
+        f"rates this trace's ops reached ({rates.flop_per_us / 1e3:.1f} GFLOP/s for matmuls, "
+        f"{rates.bytes_per_us / 1e3:.1f} GB/s for the rest; FLOPs and bytes from the recorded shapes), never more "
+        f"than the loop with only its dispatch gone; {removed:.0f} µs of loop time over the trace go",
+        "replay of the recorded host timeline (CPU-only trace): the loop's op count, shapes, times and gaps",
     )
 
 
 def python_and_dispatch(rr: RankReplay, tables: TraceTables, min_iterations: int) -> tuple[WhatIf, list[OpLoop]]:
     """PD105's what-if: the Python outside ops trimmed to the median gap
     (:func:`perfdoctor.replay.transforms.cpu.trim_python_outside_ops`) outside the loops of at least
-    ``min_iterations`` same-shape small ops, and those loops batched (:func:`batch_op_loops`), which removes their
-    ops' dispatch as well as the Python between them. Returns the what-if and the loops."""
+    ``min_iterations`` same-shape small ops (longer bodies inside ``Optimizer.step``: its per-parameter loop), and
+    those loops batched (:func:`batch_op_loops`), which removes their ops' fixed cost as well as the Python between
+    them. Returns the what-if and the loops."""
+    from perfdoctor.analysis.timing import host
     from perfdoctor.replay.transforms.cpu import median_gap_us, outside_ops, trim_python_outside_ops
 
-    loops = op_loops(tables, rr.windows.pid, min_iterations)
+    loops = op_loops(tables, rr.windows.pid, min_iterations, long_body_spans=host.named(tables, OPTIMIZER_STEP))
     spans = iv.union(np.array([lp.start_us for lp in loops]), np.array([lp.end_us for lp in loops]))
     trim = trim_python_outside_ops(rr, tables, exclude=spans)
     if not loops:

@@ -282,6 +282,21 @@ def name_line(
     ev.source = stacks.locate(tab["pid"][rows], tab["tid"][rows], tab["ts_us"][rows], weight, by_module=by_module)
 
 
+def name_line_at(
+    ev: Evidence, tables: TraceTables, pid: int, tid: int, ts_us: np.ndarray, weight: np.ndarray | None = None
+) -> None:
+    """:func:`name_line` for moments ``ts_us`` (µs, shape (n,)) on thread (``pid``, ``tid``) instead of a table's
+    events (e.g. the middles of the stretches with no op open), each of ``weight`` (µs, default 1)."""
+    stacks = stacks_of(tables)
+    if not stacks:
+        ev.source_hint = WITH_STACK_HINT
+        return
+    if ts_us.size == 0:
+        return
+    n = ts_us.size
+    ev.source = stacks.locate(np.full(n, pid), np.full(n, tid), ts_us, weight)
+
+
 def name_line_of(ev: Evidence, tables: TraceTables, pattern: str) -> None:
     """:func:`name_line` for the host events named by ``pattern`` (annotations and CPU ops, as
     :func:`perfdoctor.analysis.timing.host.ranges_named` finds them), each weighted by its duration (µs)."""

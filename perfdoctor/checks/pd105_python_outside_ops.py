@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from perfdoctor.checks.common import pct, steps_over
+from perfdoctor.checks.common import name_line_at, pct, steps_over
 from perfdoctor.checks.context import Outcome, RankContext, passed
 from perfdoctor.findings import Estimate, Evidence, Hit
 from perfdoctor.replay.transforms.cpu_fusion import OpLoop, python_and_dispatch
@@ -80,6 +80,7 @@ def check(ctx: RankContext) -> Outcome:
         if share >= th.min_saving_pct
         else ctx.step_numbers,
     )
+    _name_python_line(ctx, ev)
     saving, _, method = ctx.replayed_saving(whatif)
     return Outcome(
         metrics=metrics,
@@ -91,6 +92,15 @@ def check(ctx: RankContext) -> Outcome:
             min_saving_pct=None if share >= th.min_saving_pct else th.min_loop_saving_pct,
         ),
     )
+
+
+def _name_python_line(ctx: RankContext, ev: Evidence) -> None:
+    """The user's line holding most of the time outside ops (each stretch with no op open placed at its middle on
+    the step's thread, weighted by its length), from the trace's Python stacks; else the hint to record them."""
+    from perfdoctor.replay.transforms.cpu import outside_ops
+
+    gaps = outside_ops(ctx.replay(), ctx.tables)
+    name_line_at(ev, ctx.tables, ctx.steps.pid, ctx.steps.tid, (gaps[0] + gaps[1]) / 2, gaps[1] - gaps[0])
 
 
 def _in_steps(ctx: RankContext, loops: list[OpLoop]) -> list[OpLoop]:

@@ -110,3 +110,22 @@ def test_pd105_batches_the_optimizers_per_parameter_loop_only_inside_optimizer_s
     f = run_tb(_optimizer_loop(False), tmp_path / "b", ["PD105"]).findings.get("PD105")
     # the same ops outside any optimizer step: no loop (a long body elsewhere may be layers feeding each other)
     assert f is None or "loop" not in f["method"]
+
+
+def test_pd105_names_the_line_holding_the_python_time(tmp_path):
+    tb = _cpu_step(100, 300)  # outside ops: [0, 100) and [400, 1000)
+    mod = tb.python_function("train.py(1): <module>", 0, 1000)
+    tb.python_function("train.py(20): log_metrics", 420, 560, mod, "train.py(9): <module>")
+    f = run_tb(tb, tmp_path, ["PD105"]).findings["PD105"]
+    # the stretch [400, 1000) (600 µs, middle 700) is inside log_metrics (its own time: named by its first line,
+    # not an exact call line), called from train.py:9; [0, 100) (middle 50) only in <module>: log_metrics holds
+    # 600 of the 700 µs, 85.7%
+    src = f["source"]
+    assert src["location"] == "train.py:20" and src["function"] == "log_metrics" and not src["exact"]
+    assert src["frames"] == ["train.py:20 in log_metrics", "train.py:9 in <module>"]
+    assert abs(src["share_pct"] - 600 / 7) < 0.01
+
+
+def test_pd105_without_stacks_says_how_to_name_the_line(tmp_path):
+    f = run_tb(_cpu_step(100, 300), tmp_path, ["PD105"]).findings["PD105"]
+    assert f["source"] is None and "--with-stack" in f["source_hint"]

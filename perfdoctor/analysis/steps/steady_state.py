@@ -27,12 +27,13 @@ Pure functions on numpy arrays of step durations in **seconds**. The answers:
   :data:`MAX_CYCLE`), such as DataLoader workers handing over their batches
   together (with 2 workers on a slow ``__getitem__``: 64 ms, 9 ms, 64 ms, ...),
   has no single level step by step, but one per cycle: when the single steps'
-  spread exceeds :data:`UNSTABLE_SPREAD`, the lag-``k`` autocorrelation is at
-  least :data:`CYCLE_MIN_ACF` and the means of ``k`` consecutive steps (a moving
-  window, so a slip of the pattern does not matter) spread at most
-  :data:`UNSTABLE_SPREAD`, the level, p10 and p90 are those of the ``k``-step
-  means (the median of one mode of the steps would state neither mode's
-  throughput). ``cycle_steps`` = k, 1 without a cycle.
+  spread exceeds :data:`UNSTABLE_SPREAD` and the lag-``k`` autocorrelation is
+  at least :data:`CYCLE_MIN_ACF`, the level, p10 and p90 are those of the means
+  of ``k`` consecutive steps (a moving window, so a slip of the pattern does not
+  matter; the median of one mode of the steps would state neither mode's
+  throughput): the smallest such ``k`` whose means spread at most
+  :data:`UNSTABLE_SPREAD`, else the smallest such ``k`` (its spread then sets
+  ``unstable``). ``cycle_steps`` = k, 1 without a cycle.
 - **window**: the profiled steps' median and its ratio to the steady-state
   median (profiler overhead included), and the same for the unprofiled steps
   next to the window (a transient around the window shows there).
@@ -270,14 +271,20 @@ def step_level(x: npt.ArrayLike) -> StepLevel:
     plain = StepLevel(float(np.median(a)), float(np.percentile(a, 10)), float(np.percentile(a, 90)), 1)
     if plain.p10_s <= 0 or plain.p90_s / plain.p10_s <= UNSTABLE_SPREAD or np.ptp(a) == 0:
         return plain
+    first: StepLevel | None = None
     for k in range(2, MAX_CYCLE + 1):
         if a.size < 4 * k:
             break
+        if _autocorrelation(a, k) < CYCLE_MIN_ACF:
+            continue
         means = np.convolve(a, np.ones(k) / k, "valid")
-        p10, p90 = float(np.percentile(means, 10)), float(np.percentile(means, 90))
-        if _autocorrelation(a, k) >= CYCLE_MIN_ACF and p10 > 0 and p90 / p10 <= UNSTABLE_SPREAD:
-            return StepLevel(float(np.median(means)), p10, p90, k)
-    return plain
+        level = StepLevel(float(np.median(means)), float(np.percentile(means, 10)), float(np.percentile(means, 90)), k)
+        if level.p10_s > 0 and level.p90_s / level.p10_s <= UNSTABLE_SPREAD:
+            return level
+        first = first or level
+    # a cycle whose means still spread (a stretch of the run off the pattern, e.g. a queue of batches the workers
+    # filled while the profiled steps ran): its level, and ``unstable`` from its spread
+    return first or plain
 
 
 def _autocorrelation(a: np.ndarray, k: int) -> float:

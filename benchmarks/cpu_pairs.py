@@ -188,7 +188,7 @@ CPU_PAIRS = [
         "CPU mlp 1024x4: batch 8 -> 64, per 8 samples (PD201)",
         [*_WIDE, "--batch-size", "8"],
         [*_WIDE, "--batch-size", "64"],
-        lambda rr, t, run: larger_batch(rr, t, 8.0),
+        lambda rr, t, run: larger_batch(rr, t, 8.0, rows=8),  # PD201: the median GEMM M is the batch, 8
         after_batches=8.0,
     ),
     CpuPair(  # bf16 emulated through fp32 (oneDNN capped below AVX512_BF16): the runner's op probe measures r
@@ -204,10 +204,10 @@ CPU_PAIRS = [
         ["--ddp", "--grad-accum", "4"],
         _no_sync,
     ),
-    CpuPair(
-        "CPU mlp: .item() every step -> none (PD401)",
-        ["--item-every-step"],
-        [],
+    CpuPair(  # a 2048-wide MLP: its ~40 ms step resolves 3% between runs (the default ~5 ms one does not)
+        "CPU mlp 2048: .item() every step -> none (PD401)",
+        ["--hidden", "2048", "--item-every-step"],
+        ["--hidden", "2048"],
         lambda rr, t, run: cpu_syncs(rr),
     ),
 ]

@@ -197,6 +197,30 @@ def test_larger_batch_amortises_fixed_host_time_only(tmp_path: Path) -> None:
     assert rr.step_times(w.scenario).tolist() == [600.0]
 
 
+def test_larger_batch_on_a_cpu_grows_each_op_as_its_roofline_time(tmp_path: Path) -> None:
+    from perfdoctor.replay.transforms.batch import larger_batch
+
+    # CPU-only, one 1000 µs step: A = mm [8, 1024] x [1024, 1024] (the batch's GEMM, 8 rows) [100, 300),
+    # B = add of two 1024 x 1024 tensors [400, 500), C = mm 1024 x 1024 x 1024 [600, 700)
+    tb = TraceBuilder(device_name=None)
+    tb.step(1, 0, 1000)
+    tb.cpu_op("aten::mm", 100, 200, input_dims=[[8, 1024], [1024, 1024]])
+    tb.cpu_op("aten::add", 400, 100, input_dims=[[1024, 1024], [1024, 1024]])
+    tb.cpu_op("aten::mm", 600, 100, input_dims=[[1024, 1024], [1024, 1024]])
+    tables, steps = _load(tb, tmp_path)
+    rr = replay_rank(tables, steps)
+    # without rows every op is per sample and only the 600 µs outside ops halve: 300 + 400 = 700 µs
+    assert rr.step_times(larger_batch(rr, tables, 2.0).scenario).tolist() == [700.0]
+    # best rates: C 2 x 1024^3 FLOP / 100 µs = 21,474,836 FLOP/µs; B 3 x 4 MiB / 100 µs = 125,829 B/µs. A moves
+    # 32,768 + 4,194,304 + 32,768 B (its [8, 1024] input and output grow, the weight does not) and does
+    # 16,777,216 FLOP: bandwidth-bound (33.9 µs vs 0.8 µs); doubled, 4,325,376 B: grows 1.01538x, so per today's
+    # batch it keeps 1.01538 / 2 of its 200 µs = 101.538 µs. B and C have no 8-row dimension: per step, keep half.
+    # 300 + 101.538 + 50 + 50 = 501.538 µs
+    w = larger_batch(rr, tables, 2.0, rows=8)
+    assert abs(rr.step_times(w.scenario)[0] - (300 + 200 * 4325376 / 4259840 / 2 + 100)) < 1e-6
+    assert "21474.8 GFLOP/s" in w.assumption and "125.8 GB/s" in w.assumption
+
+
 def test_first_window_after_inherited_work_stays_put(tmp_path: Path) -> None:
     # a kernel queued before the recording runs [0, 100): the first window starts at 100 (issue 10 item 6)
     tb = TraceBuilder()

@@ -7,7 +7,7 @@ files that use them (tests/examples_runs.py): PD201, PD204 and PD302 live in tes
 
 from __future__ import annotations
 
-from examples_runs import BIG, SMALL, example, faster, profile, quiet_machine  # noqa: F401 (a fixture)
+from examples_runs import BIG, SMALL, example, faster, profile, quiet_machine, real_run  # noqa: F401 (a fixture)
 
 
 @example
@@ -66,3 +66,17 @@ def test_pd105_python_bookkeeping_between_ops():
     assert 10_000 <= f["saving_us_per_step"] <= 13_000
     assert "PD105" not in fixed[0]
     faster(slow, fixed, "PD105 Python metrics in the loop")
+
+
+@real_run
+def test_pd105_per_head_loop_fires_on_its_loops_and_batched_heads_are_silent():
+    loop = profile("headloop", ["--hidden", "768", "--head-loop", "96"], steps=30)
+    batched = profile("headbatched", ["--hidden", "768", "--head-loop", "96", "--head-batched"], steps=30)
+    f = loop[0]["PD105"]
+    # 96 heads: per step the forward's 96 Linear calls, their backward (96 x 4 ops) and AdamW's single-tensor loop
+    # over the heads' 96 weight + bias pairs (a 20-op body inside Optimizer.step); the DataLoader's 64-sample
+    # collate (64 x 2 ops) is a loop too
+    shapes = f["evidence"]["loop_shapes"]
+    assert {"96×1", "96×4", "96×20", "64×2"} <= set(shapes), shapes
+    assert f["saving_us_per_step"] > 0 and f["evidence"]["outside_pct"] < 15  # fired on the loops, not the gaps
+    assert "PD105" not in batched[0]

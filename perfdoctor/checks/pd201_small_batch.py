@@ -103,7 +103,7 @@ def check(ctx: RankContext) -> Outcome:
     th = ctx.thresholds(Thresholds)
     growth, hr, fits = _growth(ctx, th, m_med)
     util = pct(float(ctx.per_step(lambda s: s.busy_us).mean()), ctx.step_us) if ctx.is_gpu else None
-    cost = _amortised(ctx, growth)
+    cost = _amortised(ctx, growth, int(round(m_med)))
     metrics = {"gemm_m_median": m_med, "fixed_us": cost.fixed_us, "saving_us": cost.saving_us}
     if util is not None:
         metrics["device_util_pct"] = util
@@ -168,10 +168,11 @@ def _growth(ctx: RankContext, th: Thresholds, m_med: float) -> tuple[float, Head
     return growth, hr, fits
 
 
-def _amortised(ctx: RankContext, growth: float) -> Amortised:
+def _amortised(ctx: RankContext, growth: float, rows: int) -> Amortised:
     """The fixed cost a batch ``growth`` times larger spreads and its saving: replayed
-    (:func:`perfdoctor.replay.transforms.batch.larger_batch`) where the rank's trace is at hand, else the fixed
-    cost (the device's idle on a GPU, the step outside GEMM ops on a CPU) × (1 − 1/growth), an upper bound."""
+    (:func:`perfdoctor.replay.transforms.batch.larger_batch`; ``rows``: the median GEMM M, the batch dimension whose
+    tensors grow) where the rank's trace is at hand, else the fixed cost (the device's idle on a GPU, the step
+    outside GEMM ops on a CPU) × (1 − 1/growth), an upper bound."""
     if ctx.is_gpu:
         fixed, fixed_what = float(ctx.per_step(lambda s: s.idle_us).mean()), "device idle"
     else:
@@ -181,7 +182,7 @@ def _amortised(ctx: RankContext, growth: float) -> Amortised:
         return Amortised(fixed, fixed_what, fixed * (1.0 - 1.0 / growth), None)
     from perfdoctor.replay.transforms.batch import fixed_cost_words, larger_batch
 
-    whatif = larger_batch(ctx.replay(), ctx.tables, growth)
+    whatif = larger_batch(ctx.replay(), ctx.tables, growth, rows=rows)
     saving, _, replay_method = ctx.replayed_saving(whatif)
     if not ctx.is_gpu:
         replay_method += "; " + _upper_bound_text(ctx, growth)

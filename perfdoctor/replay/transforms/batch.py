@@ -11,7 +11,9 @@ from perfdoctor.replay.transforms.host import DATALOADER, OPTIMIZER_STEP, _named
 from perfdoctor.trace.tables import TraceTables
 
 
-def larger_batch(rr: RankReplay, tables: TraceTables, growth: float, cpu_ops_per_sample: bool = True) -> WhatIf:
+def larger_batch(
+    rr: RankReplay, tables: TraceTables, growth: float, cpu_ops_per_sample: bool = True, rows: int = 0
+) -> WhatIf:
     """A ``growth``× larger batch, expressed per step of today's batch (the replayed step ÷ ``growth``).
 
     Max-plus schedules scale linearly, so the larger step ÷ growth is the replay in which per-sample costs keep
@@ -22,9 +24,12 @@ def larger_batch(rr: RankReplay, tables: TraceTables, growth: float, cpu_ops_per
     theirs. CPU-only trace (no device activity): the ops execute on the host, so the host time inside ops (their
     compute follows the batch, as a kernel's does) keeps its time, except the optimizer's ops (inside
     ``Optimizer.step#``: their work follows the parameter count); the host time outside any op (Python, dispatch
-    gaps) and outside fetches shrinks. An op's dispatch overhead is inside it, and a GEMM with few rows that waits
-    on reading its weights grows less than the batch, so this is a lower bound for small ops;
-    ``cpu_ops_per_sample=False`` gives the upper bound (every op's time independent of the batch, the GPU rule).
+    gaps) and outside fetches shrinks. With ``rows`` (the GEMMs' row count today: the batch dimension) each op's
+    time instead grows as its roofline time does (:func:`perfdoctor.replay.transforms.cpu_fusion.batch_growth_cuts`:
+    FLOPs and the bytes of its tensors with a batch dimension grow, its weights' bytes do not, at the best rates the
+    trace's ops reached), so a GEMM with few rows that waits on reading its weights grows less than the batch. An
+    op's dispatch overhead is inside it, so this is still a lower bound for small ops; ``cpu_ops_per_sample=False``
+    gives the upper bound (every op's time independent of the batch, the GPU rule).
     Source: the recorded graph; the split into fixed and per-sample costs stated above (a
     4-layer 1024-wide MLP on 1 CPU thread measured 37.3 ms/step at batch 8 and 71.6 ms at batch 64, a saving of
     28.3 ms per 8 samples, between this model's 7.0 ms and the upper bound's 31.5 ms).
@@ -52,6 +57,17 @@ def larger_batch(rr: RankReplay, tables: TraceTables, growth: float, cpu_ops_per
     cut = iv.subtract(cut, iv.union_of(fetch, per_sample_ops))
     inside = iv.union(rr.windows.host_start_us, rr.windows.host_end_us)
     cut = iv.intersect(cut, inside)
+    roofline = ""
+    if cpu_only and rows > 0:
+        from perfdoctor.replay.transforms.cpu_fusion import batch_growth_cuts
+
+        op_cuts, rates = batch_growth_cuts(tables, pid, rows, growth, inside, opt)
+        cut = iv.union_of(cut, op_cuts)
+        roofline = (
+            f", except that each op's time grows as its roofline time does ({rates.flop_per_us / 1e3:.1f} GFLOP/s, "
+            f"{rates.bytes_per_us / 1e3:.1f} GB/s: the best rates of the trace's ops; the FLOPs and the bytes of "
+            f"tensors with a {rows}-row batch dimension grow, weights' bytes do not)"
+        )
     cat, _, _ = kernel_classes(tables, rr.graph)
     lt = g.act_launch_ts_us
     j = np.searchsorted(opt[0], lt, side="right") - 1 if opt[0].size else np.full(g.n_act, -1)
@@ -60,6 +76,7 @@ def larger_batch(rr: RankReplay, tables: TraceTables, growth: float, cpu_ops_per
     what = (
         "host time outside ops and DataLoader fetches (Python, dispatch gaps) and the optimizer's ops are per-step "
         "costs (÷ growth); the other ops' time (their compute follows the batch on a CPU) and fetches are per-sample"
+        + roofline
         if cpu_only
         else "host time outside DataLoader and the optimizer's kernels are per-step costs (÷ growth); fetches and "
         "other kernels are per-sample"

@@ -454,3 +454,80 @@ def python_and_dispatch(rr: RankReplay, tables: TraceTables, min_iterations: int
         ),
         loops,
     )
+
+
+def _scales(shape: tuple[int, ...], rows: int) -> bool:
+    """A tensor of ``shape`` grows with the batch: a dimension, or the product of all but its last or all but its
+    first dimensions, equals the GEMMs' row count ``rows`` (the batch, or batch × sequence, flattened)."""
+    if not shape:
+        return False
+    return rows in shape or math.prod(shape[:-1]) == rows or math.prod(shape[1:]) == rows
+
+
+def _roofline_growth(tables: TraceTables, ops: Table, row: int, rows: int, growth: float, rates: WorkRates) -> float:
+    """The factor an op's time grows by with a ``growth``× larger batch (1 to ``growth``): its roofline time
+    (FLOPs ÷ ``flop_per_us``, bytes ÷ ``bytes_per_us``, the larger) at the larger batch ÷ now, where the FLOPs and the
+    bytes of its tensors that have a batch dimension (:func:`_scales`) grow and the rest (weights) do not; ``growth``
+    where the op's shapes or a rate are unknown (its time follows the batch)."""
+    from perfdoctor.analysis.work.op_args import parse_args
+    from perfdoctor.analysis.work.op_flops import Uncosted, cost_op
+
+    name = tables.names[int(ops["name_id"][row])]
+    cost = cost_op(name, ops["input_dims"][row], ops["input_type"][row], ops["concrete_inputs"][row])
+    args = parse_args(ops["input_dims"][row], ops["input_type"][row])
+    if isinstance(cost, Uncosted) or args is None or cost.bytes is None:
+        return growth
+    fixed = grows = 0.0
+    shapes = [args.tensor(i) for i in range(len(args.dims))]
+    for i, shape in enumerate(shapes):
+        b = args.nbytes(i)
+        if shape is None or b is None:
+            continue
+        if _scales(shape, rows):
+            grows += b
+        else:
+            fixed += b
+    out = max(cost.bytes - fixed - grows, 0.0)  # the output: it has a batch dimension when an input has one
+    first, last = shapes[0] if shapes else None, shapes[-1] if shapes else None
+    out_grows = grows > 0 and (
+        cost.kind != "matmul" or bool(first and first[0] == rows) or bool(last and last[-1] == rows)
+    )
+    grows, fixed = (grows + out, fixed) if out_grows else (grows, fixed + out)
+    flop_g = growth if grows > 0 else 1.0
+    now = later = 0.0
+    if rates.flop_per_us > 0 and cost.flops > 0:
+        now, later = cost.flops / rates.flop_per_us, cost.flops * flop_g / rates.flop_per_us
+    if rates.bytes_per_us > 0:
+        now = max(now, (fixed + grows) / rates.bytes_per_us)
+        later = max(later, (fixed + grows * growth) / rates.bytes_per_us)
+    if now <= 0:
+        return growth
+    return float(min(max(later / now, 1.0), growth))
+
+
+def batch_growth_cuts(
+    tables: TraceTables, pid: int, rows: int, growth: float, within: Intervals, exclude: Intervals
+) -> tuple[Intervals, WorkRates]:
+    """For a CPU-only run's ``growth``× larger batch, per step of today's batch: each outermost costed op of
+    process ``pid`` inside ``within`` and outside ``exclude`` (µs; the optimizer's steps) keeps its recorded time ×
+    its :func:`_roofline_growth` ÷ ``growth``; returns the cut tails of those ops (µs intervals) and the rates used.
+    ``rows``: the GEMMs' row count (the batch dimension's size). A GEMM reading weights much larger than its
+    activations grows less than the batch; one bound by its FLOPs grows with it."""
+    ops = _thread_ops(tables, pid)
+    rates = work_rates(tables, pid)
+    if not len(ops) or rows <= 0 or growth <= 1.0:
+        return iv.EMPTY, rates
+    w = _work(tables, ops)
+    mid = (ops["ts_us"] + ops["end_us"]) / 2
+    inside = iv.containing(mid, within) >= 0
+    outside_ex = iv.containing(mid, exclude) < 0 if exclude[0].size else np.ones(len(ops), dtype=bool)
+    rows_sel = np.flatnonzero(w.counted & inside & outside_ex)
+    starts: list[float] = []
+    ends: list[float] = []
+    for row in rows_sel.tolist():
+        keep = _roofline_growth(tables, ops, row, rows, growth, rates) / growth
+        if keep < 1.0:
+            t0, t1 = float(ops["ts_us"][row]), float(ops["end_us"][row])
+            starts.append(t0 + (t1 - t0) * keep)
+            ends.append(t1)
+    return iv.union(np.array(starts), np.array(ends)), rates

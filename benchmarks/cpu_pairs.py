@@ -96,6 +96,15 @@ def _budget(run: RunData) -> CoreBudget | None:
     return core_budget(run.run, run.steps, int(ss.steady_start_step) if ss is not None else 0)
 
 
+def _batch_probe(run: RunData) -> dict[str, float] | None:
+    """The run's ``batch_probe`` shares (PD201's measurement, as the check reads them), or None."""
+    for r in run.run.get("ranks") or []:
+        probe = r.get("batch_probe") if isinstance(r, dict) else None
+        if isinstance(probe, dict) and isinstance(probe.get("per_sample"), dict):
+            return {str(k): float(v) for k, v in probe["per_sample"].items()}
+    return None
+
+
 def _fp32(rr: RankReplay, t: TraceTables, run: RunData) -> WhatIf:
     """PD204's what-if with the bf16 ÷ fp32 GEMM ratio the runner measured on the run's machine."""
     from perfdoctor.checks.pd204_cpu_bf16_autocast import CAST_OPS, GEMM_OPS, op_probe
@@ -188,7 +197,7 @@ CPU_PAIRS = [
         "CPU mlp 1024x4: batch 8 -> 64, per 8 samples (PD201)",
         [*_WIDE, "--batch-size", "8"],
         [*_WIDE, "--batch-size", "64"],
-        lambda rr, t, run: larger_batch(rr, t, 8.0, rows=8),  # PD201: the median GEMM M is the batch, 8
+        lambda rr, t, run: larger_batch(rr, t, 8.0, rows=8, per_sample=_batch_probe(run)),  # PD201: M = batch = 8
         after_batches=8.0,
     ),
     CpuPair(  # bf16 emulated through fp32 (oneDNN capped below AVX512_BF16): the runner's op probe measures r
@@ -204,10 +213,11 @@ CPU_PAIRS = [
         ["--ddp", "--grad-accum", "4"],
         _no_sync,
     ),
-    CpuPair(  # a 2048-wide MLP: its ~40 ms step resolves 3% between runs (the default ~5 ms one does not)
-        "CPU mlp 2048: .item() every step -> none (PD401)",
-        ["--hidden", "2048", "--item-every-step"],
-        ["--hidden", "2048"],
+    CpuPair(  # PD204's fp32 shape: its ~27 ms GEMM-bound step varies ~1% between runs (the default ~5 ms step and
+        # a 2048-wide one, bound by the optimizer's memory traffic, vary 10-20%: no 3% resolution)
+        "CPU mlp 512x1024: .item() every step -> none (PD401)",
+        ["--dim", "512", "--hidden", "1024", "--item-every-step"],
+        ["--dim", "512", "--hidden", "1024"],
         lambda rr, t, run: cpu_syncs(rr),
     ),
 ]

@@ -114,3 +114,21 @@ def test_core_budget_reads_the_run() -> None:
     old = core_budget(run, {"duration_s": steps["duration_s"]}, start=1)  # a run before cpu_s: cores only
     assert old == CoreBudget(4, "Xeon", load_avg=0.5) and not old.measured
     assert core_budget({"cpu": {}}, steps) is None and core_budget(None, None) is None
+
+
+def test_other_processes_cpu_is_measured_during_the_steps() -> None:
+    run = {"cpu": {"logical_cpus": 2}, "load_avg": {"start": [1.1, 1.0, 1.0]}}
+    steps = {
+        "duration_s": np.array([0.2, 0.3, 0.3, 0.2]),
+        "cpu_s": np.array([0.2, 0.3, 0.3, 0.2]),
+        "main_cpu_s": np.array([0.2, 0.3, 0.3, 0.2]),
+        "machine_cpu_s": np.array([0.3, 0.36, 0.33, 0.21]),
+        "profiler_phase": np.array(["none"] * 4, dtype=object),
+    }
+    # Σ machine 1.20 s − Σ process 1.00 s = 0.20 CPU-s over 1.00 s of steps: other processes kept 0.20 cores busy,
+    # so 1.80 are free, whatever the 1-minute load average at the start (1.1: a job that had just ended) says
+    b = core_budget(run, steps)
+    assert b is not None and b.other_cores == pytest.approx(0.2) and b.free_cores == pytest.approx(1.8)
+    assert "other processes kept 0.20 busy" in b.machine_text()
+    short = core_budget(run, {k: v[:1] for k, v in steps.items()})  # 0.2 s of steps: under MIN_MEASURED_S
+    assert short is not None and short.other_cores is None and short.free_cores == 1.0  # 2 − 1.1, at least 1

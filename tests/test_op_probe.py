@@ -58,3 +58,41 @@ def test_thread_probe_times_both_counts_in_child_processes(tmp_path: Path) -> No
     assert op["name"] == "aten::mm" and op["recorded_us"] == 900.0
     assert op["at_recorded_us"] > 0 and op["at_suggested_us"] > 0
     assert probe["suggested_over_recorded"] == pytest.approx(op["at_suggested_us"] / op["at_recorded_us"])
+
+
+def test_grown_shapes_scale_the_batch_dimension_only() -> None:
+    from perfdoctor.capture.op_probe import grown_shapes
+
+    # a forward linear [8, 1024] x [1024, 1024]: the 8 rows grow; a weight-gradient mm [1024, 8] x [8, 1024]: the
+    # inner 8 grows; a weight-only op has no batch dimension
+    assert grown_shapes([[8, 1024], [1024, 1024], [1024]], 8, 4) == [[32, 1024], [1024, 1024], [1024]]
+    assert grown_shapes([[1024, 8], [8, 1024]], 8, 2) == [[1024, 16], [16, 1024]]
+    assert grown_shapes([[1024, 1024], [1024, 1024]], 8, 2) is None
+
+
+def test_batch_probe_times_the_gemms_at_larger_batches(tmp_path: Path) -> None:
+    from perfdoctor.capture.op_probe import BATCH_GROWTHS, probe_batch
+
+    tb = TraceBuilder(device_name=None)
+    tb.step(1, 0, 2000)
+    tb.cpu_op("aten::mm", 0, 600, input_dims=[[8, 256], [256, 256]], input_type=["float", "float"])
+    tb.cpu_op("aten::mm", 700, 300, input_dims=[[256, 8], [8, 256]], input_type=["float", "float"])
+    tb.cpu_op("aten::mm", 1100, 500, input_dims=[[256, 256], [256, 256]], input_type=["float", "float"])  # no batch
+    probe = probe_batch(tb.write(tmp_path / "t.json"), 8)
+    assert probe is not None and probe["rows"] == 8
+    ops = probe["ops"]
+    assert [o["shapes"] for o in ops] == [[[8, 256], [256, 256]], [[256, 8], [8, 256]]]
+    # per growth: Σ recorded × (time at g ÷ g ÷ time now) ÷ Σ recorded (600 and 300 µs)
+    for g in BATCH_GROWTHS:
+        r = [o["grown_us"][str(g)] / g / o["at_recorded_us"] for o in ops]
+        assert probe["per_sample"][str(g)] == pytest.approx((600 * r[0] + 300 * r[1]) / 900)
+    assert probe_batch(tb.write(tmp_path / "t.json"), 5) is None  # no shape holds a 5-row batch
+
+
+def test_batch_probe_bound_is_pd201s_small_batch() -> None:
+    import tomllib
+
+    from perfdoctor.capture.op_probe import BATCH_PROBE_MAX_ROWS
+
+    rules = Path(__file__).resolve().parents[1] / "rules" / "PD201.toml"
+    assert tomllib.loads(rules.read_text())["thresholds"]["max_m"] == BATCH_PROBE_MAX_ROWS

@@ -221,6 +221,38 @@ def test_larger_batch_on_a_cpu_grows_each_op_as_its_roofline_time(tmp_path: Path
     assert "21474.8 GFLOP/s" in w.assumption and "125.8 GB/s" in w.assumption
 
 
+def test_measured_gemm_share_per_sample_interpolates_in_log_growth() -> None:
+    from perfdoctor.replay.transforms.batch import measured_keep
+
+    shares = {"2": 0.6, "4": 0.5, "8": 0.4}
+    assert measured_keep(shares, 4.0) == pytest.approx(0.5)
+    # growth 2.83 = 2^1.5: halfway between the shares at 2 and 4 in log growth
+    assert measured_keep(shares, 2**1.5) == pytest.approx(0.55)
+    # under 2: between 1 (growth 1) and 0.6; beyond 8: the last share
+    assert measured_keep(shares, 2**0.5) == pytest.approx(0.8) and measured_keep(shares, 16.0) == 0.4
+    assert measured_keep(None, 4.0) is None and measured_keep(shares, 1.0) is None
+
+
+def test_larger_batch_on_a_cpu_uses_the_measured_gemm_share(tmp_path: Path) -> None:
+    from perfdoctor.replay.transforms.batch import larger_batch
+
+    # the trace of test_larger_batch_on_a_cpu_grows_each_op_as_its_roofline_time with a measured share: the 8-row
+    # GEMM A keeps 0.7 of its 200 µs per sample at growth 2 (140 µs); B and C as before (50 each): 300 + 240
+    tb = TraceBuilder(device_name=None)
+    tb.step(1, 0, 1000)
+    tb.cpu_op("aten::mm", 100, 200, input_dims=[[8, 1024], [1024, 1024]])
+    tb.cpu_op("aten::add", 400, 100, input_dims=[[1024, 1024], [1024, 1024]])
+    tb.cpu_op("aten::mm", 600, 100, input_dims=[[1024, 1024], [1024, 1024]])
+    tables, steps = _load(tb, tmp_path)
+    rr = replay_rank(tables, steps)
+    w = larger_batch(rr, tables, 2.0, rows=8, per_sample={"2": 0.7, "4": 0.4})
+    assert rr.step_times(w.scenario)[0] == pytest.approx(540.0)
+    assert "keep 0.70 of their time per sample (measured by the runner" in w.assumption
+    # a share under 1/growth is taken as 1/growth (a larger batch's GEMM takes at least today's time)
+    w = larger_batch(rr, tables, 2.0, rows=8, per_sample={"2": 0.3})
+    assert rr.step_times(w.scenario)[0] == pytest.approx(300 + 100 + 100)
+
+
 def test_first_window_after_inherited_work_stays_put(tmp_path: Path) -> None:
     # a kernel queued before the recording runs [0, 100): the first window starts at 100 (issue 10 item 6)
     tb = TraceBuilder()

@@ -59,11 +59,11 @@ def bf16_gemm_groups(trace_path: Path, bf16_only: bool = True) -> list[tuple[str
     return sorted(out, key=lambda g: -g[2])
 
 
-def _time_us(fn: Callable[[], object]) -> float:
-    """Median µs of ``fn()`` over repeats within :data:`PER_OP_S` (after one warm-up call)."""
+def _time_us(fn: Callable[[], object], seconds: float = PER_OP_S) -> float:
+    """Median µs of ``fn()`` over repeats within ``seconds`` (after one warm-up call)."""
     fn()
     times: list[float] = []
-    t_end = time.perf_counter() + PER_OP_S
+    t_end = time.perf_counter() + seconds
     while len(times) < MIN_REPS or (len(times) < MAX_REPS and time.perf_counter() < t_end):
         t0 = time.perf_counter()
         fn()
@@ -119,16 +119,16 @@ def probe_bf16(trace_path: Path) -> dict[str, object] | None:
 ROUNDS = 2  # alternating child processes per thread count: both counts meet the same load on a shared machine
 
 
-def time_ops(specs: list[tuple[str, list[list[int]]]]) -> list[float]:
-    """Median µs of each (aten op name, input shapes) on fp32 random inputs, in this process at its thread count
-    (NaN for an op that does not take them)."""
+def time_ops(specs: list[tuple[str, list[list[int]]]], seconds: float = PER_OP_S) -> list[float]:
+    """Median µs of each (aten op name, input shapes) on fp32 random inputs, in this process at its thread count,
+    over at most ``seconds`` each (NaN for an op that does not take them)."""
     out = []
     with torch.no_grad():
         for name, shapes in specs:
             op = getattr(torch.ops.aten, name.split("::", 1)[1])
             args = [torch.randn(*s) for s in shapes if isinstance(s, list) and s]
             try:
-                out.append(_time_us(functools.partial(op, *args)) if len(args) >= 2 else float("nan"))
+                out.append(_time_us(functools.partial(op, *args), seconds) if len(args) >= 2 else float("nan"))
             except (RuntimeError, TypeError):
                 out.append(float("nan"))
     return out
@@ -191,6 +191,66 @@ def probe_threads(trace_path: Path, recorded: int, suggested: int) -> dict[str, 
         "suggested_threads": suggested,
         "suggested_over_recorded": float((w * ratio).sum() / w.sum()),
         "seconds": PER_OP_S,
+    }
+
+
+BATCH_GROWTHS = (2, 4, 8)  # the larger batches a small-batch CPU run's GEMMs are timed at (PD201's growths)
+BATCH_PROBE_MAX_ROWS = 16  # rules/PD201.toml max_m: the batches PD201 calls small, the only ones probed
+BATCH_PROBE_S = 0.1  # seconds of timing per op and size, at most (4 sizes of 3 ops: 1.2 s)
+
+
+def grown_shapes(shapes: list[list[int]], rows: int, growth: int) -> list[list[int]] | None:
+    """``shapes`` with the batch dimension ``growth``× larger: in each tensor shape, every dimension equal to
+    ``rows`` (the step's samples, or tokens: a GEMM's M, or the inner dimension of a weight-gradient GEMM); None
+    when no shape holds one."""
+    out, hit = [], False
+    for s in shapes:
+        if isinstance(s, list) and s and rows in s:
+            out.append([d * growth if d == rows else d for d in s])
+            hit = True
+        else:
+            out.append(s)
+    return out if hit else None
+
+
+def probe_batch(trace_path: Path, rows: int) -> dict[str, object] | None:
+    """``run.json``'s ``batch_probe`` for a CPU run with small GEMMs: the trace's dominant fp32 GEMMs
+    (:data:`TOP_OPS`, recorded shapes) whose shapes hold the batch dimension ``rows``, timed here at the recorded
+    shapes and with that dimension × each of :data:`BATCH_GROWTHS`; ``per_sample`` maps each growth to Σ (time at
+    that growth ÷ growth) ÷ Σ time at the recorded shapes, weighted by recorded time: the share of today's GEMM
+    time a sample keeps in a larger batch (1: the GEMMs scale with the batch; 1/growth: they cost the same). None
+    without such ops."""
+    groups = [g for g in bf16_gemm_groups(trace_path, bf16_only=False) if grown_shapes(g[1], rows, 2)][:TOP_OPS]
+    if not groups:
+        return None
+    specs: list[tuple[str, list[list[int]]]] = []
+    for name, shapes, _ in groups:
+        specs.append((name, shapes))
+        for g in BATCH_GROWTHS:
+            specs.append((name, grown_shapes(shapes, rows, g) or shapes))
+    times = time_ops(specs, BATCH_PROBE_S)
+    k = 1 + len(BATCH_GROWTHS)
+    ops: list[dict[str, object]] = []
+    for i, (name, shapes, rec_us) in enumerate(groups):
+        t = times[i * k : (i + 1) * k]
+        if all(np.isfinite(t)) and t[0] > 0:
+            grown = {str(g): v for g, v in zip(BATCH_GROWTHS, t[1:], strict=True)}
+            ops.append(
+                {"name": name, "shapes": shapes, "recorded_us": rec_us, "at_recorded_us": t[0], "grown_us": grown}
+            )
+    if not ops:
+        return None
+    w = np.array([float(o["recorded_us"]) for o in ops])  # type: ignore[arg-type]
+    per_sample = {}
+    for g in BATCH_GROWTHS:
+        ratio = np.array([float(o["grown_us"][str(g)]) / g / float(o["at_recorded_us"]) for o in ops])  # type: ignore[index, arg-type]
+        per_sample[str(g)] = float((w * ratio).sum() / w.sum())
+    return {
+        "ops": ops,
+        "rows": rows,
+        "per_sample": per_sample,
+        "threads": torch.get_num_threads(),
+        "seconds": BATCH_PROBE_S,
     }
 
 

@@ -226,7 +226,7 @@ def _snapshot_reports(paths: list[Path]) -> tuple[list[tuple[str, SnapshotReport
 
 
 # the steps.csv columns the core budget reads (perfdoctor.replay.machine.core_budget), handed to each rank's worker
-CPU_SERIES = ("duration_s", "cpu_s", "main_cpu_s", "main_wait_s", "profiler_phase")
+CPU_SERIES = ("duration_s", "cpu_s", "main_cpu_s", "main_wait_s", "machine_cpu_s", "profiler_phase")
 
 # one rank's CPU-time series for its worker: column -> values (NaN → None), and "steady_start_step" -> the index
 CpuSeries: TypeAlias = dict[str, list[float | str | None] | int]

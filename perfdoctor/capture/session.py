@@ -255,6 +255,22 @@ class Session:
             self.progress(f"thread probe failed: {exc}")
             return None
 
+    def _batch_probe(self, records: list[StepRecord]) -> dict[str, object] | None:
+        """After a CPU run with a small batch (the step's tokens, else samples, at most
+        :data:`perfdoctor.capture.op_probe.BATCH_PROBE_MAX_ROWS`): its dominant GEMMs timed at larger batches
+        (PD201's measurement); None otherwise or on failure."""
+        trace = _probe_trace(self)
+        rows = _most_common([r.tokens for r in records]) or _most_common([r.samples for r in records])
+        from perfdoctor.capture.op_probe import BATCH_PROBE_MAX_ROWS, probe_batch
+
+        if trace is None or self.timer.cuda or not rows or rows > BATCH_PROBE_MAX_ROWS:
+            return None
+        try:
+            return probe_batch(trace, int(rows))
+        except Exception as exc:  # noqa: BLE001 - a measurement for a rule, never the run's data
+            self.progress(f"batch probe failed: {exc}")
+            return None
+
     def close(self, partial: bool, reason: str | None, write_rank_file: bool = True) -> int:
         """Stop everything, flush files, write ``rank<R>.json`` (:meth:`_rank_summary`); returns the steps
         completed."""
@@ -264,6 +280,7 @@ class Session:
         thread_probe = self._thread_probe()
         tb_error = write_tensorboard(self.run_dir / "tensorboard" / f"rank{self.rank}", records)
         summary = self._rank_summary(partial, reason, records, tb_error, op_probe, thread_probe)
+        summary["batch_probe"] = self._batch_probe(records)
         if write_rank_file:
             write_json(self.run_dir / rank_json_name(self.rank), summary)
         return len(records)

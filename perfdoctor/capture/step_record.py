@@ -25,6 +25,7 @@ STEP_FIELDS = (
     "cpu_s",
     "main_cpu_s",
     "main_wait_s",
+    "machine_cpu_s",
 )
 
 
@@ -53,6 +54,10 @@ class StepRecord:
     # seconds the step loop's thread waited on a run queue for a core (Linux /proc/thread-self/schedstat): time
     # it wanted to run while other threads had the cores, told apart from sleeping and I/O
     main_wait_s: float | None = None
+    # CPU seconds the whole machine's cores were busy in the step (Linux /proc/stat: user, nice, system, irq,
+    # softirq and steal time of all CPUs): beside cpu_s, what other processes (and the job's worker processes)
+    # took of the cores while the step ran
+    machine_cpu_s: float | None = None
 
     def row(self) -> list[object]:
         """The record's values in ``STEP_FIELDS`` order (one CSV row)."""

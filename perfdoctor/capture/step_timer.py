@@ -67,9 +67,24 @@ def _run_queue_wait_s() -> float | None:
         return None
 
 
-def _cpu_times() -> tuple[float, float, float | None]:
-    """(process CPU s, this thread's CPU s, this thread's run-queue wait s or None) now."""
-    return time.process_time(), time.thread_time(), _run_queue_wait_s()
+_CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") and "SC_CLK_TCK" in os.sysconf_names else 100
+
+
+def _machine_busy_s() -> float | None:
+    """CPU seconds all the machine's CPUs have been busy since boot (Linux ``/proc/stat``'s ``cpu`` line: user + nice
+    + system + irq + softirq + steal, in clock ticks), or None where the file is absent."""
+    try:
+        with open("/proc/stat", "rb") as fh:
+            f = fh.readline().split()
+        return (int(f[1]) + int(f[2]) + int(f[3]) + int(f[6]) + int(f[7]) + int(f[8])) / _CLK_TCK
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _cpu_times() -> tuple[float, float, float | None, float | None]:
+    """(process CPU s, this thread's CPU s, this thread's run-queue wait s or None, the machine's busy CPU s or
+    None) now."""
+    return time.process_time(), time.thread_time(), _run_queue_wait_s(), _machine_busy_s()
 
 
 class StepTimer:
@@ -86,8 +101,8 @@ class StepTimer:
         self.sink = sink
         self.cuda = cuda
         self._prev_end_s: float | None = None
-        # (process CPU, thread CPU, thread run-queue wait) seconds at the last boundary
-        self._prev_cpu_s: tuple[float, float, float | None] | None = None
+        # (process CPU, thread CPU, thread run-queue wait, machine busy) seconds at the last boundary
+        self._prev_cpu_s: tuple[float, float, float | None, float | None] | None = None
         self._prev_event: torch.cuda.Event | None = None
         self._pending: deque[tuple[StepRecord, torch.cuda.Event | None, torch.cuda.Event]] = deque()
         self.steps_done = 0
@@ -122,6 +137,8 @@ class StepTimer:
             rec.main_cpu_s = cpu_now[1] - self._prev_cpu_s[1]
             before_wait, wait = self._prev_cpu_s[2], cpu_now[2]
             rec.main_wait_s = wait - before_wait if wait is not None and before_wait is not None else None
+            busy_before, busy = self._prev_cpu_s[3], cpu_now[3]
+            rec.machine_cpu_s = busy - busy_before if busy is not None and busy_before is not None else None
         self._prev_end_s = now
         self._prev_cpu_s = cpu_now
         self.steps_done += 1

@@ -182,7 +182,7 @@ def _amortised(ctx: RankContext, growth: float, rows: int) -> Amortised:
         return Amortised(fixed, fixed_what, fixed * (1.0 - 1.0 / growth), None)
     from perfdoctor.replay.transforms.batch import fixed_cost_words, larger_batch
 
-    whatif = larger_batch(ctx.replay(), ctx.tables, growth, rows=rows)
+    whatif = larger_batch(ctx.replay(), ctx.tables, growth, rows=rows, per_sample=batch_probe(ctx, rows))
     saving, _, replay_method = ctx.replayed_saving(whatif)
     if not ctx.is_gpu:
         replay_method += "; " + _upper_bound_text(ctx, growth)
@@ -217,6 +217,18 @@ def _headroom_method(fill_pct: float) -> str:
         f"{fill_pct:.0f}% of the device's memory (perfdoctor.analysis.memory.headroom); the growth replayed is at "
         "most that"
     )
+
+
+def batch_probe(ctx: RankContext, rows: int) -> dict[str, float] | None:
+    """The ``per_sample`` shares of the first rank's ``batch_probe`` in ``run.json`` (the runner's timings of the
+    step's GEMMs at larger batches, :func:`perfdoctor.capture.op_probe.probe_batch`) when it probed this batch
+    dimension ``rows``; None otherwise."""
+    for r in (ctx.analysis.run_json() or {}).get("ranks") or []:
+        probe = r.get("batch_probe") if isinstance(r, dict) else None
+        if isinstance(probe, dict) and probe.get("rows") == rows and isinstance(probe.get("per_sample"), dict):
+            shares = {str(k): float(v) for k, v in probe["per_sample"].items() if isinstance(v, (int, float))}
+            return shares or None
+    return None
 
 
 def _upper_bound_text(ctx: RankContext, growth: float) -> str:

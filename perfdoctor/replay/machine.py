@@ -36,6 +36,10 @@ class CoreBudget:
             before the job ran a step): other processes' runnable threads, each taking a core's share.
         main_wait_us: median time per step the step loop's thread waited on a run queue for a core (µs,
             ``main_wait_s``; None where not recorded).
+        other_cores: the cores other processes kept busy during those steps, measured: (Σ the machine's busy CPU
+            time − Σ the training process's) ÷ Σ their wall time (``machine_cpu_s``, ``cpu_s``, ``duration_s``;
+            the job's own DataLoader worker processes count as other); None where not recorded or over under
+            :data:`MIN_MEASURED_S` of steps (the machine's clock ticks are 10 ms).
     """
 
     cores: int
@@ -46,6 +50,7 @@ class CoreBudget:
     source: str = "run.json"
     load_avg: float | None = None
     main_wait_us: float | None = None
+    other_cores: float | None = None
 
     def job_cores(self, threads: int) -> float:
         """Cores ``threads`` runnable threads of the job get on this machine (processor sharing).
@@ -64,7 +69,11 @@ class CoreBudget:
 
     @property
     def free_cores(self) -> float:
-        """The cores left to the job: :attr:`cores` − the other processes' load at the start (at least 1)."""
+        """The cores left to the job: :attr:`cores` − what other processes took of them (at least 1): measured
+        during the steps (:attr:`other_cores`) where recorded, else the load average at the start (a 1-minute
+        average: it still counts a job that ended just before this one started)."""
+        if self.other_cores is not None:
+            return max(float(self.cores) - self.other_cores, 1.0)
         load = self.load_avg if self.load_avg is not None and self.load_avg > 0 else 0.0
         return max(float(self.cores) - load, 1.0)
 
@@ -86,6 +95,12 @@ class CoreBudget:
         """ "2 logical CPUs (Intel Xeon …, run.json)"."""
         model = f"{self.cpu_model}, " if self.cpu_model else ""
         text = f"{self.cores} logical CPU(s) ({model}{self.source})"
+        if self.other_cores is not None:
+            return text + (
+                f", {self.free_cores:.1f} of them free for the job (other processes kept {self.other_cores:.2f} "
+                "busy during its unprofiled steps: the machine's busy CPU time (/proc/stat) − the training "
+                "process's)"
+            )
         if self.free_cores < self.cores:
             text += (
                 f", {self.free_cores:.1f} of them free for the job (the machine's load average was "
@@ -116,7 +131,7 @@ def core_budget(run: dict[str, Any] | None, steps: dict[str, np.ndarray] | None,
     )
     cols = steps or {}
     d, pc, mc = (cols.get(k) for k in ("duration_s", "cpu_s", "main_cpu_s"))
-    mw = cols.get("main_wait_s")
+    mw, busy = cols.get("main_wait_s"), cols.get("machine_cpu_s")
     if d is None or pc is None or mc is None or len(d) == 0:
         return CoreBudget(cores, model, load_avg=load)
     d, pc, mc = (np.asarray(x, dtype=np.float64) for x in (d, pc, mc))
@@ -134,7 +149,26 @@ def core_budget(run: dict[str, Any] | None, steps: dict[str, np.ndarray] | None,
         float(np.median(mc[keep])) * 1e6,
         load_avg=load,
         main_wait_us=_median_us(mw, keep),
+        other_cores=_other_cores(busy, pc, d, keep),
     )
+
+
+# the least wall time of steps over which other processes' CPU use is taken as measured (s): /proc/stat counts in
+# 10 ms clock ticks per CPU
+MIN_MEASURED_S = 0.5
+
+
+def _other_cores(busy: np.ndarray | None, process: np.ndarray, wall: np.ndarray, keep: np.ndarray) -> float | None:
+    """(Σ ``busy`` − Σ ``process``) ÷ Σ ``wall`` over ``keep``'s steps with every value measured (s per step;
+    at least 0), or None without ``busy`` or over under :data:`MIN_MEASURED_S`."""
+    if busy is None or len(busy) != keep.size:
+        return None
+    b = np.asarray(busy, dtype=np.float64)
+    ok = keep & np.isfinite(b)
+    total = float(wall[ok].sum())
+    if total < MIN_MEASURED_S:
+        return None
+    return max(float(b[ok].sum() - process[ok].sum()) / total, 0.0)
 
 
 def _median_us(col: np.ndarray | None, keep: np.ndarray) -> float | None:

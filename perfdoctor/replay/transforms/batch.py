@@ -12,7 +12,12 @@ from perfdoctor.trace.tables import TraceTables
 
 
 def larger_batch(
-    rr: RankReplay, tables: TraceTables, growth: float, cpu_ops_per_sample: bool = True, rows: int = 0
+    rr: RankReplay,
+    tables: TraceTables,
+    growth: float,
+    cpu_ops_per_sample: bool = True,
+    rows: int = 0,
+    per_sample: dict[str, float] | None = None,
 ) -> WhatIf:
     """A ``growth``× larger batch, expressed per step of today's batch (the replayed step ÷ ``growth``).
 
@@ -27,7 +32,10 @@ def larger_batch(
     gaps) and outside fetches shrinks. With ``rows`` (the GEMMs' row count today: the batch dimension) each op's
     time instead grows as its roofline time does (:func:`perfdoctor.replay.transforms.cpu_fusion.batch_growth_cuts`:
     FLOPs and the bytes of its tensors with a batch dimension grow, its weights' bytes do not, at the best rates the
-    trace's ops reached), so a GEMM with few rows that waits on reading its weights grows less than the batch. An
+    trace's ops reached), so a GEMM with few rows that waits on reading its weights grows less than the batch; with
+    ``per_sample`` (``run.json``'s ``batch_probe``: the share of today's GEMM time a sample keeps at each probed
+    growth, measured on the run's machine, :func:`perfdoctor.capture.op_probe.probe_batch`) the GEMMs with a batch
+    dimension keep that share instead (interpolated in log growth). An
     op's dispatch overhead is inside it, so this is still a lower bound for small ops; ``cpu_ops_per_sample=False``
     gives the upper bound (every op's time independent of the batch, the GPU rule).
     Source: the recorded graph; the split into fixed and per-sample costs stated above (a
@@ -61,10 +69,17 @@ def larger_batch(
     if cpu_only and rows > 0:
         from perfdoctor.replay.transforms.cpu_fusion import batch_growth_cuts
 
-        op_cuts, rates = batch_growth_cuts(tables, pid, rows, growth, inside, opt)
+        gemm_keep = measured_keep(per_sample, growth)
+        op_cuts, rates = batch_growth_cuts(tables, pid, rows, growth, inside, opt, gemm_keep)
         cut = iv.union_of(cut, op_cuts)
+        gemms = (
+            f"the GEMMs with a {rows}-row batch dimension keep {gemm_keep:.2f} of their time per sample (measured by "
+            "the runner on this machine at the recorded shapes and larger batches), the other ops' time grows"
+            if gemm_keep is not None
+            else "each op's time grows"
+        )
         roofline = (
-            f", except that each op's time grows as its roofline time does ({rates.flop_per_us / 1e3:.1f} GFLOP/s, "
+            f", except that {gemms} as its roofline time does ({rates.flop_per_us / 1e3:.1f} GFLOP/s, "
             f"{rates.bytes_per_us / 1e3:.1f} GB/s: the best rates of the trace's ops; the FLOPs and the bytes of "
             f"tensors with a {rows}-row batch dimension grow, weights' bytes do not)"
         )
@@ -87,6 +102,20 @@ def larger_batch(
         f"a {growth:.1f}× larger batch, per step of today's batch: {what}",
         "replay of the recorded graph (max-plus schedules scale linearly)",
     )
+
+
+def measured_keep(per_sample: dict[str, float] | None, growth: float) -> float | None:
+    """The share of today's GEMM time a sample keeps at ``growth`` from a ``batch_probe``'s ``per_sample``
+    (growth → share): linear in log growth between the probed growths (share 1 at growth 1), the last share beyond
+    them; None without a probe."""
+    if not per_sample or growth <= 1.0:
+        return None
+    pts = sorted((float(g), float(v)) for g, v in per_sample.items() if float(g) > 1.0 and float(v) > 0)
+    if not pts:
+        return None
+    xs = np.log([1.0] + [g for g, _ in pts])
+    ys = np.array([1.0] + [v for _, v in pts])
+    return float(np.interp(np.log(growth), xs, ys))
 
 
 def fixed_cost_words(tables: TraceTables) -> str:

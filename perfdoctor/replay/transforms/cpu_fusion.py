@@ -464,6 +464,16 @@ def _scales(shape: tuple[int, ...], rows: int) -> bool:
     return rows in shape or math.prod(shape[:-1]) == rows or math.prod(shape[1:]) == rows
 
 
+def _has_batch_dim(tables: TraceTables, ops: Table, row: int, rows: int) -> bool:
+    """An op's recorded input shapes hold the batch dimension (:func:`_scales`)."""
+    from perfdoctor.analysis.work.op_args import parse_args
+
+    args = parse_args(ops["input_dims"][row], ops["input_type"][row])
+    if args is None:
+        return False
+    return any(_scales(s, rows) for s in (args.tensor(i) for i in range(len(args.dims))) if s is not None)
+
+
 def _roofline_growth(tables: TraceTables, ops: Table, row: int, rows: int, growth: float, rates: WorkRates) -> float:
     """The factor an op's time grows by with a ``growth``× larger batch (1 to ``growth``): its roofline time
     (FLOPs ÷ ``flop_per_us``, bytes ÷ ``bytes_per_us``, the larger) at the larger batch ÷ now, where the FLOPs and the
@@ -506,13 +516,22 @@ def _roofline_growth(tables: TraceTables, ops: Table, row: int, rows: int, growt
 
 
 def batch_growth_cuts(
-    tables: TraceTables, pid: int, rows: int, growth: float, within: Intervals, exclude: Intervals
+    tables: TraceTables,
+    pid: int,
+    rows: int,
+    growth: float,
+    within: Intervals,
+    exclude: Intervals,
+    gemm_keep: float | None = None,
 ) -> tuple[Intervals, WorkRates]:
     """For a CPU-only run's ``growth``× larger batch, per step of today's batch: each outermost costed op of
     process ``pid`` inside ``within`` and outside ``exclude`` (µs; the optimizer's steps) keeps its recorded time ×
-    its :func:`_roofline_growth` ÷ ``growth``; returns the cut tails of those ops (µs intervals) and the rates used.
-    ``rows``: the GEMMs' row count (the batch dimension's size). A GEMM reading weights much larger than its
-    activations grows less than the batch; one bound by its FLOPs grows with it."""
+    its :func:`_roofline_growth` ÷ ``growth``, or, for a GEMM with a batch dimension when ``gemm_keep`` is given
+    (the share of its time a sample keeps, measured by the runner on this machine: ``batch_probe``), that share;
+    returns the cut tails of those ops (µs intervals) and the rates used. ``rows``: the GEMMs' row count (the batch
+    dimension's size). A GEMM reading weights much larger than its activations grows less than the batch; one
+    bound by its FLOPs grows with it; one with few rows runs at a lower FLOP rate than a larger one, which only a
+    measurement shows."""
     ops = _thread_ops(tables, pid)
     rates = work_rates(tables, pid)
     if not len(ops) or rows <= 0 or growth <= 1.0:
@@ -525,7 +544,10 @@ def batch_growth_cuts(
     starts: list[float] = []
     ends: list[float] = []
     for row in rows_sel.tolist():
-        keep = _roofline_growth(tables, ops, row, rows, growth, rates) / growth
+        if gemm_keep is not None and w.kind[row] == "matmul" and _has_batch_dim(tables, ops, row, rows):
+            keep = min(max(gemm_keep, 1.0 / growth), 1.0)
+        else:
+            keep = _roofline_growth(tables, ops, row, rows, growth, rates) / growth
         if keep < 1.0:
             t0, t1 = float(ops["ts_us"][row]), float(ops["end_us"][row])
             starts.append(t0 + (t1 - t0) * keep)

@@ -10,13 +10,15 @@ steps (steps.csv rows from a third of the run on, profiler phase "none"): the me
 machine add bursts of slow steps, or, when the steps repeat in a cycle (DataLoader workers handing over their
 batches together), the median mean of one cycle's steps (the median of single steps would pick one mode). Per
 block, the difference before − after; measured change = the mean of the block
-differences; noise = two standard errors of that mean (2 × sd / √blocks, between blocks), so run-to-run noise is
-measured, not assumed, and the load the two runs of a block share cancels in their difference.
+differences; noise = the half-width of its 95% interval, t(0.975, blocks − 1) × sd / √blocks (sd between blocks:
+Student's t, since three or four blocks estimate sd poorly: t is 4.30 at three blocks, 2.36 at eight, where a plain
+2 SE band would call noise a change), so run-to-run noise is measured, not assumed, and the load the two runs of a
+block share cancels in their difference.
 
 Blocks are added until the pair is decided or a bound is reached (``max_blocks``, ``budget_s`` per pair; at least
 ``min_blocks``): decided when the change exceeds its noise, when the prediction lies outside the noise of a change
 the runs do not show, or when the noise is under :data:`RESOLUTION` of the before level (then "no change": smaller
-than most rules would report). Stopping once decided makes the 2 SE band an approximate one (sequential testing),
+than most rules would report). Stopping once decided makes the 95% interval an approximate one (sequential testing),
 which each row names. A pair recorded while the load average exceeded :data:`OVERLOAD` per logical CPU is marked
 UNRELIABLE: its runs measure the other jobs more than the fix.
 
@@ -45,6 +47,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from scipy.stats import t as student_t
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -213,12 +216,14 @@ CPU_PAIRS = [
         ["--ddp", "--grad-accum", "4"],
         _no_sync,
     ),
-    CpuPair(  # PD204's fp32 shape: its ~27 ms GEMM-bound step varies ~1% between runs (the default ~5 ms step and
-        # a 2048-wide one, bound by the optimizer's memory traffic, vary 10-20%: no 3% resolution)
+    CpuPair(  # PD204's fp32 side, oneDNN capped as there: its ~27 ms step varied under 1% between runs, where the
+        # default ~5 ms step, a 2048-wide one (bound by the optimizer's memory traffic) and this one uncapped varied
+        # 10-30%: no 3% resolution
         "CPU mlp 512x1024: .item() every step -> none (PD401)",
         ["--dim", "512", "--hidden", "1024", "--item-every-step"],
         ["--dim", "512", "--hidden", "1024"],
         lambda rr, t, run: cpu_syncs(rr),
+        env=(("ONEDNN_MAX_CPU_ISA", "AVX512_CORE"),),
     ),
 ]
 
@@ -306,7 +311,7 @@ def compare(
             if i < max(min_blocks, 2):
                 continue
             d = np.asarray(levels["before"]) - np.asarray(levels["after"])
-            noise = 2.0 * float(d.std(ddof=1)) / np.sqrt(d.size)
+            noise = float(student_t.ppf(0.975, d.size - 1)) * float(d.std(ddof=1)) / np.sqrt(d.size)
             level = float(np.mean(levels["before"]))
             if _decided(float(np.mean(preds)), float(d.mean()), noise, level) or i >= max_blocks:
                 break
@@ -345,7 +350,7 @@ def rows(
             v = f"UNRELIABLE (load {r['load']:.0f}): {v}"
         yield (
             f"{pair.name:62} {r['pred'] / 1e3:10.2f} {r['meas'] / 1e3:10.2f} {r['noise'] / 1e3:8.2f} "
-            f"{v:28} {len(r['before'])} blocks in {r['seconds']:.0f} s (sequential: 2 SE approximate), load "
+            f"{v:28} {len(r['before'])} blocks in {r['seconds']:.0f} s (sequential: 95% interval approximate), load "
             f"average up to {r['load']:.1f} on {os.cpu_count()} cores; runs "
             f"{lv} ms; predicted per run {pr} ms ({', '.join(r['hows'])}; on the profiled window "
             f"{r['window'] / 1e3:.2f} ms); {r['assumption']}"

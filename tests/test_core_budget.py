@@ -20,15 +20,15 @@ DL = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
 
 
 def _fetch_bound(tmp_path: Path) -> tuple[RankReplay, TraceTables]:
-    """Two 1000 µs CPU steps, each a 600 µs DataLoader fetch (an aten::stack inside it) then a 400 µs addmm: with
-    the fetch handed off (no batch copy in a CPU trace: nothing kept), each step replays at 400 µs."""
+    """Two 10 ms CPU steps, each a 6 ms DataLoader fetch (an aten::stack inside it) then a 4 ms addmm: with the fetch
+    handed off (no batch copy in a CPU trace: nothing kept), each step replays at 4 ms."""
     tb = TraceBuilder(device_name=None)
     for k in (0, 1):
-        t0 = 1000 * k
-        tb.step(k + 1, t0, 1000)
-        tb.annotation(DL, t0, 600)
-        tb.cpu_op("aten::stack", t0 + 100, 50)
-        tb.cpu_op("aten::addmm", t0 + 600, 400)
+        t0 = 10000 * k
+        tb.step(k + 1, t0, 10000)
+        tb.annotation(DL, t0, 6000)
+        tb.cpu_op("aten::stack", t0 + 1000, 500)
+        tb.cpu_op("aten::addmm", t0 + 6000, 4000)
     tables = load_trace(str(tb.write(tmp_path / "t.json")))
     return replay_rank(tables, find_steps(tables)), tables
 
@@ -46,52 +46,55 @@ def fetch_bound(tmp_path: Path) -> tuple[RankReplay, TraceTables]:
 
 def test_without_a_budget_the_saving_states_the_cores_it_needs(fetch_bound: tuple[RankReplay, TraceTables]) -> None:
     saving, text = _saving(fetch_bound, None)
-    assert saving == pytest.approx(600.0)  # 1000 → 400
-    # the training thread busy 400 µs + 600 µs of fetching moved to workers: 1000 / 400 → 3 logical CPUs
+    assert saving == pytest.approx(6000.0)  # 10000 → 4000
+    # the training thread busy 4 ms + 6 ms of fetching moved to workers: 10 / 4 → 3 logical CPUs
     assert "core budget: not recorded (bare trace); needs 3 free logical CPUs" in text
 
 
 def test_measured_cpu_time_bounds_the_fixed_step(fetch_bound: tuple[RankReplay, TraceTables]) -> None:
-    # 2 cores; the process used 900 µs of CPU per 1000 µs step, its loop thread off the CPU 100 µs (the fetch is
-    # 500 / 600 CPU work): the fixed step lasts at least 900 / 2 = 450 µs, above the replayed 400 → saving 550
-    budget = CoreBudget(2, "Test CPU", step_us=1000.0, process_cpu_us=900.0, main_cpu_us=900.0)
+    # 2 cores; the process used 9.1 ms of CPU per 10 ms step, its loop thread off the CPU 0.9 ms (the fetch is
+    # 5.1 / 6 CPU work); receiving the batch from a worker costs the process 1.3 ms (HANDOFF_US): the fixed step
+    # lasts at least (9.1 + 1.3) / 2 = 5.2 ms, above the replayed 4 → saving 4.8 ms
+    budget = CoreBudget(2, "Test CPU", step_us=10000.0, process_cpu_us=9100.0, main_cpu_us=9100.0)
     saving, text = _saving(fetch_bound, budget)
-    assert saving == pytest.approx(550.0)
-    assert "2 logical CPU(s) (Test CPU, run.json)" in text and "the fetch is 83% CPU work" in text
-    assert "at least 0.9 ÷ 2.00 = 0.5 ms (binds" in text
-    # a sleeping __getitem__: the process used 400 µs of CPU (off the CPU 600 µs): 200 µs floor, no bind
-    sleepy = CoreBudget(2, None, step_us=1000.0, process_cpu_us=400.0, main_cpu_us=400.0)
+    assert saving == pytest.approx(4800.0)
+    assert "2 logical CPU(s) (Test CPU, run.json)" in text and "the fetch is 85% CPU work" in text
+    assert "1.3 ms to receive 1 batch(es) from the workers" in text
+    assert "at least (9.1 + 1.3) ÷ 2.00 = 5.2 ms (binds" in text
+    # a sleeping __getitem__: the process used 4 ms of CPU (off the CPU 6 ms): (4 + 1.3) / 2 = 2.65 ms floor, no bind
+    sleepy = CoreBudget(2, None, step_us=10000.0, process_cpu_us=4000.0, main_cpu_us=4000.0)
     saving, text = _saving(fetch_bound, sleepy)
-    assert saving == pytest.approx(600.0) and "the fetch is 0% CPU work" in text and "(does not bind)" in text
+    assert saving == pytest.approx(6000.0) and "the fetch is 0% CPU work" in text and "(does not bind)" in text
 
 
 def test_the_run_queue_wait_measures_the_cores_the_job_gets(fetch_bound: tuple[RankReplay, TraceTables]) -> None:
-    # the loop's thread ran 200 µs and waited 600 µs for a core: f = 0.25 of a core while runnable, so L = 2 / 0.25
-    # − 1 = 7 other threads; with 2 workers the job's 3 threads get 3 × 2 / (7 + 3) = 0.6 cores. The process used
-    # 300 µs of CPU per 1000 µs step (asleep 1000 − 200 − 600 = 200 µs: the fetch is 400 / 600 CPU work): the fixed
-    # step lasts at least 300 / 0.6 = 500 µs → saving 500 (without the wait: 2 free cores, 150 µs, saving 600)
-    b = CoreBudget(2, None, step_us=1000.0, process_cpu_us=300.0, main_cpu_us=200.0, main_wait_us=600.0)
-    assert b.job_cores(3) == pytest.approx(0.6) and b.off_cpu_us() == pytest.approx(200.0)
+    # the loop's thread ran 2 ms and waited 6 ms for a core: f = 0.25 of a core while runnable, so L = 2 / 0.25 − 1
+    # = 7 other threads; with 2 workers the job's 3 threads get 3 × 2 / (7 + 3) = 0.6 cores. The process used 3 ms
+    # of CPU per 10 ms step (asleep 10 − 2 − 6 = 2 ms: the fetch is 4 / 6 CPU work), 1.3 ms more to receive the
+    # batch: the fixed step lasts at least 4.3 / 0.6 = 7.167 ms → saving 2.833 ms
+    b = CoreBudget(2, None, step_us=10000.0, process_cpu_us=3000.0, main_cpu_us=2000.0, main_wait_us=6000.0)
+    assert b.job_cores(3) == pytest.approx(0.6) and b.off_cpu_us() == pytest.approx(2000.0)
     rr, t = fetch_bound
     w = prefetch_dataloader(rr, t, workers=2, budget=b)
-    assert float((rr.recorded_step_us - rr.step_times(w.scenario)).mean()) == pytest.approx(500.0)
-    assert "waited 0.6 ms per step for a core, so its 3 threads with the workers get 0.60 cores" in w.assumption
+    assert float((rr.recorded_step_us - rr.step_times(w.scenario)).mean()) == pytest.approx(10000 - 4300 / 0.6)
+    assert "waited 6.0 ms per step for a core, so its 3 threads with the workers get 0.60 cores" in w.assumption
     assert "the fetch is 67% CPU work" in w.assumption
-    quiet = CoreBudget(2, None, step_us=1000.0, process_cpu_us=300.0, main_cpu_us=200.0, main_wait_us=5.0)
+    quiet = CoreBudget(2, None, step_us=10000.0, process_cpu_us=3000.0, main_cpu_us=2000.0, main_wait_us=50.0)
     assert quiet.job_cores(3) == 2.0  # under 5% of its runnable time waiting: the load cannot be told
 
 
 def test_cores_only_assume_a_busy_training_thread_and_a_cpu_bound_fetch(
     fetch_bound: tuple[RankReplay, TraceTables],
 ) -> None:
-    # C·T ≥ T + 600: 2 cores → T ≥ 600 (saving 400); 4 cores → 200, no bind (600); 1 core → 400 + 600 (nothing)
-    assert _saving(fetch_bound, CoreBudget(2))[0] == pytest.approx(400.0)
-    assert _saving(fetch_bound, CoreBudget(4))[0] == pytest.approx(600.0)
+    # C·T ≥ T + 6000: 2 cores → T ≥ 6000 (saving 4000); 4 cores → 2000, no bind (6000); 1 core → 4000 + 6000
+    # (nothing)
+    assert _saving(fetch_bound, CoreBudget(2))[0] == pytest.approx(4000.0)
+    assert _saving(fetch_bound, CoreBudget(4))[0] == pytest.approx(6000.0)
     saving, text = _saving(fetch_bound, CoreBudget(1))
     assert saving == pytest.approx(0.0) and "under two free cores" in text
-    # 4 cores with a load of 2.5 at the start: 1.5 free → T ≥ 400 + 600 × 0.5 = 700 (saving 300)
+    # 4 cores with a load of 2.5 at the start: 1.5 free → T ≥ 4000 + 6000 × 0.5 = 7000 (saving 3000)
     saving, text = _saving(fetch_bound, CoreBudget(4, load_avg=2.5))
-    assert saving == pytest.approx(300.0) and "1.5 of them free for the job" in text
+    assert saving == pytest.approx(3000.0) and "1.5 of them free for the job" in text
 
 
 def test_core_budget_reads_the_run() -> None:

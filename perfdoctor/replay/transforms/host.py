@@ -101,14 +101,16 @@ CONTENTION_CPU = (
 )
 
 
-def _measured_floor(budget: CoreBudget, fetch_us: float, workers: int | None) -> tuple[float, str]:
+def _measured_floor(budget: CoreBudget, fetch_us: float, workers: int | None, batches: float) -> tuple[float, str]:
     """:func:`core_floor` with the run's CPU times (``budget.measured``): the process's CPU time per unprofiled
-    step ÷ the cores its ``workers`` + 1 threads get (µs, unprofiled time), and the clause stating it."""
+    step, plus :data:`HANDOFF_US` of the training process's CPU per batch (``batches`` per step) received from a
+    worker, ÷ the cores its ``workers`` + 1 threads get (µs, unprofiled time), and the clause stating it."""
     c = budget.job_cores((workers or 1) + 1)
     assert budget.process_cpu_us is not None and budget.step_us is not None
     off = budget.off_cpu_us()
     share = min(max(1.0 - off / fetch_us, 0.0), 1.0) if fetch_us > 0 else 0.0
-    floor = budget.process_cpu_us / c
+    handoff = HANDOFF_US * batches
+    floor = (budget.process_cpu_us + handoff) / c
     shared = (
         f"; the loop's thread waited {budget.main_wait_us / 1e3:.1f} ms per step for a core, so its "
         f"{(workers or 1) + 1} threads with the workers get {c:.2f} cores"
@@ -119,8 +121,10 @@ def _measured_floor(budget: CoreBudget, fetch_us: float, workers: int | None) ->
         f"core budget: {budget.machine_text()}{shared}; the training process used "
         f"{budget.process_cpu_us / 1e3:.1f} ms of CPU per {budget.step_us / 1e3:.1f} ms unprofiled step "
         f"(steps.csv cpu_s; its loop thread asleep or in I/O {off / 1e3:.1f} ms of it, so the fetch is "
-        f"{share:.0%} CPU work, which the workers still run): the fixed step lasts at least "
-        f"{budget.process_cpu_us / 1e3:.1f} ÷ {c:.2f} = {floor / 1e3:.1f} ms"
+        f"{share:.0%} CPU work, which the workers still run), and {handoff / 1e3:.1f} ms to receive "
+        f"{batches:.3g} batch(es) from the workers (the __next__ of a ready batch: queue get, unpickle, map, "
+        f"{HANDOFF_US / 1e3:.1f} ms each, benchmarks/dataloader_handoff.py on a 2-core machine): the fixed step "
+        f"lasts at least ({budget.process_cpu_us / 1e3:.1f} + {handoff / 1e3:.1f}) ÷ {c:.2f} = {floor / 1e3:.1f} ms"
     )
 
 
@@ -143,7 +147,12 @@ def _assumed_floor(budget: CoreBudget, fetch_us: float, step_us: float) -> tuple
 
 
 def core_floor(
-    budget: CoreBudget | None, fetch_us: float, step_us: float, inflation: float, workers: int | None = None
+    budget: CoreBudget | None,
+    fetch_us: float,
+    step_us: float,
+    inflation: float,
+    workers: int | None = None,
+    batches: float = 1.0,
 ) -> tuple[float, str]:
     """The shortest fixed step the machine's cores allow once the fetches' work runs in worker processes (µs per
     step, in the replay's time: × ``inflation``, the profiled window's step ÷ the unprofiled one), and the clause
@@ -152,8 +161,9 @@ def core_floor(
     ``fetch_us``: recorded DataLoader fetch time per step (µs, the work moved to workers); ``step_us``: the step
     replayed with the hand-off (µs). With the run's CPU times: the fetch's CPU share is what the step loop's thread
     did not spend off the CPU (``1 − off_cpu / fetch``: a sleeping ``__getitem__`` costs the workers no core), and
-    the floor is the process's CPU time per unprofiled step (its own work and the fetch's, now the workers') ÷ the
-    cores the job's threads get (:meth:`CoreBudget.job_cores`: from the step thread's measured run-queue wait,
+    the floor is the process's CPU time per unprofiled step (its own work and the fetch's, now the workers'), plus
+    receiving each of the step's ``batches`` from a worker (:data:`HANDOFF_US` of CPU each), ÷ the cores the job's
+    threads get (:meth:`CoreBudget.job_cores`: from the step thread's measured run-queue wait,
     else the machine's cores less the other processes' load when the run started; ``workers`` + 1 threads).
     With the cores only: the training thread busy the whole step and the fetch all CPU work, ``C·T ≥ T +
     fetch``, so ``T ≥ fetch / (C − 1)``; under two free cores, ``T ≥ T + fetch × (2 − C)`` (one core: the fetch
@@ -169,7 +179,9 @@ def core_floor(
             "work): fewer, and the saving shrinks"
         )
     floor, text = (
-        _measured_floor(budget, fetch_us, workers) if budget.measured else _assumed_floor(budget, fetch_us, step_us)
+        _measured_floor(budget, fetch_us, workers, batches)
+        if budget.measured
+        else _assumed_floor(budget, fetch_us, step_us)
     )
     floor *= inflation
     binds = floor > step_us + 0.5
@@ -367,7 +379,12 @@ def prefetch_dataloader(
     replayed = rr.step_times(sc)
     inflation = rr.unprofiled.step_inflation if rr.unprofiled is not None else 1.0
     floor, budget_text = core_floor(
-        budget, float(f.per_step().mean()) * load_us, float(replayed.mean()) / inflation, inflation, workers
+        budget,
+        float(f.per_step().mean()) * load_us,
+        float(replayed.mean()) / inflation,
+        inflation,
+        workers,
+        float(f.per_step().mean()),
     )
     source = "PyTorch DataLoader multi-process loading (num_workers > 0)"
     if workers is None and floor <= 0:
@@ -392,7 +409,8 @@ def _handoff_text(mb: float, device: bool) -> str:
     return (
         f"each __next__ keeps {HANDOFF_FREE_NS_PER_BYTE} ns per byte of the batch (freeing the previous batch's "
         f"shared memory){copy}, {size}, {'both ' if device else ''}measured with a real DataLoader on another machine; "
-        f"the __next__ of a ready batch itself (about {HANDOFF_US:.0f} µs there) is not counted"
+        f"the __next__ of a ready batch itself (about {HANDOFF_US:.0f} µs there) is not counted in the step, only in "
+        "the core budget where the run recorded its CPU time"
     )
 
 

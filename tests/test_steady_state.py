@@ -179,6 +179,10 @@ def test_cycle_found_through_a_slip_and_noise_is_no_cycle():
     y = np.random.default_rng(0).lognormal(-4, 0.5, 200)
     lv = step_level(y)
     assert lv.cycle_steps == 1 and lv.median_s == pytest.approx(float(np.median(y)))
+    # a level shift (30 steps at 60 ms in noise spread 8-27 ms) correlates at lag 1 as much as at lag 2: no cycle
+    w = np.random.default_rng(7).uniform(0.008, 0.027, 200)
+    w[80:110] = 0.060
+    assert step_level(w).cycle_steps == 1
     # a steady series keeps its median whatever its order
     z = noisy(0.01, 100)
     assert step_level(z) == (float(np.median(z)), float(np.percentile(z, 10)), float(np.percentile(z, 90)), 1)

@@ -28,7 +28,9 @@ Pure functions on numpy arrays of step durations in **seconds**. The answers:
   together (with 2 workers on a slow ``__getitem__``: 64 ms, 9 ms, 64 ms, ...),
   has no single level step by step, but one per cycle: when the single steps'
   spread exceeds :data:`UNSTABLE_SPREAD` and the lag-``k`` autocorrelation is
-  at least :data:`CYCLE_MIN_ACF`, the level, p10 and p90 are those of the means
+  at least :data:`CYCLE_MIN_ACF` and that much above every shorter lag's (a
+  level shift or a trend correlates at every lag alike), the level, p10 and
+  p90 are those of the means
   of ``k`` consecutive steps (a moving window, so a slip of the pattern does not
   matter; the median of one mode of the steps would state neither mode's
   throughput): the smallest such ``k`` whose means spread at most
@@ -275,7 +277,9 @@ def step_level(x: npt.ArrayLike) -> StepLevel:
     for k in range(2, MAX_CYCLE + 1):
         if a.size < 4 * k:
             break
-        if _autocorrelation(a, k) < CYCLE_MIN_ACF:
+        r = _autocorrelation(a, k)
+        # the pattern repeats at k and not sooner: a level shift or a trend correlates at every lag alike
+        if r < CYCLE_MIN_ACF or any(_autocorrelation(a, j) > r - CYCLE_MIN_ACF for j in range(1, k)):
             continue
         means = np.convolve(a, np.ones(k) / k, "valid")
         level = StepLevel(float(np.median(means)), float(np.percentile(means, 10)), float(np.percentile(means, 90)), k)

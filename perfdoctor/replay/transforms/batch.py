@@ -38,9 +38,10 @@ def larger_batch(
     dimension keep that share instead (interpolated in log growth). An
     op's dispatch overhead is inside it, so this is still a lower bound for small ops; ``cpu_ops_per_sample=False``
     gives the upper bound (every op's time independent of the batch, the GPU rule).
-    Source: the recorded graph; the split into fixed and per-sample costs stated above (a
-    4-layer 1024-wide MLP on 1 CPU thread measured 37.3 ms/step at batch 8 and 71.6 ms at batch 64, a saving of
-    28.3 ms per 8 samples, between this model's 7.0 ms and the upper bound's 31.5 ms).
+    Source: the recorded graph; the split into fixed and per-sample costs stated above (a 4-layer 1024-wide MLP on
+    1 CPU thread, batch 8 → 64 per 8 samples, ``benchmarks/cpu_pairs.py`` on a 2-core VM, 2026-12-07: predicted
+    24.7 and 29.0 ms with the runner's batch probe against 25.4 and 32.2 ms measured; without the probe's shares
+    the roofline at the trace's best rates predicted 22.4 and 22.8 ms against 28.9 and 32.6).
     """
     from perfdoctor.replay.kernel_classes import kernel_classes
     from perfdoctor.trace import intervals as iv

@@ -197,18 +197,22 @@ def test_larger_batch_amortises_fixed_host_time_only(tmp_path: Path) -> None:
     assert rr.step_times(w.scenario).tolist() == [600.0]
 
 
-def test_larger_batch_on_a_cpu_grows_each_op_as_its_roofline_time(tmp_path: Path) -> None:
-    from perfdoctor.replay.transforms.batch import larger_batch
-
-    # CPU-only, one 1000 µs step: A = mm [8, 1024] x [1024, 1024] (the batch's GEMM, 8 rows) [100, 300),
-    # B = add of two 1024 x 1024 tensors [400, 500), C = mm 1024 x 1024 x 1024 [600, 700)
+def _three_cpu_ops(tmp_path: Path):  # type: ignore[no-untyped-def]
+    """CPU-only, one 1000 µs step: A = mm [8, 1024] x [1024, 1024] (the batch's GEMM, 8 rows) [100, 300),
+    B = add of two 1024 x 1024 tensors [400, 500), C = mm 1024 x 1024 x 1024 [600, 700); (replay, tables)."""
     tb = TraceBuilder(device_name=None)
     tb.step(1, 0, 1000)
     tb.cpu_op("aten::mm", 100, 200, input_dims=[[8, 1024], [1024, 1024]])
     tb.cpu_op("aten::add", 400, 100, input_dims=[[1024, 1024], [1024, 1024]])
     tb.cpu_op("aten::mm", 600, 100, input_dims=[[1024, 1024], [1024, 1024]])
     tables, steps = _load(tb, tmp_path)
-    rr = replay_rank(tables, steps)
+    return replay_rank(tables, steps), tables
+
+
+def test_larger_batch_on_a_cpu_grows_each_op_as_its_roofline_time(tmp_path: Path) -> None:
+    from perfdoctor.replay.transforms.batch import larger_batch
+
+    rr, tables = _three_cpu_ops(tmp_path)
     # without rows every op is per sample and only the 600 µs outside ops halve: 300 + 400 = 700 µs
     assert rr.step_times(larger_batch(rr, tables, 2.0).scenario).tolist() == [700.0]
     # best rates: C 2 x 1024^3 FLOP / 100 µs = 21,474,836 FLOP/µs; B 3 x 4 MiB / 100 µs = 125,829 B/µs. A moves
@@ -236,15 +240,9 @@ def test_measured_gemm_share_per_sample_interpolates_in_log_growth() -> None:
 def test_larger_batch_on_a_cpu_uses_the_measured_gemm_share(tmp_path: Path) -> None:
     from perfdoctor.replay.transforms.batch import larger_batch
 
-    # the trace of test_larger_batch_on_a_cpu_grows_each_op_as_its_roofline_time with a measured share: the 8-row
-    # GEMM A keeps 0.7 of its 200 µs per sample at growth 2 (140 µs); B and C as before (50 each): 300 + 240
-    tb = TraceBuilder(device_name=None)
-    tb.step(1, 0, 1000)
-    tb.cpu_op("aten::mm", 100, 200, input_dims=[[8, 1024], [1024, 1024]])
-    tb.cpu_op("aten::add", 400, 100, input_dims=[[1024, 1024], [1024, 1024]])
-    tb.cpu_op("aten::mm", 600, 100, input_dims=[[1024, 1024], [1024, 1024]])
-    tables, steps = _load(tb, tmp_path)
-    rr = replay_rank(tables, steps)
+    # with a measured share: the 8-row GEMM A keeps 0.7 of its 200 µs per sample at growth 2 (140 µs); B and C as
+    # in the roofline test (50 each): 300 + 240
+    rr, tables = _three_cpu_ops(tmp_path)
     w = larger_batch(rr, tables, 2.0, rows=8, per_sample={"2": 0.7, "4": 0.4})
     assert rr.step_times(w.scenario)[0] == pytest.approx(540.0)
     assert "keep 0.70 of their time per sample (measured by the runner" in w.assumption

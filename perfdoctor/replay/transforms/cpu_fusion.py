@@ -432,13 +432,19 @@ def batch_op_loops(rr: RankReplay, tables: TraceTables, loops: list[OpLoop], gap
 def python_and_dispatch(rr: RankReplay, tables: TraceTables, min_iterations: int) -> tuple[WhatIf, list[OpLoop]]:
     """PD105's what-if: the Python outside ops trimmed to the median gap
     (:func:`perfdoctor.replay.transforms.cpu.trim_python_outside_ops`) outside the loops of at least
-    ``min_iterations`` same-shape small ops (longer bodies inside ``Optimizer.step``: its per-parameter loop), and
+    ``min_iterations`` same-shape small ops outside DataLoader fetches (longer bodies inside ``Optimizer.step``: its
+    per-parameter loop), and
     those loops batched (:func:`batch_op_loops`), which removes their ops' fixed cost as well as the Python between
     them. Returns the what-if and the loops."""
     from perfdoctor.analysis.timing import host
     from perfdoctor.replay.transforms.cpu import median_gap_us, outside_ops, trim_python_outside_ops
+    from perfdoctor.replay.transforms.host import DATALOADER, _named
 
     loops = op_loops(tables, rr.windows.pid, min_iterations, long_body_spans=host.named(tables, OPTIMIZER_STEP))
+    # a DataLoader fetch's per-sample loop (``__getitem__`` indexing each sample) is PD101's: its fix moves the fetch
+    # to workers or batches it in the Dataset, not in the training loop
+    fetch = _named(tables, DATALOADER, rr.windows.pid)
+    loops = [lp for lp in loops if not _within(lp.start_us, lp.end_us, fetch)]
     spans = iv.union(np.array([lp.start_us for lp in loops]), np.array([lp.end_us for lp in loops]))
     trim = trim_python_outside_ops(rr, tables, exclude=spans)
     if not loops:

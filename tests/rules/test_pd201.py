@@ -42,7 +42,8 @@ def test_pd201_fixed_cost_leaves_the_dataloader_out(tmp_path):
     assert "1.60 ms per step of fixed cost (host time outside ops and DataLoader fetches" in f["message"]
     assert "the other ops' time (their compute follows the batch on a CPU)" in f["saving_method"]
     # the upper bound, every op's time fixed (the old model): (10000 - 8000) × 7/8 = 1750 µs
-    assert f["saving_method"].endswith("if no op's time grew with the batch, the saving would be 1.75 ms (the upper bound)")
+    upper = "if no op's time grew with the batch, the saving would be 1.75 ms (the upper bound)"
+    assert f["saving_method"].endswith(upper)
 
 
 def test_pd201_cpu_ops_scale_with_the_batch_the_optimizers_do_not(tmp_path):

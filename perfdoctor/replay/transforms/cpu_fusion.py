@@ -343,13 +343,22 @@ def _work(tables: TraceTables, ops: Table) -> _Work:
     return _Work(flops, nbytes, kind, _outermost(ops, costed) & costed if n else costed)
 
 
+def _process_work(tables: TraceTables, pid: int) -> tuple[Table, _Work]:
+    """Process ``pid``'s ops (:func:`_thread_ops`) and their :class:`_Work`, costed once per trace and process (a
+    Python pass over every op: the what-ifs that read them share it)."""
+    memo: dict[int, tuple[Table, _Work]] = tables.__dict__.setdefault("_process_work", {})
+    if pid not in memo:
+        ops = _thread_ops(tables, pid)
+        memo[pid] = (ops, _work(tables, ops))
+    return memo[pid]
+
+
 def work_rates(tables: TraceTables, pid: int) -> WorkRates:
     """The :class:`WorkRates` of process ``pid``'s ops (FLOP/µs, bytes/µs). Source: this trace's op times and
     recorded shapes."""
-    ops = _thread_ops(tables, pid)
+    ops, w = _process_work(tables, pid)
     if not len(ops):
         return WorkRates(0.0, 0.0)
-    w = _work(tables, ops)
     dur = ops["end_us"] - ops["ts_us"]
     ok = w.counted & (dur >= _RATE_MIN_US)
     mm = ok & (w.kind == "matmul") & (w.flops >= _RATE_MIN_FLOP)
@@ -363,12 +372,10 @@ def work_rates(tables: TraceTables, pid: int) -> WorkRates:
 def loop_work_us(tables: TraceTables, pid: int, lp: OpLoop, rates: WorkRates) -> float | None:
     """The time the loop's work takes at ``rates`` (µs): its matmuls' FLOPs ÷ ``flop_per_us`` plus its other costed
     ops' bytes ÷ ``bytes_per_us`` (each op counted once, :class:`WorkRates`); None when a rate it needs is unknown."""
-    ops = _thread_ops(tables, pid)
-    inside = np.flatnonzero((ops["ts_us"] >= lp.start_us) & (ops["end_us"] <= lp.end_us))
-    sub = ops.take(inside)
-    w = _work(tables, sub)
-    mm = w.counted & (w.kind == "matmul")
-    need_flop, need_bytes = float(w.flops[mm].sum()), float(w.nbytes[w.counted & ~mm].sum())
+    ops, w = _process_work(tables, pid)
+    inside = (ops["ts_us"] >= lp.start_us) & (ops["end_us"] <= lp.end_us) & w.counted
+    mm = inside & (w.kind == "matmul")
+    need_flop, need_bytes = float(w.flops[mm].sum()), float(w.nbytes[inside & ~mm].sum())
     if (need_flop > 0 and rates.flop_per_us <= 0) or (need_bytes > 0 and rates.bytes_per_us <= 0):
         return None
     flop_us = need_flop / rates.flop_per_us if need_flop else 0.0
@@ -538,11 +545,10 @@ def batch_growth_cuts(
     dimension's size). A GEMM reading weights much larger than its activations grows less than the batch; one
     bound by its FLOPs grows with it; one with few rows runs at a lower FLOP rate than a larger one, which only a
     measurement shows."""
-    ops = _thread_ops(tables, pid)
+    ops, w = _process_work(tables, pid)
     rates = work_rates(tables, pid)
     if not len(ops) or rows <= 0 or growth <= 1.0:
         return iv.EMPTY, rates
-    w = _work(tables, ops)
     mid = (ops["ts_us"] + ops["end_us"]) / 2
     inside = iv.containing(mid, within) >= 0
     outside_ex = iv.containing(mid, exclude) < 0 if exclude[0].size else np.ones(len(ops), dtype=bool)

@@ -231,6 +231,9 @@ def probe_batch(trace_path: Path, rows: int) -> dict[str, object] | None:
     times = time_ops(specs, BATCH_PROBE_S)
     k = 1 + len(BATCH_GROWTHS)
     ops: list[dict[str, object]] = []
+    rec: list[float] = []
+    now: list[float] = []
+    later: dict[int, list[float]] = {g: [] for g in BATCH_GROWTHS}
     for i, (name, shapes, rec_us) in enumerate(groups):
         t = times[i * k : (i + 1) * k]
         if all(np.isfinite(t)) and t[0] > 0:
@@ -238,13 +241,14 @@ def probe_batch(trace_path: Path, rows: int) -> dict[str, object] | None:
             ops.append(
                 {"name": name, "shapes": shapes, "recorded_us": rec_us, "at_recorded_us": t[0], "grown_us": grown}
             )
+            rec.append(rec_us)
+            now.append(t[0])
+            for g, v in zip(BATCH_GROWTHS, t[1:], strict=True):
+                later[g].append(v)
     if not ops:
         return None
-    w = np.array([float(o["recorded_us"]) for o in ops])  # type: ignore[arg-type]
-    per_sample = {}
-    for g in BATCH_GROWTHS:
-        ratio = np.array([float(o["grown_us"][str(g)]) / g / float(o["at_recorded_us"]) for o in ops])  # type: ignore[index, arg-type]
-        per_sample[str(g)] = float((w * ratio).sum() / w.sum())
+    w = np.array(rec)
+    per_sample = {str(g): float((w * np.array(later[g]) / g / np.array(now)).sum() / w.sum()) for g in BATCH_GROWTHS}
     return {
         "ops": ops,
         "rows": rows,

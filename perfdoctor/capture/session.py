@@ -279,8 +279,8 @@ class Session:
         op_probe = self._op_probe()
         thread_probe = self._thread_probe()
         tb_error = write_tensorboard(self.run_dir / "tensorboard" / f"rank{self.rank}", records)
-        summary = self._rank_summary(partial, reason, records, tb_error, op_probe, thread_probe)
-        summary["batch_probe"] = self._batch_probe(records)
+        probes = {"op_probe": op_probe, "thread_probe": thread_probe, "batch_probe": self._batch_probe(records)}
+        summary = self._rank_summary(partial, reason, records, tb_error, probes)
         if write_rank_file:
             write_json(self.run_dir / rank_json_name(self.rank), summary)
         return len(records)
@@ -314,8 +314,7 @@ class Session:
         reason: str | None,
         records: list[StepRecord],
         tb_error: str | None,
-        op_probe: dict[str, object] | None,
-        thread_probe: dict[str, object] | None,
+        probes: dict[str, dict[str, object] | None],
     ) -> dict[str, object]:
         """This rank's ``rank<R>.json`` (the coordinator merges them into ``run.json``): its steps, windows, FLOPs,
         batch facts and totals (s), threads and workers, tensorboard, and the GEMM probes' timings."""
@@ -353,10 +352,11 @@ class Session:
             "tensorboard": None if tb_error else f"tensorboard/rank{self.rank}",
             "tensorboard_error": tb_error,
             "schedule": asdict(self.schedule),
-            # a CPU bf16-autocast run's dominant GEMMs timed again in bf16 and fp32 (perfdoctor.capture.op_probe)
-            "op_probe": op_probe,
-            # an oversubscribed run's dominant GEMMs timed at its thread count and at cores ÷ processes
-            "thread_probe": thread_probe,
+            # the measurements taken after training (perfdoctor.capture.op_probe; None where not taken): a CPU
+            # bf16-autocast run's dominant GEMMs timed again in bf16 and fp32 (op_probe), an oversubscribed run's at
+            # its thread count and at cores ÷ processes (thread_probe), a small-batch CPU run's at larger batches
+            # (batch_probe)
+            **probes,
         }
 
 

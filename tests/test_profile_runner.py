@@ -66,6 +66,13 @@ def test_tiny_gpt_run_directory(tmp_path):
         assert 0 < main <= cpu + 1e-3 and cpu <= cores * wall + 1e-2
         if r["main_wait_s"]:  # Linux: the thread's run-queue wait fits in the step beside its CPU time
             assert 0 <= float(r["main_wait_s"]) and main + float(r["main_wait_s"]) <= wall + 1e-2
+    busy = [r for r in steps[1:] if r["machine_cpu_s"]]
+    if busy:  # Linux /proc/stat: over the run, the machine's cores were busy at least the process's CPU time and
+        # at most every core for the wall time (a 10 ms clock tick of slack per step)
+        machine = sum(float(r["machine_cpu_s"]) for r in busy)
+        process = sum(float(r["cpu_s"]) for r in busy)
+        wall = sum(float(r["duration_s"]) for r in busy)
+        assert process - 0.01 * len(busy) <= machine <= cores * wall + 0.01 * len(busy)
     # default schedule for 60 steps: wait 24, warmup 5, active 10 -> steps 29..38 recorded
     assert [r["profiler_phase"] for r in steps[24:40]] == ["warmup"] * 5 + ["active"] * 10 + ["none"]
     assert steps[1]["profiler_phase"] == "flops"

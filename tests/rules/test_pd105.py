@@ -57,6 +57,11 @@ def test_pd105_batches_a_loop_of_same_shape_small_ops(tmp_path):
     # Outside it, the 620 and 96 µs gaps shrink to 20: 600 + 76 = 676 µs. Saving 532 + 676 = 1208 µs
     assert f["saving_us_per_step"] == 1208
     assert "1 loop(s) of same-shape small ops (20×1 ops)" in f["method"]
+    # the message's loop clause: 1 loop per step, 20 iterations of 1 op, 20 × 2 ops dispatched at the 4 µs floor
+    assert f["message"].endswith(
+        "; 1 loop(s) per step of same-shape small ops (iterations × ops: 20×1) spend 0.16 ms dispatching them one "
+        "by one"
+    )
     assert "median gap (20 µs" in f["method"]
 
 

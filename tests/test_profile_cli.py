@@ -396,7 +396,18 @@ def test_repeat_windows_report_the_last_one(tmp_path):
     doc = json.loads(rep.stdout)
     assert [i["path"] for i in doc["inputs"]] == [str(out / "trace.rank0.w1.pt.trace.json.gz")]
     steps = [s["step"] for s in doc["ranks"][0]["devices"][0]["steps"]]
-    assert steps == list(range(windows[1]["first_step"], windows[1]["last_step"] + 1))
+    # the second window's steps, but for leading ones the report says it left out as first-call work (a restarted
+    # profiler's first step can be cold: PD902; seen in 1 of 4 runs)
+    import re
+
+    cold = [
+        int(n)
+        for w in doc["warnings"]
+        if (m := re.search(r"step\(s\) ([\d, ]+) left out: .* first-call work", w))
+        for n in m.group(1).split(", ")
+    ]
+    window = list(range(windows[1]["first_step"], windows[1]["last_step"] + 1))
+    assert cold == window[: len(cold)] and steps == window[len(cold) :]
     assert any("2 profiled windows per rank" in w for w in doc["warnings"])
 
 

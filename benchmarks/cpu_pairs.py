@@ -251,10 +251,11 @@ def _predict(run: RunData, pair: CpuPair) -> tuple[float, float, str, str]:
     trace = sorted(run.path.glob("trace.rank*.pt.trace.json.gz"))[0]
     t = load_trace(str(trace))
     rr = replay_rank(t, find_steps(t))
+    steady_s = rank_inputs(run).step_time_s.get(0)
+    # as the report does (perfdoctor.jobs.rank_stage): the unprofiled step is known before any what-if is built
+    rr.unprofiled = unprofiled(rr, t, steady_s * 1e6) if steady_s else None
     w = pair.transform(rr, t, run)
     window = float((rr.recorded_step_us - rr.step_times(w.scenario)).mean())
-    steady_s = rank_inputs(run).step_time_s.get(0)
-    rr.unprofiled = unprofiled(rr, t, steady_s * 1e6) if steady_s else None
     saving = float((rr.fixed_step_times([]) - rr.fixed_step_times([w])).mean())
     u = rr.unprofiled
     if u is None:

@@ -114,9 +114,10 @@ def core_budget(run: dict[str, Any] | None, steps: dict[str, np.ndarray] | None,
 
     ``run``: ``run.json`` as parsed; ``steps``: the rank's ``steps.csv`` columns (``duration_s``, ``cpu_s``,
     ``main_cpu_s``, ``profiler_phase``; absent CPU columns: an older run, the budget then has the cores only);
-    ``start``: the first steady-state step index; the load average at the run's start (``run.json`` ``load_avg``)
-    takes its share of the cores (:attr:`CoreBudget.free_cores`). Medians are over the unprofiled steps (profiler
-    phase "none") from ``start`` on with every value measured.
+    ``start``: the first steady-state step index. Medians are over the unprofiled steps (profiler phase "none")
+    from ``start`` on with every value measured; the other processes' share of the cores
+    (:attr:`CoreBudget.other_cores`) over every unprofiled step, warm-up included (it is not the job's own load),
+    else the load average at the run's start (``run.json`` ``load_avg``) takes it (:attr:`CoreBudget.free_cores`).
     """
     cpu = (run or {}).get("cpu") or {}
     cores = cpu.get("logical_cpus")
@@ -136,9 +137,10 @@ def core_budget(run: dict[str, Any] | None, steps: dict[str, np.ndarray] | None,
         return CoreBudget(cores, model, load_avg=load)
     d, pc, mc = (np.asarray(x, dtype=np.float64) for x in (d, pc, mc))
     phase = cols.get("profiler_phase")
-    keep = (np.arange(d.size) >= start) & np.isfinite(d) & np.isfinite(pc) & np.isfinite(mc)
+    unprofiled = np.isfinite(d) & np.isfinite(pc) & np.isfinite(mc)
     if phase is not None:
-        keep &= np.asarray(phase) == "none"
+        unprofiled &= np.asarray(phase) == "none"
+    keep = unprofiled & (np.arange(d.size) >= start)
     if not keep.any():
         return CoreBudget(cores, model, load_avg=load)
     return CoreBudget(
@@ -149,13 +151,15 @@ def core_budget(run: dict[str, Any] | None, steps: dict[str, np.ndarray] | None,
         float(np.median(mc[keep])) * 1e6,
         load_avg=load,
         main_wait_us=_median_us(mw, keep),
-        other_cores=_other_cores(busy, pc, d, keep),
+        other_cores=_other_cores(busy, pc, d, unprofiled),
     )
 
 
 # the least wall time of steps over which other processes' CPU use is taken as measured (s): /proc/stat counts in
-# 10 ms clock ticks per CPU
-MIN_MEASURED_S = 0.5
+# 10 ms clock ticks per CPU, so each contiguous block of steps reads up to a tick per CPU off at either end (a
+# 60-step run's two unprofiled blocks of 0.4 s on 2 CPUs: at most 0.08 s, 0.2 cores; the 1-minute load average it
+# replaces still counts the job that ran just before, 0.76 cores there)
+MIN_MEASURED_S = 0.4
 
 
 def _other_cores(busy: np.ndarray | None, process: np.ndarray, wall: np.ndarray, keep: np.ndarray) -> float | None:

@@ -79,9 +79,10 @@ POOL_PASSES = 4  # replays that add back a worker pool's throughput deficit (a h
 # ``.to(device)`` copy takes in the CUDA driver's staging memcpy: it stretches that copy (the ResNet50 V100
 # num_workers=4 trace shows both: 2.6 ms between __next__ and the copy, where num_workers=0 has 0.06 ms, and the
 # 19.3 MB copy at 6.5 GB/s where it ran at 9.9 GB/s). HANDOFF_US, the rest of a batch's hand-off (the __next__ of
-# a batch already waiting: queue get, unpickle, map; and the lines' intercepts), is stated, not modelled: about a
-# millisecond there, 0.08 ms in that trace's __next__, under a millisecond of a fetch that a prefetch is worth
-# modelling for.
+# a batch already waiting: queue get, unpickle, map; and the lines' intercepts): about a millisecond there; the
+# __next__ from workers takes 0.08, 0.09, 1.25, 1.37, 1.40 and 4.33 ms in the ResNet50 V100 num_workers=4 trace
+# (median 1.3 ms) and at least 1.25-1.35 ms (10 per run) in examples/mlp.py runs with 2 workers on the 2-core
+# machine (benchmarks/cpu_pairs.py's PD101 pairs): the step's thread pays it in each fetch it keeps.
 HANDOFF_US = 1300.0
 HANDOFF_FREE_NS_PER_BYTE = 0.25
 HANDOFF_READ_NS_PER_BYTE = 0.074
@@ -150,13 +151,12 @@ def core_floor(
     budget: CoreBudget | None,
     fetch_us: float,
     step_us: float,
-    inflation: float,
     workers: int | None = None,
     batches: float = 1.0,
 ) -> tuple[float, str]:
     """The shortest fixed step the machine's cores allow once the fetches' work runs in worker processes (µs per
-    step, in the replay's time: × ``inflation``, the profiled window's step ÷ the unprofiled one), and the clause
-    that states the budget (:mod:`perfdoctor.replay.machine`).
+    step savings are stated for: the unprofiled one where the run measured it, whose CPU times the budget holds),
+    and the clause that states the budget (:mod:`perfdoctor.replay.machine`).
 
     ``fetch_us``: recorded DataLoader fetch time per step (µs, the work moved to workers); ``step_us``: the step
     replayed with the hand-off (µs). With the run's CPU times: the fetch's CPU share is what the step loop's thread
@@ -183,7 +183,6 @@ def core_floor(
         if budget.measured
         else _assumed_floor(budget, fetch_us, step_us)
     )
-    floor *= inflation
     binds = floor > step_us + 0.5
     return floor, text + (" (binds: the cores, not the loop, set the step)" if binds else " (does not bind)")
 
@@ -280,10 +279,11 @@ class _Handoff:
 
 
 def _handoff(rr: RankReplay, tables: TraceTables, f: _Fetches, residual_us: float | None) -> _Handoff:
-    """The hand-off of each fetch: ``residual_us`` each when given; else :data:`HANDOFF_FREE_NS_PER_BYTE` × the
-    batch's bytes (:func:`fetched_batches`; nothing for a fetch that already came from workers,
-    :data:`WORKER_FETCH`: the recording holds its hand-off), and the batch's host→device copies take
-    :data:`HANDOFF_READ_NS_PER_BYTE` × their bytes longer. Source: benchmarks/dataloader_handoff.py."""
+    """The hand-off of each fetch: ``residual_us`` each when given; else :data:`HANDOFF_US` (the ``__next__`` of a
+    ready batch, on the step's thread) + :data:`HANDOFF_FREE_NS_PER_BYTE` × the batch's bytes
+    (:func:`fetched_batches`; nothing for a fetch that already came from workers, :data:`WORKER_FETCH`: the
+    recording holds its hand-off), and the batch's host→device copies take :data:`HANDOFF_READ_NS_PER_BYTE` × their
+    bytes longer. Source: benchmarks/dataloader_handoff.py."""
     if residual_us is not None:
         return _Handoff(np.full(f.ts_us.size, float(residual_us)), None, f"each __next__ keeps {residual_us:.0f} µs")
     pooled = overlaps(f.ts_us, f.end_us, _named(tables, WORKER_FETCH, f.pid))
@@ -296,16 +296,37 @@ def _handoff(rr: RankReplay, tables: TraceTables, f: _Fetches, residual_us: floa
         dur[copies] += HANDOFF_READ_NS_PER_BYTE * nb / 1e3
     inside = f.inside
     mb = float(nbytes[inside].mean()) / 1e6 if inside.any() else 0.0
-    return _Handoff(HANDOFF_FREE_NS_PER_BYTE * nbytes / 1e3, dur, _handoff_text(mb, tables.has_device_activity))
+    keep = np.where(pooled, 0.0, HANDOFF_US + HANDOFF_FREE_NS_PER_BYTE * nbytes / 1e3)
+    return _Handoff(keep, dur, _handoff_text(mb, tables.has_device_activity))
+
+
+def _fixed_steps(rr: RankReplay, sc: Scenario) -> np.ndarray:
+    """Per analysed step (µs): the step savings are stated for (the unprofiled one of a ``perfdoctor profile``
+    run, :meth:`RankReplay.fixed_step_times`) replayed with the prefetch scenario ``sc``."""
+    return rr.fixed_step_times([WhatIf("prefetch-dataloader", sc, "", "")])
+
+
+def _fetch_overhead_us(rr: RankReplay, tables: TraceTables, f: _Fetches) -> float:
+    """The profiler's overhead in the mean analysed fetch (µs): the per-event overhead of a profile run's
+    unprofiled step (:mod:`perfdoctor.replay.unprofiled`, ``"overhead"``) × the host events recorded inside the
+    fetches, per fetch; 0 for a bare trace or where no per-event overhead was measured."""
+    from perfdoctor.replay.unprofiled import host_events
+
+    u, inside = rr.unprofiled, f.inside
+    if u is None or u.whatif is None or not inside.any():
+        return 0.0
+    n = host_events(tables, f.pid, (f.ts_us[inside], f.end_us[inside])).size
+    return u.per_event_us * n / int(inside.sum())
 
 
 def _wait_for_bound(
     rr: RankReplay, f: _Fetches, handoff: _Handoff, bound_us: np.ndarray | float, sc: Scenario, replayed_us: np.ndarray
 ) -> Scenario:
-    """The prefetch scenario ``sc`` (replayed at ``replayed_us`` per step) with every step shorter than
-    ``bound_us`` (µs per step: the pool's throughput, the cores' floor) waiting in its fetches for the difference,
-    shared evenly among them; replayed again, up to :data:`POOL_PASSES` times, since waiting host time partly hides
-    behind queued device work."""
+    """The prefetch scenario ``sc`` (replayed at ``replayed_us`` per step, :func:`_fixed_steps`) with every step
+    shorter than ``bound_us`` (µs per step of the same step: the pool's throughput, the cores' floor) waiting in its
+    fetches for the difference, shared evenly among them; replayed again, up to :data:`POOL_PASSES` times, since
+    waiting host time partly hides behind queued device work (and, in a profile run, loses the profiler's overhead
+    cut at the events the kept fetch holds)."""
     keep = handoff.keep_us.copy()
     n_fetch, step, inside = f.per_step(), f.step, f.inside
     for _ in range(POOL_PASSES):
@@ -315,7 +336,7 @@ def _wait_for_bound(
         short = inside & (deficit[np.maximum(step, 0)] > 0.5)
         keep[short] += deficit[step[short]] / n_fetch[step[short]]
         sc = f.scenario(keep, handoff.act_dur_us)
-        replayed_us = rr.step_times(sc)
+        replayed_us = _fixed_steps(rr, sc)
     return sc
 
 
@@ -324,7 +345,7 @@ def _workers_needed_text(handoff: str, load_us: float, step_us: float) -> str:
     need = int(np.ceil(load_us / step_us)) if load_us > 0 and step_us > 0 else 0
     return (
         f"batches prefetched by DataLoader workers: {handoff}; this needs at least {max(need, 1)} worker(s) "
-        f"(recorded fetch {load_us / 1e3:.1f} ms ÷ replayed step {step_us / 1e3:.1f} ms)"
+        f"(fetch {load_us / 1e3:.1f} ms ÷ replayed step {step_us / 1e3:.1f} ms)"
     )
 
 
@@ -333,7 +354,8 @@ def _pool_text(workers: int | None, load_us: float) -> str:
     if not workers:
         return "batches prefetched by DataLoader workers"
     return (
-        f"{workers} DataLoader worker(s), each loading a batch in the recorded fetch time ({load_us / 1e3:.1f} ms): "
+        f"{workers} DataLoader worker(s), each loading a batch in the fetch's time ({load_us / 1e3:.1f} ms, "
+        "without the profiler's per-event overhead in a profile run): "
         f"a step lasts at least {load_us / max(workers, 1) / 1e3:.1f} ms per batch"
     )
 
@@ -353,7 +375,8 @@ def prefetch_dataloader(
     the batch's host→device copies take :data:`HANDOFF_READ_NS_PER_BYTE` × their bytes longer; nothing for a fetch
     that already came from workers (:data:`WORKER_FETCH`: the recording holds its hand-off).
     Each worker loads a whole batch (``__getitem__`` per sample and the collate) in the time the main process
-    took for it here, the fetch's recorded duration ``L``; ``W`` workers deliver at most one batch per ``L / W``,
+    took for it here, the fetch's recorded duration ``L`` (less the profiler's per-event overhead in it in a
+    profile run, :func:`_fetch_overhead_us`); ``W`` workers deliver at most one batch per ``L / W``,
     so a step that fetches ``n`` batches lasts at least ``n × L / W`` (mean ``L`` of the analysed steps: the
     prefetch queue evens out batch-to-batch variation). Steps the replay makes shorter wait in their fetches for
     the difference (replayed again, up to :data:`POOL_PASSES` times, since waiting host time partly hides behind
@@ -375,16 +398,10 @@ def prefetch_dataloader(
     handoff = _handoff(rr, tables, f, residual_us)
     contention = CONTENTION if tables.has_device_activity else CONTENTION_CPU
     sc = f.scenario(handoff.keep_us, handoff.act_dur_us)
-    load_us = f.mean_load_us()
-    replayed = rr.step_times(sc)
-    inflation = rr.unprofiled.step_inflation if rr.unprofiled is not None else 1.0
+    load_us = f.mean_load_us() - _fetch_overhead_us(rr, tables, f)
+    replayed = _fixed_steps(rr, sc)
     floor, budget_text = core_floor(
-        budget,
-        float(f.per_step().mean()) * load_us,
-        float(replayed.mean()) / inflation,
-        inflation,
-        workers,
-        float(f.per_step().mean()),
+        budget, float(f.per_step().mean()) * load_us, float(replayed.mean()), workers, float(f.per_step().mean())
     )
     source = "PyTorch DataLoader multi-process loading (num_workers > 0)"
     if workers is None and floor <= 0:
@@ -406,11 +423,15 @@ def _handoff_text(mb: float, device: bool) -> str:
         else ""
     )
     size = f"a {mb:.1f} MB batch (its host→device copy)" if mb > 0 else "0 bytes (no batch size in the trace)"
+    seen = (
+        "the median __next__ from workers in a ResNet50 V100 num_workers=4 trace"
+        if device
+        else "the least __next__ from 2 workers in CPU training runs on a 2-core machine"
+    )
     return (
         f"each __next__ keeps {HANDOFF_FREE_NS_PER_BYTE} ns per byte of the batch (freeing the previous batch's "
         f"shared memory){copy}, {size}, {'both ' if device else ''}measured with a real DataLoader on another machine; "
-        f"the __next__ of a ready batch itself (about {HANDOFF_US:.0f} µs there) is not counted in the step, only in "
-        "the core budget where the run recorded its CPU time"
+        f"and {HANDOFF_US / 1e3:.1f} ms for the __next__ of a ready batch itself (queue get, unpickle, map; {seen})"
     )
 
 

@@ -13,7 +13,9 @@ block, the difference before − after; measured change = the mean of the block
 differences; noise = the half-width of its 95% interval, t(0.975, blocks − 1) × sd / √blocks (sd between blocks:
 Student's t, since three or four blocks estimate sd poorly: t is 4.30 at three blocks, 2.36 at eight, where a plain
 2 SE band would call noise a change), so run-to-run noise is measured, not assumed, and the load the two runs of a
-block share cancels in their difference.
+block share cancels in their difference. A ``within`` pair (an effect smaller than the run-to-run spread: PD401's
+sync) puts both sides in one run, the problem on alternate steps: per block one run, its odd unprofiled steady steps'
+median "before" and its even steps' "after".
 
 Blocks are added until the pair is decided or a bound is reached (``max_blocks``, ``budget_s`` per pair; at least
 ``min_blocks``): decided when the change exceeds its noise, when the prediction lies outside the noise of a change
@@ -159,6 +161,9 @@ class CpuPair:
     transform: CpuTransform
     after_batches: float = 1.0
     env: tuple[tuple[str, str], ...] = ()  # extra environment of both sides (PD204: oneDNN's ISA cap)
+    # one run per block holds both sides: its odd steps are "before" (the problem in them), its even steps "after"
+    # (the same loop without it); ``after`` is then unused. For a change smaller than the run-to-run spread.
+    within: bool = False
 
 
 # a small MLP's shape (4 x Linear(1024, 1024) + ReLU, 1 thread, no DataLoader workers)
@@ -216,14 +221,16 @@ CPU_PAIRS = [
         ["--ddp", "--grad-accum", "4"],
         _no_sync,
     ),
-    CpuPair(  # PD204's fp32 side, oneDNN capped as there: its ~27 ms step varied under 1% between runs, where the
-        # default ~5 ms step, a 2048-wide one (bound by the optimizer's memory traffic) and this one uncapped varied
-        # 10-30%: no 3% resolution
-        "CPU mlp 512x1024: .item() every step -> none (PD401)",
-        ["--dim", "512", "--hidden", "1024", "--item-every-step"],
-        ["--dim", "512", "--hidden", "1024"],
+    CpuPair(  # within one run: separate runs of this ~27 ms step differ by up to 15% (2026-12-07: 1.3 ± 2.6 and
+        # 2.3 ± 2.2 ms between the sides), 10 times the effect; a run's odd and even steps share its state. The
+        # loop's .item() and print come after optimizer.step(), so an even loop step's lands in the runner's next
+        # (odd) step: a step spans from the previous step's end to its own
+        "CPU mlp 512x1024: .item() every other step, with vs without (PD401)",
+        ["--dim", "512", "--hidden", "1024", "--item-on-even-steps"],
+        [],
         lambda rr, t, run: cpu_syncs(rr),
         env=(("ONEDNN_MAX_CPU_ISA", "AVX512_CORE"),),
+        within=True,
     ),
 ]
 
@@ -243,6 +250,12 @@ def _level(run: RunData, steps: int) -> float:
     consecutive steps when they repeat in a cycle of ``k`` (2 DataLoader workers: 64, 9, 64, 9 ms)."""
     _, secs = unprofiled_step_times(run, start=steps // 3)
     return step_level(secs).median_s * 1e6
+
+
+def _parity_levels(run: RunData, steps: int) -> tuple[float, float]:
+    """(median of the odd, median of the even) unprofiled steady steps of a run (µs): a ``within`` pair's sides."""
+    idx, secs = unprofiled_step_times(run, start=steps // 3)
+    return float(np.median(secs[idx % 2 == 1])) * 1e6, float(np.median(secs[idx % 2 == 0])) * 1e6
 
 
 def _predict(run: RunData, pair: CpuPair) -> tuple[float, float, str, str]:
@@ -298,9 +311,14 @@ def compare(
         i = 0
         while True:
             order = (("before", pair.before), ("after", pair.after))
-            for side, flags in order if i % 2 == 0 else order[::-1]:
+            for side, flags in [order[0]] if pair.within else order if i % 2 == 0 else order[::-1]:
                 run = _profile(Path(tmp) / f"{side}{i}", flags, steps, pair.env)
-                levels[side].append(_level(run, steps) / (pair.after_batches if side == "after" else 1.0))
+                if pair.within:
+                    odd, even = _parity_levels(run, steps)
+                    levels["before"].append(odd)
+                    levels["after"].append(even)
+                else:
+                    levels[side].append(_level(run, steps) / (pair.after_batches if side == "after" else 1.0))
                 if side == "before":
                     pred, window, assumption, how = _predict(run, pair)
                     preds.append(pred)

@@ -9,6 +9,7 @@ rules can be proved to fire with it and stay silent without it:
     --batch-size B         tiny batches
     --unfused-chain N      N extra elementwise ops per block per step
     --item-every-step      loss.item() + print every step (host sync)
+    --item-on-even-steps   the same on even steps only (odd steps are the same loop without it)
     --bf16-autocast        CPU bf16 autocast
     --grad-accum K         K micro-batches per optimizer step
     --ddp                  2 gloo processes via torch.multiprocessing.spawn
@@ -50,6 +51,7 @@ def base_parser(description: str, **defaults) -> argparse.ArgumentParser:
     p.add_argument("--busy-getitem-ms", type=float, default=0.0)
     p.add_argument("--unfused-chain", type=int, default=0)
     p.add_argument("--item-every-step", action="store_true")
+    p.add_argument("--item-on-even-steps", action="store_true")
     p.add_argument("--log-every", type=int, default=100)
     p.add_argument("--bf16-autocast", action="store_true")
     p.add_argument("--grad-accum", type=int, default=1)
@@ -200,7 +202,7 @@ def train(rank: int, world_size: int, args, build) -> None:
             time.sleep((args.slowdown_factor - 1.0) * (time.perf_counter() - t0))
         if args.python_metrics_ms:
             _python_metrics(args.python_metrics_ms / 1000.0)
-        if args.item_every_step:
+        if args.item_every_step or (args.item_on_even_steps and step % 2 == 0):
             print(f"rank {rank} step {step} loss {loss.item() * args.grad_accum:.4f}", flush=True)
         elif rank == 0 and args.log_every and (step % args.log_every == 0 or step == args.steps - 1):
             print(

@@ -65,12 +65,11 @@ def test_markdown_of_resnet_names_the_fix_and_the_breakdown(tmp_path, monkeypatc
     md = out["md"].read_text()
     assert md.startswith("# perfdoctor report\n")
     assert "| median step time | **177.44 ms** |" in md
-    # the replayed saving of prefetched batches (56.5 ms: the 59.0 ms of the fetches as hand-offs of ready batches,
-    # less the hand-off: the 19.3 MB batch copy 1.43 ms longer in each step (0.074 ns/B), the __next__ of a ready
-    # batch (1.3 ms, mostly hidden behind queued device work) and, in the first, freeing the previous batch
-    # (0.25 ns/B, 4.8 ms) with no device work to hide it); CUDA graphs' replayed saving ranks above it
-    assert "**PD101** " in md and "saves about 56.54" in md  # a replayed point estimate, not a bound
-    assert "| 1 | **PD101** |" in md and "| about 56.54 ms (31.8%) | 121.05 ms |" in md  # the plan's first row
+    # the replayed saving of prefetched batches (56.8 ms: the 59.0 ms of the fetches as 0 µs hand-offs, less the
+    # hand-off: the 19.3 MB batch copy 1.43 ms longer in each step (0.074 ns/B) and, in the first, freeing the
+    # previous batch (0.25 ns/B, 4.8 ms) with no device work to hide it); CUDA graphs' replayed saving ranks above it
+    assert "**PD101** " in md and "saves about 56.76" in md  # a replayed point estimate, not a bound
+    assert "| 1 | **PD101** |" in md and "| about 56.76 ms (32.0%) | 120.84 ms |" in md  # the plan's first row
     assert "| idle: waiting for DataLoader → **PD101** | 59.26" in md and "| 33.4% |" in md
     assert "| **step (total)** | **177.59 ms** | **100.0%** |" in md
     assert "`prefetch_factor` 2-4" in md  # each fix whole: Markdown has no --details

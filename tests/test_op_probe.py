@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from tracebuilder import TraceBuilder
 
-from perfdoctor.capture.op_probe import bf16_gemm_groups, probe_bf16, time_dtypes
+from perfdoctor.capture.op_probe import bf16_gemm_groups, op_args, other_op_groups, probe_bf16, time_dtypes, time_ops
 
 BF16 = ["c10::BFloat16", "c10::BFloat16", "c10::BFloat16"]
 
@@ -44,6 +44,53 @@ def test_probe_times_both_dtypes(tmp_path: Path) -> None:
     assert probe["bf16_over_fp32"] == pytest.approx((500 * r[0] + 250 * r[1]) / 750)
 
 
+def test_op_args_rebuild_tensors_and_scalars() -> None:
+    # as torch 2.13's profiler records Adam's ops (Input Dims, Input type, Concrete Inputs)
+    assert op_args(b"[[512, 512], []]", b'["float", "double"]', b'["", ""]') == [
+        {"tensor": [512, 512]},
+        {"scalar": 0.9},  # a double the trace does not give: a neutral value
+    ]
+    assert op_args(b"[[4], [4], []]", b'["float", "float", "Scalar"]', b'["", "", "-0.001"]') == [
+        {"tensor": [4]},
+        {"tensor": [4]},
+        {"scalar": -0.001},
+    ]
+    assert op_args(b"[[], []]", b'["float", "long int"]', b'["", ""]') == [{"tensor": []}, {"scalar": 1}]
+    assert op_args(b"[[8]]", b'["long int"]', None) is None  # an integer tensor: not rebuilt
+    assert op_args(b"[[], []]", b'["TensorList", "Scalar"]', None) is None  # a list: not rebuilt
+    assert op_args(b"[[]]", b'["double"]', None) is None  # no tensor: nothing to time
+    assert op_args(None, None, None) is None
+
+
+def test_other_op_groups_are_top_level_non_gemm_ops(tmp_path: Path) -> None:
+    tb = TraceBuilder(device_name=None)
+    tb.step(1, 0, 2000)
+    tb.cpu_op("aten::mm", 0, 300, input_dims=[[8, 8], [8, 8]], input_type=["float", "float"])  # a GEMM
+    # aten::sqrt calls aten::empty inside it: counted once, under sqrt (100 + 60 µs)
+    tb.cpu_op("aten::sqrt", 400, 100, input_dims=[[64, 64]], input_type=["float"])
+    tb.cpu_op("aten::empty", 410, 5, input_dims=[[]], input_type=[""])
+    tb.cpu_op("aten::sqrt", 600, 60, input_dims=[[64, 64]], input_type=["float"])
+    tb.cpu_op("aten::mul_", 700, 250, input_dims=[[64, 64], []], input_type=["float", "double"])
+    tb.cpu_op("aten::index", 1000, 500, input_dims=[[64], [8]], input_type=["float", "TensorList"])  # not rebuilt
+    assert other_op_groups(tb.write(tmp_path / "t.json")) == [
+        ("aten::mul_", [{"tensor": [64, 64]}, {"scalar": 0.9}], 250.0),
+        ("aten::sqrt", [{"tensor": [64, 64]}], 160.0),
+    ]
+
+
+def test_time_ops_runs_rebuilt_calls() -> None:
+    sqrt, mul, mm, bad = time_ops(
+        [
+            ("aten::sqrt", [{"tensor": [64, 64]}]),
+            ("aten::mul_", [{"tensor": [64, 64]}, {"scalar": 0.9}]),
+            ("aten::mm", [[8, 16], [16, 8]]),
+            ("aten::mm", [{"tensor": [8, 16]}, {"tensor": [3, 8]}]),  # the shapes do not multiply
+        ],
+        seconds=0.01,
+    )
+    assert sqrt > 0 and mul > 0 and mm > 0 and bad != bad  # NaN
+
+
 @pytest.mark.slow
 def test_thread_probe_times_both_counts_in_child_processes(tmp_path: Path) -> None:
     from perfdoctor.capture.op_probe import probe_threads
@@ -52,12 +99,17 @@ def test_thread_probe_times_both_counts_in_child_processes(tmp_path: Path) -> No
     tb.step(1, 0, 2000)
     tb.cpu_op("aten::mm", 0, 900, input_dims=[[64, 128], [128, 64]], input_type=["float", "float"])
     tb.cpu_op("aten::mm", 1000, 300, input_dims=[[64, 128], [128, 64]], input_type=BF16[:2])  # bf16: not timed
+    tb.cpu_op("aten::add_", 1400, 300, input_dims=[[64, 128], [64, 128], []], input_type=["float", "float", "Scalar"])
     probe = probe_threads(tb.write(tmp_path / "t.json"), 2, 1)
     assert probe is not None and probe["recorded_threads"] == 2 and probe["suggested_threads"] == 1
-    (op,) = probe["ops"]
-    assert op["name"] == "aten::mm" and op["recorded_us"] == 900.0
-    assert op["at_recorded_us"] > 0 and op["at_suggested_us"] > 0
-    assert probe["suggested_over_recorded"] == pytest.approx(op["at_suggested_us"] / op["at_recorded_us"])
+    mm, add = probe["ops"]
+    assert (mm["name"], mm["kind"], mm["recorded_us"]) == ("aten::mm", "gemm", 900.0)
+    assert (add["name"], add["kind"], add["recorded_us"]) == ("aten::add_", "other", 300.0)
+    assert all(o["at_recorded_us"] > 0 and o["at_suggested_us"] > 0 for o in (mm, add))
+    r_mm, r_add = (o["at_suggested_us"] / o["at_recorded_us"] for o in (mm, add))
+    assert probe["kinds"]["gemm"] == {"suggested_over_recorded": pytest.approx(r_mm), "recorded_us": 900.0}
+    assert probe["kinds"]["other"] == {"suggested_over_recorded": pytest.approx(r_add), "recorded_us": 300.0}
+    assert probe["suggested_over_recorded"] == pytest.approx((900 * r_mm + 300 * r_add) / 1200)
 
 
 def test_grown_shapes_scale_the_batch_dimension_only() -> None:

@@ -21,7 +21,6 @@ from perfdoctor.replay.rank import replay_rank
 from perfdoctor.replay.transforms.host import (
     HANDOFF_FREE_NS_PER_BYTE,
     HANDOFF_READ_NS_PER_BYTE,
-    HANDOFF_US,
     batch_copies,
     fetched_batches,
     prefetch_dataloader,
@@ -94,47 +93,33 @@ def test_fewer_copies_than_a_loop_change_nothing(tmp_path: Path) -> None:
 
 
 def _fetching_steps(n: int = 3) -> TraceBuilder:
-    # CPU only: step k is [10000 k, 10000 k + 10000): __next__ [10000 k, 10000 k + 6000), then 4000 µs of host work
+    # CPU only: step k is [1000 k, 1000 k + 1000): __next__ [1000 k, 1000 k + 600), then 400 µs of host work
     tb = TraceBuilder(device_name=None)
     for k in range(n):
-        tb.step(k + 1, 10000 * k, 10000)
-        tb.annotation(NEXT, 10000 * k, 6000)
-        tb.cpu_op("aten::addmm", 10000 * k + 6000, 4000)
+        tb.step(k + 1, 1000 * k, 1000)
+        tb.annotation(NEXT, 1000 * k, 600)
+        tb.cpu_op("aten::addmm", 1000 * k + 600, 400)
     return tb
 
 
 def test_prefetch_with_enough_workers_leaves_the_rest_of_the_step(tmp_path: Path) -> None:
-    # every fetch becomes the hand-off of a ready batch, HANDOFF_US (no batch bytes in a CPU-only trace): each step
-    # is 1300 + its 4000 µs of host work. The fewest workers that keep up: the 6000 µs fetch ÷ the 5300 µs replayed
-    # step = 1.13 → 2
+    # every fetch becomes 0 µs: each step is its 400 µs of host work. The fewest workers that keep up: the
+    # 600 µs fetch ÷ the 400 µs replayed step = 1.5 → 2
     rr, tables = _replay(_fetching_steps(), tmp_path)
     w = prefetch_dataloader(rr, tables)
-    assert HANDOFF_US == 1300.0
-    assert rr.step_times(w.scenario).tolist() == [5300.0, 5300.0, 5300.0]
+    assert rr.step_times(w.scenario).tolist() == [400.0, 400.0, 400.0]
     assert "at least 2 worker(s)" in w.assumption
-    # two workers deliver a batch per 6000 / 2 = 3000 µs: the 5300 µs step is slower, the bound does not bind
-    assert rr.step_times(prefetch_dataloader(rr, tables, workers=2).scenario).tolist() == [5300.0, 5300.0, 5300.0]
+    # two workers deliver a batch per 600 / 2 = 300 µs: the 400 µs step is slower, the bound does not bind
+    assert rr.step_times(prefetch_dataloader(rr, tables, workers=2).scenario).tolist() == [400.0, 400.0, 400.0]
 
 
 def test_prefetch_with_one_worker_is_bound_by_its_load_time(tmp_path: Path) -> None:
-    # one worker loads a batch in the recorded 6000 µs: a step lasts at least 6000 µs, so each fetch keeps its
-    # 1300 µs hand-off and a 6000 − 5300 = 700 µs wait: steps of 2000 + 4000 = 6000 µs (saving 4000 µs, not 6000)
+    # one worker loads a batch in the recorded 600 µs: a step lasts at least 600 µs, so each fetch keeps a
+    # 600 − 400 = 200 µs wait: steps of 200 + 400 = 600 µs (saving 400 µs, not 600)
     rr, tables = _replay(_fetching_steps(), tmp_path)
     w = prefetch_dataloader(rr, tables, workers=1)
-    assert rr.step_times(w.scenario).tolist() == [6000.0, 6000.0, 6000.0]
-    assert "1 DataLoader worker(s)" in w.assumption and "at least 6.0 ms per batch" in w.assumption
-
-
-def test_a_fetch_shorter_than_the_hand_off_saves_nothing(tmp_path: Path) -> None:
-    # a 1000 µs fetch: receiving a ready batch from a worker takes 1300 µs on the step's thread, so the fetch keeps
-    # all of its recorded time (a hand-off longer than the fetch it replaces is not replayed as a loss)
-    tb = TraceBuilder(device_name=None)
-    for k in range(3):
-        tb.step(k + 1, 5000 * k, 5000)
-        tb.annotation(NEXT, 5000 * k, 1000)
-        tb.cpu_op("aten::addmm", 5000 * k + 1000, 4000)
-    rr, tables = _replay(tb, tmp_path)
-    assert rr.step_times(prefetch_dataloader(rr, tables, workers=2).scenario).tolist() == [5000.0] * 3
+    assert rr.step_times(w.scenario).tolist() == [600.0, 600.0, 600.0]
+    assert "1 DataLoader worker(s)" in w.assumption and "at least 0.6 ms per batch" in w.assumption
 
 
 def _whole_window_us(name: str, module_prefix: str) -> float:
@@ -158,30 +143,30 @@ def test_d2h_pair_predicted_within_a_quarter_of_the_measured_change() -> None:
 
 
 def _fetch_then_copy(fetch: str) -> TraceBuilder:
-    """Step [0, 5000): ``fetch`` [0, 3000); the batch's pageable H2D copy of 1,000,000 B, its call [3010, 3510)
-    and the copy [3020, 3500) on the device; a kernel launched at 3600 runs [3610, 4610), a device sync
-    [3610, 4615) waits for it; host work [4620, 5000)."""
+    """Step [0, 3000): ``fetch`` [0, 1000); the batch's pageable H2D copy of 1,000,000 B, its call [1010, 1510)
+    and the copy [1020, 1500) on the device; a kernel launched at 1600 runs [1610, 2610), a device sync
+    [1610, 2615) waits for it; host work [2620, 3000)."""
     tb = TraceBuilder()
-    tb.step(1, 0, 5000)
-    tb.annotation(fetch, 0, 3000)
-    tb.memcpy(3010, 3020, 480, kind="HtoD (Pageable -> Device)", nbytes=1_000_000, launch_dur=500)
-    tb.launch("k", 3600, 3610, 1000)
-    tb.runtime("cudaDeviceSynchronize", 3610, 1005)
-    tb.cpu_op("aten::mul", 4620, 380)
+    tb.step(1, 0, 3000)
+    tb.annotation(fetch, 0, 1000)
+    tb.memcpy(1010, 1020, 480, kind="HtoD (Pageable -> Device)", nbytes=1_000_000, launch_dur=500)
+    tb.launch("k", 1600, 1610, 1000)
+    tb.runtime("cudaDeviceSynchronize", 1610, 1005)
+    tb.cpu_op("aten::mul", 2620, 380)
     return tb
 
 
 def test_prefetch_hand_off_frees_and_faults_in_the_batch_it_copies(tmp_path: Path) -> None:
-    # _fetch_then_copy: the hand-off keeps HANDOFF_US (the __next__ of a ready batch) + HANDOFF_FREE_NS_PER_BYTE ×
-    # 1e6 B of the fetch (freeing the previous batch's shared memory) and the copy takes HANDOFF_READ_NS_PER_BYTE ×
-    # 1e6 B longer (the fresh mapping's page faults): every later event moves by −(3000 − 1300 − free) + read
+    # _fetch_then_copy: the hand-off keeps HANDOFF_FREE_NS_PER_BYTE × 1e6 B of the fetch (freeing the previous
+    # batch's shared memory) and the copy takes HANDOFF_READ_NS_PER_BYTE × 1e6 B longer (the fresh mapping's page
+    # faults): every later event moves by −(1000 − free) + read
     rr, tables = _replay(_fetch_then_copy(NEXT), tmp_path)
-    assert rr.replayed_step_us.tolist() == [5000.0]
+    assert rr.replayed_step_us.tolist() == [3000.0]
     free_us, read_us = HANDOFF_FREE_NS_PER_BYTE * 1e6 / 1e3, HANDOFF_READ_NS_PER_BYTE * 1e6 / 1e3
     w = prefetch_dataloader(rr, tables)
-    assert rr.step_times(w.scenario).tolist() == pytest.approx([5000.0 - (3000.0 - 1300.0 - free_us) + read_us])
+    assert rr.step_times(w.scenario).tolist() == pytest.approx([3000.0 - (1000.0 - free_us) + read_us])
     assert "a 1.0 MB batch" in w.assumption
-    # a hand-off given as a number keeps that much of each fetch and leaves the copy alone: 5000 − 3000
+    # a hand-off given as a number keeps that much of each fetch and leaves the copy alone: 3000 − 1000
     assert rr.step_times(prefetch_dataloader(rr, tables, residual_us=0.0).scenario).tolist() == [2000.0]
 
 
@@ -190,9 +175,8 @@ def test_a_fetch_in_a_trace_without_kernels_takes_the_copies_after_it(tmp_path: 
     # copies kept; the next kernel launch after the fetch was looked up in an empty array (IndexError). Step
     # [0, 3000): the fetch [0, 1000), the batch's pageable H2D copy of 1,000,000 B (call [1010, 1510), copy
     # [1020, 1500)), host work [2620, 3000), no kernel: with no launch to end the batch, the copy after the fetch
-    # is its batch. The hand-off: the fetch keeps HANDOFF_US + HANDOFF_FREE_NS_PER_BYTE x 1e6 B, at most its
-    # recorded 1000 µs (all of it), the copy (and the pageable call that returns when it ends)
-    # HANDOFF_READ_NS_PER_BYTE x 1e6 B longer: 3000 + read
+    # is its batch. The hand-off: the fetch keeps HANDOFF_FREE_NS_PER_BYTE x 1e6 B, the copy (and the pageable
+    # call that returns when it ends) HANDOFF_READ_NS_PER_BYTE x 1e6 B longer: 3000 - (1000 - free) + read
     tb = TraceBuilder()
     tb.step(1, 0, 3000)
     tb.annotation(NEXT, 0, 1000)
@@ -204,13 +188,12 @@ def test_a_fetch_in_a_trace_without_kernels_takes_the_copies_after_it(tmp_path: 
     assert len(tables.kernels) == 0 and nbytes.tolist() == [1_000_000.0] and copies.size == 1
     free_us, read_us = HANDOFF_FREE_NS_PER_BYTE * 1e6 / 1e3, HANDOFF_READ_NS_PER_BYTE * 1e6 / 1e3
     w = prefetch_dataloader(rr, tables)
-    assert free_us + HANDOFF_US > 1000.0
-    assert rr.step_times(w.scenario).tolist() == pytest.approx([3000.0 + read_us])
+    assert rr.step_times(w.scenario).tolist() == pytest.approx([3000.0 - (1000.0 - free_us) + read_us])
 
 
 def test_a_fetch_from_workers_already_holds_its_hand_off(tmp_path: Path) -> None:
     # the same step fetched by _MultiProcessingDataLoaderIter: the batch came from a worker, its hand-off is in the
-    # recording; the fetch goes (5000 − 3000) and the copy keeps its time
+    # recording; the fetch goes (3000 − 1000) and the copy keeps its time
     rr, tables = _replay(_fetch_then_copy("enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__"), tmp_path)
     assert rr.step_times(prefetch_dataloader(rr, tables).scenario).tolist() == [2000.0]
 

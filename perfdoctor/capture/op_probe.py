@@ -17,6 +17,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -56,6 +57,86 @@ def bf16_gemm_groups(trace_path: Path, bf16_only: bool = True) -> list[tuple[str
         key = (name, dims.decode() if isinstance(dims, bytes) else str(dims))
         groups[key] = groups.get(key, 0.0) + float(ops["dur_us"][i])
     out = [(n, json.loads(d), us) for (n, d), us in groups.items()]
+    return sorted(out, key=lambda g: -g[2])
+
+
+# the scalar types of a recorded op input (``Input type``) and the value given where ``Concrete Inputs`` holds none
+_SCALARS: dict[str, Callable[[str], object]] = {
+    "double": lambda c: float(c) if c else 0.9,
+    "Scalar": lambda c: float(c) if c else 1.0,
+    "long int": lambda c: int(c) if c else 1,
+    "int": lambda c: int(c) if c else 1,
+    "bool": lambda c: c == "True",
+}
+ArgSpec = dict[str, object]  # {"tensor": shape} (fp32, random), {"scalar": value} or {"none": True}
+
+
+def op_args(dims: object, types: object, concrete: object) -> list[ArgSpec] | None:
+    """The inputs of one recorded op call, rebuilt for timing: a float tensor of each recorded shape (a 0-dim one for
+    ``[]`` with a float type), each scalar its ``Concrete Inputs`` value (else a neutral one: 0.9, 1, False), an
+    absent input None; None when an input is anything else (an integer tensor, a list, a string), or without
+    ``Input Dims``/``Input type`` (``record_shapes=False``)."""
+    try:
+        d = json.loads(dims) if isinstance(dims, (bytes, str)) else dims
+        t = json.loads(types) if isinstance(types, (bytes, str)) else types
+        c = json.loads(concrete) if isinstance(concrete, (bytes, str)) else concrete
+    except ValueError:
+        return None
+    if not isinstance(d, list) or not isinstance(t, list) or len(d) != len(t):
+        return None
+    c = c if isinstance(c, list) and len(c) == len(d) else [""] * len(d)
+    out: list[ArgSpec] = []
+    for shape, typ, val in zip(d, t, c, strict=True):
+        if not isinstance(shape, list) or not all(isinstance(x, int) for x in shape):
+            return None
+        if typ in ("float", "c10::Half", "c10::BFloat16"):
+            out.append({"tensor": shape})
+        elif typ in _SCALARS and not shape:
+            try:
+                out.append({"scalar": _SCALARS[typ](str(val))})
+            except ValueError:
+                return None
+        elif typ == "" and not shape:
+            out.append({"none": True})
+        else:
+            return None
+    return out if any("tensor" in a for a in out) else None
+
+
+def other_op_groups(trace_path: Path) -> list[tuple[str, list[ArgSpec], float]]:
+    """(op name, rebuilt inputs, recorded µs in the trace) of the top-level ``aten::`` ops that are not GEMMs
+    (:data:`GEMM_NAMES`) whose inputs :func:`op_args` can rebuild, grouped by name and inputs, the most time first.
+
+    Top-level: not inside another ``aten::`` op on the same thread (``aten::linear``'s ``aten::addmm``,
+    ``aten::sqrt``'s ``aten::empty``); an ``autograd::engine::evaluate_function`` is no ``aten::`` op, so the
+    backward's elementwise ops count."""
+    from perfdoctor.trace import load_trace
+
+    t = load_trace(str(trace_path))
+    ops = t.cpu_ops
+    if len(ops) == 0:
+        return []
+    names = t.name_array()[ops["name_id"]]
+    concrete = ops["concrete_inputs"] if "concrete_inputs" in ops else [None] * len(ops)
+    groups: dict[tuple[str, str], tuple[list[ArgSpec], float]] = {}
+    outer_end: dict[int, float] = {}
+    for i in np.argsort(ops["ts_us"], kind="stable").tolist():
+        name = str(names[i])
+        if not name.startswith("aten::"):
+            continue
+        tid = int(ops["tid"][i])
+        if ops["ts_us"][i] < outer_end.get(tid, -np.inf):
+            continue
+        outer_end[tid] = float(ops["end_us"][i])
+        if name in GEMM_NAMES:
+            continue
+        args = op_args(ops["input_dims"][i], ops["input_type"][i], concrete[i])
+        if args is None:
+            continue
+        key = (name, json.dumps(args))
+        prev = groups.get(key, (args, 0.0))
+        groups[key] = (args, prev[1] + float(ops["dur_us"][i]))
+    out = [(n, a, us) for (n, _), (a, us) in groups.items()]
     return sorted(out, key=lambda g: -g[2])
 
 
@@ -119,22 +200,66 @@ def probe_bf16(trace_path: Path) -> dict[str, object] | None:
 ROUNDS = 2  # alternating child processes per thread count: both counts meet the same load on a shared machine
 
 
-def time_ops(specs: list[tuple[str, list[list[int]]]], seconds: float = PER_OP_S) -> list[float]:
-    """Median µs of each (aten op name, input shapes) on fp32 random inputs, in this process at its thread count,
-    over at most ``seconds`` each (NaN for an op that does not take them)."""
+Spec = tuple[str, list[Any]]  # (aten op name, its inputs: GEMM shapes, or op_args' ArgSpecs)
+
+
+def _build(inputs: list[Any]) -> list[object] | None:
+    """The call's arguments: a GEMM's tensor shapes (``[]``, an absent or scalar input, left to the op's default),
+    or :func:`op_args`' specs position by position; None without two GEMM tensors or any tensor at all."""
+    if all(isinstance(x, list) for x in inputs):
+        gemm: list[object] = [torch.randn(*x) for x in inputs if x]
+        return gemm if len(gemm) >= 2 else None
+    args: list[object] = []
+    for a in inputs:
+        if not isinstance(a, dict):
+            return None
+        # values in [0.5, 1.5): no NaN from a sqrt or a log, no inf from a division (both slow paths on some CPUs:
+        # sqrt of a 512×512 randn tensor 3.8 ms, of a positive one 0.27 ms, here)
+        args.append(torch.rand(list(a["tensor"])) + 0.5 if "tensor" in a else a.get("scalar"))
+    return args
+
+
+def time_ops(specs: list[Spec], seconds: float = PER_OP_S) -> list[float]:
+    """Median µs of each (aten op name, inputs) on fp32 random inputs, in this process at its thread count, over at
+    most ``seconds`` each (NaN for an op that does not take them). Denormals are flushed: an in-place op repeated
+    on its own output (``mul_``) drifts towards them, which real training values do not."""
     out = []
+    torch.set_flush_denormal(True)
     with torch.no_grad():
-        for name, shapes in specs:
-            op = getattr(torch.ops.aten, name.split("::", 1)[1])
-            args = [torch.randn(*s) for s in shapes if isinstance(s, list) and s]
+        for name, inputs in specs:
+            args = _build(inputs)
+            call = _bound_call(name, args) if args is not None else None
             try:
-                out.append(_time_us(functools.partial(op, *args), seconds) if len(args) >= 2 else float("nan"))
-            except (RuntimeError, TypeError):
+                out.append(_time_us(call, seconds) if call is not None else float("nan"))
+            except (RuntimeError, TypeError, ValueError, IndexError):
                 out.append(float("nan"))
     return out
 
 
-def _alternating(specs: list[tuple[str, list[list[int]]]], recorded: int, suggested: int) -> list[list[float]]:
+def _bound_call(name: str, args: list[object]) -> Callable[[], object] | None:
+    """``aten`` op ``name`` bound to ``args`` in the profiler's order (every schema argument, keyword-only ones
+    too: ``add_(self, other, *, alpha)``): the first overload whose schema takes them and that runs; None when
+    none does. A GEMM's shapes (no keyword-only arguments recorded) bind positionally."""
+    packet = getattr(torch.ops.aten, name.split("::", 1)[1], None)
+    if packet is None:
+        return None
+    for overload in packet.overloads():
+        op = getattr(packet, overload)
+        schema = op._schema.arguments
+        if len(args) > len(schema):
+            continue
+        pos = [v for a, v in zip(schema, args, strict=False) if not a.kwarg_only]
+        kw = {a.name: v for a, v in zip(schema, args, strict=False) if a.kwarg_only}
+        call = functools.partial(op, *pos, **kw)
+        try:
+            call()
+        except (RuntimeError, TypeError, ValueError, IndexError):
+            continue
+        return call
+    return None
+
+
+def _alternating(specs: list[Spec], recorded: int, suggested: int, seconds: float = PER_OP_S) -> list[list[float]]:
     """Per thread count (recorded, suggested): each op's median µs over :data:`ROUNDS` fresh child processes run
     in alternation. A fresh process, because a pool shrunk in place leaves its extra threads spinning on the
     cores for a while (measured here: a 64×512×512 linear at 40 ms with 2 of 4 threads left, 0.25 ms in a fresh
@@ -146,7 +271,7 @@ def _alternating(specs: list[tuple[str, list[list[int]]]], recorded: int, sugges
         for n in (recorded, suggested):
             env = {**os.environ, "OMP_NUM_THREADS": str(n), "MKL_NUM_THREADS": str(n)}
             proc = subprocess.run(
-                [sys.executable, "-m", "perfdoctor.capture.op_probe", str(n), json.dumps(specs)],
+                [sys.executable, "-m", "perfdoctor.capture.op_probe", str(n), json.dumps(specs), str(seconds)],
                 capture_output=True,
                 text=True,
                 timeout=120,
@@ -157,40 +282,59 @@ def _alternating(specs: list[tuple[str, list[list[int]]]], recorded: int, sugges
     return [np.median(np.array(got[n], dtype=np.float64), axis=0).tolist() for n in (recorded, suggested)]
 
 
-def probe_threads(trace_path: Path, recorded: int, suggested: int) -> dict[str, object] | None:
-    """``run.json``'s ``thread_probe``: the trace's dominant fp32 GEMMs (:data:`TOP_OPS`, recorded shapes) timed with
-    ``recorded`` intra-op threads and with ``suggested`` (the cores' fair share), alternating, and
-    ``suggested_over_recorded`` = Σ suggested ÷ Σ recorded weighted by recorded time; None without such ops.
+THREAD_PROBE_S = 0.2  # seconds of timing per op in each child (6 ops, 2 counts, ROUNDS: about 5 s plus 4 starts)
 
+
+def probe_threads(trace_path: Path, recorded: int, suggested: int) -> dict[str, object] | None:
+    """``run.json``'s ``thread_probe``: the trace's dominant ops of each kind (:data:`TOP_OPS` each: fp32 GEMMs,
+    and the top-level ops that are not, :func:`other_op_groups`: the optimizer's and the backward's elementwise
+    ops), on their recorded inputs, timed with ``recorded`` intra-op threads and with ``suggested`` (the cores' fair
+    share), alternating. Per kind (``kinds``: ``gemm``, ``other``), ``suggested_over_recorded`` = Σ suggested ÷ Σ
+    recorded weighted by recorded time, and the recorded µs of the ops timed; the same over every op at the top.
+    None without a timed op.
+
+    The kinds differ because oversubscription costs an op per barrier: a GEMM of a few hundred µs waits once for a
+    descheduled thread, a 20 µs elementwise op as often, so it loses a larger share (examples/mlp.py, 4 threads on
+    2 cores vs 2: GEMMs keep 0.57-0.68 of their time, the optimizer's elementwise ops 0.22-0.30).
     Each count is timed in fresh child processes (:func:`_alternating`). In a multi-process run every rank probes
     as it closes, so the ranks' probes overlap as their training did (the contention that makes the recorded count
     slow)."""
-    groups = bf16_gemm_groups(trace_path, bf16_only=False)[:TOP_OPS]
+    gemm = [(n, sh, us, "gemm") for n, sh, us in bf16_gemm_groups(trace_path, bf16_only=False)[:TOP_OPS]]
+    other = [(n, a, us, "other") for n, a, us in other_op_groups(trace_path)[:TOP_OPS]]
+    groups: list[tuple[str, list[Any], float, str]] = [*gemm, *other]
     if not groups:
         return None
-    at_rec, at_sug = _alternating([(n, sh) for n, sh, _ in groups], recorded, suggested)
+    at_rec, at_sug = _alternating([(n, a) for n, a, _, _ in groups], recorded, suggested, THREAD_PROBE_S)
     timed: list[dict[str, object]] = []
-    rec: list[float] = []
-    at_rec_kept: list[float] = []
-    at_sug_kept: list[float] = []
-    for (name, shapes, rec_us), a, b in zip(groups, at_rec, at_sug, strict=True):
+    kept: list[tuple[str, float, float]] = []  # (kind, recorded µs, suggested ÷ recorded) of each timed op
+    for (name, inputs, rec_us, kind), a, b in zip(groups, at_rec, at_sug, strict=True):
         if np.isfinite(a) and np.isfinite(b) and a > 0:
             timed.append(
-                {"name": name, "shapes": shapes, "recorded_us": rec_us, "at_recorded_us": a, "at_suggested_us": b}
+                {
+                    "name": name,
+                    "kind": kind,
+                    "shapes": inputs,
+                    "recorded_us": rec_us,
+                    "at_recorded_us": a,
+                    "at_suggested_us": b,
+                }
             )
-            rec.append(rec_us)
-            at_rec_kept.append(a)
-            at_sug_kept.append(b)
-    at_rec, at_sug = at_rec_kept, at_sug_kept
+            kept.append((kind, rec_us, b / a))
     if not timed:
         return None
-    w, ratio = np.array(rec), np.array(at_sug) / np.array(at_rec)
+
+    def weighted(rows: list[tuple[str, float, float]]) -> dict[str, float]:
+        w, r = np.array([x[1] for x in rows]), np.array([x[2] for x in rows])
+        return {"suggested_over_recorded": float((w * r).sum() / w.sum()), "recorded_us": float(w.sum())}
+
+    kinds = {k: weighted([x for x in kept if x[0] == k]) for k in ("gemm", "other") if any(x[0] == k for x in kept)}
     return {
         "ops": timed,
         "recorded_threads": recorded,
         "suggested_threads": suggested,
-        "suggested_over_recorded": float((w * ratio).sum() / w.sum()),
-        "seconds": PER_OP_S,
+        "suggested_over_recorded": weighted(kept)["suggested_over_recorded"],
+        "kinds": kinds,
+        "seconds": THREAD_PROBE_S,
     }
 
 
@@ -260,4 +404,4 @@ def probe_batch(trace_path: Path, rows: int) -> dict[str, object] | None:
 
 if __name__ == "__main__":  # a child of _alternating: ``python -m perfdoctor.capture.op_probe THREADS SPECS_JSON``
     torch.set_num_threads(int(sys.argv[1]))
-    print(json.dumps(time_ops([(str(n), list(sh)) for n, sh in json.loads(sys.argv[2])])))
+    print(json.dumps(time_ops([(str(n), list(a)) for n, a in json.loads(sys.argv[2])], float(sys.argv[3]))))

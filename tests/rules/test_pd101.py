@@ -9,19 +9,18 @@ from tracebuilder import TraceBuilder
 
 def test_pd101_fires_when_device_waits_on_dataloader(tmp_path):
     tb = TraceBuilder()
-    tb.step(1, 0, 10000)
-    tb.annotation(DL, 0, 4000)
-    tb.launch(SGEMM, launch_ts=4100, start=4200, dur=4800)  # [4200, 9000)
+    tb.step(1, 0, 1000)
+    tb.annotation(DL, 0, 400)
+    tb.launch(SGEMM, launch_ts=410, start=420, dur=480)  # [420, 900)
     r = run_tb(tb, tmp_path, ["PD101"])
     f = r.findings["PD101"]
-    # replayed with the fetch a hand-off of a ready batch from a worker (HANDOFF_US, 1300 µs, on the loop's thread):
-    # the launch moves from 4100 to 1400, the kernel runs [1500, 6300), the host annotation ends at 7300:
-    # 10000 -> 7300 (the 100 µs of launch after the fetch were never the DataLoader's)
-    assert f["saving_us_per_step"] == 2700
-    assert f["saving_pct_of_step"] == 27.0
+    # replayed with the fetch a hand-off: the launch moves from 410 to 10, the kernel runs [20, 500), the host
+    # annotation ends at 600: 1000 -> 600 (the 20 µs of launch after the fetch were never the DataLoader's)
+    assert f["saving_us_per_step"] == 400
+    assert f["saving_pct_of_step"] == 40.0
     assert f["severity"] == "high"
     assert f["steps"] == [1]
-    assert "4200" not in f["message"] and "2.7 ms" in f["message"]
+    assert "420" not in f["message"] and "0.4 ms" in f["message"]
     assert f["evidence"]["fetches_per_step"] == 1.0
 
 
@@ -32,9 +31,8 @@ def test_pd101_silent_when_fetch_is_short(tmp_path):
     tb.launch(SGEMM, launch_ts=12, start=20, dur=970)
     r = run_tb(tb, tmp_path, ["PD101"])
     assert "PD101" in r.passed
-    # the 10 µs fetch is shorter than receiving a ready batch from a worker (HANDOFF_US, 1300 µs): it keeps all
-    # of its time, prefetching saves nothing
-    assert r.metrics("PD101")["dataloader_wait_us"] == 0
+    # replayed: the kernel runs [10, 980), the annotation ends at 990
+    assert r.metrics("PD101")["dataloader_wait_us"] == 10
 
 
 def test_pd101_skipped_without_dataloader_events(tmp_path):
@@ -54,17 +52,16 @@ def test_pd101_skipped_without_profiler_steps(tmp_path):
 
 
 def test_pd101_on_a_cpu_only_run_speaks_of_the_training_loop_not_a_device(tmp_path):
-    # three 10,000 µs CPU-only steps: __next__ 0-4000, then one addmm 4100-9100. The loop spends 4 ms per step in
-    # the DataLoader, 40% of the step; prefetched, the fetch keeps the 1300 µs hand-off of a ready batch
-    # (HANDOFF_US) and the addmm starts at 1400: 10,000 -> 7,300 µs (nothing to copy)
+    # three 1,000 µs CPU-only steps: __next__ 0-400, then one addmm 410-910. The loop spends 400 µs per step in
+    # the DataLoader, 40% of the step; prefetched, the addmm starts at 10: 1,000 -> 600 µs (nothing to copy)
     tb = TraceBuilder(device_name=None)
     for n in range(3):
-        tb.step(n + 1, 10000 * n, 10000)
-        tb.annotation(DL, 10000 * n, 4000)
-        tb.cpu_op("aten::addmm", 10000 * n + 4100, 5000)
+        tb.step(n + 1, 1000 * n, 1000)
+        tb.annotation(DL, 1000 * n, 400)
+        tb.cpu_op("aten::addmm", 1000 * n + 410, 500)
     f = run_tb(tb, tmp_path, ["PD101"]).findings["PD101"]
-    assert f["saving_us_per_step"] == 2700
-    assert f["headline"] == "DataLoader stalls the training loop 4.0 ms per step (40% of the step)"  # the stall recorded
+    assert f["saving_us_per_step"] == 400
+    assert f["headline"] == "DataLoader stalls the training loop 0.4 ms per step (40% of the step)"
     text = " ".join(f[k] for k in ("message", "saving_method", "fix", "example_before", "example_after"))
     for gpu_word in ("device", "GPU", "V100", "pin_memory", ".cuda(", "non_blocking"):
         assert gpu_word not in text, gpu_word

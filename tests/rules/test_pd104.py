@@ -66,8 +66,9 @@ def test_pd104_counts_each_ranks_dataloader_workers():
 
 
 def _oversubscribed_run(tmp_path, probe):
-    """A run directory: one rank at 4 intra-op threads on 2 logical CPUs; one 1000 µs CPU step, an 800 µs addmm
-    then 200 µs of Python; ``probe``: run.json's thread_probe of rank 0 (None: not measured)."""
+    """A run directory: one rank at 4 intra-op threads on 2 logical CPUs; one 1000 µs CPU step, an 800 µs addmm,
+    a 100 µs mul_ of the optimizer, then 100 µs of Python; ``probe``: run.json's thread_probe of rank 0 (None: not
+    measured)."""
     import json
 
     from rules_helpers import run_rules
@@ -78,6 +79,7 @@ def _oversubscribed_run(tmp_path, probe):
     tb = TraceBuilder(device_name=None)
     tb.step(1, 0, 1000)
     tb.cpu_op("aten::addmm", 0, 800)
+    tb.cpu_op("aten::mul_", 800, 100)
     tb.write(run_dir / "trace.rank0.pt.trace.json")
     run = {
         "status": "complete",
@@ -90,24 +92,55 @@ def _oversubscribed_run(tmp_path, probe):
     return run_rules([run_dir], ["PD104"]).findings["PD104"]
 
 
+_ADDMM = {"name": "aten::addmm", "kind": "gemm", "shapes": [[8], [8, 8], [8, 8]], "recorded_us": 800.0}
+_MUL = {"name": "aten::mul_", "kind": "other", "shapes": [{"tensor": [8, 8]}, {"scalar": 0.9}], "recorded_us": 100.0}
+
+
 def test_pd104_replays_the_measured_thread_ratio(tmp_path):
-    # the dominant GEMM measured at 400 µs with 4 threads, 100 µs with 2: ops keep 0.25 of their time → the
-    # 800 µs addmm becomes 200 µs: saving 600 µs of the 1000 µs step
-    op = {"name": "aten::addmm", "shapes": [[8], [8, 8], [8, 8]], "recorded_us": 800.0}
+    # an older run.json's probe (no kinds): the dominant GEMM measured at 400 µs with 4 threads, 100 µs with 2: every
+    # op keeps 0.25 of its time → the 800 µs addmm becomes 200 µs, the 100 µs mul_ 25: saving 675 µs of the 1000
     probe = {
-        "ops": [{**op, "at_recorded_us": 400.0, "at_suggested_us": 100.0}],
+        "ops": [{**_ADDMM, "at_recorded_us": 400.0, "at_suggested_us": 100.0}],
         "recorded_threads": 4,
         "suggested_threads": 2,
         "suggested_over_recorded": 0.25,
     }
     f = _oversubscribed_run(tmp_path, probe)
-    assert f["saving_us_per_step"] == 600
-    assert "keeps 0.25 of its time, the ratio measured on this machine" in f["saving_method"]
+    assert f["saving_us_per_step"] == 675
+    assert "GEMM time (0.8 ms per analysed step) keeps 0.25 of it" in f["saving_method"]
+    assert "the other op time (0.1 ms: elementwise, optimizer, autograd) 0.25" in f["saving_method"]
     assert "aten::addmm: 400 → 100 µs" in f["saving_method"]
 
 
+def test_pd104_keeps_each_kinds_measured_ratio(tmp_path):
+    # the GEMM keeps 200 / 400 = 0.5 of its time (800 → 400 µs), the elementwise op 20 / 80 = 0.25 (100 → 25 µs):
+    # saving 400 + 75 = 475 µs of the 1000 µs step
+    probe = {
+        "ops": [
+            {**_ADDMM, "at_recorded_us": 400.0, "at_suggested_us": 200.0},
+            {**_MUL, "at_recorded_us": 80.0, "at_suggested_us": 20.0},
+        ],
+        "recorded_threads": 4,
+        "suggested_threads": 2,
+        "suggested_over_recorded": (800 * 0.5 + 100 * 0.25) / 900,
+        "kinds": {
+            "gemm": {"suggested_over_recorded": 0.5, "recorded_us": 800.0},
+            "other": {"suggested_over_recorded": 0.25, "recorded_us": 100.0},
+        },
+    }
+    f = _oversubscribed_run(tmp_path, probe)
+    assert f["saving_us_per_step"] == 475
+    assert "GEMM time (0.8 ms per analysed step) keeps 0.50 of it" in f["saving_method"]
+    assert "the other op time (0.1 ms: elementwise, optimizer, autograd) 0.25" in f["saving_method"]
+    assert "aten::mul_: 80 → 20 µs" in f["saving_method"]
+    # a probe that timed GEMMs only: the other op time keeps the GEMMs' ratio, 800 → 400 and 100 → 50: 450 µs
+    gemm_only = {**probe, "ops": probe["ops"][:1], "kinds": {"gemm": probe["kinds"]["gemm"]}}
+    (tmp_path / "g").mkdir()
+    assert _oversubscribed_run(tmp_path / "g", gemm_only)["saving_us_per_step"] == 450
+
+
 def test_pd104_without_a_measurement_divides_by_the_oversubscription(tmp_path):
-    # 4 threads on 2 cores: op time ÷ 2 → the addmm keeps 400 µs: saving 400 µs, stated as not measured
+    # 4 threads on 2 cores: op time ÷ 2 → the addmm keeps 400 µs, the mul_ 50: saving 450 µs, stated as not measured
     f = _oversubscribed_run(tmp_path, None)
-    assert f["saving_us_per_step"] == 400
+    assert f["saving_us_per_step"] == 450
     assert "an estimate from the counts, not measured" in f["saving_method"]

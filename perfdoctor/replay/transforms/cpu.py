@@ -89,9 +89,11 @@ def fit_threads_to_cores(
     nothing. Source: PyTorch CPU threading notes (one intra-op pool per process, sized to all cores); the ops'
     recorded times.
 
-    ``measured``: the run's ``thread_probe`` (:func:`perfdoctor.capture.op_probe.probe_threads`: the dominant
-    GEMMs timed on this machine at the recorded thread count and at the cores' fair share). The ops then keep
-    ``suggested_over_recorded`` of their time, measured, in place of ``1/r``.
+    ``measured``: the run's ``thread_probe`` (:func:`perfdoctor.capture.op_probe.probe_threads`: the dominant ops
+    of each kind timed on this machine at the recorded thread count and at the cores' fair share, on their recorded
+    inputs). GEMM time (the matmul, convolution and attention ops) then keeps the GEMMs' measured
+    ``suggested_over_recorded``, the rest of the op time the other ops' (where the probe timed none of a kind, the
+    other kind's; a run.json without ``kinds``: its one ratio for all), in place of ``1/r``.
     """
     pid = rr.windows.pid
     ratio = busy_threads / cores if cores > 0 else 1.0
@@ -101,18 +103,24 @@ def fit_threads_to_cores(
     ops = iv.intersect(ops, step_span(rr))
     s, e = ops
     if measured is not None:
-        keep = min(float(measured["suggested_over_recorded"]), 1.0)  # a slower fit saves nothing: nothing cut
-        cut = iv.union(s + (e - s) * keep, e) if keep < 1.0 else iv.EMPTY
+        kinds = _kind_keeps(measured)
+        gemm = iv.intersect(ops, iv.union_of(*(unions[k] for k in GEMM_CATEGORIES)))
+        parts = {"gemm": gemm, "other": iv.subtract(ops, gemm)}
+        cut = iv.union_of(*(_keep_first(parts[k], kinds[k]) for k in parts))
         ops_text = "; ".join(
             f"{o['name']}: {o['at_recorded_us']:.0f} → {o['at_suggested_us']:.0f} µs" for o in measured.get("ops", [])
         )
+        n = max(int(rr.recorded_step_us.size), 1)
+        share = {k: float((v[1] - v[0]).sum()) / n for k, v in parts.items()}
         return WhatIf(
             "fit-threads-to-cores",
             Scenario("fit-threads-to-cores", host_cut={pid: cut} if cut[0].size else {}),
             f"{busy_threads} busy threads on {cores} cores ({ratio:.2f} per core) cut to "
-            f"{measured['suggested_threads']} per process: every op keeps {keep:.2f} of its time, the ratio measured "
-            f"on this machine after the run (the dominant GEMMs at {measured['recorded_threads']} vs "
-            f"{measured['suggested_threads']} threads, recorded shapes: {ops_text})",
+            f"{measured['suggested_threads']} per process: GEMM time ({share['gemm'] / 1e3:.1f} ms per analysed "
+            f"step) keeps {kinds['gemm']:.2f} of it and the other op time ({share['other'] / 1e3:.1f} ms: elementwise, "
+            f"optimizer, autograd) {kinds['other']:.2f}, the ratios measured on this machine after the run (the "
+            f"dominant ops of each kind at {measured['recorded_threads']} vs {measured['suggested_threads']} "
+            f"threads, recorded inputs: {ops_text})",
             "thread and core counts from run.json; the thread probe of perfdoctor profile; op times from the trace",
         )
     keep = 1.0 / ratio if ratio > 1.0 else 1.0
@@ -125,6 +133,28 @@ def fit_threads_to_cores(
         "not measured: `perfdoctor profile` times the dominant ops at both thread counts and replaces it)",
         "PyTorch CPU threading notes; thread and core counts from run.json; op times from the trace",
     )
+
+
+# the host op categories (perfdoctor.analysis.timing.cpu_breakdown) timed as GEMMs by the thread probe
+GEMM_CATEGORIES = ("matmul", "conv", "attention")
+
+
+def _kind_keeps(measured: dict[str, Any]) -> dict[str, float]:
+    """The share of its time each kind of op keeps (``gemm``, ``other``; at most 1: a slower fit saves nothing) from
+    a ``thread_probe``: each kind's measured ratio, a kind the probe did not time taking the other's, a probe
+    without ``kinds`` (an older run.json) its one ``suggested_over_recorded`` for both."""
+    overall = float(measured["suggested_over_recorded"])
+    by_kind = measured.get("kinds") or {}
+    got = {k: float(v["suggested_over_recorded"]) for k, v in by_kind.items() if k in ("gemm", "other")}
+    gemm = got.get("gemm", got.get("other", overall))
+    other = got.get("other", gemm)
+    return {"gemm": min(gemm, 1.0), "other": min(other, 1.0)}
+
+
+def _keep_first(spans: Intervals, keep: float) -> Intervals:
+    """The part of each span after its first ``keep`` share (µs intervals): what a what-if cuts to keep that share."""
+    s, e = spans
+    return iv.union(s + (e - s) * keep, e) if keep < 1.0 and s.size else iv.EMPTY
 
 
 def fp32_instead_of_bf16(rr: RankReplay, gemm: Intervals, casts: Intervals, ratio: float, how: str) -> WhatIf:

@@ -82,7 +82,8 @@ POOL_PASSES = 4  # replays that add back a worker pool's throughput deficit (a h
 # a batch already waiting: queue get, unpickle, map; and the lines' intercepts): about a millisecond there; the
 # __next__ from workers takes 0.08, 0.09, 1.25, 1.37, 1.40 and 4.33 ms in the ResNet50 V100 num_workers=4 trace
 # (median 1.3 ms) and at least 1.25-1.35 ms (10 per run) in examples/mlp.py runs with 2 workers on the 2-core
-# machine (benchmarks/cpu_pairs.py's PD101 pairs): the step's thread pays it in each fetch it keeps.
+# machine (benchmarks/cpu_pairs.py's PD101 pairs): the step's thread pays it in each fetch it keeps. Counted in a
+# run that recorded its CPU times (whose core budget charges it as CPU too), stated as not counted on a bare trace.
 HANDOFF_US = 1300.0
 HANDOFF_FREE_NS_PER_BYTE = 0.25
 HANDOFF_READ_NS_PER_BYTE = 0.074
@@ -278,12 +279,15 @@ class _Handoff:
     text: str
 
 
-def _handoff(rr: RankReplay, tables: TraceTables, f: _Fetches, residual_us: float | None) -> _Handoff:
-    """The hand-off of each fetch: ``residual_us`` each when given; else :data:`HANDOFF_US` (the ``__next__`` of a
-    ready batch, on the step's thread) + :data:`HANDOFF_FREE_NS_PER_BYTE` × the batch's bytes
-    (:func:`fetched_batches`; nothing for a fetch that already came from workers, :data:`WORKER_FETCH`: the
-    recording holds its hand-off), and the batch's host→device copies take :data:`HANDOFF_READ_NS_PER_BYTE` × their
-    bytes longer. Source: benchmarks/dataloader_handoff.py."""
+def _handoff(
+    rr: RankReplay, tables: TraceTables, f: _Fetches, residual_us: float | None, measured_run: bool
+) -> _Handoff:
+    """The hand-off of each fetch: ``residual_us`` each when given; else :data:`HANDOFF_FREE_NS_PER_BYTE` × the
+    batch's bytes (:func:`fetched_batches`; nothing for a fetch that already came from workers,
+    :data:`WORKER_FETCH`: the recording holds its hand-off), plus, for a run whose core budget holds its CPU times
+    (``measured_run``), :data:`HANDOFF_US` (the ``__next__`` of a ready batch, on the step's thread, which that
+    budget charges too); and the batch's host→device copies take :data:`HANDOFF_READ_NS_PER_BYTE` × their bytes
+    longer. Source: benchmarks/dataloader_handoff.py."""
     if residual_us is not None:
         return _Handoff(np.full(f.ts_us.size, float(residual_us)), None, f"each __next__ keeps {residual_us:.0f} µs")
     pooled = overlaps(f.ts_us, f.end_us, _named(tables, WORKER_FETCH, f.pid))
@@ -296,8 +300,9 @@ def _handoff(rr: RankReplay, tables: TraceTables, f: _Fetches, residual_us: floa
         dur[copies] += HANDOFF_READ_NS_PER_BYTE * nb / 1e3
     inside = f.inside
     mb = float(nbytes[inside].mean()) / 1e6 if inside.any() else 0.0
-    keep = np.where(pooled, 0.0, HANDOFF_US + HANDOFF_FREE_NS_PER_BYTE * nbytes / 1e3)
-    return _Handoff(keep, dur, _handoff_text(mb, tables.has_device_activity))
+    ready_us = HANDOFF_US if measured_run else 0.0
+    keep = np.where(pooled, 0.0, ready_us + HANDOFF_FREE_NS_PER_BYTE * nbytes / 1e3)
+    return _Handoff(keep, dur, _handoff_text(mb, tables.has_device_activity, measured_run))
 
 
 def _fixed_steps(rr: RankReplay, sc: Scenario) -> np.ndarray:
@@ -395,7 +400,7 @@ def prefetch_dataloader(
     benchmarks/dataloader_handoff.py.
     """
     f = _fetches(rr, tables)
-    handoff = _handoff(rr, tables, f, residual_us)
+    handoff = _handoff(rr, tables, f, residual_us, budget is not None and budget.measured)
     contention = CONTENTION if tables.has_device_activity else CONTENTION_CPU
     sc = f.scenario(handoff.keep_us, handoff.act_dur_us)
     load_us = f.mean_load_us() - _fetch_overhead_us(rr, tables, f)
@@ -413,9 +418,10 @@ def prefetch_dataloader(
     return WhatIf("prefetch-dataloader", sc, text, source)
 
 
-def _handoff_text(mb: float, device: bool) -> str:
+def _handoff_text(mb: float, device: bool, measured_run: bool) -> str:
     """The hand-off's assumption for a batch of ``mb`` MB (0: the trace shows no batch size); ``device``: a GPU
-    trace, whose batch is copied to the device (a CPU-only run reads it in place: no copy to stretch)."""
+    trace, whose batch is copied to the device (a CPU-only run reads it in place: no copy to stretch);
+    ``measured_run``: a run whose core budget holds its CPU times (the ``__next__`` of a ready batch then counts)."""
     copy = (
         f" and the batch's copy to the device takes {HANDOFF_READ_NS_PER_BYTE} ns/byte longer (page faults of the "
         "fresh mapping)"
@@ -428,10 +434,16 @@ def _handoff_text(mb: float, device: bool) -> str:
         if device
         else "the least __next__ from 2 workers in CPU training runs on a 2-core machine"
     )
+    ready = (
+        f"and {HANDOFF_US / 1e3:.1f} ms for the __next__ of a ready batch itself (queue get, unpickle, map; {seen})"
+        if measured_run
+        else f"the __next__ of a ready batch itself (about {HANDOFF_US:.0f} µs on a 2-core machine; {seen}) is not "
+        "counted: the trace comes without the run's CPU times (perfdoctor profile records them and counts it)"
+    )
     return (
         f"each __next__ keeps {HANDOFF_FREE_NS_PER_BYTE} ns per byte of the batch (freeing the previous batch's "
         f"shared memory){copy}, {size}, {'both ' if device else ''}measured with a real DataLoader on another machine; "
-        f"and {HANDOFF_US / 1e3:.1f} ms for the __next__ of a ready batch itself (queue get, unpickle, map; {seen})"
+        f"{ready}"
     )
 
 

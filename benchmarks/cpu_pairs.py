@@ -164,6 +164,7 @@ class CpuPair:
     # one run per block holds both sides: its odd steps are "before" (the problem in them), its even steps "after"
     # (the same loop without it); ``after`` is then unused. For a change smaller than the run-to-run spread.
     within: bool = False
+    steps: int | None = None  # steps per run where the default is too few for a steady median (None: the default)
 
 
 # a small MLP's shape (4 x Linear(1024, 1024) + ReLU, 1 thread, no DataLoader workers)
@@ -176,11 +177,14 @@ CPU_PAIRS = [
         ["--slow-getitem-ms", "1", "--num-workers", "2"],
         lambda rr, t, run: prefetch_dataloader(rr, t, workers=2, budget=_budget(run)),  # the "after" side's pool
     ),
-    CpuPair(  # the fetch is CPU work: the workers take the cores the training loop uses (the core budget)
+    CpuPair(  # the fetch is CPU work: the workers take the cores the training loop uses (the core budget). The
+        # "after" side's steps spread 6-28 ms (three busy processes on two cores): a 60-step run's median moved
+        # 12.2-15.9 ms between runs, a 150-step run's 14.1-14.7
         "CPU mlp: __getitem__ 0.25 ms of CPU, num_workers 0 -> 2 (PD101)",
         ["--busy-getitem-ms", "0.25"],
         ["--busy-getitem-ms", "0.25", "--num-workers", "2"],
         lambda rr, t, run: prefetch_dataloader(rr, t, workers=2, budget=_budget(run)),
+        steps=150,
     ),
     CpuPair(
         "CPU mlp: 5 ms Python metrics per step -> none (PD105)",
@@ -303,6 +307,7 @@ def compare(
 ) -> dict[str, Any]:
     """Record blocks of one run per side (order alternating) until the pair is decided or a bound is reached; the
     measured change, its noise and the prediction (µs)."""
+    steps = pair.steps or steps
     levels: dict[str, list[float]] = {"before": [], "after": []}
     preds, windows, hows, assumption = [], [], [], ""
     t0 = time.monotonic()

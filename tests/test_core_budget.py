@@ -139,3 +139,21 @@ def test_other_processes_cpu_is_measured_during_the_steps() -> None:
     assert "other processes kept 0.20 busy" in b.machine_text()
     short = core_budget(run, {k: v[:1] for k, v in steps.items()})  # 0.2 s of steps: under MIN_MEASURED_S
     assert short is not None and short.other_cores is None and short.free_cores == 1.0  # 2 − 1.1, at least 1
+
+
+def test_workers_that_outnumber_the_cores_leave_some_idle(fetch_bound: tuple[RankReplay, TraceTables]) -> None:
+    # 2 workers and the loop on 2 free cores: together they keep POOL_CORE_SHARE (0.9) of them busy, so the fixed
+    # step lasts at least (9.7 + 1.3) / (2 × 0.9) = 6.111 ms → saving 10 − 6.111 = 3.889 ms
+    from perfdoctor.replay.transforms.host import POOL_CORE_SHARE
+
+    assert POOL_CORE_SHARE == 0.9
+    budget = CoreBudget(2, None, step_us=10000.0, process_cpu_us=9700.0, main_cpu_us=9700.0)
+    rr, t = fetch_bound
+    w = prefetch_dataloader(rr, t, workers=2, budget=budget)
+    assert float((rr.recorded_step_us - rr.step_times(w.scenario)).mean()) == pytest.approx(10000 - 11000 / 1.8)
+    assert "÷ 1.80 = 6.1 ms (3 busy threads on 2.00 cores keep 90% of them busy" in w.assumption
+    # one worker: 2 threads on 2 cores, none idles by this count: (9.7 + 1.3) / 2 = 5.5 ms, under the one worker's
+    # 6 ms per batch, which sets the step: saving 4 ms
+    w1 = prefetch_dataloader(rr, t, workers=1, budget=budget)
+    assert float((rr.recorded_step_us - rr.step_times(w1.scenario)).mean()) == pytest.approx(4000.0)
+    assert "÷ 2.00 = 5.5 ms" in w1.assumption and "keep 90%" not in w1.assumption

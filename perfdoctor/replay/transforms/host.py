@@ -87,6 +87,12 @@ POOL_PASSES = 4  # replays that add back a worker pool's throughput deficit (a h
 HANDOFF_US = 1300.0
 HANDOFF_FREE_NS_PER_BYTE = 0.25
 HANDOFF_READ_NS_PER_BYTE = 0.074
+# The share of the cores CPU-bound DataLoader workers and the training loop keep busy together when they outnumber
+# the cores: examples/mlp.py with 2 workers on the 2-core build machine (torch 2.13 CPU, 2026-12-07, 0.1, 0.25,
+# 0.25 and 0.5 ms of CPU per sample): 1.86, 1.82, 1.65 and 1.88 of 2 cores busy over the unprofiled steps
+# (/proc/stat), mean 0.90 of them; the rest idles while the loop's thread waits for a core (run-queue wait 0-6 ms
+# per step) and a worker waits for its next index. A constant of that machine's scheduler, stated with the floor.
+POOL_CORE_SHARE = 0.9
 # what the core budget does not cover, said with every prefetch saving (benchmarks/replay_pairs.py --steps: the
 # ResNet50 V100 pair's per-step evidence)
 CONTENTION = (
@@ -112,7 +118,9 @@ def _measured_floor(budget: CoreBudget, fetch_us: float, workers: int | None, ba
     off = budget.off_cpu_us()
     share = min(max(1.0 - off / fetch_us, 0.0), 1.0) if fetch_us > 0 else 0.0
     handoff = HANDOFF_US * batches
-    floor = (budget.process_cpu_us + handoff) / c
+    # the job's threads outnumber the cores left to it, and no other load fills what they leave idle
+    busy = c * POOL_CORE_SHARE if (workers or 1) + 1 > c and c >= budget.free_cores else c
+    floor = (budget.process_cpu_us + handoff) / busy
     shared = (
         f"; the loop's thread waited {budget.main_wait_us / 1e3:.1f} ms per step for a core, so its "
         f"{(workers or 1) + 1} threads with the workers get {c:.2f} cores"
@@ -126,7 +134,13 @@ def _measured_floor(budget: CoreBudget, fetch_us: float, workers: int | None, ba
         f"{share:.0%} CPU work, which the workers still run), and {handoff / 1e3:.1f} ms to receive "
         f"{batches:.3g} batch(es) from the workers (the __next__ of a ready batch: queue get, unpickle, map, "
         f"{HANDOFF_US / 1e3:.1f} ms each, benchmarks/dataloader_handoff.py on a 2-core machine): the fixed step "
-        f"lasts at least ({budget.process_cpu_us / 1e3:.1f} + {handoff / 1e3:.1f}) ÷ {c:.2f} = {floor / 1e3:.1f} ms"
+        f"lasts at least ({budget.process_cpu_us / 1e3:.1f} + {handoff / 1e3:.1f}) ÷ {busy:.2f} = {floor / 1e3:.1f} ms"
+        + (
+            f" ({(workers or 1) + 1} busy threads on {c:.2f} cores keep {POOL_CORE_SHARE:.0%} of them busy: "
+            "2 workers and the loop on 2 cores, measured on a 2-core machine)"
+            if busy < c
+            else ""
+        )
     )
 
 

@@ -14,8 +14,8 @@ differences; noise = the half-width of its 95% interval, t(0.975, blocks − 1) 
 Student's t, since three or four blocks estimate sd poorly: t is 4.30 at three blocks, 2.36 at eight, where a plain
 2 SE band would call noise a change), so run-to-run noise is measured, not assumed, and the load the two runs of a
 block share cancels in their difference. A ``within`` pair (an effect smaller than the run-to-run spread: PD401's
-sync) puts both sides in one run, the problem on alternate steps: per block one run, its odd unprofiled steady steps'
-median "before" and its even steps' "after".
+sync) puts both sides in one run, the problem on alternate steps: per block one run, its change the median
+difference between each odd unprofiled steady step (with the problem) and the even step before it (without).
 
 Blocks are added until the pair is decided or a bound is reached (``max_blocks``, ``budget_s`` per pair; at least
 ``min_blocks``): decided when the change exceeds its noise, when the prediction lies outside the noise of a change
@@ -235,6 +235,7 @@ CPU_PAIRS = [
         lambda rr, t, run: cpu_syncs(rr),
         env=(("ONEDNN_MAX_CPU_ISA", "AVX512_CORE"),),
         within=True,
+        steps=240,  # 60-step runs: 15 steps a side, ±1.6 ms over 8 blocks (the run's level drifts 25-40 ms)
     ),
 ]
 
@@ -257,9 +258,14 @@ def _level(run: RunData, steps: int) -> float:
 
 
 def _parity_levels(run: RunData, steps: int) -> tuple[float, float]:
-    """(median of the odd, median of the even) unprofiled steady steps of a run (µs): a ``within`` pair's sides."""
+    """A ``within`` pair's sides in one run (µs): "before" the median of its odd unprofiled steady steps, "after"
+    that less the median difference between each odd step and the even step just before it (adjacent steps: a
+    drift of the run's level cancels in each difference, which a difference of the two medians keeps)."""
     idx, secs = unprofiled_step_times(run, start=steps // 3)
-    return float(np.median(secs[idx % 2 == 1])) * 1e6, float(np.median(secs[idx % 2 == 0])) * 1e6
+    at = dict(zip(idx.tolist(), secs.tolist(), strict=True))
+    diffs = [at[i] - at[i - 1] for i in at if i % 2 == 1 and i - 1 in at]
+    before = float(np.median(secs[idx % 2 == 1])) * 1e6
+    return before, before - float(np.median(diffs)) * 1e6
 
 
 def _predict(run: RunData, pair: CpuPair) -> tuple[float, float, str, str]:

@@ -295,7 +295,7 @@ def probe_threads(trace_path: Path, recorded: int, suggested: int) -> dict[str, 
 
     The kinds differ because oversubscription costs an op per barrier: a GEMM of a few hundred µs waits once for a
     descheduled thread, a 20 µs elementwise op as often, so it loses a larger share (examples/mlp.py, 4 threads on
-    2 cores vs 2: GEMMs keep 0.57-0.68 of their time, the optimizer's elementwise ops 0.22-0.30).
+    2 cores vs 2: GEMMs keep 0.48-0.68 of their time, the optimizer's elementwise ops 0.22-0.32).
     Each count is timed in fresh child processes (:func:`_alternating`). In a multi-process run every rank probes
     as it closes, so the ranks' probes overlap as their training did (the contention that makes the recorded count
     slow)."""

@@ -135,10 +135,11 @@ def test_problem_flag_on_is_a_regression(root, capsys):
     code, d = diff_json(capsys, runs["clean"], runs["pymetrics"], "--fail-on-regression", "5")
     show(capsys, f"PD105 flag on: {d['headline']}")
     pd105 = {f["code"]: f for f in d["findings"]}["PD105"]
-    # new; on a machine with 5 runnable per core the clean run's Python time fired PD105 too (persisting, with a
-    # far smaller saving: seen at load 10-11 on 2 cores)
+    # new; or persisting with a far smaller saving where the clean run's own Python time reached PD105's threshold
+    # too: seen at load 10-11 on 2 cores, and once at load 1 (the clean small MLP's Python outside ops is ~8% of its
+    # step, 15% fires): either way the flag's 40 ms per step is what grew
     assert pd105["status"] == "new" or (
-        not timing_verdicts_meaningful(capsys) and pd105["saving_after_us"] > 2 * pd105["saving_before_us"]
+        pd105["status"] == "persisting" and pd105["saving_after_us"] > 2 * pd105["saving_before_us"]
     )
     # the gate fires: 40 ms of Python per step is several times the noise of one run a side (measured at load 12
     # on 2 cores: +49.7%, 95% CI +30.9% to +68.5%); asserted below 3 runnable per core only: at load 5 on 2 cores

@@ -368,13 +368,18 @@ def _workers_needed_text(handoff: str, load_us: float, step_us: float) -> str:
     )
 
 
-def _pool_text(workers: int | None, load_us: float) -> str:
-    """The pool's assumption: ``workers`` each loading a batch in the recorded fetch time ``load_us`` (µs)."""
+def _pool_text(workers: int | None, load_us: float, overhead_us: float) -> str:
+    """The pool's assumption: ``workers`` each loading a batch in the fetch's time ``load_us`` (µs), the recorded
+    fetch less ``overhead_us``, the profiler's overhead in it (:func:`_fetch_overhead_us`)."""
     if not workers:
         return "batches prefetched by DataLoader workers"
+    less = (
+        f", the recorded fetch less {overhead_us / 1e3:.2f} ms of the profiler's per-event overhead"
+        if overhead_us
+        else ""
+    )
     return (
-        f"{workers} DataLoader worker(s), each loading a batch in the fetch's time ({load_us / 1e3:.1f} ms, "
-        "without the profiler's per-event overhead in a profile run): "
+        f"{workers} DataLoader worker(s), each loading a batch in the fetch's time ({load_us / 1e3:.1f} ms{less}): "
         f"a step lasts at least {load_us / max(workers, 1) / 1e3:.1f} ms per batch"
     )
 
@@ -417,7 +422,8 @@ def prefetch_dataloader(
     handoff = _handoff(rr, tables, f, residual_us, budget is not None and budget.measured)
     contention = CONTENTION if tables.has_device_activity else CONTENTION_CPU
     sc = f.scenario(handoff.keep_us, handoff.act_dur_us)
-    load_us = f.mean_load_us() - _fetch_overhead_us(rr, tables, f)
+    overhead_us = _fetch_overhead_us(rr, tables, f)
+    load_us = f.mean_load_us() - overhead_us
     replayed = _fixed_steps(rr, sc)
     floor, budget_text = core_floor(
         budget, float(f.per_step().mean()) * load_us, float(replayed.mean()), workers, float(f.per_step().mean())
@@ -428,7 +434,7 @@ def prefetch_dataloader(
         return WhatIf("prefetch-dataloader", sc, f"{text}; {budget_text}; {contention}", source)
     bound = np.maximum(f.per_step() * load_us / max(workers or 1, 1) if workers else 0.0, floor)
     sc = _wait_for_bound(rr, f, handoff, bound, sc, replayed)
-    text = f"{_pool_text(workers, load_us)}; {handoff.text}; {budget_text}; {contention}"
+    text = f"{_pool_text(workers, load_us, overhead_us)}; {handoff.text}; {budget_text}; {contention}"
     return WhatIf("prefetch-dataloader", sc, text, source)
 
 

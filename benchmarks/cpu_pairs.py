@@ -204,6 +204,14 @@ CPU_PAIRS = [
         [],
         _fused,
     ),
+    CpuPair(  # the fix PD202 replays: the hand-written chain under torch.compile; 1 MB activations (the default
+        # 64x512 ones made a ~8 ms step whose change the runs could not separate). An open finding: see
+        # docs/benchmarks.md (the fused loop is not a stream of bytes when the chain holds tanh, pow and sqrt)
+        "CPU mlp 256, batch 1024: hand-written LayerNorm + tanh-GELU -> torch.compile (PD202)",
+        ["--hidden", "256", "--batch-size", "1024", "--norm", "hand"],
+        ["--hidden", "256", "--batch-size", "1024", "--norm", "compiled"],
+        _fused,
+    ),
     CpuPair("CPU mlp: 4 intra-op threads -> 2 on 2 cores (PD104)", ["--threads", "4"], ["--threads", "2"], _threads),
     CpuPair(
         "CPU mlp 1024x4: batch 8 -> 64, per 8 samples (PD201)",

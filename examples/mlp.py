@@ -8,7 +8,10 @@ performance problem. This model adds one of its own: ``--head-loop N`` splits th
 last hidden layer into N heads, each through its own small ``nn.Linear`` in a
 Python loop (N tiny ops and their dispatch per pass, PD105); with
 ``--head-batched`` the same N weights are one (N, d, d) tensor applied by one
-``torch.einsum``: the fix.
+``torch.einsum``: the fix. ``--norm hand`` follows each layer with a LayerNorm and a
+tanh-approximate GELU written out as chains of small ops (PD202); ``--norm compiled``
+the same under ``torch.compile`` (the fix PD202 replays); ``--norm builtin`` with
+the built-in ``F.layer_norm`` and ``F.gelu(approximate="tanh")``.
 """
 
 from __future__ import annotations
@@ -70,19 +73,56 @@ class Heads(nn.Module):
         return torch.cat([head(part) for head, part in zip(self.heads, parts)], dim=1)
 
 
+def _norm_act_by_hand(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+    mean = x.mean(-1, keepdim=True)
+    var = (x - mean).pow(2).mean(-1, keepdim=True)
+    h = (x - mean) / torch.sqrt(var + 1e-5) * weight + bias
+    return 0.5 * h * (1.0 + torch.tanh(0.7978845608 * (h + 0.044715 * h.pow(3))))
+
+
+class NormAct(nn.Module):
+    """LayerNorm then tanh-approximate GELU: written out as a chain of small ops (``hand``, as in many transformer
+    codebases), the same chain under ``torch.compile`` (``compiled``: fused into one loop per chain), or the
+    built-ins ``F.layer_norm`` and ``F.gelu(approximate="tanh")`` (``builtin``)."""
+
+    def __init__(self, width: int, mode: str) -> None:
+        super().__init__()
+        self.weight, self.bias = nn.Parameter(torch.ones(width)), nn.Parameter(torch.zeros(width))
+        self.mode = mode
+        self.fn = torch.compile(_norm_act_by_hand) if mode == "compiled" else _norm_act_by_hand
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.mode == "builtin":
+            h = F.layer_norm(x, x.shape[-1:], self.weight, self.bias, 1e-5)
+            return F.gelu(h, approximate="tanh")
+        return self.fn(x, self.weight, self.bias)
+
+
 class MLP(nn.Module):
     def __init__(
-        self, dim: int, hidden: int, classes: int, depth: int, chain: int, heads: int = 0, batched: bool = False
+        self,
+        dim: int,
+        hidden: int,
+        classes: int,
+        depth: int,
+        chain: int,
+        heads: int = 0,
+        batched: bool = False,
+        norm: str = "",
     ) -> None:
         super().__init__()
         dims = [dim] + [hidden] * depth
         self.layers = nn.ModuleList(nn.Linear(a, b) for a, b in zip(dims[:-1], dims[1:]))
+        self.norms = nn.ModuleList(NormAct(hidden, norm) for _ in self.layers) if norm else None
         self.heads = Heads(hidden, heads, batched) if heads else None
         self.head = nn.Linear(hidden, classes)
         self.chain = chain
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        for layer in self.layers:
+        for i, layer in enumerate(self.layers):
+            if self.norms is not None:
+                x = self.norms[i](layer(x))
+                continue
             x = unfused_chain(F.relu(layer(x)), self.chain)
         if self.heads is not None:
             x = F.relu(self.heads(x))
@@ -90,7 +130,16 @@ class MLP(nn.Module):
 
 
 def build(args):
-    model = MLP(args.dim, args.hidden, args.classes, args.depth, args.unfused_chain, args.head_loop, args.head_batched)
+    model = MLP(
+        args.dim,
+        args.hidden,
+        args.classes,
+        args.depth,
+        args.unfused_chain,
+        args.head_loop,
+        args.head_batched,
+        args.norm,
+    )
     dataset = Synthetic(args.samples, args.dim, args.classes, args.seed, args.slow_getitem_ms, args.busy_getitem_ms)
     return model, dataset, lambda m, batch: F.cross_entropy(m(batch[0]).float(), batch[1])
 
@@ -104,6 +153,13 @@ def main() -> None:
     p.add_argument("--samples", type=int, default=20_000)
     p.add_argument("--head-loop", type=int, default=0, help="N per-head Linear modules in a Python loop (PD105)")
     p.add_argument("--head-batched", action="store_true", help="under --head-loop, one batched einsum instead")
+    p.add_argument(
+        "--norm",
+        choices=("hand", "compiled", "builtin"),
+        default="",
+        help="LayerNorm + tanh-GELU after each layer in place of ReLU: written out as small ops (PD202), the same "
+        "under torch.compile, or the built-ins",
+    )
     args = p.parse_args()
     launch(args, build)
 

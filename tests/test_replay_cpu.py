@@ -146,3 +146,21 @@ def test_fused_chains_cost_their_bytes_at_the_bandwidth(tmp_path: Path) -> None:
     # the optimizer's time kept out: chain 2 stays, chain 1 alone saves 210 − 108.8576 = 101.1424 µs
     kept = fuse_elementwise_chains(rr, t, Bandwidth(20e9, "", True), iv.union(np.array([500.0]), np.array([800.0])))
     assert _saving(rr, kept.whatif) == pytest.approx([101.1424])
+
+
+def test_a_fused_chain_keeps_its_math_bound_ops_arithmetic(tmp_path: Path) -> None:
+    # one chain [0, 900): mul [0, 100) then tanh [110, 900), both on 1 MiB fp32 tensors, and a 4 µs view (the
+    # dispatch floor). At 20 GB/s: the chain moves 1 MiB in + 1 MiB out = 104.8576 µs; the tanh alone moves 1 MiB in
+    # + 1 MiB out, 104.8576 µs of its 790 µs, and one 4 µs dispatch, so 790 − 104.8576 − 4 = 681.1424 µs of it is
+    # arithmetic, which the fused loop keeps (the mul's is not: one instruction per element). The fused op costs
+    # 104.8576 + 681.1424 + 4 = 790 µs: the 900 µs chain saves 110 µs (the mul and the gap), not 900 − 108.8576
+    tb = TraceBuilder(device_name=None)
+    tb.step(1, 0, 1000)
+    _ew(tb, "aten::mul", 0, 100)
+    tb.cpu_op("aten::tanh", 110, 790, input_dims=[MIB], input_type=["float"])
+    tb.cpu_op("aten::view", 950, 4)
+    rr, t = _replay(tb, tmp_path)
+    fusion = fuse_elementwise_chains(rr, t, Bandwidth(20e9, "measured here", True), iv.EMPTY)
+    assert fusion.fused == 1
+    assert _saving(rr, fusion.whatif) == pytest.approx([110.0])
+    assert "the arithmetic of their math-bound ops (tanh, pow, div...: 0.68 ms" in fusion.whatif.assumption

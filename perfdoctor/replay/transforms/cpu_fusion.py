@@ -148,6 +148,54 @@ def _chain_bytes(tables: TraceTables, ops: Table, chain: np.ndarray) -> float | 
     return total
 
 
+# ops whose arithmetic, not their memory traffic, sets their time on a CPU: a fused loop still computes them
+_MATH = re.compile(
+    r"^aten::(tanh|tanh_backward|exp|expm1|log|log1p|sqrt|rsqrt|erf|erfc|sigmoid|sigmoid_backward|pow|div|div_|"
+    r"reciprocal|gelu|gelu_backward|silu|silu_backward|sin|cos|atan|atan2)$"
+)
+
+
+def _op_bytes(tables: TraceTables, ops: Table, row: int) -> float | None:
+    """Bytes one elementwise op moves alone: each tensor input read and its output (the inputs broadcast, at the
+    first input's element size) written; None when a shape is missing."""
+    from perfdoctor.analysis.work.op_args import parse_args
+
+    args = parse_args(ops["input_dims"][row], ops["input_type"][row])
+    if args is None:
+        return None
+    idx = [i for i in range(len(args.dims)) if args.tensor(i) is not None]
+    sizes = [args.nbytes(i) for i in idx]
+    size = args.elem_bytes(idx[0]) if idx else None
+    if not idx or size is None or any(b is None for b in sizes):
+        return None
+    shape: tuple[int, ...] = ()
+    for i in idx:
+        shape = _broadcast(shape, args.tensor(i) or ())
+    return float(sum(b for b in sizes if b is not None)) + math.prod(shape) * size
+
+
+def _arithmetic_us(
+    tables: TraceTables, ops: Table, chain: np.ndarray, bandwidth: Bandwidth, per_event_us: float, floor_us: float
+) -> float:
+    """The arithmetic a fused chain keeps (µs): for each op of the chain whose math sets its time (:data:`_MATH`:
+    transcendentals, powers, divisions and their backward), its recorded time less the profiler's overhead on the
+    events inside it (``per_event_us`` each, a profile run's measured figure), its dispatch (``floor_us``) and its
+    own bytes at ``bandwidth``; the other ops' (``mul``, ``add``: one instruction per element) is traffic only."""
+    names = tables.names
+    total = 0.0
+    for row in chain.tolist():
+        if not _MATH.match(names[int(ops["name_id"][row])]):
+            continue
+        nbytes = _op_bytes(tables, ops, row)
+        if nbytes is None:
+            continue
+        s, e = float(ops["ts_us"][row]), float(ops["end_us"][row])
+        inside = ops["tid"] == ops["tid"][row]
+        events = int(((ops["ts_us"] >= s) & (ops["ts_us"] < e) & inside).sum())
+        total += max(e - s - events * per_event_us - floor_us - nbytes / bandwidth.bytes_per_s * 1e6, 0.0)
+    return total
+
+
 def _broadcast(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
     """NumPy broadcasting of two shapes, taking the larger extent where they disagree (a shape the trace got wrong
     must not stop the estimate)."""
@@ -172,10 +220,16 @@ def fuse_elementwise_chains(rr: RankReplay, tables: TraceTables, bandwidth: Band
     to that cost. A chain whose shapes are not recorded, or whose fused cost is not below its span, keeps its time;
     chains touching ``keep_out`` (µs intervals: the optimizer's and the DataLoader's ops, other fixes') too.
 
+    The fused op also keeps the arithmetic of the chain's math-bound ops (:func:`_arithmetic_us`: a ``tanh``, ``pow``
+    or ``div`` costs its instructions in a fused loop too; the profiler's overhead on their events, a profile run's
+    ``rr.unprofiled`` figure, is not counted as arithmetic).
+
     Assumption: the fused loop streams its tensors once at the machine's memory bandwidth (a tensor that stays in
-    cache moves faster, so the cost is an upper bound on the fused op's time). Source: operator fusion as
-    torch.compile's C++/OpenMP backend does it; bytes from the recorded shapes and dtypes; the bandwidth as
-    ``bandwidth.source`` says.
+    cache moves faster, so the cost is an upper bound on the fused op's time) and computes what the math-bound ops
+    computed. Source: operator fusion as torch.compile's C++/OpenMP backend does it; bytes from the recorded shapes
+    and dtypes; the bandwidth as ``bandwidth.source`` says; the arithmetic from the ops' recorded times
+    (examples/mlp.py --norm hand vs compiled: a chain holding tanh, pow and div saved no time compiled, where
+    streaming its bytes alone replayed a 25 ms saving of a 30.7 ms step).
     """
     pid = rr.windows.pid
     ops = _thread_ops(tables, pid)
@@ -186,6 +240,9 @@ def fuse_elementwise_chains(rr: RankReplay, tables: TraceTables, bandwidth: Band
     cut_e: list[float] = []
     n_chains = n_ops = uncosted = 0
     breaks = _breaks_chain(tables)[ops["name_id"]] if len(ops) else np.zeros(0, dtype=bool)
+    u = rr.unprofiled
+    per_event = u.per_event_us if u is not None and u.whatif is not None else 0.0
+    arith_total = 0.0
     for chain in elementwise_chains(ops, ew, breaks):
         s0, e1 = float(ops["ts_us"][chain[0]]), float(ops["end_us"][chain[-1]])
         if iv.total(iv.intersect(iv.union(np.array([s0]), np.array([e1])), keep_out)) > 0:
@@ -196,12 +253,14 @@ def fuse_elementwise_chains(rr: RankReplay, tables: TraceTables, bandwidth: Band
         if nbytes is None:
             uncosted += 1
             continue
-        fused_us = nbytes / bandwidth.bytes_per_s * 1e6 + d
+        arith = _arithmetic_us(tables, ops, chain, bandwidth, per_event, d)
+        fused_us = nbytes / bandwidth.bytes_per_s * 1e6 + arith + d
         if fused_us < e1 - s0:
             cut_s.append(s0 + fused_us)
             cut_e.append(e1)
             n_chains += 1
             n_ops += chain.size
+            arith_total += arith
     cut = iv.union(np.array(cut_s), np.array(cut_e))
     whatif = WhatIf(
         "fused-elementwise",
@@ -209,6 +268,12 @@ def fuse_elementwise_chains(rr: RankReplay, tables: TraceTables, bandwidth: Band
         f"{n_chains} chains of back-to-back elementwise/norm ops ({n_ops} ops) each fused into one op that reads its "
         f"inputs once and writes its output once at {bandwidth.bytes_per_s / 1e9:.1f} GB/s ({bandwidth.source}), "
         f"plus one {d:.1f} µs op dispatch (the shortest op in the trace)"
+        + (
+            f", and the arithmetic of their math-bound ops (tanh, pow, div...: {arith_total / 1e3:.2f} ms in the "
+            "analysed steps, their recorded time less their own bytes, dispatch and profiler overhead)"
+            if arith_total > 0
+            else ""
+        )
         + (f"; {uncosted} chains without recorded shapes keep their time" if uncosted else ""),
         "operator fusion (torch.compile, C++/OpenMP on CPU); bytes from the recorded shapes",
     )

@@ -282,7 +282,7 @@ def _alternating(specs: list[Spec], recorded: int, suggested: int, seconds: floa
     return [np.median(np.array(got[n], dtype=np.float64), axis=0).tolist() for n in (recorded, suggested)]
 
 
-THREAD_PROBE_S = 0.2  # seconds of timing per op in each child (6 ops, 2 counts, ROUNDS: about 5 s plus 4 starts)
+THREAD_PROBE_S = 0.1  # seconds of timing per op in each child (6 ops, 2 counts, ROUNDS: about 2.4 s plus 4 starts)
 
 
 def probe_threads(trace_path: Path, recorded: int, suggested: int) -> dict[str, object] | None:

@@ -121,43 +121,22 @@ def elementwise_chains(ops: Table, ew: np.ndarray, breaks: np.ndarray) -> list[n
 def _chain_bytes(tables: TraceTables, ops: Table, chain: np.ndarray) -> float | None:
     """Bytes a fused chain moves: every tensor input of its first op, the tensor inputs other than the first of each
     later op (the first is taken as the previous op's output, kept in registers), read once, and the last op's
-    output (its inputs broadcast, at its first input's element size) written once. None when a shape is missing."""
-    from perfdoctor.analysis.work.op_args import parse_args
-
+    output (:func:`_io_bytes`) written once. None when a shape is missing."""
     total = 0.0
     for k, row in enumerate(chain.tolist()):
-        args = parse_args(ops["input_dims"][row], ops["input_type"][row])
-        if args is None:
+        io = _io_bytes(ops, row)
+        if io is None:
             return None
-        idx = [i for i in range(len(args.dims)) if args.tensor(i) is not None]
-        if not idx:
-            return None
-        for i in idx[0 if k == 0 else 1 :]:
-            b = args.nbytes(i)
-            if b is None:
-                return None
-            total += b
+        inputs, output = io
+        total += sum(inputs[0 if k == 0 else 1 :])
         if k == chain.size - 1:
-            shape: tuple[int, ...] = ()
-            for i in idx:
-                shape = _broadcast(shape, args.tensor(i) or ())
-            size = args.elem_bytes(idx[0])
-            if size is None:
-                return None
-            total += math.prod(shape) * size
+            total += output
     return total
 
 
-# ops whose arithmetic, not their memory traffic, sets their time on a CPU: a fused loop still computes them
-_MATH = re.compile(
-    r"^aten::(tanh|tanh_backward|exp|expm1|log|log1p|sqrt|rsqrt|erf|erfc|sigmoid|sigmoid_backward|pow|div|div_|"
-    r"reciprocal|gelu|gelu_backward|silu|silu_backward|sin|cos|atan|atan2)$"
-)
-
-
-def _op_bytes(tables: TraceTables, ops: Table, row: int) -> float | None:
-    """Bytes one elementwise op moves alone: each tensor input read and its output (the inputs broadcast, at the
-    first input's element size) written; None when a shape is missing."""
+def _io_bytes(ops: Table, row: int) -> tuple[list[float], float] | None:
+    """One elementwise op's tensor inputs' bytes (in order) and its output's (the inputs broadcast, at the first
+    input's element size); None when a shape is missing or it has no tensor input."""
     from perfdoctor.analysis.work.op_args import parse_args
 
     args = parse_args(ops["input_dims"][row], ops["input_type"][row])
@@ -171,7 +150,14 @@ def _op_bytes(tables: TraceTables, ops: Table, row: int) -> float | None:
     shape: tuple[int, ...] = ()
     for i in idx:
         shape = _broadcast(shape, args.tensor(i) or ())
-    return float(sum(b for b in sizes if b is not None)) + math.prod(shape) * size
+    return [float(b) for b in sizes if b is not None], float(math.prod(shape) * size)
+
+
+# ops whose arithmetic, not their memory traffic, sets their time on a CPU: a fused loop still computes them
+_MATH = re.compile(
+    r"^aten::(tanh|tanh_backward|exp|expm1|log|log1p|sqrt|rsqrt|erf|erfc|sigmoid|sigmoid_backward|pow|div|div_|"
+    r"reciprocal|gelu|gelu_backward|silu|silu_backward|sin|cos|atan|atan2)$"
+)
 
 
 def _arithmetic_us(
@@ -186,12 +172,16 @@ def _arithmetic_us(
     for row in chain.tolist():
         if not _MATH.match(names[int(ops["name_id"][row])]):
             continue
-        nbytes = _op_bytes(tables, ops, row)
-        if nbytes is None:
+        io = _io_bytes(ops, row)
+        if io is None:
             continue
+        nbytes = sum(io[0]) + io[1]
         s, e = float(ops["ts_us"][row]), float(ops["end_us"][row])
-        inside = ops["tid"] == ops["tid"][row]
-        events = int(((ops["ts_us"] >= s) & (ops["ts_us"] < e) & inside).sum())
+        # ``ops`` is sorted by thread, then start (:func:`_thread_ops`): the op and those starting inside it on its
+        # thread are the rows from ``row`` up to the first later start at or after its end, on the same thread
+        tid = ops["tid"][row]
+        stop = int(np.searchsorted(ops["tid"], tid, side="right"))
+        events = int(np.searchsorted(ops["ts_us"][row:stop], e, side="left"))
         total += max(e - s - events * per_event_us - floor_us - nbytes / bandwidth.bytes_per_s * 1e6, 0.0)
     return total
 

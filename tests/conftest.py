@@ -8,6 +8,7 @@ another copy of that folder (set it to a missing path to run as a fresh clone do
 
 from __future__ import annotations
 
+import ast
 import os
 import sys
 import tempfile
@@ -87,18 +88,60 @@ def corpus_report():
     return get
 
 
-# what a test module calls to reach the real traces: a module naming one of these behaves differently without
-# ../shared/traces, so it is what `.ci/run` runs a second time with the shared folder hidden
-_SHARED_NAMES = ("SHARED_TRACES", "REAL_TRACES", "shared_trace", "real_trace_names", "real_rank_files", "shared)")
+# what a test calls to reach the real traces (the ``shared`` fixture by its argument name): a test that reaches one
+# of these, directly or through a module-level helper, fixture, constant or parametrization, behaves differently
+# without ../shared/traces, so it is what `.ci/run` runs a second time with the shared folder hidden
+_SHARED_NAMES = frozenset(
+    ("SHARED_TRACES", "REAL_TRACES", "shared_trace", "real_trace_names", "real_rank_files", "shared")
+)
+
+
+def _names_in(node: ast.AST) -> set[str]:
+    """Every identifier a definition uses: names, attributes, arguments (fixtures), decorators included."""
+    out: set[str] = set()
+    for n in ast.walk(node):
+        if isinstance(n, ast.Name):
+            out.add(n.id)
+        elif isinstance(n, ast.Attribute):
+            out.add(n.attr)
+        elif isinstance(n, ast.arg):
+            out.add(n.arg)
+    return out
+
+
+def _reaching(path: Path) -> set[str]:
+    """The module-level names of a test module (functions, fixtures, classes, constants) that reach the real traces:
+    those using a name of :data:`_SHARED_NAMES` or of another such definition, to a fixed point."""
+    if path.suffix != ".py" or path.name == "conftest.py":
+        return set()
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    uses: dict[str, set[str]] = {}
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            uses[node.name] = _names_in(node)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for t in targets:
+                for name in _names_in(t):
+                    uses[name] = uses.get(name, set()) | _names_in(node.value)
+    reach: set[str] = set()
+    grown = True
+    while grown:
+        new = {name for name, used in uses.items() if name not in reach and used & (_SHARED_NAMES | reach)}
+        reach |= new
+        grown = bool(new)
+    return reach
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark ``shared_traces`` every test of a module that reaches the real traces through this file."""
-    seen: dict[Path, bool] = {}
+    """Mark ``shared_traces`` every test that reaches the real traces through this file (:func:`_reaching`: the
+    test function, or its class, is one of its module's definitions that do)."""
+    seen: dict[Path, set[str]] = {}
     for item in items:
         path = Path(str(item.fspath))
         if path not in seen:
-            text = path.read_text(encoding="utf-8") if path.suffix == ".py" else ""
-            seen[path] = path.name != "conftest.py" and any(name in text for name in _SHARED_NAMES)
-        if seen[path]:
+            seen[path] = _reaching(path)
+        cls = getattr(item, "cls", None)
+        name = getattr(item, "originalname", None) or item.name
+        if name in seen[path] or (cls is not None and cls.__name__ in seen[path]):
             item.add_marker(pytest.mark.shared_traces)

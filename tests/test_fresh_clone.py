@@ -54,11 +54,20 @@ def test_no_assertion_reads_the_clones_folder_name():
     assert fuzz._package_relative("/somewhere/perfdoctor/.venv/lib/numpy/core.py") is None
 
 
-def test_modules_that_read_real_traces_are_marked_for_the_hidden_shared_run(request):
-    # `.ci/run` runs `-m "shared_traces ..."` with the shared folder hidden: this module reads tests/data through
-    # conftest, so its tests carry the mark; a module that never names conftest's helpers does not
-    assert request.node.get_closest_marker("shared_traces") is not None
+def test_tests_that_read_real_traces_are_marked_for_the_hidden_shared_run(request):
+    # `.ci/run` runs `-m "shared_traces ..."` with the shared folder hidden: a test that reaches conftest's helpers
+    # carries the mark, directly (the one above calls real_rank_files) or through a module-level definition
+    # (test_rules_golden.py's golden test, through its INPUTS constant built from SHARED_TRACES); one that does not
+    # is left out (this one, every test of test_intervals.py)
+    from conftest import _reaching
+
+    mine = {
+        i.name: i.get_closest_marker("shared_traces") is not None
+        for i in request.session.items
+        if i.fspath == request.node.fspath
+    }
+    assert mine["test_fallback_rank_files_are_the_real_traces_of_tests_data"] and not mine[request.node.name]
+    assert "test_rules_on_shared_traces_match_golden" in _reaching(TESTS / "test_rules_golden.py")
     text = (TESTS / "test_intervals.py").read_text(encoding="utf-8")
     assert "shared" not in text.lower() and "REAL_TRACES" not in text  # its tests cannot tell the difference
-    others = [i for i in request.session.items if Path(str(i.fspath)).name == "test_intervals.py"]
-    assert all(i.get_closest_marker("shared_traces") is None for i in others)
+    assert not {n for n in _reaching(TESTS / "test_intervals.py") if n.startswith("test_")}

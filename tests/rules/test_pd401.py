@@ -85,6 +85,7 @@ def test_pd401_names_aten_to_on_the_d2h_sync_trace():
     (checked in the raw JSON: the outermost cpu_op of the same thread containing the call), and so does the
     cudaStreamSynchronize after each, whose external id names the aten::as_strided before it. Those syncs wait for
     nothing (the copy returned once done), so the waits listed are the copies."""
+    import bisect
     import gzip
     import json
 
@@ -95,13 +96,19 @@ def test_pd401_names_aten_to_on_the_d2h_sync_trace():
     path = shared_trace("gpupuzzlers__d2h_sync_first_sum.json.gz")
     with gzip.open(path, "rt") as fh:
         events = json.load(fh)["traceEvents"]
-    ops = [e for e in events if e.get("cat") == "cpu_op"]
+    # the outermost cpu_op of each thread (the earliest-starting, longest first, not inside an earlier one), then
+    # for each copy the last of them starting at or before it, if it ends after the copy
+    tops: dict[object, list[dict]] = {}
+    for o in sorted((e for e in events if e.get("cat") == "cpu_op"), key=lambda o: (o["ts"], -o["dur"])):
+        top = tops.setdefault(o["tid"], [])
+        if not top or o["ts"] >= top[-1]["ts"] + top[-1]["dur"]:
+            top.append(o)
+    starts = {tid: [o["ts"] for o in top] for tid, top in tops.items()}
     outer = {}
     for s in (e for e in events if e.get("name") == "cudaMemcpyAsync"):
-        around = [
-            o for o in ops if o["tid"] == s["tid"] and o["ts"] <= s["ts"] and o["ts"] + o["dur"] >= s["ts"] + s["dur"]
-        ]
-        name = min(around, key=lambda o: (o["ts"], -o["dur"]))["name"] if around else None
+        i = bisect.bisect_right(starts.get(s["tid"], []), s["ts"]) - 1
+        o = tops[s["tid"]][i] if i >= 0 else None
+        name = o["name"] if o is not None and o["ts"] + o["dur"] >= s["ts"] + s["dur"] else None
         outer[name] = outer.get(name, 0) + 1
     report = pipeline.build([str(path)]).report
     f = next(f for f in report["findings"] if f["code"] == "PD401")

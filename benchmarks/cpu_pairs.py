@@ -68,7 +68,7 @@ from perfdoctor.replay.transforms.batch import larger_batch  # noqa: E402
 from perfdoctor.replay.transforms.cpu import cpu_syncs, fit_threads_to_cores  # noqa: E402
 from perfdoctor.replay.transforms.cpu_fusion import python_and_dispatch  # noqa: E402
 from perfdoctor.replay.transforms.host import prefetch_dataloader  # noqa: E402
-from perfdoctor.replay.unprofiled import unprofiled  # noqa: E402
+from perfdoctor.replay.unprofiled import page_faults, unprofiled  # noqa: E402
 from perfdoctor.trace import load_trace  # noqa: E402
 from perfdoctor.trace.tables import TraceTables  # noqa: E402
 
@@ -282,9 +282,12 @@ def _predict(run: RunData, pair: CpuPair) -> tuple[float, float, str, str]:
     trace = sorted(run.path.glob("trace.rank*.pt.trace.json.gz"))[0]
     t = load_trace(str(trace))
     rr = replay_rank(t, find_steps(t))
-    steady_s = rank_inputs(run).step_time_s.get(0)
-    # as the report does (perfdoctor.jobs.rank_stage): the unprofiled step is known before any what-if is built
-    rr.unprofiled = unprofiled(rr, t, steady_s * 1e6) if steady_s else None
+    inputs = rank_inputs(run)
+    steady_s = inputs.step_time_s.get(0)
+    # as the report does (perfdoctor.jobs.rank_stage): the unprofiled step, with the window's extra page faults, is
+    # known before any what-if is built
+    faults = page_faults(inputs.cpu.get(0), run.run, 0)
+    rr.unprofiled = unprofiled(rr, t, steady_s * 1e6, faults) if steady_s else None
     w = pair.transform(rr, t, run)
     window = float((rr.recorded_step_us - rr.step_times(w.scenario)).mean())
     saving = float((rr.fixed_step_times([]) - rr.fixed_step_times([w])).mean())

@@ -73,12 +73,16 @@ def test_tiny_gpt_run_directory(tmp_path):
         process = sum(float(r["cpu_s"]) for r in busy)
         wall = sum(float(r["duration_s"]) for r in busy)
         assert process - 0.01 * len(busy) <= machine <= cores * wall + 0.01 * len(busy)
+    # minor page faults per step from the second step on, whole numbers (getrusage's ru_minflt differences)
+    assert steps[0]["minor_faults"] == "" and all(int(r["minor_faults"]) >= 0 for r in steps[1:])
     # default schedule for 60 steps: wait 24, warmup 5, active 10 -> steps 29..38 recorded
     assert [r["profiler_phase"] for r in steps[24:40]] == ["warmup"] * 5 + ["active"] * 10 + ["none"]
     assert steps[1]["profiler_phase"] == "flops"
     run = json.loads((run_dir / "run.json").read_text())
     assert run["status"] == "complete" and run["partial"] is False and run["exit_code"] == 0
     assert run["steps_completed"] == 60
+    # the page-fault probe after the run: one fault per 4 KiB page of its 64 MiB mapping
+    assert run["ranks"][0]["fault_probe"]["faults"] == 16384 and run["ranks"][0]["fault_probe"]["us_per_fault"] > 0
     assert run["profiler"] == {
         "steps": 60,
         "wait": 24,

@@ -12,7 +12,7 @@ from tracebuilder import TraceBuilder
 from perfdoctor.analysis.steps.steps import find_steps
 from perfdoctor.replay.rank import RankReplay, replay_rank
 from perfdoctor.replay.transforms.cpu import trim_python_outside_ops
-from perfdoctor.replay.unprofiled import overhead_cut, unprofiled
+from perfdoctor.replay.unprofiled import PageFaults, overhead_cut, page_faults, unprofiled
 from perfdoctor.trace import load_trace
 from perfdoctor.trace.tables import TraceTables
 
@@ -129,3 +129,74 @@ def test_a_window_saving_is_restated_as_the_same_share_of_the_unprofiled_step() 
     assert out.basis.after_from_us == pytest.approx(79060.0 * 62820.0 / 83060.0)
     assert out.basis.step_us is None and "same share (10.7%) of the unprofiled step (62.82 ms)" in out.method
     assert restated(Estimate(5.0, "m"), 100.0, "x") == Estimate(5.0, "m")  # measured on the report's step: kept
+
+
+def test_overhead_cut_with_a_cost_per_event() -> None:
+    # 2 µs at 0, 30 µs at 1, 5 µs at 10: [0, 2), then from 2 (the first cut's end) to 32, then from 32 to 37 → one
+    # merged interval [0, 37); an event with no cost (0 at 50) cuts nothing
+    s, e = overhead_cut(np.array([0.0, 1.0, 10.0, 50.0]), np.array([2.0, 30.0, 5.0, 0.0]))
+    assert s.tolist() == [0.0] and e.tolist() == [37.0]
+
+
+def _series(faults: list[float | None], phases: list[str], start: int = 0) -> dict[str, object]:
+    return {"minor_faults": faults, "profiler_phase": phases, "steady_start_step": start}
+
+
+def _run_json(us_per_fault: float | None) -> dict[str, object]:
+    probe = None if us_per_fault is None else {"us_per_fault": us_per_fault, "faults": 16384}
+    return {"ranks": [{"rank": 0, "fault_probe": probe}]}
+
+
+def test_page_faults_are_the_windows_extra_over_the_unprofiled_steps() -> None:
+    # active steps 1000, 3000 → mean 2000; steady unprofiled steps from step 2: 0, 100, 50 (median 50; step 0's
+    # 9000, before the steady start, is left out) → 1950 extra per profiled step
+    series = _series([9000, 7, 0, 100, 50, 1000, 3000], ["none", "none", "none", "none", "none", "active", "active"], 2)
+    f = page_faults(series, _run_json(2.5), 0)
+    assert f is not None and f.extra_per_step == pytest.approx(1950.0) and f.us_per_fault == 2.5
+    assert page_faults(series, _run_json(None), 0) is None  # no probe
+    assert page_faults(series, _run_json(2.5), 1) is None  # no entry for rank 1
+    assert page_faults(_series([None] * 7, series["profiler_phase"]), _run_json(2.5), 0) is None  # not counted
+    fewer = _series([500, 500, 100, 100], ["none", "none", "active", "active"])
+    assert page_faults(fewer, _run_json(2.5), 0) is None  # the window took no more
+
+
+def test_page_faults_are_cut_from_the_allocations_by_their_bytes(tmp_path: Path) -> None:
+    """The two-step trace with two CPU allocations in step 1: 3 MB at 200 (inside aten::addmm) and 1 MB at 410
+    (inside aten::relu), and a CUDA one (left out). W = 1000, S = 910; 60 extra faults per profiled step at 1 µs:
+    F = 60 µs per step, 120 over the two steps: 90 µs at 200, 30 at 410; o = (1000 − 910 − 60) / 4.5 = 6.667 µs."""
+    tb = TraceBuilder(device_name=None)
+    tb.step(1, 0, 1000)
+    tb.annotation(DL, 0, 200)
+    tb.cpu_op("aten::stack", 150, 40)
+    tb.cpu_op("aten::addmm", 200, 200)
+    tb.memory(200, 3_000_000, 3_000_000, 3_000_000, device=-1, device_type=0)
+    tb.cpu_op("aten::relu", 410, 190)
+    tb.memory(410, 1_000_000, 4_000_000, 4_000_000, device=-1, device_type=0)
+    tb.memory(420, 8_000_000, 8_000_000, 8_000_000, device=0, device_type=1)
+    tb.cpu_op("aten::mm", 610, 90)
+    tb.step(2, 1000, 1000)
+    tb.cpu_op("aten::addmm", 1000, 400)
+    tb.cpu_op("aten::add", 1410, 580)
+    tables = load_trace(str(tb.write(tmp_path / "t.json")))
+    rr = replay_rank(tables, find_steps(tables))
+    faults = PageFaults(60.0, 1.0, "a test")
+    u = unprofiled(rr, tables, 910.0, faults)
+    assert u is not None and u.fault_us == pytest.approx(60.0)
+    assert u.per_event_us == pytest.approx(30.0 / 4.5)
+    assert u.whatif is not None
+    cut = u.whatif.scenario.host_cut[rr.windows.pid]
+    o = 30.0 / 4.5
+    # events at 200 (the op) and the allocation at 200: o then 90 µs → [200, 296.67); at 410 the op's o and the
+    # allocation's 30 → [410, 446.67)
+    starts, ends = cut[0].tolist(), cut[1].tolist()
+    assert (200.0, 200.0 + o + 90.0) in [pytest.approx(x) for x in zip(starts, ends)]
+    assert (410.0, 410.0 + o + 30.0) in [pytest.approx(x) for x in zip(starts, ends)]
+    rr.unprofiled = u
+    assert rr.base_step_us == pytest.approx(910.0)  # the unprofiled step is still S
+    text = u.text(910.0)
+    assert "0.06 ms per step of page faults (60 more minor faults per profiled step" in text
+    assert "× 1.00 µs each" in text and "6.67 µs per recorded host event" in text
+    # more faults than the window's excess: F is capped at W − S = 90 µs, o = 0
+    capped = unprofiled(rr, tables, 910.0, PageFaults(1000.0, 1.0, "a test"))
+    assert capped is not None and capped.fault_us == pytest.approx(90.0) and capped.per_event_us == 0.0
+    assert "(capped at the window's whole excess)" in capped.text(910.0)

@@ -225,8 +225,17 @@ def _snapshot_reports(paths: list[Path]) -> tuple[list[tuple[str, SnapshotReport
     return out, warnings
 
 
-# the steps.csv columns the core budget reads (perfdoctor.replay.machine.core_budget), handed to each rank's worker
-CPU_SERIES = ("duration_s", "cpu_s", "main_cpu_s", "main_wait_s", "machine_cpu_s", "profiler_phase")
+# the steps.csv columns the core budget (perfdoctor.replay.machine.core_budget) and the unprofiled step's page faults
+# (perfdoctor.replay.unprofiled.page_faults) read, handed to each rank's worker
+CPU_SERIES = (
+    "duration_s",
+    "cpu_s",
+    "main_cpu_s",
+    "main_wait_s",
+    "machine_cpu_s",
+    "minor_faults",
+    "profiler_phase",
+)
 
 # one rank's CPU-time series for its worker: column -> values (NaN → None), and "steady_start_step" -> the index
 CpuSeries: TypeAlias = dict[str, list[float | str | None] | int]

@@ -255,6 +255,20 @@ class Session:
             self.progress(f"thread probe failed: {exc}")
             return None
 
+    def _fault_probe(self) -> dict[str, object] | None:
+        """After a run that recorded a trace: the cost of a minor page fault on this machine
+        (:func:`perfdoctor.capture.fault_probe.probe_faults`, 0.1-0.4 s: how much of the profiled window's extra
+        time the extra faults in it explain); None without a trace or on failure."""
+        if _probe_trace(self) is None:
+            return None
+        try:
+            from perfdoctor.capture.fault_probe import probe_faults
+
+            return probe_faults()
+        except Exception as exc:  # noqa: BLE001 - a measurement for the replay, never the run's data
+            self.progress(f"page-fault probe failed: {exc}")
+            return None
+
     def _batch_probe(self, records: list[StepRecord]) -> dict[str, object] | None:
         """After a CPU run with a small batch (the step's tokens, else samples, at most
         :data:`perfdoctor.capture.op_probe.BATCH_PROBE_MAX_ROWS`): its dominant GEMMs timed at larger batches
@@ -279,7 +293,12 @@ class Session:
         op_probe = self._op_probe()
         thread_probe = self._thread_probe()
         tb_error = write_tensorboard(self.run_dir / "tensorboard" / f"rank{self.rank}", records)
-        probes = {"op_probe": op_probe, "thread_probe": thread_probe, "batch_probe": self._batch_probe(records)}
+        probes = {
+            "op_probe": op_probe,
+            "thread_probe": thread_probe,
+            "batch_probe": self._batch_probe(records),
+            "fault_probe": self._fault_probe(),
+        }
         summary = self._rank_summary(partial, reason, records, tb_error, probes)
         if write_rank_file:
             write_json(self.run_dir / rank_json_name(self.rank), summary)
@@ -355,7 +374,7 @@ class Session:
             # the measurements taken after training (perfdoctor.capture.op_probe; None where not taken): a CPU
             # bf16-autocast run's dominant GEMMs timed again in bf16 and fp32 (op_probe), an oversubscribed run's at
             # its thread count and at cores ÷ processes (thread_probe), a small-batch CPU run's at larger batches
-            # (batch_probe)
+            # (batch_probe), and a minor page fault's cost on this machine (fault_probe, perfdoctor.capture.fault_probe)
             **probes,
         }
 

@@ -26,6 +26,7 @@ STEP_FIELDS = (
     "main_cpu_s",
     "main_wait_s",
     "machine_cpu_s",
+    "minor_faults",
 )
 
 
@@ -58,6 +59,10 @@ class StepRecord:
     # softirq and steal time of all CPUs): beside cpu_s, what other processes (and the job's worker processes)
     # took of the cores while the step ran
     machine_cpu_s: float | None = None
+    # minor page faults the training process took in the step (getrusage ru_minflt: a page of fresh memory touched
+    # for the first time, the kernel mapping and zeroing it): the profiler changes how often the allocator hands
+    # out fresh pages (perfdoctor.replay.unprofiled)
+    minor_faults: int | None = None
 
     def row(self) -> list[object]:
         """The record's values in ``STEP_FIELDS`` order (one CSV row)."""

@@ -81,10 +81,23 @@ def _machine_busy_s() -> float | None:
         return None
 
 
-def _cpu_times() -> tuple[float, float, float | None, float | None]:
+def _minor_faults() -> int | None:
+    """Minor page faults this process has taken (``getrusage(RUSAGE_SELF).ru_minflt``), or None where there is
+    no ``resource`` module (Windows)."""
+    try:
+        import resource
+    except ImportError:
+        return None
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_minflt)
+
+
+CpuTimes = tuple[float, float, float | None, float | None, int | None]
+
+
+def _cpu_times() -> CpuTimes:
     """(process CPU s, this thread's CPU s, this thread's run-queue wait s or None, the machine's busy CPU s or
-    None) now."""
-    return time.process_time(), time.thread_time(), _run_queue_wait_s(), _machine_busy_s()
+    None, the process's minor page faults or None) now."""
+    return time.process_time(), time.thread_time(), _run_queue_wait_s(), _machine_busy_s(), _minor_faults()
 
 
 class StepTimer:
@@ -101,8 +114,9 @@ class StepTimer:
         self.sink = sink
         self.cuda = cuda
         self._prev_end_s: float | None = None
-        # (process CPU, thread CPU, thread run-queue wait, machine busy) seconds at the last boundary
-        self._prev_cpu_s: tuple[float, float, float | None, float | None] | None = None
+        # (process CPU, thread CPU, thread run-queue wait, machine busy) seconds and minor page faults at the last
+        # boundary
+        self._prev_cpu_s: CpuTimes | None = None
         self._prev_event: torch.cuda.Event | None = None
         self._pending: deque[tuple[StepRecord, torch.cuda.Event | None, torch.cuda.Event]] = deque()
         self.steps_done = 0
@@ -139,6 +153,8 @@ class StepTimer:
             rec.main_wait_s = wait - before_wait if wait is not None and before_wait is not None else None
             busy_before, busy = self._prev_cpu_s[3], cpu_now[3]
             rec.machine_cpu_s = busy - busy_before if busy is not None and busy_before is not None else None
+            faults_before, faults = self._prev_cpu_s[4], cpu_now[4]
+            rec.minor_faults = faults - faults_before if faults is not None and faults_before is not None else None
         self._prev_end_s = now
         self._prev_cpu_s = cpu_now
         self.steps_done += 1

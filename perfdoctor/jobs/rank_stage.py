@@ -70,12 +70,14 @@ def analyse_rank(
     split merged file). The rank's checks and summary are made from it (:func:`perfdoctor.jobs.summary.rank_summary`).
     """
     from perfdoctor.crossrank.bounds import with_peer_ends
-    from perfdoctor.replay.unprofiled import unprofiled
+    from perfdoctor.replay.unprofiled import page_faults, unprofiled
 
     ra = analyze_tables(tables, opts.step_marker)
-    steady_s = opts.step_time_s_by_rank.get(int(tables.rank or 0))
+    rank = int(tables.rank or 0)
+    steady_s = opts.step_time_s_by_rank.get(rank)
     if opts.run_json is not None and steady_s and ra.replay is not None:
-        ra.replay.unprofiled = unprofiled(ra.replay, tables, steady_s * 1e6)  # the step the user runs
+        faults = page_faults(opts.run_cpu_by_rank.get(rank), opts.run_json, rank)
+        ra.replay.unprofiled = unprofiled(ra.replay, tables, steady_s * 1e6, faults)  # the step the user runs
     bounds = opts.peer_ends.get(info.path)
     if bounds and ra.replay is not None and ra.replay.peers is not None:
         ra.replay.peers = with_peer_ends(ra.replay.peers, ra.replay.graph.act_ts_us, *bounds)

@@ -14,6 +14,16 @@ unprofiled step is the recording replayed with ``o`` cut from the host timeline 
 (:func:`remove_overhead`), and a fix's saving is that step − the same step replayed with the fix as well. Time the
 profiler does not inflate (a sleep, a DataLoader fetch, Python between ops) keeps its recorded length.
 
+**Page faults** (a run that counted them: ``steps.csv`` ``minor_faults``, ``run.json`` ``fault_probe``): the profiler
+also changes how the C allocator reuses memory, so the window's steps can take many more minor page faults than the
+unprofiled ones (a fresh page mapped and zeroed on first write: examples/mlp.py --norm hand, 1 MB activations:
+about 20,000 extra faults per profiled step, 0 unprofiled, a 75 ms window for a 34 ms step). Those
+``ΔF`` extra faults per step cost ``c`` µs each (the runner's probe, :mod:`perfdoctor.capture.fault_probe`), at
+most the window's whole excess: ``F = min(ΔF·c, W − S)``. ``F`` is cut from the ops that allocate, in proportion
+to the bytes each allocation asks for (its ``[memory]`` event, CPU allocations of the step's process), and the
+per-event overhead takes the rest: ``o = (W − S − F) / N``. Without the counts or without ``[memory]`` events,
+``F = 0``.
+
 **The inflation, per category of time** (stated with every saving): the step ``W / S``; host op time (the union of
 the process's CPU ops and runtime calls in the analysed steps) recorded vs with the per-event overhead cut from it,
 ``H_w / H_u``; device kernels ×1 (the profiler records them from the device's own timestamps: CUPTI activity, no
@@ -26,6 +36,7 @@ the profiler does not inflate too; the report says so.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -57,6 +68,8 @@ class Unprofiled:
         host_op_window_us: ``H_w``, host op time per analysed step as recorded (µs; CPU ops ∪ runtime calls).
         host_op_unprofiled_us: ``H_u``, the same with the per-event overhead cut from it (µs; ``H_w`` when
             ``"scaled"``).
+        faults: the extra page faults the window took (:class:`PageFaults`), None where not counted.
+        fault_us: ``F``, the page faults' time cut per analysed step (µs; 0 without ``faults``).
     """
 
     method: str
@@ -67,6 +80,8 @@ class Unprofiled:
     whatif: WhatIf | None = None
     host_op_window_us: float = 0.0
     host_op_unprofiled_us: float = 0.0
+    faults: PageFaults | None = None
+    fault_us: float = 0.0
 
     @property
     def step_inflation(self) -> float:
@@ -99,6 +114,18 @@ class Unprofiled:
         """``S / W``: the scale of the ``"scaled"`` method (1 without a window)."""
         return self.steady_step_us / self.window_step_us if self.window_step_us > 0 else 1.0
 
+    def _faults_text(self) -> str:
+        """The page faults' part of the removed overhead, as a clause ending in "and " ("" without one)."""
+        f = self.faults
+        if f is None or self.fault_us <= 0:
+            return ""
+        capped = " (capped at the window's whole excess)" if f.extra_per_step * f.us_per_fault > self.fault_us else ""
+        return (
+            f"{self.fault_us / 1000:.2f} ms per step of page faults{capped} ({f.extra_per_step:,.0f} more minor "
+            f"faults per profiled step than per unprofiled one × {f.us_per_fault:.2f} µs each, {f.source}) cut from "
+            "the ops that allocate, by the bytes each asks for, and "
+        )
+
     def text(self, step_us: float) -> str:
         """One clause for a saving's method: which method, the overhead per event and the steps it comes from;
         ``step_us``: the unprofiled mean step the savings are taken from (µs)."""
@@ -107,9 +134,12 @@ class Unprofiled:
             return (
                 f"for the unprofiled step ({step_us / 1000:.2f} ms; {self.inflation_text()}): the profiler's "
                 "overhead removed in the replay, "
-                f"{self.per_event_us:.2f} µs per recorded host event (the profiled window's {w:.2f} ms mean step − "
-                f"the run's {s:.2f} ms median unprofiled steady step, over {self.events_per_step:,.0f} recorded "
-                "events per step), and the saving is that step − that step with the fix"
+                + self._faults_text()
+                + f"{self.per_event_us:.2f} µs per recorded host event (the profiled window's {w:.2f} ms mean step − "
+                f"the run's {s:.2f} ms median unprofiled steady step"
+                + (f" − {self.fault_us / 1000:.2f} ms of page faults" if self.fault_us > 0 else "")
+                + f", over {self.events_per_step:,.0f} recorded events per step), and the saving is that step − that "
+                "step with the fix"
             )
         return (
             f"for the unprofiled step ({step_us / 1000:.2f} ms; {self.inflation_text()}): the replayed steps "
@@ -118,6 +148,68 @@ class Unprofiled:
             "per-event overhead could not be estimated (the window is not slower than the unprofiled steps), so "
             "time it does not inflate (sleeps, Python) is scaled too"
         )
+
+
+@dataclass(frozen=True)
+class PageFaults:
+    """The minor page faults the profiled window added: ``extra_per_step`` faults per profiled step beyond an
+    unprofiled one's, ``us_per_fault`` µs each, measured as ``source`` says."""
+
+    extra_per_step: float
+    us_per_fault: float
+    source: str
+
+
+def page_faults(
+    series: Mapping[str, object] | None, run_json: Mapping[str, object] | None, rank: int
+) -> PageFaults | None:
+    """Rank ``rank``'s extra page faults per profiled step (:class:`PageFaults`) from its CPU series
+    (:data:`perfdoctor.capture.run_data.CPU_SERIES`: ``minor_faults`` and ``profiler_phase`` per step,
+    ``steady_start_step``) and its ``fault_probe`` in ``run_json`` (run.json's ``ranks``,
+    :func:`perfdoctor.capture.fault_probe.probe_faults`): the mean over the profiled ("active") steps less the
+    median over the unprofiled steady ones. None where either is missing or the window took no more faults."""
+    ranks = run_json.get("ranks") if run_json is not None else None
+    entry = (
+        next((r for r in ranks if isinstance(r, Mapping) and r.get("rank") == rank), None)
+        if isinstance(ranks, list)
+        else None
+    )
+    probe = entry.get("fault_probe") if entry is not None else None
+    if series is None or not isinstance(probe, Mapping):
+        return None
+    cost = probe.get("us_per_fault")
+    faults, phases = series.get("minor_faults"), series.get("profiler_phase")
+    start = series.get("steady_start_step")
+    if not isinstance(cost, (int, float)) or not cost > 0 or not isinstance(faults, list):
+        return None
+    if not isinstance(phases, list) or len(phases) != len(faults):
+        return None
+    first = start if isinstance(start, int) else 0
+    active = [float(f) for f, ph in zip(faults, phases, strict=True) if ph == "active" and f is not None]
+    steady = [
+        float(f)
+        for i, (f, ph) in enumerate(zip(faults, phases, strict=True))
+        if i >= first and ph == "none" and f is not None
+    ]
+    if not active or not steady:
+        return None
+    extra = float(np.mean(active)) - float(np.median(steady))
+    if not extra > 0:
+        return None
+    return PageFaults(extra, float(cost), "the runner's fault probe")
+
+
+def allocations(tables: TraceTables, pid: int, span: Intervals) -> tuple[np.ndarray, np.ndarray]:
+    """(start µs, bytes) of the CPU allocations process ``pid`` made inside ``span``, sorted by time: its
+    ``[memory]`` events on the CPU (``Device Type`` 0) with positive ``Bytes`` (empty without profile_memory)."""
+    mem = tables.memory
+    if len(mem) == 0:
+        return np.empty(0), np.empty(0)
+    m = (mem["pid"] == pid) & (mem["device_type"] == 0) & (mem["mem_bytes"] > 0)
+    ts, nbytes = mem["ts_us"][m], mem["mem_bytes"][m].astype(np.float64)
+    inside = iv.containing(ts, span) >= 0
+    order = np.argsort(ts[inside], kind="stable")
+    return ts[inside][order], nbytes[inside][order]
 
 
 def host_events(tables: TraceTables, pid: int, span: Intervals) -> np.ndarray:
@@ -144,39 +236,59 @@ def host_op_time(tables: TraceTables, pid: int, span: Intervals) -> Intervals:
     return iv.intersect(iv.union_of(*parts), span) if parts else iv.EMPTY
 
 
-def overhead_cut(starts_us: np.ndarray, per_event_us: float) -> Intervals:
-    """Host time (µs intervals) that ``per_event_us`` at each event starting at ``starts_us`` (sorted) occupies.
+def overhead_cut(starts_us: np.ndarray, per_event_us: float | np.ndarray) -> Intervals:
+    """Host time (µs intervals) that ``per_event_us`` (one figure, or one per event) at each event starting at
+    ``starts_us`` (sorted) occupies.
 
     Each event's overhead is cut from its start on; where events start closer together than that (an op and the
-    op it calls), the next cut begins where the previous one ended, so every event loses exactly
-    ``per_event_us``: cut ``i`` ends at ``c_i = max(ts_i, c_{i-1}) + o = (i + 1)·o + max_{j≤i}(ts_j − j·o)``.
+    op it calls), the next cut begins where the previous one ended, so every event loses exactly its ``d_i``: cut
+    ``i`` ends at ``c_i = max(ts_i, c_{i-1}) + d_i = D_i + max_{j≤i}(ts_j − D_{j-1})``, ``D_i = Σ_{j≤i} d_j``.
     """
-    if starts_us.size == 0 or per_event_us <= 0:
+    d = np.broadcast_to(np.asarray(per_event_us, dtype=np.float64), starts_us.shape)
+    if starts_us.size == 0 or not (d > 0).any():
         return iv.EMPTY
-    k = np.arange(starts_us.size, dtype=np.float64)
-    ends = (k + 1) * per_event_us + np.maximum.accumulate(starts_us - k * per_event_us)
-    return iv.union(ends - per_event_us, ends)
+    cum = np.cumsum(d)
+    ends = cum + np.maximum.accumulate(starts_us - (cum - d))
+    # each cut starts at its event or where the previous one ended (the same float, so touching cuts merge)
+    begins = np.maximum(starts_us, np.concatenate([[-np.inf], ends[:-1]]))
+    keep = d > 0
+    return iv.union(begins[keep], ends[keep])
 
 
-def remove_overhead(pid: int, starts_us: np.ndarray, per_event_us: float) -> WhatIf:
+def remove_overhead(pid: int, starts_us: np.ndarray, per_event_us: float, fault_us: np.ndarray | None = None) -> WhatIf:
     """The profiled steps without the profiler: ``per_event_us`` cut from process ``pid``'s host timeline at each
-    recorded host event (:func:`overhead_cut`).
+    recorded host event starting at ``starts_us`` (sorted), or where ``fault_us`` is given (µs per entry of
+    ``starts_us``, which then holds the allocations too), ``per_event_us`` at each entry with no fault share and
+    its fault share at each allocation (:func:`overhead_cut`).
 
-    Assumption: every recorded event costs the host the same time, measured as (W − S) / N; device work is not
-    inflated. Source: the run's own steps (window mean W, unprofiled steady median S, N events per step).
+    Assumption: every recorded event costs the host the same time, measured as (W − S − F) / N, and the window's
+    extra page faults cost the allocations in proportion to their bytes; device work is not inflated. Source: the
+    run's own steps (window mean W, unprofiled steady median S, N events per step, F of page faults).
     """
-    cut = overhead_cut(starts_us, per_event_us)
+    if fault_us is None:
+        d: float | np.ndarray = per_event_us
+        what = f"the profiler's {per_event_us:.2f} µs per recorded host event removed"
+    else:
+        d = np.where(fault_us > 0, fault_us, per_event_us)
+        what = (
+            f"the profiler's {per_event_us:.2f} µs per recorded host event removed, and its extra page faults "
+            f"({float(fault_us.sum()) / 1000:.2f} ms over the analysed steps) from the allocations"
+        )
+    cut = overhead_cut(starts_us, d)
     return WhatIf(
         "remove-profiler-overhead",
         Scenario("remove-profiler-overhead", host_cut={pid: cut} if cut[0].size else {}, peers_move=True),
-        f"the profiler's {per_event_us:.2f} µs per recorded host event removed",
+        what,
         "the run's profiled window vs its unprofiled steady steps",
     )
 
 
-def unprofiled(rr: RankReplay, tables: TraceTables, steady_step_us: float) -> Unprofiled | None:
+def unprofiled(
+    rr: RankReplay, tables: TraceTables, steady_step_us: float, faults: PageFaults | None = None
+) -> Unprofiled | None:
     """How ``rr``'s (:class:`~perfdoctor.replay.rank.RankReplay`) savings are stated for the unprofiled step of
-    median ``steady_step_us`` (µs, ``S``); None without analysed steps or without ``S``.
+    median ``steady_step_us`` (µs, ``S``); None without analysed steps or without ``S``. ``faults``: the extra page
+    faults the window took (:func:`page_faults`), cut from the allocations (the module docstring).
 
     ``"overhead"`` when the window is slower than ``S`` and the step's process recorded host events, else
     ``"scaled"`` (the module docstring).
@@ -188,14 +300,25 @@ def unprofiled(rr: RankReplay, tables: TraceTables, steady_step_us: float) -> Un
         return None
     window = float(rr.recorded_step_us.mean())
     span = step_span(rr)
-    starts = host_events(tables, rr.windows.pid, span)
+    pid = rr.windows.pid
+    starts = host_events(tables, pid, span)
     per_step = starts.size / n_steps
-    ops = host_op_time(tables, rr.windows.pid, span)
+    ops = host_op_time(tables, pid, span)
     ops_us = float((ops[1] - ops[0]).sum()) / n_steps
     if window <= steady_step_us or per_step == 0:
         return Unprofiled("scaled", window, steady_step_us, per_step, 0.0, None, ops_us, ops_us)
-    per_event = (window - steady_step_us) / per_step
-    cut = iv.intersect(overhead_cut(starts, per_event), ops)
+    fault_us, fault_cut = 0.0, None
+    alloc_ts, alloc_bytes = allocations(tables, pid, span) if faults is not None else (np.empty(0), np.empty(0))
+    if faults is not None and alloc_bytes.sum() > 0:
+        # F per step, at most the window's whole excess, shared by the allocations by their bytes
+        fault_us = min(faults.extra_per_step * faults.us_per_fault, window - steady_step_us)
+        order = np.argsort(np.concatenate([starts, alloc_ts]), kind="stable")
+        shares = alloc_bytes / alloc_bytes.sum() * fault_us * n_steps
+        fault_cut = np.concatenate([np.zeros(starts.size), shares])[order]
+        starts = np.concatenate([starts, alloc_ts])[order]
+    per_event = (window - steady_step_us - fault_us) / per_step
+    d = per_event if fault_cut is None else np.where(fault_cut > 0, fault_cut, per_event)
+    cut = iv.intersect(overhead_cut(starts, d), ops)
     removed_us = float((cut[1] - cut[0]).sum()) / n_steps
     return Unprofiled(
         "overhead",
@@ -203,7 +326,9 @@ def unprofiled(rr: RankReplay, tables: TraceTables, steady_step_us: float) -> Un
         steady_step_us,
         per_step,
         per_event,
-        remove_overhead(rr.windows.pid, starts, per_event),
+        remove_overhead(pid, starts, per_event, fault_cut),
         ops_us,
         ops_us - removed_us,
+        faults if fault_cut is not None else None,
+        fault_us,
     )

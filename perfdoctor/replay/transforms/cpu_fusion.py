@@ -161,12 +161,13 @@ _MATH = re.compile(
 
 
 def _arithmetic_us(
-    tables: TraceTables, ops: Table, chain: np.ndarray, bandwidth: Bandwidth, per_event_us: float, floor_us: float
+    tables: TraceTables, ops: Table, chain: np.ndarray, bandwidth: Bandwidth, overhead: Intervals, floor_us: float
 ) -> float:
     """The arithmetic a fused chain keeps (µs): for each op of the chain whose math sets its time (:data:`_MATH`:
-    transcendentals, powers, divisions and their backward), its recorded time less the profiler's overhead on the
-    events inside it (``per_event_us`` each, a profile run's measured figure), its dispatch (``floor_us``) and its
-    own bytes at ``bandwidth``; the other ops' (``mul``, ``add``: one instruction per element) is traffic only."""
+    transcendentals, powers, divisions and their backward), its recorded time less the profiler's overhead inside
+    it (``overhead``: the host time a profile run's unprofiled step cuts, µs intervals; per-event overhead and
+    page faults, :mod:`perfdoctor.replay.unprofiled`), its dispatch (``floor_us``) and its own bytes at
+    ``bandwidth``; the other ops' (``mul``, ``add``: one instruction per element) is traffic only."""
     names = tables.names
     total = 0.0
     for row in chain.tolist():
@@ -177,13 +178,24 @@ def _arithmetic_us(
             continue
         nbytes = sum(io[0]) + io[1]
         s, e = float(ops["ts_us"][row]), float(ops["end_us"][row])
-        # ``ops`` is sorted by thread, then start (:func:`_thread_ops`): the op and those starting inside it on its
-        # thread are the rows from ``row`` up to the first later start at or after its end, on the same thread
-        tid = ops["tid"][row]
-        stop = int(np.searchsorted(ops["tid"], tid, side="right"))
-        events = int(np.searchsorted(ops["ts_us"][row:stop], e, side="left"))
-        total += max(e - s - events * per_event_us - floor_us - nbytes / bandwidth.bytes_per_s * 1e6, 0.0)
+        profiler = iv.total(iv.intersect(overhead, iv.union(np.array([s]), np.array([e]))))
+        total += max(e - s - profiler - floor_us - nbytes / bandwidth.bytes_per_s * 1e6, 0.0)
     return total
+
+
+def _kept_until(start_us: float, kept_us: float, overhead: Intervals) -> float:
+    """The time (µs) from ``start_us`` at which ``kept_us`` of the unprofiled step has passed: host time the
+    unprofiled step cuts (``overhead``, sorted µs intervals) does not count, so a fused op keeps ``kept_us`` in
+    that step whatever the profiler's cuts inside its span."""
+    pos, left = start_us, kept_us
+    starts, ends = overhead
+    for i in range(int(np.searchsorted(ends, start_us, side="right")), starts.size):
+        a, b = float(starts[i]), float(ends[i])
+        if a - pos >= left:
+            break
+        left -= max(a - pos, 0.0)
+        pos = max(pos, b)
+    return pos + left
 
 
 def _broadcast(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
@@ -231,7 +243,7 @@ def fuse_elementwise_chains(rr: RankReplay, tables: TraceTables, bandwidth: Band
     n_chains = n_ops = uncosted = 0
     breaks = _breaks_chain(tables)[ops["name_id"]] if len(ops) else np.zeros(0, dtype=bool)
     u = rr.unprofiled
-    per_event = u.per_event_us if u is not None and u.whatif is not None else 0.0
+    overhead = u.whatif.scenario.host_cut.get(pid, iv.EMPTY) if u is not None and u.whatif is not None else iv.EMPTY
     arith_total = 0.0
     for chain in elementwise_chains(ops, ew, breaks):
         s0, e1 = float(ops["ts_us"][chain[0]]), float(ops["end_us"][chain[-1]])
@@ -243,10 +255,12 @@ def fuse_elementwise_chains(rr: RankReplay, tables: TraceTables, bandwidth: Band
         if nbytes is None:
             uncosted += 1
             continue
-        arith = _arithmetic_us(tables, ops, chain, bandwidth, per_event, d)
+        arith = _arithmetic_us(tables, ops, chain, bandwidth, overhead, d)
         fused_us = nbytes / bandwidth.bytes_per_s * 1e6 + arith + d
-        if fused_us < e1 - s0:
-            cut_s.append(s0 + fused_us)
+        # the fused op keeps fused_us of the step the saving is stated for: past the profiler's cuts in its span
+        until = _kept_until(s0, fused_us, overhead)
+        if until < e1:
+            cut_s.append(until)
             cut_e.append(e1)
             n_chains += 1
             n_ops += chain.size

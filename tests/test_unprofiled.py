@@ -193,6 +193,8 @@ def test_page_faults_are_cut_from_the_allocations_by_their_bytes(tmp_path: Path)
     assert (410.0, 410.0 + o + 30.0) in [pytest.approx(x) for x in zip(starts, ends)]
     rr.unprofiled = u
     assert rr.base_step_us == pytest.approx(910.0)  # the unprofiled step is still S
+    d = rr.unprofiled_dict()
+    assert d is not None and (d["fault_us"], d["extra_faults_per_step"], d["us_per_fault"]) == (60.0, 60.0, 1.0)
     text = u.text(910.0)
     assert "0.06 ms per step of page faults (60 more minor faults per profiled step" in text
     assert "× 1.00 µs each" in text and "6.67 µs per recorded host event" in text
@@ -200,3 +202,23 @@ def test_page_faults_are_cut_from_the_allocations_by_their_bytes(tmp_path: Path)
     capped = unprofiled(rr, tables, 910.0, PageFaults(1000.0, 1.0, "a test"))
     assert capped is not None and capped.fault_us == pytest.approx(90.0) and capped.per_event_us == 0.0
     assert "(capped at the window's whole excess)" in capped.text(910.0)
+
+
+def test_a_faults_cost_is_the_runs_own_slope_where_its_steps_spread_faults() -> None:
+    # unprofiled steps 2-11 alternate 0 and 4,000 faults, each step 20 ms + 1.5 µs a fault (26 ms with faults),
+    # but step 7 runs 80 ms (a stall the Theil–Sen slope ignores); steps 12-13 profiled with 3,000 faults each;
+    # steps 0-1 (left out of the fit) 0 faults at 900 ms. Extra per profiled step: 3,000 − median of the steady
+    # steps from 4 (0, 4000, 0, 4000, 0, 4000, 0, 4000 → 2,000) = 1,000
+    faults: list[float | None] = [0, 0] + [0 if i % 2 == 0 else 4000 for i in range(2, 12)] + [3000, 3000]
+    durations = [0.9, 0.9] + [0.020 + 1.5e-6 * f for f in faults[2:12]] + [0.05, 0.05]  # type: ignore[operator]
+    durations[7] = 0.080
+    series = _series(faults, ["none"] * 12 + ["active"] * 2, 4)
+    series["duration_s"] = durations
+    f = page_faults(series, _run_json(2.6), 0)
+    assert f is not None and f.extra_per_step == pytest.approx(1000.0)
+    assert f.us_per_fault == pytest.approx(1.5) and "slope of the run's 10 unprofiled steps" in f.source
+    # too little spread (every step 4,000 faults): the probe's 2.6 µs
+    flat = _series([4000.0] * 12 + [6000.0, 6000.0], ["none"] * 12 + ["active"] * 2)
+    flat["duration_s"] = [0.02] * 14
+    g = page_faults(flat, _run_json(2.6), 0)
+    assert g is not None and g.us_per_fault == 2.6 and g.source == "the runner's fault probe"

@@ -232,6 +232,9 @@ class RankReplay:
             "text": u.text(step),
             "host_op_window_us": u.host_op_window_us,
             "host_op_unprofiled_us": u.host_op_unprofiled_us,
+            "fault_us": u.fault_us,
+            "extra_faults_per_step": u.faults.extra_per_step if u.faults is not None else 0.0,
+            "us_per_fault": u.faults.us_per_fault if u.faults is not None else 0.0,
         }
 
 

@@ -223,8 +223,10 @@ def fuse_elementwise_chains(rr: RankReplay, tables: TraceTables, bandwidth: Band
     chains touching ``keep_out`` (µs intervals: the optimizer's and the DataLoader's ops, other fixes') too.
 
     The fused op also keeps the arithmetic of the chain's math-bound ops (:func:`_arithmetic_us`: a ``tanh``, ``pow``
-    or ``div`` costs its instructions in a fused loop too; the profiler's overhead on their events, a profile run's
-    ``rr.unprofiled`` figure, is not counted as arithmetic).
+    or ``div`` costs its instructions in a fused loop too; the profiler's overhead inside them, the host time a
+    profile run's ``rr.unprofiled`` step cuts (per-event overhead and the window's extra page faults), is not counted
+    as arithmetic). The fused op keeps its cost in that step: its span ends once that much time outside those cuts
+    has passed (:func:`_kept_until`), so a chain whose profiled span is mostly the profiler's is not cut twice.
 
     Assumption: the fused loop streams its tensors once at the machine's memory bandwidth (a tensor that stays in
     cache moves faster, so the cost is an upper bound on the fused op's time) and computes what the math-bound ops

@@ -147,9 +147,9 @@ def _run_json(us_per_fault: float | None) -> dict[str, object]:
     return {"ranks": [{"rank": 0, "fault_probe": probe}]}
 
 
-def test_page_faults_are_the_windows_extra_over_the_unprofiled_steps() -> None:
-    # active steps 1000, 3000 → mean 2000; steady unprofiled steps from step 2: 0, 100, 50 (median 50; step 0's
-    # 9000, before the steady start, is left out) → 1950 extra per profiled step
+def test_page_faults_are_the_windows_extra_over_the_steps_before_it() -> None:
+    # active steps 1000, 3000 → mean 2000; the five unprofiled steps before the window: 9000, 7, 0, 100, 50 (median
+    # 50) → 1950 extra per profiled step
     series = _series([9000, 7, 0, 100, 50, 1000, 3000], ["none", "none", "none", "none", "none", "active", "active"], 2)
     f = page_faults(series, _run_json(2.5), 0)
     assert f is not None and f.extra_per_step == pytest.approx(1950.0) and f.us_per_fault == 2.5
@@ -158,6 +158,14 @@ def test_page_faults_are_the_windows_extra_over_the_unprofiled_steps() -> None:
     assert page_faults(_series([None] * 7, series["profiler_phase"]), _run_json(2.5), 0) is None  # not counted
     fewer = _series([500, 500, 100, 100], ["none", "none", "active", "active"])
     assert page_faults(fewer, _run_json(2.5), 0) is None  # the window took no more
+    # warm-up steps (the profiler on, not recording) are the baseline where there are three: 3,500 faults a step
+    # there and in the window, none after it (the allocator's state changed after the window): no extra
+    state = _series(
+        [3500, 3500, 3500, 3500, 3500, 3500, 3500, 0, 0, 0, 0],
+        ["none", "none", "warmup", "warmup", "warmup", "active", "active", "none", "none", "none", "none"],
+        7,
+    )
+    assert page_faults(state, _run_json(2.5), 0) is None
 
 
 def test_page_faults_are_cut_from_the_allocations_by_their_bytes(tmp_path: Path) -> None:
@@ -206,16 +214,16 @@ def test_page_faults_are_cut_from_the_allocations_by_their_bytes(tmp_path: Path)
 
 def test_a_faults_cost_is_the_runs_own_slope_where_its_steps_spread_faults() -> None:
     # unprofiled steps 2-11 alternate 0 and 4,000 faults, each step 20 ms + 1.5 µs a fault (26 ms with faults),
-    # but step 7 runs 80 ms (a stall the Theil–Sen slope ignores); steps 12-13 profiled with 3,000 faults each;
-    # steps 0-1 (left out of the fit) 0 faults at 900 ms. Extra per profiled step: 3,000 − median of the steady
-    # steps from 4 (0, 4000, 0, 4000, 0, 4000, 0, 4000 → 2,000) = 1,000
-    faults: list[float | None] = [0, 0] + [0 if i % 2 == 0 else 4000 for i in range(2, 12)] + [3000, 3000]
-    durations = [0.9, 0.9] + [0.020 + 1.5e-6 * f for f in faults[2:12]] + [0.05, 0.05]  # type: ignore[operator]
+    # but step 7 runs 80 ms (a stall the Theil–Sen slope ignores); steps 12-14 warm-up with 500 faults each, 15-16
+    # profiled with 3,000; steps 0-1 (left out of the fit) 0 faults at 900 ms. Extra per profiled step: 3,000 − the
+    # warm-up's 500 = 2,500
+    faults: list[float | None] = [0, 0] + [0 if i % 2 == 0 else 4000 for i in range(2, 12)] + [500] * 3 + [3000] * 2
+    durations = [0.9, 0.9] + [0.020 + 1.5e-6 * f for f in faults[2:12]] + [0.03] * 3 + [0.05] * 2  # type: ignore[operator]
     durations[7] = 0.080
-    series = _series(faults, ["none"] * 12 + ["active"] * 2, 4)
+    series = _series(faults, ["none"] * 12 + ["warmup"] * 3 + ["active"] * 2, 4)
     series["duration_s"] = durations
     f = page_faults(series, _run_json(2.6), 0)
-    assert f is not None and f.extra_per_step == pytest.approx(1000.0)
+    assert f is not None and f.extra_per_step == pytest.approx(2500.0)
     assert f.us_per_fault == pytest.approx(1.5) and "slope of the run's 10 unprofiled steps" in f.source
     # too little spread (every step 4,000 faults): the probe's 2.6 µs
     flat = _series([4000.0] * 12 + [6000.0, 6000.0], ["none"] * 12 + ["active"] * 2)

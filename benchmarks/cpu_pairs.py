@@ -2,7 +2,8 @@
 several runs per side (``python benchmarks/replay_pairs.py --cpu`` prints them after the GPU pairs).
 
 Each pair is one problem flag on ("before") and off ("after"), same process settings (``OMP_NUM_THREADS=1``, so the
-only threads are the ones a pair asks for). A larger-batch pair's "after" level is per step of the "before" side's
+only threads are the ones a pair asks for; glibc's allocator thresholds fixed, :data:`MALLOC_FIXED`, so its state
+does not flip between runs). A larger-batch pair's "after" level is per step of the "before" side's
 batch (÷ how many of its batches one "after" step holds), as PD201 states its saving. Runs come in blocks of two,
 the sides alternating in order (A B, B A, A B, ...: a counterbalanced design), so a drift of the shared machine hits
 both sides and a steady drift cancels over two blocks. Per run, its level is the median of its unprofiled steady
@@ -248,12 +249,19 @@ CPU_PAIRS = [
 ]
 
 
+# glibc's allocator with fixed thresholds (mallopt M_MMAP_THRESHOLD, M_TRIM_THRESHOLD): left to adjust themselves,
+# a run's 196 KB-1 MB tensors are mapped fresh (a minor fault per page) until glibc raises the mmap threshold, at a
+# moment that differs between runs, so one side's unprofiled steps fault in one run and not the next
+# (examples/mlp.py --head-loop 96: 27.3 ms steps with 3,500 faults, 21.8 ms without, in one run). Fixed, the
+# unprofiled steps reuse freed memory and do not fault; the profiled window still does (what the replay removes)
+MALLOC_FIXED = (("MALLOC_MMAP_THRESHOLD_", str(1 << 30)), ("MALLOC_TRIM_THRESHOLD_", str(1 << 34)))
+
+
 def _profile(out: Path, flags: list[str], steps: int, env: tuple[tuple[str, str], ...] = ()) -> RunData:
     cmd = [sys.executable, "-m", "perfdoctor", "profile", str(REPO / "examples" / "mlp.py"), "--steps", str(steps)]
     cmd += ["--out", str(out), "--no-report", "--", *flags]
-    subprocess.run(
-        cmd, check=True, capture_output=True, timeout=900, env={**os.environ, "OMP_NUM_THREADS": "1", **dict(env)}
-    )
+    env_all = {**os.environ, "OMP_NUM_THREADS": "1", **dict(MALLOC_FIXED), **dict(env)}
+    subprocess.run(cmd, check=True, capture_output=True, timeout=900, env=env_all)
     return load_run_dir(out)
 
 

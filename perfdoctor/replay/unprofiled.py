@@ -17,12 +17,13 @@ profiler does not inflate (a sleep, a DataLoader fetch, Python between ops) keep
 **Page faults** (a run that counted them: ``steps.csv`` ``minor_faults``, ``run.json`` ``fault_probe``): the profiler
 also changes how the C allocator reuses memory, so the window's steps can take many more minor page faults than the
 unprofiled ones (a fresh page mapped and zeroed on first write: examples/mlp.py --norm hand, 1 MB activations:
-about 20,000 extra faults per profiled step, 0 unprofiled, a 75 ms window for a 34 ms step). Those
-``ΔF`` extra faults per step cost ``c`` µs each (the runner's probe, :mod:`perfdoctor.capture.fault_probe`), at
-most the window's whole excess: ``F = min(ΔF·c, W − S)``. ``F`` is cut from the ops that allocate, in proportion
-to the bytes each allocation asks for (its ``[memory]`` event, CPU allocations of the step's process), and the
-per-event overhead takes the rest: ``o = (W − S − F) / N``. Without the counts or without ``[memory]`` events,
-``F = 0``.
+15,000-27,000 faults per profiled step, 0-256 in the warm-up steps before it, a 69 ms window for a 30 ms step).
+Those ``ΔF`` extra faults per step (the window's beyond the steps just before it, :func:`page_faults`) cost ``c``
+µs each (the run's own unprofiled steps' slope of time on faults where they spread enough, else the runner's probe,
+:mod:`perfdoctor.capture.fault_probe`), at most the window's whole excess: ``F = min(ΔF·c, W − S)``. ``F`` is
+cut from the ops that allocate, in proportion to the bytes each allocation asks for (its ``[memory]`` event, CPU
+allocations of the step's process), and the per-event overhead takes the rest: ``o = (W − S − F) / N``. Without
+the counts or without ``[memory]`` events, ``F = 0``.
 
 **The inflation, per category of time** (stated with every saving): the step ``W / S``; host op time (the union of
 the process's CPU ops and runtime calls in the analysed steps) recorded vs with the per-event overhead cut from it,

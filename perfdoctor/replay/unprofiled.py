@@ -304,26 +304,18 @@ def overhead_cut(starts_us: np.ndarray, per_event_us: float | np.ndarray) -> Int
     return iv.union(begins[keep], ends[keep])
 
 
-def remove_overhead(pid: int, starts_us: np.ndarray, per_event_us: float, fault_us: np.ndarray | None = None) -> WhatIf:
-    """The profiled steps without the profiler: ``per_event_us`` cut from process ``pid``'s host timeline at each
-    recorded host event starting at ``starts_us`` (sorted), or where ``fault_us`` is given (µs per entry of
-    ``starts_us``, which then holds the allocations too), ``per_event_us`` at each entry with no fault share and
-    its fault share at each allocation (:func:`overhead_cut`).
+def remove_overhead(pid: int, cut: Intervals, per_event_us: float, fault_us: float = 0.0) -> WhatIf:
+    """The profiled steps without the profiler: ``cut`` (µs intervals, :func:`overhead_cut` of the recorded host
+    events at ``per_event_us`` each and, where the run counted page faults, of the allocations at their share of
+    ``fault_us``, µs over the analysed steps) removed from process ``pid``'s host timeline.
 
     Assumption: every recorded event costs the host the same time, measured as (W − S − F) / N, and the window's
     extra page faults cost the allocations in proportion to their bytes; device work is not inflated. Source: the
     run's own steps (window mean W, unprofiled steady median S, N events per step, F of page faults).
     """
-    if fault_us is None:
-        d: float | np.ndarray = per_event_us
-        what = f"the profiler's {per_event_us:.2f} µs per recorded host event removed"
-    else:
-        d = np.where(fault_us > 0, fault_us, per_event_us)
-        what = (
-            f"the profiler's {per_event_us:.2f} µs per recorded host event removed, and its extra page faults "
-            f"({float(fault_us.sum()) / 1000:.2f} ms over the analysed steps) from the allocations"
-        )
-    cut = overhead_cut(starts_us, d)
+    what = f"the profiler's {per_event_us:.2f} µs per recorded host event removed"
+    if fault_us > 0:
+        what += f", and its extra page faults ({fault_us / 1000:.2f} ms over the analysed steps) from the allocations"
     return WhatIf(
         "remove-profiler-overhead",
         Scenario("remove-profiler-overhead", host_cut={pid: cut} if cut[0].size else {}, peers_move=True),
@@ -367,7 +359,8 @@ def unprofiled(
         starts = np.concatenate([starts, alloc_ts])[order]
     per_event = (window - steady_step_us - fault_us) / per_step
     d = per_event if fault_cut is None else np.where(fault_cut > 0, fault_cut, per_event)
-    cut = iv.intersect(overhead_cut(starts, d), ops)
+    whole = overhead_cut(starts, d)
+    cut = iv.intersect(whole, ops)
     removed_us = float((cut[1] - cut[0]).sum()) / n_steps
     return Unprofiled(
         "overhead",
@@ -375,7 +368,7 @@ def unprofiled(
         steady_step_us,
         per_step,
         per_event,
-        remove_overhead(pid, starts, per_event, fault_cut),
+        remove_overhead(pid, whole, per_event, fault_us * n_steps if fault_cut is not None else 0.0),
         ops_us,
         ops_us - removed_us,
         faults if fault_cut is not None else None,

@@ -183,15 +183,16 @@ def _arithmetic_us(
     return total
 
 
-def _kept_until(start_us: float, kept_us: float, overhead: Intervals) -> float:
+def _kept_until(start_us: float, kept_us: float, overhead: Intervals, end_us: float) -> float:
     """The time (µs) from ``start_us`` at which ``kept_us`` of the unprofiled step has passed: host time the
     unprofiled step cuts (``overhead``, sorted µs intervals) does not count, so a fused op keeps ``kept_us`` in
-    that step whatever the profiler's cuts inside its span."""
+    that step whatever the profiler's cuts inside its span. At least ``end_us`` once it is past the chain's end
+    (``end_us``: nothing is cut then, and the cuts after the chain are not walked)."""
     pos, left = start_us, kept_us
     starts, ends = overhead
     for i in range(int(np.searchsorted(ends, start_us, side="right")), starts.size):
         a, b = float(starts[i]), float(ends[i])
-        if a - pos >= left:
+        if a - pos >= left or pos >= end_us:
             break
         left -= max(a - pos, 0.0)
         pos = max(pos, b)
@@ -260,7 +261,7 @@ def fuse_elementwise_chains(rr: RankReplay, tables: TraceTables, bandwidth: Band
         arith = _arithmetic_us(tables, ops, chain, bandwidth, overhead, d)
         fused_us = nbytes / bandwidth.bytes_per_s * 1e6 + arith + d
         # the fused op keeps fused_us of the step the saving is stated for: past the profiler's cuts in its span
-        until = _kept_until(s0, fused_us, overhead)
+        until = _kept_until(s0, fused_us, overhead, e1)
         if until < e1:
             cut_s.append(until)
             cut_e.append(e1)

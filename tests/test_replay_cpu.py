@@ -164,3 +164,16 @@ def test_a_fused_chain_keeps_its_math_bound_ops_arithmetic(tmp_path: Path) -> No
     assert fusion.fused == 1
     assert _saving(rr, fusion.whatif) == pytest.approx([110.0])
     assert "the arithmetic of their math-bound ops (tanh, pow, div...: 0.68 ms" in fusion.whatif.assumption
+
+
+def test_a_fused_op_keeps_its_cost_past_the_profilers_cuts() -> None:
+    # cuts [10, 15) and [20, 30): from 0, 12 µs of the unprofiled step pass at 17 (10 before the first cut, 2 after
+    # it); with no cut, at 12; a chain ending at 12 stops the walk once past it (17, not cut)
+    from perfdoctor.replay.transforms.cpu_fusion import _kept_until
+
+    cuts = (np.array([10.0, 20.0]), np.array([15.0, 30.0]))
+    assert _kept_until(0.0, 12.0, cuts, 100.0) == 17.0
+    assert _kept_until(0.0, 12.0, (np.empty(0), np.empty(0)), 100.0) == 12.0
+    assert _kept_until(0.0, 12.0, cuts, 12.0) == 17.0
+    # 8 µs from 12, inside the cut [10, 15): the time passes from 15, 5 µs before 20, the other 3 after 30 → 33
+    assert _kept_until(12.0, 8.0, cuts, 100.0) == 33.0

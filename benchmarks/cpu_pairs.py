@@ -289,13 +289,14 @@ def _predict(run: RunData, pair: CpuPair) -> tuple[float, float, str, str]:
     the unprofiled step's method) of the fix on a "before" run (µs)."""
     trace = sorted(run.path.glob("trace.rank*.pt.trace.json.gz"))[0]
     t = load_trace(str(trace))
-    rr = replay_rank(t, find_steps(t))
+    steps = find_steps(t)
+    rr = replay_rank(t, steps)
     inputs = rank_inputs(run)
     steady_s = inputs.step_time_s.get(0)
     # as the report does (perfdoctor.jobs.rank_stage): the unprofiled step, with the window's extra page faults, is
     # known before any what-if is built
     faults = page_faults(inputs.cpu.get(0), run.run, 0)
-    rr.unprofiled = unprofiled(rr, t, steady_s * 1e6, faults) if steady_s else None
+    rr.unprofiled = unprofiled(rr, t, steady_s * 1e6, faults, steps.numbers) if steady_s else None
     w = pair.transform(rr, t, run)
     window = float((rr.recorded_step_us - rr.step_times(w.scenario)).mean())
     saving = float((rr.fixed_step_times([]) - rr.fixed_step_times([w])).mean())

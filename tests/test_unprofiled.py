@@ -12,7 +12,7 @@ from tracebuilder import TraceBuilder
 from perfdoctor.analysis.steps.steps import find_steps
 from perfdoctor.replay.rank import RankReplay, replay_rank
 from perfdoctor.replay.transforms.cpu import trim_python_outside_ops
-from perfdoctor.replay.unprofiled import PageFaults, overhead_cut, page_faults, unprofiled
+from perfdoctor.replay.unprofiled import PageFaults, op_excess, overhead_cut, page_faults, unprofiled
 from perfdoctor.trace import load_trace
 from perfdoctor.trace.tables import TraceTables
 
@@ -153,6 +153,12 @@ def test_page_faults_are_the_windows_extra_over_the_steps_before_it() -> None:
     series = _series([9000, 7, 0, 100, 50, 1000, 3000], ["none", "none", "none", "none", "none", "active", "active"], 2)
     f = page_faults(series, _run_json(2.5), 0)
     assert f is not None and f.extra_per_step == pytest.approx(1950.0) and f.us_per_fault == 2.5
+    # each profiled step's own extra, by the row's index where steps.csv's step column is not handed over, else by
+    # the step number (1000 − 50, 3000 − 50)
+    assert dict(f.by_step) == {5: pytest.approx(950.0), 6: pytest.approx(2950.0)}
+    numbered = {**series, "step": [10, 11, 12, 13, 14, 15, 16]}
+    g = page_faults(numbered, _run_json(2.5), 0)
+    assert g is not None and dict(g.by_step) == {15: pytest.approx(950.0), 16: pytest.approx(2950.0)}
     assert page_faults(series, _run_json(None), 0) is None  # no probe
     assert page_faults(series, _run_json(2.5), 1) is None  # no entry for rank 1
     assert page_faults(_series([None] * 7, series["profiler_phase"]), _run_json(2.5), 0) is None  # not counted
@@ -168,48 +174,70 @@ def test_page_faults_are_the_windows_extra_over_the_steps_before_it() -> None:
     assert page_faults(state, _run_json(2.5), 0) is None
 
 
-def test_page_faults_are_cut_from_the_allocations_by_their_bytes(tmp_path: Path) -> None:
-    """The two-step trace with two CPU allocations in step 1: 3 MB at 200 (inside aten::addmm) and 1 MB at 410
-    (inside aten::relu), and a CUDA one (left out). W = 1000, S = 910; 60 extra faults per profiled step at 1 µs:
-    F = 60 µs per step, 120 over the two steps: 90 µs at 200, 30 at 410; o = (1000 − 910 − 60) / 4.5 = 6.667 µs."""
+def _same_ops_twice(tmp_path: Path) -> tuple[RankReplay, TraceTables, np.ndarray]:
+    """Two 1000 µs steps of the same ops: step 1 aten::mul [100, 400) and aten::add [500, 700) on [1024, 256]
+    inputs, step 2 the same ops in 100 and 150 µs (at 1100 and 1500), and a mul on other shapes in step 1 only
+    (seen once: no excess). Excess over the fastest of the same op and shapes: step 1's mul 200, add 50; step 2
+    none. 7 host events (the markers and the ops), 3.5 a step."""
     tb = TraceBuilder(device_name=None)
+    big, other = [[1024, 256], [1024, 256]], [[8, 8], [8, 8]]
     tb.step(1, 0, 1000)
-    tb.annotation(DL, 0, 200)
-    tb.cpu_op("aten::stack", 150, 40)
-    tb.cpu_op("aten::addmm", 200, 200)
-    tb.memory(200, 3_000_000, 3_000_000, 3_000_000, device=-1, device_type=0)
-    tb.cpu_op("aten::relu", 410, 190)
-    tb.memory(410, 1_000_000, 4_000_000, 4_000_000, device=-1, device_type=0)
-    tb.memory(420, 8_000_000, 8_000_000, 8_000_000, device=0, device_type=1)
-    tb.cpu_op("aten::mm", 610, 90)
+    tb.cpu_op("aten::mul", 100, 300, input_dims=big)
+    tb.cpu_op("aten::add", 500, 200, input_dims=big)
+    tb.cpu_op("aten::mul", 800, 100, input_dims=other)
     tb.step(2, 1000, 1000)
-    tb.cpu_op("aten::addmm", 1000, 400)
-    tb.cpu_op("aten::add", 1410, 580)
+    tb.cpu_op("aten::mul", 1100, 100, input_dims=big)
+    tb.cpu_op("aten::add", 1500, 150, input_dims=big)
     tables = load_trace(str(tb.write(tmp_path / "t.json")))
-    rr = replay_rank(tables, find_steps(tables))
-    faults = PageFaults(60.0, 1.0, "a test")
-    u = unprofiled(rr, tables, 910.0, faults)
-    assert u is not None and u.fault_us == pytest.approx(60.0)
-    assert u.per_event_us == pytest.approx(30.0 / 4.5)
+    steps = find_steps(tables)
+    return replay_rank(tables, steps), tables, steps.numbers
+
+
+def test_op_excess_is_self_time_over_the_fastest_of_the_same_op_and_shapes(tmp_path: Path) -> None:
+    rr, tables, _ = _same_ops_twice(tmp_path)
+    start, end, excess = op_excess(tables, rr.windows.pid, (np.array([0.0]), np.array([2000.0])))
+    got = {(float(s), float(e)): float(x) for s, e, x in zip(start, end, excess, strict=True)}
+    assert got == {(100.0, 400.0): 200.0, (500.0, 700.0): 50.0, (800.0, 900.0): 0.0, (1100.0, 1200.0): 0.0,
+                   (1500.0, 1650.0): 0.0}  # fmt: skip
+
+
+def test_page_faults_are_cut_from_each_steps_ops_that_ran_long(tmp_path: Path) -> None:
+    """W = 1000 (both steps), S = 850: 150 µs over a step. 1 µs a fault; step 1 took 100 extra faults, step 2 took
+    30 but no op of it ran long (its excess 0): F = (100 + 0) / 2 = 50 µs per step, step 1's 100 µs shared 4:1 by
+    the mul (80, cut at its end: [320, 400)) and the add (20: [680, 700)); o = (150 − 50) / 3.5 = 28.57 µs."""
+    rr, tables, numbers = _same_ops_twice(tmp_path)
+    faults = PageFaults(65.0, 1.0, "a test", {1: 100.0, 2: 30.0})
+    u = unprofiled(rr, tables, 850.0, faults, numbers)
+    assert u is not None and u.fault_us == pytest.approx(50.0)
+    o = 100.0 / 3.5
+    assert u.per_event_us == pytest.approx(o)
     assert u.whatif is not None
-    cut = u.whatif.scenario.host_cut[rr.windows.pid]
-    o = 30.0 / 4.5
-    # events at 200 (the op) and the allocation at 200: o then 90 µs → [200, 296.67); at 410 the op's o and the
-    # allocation's 30 → [410, 446.67)
-    starts, ends = cut[0].tolist(), cut[1].tolist()
-    assert (200.0, 200.0 + o + 90.0) in [pytest.approx(x) for x in zip(starts, ends)]
-    assert (410.0, 410.0 + o + 30.0) in [pytest.approx(x) for x in zip(starts, ends)]
+    cut = list(zip(*(x.tolist() for x in u.whatif.scenario.host_cut[rr.windows.pid]), strict=True))
+    assert [pytest.approx(x) for x in cut] == [
+        (0.0, o), (100.0, 100.0 + o), (320.0, 400.0), (500.0, 500.0 + o), (680.0, 700.0), (800.0, 800.0 + o),
+        (1000.0, 1000.0 + o), (1100.0, 1100.0 + o), (1500.0, 1500.0 + o),
+    ]  # fmt: skip
     rr.unprofiled = u
-    assert rr.base_step_us == pytest.approx(910.0)  # the unprofiled step is still S
+    assert rr.base_step_us == pytest.approx(850.0)  # the unprofiled step is still S
     d = rr.unprofiled_dict()
-    assert d is not None and (d["fault_us"], d["extra_faults_per_step"], d["us_per_fault"]) == (60.0, 60.0, 1.0)
-    text = u.text(910.0)
-    assert "0.06 ms per step of page faults (60 more minor faults per profiled step" in text
-    assert "× 1.00 µs each" in text and "6.67 µs per recorded host event" in text
-    # more faults than the window's excess: F is capped at W − S = 90 µs, o = 0
-    capped = unprofiled(rr, tables, 910.0, PageFaults(1000.0, 1.0, "a test"))
-    assert capped is not None and capped.fault_us == pytest.approx(90.0) and capped.per_event_us == 0.0
-    assert "(capped at the window's whole excess)" in capped.text(910.0)
+    assert d is not None and (d["fault_us"], d["extra_faults_per_step"], d["us_per_fault"]) == (50.0, 65.0, 1.0)
+    text = u.text(850.0)
+    assert "0.05 ms per step of page faults (each step's at most its time over the unprofiled step and its" in text
+    assert "ops' excess) (65 more minor faults per profiled step" in text
+    assert "× 1.00 µs each" in text and "28.57 µs per recorded host event" in text
+    assert "ran longer than the same op on the same shapes at its fastest" in text
+    # without the steps' numbers each step takes the mean, 65: step 1's shared 52 / 13, step 2's none (no excess)
+    mean = unprofiled(rr, tables, 850.0, faults)
+    assert mean is not None and mean.whatif is not None and mean.fault_us == pytest.approx(32.5)
+    cut = list(zip(*(x.tolist() for x in mean.whatif.scenario.host_cut[rr.windows.pid]), strict=True))
+    assert (348.0, 400.0) in [pytest.approx(x) for x in cut] and (687.0, 700.0) in [pytest.approx(x) for x in cut]
+    # more faults than a step's excess over S: step 1's capped at 150 µs, o = (150 − 75) / 3.5
+    capped = unprofiled(rr, tables, 850.0, PageFaults(1000.0, 1.0, "a test", {1: 1000.0, 2: 1000.0}), numbers)
+    assert capped is not None and capped.fault_us == pytest.approx(75.0)
+    assert capped.per_event_us == pytest.approx(75.0 / 3.5)
+    # and than the ops ran long: at most the 250 µs of step 1's excess
+    long = unprofiled(rr, tables, 700.0, PageFaults(1000.0, 1.0, "a test", {1: 1000.0}), numbers)
+    assert long is not None and long.fault_us == pytest.approx(125.0)
 
 
 def test_a_faults_cost_is_the_runs_own_slope_where_its_steps_spread_faults() -> None:

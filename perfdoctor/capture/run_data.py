@@ -228,6 +228,7 @@ def _snapshot_reports(paths: list[Path]) -> tuple[list[tuple[str, SnapshotReport
 # the steps.csv columns the core budget (perfdoctor.replay.machine.core_budget) and the unprofiled step's page faults
 # (perfdoctor.replay.unprofiled.page_faults) read, handed to each rank's worker
 CPU_SERIES = (
+    "step",
     "duration_s",
     "cpu_s",
     "main_cpu_s",

@@ -77,7 +77,8 @@ def analyse_rank(
     steady_s = opts.step_time_s_by_rank.get(rank)
     if opts.run_json is not None and steady_s and ra.replay is not None:
         faults = page_faults(opts.run_cpu_by_rank.get(rank), opts.run_json, rank)
-        ra.replay.unprofiled = unprofiled(ra.replay, tables, steady_s * 1e6, faults)  # the step the user runs
+        # the step the user runs
+        ra.replay.unprofiled = unprofiled(ra.replay, tables, steady_s * 1e6, faults, ra.steps.numbers)
     bounds = opts.peer_ends.get(info.path)
     if bounds and ra.replay is not None and ra.replay.peers is not None:
         ra.replay.peers = with_peer_ends(ra.replay.peers, ra.replay.graph.act_ts_us, *bounds)

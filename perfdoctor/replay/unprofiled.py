@@ -20,10 +20,12 @@ unprofiled ones (a fresh page mapped and zeroed on first write: examples/mlp.py 
 15,000-27,000 faults per profiled step, 0-256 in the warm-up steps before it, a 69 ms window for a 30 ms step).
 Those ``ΔF`` extra faults per step (the window's beyond the steps just before it, :func:`page_faults`) cost ``c``
 µs each (the run's own unprofiled steps' slope of time on faults where they spread enough, else the runner's probe,
-:mod:`perfdoctor.capture.fault_probe`), at most the window's whole excess: ``F = min(ΔF·c, W − S)``. ``F`` is
-cut from the ops that allocate, in proportion to the bytes each allocation asks for (its ``[memory]`` event, CPU
-allocations of the step's process), and the per-event overhead takes the rest: ``o = (W − S − F) / N``. Without
-the counts or without ``[memory]`` events, ``F = 0``.
+:mod:`perfdoctor.capture.fault_probe`). Each profiled step's own count is used (``ΔF_k``: the same window's steps
+took 1,544 to 22,275), at most that step's excess over ``S``, and in all at most the window's whole excess:
+``F = Σ_k min(ΔF_k·c, W_k − S, E_k) / n ≤ W − S``. Step ``k``'s faults are cut from its ops in proportion to each
+op's excess (its self time less the shortest of the same op on the same shapes in the window, :func:`op_excess`;
+``E_k`` the step's total: an op that faulted ran longer than its siblings that did not), each at most its own, and
+the per-event overhead takes the rest: ``o = (W − S − F) / N``. Without the counts, ``F = 0``.
 
 **The inflation, per category of time** (stated with every saving): the step ``W / S``; host op time (the union of
 the process's CPU ops and runtime calls in the analysed steps) recorded vs with the per-event overhead cut from it,
@@ -38,7 +40,7 @@ the profiler does not inflate too; the report says so.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -120,11 +122,15 @@ class Unprofiled:
         f = self.faults
         if f is None or self.fault_us <= 0:
             return ""
-        capped = " (capped at the window's whole excess)" if f.extra_per_step * f.us_per_fault > self.fault_us else ""
+        capped = (
+            " (each step's at most its time over the unprofiled step and its ops' excess)"
+            if f.extra_per_step * f.us_per_fault > self.fault_us * 1.0001
+            else ""
+        )
         return (
             f"{self.fault_us / 1000:.2f} ms per step of page faults{capped} ({f.extra_per_step:,.0f} more minor "
             f"faults per profiled step than per unprofiled one × {f.us_per_fault:.2f} µs each, {f.source}) cut from "
-            "the ops that allocate, by the bytes each asks for, and "
+            "the ops that ran longer than the same op on the same shapes at its fastest, by that excess, and "
         )
 
     def text(self, step_us: float) -> str:
@@ -154,11 +160,13 @@ class Unprofiled:
 @dataclass(frozen=True)
 class PageFaults:
     """The minor page faults the profiled window added: ``extra_per_step`` faults per profiled step beyond an
-    unprofiled one's, ``us_per_fault`` µs each, measured as ``source`` says."""
+    unprofiled one's, ``us_per_fault`` µs each, measured as ``source`` says; ``by_step``: each profiled step's own
+    extra faults by its step number (the runner's, ``ProfilerStep#N``'s N), empty where not known."""
 
     extra_per_step: float
     us_per_fault: float
     source: str
+    by_step: Mapping[int, float] = field(default_factory=dict)
 
 
 # the unprofiled steps must spread this many faults (10th to 90th percentile) over at least MIN_FIT_STEPS
@@ -212,10 +220,19 @@ def page_faults(
     if len(before) < 3:
         before = [i for i in range(first_active) if phases[i] == "none" and isinstance(faults[i], (int, float))][-5:]
     base = before if len(before) >= 3 else steady
-    extra = float(np.mean(active)) - float(np.median([float(faults[i]) for i in base]))
+    baseline = float(np.median([float(faults[i]) for i in base]))
+    extra = float(np.mean(active)) - baseline
     if not extra > 0:
         return None
-    # the fit reads every unprofiled step but the first two (the allocator's state can change within the run: its
+    # each profiled step's own count: the window's steps differ (examples/mlp.py --norm hand: 1,544 to 22,275 faults
+    # in one window), and a step's faults are cut from that step's ops
+    numbers = series.get("step")
+    number = numbers if isinstance(numbers, list) and len(numbers) == len(faults) else list(range(len(faults)))
+    by_step = {
+        int(n): max(float(f) - baseline, 0.0)
+        for n, f, ph in zip(number, faults, phases, strict=True)
+        if ph == "active" and isinstance(f, (int, float)) and isinstance(n, (int, float))
+    }  # the fit reads every unprofiled step but the first two (the allocator's state can change within the run: its
     # early steps may fault where the steady ones do not, which is the spread the slope needs)
     unprofiled = [i for i, (f, ph) in enumerate(zip(faults, phases, strict=True)) if i >= 2 and ph == "none"]
     fit = [i for i in unprofiled if isinstance(faults[i], (int, float))]
@@ -223,11 +240,13 @@ def page_faults(
         np.array([float(faults[i]) for i in fit]), [durations[i] for i in fit] if isinstance(durations, list) else None
     )
     if fitted is not None:
-        return PageFaults(extra, fitted, f"the slope of the run's {len(fit)} unprofiled steps' time on their faults")
+        return PageFaults(
+            extra, fitted, f"the slope of the run's {len(fit)} unprofiled steps' time on their faults", by_step
+        )
     cost = probe.get("us_per_fault") if isinstance(probe, Mapping) else None
     if not isinstance(cost, (int, float)) or not cost > 0:
         return None
-    return PageFaults(extra, float(cost), "the runner's fault probe")
+    return PageFaults(extra, float(cost), "the runner's fault probe", by_step)
 
 
 def _fitted_cost(faults: np.ndarray, durations: list[object] | None) -> float | None:
@@ -248,17 +267,35 @@ def _fitted_cost(faults: np.ndarray, durations: list[object] | None) -> float | 
     return slope if slope > 0 else None
 
 
-def allocations(tables: TraceTables, pid: int, span: Intervals) -> tuple[np.ndarray, np.ndarray]:
-    """(start µs, bytes) of the CPU allocations process ``pid`` made inside ``span``, sorted by time: its
-    ``[memory]`` events on the CPU (``Device Type`` 0) with positive ``Bytes`` (empty without profile_memory)."""
-    mem = tables.memory
-    if len(mem) == 0:
-        return np.empty(0), np.empty(0)
-    m = (mem["pid"] == pid) & (mem["device_type"] == 0) & (mem["mem_bytes"] > 0)
-    ts, nbytes = mem["ts_us"][m], mem["mem_bytes"][m].astype(np.float64)
-    inside = iv.containing(ts, span) >= 0
-    order = np.argsort(ts[inside], kind="stable")
-    return ts[inside][order], nbytes[inside][order]
+def op_excess(tables: TraceTables, pid: int, span: Intervals) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(start µs, end µs, excess µs) of process ``pid``'s CPU ops that start inside ``span``, sorted by start: each
+    op's self time (its time less its direct children's, :func:`perfdoctor.analysis.work.roofline.op_parents`) less
+    the shortest self time of an op of the same name and recorded input shapes there (0 for one seen once).
+
+    An op that ran longer than the same op on the same shapes at its fastest in the window was held up by
+    something its sibling was not: a page fault on its output's fresh pages (examples/mlp.py --norm hand: the
+    ops' excess per profiled step 19.5-68.9 ms where the steps ran 12.3-62.2 ms over the unprofiled one)."""
+    from perfdoctor.analysis.work.roofline import op_parents
+
+    cpu = tables.cpu_ops
+    if len(cpu) == 0:
+        return np.empty(0), np.empty(0), np.empty(0)
+    ops = cpu.take(np.flatnonzero((cpu["pid"] == pid) & (iv.containing(cpu["ts_us"], span) >= 0)))
+    if len(ops) == 0:
+        return np.empty(0), np.empty(0), np.empty(0)
+    dur = ops["end_us"] - ops["ts_us"]
+    parent = op_parents(ops)
+    child = parent >= 0
+    self_us = dur - np.bincount(parent[child], weights=dur[child], minlength=len(ops))
+    dims = ops["input_dims"] if "input_dims" in ops else [None] * len(ops)
+    keys: dict[tuple[int, object], int] = {}
+    sig = np.array([keys.setdefault((int(n), d), len(keys)) for n, d in zip(ops["name_id"].tolist(), dims)])
+    fastest = np.full(len(keys), np.inf)
+    np.minimum.at(fastest, sig, self_us)
+    seen = np.bincount(sig, minlength=len(keys))
+    excess = np.where(seen[sig] >= 2, np.maximum(self_us - fastest[sig], 0.0), 0.0)
+    order = np.argsort(ops["ts_us"], kind="stable")
+    return ops["ts_us"][order], ops["end_us"][order], excess[order]
 
 
 def host_events(tables: TraceTables, pid: int, span: Intervals) -> np.ndarray:
@@ -306,16 +343,19 @@ def overhead_cut(starts_us: np.ndarray, per_event_us: float | np.ndarray) -> Int
 
 def remove_overhead(pid: int, cut: Intervals, per_event_us: float, fault_us: float = 0.0) -> WhatIf:
     """The profiled steps without the profiler: ``cut`` (µs intervals, :func:`overhead_cut` of the recorded host
-    events at ``per_event_us`` each and, where the run counted page faults, of the allocations at their share of
-    ``fault_us``, µs over the analysed steps) removed from process ``pid``'s host timeline.
+    events at ``per_event_us`` each and, where the run counted page faults, of the ops that ran long at their share
+    of ``fault_us``, µs over the analysed steps) removed from process ``pid``'s host timeline.
 
     Assumption: every recorded event costs the host the same time, measured as (W − S − F) / N, and the window's
-    extra page faults cost the allocations in proportion to their bytes; device work is not inflated. Source: the
-    run's own steps (window mean W, unprofiled steady median S, N events per step, F of page faults).
+    extra page faults cost the ops in proportion to their excess over the same op on the same shapes at its
+    fastest; device work is not inflated. Source: the run's own steps (window mean W, unprofiled steady median S,
+    N events per step, F of page faults).
     """
     what = f"the profiler's {per_event_us:.2f} µs per recorded host event removed"
     if fault_us > 0:
-        what += f", and its extra page faults ({fault_us / 1000:.2f} ms over the analysed steps) from the allocations"
+        what += (
+            f", and its extra page faults ({fault_us / 1000:.2f} ms over the analysed steps) from the ops that ran long"
+        )
     return WhatIf(
         "remove-profiler-overhead",
         Scenario("remove-profiler-overhead", host_cut={pid: cut} if cut[0].size else {}, peers_move=True),
@@ -324,12 +364,31 @@ def remove_overhead(pid: int, cut: Intervals, per_event_us: float, fault_us: flo
     )
 
 
+def _step_fault_us(
+    rr: RankReplay, faults: PageFaults, step_numbers: np.ndarray | None, steady_step_us: float
+) -> np.ndarray:
+    """The page faults' time in each analysed step (µs, shape ``(n_steps,)``): its own extra faults (``by_step``,
+    where ``step_numbers`` names the analysed steps; else the window's mean ``extra_per_step``) × ``us_per_fault``,
+    at most that step's excess over the unprofiled step ``steady_step_us`` (a step's faults cannot have cost more
+    than the time it ran over)."""
+    n = int(rr.recorded_step_us.size)
+    extra = np.full(n, faults.extra_per_step)
+    if step_numbers is not None and len(step_numbers) == n and faults.by_step:
+        extra = np.array([faults.by_step.get(int(s), faults.extra_per_step) for s in step_numbers], dtype=np.float64)
+    return np.minimum(extra * faults.us_per_fault, np.maximum(rr.recorded_step_us - steady_step_us, 0.0))
+
+
 def unprofiled(
-    rr: RankReplay, tables: TraceTables, steady_step_us: float, faults: PageFaults | None = None
+    rr: RankReplay,
+    tables: TraceTables,
+    steady_step_us: float,
+    faults: PageFaults | None = None,
+    step_numbers: np.ndarray | None = None,
 ) -> Unprofiled | None:
     """How ``rr``'s (:class:`~perfdoctor.replay.rank.RankReplay`) savings are stated for the unprofiled step of
     median ``steady_step_us`` (µs, ``S``); None without analysed steps or without ``S``. ``faults``: the extra page
-    faults the window took (:func:`page_faults`), cut from the allocations (the module docstring).
+    faults the window took (:func:`page_faults`), each analysed step's own (``step_numbers``: the analysed steps'
+    numbers, ``ProfilerStep#N``'s N, in order) cut from that step's ops (the module docstring).
 
     ``"overhead"`` when the window is slower than ``S`` and the step's process recorded host events, else
     ``"scaled"`` (the module docstring).
@@ -349,14 +408,22 @@ def unprofiled(
     if window <= steady_step_us or per_step == 0:
         return Unprofiled("scaled", window, steady_step_us, per_step, 0.0, None, ops_us, ops_us)
     fault_us, fault_cut = 0.0, None
-    alloc_ts, alloc_bytes = allocations(tables, pid, span) if faults is not None else (np.empty(0), np.empty(0))
-    if faults is not None and alloc_bytes.sum() > 0:
-        # F per step, at most the window's whole excess, shared by the allocations by their bytes
-        fault_us = min(faults.extra_per_step * faults.us_per_fault, window - steady_step_us)
-        order = np.argsort(np.concatenate([starts, alloc_ts]), kind="stable")
-        shares = alloc_bytes / alloc_bytes.sum() * fault_us * n_steps
-        fault_cut = np.concatenate([np.zeros(starts.size), shares])[order]
-        starts = np.concatenate([starts, alloc_ts])[order]
+    op_start, op_end, excess = op_excess(tables, pid, span) if faults is not None else (np.empty(0),) * 3
+    if faults is not None and excess.sum() > 0:
+        # each step's faults shared by that step's ops by their excess, each op at most its own
+        k = np.clip(np.searchsorted(rr.windows.host_start_us, op_start, side="right") - 1, 0, n_steps - 1)
+        step_excess = np.bincount(k, weights=excess, minlength=n_steps)
+        step_faults = np.minimum(_step_fault_us(rr, faults, step_numbers, steady_step_us), step_excess)
+        total = float(step_faults.sum())
+        if total > n_steps * (window - steady_step_us):  # at most the window's whole excess
+            step_faults *= n_steps * (window - steady_step_us) / total
+        fault_us = float(step_faults.sum()) / n_steps
+        shares = excess / np.where(step_excess > 0, step_excess, 1.0)[k] * step_faults[k]
+        # each op's share cut at its end (after the per-event overhead cut at its start)
+        at = np.maximum(op_end - shares, op_start)[shares > 0]
+        order = np.argsort(np.concatenate([starts, at]), kind="stable")
+        fault_cut = np.concatenate([np.zeros(starts.size), shares[shares > 0]])[order]
+        starts = np.concatenate([starts, at])[order]
     per_event = (window - steady_step_us - fault_us) / per_step
     d = per_event if fault_cut is None else np.where(fault_cut > 0, fault_cut, per_event)
     whole = overhead_cut(starts, d)

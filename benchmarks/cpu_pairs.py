@@ -30,8 +30,9 @@ replayed on the run's unprofiled step, with the profiler's per-event overhead me
 replay (:mod:`perfdoctor.replay.unprofiled`; the scaled fallback where it cannot be estimated), saving = that step −
 that step with the fix. The "window" column is the saving on the profiled window, unchanged.
 
-Verdict, per the module of replay_pairs.py: "within 25%" of a measured change above its noise, "within noise", or
-"MISS"; for a change within its noise: "MISS (runs show no such change)" when the prediction lies outside it, "no
+Verdict, per the module of replay_pairs.py: "no change (< 3% of step), as predicted" when the measured change with
+its whole interval and the prediction are under :data:`RESOLUTION` of the before level; else "within 25%" of a
+measured change above its noise, "within noise", or "MISS"; for a change within its noise: "MISS (runs show no such change)" when the prediction lies outside it, "no
 change (< 3% of step), as predicted" when the noise is under :data:`RESOLUTION` of the step, else "cannot
 separate".
 """
@@ -313,6 +314,9 @@ def _predict(run: RunData, pair: CpuPair) -> tuple[float, float, str, str]:
 def verdict(pred: float, meas: float, noise: float, level: float = float("inf")) -> str:
     """The module docstring's verdict of a prediction against a measured change and its noise (µs), with the
     before level (µs) that sets the resolution of a "no change" result."""
+    if abs(meas) + noise <= RESOLUTION * level and abs(pred) <= RESOLUTION * level:
+        # the change and its interval under the resolution, and so the prediction: no change either way
+        return f"no change (< {RESOLUTION:.0%} of step), as predicted"
     if abs(meas) <= noise:
         if abs(pred - meas) > noise:
             return "MISS (runs show no such change)"

@@ -232,7 +232,8 @@ def page_faults(
         int(n): max(float(f) - baseline, 0.0)
         for n, f, ph in zip(number, faults, phases, strict=True)
         if ph == "active" and isinstance(f, (int, float)) and isinstance(n, (int, float))
-    }  # the fit reads every unprofiled step but the first two (the allocator's state can change within the run: its
+    }
+    # the fit reads every unprofiled step but the first two (the allocator's state can change within the run: its
     # early steps may fault where the steady ones do not, which is the spread the slope needs)
     unprofiled = [i for i, (f, ph) in enumerate(zip(faults, phases, strict=True)) if i >= 2 and ph == "none"]
     fit = [i for i in unprofiled if isinstance(faults[i], (int, float))]

@@ -32,9 +32,9 @@ that step with the fix. The "window" column is the saving on the profiled window
 
 Verdict, per the module of replay_pairs.py: "no change (< 3% of step), as predicted" when the measured change with
 its whole interval and the prediction are under :data:`RESOLUTION` of the before level; else "within 25%" of a
-measured change above its noise, "within noise", or "MISS"; for a change within its noise: "MISS (runs show no such change)" when the prediction lies outside it, "no
-change (< 3% of step), as predicted" when the noise is under :data:`RESOLUTION` of the step, else "cannot
-separate".
+measured change above its noise, "within noise", or "MISS"; for a change within its noise: "MISS (runs show no
+such change)" when the prediction lies outside it, "no change (< 3% of step), as predicted" when the noise is
+under :data:`RESOLUTION` of the step, else "cannot separate".
 """
 
 from __future__ import annotations
@@ -167,6 +167,8 @@ class CpuPair:
     # (the same loop without it); ``after`` is then unused. For a change smaller than the run-to-run spread.
     within: bool = False
     steps: int | None = None  # steps per run where the default is too few for a steady median (None: the default)
+    # blocks at least, where the default is too few for the runs' spread (None: ``compare``'s ``min_blocks``)
+    min_blocks: int | None = None
 
 
 # a small MLP's shape (4 x Linear(1024, 1024) + ReLU, 1 thread, no DataLoader workers)
@@ -213,6 +215,9 @@ CPU_PAIRS = [
         ["--hidden", "256", "--batch-size", "1024", "--norm", "hand"],
         ["--hidden", "256", "--batch-size", "1024", "--norm", "compiled"],
         _fused,
+        # its runs' levels move between states from run to run (hand 29.4-40.6 ms, compiled 24.3-35.4 within an
+        # hour, 2026-12-07), so three blocks' differences (-0.2, 3.0, 4.1 ms in one repeat) estimate the noise poorly
+        min_blocks=6,
     ),
     CpuPair("CPU mlp: 4 intra-op threads -> 2 on 2 cores (PD104)", ["--threads", "4"], ["--threads", "2"], _threads),
     CpuPair(
@@ -338,6 +343,7 @@ def compare(
     """Record blocks of one run per side (order alternating) until the pair is decided or a bound is reached; the
     measured change, its noise and the prediction (µs)."""
     steps = pair.steps or steps
+    min_blocks = max(min_blocks, pair.min_blocks or 0)
     levels: dict[str, list[float]] = {"before": [], "after": []}
     preds, windows, hows, assumption = [], [], [], ""
     t0 = time.monotonic()

@@ -290,9 +290,12 @@ def _parity_levels(run: RunData, steps: int) -> tuple[float, float]:
     return before, before - float(np.median(diffs)) * 1e6
 
 
-def _predict(run: RunData, pair: CpuPair) -> tuple[float, float, str, str]:
+def _predict(run: RunData, pair: CpuPair, level_us: float) -> tuple[float, float, str, str]:
     """(saving for the unprofiled step as the report states it, saving on the profiled window, the assumption,
-    the unprofiled step's method) of the fix on a "before" run (µs)."""
+    the unprofiled step's method) of the fix on a "before" run (µs). A run whose unprofiled steps have no steady
+    level (the report then states the saving for the profiled step) has its saving as the same share of the run's
+    unprofiled level ``level_us`` (µs, the level its measured side uses): a profiled step's saving is no
+    prediction of the unprofiled change."""
     trace = sorted(run.path.glob("trace.rank*.pt.trace.json.gz"))[0]
     t = load_trace(str(trace))
     steps = find_steps(t)
@@ -308,7 +311,8 @@ def _predict(run: RunData, pair: CpuPair) -> tuple[float, float, str, str]:
     saving = float((rr.fixed_step_times([]) - rr.fixed_step_times([w])).mean())
     u = rr.unprofiled
     if u is None:
-        how = "window: no steady level"
+        saving = window * level_us / float(rr.recorded_step_us.mean())
+        how = f"no steady level: the window's {window / 1e3:.2f} ms as a share of the level"
     elif u.whatif is None:
         how = f"scaled x{u.ratio:.2f}"
     else:
@@ -361,7 +365,7 @@ def compare(
                 else:
                     levels[side].append(_level(run, steps) / (pair.after_batches if side == "after" else 1.0))
                 if side == "before":
-                    pred, window, assumption, how = _predict(run, pair)
+                    pred, window, assumption, how = _predict(run, pair, levels["before"][-1])
                     preds.append(pred)
                     windows.append(window)
                     hows.append(how)

@@ -203,3 +203,25 @@ def test_job_denominator_says_mean_and_names_the_longest_median_rank(tmp_path):
     assert "rank 0's mean of 3 analysed steps" in den["definition"]
     assert "the longest mean step of 2 ranks" in den["definition"]
     assert den["definition"].endswith("; rank 1 has the longest median step (the rank spread's statistic)")
+
+
+def test_the_unprofiled_steps_definition_states_the_page_faults_it_removed():
+    """A run whose window took extra page faults: the definition states them and the per-event overhead that is
+    left. By hand: W = 75.56 ms, S = 39.86 ms, F = 33.74 ms per step, N = 7,360 events per step: o = (75.56 −
+    39.86 − 33.74) ms / 7,360 = 0.266 µs."""
+    from perfdoctor.analysis.rank import UnprofiledStep
+    from perfdoctor.checks.denominator import _unprofiled_words
+
+    d = {"step_us": 39860.0, "method": "overhead", "per_event_us": 1960.0 / 7360, "events_per_step": 7360.0}
+    d |= {"window_step_us": 75560.0, "steady_step_us": 39860.0, "fault_us": 33740.0}
+    u = UnprofiledStep.of(d)
+    assert u is not None and u.fault_us == 33740.0
+    words = _unprofiled_words(u, "mean of 10 analysed steps")
+    assert words == (
+        "unprofiled step: the mean of 10 analysed steps replayed without the profiler's extra page faults (33.74 ms "
+        "per step) and its 0.27 µs per recorded host event (75.56 ms profiled mean step − 39.86 ms median "
+        "unprofiled steady step − 33.74 ms of page faults, over 7,360 events per step)"
+    )
+    # a run that did not count them reads as before
+    plain = UnprofiledStep.of({**d, "fault_us": 0.0})
+    assert plain is not None and "page faults" not in _unprofiled_words(plain, "mean of 10 analysed steps")

@@ -73,7 +73,8 @@ class UnprofiledStep:
     """A ``perfdoctor profile`` run's unprofiled step the rank's savings are stated for (the report's
     ``replay.unprofiled``, :mod:`perfdoctor.replay.unprofiled`): ``step_us`` the unprofiled mean step (µs);
     ``method`` "overhead" (the profiler's ``per_event_us`` removed at ``events_per_step`` host events per step) or
-    "scaled" (× ``steady_step_us / window_step_us``, µs)."""
+    "scaled" (× ``steady_step_us / window_step_us``, µs); ``fault_us``: the window's extra page faults' time
+    removed per step before the per-event overhead (µs; 0 where not counted)."""
 
     step_us: float
     method: str
@@ -81,6 +82,7 @@ class UnprofiledStep:
     events_per_step: float
     window_step_us: float
     steady_step_us: float
+    fault_us: float = 0.0
 
     @classmethod
     def of(cls, d: Mapping[str, float | str] | None) -> UnprofiledStep | None:
@@ -95,6 +97,7 @@ class UnprofiledStep:
             events_per_step=float(d["events_per_step"]),
             window_step_us=float(d["window_step_us"]),
             steady_step_us=float(d["steady_step_us"]),
+            fault_us=float(d.get("fault_us", 0.0) or 0.0),
         )
 
 

@@ -106,6 +106,14 @@ def _unprofiled_words(u: UnprofiledStep | None, steps: str) -> str:
     if u is None:
         return steps
     w, s = u.window_step_us / 1000, u.steady_step_us / 1000
+    if u.method == "overhead" and u.fault_us > 0:
+        f = u.fault_us / 1000
+        return (
+            f"unprofiled step: the {steps} replayed without the profiler's extra page faults ({f:.2f} ms per step) "
+            f"and its {u.per_event_us:.2f} µs per recorded host event ({w:.2f} ms profiled mean step − {s:.2f} ms "
+            f"median unprofiled steady step − {f:.2f} ms of page faults, over {u.events_per_step:,.0f} events per "
+            "step)"
+        )
     if u.method == "overhead":
         return (
             f"unprofiled step: the {steps} replayed without the profiler's {u.per_event_us:.2f} µs per "

@@ -271,12 +271,14 @@ def _fitted_cost(faults: np.ndarray, durations: list[object] | None) -> float | 
 def op_excess(tables: TraceTables, pid: int, span: Intervals) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(start µs, end µs, excess µs) of process ``pid``'s CPU ops that start inside ``span``, sorted by start: each
     op's self time (its time less its direct children's, :func:`perfdoctor.analysis.work.roofline.op_parents`) less
-    the shortest self time of an op of the same name and recorded input shapes there (0 for one seen once).
+    the shortest self time of an op of the same name and recorded input shapes there (0 for one seen once;
+    :func:`perfdoctor.replay.transforms.cpu_fusion.op_keys`).
 
     An op that ran longer than the same op on the same shapes at its fastest in the window was held up by
     something its sibling was not: a page fault on its output's fresh pages (examples/mlp.py --norm hand: the
     ops' excess per profiled step 19.5-68.9 ms where the steps ran 12.3-62.2 ms over the unprofiled one)."""
     from perfdoctor.analysis.work.roofline import op_parents
+    from perfdoctor.replay.transforms.cpu_fusion import op_keys
 
     cpu = tables.cpu_ops
     if len(cpu) == 0:
@@ -288,12 +290,10 @@ def op_excess(tables: TraceTables, pid: int, span: Intervals) -> tuple[np.ndarra
     parent = op_parents(ops)
     child = parent >= 0
     self_us = dur - np.bincount(parent[child], weights=dur[child], minlength=len(ops))
-    dims = ops["input_dims"] if "input_dims" in ops else [None] * len(ops)
-    keys: dict[tuple[int, object], int] = {}
-    sig = np.array([keys.setdefault((int(n), d), len(keys)) for n, d in zip(ops["name_id"].tolist(), dims)])
-    fastest = np.full(len(keys), np.inf)
+    sig = op_keys(ops, np.arange(len(ops)))
+    fastest = np.full(int(sig.max()) + 1, np.inf)
     np.minimum.at(fastest, sig, self_us)
-    seen = np.bincount(sig, minlength=len(keys))
+    seen = np.bincount(sig, minlength=fastest.size)
     excess = np.where(seen[sig] >= 2, np.maximum(self_us - fastest[sig], 0.0), 0.0)
     order = np.argsort(ops["ts_us"], kind="stable")
     return ops["ts_us"][order], ops["end_us"][order], excess[order]
@@ -436,7 +436,7 @@ def unprofiled(
         steady_step_us,
         per_step,
         per_event,
-        remove_overhead(pid, whole, per_event, fault_us * n_steps if fault_cut is not None else 0.0),
+        remove_overhead(pid, whole, per_event, fault_us * n_steps),
         ops_us,
         ops_us - removed_us,
         faults if fault_cut is not None else None,

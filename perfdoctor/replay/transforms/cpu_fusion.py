@@ -301,8 +301,8 @@ class OpLoop:
     dispatch_us: float
 
 
-def _op_keys(tables: TraceTables, ops: Table, rows: np.ndarray) -> np.ndarray:
-    """One integer per row: equal for ops of the same name and recorded input shapes."""
+def op_keys(ops: Table, rows: np.ndarray) -> np.ndarray:
+    """One integer per row of ``ops`` in ``rows``: equal for ops of the same name and recorded input shapes."""
     keys: dict[tuple[int, bytes], int] = {}
     out = np.empty(rows.size, dtype=np.int64)
     for k, row in enumerate(rows.tolist()):
@@ -337,7 +337,7 @@ def op_loops(
     for t in np.unique(ops["tid"][top]).tolist():
         on = np.flatnonzero(ops["tid"] == t)
         rows = np.flatnonzero(top & (ops["tid"] == t))
-        keys = _op_keys(tables, ops, rows)
+        keys = op_keys(ops, rows)
         s, e = ops["ts_us"][rows], ops["end_us"][rows]
         inside = np.searchsorted(ops["ts_us"][on], e, side="left") - np.searchsorted(ops["ts_us"][on], s, side="left")
         taken = np.zeros(rows.size, dtype=bool)

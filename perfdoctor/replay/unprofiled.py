@@ -48,6 +48,7 @@ import numpy as np
 from perfdoctor.replay.simulate import Intervals, Scenario
 from perfdoctor.replay.transforms import WhatIf
 from perfdoctor.trace import intervals as iv
+from perfdoctor.trace.signatures import op_keys
 from perfdoctor.trace.tables import TraceTables
 
 if TYPE_CHECKING:
@@ -272,13 +273,12 @@ def op_excess(tables: TraceTables, pid: int, span: Intervals) -> tuple[np.ndarra
     """(start µs, end µs, excess µs) of process ``pid``'s CPU ops that start inside ``span``, sorted by start: each
     op's self time (its time less its direct children's, :func:`perfdoctor.analysis.work.roofline.op_parents`) less
     the shortest self time of an op of the same name and recorded input shapes there (0 for one seen once;
-    :func:`perfdoctor.replay.transforms.cpu_fusion.op_keys`).
+    :func:`perfdoctor.trace.signatures.op_keys`).
 
     An op that ran longer than the same op on the same shapes at its fastest in the window was held up by
     something its sibling was not: a page fault on its output's fresh pages (examples/mlp.py --norm hand: the
     ops' excess per profiled step 19.5-68.9 ms where the steps ran 12.3-62.2 ms over the unprofiled one)."""
     from perfdoctor.analysis.work.roofline import op_parents
-    from perfdoctor.replay.transforms.cpu_fusion import op_keys
 
     cpu = tables.cpu_ops
     if len(cpu) == 0:

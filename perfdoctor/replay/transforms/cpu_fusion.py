@@ -19,6 +19,7 @@ from perfdoctor.replay.simulate import Intervals, Scenario
 from perfdoctor.replay.transforms import WhatIf, merge_cuts
 from perfdoctor.replay.transforms.cpu import step_span
 from perfdoctor.trace import intervals as iv
+from perfdoctor.trace.signatures import op_keys
 from perfdoctor.trace.tables import Table, TraceTables
 
 # dtype casts and copies are autocast's (PD204), not fusion candidates (perfdoctor/checks/common.py COPY_OPS)
@@ -299,17 +300,6 @@ class OpLoop:
     body_ops: int
     ops_us: float
     dispatch_us: float
-
-
-def op_keys(ops: Table, rows: np.ndarray) -> np.ndarray:
-    """One integer per row of ``ops`` in ``rows``: equal for ops of the same name and recorded input shapes."""
-    keys: dict[tuple[int, bytes], int] = {}
-    out = np.empty(rows.size, dtype=np.int64)
-    for k, row in enumerate(rows.tolist()):
-        dims = ops["input_dims"][row]
-        key = (int(ops["name_id"][row]), bytes(dims) if isinstance(dims, (bytes, bytearray)) else repr(dims).encode())
-        out[k] = keys.setdefault(key, len(keys))
-    return out
 
 
 # an optimizer's per-parameter loop (torch.optim's single-tensor implementations: ~10 ops per parameter, a weight

@@ -169,6 +169,11 @@ class CpuPair:
     steps: int | None = None  # steps per run where the default is too few for a steady median (None: the default)
     # blocks at least, where the default is too few for the runs' spread (None: ``compare``'s ``min_blocks``)
     min_blocks: int | None = None
+    # flags of a run that measures the change in one state of the machine: both sides in it, the problem on odd
+    # steps and the fix on even ones; per block the "before" run gives the prediction and its level, this run the
+    # change as a share of its odd steps' level, restated at the "before" run's level (``after`` is then unused).
+    # For a change whose size follows the machine's state, where separate runs land in different states
+    measure: list[str] | None = None
 
 
 # a small MLP's shape (4 x Linear(1024, 1024) + ReLU, 1 thread, no DataLoader workers)
@@ -208,16 +213,15 @@ CPU_PAIRS = [
         [],
         _fused,
     ),
-    CpuPair(  # the fix PD202 replays: the hand-written chain under torch.compile; 1 MB activations (the default
-        # 64x512 ones made a ~8 ms step whose change the runs could not separate). An open finding: see
-        # docs/benchmarks.md (the fused loop is not a stream of bytes when the chain holds tanh, pow and sqrt)
+    CpuPair(  # the fix PD202 replays: the hand-written chain under torch.compile, 1 MB activations. Measured within
+        # one run (by hand on odd steps, compiled on even ones): separate runs' levels moved between the machine's
+        # states (hand 29.4-40.6 ms, compiled 24.3-35.4 within an hour, 2026-12-07) by more than the 5-9 ms effect,
+        # and the effect follows the state (6.9-8.8 ms for a 28-35 ms step, 24-25% of it, in one process)
         "CPU mlp 256, batch 1024: hand-written LayerNorm + tanh-GELU -> torch.compile (PD202)",
         ["--hidden", "256", "--batch-size", "1024", "--norm", "hand"],
-        ["--hidden", "256", "--batch-size", "1024", "--norm", "compiled"],
+        [],
         _fused,
-        # its runs' levels move between states from run to run (hand 29.4-40.6 ms, compiled 24.3-35.4 within an
-        # hour, 2026-12-07), so three blocks' differences (-0.2, 3.0, 4.1 ms in one repeat) estimate the noise poorly
-        min_blocks=6,
+        measure=["--hidden", "256", "--batch-size", "1024", "--norm", "alternate"],
     ),
     CpuPair("CPU mlp: 4 intra-op threads -> 2 on 2 cores (PD104)", ["--threads", "4"], ["--threads", "2"], _threads),
     CpuPair(
@@ -255,6 +259,10 @@ CPU_PAIRS = [
 ]
 
 
+# steps of a pair's measuring run (``CpuPair.measure``): 60-step runs give 20 steps a side once the first third is
+# dropped, too few for a median of adjacent-step differences
+MEASURE_STEPS = 240
+
 # glibc's allocator with fixed thresholds (mallopt M_MMAP_THRESHOLD, M_TRIM_THRESHOLD): left to adjust themselves,
 # a run's 196 KB-1 MB tensors are mapped fresh (a minor fault per page) until glibc raises the mmap threshold, at a
 # moment that differs between runs, so one side's unprofiled steps fault in one run and not the next
@@ -290,6 +298,19 @@ def _parity_levels(run: RunData, steps: int) -> tuple[float, float]:
     return before, before - float(np.median(diffs)) * 1e6
 
 
+def _per_side(per_step_us: np.ndarray, numbers: np.ndarray, within: bool) -> float:
+    """A fix's saving per step (µs) from its saving on each analysed step: their mean, or for a ``within`` pair the
+    mean over its "before" (odd) steps less the mean over its "after" (even) ones: what the fix saves on a step with
+    the problem beyond what the same what-if finds on a step without it (examples/mlp.py --norm alternate: the
+    cross-entropy loss's short chain is fused on both sides, by the what-if, not by the pair's fix)."""
+    if not within:
+        return float(per_step_us.mean())
+    odd = np.asarray(numbers) % 2 == 1
+    if not odd.any() or odd.all():
+        raise SystemExit("a within pair's window needs odd and even steps")
+    return float(per_step_us[odd].mean() - per_step_us[~odd].mean())
+
+
 def _predict(run: RunData, pair: CpuPair, level_us: float) -> tuple[float, float, str, str]:
     """(saving for the unprofiled step as the report states it, saving on the profiled window, the assumption,
     the unprofiled step's method) of the fix on a "before" run (µs). A run whose unprofiled steps have no steady
@@ -307,8 +328,10 @@ def _predict(run: RunData, pair: CpuPair, level_us: float) -> tuple[float, float
     faults = page_faults(inputs.cpu.get(0), run.run, 0)
     rr.unprofiled = unprofiled(rr, t, steady_s * 1e6, faults, steps.numbers) if steady_s else None
     w = pair.transform(rr, t, run)
-    window = float((rr.recorded_step_us - rr.step_times(w.scenario)).mean())
-    saving = float((rr.fixed_step_times([]) - rr.fixed_step_times([w])).mean())
+    window, saving = (
+        _per_side(rr.recorded_step_us - rr.step_times(w.scenario), steps.numbers, pair.within),
+        _per_side(rr.fixed_step_times([]) - rr.fixed_step_times([w]), steps.numbers, pair.within),
+    )
     u = rr.unprofiled
     if u is None:
         saving = window * level_us / float(rr.recorded_step_us.mean())
@@ -350,26 +373,35 @@ def compare(
     min_blocks = max(min_blocks, pair.min_blocks or 0)
     levels: dict[str, list[float]] = {"before": [], "after": []}
     preds, windows, hows, assumption = [], [], [], ""
+    shares: list[float] = []
     t0 = time.monotonic()
     loads = [os.getloadavg()[0]]
     with tempfile.TemporaryDirectory() as tmp:
         i = 0
         while True:
-            order = (("before", pair.before), ("after", pair.after))
+            order = (("before", pair.before), ("after", pair.measure or pair.after))
+            share = 1.0
             for side, flags in [order[0]] if pair.within else order if i % 2 == 0 else order[::-1]:
-                run = _profile(Path(tmp) / f"{side}{i}", flags, steps, pair.env)
+                n = MEASURE_STEPS if side == "after" and pair.measure else steps
+                run = _profile(Path(tmp) / f"{side}{i}", flags, n, pair.env)
                 if pair.within:
-                    odd, even = _parity_levels(run, steps)
+                    odd, even = _parity_levels(run, n)
                     levels["before"].append(odd)
                     levels["after"].append(even)
+                elif side == "after" and pair.measure:
+                    odd, even = _parity_levels(run, n)
+                    share = even / odd
                 else:
-                    levels[side].append(_level(run, steps) / (pair.after_batches if side == "after" else 1.0))
+                    levels[side].append(_level(run, n) / (pair.after_batches if side == "after" else 1.0))
                 if side == "before":
                     pred, window, assumption, how = _predict(run, pair, levels["before"][-1])
                     preds.append(pred)
                     windows.append(window)
                     hows.append(how)
                 shutil.rmtree(run.path, ignore_errors=True)
+            if pair.measure:  # the measuring run's change, as a share of its step, at the "before" run's level
+                levels["after"].append(levels["before"][-1] * share)
+                shares.append(1.0 - share)
             loads.append(os.getloadavg()[0])
             i += 1
             if i < max(min_blocks, 2):
@@ -395,6 +427,7 @@ def compare(
         "seconds": time.monotonic() - t0,
         "load": max(loads),
         "assumption": assumption,
+        "shares": shares,
     }
 
 
@@ -416,6 +449,14 @@ def rows(
             f"{pair.name:62} {r['pred'] / 1e3:10.2f} {r['meas'] / 1e3:10.2f} {r['noise'] / 1e3:8.2f} "
             f"{v:28} {len(r['before'])} blocks in {r['seconds']:.0f} s (sequential: 95% interval approximate), load "
             f"average up to {r['load']:.1f} on {os.cpu_count()} cores; runs "
-            f"{lv} ms; predicted per run {pr} ms ({', '.join(r['hows'])}; on the profiled window "
+            f"{lv} ms"
+            + (
+                " (after = before × (1 − the change the measuring run showed: "
+                + "/".join(f"{x:.1%}" for x in r["shares"])
+                + " of its step))"
+                if r["shares"]
+                else ""
+            )
+            + f"; predicted per run {pr} ms ({', '.join(r['hows'])}; on the profiled window "
             f"{r['window'] / 1e3:.2f} ms); {r['assumption']}"
         )

@@ -11,7 +11,9 @@ Python loop (N tiny ops and their dispatch per pass, PD105); with
 ``torch.einsum``: the fix. ``--norm hand`` follows each layer with a LayerNorm and a
 tanh-approximate GELU written out as chains of small ops (PD202); ``--norm compiled``
 the same under ``torch.compile`` (the fix PD202 replays); ``--norm builtin`` with
-the built-in ``F.layer_norm`` and ``F.gelu(approximate="tanh")``.
+the built-in ``F.layer_norm`` and ``F.gelu(approximate="tanh")``; ``--norm alternate``
+runs the hand-written chains on odd steps and the compiled ones on even steps (both
+sides of the fix in one run, in the same state of the machine).
 """
 
 from __future__ import annotations
@@ -83,19 +85,23 @@ def _norm_act_by_hand(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor)
 class NormAct(nn.Module):
     """LayerNorm then tanh-approximate GELU: written out as a chain of small ops (``hand``, as in many transformer
     codebases), the same chain under ``torch.compile`` (``compiled``: fused into one loop per chain), or the
-    built-ins ``F.layer_norm`` and ``F.gelu(approximate="tanh")`` (``builtin``)."""
+    built-ins ``F.layer_norm`` and ``F.gelu(approximate="tanh")`` (``builtin``); ``alternate``: compiled on even
+    calls, by hand on odd ones (one call per step: the training loop's steps alternate)."""
 
     def __init__(self, width: int, mode: str) -> None:
         super().__init__()
         self.weight, self.bias = nn.Parameter(torch.ones(width)), nn.Parameter(torch.zeros(width))
         self.mode = mode
-        self.fn = torch.compile(_norm_act_by_hand) if mode == "compiled" else _norm_act_by_hand
+        self.fn = torch.compile(_norm_act_by_hand) if mode in ("compiled", "alternate") else _norm_act_by_hand
+        self.calls = 0
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.mode == "builtin":
             h = F.layer_norm(x, x.shape[-1:], self.weight, self.bias, 1e-5)
             return F.gelu(h, approximate="tanh")
-        return self.fn(x, self.weight, self.bias)
+        fn = _norm_act_by_hand if self.mode == "alternate" and self.calls % 2 == 1 else self.fn
+        self.calls += 1
+        return fn(x, self.weight, self.bias)
 
 
 class MLP(nn.Module):
@@ -155,10 +161,10 @@ def main() -> None:
     p.add_argument("--head-batched", action="store_true", help="under --head-loop, one batched einsum instead")
     p.add_argument(
         "--norm",
-        choices=("hand", "compiled", "builtin"),
+        choices=("hand", "compiled", "builtin", "alternate"),
         default="",
         help="LayerNorm + tanh-GELU after each layer in place of ReLU: written out as small ops (PD202), the same "
-        "under torch.compile, or the built-ins",
+        "under torch.compile, the built-ins, or by hand on odd steps and compiled on even ones",
     )
     args = p.parse_args()
     launch(args, build)

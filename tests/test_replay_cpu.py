@@ -148,6 +148,25 @@ def test_fused_chains_cost_their_bytes_at_the_bandwidth(tmp_path: Path) -> None:
     assert _saving(rr, kept.whatif) == pytest.approx([101.1424])
 
 
+def test_a_chain_does_not_run_from_the_forward_into_the_backward(tmp_path: Path) -> None:
+    # mul [0, 100) and div [110, 210) in forward, then an autograd node [250, 450) holding a div [260, 350) and a mul
+    # [355, 445): two chains, [0, 210) and [260, 445) (one graph each under a compiler; the engine's start between
+    # them is no op's), each 1 MiB in + 1 MiB out at 20 GB/s + one 4 µs dispatch = 108.8576 µs:
+    # (210 − 108.8576) + (185 − 108.8576) = 177.2848 µs, not one chain's 445 − 108.8576 = 336.1424
+    tb = TraceBuilder(device_name=None)
+    tb.step(1, 0, 1000)
+    _ew(tb, "aten::mul", 0, 100)
+    _ew(tb, "aten::div", 110, 100)
+    tb.cpu_op("autograd::engine::evaluate_function: DivBackward0", 250, 200)
+    _ew(tb, "aten::div", 260, 90)
+    _ew(tb, "aten::mul", 355, 90)
+    tb.cpu_op("aten::view", 900, 4)
+    rr, t = _replay(tb, tmp_path)
+    fusion = fuse_elementwise_chains(rr, t, Bandwidth(20e9, "measured here", True), iv.EMPTY)
+    assert fusion.fused == 2
+    assert _saving(rr, fusion.whatif) == pytest.approx([177.2848])
+
+
 def test_a_fused_chain_keeps_its_math_bound_ops_arithmetic(tmp_path: Path) -> None:
     # one chain [0, 900): mul [0, 100) then tanh [110, 900), both on 1 MiB fp32 tensors, and a 4 µs view (the
     # dispatch floor). At 20 GB/s: the chain moves 1 MiB in + 1 MiB out = 104.8576 µs; the tanh alone moves 1 MiB in

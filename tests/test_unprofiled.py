@@ -201,6 +201,63 @@ def test_op_excess_is_self_time_over_the_fastest_of_the_same_op_and_shapes(tmp_p
                    (1500.0, 1650.0): 0.0}  # fmt: skip
 
 
+def test_only_an_op_that_allocates_a_page_or_more_has_an_excess(tmp_path: Path) -> None:
+    """The two steps of :func:`_same_ops_twice` with ``[memory]`` events: step 1's mul allocates 1 MiB (at 150), its
+    add 1 KiB (at 550, less than a page): the mul keeps its 200 µs excess, the add's 50 is 0 (it wrote no fresh
+    page; its time over its fastest was something else). An ``aten::empty`` [505, 515) inside the add allocating
+    1 MiB (at 507) is the add's allocation (the factory looked through): the add's self time 200 − 10 = 190 over its
+    fastest 150 → 40; the empty (seen once) 0."""
+    tb = TraceBuilder(device_name=None)
+    big, other = [[1024, 256], [1024, 256]], [[8, 8], [8, 8]]
+    tb.step(1, 0, 1000)
+    tb.cpu_op("aten::mul", 100, 300, input_dims=big)
+    tb.memory(150, 1 << 20, 1 << 20, 0, device=-1, device_type=0)
+    tb.cpu_op("aten::add", 500, 200, input_dims=big)
+    tb.memory(550, 1024, (1 << 20) + 1024, 0, device=-1, device_type=0)
+    tb.cpu_op("aten::mul", 800, 100, input_dims=other)
+    tb.step(2, 1000, 1000)
+    tb.cpu_op("aten::mul", 1100, 100, input_dims=big)
+    tb.cpu_op("aten::add", 1500, 150, input_dims=big)
+    span = (np.array([0.0]), np.array([2000.0]))
+
+    def excess_of(b: TraceBuilder, name: str) -> dict[tuple[float, float], float]:
+        tables = load_trace(str(b.write(tmp_path / f"{name}.json")))
+        start, end, excess = op_excess(tables, replay_rank(tables, find_steps(tables)).windows.pid, span)
+        return {(float(s), float(e)): float(x) for s, e, x in zip(start, end, excess, strict=True)}
+
+    assert excess_of(tb, "small") == {(100.0, 400.0): 200.0, (500.0, 700.0): 0.0, (800.0, 900.0): 0.0,
+                                      (1100.0, 1200.0): 0.0, (1500.0, 1650.0): 0.0}  # fmt: skip
+    tb.cpu_op("aten::empty", 505, 10)
+    tb.memory(507, 1 << 20, (2 << 20) + 1024, 0, device=-1, device_type=0)
+    got = excess_of(tb, "factory")
+    assert got[(500.0, 700.0)] == pytest.approx(40.0) and got[(505.0, 515.0)] == 0.0
+    assert got[(100.0, 400.0)] == 200.0
+
+
+def test_memory_events_are_host_events_the_profiler_pays_for(tmp_path: Path) -> None:
+    """:func:`_two_steps` with two ``[memory]`` events in step 1 (an allocation at 220 inside the addmm, its free at
+    620): 9 + 2 = 11 host events over 2 steps = 5.5 per step; W = 1000, S = 890 → o = 110 / 5.5 = 20 µs; step 1
+    loses 8 × 20 = 160 → 840, step 2 3 × 20 = 60 → 940; mean 890 = S."""
+    tb = TraceBuilder(device_name=None)
+    tb.step(1, 0, 1000)
+    tb.annotation(DL, 0, 200)
+    tb.cpu_op("aten::stack", 150, 40)
+    tb.cpu_op("aten::addmm", 200, 200)
+    tb.memory(220, 4096, 4096, 0, device=-1, device_type=0)
+    tb.cpu_op("aten::relu", 410, 190)
+    tb.cpu_op("aten::mm", 610, 90)
+    tb.memory(620, -4096, 0, 0, device=-1, device_type=0)
+    tb.step(2, 1000, 1000)
+    tb.cpu_op("aten::addmm", 1000, 400)
+    tb.cpu_op("aten::add", 1410, 580)
+    tables = load_trace(str(tb.write(tmp_path / "t.json")))
+    rr = replay_rank(tables, find_steps(tables))
+    u = unprofiled(rr, tables, 890.0)
+    assert u is not None and u.events_per_step == pytest.approx(5.5) and u.per_event_us == pytest.approx(20.0)
+    rr.unprofiled = u
+    assert rr.fixed_step_times([]) == pytest.approx([840.0, 940.0])
+
+
 def test_page_faults_are_cut_from_each_steps_ops_that_ran_long(tmp_path: Path) -> None:
     """W = 1000 (both steps), S = 850: 150 µs over a step. 1 µs a fault; step 1 took 100 extra faults, step 2 took
     30 but no op of it ran long (its excess 0): F = (100 + 0) / 2 = 50 µs per step, step 1's 100 µs shared 4:1 by
@@ -258,6 +315,25 @@ def test_a_faults_cost_is_the_runs_own_slope_where_its_steps_spread_faults() -> 
     flat["duration_s"] = [0.02] * 14
     g = page_faults(flat, _run_json(2.6), 0)
     assert g is not None and g.us_per_fault == 2.6 and g.source == "the runner's fault probe"
+
+
+def test_a_faults_cost_is_the_windows_own_slope_where_its_steps_spread_faults() -> None:
+    # unprofiled steps 0-11: 0 faults; profiled steps 12-21 take 2,000 + 1,000·k faults (k = 0..9) at 40 ms + 1.8 µs a
+    # fault (step 15 stalls at 90 ms: Theil–Sen ignores it): 1.8 µs a fault, where the probe reads 2.6. Extra per
+    # profiled step: the mean 6,500 − the last five unprofiled steps' 0
+    faults: list[float | None] = [0.0] * 12 + [2000.0 + 1000.0 * k for k in range(10)]
+    durations = [0.03] * 12 + [0.040 + 1.8e-6 * f for f in faults[12:]]  # type: ignore[operator]
+    durations[15] = 0.090
+    series = _series(faults, ["none"] * 12 + ["active"] * 10, 2)
+    series["duration_s"] = durations
+    f = page_faults(series, _run_json(2.6), 0)
+    assert f is not None and f.extra_per_step == pytest.approx(6500.0)
+    assert f.us_per_fault == pytest.approx(1.8) and "slope of the profiled window's 10 steps" in f.source
+    # fewer than eight profiled steps: the window's fit is not read; the unprofiled steps spread none → the probe
+    short = _series(faults[:19], ["none"] * 12 + ["active"] * 7, 2)
+    short["duration_s"] = durations[:19]
+    g = page_faults(short, _run_json(2.6), 0)
+    assert g is not None and g.us_per_fault == 2.6
 
 
 def test_op_excess_on_a_real_cpu_run_matches_the_raw_trace() -> None:

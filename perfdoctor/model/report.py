@@ -247,8 +247,9 @@ class UnprofiledSection(Section, kw_only=True):
     taken from; ``text``: the sentence the report shows; ``host_op_window_us`` / ``host_op_unprofiled_us``: host op
     time per analysed step (CPU ops ∪ runtime calls) as recorded / with the overhead cut (their ratio is the host ops'
     inflation; device kernels are not inflated); ``fault_us``: the window's extra minor page faults' time cut per
-    analysed step from the ops that ran long (µs; then ``per_event_us = (window − steady − fault_us) / events``), from
-    ``extra_faults_per_step`` more faults than an unprofiled step's at ``us_per_fault`` each (0 where not counted)."""
+    analysed step from the allocating ops that ran long (µs; then ``per_event_us = (window − steady − fault_us) /
+    events``), from ``extra_faults_per_step`` more faults than an unprofiled step's at ``us_per_fault`` each (0 where
+    not counted)."""
 
     method: str
     per_event_us: float

@@ -1,31 +1,33 @@
 """The step a ``perfdoctor profile`` run's savings are stated for: the unprofiled one, not the profiled window.
 
-The profiler costs the host time on every event it records (an op's RecordFunction callbacks, a runtime call's
-CUPTI callback, an annotation), so an op-heavy step runs longer inside the window than outside it (a CPU script of
-many tiny ops: 3.5 ms per step unprofiled, 7.0 ms profiled). A run directory measures both steps:
+The profiler costs the host time on every event it records (an op's RecordFunction callbacks, a runtime call's CUPTI
+callback, an annotation, an allocation's or a free's ``[memory]`` event), so an op-heavy step runs longer inside the
+window than outside it (a CPU script of many tiny ops: 3.5 ms per step unprofiled, 7.0 ms profiled). A run directory
+measures both steps:
 
 - ``W``: the mean of the analysed (profiled) steps of the trace (µs);
 - ``S``: the median of the run's unprofiled steady-state steps (``steps.csv``, µs:
   :func:`perfdoctor.capture.run_data.rank_inputs`).
 
-**Per-event overhead removed** (:func:`unprofiled`, method ``"overhead"``): with ``N`` recorded host events (CPU ops,
-annotations, runtime calls) of the step's process per analysed step, each costs ``o = (W − S) / N`` µs. The
-unprofiled step is the recording replayed with ``o`` cut from the host timeline at each recorded event
-(:func:`remove_overhead`), and a fix's saving is that step − the same step replayed with the fix as well. Time the
-profiler does not inflate (a sleep, a DataLoader fetch, Python between ops) keeps its recorded length.
+**Per-event overhead removed** (:func:`unprofiled`, method ``"overhead"``): with ``N`` recorded host events (CPU
+ops, annotations, runtime calls, ``[memory]`` events) of the step's process per analysed step, each costs ``o = (W −
+S) / N`` µs. The unprofiled step is the recording replayed with ``o`` cut from the host timeline at each recorded
+event (:func:`remove_overhead`), and a fix's saving is that step − the same step replayed with the fix as well. Time
+the profiler does not inflate (a sleep, a DataLoader fetch, Python between ops) keeps its recorded length.
 
-**Page faults** (a run that counted them: ``steps.csv`` ``minor_faults``, ``run.json`` ``fault_probe``): the profiler
-also changes how the C allocator reuses memory, so the window's steps can take many more minor page faults than the
-unprofiled ones (a fresh page mapped and zeroed on first write: examples/mlp.py --norm hand, 1 MB activations:
-15,000-27,000 faults per profiled step, 0-256 in the warm-up steps before it, a 69 ms window for a 30 ms step).
-Those ``ΔF`` extra faults per step (the window's beyond the steps just before it, :func:`page_faults`) cost ``c``
-µs each (the run's own unprofiled steps' slope of time on faults where they spread enough, else the runner's probe,
-:mod:`perfdoctor.capture.fault_probe`). Each profiled step's own count is used (``ΔF_k``: the same window's steps
-took 1,544 to 22,275), at most that step's excess over ``S``, and in all at most the window's whole excess:
-``F = Σ_k min(ΔF_k·c, W_k − S, E_k) / n ≤ W − S``. Step ``k``'s faults are cut from its ops in proportion to each
-op's excess (its self time less the shortest of the same op on the same shapes in the window, :func:`op_excess`;
-``E_k`` the step's total: an op that faulted ran longer than its siblings that did not), each at most its own, and
-the per-event overhead takes the rest: ``o = (W − S − F) / N``. Without the counts, ``F = 0``.
+**Page faults** (a run that counted them: ``steps.csv`` ``minor_faults``, ``run.json`` ``fault_probe``): the
+profiler also changes how the C allocator reuses memory, so the window's steps can take many more minor page faults
+than the unprofiled ones (a fresh page mapped and zeroed on first write: examples/mlp.py --norm hand, 1 MB
+activations: 15,000-27,000 faults per profiled step, 0-256 in the warm-up steps before it, a 69 ms window for a 30
+ms step). Those ``ΔF`` extra faults per step (the window's beyond the steps just before it, :func:`page_faults`)
+cost ``c`` µs each (the slope of the window's own steps' time on their faults where they spread enough, else the
+run's unprofiled steps' slope, else the runner's probe, :mod:`perfdoctor.capture.fault_probe`). Each profiled step's
+own count is used (``ΔF_k``: the same window's steps took 1,544 to 22,275), at most that step's excess over ``S``,
+and in all at most the window's whole excess: ``F = Σ_k min(ΔF_k·c, W_k − S, E_k) / n ≤ W − S``. Step ``k``'s faults
+are cut from its ops that allocate a page or more in proportion to each one's excess (its self time less the
+shortest of the same op on the same shapes in the window, :func:`op_excess`; ``E_k`` the step's total: an op that
+faulted ran longer than its siblings that did not), each at most its own, and the per-event overhead takes the rest:
+``o = (W − S − F) / N``. Without the counts, ``F = 0``.
 
 **The inflation, per category of time** (stated with every saving): the step ``W / S``; host op time (the union of
 the process's CPU ops and runtime calls in the analysed steps) recorded vs with the per-event overhead cut from it,
@@ -54,8 +56,13 @@ from perfdoctor.trace.tables import TraceTables
 if TYPE_CHECKING:
     from perfdoctor.replay.rank import RankReplay
 
-# the tables whose events the profiler records on the host, each at a cost to the step
-HOST_EVENT_TABLES = ("cpu_ops", "annotations", "runtime")
+# the tables whose events the profiler records on the host, each at a cost to the step: an allocation's or a free's
+# ``[memory]`` event too (profile_memory=True; examples below, 2026-12-07, the 2-core VM, torch 2.13.0 CPU: a loop of
+# 1 MB ``a * b`` cost 3.0 µs more per op profiled, a loop of ``x.select`` 0.9 µs more per recorded op)
+HOST_EVENT_TABLES = ("cpu_ops", "annotations", "runtime", "memory")
+# a page of the C allocator's fresh memory (4 KiB: x86-64 and arm64 Linux): an allocation smaller than one may be
+# carved from a page already mapped
+PAGE_BYTES = 4096
 
 
 @dataclass(frozen=True)
@@ -131,7 +138,8 @@ class Unprofiled:
         return (
             f"{self.fault_us / 1000:.2f} ms per step of page faults{capped} ({f.extra_per_step:,.0f} more minor "
             f"faults per profiled step than per unprofiled one × {f.us_per_fault:.2f} µs each, {f.source}) cut from "
-            "the ops that ran longer than the same op on the same shapes at its fastest, by that excess, and "
+            "the ops that allocate a page or more and ran longer than the same op on the same shapes at its fastest, "
+            "by that excess, and "
         )
 
     def text(self, step_us: float) -> str:
@@ -185,10 +193,11 @@ def page_faults(
     :func:`perfdoctor.capture.fault_probe.probe_faults`): the mean over the profiled ("active") steps less the
     median over the steps just before the window (its warm-up steps, else the last five unprofiled ones, else the
     unprofiled steady ones), at a cost per fault measured in the run where it can be: the Theil–Sen
-    slope of the unprofiled steps' time (all but the first two) on their faults, where they spread at least
-    :data:`MIN_FIT_SPREAD` faults over :data:`MIN_FIT_STEPS` steps and the slope is positive (examples/mlp.py
-    --head-loop 96: steps of 3,500 faults took 27.3 ms, of none 21.8 ms: 1.6 µs a fault, where the probe's fresh
-    mapping reads 2.6), else the probe's. None where the counts, or both costs, are missing or the window took no
+    slope of the profiled steps' time on their faults, else of the unprofiled steps' (all but the first two), each
+    where its steps spread at least :data:`MIN_FIT_SPREAD` faults over :data:`MIN_FIT_STEPS` steps and the slope is
+    positive (examples/mlp.py --head-loop 96: unprofiled steps of 3,500 faults took 27.3 ms, of none 21.8 ms: 1.6 µs
+    a fault, where the probe's fresh mapping reads 2.6; --norm hand: 1.5-1.9 µs in ten windows, the probe 2.5-2.7),
+    else the probe's. None where the counts, or both costs, are missing or the window took no
     more faults."""
     ranks = run_json.get("ranks") if run_json is not None else None
     entry = (
@@ -234,6 +243,18 @@ def page_faults(
         for n, f, ph in zip(number, faults, phases, strict=True)
         if ph == "active" and isinstance(f, (int, float)) and isinstance(n, (int, float))
     }
+    # a fault's cost in the window itself, where its steps spread their faults: the slope of their time on their
+    # faults (examples/mlp.py --norm hand, four runs: 1.8-2.1 µs a fault in the window, where the probe read 2.4-2.7
+    # and left the per-event figure at 0.02-0.23 µs: the faults took the profiler's whole overhead)
+    window = [i for i, ph in enumerate(phases) if ph == "active" and isinstance(faults[i], (int, float))]
+    in_window = _fitted_cost(
+        np.array([float(faults[i]) for i in window]),
+        [durations[i] for i in window] if isinstance(durations, list) else None,
+    )
+    if in_window is not None:
+        return PageFaults(
+            extra, in_window, f"the slope of the profiled window's {len(window)} steps' time on their faults", by_step
+        )
     # the fit reads every unprofiled step but the first two (the allocator's state can change within the run: its
     # early steps may fault where the steady ones do not, which is the spread the slope needs)
     unprofiled = [i for i, (f, ph) in enumerate(zip(faults, phases, strict=True)) if i >= 2 and ph == "none"]
@@ -273,17 +294,25 @@ def op_excess(tables: TraceTables, pid: int, span: Intervals) -> tuple[np.ndarra
     """(start µs, end µs, excess µs) of process ``pid``'s CPU ops that start inside ``span``, sorted by start: each
     op's self time (its time less its direct children's, :func:`perfdoctor.analysis.work.roofline.op_parents`) less
     the shortest self time of an op of the same name and recorded input shapes there (0 for one seen once;
-    :func:`perfdoctor.trace.signatures.op_keys`).
+    :func:`perfdoctor.trace.signatures.op_keys`), for an op that allocates a page or more itself (a ``[memory]``
+    event of at least :data:`PAGE_BYTES` made in it, :func:`perfdoctor.analysis.memory.memory_steps.allocating_op_rows`;
+    every op where the trace has no ``[memory]`` events), else 0.
 
     An op that ran longer than the same op on the same shapes at its fastest in the window was held up by
     something its sibling was not: a page fault on its output's fresh pages (examples/mlp.py --norm hand: the
-    ops' excess per profiled step 19.5-68.9 ms where the steps ran 12.3-62.2 ms over the unprofiled one)."""
+    ops' excess per profiled step 19.5-68.9 ms where the steps ran 12.3-62.2 ms over the unprofiled one). Only an
+    op that allocates writes fresh pages; a matmul or a DataLoader's ``select`` that ran long waited for something
+    else (its cache refilled after another op's faults), which the per-event figure covers (the same script, ten
+    runs on the 2-core VM, 2026-12-07: the saving of fusing its chains replayed 7.23 ms mean with every op's excess
+    eligible, 6.96 with allocating ops' only, against 6.01 measured)."""
+    from perfdoctor.analysis.memory.memory_steps import allocating_op_rows
     from perfdoctor.analysis.work.roofline import op_parents
 
     cpu = tables.cpu_ops
     if len(cpu) == 0:
         return np.empty(0), np.empty(0), np.empty(0)
-    ops = cpu.take(np.flatnonzero((cpu["pid"] == pid) & (iv.containing(cpu["ts_us"], span) >= 0)))
+    rows = np.flatnonzero((cpu["pid"] == pid) & (iv.containing(cpu["ts_us"], span) >= 0))
+    ops = cpu.take(rows)
     if len(ops) == 0:
         return np.empty(0), np.empty(0), np.empty(0)
     dur = ops["end_us"] - ops["ts_us"]
@@ -295,6 +324,10 @@ def op_excess(tables: TraceTables, pid: int, span: Intervals) -> tuple[np.ndarra
     np.minimum.at(fastest, sig, self_us)
     seen = np.bincount(sig, minlength=fastest.size)
     excess = np.where(seen[sig] >= 2, np.maximum(self_us - fastest[sig], 0.0), 0.0)
+    mem = tables.tables["memory"]
+    if len(mem):
+        made_in = allocating_op_rows(tables)[mem["mem_bytes"] >= PAGE_BYTES]
+        excess = np.where(np.isin(rows, made_in), excess, 0.0)
     order = np.argsort(ops["ts_us"], kind="stable")
     return ops["ts_us"][order], ops["end_us"][order], excess[order]
 
@@ -344,18 +377,19 @@ def overhead_cut(starts_us: np.ndarray, per_event_us: float | np.ndarray) -> Int
 
 def remove_overhead(pid: int, cut: Intervals, per_event_us: float, fault_us: float = 0.0) -> WhatIf:
     """The profiled steps without the profiler: ``cut`` (µs intervals, :func:`overhead_cut` of the recorded host
-    events at ``per_event_us`` each and, where the run counted page faults, of the ops that ran long at their share
-    of ``fault_us``, µs over the analysed steps) removed from process ``pid``'s host timeline.
+    events at ``per_event_us`` each and, where the run counted page faults, of the allocating ops that ran long at
+    their share of ``fault_us``, µs over the analysed steps) removed from process ``pid``'s host timeline.
 
     Assumption: every recorded event costs the host the same time, measured as (W − S − F) / N, and the window's
-    extra page faults cost the ops in proportion to their excess over the same op on the same shapes at its
-    fastest; device work is not inflated. Source: the run's own steps (window mean W, unprofiled steady median S,
-    N events per step, F of page faults).
+    extra page faults cost the ops that allocate a page or more in proportion to their excess over the same op on
+    the same shapes at its fastest; device work is not inflated. Source: the run's own steps (window mean W,
+    unprofiled steady median S, N events per step, F of page faults).
     """
     what = f"the profiler's {per_event_us:.2f} µs per recorded host event removed"
     if fault_us > 0:
         what += (
-            f", and its extra page faults ({fault_us / 1000:.2f} ms over the analysed steps) from the ops that ran long"
+            f", and its extra page faults ({fault_us / 1000:.2f} ms over the analysed steps) from the allocating ops "
+            "that ran long"
         )
     return WhatIf(
         "remove-profiler-overhead",

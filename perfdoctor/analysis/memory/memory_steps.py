@@ -178,10 +178,10 @@ def _chart(dev: _Device, lo: int, hi: int, t0: float, carried: tuple[int, int]) 
     }
 
 
-def _allocating_ops(tables: TraceTables) -> np.ndarray:
-    """Name id of the op each ``[memory]`` event is made in (-1: none): the innermost ``cpu_op`` on its thread,
-    looking through the allocation factories (``aten::empty`` and kin, :data:`FACTORY_OPS`) to the op that called
-    them; a factory called outside any other op is the answer itself."""
+def allocating_op_rows(tables: TraceTables) -> np.ndarray:
+    """Row (into ``cpu_ops``) of the op each ``[memory]`` event is made in (-1: none): the innermost ``cpu_op`` on
+    its thread, looking through the allocation factories (``aten::empty`` and kin, :data:`FACTORY_OPS`) to the op
+    that called them; a factory called outside any other op is the answer itself."""
     mem, ops = tables.tables["memory"], tables.tables["cpu_ops"]
     if len(ops) == 0:  # a trace without ops (a kernel-only recording): no event is made in one
         return np.full(len(mem), -1, dtype=np.int64)
@@ -193,7 +193,14 @@ def _allocating_ops(tables: TraceTables) -> np.ndarray:
     alone = inner < 0
     if alone.any() and factory.any():
         inner[alone] = innermost_ops(ops["ts_us"], ops["end_us"], op_thread, mem["ts_us"][alone], at_thread[alone])
-    return np.where(inner >= 0, ops["name_id"][np.maximum(inner, 0)], -1)
+    return inner
+
+
+def _allocating_ops(tables: TraceTables) -> np.ndarray:
+    """Name id of the op each ``[memory]`` event is made in (-1: none; :func:`allocating_op_rows`)."""
+    rows = allocating_op_rows(tables)
+    ops = tables.tables["cpu_ops"]
+    return np.where(rows >= 0, ops["name_id"][np.maximum(rows, 0)], -1) if len(ops) else rows
 
 
 def _device_rows(tables: TraceTables) -> list[tuple[int, int, np.ndarray]]:

@@ -93,11 +93,29 @@ _VIEWS = re.compile(
 )
 
 
-def elementwise_chains(ops: Table, ew: np.ndarray, breaks: np.ndarray) -> list[np.ndarray]:
+def _in_backward(tables: TraceTables, ops: Table) -> np.ndarray:
+    """Per row of ``ops`` (sorted as :func:`_thread_ops` sorts): it runs inside an autograd node of its thread
+    (``autograd::engine::evaluate_function: ...``, the backward pass) (bool)."""
+    from perfdoctor.analysis.timing.host import BACKWARD_OP
+
+    inside = np.zeros(len(ops), dtype=bool)
+    node = tables.names_matching(BACKWARD_OP)[ops["name_id"]] if len(ops) else inside
+    for t in np.unique(ops["tid"][node]).tolist():
+        on = np.flatnonzero(ops["tid"] == t)
+        nodes = iv.union(ops["ts_us"][on][node[on]], ops["end_us"][on][node[on]])
+        inside[on] = iv.containing(ops["ts_us"][on], nodes) >= 0
+    return inside
+
+
+def elementwise_chains(
+    ops: Table, ew: np.ndarray, breaks: np.ndarray, backward: np.ndarray | None = None
+) -> list[np.ndarray]:
     """Chains of two or more elementwise ops run back to back on one thread: the outermost elementwise ops (``ew``:
     bool per row) in order, a chain broken by an op that computes something else (``breaks``: bool per row,
-    :func:`_breaks_chain`) running entirely between two of them. An op wrapping the next one (an autograd node
-    around its aten op) does not break it. Rows of ``ops`` per chain."""
+    :func:`_breaks_chain`) running entirely between two of them, and where the ops pass from the forward into the
+    backward pass or back (``backward``: bool per row, :func:`_in_backward`; a compiler fuses each pass's graph on
+    its own, and the autograd engine's start between them is no op's). An op wrapping the next one (an autograd
+    node around its aten op) does not break it. Rows of ``ops`` per chain."""
     chains: list[np.ndarray] = []
     top = _outermost(ops, ew)
     for t in np.unique(ops["tid"][top]).tolist():
@@ -113,6 +131,8 @@ def elementwise_chains(ops: Table, ew: np.ndarray, breaks: np.ndarray) -> list[n
         starts = np.zeros(rows.size, dtype=bool)
         starts[0] = True
         starts[nxt[inside_gap]] = True
+        if backward is not None:
+            starts[1:] |= backward[rows][1:] != backward[rows][:-1]
         for chain in np.split(rows, np.flatnonzero(starts)[1:]):
             if chain.size >= 2:
                 chains.append(chain)
@@ -249,7 +269,7 @@ def fuse_elementwise_chains(rr: RankReplay, tables: TraceTables, bandwidth: Band
     u = rr.unprofiled
     overhead = u.whatif.scenario.host_cut.get(pid, iv.EMPTY) if u is not None and u.whatif is not None else iv.EMPTY
     arith_total = 0.0
-    for chain in elementwise_chains(ops, ew, breaks):
+    for chain in elementwise_chains(ops, ew, breaks, _in_backward(tables, ops)):
         s0, e1 = float(ops["ts_us"][chain[0]]), float(ops["end_us"][chain[-1]])
         if iv.total(iv.intersect(iv.union(np.array([s0]), np.array([e1])), keep_out)) > 0:
             continue

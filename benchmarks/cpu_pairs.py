@@ -16,7 +16,11 @@ Student's t, since three or four blocks estimate sd poorly: t is 4.30 at three b
 2 SE band would call noise a change), so run-to-run noise is measured, not assumed, and the load the two runs of a
 block share cancels in their difference. A ``within`` pair (an effect smaller than the run-to-run spread: PD401's
 sync) puts both sides in one run, the problem on alternate steps: per block one run, its change the median
-difference between each odd unprofiled steady step (with the problem) and the even step before it (without).
+difference between each odd unprofiled steady step (with the problem) and the even step before it (without), and
+its prediction the what-if's mean saving over the window's odd steps less its mean over the even ones. A ``measure``
+pair (a change that follows the machine's state, which moves between separate runs) keeps the user's "before" run
+for the prediction and its level, and adds a measuring run per block with both sides in it (the problem on odd
+steps, the fix on even ones): its change as a share of its odd steps' level, restated at the "before" run's level.
 
 Blocks are added until the pair is decided or a bound is reached (``max_blocks``, ``budget_s`` per pair; at least
 ``min_blocks``): decided when the change exceeds its noise, when the prediction lies outside the noise of a change

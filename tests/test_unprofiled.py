@@ -329,6 +329,11 @@ def test_a_faults_cost_is_the_windows_own_slope_where_its_steps_spread_faults() 
     f = page_faults(series, _run_json(2.6), 0)
     assert f is not None and f.extra_per_step == pytest.approx(6500.0)
     assert f.us_per_fault == pytest.approx(1.8) and "slope of the profiled window's 10 steps" in f.source
+    # a slope above the probe's (a fault in isolation): the probe's 1.5
+    capped = page_faults(series, _run_json(1.5), 0)
+    assert (
+        capped is not None and capped.us_per_fault == 1.5 and "the window's own slope, 1.80, is more" in capped.source
+    )
     # fewer than eight profiled steps: the window's fit is not read; the unprofiled steps spread none → the probe
     short = _series(faults[:19], ["none"] * 12 + ["active"] * 7, 2)
     short["duration_s"] = durations[:19]

@@ -197,8 +197,8 @@ def page_faults(
     where its steps spread at least :data:`MIN_FIT_SPREAD` faults over :data:`MIN_FIT_STEPS` steps and the slope is
     positive (examples/mlp.py --head-loop 96: unprofiled steps of 3,500 faults took 27.3 ms, of none 21.8 ms: 1.6 µs
     a fault, where the probe's fresh mapping reads 2.6; --norm hand: 1.5-1.9 µs in ten windows, the probe 2.5-2.7),
-    else the probe's. None where the counts, or both costs, are missing or the window took no
-    more faults."""
+    the window's at most the probe's (a fault in isolation), else the probe's. None where the counts, or both
+    costs, are missing or the window took no more faults."""
     ranks = run_json.get("ranks") if run_json is not None else None
     entry = (
         next((r for r in ranks if isinstance(r, Mapping) and r.get("rank") == rank), None)
@@ -251,7 +251,18 @@ def page_faults(
         np.array([float(faults[i]) for i in window]),
         [durations[i] for i in window] if isinstance(durations, list) else None,
     )
+    probed = probe.get("us_per_fault") if isinstance(probe, Mapping) else None
     if in_window is not None:
+        # at most the probe's: a fault in isolation (a slope above it is something else in the window that came
+        # with the faults: examples/mlp.py --unfused-chain 32, 644 extra faults a step, read 5.3 µs where the probe
+        # read 2.5)
+        if isinstance(probed, (int, float)) and 0 < probed < in_window:
+            return PageFaults(
+                extra,
+                float(probed),
+                f"the runner's fault probe (the window's own slope, {in_window:.2f}, is more)",
+                by_step,
+            )
         return PageFaults(
             extra, in_window, f"the slope of the profiled window's {len(window)} steps' time on their faults", by_step
         )
@@ -266,10 +277,9 @@ def page_faults(
         return PageFaults(
             extra, fitted, f"the slope of the run's {len(fit)} unprofiled steps' time on their faults", by_step
         )
-    cost = probe.get("us_per_fault") if isinstance(probe, Mapping) else None
-    if not isinstance(cost, (int, float)) or not cost > 0:
+    if not isinstance(probed, (int, float)) or not probed > 0:
         return None
-    return PageFaults(extra, float(cost), "the runner's fault probe", by_step)
+    return PageFaults(extra, float(probed), "the runner's fault probe", by_step)
 
 
 def _fitted_cost(faults: np.ndarray, durations: list[object] | None) -> float | None:

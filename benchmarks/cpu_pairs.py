@@ -305,8 +305,8 @@ def _parity_levels(run: RunData, steps: int) -> tuple[float, float]:
 def _per_side(per_step_us: np.ndarray, numbers: np.ndarray, within: bool) -> float:
     """A fix's saving per step (µs) from its saving on each analysed step: their mean, or for a ``within`` pair the
     mean over its "before" (odd) steps less the mean over its "after" (even) ones: what the fix saves on a step with
-    the problem beyond what the same what-if finds on a step without it (examples/mlp.py --norm alternate: the
-    cross-entropy loss's short chain is fused on both sides, by the what-if, not by the pair's fix)."""
+    the problem beyond what the same what-if finds on a step without it (what it finds there is no difference
+    between the sides)."""
     if not within:
         return float(per_step_us.mean())
     odd = np.asarray(numbers) % 2 == 1

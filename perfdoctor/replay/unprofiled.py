@@ -313,8 +313,9 @@ def op_excess(tables: TraceTables, pid: int, span: Intervals) -> tuple[np.ndarra
     ops' excess per profiled step 19.5-68.9 ms where the steps ran 12.3-62.2 ms over the unprofiled one). Only an
     op that allocates writes fresh pages; a matmul or a DataLoader's ``select`` that ran long waited for something
     else (its cache refilled after another op's faults), which the per-event figure covers (the same script, ten
-    runs on the 2-core VM, 2026-12-07: the saving of fusing its chains replayed 7.23 ms mean with every op's excess
-    eligible, 6.96 with allocating ops' only, against 6.01 measured)."""
+    runs on the 2-core VM, 2026-12-07, the fault cost the window's: the saving of fusing its chains replayed 8.75 ms
+    mean with every op's excess eligible, 7.23 with allocating ops' only, 6.96 with ``[memory]`` events among the
+    host events too, against 6.01 measured; docs/benchmarks.md)."""
     from perfdoctor.analysis.memory.memory_steps import allocating_op_rows
     from perfdoctor.analysis.work.roofline import op_parents
 

@@ -107,9 +107,7 @@ def _in_backward(tables: TraceTables, ops: Table) -> np.ndarray:
     return inside
 
 
-def elementwise_chains(
-    ops: Table, ew: np.ndarray, breaks: np.ndarray, backward: np.ndarray | None = None
-) -> list[np.ndarray]:
+def elementwise_chains(ops: Table, ew: np.ndarray, breaks: np.ndarray, backward: np.ndarray) -> list[np.ndarray]:
     """Chains of two or more elementwise ops run back to back on one thread: the outermost elementwise ops (``ew``:
     bool per row) in order, a chain broken by an op that computes something else (``breaks``: bool per row,
     :func:`_breaks_chain`) running entirely between two of them, and where the ops pass from the forward into the
@@ -131,8 +129,7 @@ def elementwise_chains(
         starts = np.zeros(rows.size, dtype=bool)
         starts[0] = True
         starts[nxt[inside_gap]] = True
-        if backward is not None:
-            starts[1:] |= backward[rows][1:] != backward[rows][:-1]
+        starts[1:] |= backward[rows][1:] != backward[rows][:-1]
         for chain in np.split(rows, np.flatnonzero(starts)[1:]):
             if chain.size >= 2:
                 chains.append(chain)
